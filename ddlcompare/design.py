@@ -1,0 +1,307 @@
+"""design.yaml: load, validate and expand into the full-factorial run table.
+
+A design has factors (each a list of levels), fixed settings, replications,
+a seed, whether to randomize the run order, ``exclude`` rules that prune
+combinations and ``zip`` groups of factors whose levels vary together.
+Validation collects every problem and reports each with the key it concerns;
+nothing here raises anything but :class:`DesignError`.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ddlcompare.params import CORE_FACTORS, PARAMS, SAFE_TEXT, RunRow
+
+TOP_LEVEL_KEYS = {
+    "name": "the design's name, used as results/<name>/",
+    "factors": "a mapping of factor -> list of levels",
+    "fixed": "a mapping of setting -> value",
+    "replications": "runs per design cell (an integer >= 1)",
+    "seed": "seed for weights, data order and the run order (an integer)",
+    "randomize": "shuffle the run order with the seed (true/false)",
+    "exclude": "a list of rules {factor: level or [levels]} removing matching runs",
+    "zip": "a list of factor groups whose levels vary together",
+}
+
+
+class DesignError(Exception):
+    """A design that cannot run; ``problems`` holds one message per problem."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(f"{source}: {p}" for p in problems))
+
+
+@dataclass
+class Design:
+    name: str
+    factors: dict[str, list[Any]]
+    fixed: dict[str, Any]
+    replications: int
+    seed: int
+    randomize: bool
+    exclude: list[dict[str, list[Any]]]
+    zip_groups: list[list[str]]
+    source: str = "design.yaml"
+
+    @property
+    def settings_hash(self) -> str:
+        """Hash of everything held fixed: results are keyed by it, so that
+        changing a setting never mixes old and new results, while adding a
+        factor level reuses every run already done."""
+        blob = json.dumps({"fixed": self.fixed, "seed": self.seed}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:8]
+
+    @property
+    def root(self) -> str:
+        """Directory of this design's runs, relative to the results folder."""
+        return f"{self.name}/cfg~{self.settings_hash}"
+
+    def path_factors(self) -> list[str]:
+        """Factors named in run paths: the core ones, then the other varied ones."""
+        extra = [f for f in self.factors if f not in CORE_FACTORS]
+        return list(CORE_FACTORS) + extra
+
+    def runs(self) -> list[RunRow]:
+        cells = self._cells()
+        rows = []
+        for cell in cells:
+            for rep in range(1, self.replications + 1):
+                rows.append(self._row(cell, rep))
+        order = list(range(len(rows)))
+        if self.randomize:
+            random.Random(self.seed).shuffle(order)
+        for position, index in enumerate(order):
+            rows[index].order = position
+        return sorted(rows, key=lambda r: r.order)
+
+    def _cells(self) -> list[dict[str, Any]]:
+        zipped = {f for group in self.zip_groups for f in group}
+        axes: list[list[dict[str, Any]]] = []
+        for group in self.zip_groups:
+            axes.append([dict(zip(group, values))
+                         for values in zip(*(self.factors[f] for f in group))])
+        for f, levels in self.factors.items():
+            if f not in zipped:
+                axes.append([{f: level} for level in levels])
+        cells = []
+        for combo in itertools.product(*axes):
+            cell = {k: v for part in combo for k, v in part.items()}
+            if not any(_matches(rule, cell) for rule in self.exclude):
+                cells.append(cell)
+        return cells
+
+    def _row(self, cell: dict[str, Any], rep: int) -> RunRow:
+        config = {**self.fixed, **cell, "seed": self.seed}
+        factors = {f: config[f] for f in self.path_factors()}
+        rel = "/".join(f"{f}~{_path_value(v)}" for f, v in factors.items())
+        path = f"{self.root}/{rel}/rep~{rep}"
+        run_id = hashlib.sha256(path.encode()).hexdigest()[:12]
+        config.update(rep=rep, run_id=run_id, design=self.name,
+                      settings_hash=self.settings_hash)
+        return RunRow(run_id=run_id, path=path, factors=factors, rep=rep, order=0,
+                      config=config)
+
+
+def _path_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _matches(rule: dict[str, list[Any]], cell: dict[str, Any]) -> bool:
+    return all(cell.get(f) in levels for f, levels in rule.items())
+
+
+def load(path: str | Path) -> Design:
+    """Read and validate a design file; raise DesignError listing every problem."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise DesignError(source, ["file not found; copy design.yaml from the repository "
+                                   "or pass --config design=PATH"]) from None
+    except OSError as exc:
+        raise DesignError(source, [f"cannot be read: {exc.strerror}"]) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise DesignError(source, [f"{where}not valid YAML ({problem})"]) from None
+    return parse(raw, source)
+
+
+def parse(raw: Any, source: str = "design.yaml") -> Design:
+    problems: list[str] = []
+    if not isinstance(raw, dict):
+        raise DesignError(source, ["must be a mapping with at least 'factors' "
+                                   f"(keys: {', '.join(TOP_LEVEL_KEYS)})"])
+    for key in raw:
+        if key not in TOP_LEVEL_KEYS:
+            problems.append(f"unknown key {key!r} (allowed: {', '.join(TOP_LEVEL_KEYS)})")
+
+    name = raw.get("name", Path(source).stem)
+    if not isinstance(name, str) or not SAFE_TEXT.match(name):
+        problems.append(f"name: {name!r} must be a short name of letters, digits, '.', '_', '-'")
+    factors = _parse_factors(raw.get("factors"), problems)
+    fixed = _parse_fixed(raw.get("fixed", {}), factors, problems)
+    replications = _integer(raw, "replications", 1, 1, problems)
+    seed = _integer(raw, "seed", 42, 0, problems)
+    randomize = raw.get("randomize", True)
+    if not isinstance(randomize, bool):
+        problems.append(f"randomize: must be true or false, got {randomize!r}")
+    zip_groups = _parse_zip(raw.get("zip", []), factors, problems)
+    exclude = _parse_exclude(raw.get("exclude", []), factors, problems)
+    if problems:
+        raise DesignError(source, problems)
+
+    design = Design(name=name, factors=factors, fixed=fixed, replications=replications,
+                    seed=seed, randomize=randomize, exclude=exclude,
+                    zip_groups=zip_groups, source=source)
+    _check_cells(design, problems)
+    if problems:
+        raise DesignError(source, problems)
+    return design
+
+
+def _parse_factors(raw: Any, problems: list[str]) -> dict[str, list[Any]]:
+    if raw is None:
+        problems.append("factors: missing; give at least 'framework: [...]'")
+        return {}
+    if not isinstance(raw, dict):
+        problems.append("factors: must be a mapping of factor -> list of levels")
+        return {}
+    factors: dict[str, list[Any]] = {}
+    for name, levels in raw.items():
+        key = f"factors.{name}"
+        param = PARAMS.get(name)
+        if param is None:
+            problems.append(f"{key}: unknown factor (known: {', '.join(PARAMS)})")
+            continue
+        if param.path_like:
+            problems.append(f"{key}: cannot be a factor; set it under 'fixed'")
+            continue
+        if not isinstance(levels, list):
+            levels = [levels]
+        if not levels:
+            problems.append(f"{key}: has no levels; give at least one")
+            continue
+        bad = [(lv, param.check(lv)) for lv in levels]
+        for level, problem in bad:
+            if problem:
+                problems.append(f"{key}: {problem}")
+        seen = set()
+        for level in levels:
+            marker = json.dumps(level)
+            if marker in seen:
+                problems.append(f"{key}: level {level!r} is listed twice")
+            seen.add(marker)
+        if not any(problem for _, problem in bad):
+            factors[name] = levels
+    if "framework" not in raw:
+        problems.append("factors.framework: missing; every design compares frameworks")
+    return factors
+
+
+def _parse_fixed(raw: Any, factors: dict[str, list[Any]], problems: list[str]) -> dict[str, Any]:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        problems.append("fixed: must be a mapping of setting -> value")
+        return {}
+    for name, value in raw.items():
+        key = f"fixed.{name}"
+        param = PARAMS.get(name)
+        if param is None:
+            problems.append(f"{key}: unknown setting (known: {', '.join(PARAMS)})")
+        elif name in factors:
+            problems.append(f"{key}: is also a factor; keep it in one place")
+        elif (problem := param.check(value)):
+            problems.append(f"{key}: {problem}")
+    resolved = {name: p.default for name, p in PARAMS.items() if name not in factors}
+    resolved.update({k: v for k, v in raw.items() if k in PARAMS and k not in factors})
+    return resolved
+
+
+def _integer(raw: dict, key: str, default: int, minimum: int, problems: list[str]) -> int:
+    value = raw.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        problems.append(f"{key}: must be an integer >= {minimum}, got {value!r}")
+        return default
+    return value
+
+
+def _parse_zip(raw: Any, factors: dict[str, list[Any]], problems: list[str]) -> list[list[str]]:
+    if not isinstance(raw, list) or not all(isinstance(g, list) for g in raw):
+        problems.append("zip: must be a list of factor lists, e.g. [[nodes, batch_size]]")
+        return []
+    groups, used = [], set()
+    for i, group in enumerate(raw):
+        key = f"zip[{i}]"
+        unknown = [f for f in group if f not in factors]
+        if unknown:
+            problems.append(f"{key}: {', '.join(map(str, unknown))} not among the factors")
+            continue
+        if len(group) < 2:
+            problems.append(f"{key}: needs at least two factors")
+            continue
+        if used & set(group):
+            problems.append(f"{key}: a factor may be in one zip group only")
+            continue
+        lengths = {f: len(factors[f]) for f in group}
+        if len(set(lengths.values())) > 1:
+            problems.append(f"{key}: zipped factors need the same number of levels, got "
+                            + ", ".join(f"{f}={n}" for f, n in lengths.items()))
+            continue
+        used |= set(group)
+        groups.append(list(group))
+    return groups
+
+
+def _parse_exclude(raw: Any, factors: dict[str, list[Any]], problems: list[str]) -> list[dict]:
+    if not isinstance(raw, list):
+        problems.append("exclude: must be a list of rules like {framework: horovod-torch, nodes: 2}")
+        return []
+    rules = []
+    for i, rule in enumerate(raw):
+        key = f"exclude[{i}]"
+        if not isinstance(rule, dict) or not rule:
+            problems.append(f"{key}: must be a non-empty mapping of factor -> level(s)")
+            continue
+        parsed, ok = {}, True
+        for f, levels in rule.items():
+            levels = levels if isinstance(levels, list) else [levels]
+            if f not in factors:
+                problems.append(f"{key}.{f}: not a factor of this design")
+                ok = False
+            elif missing := [lv for lv in levels if lv not in factors[f]]:
+                problems.append(f"{key}.{f}: {', '.join(map(repr, missing))} is not a level "
+                                f"(levels: {', '.join(map(str, factors[f]))})")
+                ok = False
+            parsed[f] = levels
+        if ok:
+            rules.append(parsed)
+    return rules
+
+
+def _check_cells(design: Design, problems: list[str]) -> None:
+    unpruned = Design(**{**design.__dict__, "exclude": []})
+    all_cells = unpruned._cells()
+    for i, rule in enumerate(design.exclude):
+        if not any(_matches(rule, c) for c in all_cells):
+            problems.append(f"exclude[{i}]: matches no run; the combination "
+                            f"{rule} never occurs (check zip groups)")
+    if all_cells and not design._cells():
+        problems.append("exclude: removes every run; the design has zero runs")

@@ -1,0 +1,81 @@
+"""Launchers: how a host list becomes training processes.
+
+Each launcher is a function registered by name that returns the argv and
+the extra environment for one run. They build argument lists, never shell
+strings: no design value passes through a shell.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable
+
+from ddlcompare.hosts import Host
+
+LAUNCHERS: dict[str, Callable] = {}
+TORCHRUN_PORT = 29500
+
+
+def launcher(name: str):
+    def register(fn):
+        LAUNCHERS[name] = fn
+        return fn
+    return register
+
+
+def worker_argv(run_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "frameworks.worker", str(run_dir)]
+
+
+def base_env(config: dict) -> dict[str, str]:
+    threads = str(config["torch_threads"])
+    return {
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        "PYTHONUNBUFFERED": "1",
+        # Open MPI refuses root and more ranks than cores unless told; both
+        # are normal in containers and on small test machines.
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    }
+
+
+@launcher("torchrun")
+def torchrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
+    """One torchrun per node; one rendezvous at the first host."""
+    per_node = hosts[0].slots
+    run = [sys.executable, "-m", "torch.distributed.run"]
+    if len(hosts) == 1:
+        return run + ["--standalone", "--nnodes=1", f"--nproc_per_node={per_node}",
+                      "-m", "frameworks.worker", str(run_dir)], base_env(config)
+    rendezvous = [f"--nnodes={len(hosts)}", f"--nproc_per_node={per_node}",
+                  "--rdzv_backend=c10d", f"--rdzv_endpoint={hosts[0].name}:{TORCHRUN_PORT}",
+                  f"--rdzv_id={config['run_id']}", "-m", "frameworks.worker", str(run_dir)]
+    return per_node_starter(hosts, scheduler) + run + rendezvous, base_env(config)
+
+
+def per_node_starter(hosts: list[Host], scheduler: str) -> list[str]:
+    """Start one process on each host of a multi-node allocation."""
+    names = ",".join(h.name for h in hosts)
+    if scheduler == "slurm":
+        return ["srun", f"--nodes={len(hosts)}", "--ntasks-per-node=1", f"--nodelist={names}"]
+    # OAR (and anything else with ssh-like access): mpirun as a process
+    # starter, reaching the nodes with oarsh on OAR.
+    agent = ["--mca", "plm_rsh_agent", "oarsh"] if scheduler == "oar" else []
+    return ["mpirun", "--host", names, "--npernode", "1", *agent]
+
+
+@launcher("horovodrun")
+def horovodrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
+    world = sum(h.slots for h in hosts)
+    host_arg = ",".join(f"{h.name}:{h.slots}" for h in hosts)
+    argv = [str(Path(sys.executable).parent / "horovodrun"), "-np", str(world), "-H", host_arg,
+            f"--{config['horovod_controller']}"]
+    if scheduler == "oar" and config["horovod_controller"] == "mpi":
+        argv += ["--mpi-args=--mca plm_rsh_agent oarsh"]
+    return argv + worker_argv(run_dir), base_env(config)
+
+
+def command(name: str, hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
+    return LAUNCHERS[name](hosts, config, run_dir, scheduler)

@@ -1,0 +1,140 @@
+"""The one vocabulary of run parameters.
+
+Every key a design may set, as a fixed setting or as a factor, is declared
+here once, with its type, default and allowed values. The same names are the
+keys of ``config.json``, the columns of the results table and the labels of
+the report's plots.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# Values end up in directory names and process arguments: keep them to a
+# character set that needs no quoting anywhere.
+SAFE_TEXT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: type  # int, float, str or bool
+    default: Any
+    help: str
+    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None
+    minimum: float | None = None
+    nullable: bool = False
+    path_like: bool = False  # free text allowed (a directory), never a factor
+
+    def allowed(self) -> tuple[str, ...] | None:
+        return self.choices() if callable(self.choices) else self.choices
+
+    def check(self, value: Any) -> str | None:
+        """Return a problem description, or None when the value is valid."""
+        if value is None:
+            return None if self.nullable else f"must be set ({self.describe()})"
+        if self.kind is bool:
+            ok = isinstance(value, bool)
+        elif self.kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif self.kind is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            return f"must be {self.describe()}, got {value!r} ({type(value).__name__})"
+        if self.minimum is not None and value < self.minimum:
+            return f"must be >= {self.minimum:g}, got {value!r}"
+        allowed = self.allowed()
+        if allowed is not None and value not in allowed:
+            return f"unknown value {value!r} (allowed: {', '.join(allowed)})"
+        if self.kind is str and not self.path_like and not SAFE_TEXT.match(value):
+            return (f"{value!r} has characters that are not allowed "
+                    "(use letters, digits, '.', '_', '+', '-'; at most 64)")
+        return None
+
+    def describe(self) -> str:
+        names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+        text = names[self.kind]
+        if self.minimum is not None:
+            text += f" >= {self.minimum:g}"
+        allowed = self.allowed()
+        if allowed is not None:
+            text = "one of " + ", ".join(allowed)
+        return text + (" or null" if self.nullable else "")
+
+
+def _framework_names() -> tuple[str, ...]:
+    from frameworks import registry
+    return tuple(sorted(registry.FRAMEWORKS))
+
+
+def _dataset_names() -> tuple[str, ...]:
+    from frameworks import data
+    return tuple(sorted(data.DATASETS))
+
+
+def _model_names() -> tuple[str, ...]:
+    from frameworks import models
+    return tuple(sorted(models.MODELS))
+
+
+PARAMS: dict[str, Param] = {p.name: p for p in [
+    # The factors every design varies or fixes.
+    Param("framework", str, None, "framework adapter", choices=_framework_names),
+    Param("nodes", int, 1, "number of nodes", minimum=1),
+    Param("procs_per_node", int, 1,
+          "processes per node (one per GPU when device is gpu)", minimum=1),
+    Param("batch_size", int, 64,
+          "mini-batch size PER PROCESS; the global batch is "
+          "batch_size * nodes * procs_per_node", minimum=1),
+    Param("dataset", str, "fashion-mnist", "training data set", choices=_dataset_names),
+    Param("device", str, "cpu", "where each process computes", choices=("cpu", "gpu")),
+    # Fixed settings (any of them may be made a factor).
+    Param("model", str, "cnn", "network architecture", choices=_model_names),
+    Param("epochs", int, 2, "training epochs", minimum=1),
+    Param("max_steps", int, None, "cap on optimizer steps per epoch", minimum=1, nullable=True),
+    Param("train_images", int, None,
+          "use only the first N training images (null: all)", minimum=1, nullable=True),
+    Param("warmup_steps", int, 10,
+          "first steps of the run left out of throughput", minimum=0),
+    Param("learning_rate", float, 0.02,
+          "learning rate at the base global batch", minimum=0),
+    Param("lr_base_batch", int, 64,
+          "global batch that learning_rate is tuned for", minimum=1),
+    Param("lr_scaling", str, "linear",
+          "how the learning rate follows the global batch",
+          choices=("none", "linear", "sqrt")),
+    Param("momentum", float, 0.9, "SGD momentum", minimum=0),
+    Param("eval_every", int, 1, "evaluate on the test set every N epochs", minimum=1),
+    Param("horovod_controller", str, "gloo", "Horovod's controller",
+          choices=("gloo", "mpi")),
+    Param("torch_threads", int, 1,
+          "intra-op threads per process (torchrun's own default is 1)", minimum=1),
+    Param("timeout_s", int, None,
+          "kill a run after this many seconds (null: derived from the design)",
+          minimum=1, nullable=True),
+    Param("data_dir", str, None,
+          "directory holding the data set files (null: the default place)",
+          nullable=True, path_like=True),
+]}
+
+# Factors that every run has, whether varied or fixed: they always appear in
+# run paths and in the results table, in this order.
+CORE_FACTORS = ("framework", "nodes", "procs_per_node", "batch_size", "dataset")
+
+
+@dataclass
+class RunRow:
+    """One run of the expanded design."""
+    run_id: str
+    path: str  # relative to the results root
+    factors: dict[str, Any]
+    rep: int
+    order: int  # position in the (possibly shuffled) execution order
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        return self.config["nodes"] * self.config["procs_per_node"]

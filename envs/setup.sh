@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Set up everything ddl-compare needs on Debian 12, idempotently:
+#   Debian packages (when root), the main virtual environment (.venv),
+#   and Horovod 0.28.1 built against that environment's torch (cached).
+# Each step is skipped when its result is already there, so a second call
+# takes about a second.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+venv=${DDLC_VENV:-$here/.venv}
+cache=${DDLC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddl-compare}
+mkdir -p "$cache/wheels"
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+debian_packages=(openmpi-bin libopenmpi-dev dataset-fashion-mnist cmake g++ make python3-dev python3-venv)
+
+install_debian_packages() {
+  local missing=()
+  for p in "${debian_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    say "missing Debian packages; run: sudo apt-get install -y ${missing[*]}"
+    exit 1
+  fi
+  say "installing Debian packages: ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# The venv is rebuilt when envs/torch.txt changes (its hash is the stamp).
+build_venv() {
+  local want stamp="$venv/.ddlc-requirements"
+  want=$(sha256sum envs/torch.txt | cut -d' ' -f1)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
+  say "building the Python environment in $venv (a few minutes the first time)"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -r envs/torch.txt
+  "$venv/bin/python" -m pip install -q --no-deps -e .
+  echo "$want" > "$stamp"
+}
+
+# Horovod 0.28.1 only builds against torch 2.13 with C++17; the wheel is
+# cached per Python and torch version so a fresh clone reuses it.
+install_horovod() {
+  "$venv/bin/python" -c 'import horovod.torch' 2>/dev/null && return 0
+  local py torch wheel_dir
+  py=$("$venv/bin/python" -c 'import sys; print(f"cp{sys.version_info.major}{sys.version_info.minor}")')
+  torch=$("$venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')
+  wheel_dir="$cache/wheels/horovod-0.28.1-torch$torch-$py"
+  if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
+    say "building Horovod 0.28.1 against torch $torch (about 6 minutes, cached in $wheel_dir)"
+    local src; src=$(mktemp -d)
+    "$venv/bin/python" -m pip download -q --no-deps --no-binary :all: horovod==0.28.1 -d "$src"
+    tar -xzf "$src"/horovod-0.28.1.tar.gz -C "$src"
+    sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' \
+      "$src/horovod-0.28.1/CMakeLists.txt" "$src/horovod-0.28.1/horovod/torch/CMakeLists.txt"
+    mkdir -p "$wheel_dir.tmp"
+    ( cd "$src/horovod-0.28.1" &&
+      PATH="/usr/bin:$PATH" HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
+      HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$(nproc)" \
+      "$venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$wheel_dir.tmp" . ) \
+      > "$cache/horovod-build.log" 2>&1 || { say "Horovod build failed; log: $cache/horovod-build.log"; exit 1; }
+    rm -rf "$wheel_dir" && mv "$wheel_dir.tmp" "$wheel_dir"
+    rm -rf "$src"
+  fi
+  "$venv/bin/python" -m pip install -q --no-deps "$wheel_dir"/horovod-*.whl
+}
+
+install_debian_packages
+build_venv
+install_horovod
+say "ready: $venv"

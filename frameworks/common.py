@@ -1,0 +1,122 @@
+"""What every training loop shares, whatever its framework: the config, the
+epoch table, the run's figures and each rank's record.
+
+The meaning of the figures is fixed here once:
+- throughput is global: images processed by all ranks in the measured steps,
+  divided by the wall time of the slowest rank over those steps; the first
+  ``warmup_steps`` steps of the run are left out, and so is evaluation;
+- evaluation is distributed: each rank scores its own shard of the test set
+  and the sums are all-reduced.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ddlcompare.atomic import write_json, write_text  # noqa: F401 (re-exported for loops)
+
+EPOCH_COLUMNS = ("epoch", "wall_s", "train_loss", "train_accuracy", "test_loss",
+                 "test_accuracy", "images_per_s", "measured_images", "measured_s")
+
+
+@dataclass
+class Dist:
+    rank: int
+    world: int
+    local_rank: int
+
+
+@dataclass
+class EpochSums:
+    """Per-rank sums for one epoch; all-reduced before use (as a flat vector)."""
+    train_loss: float = 0.0
+    train_correct: float = 0.0
+    train_images: float = 0.0
+    test_loss: float = 0.0
+    test_correct: float = 0.0
+    test_images: float = 0.0
+    measured_images: float = 0.0
+
+    def vector(self) -> list[float]:
+        return list(asdict(self).values())
+
+    @classmethod
+    def from_vector(cls, values) -> "EpochSums":
+        return cls(*[float(v) for v in values])
+
+
+def epoch_row(epoch: int, wall_s: float, sums: EpochSums, measured_s: float) -> dict:
+    """One row of epochs.tsv from all-reduced sums and the slowest rank's time."""
+    def ratio(a, b): return a / b if b else float("nan")
+    return {
+        "epoch": epoch,
+        "wall_s": round(wall_s, 4),
+        "train_loss": ratio(sums.train_loss, sums.train_images),
+        "train_accuracy": ratio(sums.train_correct, sums.train_images),
+        "test_loss": ratio(sums.test_loss, sums.test_images),
+        "test_accuracy": ratio(sums.test_correct, sums.test_images),
+        "images_per_s": ratio(sums.measured_images, measured_s),
+        "measured_images": int(sums.measured_images),
+        "measured_s": measured_s,
+    }
+
+
+def write_epochs(folder: Path, rows: list[dict]) -> None:
+    lines = ["\t".join(EPOCH_COLUMNS)]
+    lines += ["\t".join(_fmt(row[c]) for c in EPOCH_COLUMNS) for row in rows]
+    write_text(folder / "epochs.tsv", "\n".join(lines) + "\n")
+
+
+def _fmt(value) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def summary(rows: list[dict], world: int, global_batch: int, lr: float,
+            steps_per_epoch: int, init_s: float) -> dict:
+    """The run's headline figures, written by rank 0 to metrics.json."""
+    measured_images = sum(r["measured_images"] for r in rows)
+    measured_s = sum(r["measured_s"] for r in rows)
+    last = rows[-1]
+    return {
+        "world_size": world,
+        "global_batch": global_batch,
+        "learning_rate_scaled": lr,
+        "steps_per_epoch": steps_per_epoch,
+        "epochs_done": len(rows),
+        "images_per_s": measured_images / measured_s if measured_s else None,
+        "images_per_s_per_process": measured_images / measured_s / world if measured_s else None,
+        "time_per_epoch_s": sum(r["wall_s"] for r in rows) / len(rows),
+        "final_test_accuracy": last["test_accuracy"],
+        "final_test_loss": last["test_loss"],
+        "final_train_loss": last["train_loss"],
+        "init_s": init_s,
+    }
+
+
+def rank_record(dist: Dist, versions: dict) -> dict:
+    """What each rank says of itself: where it ran and with what."""
+    return {
+        "rank": dist.rank,
+        "local_rank": dist.local_rank,
+        "world": dist.world,
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        **versions,
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"

@@ -1,0 +1,44 @@
+"""Which framework adapters exist, found by scanning this package.
+
+An adapter is one module in ``frameworks/`` that defines ``ADAPTER``, an
+:class:`AdapterInfo`. Importing an adapter module must stay cheap (its
+framework is imported inside its functions), so the planner can list and
+check frameworks without torch or TensorFlow.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    name: str          # the design's framework level
+    module: str        # frameworks.<module>, which defines the adapter class
+    family: str        # which shared training loop runs it (torch, tensorflow...)
+    launcher: str      # ddlcompare.launch name: how its processes start
+    env: str           # the environment (envs/<env>.txt) it runs in
+    probe: str         # a module whose import proves the env is built
+    exposes: tuple[str, ...]  # the phases it can time separately
+    notes: str = ""    # what it cannot expose, said in the report
+
+
+def _discover() -> dict[str, AdapterInfo]:
+    found = {}
+    for mod in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        module = importlib.import_module(f"frameworks.{mod.name}")
+        info = getattr(module, "ADAPTER", None)
+        if isinstance(info, AdapterInfo):
+            found[info.name] = info
+    return found
+
+
+FRAMEWORKS: dict[str, AdapterInfo] = _discover()
+
+
+def load_adapter(name: str):
+    """The adapter class of a framework (imports the framework itself)."""
+    info = FRAMEWORKS[name]
+    return importlib.import_module(info.module).Adapter()

@@ -1,0 +1,214 @@
+"""The PyTorch training loop shared by every PyTorch adapter.
+
+Adapters subclass :class:`TorchAdapter` and override only their
+framework's own calls (init, wrap, gradient sync, all-reduce, shutdown). The
+model, the data, the phases and the figures are the same for all of them.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from frameworks import common, data, models
+from frameworks.common import Dist
+from traces.phases import PhaseRecorder
+
+
+class TorchAdapter:
+    """Defaults follow plain single-process PyTorch; adapters override."""
+    device = None
+
+    def local_dist(self, rank: int, world: int) -> Dist:
+        return Dist(rank=rank, world=world, local_rank=int(os.environ.get("LOCAL_RANK", 0)))
+
+    def init(self, config: dict) -> Dist:
+        raise NotImplementedError
+
+    def wrap(self, model, optimizer):
+        return model, optimizer
+
+    def backward(self, loss, optimizer) -> None:
+        optimizer.zero_grad()  # set_to_none by default; Horovod takes no argument
+        loss.backward()
+
+    def sync_gradients(self, optimizer) -> None:
+        """Wait for gradient communication, where the framework exposes it."""
+
+    def step(self, optimizer) -> None:
+        optimizer.step()
+
+    def allreduce(self, tensor, op: str):
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        pass
+
+
+def build_model(spec: dict, info: data.DatasetInfo):
+    """The shared specification as a torch.nn.Sequential, initialised as it says."""
+    import torch
+    from torch import nn
+    channels = info.shape[0]
+    layers: list = []
+    shapes = models.layer_shapes(spec, info.shape, info.classes)
+    flat = None
+    for layer, shape in zip(spec["layers"], (row["shape"] for row in shapes)):
+        kind = layer["type"]
+        if kind == "conv2d":
+            conv = nn.Conv2d(channels, layer["filters"], layer["kernel"], padding="same")
+            layers.append(conv)
+            channels = layer["filters"]
+        elif kind == "maxpool2d":
+            layers.append(nn.MaxPool2d(layer["size"]))
+        elif kind == "flatten":
+            layers.append(nn.Flatten())
+            flat = shape[0]
+        elif kind == "dense":
+            layers.append(nn.Linear(flat, shape[0]))
+            flat = shape[0]
+        if layer.get("activation") == "relu":
+            layers.append(nn.ReLU())
+        if kind in ("conv2d", "dense"):
+            _initialise(layers[-2] if layer.get("activation") else layers[-1],
+                        spec["init"], layer.get("activation"))
+    return nn.Sequential(*layers)
+
+
+def _initialise(module, init: dict, activation: str | None) -> None:
+    from torch import nn
+    if activation == "relu" and init["relu"] == "he_uniform":
+        nn.init.kaiming_uniform_(module.weight, nonlinearity="relu")
+    elif init["linear"] == "glorot_uniform":
+        nn.init.xavier_uniform_(module.weight)
+    nn.init.zeros_(module.bias)
+
+
+def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    phases = PhaseRecorder()
+    init_start = time.perf_counter()
+    with phases("init"):
+        dist = adapter.init(config)
+        torch.set_num_threads(config["torch_threads"])
+        device = _device(config, dist)
+        adapter.device = device
+        torch.manual_seed(config["seed"])  # identical initial weights on every rank
+        dataset = data.load(config["dataset"], config["data_dir"])
+        model = build_model(models.MODELS[config["model"]], dataset.info).to(device)
+        global_batch = config["batch_size"] * dist.world
+        lr = models.scaled_learning_rate(config, global_batch)
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=config["momentum"])
+        model, optimizer = adapter.wrap(model, optimizer)
+        mean = torch.tensor(dataset.info.mean).view(1, -1, 1, 1)
+        std = torch.tensor(dataset.info.std).view(1, -1, 1, 1)
+    init_s = time.perf_counter() - init_start
+
+    def batch_tensors(x_u8, y):
+        x = (torch.from_numpy(x_u8).float().div_(255) - mean) / std
+        return x, torch.from_numpy(y)
+
+    n_train = min(config["train_images"] or len(dataset.train_y), len(dataset.train_y))
+    batch = config["batch_size"]
+    steps = data.steps_per_epoch(n_train, dist.world, batch, config["max_steps"])
+    if steps == 0:
+        raise SystemExit(f"batch_size {batch} x {dist.world} processes exceeds the "
+                         f"{n_train} training images: no step fits in an epoch")
+    rows, global_step = [], 0
+    for epoch in range(1, config["epochs"] + 1):
+        epoch_start = time.perf_counter()
+        indices = data.shard(n_train, dist.rank, dist.world, config["seed"], epoch, steps * batch)
+        sums = common.EpochSums()
+        loss_sum = torch.zeros((), device=device)
+        correct = torch.zeros((), device=device)
+        measured_start, measured_steps = None, 0
+        model.train()
+        for i in range(steps):
+            if global_step == config["warmup_steps"]:
+                measured_start = time.perf_counter()
+            phases.begin_step(epoch, global_step)
+            with phases("data_load"):
+                take = indices[i * batch:(i + 1) * batch]
+                x, y = batch_tensors(dataset.train_x[take], dataset.train_y[take])
+            if device.type == "cuda":
+                with phases("h2d"):
+                    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            with phases("forward"):
+                out = model(x)
+                loss = F.cross_entropy(out, y)
+            with phases("backward"):
+                adapter.backward(loss, optimizer)
+            with phases("grad_comm"):
+                adapter.sync_gradients(optimizer)
+            with phases("optimizer"):
+                adapter.step(optimizer)
+                loss_sum += loss.detach() * len(y)
+                correct += (out.detach().argmax(1) == y).sum()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            phases.end_step()
+            measured_steps += measured_start is not None
+            global_step += 1
+        measured_s = time.perf_counter() - measured_start if measured_start else 0.0
+        sums.train_loss, sums.train_correct = float(loss_sum), float(correct)
+        sums.train_images = steps * batch
+        sums.measured_images = batch * measured_steps
+        if epoch % config["eval_every"] == 0 or epoch == config["epochs"]:
+            with phases("eval"):
+                _evaluate(model, dataset, dist, sums, batch_tensors, device, batch)
+        totals = adapter.allreduce(torch.tensor(sums.vector(), dtype=torch.float64), "sum")
+        slowest = adapter.allreduce(torch.tensor([measured_s], dtype=torch.float64), "max")
+        row = common.epoch_row(epoch, time.perf_counter() - epoch_start,
+                               common.EpochSums.from_vector(totals), float(slowest[0]))
+        rows.append(row)
+        if dist.rank == 0:
+            common.write_epochs(run_dir, rows)  # rewritten each epoch: progress is visible
+    phases.write(run_dir, dist.rank)
+    versions = {"torch": torch.__version__, **_framework_versions()}
+    common.write_json(run_dir / f"rank{dist.rank}.json", common.rank_record(dist, versions))
+    if dist.rank == 0:
+        common.write_json(run_dir / "metrics.json",
+                          common.summary(rows, dist.world, global_batch, lr, steps, init_s))
+    adapter.shutdown()
+
+
+def _device(config: dict, dist: Dist):
+    import torch
+    if config["device"] == "gpu":
+        if not torch.cuda.is_available():
+            raise SystemExit("device: gpu was asked for, but torch sees no CUDA device here")
+        torch.cuda.set_device(dist.local_rank)
+        return torch.device("cuda", dist.local_rank)
+    return torch.device("cpu")
+
+
+def _evaluate(model, dataset, dist: Dist, sums: common.EpochSums, batch_tensors, device,
+              batch: int) -> None:
+    """Distributed evaluation: each rank scores every world-th test image."""
+    import torch
+    import torch.nn.functional as F
+    model.eval()
+    ids = np.arange(dist.rank, len(dataset.test_y), dist.world)
+    eval_batch = max(batch, 256)
+    loss, correct = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(ids), eval_batch):
+            take = ids[start:start + eval_batch]
+            x, y = batch_tensors(dataset.test_x[take], dataset.test_y[take])
+            x, y = x.to(device), y.to(device)
+            out = model(x)
+            loss += float(F.cross_entropy(out, y, reduction="sum"))
+            correct += int((out.argmax(1) == y).sum())
+    sums.test_loss, sums.test_correct, sums.test_images = loss, correct, len(ids)
+
+
+def _framework_versions() -> dict:
+    try:
+        import horovod
+        return {"horovod": horovod.__version__}
+    except ImportError:
+        return {}

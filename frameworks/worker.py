@@ -1,0 +1,29 @@
+"""Entry point of every training process: ``python -m frameworks.worker RUN_DIR``.
+
+The launcher starts one of these per rank; each reads the run's config.json
+and hands it to its framework family's shared loop.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from pathlib import Path
+
+from frameworks import registry
+
+FAMILY_LOOPS = {"torch": "frameworks.torch_family"}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("run_dir", type=Path)
+    args = parser.parse_args(argv)
+    config = json.loads((args.run_dir / "config.json").read_text())
+    info = registry.FRAMEWORKS[config["framework"]]
+    loop = importlib.import_module(FAMILY_LOOPS[info.family])
+    loop.train(registry.load_adapter(info.name), config, args.run_dir)
+
+
+if __name__ == "__main__":
+    main()

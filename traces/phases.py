@@ -1,0 +1,89 @@
+"""The phase vocabulary and the recorder every framework adapter uses.
+
+Every adapter times the same phases with the same names; the names are the
+values of the ``phase`` column in every table and the labels in every plot.
+Within a step the recorder keeps one duration per phase (a few hundred
+nanoseconds of bookkeeping per phase); phases outside steps (``init``,
+``eval``, ``checkpoint``) are kept as intervals. Event tracers (OTF2, Score-P)
+attach as sinks and see every interval.
+"""
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+from typing import Protocol
+
+PHASES = ("init", "data_load", "h2d", "forward", "backward", "grad_comm",
+          "optimizer", "eval", "checkpoint", "other")
+STEP_PHASES = ("data_load", "h2d", "forward", "backward", "grad_comm", "optimizer")
+_INDEX = {p: i for i, p in enumerate(PHASES)}
+
+
+class Sink(Protocol):
+    """Receives each interval as it closes (an event tracer)."""
+    def interval(self, phase: str, epoch: int, step: int, start_ns: int, end_ns: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class _Span:
+    __slots__ = ("recorder", "index", "start")
+
+    def __init__(self, recorder: "PhaseRecorder", index: int):
+        self.recorder, self.index = recorder, index
+
+    def __enter__(self):
+        self.start = time.perf_counter_ns()
+        return self
+
+    def __exit__(self, *exc):
+        self.recorder._close(self.index, self.start, time.perf_counter_ns())
+        return False
+
+
+class PhaseRecorder:
+    """Times phases of steps and of the run; writes per-rank tables."""
+
+    def __init__(self, sinks: list[Sink] | None = None):
+        self.sinks = sinks or []
+        self.epoch = 0
+        self.step = -1
+        self._in_step = False
+        self._step_start = 0
+        self._current = [0] * len(PHASES)
+        self.steps: list[tuple] = []  # (epoch, step, start_ns, end_ns, *phase durations)
+        self.intervals: list[tuple] = []  # (phase, epoch, start_ns, end_ns)
+
+    def __call__(self, phase: str) -> _Span:
+        return _Span(self, _INDEX[phase])
+
+    def begin_step(self, epoch: int, step: int) -> None:
+        self.epoch, self.step, self._in_step = epoch, step, True
+        self._current = [0] * len(PHASES)
+        self._step_start = time.perf_counter_ns()
+
+    def end_step(self) -> None:
+        end = time.perf_counter_ns()
+        self.steps.append((self.epoch, self.step, self._step_start, end, *self._current))
+        self._in_step = False
+
+    def _close(self, index: int, start: int, end: int) -> None:
+        if self._in_step:
+            self._current[index] += end - start
+        else:
+            self.intervals.append((PHASES[index], self.epoch, start, end))
+        for sink in self.sinks:
+            sink.interval(PHASES[index], self.epoch, self.step, start, end)
+
+    def write(self, folder: Path, rank: int) -> None:
+        """``steps.rank<r>.tsv`` (one row per step) and ``intervals.rank<r>.tsv``."""
+        with open(folder / f"steps.rank{rank}.tsv", "w", newline="") as f:
+            out = csv.writer(f, delimiter="\t")
+            out.writerow(["epoch", "step", "start_ns", "end_ns"] + [f"{p}_ns" for p in PHASES])
+            out.writerows(self.steps)
+        with open(folder / f"intervals.rank{rank}.tsv", "w", newline="") as f:
+            out = csv.writer(f, delimiter="\t")
+            out.writerow(["phase", "epoch", "start_ns", "end_ns"])
+            out.writerows(self.intervals)
+        for sink in self.sinks:
+            sink.close()
