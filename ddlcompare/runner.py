@@ -50,7 +50,7 @@ def derived_timeout(config: dict) -> int:
 
 def execute(row: RunRow, results: Path) -> int:
     """Run ``row``; return 0 when a done marker was written (ok or failed)."""
-    run_dir = results / row.path
+    run_dir = (results / row.path).resolve()  # workers start in the repository
     run_dir.mkdir(parents=True, exist_ok=True)
     archive_attempt(run_dir)
     config = row.config

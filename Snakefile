@@ -1,0 +1,31 @@
+# ddl-compare: design.yaml -> one job per run -> results tables -> HTML report.
+#   snakemake --profile profiles/local            (this machine)
+#   snakemake --profile profiles/local -n         (the plan: which runs are left)
+#   snakemake ... --config design=other.yaml results=elsewhere
+import sys
+from pathlib import Path
+
+from ddlcompare import workflow_support as ws
+
+DESIGN_FILE = config.get("design", "design.yaml")
+RESULTS = Path(config.get("results", "results"))
+DESIGN, RUNS = ws.prepare(DESIGN_FILE, RESULTS, main=workflow.is_main_process,
+                          dryrun=workflow.dryrun)
+RUN_BY_PATH = {r.path: r for r in RUNS}
+TABLES = RESULTS / DESIGN.root / "tables"
+REPORT = RESULTS / DESIGN.root / "report.html"
+PYTHON = sys.executable
+
+
+rule all:
+    input:
+        REPORT,
+    default_target: True
+
+
+include: "workflows/runs.smk"
+include: "workflows/analysis.smk"
+
+
+onsuccess:
+    print(f"report: {REPORT.resolve()}")

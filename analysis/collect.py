@@ -1,0 +1,111 @@
+"""Read every run's files once and write the tables the analysis reads.
+
+- ``runs.parquet`` / ``runs.csv``: one row per planned run, every factor and
+  setting as a column, its status (ok, failed, interrupted, running, missing)
+  and its headline figures. Failed runs keep their reason and no figures.
+- ``epochs.parquet``: one row per run and epoch (epochs.tsv of ok runs).
+- ``step_stats.parquet``: one row per run and rank: mean, median and p95
+  step time over the measured steps, and mean time per phase.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ddlcompare import runner
+from ddlcompare.atomic import write_text
+from ddlcompare.design import Design
+from traces.phases import PHASES
+
+FIGURES = ("images_per_s", "images_per_s_per_process", "time_per_epoch_s",
+           "final_test_accuracy", "final_test_loss", "init_s", "global_batch", "world_size",
+           "steps_per_epoch", "learning_rate_scaled")
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def run_row(design: Design, row, results: Path) -> dict:
+    folder = results / row.path
+    out = {"run_id": row.run_id, "path": row.path, "order": row.order, "rep": row.rep,
+           **{k: v for k, v in row.config.items() if k not in ("run_id", "rep")}}
+    record = _read_json(folder / runner.RECORD) or {}
+    done = _read_json(folder / runner.DONE)
+    out["status"] = done["status"] if done else record.get("status", "missing")
+    out["exit_status"] = (done or record).get("exit_status")
+    out["reason"] = (done or record).get("reason")
+    out["start"], out["end"] = record.get("start"), record.get("end")
+    ranks = record.get("ranks", [])
+    out["hosts"] = ",".join(sorted({r["hostname"] for r in ranks}))
+    out["harness_commit"] = record.get("harness_commit")
+    for key in ("torch", "horovod", "python"):
+        out[f"version_{key}"] = ranks[0].get(key) if ranks else None
+    out["cpu"] = ranks[0].get("cpu") if ranks else None
+    out["mpi"] = record.get("mpi")
+    metrics = _read_json(folder / "metrics.json") if out["status"] == "ok" else None
+    for key in FIGURES:
+        out[key] = (metrics or {}).get(key)
+    out["global_batch"] = row.config["batch_size"] * row.world_size
+    out["world_size"] = row.world_size
+    return out
+
+
+def step_stats(folder: Path, warmup: int) -> list[dict]:
+    rows = []
+    for path in sorted(folder.glob("steps.rank*.tsv")):
+        rank = int(path.name.split("rank")[1].split(".")[0])
+        steps = pd.read_csv(path, sep="\t")
+        steps = steps[steps["step"] >= warmup]
+        if steps.empty:
+            continue
+        seconds = (steps["end_ns"] - steps["start_ns"]) / 1e9
+        stats = {"rank": rank, "steps": len(steps), "step_mean_s": seconds.mean(),
+                 "step_median_s": seconds.median(), "step_p95_s": seconds.quantile(0.95)}
+        for phase in PHASES:
+            stats[f"{phase}_mean_s"] = steps[f"{phase}_ns"].mean() / 1e9
+        rows.append(stats)
+    return rows
+
+
+def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
+    runs, epochs, stats = [], [], []
+    for row in design.runs():
+        info = run_row(design, row, results)
+        runs.append(info)
+        if info["status"] != "ok":
+            continue
+        folder = results / row.path
+        ep = pd.read_csv(folder / "epochs.tsv", sep="\t")
+        ep.insert(0, "run_id", row.run_id)
+        epochs.append(ep)
+        for s in step_stats(folder, row.config["warmup_steps"]):
+            stats.append({"run_id": row.run_id, **s})
+    runs_df = pd.DataFrame(runs)
+    epochs_df = pd.concat(epochs, ignore_index=True) if epochs else pd.DataFrame(
+        columns=["run_id", "epoch", "test_accuracy", "images_per_s"])
+    stats_df = pd.DataFrame(stats, columns=["run_id", "rank", "steps", "step_mean_s",
+                                            "step_median_s", "step_p95_s",
+                                            *[f"{p}_mean_s" for p in PHASES]])
+    if not stats_df.empty:
+        slowest = stats_df.groupby("run_id")["step_mean_s"].max().rename("step_mean_s_slowest_rank")
+        runs_df = runs_df.merge(slowest, on="run_id", how="left")
+    else:
+        runs_df["step_mean_s_slowest_rank"] = np.nan
+    return {"runs": runs_df, "epochs": epochs_df, "step_stats": stats_df}
+
+
+def write_tables(design: Design, results: Path, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    found = tables(design, results)
+    for name, df in found.items():
+        tmp = out / f".{name}.parquet.tmp"
+        df.to_parquet(tmp, index=False)
+        tmp.replace(out / f"{name}.parquet")
+    write_text(out / "runs.csv", found["runs"].to_csv(index=False))

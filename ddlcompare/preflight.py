@@ -1,0 +1,37 @@
+"""Checks that cost nothing and save a campaign: are the data sets there,
+are the frameworks' environments built? One message per problem."""
+from __future__ import annotations
+
+import importlib.util
+
+from ddlcompare.design import Design
+from frameworks import data, registry
+
+
+def levels(design: Design, name: str) -> list:
+    return design.factors.get(name, [design.fixed.get(name)])
+
+
+def problems(design: Design) -> list[str]:
+    found = []
+    data_dir = design.fixed.get("data_dir")
+    for name in levels(design, "dataset"):
+        missing = data.missing_files(name, data_dir)
+        if missing:
+            found.append(f"dataset {name}: {missing[0]} not found"
+                         f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; "
+                         f"{data.DATASETS[name].how_to_get}")
+    for name in levels(design, "framework"):
+        info = registry.FRAMEWORKS[name]
+        if not _importable(info.probe):
+            found.append(f"framework {name}: its environment is not built here "
+                         f"({info.probe} cannot be imported); run 'bash envs/setup.sh' "
+                         f"(envs/{info.env}.txt)")
+    return found
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False

@@ -1,0 +1,40 @@
+"""The little the Snakefile needs, kept here where it can be tested."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ddlcompare import runner
+from ddlcompare.cli import UserError, load_design
+from ddlcompare.params import RunRow
+
+# Run paths are built from validated values only (see params.SAFE_TEXT).
+PATH_PATTERN = r"[A-Za-z0-9._+~/-]+"
+
+
+def prepare(design_file: str, results: Path, main: bool, dryrun: bool):
+    """Load the design or stop with its problems listed (no traceback), and
+    put failed runs back in the queue: their attempt moves to attempts/<n>/
+    and their done marker goes with it, so Snakemake runs them again."""
+    try:
+        design = load_design(design_file, check_ready=main)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    runs = design.runs()
+    if main:
+        failed = runner.failed_runs(runs, results)
+        if failed and dryrun:
+            print(f"{len(failed)} failed run(s) will run again (their files move to attempts/)",
+                  file=sys.stderr)
+        elif failed:
+            for row in failed:
+                runner.archive_attempt(results / row.path)
+            print(f"{len(failed)} failed run(s) queued again; earlier attempts kept "
+                  "under attempts/", file=sys.stderr)
+    return design, runs
+
+
+def runtime_minutes(row: RunRow) -> int:
+    """The scheduler's walltime for a run: its hang timeout plus a margin."""
+    return runner.derived_timeout(row.config) // 60 + 5
