@@ -169,11 +169,23 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
             common.write_epochs(run_dir, rows)  # rewritten each epoch: progress is visible
     phases.write(run_dir, dist.rank)
     versions = {"torch": torch.__version__, **_framework_versions()}
-    common.write_json(run_dir / f"rank{dist.rank}.json", common.rank_record(dist, versions))
+    record = common.rank_record(dist, versions)
+    record["params_digest"] = params_digest(model)
+    common.write_json(run_dir / f"rank{dist.rank}.json", record)
     if dist.rank == 0:
         common.write_json(run_dir / "metrics.json",
                           common.summary(rows, dist.world, global_batch, lr, steps, init_s))
     adapter.shutdown()
+
+
+def params_digest(model) -> str:
+    """SHA-256 of every parameter's bytes: equal on all ranks iff the
+    replicas hold the same weights."""
+    import hashlib
+    digest = hashlib.sha256()
+    for tensor in model.state_dict().values():
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _device(config: dict, dist: Dist):

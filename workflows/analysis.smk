@@ -10,12 +10,18 @@ rule collect:
         runs_csv=TABLES / "runs.csv",
         epochs=TABLES / "epochs.parquet",
         steps=TABLES / "step_stats.parquet",
+    log:
+        TABLES / "logs" / "collect.log",
     params:
+        python=PYTHON,
         design=DESIGN_FILE,
         results=RESULTS,
+        tables=TABLES,
+    conda:
+        "../envs/torch.yaml"
     shell:
-        "{PYTHON:q} -m ddlcompare.cli collect --design {params.design:q}"
-        " --results {params.results:q} --out {TABLES:q}"
+        "{params.python:q} -m ddlcompare.cli collect --design {params.design:q}"
+        " --results {params.results:q} --out {params.tables:q} > {log:q} 2>&1"
 
 
 rule figures:
@@ -25,10 +31,15 @@ rule figures:
     output:
         throughput=report(TABLES / "figures" / "throughput.png", category="Throughput"),
         accuracy=report(TABLES / "figures" / "accuracy.png", category="Accuracy"),
+    log:
+        TABLES / "logs" / "figures.log",
     params:
+        python=PYTHON,
         tables=TABLES,
+    conda:
+        "../envs/torch.yaml"
     shell:
-        "{PYTHON:q} -m analysis.figures {params.tables:q}"
+        "{params.python:q} -m analysis.figures {params.tables:q} > {log:q} 2>&1"
 
 
 rule report:
@@ -37,8 +48,14 @@ rule report:
         rules.figures.output,
     output:
         REPORT,
+    log:
+        TABLES / "logs" / "report.log",
     params:
+        python=PYTHON,
         design=DESIGN_FILE,
+        tables=TABLES,
+    conda:
+        "../envs/torch.yaml"
     shell:
-        "{PYTHON:q} -m ddlcompare.cli report --design {params.design:q}"
-        " --tables {TABLES:q} --out {output:q}"
+        "{params.python:q} -m ddlcompare.cli report --design {params.design:q}"
+        " --tables {params.tables:q} --out {output:q} > {log:q} 2>&1"

@@ -13,6 +13,7 @@ rule run:
     log:
         RESULTS / "{path}" / "runner.log",
     params:
+        python=PYTHON,
         design=DESIGN_FILE,
         results=RESULTS,
     resources:
@@ -22,6 +23,8 @@ rule run:
         nodes=lambda wc: RUN_BY_PATH[wc.path].config["nodes"],
         tasks_per_node=lambda wc: RUN_BY_PATH[wc.path].config["procs_per_node"],
         runtime=lambda wc: ws.runtime_minutes(RUN_BY_PATH[wc.path]),
+    conda:
+        "../envs/torch.yaml"
     shell:
-        "{PYTHON:q} -m ddlcompare.cli run-one --design {params.design:q}"
+        "{params.python:q} -m ddlcompare.cli run-one --design {params.design:q}"
         " --results {params.results:q} --path {wildcards.path:q} > {log:q} 2>&1"

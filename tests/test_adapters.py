@@ -1,0 +1,50 @@
+"""Each adapter really trains 2 processes: the loss goes down and every rank
+ends with the same weights."""
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import tiny_design
+from ddlcompare import design, runner
+
+
+def run_tiny(tmp_path, framework, **fixed):
+    row = design.parse(tiny_design([framework], **fixed), "tiny.yaml").runs()[0]
+    assert runner.execute(row, tmp_path) == 0
+    folder = tmp_path / row.path
+    return folder, json.loads((folder / "done.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework,controller", [
+    ("torch-ddp", "gloo"), ("horovod-torch", "gloo"), ("horovod-torch", "mpi")])
+def test_two_processes_train_and_agree(tmp_path, framework, controller):
+    folder, done = run_tiny(tmp_path, framework, horovod_controller=controller)
+    assert done["status"] == "ok", (folder / "train.log").read_text()[-3000:]
+    epochs = pd.read_csv(folder / "epochs.tsv", sep="\t")
+    assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
+    assert epochs["test_accuracy"].iloc[-1] > 0.5
+    ranks = [json.loads((folder / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["params_digest"] == ranks[1]["params_digest"]
+    assert {r["world"] for r in ranks} == {2}
+    steps = pd.read_csv(folder / "steps.rank1.tsv", sep="\t")
+    assert len(steps) == 2 * 12 and (steps["forward_ns"] > 0).all()
+    record = json.loads((folder / "run.json").read_text())
+    assert record["status"] == "ok" and record["hosts"] == [{"name": "localhost", "slots": 2}]
+    assert record["harness_commit"] and record["ranks"][0]["torch"].startswith("2.")
+
+
+@pytest.mark.slow
+def test_frameworks_agree_on_the_same_run():
+    """Same seed, data, model and learning-rate rule: DDP and Horovod
+    compute the same first-epoch loss (to float tolerance)."""
+    import tempfile
+    from pathlib import Path
+    losses = {}
+    for framework in ("torch-ddp", "horovod-torch"):
+        with tempfile.TemporaryDirectory() as tmp:
+            folder, done = run_tiny(Path(tmp), framework)
+            assert done["status"] == "ok"
+            losses[framework] = pd.read_csv(folder / "epochs.tsv", sep="\t")["train_loss"][0]
+    assert losses["torch-ddp"] == pytest.approx(losses["horovod-torch"], rel=1e-4)

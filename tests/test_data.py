@@ -1,0 +1,130 @@
+"""Loaders on the real Fashion-MNIST and on CIFAR-10 files made in the
+official python-pickle format; checksums; sharding."""
+import gzip
+import hashlib
+import pickle
+import shutil
+import tarfile
+
+import numpy as np
+import pytest
+
+from frameworks import data
+from frameworks.data import DataError
+
+
+def test_real_fashion_mnist():
+    d = data.load("fashion-mnist")
+    assert d.train_x.shape == (60000, 1, 28, 28) and d.test_x.shape == (10000, 1, 28, 28)
+    assert d.train_x.dtype == np.uint8
+    assert list(d.train_y[:10]) == [9, 0, 0, 3, 0, 2, 7, 2, 5, 5]  # the published order
+    assert np.bincount(d.train_y).tolist() == [6000] * 10
+
+
+def copy_fashion(tmp_path):
+    for f in data.FASHION_MNIST.files:
+        shutil.copy(f"{data.FASHION_MNIST.default_dir}/{f}", tmp_path / f)
+    return tmp_path
+
+
+def test_recompressed_copy_still_verifies(tmp_path):
+    folder = copy_fashion(tmp_path)
+    labels = folder / "t10k-labels-idx1-ubyte.gz"
+    labels.write_bytes(gzip.compress(gzip.decompress(labels.read_bytes()), compresslevel=1))
+    assert len(data.load("fashion-mnist", str(folder)).test_y) == 10000
+
+
+def test_damaged_file_fails_checksum(tmp_path):
+    folder = copy_fashion(tmp_path)
+    labels = folder / "t10k-labels-idx1-ubyte.gz"
+    payload = bytearray(gzip.decompress(labels.read_bytes()))
+    payload[100] ^= 1
+    labels.write_bytes(gzip.compress(bytes(payload)))
+    with pytest.raises(DataError, match=r"t10k-labels-idx1-ubyte.gz fails its checksum"):
+        data.load("fashion-mnist", str(folder))
+
+
+def test_truncated_file_is_named(tmp_path):
+    folder = copy_fashion(tmp_path)
+    images = folder / "train-images-idx3-ubyte.gz"
+    images.write_bytes(images.read_bytes()[:1000])
+    with pytest.raises(DataError, match=r"train-images-idx3-ubyte.gz cannot be read"):
+        data.load("fashion-mnist", str(folder))
+
+
+def test_missing_dataset_says_how_to_get_it(tmp_path):
+    with pytest.raises(DataError, match="apt-get install dataset-fashion-mnist"):
+        data.load("fashion-mnist", str(tmp_path))
+    assert data.missing_files("cifar10", str(tmp_path))[0].endswith("data_batch_1")
+
+
+def make_cifar(folder, per_batch=20, seed=0):
+    """CIFAR-10 in its official format: pickled dicts of bytes keys,
+    uint8 data rows of 3072 (R, G, B planes), labels as a list."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    sums = {}
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        batch = {b"batch_label": name.encode(),
+                 b"labels": rng.integers(0, 10, per_batch).tolist(),
+                 b"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+                 b"filenames": [f"img{i}.png".encode() for i in range(per_batch)]}
+        blob = pickle.dumps(batch, protocol=2)
+        (folder / name).write_bytes(blob)
+        sums[name] = "md5:" + hashlib.md5(blob).hexdigest()
+    (folder / "batches.meta").write_bytes(pickle.dumps({b"label_names": [b"airplane"] * 10}))
+    return sums
+
+
+def test_cifar_official_format(tmp_path):
+    folder = tmp_path / "cifar-10-batches-py"
+    sums = make_cifar(folder)
+    d = data.load("cifar10", str(folder), checksums=sums)
+    assert d.train_x.shape == (100, 3, 32, 32) and d.test_x.shape == (20, 3, 32, 32)
+    raw = pickle.loads((folder / "data_batch_1").read_bytes(), encoding="bytes")
+    assert (d.train_x[0, 1].ravel() == raw[b"data"][0, 1024:2048]).all()  # green plane
+    assert d.train_y[:20].tolist() == raw[b"labels"]
+
+
+def test_cifar_official_checksums_reject_other_files(tmp_path):
+    folder = tmp_path / "cifar-10-batches-py"
+    make_cifar(folder)
+    with pytest.raises(DataError, match="data_batch_1 fails its checksum"):
+        data.load("cifar10", str(folder))
+
+
+def tarball(tmp_path):
+    make_cifar(tmp_path / "src" / "cifar-10-batches-py")
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tmp_path / "src" / "cifar-10-batches-py", arcname="cifar-10-batches-py")
+    return archive
+
+
+def test_fetch_checks_md5_and_unpacks(tmp_path):
+    archive = tarball(tmp_path)
+    md5 = hashlib.md5(archive.read_bytes()).hexdigest()
+    target = tmp_path / "data" / "cifar-10-batches-py"
+    folder = data.fetch_cifar10(str(target), url=archive.as_uri(), md5=md5)
+    assert (folder / "test_batch").is_file() and folder == target
+
+
+def test_fetch_rejects_bad_md5(tmp_path):
+    archive = tarball(tmp_path)
+    with pytest.raises(DataError, match="expected 0000"):
+        data.fetch_cifar10(str(tmp_path / "d" / "c"), url=archive.as_uri(), md5="0000")
+    assert not (tmp_path / "d" / "c").exists()
+
+
+def test_shards_partition_an_epoch_and_change_with_epoch():
+    n, world, count = 1000, 4, 250
+    shards = [data.shard(n, r, world, seed=1, epoch=1, count=count) for r in range(world)]
+    assert sorted(np.concatenate(shards).tolist()) == list(range(n))
+    again = data.shard(n, 0, world, seed=1, epoch=1, count=count)
+    assert (again == shards[0]).all()
+    assert not (data.shard(n, 0, world, seed=1, epoch=2, count=count) == shards[0]).all()
+
+
+def test_steps_per_epoch_drops_last_and_caps():
+    assert data.steps_per_epoch(60000, 2, 64, None) == 468
+    assert data.steps_per_epoch(60000, 2, 64, 10) == 10

@@ -1,0 +1,165 @@
+"""Design expansion and validation: every problem named, never a traceback."""
+import pytest
+
+from conftest import ddlc, write_design
+from ddlcompare import design
+from ddlcompare.design import DesignError
+
+
+def base(**over):
+    doc = {"factors": {"framework": ["torch-ddp", "horovod-torch"], "procs_per_node": [1, 2],
+                       "batch_size": [32, 64]},
+           "replications": 3, "seed": 7}
+    doc.update(over)
+    return doc
+
+
+def test_full_factorial_with_replications():
+    runs = design.parse(base()).runs()
+    assert len(runs) == 2 * 2 * 2 * 3
+    assert len({r.path for r in runs}) == len(runs)
+    assert sorted(r.order for r in runs) == list(range(len(runs)))
+
+
+def test_paths_are_self_describing():
+    run = design.parse(base()).runs()[0]
+    parts = run.path.split("/")
+    assert parts[0] == "design" and parts[1].startswith("cfg~")
+    assert [p.split("~")[0] for p in parts[2:]] == [
+        "framework", "nodes", "procs_per_node", "batch_size", "dataset", "rep"]
+    assert f"batch_size~{run.config['batch_size']}" in run.path
+
+
+def test_randomized_order_is_reproducible_and_differs_from_listing():
+    a = [r.path for r in design.parse(base()).runs()]
+    b = [r.path for r in design.parse(base()).runs()]
+    listed = [r.path for r in design.parse(base(randomize=False)).runs()]
+    assert a == b
+    assert a != listed and sorted(a) == sorted(listed)
+
+
+def test_exclude_and_zip():
+    d = design.parse(base(exclude=[{"framework": "horovod-torch", "procs_per_node": 1}],
+                          zip=[["procs_per_node", "batch_size"]]))
+    cells = {(r.factors["framework"], r.factors["procs_per_node"], r.factors["batch_size"])
+             for r in d.runs()}
+    assert cells == {("torch-ddp", 1, 32), ("torch-ddp", 2, 64), ("horovod-torch", 2, 64)}
+
+
+def test_fixed_settings_key_results_but_new_levels_reuse_runs():
+    one = design.parse(base())
+    more = design.parse(base(factors={**base()["factors"], "batch_size": [32, 64, 128]}))
+    changed = design.parse(base(fixed={"epochs": 9}))
+    assert {r.path for r in one.runs()} < {r.path for r in more.runs()}
+    assert one.settings_hash != changed.settings_hash
+    assert not {r.path for r in one.runs()} & {r.path for r in changed.runs()}
+
+
+def test_config_records_per_process_and_global_batch():
+    run = design.parse(base()).runs()[0]
+    assert run.config["batch_size"] in (32, 64) and run.world_size == run.config["procs_per_node"]
+
+
+def test_any_setting_can_be_a_factor():
+    d = design.parse(base(factors={**base()["factors"], "learning_rate": [0.01, 0.1]}))
+    assert len(d.runs()) == 48
+    assert sum("/learning_rate~0.1/" in r.path for r in d.runs()) == 24
+
+
+BAD = [
+    ({"factors": {"framework": ["tensorflowz"]}}, "factors.framework: unknown value 'tensorflowz'"),
+    ({"factors": {"framework": ["torch-ddp"], "colour": [1]}}, "factors.colour: unknown factor"),
+    ({"factors": {"framework": []}}, "factors.framework: has no levels"),
+    ({"factors": {"framework": ["torch-ddp", "torch-ddp"]}}, "listed twice"),
+    ({"factors": {"framework": ["torch-ddp"], "nodes": ["two"]}}, "factors.nodes: must be an integer"),
+    ({"factors": {"framework": ["torch-ddp"], "nodes": [0]}}, "factors.nodes: must be >= 1"),
+    ({"factors": {"framework": ["torch-ddp"], "batch_size": [True]}}, "must be an integer"),
+    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"epochs": "2"}}, "fixed.epochs: must be an integer"),
+    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"epoch": 2}}, "fixed.epoch: unknown setting"),
+    ({"factors": {"framework": ["torch-ddp"], "epochs": [1]}, "fixed": {"epochs": 2}}, "also a factor"),
+    ({"factors": {"framework": ["torch-ddp"]}, "replications": 0}, "replications: must be an integer >= 1"),
+    ({"factors": {"framework": ["torch-ddp"]}, "randomize": "yes"}, "randomize: must be true or false"),
+    ({"factors": {"framework": ["torch-ddp"]}, "exclude": [{"framework": "horovod-torch"}]},
+     "exclude[0].framework: 'horovod-torch' is not a level"),
+    ({"factors": {"framework": ["torch-ddp", "horovod-torch"], "nodes": [1, 2]},
+      "zip": [["framework", "nodes"]], "exclude": [{"framework": "torch-ddp", "nodes": 2}]},
+     "exclude[0]: matches no run"),
+    ({"factors": {"framework": ["torch-ddp"]}, "exclude": [{"framework": "torch-ddp"}]}, "zero runs"),
+    ({"factors": {"framework": ["torch-ddp"], "nodes": [1, 2]}, "zip": [["nodes", "framework"]]},
+     "zipped factors need the same number of levels"),
+    ({"factors": {"framework": ["torch-ddp"]}, "zip": [["nodes", "framework"]]}, "nodes not among the factors"),
+    ({"factors": {"framework": ["torch-ddp"]}, "extra": 1}, "unknown key 'extra'"),
+    ({"factors": {"nodes": [1]}}, "factors.framework: missing"),
+    ({}, "factors: missing"),
+    ([1, 2], "must be a mapping"),
+    ({"factors": {"framework": ["torch-ddp"], "dataset": ["imagenet"]}}, "factors.dataset: unknown value 'imagenet'"),
+    ({"factors": {"framework": ["torch-ddp"], "data_dir": ["/x"]}}, "factors.data_dir: cannot be a factor"),
+    ({"factors": {"framework": ["torch-ddp"], "device": ["tpu"]}}, "allowed: cpu, gpu"),
+    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"lr_scaling": "cubic"}}, "allowed: none, linear, sqrt"),
+]
+
+
+@pytest.mark.parametrize("doc,message", BAD, ids=[m for _, m in BAD])
+def test_bad_design_is_named(doc, message):
+    with pytest.raises(DesignError) as err:
+        design.parse(doc, "d.yaml")
+    assert any(message in p for p in err.value.problems), err.value.problems
+
+
+def test_all_problems_reported_at_once():
+    with pytest.raises(DesignError) as err:
+        design.parse({"factors": {"framework": ["nope"], "nodes": [0]}, "replications": -1})
+    assert len(err.value.problems) == 3
+
+
+@pytest.mark.parametrize("text,message", [
+    ("factors: {framework: [torch-ddp]\n", "not valid YAML"),
+    ("factors:\n  framework: [torch-ddp]\n\tnodes: [1]\n", "not valid YAML"),
+])
+def test_yaml_syntax_errors_give_line(tmp_path, text, message):
+    path = tmp_path / "d.yaml"
+    path.write_text(text)
+    with pytest.raises(DesignError) as err:
+        design.load(path)
+    assert message in err.value.problems[0] and "line" in err.value.problems[0]
+
+
+HOSTILE = ["a b", "x;rm -rf /", "$(touch /tmp/pwned)", "`id`", "a\nb", "'q'", "../../etc"]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_hostile_values_rejected(value):
+    with pytest.raises(DesignError) as err:
+        design.parse({"factors": {"framework": ["torch-ddp"], "dataset": [value]}})
+    assert "factors.dataset" in err.value.problems[0]
+
+
+def test_cli_prints_problems_without_traceback(tmp_path):
+    path = write_design(tmp_path, {"factors": {"framework": ["nope"], "nodes": [0]}})
+    out = ddlc("plan", "--design", str(path))
+    assert out.returncode == 2
+    assert "factors.framework: unknown value 'nope'" in out.stderr
+    assert "factors.nodes: must be >= 1" in out.stderr
+    assert "Traceback" not in out.stderr + out.stdout
+
+
+def test_cli_missing_design_file(tmp_path):
+    out = ddlc("plan", "--design", str(tmp_path / "none.yaml"))
+    assert out.returncode == 2 and "file not found" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cli_missing_dataset_names_path_and_fix(tmp_path):
+    path = write_design(tmp_path, {"factors": {"framework": ["torch-ddp"]},
+                                   "fixed": {"data_dir": str(tmp_path / "nodata")}})
+    out = ddlc("plan", "--design", str(path))
+    assert out.returncode == 2
+    assert str(tmp_path / "nodata" / "train-images-idx3-ubyte.gz") in out.stderr
+    assert "apt-get install dataset-fashion-mnist" in out.stderr
+
+
+def test_plan_prints_table_and_count(tmp_path):
+    path = write_design(tmp_path, base())
+    out = ddlc("plan", "--design", str(path))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1].startswith("24 runs (8 cells x 3 replications)")
+    assert len(out.stdout.strip().splitlines()) == 24 + 2

@@ -1,0 +1,65 @@
+"""Host lists from scheduler environments, and the launch commands built
+from them: argument lists, never shell strings."""
+from pathlib import Path
+
+from ddlcompare import hosts, launch
+from ddlcompare.hosts import Host
+
+CONFIG = {"torch_threads": 1, "run_id": "abc123", "horovod_controller": "gloo"}
+RUN = Path("/r/run")
+
+
+def test_local_is_one_host_with_every_process():
+    assert hosts.detect(1, 2, env={}) == ("local", [Host("localhost", 2)])
+
+
+def test_oar_nodefile_one_line_per_core():
+    text = "\n".join(["n-1.site"] * 4 + ["n-2.site"] * 4) + "\n"
+    assert hosts.oar_hosts(text) == ["n-1.site", "n-2.site"]
+
+
+def test_oar_environment(tmp_path):
+    nodefile = tmp_path / "nodes"
+    nodefile.write_text("a\na\nb\nb\n")
+    source, found = hosts.detect(2, 3, env={"OAR_NODEFILE": str(nodefile)})
+    assert source == "oar" and found == [Host("a", 3), Host("b", 3)]
+
+
+def test_slurm_nodelist_expansion():
+    assert hosts._expand_slurm("gpu[01-03,07],login5") == ["gpu01", "gpu02", "gpu03", "gpu07",
+                                                           "login5"]
+
+
+def test_allocation_smaller_than_design_is_an_error():
+    try:
+        hosts.detect(3, 1, env={"SLURM_JOB_NODELIST": "n[1-2]"})
+    except RuntimeError as exc:
+        assert "nodes=3" in str(exc)
+    else:
+        raise AssertionError("no error")
+
+
+def test_torchrun_single_node():
+    argv, env = launch.command("torchrun", [Host("localhost", 2)], CONFIG, RUN, "local")
+    assert argv[1:] == ["-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+                        "--nproc_per_node=2", "-m", "frameworks.worker", "/r/run"]
+    assert env["OMP_NUM_THREADS"] == "1"
+
+
+def test_torchrun_multi_node_under_slurm():
+    argv, _ = launch.command("torchrun", [Host("n1", 4), Host("n2", 4)], CONFIG, RUN, "slurm")
+    assert argv[:4] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--nodelist=n1,n2"]
+    assert "--rdzv_endpoint=n1:29500" in argv and "--nproc_per_node=4" in argv
+
+
+def test_torchrun_multi_node_under_oar_uses_oarsh():
+    argv, _ = launch.command("torchrun", [Host("n1", 2), Host("n2", 2)], CONFIG, RUN, "oar")
+    assert argv[:7] == ["mpirun", "--host", "n1,n2", "--npernode", "1", "--mca", "plm_rsh_agent"]
+    assert argv[7] == "oarsh"
+
+
+def test_horovodrun_hosts_and_controller():
+    argv, _ = launch.command("horovodrun", [Host("n1", 2), Host("n2", 2)],
+                             {**CONFIG, "horovod_controller": "mpi"}, RUN, "slurm")
+    assert argv[1:6] == ["-np", "4", "-H", "n1:2,n2:2", "--mpi"]
+    assert argv[-3:] == ["-m", "frameworks.worker", "/r/run"]

@@ -1,0 +1,90 @@
+"""Failed runs are results: recorded with their reason and a done marker;
+hung runs are killed; earlier attempts are kept."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, tiny_design, write_design
+from ddlcompare import design, runner
+
+
+def row_of(doc):
+    return design.parse(doc, "tiny.yaml").runs()[0]
+
+
+@pytest.mark.slow
+def test_failing_run_records_reason_and_done_marker(tmp_path):
+    # 3000 images per process do not fill one step of batch_size 4000.
+    doc = tiny_design(train_images=100)
+    doc["factors"]["batch_size"] = [4000]
+    row = row_of(doc)
+    assert runner.execute(row, tmp_path) == 0
+    done = json.loads((tmp_path / row.path / "done.json").read_text())
+    assert done["status"] == "failed" and done["exit_status"] != 0
+    assert "no step fits in an epoch" in done["reason"]
+    assert not (tmp_path / row.path / "metrics.json").exists()
+
+
+@pytest.mark.slow
+def test_hung_run_is_killed_at_its_timeout(tmp_path):
+    row = row_of(tiny_design(timeout_s=3, epochs=50, max_steps=None, train_images=None))
+    start = time.monotonic()
+    runner.execute(row, tmp_path)
+    assert time.monotonic() - start < 30
+    done = json.loads((tmp_path / row.path / "done.json").read_text())
+    assert done["status"] == "failed" and done["reason"].startswith("timeout")
+    leftover = subprocess.run(["pgrep", "-f", str(tmp_path / row.path)], capture_output=True)
+    assert leftover.stdout == b""
+
+
+@pytest.mark.slow
+def test_interrupted_run_leaves_no_done_marker(tmp_path):
+    doc = tiny_design(epochs=50, max_steps=None, train_images=None, timeout_s=300)
+    path = write_design(tmp_path, doc)
+    row = row_of(doc)
+    proc = subprocess.Popen([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
+                             str(path), "--results", str(tmp_path / "res"), "--path", row.path],
+                            cwd=REPO)
+    record = tmp_path / "res" / row.path / "train.log"
+    for _ in range(100):
+        if record.exists() and record.stat().st_size > 0:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    folder = tmp_path / "res" / row.path
+    assert not (folder / "done.json").exists()
+    assert json.loads((folder / "run.json").read_text())["status"] == "interrupted"
+    leftover = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True)
+    assert leftover.stdout == b""
+
+
+def test_archive_keeps_every_attempt(tmp_path):
+    for attempt in (1, 2):
+        (tmp_path / "done.json").write_text(json.dumps({"status": "failed", "n": attempt}))
+        (tmp_path / "steps.rank0.tsv").write_text("x")
+        runner.archive_attempt(tmp_path)
+    assert sorted(os.listdir(tmp_path / "attempts")) == ["1", "2"]
+    assert json.loads((tmp_path / "attempts" / "2" / "done.json").read_text())["n"] == 2
+    assert not (tmp_path / "done.json").exists()
+
+
+def test_failed_and_unreadable_markers_are_queued_again(tmp_path):
+    rows = design.parse(tiny_design(procs=(1, 2)), "tiny.yaml").runs()
+    for row, text in zip(rows, ['{"status": "failed"}', "{trunc"]):
+        (tmp_path / row.path).mkdir(parents=True)
+        (tmp_path / row.path / "done.json").write_text(text)
+    assert runner.failed_runs(rows, tmp_path) == rows
+    (tmp_path / rows[0].path / "done.json").write_text('{"status": "ok"}')
+    assert runner.failed_runs(rows, tmp_path) == rows[1:]
+
+
+def test_derived_timeout_grows_with_work():
+    small = row_of(tiny_design(timeout_s=None)).config
+    big = {**small, "epochs": 20, "train_images": None, "max_steps": None}
+    assert 180 < runner.derived_timeout(small) < runner.derived_timeout(big)

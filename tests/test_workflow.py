@@ -1,0 +1,85 @@
+"""The workflow end to end through snakemake on a tiny design: results
+tables and report; only new runs execute; failed runs run again; lint."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, tiny_design, write_design
+
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+
+
+def snakemake(workdir: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["timeout", "-k", "10", "600", SNAKEMAKE, "-s", str(REPO / "Snakefile"),
+         "--profile", str(REPO / "profiles" / "local"), "-d", str(workdir),
+         "--config", f"design={workdir / 'design.yaml'}", *extra],
+        capture_output=True, text=True)
+
+
+def done_markers(workdir: Path) -> dict[str, float]:
+    return {str(p): p.stat().st_mtime_ns for p in (workdir / "results").rglob("done.json")
+            if "attempts" not in p.parts}
+
+
+@pytest.mark.slow
+def test_end_to_end_then_add_a_level_then_rerun_failures(tmp_path):
+    doc = tiny_design(frameworks=("torch-ddp", "horovod-torch"))
+    write_design(tmp_path, doc)
+    first = snakemake(tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    report = next((tmp_path / "results").rglob("report.html"))
+    assert f"report: {report.resolve()}" in first.stdout + first.stderr
+    tables = report.parent / "tables"
+    runs = pd.read_parquet(tables / "runs.parquet")
+    assert list(runs["status"]) == ["ok", "ok"]
+    assert (runs["images_per_s"] > 0).all() and (runs["global_batch"] == 64).all()
+    assert len(pd.read_parquet(tables / "epochs.parquet")) == 4
+    assert len(pd.read_parquet(tables / "step_stats.parquet")) == 4
+    page = report.read_text()
+    assert page.count("data:image/png;base64,") == 2 and "2 of 2 runs ok" in page
+    before = done_markers(tmp_path)
+
+    # A new level that cannot train (no step fits): it fails, the others are
+    # untouched, and the report lists the failure.
+    doc["factors"]["batch_size"] = [32, 4000]
+    write_design(tmp_path, doc)
+    plan = snakemake(tmp_path, "-n")
+    assert "run                     2" in plan.stdout or "\nrun " in plan.stdout
+    second = snakemake(tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+    after = done_markers(tmp_path)
+    assert all(after[p] == t for p, t in before.items())  # finished runs not redone
+    assert len(after) == 4
+    runs = pd.read_parquet(tables / "runs.parquet")
+    assert sorted(runs["status"]) == ["failed", "failed", "ok", "ok"]
+    assert "no step fits in an epoch" in report.read_text()
+
+    # Rerun: only the two failed runs run again; their first attempt is kept.
+    third = snakemake(tmp_path)
+    assert third.returncode == 0
+    assert "2 failed run(s) queued again" in third.stderr
+    kept = list((tmp_path / "results").rglob("attempts/1/done.json"))
+    assert len(kept) == 2
+    assert json.loads(kept[0].read_text())["status"] == "failed"
+    assert all(done_markers(tmp_path)[p] == t for p, t in before.items())
+
+
+def test_bad_design_stops_snakemake_with_the_message(tmp_path):
+    write_design(tmp_path, {"factors": {"framework": ["nope"]}})
+    out = snakemake(tmp_path, "-n")
+    assert out.returncode != 0
+    assert "factors.framework: unknown value 'nope'" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_snakemake_lint_is_clean(tmp_path):
+    write_design(tmp_path, tiny_design())
+    out = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
+                          "--config", f"design={tmp_path / 'design.yaml'}", "--lint"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
