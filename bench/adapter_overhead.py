@@ -9,6 +9,7 @@ Last line: key=value pairs per framework (figure, baseline, ratio).
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -37,15 +38,16 @@ def harness(framework: str, batch: int, steps: int, warmup: int) -> float:
 
 def bare(framework: str, batch: int, steps: int, warmup: int) -> float:
     info = {"torch-ddp": "torchrun", "horovod-torch": "horovodrun"}[framework]
-    config = {"torch_threads": 1, "horovod_controller": "gloo", "run_id": "bench"}
+    config = {"torch_threads": 1, "horovod_controller": "gloo", "run_id": "bench",
+              "framework": framework}
+    python = launch.python(config)
     argv, env = launch.command(info, [hosts.Host("localhost", 2)], config, Path("."), "local")
     script = [str(REPO / "bench" / "bare_loop.py"), framework, str(batch), str(steps), str(warmup)]
     if info == "torchrun":  # torchrun takes a script path instead of -m module
         argv = argv[:argv.index("-m", 3)] + script
     else:
-        argv = argv[:argv.index(sys.executable)] + [sys.executable] + script
-    out = subprocess.run(argv, env={**__import__("os").environ, **env,
-                                    "PYTHONPATH": str(REPO)},
+        argv = argv[:argv.index(python)] + [python] + script
+    out = subprocess.run(argv, env={**os.environ, **env, "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, cwd=REPO, check=True)
     line = [ln for ln in out.stdout.splitlines() if "images_per_s" in ln][-1]
     return json.loads(line[line.index("{"):])["images_per_s"]

@@ -6,10 +6,10 @@ strings: no design value passes through a shell.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Callable
 
+from ddlcompare import envs
 from ddlcompare.hosts import Host
 
 LAUNCHERS: dict[str, Callable] = {}
@@ -23,8 +23,14 @@ def launcher(name: str):
     return register
 
 
-def worker_argv(run_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "frameworks.worker", str(run_dir)]
+def python(config: dict) -> str:
+    """The interpreter of the run's framework environment."""
+    from frameworks import registry
+    return str(envs.python_for(registry.FRAMEWORKS[config["framework"]].env))
+
+
+def worker_argv(config: dict, run_dir: Path) -> list[str]:
+    return [python(config), "-m", "frameworks.worker", str(run_dir)]
 
 
 def base_env(config: dict) -> dict[str, str]:
@@ -45,7 +51,7 @@ def base_env(config: dict) -> dict[str, str]:
 def torchrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     """One torchrun per node; one rendezvous at the first host."""
     per_node = hosts[0].slots
-    run = [sys.executable, "-m", "torch.distributed.run"]
+    run = [python(config), "-m", "torch.distributed.run"]
     if len(hosts) == 1:
         return run + ["--standalone", "--nnodes=1", f"--nproc_per_node={per_node}",
                       "-m", "frameworks.worker", str(run_dir)], base_env(config)
@@ -70,11 +76,11 @@ def per_node_starter(hosts: list[Host], scheduler: str) -> list[str]:
 def horovodrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     world = sum(h.slots for h in hosts)
     host_arg = ",".join(f"{h.name}:{h.slots}" for h in hosts)
-    argv = [str(Path(sys.executable).parent / "horovodrun"), "-np", str(world), "-H", host_arg,
+    argv = [str(Path(python(config)).parent / "horovodrun"), "-np", str(world), "-H", host_arg,
             f"--{config['horovod_controller']}"]
     if scheduler == "oar" and config["horovod_controller"] == "mpi":
         argv += ["--mpi-args=--mca plm_rsh_agent oarsh"]
-    return argv + worker_argv(run_dir), base_env(config)
+    return argv + worker_argv(config, run_dir), base_env(config)
 
 
 def command(name: str, hosts: list[Host], config: dict, run_dir: Path, scheduler: str):

@@ -2,8 +2,7 @@
 are the frameworks' environments built? One message per problem."""
 from __future__ import annotations
 
-import importlib.util
-
+from ddlcompare import envs
 from ddlcompare.design import Design
 from frameworks import data, registry
 
@@ -23,15 +22,8 @@ def problems(design: Design) -> list[str]:
                          f"{data.DATASETS[name].how_to_get}")
     for name in levels(design, "framework"):
         info = registry.FRAMEWORKS[name]
-        if not _importable(info.probe):
-            found.append(f"framework {name}: its environment is not built here "
-                         f"({info.probe} cannot be imported); run 'bash envs/setup.sh' "
-                         f"(envs/{info.env}.txt)")
+        if not envs.has_module(info.env, info.probe):
+            found.append(f"framework {name}: its environment '{info.env}' is not built here "
+                         f"({info.probe} not found in {envs.env_dir(info.env)}); "
+                         f"run 'bash envs/setup.sh' (envs/{info.env}.txt)")
     return found
-
-
-def _importable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False

@@ -5,7 +5,8 @@ from pathlib import Path
 from ddlcompare import hosts, launch
 from ddlcompare.hosts import Host
 
-CONFIG = {"torch_threads": 1, "run_id": "abc123", "horovod_controller": "gloo"}
+CONFIG = {"torch_threads": 1, "run_id": "abc123", "horovod_controller": "gloo",
+          "framework": "torch-ddp"}
 RUN = Path("/r/run")
 
 

@@ -1,0 +1,41 @@
+"""Which interpreter runs which framework.
+
+Each adapter names its environment (``AdapterInfo.env``); each environment is
+a virtual environment that envs/setup.sh builds from ``envs/<env>.txt``.
+TensorFlow's needs numpy < 2 while the analysis needs numpy 2, so the two
+families live apart and a run starts its workers with its own env's Python.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from ddlcompare.provenance import REPO
+
+# Environment name -> folder, relative to the repository (override with
+# DDLC_VENV for torch, DDLC_VENV_<NAME> for the others).
+ENV_DIRS = {"torch": ".venv", "tensorflow": ".venv-tf"}
+
+
+def env_dir(env: str) -> Path:
+    override = os.environ.get("DDLC_VENV" if env == "torch" else f"DDLC_VENV_{env.upper()}")
+    return Path(override) if override else REPO / ENV_DIRS[env]
+
+
+def python_for(env: str) -> Path:
+    return env_dir(env) / "bin" / "python"
+
+
+def has_module(env: str, module: str) -> bool:
+    """Whether ``module`` can be found in the env, without importing it."""
+    python = python_for(env)
+    if not python.exists():
+        return False
+    probe = (f"import importlib.util, sys; "
+             f"sys.exit(importlib.util.find_spec({module!r}) is None)")
+    try:
+        return subprocess.run([str(python), "-c", probe], capture_output=True,
+                              timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
