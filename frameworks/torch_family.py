@@ -116,8 +116,8 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
     batch = config["batch_size"]
     steps = data.steps_per_epoch(n_train, dist.world, batch, config["max_steps"])
     if steps == 0:
-        raise SystemExit(f"batch_size {batch} x {dist.world} processes exceeds the "
-                         f"{n_train} training images: no step fits in an epoch")
+        raise common.RunError(f"batch_size {batch} x {dist.world} processes exceeds the "
+                              f"{n_train} training images: no step fits in an epoch")
     rows, global_step = [], 0
     for epoch in range(1, config["epochs"] + 1):
         epoch_start = time.perf_counter()
@@ -192,7 +192,7 @@ def _device(config: dict, dist: Dist):
     import torch
     if config["device"] == "gpu":
         if not torch.cuda.is_available():
-            raise SystemExit("device: gpu was asked for, but torch sees no CUDA device here")
+            raise common.RunError("device: gpu was asked for, but torch sees no CUDA device here")
         torch.cuda.set_device(dist.local_rank)
         return torch.device("cuda", dist.local_rank)
     return torch.device("cpu")

@@ -1,6 +1,7 @@
 """Real faults, injected: a rank killed mid-epoch, Snakemake killed mid-run.
 Expected: runs lost 0, hangs 0, tracebacks 0."""
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,12 @@ from ddlcompare import design
 from test_workflow import done_markers, snakemake
 
 LONG = {"epochs": 30, "max_steps": None, "train_images": 20000, "timeout_s": 300}
+
+
+def rank_pids(folder: Path) -> list[int]:
+    """The training ranks themselves (not torchrun, horovodrun or shell wrappers)."""
+    python, rest = re.escape(sys.executable), re.escape(f"-m frameworks.worker {folder}")
+    return pids_of(f"^{python} (-u )?{rest}")
 
 
 def pids_of(pattern: str) -> list[int]:
@@ -40,12 +47,16 @@ def test_rank_killed_mid_epoch_is_a_failed_run(tmp_path, framework):
     proc = subprocess.Popen([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
                              str(path), "--results", str(tmp_path / "res"), "--path", row.path],
                             cwd=REPO, stderr=subprocess.PIPE, text=True)
-    workers = wait_for(lambda: len(pids_of(f"frameworks.worker {folder}")) >= 2 and
-                       pids_of(f"frameworks.worker {folder}"))
-    time.sleep(3)  # well into the first epoch
-    victim = max(workers)  # a worker rank, not necessarily rank 0
-    subprocess.run(["kill", "-KILL", str(victim)], check=True)
-    assert proc.wait(timeout=120) == 0
+    try:
+        wait_for(lambda: len(rank_pids(folder)) == 2, 60)
+        time.sleep(3)  # well into the first epoch
+        victim = max(rank_pids(folder))  # one of the two ranks
+        subprocess.run(["kill", "-KILL", str(victim)], check=True)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.terminate()  # the runner stops its launcher's process group
+            proc.wait(timeout=30)
     assert "Traceback" not in proc.stderr.read()
     done = json.loads((folder / "done.json").read_text())
     assert done["status"] == "failed" and done["exit_status"] != 0, done
