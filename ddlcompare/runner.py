@@ -17,6 +17,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
+
 from ddlcompare import hosts, launch, provenance
 from ddlcompare.atomic import write_json
 from ddlcompare.params import RunRow
@@ -76,7 +78,7 @@ def execute(row: RunRow, results: Path) -> int:
         outcome = {"exit_status": None, "reason": f"could not start: {exc}"}
     status = "ok" if outcome["exit_status"] == 0 and (run_dir / "metrics.json").exists() \
         else "failed"
-    if status == "failed" and outcome["exit_status"] == 0:
+    if status == "failed" and not outcome.get("reason"):
         outcome["reason"] = "exited 0 but wrote no metrics.json"
     record.update(status=status, end=_now(), ranks=_ranks(run_dir), **outcome)
     write_json(run_dir / RECORD, record)
@@ -86,15 +88,15 @@ def execute(row: RunRow, results: Path) -> int:
 
 
 def _watch(argv: list[str], env: dict, run_dir: Path, timeout: int) -> dict:
-    """Run the launcher in its own process group; kill the group on timeout
-    or when this process is told to stop."""
+    """Run the launcher; kill its process tree on timeout or when this
+    process is told to stop."""
     with open(run_dir / LOG, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 cwd=provenance.REPO, start_new_session=True)
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
         def stop(signum, _frame):
-            _kill_group(proc)
+            _kill_tree(proc)
             raise Interrupted(signum)
 
         for s in previous:
@@ -102,7 +104,7 @@ def _watch(argv: list[str], env: dict, run_dir: Path, timeout: int) -> dict:
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            _kill_tree(proc)
             return {"exit_status": proc.returncode,
                     "reason": f"timeout: still running after {timeout} s; killed"}
         finally:
@@ -116,17 +118,31 @@ def _watch(argv: list[str], env: dict, run_dir: Path, timeout: int) -> dict:
     return {"exit_status": code, "reason": f"exit status {code}: {_last_error(run_dir / LOG)}"}
 
 
-def _kill_group(proc: subprocess.Popen, grace: float = 5.0) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+def _kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    """Stop the launcher and every process under it. Launchers put ranks in
+    sessions of their own (torchrun, Horovod's Gloo), so a process group is
+    not enough: the tree is listed first, then SIGTERM (with SIGCONT, so a
+    stopped rank can act on it), ``grace`` seconds, then SIGKILL for the rest."""
+    try:
+        tree = [psutil.Process(proc.pid)]
+        tree += tree[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        for p in tree:
+            _send(p, sig)
+    _, alive = psutil.wait_procs(tree, timeout=grace)
+    for p in alive:
+        _send(p, signal.SIGKILL)
+    psutil.wait_procs(alive, timeout=grace)
+    proc.wait()
+
+
+def _send(process: "psutil.Process", sig: int) -> None:
+    try:
+        process.send_signal(sig)
+    except psutil.NoSuchProcess:
+        pass
 
 
 # "[rank1]: KeyError: 0" (torchrun), "[0]<stderr>:TypeError: ..." (horovodrun),
@@ -140,8 +156,8 @@ def _last_error(log: Path) -> str:
     lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
     for line in lines:
         if EXCEPTION_LINE.match(line):
-            return line[-300:]
-    return lines[-1][-300:] if lines else "no output"
+            return line[:400]
+    return lines[-1][:400] if lines else "no output"
 
 
 def _ranks(run_dir: Path) -> list[dict]:

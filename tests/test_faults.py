@@ -103,3 +103,80 @@ def test_a_run_writes_only_inside_its_directory(tmp_path):
     after = set(subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=REPO,
                                capture_output=True, text=True).stdout.splitlines())
     assert {line for line in after - before if "__pycache__" not in line} == set()
+
+
+@pytest.mark.slow
+def test_rank_stuck_in_a_collective_is_killed_by_the_timeout(tmp_path):
+    """One rank stopped (SIGSTOP): its peer waits in the all-reduce forever.
+    The run's timeout ends both and records the run as failed by timeout."""
+    doc = tiny_design(["torch-ddp"], **{**LONG, "timeout_s": 25})
+    path = write_design(tmp_path, doc)
+    row = design.parse(doc, str(path)).runs()[0]
+    folder = tmp_path / "res" / row.path
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
+                             str(path), "--results", str(tmp_path / "res"), "--path", row.path],
+                            cwd=REPO)
+    try:
+        wait_for(lambda: len(rank_pids(folder)) == 2, 60)
+        time.sleep(2)
+        subprocess.run(["kill", "-STOP", str(min(rank_pids(folder)))], check=True)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)
+    assert time.monotonic() - start < 90
+    done = json.loads((folder / "done.json").read_text())
+    assert done["status"] == "failed" and done["reason"].startswith("timeout"), done
+    assert wait_for(lambda: not rank_pids(folder), 30)
+
+
+SENTINEL_VALUES = ["$(touch {s})", "`touch {s}`", "x; touch {s}", "x' && touch '{s}", "x\ntouch {s}"]
+
+
+@pytest.mark.parametrize("template", SENTINEL_VALUES)
+def test_hostile_values_execute_nothing(tmp_path, template):
+    sentinel = tmp_path / "pwned"
+    value = template.format(s=sentinel)
+    for doc in ({"factors": {"framework": ["torch-ddp"], "dataset": [value]}},
+                {"factors": {"framework": ["torch-ddp"]}, "fixed": {"data_dir": value}},
+                {"name": value, "factors": {"framework": ["torch-ddp"]}}):
+        path = write_design(tmp_path, doc)
+        out = subprocess.run([sys.executable, "-m", "ddlcompare.cli", "plan", "--design",
+                              str(path)], cwd=REPO, capture_output=True, text=True)
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        sm = snakemake(tmp_path, "-n")
+        assert sm.returncode != 0 and "Traceback" not in sm.stderr
+    assert not sentinel.exists()
+
+
+@pytest.mark.slow
+def test_hostile_data_dir_reaches_no_shell_at_run_time(tmp_path):
+    from ddlcompare import runner
+    sentinel = tmp_path / "pwned"
+    row = design.parse(tiny_design(data_dir=f"$(touch {sentinel}); `touch {sentinel}`"),
+                       "t.yaml").runs()[0]
+    runner.execute(row, tmp_path)
+    done = json.loads((tmp_path / row.path / "done.json").read_text())
+    assert done["status"] == "failed" and "DataError" in done["reason"]
+    assert not sentinel.exists()
+
+
+def test_unbuilt_environment_is_named(tmp_path):
+    path = write_design(tmp_path, {"factors": {"framework": ["horovod-torch"]}})
+    out = subprocess.run([sys.executable, "-m", "ddlcompare.cli", "plan", "--design", str(path)],
+                         cwd=REPO, capture_output=True, text=True,
+                         env={**__import__("os").environ, "DDLC_VENV": str(tmp_path / "none")})
+    assert out.returncode == 2
+    assert "framework horovod-torch: its environment 'torch' is not built here" in out.stderr
+    assert "bash envs/setup.sh" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_missing_profile_is_a_clear_error(tmp_path):
+    write_design(tmp_path, tiny_design())
+    out = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "-s",
+                          str(REPO / "Snakefile"), "--profile", str(tmp_path / "no-profile"),
+                          "-d", str(tmp_path), "-n"], capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "no-profile" in out.stderr and "Traceback" not in out.stderr
