@@ -6,6 +6,11 @@
 - ``epochs.parquet``: one row per run and epoch (epochs.tsv of ok runs).
 - ``step_stats.parquet``: one row per run and rank: mean, median and p95
   step time over the measured steps, and mean time per phase.
+- ``phases.parquet``: one row per phase interval (run_id, rank, epoch, step,
+  phase, start_ns, end_ns, dur_ns, source). Within a step the phases run back
+  to back, so each start is the step's start plus the phases before it
+  (source "steps"); ``init`` and ``eval`` come from intervals.rank<r>.tsv
+  (step -1).
 """
 from __future__ import annotations
 
@@ -18,7 +23,10 @@ import pandas as pd
 from ddlcompare import runner
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
-from traces.phases import PHASES
+from traces.phases import PHASES, STEP_PHASES
+
+PHASE_COLUMNS = ["run_id", "rank", "epoch", "step", "phase", "start_ns", "end_ns", "dur_ns",
+                 "source"]
 
 FIGURES = ("images_per_s", "images_per_s_per_process", "time_per_epoch_s",
            "final_test_accuracy", "final_test_loss", "init_s", "global_batch", "world_size",
@@ -74,8 +82,34 @@ def step_stats(folder: Path, warmup: int) -> list[dict]:
     return rows
 
 
+def _rank_of(path: Path) -> int:
+    return int(path.name.split("rank")[1].split(".")[0])
+
+
+def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
+    frames = []
+    for path in sorted(folder.glob("steps.rank*.tsv")):
+        steps = pd.read_csv(path, sep="\t")
+        offset = steps["start_ns"].copy()
+        for phase in STEP_PHASES:
+            dur = steps[f"{phase}_ns"]
+            frames.append(pd.DataFrame({
+                "rank": _rank_of(path), "epoch": steps["epoch"], "step": steps["step"],
+                "phase": phase, "start_ns": offset, "end_ns": offset + dur, "dur_ns": dur}))
+            offset = offset + dur
+    for path in sorted(folder.glob("intervals.rank*.tsv")):
+        spans = pd.read_csv(path, sep="\t")
+        frames.append(spans.assign(rank=_rank_of(path), step=-1,
+                                   dur_ns=spans["end_ns"] - spans["start_ns"]))
+    if not frames:
+        return pd.DataFrame(columns=PHASE_COLUMNS)
+    table = pd.concat(frames, ignore_index=True)
+    table = table[(table["dur_ns"] > 0) | (table["phase"].isin(["grad_comm"]))]
+    return table.assign(run_id=run_id, source="steps")[PHASE_COLUMNS]
+
+
 def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
-    runs, epochs, stats = [], [], []
+    runs, epochs, stats, phases = [], [], [], []
     for row in design.runs():
         info = run_row(design, row, results)
         runs.append(info)
@@ -87,6 +121,7 @@ def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
         epochs.append(ep)
         for s in step_stats(folder, row.config["warmup_steps"]):
             stats.append({"run_id": row.run_id, **s})
+        phases.append(phase_intervals(folder, row.run_id))
     runs_df = pd.DataFrame(runs)
     epochs_df = pd.concat(epochs, ignore_index=True) if epochs else pd.DataFrame(
         columns=["run_id", "epoch", "test_accuracy", "images_per_s"])
@@ -98,7 +133,9 @@ def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
         runs_df = runs_df.merge(slowest, on="run_id", how="left")
     else:
         runs_df["step_mean_s_slowest_rank"] = np.nan
-    return {"runs": runs_df, "epochs": epochs_df, "step_stats": stats_df}
+    phases_df = pd.concat(phases, ignore_index=True) if phases else \
+        pd.DataFrame(columns=PHASE_COLUMNS)
+    return {"runs": runs_df, "epochs": epochs_df, "step_stats": stats_df, "phases": phases_df}
 
 
 def write_tables(design: Design, results: Path, out: Path) -> None:

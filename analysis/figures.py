@@ -10,10 +10,19 @@ import warnings
 from pathlib import Path
 
 import pandas as pd
-from plotnine import (aes, annotate, facet_wrap, geom_line, geom_point, ggplot, labs, scale_x_continuous,
+from plotnine import (aes, annotate, coord_flip, facet_grid, facet_wrap, geom_col,
+                      geom_errorbar, geom_hline, geom_line, geom_point, geom_segment, ggplot,
+                      labs, scale_color_manual, scale_fill_manual, scale_x_continuous,
                       stat_summary, theme, theme_bw)
 
+from analysis import bottlenecks, stats
+from traces.phases import PHASES
+
 FIGURE_SIZE = (8, 4.5)
+# One colour per phase in every figure (ColorBrewer Set3 and Dark2 hues).
+PHASE_COLORS = dict(zip(PHASES + ("other",), [
+    "#8dd3c7", "#e6ab02", "#bebada", "#1b9e77", "#fb8072", "#377eb8", "#e7298a",
+    "#b3de69", "#fccde5", "#999999", "#d9d9d9"]))
 
 
 def nothing_to_show(title: str):
@@ -54,12 +63,106 @@ def accuracy(runs: pd.DataFrame, epochs: pd.DataFrame):
             + theme_bw() + theme(figure_size=FIGURE_SIZE))
 
 
+def scaling(runs: pd.DataFrame):
+    table = stats.scaling(runs)
+    if table.empty:
+        return nothing_to_show("Speedup against processes")
+    table["batch_size"] = "batch_size " + table["batch_size"].astype(str) + " per process"
+    return (ggplot(table, aes("world_size", "speedup", color="framework"))
+            + geom_line(aes(y="ideal_speedup"), linetype="dashed", color="grey")
+            + geom_line(size=1) + geom_point(size=2)
+            + geom_errorbar(aes(ymin="speedup - speedup_ci", ymax="speedup + speedup_ci"),
+                            width=0.1)
+            + facet_wrap("~batch_size")
+            + scale_x_continuous(breaks=sorted(table["world_size"].unique()))
+            + labs(title="Speedup against each framework's smallest configuration "
+                         "(dashed: ideal; bars: 95 % CI)",
+                   x="processes", y="speedup (throughput / base throughput)")
+            + theme_bw() + theme(figure_size=FIGURE_SIZE))
+
+
+def phase_breakdown(table: pd.DataFrame):
+    if table.empty:
+        return nothing_to_show("Time per step by phase")
+    table = table.assign(ms=table["mean"] * 1e3,
+                         processes=table["world_size"].astype(str),
+                         batch=("batch_size " + table["batch_size"].astype(str)))
+    return (ggplot(table, aes("processes", "ms", fill="phase"))
+            + geom_col() + scale_fill_manual(values=PHASE_COLORS)
+            + facet_grid("batch ~ framework")
+            + labs(title="Mean time per step in each phase (mean over ranks and replications)",
+                   x="processes", y="time per step (ms)")
+            + theme_bw() + theme(figure_size=(8, 5)))
+
+
+def timeline(phases: pd.DataFrame, runs: pd.DataFrame, window: int = 12):
+    """Gantt of every rank over a window of steps of the largest run of each
+    framework, outlier steps (beyond median + 3 MAD) marked."""
+    ok = runs[runs["status"] == "ok"].sort_values(["world_size", "rep"], ascending=[False, True])
+    chosen = ok.groupby("framework").head(1)
+    frames = []
+    for row in chosen.itertuples():
+        run = phases[(phases["run_id"] == row.run_id) & (phases["step"] >= row.warmup_steps)]
+        first = run["step"].min()
+        part = run[run["step"] < first + window]
+        if part.empty:
+            continue
+        t0 = part["start_ns"].min()
+        frames.append(part.assign(framework=row.framework, start_ms=(part["start_ns"] - t0) / 1e6,
+                                  end_ms=(part["end_ns"] - t0) / 1e6,
+                                  rank=part["rank"].map(lambda r: f"rank {r}")))
+    if not frames:
+        return nothing_to_show("Per-rank timeline")
+    data = pd.concat(frames)
+    steps = data.groupby(["framework", "rank", "step"]).agg(start=("start_ms", "min"),
+                                                            end=("end_ms", "max"))
+    steps["dur"] = steps["end"] - steps["start"]
+    med = steps.groupby("framework")["dur"].transform("median")
+    mad = steps.groupby("framework")["dur"].transform(lambda d: (d - d.median()).abs().median())
+    outliers = steps[steps["dur"] > med + 3 * mad].reset_index()
+    plot = (ggplot(data)
+            + geom_segment(aes(x="start_ms", xend="end_ms", y="rank", yend="rank",
+                               color="phase"), size=6)
+            + scale_color_manual(values=PHASE_COLORS)
+            + facet_wrap("~framework", ncol=1, scales="free")
+            + labs(title=f"Per-rank timeline of {window} measured steps "
+                         "(largest run of each framework; x: outlier steps)",
+                   x="time since the window's start (ms)", y="rank")
+            + theme_bw() + theme(figure_size=(9, 2 + 1.6 * data["framework"].nunique())))
+    if not outliers.empty:
+        plot += geom_point(aes(x="start", y="rank"), data=outliers, shape="x", size=4,
+                           color="black")
+    return plot
+
+
+def waterfall(table: pd.DataFrame):
+    if table.empty:
+        return nothing_to_show("Scaling loss by phase")
+    table = table.assign(cell=table["framework"] + ", " + table["world_size"].astype(str)
+                         + " proc., batch " + table["batch_size"].astype(str))
+    return (ggplot(table, aes("phase", "speedup_lost", fill="phase"))
+            + geom_col() + scale_fill_manual(values=PHASE_COLORS)
+            + geom_hline(yintercept=0, color="grey")
+            + coord_flip() + facet_wrap("~cell")
+            + labs(title="Where the speedup goes: ideal minus measured speedup, split by phase",
+                   x="phase", y="speedup lost (negative: gained)")
+            + theme_bw() + theme(figure_size=(9, 5), legend_position="none"))
+
+
 def draw_all(tables: Path) -> dict[str, Path]:
     runs = pd.read_parquet(tables / "runs.parquet")
     epochs = pd.read_parquet(tables / "epochs.parquet")
+    phases = pd.read_parquet(tables / "phases.parquet")
+    ok = runs[runs["status"] == "ok"]
+    cell = ["framework", "world_size", "batch_size"]
+    table = bottlenecks.breakdown(phases[phases["run_id"].isin(ok["run_id"])], ok, cell) \
+        if not phases.empty and not ok.empty else pd.DataFrame()
+    gap = bottlenecks.waterfall(table, ["framework", "batch_size"]) if len(table) else table
     folder = tables / "figures"
     folder.mkdir(exist_ok=True)
-    plots = {"throughput": throughput(runs), "accuracy": accuracy(runs, epochs)}
+    plots = {"throughput": throughput(runs), "scaling": scaling(runs),
+             "phases": phase_breakdown(table), "timeline": timeline(phases, runs),
+             "waterfall": waterfall(gap), "accuracy": accuracy(runs, epochs)}
     paths = {}
     for name, plot in plots.items():
         paths[name] = folder / f"{name}.png"

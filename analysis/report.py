@@ -1,7 +1,8 @@
 """The HTML report: one self-contained file, figures embedded, nothing fetched.
 
 Sections: design and provenance, run status (failed and missing cells
-visible), throughput, accuracy, and what each framework exposes.
+visible), throughput and scaling, phase breakdown, bottlenecks, design
+statistics, accuracy. Everything is computed from the tables.
 """
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import base64
 import html
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from analysis import bottlenecks, stats
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
 from frameworks import registry
@@ -78,21 +81,81 @@ def status_section(design: Design, runs: pd.DataFrame) -> str:
 
 
 def results_section(runs: pd.DataFrame, figures: Path) -> str:
+    scaling = stats.scaling(runs)
+    return (f"<h2>Throughput and scaling</h2>{_figure(figures / 'throughput.png', 'throughput')}"
+            f"<p>images_per_s is global: images processed by all ranks in the measured steps "
+            f"(after warmup_steps) over the slowest rank's wall time; evaluation is excluded. "
+            f"batch_size is per process, so adding processes is weak scaling: the ideal "
+            f"speedup is the ratio of process counts.</p>"
+            f"{_figure(figures / 'scaling.png', 'scaling')}{_table(scaling)}"
+            f"<h3>Where the speedup goes</h3>{_figure(figures / 'waterfall.png', 'waterfall')}"
+            f"<p>Each bar is one phase's share of the gap between ideal and measured speedup: "
+            f"gap = (N/N0) x sum over phases of (t_N - t_N0) / t_N, exactly.</p>")
+
+
+def phases_section(runs: pd.DataFrame, phases: pd.DataFrame, figures: Path) -> str:
     ok = runs[runs["status"] == "ok"]
-    summary = pd.DataFrame()
-    if not ok.empty:
-        summary = (ok.groupby(["framework", "world_size", "batch_size"])
-                   .agg(runs=("run_id", "count"), images_per_s=("images_per_s", "mean"),
-                        images_per_s_sd=("images_per_s", "std"),
-                        time_per_epoch_s=("time_per_epoch_s", "mean"),
-                        final_test_accuracy=("final_test_accuracy", "mean"),
-                        init_s=("init_s", "mean"))
-                   .reset_index())
-    return (f"<h2>Throughput</h2>{_figure(figures / 'throughput.png', 'throughput')}"
-            f"{_table(summary)}<p>images_per_s is global: images processed by all ranks in "
-            f"the measured steps (after warmup_steps) over the slowest rank's wall time; "
-            f"evaluation is excluded.</p>"
-            f"<h2>Accuracy</h2>{_figure(figures / 'accuracy.png', 'accuracy')}"
+    cell = ["framework", "world_size", "batch_size"]
+    table = bottlenecks.breakdown(phases[phases["run_id"].isin(ok["run_id"])], ok, cell) \
+        if len(ok) and len(phases) else pd.DataFrame()
+    if len(table):
+        table = table.pivot_table(index=cell, columns="phase", values="mean").reset_index()
+    return (f"<h2>Phase breakdown</h2>{_figure(figures / 'phases.png', 'phase breakdown')}"
+            f"<p>Seconds per measured step in each phase, mean over ranks and "
+            f"replications; 'other' is step time outside the named phases.</p>{_table(table)}"
+            f"{_figure(figures / 'timeline.png', 'timeline')}")
+
+
+def bottlenecks_section(runs: pd.DataFrame, phases: pd.DataFrame) -> str:
+    found = bottlenecks.findings(phases, runs)
+    if len(found):
+        found = found.sort_values(["framework", "world_size", "batch_size", "bottleneck"])
+    return (f"<h2>Bottlenecks</h2><p>One number and one sentence per finding and design "
+            f"cell (framework, processes, batch_size).</p>{_table(found)}")
+
+
+def statistics_section(design: Design, runs: pd.DataFrame) -> str:
+    factors = stats.varied_factors(runs, [f for f in design.path_factors() if f in runs])
+    parts = ["<h2>Design statistics</h2>"]
+    cell = design.path_factors()
+    for response in stats.RESPONSES:
+        if response not in runs or runs[response].dropna().empty:
+            continue
+        parts.append(f"<h3>{response}</h3>")
+        reps = stats.replicate_table(runs, cell, response)
+        flagged = int(reps["needs_more_replications"].sum()) if len(reps) else 0
+        parts.append(f"<p>Mean +- t s / sqrt(n) per cell (95 %). {flagged} cell(s) have a "
+                     f"half-width over 5 % of the mean and need more replications.</p>")
+        parts.append(_table(reps))
+        parts.append(_anova_html(runs, factors, response))
+    return "".join(parts)
+
+
+def _anova_html(runs: pd.DataFrame, factors: list[str], response: str) -> str:
+    if not factors:
+        return "<p>No factor varies among the successful runs: no allocation of variation.</p>"
+    try:
+        table = stats.anova(runs, factors, response)
+        fit = stats.log_model_fits_better(runs, factors, response)
+    except (ValueError, np.linalg.LinAlgError) as exc:
+        return f"<p>Allocation of variation not computed: {html.escape(str(exc))}.</p>"
+    text = (f"<p>Allocation of variation (full-factorial ANOVA, main effects and two-way "
+            f"interactions): R<sup>2</sup> {fit['r_squared_additive']:.3f} on {response}, "
+            f"{fit['r_squared_log']:.3f} on log({response}); the "
+            f"{'multiplicative (log)' if fit['log_fits_better'] else 'additive'} model fits "
+            f"better.</p>{_table(table)}")
+    ok = runs[runs["status"] == "ok"]
+    if all(ok[f].nunique() == 2 for f in factors):
+        try:
+            effects = stats.sign_table_2kr(runs, factors, response)
+            text += f"<p>2<sup>k</sup>r sign-table effects (Jain):</p>{_table(effects)}"
+        except ValueError as exc:
+            text += f"<p>2<sup>k</sup>r method not applicable: {html.escape(str(exc))}.</p>"
+    return text
+
+
+def accuracy_section(figures: Path) -> str:
+    return (f"<h2>Accuracy</h2>{_figure(figures / 'accuracy.png', 'accuracy')}"
             f"<p>Evaluation is distributed: each rank scores its share of the test set.</p>")
 
 
@@ -106,9 +169,12 @@ def frameworks_section(design: Design) -> str:
 
 def build(design: Design, tables: Path, out: Path) -> Path:
     runs = pd.read_parquet(tables / "runs.parquet")
+    phases = pd.read_parquet(tables / "phases.parquet")
     figures = tables / "figures"
     body = "".join([design_section(design, runs), status_section(design, runs),
-                    results_section(runs, figures), frameworks_section(design)])
+                    results_section(runs, figures), phases_section(runs, phases, figures),
+                    frameworks_section(design), bottlenecks_section(runs, phases),
+                    statistics_section(design, runs), accuracy_section(figures)])
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
             f"<title>ddl-compare: {html.escape(design.name)}</title><style>{STYLE}</style>"
             f"</head><body><h1>ddl-compare report: {html.escape(design.name)}</h1>"

@@ -13,7 +13,9 @@ mkdir -p "$cache/wheels"
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 
-debian_packages=(openmpi-bin libopenmpi-dev dataset-fashion-mnist cmake g++ make python3-dev python3-venv)
+# chromium: the report test opens the report in it.
+debian_packages=(openmpi-bin libopenmpi-dev dataset-fashion-mnist cmake g++ make python3-dev python3-venv
+                 chromium)
 
 install_debian_packages() {
   local missing=()

@@ -10,6 +10,7 @@ rule collect:
         runs_csv=TABLES / "runs.csv",
         epochs=TABLES / "epochs.parquet",
         steps=TABLES / "step_stats.parquet",
+        phases=TABLES / "phases.parquet",
     log:
         TABLES / "logs" / "collect.log",
     params:
@@ -28,8 +29,13 @@ rule figures:
     input:
         runs=rules.collect.output.runs,
         epochs=rules.collect.output.epochs,
+        phases=rules.collect.output.phases,
     output:
         throughput=report(TABLES / "figures" / "throughput.png", category="Throughput"),
+        scaling=report(TABLES / "figures" / "scaling.png", category="Scaling"),
+        phases=report(TABLES / "figures" / "phases.png", category="Phases"),
+        timeline=report(TABLES / "figures" / "timeline.png", category="Phases"),
+        waterfall=report(TABLES / "figures" / "waterfall.png", category="Scaling"),
         accuracy=report(TABLES / "figures" / "accuracy.png", category="Accuracy"),
     log:
         TABLES / "logs" / "figures.log",

@@ -1,0 +1,199 @@
+"""Phase breakdowns and bottlenecks, from the phase table (phases.parquet)
+and the results table (runs.parquet) only.
+
+Every finding is a number and a sentence. Step phases are those with
+step >= 0; the run's warm-up steps are left out, as they are of throughput.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from traces.phases import STEP_PHASES
+
+STRAGGLER_MARGIN = 0.05  # later than the others by 5 % of the median step time
+
+
+def measured_steps(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    warmup = runs.set_index("run_id")["warmup_steps"]
+    steps = phases[phases["step"] >= 0]
+    return steps[steps["step"] >= steps["run_id"].map(warmup)]
+
+
+def per_step(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per run, rank and step: each phase's time in seconds, the
+    step's wall time, and the arrival at the gradient synchronisation."""
+    steps = measured_steps(phases, runs)
+    wide = steps.pivot_table(index=["run_id", "rank", "step"], columns="phase",
+                             values="dur_ns", aggfunc="sum", fill_value=0) / 1e9
+    for phase in STEP_PHASES:
+        if phase not in wide:
+            wide[phase] = 0.0
+    bounds = steps.groupby(["run_id", "rank", "step"]).agg(start=("start_ns", "min"),
+                                                           end=("end_ns", "max"))
+    wide["step_s"] = (bounds["end"] - bounds["start"]) / 1e9
+    sync = steps[steps["phase"] == "grad_comm"].set_index(["run_id", "rank", "step"])["start_ns"]
+    back = steps[steps["phase"] == "backward"].set_index(["run_id", "rank", "step"])["start_ns"]
+    # Entry to the gradient synchronisation: the exposed grad_comm where the
+    # framework shows it, else the start of backward (DDP all-reduces inside it).
+    exposed = wide.groupby("run_id")["grad_comm"].transform("sum") > 0
+    wide["sync_entry_ns"] = np.where(exposed, sync.reindex(wide.index), back.reindex(wide.index))
+    return wide.reset_index()
+
+
+def breakdown(phases: pd.DataFrame, runs: pd.DataFrame, cell: list[str]) -> pd.DataFrame:
+    """Mean seconds per step in each phase, per run (averaged over ranks),
+    then per design cell with the spread over replications."""
+    steps = per_step(phases, runs)
+    per_run = steps.groupby("run_id")[list(STEP_PHASES) + ["step_s"]].mean()
+    per_run["other"] = (per_run["step_s"] - per_run[list(STEP_PHASES)].sum(axis=1)).clip(lower=0)
+    per_run = per_run.join(runs.set_index("run_id")[cell]).reset_index()
+    long = per_run.melt(id_vars=["run_id", *cell], value_vars=[*STEP_PHASES, "other"],
+                        var_name="phase", value_name="seconds_per_step")
+    return (long.groupby([*cell, "phase"])["seconds_per_step"]
+            .agg(mean="mean", sd="std", replications="count").reset_index())
+
+
+def collective_wait(steps: pd.DataFrame) -> pd.DataFrame:
+    """Scalasca's wait at an N x N collective, per instance (one per step):
+    latest entry across ranks minus the rank's own entry."""
+    latest = steps.groupby(["run_id", "step"])["sync_entry_ns"].transform("max")
+    return steps.assign(wait_s=(latest - steps["sync_entry_ns"]) / 1e9)
+
+
+def stragglers(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per run: the rank most often last at the synchronisation (by more than
+    STRAGGLER_MARGIN of the median step), how often, and the phase in which
+    it lost the most time against the other ranks in those steps."""
+    rows = []
+    for run_id, run in steps.groupby("run_id"):
+        if run["rank"].nunique() < 2:
+            continue
+        margin = STRAGGLER_MARGIN * run["step_s"].median() * 1e9
+        order = run.sort_values("sync_entry_ns").groupby("step")
+        last = order.tail(1).set_index("step")
+        second = order.nth(-2).set_index("step")["sync_entry_ns"]
+        late = last[(last["sync_entry_ns"] - second.reindex(last.index)) > margin]
+        if late.empty:
+            rows.append({"run_id": run_id, "rank": None, "late_steps": 0,
+                         "late_share": 0.0, "lost_in": None, "lost_s": 0.0})
+            continue
+        rank = late["rank"].mode().iloc[0]
+        steps_late = late[late["rank"] == rank].index
+        mine = run[(run["rank"] == rank) & run["step"].isin(steps_late)][list(STEP_PHASES)].mean()
+        others = run[(run["rank"] != rank) & run["step"].isin(steps_late)][list(STEP_PHASES)].mean()
+        lost = (mine - others).drop("grad_comm")
+        rows.append({"run_id": run_id, "rank": int(rank), "late_steps": len(steps_late),
+                     "late_share": len(steps_late) / run["step"].nunique(),
+                     "lost_in": lost.idxmax(), "lost_s": float(lost.max())})
+    return pd.DataFrame(rows)
+
+
+def imbalance(steps: pd.DataFrame) -> pd.DataFrame:
+    """Load imbalance per run and phase: max over ranks of the mean phase
+    time, over the mean across ranks (1 = balanced)."""
+    per_rank = steps.groupby(["run_id", "rank"])[list(STEP_PHASES)].mean()
+    grouped = per_rank.groupby("run_id")
+    ratio = grouped.max() / grouped.mean()
+    return ratio.reset_index().melt(id_vars="run_id", var_name="phase", value_name="imbalance")
+
+
+def waterfall(breakdown_table: pd.DataFrame, cell_keys: list[str]) -> pd.DataFrame:
+    """Scaling loss split by phase, for each group of ``cell_keys`` (e.g.
+    framework, batch_size) against its smallest world size.
+
+    batch_size is per process, so ideal speedup is N / N0 at unchanged step
+    time, and gap = ideal - measured = (N / N0) * sum_p (t_N,p - t_0,p) / t_N
+    exactly: each phase's share of the gap is its own term.
+    """
+    rows = []
+    table = breakdown_table.pivot_table(index=[*cell_keys, "world_size"], columns="phase",
+                                        values="mean").reset_index()
+    phases = [c for c in table.columns if c not in (*cell_keys, "world_size")]
+    for key, group in table.groupby(cell_keys):
+        group = group.sort_values("world_size")
+        base = group.iloc[0]
+        t0 = base[phases].sum()
+        for _, row in group.iloc[1:].iterrows():
+            tn = row[phases].sum()
+            factor = row["world_size"] / base["world_size"]
+            for phase in phases:
+                rows.append({**dict(zip(cell_keys, key if isinstance(key, tuple) else (key,))),
+                             "world_size": row["world_size"], "phase": phase,
+                             "speedup_lost": factor * (row[phase] - base[phase]) / tn,
+                             "ideal_speedup": factor, "speedup": factor * t0 / tn})
+    return pd.DataFrame(rows)
+
+
+def findings(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The report's bottleneck list: per design cell, a number and a sentence."""
+    ok = runs[runs["status"] == "ok"]
+    if ok.empty or phases.empty:
+        return pd.DataFrame(columns=["framework", "world_size", "batch_size", "bottleneck",
+                                     "value", "finding"])
+    steps = per_step(phases[phases["run_id"].isin(ok["run_id"])], ok)
+    steps = collective_wait(steps)
+    cell = ["framework", "world_size", "batch_size"]
+    info = ok.set_index("run_id")[cell]
+    per_run = steps.groupby("run_id").agg(step_s=("step_s", "sum"), grad_comm=("grad_comm", "sum"),
+                                          data_load=("data_load", "sum"), wait=("wait_s", "mean"))
+    per_run = per_run.join(info)
+    rows = []
+
+    def add(key, name, value, sentence):
+        rows.append({**dict(zip(cell, key)), "bottleneck": name, "value": value,
+                     "finding": sentence})
+
+    strag = stragglers(steps).set_index("run_id").join(info) if len(steps) else pd.DataFrame()
+    imb = imbalance(steps).set_index("run_id").join(info)
+    evals = phases[(phases["phase"] == "eval")].groupby("run_id")["dur_ns"].mean() / 1e9
+    inits = ok.set_index("run_id")
+    for key, group in per_run.groupby(cell):
+        comm = group["grad_comm"].sum() / group["step_s"].sum()
+        add(key, "exposed communication", comm,
+            f"{comm:.1%} of step time is exposed gradient communication (grad_comm).")
+        load = group["data_load"].sum() / group["step_s"].sum()
+        add(key, "data loading", load, f"{load:.1%} of step time is spent in data_load.")
+        if key[1] > 1:
+            add(key, "wait at the collective", group["wait"].mean(),
+                f"Ranks wait {group['wait'].mean() * 1e3:.2f} ms on average per all-reduce "
+                f"for the last rank to arrive (Scalasca's rule).")
+            s = strag[strag.index.isin(group.index)]
+            if len(s) and s["late_steps"].sum() > 0:
+                worst = s.sort_values("late_share").iloc[-1]
+                add(key, "straggler", worst["late_share"],
+                    f"Rank {int(worst['rank'])} arrives last in {worst['late_share']:.0%} of "
+                    f"steps, losing most time in {worst['lost_in']} "
+                    f"({worst['lost_s'] * 1e3:.2f} ms per late step).")
+            i = imb[imb.index.isin(group.index)]
+            worst_phase = i.groupby("phase")["imbalance"].mean().idxmax()
+            value = i.groupby("phase")["imbalance"].mean().max()
+            add(key, "load imbalance", value,
+                f"Most imbalanced phase: {worst_phase} (max/mean across ranks {value:.2f}).")
+        init = inits.loc[group.index]
+        share = (init["init_s"] / (init["init_s"] + init["time_per_epoch_s"] * init["epochs"])).mean()
+        add(key, "initialisation", share,
+            f"Initialisation takes {init['init_s'].mean():.2f} s, {share:.1%} of the run.")
+    result = pd.DataFrame(rows)
+    return pd.concat([result, eval_scaling(evals, info)], ignore_index=True)
+
+
+def eval_scaling(evals: pd.Series, info: pd.DataFrame) -> pd.DataFrame:
+    """Evaluation should shrink as ranks share the test set: its time at N
+    ranks against the smallest N, per framework and batch size."""
+    rows = []
+    table = info.join(evals.rename("eval_s"), how="inner")
+    for (framework, batch), group in table.groupby(["framework", "batch_size"]):
+        means = group.groupby("world_size")["eval_s"].mean().sort_index()
+        if len(means) < 2:
+            continue
+        base_n, largest = means.index[0], means.index[-1]
+        speedup = means.iloc[0] / means.iloc[-1]
+        ideal = largest / base_n
+        verdict = "scales" if speedup >= 0.5 * ideal else "does not scale"
+        rows.append({"framework": framework, "world_size": largest, "batch_size": batch,
+                     "bottleneck": "evaluation scaling", "value": speedup / ideal,
+                     "finding": f"Evaluation {verdict} with ranks: {means.iloc[0]:.2f} s at "
+                                f"{base_n} against {means.iloc[-1]:.2f} s at {largest} "
+                                f"(speedup {speedup:.2f} of an ideal {ideal:.0f})."})
+    return pd.DataFrame(rows)

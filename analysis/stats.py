@@ -1,0 +1,158 @@
+"""Design statistics over the results table (runs.parquet).
+
+- replicate statistics: mean +- t * s / sqrt(n) per design cell; cells whose
+  half-width exceeds 5 % of the mean need more replications;
+- scaling: throughput, speedup and efficiency against each framework's
+  smallest configuration, with confidence intervals;
+- allocation of variation: general full-factorial ANOVA (statsmodels) over
+  the varied factors and their two-way interactions, on the response and on
+  its logarithm (the multiplicative model), and Jain's 2^k r sign-table
+  method when every factor has two levels.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+RESPONSES = ("images_per_s", "time_per_epoch_s", "final_test_accuracy", "time_to_accuracy_s")
+CONFIDENCE = 0.95
+NEEDS_MORE_REPLICATIONS = 0.05  # half-width over mean
+
+
+def mean_ci(values: pd.Series, confidence: float = CONFIDENCE) -> tuple[float, float, int]:
+    """Mean and the half-width of its t confidence interval (nan for n < 2)."""
+    values = values.dropna()
+    n = len(values)
+    mean = values.mean() if n else math.nan
+    if n < 2:
+        return mean, math.nan, n
+    t = stats.t.ppf((1 + confidence) / 2, n - 1)
+    return mean, t * values.std(ddof=1) / math.sqrt(n), n
+
+
+def replicate_table(runs: pd.DataFrame, cell: list[str], response: str) -> pd.DataFrame:
+    ok = runs[runs["status"] == "ok"]
+    rows = []
+    for key, group in ok.groupby(cell):
+        mean, half, n = mean_ci(group[response])
+        rows.append({**dict(zip(cell, key if isinstance(key, tuple) else (key,))),
+                     "n": n, "mean": mean, "ci_half_width": half,
+                     "relative_half_width": half / mean if mean else math.nan})
+    table = pd.DataFrame(rows)
+    if not table.empty:
+        table["needs_more_replications"] = ~(table["relative_half_width"]
+                                             <= NEEDS_MORE_REPLICATIONS)
+    return table
+
+
+def scaling(runs: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
+    """Throughput, speedup and efficiency per framework (and ``by`` groups)
+    against the smallest process count of that framework.
+
+    batch_size is per process, so this is weak scaling: ideal throughput
+    grows with the process count. Speedup = T_N / T_base; efficiency =
+    speedup / (N / N_base). Intervals propagate the relative half-widths of
+    both means (first order).
+    """
+    by = ["framework"] + [b for b in (by or ["batch_size"]) if b != "framework"]
+    ok = runs[runs["status"] == "ok"]
+    rows = []
+    for key, group in ok.groupby(by):
+        base_n = group["world_size"].min()
+        base_mean, base_half, _ = mean_ci(group[group["world_size"] == base_n]["images_per_s"])
+        for n, cell in group.groupby("world_size"):
+            mean, half, reps = mean_ci(cell["images_per_s"])
+            speedup = mean / base_mean
+            rel = math.sqrt(np.nansum([(half / mean) ** 2, (base_half / base_mean) ** 2])) \
+                if n != base_n else (half / mean if reps > 1 else math.nan)
+            ideal = n / base_n
+            rows.append({**dict(zip(by, key)), "world_size": n, "replications": reps,
+                         "images_per_s": mean, "images_per_s_ci": half,
+                         "speedup": speedup, "speedup_ci": speedup * rel,
+                         "ideal_speedup": ideal, "efficiency": speedup / ideal,
+                         "efficiency_ci": speedup * rel / ideal})
+    return pd.DataFrame(rows)
+
+
+def varied_factors(runs: pd.DataFrame, factors: list[str]) -> list[str]:
+    ok = runs[runs["status"] == "ok"]
+    return [f for f in factors if ok[f].nunique() > 1]
+
+
+def anova(runs: pd.DataFrame, factors: list[str], response: str,
+          log: bool = False) -> pd.DataFrame:
+    """Allocation of variation by a general full-factorial ANOVA with main
+    effects and two-way interactions. Columns: term, sum_sq, df, F, p,
+    variation (share of the total sum of squares, residual included)."""
+    import statsmodels.formula.api as smf
+    from statsmodels.stats.anova import anova_lm
+    data = runs[(runs["status"] == "ok")][factors + [response]].dropna()
+    if log:
+        data = data[data[response] > 0].assign(**{response: np.log(data[response])})
+    terms = [f"C(Q('{f}'))" for f in factors]
+    pairs = [f"{a}:{b}" for a, b in itertools.combinations(terms, 2)]
+    formula = f"Q('{response}') ~ " + " + ".join(terms + pairs)
+    model = smf.ols(formula, data=data).fit()
+    table = anova_lm(model, typ=2).reset_index().rename(
+        columns={"index": "term", "PR(>F)": "p", "F": "F"})
+    table["term"] = table["term"].str.replace(r"C\(Q\('([^']+)'\)\)", r"\1", regex=True)
+    table["variation"] = table["sum_sq"] / table["sum_sq"].sum()
+    table.attrs["r_squared"] = model.rsquared
+    return table[["term", "sum_sq", "df", "F", "p", "variation"]]
+
+
+def sign_table_2kr(runs: pd.DataFrame, factors: list[str], response: str,
+                   confidence: float = CONFIDENCE) -> pd.DataFrame:
+    """Jain's 2^k r design: effects from the sign table (every interaction),
+    allocation of variation, and confidence intervals of the effects.
+
+    Levels are coded -1 (the lower level, sorted) and +1 by column name,
+    never by position: rows map to effects through their own level values.
+    """
+    ok = runs[runs["status"] == "ok"].dropna(subset=[response])
+    levels = {f: sorted(ok[f].unique()) for f in factors}
+    if any(len(v) != 2 for v in levels.values()):
+        raise ValueError("the 2^k r method needs exactly two levels per factor")
+    coded = pd.DataFrame({f: np.where(ok[f] == levels[f][1], 1, -1) for f in factors},
+                         index=ok.index)
+    cells = coded.assign(y=ok[response].values).groupby(factors)["y"]
+    means, counts = cells.mean(), cells.count()
+    r = int(counts.min())
+    if r != counts.max() or len(means) != 2 ** len(factors):
+        raise ValueError("the 2^k r method needs every cell with the same number of replications")
+    k = len(factors)
+    cell_index = pd.DataFrame(list(means.index), columns=factors)
+    terms = [()] + [c for n in range(1, k + 1) for c in itertools.combinations(factors, n)]
+    rows = []
+    for term in terms:
+        signs = np.prod([cell_index[f].values for f in term], axis=0) if term else np.ones(2 ** k)
+        rows.append({"term": ":".join(term) or "mean", "effect": float((signs * means.values).sum()
+                                                                        / 2 ** k)})
+    effects = pd.DataFrame(rows)
+    y = coded.assign(y=ok[response].values)
+    fitted = y.groupby(factors)["y"].transform("mean")
+    sse = float(((y["y"] - fitted) ** 2).sum())
+    ss = {row.term: 2 ** k * r * row.effect ** 2 for row in effects.itertuples() if row.term != "mean"}
+    sst = sum(ss.values()) + sse
+    dof = 2 ** k * (r - 1)
+    se = math.sqrt(sse / dof) / math.sqrt(2 ** k * r) if dof > 0 else math.nan
+    t = stats.t.ppf((1 + confidence) / 2, dof) if dof > 0 else math.nan
+    effects["variation"] = effects["term"].map(lambda term: ss.get(term, math.nan) / sst)
+    effects["ci_half_width"] = t * se
+    effects["significant"] = effects["effect"].abs() > effects["ci_half_width"]
+    effects.attrs["error_variation"] = sse / sst
+    return effects
+
+
+def log_model_fits_better(runs: pd.DataFrame, factors: list[str], response: str) -> dict:
+    """Compare the additive and multiplicative models by the share of
+    variation the factors explain (R^2) on y and on log y."""
+    additive = anova(runs, factors, response)
+    multiplicative = anova(runs, factors, response, log=True)
+    r2_add, r2_log = additive.attrs["r_squared"], multiplicative.attrs["r_squared"]
+    return {"r_squared_additive": r2_add, "r_squared_log": r2_log,
+            "log_fits_better": bool(r2_log > r2_add)}

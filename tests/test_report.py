@@ -1,0 +1,66 @@
+"""The report from a real small run, opened in headless Chromium (Debian's
+chromium, driven by Playwright): a screenshot, no console errors, every
+figure present and decoded, every section there."""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, tiny_design, write_design
+
+SECTIONS = ["Design and provenance", "Run status", "Throughput and scaling",
+            "Where the speedup goes", "Phase breakdown", "Bottlenecks", "Design statistics",
+            "Accuracy", "Frameworks and the phases they expose"]
+FIGURES = ["throughput", "scaling", "waterfall", "phase breakdown", "timeline", "accuracy"]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("report")
+    doc = tiny_design(frameworks=("torch-ddp", "horovod-torch"), procs=(1, 2))
+    doc["replications"] = 2
+    write_design(workdir, doc)
+    out = subprocess.run(
+        ["timeout", "-k", "10", "900", str(Path(sys.executable).parent / "snakemake"),
+         "-s", str(REPO / "Snakefile"), "--profile", str(REPO / "profiles" / "local"),
+         "-d", str(workdir), "--config", f"design={workdir / 'design.yaml'}"],
+        capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return next((workdir / "results").rglob("report.html"))
+
+
+@pytest.mark.slow
+def test_report_has_every_section_and_finding(report):
+    page = report.read_text()
+    for section in SECTIONS:
+        assert f">{section}<" in page, section
+    assert "8 of 8 runs ok" in page
+    assert "of step time is spent in data_load" in page
+    assert "Allocation of variation" in page
+    assert "http://" not in page and "https://" not in page  # nothing fetched
+
+
+@pytest.mark.slow
+def test_report_renders_in_chromium_without_errors(report, tmp_path):
+    from playwright.sync_api import sync_playwright
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is installed by envs/setup.sh"
+    errors = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(report.as_uri())
+        images = page.eval_on_selector_all(
+            "img", "imgs => imgs.map(i => [i.alt, i.complete && i.naturalWidth > 0])")
+        page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+        browser.close()
+    assert errors == []
+    assert sorted(alt for alt, _ in images) == sorted(FIGURES)
+    assert all(decoded for _, decoded in images), images
+    assert (tmp_path / "report.png").stat().st_size > 50_000

@@ -1,0 +1,79 @@
+"""Design statistics on constructed tables with known answers."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import stats
+
+
+def jain_2x2():
+    """Jain's memory-cache example (Table 18.1, 2^2 3): y for
+    (A, B) = (-1,-1): 15 18 12; (+1,-1): 45 48 51; (-1,+1): 25 28 19;
+    (+1,+1): 75 75 81. Effects: q0 41, qA 21.5, qB 9.5, qAB 5;
+    SSA 5547, SSB 1083, SSAB 300, SSE 102 (SST 7032)."""
+    data = {(16, 1): [15, 18, 12], (64, 1): [45, 48, 51], (16, 2): [25, 28, 19],
+            (64, 2): [75, 75, 81]}
+    rows = [{"batch_size": a, "procs_per_node": b, "images_per_s": y, "status": "ok"}
+            for (a, b), ys in data.items() for y in ys]
+    return pd.DataFrame(rows)
+
+
+def test_sign_table_reproduces_jain_allocation_of_variation():
+    effects = stats.sign_table_2kr(jain_2x2(), ["batch_size", "procs_per_node"], "images_per_s")
+    by = effects.set_index("term")
+    assert by.loc["mean", "effect"] == pytest.approx(41)
+    assert by.loc["batch_size", "effect"] == pytest.approx(21.5)
+    assert by.loc["procs_per_node", "effect"] == pytest.approx(9.5)
+    assert by.loc["batch_size:procs_per_node", "effect"] == pytest.approx(5)
+    assert by.loc["batch_size", "variation"] == pytest.approx(5547 / 7032)
+    assert by.loc["procs_per_node", "variation"] == pytest.approx(1083 / 7032)
+    assert by.loc["batch_size:procs_per_node", "variation"] == pytest.approx(300 / 7032)
+    assert effects.attrs["error_variation"] == pytest.approx(102 / 7032)
+    # s_e = sqrt(102 / 8) = 3.57; s_q = s_e / sqrt(12) = 1.03; t[0.975; 8] = 2.306
+    assert by.loc["batch_size", "ci_half_width"] == pytest.approx(2.306 * 1.0308, rel=1e-3)
+
+
+def test_anova_agrees_with_sign_table_on_two_levels():
+    table = stats.anova(jain_2x2(), ["batch_size", "procs_per_node"], "images_per_s")
+    by = table.set_index("term")
+    assert by.loc["batch_size", "sum_sq"] == pytest.approx(5547)
+    assert by.loc["procs_per_node", "sum_sq"] == pytest.approx(1083)
+    assert by.loc["batch_size:procs_per_node", "sum_sq"] == pytest.approx(300)
+    assert by.loc["Residual", "sum_sq"] == pytest.approx(102)
+
+
+def test_log_model_detected_when_effects_multiply():
+    rng = np.random.default_rng(0)
+    rows = []
+    for a, fa in ((1, 1.0), (2, 10.0), (3, 100.0)):
+        for b, fb in ((1, 1.0), (2, 10.0)):
+            for _ in range(4):
+                rows.append({"a": a, "b": b, "status": "ok",
+                             "y": fa * fb * rng.lognormal(0, 0.05)})
+    result = stats.log_model_fits_better(pd.DataFrame(rows), ["a", "b"], "y")
+    assert result["log_fits_better"] and result["r_squared_log"] > 0.99
+
+
+def test_replicates_flagged_when_interval_is_wide():
+    runs = pd.DataFrame({"framework": ["x"] * 3 + ["y"] * 3, "status": "ok",
+                         "images_per_s": [100, 101, 99, 100, 150, 50]})
+    table = stats.replicate_table(runs, ["framework"], "images_per_s").set_index("framework")
+    # x: s = 1, t(0.975, 2) = 4.303 -> half-width 2.48 = 2.5 % of 100
+    assert table.loc["x", "ci_half_width"] == pytest.approx(4.3027 / math.sqrt(3), rel=1e-3)
+    assert not table.loc["x", "needs_more_replications"]
+    assert table.loc["y", "needs_more_replications"]
+
+
+def test_scaling_gives_known_efficiencies():
+    runs = pd.DataFrame({
+        "framework": ["f"] * 6, "batch_size": [64] * 6, "status": "ok",
+        "world_size": [1, 1, 2, 2, 4, 4],
+        "images_per_s": [100, 100, 180, 180, 300, 300]})
+    table = stats.scaling(runs).set_index("world_size")
+    assert table.loc[2, "speedup"] == pytest.approx(1.8)
+    assert table.loc[2, "efficiency"] == pytest.approx(0.9)
+    assert table.loc[4, "efficiency"] == pytest.approx(0.75)
+    assert table.loc[4, "ideal_speedup"] == 4
+    assert table.loc[4, "speedup_ci"] == pytest.approx(0)  # no spread, no interval
