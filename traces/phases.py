@@ -41,6 +41,16 @@ class Sink:
         pass
 
 
+class LiveRegions:
+    """Told as each phase opens and closes, for tools that time regions
+    themselves (Score-P user regions, PyTorch profiler annotations)."""
+    def begin(self, name: str) -> None:
+        raise NotImplementedError
+
+    def end(self, name: str) -> None:
+        raise NotImplementedError
+
+
 class _Span:
     __slots__ = ("recorder", "index", "start")
 
@@ -48,11 +58,16 @@ class _Span:
         self.recorder, self.index = recorder, index
 
     def __enter__(self):
+        for live in self.recorder.live:
+            live.begin(PHASES[self.index])
         self.start = time.perf_counter_ns()
         return self
 
     def __exit__(self, *exc):
-        self.recorder._close(self.index, self.start, time.perf_counter_ns())
+        end = time.perf_counter_ns()
+        for live in self.recorder.live:
+            live.end(PHASES[self.index])
+        self.recorder._close(self.index, self.start, end)
         return False
 
 
@@ -61,6 +76,7 @@ class PhaseRecorder:
 
     def __init__(self, sinks: list[Sink] | None = None):
         self.sinks = sinks or []
+        self.live: list[LiveRegions] = []
         self.epoch = 0
         self.step = -1
         self._in_step = False
@@ -83,10 +99,14 @@ class PhaseRecorder:
     def begin_step(self, epoch: int, step: int) -> None:
         self.epoch, self.step, self._in_step = epoch, step, True
         self._current = [0] * len(PHASES)
+        for live in self.live:
+            live.begin(STEP)
         self._step_start = time.perf_counter_ns()
 
     def end_step(self) -> None:
         end = time.perf_counter_ns()
+        for live in self.live:
+            live.end(STEP)
         self.steps.append((self.epoch, self.step, self._step_start, end, *self._current))
         self._in_step = False
         for sink in self.sinks:

@@ -6,12 +6,14 @@ Every complete event (``ph: X``) is one interval; ``ts``/``dur`` are
 microseconds (integers in old files, decimals in new ones). Intervals nest
 per (pid, tid) by time; a GPU activity's parent is the runtime call that
 launched it (same ``correlation``), so a kernel takes the phase of the code
-that launched it. rank: ``distributedInfo.rank`` when present, else 0.
+that launched it. rank: ``distributedInfo.rank`` when present, else the
+number in the file name (``rank1.json``), else 0.
 Collective sizes come from the ``In msg nelems``/``dtype`` arguments newer
 PyTorch versions write on NCCL/Gloo records.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +35,7 @@ def read(path: Path, rules, run_id: str = ""):
         events = doc
     if not isinstance(events, list):
         raise TraceError(f"{path}: not a PyTorch profiler trace (no 'traceEvents' list)")
-    rank = int((doc.get("distributedInfo") or {}).get("rank", 0)) if isinstance(doc, dict) else 0
+    rank = _rank(doc, path)
     names = _thread_names(events)
     complete = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
     try:
@@ -60,6 +62,16 @@ def read(path: Path, rules, run_id: str = ""):
                  None if parent[i] < 0 else int(parent[i]), collective=collective,
                  nbytes=nbytes)
     return finish(rows, rules, "kineto", run_id), []
+
+
+def _rank(doc, path: Path) -> int:
+    """distributedInfo.rank (torch.distributed runs), else the rank in the
+    file name (our runs write torch_profiler/rank<r>.json), else 0."""
+    info = doc.get("distributedInfo") if isinstance(doc, dict) else None
+    if info and "rank" in info:
+        return int(info["rank"])
+    found = re.search(r"rank-?(\d+)", path.name)
+    return int(found.group(1)) if found else 0
 
 
 def _thread_names(events) -> dict:
