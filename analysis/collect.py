@@ -6,6 +6,9 @@
 - ``epochs.parquet``: one row per run and epoch (epochs.tsv of ok runs).
 - ``step_stats.parquet``: one row per run and rank: mean, median and p95
   step time over the measured steps, and mean time per phase.
+- ``phases.parquet``: every run's phase table (``<run>/phases.parquet``, see
+  traces/table.py) stacked; runs.csv's ``trace_errors`` says which traces
+  could not be read.
 """
 from __future__ import annotations
 
@@ -14,11 +17,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ddlcompare import runner
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
 from traces.phases import PHASES
+from traces.table import SCHEMA
 
 FIGURES = ("images_per_s", "images_per_s_per_process", "time_per_epoch_s",
            "final_test_accuracy", "final_test_loss", "init_s", "global_batch", "world_size",
@@ -101,9 +107,32 @@ def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
     return {"runs": runs_df, "epochs": epochs_df, "step_stats": stats_df}
 
 
+def phase_tables(design: Design, results: Path) -> tuple[pa.Table, dict[str, str]]:
+    """Every run's phase table stacked, and each run's trace errors."""
+    parts, errors, versions = [], {}, {}
+    for row in design.runs():
+        path = results / row.path / "phases.parquet"
+        if not path.exists():
+            continue
+        table = pq.read_table(path)
+        meta = table.schema.metadata or {}
+        problems = json.loads(meta.get(b"ddlcompare.errors", b"[]"))
+        if problems:
+            errors[row.run_id] = "; ".join(problems)
+        versions = {k: v for k, v in meta.items() if k.endswith(b"_version")}
+        parts.append(table.cast(SCHEMA))
+    stacked = pa.concat_tables(parts) if parts else SCHEMA.empty_table()
+    return stacked.replace_schema_metadata(versions), errors
+
+
 def write_tables(design: Design, results: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     found = tables(design, results)
+    phases, trace_errors = phase_tables(design, results)
+    found["runs"]["trace_errors"] = found["runs"]["run_id"].map(trace_errors)
+    tmp = out / ".phases.parquet.tmp"
+    pq.write_table(phases, tmp)
+    tmp.replace(out / "phases.parquet")
     for name, df in found.items():
         tmp = out / f".{name}.parquet.tmp"
         df.to_parquet(tmp, index=False)

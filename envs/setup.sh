@@ -13,7 +13,8 @@ mkdir -p "$cache/wheels"
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 
-debian_packages=(openmpi-bin libopenmpi-dev dataset-fashion-mnist cmake g++ make python3-dev python3-venv)
+debian_packages=(openmpi-bin libopenmpi-dev dataset-fashion-mnist cmake g++ make python3-dev python3-venv
+  otf2-tools)  # otf2-print: the tests check our OTF2 archives and the readers against it
 
 install_debian_packages() {
   local missing=()

@@ -5,11 +5,13 @@
 rule collect:
     input:
         [RESULTS / r.path / "done.json" for r in RUNS],
+        [RESULTS / r.path / "phases.parquet" for r in RUNS],
     output:
         runs=TABLES / "runs.parquet",
         runs_csv=TABLES / "runs.csv",
         epochs=TABLES / "epochs.parquet",
         steps=TABLES / "step_stats.parquet",
+        phases=TABLES / "phases.parquet",
     log:
         TABLES / "logs" / "collect.log",
     params:
