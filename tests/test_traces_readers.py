@@ -1,6 +1,7 @@
 """Every real trace in the shared fixtures converts, with counts checked
 against otf2-print (OTF2) or against the JSON itself; broken traces give a
 clear error naming the file."""
+import functools
 import gzip
 import json
 import re
@@ -30,6 +31,12 @@ RULES = PhaseRules()
 def read(path: Path):
     table, problems = readers.read(path, RULES, "r1")
     return table.to_pandas(), problems
+
+
+@functools.lru_cache(maxsize=None)
+def read_fixture(name: str):
+    """Large fixtures are read once per test session."""
+    return read(FIXTURES / name)
 
 
 def otf2_print_counts(anchor: Path) -> Counter:
@@ -133,7 +140,8 @@ def test_horovod_timeline_unterminated_array():
 def test_kineto_old_and_new_schema(name, steps):
     path = FIXTURES / name
     doc = json.loads(gzip.open(path).read())
-    df, problems = read(path)
+    df, problems = read_fixture(name)
+    df = df.copy()
     assert len(df) == sum(e.get("ph") == "X" for e in doc["traceEvents"])
     assert df["region"].str.startswith("ProfilerStep#").sum() == steps
     assert set(df.loc[df["region"].str.startswith("ProfilerStep#"), "phase"]) == {"step"}
@@ -149,7 +157,7 @@ def test_kineto_old_and_new_schema(name, steps):
 
 @needs_fixtures
 def test_kineto_nccl_allreduce_is_grad_comm():
-    df, _ = read(FIXTURES / "kineto-hta-ddp-ws2-v100-rank1" / "rank-1.json.gz")
+    df, _ = read_fixture("kineto-hta-ddp-ws2-v100-rank1/rank-1.json.gz")
     nccl = df[df["region"].str.startswith(("nccl:all_reduce", "ncclKernel_AllReduce"))]
     assert len(nccl) == 4040
     assert set(nccl["phase"]) == {"grad_comm"} and set(nccl["collective"]) == {"allreduce"}
