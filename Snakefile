@@ -24,6 +24,7 @@ rule all:
 
 
 include: "workflows/runs.smk"
+include: "workflows/traces.smk"
 include: "workflows/analysis.smk"
 
 

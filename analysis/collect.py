@@ -6,11 +6,16 @@
 - ``epochs.parquet``: one row per run and epoch (epochs.tsv of ok runs).
 - ``step_stats.parquet``: one row per run and rank: mean, median and p95
   step time over the measured steps, and mean time per phase.
-- ``phases.parquet``: one row per phase interval (run_id, rank, epoch, step,
-  phase, start_ns, end_ns, dur_ns, source). Within a step the phases run back
-  to back, so each start is the step's start plus the phases before it
-  (source "steps"); ``init`` and ``eval`` come from intervals.rank<r>.tsv
-  (step -1).
+- ``step_phases.parquet``: from the phase recorder, for every run: one row
+  per phase interval (run_id, rank, epoch, step, phase, start_ns, end_ns,
+  dur_ns, source). Within a step the phases run back to back, so each start
+  is the step's start plus the phases before it (source "steps"); ``init``
+  and ``eval`` come from intervals.rank<r>.tsv (step -1). The breakdown and
+  bottleneck analyses read this one.
+- ``phases.parquet``: every run's converted traces (``<run>/phases.parquet``,
+  see traces/table.py) stacked: our OTF2, Score-P, Horovod Timeline, Kineto,
+  with collectives and their bytes; runs.csv's ``trace_errors`` says which
+  traces could not be read.
 """
 from __future__ import annotations
 
@@ -19,11 +24,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ddlcompare import runner
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
 from traces.phases import PHASES, STEP_PHASES
+from traces.table import SCHEMA
 
 PHASE_COLUMNS = ["run_id", "rank", "epoch", "step", "phase", "start_ns", "end_ns", "dur_ns",
                  "source"]
@@ -109,7 +117,7 @@ def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
 
 
 def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
-    runs, epochs, stats, phases = [], [], [], []
+    runs, epochs, stats, step_phases = [], [], [], []
     for row in design.runs():
         info = run_row(design, row, results)
         runs.append(info)
@@ -121,7 +129,7 @@ def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
         epochs.append(ep)
         for s in step_stats(folder, row.config["warmup_steps"]):
             stats.append({"run_id": row.run_id, **s})
-        phases.append(phase_intervals(folder, row.run_id))
+        step_phases.append(phase_intervals(folder, row.run_id))
     runs_df = pd.DataFrame(runs)
     epochs_df = pd.concat(epochs, ignore_index=True) if epochs else pd.DataFrame(
         columns=["run_id", "epoch", "test_accuracy", "images_per_s"])
@@ -133,14 +141,38 @@ def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
         runs_df = runs_df.merge(slowest, on="run_id", how="left")
     else:
         runs_df["step_mean_s_slowest_rank"] = np.nan
-    phases_df = pd.concat(phases, ignore_index=True) if phases else \
+    step_phases_df = pd.concat(step_phases, ignore_index=True) if step_phases else \
         pd.DataFrame(columns=PHASE_COLUMNS)
-    return {"runs": runs_df, "epochs": epochs_df, "step_stats": stats_df, "phases": phases_df}
+    return {"runs": runs_df, "epochs": epochs_df, "step_stats": stats_df,
+            "step_phases": step_phases_df}
+
+
+def phase_tables(design: Design, results: Path) -> tuple[pa.Table, dict[str, str]]:
+    """Every run's phase table stacked, and each run's trace errors."""
+    parts, errors, versions = [], {}, {}
+    for row in design.runs():
+        path = results / row.path / "phases.parquet"
+        if not path.exists():
+            continue
+        table = pq.read_table(path)
+        meta = table.schema.metadata or {}
+        problems = json.loads(meta.get(b"ddlcompare.errors", b"[]"))
+        if problems:
+            errors[row.run_id] = "; ".join(problems)
+        versions = {k: v for k, v in meta.items() if k.endswith(b"_version")}
+        parts.append(table.cast(SCHEMA))
+    stacked = pa.concat_tables(parts) if parts else SCHEMA.empty_table()
+    return stacked.replace_schema_metadata(versions), errors
 
 
 def write_tables(design: Design, results: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     found = tables(design, results)
+    phases, trace_errors = phase_tables(design, results)
+    found["runs"]["trace_errors"] = found["runs"]["run_id"].map(trace_errors)
+    tmp = out / ".phases.parquet.tmp"
+    pq.write_table(phases, tmp)
+    tmp.replace(out / "phases.parquet")
     for name, df in found.items():
         tmp = out / f".{name}.parquet.tmp"
         df.to_parquet(tmp, index=False)

@@ -152,7 +152,7 @@ def waterfall(table: pd.DataFrame):
 def draw_all(tables: Path) -> dict[str, Path]:
     runs = pd.read_parquet(tables / "runs.parquet")
     epochs = pd.read_parquet(tables / "epochs.parquet")
-    phases = pd.read_parquet(tables / "phases.parquet")
+    phases = pd.read_parquet(tables / "step_phases.parquet")
     ok = runs[runs["status"] == "ok"]
     cell = ["framework", "world_size", "batch_size"]
     table = bottlenecks.breakdown(phases[phases["run_id"].isin(ok["run_id"])], ok, cell) \

@@ -169,7 +169,7 @@ def frameworks_section(design: Design) -> str:
 
 def build(design: Design, tables: Path, out: Path) -> Path:
     runs = pd.read_parquet(tables / "runs.parquet")
-    phases = pd.read_parquet(tables / "phases.parquet")
+    phases = pd.read_parquet(tables / "step_phases.parquet")
     figures = tables / "figures"
     body = "".join([design_section(design, runs), status_section(design, runs),
                     results_section(runs, figures), phases_section(runs, phases, figures),

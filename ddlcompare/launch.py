@@ -14,6 +14,8 @@ from ddlcompare.hosts import Host
 
 LAUNCHERS: dict[str, Callable] = {}
 TORCHRUN_PORT = 29500
+REPO = Path(__file__).resolve().parent.parent
+SCOREP_FILTER = REPO / "traces" / "scorep_filter"
 
 
 def launcher(name: str):
@@ -30,7 +32,46 @@ def python(config: dict) -> str:
 
 
 def worker_argv(config: dict, run_dir: Path) -> list[str]:
+    if config.get("tracer") == "scorep":
+        return scorep_worker_argv(config, run_dir)
     return [python(config), "-m", "frameworks.worker", str(run_dir)]
+
+
+def scorep_worker_argv(config: dict, run_dir: Path) -> list[str]:
+    """The worker under Score-P's Python bindings. They run a script (not a
+    module), so the worker goes by path and PYTHONPATH finds the packages
+    (tracing_env). --noinstrumenter: no Python function is traced, only our
+    phases (user regions) and what Score-P's MPI adapter sees."""
+    return [python(config), "-m", "scorep", "--mpp=mpi", "--noinstrumenter",
+            str(REPO / "frameworks" / "worker.py"), str(run_dir)]
+
+
+def tracing_env(config: dict, run_dir: Path) -> dict[str, str]:
+    """Where Score-P and Horovod's Timeline write, when they are asked for."""
+    env = {}
+    if config.get("tracer") == "scorep":
+        env.update({
+            "SCOREP_ENABLE_TRACING": "true",
+            "SCOREP_ENABLE_PROFILING": "false",
+            "SCOREP_EXPERIMENT_DIRECTORY": str(run_dir / "scorep"),
+            "SCOREP_OVERWRITE_EXPERIMENT_DIRECTORY": "true",
+            "SCOREP_FILTERING_FILE": str(SCOREP_FILTER),
+            "PYTHONPATH": str(REPO),
+        })
+    if config.get("horovod_timeline"):
+        env["HOROVOD_TIMELINE"] = str(run_dir / "horovod_timeline.json")
+    return env
+
+
+def require_mpi_for_scorep(config: dict, launcher_name: str) -> None:
+    """Score-P's --mpp=mpi learns ranks from MPI_Init: only MPI-started workers."""
+    if config.get("tracer") != "scorep":
+        return
+    if launcher_name != "horovodrun" or config.get("horovod_controller") != "mpi":
+        raise RuntimeError(
+            f"tracer: scorep needs MPI-started workers (horovodrun with horovod_controller: "
+            f"mpi); this run uses {launcher_name} with framework {config['framework']}. "
+            "Use tracer: otf2 for it, or set horovod_controller: mpi for Horovod runs")
 
 
 def base_env(config: dict) -> dict[str, str]:
@@ -50,15 +91,17 @@ def base_env(config: dict) -> dict[str, str]:
 @launcher("torchrun")
 def torchrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     """One torchrun per node; one rendezvous at the first host."""
+    require_mpi_for_scorep(config, "torchrun")
     per_node = hosts[0].slots
     run = [python(config), "-m", "torch.distributed.run"]
+    env = {**base_env(config), **tracing_env(config, run_dir)}
     if len(hosts) == 1:
         return run + ["--standalone", "--nnodes=1", f"--nproc_per_node={per_node}",
-                      "-m", "frameworks.worker", str(run_dir)], base_env(config)
+                      "-m", "frameworks.worker", str(run_dir)], env
     rendezvous = [f"--nnodes={len(hosts)}", f"--nproc_per_node={per_node}",
                   "--rdzv_backend=c10d", f"--rdzv_endpoint={hosts[0].name}:{TORCHRUN_PORT}",
                   f"--rdzv_id={config['run_id']}", "-m", "frameworks.worker", str(run_dir)]
-    return per_node_starter(hosts, scheduler) + run + rendezvous, base_env(config)
+    return per_node_starter(hosts, scheduler) + run + rendezvous, env
 
 
 def per_node_starter(hosts: list[Host], scheduler: str) -> list[str]:
@@ -74,13 +117,15 @@ def per_node_starter(hosts: list[Host], scheduler: str) -> list[str]:
 
 @launcher("horovodrun")
 def horovodrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
+    require_mpi_for_scorep(config, "horovodrun")
     world = sum(h.slots for h in hosts)
     host_arg = ",".join(f"{h.name}:{h.slots}" for h in hosts)
     argv = [str(Path(python(config)).parent / "horovodrun"), "-np", str(world), "-H", host_arg,
             f"--{config['horovod_controller']}"]
     if scheduler == "oar" and config["horovod_controller"] == "mpi":
         argv += ["--mpi-args=--mca plm_rsh_agent oarsh"]
-    return argv + worker_argv(config, run_dir), base_env(config)
+    return argv + worker_argv(config, run_dir), {**base_env(config),
+                                                 **tracing_env(config, run_dir)}
 
 
 def command(name: str, hosts: list[Host], config: dict, run_dir: Path, scheduler: str):

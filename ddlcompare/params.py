@@ -110,7 +110,7 @@ PARAMS: dict[str, Param] = {p.name: p for p in [
     Param("eval_every", int, 1, "evaluate on the test set every N epochs", minimum=1),
     Param("horovod_controller", str, "gloo", "Horovod's controller",
           choices=("gloo", "mpi")),
-    Param("tracer", str, "none", "event tracer of the training phases",
+    Param("tracer", str, "otf2", "event tracer of the training phases",
           choices=("none", "otf2", "scorep")),
     Param("horovod_timeline", bool, False, "also write Horovod's own timeline (Horovod runs)"),
     Param("torch_profiler", bool, False, "also write a PyTorch profiler (Kineto) trace"),

@@ -28,7 +28,8 @@ DONE = "done.json"
 RECORD = "run.json"
 LOG = "train.log"
 # Everything an attempt writes; moved aside before the next attempt.
-ATTEMPT_FILES = (DONE, RECORD, LOG, "epochs.tsv", "metrics.json")
+ATTEMPT_FILES = (DONE, RECORD, LOG, "epochs.tsv", "metrics.json", "phases.parquet", "phases.log",
+                 "horovod_timeline.json", "trace", "torch_profiler", "scorep")
 ATTEMPT_GLOBS = ("steps.rank*.tsv", "intervals.rank*.tsv", "rank*.json")
 
 

@@ -13,9 +13,10 @@ mkdir -p "$cache/wheels"
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 
+# otf2-print: the tests check our OTF2 archives and the readers against it.
 # chromium: the report test opens the report in it.
 debian_packages=(openmpi-bin libopenmpi-dev dataset-fashion-mnist cmake g++ make python3-dev python3-venv
-                 chromium)
+                 otf2-tools chromium)
 
 install_debian_packages() {
   local missing=()

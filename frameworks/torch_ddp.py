@@ -28,6 +28,25 @@ class Adapter(TorchAdapter):
         ids = [self.device.index] if self.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids), optimizer
 
+    def trace_collectives(self, model, phases) -> None:
+        """DDP's default all-reduce, wrapped in a communication hook that
+        reports each gradient bucket: its bytes, when it was handed to the
+        process group, and when its result was ready."""
+        import time
+
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        def traced_allreduce(process_group, bucket):
+            start = time.perf_counter_ns()
+            nbytes = bucket.buffer().numel() * bucket.buffer().element_size()
+
+            def done(future):
+                phases.collective("allreduce", nbytes, start, time.perf_counter_ns())
+                return future.value()
+            return default_hooks.allreduce_hook(process_group, bucket).then(done)
+
+        model.register_comm_hook(None, traced_allreduce)
+
     def allreduce(self, tensor, op: str):
         self.dist.all_reduce(tensor, op={"sum": self.dist.ReduceOp.SUM,
                                          "max": self.dist.ReduceOp.MAX}[op])

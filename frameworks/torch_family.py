@@ -14,7 +14,8 @@ import numpy as np
 
 from frameworks import common, data, models
 from frameworks.common import Dist
-from traces.phases import PhaseRecorder
+from traces import tracing
+from traces.phases import LiveRegions, PhaseRecorder
 
 
 class TorchAdapter:
@@ -42,6 +43,10 @@ class TorchAdapter:
 
     def allreduce(self, tensor, op: str):
         raise NotImplementedError
+
+    def trace_collectives(self, model, phases: PhaseRecorder) -> None:
+        """Report each gradient all-reduce (bytes, start, end) to
+        ``phases.collective``, where the framework offers a hook for it."""
 
     def shutdown(self) -> None:
         pass
@@ -107,6 +112,10 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
         mean = torch.tensor(dataset.info.mean).view(1, -1, 1, 1)
         std = torch.tensor(dataset.info.std).view(1, -1, 1, 1)
     init_s = time.perf_counter() - init_start
+    tracing.attach(phases, config, run_dir, dist.rank, dist.world)
+    if phases.sinks:
+        adapter.trace_collectives(model, phases)
+    profiler = _start_profiler(config, phases)
 
     def batch_tensors(x_u8, y):
         x = (torch.from_numpy(x_u8).float().div_(255) - mean) / std
@@ -151,6 +160,8 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             phases.end_step()
+            if profiler is not None:
+                profiler.step()
             measured_steps += measured_start is not None
             global_step += 1
         measured_s = time.perf_counter() - measured_start if measured_start else 0.0
@@ -167,6 +178,8 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
         rows.append(row)
         if dist.rank == 0:
             common.write_epochs(run_dir, rows)  # rewritten each epoch: progress is visible
+    if profiler is not None:
+        _stop_profiler(profiler, run_dir, dist.rank)
     phases.write(run_dir, dist.rank)
     versions = {"torch": torch.__version__, **_framework_versions()}
     record = common.rank_record(dist, versions)
@@ -216,6 +229,44 @@ def _evaluate(model, dataset, dist: Dist, sums: common.EpochSums, batch_tensors,
             loss += float(F.cross_entropy(out, y, reduction="sum"))
             correct += int((out.argmax(1) == y).sum())
     sums.test_loss, sums.test_correct, sums.test_images = loss, correct, len(ids)
+
+
+class _ProfilerAnnotations(LiveRegions):
+    """Phases as PyTorch profiler annotations, so the Kineto trace names them."""
+
+    def __init__(self):
+        from torch.autograd.profiler import record_function
+        self.record_function = record_function
+        self.open: list = []
+
+    def begin(self, name: str) -> None:
+        region = self.record_function(name)
+        region.__enter__()
+        self.open.append(region)
+
+    def end(self, name: str) -> None:
+        self.open.pop().__exit__(None, None, None)
+
+
+def _start_profiler(config: dict, phases: PhaseRecorder):
+    """The PyTorch profiler over the training steps (``torch_profiler: true``)."""
+    if not config["torch_profiler"]:
+        return None
+    import torch.profiler as tp
+    activities = [tp.ProfilerActivity.CPU]
+    if config["device"] == "gpu":
+        activities.append(tp.ProfilerActivity.CUDA)
+    profiler = tp.profile(activities=activities)
+    profiler.start()
+    phases.live.append(_ProfilerAnnotations())
+    return profiler
+
+
+def _stop_profiler(profiler, run_dir: Path, rank: int) -> None:
+    profiler.stop()
+    folder = run_dir / "torch_profiler"
+    folder.mkdir(exist_ok=True)
+    profiler.export_chrome_trace(str(folder / f"rank{rank}.json"))
 
 
 def _framework_versions() -> dict:

@@ -12,18 +12,43 @@ from __future__ import annotations
 import csv
 import time
 from pathlib import Path
-from typing import Protocol
 
 PHASES = ("init", "data_load", "h2d", "forward", "backward", "grad_comm",
           "optimizer", "eval", "checkpoint", "other")
 STEP_PHASES = ("data_load", "h2d", "forward", "backward", "grad_comm", "optimizer")
+# The region that encloses one training step's phases in traces and in the
+# phase table (phase column "step"); it is not a phase of its own.
+STEP = "step"
 _INDEX = {p: i for i, p in enumerate(PHASES)}
 
 
-class Sink(Protocol):
-    """Receives each interval as it closes (an event tracer)."""
-    def interval(self, phase: str, epoch: int, step: int, start_ns: int, end_ns: int) -> None: ...
-    def close(self) -> None: ...
+class Sink:
+    """Receives each interval as it closes (an event tracer).
+
+    Times are ``time.perf_counter_ns()`` values of the process that records.
+    """
+    def interval(self, phase: str, epoch: int, step: int, start_ns: int, end_ns: int) -> None:
+        raise NotImplementedError
+
+    def step(self, epoch: int, step: int, start_ns: int, end_ns: int) -> None:
+        """One whole training step (it encloses that step's phase intervals)."""
+
+    def collective(self, op: str, nbytes: int, start_ns: int, end_ns: int) -> None:
+        """One collective operation (e.g. a gradient bucket's all-reduce),
+        possibly overlapping the phases and other collectives."""
+
+    def close(self) -> None:
+        pass
+
+
+class LiveRegions:
+    """Told as each phase opens and closes, for tools that time regions
+    themselves (Score-P user regions, PyTorch profiler annotations)."""
+    def begin(self, name: str) -> None:
+        raise NotImplementedError
+
+    def end(self, name: str) -> None:
+        raise NotImplementedError
 
 
 class _Span:
@@ -33,11 +58,16 @@ class _Span:
         self.recorder, self.index = recorder, index
 
     def __enter__(self):
+        for live in self.recorder.live:
+            live.begin(PHASES[self.index])
         self.start = time.perf_counter_ns()
         return self
 
     def __exit__(self, *exc):
-        self.recorder._close(self.index, self.start, time.perf_counter_ns())
+        end = time.perf_counter_ns()
+        for live in self.recorder.live:
+            live.end(PHASES[self.index])
+        self.recorder._close(self.index, self.start, end)
         return False
 
 
@@ -46,6 +76,7 @@ class PhaseRecorder:
 
     def __init__(self, sinks: list[Sink] | None = None):
         self.sinks = sinks or []
+        self.live: list[LiveRegions] = []
         self.epoch = 0
         self.step = -1
         self._in_step = False
@@ -54,18 +85,38 @@ class PhaseRecorder:
         self.steps: list[tuple] = []  # (epoch, step, start_ns, end_ns, *phase durations)
         self.intervals: list[tuple] = []  # (phase, epoch, start_ns, end_ns)
 
+    def attach(self, sinks: list[Sink]) -> None:
+        """Add sinks once the run knows where they write (after ``init``);
+        they receive the intervals recorded so far first."""
+        for sink in sinks:
+            for phase, epoch, start, end in self.intervals:
+                sink.interval(phase, epoch, -1, start, end)
+        self.sinks.extend(sinks)
+
     def __call__(self, phase: str) -> _Span:
         return _Span(self, _INDEX[phase])
 
     def begin_step(self, epoch: int, step: int) -> None:
         self.epoch, self.step, self._in_step = epoch, step, True
         self._current = [0] * len(PHASES)
+        for live in self.live:
+            live.begin(STEP)
         self._step_start = time.perf_counter_ns()
 
     def end_step(self) -> None:
         end = time.perf_counter_ns()
+        for live in self.live:
+            live.end(STEP)
         self.steps.append((self.epoch, self.step, self._step_start, end, *self._current))
         self._in_step = False
+        for sink in self.sinks:
+            sink.step(self.epoch, self.step, self._step_start, end)
+
+    def collective(self, op: str, nbytes: int, start_ns: int, end_ns: int) -> None:
+        """Record one collective operation; only event tracers keep it.
+        May be called from a communication thread."""
+        for sink in self.sinks:
+            sink.collective(op, nbytes, start_ns, end_ns)
 
     def _close(self, index: int, start: int, end: int) -> None:
         if self._in_step:
@@ -73,7 +124,8 @@ class PhaseRecorder:
         else:
             self.intervals.append((PHASES[index], self.epoch, start, end))
         for sink in self.sinks:
-            sink.interval(PHASES[index], self.epoch, self.step, start, end)
+            sink.interval(PHASES[index], self.epoch, self.step if self._in_step else -1,
+                          start, end)
 
     def write(self, folder: Path, rank: int) -> None:
         """``steps.rank<r>.tsv`` (one row per step) and ``intervals.rank<r>.tsv``."""

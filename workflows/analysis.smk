@@ -5,11 +5,13 @@
 rule collect:
     input:
         [RESULTS / r.path / "done.json" for r in RUNS],
+        [RESULTS / r.path / "phases.parquet" for r in RUNS],
     output:
         runs=TABLES / "runs.parquet",
         runs_csv=TABLES / "runs.csv",
         epochs=TABLES / "epochs.parquet",
         steps=TABLES / "step_stats.parquet",
+        step_phases=TABLES / "step_phases.parquet",
         phases=TABLES / "phases.parquet",
     log:
         TABLES / "logs" / "collect.log",
@@ -29,7 +31,7 @@ rule figures:
     input:
         runs=rules.collect.output.runs,
         epochs=rules.collect.output.epochs,
-        phases=rules.collect.output.phases,
+        step_phases=rules.collect.output.step_phases,
     output:
         throughput=report(TABLES / "figures" / "throughput.png", category="Throughput"),
         scaling=report(TABLES / "figures" / "scaling.png", category="Scaling"),

@@ -1,0 +1,242 @@
+"""OTF2 archives: ours, and Score-P's (7.x with OTF2 2.x up to 9.x with OTF2 3.1).
+
+Definitions come from the ``otf2`` bindings; events are read through the
+library's global event reader with callbacks for the few records a phase
+table needs (Enter, Leave, MPI messages and collectives), so the other
+records (metrics, parameters, ...) cost no Python call, and metric locations
+are not read at all.
+
+- rank: the number in the location group's name (``MPI Rank 3``, ``Rank 3``),
+  else the group's position; an accelerator's group takes its creator's rank;
+- node: the system tree node of class ``node`` above the group;
+- location: ``<group name>/<location name>``;
+- times: ticks -> ns since the Unix epoch where the clock properties give it.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from traces.readers import TraceError
+from traces.table import Rows, finish
+
+_RANK_IN_NAME = re.compile(r"(\d+)\s*$")
+STEP_ATTRIBUTES = ("step", "epoch")
+
+
+def read(path: Path, rules, run_id: str = ""):
+    import otf2
+    try:
+        reader = otf2.reader.Reader(str(path))
+    except Exception as exc:  # the bindings raise several types; all mean unreadable
+        raise TraceError(f"{path}: cannot read the OTF2 definitions (truncated or corrupt?): "
+                         f"{_reason(exc)}") from None
+    try:
+        rows, problems = _read_events(reader, path)
+    finally:
+        try:
+            reader.close()
+        except Exception:
+            pass
+    table = finish(rows, rules, "otf2", run_id)
+    return table, problems
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+class _State:
+    """Open intervals per location while events stream in."""
+
+    def __init__(self, defs, locations: dict):
+        self.defs = defs
+        self.regions = {r._ref: r.name for r in defs.regions}
+        self.attributes = {a._ref: a.name for a in defs.attributes}
+        self.locations = locations  # ref -> (rank, node, name)
+        self.stacks: dict[int, list] = {ref: [] for ref in locations}
+        self.rows = Rows()
+        self.next_id = 0
+        self.unbalanced = 0
+        self.overlapping = 0
+        clock = defs.clock_properties
+        self.offset = clock.global_offset
+        self.scale = 1e9 / clock.timer_resolution
+        realtime = clock.realtime_timestamp
+        self.base = realtime if 0 < realtime < 2**63 else 0
+        self.exact = clock.timer_resolution == 1_000_000_000
+
+    def ns(self, ticks: int) -> int:
+        if self.exact:
+            return ticks - self.offset + self.base
+        return int(round((ticks - self.offset) * self.scale)) + self.base
+
+    def enter(self, location, time, attribute_list, region):
+        stack = self.stacks[location]
+        step = epoch = None
+        if attribute_list is not None:
+            step, epoch = self._step_attributes(attribute_list)
+        if step is None and stack:
+            step, epoch = stack[-1][4], stack[-1][5]
+        parent = stack[-1][2] if stack else None
+        # [region, start, id, parent, step, epoch, collective, bytes]
+        stack.append([region, time, self.next_id, parent, step, epoch, None, None])
+        self.next_id += 1
+
+    def leave(self, location, time, attribute_list, region):
+        stack = self.stacks[location]
+        if not stack:
+            self.unbalanced += 1
+            return
+        at = len(stack) - 1
+        while at >= 0 and stack[at][0] != region:
+            at -= 1
+        if at < 0:
+            self.unbalanced += 1
+            return
+        if at != len(stack) - 1:
+            # Not the innermost open region: two threads' regions share one
+            # location (Score-P's Python bindings put Horovod's background
+            # thread on the master thread). Close the one that ends, as it
+            # is, and keep the others open.
+            self.overlapping += 1
+        self._emit(location, stack.pop(at), time, at)
+
+    def _emit(self, location, entry, end, depth):
+        region, start, row_id, parent, step, epoch, collective, nbytes = entry
+        rank, node, name = self.locations[location]
+        self.rows.add(rank, node, name, self.regions.get(region, f"region {region}"),
+                      self.ns(start), self.ns(end), depth, row_id, parent,
+                      step=None if step is None or step < 0 else step,
+                      epoch=None if epoch is None or epoch < 0 else epoch,
+                      collective=collective, nbytes=nbytes)
+
+    def message(self, location, nbytes):
+        stack = self.stacks[location]
+        if stack:
+            stack[-1][7] = (stack[-1][7] or 0) + nbytes
+
+    def collective_end(self, location, op, sent, received):
+        stack = self.stacks[location]
+        if stack:
+            stack[-1][6] = _collective_name(op)
+            stack[-1][7] = max(sent, received)
+
+    def _step_attributes(self, attribute_list):
+        import _otf2
+        found = {}
+        for i in range(_otf2.AttributeList_GetNumberOfElements(attribute_list)):
+            ref, kind, value = _otf2.AttributeList_GetAttributeByIndex(attribute_list, i)
+            name = self.attributes.get(ref)
+            if name in STEP_ATTRIBUTES:
+                found[name] = int(value.int64)
+        return found.get("step"), found.get("epoch")
+
+
+def _collective_name(op) -> str:
+    name = getattr(op, "name", None) or str(op)
+    return name.rsplit(".", 1)[-1].lower()
+
+
+def _locations(defs) -> dict:
+    """ref -> (rank, node, 'group/location') for every location with events
+    worth reading (metric locations only hold metric samples)."""
+    import otf2
+    groups = [g for g in defs.location_groups]
+    process_index = {}
+    for g in groups:
+        if g.location_group_type == otf2.LocationGroupType.PROCESS:
+            process_index[g._ref] = len(process_index)
+
+    def rank_of(group, seen=0):
+        creator = getattr(group, "creating_location_group", None)
+        if group._ref not in process_index and creator is not None and seen < 8:
+            return rank_of(creator, seen + 1)
+        found = _RANK_IN_NAME.search(group.name or "")
+        return int(found.group(1)) if found else process_index.get(group._ref, 0)
+
+    out = {}
+    for location in defs.locations:
+        if location.type == otf2.LocationType.METRIC:
+            continue
+        group = location.group
+        out[location._ref] = (rank_of(group), _node_of(group), f"{group.name}/{location.name}")
+    return out
+
+
+def _node_of(group) -> str:
+    node = group.system_tree_parent
+    walk = node
+    while walk is not None:
+        if walk.class_name == "node":
+            return walk.name
+        walk = walk.parent
+    return node.name if node is not None else ""
+
+
+def _read_events(reader, path: Path):
+    import _otf2
+    defs = reader.definitions
+    if defs.clock_properties is None:
+        raise TraceError(f"{path}: the OTF2 definitions have no clock properties")
+    try:
+        locations = _locations(defs)
+    except Exception as exc:
+        raise TraceError(f"{path}: inconsistent OTF2 definitions: {_reason(exc)}") from None
+    state = _State(defs, locations)
+    if not locations:
+        return state.rows, []
+    selected = [loc for loc in defs.locations if loc._ref in locations]
+    failures: list[str] = []
+    # The bindings attach each ctypes function pointer to the Python callback
+    # only: keep the callbacks alive while the C reader may call them.
+    alive: list = []
+
+    def guarded(fn):
+        def callback(location, time, _user, attribute_list, *args):
+            try:
+                fn(location, time, attribute_list, *args)
+            except Exception as exc:  # reported after reading; the C reader then stops
+                failures.append(_reason(exc))
+                return _otf2.CALLBACK_INTERRUPT
+            return _otf2.CALLBACK_SUCCESS
+        alive.append(callback)
+        return callback
+
+    try:
+        handle = reader._get_global_evt_reader_handle(selected)
+        callbacks = _otf2.GlobalEvtReaderCallbacks_New()
+        _otf2.GlobalEvtReaderCallbacks_SetEnterCallback(callbacks, guarded(state.enter))
+        _otf2.GlobalEvtReaderCallbacks_SetLeaveCallback(callbacks, guarded(state.leave))
+        for name in ("MpiSend", "MpiIsend", "MpiRecv", "MpiIrecv"):
+            getattr(_otf2, f"GlobalEvtReaderCallbacks_Set{name}Callback")(
+                callbacks, guarded(lambda loc, t, attrs, peer, comm, tag, length:
+                                   state.message(loc, length)))
+        _otf2.GlobalEvtReaderCallbacks_SetMpiCollectiveEndCallback(
+            callbacks, guarded(lambda loc, t, attrs, op, comm, root, sent, received:
+                               state.collective_end(loc, op, sent, received)))
+        _otf2.GlobalEvtReader_SetCallbacks(handle, callbacks, None)
+        _otf2.GlobalEvtReaderCallbacks_Delete(callbacks)
+        while _otf2.GlobalEvtReader_ReadEvents(handle, 1_000_000) == 1_000_000:
+            pass
+    except TraceError:
+        raise
+    except Exception as exc:
+        detail = failures[0] if failures else _reason(exc)
+        raise TraceError(f"{path}: cannot read the OTF2 events (truncated or corrupt?): "
+                         f"{detail}") from None
+    if failures:
+        raise TraceError(f"{path}: cannot read the OTF2 events: {failures[0]}")
+    problems = []
+    unclosed = sum(len(s) for s in state.stacks.values())
+    if unclosed:
+        problems.append(f"{path}: {unclosed} regions entered but never left (trace cut short?); "
+                        "left out")
+    if state.unbalanced:
+        problems.append(f"{path}: {state.unbalanced} Leave records without a matching Enter; "
+                        "ignored")
+    if state.overlapping:
+        problems.append(f"{path}: {state.overlapping} regions overlap others without nesting "
+                        "(several threads recorded on one location); kept with their own times")
+    return state.rows, problems

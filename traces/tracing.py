@@ -1,0 +1,37 @@
+"""The run's tracer, chosen by the ``tracer`` parameter (none | otf2 | scorep).
+
+Framework-neutral: every family's loop calls :func:`attach` once it knows
+its rank (after ``init``); the recorder hands the init interval to the new
+sinks. With ``tracer: none`` nothing is attached and a phase costs the
+recorder's bookkeeping alone.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from traces.phases import LiveRegions, PhaseRecorder
+
+
+class ScorepRegions(LiveRegions):
+    """Phases as Score-P user regions (Score-P names them ``user:<phase>``).
+    The worker runs under ``python -m scorep``, which provides the module."""
+
+    def __init__(self):
+        import scorep.user
+        self.user = scorep.user
+
+    def begin(self, name: str) -> None:
+        # file and line given: the bindings would otherwise inspect the stack
+        self.user.region_begin(name, __file__, 0)
+
+    def end(self, name: str) -> None:
+        self.user.region_end(name)
+
+
+def attach(recorder: PhaseRecorder, config: dict, run_dir: Path, rank: int, world: int) -> None:
+    tracer = config.get("tracer", "none")
+    if tracer == "otf2":
+        from traces.otf2_writer import Otf2Sink
+        recorder.attach([Otf2Sink(run_dir, rank, world, config.get("run_id", ""))])
+    elif tracer == "scorep":
+        recorder.live.append(ScorepRegions())

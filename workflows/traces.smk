@@ -1,0 +1,21 @@
+# Each run's traces (our OTF2 archive, Score-P's, Horovod's Timeline, PyTorch
+# profiler traces) -> one phase table per run, once the run is done. A run
+# without a trace gives an empty table; an unreadable trace gives an error
+# line in the log and in the table's metadata, and the workflow goes on.
+
+
+rule phases:
+    input:
+        RESULTS / "{path}" / "done.json",
+    output:
+        RESULTS / "{path}" / "phases.parquet",
+    log:
+        RESULTS / "{path}" / "phases.log",
+    params:
+        python=PYTHON,
+        run_dir=lambda wc: RESULTS / wc.path,
+    conda:
+        "../envs/torch.yaml"
+    shell:
+        "{params.python:q} -m traces.convert {params.run_dir:q} -o {output:q} --keep-going"
+        " > {log:q} 2>&1"
