@@ -15,6 +15,9 @@ RUN_BY_PATH = {r.path: r for r in RUNS}
 TABLES = RESULTS / DESIGN.root / "tables"
 REPORT = RESULTS / DESIGN.root / "report.html"
 PYTHON = sys.executable
+# Traces from elsewhere to convert and show in the report (a list, or a
+# comma-separated string): --config import_traces=path/a,path/b
+IMPORTED = ws.as_list(config.get("import_traces", []))
 
 
 rule all:

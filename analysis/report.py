@@ -154,6 +154,43 @@ def _anova_html(runs: pd.DataFrame, factors: list[str], response: str) -> str:
     return text
 
 
+def traces_section(runs: pd.DataFrame, tables: Path) -> str:
+    """What the converted traces hold: our runs' (collectives and their bytes)
+    and any imported ones (phase totals per trace)."""
+    parts = ["<h2>Traces</h2>"]
+    ours = pd.read_parquet(tables / "phases.parquet") if (tables / "phases.parquet").exists() \
+        else pd.DataFrame()
+    if len(ours):
+        info = runs.set_index("run_id")[["framework", "world_size", "batch_size", "tracer"]]
+        coll = ours[ours["collective"].notna()].groupby("run_id").agg(
+            collectives=("collective", "count"), bytes=("bytes", "sum"),
+            steps=("step", "nunique"), ranks=("rank", "nunique"))
+        coll["MB_per_step_per_rank"] = coll["bytes"] / coll["steps"] / coll["ranks"] / 1e6
+        summary = ours.groupby("run_id").agg(intervals=("phase", "count"),
+                                             sources=("source", lambda s: ", ".join(sorted(set(s)))))
+        parts.append("<h3>Traces of these runs</h3><p>Intervals converted per run and the "
+                     "gradient collectives the trace records, with bytes where the framework "
+                     "exposes them.</p>")
+        parts.append(_table(info.join(summary, how="inner").join(coll, how="left").reset_index()))
+    errors = runs[runs.get("trace_errors", pd.Series(dtype=str)).notna()] \
+        if "trace_errors" in runs else pd.DataFrame()
+    if len(errors):
+        parts.append("<h3>Unreadable traces</h3>" + _table(errors[["run_id", "trace_errors"]]))
+    imported = tables / "imported.parquet"
+    if imported.exists():
+        table = pd.read_parquet(imported)
+        totals = table[table["phase"] != "step"].pivot_table(
+            index=["run_id", "source"], columns="phase", values="dur_ns", aggfunc="sum") / 1e9
+        counts = table.groupby(["run_id", "source"]).agg(ranks=("rank", "nunique"),
+                                                          intervals=("phase", "count"))
+        parts.append("<h3>Imported traces</h3><p>Seconds in each phase (all ranks) after "
+                     "mapping regions with traces/rules.yaml.</p>")
+        parts.append(_table(counts.join(totals).reset_index()))
+    if len(parts) == 1:
+        parts.append("<p>No traces (tracer: none, and none imported).</p>")
+    return "".join(parts)
+
+
 def accuracy_section(figures: Path) -> str:
     return (f"<h2>Accuracy</h2>{_figure(figures / 'accuracy.png', 'accuracy')}"
             f"<p>Evaluation is distributed: each rank scores its share of the test set.</p>")
@@ -174,7 +211,8 @@ def build(design: Design, tables: Path, out: Path) -> Path:
     body = "".join([design_section(design, runs), status_section(design, runs),
                     results_section(runs, figures), phases_section(runs, phases, figures),
                     frameworks_section(design), bottlenecks_section(runs, phases),
-                    statistics_section(design, runs), accuracy_section(figures)])
+                    statistics_section(design, runs), accuracy_section(figures),
+                    traces_section(runs, tables)])
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
             f"<title>ddl-compare: {html.escape(design.name)}</title><style>{STYLE}</style>"
             f"</head><body><h1>ddl-compare report: {html.escape(design.name)}</h1>"

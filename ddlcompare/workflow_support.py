@@ -38,3 +38,10 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool):
 def runtime_minutes(row: RunRow) -> int:
     """The scheduler's walltime for a run: its hang timeout plus a margin."""
     return runner.derived_timeout(row.config) // 60 + 5
+
+
+def as_list(value) -> list[str]:
+    """A config value given as a YAML list or a comma-separated string."""
+    if isinstance(value, str):
+        return [v for v in value.split(",") if v]
+    return [str(v) for v in value]

@@ -10,9 +10,12 @@ import pytest
 
 from conftest import REPO, tiny_design, write_design
 
+FIXTURES = REPO.parent / "shared" / "fixtures" / "real-traces"
+IMPORTED = ["pipit-ping-pong-otf2", "scorep-8.4-horovod-torch-mpi-np2",
+            "horovod-timeline-IgorDavidyuk-cpu3"]
 SECTIONS = ["Design and provenance", "Run status", "Throughput and scaling",
             "Where the speedup goes", "Phase breakdown", "Bottlenecks", "Design statistics",
-            "Accuracy", "Frameworks and the phases they expose"]
+            "Accuracy", "Frameworks and the phases they expose", "Traces", "Imported traces"]
 FIGURES = ["throughput", "scaling", "waterfall", "phase breakdown", "timeline", "accuracy"]
 
 
@@ -25,7 +28,8 @@ def report(tmp_path_factory):
     out = subprocess.run(
         ["timeout", "-k", "10", "900", str(Path(sys.executable).parent / "snakemake"),
          "-s", str(REPO / "Snakefile"), "--profile", str(REPO / "profiles" / "local"),
-         "-d", str(workdir), "--config", f"design={workdir / 'design.yaml'}"],
+         "-d", str(workdir), "--config", f"design={workdir / 'design.yaml'}",
+         "import_traces=" + ",".join(str(FIXTURES / name) for name in IMPORTED)],
         capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     return next((workdir / "results").rglob("report.html"))
@@ -40,6 +44,8 @@ def test_report_has_every_section_and_finding(report):
     assert "of step time is spent in data_load" in page
     assert "Allocation of variation" in page
     assert "http://" not in page and "https://" not in page  # nothing fetched
+    for name in IMPORTED:
+        assert f"<td>{name}</td>" in page, name
 
 
 @pytest.mark.slow

@@ -46,6 +46,8 @@ def traces_in(path: Path) -> list[Path]:
 
 
 def run_id_of(path: Path) -> str:
+    """The run's id from its config.json; for a trace from elsewhere (an
+    imported one), the name of its folder, so that it stays identifiable."""
     folder = path if path.is_dir() else path.parent
     for candidate in (folder, *folder.parents[:3]):
         config = candidate / "config.json"
@@ -54,7 +56,7 @@ def run_id_of(path: Path) -> str:
                 return str(json.loads(config.read_text()).get("run_id", ""))
             except (OSError, ValueError):
                 return ""
-    return ""
+    return folder.parent.name if folder.name in ("traces", "trace") else folder.name
 
 
 def convert(paths: list[Path], rules: PhaseRules, run_id: str | None = None):

@@ -50,10 +50,26 @@ rule figures:
         "{params.python:q} -m analysis.figures {params.tables:q} > {log:q} 2>&1"
 
 
+rule import_traces:
+    input:
+        IMPORTED,
+    output:
+        TABLES / "imported.parquet",
+    log:
+        TABLES / "logs" / "import_traces.log",
+    params:
+        python=PYTHON,
+    conda:
+        "../envs/torch.yaml"
+    shell:
+        "{params.python:q} -m traces.convert {input:q} -o {output:q} --keep-going > {log:q} 2>&1"
+
+
 rule report:
     input:
         rules.collect.output,
         rules.figures.output,
+        [rules.import_traces.output] if IMPORTED else [],
     output:
         REPORT,
     log:
