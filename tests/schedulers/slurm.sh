@@ -24,8 +24,17 @@ install_packages() {
   say "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  # policy-rc.d keeps the packages from starting their own daemons.
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The packages' own daemons stay stopped: a policy-rc.d saying no, for the
+  # install only, unless the machine has one.
+  local policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy"
+  fi
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || {
+    [ -n "$policy" ] && rm -f "$policy"; return 1; }
+  [ -n "$policy" ] && rm -f "$policy"
+  return 0
 }
 
 # Start "$name" unless its PID file names a live process; the PID file in
