@@ -1,6 +1,5 @@
 """What a run's job asks a cluster for, and the OAR commands' parsing and
 decisions on exact-format text (the real schedulers: test_slurm, test_oar)."""
-import json
 from pathlib import Path
 
 import pytest
