@@ -66,7 +66,7 @@ def test_tiny_design_through_the_slurm_profile_matches_a_local_run(slurm, tmp_pa
     for folder in (on_slurm, local):
         folder.mkdir()
         write_design(folder, DESIGN)
-    started = time.monotonic()
+    started, since = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%S")
     out = run_snakemake(on_slurm, slurm, "slurm")
     print(f"slurm workflow: {time.monotonic() - started:.1f} s")
     assert out.returncode == 0, out.stderr[-4000:]
@@ -77,9 +77,10 @@ def test_tiny_design_through_the_slurm_profile_matches_a_local_run(slurm, tmp_pa
         assert record["scheduler"] == "slurm"  # both routes saw the allocation
         assert record["hosts"] == [{"name": os.uname().nodename.split(".")[0],
                                     "slots": record["config"]["procs_per_node"]}]
-    jobs = subprocess.run(["sacct", "-n", "-X", "-o", "JobName%60,AllocCPUS,ReqMem,Timelimit"],
+    jobs = subprocess.run(["sacct", "-n", "-X", "-S", since, "-o", "AllocCPUS,ReqMem,Timelimit"],
                           capture_output=True, text=True, env=slurm).stdout
-    assert "6000M" in jobs and "3000M" in jobs  # memory sized per run
+    assert sorted(line.split()[:2] for line in jobs.splitlines()) == [
+        ["1", "3000M"], ["2", "6000M"]]  # CPUs and memory sized per run
 
     local_out = run_snakemake(local, scheduler_env(), "local")
     assert local_out.returncode == 0, local_out.stderr[-3000:]
