@@ -31,6 +31,11 @@ def detect(nodes: int, procs_per_node: int, env: dict | None = None) -> tuple[st
     elif env.get("SLURM_JOB_NODELIST"):
         names = slurm_hosts(env["SLURM_JOB_NODELIST"])
         source = "slurm"
+    elif env.get("SLURM_JOB_ID"):
+        # Snakemake's Slurm job step keeps only the job id in the environment
+        # of a job that runs outside an srun step: ask Slurm for the nodes.
+        names = slurm_hosts(slurm_job_nodelist(env["SLURM_JOB_ID"]))
+        source = "slurm"
     else:
         # Without a scheduler every "node" is this machine: one host whose
         # slots are all the processes, so launchers start them all here.
@@ -60,6 +65,19 @@ def slurm_hosts(nodelist: str) -> list[str]:
         return out.split()
     except (OSError, subprocess.CalledProcessError):
         return _expand_slurm(nodelist)
+
+
+def slurm_job_nodelist(job_id: str) -> str:
+    """The compressed node list of a running job (``NodeList=n[1-2]``)."""
+    try:
+        out = subprocess.run(["scontrol", "show", "job", "--oneliner", job_id],
+                             capture_output=True, text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise RuntimeError(f"Slurm job {job_id}: cannot read its node list ({exc})") from None
+    found = re.search(r"(?:^|\s)NodeList=(\S+)", out)
+    if not found or found.group(1) == "(null)":
+        raise RuntimeError(f"Slurm job {job_id}: no NodeList in 'scontrol show job'")
+    return found.group(1)
 
 
 def _expand_slurm(nodelist: str) -> list[str]:

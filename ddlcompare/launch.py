@@ -6,6 +6,7 @@ strings: no design value passes through a shell.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -108,7 +109,11 @@ def per_node_starter(hosts: list[Host], scheduler: str) -> list[str]:
     """Start one process on each host of a multi-node allocation."""
     names = ",".join(h.name for h in hosts)
     if scheduler == "slurm":
-        return ["srun", f"--nodes={len(hosts)}", "--ntasks-per-node=1", f"--nodelist={names}"]
+        # --overlap: the run may itself be inside a one-task step holding the
+        # CPUs (see workflow_support.job_resources); explicit counts override
+        # the SLURM_NTASKS and the like that such a step leaves behind.
+        return ["srun", "--overlap", f"--nodes={len(hosts)}", f"--ntasks={len(hosts)}",
+                "--ntasks-per-node=1", f"--nodelist={names}"]
     # OAR (and anything else with ssh-like access): mpirun as a process
     # starter, reaching the nodes with oarsh on OAR.
     agent = ["--mca", "plm_rsh_agent", "oarsh"] if scheduler == "oar" else []
@@ -122,10 +127,34 @@ def horovodrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     host_arg = ",".join(f"{h.name}:{h.slots}" for h in hosts)
     argv = [str(Path(python(config)).parent / "horovodrun"), "-np", str(world), "-H", host_arg,
             f"--{config['horovod_controller']}"]
+    env = base_env(config)
     if scheduler == "oar" and config["horovod_controller"] == "mpi":
         argv += ["--mpi-args=--mca plm_rsh_agent oarsh"]
-    return argv + worker_argv(config, run_dir), {**base_env(config),
-                                                 **tracing_env(config, run_dir)}
+    elif scheduler == "oar":
+        env["PATH"] = oarsh_path()  # Gloo starts remote workers with "ssh"
+    return argv + worker_argv(config, run_dir), {**env, **tracing_env(config, run_dir)}
+
+
+OARSH_AS_SSH = Path(__file__).resolve().parent / "oarsh_as_ssh"
+
+
+def oarsh_path() -> str:
+    """PATH with an ``ssh`` that is oarsh first, for launchers that cannot be
+    told which remote shell to use."""
+    return f"{OARSH_AS_SSH}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
+
+
+TF_WORKER_PORT = 23456
+
+
+def tf_worker_addresses(hosts: list[Host], port: int = TF_WORKER_PORT) -> list[str]:
+    """The hook for the TensorFlow family's launcher: TF_CONFIG's
+    ``cluster.worker`` list, one ``host:port`` per process (a host's slots
+    get consecutive ports), in rank order. Worker i's TF_CONFIG is
+    ``{"cluster": {"worker": these}, "task": {"type": "worker", "index": i}}``;
+    its process starts on ``these[i]``'s host (srun or oarsh, as
+    ``per_node_starter``)."""
+    return [f"{h.name}:{port + slot}" for h in hosts for slot in range(h.slots)]
 
 
 def command(name: str, hosts: list[Host], config: dict, run_dir: Path, scheduler: str):

@@ -45,3 +45,36 @@ def as_list(value) -> list[str]:
     if isinstance(value, str):
         return [v for v in value.split(",") if v]
     return [str(v) for v in value]
+# Memory a training process asks for (the model is small; the data set and
+# the framework's runtime dominate). Override per cluster with
+# ``set-resources: {run: {mem_mb: ...}}`` in a profile.
+MB_PER_PROCESS = 3000
+
+
+def job_resources(row: RunRow) -> dict:
+    """What a run's job asks a cluster for, under Snakemake's resource names
+    (the Slurm executor reads them as they are; the Grid'5000 submit command
+    gets them as arguments). Values of None are left out by Snakemake.
+
+    Inside a Slurm allocation Snakemake runs each job's command in a one-task
+    ``srun`` step unless the job has an ``mpi`` resource. A run of several
+    processes per node takes the ``mpi`` route so that its launcher owns the
+    whole allocation; ``tasks_per_node`` must then be above 1. A run of one
+    process per node asks for ``tasks`` instead, and its launcher's own
+    ``srun`` (multi-node) shares the step's CPUs (``--overlap``).
+    """
+    c = row.config
+    nodes, per_node = c["nodes"], c["procs_per_node"]
+    gpu = c["device"] == "gpu"
+    return {
+        "nodes": nodes,
+        "tasks_per_node": per_node,
+        "tasks": nodes if per_node == 1 else None,
+        "mpi": "launcher" if per_node > 1 else None,
+        "cpus_per_task": c["torch_threads"],
+        "mem_mb": per_node * MB_PER_PROCESS,  # per node
+        "runtime": runtime_minutes(row),
+        "gpus_per_node": per_node if gpu else 0,
+        "gres": f"gpu:{per_node}" if gpu else None,
+        "tasks_per_gpu": 1 if gpu else None,
+    }

@@ -49,7 +49,8 @@ def test_torchrun_single_node():
 
 def test_torchrun_multi_node_under_slurm():
     argv, _ = launch.command("torchrun", [Host("n1", 4), Host("n2", 4)], CONFIG, RUN, "slurm")
-    assert argv[:4] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--nodelist=n1,n2"]
+    assert argv[:6] == ["srun", "--overlap", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
+                        "--nodelist=n1,n2"]
     assert "--rdzv_endpoint=n1:29500" in argv and "--nproc_per_node=4" in argv
 
 
@@ -64,3 +65,15 @@ def test_horovodrun_hosts_and_controller():
                              {**CONFIG, "horovod_controller": "mpi"}, RUN, "slurm")
     assert argv[1:6] == ["-np", "4", "-H", "n1:2,n2:2", "--mpi"]
     assert argv[-3:] == ["-m", "frameworks.worker", "/r/run"]
+
+
+def test_horovodrun_gloo_under_oar_reaches_nodes_with_oarsh():
+    argv, env = launch.command("horovodrun", [Host("n1", 2), Host("n2", 2)], CONFIG, RUN, "oar")
+    assert argv[5] == "--gloo"
+    shim = Path(env["PATH"].split(":")[0]) / "ssh"
+    assert "exec oarsh" in shim.read_text() and shim.stat().st_mode & 0o111
+
+
+def test_tf_worker_addresses_one_per_process_in_rank_order():
+    assert launch.tf_worker_addresses([Host("n1", 2), Host("n2", 1)], port=7000) == [
+        "n1:7000", "n1:7001", "n2:7000"]

@@ -2,6 +2,13 @@
 # those tables.
 
 
+# Cheap: on a cluster they run where snakemake runs, not as jobs.
+localrules:
+    collect,
+    figures,
+    report,
+
+
 rule collect:
     input:
         [RESULTS / r.path / "done.json" for r in RUNS],

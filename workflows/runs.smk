@@ -20,9 +20,18 @@ rule run:
         # Runs take the machine one at a time locally, so that no two
         # measurements share its cores; cluster profiles ignore this.
         benchmark_slot=1,
-        nodes=lambda wc: RUN_BY_PATH[wc.path].config["nodes"],
-        tasks_per_node=lambda wc: RUN_BY_PATH[wc.path].config["procs_per_node"],
-        runtime=lambda wc: ws.runtime_minutes(RUN_BY_PATH[wc.path]),
+        # What each run's job asks a cluster for (ws.job_resources explains);
+        # partition, account and the like come from the cluster's profile.
+        nodes=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["nodes"],
+        tasks_per_node=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["tasks_per_node"],
+        tasks=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["tasks"],
+        mpi=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["mpi"],
+        cpus_per_task=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["cpus_per_task"],
+        mem_mb=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["mem_mb"],
+        runtime=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["runtime"],
+        gpus_per_node=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["gpus_per_node"],
+        gres=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["gres"],
+        tasks_per_gpu=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["tasks_per_gpu"],
     conda:
         "../envs/torch.yaml"
     shell:

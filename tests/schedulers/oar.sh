@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# A real OAR 2.5 on localhost for the tests (Debian 12, as root): PostgreSQL,
+# the OAR server (Almighty), the OAR node's sshd, one host with N cores, and
+# an unprivileged user to submit jobs (OAR refuses root's).
+#   tests/schedulers/oar.sh start   install what is missing, configure, start
+#   tests/schedulers/oar.sh stop    stop what start started (by PID), nothing else
+#   tests/schedulers/oar.sh user    the test user's name
+#   tests/schedulers/oar.sh grant PATH...
+#                                   let the test user reach PATHs (a virtual
+#                                   environment whose Python lives under /root):
+#                                   an ACL "x" for that user alone on each parent
+#                                   directory it cannot cross; stop removes them
+# OAR reads /etc/oar: start edits oar.conf (database passwords, no cpusets,
+# no scheduler pause) and the job resource manager, which otherwise deletes
+# every file of the job's user in /tmp, /dev/shm and /var/tmp when their last
+# job ends; the test user has a uid of its own (DDLC_OAR_UID) for the same reason.
+set -euo pipefail
+dir=${DDLC_OAR_DIR:-/var/lib/ddlc-test/oar}
+user=${DDLC_OAR_USER:-ddlcoar}
+uid=${DDLC_OAR_UID:-64321}
+cores=${DDLC_OAR_CORES:-4}  # more than the machine has: small jobs share it
+packages=(postgresql oar-server oar-server-pgsql oar-node oar-user oar-user-pgsql
+          libyaml-perl libjson-perl openssh-server openssh-client acl)
+say() { printf 'oar.sh: %s\n' "$*" >&2; }
+
+install_packages() {
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  say "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # The packages' own daemons stay stopped: a policy-rc.d saying no, for the
+  # install only, unless the machine has one.
+  local policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy"
+  fi
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || {
+    [ -n "$policy" ] && rm -f "$policy"; return 1; }
+  [ -n "$policy" ] && rm -f "$policy"
+  return 0
+}
+
+wait_for() {  # seconds, description, command...
+  local n=$1 what=$2; shift 2
+  for _ in $(seq $((n * 5))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  say "$what did not come up in $n s; logs in $dir/log and /var/log/oar.log"
+  return 1
+}
+
+alive() { [ -f "$dir/run/$1.pid" ] && kill -0 "$(cat "$dir/run/$1.pid")" 2>/dev/null; }
+
+setting() {  # KEY VALUE: set KEY="VALUE" in oar.conf
+  sed -i "s|^#\?$1=.*|$1=\"$2\"|" /etc/oar/oar.conf
+}
+
+configure() {
+  setting DB_HOSTNAME 127.0.0.1
+  setting DB_BASE_PASSWD ddlcoar
+  setting DB_BASE_PASSWD_RO ddlcoar_ro
+  setting SERVER_HOSTNAME localhost
+  setting SCHEDULER_MIN_TIME_BETWEEN_2_CALLS 0  # else each job waits ~11 s
+  # No cgroups or cpusets here.
+  sed -i 's|^JOB_RESOURCE_MANAGER_PROPERTY_DB_FIELD=|#&|; s|^CPUSET_PATH=|#&|' /etc/oar/oar.conf
+  sed -i "s|^my @Tmp_dir_to_clear = (.*);|my @Tmp_dir_to_clear = ();|" \
+    /etc/oar/job_resource_manager_cgroups.pl
+  grep -q '^my @Tmp_dir_to_clear = ();' /etc/oar/job_resource_manager_cgroups.pl
+}
+
+create_user() {
+  if id "$user" >/dev/null 2>&1; then
+    [ "$(id -u "$user")" = "$uid" ] && return 0
+    say "user $user exists with uid $(id -u "$user"), not $uid"; return 1
+  fi
+  if getent passwd "$uid" >/dev/null; then
+    say "uid $uid belongs to $(getent passwd "$uid" | cut -d: -f1); set DDLC_OAR_UID"; return 1
+  fi
+  useradd -m -u "$uid" -s /bin/bash "$user"
+}
+
+start_postgres() {
+  if pg_lsclusters -h | awk '$1 == 15 && $2 == "main" {print $4}' | grep -q online; then
+    return 0  # the machine's own: used, not ours to stop
+  fi
+  pg_ctlcluster 15 main start
+  head -1 /var/lib/postgresql/15/main/postmaster.pid > "$dir/run/postgres.pid"
+}
+
+create_database() {
+  [ -f "$dir/database-created" ] && return 0
+  oar-database --create --db-is-local -y >"$dir/log/oar-database.log" 2>&1 || {
+    # Already there from an earlier run whose marker was lost: reset it.
+    oar-database --drop --db-is-local -y >>"$dir/log/oar-database.log" 2>&1
+    oar-database --create --db-is-local -y >>"$dir/log/oar-database.log" 2>&1
+  }
+  touch "$dir/database-created"
+}
+
+start_node_sshd() {
+  alive sshd && return 0
+  mkdir -p /run/sshd
+  [ -f /etc/oar/oar_ssh_host_rsa_key ] || ssh-keygen -q -t rsa -N '' -f /etc/oar/oar_ssh_host_rsa_key
+  /usr/sbin/sshd -f /etc/oar/sshd_config -o PidFile="$dir/run/sshd.pid" -o ListenAddress=127.0.0.1 \
+    -E "$dir/log/sshd.log"
+  wait_for 10 "OAR's sshd" test -s "$dir/run/sshd.pid"
+}
+
+add_resources() {
+  oarnodes -J 2>/dev/null | grep -q '"localhost"' && return 0
+  oarproperty -a host -c >/dev/null 2>&1 || true
+  oarproperty -a cpu >/dev/null 2>&1 || true
+  oarproperty -a core >/dev/null 2>&1 || true
+  for n in $(seq "$cores"); do
+    oarnodesetting -a -h localhost -p host=localhost -p cpu=1 -p core="$n" -p cpuset=$((n - 1)) >/dev/null
+  done
+}
+
+start_server() {
+  alive oar-server && return 0
+  /usr/sbin/oar-server
+  cp /var/run/oar-server.pid "$dir/run/oar-server.pid"
+  wait_for 20 "the OAR server" sh -c "ss -ltn | grep -q ':6666 '"
+}
+
+start() {
+  install_packages
+  mkdir -p "$dir"/{run,log}
+  configure
+  create_user
+  start_postgres
+  create_database
+  start_node_sshd
+  add_resources
+  start_server
+  # A job that runs, as the test user, says the whole chain works.
+  local probe
+  probe=$(runuser -u "$user" -- sh -c "cd ~ && oarsub -l core=1,walltime=0:02:00 true" |
+          sed -n 's/^OAR_JOB_ID=//p')
+  wait_for 30 "a first job" sh -c "oarstat -f -J -j $probe | grep -q '\"state\" : \"Terminated\"'"
+  say "up: submit as $user"
+}
+
+grant() {
+  local path part parent
+  for path in "$@"; do
+    for path in "$path" "$(readlink -f "$path")"; do
+      parent=""
+      # From / down: a directory is only testable once its parents are crossable.
+      for part in $(dirname "$path" | tr / ' '); do
+        parent="$parent/$part"
+        runuser -u "$user" -- test -x "$parent" && continue
+        setfacl -m "u:$user:x" "$parent"
+        echo "$parent" >> "$dir/granted"
+      done
+    done
+    runuser -u "$user" -- test -r "$path" || { say "$user still cannot read $path"; return 1; }
+  done
+}
+
+revoke() {
+  [ -f "$dir/granted" ] || return 0
+  sort -u "$dir/granted" | while read -r path; do setfacl -x "u:$user" "$path" || true; done
+  rm -f "$dir/granted"
+}
+
+stop_one() {
+  local pidfile=$dir/run/$1.pid pid
+  [ -f "$pidfile" ] || return 0
+  pid=$(cat "$pidfile")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "${2:--TERM}" "$pid"
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+  fi
+  rm -f "$pidfile"
+}
+
+stop() {
+  stop_one oar-server
+  stop_one sshd
+  stop_one postgres -INT  # PostgreSQL's fast shutdown
+  revoke
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  user) echo "$user" ;;
+  grant) shift; mkdir -p "$dir"; grant "$@" ;;
+  *) echo "usage: $0 start|stop|user|grant PATH..." >&2; exit 2 ;;
+esac

@@ -1,0 +1,127 @@
+"""The Slurm profile against a real one-node Slurm (munge, MariaDB, slurmdbd,
+slurmctld, slurmd) that tests/schedulers/slurm.sh starts on localhost: a
+tiny design runs through `snakemake --profile profiles/slurm` and trains
+exactly as a local run; a run past its time limit fails and the workflow
+ends; launch commands from the node list Slurm really gives."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, tiny_design, write_design
+from ddlcompare import hosts, launch
+
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+SCRIPT = REPO / "tests" / "schedulers" / "slurm.sh"
+# Fast enough for a test: 1 epoch of 6 steps, processes 1 (an srun step)
+# and 2 (the launcher owns the allocation).
+DESIGN = tiny_design(procs=(1, 2), epochs=1, max_steps=6)
+pytestmark = [pytest.mark.slow, pytest.mark.schedulers]
+
+
+def scheduler_env(**extra) -> dict:
+    # Jobs import this checkout's code whatever the cwd (snakemake's workdir).
+    return {**os.environ, "PYTHONPATH": str(REPO), "DDLC_VENV": str(Path(sys.executable).parents[1]),
+            **extra}
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    if os.geteuid() != 0 or not Path("/usr/bin/apt-get").exists():
+        pytest.skip("the test Slurm needs root on Debian (tests/schedulers/slurm.sh)")
+    started = time.monotonic()
+    up = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=900)
+    assert up.returncode == 0, up.stderr[-3000:]
+    conf = subprocess.run([str(SCRIPT), "env"], capture_output=True, text=True).stdout.strip()
+    env = scheduler_env(**dict([conf.split("=", 1)]))
+    print(f"slurm up in {time.monotonic() - started:.1f} s")
+    yield env
+    subprocess.run([str(SCRIPT), "stop"], timeout=120)
+
+
+def run_snakemake(workdir: Path, env: dict, profile: str, *extra: str, limit: int = 420):
+    argv = ["timeout", "-k", "30", str(limit), SNAKEMAKE, "-s", str(REPO / "Snakefile"),
+            "--profile", str(REPO / "profiles" / profile), "-d", str(workdir),
+            "--config", f"design={workdir / 'design.yaml'}", *extra]
+    if profile == "slurm":  # test settings layered on the profile: poll often
+        argv += ["--slurm-init-seconds-before-status-checks", "2",
+                 "--seconds-between-status-checks", "2", "--latency-wait", "5"]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=workdir)
+
+
+def final_losses(workdir: Path) -> dict[str, float]:
+    tables = next((workdir / "results").rglob("tables"))
+    epochs = pd.read_parquet(tables / "epochs.parquet")
+    last = epochs.sort_values("epoch").groupby("run_id").tail(1)
+    return dict(zip(last["run_id"], last["train_loss"]))
+
+
+def test_tiny_design_through_the_slurm_profile_matches_a_local_run(slurm, tmp_path):
+    on_slurm, local = tmp_path / "slurm", tmp_path / "local"
+    for folder in (on_slurm, local):
+        folder.mkdir()
+        write_design(folder, DESIGN)
+    started, since = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%S")
+    out = run_snakemake(on_slurm, slurm, "slurm")
+    print(f"slurm workflow: {time.monotonic() - started:.1f} s")
+    assert out.returncode == 0, out.stderr[-4000:]
+    records = [json.loads(p.read_text()) for p in (on_slurm / "results").rglob("run.json")]
+    assert sorted(r["config"]["procs_per_node"] for r in records) == [1, 2]
+    for record in records:
+        assert record["status"] == "ok", record.get("reason")
+        assert record["scheduler"] == "slurm"  # both routes saw the allocation
+        assert record["hosts"] == [{"name": os.uname().nodename.split(".")[0],
+                                    "slots": record["config"]["procs_per_node"]}]
+    jobs = subprocess.run(["sacct", "-n", "-X", "-S", since, "-o", "AllocCPUS,ReqMem,Timelimit"],
+                          capture_output=True, text=True, env=slurm).stdout
+    assert sorted(line.split()[:2] for line in jobs.splitlines()) == [
+        ["1", "3000M"], ["2", "6000M"]]  # CPUs and memory sized per run
+
+    local_out = run_snakemake(local, scheduler_env(), "local")
+    assert local_out.returncode == 0, local_out.stderr[-3000:]
+    assert final_losses(on_slurm) == final_losses(local)  # same seed, same training
+
+
+def test_run_past_its_slurm_time_limit_fails_and_the_workflow_ends(slurm, tmp_path):
+    # A run far longer than the 1-minute limit set on top of the profile.
+    write_design(tmp_path, tiny_design(procs=(1,), epochs=1000, max_steps=None,
+                                       timeout_s=3600))
+    started = time.monotonic()
+    out = run_snakemake(tmp_path, slurm, "slurm", "--set-resources", "run:runtime=1", limit=300)
+    print(f"time-limit workflow: {time.monotonic() - started:.1f} s")
+    assert out.returncode != 0
+    assert "TIMEOUT" in out.stderr, out.stderr[-3000:]
+    assert not list((tmp_path / "results").rglob("done.json"))  # no done marker: runs again
+    record = json.loads(next((tmp_path / "results").rglob("run.json")).read_text())
+    assert record["status"] == "interrupted"
+
+
+def test_launch_commands_from_a_real_slurm_node_list(slurm):
+    # The node list and job environment Slurm really gives a two-task job.
+    out = subprocess.run(["srun", "-N1", "-n2", "--mem=100", "sh", "-c",
+                          'echo "$SLURM_JOB_NODELIST $SLURM_JOB_ID"'],
+                         capture_output=True, text=True, env=slurm, timeout=120)
+    assert out.returncode == 0, out.stderr
+    nodelist, job_id = out.stdout.split("\n")[0].split()
+    node = os.uname().nodename.split(".")[0]
+    assert hosts.slurm_hosts(nodelist) == [node]
+    found = hosts.detect(1, 2, env={"SLURM_JOB_NODELIST": nodelist})
+    assert found == ("slurm", [hosts.Host(node, 2)])
+    # Where Snakemake's job step left only the job id: asked of Slurm.
+    assert hosts.detect(1, 2, env={"SLURM_JOB_ID": job_id}) == found
+    # Two nodes as a multi-node allocation names them, the second repeated
+    # in a compressed list the way Slurm writes ranges.
+    two = [hosts.Host(h, 2) for h in hosts.slurm_hosts(f"{nodelist},{node}")]
+    config = {"torch_threads": 1, "run_id": "r1", "horovod_controller": "gloo",
+              "framework": "torch-ddp"}
+    argv, _ = launch.command("torchrun", two, config, Path("/r"), "slurm")
+    assert argv[:6] == ["srun", "--overlap", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
+                        f"--nodelist={node},{node}"]
+    assert f"--rdzv_endpoint={node}:29500" in argv and "--nnodes=2" in argv
+    argv, _ = launch.command("horovodrun", two, config, Path("/r"), "slurm")
+    assert argv[1:6] == ["-np", "4", "-H", f"{node}:2,{node}:2", "--gloo"]
