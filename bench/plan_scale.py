@@ -28,7 +28,7 @@ DOC = {"name": "scale",
                    "learning_rate": [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5]},
        "replications": 10}
 BARE_SNAKEFILE = """
-N = int(config["n"])
+N = int(config["count"])
 rule all:
     input: expand("out/{i}.done", i=range(N))
 rule one:
@@ -59,7 +59,7 @@ def main() -> None:
         if out.returncode != 0:
             sys.exit(out.stderr[-2000:])
         bare_s, _ = timed(lambda: subprocess.run(
-            dry + ["-s", f"{tmp}/Bare.smk", "--config", "n=10000"], capture_output=True, check=True))
+            dry + ["-s", f"{tmp}/Bare.smk", "--config", "count=10000"], capture_output=True, check=True))
     print(f"expand: {expand_s:.3f} s for {len(runs)} runs (bare product {product_s:.4f} s); "
           f"snakemake -n: {plan_s:.1f} s (bare Snakefile {bare_s:.1f} s)")
     print(f"expand_s={expand_s:.3f} expand_baseline_s={product_s:.4f} "

@@ -8,6 +8,7 @@ nothing here raises anything but :class:`DesignError`.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -53,7 +54,7 @@ class Design:
     zip_groups: list[list[str]]
     source: str = "design.yaml"
 
-    @property
+    @functools.cached_property
     def settings_hash(self) -> str:
         """Hash of everything held fixed: results are keyed by it, so that
         changing a setting never mixes old and new results, while adding a
