@@ -137,8 +137,8 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
         measured_start, measured_steps = None, 0
         model.train()
         for i in range(steps):
-            if global_step == config["warmup_steps"]:
-                measured_start = time.perf_counter()
+            if measured_start is None and global_step >= config["warmup_steps"]:
+                measured_start = time.perf_counter()  # each epoch, once warm-up is over
             phases.begin_step(epoch, global_step)
             with phases("data_load"):
                 take = indices[i * batch:(i + 1) * batch]

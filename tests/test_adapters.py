@@ -24,6 +24,9 @@ def test_two_processes_train_and_agree(tmp_path, framework, controller):
     assert done["status"] == "ok", (folder / "train.log").read_text()[-3000:]
     epochs = pd.read_csv(folder / "epochs.tsv", sep="\t")
     assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
+    # Throughput is measured in every epoch once the warm-up steps are over.
+    assert list(epochs["measured_images"]) == [(12 - 2) * 32 * 2, 12 * 32 * 2]
+    assert (epochs["images_per_s"] > 0).all()
     assert epochs["test_accuracy"].iloc[-1] > 0.5
     ranks = [json.loads((folder / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["params_digest"] == ranks[1]["params_digest"]
