@@ -6,6 +6,7 @@ strings: no design value passes through a shell.
 """
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Callable
 
@@ -14,6 +15,7 @@ from ddlcompare.hosts import Host
 
 LAUNCHERS: dict[str, Callable] = {}
 TORCHRUN_PORT = 29500
+TF_WORKER_PORT = 29700  # MultiWorkerMirroredStrategy: first worker port on each node
 
 
 def launcher(name: str):
@@ -81,6 +83,33 @@ def horovodrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     if scheduler == "oar" and config["horovod_controller"] == "mpi":
         argv += ["--mpi-args=--mca plm_rsh_agent oarsh"]
     return argv + worker_argv(config, run_dir), base_env(config)
+
+
+@launcher("tf-workers")
+def tf_workers(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
+    """One process per rank, each with its own TF_CONFIG: a spawner per node
+    (ddlcompare.spawn) started by the per-node starter on several nodes."""
+    per_node = hosts[0].slots
+    ports = (free_ports(per_node) if scheduler == "local"
+             else range(TF_WORKER_PORT, TF_WORKER_PORT + per_node))
+    workers = ",".join(f"{h.name}:{port}" for h in hosts for port in ports)
+    spawn = [python(config), "-m", "ddlcompare.spawn", "--per-node", str(per_node),
+             "--workers", workers, "--"] + worker_argv(config, run_dir)
+    starter = per_node_starter(hosts, scheduler) if len(hosts) > 1 else []
+    return starter + spawn, base_env(config)
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free on this machine now: local runs must not collide with
+    another run (or test) on fixed ports."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("localhost", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def command(name: str, hosts: list[Host], config: dict, run_dir: Path, scheduler: str):

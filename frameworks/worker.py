@@ -12,7 +12,8 @@ from pathlib import Path
 
 from frameworks import registry
 
-FAMILY_LOOPS = {"torch": "frameworks.torch_family"}
+FAMILY_LOOPS = {"torch": "frameworks.torch_family",
+                "tensorflow": "frameworks.tf_family"}
 
 
 def main(argv: list[str] | None = None) -> None:
