@@ -6,6 +6,7 @@ strings: no design value passes through a shell.
 """
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 from typing import Callable
@@ -110,6 +111,39 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+@launcher("tarantella")
+def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
+    """Tarantella's own launcher: ``-n N`` on one node, a hostfile of the
+    scheduler's nodes and ``--n-per-node K`` on several. It starts the ranks
+    with gaspi_run over plain ssh (on OAR: a job with -t allow_classic_ssh)."""
+    executable = Path(python(config)).parent / "tarantella"
+    if not executable.exists():
+        raise RuntimeError(f"{executable} not found: build the 'tarantella' environment "
+                           "(envs/tarantella.md) or set DDLC_VENV_TARANTELLA")
+    env = base_env(config)
+    argv = [str(executable)]
+    if len(hosts) == 1:
+        argv += ["-n", str(hosts[0].slots)]
+    else:
+        hostfile = run_dir / "hostfile"
+        hostfile.write_text("".join(f"{h.name}\n" for h in hosts))
+        argv += ["--hostfile", str(hostfile), "--n-per-node", str(hosts[0].slots)]
+    if config["device"] == "cpu":
+        argv.append("--no-gpu")
+    # gaspi_run's ranks see only PATH, PYTHONPATH, LD_LIBRARY_PATH, TF_* and
+    # TNT_* from here: the rest of the run's environment goes through -x.
+    argv += ["-x", *(f"{k}={v}" for k, v in env.items())]
+    env["PATH"] = f"{executable.parent}:{os.environ.get('PATH', '')}"
+    return argv + ["--", "-m", "frameworks.worker", str(run_dir)], env
+
+
+@launcher("lbann-driver")
+def lbann_driver(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
+    """One driver process here; LBANN's own launcher (lbann.run: srun, or
+    mpiexec with the OAR node file) starts the ranks on the hosts."""
+    return worker_argv(config, run_dir), base_env(config)
 
 
 def command(name: str, hosts: list[Host], config: dict, run_dir: Path, scheduler: str):

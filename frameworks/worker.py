@@ -13,7 +13,8 @@ from pathlib import Path
 from frameworks import registry
 
 FAMILY_LOOPS = {"torch": "frameworks.torch_family",
-                "tensorflow": "frameworks.tf_family"}
+                "tensorflow": "frameworks.tf_family",
+                "lbann": "frameworks.lbann"}
 
 
 def main(argv: list[str] | None = None) -> None:
