@@ -94,3 +94,47 @@ print("ok", m.count_params())
                           text=True, timeout=300, cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["ok", "421642"]
+
+
+@needs_tf
+@pytest.mark.slow
+def test_fit_loop_of_frameworks_that_own_the_step(tmp_path):
+    """The loop Tarantella runs (tf_family.train_fit), with Keras' own fit
+    in place of tnt.Model's (one process): its tables, 'other' for whole
+    steps, and training that works."""
+    import subprocess
+    probe = f"""
+import json
+import numpy as np
+from pathlib import Path
+from ddlcompare.params import PARAMS
+from frameworks import tf_family
+from frameworks.common import Dist
+
+class KerasFit(tf_family.TFAdapter):
+    uses_fit = True
+    def init(self, config):
+        return Dist(rank=0, world=1, local_rank=0)
+    def wrap_for_fit(self, model, optimizer, loss, metrics):
+        model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
+        return model
+    def allreduce(self, values, op):
+        return values
+
+config = {{name: p.default for name, p in PARAMS.items()}}
+config.update(framework="tarantella", seed=42, epochs=2, max_steps=20, train_images=4000,
+              warmup_steps=2, batch_size=32)
+tf_family.train(KerasFit(), config, Path({str(tmp_path)!r}))
+"""
+    done = subprocess.run([str(envs.python_for("tensorflow")), "-c", probe], capture_output=True,
+                          text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    epochs = pd.read_csv(tmp_path / "epochs.tsv", sep="\t")
+    assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
+    assert epochs["test_accuracy"].iloc[-1] > 0.5
+    assert epochs["measured_images"].tolist() == [18 * 32, 20 * 32]
+    steps = pd.read_csv(tmp_path / "steps.rank0.tsv", sep="\t")
+    assert len(steps) == 40 and (steps["other_ns"] > 0).all()
+    assert (steps[["forward_ns", "backward_ns", "grad_comm_ns"]] == 0).all().all()
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["world_size"] == 1 and metrics["steps_per_epoch"] == 20
