@@ -6,8 +6,9 @@ wait for them (the 'tf-workers' launcher's process starter):
 MultiWorkerMirroredStrategy reads its place in the cluster from TF_CONFIG,
 which differs per process, so no plain per-node starter (srun, mpirun) can
 set it. Each node runs one spawner; its index comes from that starter
-(srun: SLURM_NODEID; mpirun --npernode 1: OMPI_COMM_WORLD_RANK; alone: 0),
-and its j-th process is worker ``index * K + j``. When a process fails, the
+(srun --ntasks-per-node=1: SLURM_PROCID; mpirun --npernode 1:
+OMPI_COMM_WORLD_RANK; alone: 0), and its j-th process is worker
+``index * K + j``. When a process fails, the
 others are stopped (they would wait for it forever in a collective) and the
 spawner exits with the failed process's status.
 """
@@ -20,7 +21,9 @@ import signal
 import subprocess
 import sys
 
-NODE_INDEX_VARIABLES = ("SLURM_NODEID", "OMPI_COMM_WORLD_RANK")
+# Set by the per-node starters, which start one task per node: the task's
+# rank is the node's index in the host list.
+NODE_INDEX_VARIABLES = ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
 
 
 def tf_config(workers: list[str], index: int) -> str:

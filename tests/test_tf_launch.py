@@ -49,14 +49,14 @@ def test_tf_workers_under_oar_through_oarsh():
 
 def test_spawner_gives_each_process_its_place_in_the_cluster():
     workers = ["a:1", "a:2", "b:1", "b:2"]
-    first = spawn.process_envs(workers, 2, {"SLURM_NODEID": "1"})
+    first = spawn.process_envs(workers, 2, {"SLURM_PROCID": "1"})
     assert [json.loads(e["TF_CONFIG"]) for e in first] == [
         {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}} for i in (2, 3)]
     assert [e["DDLC_LOCAL_RANK"] for e in first] == ["0", "1"]
     assert spawn.node_index({"OMPI_COMM_WORLD_RANK": "1"}) == 1
     assert spawn.node_index({}) == 0
     with pytest.raises(SystemExit, match="beyond the 4 workers"):
-        spawn.process_envs(workers, 2, {"SLURM_NODEID": "2"})
+        spawn.process_envs(workers, 2, {"SLURM_PROCID": "2"})
 
 
 def run_spawner(*command, timeout=60):
