@@ -383,7 +383,7 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     init_s = time.perf_counter() - init_start
     work_dir = run_dir / "lbann"
     status = lbann.run(trainer, model, readers, optimizer, work_dir=str(work_dir),
-                       **launch_args(config, scheduler, os.environ))
+                       overwrite_script=True, **launch_args(config, scheduler, os.environ))
     parsed = parse_output((work_dir / "out.log").read_text(errors="replace")
                           if (work_dir / "out.log").exists() else "")
     if status != 0 or not parsed:
