@@ -14,6 +14,7 @@ import numpy as np
 
 from frameworks import data, models
 
+
 def initialiser(name: str, seed: int):
     """A Keras initialiser of the spec's vocabulary, with its own seed: the
     same weights on every rank and under every strategy, whatever ops ran
