@@ -41,5 +41,9 @@ class Adapter(TFAdapter):
         reduce_op = {"sum": self.hvd.Sum, "max": self.hvd.Max}[op]
         return self.hvd.allreduce(values, op=reduce_op, name=f"metrics.{op}").numpy()
 
+    def versions(self) -> dict:
+        import horovod
+        return {"horovod": horovod.__version__}
+
     def shutdown(self) -> None:
         self.hvd.shutdown()

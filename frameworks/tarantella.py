@@ -50,6 +50,9 @@ class Adapter(TFAdapter):
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
         return model
 
+    def versions(self) -> dict:
+        return {"tarantella": getattr(self.tnt, "__version__", "unknown")}
+
     def allreduce(self, values: np.ndarray, op: str) -> np.ndarray:
         if op == "sum":
             return np.asarray(self.tnt.TensorAllreducer(values).allreduce(values))

@@ -66,6 +66,10 @@ class TFAdapter:
         """train_fit only: the distributed model, compiled."""
         raise NotImplementedError
 
+    def versions(self) -> dict:
+        """Versions of the framework's own packages, for the rank records."""
+        return {}
+
     def shutdown(self) -> None:
         pass
 
@@ -239,7 +243,7 @@ def _epoch_row(adapter: TFAdapter, epoch: int, epoch_start: float, sums: common.
 def _finish(adapter, phases, run_dir, dist, model, rows, global_batch, lr, steps,
             init_s) -> None:
     phases.write(run_dir, dist.rank)
-    record = common.rank_record(dist, framework_versions())
+    record = common.rank_record(dist, framework_versions(adapter))
     record["params_digest"] = params_digest(model)
     common.write_json(run_dir / f"rank{dist.rank}.json", record)
     if dist.rank == 0:
@@ -257,15 +261,9 @@ def params_digest(model) -> str:
     return digest.hexdigest()
 
 
-def framework_versions() -> dict:
+def framework_versions(adapter: TFAdapter) -> dict:
     import tensorflow as tf
-    versions = {"tensorflow": tf.__version__, "keras": tf.keras.__version__}
-    for name in ("horovod", "tarantella"):
-        try:
-            versions[name] = __import__(name).__version__
-        except (ImportError, AttributeError):
-            pass
-    return versions
+    return {"tensorflow": tf.__version__, "keras": tf.keras.__version__, **adapter.versions()}
 
 
 def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:

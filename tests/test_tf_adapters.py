@@ -47,6 +47,7 @@ def test_two_processes_train_and_agree(tiny_runs, framework, controller):
     assert ranks[0]["params_digest"] == ranks[1]["params_digest"]
     assert {r["world"] for r in ranks} == {2}
     assert ranks[0]["tensorflow"].startswith("2.") and ranks[0]["keras"].startswith("2.")
+    assert ("horovod" in ranks[0]) == framework.startswith("horovod")
     steps = pd.read_csv(folder / "steps.rank1.tsv", sep="\t")
     assert len(steps) == 2 * 12
     for phase in ("data_load", "forward", "backward", "grad_comm", "optimizer"):
