@@ -26,8 +26,7 @@ DONE = "done.json"
 RECORD = "run.json"
 LOG = "train.log"
 # Everything an attempt writes; moved aside before the next attempt.
-ATTEMPT_FILES = (DONE, RECORD, LOG, "epochs.tsv", "metrics.json",
-                 "lbann_batch_times.tsv", "lbann")  # LBANN: its tables and work folder
+ATTEMPT_FILES = (DONE, RECORD, LOG, "epochs.tsv", "metrics.json")
 ATTEMPT_GLOBS = ("steps.rank*.tsv", "intervals.rank*.tsv", "rank*.json")
 
 
