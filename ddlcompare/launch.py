@@ -16,7 +16,6 @@ from ddlcompare.hosts import Host
 
 LAUNCHERS: dict[str, Callable] = {}
 TORCHRUN_PORT = 29500
-TF_WORKER_PORT = 29700  # MultiWorkerMirroredStrategy: first worker port on each node
 
 
 def launcher(name: str):
@@ -86,16 +85,29 @@ def horovodrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     return argv + worker_argv(config, run_dir), base_env(config)
 
 
+TF_WORKER_PORT = 23456
+
+
+def tf_worker_addresses(hosts: list[Host], port: int = TF_WORKER_PORT) -> list[str]:
+    """The hook for the TensorFlow family's launcher: TF_CONFIG's
+    ``cluster.worker`` list, one ``host:port`` per process (a host's slots
+    get consecutive ports), in rank order. Worker i's TF_CONFIG is
+    ``{"cluster": {"worker": these}, "task": {"type": "worker", "index": i}}``;
+    its process starts on ``these[i]``'s host (srun or oarsh, as
+    ``per_node_starter``)."""
+    return [f"{h.name}:{port + slot}" for h in hosts for slot in range(h.slots)]
+
+
 @launcher("tf-workers")
 def tf_workers(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     """One process per rank, each with its own TF_CONFIG: a spawner per node
-    (ddlcompare.spawn) started by the per-node starter on several nodes."""
+    (ddlcompare.spawn) started by the per-node starter on several nodes.
+    Locally the ports are whichever are free, so that runs never collide."""
     per_node = hosts[0].slots
-    ports = (free_ports(per_node) if scheduler == "local"
-             else range(TF_WORKER_PORT, TF_WORKER_PORT + per_node))
-    workers = ",".join(f"{h.name}:{port}" for h in hosts for port in ports)
+    workers = ([f"localhost:{port}" for port in free_ports(per_node)]
+               if scheduler == "local" else tf_worker_addresses(hosts))
     spawn = [python(config), "-m", "ddlcompare.spawn", "--per-node", str(per_node),
-             "--workers", workers, "--"] + worker_argv(config, run_dir)
+             "--workers", ",".join(workers), "--"] + worker_argv(config, run_dir)
     starter = per_node_starter(hosts, scheduler) if len(hosts) > 1 else []
     return starter + spawn, base_env(config)
 

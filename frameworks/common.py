@@ -23,6 +23,11 @@ EPOCH_COLUMNS = ("epoch", "wall_s", "train_loss", "train_accuracy", "test_loss",
                  "test_accuracy", "images_per_s", "measured_images", "measured_s")
 
 
+class RunError(Exception):
+    """A run that cannot go on for a reason the user can fix; the worker
+    prints it as one line, which becomes the run's failure reason."""
+
+
 @dataclass
 class Dist:
     rank: int

@@ -48,7 +48,7 @@ def import_lbann():
     try:
         import lbann
     except ImportError as exc:
-        raise SystemExit(f"lbann: {HOW_TO_BUILD} ({exc})") from None
+        raise common.RunError(f"lbann: {HOW_TO_BUILD} ({exc})") from None
     return lbann
 
 
@@ -371,8 +371,8 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     n_train = min(config["train_images"] or len(dataset.train_y), len(dataset.train_y))
     steps = data.steps_per_epoch(n_train, world, config["batch_size"], config["max_steps"])
     if steps == 0:
-        raise SystemExit(f"batch_size {config['batch_size']} x {world} processes exceeds the "
-                         f"{n_train} training images: no step fits in an epoch")
+        raise common.RunError(f"batch_size {config['batch_size']} x {world} processes exceeds the "
+                              f"{n_train} training images: no step fits in an epoch")
     folder = write_data_files(dataset, Path.home() / ".cache" / "ddl-compare" / "lbann-data"
                               / info.name)
     lr = models.scaled_learning_rate(config, global_batch)
@@ -387,8 +387,8 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     parsed = parse_output((work_dir / "out.log").read_text(errors="replace")
                           if (work_dir / "out.log").exists() else "")
     if status != 0 or not parsed:
-        raise SystemExit(f"lbann: the experiment exited with status {status} and "
-                         f"{len(parsed)} epoch(s) reported; see {work_dir}/err.log")
+        raise common.RunError(f"lbann: the experiment exited with status {status} and "
+                              f"{len(parsed)} epoch(s) reported; see {work_dir}/err.log")
     rows = epoch_rows(parsed, steps * global_batch)
     common.write_epochs(run_dir, rows)
     write_batch_times(run_dir, parsed)

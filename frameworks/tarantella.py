@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from frameworks import common
 from frameworks.registry import AdapterInfo
 from frameworks.tf_family import Dist, TFAdapter
 
@@ -30,7 +31,7 @@ def import_tarantella():
     try:
         import tarantella
     except ImportError as exc:
-        raise SystemExit(f"tarantella: {HOW_TO_BUILD} ({exc})") from None
+        raise common.RunError(f"tarantella: {HOW_TO_BUILD} ({exc})") from None
     return tarantella
 
 

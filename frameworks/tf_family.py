@@ -94,8 +94,8 @@ def pin_device(tf, config: dict, local_rank: int) -> None:
         tf.config.set_visible_devices([], "GPU")
         return
     if local_rank >= len(gpus):
-        raise SystemExit(f"device: gpu was asked for, but TensorFlow sees {len(gpus)} GPU(s) "
-                         f"here and local rank {local_rank} needs one of its own")
+        raise common.RunError(f"device: gpu was asked for, but TensorFlow sees {len(gpus)} GPU(s) "
+                              f"here and local rank {local_rank} needs one of its own")
     tf.config.set_visible_devices(gpus[local_rank], "GPU")
 
 
@@ -210,8 +210,8 @@ def _optimizer_variables(optimizer) -> list:
 def _steps(n_train: int, dist: Dist, batch: int, config: dict) -> int:
     steps = data.steps_per_epoch(n_train, dist.world, batch, config["max_steps"])
     if steps == 0:
-        raise SystemExit(f"batch_size {batch} x {dist.world} processes exceeds the "
-                         f"{n_train} training images: no step fits in an epoch")
+        raise common.RunError(f"batch_size {batch} x {dist.world} processes exceeds the "
+                              f"{n_train} training images: no step fits in an epoch")
     return steps
 
 

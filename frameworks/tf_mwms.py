@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from frameworks import common
 from frameworks.registry import AdapterInfo
 from frameworks.tf_family import Dist, TFAdapter, pin_device
 
@@ -85,7 +86,7 @@ def _tf_config() -> dict:
     try:
         return json.loads(os.environ["TF_CONFIG"])
     except KeyError:
-        raise SystemExit("tf-mwms: TF_CONFIG is not set; start tf-mwms runs with the "
-                         "'tf-workers' launcher (ddlc run / snakemake do)") from None
+        raise common.RunError("tf-mwms: TF_CONFIG is not set; start tf-mwms runs with the "
+                              "'tf-workers' launcher (ddlc run / snakemake do)") from None
     except ValueError as exc:
-        raise SystemExit(f"tf-mwms: TF_CONFIG is not valid JSON ({exc})") from None
+        raise common.RunError(f"tf-mwms: TF_CONFIG is not valid JSON ({exc})") from None

@@ -8,9 +8,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import sys
 from pathlib import Path
 
 from frameworks import registry
+from frameworks.common import RunError
+from frameworks.data import DataError
 
 FAMILY_LOOPS = {"torch": "frameworks.torch_family",
                 "tensorflow": "frameworks.tf_family",
@@ -24,7 +27,11 @@ def main(argv: list[str] | None = None) -> None:
     config = json.loads((args.run_dir / "config.json").read_text())
     info = registry.FRAMEWORKS[config["framework"]]
     loop = importlib.import_module(FAMILY_LOOPS[info.family])
-    loop.train(registry.load_adapter(info.name), config, args.run_dir)
+    try:
+        loop.train(registry.load_adapter(info.name), config, args.run_dir)
+    except (RunError, DataError) as exc:
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        sys.exit(3)
 
 
 if __name__ == "__main__":

@@ -154,5 +154,5 @@ def test_readers_train_validate_on_test_and_normalise_like_everyone(tmp_path):
 
 
 def test_missing_lbann_names_the_environment():
-    with pytest.raises(SystemExit, match="envs/lbann.md"):
+    with pytest.raises(common.RunError, match="envs/lbann.md"):
         lbann.import_lbann()
