@@ -61,7 +61,7 @@ def run_row(design: Design, row, results: Path) -> dict:
     ranks = record.get("ranks", [])
     out["hosts"] = ",".join(sorted({r["hostname"] for r in ranks}))
     out["harness_commit"] = record.get("harness_commit")
-    for key in ("torch", "horovod", "python"):
+    for key in ("torch", "tensorflow", "horovod", "python"):
         out[f"version_{key}"] = ranks[0].get(key) if ranks else None
     out["cpu"] = ranks[0].get("cpu") if ranks else None
     out["mpi"] = record.get("mpi")

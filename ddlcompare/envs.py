@@ -14,8 +14,11 @@ from pathlib import Path
 from ddlcompare.provenance import REPO
 
 # Environment name -> folder, relative to the repository (override with
-# DDLC_VENV for torch, DDLC_VENV_<NAME> for the others).
-ENV_DIRS = {"torch": ".venv", "tensorflow": ".venv-tf"}
+# DDLC_VENV for torch, DDLC_VENV_<NAME> for the others). envs/setup.sh builds
+# those with an envs/<name>.txt; the others are built on clusters as
+# envs/<name>.md says (Tarantella, LBANN).
+ENV_DIRS = {"torch": ".venv", "tensorflow": ".venv-tf", "tarantella": ".venv-tarantella",
+            "lbann": ".venv-lbann"}
 
 
 def env_dir(env: str) -> Path:
@@ -39,3 +42,11 @@ def has_module(env: str, module: str) -> bool:
                               timeout=60).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
+
+
+def how_to_build(env: str) -> str:
+    """The fix to name when an environment is missing."""
+    if (REPO / "envs" / f"{env}.txt").exists():
+        return f"run 'bash envs/setup.sh' (envs/{env}.txt)"
+    return (f"build it as envs/{env}.md says and set DDLC_VENV_{env.upper()} "
+            "to its folder (the one holding bin/python)")

@@ -7,6 +7,7 @@ strings: no design value passes through a shell.
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Callable
 
@@ -155,6 +156,66 @@ def tf_worker_addresses(hosts: list[Host], port: int = TF_WORKER_PORT) -> list[s
     its process starts on ``these[i]``'s host (srun or oarsh, as
     ``per_node_starter``)."""
     return [f"{h.name}:{port + slot}" for h in hosts for slot in range(h.slots)]
+
+
+@launcher("tf-workers")
+def tf_workers(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
+    """One process per rank, each with its own TF_CONFIG: a spawner per node
+    (ddlcompare.spawn) started by the per-node starter on several nodes.
+    Locally the ports are whichever are free, so that runs never collide."""
+    per_node = hosts[0].slots
+    workers = ([f"localhost:{port}" for port in free_ports(per_node)]
+               if scheduler == "local" else tf_worker_addresses(hosts))
+    spawn = [python(config), "-m", "ddlcompare.spawn", "--per-node", str(per_node),
+             "--workers", ",".join(workers), "--"] + worker_argv(config, run_dir)
+    starter = per_node_starter(hosts, scheduler) if len(hosts) > 1 else []
+    return starter + spawn, base_env(config)
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free on this machine now: local runs must not collide with
+    another run (or test) on fixed ports."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("localhost", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+@launcher("tarantella")
+def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
+    """Tarantella's own launcher: ``-n N`` on one node, a hostfile of the
+    scheduler's nodes and ``--n-per-node K`` on several. It starts the ranks
+    with gaspi_run over plain ssh (on OAR: a job with -t allow_classic_ssh)."""
+    executable = Path(python(config)).parent / "tarantella"
+    if not executable.exists():
+        raise RuntimeError(f"{executable} not found: build the 'tarantella' environment "
+                           "(envs/tarantella.md) or set DDLC_VENV_TARANTELLA")
+    env = base_env(config)
+    argv = [str(executable)]
+    if len(hosts) == 1:
+        argv += ["-n", str(hosts[0].slots)]
+    else:
+        hostfile = run_dir / "hostfile"
+        hostfile.write_text("".join(f"{h.name}\n" for h in hosts))
+        argv += ["--hostfile", str(hostfile), "--n-per-node", str(hosts[0].slots)]
+    if config["device"] == "cpu":
+        argv.append("--no-gpu")
+    # gaspi_run's ranks see only PATH, PYTHONPATH, LD_LIBRARY_PATH, TF_* and
+    # TNT_* from here: the rest of the run's environment goes through -x.
+    argv += ["-x", *(f"{k}={v}" for k, v in env.items())]
+    env["PATH"] = f"{executable.parent}:{os.environ.get('PATH', '')}"
+    return argv + ["--", "-m", "frameworks.worker", str(run_dir)], env
+
+
+@launcher("lbann-driver")
+def lbann_driver(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
+    """One driver process here; LBANN's own launcher (lbann.run: srun, or
+    mpiexec with the OAR node file) starts the ranks on the hosts."""
+    return worker_argv(config, run_dir), base_env(config)
 
 
 def command(name: str, hosts: list[Host], config: dict, run_dir: Path, scheduler: str):

@@ -25,5 +25,5 @@ def problems(design: Design) -> list[str]:
         if not envs.has_module(info.env, info.probe):
             found.append(f"framework {name}: its environment '{info.env}' is not built here "
                          f"({info.probe} not found in {envs.env_dir(info.env)}); "
-                         f"run 'bash envs/setup.sh' (envs/{info.env}.txt)")
+                         f"{envs.how_to_build(info.env)}")
     return found

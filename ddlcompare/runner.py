@@ -29,7 +29,8 @@ RECORD = "run.json"
 LOG = "train.log"
 # Everything an attempt writes; moved aside before the next attempt.
 ATTEMPT_FILES = (DONE, RECORD, LOG, "epochs.tsv", "metrics.json", "phases.parquet", "phases.log",
-                 "horovod_timeline.json", "trace", "torch_profiler", "scorep")
+                 "horovod_timeline.json", "trace", "torch_profiler", "scorep",
+                 "lbann_batch_times.tsv", "lbann")
 ATTEMPT_GLOBS = ("steps.rank*.tsv", "intervals.rank*.tsv", "rank*.json")
 
 

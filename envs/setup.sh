@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Set up everything ddl-compare needs on Debian 12, idempotently:
 #   Debian packages (when root), the main virtual environment (.venv),
-#   and Horovod 0.28.1 built against that environment's torch (cached).
+#   and Horovod 0.28.1 built against that environment's torch (cached);
+#   the TensorFlow environment (.venv-tf) with its own Horovod build (cached).
 # Each step is skipped when its result is already there, so a second call
 # takes about a second.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 venv=${DDLC_VENV:-$here/.venv}
+venv_tf=${DDLC_VENV_TENSORFLOW:-$here/.venv-tf}
 cache=${DDLC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddl-compare}
 mkdir -p "$cache/wheels"
 
@@ -73,7 +75,51 @@ install_horovod() {
   "$venv/bin/python" -m pip install -q --no-deps "$wheel_dir"/horovod-*.whl
 }
 
+# The TensorFlow environment: its own venv, because TensorFlow 2.12 needs
+# numpy < 2. Rebuilt when envs/tensorflow.txt or the repository path changes
+# (the editable install points at this checkout).
+build_tf_venv() {
+  local want stamp="$venv_tf/.ddlc-requirements"
+  want=$( (sha256sum envs/tensorflow.txt; echo "$here") | sha256sum | cut -d' ' -f1)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
+  say "building the TensorFlow environment in $venv_tf (a few minutes the first time)"
+  [ -x "$venv_tf/bin/python" ] || python3 -m venv "$venv_tf"
+  "$venv_tf/bin/python" -m pip install -q --upgrade pip
+  "$venv_tf/bin/python" -m pip install -q -r envs/tensorflow.txt
+  "$venv_tf/bin/python" -m pip install -q --no-deps -e .
+  echo "$want" > "$stamp"
+}
+
+# Horovod 0.28.1 with TensorFlow (Gloo and MPI controllers), cached per
+# Python and TensorFlow version. Debian's cmake (3.25): pip's cmake 4 rejects
+# Gloo's CMakeLists.
+install_horovod_tf() {
+  "$venv_tf/bin/python" -c 'import horovod.tensorflow' 2>/dev/null && return 0
+  local py tf wheel_dir
+  py=$("$venv_tf/bin/python" -c 'import sys; print(f"cp{sys.version_info.major}{sys.version_info.minor}")')
+  tf=$("$venv_tf/bin/python" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))')
+  wheel_dir="$cache/wheels/horovod-0.28.1-tf$tf-$py"
+  if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
+    say "building Horovod 0.28.1 against TensorFlow $tf (about 10 minutes, cached in $wheel_dir)"
+    local src; src=$(mktemp -d)
+    "$venv_tf/bin/python" -m pip download -q --no-deps --no-binary :all: horovod==0.28.1 -d "$src"
+    tar -xzf "$src"/horovod-0.28.1.tar.gz -C "$src"
+    mkdir -p "$wheel_dir.tmp"
+    ( cd "$src/horovod-0.28.1" &&
+      PATH="/usr/bin:$PATH" HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
+      HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$(nproc)" \
+      "$venv_tf/bin/python" -m pip wheel -q --no-build-isolation --no-cache-dir --no-deps \
+        -w "$wheel_dir.tmp" . ) \
+      > "$cache/horovod-tf-build.log" 2>&1 || { say "Horovod (TensorFlow) build failed; log: $cache/horovod-tf-build.log"; exit 1; }
+    rm -rf "$wheel_dir" && mv "$wheel_dir.tmp" "$wheel_dir"
+    rm -rf "$src"
+  fi
+  "$venv_tf/bin/python" -m pip install -q --no-deps "$wheel_dir"/horovod-*.whl
+}
+
 install_debian_packages
 build_venv
 install_horovod
-say "ready: $venv"
+build_tf_venv
+install_horovod_tf
+say "ready: $venv $venv_tf"

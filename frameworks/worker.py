@@ -15,7 +15,9 @@ from frameworks import registry
 from frameworks.common import RunError
 from frameworks.data import DataError
 
-FAMILY_LOOPS = {"torch": "frameworks.torch_family"}
+FAMILY_LOOPS = {"torch": "frameworks.torch_family",
+                "tensorflow": "frameworks.tf_family",
+                "lbann": "frameworks.lbann"}
 
 
 def main(argv: list[str] | None = None) -> None:

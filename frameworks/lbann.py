@@ -1,0 +1,400 @@
+"""LBANN: a driver that builds the shared CNN with LBANN's Python front end,
+writes the data in the files LBANN's readers take, runs the experiment with
+``lbann.run`` (scheduler 'slurm', or 'openmpi': locally and on OAR, with the
+OAR node file as hostfile) and turns LBANN's output into the common tables.
+
+LBANN owns its processes and its training loop: the harness starts one
+driver process (launcher 'lbann-driver') and LBANN's launcher starts the
+ranks. It cannot run on the development machines (no LBANN there): build
+its environment on a cluster (envs/lbann.md). Everything up to the call of
+``lbann.run`` is plain Python and tested here: the layer graph, the data
+files, the reader description, the launch arguments and the output parser.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import struct
+import time
+from pathlib import Path
+
+import numpy as np
+
+from frameworks import common, data, models
+from frameworks.common import Dist
+from frameworks.registry import AdapterInfo
+
+ADAPTER = AdapterInfo(
+    name="lbann", module=__name__, family="lbann", launcher="lbann-driver",
+    env="lbann", probe="lbann",
+    exposes=(),
+    notes="LBANN runs its own training loop and reports, per epoch and on its master "
+          "rank only, the run time and mini-batch time statistics (mean, median, max, "
+          "min, stdev): they fill epochs.tsv and lbann_batch_times.tsv. No per-step "
+          "phases, no warm-up exclusion (epoch 1 includes it), no weights to compare.",
+)
+
+HOW_TO_BUILD = ("LBANN's Python front end is not importable in this environment; build "
+                "the 'lbann' environment (Spack) as envs/lbann.md says and point "
+                "DDLC_VENV_LBANN at it")
+
+
+class Adapter:
+    """LBANN needs no per-rank hooks: the driver below does everything."""
+
+
+def import_lbann():
+    try:
+        import lbann
+    except ImportError as exc:
+        raise common.RunError(f"lbann: {HOW_TO_BUILD} ({exc})") from None
+    return lbann
+
+
+# --- the shared CNN as an LBANN layer graph --------------------------------
+
+def layer_graph(spec: dict, info: data.DatasetInfo) -> list[dict]:
+    """The spec as the LBANN layers the builder creates, in order, with the
+    arguments it gives them. LBANN's FullyConnected flattens its input, so
+    the spec's flatten needs no layer of its own."""
+    init = spec["init"]
+    graph = []
+    for layer in spec["layers"]:
+        kind = layer["type"]
+        relu = layer.get("activation") == "relu"
+        weights = [init["relu"] if relu else init["linear"], init["bias"]]
+        if kind == "conv2d":
+            graph.append({"layer": "Convolution", "num_dims": 2, "out_channels": layer["filters"],
+                          "kernel_size": layer["kernel"], "stride": 1,
+                          "padding": layer["kernel"] // 2, "has_bias": True,
+                          "weights": weights})
+        elif kind == "maxpool2d":
+            graph.append({"layer": "Pooling", "num_dims": 2, "pool_dims_i": layer["size"],
+                          "pool_strides_i": layer["size"], "pool_mode": "max"})
+        elif kind == "dense":
+            units = info.classes if layer["units"] == "classes" else layer["units"]
+            graph.append({"layer": "FullyConnected", "num_neurons": units, "has_bias": True,
+                          "weights": weights})
+        elif kind != "flatten":
+            raise ValueError(f"the LBANN builder has no layer type {kind!r}")
+        if relu:
+            graph.append({"layer": "Relu"})
+    return graph
+
+
+def graph_rows(graph: list[dict], input_shape: tuple[int, int, int]) -> list[dict]:
+    """Output shape (C, H, W or units) and parameter count of each weighted
+    or shape-changing layer of an LBANN layer graph, computed the way LBANN
+    does ('same' padding = kernel // 2 at stride 1)."""
+    shape = tuple(input_shape)
+    rows = []
+    for node in graph:
+        kind = node["layer"]
+        if kind == "Convolution":
+            c, h, w = shape
+            k, pad, stride = node["kernel_size"], node["padding"], node["stride"]
+            out = lambda n: (n + 2 * pad - k) // stride + 1  # noqa: E731
+            shape = (node["out_channels"], out(h), out(w))
+            params = node["out_channels"] * c * k * k + node["out_channels"] * node["has_bias"]
+            rows.append({"type": "conv2d", "shape": shape, "params": params})
+        elif kind == "Pooling":
+            c, h, w = shape
+            size, stride = node["pool_dims_i"], node["pool_strides_i"]
+            shape = (c, (h - size) // stride + 1, (w - size) // stride + 1)
+            rows.append({"type": "maxpool2d", "shape": shape, "params": 0})
+        elif kind == "FullyConnected":
+            inputs = math.prod(shape)
+            shape = (node["num_neurons"],)
+            params = inputs * node["num_neurons"] + node["num_neurons"] * node["has_bias"]
+            rows.append({"type": "dense", "shape": shape, "params": params})
+    return rows
+
+
+INITIALISERS = {"he_uniform": "HeUniformInitializer",
+                "glorot_uniform": "GlorotUniformInitializer"}
+
+
+def build_model(lbann, spec: dict, info: data.DatasetInfo, epochs: int):
+    """The LBANN model of the shared spec: its layer graph, softmax
+    cross-entropy, and accuracy as the metric named 'accuracy' (in %)."""
+    images = lbann.Input(data_field="samples")
+    labels = lbann.Input(data_field="labels")
+    x = images
+    for index, node in enumerate(layer_graph(spec, info)):
+        args = {k: v for k, v in node.items() if k not in ("layer", "weights")}
+        if "weights" in node:
+            args["weights"] = [_weights(lbann, name, f"w{index}_{part}")
+                               for name, part in zip(node["weights"], ("kernel", "bias"))]
+        x = getattr(lbann, node["layer"])(x, **args)
+    probs = lbann.Softmax(x)
+    loss = lbann.CrossEntropy(probs, labels)
+    accuracy = lbann.CategoricalAccuracy(probs, labels)
+    return lbann.Model(epochs, layers=lbann.traverse_layer_graph([images, labels]),
+                       objective_function=loss,
+                       metrics=[lbann.Metric(accuracy, name="accuracy", unit="%")],
+                       callbacks=[lbann.CallbackPrint(), lbann.CallbackTimer()])
+
+
+def _weights(lbann, name: str, label: str):
+    if name == "zeros":
+        return lbann.Weights(initializer=lbann.ConstantInitializer(value=0.0), name=label)
+    return lbann.Weights(initializer=getattr(lbann, INITIALISERS[name])(), name=label)
+
+
+def graph_of_model(model) -> list[dict]:
+    """The layer graph read back from a built lbann.Model's layer objects
+    (what the same-model gate checks when LBANN is importable)."""
+    fields = ("num_dims", "out_channels", "kernel_size", "stride", "padding", "has_bias",
+              "pool_dims_i", "pool_strides_i", "pool_mode", "num_neurons")
+    graph = []
+    for layer in model.layers:
+        kind = type(layer).__name__
+        if kind not in ("Convolution", "Pooling", "FullyConnected", "Relu"):
+            continue
+        node = {"layer": kind}
+        for name in fields:
+            value = getattr(layer, name, None)
+            if value is not None:
+                node[name] = value[0] if isinstance(value, (list, tuple)) else value
+        graph.append(node)
+    return graph
+
+
+# --- data in the files LBANN's readers take --------------------------------
+
+LBANN_FILES = {
+    "fashion-mnist": {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+                      "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")},
+    "cifar10": {"train": tuple(f"data_batch_{i}.bin" for i in range(1, 6)),
+                "test": ("test_batch.bin",)},
+}
+
+
+def write_idx(path: Path, array: np.ndarray) -> None:
+    """An uncompressed IDX file of unsigned bytes (LBANN's mnist reader)."""
+    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim)
+    header += struct.pack(f">{array.ndim}I", *array.shape)
+    _write_atomic(path, header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
+
+
+def write_cifar_bin(path: Path, x: np.ndarray, y: np.ndarray) -> None:
+    """CIFAR-10's binary batch format (LBANN's cifar10 reader): per image,
+    the label byte then 3072 bytes, the red, green and blue planes."""
+    records = np.concatenate([y.astype(np.uint8)[:, None], x.reshape(len(x), -1)], axis=1)
+    _write_atomic(path, records.tobytes())
+
+
+def _write_atomic(path: Path, payload: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(payload)
+    tmp.replace(path)
+
+
+def write_data_files(dataset: data.Dataset, folder: Path) -> Path:
+    """The verified arrays, in LBANN's files: LBANN trains on the same bytes
+    as every other framework (in its own order)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = LBANN_FILES[dataset.info.name]
+    if all((folder / f).exists() for part in files.values() for f in part):
+        return folder
+    if dataset.info.name == "fashion-mnist":
+        for part, (x, y) in {"train": (dataset.train_x, dataset.train_y),
+                             "test": (dataset.test_x, dataset.test_y)}.items():
+            images, labels = files[part]
+            write_idx(folder / images, x[:, 0])
+            write_idx(folder / labels, y)
+    else:
+        for i, name in enumerate(files["train"]):
+            take = slice(i * 10000, (i + 1) * 10000)
+            write_cifar_bin(folder / name, dataset.train_x[take], dataset.train_y[take])
+        write_cifar_bin(folder / files["test"][0], dataset.test_x, dataset.test_y)
+    return folder
+
+
+def reader_spec(info: data.DatasetInfo, folder: Path, train_samples: int) -> list[dict]:
+    """The data readers of the experiment: 'train' on the training files
+    (``train_samples`` per epoch), 'validate' on the TEST files so that
+    LBANN scores the test set after every epoch, and 'test' at the end.
+    Inputs are normalised as everywhere: (x / 255 - mean) / std."""
+    name = "mnist" if info.name == "fashion-mnist" else "cifar10"
+    means = " ".join(f"{m:g}" for m in info.mean)
+    stddevs = " ".join(f"{s:g}" for s in info.std)
+    if name == "mnist":  # the mnist reader gives raw bytes as floats
+        transforms = [("scale", {"scale": 1 / 255}), ("normalize", {"means": means,
+                                                                    "stddevs": stddevs})]
+    else:  # the cifar10 reader gives images: this transform scales and lays out
+        transforms = [("normalize_to_lbann_layout", {"means": means, "stddevs": stddevs})]
+    files = LBANN_FILES[info.name]
+    readers = []
+    for role, part in (("train", "train"), ("validate", "test"), ("test", "test")):
+        reader = {"name": name, "role": role, "shuffle": role == "train",
+                  "data_filedir": str(folder), "fraction_of_data_to_use": 1.0,
+                  "transforms": transforms}
+        if role == "train":
+            reader["absolute_sample_count"] = train_samples
+        if name == "mnist":
+            reader["data_filename"], reader["label_filename"] = files[part]
+        readers.append(reader)
+    return readers
+
+
+def reader_message(lbann, readers: list[dict]):
+    message = lbann.reader_pb2.DataReader()
+    for spec in readers:
+        reader = message.reader.add()
+        for key, value in spec.items():
+            if key != "transforms":
+                setattr(reader, key, value)
+        for kind, fields in spec["transforms"]:
+            transform = getattr(reader.transforms.add(), kind)
+            for key, value in fields.items():
+                setattr(transform, key, value)
+    return message
+
+
+# --- launching --------------------------------------------------------------
+
+def launch_args(config: dict, scheduler: str, env: dict) -> dict:
+    """The keyword arguments of ``lbann.run`` for where this job runs."""
+    args = {"nodes": config["nodes"], "procs_per_node": config["procs_per_node"],
+            "job_name": f"ddlc-{config['run_id']}"}
+    if scheduler == "slurm":
+        return {**args, "scheduler": "slurm"}
+    launcher_args = ["--bind-to", "none"]
+    if scheduler == "oar":
+        launcher_args += ["--hostfile", env["OAR_NODEFILE"], "--mca", "plm_rsh_agent", "oarsh"]
+    else:  # local: one node, root allowed and oversubscription (like the others)
+        launcher_args += ["--oversubscribe", "--allow-run-as-root"]
+    return {**args, "scheduler": "openmpi", "launcher_args": launcher_args}
+
+
+# --- LBANN's output ---------------------------------------------------------
+
+# "model0 (instance 0) training epoch 3 objective function : 0.31" (current),
+# "Model 0 training epoch 3 objective function : 0.31" (before v0.100).
+OUTPUT_LINE = re.compile(
+    r"(?:model\d+ \(instance (?P<instance>\d+)\)|Model \d+) "
+    r"(?P<mode>training epoch (?P<epoch>\d+)|validation|test) "
+    r"(?P<key>objective function|accuracy|categorical accuracy|run time|"
+    r"mini-batch time statistics) : (?P<value>.+?)\s*$")
+STATISTIC = re.compile(r"(N/A|[-+0-9.eE]+)s? (mean|median|max|min|stdev)")
+
+
+def parse_output(text: str) -> list[dict]:
+    """LBANN's per-epoch report lines (instance 0) as one dict per training
+    epoch: train_* from 'training epoch N', test_* from the 'validation'
+    lines that follow it (the validate reader reads the test set) and, for
+    the last epoch, from the final 'test' lines. Epochs count from 1."""
+    epochs: list[dict] = []
+    final_test: dict = {}
+    for line in text.splitlines():
+        match = OUTPUT_LINE.search(line)
+        if not match or (match["instance"] or "0") != "0":
+            continue
+        mode, key, value = match["mode"], match["key"], match["value"]
+        if match["epoch"] is not None:
+            epoch = int(match["epoch"]) + 1
+            if not epochs or epochs[-1]["epoch"] != epoch:
+                epochs.append({"epoch": epoch})
+            target, prefix = epochs[-1], "train"
+        elif mode == "validation" and epochs:
+            target, prefix = epochs[-1], "test"
+        elif mode == "test":
+            target, prefix = final_test, "test"
+        else:
+            continue
+        target.update(_values(prefix, key, value))
+    if epochs and final_test:
+        epochs[-1].update(final_test)
+    return epochs
+
+
+def _values(prefix: str, key: str, value: str) -> dict:
+    if key == "objective function":
+        return {f"{prefix}_loss": float(value)}
+    if key.endswith("accuracy"):
+        return {f"{prefix}_accuracy": float(value.rstrip("%")) / 100}
+    if key == "run time":
+        return {f"{prefix}_run_time_s": float(value.rstrip("s"))}
+    stats = {name: (float("nan") if number == "N/A" else float(number))
+             for number, name in STATISTIC.findall(value)}
+    return {f"{prefix}_batch_{name}_s": stats.get(name, float("nan"))
+            for name in ("mean", "median", "max", "min", "stdev")}
+
+
+def epoch_rows(parsed: list[dict], images_per_epoch: int) -> list[dict]:
+    """The common epochs.tsv rows: LBANN's training run time is the epoch's
+    wall time and its measured time (the master rank's, warm-up included)."""
+    nan = float("nan")
+    rows = []
+    for entry in parsed:
+        run_s = entry.get("train_run_time_s", nan)
+        rows.append({
+            "epoch": entry["epoch"], "wall_s": round(run_s + entry.get("test_run_time_s", 0), 4),
+            "train_loss": entry.get("train_loss", nan),
+            "train_accuracy": entry.get("train_accuracy", nan),
+            "test_loss": entry.get("test_loss", nan),
+            "test_accuracy": entry.get("test_accuracy", nan),
+            "images_per_s": images_per_epoch / run_s if run_s > 0 else nan,
+            "measured_images": images_per_epoch, "measured_s": run_s})
+    return rows
+
+
+BATCH_COLUMNS = ("epoch", "mode", "mean_s", "median_s", "max_s", "min_s", "stdev_s")
+
+
+def write_batch_times(folder: Path, parsed: list[dict]) -> None:
+    """LBANN's mini-batch time statistics, per epoch and mode."""
+    lines = ["\t".join(BATCH_COLUMNS)]
+    for entry in parsed:
+        for mode in ("train", "test"):
+            if f"{mode}_batch_mean_s" in entry:
+                values = [entry[f"{mode}_batch_{s}_s"]
+                          for s in ("mean", "median", "max", "min", "stdev")]
+                lines.append("\t".join([str(entry["epoch"]), mode, *(f"{v:.6g}" for v in values)]))
+    common.write_text(folder / "lbann_batch_times.tsv", "\n".join(lines) + "\n")
+
+
+# --- the driver -------------------------------------------------------------
+
+def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
+    """Build the experiment, run it with LBANN's launcher, write the tables."""
+    from ddlcompare import hosts
+    lbann = import_lbann()
+    init_start = time.perf_counter()
+    scheduler, _ = hosts.detect(config["nodes"], config["procs_per_node"])
+    world = config["nodes"] * config["procs_per_node"]
+    dataset = data.load(config["dataset"], config["data_dir"])
+    info = dataset.info
+    global_batch = config["batch_size"] * world
+    n_train = min(config["train_images"] or len(dataset.train_y), len(dataset.train_y))
+    steps = data.steps_per_epoch(n_train, world, config["batch_size"], config["max_steps"])
+    if steps == 0:
+        raise common.RunError(f"batch_size {config['batch_size']} x {world} processes exceeds the "
+                              f"{n_train} training images: no step fits in an epoch")
+    folder = write_data_files(dataset, Path.home() / ".cache" / "ddl-compare" / "lbann-data"
+                              / info.name)
+    lr = models.scaled_learning_rate(config, global_batch)
+    model = build_model(lbann, models.MODELS[config["model"]], info, config["epochs"])
+    trainer = lbann.Trainer(mini_batch_size=global_batch, random_seed=config["seed"])
+    readers = reader_message(lbann, reader_spec(info, folder, steps * global_batch))
+    optimizer = lbann.SGD(learn_rate=lr, momentum=config["momentum"])
+    init_s = time.perf_counter() - init_start
+    work_dir = run_dir / "lbann"
+    status = lbann.run(trainer, model, readers, optimizer, work_dir=str(work_dir),
+                       overwrite_script=True, **launch_args(config, scheduler, os.environ))
+    parsed = parse_output((work_dir / "out.log").read_text(errors="replace")
+                          if (work_dir / "out.log").exists() else "")
+    if status != 0 or not parsed:
+        raise common.RunError(f"lbann: the experiment exited with status {status} and "
+                              f"{len(parsed)} epoch(s) reported; see {work_dir}/err.log")
+    rows = epoch_rows(parsed, steps * global_batch)
+    common.write_epochs(run_dir, rows)
+    write_batch_times(run_dir, parsed)
+    dist = Dist(rank=0, world=world, local_rank=0)
+    record = common.rank_record(dist, {"lbann": getattr(lbann, "__version__", "unknown")})
+    record["params_digest"] = None  # LBANN keeps its weights to itself
+    common.write_json(run_dir / "rank0.json", record)
+    common.write_json(run_dir / "metrics.json",
+                      common.summary(rows, world, global_batch, lr, steps, init_s))

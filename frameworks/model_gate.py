@@ -1,0 +1,165 @@
+"""The same-model gate: every framework's builder makes the network of the
+shared specification (frameworks/models.py): same weighted and pooling
+layers, same output shapes, same parameter counts.
+
+The PyTorch and Keras builders live in different environments, so each is
+asked in its own interpreter (``python -m frameworks.model_gate rows
+BUILDER MODEL DATASET...`` prints its rows as JSON). The LBANN builder is checked on
+the layer graph it produces: read back from a built lbann.Model where LBANN
+is importable, otherwise the graph it would hand to LBANN (the result says
+which).
+
+    python -m frameworks.model_gate [--out FILE]     # the gate, as JSON
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from frameworks import data, models
+
+BUILDERS = {"pytorch": "torch", "keras": "tensorflow", "lbann": "lbann"}
+# Flatten is a layer in PyTorch and Keras, implicit in LBANN's FullyConnected:
+# the parameter count of the first dense layer checks it.
+COMPARED = ("conv2d", "maxpool2d", "dense")
+
+
+def reference_rows(model: str, dataset: str) -> list[dict]:
+    info = data.DATASETS[dataset]
+    return models.layer_shapes(models.MODELS[model], info.shape, info.classes)
+
+
+def builder_rows(builder: str, model: str, dataset: str) -> tuple[list[dict], str]:
+    """(rows, what was checked) of one builder, in this interpreter."""
+    spec, info = models.MODELS[model], data.DATASETS[dataset]
+    if builder == "pytorch":
+        return _torch_rows(spec, info), "torch.nn modules of frameworks.torch_family.build_model"
+    if builder == "keras":
+        from frameworks import keras_models
+        return (keras_models.layer_rows(keras_models.build(spec, info, seed=0)),
+                "Keras layers of frameworks.keras_models.build")
+    from frameworks import lbann as lbann_builder
+    try:
+        import lbann
+    except ImportError:
+        return (lbann_builder.graph_rows(lbann_builder.layer_graph(spec, info), info.shape),
+                "the layer graph frameworks.lbann.layer_graph hands to LBANN "
+                "(LBANN is not importable here, so no lbann.Model was built)")
+    built = lbann_builder.build_model(lbann, spec, info, epochs=1)
+    return (lbann_builder.graph_rows(lbann_builder.graph_of_model(built), info.shape),
+            "the layers of the lbann.Model that frameworks.lbann.build_model builds")
+
+
+def _torch_rows(spec: dict, info: data.DatasetInfo) -> list[dict]:
+    import torch
+    from frameworks.torch_family import build_model
+    kinds = {"Conv2d": "conv2d", "MaxPool2d": "maxpool2d", "Flatten": "flatten",
+             "Linear": "dense"}
+    x = torch.zeros(1, *info.shape)
+    rows = []
+    with torch.no_grad():
+        for module in build_model(spec, info):
+            x = module(x)
+            kind = kinds.get(type(module).__name__)
+            if kind:
+                rows.append({"type": kind, "shape": tuple(x.shape[1:]),
+                             "params": sum(p.numel() for p in module.parameters())})
+    return rows
+
+
+def compare(reference: list[dict], rows: list[dict]) -> list[str]:
+    """What differs from the reference, in words (empty: the same model)."""
+    def key(r): return (r["type"], tuple(r["shape"]), int(r["params"]))
+    want = [key(r) for r in reference if r["type"] in COMPARED]
+    got = [key(r) for r in rows if r["type"] in COMPARED]
+    problems = [f"layer {i}: expected {w}, built {g}"
+                for i, (w, g) in enumerate(zip(want, got)) if w != g]
+    if len(want) != len(got):
+        problems.append(f"{len(got)} weighted/pooling layers built, {len(want)} in the spec")
+    total_want = sum(r["params"] for r in reference)
+    total_got = sum(int(r["params"]) for r in rows)
+    if total_want != total_got:
+        problems.append(f"{total_got} parameters built, {total_want} in the spec")
+    return problems
+
+
+def _ask(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
+    """One builder's answer per data set, from the interpreter of its
+    environment (one start-up for all data sets)."""
+    from ddlcompare import envs
+    from ddlcompare.provenance import REPO
+    env = BUILDERS[builder]
+    python = envs.python_for(env)
+    if not python.exists():
+        if builder == "lbann":  # its graph needs no LBANN: check it here
+            return {d: dict(zip(("rows", "checked_on"), builder_rows(builder, model, d)))
+                    for d in datasets}
+        error = {"error": f"environment '{env}' is not built ({envs.env_dir(env)}); "
+                          f"{envs.how_to_build(env)}"}
+        return {d: error for d in datasets}
+    done = subprocess.run([str(python), "-m", "frameworks.model_gate", "rows", builder, model,
+                           *datasets], cwd=REPO, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        error = {"error": f"the {builder} builder failed: {done.stderr.strip()[-500:]}"}
+        return {d: error for d in datasets}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def gate(model: str = "cnn", datasets: tuple[str, ...] = tuple(data.DATASETS)) -> dict:
+    """The gate's result: per data set, per builder, what was checked and
+    what differs; ``status`` is 'pass' only when every builder was checked
+    and none differs."""
+    result = {"model": model, "compared": list(COMPARED), "datasets": {}}
+    status = "pass"
+    answers = {builder: _ask(builder, model, datasets) for builder in BUILDERS}
+    for dataset in datasets:
+        reference = reference_rows(model, dataset)
+        entry = {"total_params": sum(r["params"] for r in reference), "builders": {}}
+        for builder in BUILDERS:
+            answer = answers[builder][dataset]
+            if "error" in answer:
+                entry["builders"][builder] = {"status": "not checked", "reason": answer["error"]}
+                status = "fail" if status == "fail" else "incomplete"
+                continue
+            problems = compare(reference, answer["rows"])
+            entry["builders"][builder] = {
+                "status": "fail" if problems else "pass", "problems": problems,
+                "total_params": sum(int(r["params"]) for r in answer["rows"]),
+                "checked_on": answer["checked_on"]}
+            if problems:
+                status = "fail"
+        result["datasets"][dataset] = entry
+    result["status"] = status
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command")
+    rows = sub.add_parser("rows", help="one builder's rows, as JSON (in its environment)")
+    rows.add_argument("builder", choices=tuple(BUILDERS))
+    rows.add_argument("model")
+    rows.add_argument("datasets", nargs="+")
+    parser.add_argument("--out", type=Path, help="write the gate's JSON here too")
+    args = parser.parse_args(argv)
+    if args.command == "rows":
+        print(json.dumps({d: dict(zip(("rows", "checked_on"),
+                                      builder_rows(args.builder, args.model, d)))
+                          for d in args.datasets}))
+        return
+    result = gate()
+    text = json.dumps(result, indent=2)
+    if args.out:
+        from ddlcompare.atomic import write_text
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        write_text(args.out, text + "\n")
+    print(text)
+    sys.exit(0 if result["status"] != "fail" else 1)
+
+
+if __name__ == "__main__":
+    main()

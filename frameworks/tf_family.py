@@ -1,0 +1,355 @@
+"""The TensorFlow training loops shared by every TensorFlow adapter.
+
+Two loops, one set of outputs (the same as the PyTorch family's):
+- ``train``: a custom loop (GradientTape) where the framework allows one,
+  so that forward, backward, gradient communication and optimizer are
+  separate phases, timed like the PyTorch adapters' (horovod-keras, tf-mwms);
+- ``train_fit``: ``model.fit`` for frameworks that own the step
+  (Tarantella); only whole steps are timed there, under ``other``.
+
+Adapters subclass :class:`TFAdapter` and override only their framework's
+own calls. The model (frameworks/keras_models.py), the data shards, the
+learning-rate rule, the phases and the figures are the same for all of them.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from frameworks import common, data, keras_models, models
+from frameworks.common import Dist
+from traces import tracing
+from traces.phases import PhaseRecorder
+
+
+class TFAdapter:
+    """Defaults follow plain single-process TensorFlow; adapters override."""
+    uses_fit = False  # True: the framework owns the training step (train_fit)
+
+    def init(self, config: dict) -> Dist:
+        """Start the framework; runs before any other TensorFlow op."""
+        raise NotImplementedError
+
+    def scope(self):
+        """Where the model's and optimizer's variables are created."""
+        return contextlib.nullcontext()
+
+    def broadcast_initial_state(self, variables: list) -> None:
+        """Make every rank start from rank 0's weights."""
+
+    def replica(self, fn, *args):
+        """Run per-replica work (forward, backward) in the replica context."""
+        return fn(*args)
+
+    def gradient_allreduce(self):
+        """A function averaging a list of gradients over all ranks."""
+        return lambda grads: grads
+
+    def apply_gradients(self, optimizer, variables: list):
+        """A function applying (already averaged) gradients."""
+        import tensorflow as tf
+
+        @tf.function
+        def apply(grads):
+            optimizer.apply_gradients(zip(grads, variables))
+        return apply
+
+    def allreduce(self, values: np.ndarray, op: str) -> np.ndarray:
+        """Sum or max of a small float64 vector over all ranks (metrics)."""
+        raise NotImplementedError
+
+    def wrap_for_fit(self, model, optimizer, loss, metrics):
+        """train_fit only: the distributed model, compiled."""
+        raise NotImplementedError
+
+    def versions(self) -> dict:
+        """Versions of the framework's own packages, for the rank records."""
+        return {}
+
+    def shutdown(self) -> None:
+        pass
+
+
+def configure_tensorflow(config: dict):
+    """Import TensorFlow quietly and set its thread pools. Thread settings
+    must come before TensorFlow starts its runtime (the first op)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    import tensorflow as tf
+    tf.get_logger().setLevel("ERROR")
+    tf.config.threading.set_intra_op_parallelism_threads(config["torch_threads"])
+    # Collective ops wait for their peers on an inter-op thread: keep a second.
+    tf.config.threading.set_inter_op_parallelism_threads(max(2, config["torch_threads"]))
+    return tf
+
+
+def pin_device(tf, config: dict, local_rank: int) -> None:
+    """One GPU per process (the local rank's), or none on device: cpu.
+    Must run before TensorFlow initialises its devices."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if config["device"] == "cpu":
+        tf.config.set_visible_devices([], "GPU")
+        return
+    if local_rank >= len(gpus):
+        raise common.RunError(f"device: gpu was asked for, but TensorFlow sees {len(gpus)} GPU(s) "
+                              f"here and local rank {local_rank} needs one of its own")
+    tf.config.set_visible_devices(gpus[local_rank], "GPU")
+
+
+def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
+    if adapter.uses_fit:
+        return train_fit(adapter, config, run_dir)
+    tf = configure_tensorflow(config)
+    phases = PhaseRecorder()
+    init_start = time.perf_counter()
+    with phases("init"):
+        dist = adapter.init(config)
+        tf.random.set_seed(config["seed"])
+        dataset = data.load(config["dataset"], config["data_dir"])
+        global_batch = config["batch_size"] * dist.world
+        lr = models.scaled_learning_rate(config, global_batch)
+        with adapter.scope():
+            model = keras_models.build(models.MODELS[config["model"]], dataset.info,
+                                       config["seed"])
+            optimizer = keras_models.optimizer(config, lr)
+            optimizer.build(model.trainable_variables)
+        variables = model.trainable_variables
+        adapter.broadcast_initial_state(model.variables + _optimizer_variables(optimizer))
+        step_fns = _StepFunctions(tf, model,
+                                  keras_models.per_example_loss(models.MODELS[config["model"]]),
+                                  adapter.gradient_allreduce(),
+                                  adapter.apply_gradients(optimizer, variables))
+    init_s = time.perf_counter() - init_start
+    tracing.attach(phases, config, run_dir, dist.rank, dist.world)
+
+    n_train = min(config["train_images"] or len(dataset.train_y), len(dataset.train_y))
+    batch = config["batch_size"]
+    steps = _steps(n_train, dist, batch, config)
+    forward_backward = step_fns.forward_backward(phases)
+    rows, global_step = [], 0
+    for epoch in range(1, config["epochs"] + 1):
+        epoch_start = time.perf_counter()
+        indices = data.shard(n_train, dist.rank, dist.world, config["seed"], epoch, steps * batch)
+        sums = common.EpochSums()
+        loss_sum = tf.zeros((), tf.float64)
+        correct = tf.zeros((), tf.int64)
+        measured_start, measured_steps = None, 0
+        for i in range(steps):
+            if measured_start is None and global_step >= config["warmup_steps"]:
+                measured_start = time.perf_counter()
+            phases.begin_step(epoch, global_step)
+            with phases("data_load"):
+                take = indices[i * batch:(i + 1) * batch]
+                x = tf.constant(keras_models.images(dataset.train_x[take], dataset.info))
+                y = tf.constant(dataset.train_y[take])
+            loss, hits, grads = adapter.replica(forward_backward, x, y)
+            with phases("grad_comm"):
+                grads = step_fns.allreduce(grads)
+            with phases("optimizer"):
+                step_fns.apply(grads)
+                loss_sum += tf.cast(loss, tf.float64) * len(take)
+                correct += hits
+            phases.end_step()
+            measured_steps += measured_start is not None
+            global_step += 1
+        measured_s = time.perf_counter() - measured_start if measured_start else 0.0
+        sums.train_loss, sums.train_correct = float(loss_sum), float(correct)
+        sums.train_images = steps * batch
+        sums.measured_images = batch * measured_steps
+        if epoch % config["eval_every"] == 0 or epoch == config["epochs"]:
+            with phases("eval"):
+                _evaluate(step_fns.evaluate, dataset, dist, sums, batch)
+        rows.append(_epoch_row(adapter, epoch, epoch_start, sums, measured_s))
+        if dist.rank == 0:
+            common.write_epochs(run_dir, rows)  # rewritten each epoch: progress is visible
+    _finish(adapter, phases, run_dir, dist, model, rows, global_batch, lr, steps, init_s)
+
+
+class _StepFunctions:
+    """The compiled pieces of one step. Forward and backward are separate
+    calls (a compiled forward under an eager tape, then tape.gradient), so
+    that each is its own phase."""
+
+    def __init__(self, tf, model, loss_fn, allreduce, apply):
+        self.tf, self.model, self.loss_fn = tf, model, loss_fn
+        self.allreduce, self.apply = allreduce, apply
+        self.forward = tf.function(self._forward)
+        self.evaluate = tf.function(self._evaluate)
+
+    def _forward(self, x, y):
+        logits = self.model(x, training=True)
+        loss = self.tf.reduce_mean(self.loss_fn(y, logits))
+        return loss, self._hits(logits, y)
+
+    def _evaluate(self, x, y):
+        logits = self.model(x, training=False)
+        return self.tf.reduce_sum(self.loss_fn(y, logits)), self._hits(logits, y)
+
+    def _hits(self, logits, y):
+        tf = self.tf
+        return tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, 1), y), tf.int64))
+
+    def forward_backward(self, phases: PhaseRecorder):
+        def run(x, y):
+            with phases("forward"):
+                with self.tf.GradientTape() as tape:
+                    loss, hits = self.forward(x, y)
+            with phases("backward"):
+                grads = tape.gradient(loss, self.model.trainable_variables)
+            return loss, hits, grads
+        return run
+
+
+def _optimizer_variables(optimizer) -> list:
+    found = optimizer.variables
+    return list(found() if callable(found) else found)
+
+
+def _steps(n_train: int, dist: Dist, batch: int, config: dict) -> int:
+    steps = data.steps_per_epoch(n_train, dist.world, batch, config["max_steps"])
+    if steps == 0:
+        raise common.RunError(f"batch_size {batch} x {dist.world} processes exceeds the "
+                              f"{n_train} training images: no step fits in an epoch")
+    return steps
+
+
+def _evaluate(evaluate, dataset: data.Dataset, dist: Dist, sums: common.EpochSums,
+              batch: int) -> None:
+    """Distributed evaluation: each rank scores every world-th test image."""
+    import tensorflow as tf
+    ids = np.arange(dist.rank, len(dataset.test_y), dist.world)
+    eval_batch = max(batch, 256)
+    loss, correct = 0.0, 0
+    for start in range(0, len(ids), eval_batch):
+        take = ids[start:start + eval_batch]
+        batch_loss, hits = evaluate(
+            tf.constant(keras_models.images(dataset.test_x[take], dataset.info)),
+            tf.constant(dataset.test_y[take]))
+        loss += float(batch_loss)
+        correct += int(hits)
+    sums.test_loss, sums.test_correct, sums.test_images = loss, correct, len(ids)
+
+
+def _epoch_row(adapter: TFAdapter, epoch: int, epoch_start: float, sums: common.EpochSums,
+               measured_s: float) -> dict:
+    totals = adapter.allreduce(np.asarray(sums.vector(), dtype=np.float64), "sum")
+    slowest = adapter.allreduce(np.asarray([measured_s], dtype=np.float64), "max")
+    return common.epoch_row(epoch, time.perf_counter() - epoch_start,
+                            common.EpochSums.from_vector(totals), float(slowest[0]))
+
+
+def _finish(adapter, phases, run_dir, dist, model, rows, global_batch, lr, steps,
+            init_s) -> None:
+    phases.write(run_dir, dist.rank)
+    record = common.rank_record(dist, framework_versions(adapter))
+    record["params_digest"] = params_digest(model)
+    common.write_json(run_dir / f"rank{dist.rank}.json", record)
+    if dist.rank == 0:
+        common.write_json(run_dir / "metrics.json",
+                          common.summary(rows, dist.world, global_batch, lr, steps, init_s))
+    adapter.shutdown()
+
+
+def params_digest(model) -> str:
+    """SHA-256 of every weight's bytes: equal on all ranks iff the replicas
+    hold the same weights."""
+    digest = hashlib.sha256()
+    for array in model.get_weights():
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def framework_versions(adapter: TFAdapter) -> dict:
+    import tensorflow as tf
+    return {"tensorflow": tf.__version__, "keras": tf.keras.__version__, **adapter.versions()}
+
+
+def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
+    """The loop for frameworks that own the step: one ``fit`` per epoch on
+    the epoch's images in the shared order, batched by the GLOBAL batch (the
+    framework splits each global batch between the ranks: the same images
+    per global step as the custom loop's round-robin shards)."""
+    tf = configure_tensorflow(config)
+    phases = PhaseRecorder()
+    init_start = time.perf_counter()
+    with phases("init"):
+        dist = adapter.init(config)
+        tf.random.set_seed(config["seed"])
+        dataset = data.load(config["dataset"], config["data_dir"])
+        global_batch = config["batch_size"] * dist.world
+        lr = models.scaled_learning_rate(config, global_batch)
+        spec = models.MODELS[config["model"]]
+        keras_model = keras_models.build(spec, dataset.info, config["seed"])
+        model = adapter.wrap_for_fit(keras_model, keras_models.optimizer(config, lr),
+                                     keras_models.per_example_loss(spec, "sum_over_batch_size"),
+                                     ["accuracy"])
+        evaluate = _StepFunctions(tf, keras_model, keras_models.per_example_loss(spec),
+                                  None, None).evaluate
+    init_s = time.perf_counter() - init_start
+    tracing.attach(phases, config, run_dir, dist.rank, dist.world)
+
+    n_train = min(config["train_images"] or len(dataset.train_y), len(dataset.train_y))
+    batch = config["batch_size"]
+    steps = _steps(n_train, dist, batch, config)
+    timer = _fit_step_timer(phases, config["warmup_steps"])
+    rows = []
+    for epoch in range(1, config["epochs"] + 1):
+        epoch_start = time.perf_counter()
+        order = np.random.default_rng([config["seed"], epoch]).permutation(n_train)
+        take = order[:steps * global_batch]
+        images = tf.data.Dataset.from_tensor_slices(
+            (keras_models.images(dataset.train_x[take], dataset.info), dataset.train_y[take]))
+        timer.epoch = epoch
+        history = model.fit(images.batch(global_batch), epochs=1, verbose=0, shuffle=False,
+                            callbacks=[timer])
+        # fit reports epoch means (this rank's or already global: weighting
+        # by this rank's images gives the global mean after the sum either way).
+        sums = common.EpochSums(train_loss=history.history["loss"][-1] * steps * batch,
+                                train_correct=history.history["accuracy"][-1] * steps * batch,
+                                train_images=steps * batch,
+                                measured_images=batch * timer.measured_steps)
+        measured_s = timer.measured_s
+        if epoch % config["eval_every"] == 0 or epoch == config["epochs"]:
+            with phases("eval"):
+                _evaluate(evaluate, dataset, dist, sums, batch)
+        rows.append(_epoch_row(adapter, epoch, epoch_start, sums, measured_s))
+        if dist.rank == 0:
+            common.write_epochs(run_dir, rows)
+    _finish(adapter, phases, run_dir, dist, keras_model, rows, global_batch, lr, steps, init_s)
+
+
+def _fit_step_timer(phases: PhaseRecorder, warmup_steps: int):
+    """A Keras callback recording each fit step as one step whose whole time
+    is 'other', and the epoch's measured steps and seconds (after warm-up)."""
+    import tensorflow as tf
+
+    class FitStepTimer(tf.keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.epoch, self.step, self.span = 0, 0, None
+            self.measured_steps, self.measured_s, self._measured_start = 0, 0.0, None
+
+        def on_train_begin(self, logs=None):  # each fit call is one epoch
+            self.measured_steps, self.measured_s, self._measured_start = 0, 0.0, None
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if self.step >= warmup_steps and self._measured_start is None:
+                self._measured_start = time.perf_counter()
+            phases.begin_step(self.epoch, self.step)
+            self.span = phases("other").__enter__()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.span.__exit__(None, None, None)
+            phases.end_step()
+            self.measured_steps += self._measured_start is not None
+            self.step += 1
+
+        def on_train_end(self, logs=None):
+            if self._measured_start is not None:
+                self.measured_s = time.perf_counter() - self._measured_start
+
+    return FitStepTimer()

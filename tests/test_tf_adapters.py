@@ -1,0 +1,141 @@
+"""The TensorFlow adapters really train 2 processes: the loss goes down,
+every rank ends with the same weights, and the phases are timed one by one.
+Skipped only when the TensorFlow environment (.venv-tf) is not built;
+./ddlc test builds it."""
+import json
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import tiny_design
+from ddlcompare import design, envs, runner
+
+TF_BUILT = envs.has_module("tensorflow", "horovod.tensorflow")
+needs_tf = pytest.mark.skipif(
+    not TF_BUILT, reason=f"the TensorFlow environment is not built ({envs.env_dir('tensorflow')}"
+                         "); 'bash envs/setup.sh' builds it (./ddlc test runs it first)")
+CASES = [("horovod-keras", "gloo"), ("horovod-keras", "mpi"), ("tf-mwms", "gloo")]
+
+
+@pytest.fixture(scope="module")
+def tiny_runs():
+    """Each case trained once (2 processes, 2 epochs of 12 steps), shared by the tests."""
+    with tempfile.TemporaryDirectory() as tmp:
+        found = {}
+        for framework, controller in CASES:
+            doc = tiny_design([framework], horovod_controller=controller)
+            row = design.parse(doc, "tiny.yaml").runs()[0]
+            assert runner.execute(row, Path(tmp)) == 0
+            found[framework, controller] = Path(tmp) / row.path
+        yield found
+
+
+@needs_tf
+@pytest.mark.slow
+@pytest.mark.parametrize("framework,controller", CASES)
+def test_two_processes_train_and_agree(tiny_runs, framework, controller):
+    folder = tiny_runs[framework, controller]
+    done = json.loads((folder / "done.json").read_text())
+    assert done["status"] == "ok", (folder / "train.log").read_text()[-3000:]
+    epochs = pd.read_csv(folder / "epochs.tsv", sep="\t")
+    assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
+    assert epochs["test_accuracy"].iloc[-1] > 0.5
+    assert (epochs["images_per_s"] > 0).all()  # every epoch is measured after warm-up
+    ranks = [json.loads((folder / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["params_digest"] == ranks[1]["params_digest"]
+    assert {r["world"] for r in ranks} == {2}
+    assert ranks[0]["tensorflow"].startswith("2.") and ranks[0]["keras"].startswith("2.")
+    assert ("horovod" in ranks[0]) == framework.startswith("horovod")
+    steps = pd.read_csv(folder / "steps.rank1.tsv", sep="\t")
+    assert len(steps) == 2 * 12
+    for phase in ("data_load", "forward", "backward", "grad_comm", "optimizer"):
+        assert (steps[f"{phase}_ns"] > 0).all(), phase
+    intervals = pd.read_csv(folder / "intervals.rank0.tsv", sep="\t")
+    assert set(intervals["phase"]) == {"init", "eval"}
+    record = json.loads((folder / "run.json").read_text())
+    assert record["status"] == "ok" and record["hosts"] == [{"name": "localhost", "slots": 2}]
+
+
+@needs_tf
+@pytest.mark.slow
+def test_horovod_and_mwms_compute_the_same_run(tiny_runs):
+    """Same seed, data, model, learning-rate rule and gradient average:
+    Horovod and MultiWorkerMirroredStrategy agree on the first epoch."""
+    loss = {key: pd.read_csv(folder / "epochs.tsv", sep="\t")["train_loss"][0]
+            for key, folder in tiny_runs.items()}
+    assert loss["tf-mwms", "gloo"] == pytest.approx(loss["horovod-keras", "gloo"], rel=1e-4)
+    assert loss["horovod-keras", "mpi"] == pytest.approx(loss["horovod-keras", "gloo"], rel=1e-4)
+
+
+@needs_tf
+def test_keras_model_is_initialised_as_the_spec_says():
+    """He-uniform (ReLU layers) and Glorot-uniform (output) bounds, zero
+    biases, 'same' padding, in the TensorFlow environment itself."""
+    import subprocess
+    probe = """
+import math
+from frameworks import data, keras_models, models
+m = keras_models.build(models.CNN, data.FASHION_MNIST, seed=1)
+for layer in m.layers:
+    if not layer.weights:
+        continue
+    kernel, bias = (w.numpy() for w in layer.weights)
+    fan_in = math.prod(kernel.shape[:-1])
+    fan_out = kernel.shape[-1] * math.prod(kernel.shape[:-2])
+    relu = layer.get_config()["activation"] == "relu"
+    limit = math.sqrt(6 / fan_in) if relu else math.sqrt(6 / (fan_in + fan_out))
+    assert abs(kernel).max() <= limit and abs(kernel).max() > 0.9 * limit, layer.name
+    assert not bias.any(), layer.name
+    assert layer.get_config().get("padding", "same") == "same", layer.name
+print("ok", m.count_params())
+"""
+    done = subprocess.run([str(envs.python_for("tensorflow")), "-c", probe], capture_output=True,
+                          text=True, timeout=300, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["ok", "421642"]
+
+
+@needs_tf
+@pytest.mark.slow
+def test_fit_loop_of_frameworks_that_own_the_step(tmp_path):
+    """The loop Tarantella runs (tf_family.train_fit), with Keras' own fit
+    in place of tnt.Model's (one process): its tables, 'other' for whole
+    steps, and training that works."""
+    import subprocess
+    probe = f"""
+import json
+import numpy as np
+from pathlib import Path
+from ddlcompare.params import PARAMS
+from frameworks import tf_family
+from frameworks.common import Dist
+
+class KerasFit(tf_family.TFAdapter):
+    uses_fit = True
+    def init(self, config):
+        return Dist(rank=0, world=1, local_rank=0)
+    def wrap_for_fit(self, model, optimizer, loss, metrics):
+        model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
+        return model
+    def allreduce(self, values, op):
+        return values
+
+config = {{name: p.default for name, p in PARAMS.items()}}
+config.update(framework="tarantella", seed=42, epochs=2, max_steps=20, train_images=4000,
+              warmup_steps=2, batch_size=32)
+tf_family.train(KerasFit(), config, Path({str(tmp_path)!r}))
+"""
+    done = subprocess.run([str(envs.python_for("tensorflow")), "-c", probe], capture_output=True,
+                          text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    epochs = pd.read_csv(tmp_path / "epochs.tsv", sep="\t")
+    assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
+    assert epochs["test_accuracy"].iloc[-1] > 0.5
+    assert epochs["measured_images"].tolist() == [18 * 32, 20 * 32]
+    steps = pd.read_csv(tmp_path / "steps.rank0.tsv", sep="\t")
+    assert len(steps) == 40 and (steps["other_ns"] > 0).all()
+    assert (steps[["forward_ns", "backward_ns", "grad_comm_ns"]] == 0).all().all()
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["world_size"] == 1 and metrics["steps_per_epoch"] == 20

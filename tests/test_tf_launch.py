@@ -1,0 +1,145 @@
+"""Launch generation for the TensorFlow family, Tarantella and LBANN, and
+the per-node spawner that gives each MultiWorkerMirroredStrategy worker its
+own TF_CONFIG (real processes)."""
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import tiny_design
+from ddlcompare import design, envs, launch, preflight, runner, spawn
+from ddlcompare.hosts import Host
+
+CONFIG = {"torch_threads": 1, "run_id": "abc123", "horovod_controller": "gloo",
+          "device": "cpu", "nodes": 1, "procs_per_node": 2}
+RUN = Path("/r/run")
+
+
+def tf_workers(hosts, scheduler):
+    return launch.command("tf-workers", hosts, {**CONFIG, "framework": "tf-mwms"}, RUN, scheduler)
+
+
+def test_tf_workers_locally_one_spawner_on_free_ports():
+    argv, env = tf_workers([Host("localhost", 2)], "local")
+    assert argv[0] == str(envs.python_for("tensorflow"))
+    assert argv[1:5] == ["-m", "ddlcompare.spawn", "--per-node", "2"]
+    workers = argv[argv.index("--workers") + 1].split(",")
+    assert len(workers) == 2 and all(w.startswith("localhost:") for w in workers)
+    assert len(set(workers)) == 2
+    assert argv[argv.index("--") + 1:] == [str(envs.python_for("tensorflow")), "-m",
+                                           "frameworks.worker", "/r/run"]
+    assert env["OMP_NUM_THREADS"] == "1"
+
+
+def test_tf_workers_under_slurm_one_spawner_per_node():
+    argv, _ = tf_workers([Host("n1", 2), Host("n2", 2)], "slurm")
+    assert argv[0] == "srun" and "--ntasks-per-node=1" in argv and "--nodelist=n1,n2" in argv
+    assert argv[argv.index("--workers") + 1] == "n1:23456,n1:23457,n2:23456,n2:23457"
+
+
+def test_tf_workers_under_oar_through_oarsh():
+    argv, _ = tf_workers([Host("n1", 1), Host("n2", 1)], "oar")
+    assert argv[:8] == ["mpirun", "--host", "n1,n2", "--npernode", "1", "--mca",
+                        "plm_rsh_agent", "oarsh"]
+    assert argv[argv.index("--workers") + 1] == "n1:23456,n2:23456"
+
+
+def test_spawner_gives_each_process_its_place_in_the_cluster():
+    workers = ["a:1", "a:2", "b:1", "b:2"]
+    first = spawn.process_envs(workers, 2, {"SLURM_PROCID": "1"})
+    assert [json.loads(e["TF_CONFIG"]) for e in first] == [
+        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}} for i in (2, 3)]
+    assert [e["DDLC_LOCAL_RANK"] for e in first] == ["0", "1"]
+    assert spawn.node_index({"OMPI_COMM_WORLD_RANK": "1"}) == 1
+    assert spawn.node_index({}) == 0
+    with pytest.raises(SystemExit, match="beyond the 4 workers"):
+        spawn.process_envs(workers, 2, {"SLURM_PROCID": "2"})
+
+
+def run_spawner(*command, timeout=60):
+    return subprocess.run([sys.executable, "-m", "ddlcompare.spawn", "--per-node", "2",
+                           "--workers", "localhost:1,localhost:2", "--", *command],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_spawner_starts_every_local_process(tmp_path):
+    done = run_spawner(sys.executable, "-c", "import json, os, sys; "
+                       "index = json.loads(os.environ['TF_CONFIG'])['task']['index']; "
+                       "open(os.path.join(sys.argv[1], str(index)), 'w').write("
+                       "os.environ['DDLC_LOCAL_RANK'])", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == {"0": "0", "1": "1"}
+
+
+def test_spawner_stops_the_others_when_one_fails():
+    """A failed worker must not leave its peer waiting in a collective."""
+    start = time.monotonic()
+    done = run_spawner(sys.executable, "-c", "import os, sys, time; "
+                       "sys.exit(3) if os.environ['DDLC_LOCAL_RANK'] == '1' else time.sleep(120)")
+    assert done.returncode == 3
+    assert time.monotonic() - start < 30
+
+
+@pytest.fixture
+def tarantella_env(tmp_path, monkeypatch):
+    """An environment folder with a tarantella executable: what the launcher
+    checks before it builds the command (Tarantella itself cannot run here)."""
+    (tmp_path / "bin").mkdir()
+    for name in ("python", "tarantella"):
+        (tmp_path / "bin" / name).write_text("")
+    monkeypatch.setenv("DDLC_VENV_TARANTELLA", str(tmp_path))
+    return tmp_path / "bin"
+
+
+def tarantella(hosts, scheduler, run_dir=RUN, **config):
+    return launch.command("tarantella", hosts, {**CONFIG, "framework": "tarantella", **config},
+                          run_dir, scheduler)
+
+
+def test_tarantella_on_one_node(tarantella_env):
+    argv, env = tarantella([Host("localhost", 2)], "local")
+    assert argv[:4] == [str(tarantella_env / "tarantella"), "-n", "2", "--no-gpu"]
+    assert argv[4] == "-x" and "OMP_NUM_THREADS=1" in argv[5:argv.index("--")]
+    assert argv[argv.index("--"):] == ["--", "-m", "frameworks.worker", "/r/run"]
+    assert env["PATH"].startswith(f"{tarantella_env}:")  # its ranks run this env's python
+
+
+def test_tarantella_hostfile_from_the_scheduler_nodes(tarantella_env, tmp_path):
+    argv, _ = tarantella([Host("n1", 4), Host("n2", 4)], "slurm", run_dir=tmp_path,
+                         device="gpu")
+    assert argv[1:5] == ["--hostfile", str(tmp_path / "hostfile"), "--n-per-node", "4"]
+    assert "--no-gpu" not in argv
+    assert (tmp_path / "hostfile").read_text() == "n1\nn2\n"
+
+
+def test_missing_tarantella_is_a_clear_failed_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDLC_VENV_TARANTELLA", str(tmp_path / "nowhere"))
+    row = design.parse(tiny_design(["tarantella"]), "tiny.yaml").runs()[0]
+    assert runner.execute(row, tmp_path) == 0
+    done = json.loads((tmp_path / row.path / "done.json").read_text())
+    assert done["status"] == "failed"
+    assert "build the 'tarantella' environment (envs/tarantella.md)" in done["reason"]
+
+
+def test_missing_tarantella_inside_a_worker_names_the_environment():
+    from frameworks import tarantella as adapter
+    from frameworks.common import RunError
+    with pytest.raises(RunError, match="envs/tarantella.md"):
+        adapter.import_tarantella()
+
+
+def test_preflight_points_cluster_frameworks_to_their_build_notes(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDLC_VENV_TARANTELLA", str(tmp_path / "a"))
+    monkeypatch.setenv("DDLC_VENV_LBANN", str(tmp_path / "b"))
+    found = preflight.problems(design.parse(tiny_design(["tarantella", "lbann"]), "t.yaml"))
+    assert any("tarantella" in p and "envs/tarantella.md" in p for p in found)
+    assert any("lbann" in p and "envs/lbann.md" in p and "DDLC_VENV_LBANN" in p for p in found)
+
+
+def test_lbann_driver_is_one_process_here():
+    argv, _ = launch.command("lbann-driver", [Host("n1", 2), Host("n2", 2)],
+                             {**CONFIG, "framework": "lbann"}, RUN, "slurm")
+    assert argv == [str(envs.python_for("lbann")), "-m", "frameworks.worker", "/r/run"]

@@ -1,0 +1,158 @@
+"""LBANN, which cannot run here: its output parser on lines in LBANN's exact
+format (src/callbacks/print_statistics.cpp and timer.cpp), the launch
+arguments, the data files its readers take, the readers and the layer graph."""
+import math
+
+import pandas as pd
+import pytest
+
+from frameworks import common, data, lbann, models
+
+# As LBANN v0.104 prints them (the timer's median appeared in later versions;
+# the line without it is the older format, still parsed).
+OUTPUT = """\
+--------------------------------------------------------------------------------
+[0] Epoch : stats formated [tr/v/te] iter/epoch = [468/79/79]
+            global MB = [ 128/ 128/ 128] global last MB = [  96  /  16  /  16  ]
+             local MB = [  64/  64/  64]  local last MB = [  48+0/   8+0/   8+0]
+--------------------------------------------------------------------------------
+model0 (instance 0) training epoch 0 objective function : 0.612845
+model0 (instance 0) training epoch 0 accuracy : 78.0983%
+model0 (instance 0) training epoch 0 run time : 12.0417s
+model0 (instance 0) training epoch 0 mini-batch time statistics : 0.0254837s mean, 0.0247771s median, 0.104312s max, 0.0226151s min, 0.00439113s stdev
+model0 (instance 0) validation objective function : 0.456312
+model0 (instance 0) validation accuracy : 83.63%
+model0 (instance 0) validation run time : 0.814406s
+model0 (instance 0) validation mini-batch time statistics : 0.0102218s mean, 0.0101209s median, 0.0138004s max, 0.00309514s min, 0.00104176s stdev
+model0 (instance 0) training epoch 1 objective function : 0.380417
+model0 (instance 0) training epoch 1 accuracy : 86.3117%
+model0 (instance 0) training epoch 1 run time : 11.5093s
+model0 (instance 0) training epoch 1 mini-batch time statistics : 0.0245911s mean, 0.0239965s max, 0.0221036s min, N/A stdev
+model0 (instance 0) validation objective function : 0.37254
+model0 (instance 0) validation accuracy : 86.72%
+model0 (instance 0) validation run time : 0.80221s
+model0 (instance 0) validation mini-batch time statistics : 0.0100873s mean, 0.0100255s median, 0.0121934s max, 0.00302124s min, 0.000871524s stdev
+model0 (instance 1) training epoch 1 objective function : 9.9
+model0 (global average) validation accuracy : 86.72%
+model0 (instance 0) test objective function : 0.370091
+model0 (instance 0) test accuracy : 86.81%
+model0 (instance 0) test run time : 0.79712s
+model0 (instance 0) test mini-batch time statistics : 0.0100514s mean, 0.00999892s median, 0.0118141s max, 0.00301054s min, 0.000838113s stdev
+"""
+
+# The pre-v0.100 format, as LBANN's own README for LeNet showed it.
+OLD_OUTPUT = """\
+Model 0 training epoch 4 objective function : 0.0471567
+Model 0 training epoch 4 categorical accuracy : 99.6241%
+Model 0 training epoch 4 run time : 7.64182s
+Model 0 training epoch 4 mini-batch time statistics : 0.00901458s mean, 0.0212693s max, 0.0078979s min, 0.000458463s stdev
+Model 0 validation objective function : 0.0670221
+Model 0 validation categorical accuracy : 98.9%
+"""
+
+
+def test_parser_turns_lbann_output_into_epochs():
+    parsed = lbann.parse_output(OUTPUT)
+    assert [e["epoch"] for e in parsed] == [1, 2]  # LBANN counts from 0
+    first, last = parsed
+    assert first["train_loss"] == 0.612845
+    assert first["train_accuracy"] == pytest.approx(0.780983)
+    assert first["train_run_time_s"] == 12.0417
+    assert first["train_batch_median_s"] == 0.0247771
+    assert first["test_loss"] == 0.456312 and first["test_accuracy"] == pytest.approx(0.8363)
+    assert last["train_loss"] == 0.380417  # instance 1 and global lines are not instance 0's
+    assert math.isnan(last["train_batch_median_s"]) and math.isnan(last["train_batch_stdev_s"])
+    assert last["test_loss"] == 0.370091  # the final test replaces the last validation
+    assert last["test_accuracy"] == pytest.approx(0.8681)
+
+
+def test_parser_reads_the_older_format():
+    (entry,) = lbann.parse_output(OLD_OUTPUT)
+    assert entry["epoch"] == 5 and entry["train_accuracy"] == pytest.approx(0.996241)
+    assert entry["test_accuracy"] == pytest.approx(0.989)
+    assert entry["train_batch_mean_s"] == 0.00901458
+
+
+def test_parsed_output_becomes_the_common_tables(tmp_path):
+    parsed = lbann.parse_output(OUTPUT)
+    rows = lbann.epoch_rows(parsed, images_per_epoch=468 * 128)
+    common.write_epochs(tmp_path, rows)
+    lbann.write_batch_times(tmp_path, parsed)
+    epochs = pd.read_csv(tmp_path / "epochs.tsv", sep="\t")
+    assert list(epochs.columns) == list(common.EPOCH_COLUMNS)
+    assert epochs["images_per_s"][0] == pytest.approx(468 * 128 / 12.0417, rel=1e-5)
+    assert epochs["wall_s"][0] == pytest.approx(12.0417 + 0.814406, abs=1e-4)
+    assert epochs["test_accuracy"].tolist() == pytest.approx([0.8363, 0.8681])
+    times = pd.read_csv(tmp_path / "lbann_batch_times.tsv", sep="\t")
+    assert list(times.columns) == list(lbann.BATCH_COLUMNS)
+    assert times[["epoch", "mode"]].values.tolist() == [[1, "train"], [1, "test"],
+                                                        [2, "train"], [2, "test"]]
+    assert common.summary(rows, 2, 128, 0.04, 468, 1.0)["final_test_accuracy"] == \
+        pytest.approx(0.8681)
+
+
+def test_launch_arguments_per_scheduler():
+    config = {"nodes": 2, "procs_per_node": 4, "run_id": "r1"}
+    assert lbann.launch_args(config, "slurm", {}) == {
+        "nodes": 2, "procs_per_node": 4, "job_name": "ddlc-r1", "scheduler": "slurm"}
+    oar = lbann.launch_args(config, "oar", {"OAR_NODEFILE": "/var/lib/oar/123"})
+    assert oar["scheduler"] == "openmpi"
+    assert oar["launcher_args"] == ["--bind-to", "none", "--hostfile", "/var/lib/oar/123",
+                                    "--mca", "plm_rsh_agent", "oarsh"]
+    local = lbann.launch_args({**config, "nodes": 1}, "local", {})
+    assert local["scheduler"] == "openmpi" and "--oversubscribe" in local["launcher_args"]
+
+
+def test_layer_graph_is_the_spec(tmp_path):
+    for info in data.DATASETS.values():
+        graph = lbann.layer_graph(models.CNN, info)
+        assert [n["layer"] for n in graph] == ["Convolution", "Relu", "Pooling", "Convolution",
+                                               "Relu", "Pooling", "FullyConnected", "Relu",
+                                               "FullyConnected"]
+        assert graph[0]["padding"] == 1 and graph[0]["weights"] == ["he_uniform", "zeros"]
+        assert graph[-1]["weights"] == ["glorot_uniform", "zeros"]
+        rows = lbann.graph_rows(graph, info.shape)
+        spec = [r for r in models.layer_shapes(models.CNN, info.shape, info.classes)
+                if r["type"] != "flatten"]
+        assert rows == spec
+
+
+def test_data_files_are_the_same_bytes(tmp_path):
+    info = data.FASHION_MNIST
+    rng = __import__("numpy").random.default_rng(0)
+    x = rng.integers(0, 256, (5, 1, 28, 28), dtype="uint8")
+    y = rng.integers(0, 10, 5)
+    dataset = data.Dataset(info, x, y, x[:2], y[:2])
+    lbann.write_data_files(dataset, tmp_path)
+    images = data._parse_idx((tmp_path / "train-images-idx3-ubyte").read_bytes(), "images")
+    labels = data._parse_idx((tmp_path / "t10k-labels-idx1-ubyte").read_bytes(), "labels")
+    assert (images == x[:, 0]).all() and (labels == y[:2]).all()
+
+
+def test_cifar_binary_batches(tmp_path):
+    import numpy as np
+    x = np.arange(2 * 3 * 32 * 32, dtype=np.uint32).astype(np.uint8).reshape(2, 3, 32, 32)
+    y = np.array([7, 2])
+    lbann.write_cifar_bin(tmp_path / "b.bin", x, y)
+    raw = (tmp_path / "b.bin").read_bytes()
+    assert len(raw) == 2 * 3073
+    assert raw[0] == 7 and raw[1:1025] == x[0, 0].tobytes()  # label, then the red plane
+    assert raw[3073] == 2 and raw[3074 + 2048:3074 + 3072] == x[1, 2].tobytes()
+
+
+def test_readers_train_validate_on_test_and_normalise_like_everyone(tmp_path):
+    readers = lbann.reader_spec(data.FASHION_MNIST, tmp_path, train_samples=3200)
+    assert [(r["name"], r["role"]) for r in readers] == [
+        ("mnist", "train"), ("mnist", "validate"), ("mnist", "test")]
+    assert readers[0]["absolute_sample_count"] == 3200 and readers[0]["shuffle"]
+    assert readers[1]["data_filename"] == "t10k-images-idx3-ubyte"
+    assert readers[0]["transforms"] == [("scale", {"scale": 1 / 255}),
+                                        ("normalize", {"means": "0.286", "stddevs": "0.353"})]
+    cifar = lbann.reader_spec(data.CIFAR10, tmp_path, train_samples=100)
+    assert cifar[0]["transforms"][0][0] == "normalize_to_lbann_layout"
+    assert "data_filename" not in cifar[0]
+
+
+def test_missing_lbann_names_the_environment():
+    with pytest.raises(common.RunError, match="envs/lbann.md"):
+        lbann.import_lbann()
