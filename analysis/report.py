@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 from pathlib import Path
 
 import numpy as np
@@ -196,6 +197,23 @@ def accuracy_section(figures: Path) -> str:
             f"<p>Evaluation is distributed: each rank scores its share of the test set.</p>")
 
 
+def gate_section(tables: Path) -> str:
+    """The same-model gate's verdict: every builder's layers and parameters
+    against the shared specification."""
+    path = tables / "model_gate.json"
+    if not path.exists():
+        return "<h2>Same model everywhere</h2><p>The same-model gate did not run.</p>"
+    gate = json.loads(path.read_text())
+    rows = [{"dataset": name, "builder": builder, "status": entry["status"],
+             "parameters": entry.get("total_params"), "checked on": entry.get("checked_on",
+                                                                             entry.get("reason")),
+             "problems": "; ".join(entry.get("problems", []))}
+            for name, d in gate["datasets"].items() for builder, entry in d["builders"].items()]
+    return (f"<h2>Same model everywhere</h2><p>Same-model gate: <b>{gate['status']}</b> "
+            f"(model {html.escape(gate['model'])}: layer shapes and parameter counts of every "
+            f"builder against the shared specification).</p>{_table(pd.DataFrame(rows))}")
+
+
 def frameworks_section(design: Design) -> str:
     names = design.factors.get("framework", [design.fixed.get("framework")])
     rows = pd.DataFrame([{"framework": n, "launcher": registry.FRAMEWORKS[n].launcher,
@@ -210,7 +228,8 @@ def build(design: Design, tables: Path, out: Path) -> Path:
     figures = tables / "figures"
     body = "".join([design_section(design, runs), status_section(design, runs),
                     results_section(runs, figures), phases_section(runs, phases, figures),
-                    frameworks_section(design), bottlenecks_section(runs, phases),
+                    frameworks_section(design), gate_section(tables),
+                    bottlenecks_section(runs, phases),
                     statistics_section(design, runs), accuracy_section(figures),
                     traces_section(runs, tables)])
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'>"

@@ -12,10 +12,11 @@ from conftest import REPO, tiny_design, write_design
 
 FIXTURES = REPO.parent / "shared" / "fixtures" / "real-traces"
 IMPORTED = ["pipit-ping-pong-otf2", "scorep-8.4-horovod-torch-mpi-np2",
-            "horovod-timeline-IgorDavidyuk-cpu3"]
+            "horovod-timeline-IgorDavidyuk-cpu3/timeline.json"]
 SECTIONS = ["Design and provenance", "Run status", "Throughput and scaling",
             "Where the speedup goes", "Phase breakdown", "Bottlenecks", "Design statistics",
-            "Accuracy", "Frameworks and the phases they expose", "Traces", "Imported traces"]
+            "Accuracy", "Frameworks and the phases they expose", "Traces", "Imported traces",
+            "Same model everywhere"]
 FIGURES = ["throughput", "scaling", "waterfall", "phase breakdown", "timeline", "accuracy"]
 
 
@@ -43,9 +44,10 @@ def test_report_has_every_section_and_finding(report):
     assert "8 of 8 runs ok" in page
     assert "of step time is spent in data_load" in page
     assert "Allocation of variation" in page
+    assert "Same-model gate: <b>pass</b>" in page
     assert "http://" not in page and "https://" not in page  # nothing fetched
-    for name in IMPORTED:
-        assert f"<td>{name}</td>" in page, name
+    for name in IMPORTED:  # each trace is named by its folder
+        assert f"<td>{name.split('/')[0]}</td>" in page, name
 
 
 @pytest.mark.slow

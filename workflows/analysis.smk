@@ -6,6 +6,8 @@
 localrules:
     collect,
     figures,
+    model_gate,
+    import_traces,
     report,
 
 
@@ -57,6 +59,19 @@ rule figures:
         "{params.python:q} -m analysis.figures {params.tables:q} > {log:q} 2>&1"
 
 
+rule model_gate:
+    output:
+        TABLES / "model_gate.json",
+    log:
+        TABLES / "logs" / "model_gate.log",
+    params:
+        python=PYTHON,
+    conda:
+        "../envs/torch.yaml"
+    shell:
+        "{params.python:q} -m frameworks.model_gate --out {output:q} > {log:q} 2>&1"
+
+
 rule import_traces:
     input:
         IMPORTED,
@@ -76,6 +91,7 @@ rule report:
     input:
         rules.collect.output,
         rules.figures.output,
+        rules.model_gate.output,
         [rules.import_traces.output] if IMPORTED else [],
     output:
         REPORT,

@@ -4,6 +4,12 @@
 # line in the log and in the table's metadata, and the workflow goes on.
 
 
+# Converting a run's traces is light and reads files the run left on the
+# shared file system: where snakemake runs, not as a cluster job.
+localrules:
+    phases,
+
+
 rule phases:
     input:
         RESULTS / "{path}" / "done.json",
