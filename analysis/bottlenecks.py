@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis import stats
 from traces.phases import STEP_PHASES
 
 STRAGGLER_MARGIN = 0.05  # later than the others by 5 % of the median step time
@@ -43,15 +44,19 @@ def per_step(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 def breakdown(phases: pd.DataFrame, runs: pd.DataFrame, cell: list[str]) -> pd.DataFrame:
     """Mean seconds per step in each phase, per run (averaged over ranks),
-    then per design cell with the spread over replications."""
+    then per design cell with its 95 % confidence interval over replications."""
     steps = per_step(phases, runs)
     per_run = steps.groupby("run_id")[list(STEP_PHASES) + ["step_s"]].mean()
     per_run["other"] = (per_run["step_s"] - per_run[list(STEP_PHASES)].sum(axis=1)).clip(lower=0)
     per_run = per_run.join(runs.set_index("run_id")[cell]).reset_index()
     long = per_run.melt(id_vars=["run_id", *cell], value_vars=[*STEP_PHASES, "other"],
                         var_name="phase", value_name="seconds_per_step")
-    return (long.groupby([*cell, "phase"])["seconds_per_step"]
-            .agg(mean="mean", sd="std", replications="count").reset_index())
+    rows = []
+    for key, group in long.groupby([*cell, "phase"]):
+        mean, half, n = stats.mean_ci(group["seconds_per_step"])
+        rows.append({**dict(zip([*cell, "phase"], key)), "mean": mean, "ci_half_width": half,
+                     "replications": n})
+    return pd.DataFrame(rows)
 
 
 def collective_wait(steps: pd.DataFrame) -> pd.DataFrame:

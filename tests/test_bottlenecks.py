@@ -89,3 +89,17 @@ def test_evaluation_that_does_not_scale_is_said():
     assert "does not scale" in found["finding"]
     evals = pd.Series({"a": 2.0, "b": 0.55})
     assert "scales with ranks" in bottlenecks.eval_scaling(evals, info).iloc[0]["finding"]
+
+
+def test_breakdown_has_intervals_over_replications():
+    phases, runs = constructed()
+    second = phases.assign(run_id="r2", dur_ns=phases["dur_ns"] * 1.1,
+                           end_ns=phases["start_ns"] + phases["dur_ns"] * 1.1)
+    both = pd.concat([phases, second])
+    runs = pd.concat([runs, runs.assign(run_id="r2")])
+    table = bottlenecks.breakdown(both, runs, ["framework", "world_size"]).set_index("phase")
+    assert table.loc["forward", "replications"] == 2
+    assert table.loc["forward", "mean"] == pytest.approx(0.0105)
+    # two values 0.010 and 0.011: s = 0.000707, t(0.975, 1) = 12.706
+    assert table.loc["forward", "ci_half_width"] == pytest.approx(12.706 * 0.000707 / 2 ** 0.5,
+                                                                  rel=1e-3)
