@@ -197,9 +197,11 @@ def otf2_copy(tmp_path: Path) -> Path:
 
 
 @needs_fixtures
+@pytest.mark.parametrize("engine", ["fastotf2", "python"])
 @pytest.mark.parametrize("damage", ["cut_events", "garbage_events", "cut_definitions",
                                     "no_anchor"])
-def test_broken_otf2_gives_clear_error_naming_the_file(tmp_path, damage):
+def test_broken_otf2_gives_clear_error_naming_the_file(tmp_path, monkeypatch, damage, engine):
+    monkeypatch.setenv("DDLC_OTF2_READER", engine)
     archive = otf2_copy(tmp_path)
     events = archive / "traces" / "0.evt"
     if damage == "cut_events":

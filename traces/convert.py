@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from traces import readers
-from traces.readers import TraceError
+from traces.readers import TraceError, otf2_reader
 from traces.rules import RULES_FILE, PhaseRules, RulesError
 from traces.table import empty_table
 
@@ -77,15 +77,20 @@ def convert(paths: list[Path], rules: PhaseRules, run_id: str | None = None):
                 errors.append(str(exc))
                 continue
             tables.append(table)
-            sources.append({"path": str(trace), "format": table.column("source")[0].as_py()
-                            if table.num_rows else readers.detect(trace),
-                            "rows": table.num_rows, "problems": problems})
+            source = {"path": str(trace), "format": table.column("source")[0].as_py()
+                      if table.num_rows else readers.detect(trace),
+                      "rows": table.num_rows, "problems": problems}
+            reader = (table.schema.metadata or {}).get(otf2_reader.META_READER)
+            if reader:
+                source["reader"] = reader.decode()  # fastotf2, or python (the fallback)
+            sources.append(source)
     table = pa.concat_tables(tables) if tables else empty_table()
     return table, sources, errors
 
 
 def write(table: pa.Table, out: Path, rules: PhaseRules, sources: list, errors: list) -> None:
     meta = dict(table.schema.metadata or empty_table().schema.metadata or {})
+    meta.pop(otf2_reader.META_READER, None)  # per trace, in ddlcompare.sources
     meta.update({b"ddlcompare.schema_version": b"1",
                  b"ddlcompare.rules_version": str(rules.version).encode(),
                  b"ddlcompare.sources": json.dumps(sources).encode(),
@@ -123,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         for problem in source.get("problems", []):
             print(f"warning: {problem}", file=sys.stderr)
         if "rows" in source:
-            print(f"{source['path']}: {source['rows']} intervals ({source['format']})")
+            via = f", {source['reader']} reader" if "reader" in source else ""
+            print(f"{source['path']}: {source['rows']} intervals ({source['format']}{via})")
         else:
             print(f"{source['path']}: {source['note']}")
     for error in errors:

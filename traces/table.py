@@ -18,12 +18,13 @@ Columns (schema version in the Parquet metadata, key ``ddlcompare.schema_version
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from traces.phases import STEP, STEP_PHASES
+from traces.phases import PHASES, STEP, STEP_PHASES
 from traces.rules import PhaseRules
 
 SCHEMA_VERSION = 1
@@ -77,98 +78,213 @@ def empty_table() -> pa.Table:
     return SCHEMA.empty_table()
 
 
-def finish(rows: Rows, rules: PhaseRules, source: str, run_id: str = "") -> pa.Table:
-    """Phases from the rules, then step and epoch: from the trace, from the
-    enclosing interval, or from the step interval the row starts in."""
-    n = len(rows)
-    if n == 0:
-        return empty_table()
-    df = pd.DataFrame({name: getattr(rows, name) for name in Rows.FIELDS})
-    df["rank"] = df["rank"].astype("int64")
-    parent_row = _parent_rows(df)
-    depth = df["depth"].to_numpy(dtype=np.int64)
-
-    matched = {region: rules.match(region, source) for region in df["region"].unique()}
-    phase = df["region"].map(lambda r: matched[r][0]).to_numpy(dtype=object, copy=True)
-    rule_collective = df["region"].map(lambda r: matched[r][1])
-    df["collective"] = df["collective"].where(df["collective"].notna(), rule_collective)
-    is_step = phase == STEP
-    phase[is_step] = "other"  # what a step's unmatched children take
-    phase = _inherit(phase, parent_row, depth)
-    phase[pd.isna(phase)] = "other"
-    phase[is_step] = STEP
-    df["phase"] = phase
-
-    step = df["step"].to_numpy(dtype=object, copy=True)
-    epoch = df["epoch"].to_numpy(dtype=object, copy=True)
-    _number_steps(df, step)
-    step = _inherit(step, parent_row, depth)
-    epoch = _inherit(epoch, parent_row, depth)
-    _steps_by_time(df, step, epoch)
-    df["step"], df["epoch"] = step, epoch
-
-    df["parent"] = np.where(parent_row >= 0, df["region"].to_numpy()[np.maximum(parent_row, 0)],
-                            None)
-    df["dur_ns"] = df["end_ns"] - df["start_ns"]
-    df["run_id"] = run_id
-    df["source"] = source
-    table = pa.Table.from_pandas(df[list(COLUMNS)], schema=SCHEMA, preserve_index=False)
-    return table.replace_schema_metadata({META_VERSION: str(SCHEMA_VERSION).encode(),
-                                          b"ddlcompare.rules_version": str(rules.version).encode()})
+NULL = np.iinfo(np.int64).min  # a missing step, epoch or byte count in Columns
 
 
-def _parent_rows(df: pd.DataFrame) -> np.ndarray:
+@dataclass
+class Columns:
+    """Intervals as numpy arrays, one entry per row; names as codes into short
+    lists (a trace has few distinct regions, locations and nodes, so the
+    rules run once per name, not once per row).
+
+    Codes of -1 and integers equal to NULL stand for a missing value;
+    ``parent_row`` is the row of the enclosing interval, -1 at top level."""
+
+    rank: np.ndarray
+    node: np.ndarray
+    node_names: list
+    location: np.ndarray
+    location_names: list
+    region: np.ndarray
+    region_names: list
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    depth: np.ndarray
+    parent_row: np.ndarray
+    step: np.ndarray
+    epoch: np.ndarray
+    collective: np.ndarray
+    collective_names: list
+    bytes: np.ndarray
+
+    @classmethod
+    def of_rows(cls, rows: Rows) -> "Columns":
+        node, node_names = _codes(rows.node)
+        location, location_names = _codes(rows.location)
+        region, region_names = _codes(rows.region)
+        collective, collective_names = _codes(rows.collective)
+        return cls(np.asarray(rows.rank, dtype=np.int64), node, node_names, location,
+                   location_names, region, region_names,
+                   np.asarray(rows.start_ns, dtype=np.int64),
+                   np.asarray(rows.end_ns, dtype=np.int64),
+                   np.asarray(rows.depth, dtype=np.int64),
+                   _parent_rows(rows.row_id, rows.parent_id), _nullable(rows.step),
+                   _nullable(rows.epoch), collective, collective_names, _nullable(rows.bytes))
+
+
+def _codes(values: list) -> tuple[np.ndarray, list]:
+    codes, names = pd.factorize(pd.Series(values, dtype=object))
+    return codes.astype(np.int32), list(names)
+
+
+def _nullable(values: list) -> np.ndarray:
+    return pd.array(values, dtype="Int64").to_numpy(dtype=np.int64, na_value=NULL)
+
+
+def _parent_rows(row_ids: list, parent_ids: list) -> np.ndarray:
     """Row index of each row's parent interval, -1 at top level."""
-    index = pd.Series(np.arange(len(df)), index=df["row_id"].to_numpy())
-    parents = df["parent_id"]
+    index = pd.Series(np.arange(len(row_ids)), index=np.asarray(row_ids))
+    parents = pd.Series(parent_ids, dtype=object)
     has = parents.notna().to_numpy()
-    out = np.full(len(df), -1, dtype=np.int64)
+    out = np.full(len(row_ids), -1, dtype=np.int64)
     if has.any():
         found = index.reindex(parents[has].to_numpy()).to_numpy()
         out[has] = np.where(np.isnan(found), -1, found).astype(np.int64)
     return out
 
 
-def _inherit(values: np.ndarray, parent_row: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """Fill missing values from the parent, top level first."""
-    values = values.copy()
-    order = np.argsort(depth, kind="stable")
-    for d in np.unique(depth):
-        rows = order[depth[order] == d]
-        need = rows[pd.isna(values[rows]) & (parent_row[rows] >= 0)]
+def finish(rows: Rows, rules: PhaseRules, source: str, run_id: str = "") -> pa.Table:
+    """The phase table of a reader's rows (see :func:`finish_columns`)."""
+    if len(rows) == 0:
+        return empty_table()
+    return finish_columns(Columns.of_rows(rows), rules, source, run_id)
+
+
+_PHASE_NAMES = [*PHASES, STEP]
+_PHASE = {name: code for code, name in enumerate(_PHASE_NAMES)}
+
+
+def finish_columns(c: Columns, rules: PhaseRules, source: str, run_id: str = "",
+                   metadata: dict | None = None) -> pa.Table:
+    """Phases from the rules, then step and epoch: from the trace, from the
+    enclosing interval, or from the step interval the row starts in.
+
+    Consumes ``c``: its arrays become the table's or are released on the way."""
+    n = len(c.start_ns)
+    if n == 0:
+        return empty_table()
+    levels = _levels(c.parent_row, c.depth)
+    matched = [rules.match(name, source) for name in c.region_names]
+    region_phase = np.array([_PHASE[p] if p else -1 for p, _ in matched], dtype=np.int8)
+    phase = region_phase[c.region]
+    is_step = phase == _PHASE[STEP]
+    phase[is_step] = _PHASE["other"]  # what a step's unmatched children take
+    _inherit(phase, c.parent_row, levels, -1)
+    phase[phase < 0] = _PHASE["other"]
+    phase[is_step] = _PHASE[STEP]
+
+    collective_names = list(c.collective_names)
+    for _, name in matched:
+        if name and name not in collective_names:
+            collective_names.append(name)
+    region_collective = np.array([collective_names.index(m) if m else -1 for _, m in matched],
+                                 dtype=np.int32)
+    collective = np.where(c.collective >= 0, c.collective, region_collective[c.region])
+
+    step, epoch = c.step, c.epoch  # filled in place
+    _number_steps(c, is_step, step)
+    _inherit(step, c.parent_row, levels, NULL)
+    _inherit(epoch, c.parent_row, levels, NULL)
+    del levels
+    _steps_by_time(c, phase, step, epoch)
+
+    # Each code array goes as soon as its column is built, so that the peak
+    # stays near the table's own size; integer columns share numpy's memory.
+    parent = c.region[np.maximum(c.parent_row, 0)]
+    parent[c.parent_row < 0] = -1
+    c.parent_row = None
+    columns = {"parent": _strings(c.region_names, parent)}
+    del parent
+    columns["region"], c.region = _strings(c.region_names, c.region), None
+    columns["location"], c.location = _strings(c.location_names, c.location), None
+    columns["node"], c.node = _strings(c.node_names, c.node), None
+    columns["phase"] = _strings(_PHASE_NAMES, phase)
+    del phase
+    columns["collective"] = _strings(collective_names, collective)
+    del collective
+    c.collective = None
+    columns.update({
+        "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n),
+        "rank": pa.array(c.rank.astype(np.int32, copy=False)),
+        "step": _integers(step), "epoch": _integers(epoch),
+        "start_ns": pa.array(c.start_ns), "end_ns": pa.array(c.end_ns),
+        "dur_ns": pa.array(c.end_ns - c.start_ns),
+        "depth": pa.array(c.depth.astype(np.int32, copy=False)),
+        "bytes": _integers(c.bytes),
+        "source": pa.repeat(pa.scalar(source, pa.string()), n),
+    })
+    table = pa.Table.from_arrays([columns[name] for name in COLUMNS], schema=SCHEMA)
+    return table.replace_schema_metadata({META_VERSION: str(SCHEMA_VERSION).encode(),
+                                          b"ddlcompare.rules_version": str(rules.version).encode(),
+                                          **(metadata or {})})
+
+
+def _strings(names: list, codes: np.ndarray) -> pa.Array:
+    """names[code] per row, null where code is -1."""
+    missing = codes < 0
+    indices = pa.array(codes, mask=missing) if missing.any() else pa.array(codes)
+    return pa.array(names, pa.string()).take(indices)
+
+
+def _integers(values: np.ndarray) -> pa.Array:
+    missing = values == NULL
+    return pa.array(values, mask=missing) if missing.any() else pa.array(values)
+
+
+def _levels(parent_row: np.ndarray, depth: np.ndarray) -> list[np.ndarray]:
+    """The rows that have a parent, by depth, top level first."""
+    has = parent_row >= 0
+    if not has.any():
+        return []
+    present = np.flatnonzero(np.bincount(depth[has]))
+    return [np.flatnonzero(has & (depth == d)) for d in present]
+
+
+def _inherit(values: np.ndarray, parent_row: np.ndarray, levels: list, missing) -> None:
+    """Fill missing values from the parent, top level first, in place."""
+    for rows in levels:
+        need = rows[values[rows] == missing]
         values[need] = values[parent_row[need]]
-    return values
 
 
 _STEP_NUMBER = re.compile(r"#(\d+)$")
 
 
-def _number_steps(df: pd.DataFrame, step: np.ndarray) -> None:
+def _number_steps(c: Columns, is_step: np.ndarray, step: np.ndarray) -> None:
     """Step intervals without a step number take it from their name
     (``ProfilerStep#12``) or from their order on their location."""
-    is_step = (df["phase"] == STEP).to_numpy() & pd.isna(step)
-    if not is_step.any():
+    rows = np.flatnonzero(is_step & (step == NULL))
+    if rows.size == 0:
         return
-    rows = df[is_step]
-    from_name = rows["region"].str.extract(_STEP_NUMBER, expand=False)
-    order = rows.sort_values("start_ns").groupby(["rank", "location"]).cumcount()
-    step[is_step] = np.where(from_name.notna(), from_name.astype("float").fillna(-1),
-                             order.reindex(rows.index)).astype(np.int64)
+    names = pd.Series(np.asarray(c.region_names, dtype=object)[c.region[rows]])
+    from_name = names.str.extract(_STEP_NUMBER, expand=False)
+    frame = pd.DataFrame({"rank": c.rank[rows], "location": c.location[rows],
+                          "start": c.start_ns[rows]})
+    order = frame.sort_values("start", kind="stable").groupby(["rank", "location"]).cumcount()
+    step[rows] = np.where(from_name.notna(), from_name.astype("float").fillna(-1),
+                          order.sort_index()).astype(np.int64)
 
 
-def _step_windows(df: pd.DataFrame, step: np.ndarray, epoch: np.ndarray) -> pd.DataFrame:
+def _step_windows(c: Columns, phase: np.ndarray, step: np.ndarray,
+                  epoch: np.ndarray) -> pd.DataFrame:
     """(rank, start, end, step, epoch) of every step: the step intervals, or
     where a rank has none (Score-P user regions), each run of step phases
     from one data_load to the next."""
-    is_step = (df["phase"] == STEP).to_numpy()
-    windows = pd.DataFrame({"rank": df["rank"][is_step], "start": df["start_ns"][is_step],
-                            "end": df["end_ns"][is_step], "step": step[is_step],
+    is_step = phase == _PHASE[STEP]
+    windows = pd.DataFrame({"rank": c.rank[is_step], "start": c.start_ns[is_step],
+                            "end": c.end_ns[is_step], "step": step[is_step],
                             "epoch": epoch[is_step]})
-    ranks_without = set(df["rank"].unique()) - set(windows["rank"])
+    ranks_without = set(pd.unique(c.rank)) - set(windows["rank"])
+    step_phases = [_PHASE[p] for p in STEP_PHASES]
     inferred = []
     for rank in sorted(ranks_without):
-        mine = df[(df["rank"] == rank) & df["phase"].isin(STEP_PHASES)]
-        loads = mine[mine["phase"] == "data_load"]
+        rows = np.flatnonzero((c.rank == rank) & np.isin(phase, step_phases))
+        mine = pd.DataFrame({
+            "phase": np.asarray(_PHASE_NAMES, dtype=object)[phase[rows]],
+            "region": np.asarray(c.region_names, dtype=object)[c.region[rows]],
+            "location": c.location[rows], "start_ns": c.start_ns[rows],
+            "end_ns": c.end_ns[rows]})
+        loads = mine[mine["phase"] == "data_load"].sort_values("start_ns", kind="stable")
         if loads.empty:
             continue
         # The training loop's own phase regions (e.g. user:forward), not the
@@ -177,28 +293,31 @@ def _step_windows(df: pd.DataFrame, step: np.ndarray, epoch: np.ndarray) -> pd.D
         top = mine[mine["location"] == loads["location"].iloc[0]]
         if name.endswith("data_load"):
             top = top[top["region"] == name[:-len("data_load")] + top["phase"]]
-        top = top.sort_values("start_ns")
+        top = top.sort_values("start_ns", kind="stable")
         number = (top["phase"] == "data_load").cumsum() - 1
         top = top[number >= 0]
         grouped = top.groupby(number[number >= 0])
         inferred.append(pd.DataFrame({"rank": rank, "start": grouped["start_ns"].min(),
                                       "end": grouped["end_ns"].max(),
-                                      "step": grouped["start_ns"].min().index, "epoch": None}))
+                                      "step": grouped["start_ns"].min().index.astype(np.int64),
+                                      "epoch": NULL}))
     return pd.concat([windows, *inferred], ignore_index=True) if inferred else windows
 
 
-def _steps_by_time(df: pd.DataFrame, step: np.ndarray, epoch: np.ndarray) -> None:
+def _steps_by_time(c: Columns, phase: np.ndarray, step: np.ndarray, epoch: np.ndarray) -> None:
     """Rows still without a step take the step window they start in, on their rank."""
-    windows = _step_windows(df, step, epoch)
-    need_all = pd.isna(step)
-    if windows.empty or not need_all.any():
+    need_all = step == NULL
+    if not need_all.any():
+        return
+    windows = _step_windows(c, phase, step, epoch)
+    if windows.empty:
         return
     for rank, mine in windows.groupby("rank"):
-        mine = mine.sort_values("start")
-        need = np.flatnonzero(need_all & (df["rank"] == rank).to_numpy())
+        mine = mine.sort_values(["start", "end"], kind="stable")
+        need = np.flatnonzero(need_all & (c.rank == rank))
         if need.size == 0:
             continue
-        starts = df["start_ns"].to_numpy()[need]
+        starts = c.start_ns[need]
         at = np.searchsorted(mine["start"].to_numpy(), starts, side="right") - 1
         inside = (at >= 0) & (starts < mine["end"].to_numpy()[np.maximum(at, 0)])
         step[need[inside]] = mine["step"].to_numpy()[at[inside]]

@@ -1,10 +1,18 @@
 """OTF2 archives: ours, and Score-P's (7.x with OTF2 2.x up to 9.x with OTF2 3.1).
 
-Definitions come from the ``otf2`` bindings; events are read through the
-library's global event reader with callbacks for the few records a phase
-table needs (Enter, Leave, MPI messages and collectives), so the other
-records (metrics, parameters, ...) cost no Python call, and metric locations
-are not read at all.
+Definitions come from the ``otf2`` bindings. The events (only the records a
+phase table needs: Enter, Leave, MPI messages and collectives; metric
+locations are not read at all) are read by one of two readers that give the
+same table:
+
+- ``fastotf2`` (traces/fastotf2/reader.c, the OTF2 C library; millions of
+  events/s), the default wherever it is built;
+- ``python``: the library's global event reader with a Python callback per
+  record (~0.1 M events/s), when the C reader cannot be built (no gcc or no
+  libopen-trace-format2-dev), when the definitions under-count a location's
+  events, or when ``DDLC_OTF2_READER=python`` asks for it.
+
+The table's metadata (``ddlcompare.otf2_reader``) names the one used.
 
 - rank: the number in the location group's name (``MPI Rank 3``, ``Rank 3``),
   else the group's position; an accelerator's group takes its creator's rank;
@@ -14,31 +22,46 @@ are not read at all.
 """
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
+import numpy as np
+
+from traces import fastotf2
 from traces.readers import TraceError
-from traces.table import Rows, finish
+from traces.table import NULL, Columns, Rows, finish_columns
 
 _RANK_IN_NAME = re.compile(r"(\d+)\s*$")
 STEP_ATTRIBUTES = ("step", "epoch")
+READER_ENV = "DDLC_OTF2_READER"  # "python": the Python reader even where fastotf2 is built
+META_READER = b"ddlcompare.otf2_reader"
 
 
-def read(path: Path, rules, run_id: str = ""):
+def read(path: Path, rules, run_id: str = "", engine: str | None = None):
+    """(table, problems); ``engine``: ``fastotf2``, ``python`` or None (the
+    fast one when it is built, unless DDLC_OTF2_READER says otherwise)."""
     import otf2
+    engine = engine or os.environ.get(READER_ENV) or "fastotf2"
     try:
         reader = otf2.reader.Reader(str(path))
     except Exception as exc:  # the bindings raise several types; all mean unreadable
         raise TraceError(f"{path}: cannot read the OTF2 definitions (truncated or corrupt?): "
                          f"{_reason(exc)}") from None
     try:
-        rows, problems = _read_events(reader, path)
+        columns = None
+        if engine != "python" and fastotf2.library() is not None:
+            columns, problems = _read_events_fast(reader, path)
+        if columns is None:
+            engine = "python"
+            rows, problems = _read_events(reader, path)
+            columns = Columns.of_rows(rows)
     finally:
         try:
             reader.close()
         except Exception:
             pass
-    table = finish(rows, rules, "otf2", run_id)
+    table = finish_columns(columns, rules, "otf2", run_id, {META_READER: engine.encode()})
     return table, problems
 
 
@@ -211,7 +234,7 @@ def _read_events(reader, path: Path):
         _otf2.GlobalEvtReaderCallbacks_SetLeaveCallback(callbacks, guarded(state.leave))
         for name in ("MpiSend", "MpiIsend", "MpiRecv", "MpiIrecv"):
             getattr(_otf2, f"GlobalEvtReaderCallbacks_Set{name}Callback")(
-                callbacks, guarded(lambda loc, t, attrs, peer, comm, tag, length:
+                callbacks, guarded(lambda loc, t, attrs, peer, comm, tag, length, *request:
                                    state.message(loc, length)))
         _otf2.GlobalEvtReaderCallbacks_SetMpiCollectiveEndCallback(
             callbacks, guarded(lambda loc, t, attrs, op, comm, root, sent, received:
@@ -228,15 +251,91 @@ def _read_events(reader, path: Path):
                          f"{detail}") from None
     if failures:
         raise TraceError(f"{path}: cannot read the OTF2 events: {failures[0]}")
-    problems = []
     unclosed = sum(len(s) for s in state.stacks.values())
+    return state.rows, _problems(path, unclosed, state.unbalanced, state.overlapping)
+
+
+def _problems(path: Path, unclosed: int, unbalanced: int, overlapping: int) -> list[str]:
+    problems = []
     if unclosed:
         problems.append(f"{path}: {unclosed} regions entered but never left (trace cut short?); "
                         "left out")
-    if state.unbalanced:
-        problems.append(f"{path}: {state.unbalanced} Leave records without a matching Enter; "
+    if unbalanced:
+        problems.append(f"{path}: {unbalanced} Leave records without a matching Enter; "
                         "ignored")
-    if state.overlapping:
-        problems.append(f"{path}: {state.overlapping} regions overlap others without nesting "
+    if overlapping:
+        problems.append(f"{path}: {overlapping} regions overlap others without nesting "
                         "(several threads recorded on one location); kept with their own times")
-    return state.rows, problems
+    return problems
+
+
+def _read_events_fast(reader, path: Path):
+    """(Columns, problems) through traces/fastotf2; (None, None) when the
+    definitions under-count the events (the Python reader then reads them)."""
+    import otf2
+    defs = reader.definitions
+    if defs.clock_properties is None:
+        raise TraceError(f"{path}: the OTF2 definitions have no clock properties")
+    try:
+        locations = _locations(defs)
+    except Exception as exc:
+        raise TraceError(f"{path}: inconsistent OTF2 definitions: {_reason(exc)}") from None
+    selected = [loc for loc in defs.locations if loc._ref in locations]
+    attribute_kinds = {a._ref: fastotf2.ATTR_STEP if a.name == "step" else fastotf2.ATTR_EPOCH
+                       for a in defs.attributes if a.name in STEP_ATTRIBUTES}
+    try:
+        raw, counts = fastotf2.read_intervals(
+            path, [loc._ref for loc in selected], attribute_kinds,
+            sum(loc.number_of_events for loc in selected))
+    except fastotf2.ReadError as exc:
+        if fastotf2.OVERFLOW in str(exc):
+            return None, None
+        raise TraceError(f"{path}: cannot read the OTF2 events (truncated or corrupt?): "
+                         f"{exc}") from None
+    clock = defs.clock_properties
+    for name in ("start", "end"):
+        _ticks_to_ns(raw[name], clock)
+    region_names, region = _region_codes(raw.pop("region"), {r._ref: r.name for r in defs.regions})
+    ops, collective = _collective_codes(raw.pop("collective"), otf2.CollectiveOp)
+    described = [locations[loc._ref] for loc in selected]  # (rank, node, name)
+    nodes = list(dict.fromkeys(node for _, node, _ in described))
+    node_of = np.array([nodes.index(node) for _, node, _ in described], dtype=np.int32)
+    rank_of = np.array([rank for rank, _, _ in described], dtype=np.int32)
+    where = raw["location"]
+    nbytes = raw["bytes"]
+    nbytes[nbytes < 0] = NULL
+    columns = Columns(rank=rank_of[where], node=node_of[where], node_names=nodes,
+                      location=where, location_names=[name for _, _, name in described],
+                      region=region, region_names=region_names, start_ns=raw["start"],
+                      end_ns=raw["end"], depth=raw["depth"], parent_row=raw["parent"],
+                      step=raw["step"], epoch=raw["epoch"], collective=collective,
+                      collective_names=ops, bytes=nbytes)
+    return columns, _problems(path, counts["unclosed"], counts["unbalanced"],
+                              counts["overlapping"])
+
+
+def _ticks_to_ns(ticks: np.ndarray, clock) -> None:
+    """In place, exactly as _State.ns does it."""
+    realtime = clock.realtime_timestamp
+    base = realtime if 0 < realtime < 2**63 else 0
+    ticks -= clock.global_offset
+    if clock.timer_resolution != 1_000_000_000:
+        ticks[:] = np.rint(ticks.astype(np.float64) * (1e9 / clock.timer_resolution))
+    ticks += base
+
+
+def _region_codes(refs: np.ndarray, names: dict) -> tuple[list, np.ndarray]:
+    """Region refs -> (names, codes): one code per region the rows use."""
+    present = np.flatnonzero(np.bincount(refs)) if refs.size else np.array([], dtype=np.int64)
+    code_of = np.full(int(present[-1]) + 1 if present.size else 1, -1, dtype=np.int32)
+    code_of[present] = np.arange(present.size, dtype=np.int32)
+    return [names.get(int(ref), f"region {ref}") for ref in present], code_of[refs]
+
+
+def _collective_codes(ops: np.ndarray, enum) -> tuple[list, np.ndarray]:
+    """OTF2 collective ops (-1: none) -> (names, codes)."""
+    present = np.flatnonzero(np.bincount(ops + 1)) - 1 if ops.size else np.array([], dtype=int)
+    present = present[present >= 0]
+    code_of = np.full(int(present[-1]) + 2 if present.size else 1, -1, dtype=np.int32)
+    code_of[present + 1] = np.arange(present.size, dtype=np.int32)
+    return [_collective_name(enum(int(op))) for op in present], code_of[ops + 1]

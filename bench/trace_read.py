@@ -1,0 +1,195 @@
+"""OTF2 -> phase table speed and memory, each beside its baseline from the same run.
+
+    python bench/trace_read.py [--events 10000000] [--ranks 8] [--trace ANCHOR]
+                               [--loop-events N]
+
+On an 8-rank OTF2 trace shaped like ours (steps of phases with step/epoch
+attributes, overlapping collectives with byte counts on their own locations),
+written once by traces/otf2_writer.py and cached in
+~/.cache/ddl-compare/bench/, it measures:
+
+- the converter (traces.readers.otf2_reader with the fastotf2 C reader: OTF2
+  archive -> the phase table in memory), in a fresh process pinned to one
+  core, with its peak resident memory above the process's before it (VmHWM,
+  reset just before);
+- a plain loop over the ``otf2`` Python reader's events (every event, or the
+  first N with --loop-events), the baseline it must beat 10x;
+- ``otf2-print`` (the OTF2 C library's own reader) writing to /dev/null.
+
+Targets (issue 3): >= 3 M events/s, >= 10x the Python loop, <= 100 bytes of
+peak memory per event. Last line: key=value pairs.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+LOOP = ("data_load", "forward", "backward", "grad_comm", "optimizer")
+TARGET_EVENTS_PER_S = 3_000_000
+TARGET_RATIO = 10
+TARGET_BYTES_PER_EVENT = 100
+
+
+def synthetic_parts(events: int, ranks: int) -> list[dict]:
+    """Parts as our ranks write them; each step is 12 Enter/Leave events plus
+    2 collectives of 4 records each."""
+    per_step = 2 * (1 + len(LOOP)) + 2 * 4
+    steps = max(1, events // (per_step * ranks))
+    parts = []
+    for rank in range(ranks):
+        intervals, step_rows, collectives, t = [], [], [], 1_000_000 + rank * 7
+        for step in range(steps):
+            start = t
+            for phase in LOOP:
+                intervals.append((phase, 1 + step // 1000, step, t, t + 900))
+                if phase == "backward":
+                    collectives.append(("allreduce", 4 << 20, t + 100, t + 2500))
+                    collectives.append(("allreduce", 1 << 20, t + 200, t + 2600))
+                t += 1000
+            step_rows.append((1 + step // 1000, step, start, t))
+            t += 100
+        parts.append({"rank": rank, "world": ranks, "hostname": f"node{rank // 4}",
+                      "run_id": "bench", "offset_ns": 0, "intervals": intervals,
+                      "steps": step_rows, "collectives": collectives})
+    return parts
+
+
+def cached_trace(events: int, ranks: int) -> Path:
+    """The generated archive, written once per size and writer version."""
+    from traces.otf2_writer import write_archive
+    digest = hashlib.sha256((REPO / "traces" / "otf2_writer.py").read_bytes()
+                            + inspect.getsource(synthetic_parts).encode())
+    base = Path(os.environ.get("DDLC_CACHE") or Path(os.environ.get("XDG_CACHE_HOME")
+                                                     or Path.home() / ".cache") / "ddl-compare")
+    folder = base / "bench" / f"otf2-{events}ev-{ranks}r-{digest.hexdigest()[:12]}"
+    anchor = folder / "trace" / "traces.otf2"
+    if (folder / "complete").is_file():
+        return anchor
+    started = time.perf_counter()
+    print(f"generating a {events}-event {ranks}-rank trace in {folder} (once)", flush=True)
+    write_archive(synthetic_parts(events, ranks), folder / "trace")
+    (folder / "complete").touch()
+    print(f"generated in {time.perf_counter() - started:.0f} s", flush=True)
+    return anchor
+
+
+def count_events(anchor: Path) -> int:
+    import otf2
+    with otf2.reader.open(str(anchor)) as trace:
+        return sum(loc.number_of_events for loc in trace.definitions.locations)
+
+
+def convert_in_child(anchor: Path) -> dict:
+    """Time and peak memory of one conversion, in a fresh process."""
+    done = subprocess.run([sys.executable, __file__, "--child", str(anchor)],
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def child(anchor: Path) -> None:
+    """One core; the reader built and the modules imported before the clock starts."""
+    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    import pyarrow as pa
+    pa.set_cpu_count(1)
+    from traces import fastotf2
+    from traces.readers import otf2_reader
+    from traces.rules import PhaseRules
+    if fastotf2.library() is None:
+        raise SystemExit(f"fastotf2 unavailable: {fastotf2.why_unavailable()}")
+    import otf2  # noqa: F401  (imported by the reader; not part of the conversion)
+    rules = PhaseRules()
+    before = reset_peak_rss()
+    started = time.perf_counter()
+    table, problems = otf2_reader.read(anchor, rules, "bench", engine="fastotf2")
+    seconds = time.perf_counter() - started
+    peak = status_bytes("VmHWM")
+    print(json.dumps({"seconds": seconds, "rows": table.num_rows, "before": before,
+                      "peak": peak, "table_bytes": table.nbytes, "problems": problems,
+                      "reader": table.schema.metadata[otf2_reader.META_READER].decode()}))
+
+
+def status_bytes(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise SystemExit(f"no {field} in /proc/self/status")
+
+
+def reset_peak_rss() -> int:
+    """The resident size now, after resetting the peak to it (ru_maxrss
+    would still hold the parent's peak: it survives fork and exec)."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return status_bytes("VmRSS")
+
+
+def python_loop(anchor: Path, limit: int) -> tuple[int, float]:
+    """(events, seconds) of a plain loop over the otf2 Python reader."""
+    import otf2
+    seen = 0
+    started = time.perf_counter()
+    with otf2.reader.open(str(anchor)) as trace:
+        for _location, _event in trace.events:
+            seen += 1
+            if seen == limit:
+                break
+    return seen, time.perf_counter() - started
+
+
+def otf2_print(anchor: Path) -> float:
+    started = time.perf_counter()
+    with open(os.devnull, "w") as sink:
+        subprocess.run(["taskset", "-c", str(sorted(os.sched_getaffinity(0))[0]),
+                        "otf2-print", str(anchor)], stdout=sink, check=True)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=10_000_000)
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--trace", type=Path, help="an existing OTF2 anchor file instead")
+    parser.add_argument("--loop-events", type=int, default=0,
+                        help="time the plain Python loop on the first N events only (0: all)")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args.child)
+    if shutil.which("otf2-print") is None:
+        raise SystemExit("otf2-print not found: install Debian's otf2-tools (envs/setup.sh)")
+    anchor = args.trace or cached_trace(args.events, args.ranks)
+    events = count_events(anchor)
+    fast = convert_in_child(anchor)
+    fast_rate = events / fast["seconds"]
+    per_event = (fast["peak"] - fast["before"]) / events
+    print(f"{events} events -> {fast['rows']} rows ({fast['reader']}): {fast['seconds']:.2f} s, "
+          f"{fast_rate / 1e6:.2f} M events/s on one core; peak memory "
+          f"+{(fast['peak'] - fast['before']) / 2**20:.0f} MiB = {per_event:.1f} B/event "
+          f"(the table itself: {fast['table_bytes'] / events:.1f} B/event)", flush=True)
+    print_s = otf2_print(anchor)
+    print(f"otf2-print > /dev/null: {print_s:.2f} s, {events / print_s / 1e6:.2f} M events/s",
+          flush=True)
+    looped, loop_s = python_loop(anchor, args.loop_events)
+    loop_rate = looped / loop_s
+    print(f"plain otf2 Python loop: {looped} events in {loop_s:.1f} s, "
+          f"{loop_rate / 1e6:.3f} M events/s", flush=True)
+    print(f"events={events} rows={fast['rows']} fast_events_per_s={fast_rate:.0f} "
+          f"python_loop_events_per_s={loop_rate:.0f} ratio_to_python_loop={fast_rate / loop_rate:.1f} "
+          f"otf2_print_events_per_s={events / print_s:.0f} "
+          f"ratio_to_otf2_print={fast_rate * print_s / events:.2f} "
+          f"peak_bytes_per_event={per_event:.1f} target_events_per_s={TARGET_EVENTS_PER_S} "
+          f"target_ratio={TARGET_RATIO} target_bytes_per_event={TARGET_BYTES_PER_EVENT}")
+
+
+if __name__ == "__main__":
+    main()

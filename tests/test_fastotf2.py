@@ -1,0 +1,139 @@
+"""The C reader of OTF2 events (traces/fastotf2) gives exactly the Python
+reader's table: on every real OTF2 fixture, on our own archives, and on an
+archive made of the awkward cases (overlapping regions, unmatched Enter and
+Leave, non-blocking MPI messages, a collective's bytes, a clock that does not
+tick in nanoseconds, a metric location)."""
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from test_traces_readers import FIXTURES, needs_fixtures
+from traces import convert, fastotf2
+from traces.otf2_writer import write_archive
+from traces.readers import otf2_reader
+from traces.rules import PhaseRules
+
+RULES = PhaseRules()
+ORDER = ["rank", "location", "start_ns", "end_ns", "depth", "region"]
+
+
+def both_readers(anchor: Path):
+    """The tables of both readers, rows in one order, and their problems."""
+    out = {}
+    for engine in ("fastotf2", "python"):
+        table, problems = otf2_reader.read(anchor, RULES, "r1", engine=engine)
+        assert table.schema.metadata[otf2_reader.META_READER] == engine.encode()
+        df = table.to_pandas().sort_values(ORDER, kind="stable").reset_index(drop=True)
+        out[engine] = (df, problems)
+    return out["fastotf2"], out["python"]
+
+
+def assert_same(anchor: Path):
+    (fast, fast_problems), (slow, slow_problems) = both_readers(anchor)
+    assert len(fast) == len(slow) > 0
+    for column in slow.columns:
+        assert fast[column].equals(slow[column]), column
+    assert fast_problems == slow_problems
+    return fast, fast_problems
+
+
+def test_the_c_reader_builds():
+    assert fastotf2.library() is not None, fastotf2.why_unavailable()
+    assert fastotf2.library_path().is_file()
+
+
+@needs_fixtures
+@pytest.mark.parametrize("name", ["pipit-ping-pong-otf2", "scorep-8.4-horovod-torch-mpi-np2",
+                                  "fastotf2-simple-mi300"])
+def test_same_table_as_the_python_reader_on_real_traces(name):
+    df, _ = assert_same(FIXTURES / name / "traces.otf2")
+    assert df["phase"].notna().all()
+
+
+def test_same_table_on_our_own_archive(tmp_path):
+    part = {"rank": 0, "world": 1, "hostname": "h0", "run_id": "r", "offset_ns": 5,
+            "intervals": [("data_load", 1, 0, 10, 20), ("forward", 1, 0, 20, 40),
+                          ("backward", 1, 0, 40, 70), ("optimizer", 1, 0, 70, 80)],
+            "steps": [(1, 0, 10, 80)],
+            "collectives": [("allreduce", 4096, 45, 90), ("allreduce", 512, 50, 60)]}
+    df, problems = assert_same(write_archive([part], tmp_path / "trace"))
+    assert problems == [] and len(df) == 7
+    assert sorted(df.loc[df["collective"] == "allreduce", "bytes"]) == [512, 4096]
+    assert set(df["step"]) == {0}
+
+
+def awkward_archive(folder: Path) -> Path:
+    import otf2
+    from otf2.enums import CollectiveOp, GroupType, LocationType, Paradigm, Type
+    with otf2.writer.open(str(folder), "traces", timer_resolution=1_000_000) as trace:
+        defs = trace.definitions
+        machine = defs.system_tree_node("machine", class_name="machine")
+        node = defs.system_tree_node("n1", class_name="node", parent=machine)
+        region = {name: defs.region(name) for name in (
+            "step", "user:forward", "MPI_Isend", "MPI_Irecv", "MPI_Allreduce", "X", "Y", "Z",
+            "W", "cudaMemcpyHtoD")}
+        step, epoch = defs.attribute("step", "", Type.INT64), defs.attribute("epoch", "", Type.INT64)
+        masters = []
+        for rank in (0, 1):
+            group = defs.location_group(f"MPI Rank {rank}", system_tree_parent=node)
+            defs.location("metrics", type=LocationType.METRIC, group=group)
+            masters.append(defs.location("Master thread", group=group))
+        defs.group("locations", group_type=GroupType.COMM_LOCATIONS, paradigm=Paradigm.MPI,
+                   members=masters)
+        world = defs.group("world", group_type=GroupType.COMM_GROUP, paradigm=Paradigm.MPI,
+                           members=[0, 1])
+        comm = defs.comm("world", group=world)
+        for rank, location in enumerate(masters):
+            w, t = trace.event_writer_from_location(location), 1_000_000 + 3 * rank
+            w.enter(t, region["step"], attributes={step: 4, epoch: 1})
+            w.enter(t + 1, region["user:forward"])
+            w.enter(t + 2, region["MPI_Isend"])
+            w.mpi_isend(t + 3, 1 - rank, comm, 0, 4096, 7)
+            w.mpi_isend(t + 3, 1 - rank, comm, 0, 100, 8)
+            w.leave(t + 4, region["MPI_Isend"])
+            w.enter(t + 5, region["MPI_Irecv"])
+            w.mpi_irecv(t + 6, 1 - rank, comm, 0, 1024, 9)
+            w.leave(t + 7, region["MPI_Irecv"])
+            w.enter(t + 8, region["MPI_Allreduce"])
+            w.mpi_collective_begin(t + 9)
+            w.mpi_collective_end(t + 10, CollectiveOp.ALLREDUCE, comm, 0xFFFFFFFF, 10, 20)
+            w.leave(t + 11, region["MPI_Allreduce"])
+            w.enter(t + 12, region["cudaMemcpyHtoD"], attributes={epoch: 3})
+            w.leave(t + 13, region["cudaMemcpyHtoD"])
+            w.leave(t + 14, region["user:forward"])
+            w.leave(t + 15, region["step"])
+            w.enter(t + 20, region["X"], attributes={step: -1})
+            w.enter(t + 21, region["Y"])
+            w.leave(t + 22, region["X"])  # X and Y overlap without nesting
+            w.leave(t + 23, region["Y"])
+            w.leave(t + 24, region["Z"])  # never entered
+            w.enter(t + 30, region["W"])  # never left
+    return folder / "traces.otf2"
+
+
+def test_same_table_on_awkward_cases(tmp_path):
+    df, problems = assert_same(awkward_archive(tmp_path / "awkward"))
+    assert len(df) == 2 * 8
+    assert [p.split(": ", 1)[1].split(" ")[0] for p in problems] == ["2", "2", "2"]
+    assert set(df.loc[df["region"] == "MPI_Isend", "bytes"]) == {4196}
+    assert set(df.loc[df["region"] == "MPI_Irecv", "bytes"]) == {1024}
+    allreduce = df[df["region"] == "MPI_Allreduce"]
+    assert set(allreduce["bytes"]) == {20} and set(allreduce["collective"]) == {"allreduce"}
+    assert set(df.loc[df["depth"] == 2, "step"]) == {4}
+    # microsecond ticks become nanoseconds
+    assert set((df.loc[df["region"] == "MPI_Isend", "dur_ns"])) == {2000}
+
+
+@needs_fixtures
+def test_converter_uses_and_records_the_c_reader(tmp_path, monkeypatch):
+    out = tmp_path / "phases.parquet"
+    assert convert.main([str(FIXTURES / "pipit-ping-pong-otf2"), "-o", str(out)]) == 0
+    sources = json.loads(pq.read_schema(out).metadata[b"ddlcompare.sources"])
+    assert [s["reader"] for s in sources] == ["fastotf2"]
+    monkeypatch.setenv(otf2_reader.READER_ENV, "python")
+    assert convert.main([str(FIXTURES / "pipit-ping-pong-otf2"), "-o", str(out)]) == 0
+    sources = json.loads(pq.read_schema(out).metadata[b"ddlcompare.sources"])
+    assert [s["reader"] for s in sources] == ["python"]
+    assert pq.read_table(out).num_rows == 42

@@ -1,0 +1,5 @@
+import sys
+
+from traces.fastotf2 import main
+
+sys.exit(main())

@@ -1,0 +1,256 @@
+/* The OTF2 event pass of the phase table, in C (traces/fastotf2/__init__.py
+ * builds it against Debian's libopen-trace-format2 and calls it with ctypes).
+ *
+ * Python reads the global definitions (small) and hands over the locations
+ * to read and columns it allocated for every interval the events can hold;
+ * this reads each location's local definitions, then its events, location
+ * after location, and fills one row per matched Enter/Leave with the same
+ * rules as the Python reader (traces/readers/otf2_reader.py):
+ * - a Leave closes the innermost open region of its name; when that is not
+ *   the innermost one (several threads on one location) it is counted as
+ *   overlapping and closed all the same, the others staying open;
+ * - an Enter's step and epoch come from its `step`/`epoch` attributes, else
+ *   from the enclosing region;
+ * - MPI message sizes add up on the innermost open region; a collective's
+ *   end gives it its operation and max(sent, received) bytes.
+ * Times stay in clock ticks: Python converts them.
+ */
+#include <otf2/otf2.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE INT64_MIN
+enum { ATTR_OTHER = 0, ATTR_STEP = 1, ATTR_EPOCH = 2 };
+
+/* Mirrored by traces/fastotf2/__init__.py (_Columns). */
+typedef struct {
+    int64_t capacity;          /* rows each column holds */
+    int64_t *start, *end;      /* ticks */
+    int32_t *location;         /* index into the locations given */
+    uint32_t *region;          /* global region ref */
+    int32_t *depth;
+    int64_t *parent;           /* row of the enclosing interval, -1 at top level */
+    int64_t *step, *epoch;     /* NONE when unknown (negative: outside steps) */
+    int32_t *collective;       /* OTF2_CollectiveOp, -1 when none */
+    int64_t *bytes;            /* -1 when unknown */
+    int64_t *enter_row;        /* scratch: enter number -> row, enter_capacity long */
+    int64_t enter_capacity;
+    const uint8_t *attribute_kind; /* ATTR_* by global attribute ref */
+    uint32_t attribute_kinds;
+    /* results */
+    int64_t rows, unbalanced, overlapping, unclosed;
+    char error[1024];
+} Columns;
+
+typedef struct {
+    uint32_t region;
+    int64_t start, enter, parent, step, epoch, bytes;
+    int32_t collective;
+} Open;
+
+typedef struct {
+    Columns *out;
+    int32_t location;
+    Open *stack;
+    int64_t depth, room, enters;
+} State;
+
+static void fail(Columns *out, const char *fmt, ...) {
+    if (out->error[0]) return; /* keep the first reason */
+    va_list va;
+    va_start(va, fmt);
+    vsnprintf(out->error, sizeof out->error, fmt, va);
+    va_end(va);
+}
+
+/* The library prints its errors to stderr; keep the first as the reason. */
+static OTF2_ErrorCode on_error(void *user, const char *file, uint64_t line, const char *function,
+                               OTF2_ErrorCode code, const char *fmt, va_list va) {
+    Columns *out = user;
+    (void)file; (void)line; (void)function;
+    if (!out->error[0]) {
+        char detail[768];
+        vsnprintf(detail, sizeof detail, fmt ? fmt : "", va);
+        snprintf(out->error, sizeof out->error, "%s: %s%s%s", OTF2_Error_GetName(code),
+                 OTF2_Error_GetDescription(code), detail[0] ? ": " : "", detail);
+    }
+    return code;
+}
+
+static OTF2_CallbackCode enter(OTF2_LocationRef location, OTF2_TimeStamp time, uint64_t position,
+                               void *user, OTF2_AttributeList *attributes, OTF2_RegionRef region) {
+    State *s = user;
+    Columns *out = s->out;
+    (void)location; (void)position;
+    if (s->enters >= out->enter_capacity) {
+        fail(out, "more events than the definitions announce");
+        return OTF2_CALLBACK_INTERRUPT;
+    }
+    if (s->depth == s->room) {
+        s->room = s->room ? 2 * s->room : 64;
+        Open *grown = realloc(s->stack, s->room * sizeof *grown);
+        if (!grown) { fail(out, "out of memory"); return OTF2_CALLBACK_INTERRUPT; }
+        s->stack = grown;
+    }
+    int64_t step = NONE, epoch = NONE;
+    uint32_t n = attributes ? OTF2_AttributeList_GetNumberOfElements(attributes) : 0;
+    for (uint32_t i = 0; i < n; i++) {
+        OTF2_AttributeRef ref;
+        OTF2_Type type;
+        OTF2_AttributeValue value;
+        if (OTF2_AttributeList_GetAttributeByIndex(attributes, i, &ref, &type, &value)
+                != OTF2_SUCCESS || ref >= out->attribute_kinds) continue;
+        if (out->attribute_kind[ref] == ATTR_STEP) step = value.int64;
+        else if (out->attribute_kind[ref] == ATTR_EPOCH) epoch = value.int64;
+    }
+    Open *top = s->depth ? &s->stack[s->depth - 1] : NULL;
+    if (step == NONE && top) { step = top->step; epoch = top->epoch; }
+    Open *e = &s->stack[s->depth++];
+    e->region = region; e->start = time; e->enter = s->enters++;
+    e->parent = top ? top->enter : -1;
+    out->enter_row[e->enter] = -1;
+    e->step = step; e->epoch = epoch; e->bytes = -1; e->collective = -1;
+    return OTF2_CALLBACK_SUCCESS;
+}
+
+static OTF2_CallbackCode leave(OTF2_LocationRef location, OTF2_TimeStamp time, uint64_t position,
+                               void *user, OTF2_AttributeList *attributes, OTF2_RegionRef region) {
+    State *s = user;
+    Columns *out = s->out;
+    (void)location; (void)position; (void)attributes;
+    int64_t at = s->depth - 1;
+    while (at >= 0 && s->stack[at].region != region) at--;
+    if (at < 0) { out->unbalanced++; return OTF2_CALLBACK_SUCCESS; }
+    if (at != s->depth - 1) out->overlapping++;
+    if (out->rows >= out->capacity) {
+        fail(out, "more events than the definitions announce");
+        return OTF2_CALLBACK_INTERRUPT;
+    }
+    Open e = s->stack[at];
+    memmove(&s->stack[at], &s->stack[at + 1], (s->depth - at - 1) * sizeof e);
+    s->depth--;
+    int64_t row = out->rows++;
+    out->enter_row[e.enter] = row;
+    out->start[row] = e.start;
+    out->end[row] = time;
+    out->location[row] = s->location;
+    out->region[row] = e.region;
+    out->depth[row] = (int32_t)at;
+    out->parent[row] = e.parent; /* an enter number until all rows are in */
+    out->step[row] = e.step < 0 ? NONE : e.step;
+    out->epoch[row] = e.epoch < 0 ? NONE : e.epoch;
+    out->collective[row] = e.collective;
+    out->bytes[row] = e.bytes;
+    return OTF2_CALLBACK_SUCCESS;
+}
+
+static void add_bytes(State *s, uint64_t length) {
+    if (!s->depth) return;
+    Open *top = &s->stack[s->depth - 1];
+    top->bytes = (top->bytes < 0 ? 0 : top->bytes) + (int64_t)length;
+}
+
+static OTF2_CallbackCode mpi_send(OTF2_LocationRef l, OTF2_TimeStamp t, uint64_t p, void *user,
+                                  OTF2_AttributeList *a, uint32_t peer, OTF2_CommRef comm,
+                                  uint32_t tag, uint64_t length) {
+    (void)l; (void)t; (void)p; (void)a; (void)peer; (void)comm; (void)tag;
+    add_bytes(user, length);
+    return OTF2_CALLBACK_SUCCESS;
+}
+
+static OTF2_CallbackCode mpi_isend(OTF2_LocationRef l, OTF2_TimeStamp t, uint64_t p, void *user,
+                                   OTF2_AttributeList *a, uint32_t peer, OTF2_CommRef comm,
+                                   uint32_t tag, uint64_t length, uint64_t request) {
+    (void)request;
+    return mpi_send(l, t, p, user, a, peer, comm, tag, length);
+}
+
+static OTF2_CallbackCode collective_end(OTF2_LocationRef l, OTF2_TimeStamp t, uint64_t p,
+                                        void *user, OTF2_AttributeList *a, OTF2_CollectiveOp op,
+                                        OTF2_CommRef comm, uint32_t root, uint64_t sent,
+                                        uint64_t received) {
+    State *s = user;
+    (void)l; (void)t; (void)p; (void)a; (void)comm; (void)root;
+    if (s->depth) {
+        Open *top = &s->stack[s->depth - 1];
+        top->collective = op;
+        top->bytes = (int64_t)(sent > received ? sent : received);
+    }
+    return OTF2_CALLBACK_SUCCESS;
+}
+
+#define CHECK(call, what) do { OTF2_ErrorCode code_ = (call); if (code_ != OTF2_SUCCESS) { \
+    fail(out, "%s: %s", what, OTF2_Error_GetDescription(code_)); goto done; } } while (0)
+
+static int read_location(OTF2_Reader *reader, OTF2_EvtReaderCallbacks *callbacks,
+                         OTF2_LocationRef ref, int32_t index, State *s) {
+    Columns *out = s->out;
+    uint64_t events = 0;
+    s->location = index;
+    s->depth = 0;
+    OTF2_EvtReader *evt = OTF2_Reader_GetEvtReader(reader, ref);
+    if (!evt) { fail(out, "cannot open the events of location %llu", (unsigned long long)ref);
+                return -1; }
+    OTF2_ErrorCode code = OTF2_Reader_RegisterEvtCallbacks(reader, evt, callbacks, s);
+    if (code == OTF2_SUCCESS) code = OTF2_Reader_ReadAllLocalEvents(reader, evt, &events);
+    OTF2_Reader_CloseEvtReader(reader, evt);
+    if (code != OTF2_SUCCESS || out->error[0]) {
+        fail(out, "location %llu: %s", (unsigned long long)ref, OTF2_Error_GetDescription(code));
+        return -1;
+    }
+    out->unclosed += s->depth;
+    return 0;
+}
+
+/* 0 on success; otherwise out->error says why. */
+int fastotf2_read(const char *anchor, const uint64_t *locations, int32_t n_locations,
+                  Columns *out) {
+    out->rows = out->unbalanced = out->overlapping = out->unclosed = 0;
+    out->error[0] = 0;
+    OTF2_ErrorCallback previous = OTF2_Error_RegisterCallback(on_error, out);
+    State state = {.out = out};
+    OTF2_EvtReaderCallbacks *callbacks = NULL;
+    OTF2_Reader *reader = OTF2_Reader_Open(anchor);
+    if (!reader) { fail(out, "cannot open the archive"); goto done; }
+    CHECK(OTF2_Reader_SetSerialCollectiveCallbacks(reader), "cannot set up the reader");
+    for (int32_t i = 0; i < n_locations; i++)
+        CHECK(OTF2_Reader_SelectLocation(reader, locations[i]), "cannot select a location");
+    /* As the library's own readers do: a missing local definition or event
+     * file is not an error here (the reads below say what is missing). */
+    int def_files = OTF2_Reader_OpenDefFiles(reader) == OTF2_SUCCESS;
+    OTF2_Reader_OpenEvtFiles(reader);
+    out->error[0] = 0;
+    if (def_files) {
+        for (int32_t i = 0; i < n_locations; i++) {
+            OTF2_DefReader *defs = OTF2_Reader_GetDefReader(reader, locations[i]);
+            if (!defs) continue;
+            uint64_t read = 0;
+            CHECK(OTF2_Reader_ReadAllLocalDefinitions(reader, defs, &read),
+                  "cannot read the local definitions");
+            OTF2_Reader_CloseDefReader(reader, defs);
+        }
+        OTF2_Reader_CloseDefFiles(reader);
+    }
+    callbacks = OTF2_EvtReaderCallbacks_New();
+    OTF2_EvtReaderCallbacks_SetEnterCallback(callbacks, enter);
+    OTF2_EvtReaderCallbacks_SetLeaveCallback(callbacks, leave);
+    OTF2_EvtReaderCallbacks_SetMpiSendCallback(callbacks, mpi_send);
+    OTF2_EvtReaderCallbacks_SetMpiRecvCallback(callbacks, mpi_send);
+    OTF2_EvtReaderCallbacks_SetMpiIsendCallback(callbacks, mpi_isend);
+    OTF2_EvtReaderCallbacks_SetMpiIrecvCallback(callbacks, mpi_isend);
+    OTF2_EvtReaderCallbacks_SetMpiCollectiveEndCallback(callbacks, collective_end);
+    for (int32_t i = 0; i < n_locations; i++)
+        if (read_location(reader, callbacks, locations[i], i, &state) != 0) goto done;
+    /* Parents: enter numbers -> rows (an unclosed parent has none). */
+    for (int64_t row = 0; row < out->rows; row++)
+        if (out->parent[row] >= 0) out->parent[row] = out->enter_row[out->parent[row]];
+done:
+    if (callbacks) OTF2_EvtReaderCallbacks_Delete(callbacks);
+    if (reader) OTF2_Reader_Close(reader);
+    free(state.stack);
+    OTF2_Error_RegisterCallback(previous, NULL);
+    return out->error[0] ? -1 : 0;
+}
