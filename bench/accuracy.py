@@ -19,10 +19,12 @@ REPO = Path(__file__).resolve().parent.parent
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--results", default=str(REPO / "results"))
+    parser.add_argument("--design", default="bench/accuracy.yaml",
+                        help="a design in bench/accuracy.yaml's form (e.g. fewer frameworks)")
     args = parser.parse_args()
     snakemake = str(Path(sys.executable).parent / "snakemake")
     subprocess.run([snakemake, "--profile", "profiles/local", "--config",
-                    "design=bench/accuracy.yaml", f"results={args.results}"],
+                    f"design={args.design}", f"results={args.results}"],
                    cwd=REPO, check=True)
     runs = pd.read_parquet(next(Path(args.results, "accuracy").glob("cfg~*/tables/runs.parquet")))
     pairs = []
