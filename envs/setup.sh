@@ -37,15 +37,18 @@ install_debian_packages() {
 }
 
 # The venv is rebuilt when envs/torch.txt changes (its hash is the stamp).
-build_venv() {
-  local want stamp="$venv/.ddlc-requirements"
-  want=$(sha256sum envs/torch.txt | cut -d' ' -f1)
+# A virtual environment from a requirements file, with this checkout installed
+# in it (editable, no dependencies). Rebuilt when the file or the checkout's
+# path changes (the stamp holds their hash).
+build_env() {
+  local env=$1 requirements=$2 label=$3 want stamp="$1/.ddlc-requirements"
+  want=$( (sha256sum "$requirements"; echo "$here") | sha256sum | cut -d' ' -f1)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
-  say "building the Python environment in $venv (a few minutes the first time)"
-  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q -r envs/torch.txt
-  "$venv/bin/python" -m pip install -q --no-deps -e .
+  say "building the $label environment in $env (a few minutes the first time)"
+  [ -x "$env/bin/python" ] || python3 -m venv "$env"
+  "$env/bin/python" -m pip install -q --upgrade pip
+  "$env/bin/python" -m pip install -q -r "$requirements"
+  "$env/bin/python" -m pip install -q --no-deps -e .
   echo "$want" > "$stamp"
 }
 
@@ -79,17 +82,6 @@ install_horovod() {
 # The TensorFlow environment: its own venv, because TensorFlow 2.12 needs
 # numpy < 2. Rebuilt when envs/tensorflow.txt or the repository path changes
 # (the editable install points at this checkout).
-build_tf_venv() {
-  local want stamp="$venv_tf/.ddlc-requirements"
-  want=$( (sha256sum envs/tensorflow.txt; echo "$here") | sha256sum | cut -d' ' -f1)
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
-  say "building the TensorFlow environment in $venv_tf (a few minutes the first time)"
-  [ -x "$venv_tf/bin/python" ] || python3 -m venv "$venv_tf"
-  "$venv_tf/bin/python" -m pip install -q --upgrade pip
-  "$venv_tf/bin/python" -m pip install -q -r envs/tensorflow.txt
-  "$venv_tf/bin/python" -m pip install -q --no-deps -e .
-  echo "$want" > "$stamp"
-}
 
 # Horovod 0.28.1 with TensorFlow (Gloo and MPI controllers), cached per
 # Python and TensorFlow version. Debian's cmake (3.25): pip's cmake 4 rejects
@@ -124,9 +116,9 @@ build_fastotf2() {
 }
 
 install_debian_packages
-build_venv
+build_env "$venv" envs/torch.txt Python
 build_fastotf2
 install_horovod
-build_tf_venv
+build_env "$venv_tf" envs/tensorflow.txt TensorFlow
 install_horovod_tf
 say "ready: $venv $venv_tf"
