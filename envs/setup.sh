@@ -15,6 +15,13 @@ mkdir -p "$cache/wheels"
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 
+# pip, with its chatter in a log that is shown only when it fails.
+pip_in() {
+  local env=$1; shift
+  "$env/bin/python" -m pip "$@" > "$cache/pip.log" 2>&1 ||
+    { tail -n 30 "$cache/pip.log" >&2; say "pip failed in $env; full log: $cache/pip.log"; exit 1; }
+}
+
 # otf2-print: the tests check our OTF2 archives and the readers against it.
 # chromium: the report test opens the report in it.
 # libopen-trace-format2-dev: the OTF2 C library the fast trace reader (traces/fastotf2) uses.
@@ -46,9 +53,9 @@ build_env() {
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
   say "building the $label environment in $env (a few minutes the first time)"
   [ -x "$env/bin/python" ] || python3 -m venv "$env"
-  "$env/bin/python" -m pip install -q --upgrade pip
-  "$env/bin/python" -m pip install -q -r "$requirements"
-  "$env/bin/python" -m pip install -q --no-deps -e .
+  pip_in "$env" install -q --upgrade pip
+  pip_in "$env" install -q -r "$requirements"
+  pip_in "$env" install -q --no-deps -e .
   echo "$want" > "$stamp"
 }
 
@@ -63,7 +70,7 @@ install_horovod() {
   if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
     say "building Horovod 0.28.1 against torch $torch (about 6 minutes, cached in $wheel_dir)"
     local src; src=$(mktemp -d)
-    "$venv/bin/python" -m pip download -q --no-deps --no-binary :all: horovod==0.28.1 -d "$src"
+    pip_in "$venv" download -q --no-deps --no-binary :all: horovod==0.28.1 -d "$src"
     tar -xzf "$src"/horovod-0.28.1.tar.gz -C "$src"
     sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' \
       "$src/horovod-0.28.1/CMakeLists.txt" "$src/horovod-0.28.1/horovod/torch/CMakeLists.txt"
@@ -76,7 +83,7 @@ install_horovod() {
     rm -rf "$wheel_dir" && mv "$wheel_dir.tmp" "$wheel_dir"
     rm -rf "$src"
   fi
-  "$venv/bin/python" -m pip install -q --no-deps "$wheel_dir"/horovod-*.whl
+  pip_in "$venv" install -q --no-deps "$wheel_dir"/horovod-*.whl
 }
 
 # The TensorFlow environment: its own venv, because TensorFlow 2.12 needs
@@ -95,7 +102,7 @@ install_horovod_tf() {
   if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
     say "building Horovod 0.28.1 against TensorFlow $tf (about 10 minutes, cached in $wheel_dir)"
     local src; src=$(mktemp -d)
-    "$venv_tf/bin/python" -m pip download -q --no-deps --no-binary :all: horovod==0.28.1 -d "$src"
+    pip_in "$venv_tf" download -q --no-deps --no-binary :all: horovod==0.28.1 -d "$src"
     tar -xzf "$src"/horovod-0.28.1.tar.gz -C "$src"
     mkdir -p "$wheel_dir.tmp"
     ( cd "$src/horovod-0.28.1" &&
@@ -107,7 +114,7 @@ install_horovod_tf() {
     rm -rf "$wheel_dir" && mv "$wheel_dir.tmp" "$wheel_dir"
     rm -rf "$src"
   fi
-  "$venv_tf/bin/python" -m pip install -q --no-deps "$wheel_dir"/horovod-*.whl
+  pip_in "$venv_tf" install -q --no-deps "$wheel_dir"/horovod-*.whl
 }
 
 # The C reader of OTF2 traces, cached per source hash (~1 s to build).
