@@ -1,7 +1,7 @@
 """Throughput of each adapter against a bare loop of the same framework.
 
-Same model, data, batch, 2 processes, same launcher; the harness run and the
-bare loop alternate (harness, bare, harness, bare...) so that drift in the
+Same model, data, batch, 2 processes, same launcher, tracing off (its cost is
+bench/tracing_overhead.py's figure); the harness run and the bare loop alternate (harness, bare, harness, bare...) so that drift in the
 machine hits both alike. Goal: harness >= 0.97 of the bare loop.
 
     .venv/bin/python bench/adapter_overhead.py [--rounds 3] [--steps 300]
@@ -26,7 +26,8 @@ def harness(framework: str, batch: int, steps: int, warmup: int) -> float:
     doc = {"name": "bench", "factors": {"framework": [framework], "procs_per_node": [2],
                                         "batch_size": [batch]},
            "fixed": {"epochs": 1, "max_steps": steps, "warmup_steps": warmup,
-                     "eval_every": 1, "timeout_s": 900}}
+                     "eval_every": 1, "timeout_s": 900,
+                     "tracer": "none"}}  # tracing's cost: bench/tracing_overhead.py
     row = design.parse(doc, "bench").runs()[0]
     with tempfile.TemporaryDirectory() as tmp:
         runner.execute(row, Path(tmp))
