@@ -100,6 +100,16 @@ def pin_device(tf, config: dict, local_rank: int) -> None:
     tf.config.set_visible_devices(gpus[local_rank], "GPU")
 
 
+def _start(tf, adapter: TFAdapter, config: dict):
+    """What both loops do first, inside the init phase: the framework's init,
+    the seed, the data, the global batch and its learning rate."""
+    dist = adapter.init(config)
+    tf.random.set_seed(config["seed"])
+    dataset = data.load(config["dataset"], config["data_dir"])
+    global_batch = config["batch_size"] * dist.world
+    return dist, dataset, global_batch, models.scaled_learning_rate(config, global_batch)
+
+
 def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     if adapter.uses_fit:
         return train_fit(adapter, config, run_dir)
@@ -107,11 +117,7 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     phases = PhaseRecorder()
     init_start = time.perf_counter()
     with phases("init"):
-        dist = adapter.init(config)
-        tf.random.set_seed(config["seed"])
-        dataset = data.load(config["dataset"], config["data_dir"])
-        global_batch = config["batch_size"] * dist.world
-        lr = models.scaled_learning_rate(config, global_batch)
+        dist, dataset, global_batch, lr = _start(tf, adapter, config)
         with adapter.scope():
             model = keras_models.build(models.MODELS[config["model"]], dataset.info,
                                        config["seed"])
@@ -277,11 +283,7 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     phases = PhaseRecorder()
     init_start = time.perf_counter()
     with phases("init"):
-        dist = adapter.init(config)
-        tf.random.set_seed(config["seed"])
-        dataset = data.load(config["dataset"], config["data_dir"])
-        global_batch = config["batch_size"] * dist.world
-        lr = models.scaled_learning_rate(config, global_batch)
+        dist, dataset, global_batch, lr = _start(tf, adapter, config)
         spec = models.MODELS[config["model"]]
         keras_model = keras_models.build(spec, dataset.info, config["seed"])
         model = adapter.wrap_for_fit(keras_model, keras_models.optimizer(config, lr),

@@ -23,27 +23,7 @@ packages=(postgresql oar-server oar-server-pgsql oar-node oar-user oar-user-pgsq
           libyaml-perl libjson-perl openssh-server openssh-client acl)
 say() { printf 'oar.sh: %s\n' "$*" >&2; }
 
-install_packages() {
-  local missing=()
-  for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  say "installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  # The packages' own daemons stay stopped: a policy-rc.d saying no, for the
-  # install only, unless the machine has one.
-  local policy=""
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    policy=/usr/sbin/policy-rc.d
-    printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy"
-  fi
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || {
-    [ -n "$policy" ] && rm -f "$policy"; return 1; }
-  [ -n "$policy" ] && rm -f "$policy"
-  return 0
-}
+source "$(dirname "$0")/common.sh"  # install_packages
 
 wait_for() {  # seconds, description, command...
   local n=$1 what=$2; shift 2
