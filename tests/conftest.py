@@ -2,7 +2,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,10 +29,3 @@ def tiny_design(frameworks=("torch-ddp",), procs=(2,), **fixed) -> dict:
             "factors": {"framework": list(frameworks), "procs_per_node": list(procs),
                         "batch_size": [32]},
             "replications": 1, "fixed": {**TINY_FIXED, **fixed}}
-
-
-@pytest.fixture
-def tmp_design(tmp_path):
-    def make(doc: dict) -> Path:
-        return write_design(tmp_path, doc)
-    return make

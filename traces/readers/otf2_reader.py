@@ -198,15 +198,20 @@ def _node_of(group) -> str:
     return node.name if node is not None else ""
 
 
-def _read_events(reader, path: Path):
-    import _otf2
-    defs = reader.definitions
+def _checked_locations(defs, path: Path):
+    """The locations to read, once the definitions are known to be usable."""
     if defs.clock_properties is None:
         raise TraceError(f"{path}: the OTF2 definitions have no clock properties")
     try:
-        locations = _locations(defs)
+        return _locations(defs)
     except Exception as exc:
         raise TraceError(f"{path}: inconsistent OTF2 definitions: {_reason(exc)}") from None
+
+
+def _read_events(reader, path: Path):
+    import _otf2
+    defs = reader.definitions
+    locations = _checked_locations(defs, path)
     state = _State(defs, locations)
     if not locations:
         return state.rows, []
@@ -274,12 +279,7 @@ def _read_events_fast(reader, path: Path):
     definitions under-count the events (the Python reader then reads them)."""
     import otf2
     defs = reader.definitions
-    if defs.clock_properties is None:
-        raise TraceError(f"{path}: the OTF2 definitions have no clock properties")
-    try:
-        locations = _locations(defs)
-    except Exception as exc:
-        raise TraceError(f"{path}: inconsistent OTF2 definitions: {_reason(exc)}") from None
+    locations = _checked_locations(defs, path)
     selected = [loc for loc in defs.locations if loc._ref in locations]
     attribute_kinds = {a._ref: fastotf2.ATTR_STEP if a.name == "step" else fastotf2.ATTR_EPOCH
                        for a in defs.attributes if a.name in STEP_ATTRIBUTES}
