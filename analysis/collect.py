@@ -27,6 +27,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from analysis import accuracy
 from ddlcompare import runner
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
@@ -125,12 +126,16 @@ def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
             continue
         folder = results / row.path
         ep = pd.read_csv(folder / "epochs.tsv", sep="\t")
+        info.update(accuracy.time_to_accuracy(ep, row.config.get("target_accuracy")))
         ep.insert(0, "run_id", row.run_id)
         epochs.append(ep)
         for s in step_stats(folder, row.config["warmup_steps"]):
             stats.append({"run_id": row.run_id, **s})
         step_phases.append(phase_intervals(folder, row.run_id))
     runs_df = pd.DataFrame(runs)
+    for column in accuracy.COLUMNS:  # failed runs have no epochs to time
+        if column not in runs_df:
+            runs_df[column] = np.nan
     epochs_df = pd.concat(epochs, ignore_index=True) if epochs else pd.DataFrame(
         columns=["run_id", "epoch", "test_accuracy", "images_per_s"])
     stats_df = pd.DataFrame(stats, columns=["run_id", "rank", "steps", "step_mean_s",

@@ -15,7 +15,7 @@ from plotnine import (aes, annotate, coord_flip, facet_grid, facet_wrap, geom_co
                       labs, scale_color_manual, scale_fill_manual, scale_x_continuous,
                       stat_summary, theme, theme_bw)
 
-from analysis import bottlenecks, stats
+from analysis import accuracy, bottlenecks, stats
 from traces.phases import PHASES
 
 FIGURE_SIZE = (8, 4.5)
@@ -48,7 +48,7 @@ def throughput(runs: pd.DataFrame):
             + theme_bw() + theme(figure_size=FIGURE_SIZE))
 
 
-def accuracy(runs: pd.DataFrame, epochs: pd.DataFrame):
+def accuracy_per_epoch(runs: pd.DataFrame, epochs: pd.DataFrame):
     keep = ["run_id", "framework", "world_size", "batch_size"]
     df = epochs.merge(runs[keep], on="run_id")
     if df.empty:
@@ -61,6 +61,35 @@ def accuracy(runs: pd.DataFrame, epochs: pd.DataFrame):
             + labs(title="Test accuracy after each epoch (one line per run)",
                    x="epoch", y="test_accuracy (fraction)")
             + theme_bw() + theme(figure_size=FIGURE_SIZE))
+
+
+def time_to_accuracy(runs: pd.DataFrame):
+    """Time to target accuracy against processes; runs that never reached
+    it are drawn as crosses on a band above the others, not left out."""
+    title = "Time to target accuracy against processes"
+    asked = runs[(runs["status"] == "ok") & (runs["target_status"] != accuracy.NOT_ASKED)]
+    if asked.empty:
+        return nothing_to_show(title)
+    asked = asked.copy()
+    reached = asked[asked["target_status"] == accuracy.REACHED]
+    ceiling = (reached["time_to_accuracy_s"].max() if len(reached) else 1.0) * 1.15
+    missed = asked[asked["target_status"] == accuracy.NOT_REACHED].assign(
+        time_to_accuracy_s=ceiling)
+    target = asked["target_accuracy"].iloc[0]
+    plot = (ggplot(reached, aes("world_size", "time_to_accuracy_s", color="framework"))
+            + geom_point(alpha=0.6, size=2)
+            + stat_summary(fun_y=lambda y: y.mean(), geom="line", size=1)
+            + scale_x_continuous(breaks=sorted(asked["world_size"].unique()))
+            + labs(title=f"Time to test accuracy {target:g} (points: runs; crosses: not reached)",
+                   x="processes (nodes x procs_per_node)",
+                   y="time_to_accuracy_s (run clock, s)")
+            + theme_bw() + theme(figure_size=FIGURE_SIZE))
+    if len(missed):
+        plot = (plot + geom_point(aes("world_size", "time_to_accuracy_s", color="framework"),
+                                  data=missed, shape="x", size=4)
+                + annotate("text", x=min(asked["world_size"]), y=ceiling * 1.04,
+                           label="not reached", ha="left", size=8))
+    return plot
 
 
 def scaling(runs: pd.DataFrame):
@@ -162,7 +191,8 @@ def draw_all(tables: Path) -> dict[str, Path]:
     folder.mkdir(exist_ok=True)
     plots = {"throughput": throughput(runs), "scaling": scaling(runs),
              "phases": phase_breakdown(table), "timeline": timeline(phases, runs),
-             "waterfall": waterfall(gap), "accuracy": accuracy(runs, epochs)}
+             "waterfall": waterfall(gap), "accuracy": accuracy_per_epoch(runs, epochs),
+             "time_to_accuracy": time_to_accuracy(runs)}
     paths = {}
     for name, plot in plots.items():
         paths[name] = folder / f"{name}.png"

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import bottlenecks, stats
+from analysis import accuracy, bottlenecks, stats
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
 from frameworks import registry
@@ -192,9 +192,21 @@ def traces_section(runs: pd.DataFrame, tables: Path) -> str:
     return "".join(parts)
 
 
-def accuracy_section(figures: Path) -> str:
-    return (f"<h2>Accuracy</h2>{_figure(figures / 'accuracy.png', 'accuracy')}"
-            f"<p>Evaluation is distributed: each rank scores its share of the test set.</p>")
+def accuracy_section(runs: pd.DataFrame, figures: Path) -> str:
+    text = (f"<h2>Accuracy</h2>{_figure(figures / 'accuracy.png', 'accuracy')}"
+            f"<p>Evaluation is distributed: each rank scores its share of the test set.</p>"
+            f"<h3>Time to accuracy</h3>")
+    table = accuracy.summary(runs)
+    if table.empty:
+        return text + ("<p>Not measured: set <code>target_accuracy</code> under "
+                       "<code>fixed</code> in the design (it only re-analyses the runs).</p>")
+    return (text + f"{_figure(figures / 'time_to_accuracy.png', 'time to accuracy')}"
+            f"<p>The run clock starts just before the training data is touched and stops "
+            f"at the end of the first evaluation at or above target_accuracy (MLPerf's "
+            f"rule), so it counts data loading and evaluation. A run that never reaches "
+            f"the target is counted in <i>runs</i> but not in <i>reached</i>; the means "
+            f"are over the runs that reached it. Accuracy is only checked where an epoch "
+            f"evaluates (eval_every).</p>{_table(table)}")
 
 
 def gate_section(tables: Path) -> str:
@@ -230,7 +242,7 @@ def build(design: Design, tables: Path, out: Path) -> Path:
                     results_section(runs, figures), phases_section(runs, phases, figures),
                     frameworks_section(design), gate_section(tables),
                     bottlenecks_section(runs, phases),
-                    statistics_section(design, runs), accuracy_section(figures),
+                    statistics_section(design, runs), accuracy_section(runs, figures),
                     traces_section(runs, tables)])
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
             f"<title>ddl-compare: {html.escape(design.name)}</title><style>{STYLE}</style>"

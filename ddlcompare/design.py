@@ -59,7 +59,8 @@ class Design:
         """Hash of everything held fixed: results are keyed by it, so that
         changing a setting never mixes old and new results, while adding a
         factor level reuses every run already done."""
-        blob = json.dumps({"fixed": self.fixed, "seed": self.seed}, sort_keys=True)
+        run_settings = {k: v for k, v in self.fixed.items() if not PARAMS[k].analysis_only}
+        blob = json.dumps({"fixed": run_settings, "seed": self.seed}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:8]
 
     @property
@@ -191,7 +192,7 @@ def _parse_factors(raw: Any, problems: list[str]) -> dict[str, list[Any]]:
         if param is None:
             problems.append(f"{key}: unknown factor (known: {', '.join(PARAMS)})")
             continue
-        if param.path_like:
+        if param.path_like or param.analysis_only:
             problems.append(f"{key}: cannot be a factor; set it under 'fixed'")
             continue
         if not isinstance(levels, list):

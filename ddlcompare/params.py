@@ -26,6 +26,9 @@ class Param:
     minimum: float | None = None
     nullable: bool = False
     path_like: bool = False  # free text allowed (a directory), never a factor
+    # Read by the analysis only: never a factor, and left out of the settings
+    # hash, so that changing it re-analyses the runs instead of redoing them.
+    analysis_only: bool = False
 
     def allowed(self) -> tuple[str, ...] | None:
         return self.choices() if callable(self.choices) else self.choices
@@ -119,6 +122,9 @@ PARAMS: dict[str, Param] = {p.name: p for p in [
     Param("timeout_s", int, None,
           "kill a run after this many seconds (null: derived from the design)",
           minimum=1, nullable=True),
+    Param("target_accuracy", float, None,
+          "test accuracy whose first reach times the run (time and energy to "
+          "accuracy; null: not measured)", minimum=0, nullable=True, analysis_only=True),
     Param("data_dir", str, None,
           "directory holding the data set files (null: the default place)",
           nullable=True, path_like=True),

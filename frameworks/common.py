@@ -14,13 +14,27 @@ import os
 import platform
 import socket
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ddlcompare.atomic import write_json, write_text  # noqa: F401 (re-exported for loops)
 
 EPOCH_COLUMNS = ("epoch", "wall_s", "train_loss", "train_accuracy", "test_loss",
-                 "test_accuracy", "images_per_s", "measured_images", "measured_s")
+                 "test_accuracy", "images_per_s", "measured_images", "measured_s", "elapsed_s")
+
+
+class RunClock:
+    """The run's clock, by MLPerf's rule: it starts just before the training
+    data is first touched, and each epoch reads it after its evaluation, so
+    that time to accuracy counts loading, training and evaluating."""
+
+    def __init__(self):
+        self.start_unix = time.time()
+        self._start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._start
 
 
 class RunError(Exception):
@@ -54,8 +68,10 @@ class EpochSums:
         return cls(*[float(v) for v in values])
 
 
-def epoch_row(epoch: int, wall_s: float, sums: EpochSums, measured_s: float) -> dict:
-    """One row of epochs.tsv from all-reduced sums and the slowest rank's time."""
+def epoch_row(epoch: int, wall_s: float, sums: EpochSums, measured_s: float,
+              elapsed_s: float) -> dict:
+    """One row of epochs.tsv from all-reduced sums and the slowest rank's
+    times (measured steps; elapsed on the run clock)."""
     def ratio(a, b): return a / b if b else float("nan")
     return {
         "epoch": epoch,
@@ -67,6 +83,7 @@ def epoch_row(epoch: int, wall_s: float, sums: EpochSums, measured_s: float) -> 
         "images_per_s": ratio(sums.measured_images, measured_s),
         "measured_images": int(sums.measured_images),
         "measured_s": measured_s,
+        "elapsed_s": round(elapsed_s, 4),
     }
 
 
@@ -81,7 +98,7 @@ def _fmt(value) -> str:
 
 
 def summary(rows: list[dict], world: int, global_batch: int, lr: float,
-            steps_per_epoch: int, init_s: float) -> dict:
+            steps_per_epoch: int, init_s: float, clock: RunClock) -> dict:
     """The run's headline figures, written by rank 0 to metrics.json."""
     measured_images = sum(r["measured_images"] for r in rows)
     measured_s = sum(r["measured_s"] for r in rows)
@@ -99,6 +116,7 @@ def summary(rows: list[dict], world: int, global_batch: int, lr: float,
         "final_test_loss": last["test_loss"],
         "final_train_loss": last["train_loss"],
         "init_s": init_s,
+        "clock_start_unix": clock.start_unix,
     }
 
 

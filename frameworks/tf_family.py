@@ -102,12 +102,13 @@ def pin_device(tf, config: dict, local_rank: int) -> None:
 
 def _start(tf, adapter: TFAdapter, config: dict):
     """What both loops do first, inside the init phase: the framework's init,
-    the seed, the data, the global batch and its learning rate."""
+    the seed, the run clock, the data, the global batch and its learning rate."""
     dist = adapter.init(config)
     tf.random.set_seed(config["seed"])
+    clock = common.RunClock()
     dataset = data.load(config["dataset"], config["data_dir"])
     global_batch = config["batch_size"] * dist.world
-    return dist, dataset, global_batch, models.scaled_learning_rate(config, global_batch)
+    return dist, clock, dataset, global_batch, models.scaled_learning_rate(config, global_batch)
 
 
 def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
@@ -117,7 +118,7 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     phases = PhaseRecorder()
     init_start = time.perf_counter()
     with phases("init"):
-        dist, dataset, global_batch, lr = _start(tf, adapter, config)
+        dist, clock, dataset, global_batch, lr = _start(tf, adapter, config)
         with adapter.scope():
             model = keras_models.build(models.MODELS[config["model"]], dataset.info,
                                        config["seed"])
@@ -169,10 +170,11 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
         if epoch % config["eval_every"] == 0 or epoch == config["epochs"]:
             with phases("eval"):
                 _evaluate(step_fns.evaluate, dataset, dist, sums, batch)
-        rows.append(_epoch_row(adapter, epoch, epoch_start, sums, measured_s))
+        rows.append(_epoch_row(adapter, epoch, epoch_start, sums, measured_s, clock))
         if dist.rank == 0:
             common.write_epochs(run_dir, rows)  # rewritten each epoch: progress is visible
-    _finish(adapter, phases, run_dir, dist, model, rows, global_batch, lr, steps, init_s)
+    _finish(adapter, phases, run_dir, dist, model, rows, global_batch, lr, steps, init_s,
+            clock)
 
 
 class _StepFunctions:
@@ -241,22 +243,25 @@ def _evaluate(evaluate, dataset: data.Dataset, dist: Dist, sums: common.EpochSum
 
 
 def _epoch_row(adapter: TFAdapter, epoch: int, epoch_start: float, sums: common.EpochSums,
-               measured_s: float) -> dict:
+               measured_s: float, clock: common.RunClock) -> dict:
     totals = adapter.allreduce(np.asarray(sums.vector(), dtype=np.float64), "sum")
-    slowest = adapter.allreduce(np.asarray([measured_s], dtype=np.float64), "max")
+    slowest = adapter.allreduce(np.asarray([measured_s, clock.elapsed()], dtype=np.float64),
+                                "max")
     return common.epoch_row(epoch, time.perf_counter() - epoch_start,
-                            common.EpochSums.from_vector(totals), float(slowest[0]))
+                            common.EpochSums.from_vector(totals), float(slowest[0]),
+                            float(slowest[1]))
 
 
 def _finish(adapter, phases, run_dir, dist, model, rows, global_batch, lr, steps,
-            init_s) -> None:
+            init_s, clock) -> None:
     phases.write(run_dir, dist.rank)
     record = common.rank_record(dist, framework_versions(adapter))
     record["params_digest"] = params_digest(model)
     common.write_json(run_dir / f"rank{dist.rank}.json", record)
     if dist.rank == 0:
         common.write_json(run_dir / "metrics.json",
-                          common.summary(rows, dist.world, global_batch, lr, steps, init_s))
+                          common.summary(rows, dist.world, global_batch, lr, steps, init_s,
+                                         clock))
     adapter.shutdown()
 
 
@@ -283,7 +288,7 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     phases = PhaseRecorder()
     init_start = time.perf_counter()
     with phases("init"):
-        dist, dataset, global_batch, lr = _start(tf, adapter, config)
+        dist, clock, dataset, global_batch, lr = _start(tf, adapter, config)
         spec = models.MODELS[config["model"]]
         keras_model = keras_models.build(spec, dataset.info, config["seed"])
         model = adapter.wrap_for_fit(keras_model, keras_models.optimizer(config, lr),
@@ -318,10 +323,11 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
         if epoch % config["eval_every"] == 0 or epoch == config["epochs"]:
             with phases("eval"):
                 _evaluate(evaluate, dataset, dist, sums, batch)
-        rows.append(_epoch_row(adapter, epoch, epoch_start, sums, measured_s))
+        rows.append(_epoch_row(adapter, epoch, epoch_start, sums, measured_s, clock))
         if dist.rank == 0:
             common.write_epochs(run_dir, rows)
-    _finish(adapter, phases, run_dir, dist, keras_model, rows, global_batch, lr, steps, init_s)
+    _finish(adapter, phases, run_dir, dist, keras_model, rows, global_batch, lr, steps, init_s,
+            clock)
 
 
 def _fit_step_timer(phases: PhaseRecorder, warmup_steps: int):

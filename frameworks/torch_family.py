@@ -103,6 +103,7 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
         device = _device(config, dist)
         adapter.device = device
         torch.manual_seed(config["seed"])  # identical initial weights on every rank
+        clock = common.RunClock()
         dataset = data.load(config["dataset"], config["data_dir"])
         model = build_model(models.MODELS[config["model"]], dataset.info).to(device)
         global_batch = config["batch_size"] * dist.world
@@ -172,9 +173,11 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
             with phases("eval"):
                 _evaluate(model, dataset, dist, sums, batch_tensors, device, batch)
         totals = adapter.allreduce(torch.tensor(sums.vector(), dtype=torch.float64), "sum")
-        slowest = adapter.allreduce(torch.tensor([measured_s], dtype=torch.float64), "max")
+        slowest = adapter.allreduce(torch.tensor([measured_s, clock.elapsed()],
+                                                 dtype=torch.float64), "max")
         row = common.epoch_row(epoch, time.perf_counter() - epoch_start,
-                               common.EpochSums.from_vector(totals), float(slowest[0]))
+                               common.EpochSums.from_vector(totals), float(slowest[0]),
+                               float(slowest[1]))
         rows.append(row)
         if dist.rank == 0:
             common.write_epochs(run_dir, rows)  # rewritten each epoch: progress is visible
@@ -187,7 +190,8 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
     common.write_json(run_dir / f"rank{dist.rank}.json", record)
     if dist.rank == 0:
         common.write_json(run_dir / "metrics.json",
-                          common.summary(rows, dist.world, global_batch, lr, steps, init_s))
+                          common.summary(rows, dist.world, global_batch, lr, steps, init_s,
+                                         clock))
     adapter.shutdown()
 
 

@@ -55,6 +55,13 @@ def test_fixed_settings_key_results_but_new_levels_reuse_runs():
     assert not {r.path for r in one.runs()} & {r.path for r in changed.runs()}
 
 
+def test_target_accuracy_reanalyses_the_same_runs():
+    one = design.parse(base())
+    targeted = design.parse(base(fixed={"target_accuracy": 0.85}))
+    assert {r.path for r in one.runs()} == {r.path for r in targeted.runs()}
+    assert targeted.runs()[0].config["target_accuracy"] == 0.85
+
+
 def test_config_records_per_process_and_global_batch():
     run = design.parse(base()).runs()[0]
     assert run.config["batch_size"] in (32, 64) and run.world_size == run.config["procs_per_node"]
@@ -96,6 +103,8 @@ BAD = [
     ({"factors": {"framework": ["torch-ddp"], "data_dir": ["/x"]}}, "factors.data_dir: cannot be a factor"),
     ({"factors": {"framework": ["torch-ddp"], "device": ["tpu"]}}, "allowed: cpu, gpu"),
     ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"lr_scaling": "cubic"}}, "allowed: none, linear, sqrt"),
+    ({"factors": {"framework": ["torch-ddp"], "target_accuracy": [0.8, 0.9]}},
+     "factors.target_accuracy: cannot be a factor"),
 ]
 
 

@@ -17,7 +17,8 @@ SECTIONS = ["Design and provenance", "Run status", "Throughput and scaling",
             "Where the speedup goes", "Phase breakdown", "Bottlenecks", "Design statistics",
             "Accuracy", "Frameworks and the phases they expose", "Traces", "Imported traces",
             "Same model everywhere"]
-FIGURES = ["throughput", "scaling", "waterfall", "phase breakdown", "timeline", "accuracy"]
+FIGURES = ["throughput", "scaling", "waterfall", "phase breakdown", "timeline", "accuracy",
+           "time to accuracy"]
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +26,7 @@ def report(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("report")
     doc = tiny_design(frameworks=("torch-ddp", "horovod-torch"), procs=(1, 2))
     doc["replications"] = 2
+    doc["fixed"]["target_accuracy"] = 0.5
     write_design(workdir, doc)
     out = subprocess.run(
         ["timeout", "-k", "10", "900", str(Path(sys.executable).parent / "snakemake"),
@@ -45,6 +47,7 @@ def test_report_has_every_section_and_finding(report):
     assert "of step time is spent in data_load" in page
     assert "Allocation of variation" in page
     assert "Same-model gate: <b>pass</b>" in page
+    assert ">Time to accuracy<" in page and "time_to_accuracy_s</th>" in page
     assert "http://" not in page and "https://" not in page  # nothing fetched
     for name in IMPORTED:  # each trace is named by its folder
         assert f"<td>{name.split('/')[0]}</td>" in page, name

@@ -43,6 +43,9 @@ def test_two_processes_train_and_agree(tiny_runs, framework, controller):
     assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
     assert epochs["test_accuracy"].iloc[-1] > 0.5
     assert (epochs["images_per_s"] > 0).all()  # every epoch is measured after warm-up
+    # The run clock (time to accuracy) runs on from epoch to epoch.
+    assert epochs["elapsed_s"].is_monotonic_increasing
+    assert (epochs["elapsed_s"] >= epochs["wall_s"].cumsum() - 0.05).all()
     ranks = [json.loads((folder / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["params_digest"] == ranks[1]["params_digest"]
     assert {r["world"] for r in ranks} == {2}

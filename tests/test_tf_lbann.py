@@ -75,7 +75,7 @@ def test_parser_reads_the_older_format():
 
 def test_parsed_output_becomes_the_common_tables(tmp_path):
     parsed = lbann.parse_output(OUTPUT)
-    rows = lbann.epoch_rows(parsed, images_per_epoch=468 * 128)
+    rows = lbann.epoch_rows(parsed, images_per_epoch=468 * 128, launch_s=3.0)
     common.write_epochs(tmp_path, rows)
     lbann.write_batch_times(tmp_path, parsed)
     epochs = pd.read_csv(tmp_path / "epochs.tsv", sep="\t")
@@ -83,12 +83,15 @@ def test_parsed_output_becomes_the_common_tables(tmp_path):
     assert epochs["images_per_s"][0] == pytest.approx(468 * 128 / 12.0417, rel=1e-5)
     assert epochs["wall_s"][0] == pytest.approx(12.0417 + 0.814406, abs=1e-4)
     assert epochs["test_accuracy"].tolist() == pytest.approx([0.8363, 0.8681])
+    assert epochs["elapsed_s"][0] == pytest.approx(3.0 + 12.0417 + 0.814406, abs=1e-4)
+    assert epochs["elapsed_s"][1] == pytest.approx(epochs["elapsed_s"][0] + epochs["wall_s"][1],
+                                                   abs=1e-3)
     times = pd.read_csv(tmp_path / "lbann_batch_times.tsv", sep="\t")
     assert list(times.columns) == list(lbann.BATCH_COLUMNS)
     assert times[["epoch", "mode"]].values.tolist() == [[1, "train"], [1, "test"],
                                                         [2, "train"], [2, "test"]]
-    assert common.summary(rows, 2, 128, 0.04, 468, 1.0)["final_test_accuracy"] == \
-        pytest.approx(0.8681)
+    metrics = common.summary(rows, 2, 128, 0.04, 468, 1.0, common.RunClock())
+    assert metrics["final_test_accuracy"] == pytest.approx(0.8681)
 
 
 def test_launch_arguments_per_scheduler():

@@ -48,6 +48,8 @@ rule figures:
         timeline=report(TABLES / "figures" / "timeline.png", category="Phases"),
         waterfall=report(TABLES / "figures" / "waterfall.png", category="Scaling"),
         accuracy=report(TABLES / "figures" / "accuracy.png", category="Accuracy"),
+        time_to_accuracy=report(TABLES / "figures" / "time_to_accuracy.png",
+                                category="Accuracy"),
     log:
         TABLES / "logs" / "figures.log",
     params:

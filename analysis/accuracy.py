@@ -1,0 +1,44 @@
+"""Time to accuracy, MLPerf's way: the run clock (frameworks.common.RunClock)
+starts just before the training data is touched, and a run reaches the
+target at the end of the first evaluation whose test accuracy is at or above
+``target_accuracy``. Runs that never reach it are kept and marked, never
+dropped: leaving them out would flatter the frameworks that miss it.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+REACHED, NOT_REACHED, NOT_ASKED = "reached", "not reached", "no target_accuracy"
+COLUMNS = ("target_status", "time_to_accuracy_s", "epochs_to_accuracy")
+
+
+def time_to_accuracy(epochs: pd.DataFrame, target: float | None) -> dict:
+    """One run's epochs.tsv -> its target status, wall time and epochs to
+    the target (NaN unless reached)."""
+    nan = {"time_to_accuracy_s": math.nan, "epochs_to_accuracy": math.nan}
+    if target is None:
+        return {"target_status": NOT_ASKED, **nan}
+    evaluated = epochs.dropna(subset=["test_accuracy"]).sort_values("epoch")
+    hits = evaluated[evaluated["test_accuracy"] >= target]
+    if hits.empty:
+        return {"target_status": NOT_REACHED, **nan}
+    first = hits.iloc[0]
+    return {"target_status": REACHED, "time_to_accuracy_s": float(first["elapsed_s"]),
+            "epochs_to_accuracy": int(first["epoch"])}
+
+
+def summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per framework and process count: runs, how many reached the target,
+    and the mean time and epochs of those that did."""
+    asked = runs[(runs["status"] == "ok") & (runs["target_status"] != NOT_ASKED)]
+    if asked.empty:
+        return pd.DataFrame()
+    cell = ["framework", "world_size", "batch_size"]
+    grouped = asked.groupby(cell, dropna=False)
+    table = grouped.agg(runs=("run_id", "size"),
+                        reached=("target_status", lambda s: int((s == REACHED).sum())),
+                        time_to_accuracy_s=("time_to_accuracy_s", "mean"),
+                        epochs_to_accuracy=("epochs_to_accuracy", "mean"))
+    return table.reset_index()
