@@ -59,14 +59,36 @@ build_env() {
   echo "$want" > "$stamp"
 }
 
+# GPU machines: torch from PyPI is a CUDA build there, and Horovod needs
+# NCCL for device: gpu. It is built with NCCL (torch's own nvidia-nccl
+# package) when nvcc is on PATH; without nvcc it is built for CPUs and the
+# horovod-torch adapter refuses device: gpu, saying how to rebuild.
+# Prints the extra build variables, nothing on a CPU-only torch.
+horovod_gpu_build_env() {
+  local cuda nccl
+  cuda=$("$venv/bin/python" -c 'import torch; print(torch.version.cuda or "")')
+  [ -n "$cuda" ] || return 0
+  if ! command -v nvcc >/dev/null; then
+    say "torch is a CUDA $cuda build but nvcc is not on PATH: Horovod is built without NCCL" >&2
+    return 0
+  fi
+  nccl=$("$venv/bin/python" -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)
+  if [ -n "$nccl" ] && [ ! -e "$nccl/lib/libnccl.so" ]; then
+    ln -s libnccl.so.2 "$nccl/lib/libnccl.so"  # the wheel ships only the versioned name
+  fi
+  echo "HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")")" \
+       "${nccl:+HOROVOD_NCCL_HOME=$nccl HOROVOD_NCCL_LINK=SHARED}"
+}
+
 # Horovod 0.28.1 only builds against torch 2.13 with C++17; the wheel is
 # cached per Python and torch version so a fresh clone reuses it.
 install_horovod() {
   "$venv/bin/python" -c 'import horovod.torch' 2>/dev/null && return 0
-  local py torch wheel_dir
+  local py torch wheel_dir gpu_env
   py=$("$venv/bin/python" -c 'import sys; print(f"cp{sys.version_info.major}{sys.version_info.minor}")')
   torch=$("$venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')
-  wheel_dir="$cache/wheels/horovod-0.28.1-torch$torch-$py"
+  gpu_env=$(horovod_gpu_build_env)
+  wheel_dir="$cache/wheels/horovod-0.28.1-torch$torch-$py${gpu_env:+-nccl}"
   if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
     say "building Horovod 0.28.1 against torch $torch (about 6 minutes, cached in $wheel_dir)"
     local src; src=$(mktemp -d)
@@ -76,8 +98,8 @@ install_horovod() {
       "$src/horovod-0.28.1/CMakeLists.txt" "$src/horovod-0.28.1/horovod/torch/CMakeLists.txt"
     mkdir -p "$wheel_dir.tmp"
     ( cd "$src/horovod-0.28.1" &&
-      PATH="/usr/bin:$PATH" HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
-      HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$(nproc)" \
+      env $gpu_env PATH="/usr/bin:$PATH" HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 \
+      HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$(nproc)" \
       "$venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$wheel_dir.tmp" . ) \
       > "$cache/horovod-build.log" 2>&1 || { say "Horovod build failed; log: $cache/horovod-build.log"; exit 1; }
     rm -rf "$wheel_dir" && mv "$wheel_dir.tmp" "$wheel_dir"

@@ -1,6 +1,7 @@
 """Horovod on PyTorch: horovodrun with the Gloo or MPI controller."""
 from __future__ import annotations
 
+from frameworks.common import RunError
 from frameworks.registry import AdapterInfo
 from frameworks.torch_family import Dist, TorchAdapter
 
@@ -19,6 +20,10 @@ class Adapter(TorchAdapter):
         import horovod.torch as hvd
         hvd.init()
         self.hvd = hvd
+        if config["device"] == "gpu" and not hvd.nccl_built():
+            raise RunError("device: gpu needs Horovod built with NCCL, and this one was "
+                           "built without it: run envs/setup.sh where nvcc is on PATH "
+                           "(e.g. after 'module load cuda'), which rebuilds it with NCCL")
         return Dist(rank=hvd.rank(), world=hvd.size(), local_rank=hvd.local_rank())
 
     def wrap(self, model, optimizer):

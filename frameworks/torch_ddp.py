@@ -48,9 +48,11 @@ class Adapter(TorchAdapter):
         model.register_comm_hook(None, traced_allreduce)
 
     def allreduce(self, tensor, op: str):
-        self.dist.all_reduce(tensor, op={"sum": self.dist.ReduceOp.SUM,
-                                         "max": self.dist.ReduceOp.MAX}[op])
-        return tensor
+        # NCCL reduces device tensors only: the figures travel on the GPU.
+        on_device = tensor.to(self.device)
+        self.dist.all_reduce(on_device, op={"sum": self.dist.ReduceOp.SUM,
+                                            "max": self.dist.ReduceOp.MAX}[op])
+        return on_device.cpu()
 
     def shutdown(self) -> None:
         self.dist.destroy_process_group()

@@ -98,10 +98,13 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
     phases = PhaseRecorder()
     init_start = time.perf_counter()
     with phases("init"):
+        _require_gpu(config)  # before the framework asks NCCL for one
         dist = adapter.init(config)
         torch.set_num_threads(config["torch_threads"])
         device = _device(config, dist)
         adapter.device = device
+        if device.type == "cuda":
+            phases.synchronize = torch.cuda.synchronize
         torch.manual_seed(config["seed"])  # identical initial weights on every rank
         clock = common.RunClock()
         dataset = data.load(config["dataset"], config["data_dir"])
@@ -158,8 +161,6 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
                 adapter.step(optimizer)
                 loss_sum += loss.detach() * len(y)
                 correct += (out.detach().argmax(1) == y).sum()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
             phases.end_step()
             if profiler is not None:
                 profiler.step()
@@ -205,11 +206,17 @@ def params_digest(model) -> str:
     return digest.hexdigest()
 
 
+def _require_gpu(config: dict) -> None:
+    import torch
+    if config["device"] == "gpu" and not torch.cuda.is_available():
+        raise common.RunError("device: gpu was asked for, but torch sees no CUDA device here "
+                              f"(torch {torch.__version__}, CUDA build: "
+                              f"{torch.version.cuda or 'no'})")
+
+
 def _device(config: dict, dist: Dist):
     import torch
     if config["device"] == "gpu":
-        if not torch.cuda.is_available():
-            raise common.RunError("device: gpu was asked for, but torch sees no CUDA device here")
         torch.cuda.set_device(dist.local_rank)
         return torch.device("cuda", dist.local_rank)
     return torch.device("cpu")

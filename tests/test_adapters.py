@@ -54,3 +54,31 @@ def test_frameworks_agree_on_the_same_run():
             assert done["status"] == "ok"
             losses[framework] = pd.read_csv(folder / "epochs.tsv", sep="\t")["train_loss"][0]
     assert losses["torch-ddp"] == pytest.approx(losses["horovod-torch"], rel=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["torch-ddp", "horovod-torch"])
+def test_gpu_run_without_a_gpu_fails_with_its_reason(tmp_path, framework):
+    """No GPU here: a device: gpu run is a failed run saying what is missing
+    (the GPU path itself needs a GPU machine; none was lent to this project)."""
+    row = design.parse(tiny_design([framework], device="gpu"), "tiny.yaml").runs()[0]
+    runner.execute(row, tmp_path)  # a failed run is recorded, not raised
+    done = json.loads((tmp_path / row.path / "done.json").read_text())
+    assert done["status"] == "failed" and "no CUDA device" in done["reason"], done
+    assert "Traceback" not in done["reason"]
+
+
+def test_phases_close_after_the_device_synchronises():
+    """On a GPU each phase ends with a device synchronisation, so that its
+    queued kernels are charged to it."""
+    import time
+
+    from traces.phases import PHASES, PhaseRecorder
+    phases = PhaseRecorder()
+    phases.synchronize = lambda: time.sleep(0.02)  # stands for kernels still running
+    phases.begin_step(1, 0)
+    with phases("forward"):
+        pass
+    phases.end_step()
+    forward = phases.steps[0][4 + PHASES.index("forward")]
+    assert forward >= 20_000_000

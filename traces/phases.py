@@ -64,6 +64,8 @@ class _Span:
         return self
 
     def __exit__(self, *exc):
+        if self.recorder.synchronize is not None:
+            self.recorder.synchronize()
         end = time.perf_counter_ns()
         for live in self.recorder.live:
             live.end(PHASES[self.index])
@@ -77,6 +79,10 @@ class PhaseRecorder:
     def __init__(self, sinks: list[Sink] | None = None):
         self.sinks = sinks or []
         self.live: list[LiveRegions] = []
+        # On a GPU, kernels run after the call that queues them returns: a
+        # device synchronisation closing each phase charges its kernels to
+        # it rather than to whichever later phase first waits for them.
+        self.synchronize = None
         self.epoch = 0
         self.step = -1
         self._in_step = False
