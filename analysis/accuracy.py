@@ -10,6 +10,8 @@ import math
 
 import pandas as pd
 
+from analysis import cells
+
 REACHED, NOT_REACHED, NOT_ASKED = "reached", "not reached", "no target_accuracy"
 COLUMNS = ("target_status", "time_to_accuracy_s", "epochs_to_accuracy")
 
@@ -35,8 +37,7 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
     asked = runs[(runs["status"] == "ok") & (runs["target_status"] != NOT_ASKED)]
     if asked.empty:
         return pd.DataFrame()
-    cell = ["framework", "world_size", "batch_size"]
-    grouped = asked.groupby(cell, dropna=False)
+    grouped = cells.with_setting(asked).groupby(cells.CELL, dropna=False)
     table = grouped.agg(runs=("run_id", "size"),
                         reached=("target_status", lambda s: int((s == REACHED).sum())),
                         time_to_accuracy_s=("time_to_accuracy_s", "mean"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis import stats
+from analysis import cells, stats
 from traces.phases import STEP_PHASES
 
 STRAGGLER_MARGIN = 0.05  # later than the others by 5 % of the median step time
@@ -134,12 +134,11 @@ def findings(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """The report's bottleneck list: per design cell, a number and a sentence."""
     ok = runs[runs["status"] == "ok"]
     if ok.empty or phases.empty:
-        return pd.DataFrame(columns=["framework", "world_size", "batch_size", "bottleneck",
-                                     "value", "finding"])
+        return pd.DataFrame(columns=[*cells.CELL, "bottleneck", "value", "finding"])
     steps = per_step(phases[phases["run_id"].isin(ok["run_id"])], ok)
     steps = collective_wait(steps)
-    cell = ["framework", "world_size", "batch_size"]
-    info = ok.set_index("run_id")[cell]
+    cell = cells.CELL
+    info = cells.with_setting(ok).set_index("run_id")[cell]
     per_run = steps.groupby("run_id").agg(step_s=("step_s", "sum"), grad_comm=("grad_comm", "sum"),
                                           data_load=("data_load", "sum"), wait=("wait_s", "mean"))
     per_run = per_run.join(info)
@@ -185,10 +184,10 @@ def findings(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 def eval_scaling(evals: pd.Series, info: pd.DataFrame) -> pd.DataFrame:
     """Evaluation should shrink as ranks share the test set: its time at N
-    ranks against the smallest N, per framework and batch size."""
+    ranks against the smallest N, per framework and setting."""
     rows = []
     table = info.join(evals.rename("eval_s"), how="inner")
-    for (framework, batch), group in table.groupby(["framework", "batch_size"]):
+    for (framework, setting), group in table.groupby(["framework", "setting"]):
         means = group.groupby("world_size")["eval_s"].mean().sort_index()
         if len(means) < 2:
             continue
@@ -196,7 +195,7 @@ def eval_scaling(evals: pd.Series, info: pd.DataFrame) -> pd.DataFrame:
         speedup = means.iloc[0] / means.iloc[-1]
         ideal = largest / base_n
         verdict = "scales" if speedup >= 0.5 * ideal else "does not scale"
-        rows.append({"framework": framework, "world_size": largest, "batch_size": batch,
+        rows.append({"framework": framework, "world_size": largest, "setting": setting,
                      "bottleneck": "evaluation scaling", "value": speedup / ideal,
                      "finding": f"Evaluation {verdict} with ranks: {means.iloc[0]:.2f} s at "
                                 f"{base_n} against {means.iloc[-1]:.2f} s at {largest} "

@@ -27,7 +27,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis import accuracy
+from analysis import accuracy, cells
 from ddlcompare import runner
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
@@ -132,7 +132,7 @@ def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
         for s in step_stats(folder, row.config["warmup_steps"]):
             stats.append({"run_id": row.run_id, **s})
         step_phases.append(phase_intervals(folder, row.run_id))
-    runs_df = pd.DataFrame(runs)
+    runs_df = cells.with_setting(pd.DataFrame(runs))
     for column in accuracy.COLUMNS:  # failed runs have no epochs to time
         if column not in runs_df:
             runs_df[column] = np.nan

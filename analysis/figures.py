@@ -15,7 +15,7 @@ from plotnine import (aes, annotate, coord_flip, facet_grid, facet_wrap, geom_co
                       labs, scale_color_manual, scale_fill_manual, scale_x_continuous,
                       stat_summary, theme, theme_bw)
 
-from analysis import accuracy, bottlenecks, stats
+from analysis import accuracy, bottlenecks, cells, stats
 from traces.phases import PHASES
 
 FIGURE_SIZE = (8, 4.5)
@@ -32,14 +32,13 @@ def nothing_to_show(title: str):
 
 
 def throughput(runs: pd.DataFrame):
-    ok = runs[runs["status"] == "ok"].copy()
+    ok = cells.with_setting(runs[runs["status"] == "ok"])
     if ok.empty:
         return nothing_to_show("Training throughput against processes")
-    ok["batch_size"] = "batch_size " + ok["batch_size"].astype(str) + " per process"
     return (ggplot(ok, aes("world_size", "images_per_s", color="framework"))
             + geom_point(alpha=0.6, size=2)
             + stat_summary(fun_y=lambda y: y.mean(), geom="line", size=1)
-            + facet_wrap("~batch_size")
+            + facet_wrap("~setting")
             + scale_x_continuous(breaks=sorted(ok["world_size"].unique()))
             + labs(title="Training throughput against processes (points: replications; "
                          "line: mean)",
@@ -96,13 +95,12 @@ def scaling(runs: pd.DataFrame):
     table = stats.scaling(runs)
     if table.empty:
         return nothing_to_show("Speedup against processes")
-    table["batch_size"] = "batch_size " + table["batch_size"].astype(str) + " per process"
     return (ggplot(table, aes("world_size", "speedup", color="framework"))
             + geom_line(aes(y="ideal_speedup"), linetype="dashed", color="grey")
             + geom_line(size=1) + geom_point(size=2)
             + geom_errorbar(aes(ymin="speedup - speedup_ci", ymax="speedup + speedup_ci"),
                             width=0.1)
-            + facet_wrap("~batch_size")
+            + facet_wrap("~setting")
             + scale_x_continuous(breaks=sorted(table["world_size"].unique()))
             + labs(title="Speedup against each framework's smallest configuration "
                          "(dashed: ideal; bars: 95 % CI)",
@@ -113,12 +111,10 @@ def scaling(runs: pd.DataFrame):
 def phase_breakdown(table: pd.DataFrame):
     if table.empty:
         return nothing_to_show("Time per step by phase")
-    table = table.assign(ms=table["mean"] * 1e3,
-                         processes=table["world_size"].astype(str),
-                         batch=("batch_size " + table["batch_size"].astype(str)))
+    table = table.assign(ms=table["mean"] * 1e3, processes=table["world_size"].astype(str))
     return (ggplot(table, aes("processes", "ms", fill="phase"))
             + geom_col() + scale_fill_manual(values=PHASE_COLORS)
-            + facet_grid("batch ~ framework")
+            + facet_grid("setting ~ framework")
             + labs(title="Mean time per step in each phase (mean over ranks and replications)",
                    x="processes", y="time per step (ms)")
             + theme_bw() + theme(figure_size=(8, 5)))
@@ -168,7 +164,7 @@ def waterfall(table: pd.DataFrame):
     if table.empty:
         return nothing_to_show("Scaling loss by phase")
     table = table.assign(cell=table["framework"] + ", " + table["world_size"].astype(str)
-                         + " proc., batch " + table["batch_size"].astype(str))
+                         + " proc., " + table["setting"])
     return (ggplot(table, aes("phase", "speedup_lost", fill="phase"))
             + geom_col() + scale_fill_manual(values=PHASE_COLORS)
             + geom_hline(yintercept=0, color="grey")
@@ -183,10 +179,9 @@ def draw_all(tables: Path) -> dict[str, Path]:
     epochs = pd.read_parquet(tables / "epochs.parquet")
     phases = pd.read_parquet(tables / "step_phases.parquet")
     ok = runs[runs["status"] == "ok"]
-    cell = ["framework", "world_size", "batch_size"]
-    table = bottlenecks.breakdown(phases[phases["run_id"].isin(ok["run_id"])], ok, cell) \
+    table = bottlenecks.breakdown(phases[phases["run_id"].isin(ok["run_id"])], ok, cells.CELL) \
         if not phases.empty and not ok.empty else pd.DataFrame()
-    gap = bottlenecks.waterfall(table, ["framework", "batch_size"]) if len(table) else table
+    gap = bottlenecks.waterfall(table, ["framework", "setting"]) if len(table) else table
     folder = tables / "figures"
     folder.mkdir(exist_ok=True)
     plots = {"throughput": throughput(runs), "scaling": scaling(runs),

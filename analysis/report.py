@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import accuracy, bottlenecks, stats
+from analysis import accuracy, bottlenecks, cells, stats
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
 from frameworks import registry
@@ -96,7 +96,7 @@ def results_section(runs: pd.DataFrame, figures: Path) -> str:
 
 def phases_section(runs: pd.DataFrame, phases: pd.DataFrame, figures: Path) -> str:
     ok = runs[runs["status"] == "ok"]
-    cell = ["framework", "world_size", "batch_size"]
+    cell = cells.CELL
     table = bottlenecks.breakdown(phases[phases["run_id"].isin(ok["run_id"])], ok, cell) \
         if len(ok) and len(phases) else pd.DataFrame()
     if len(table):
@@ -110,9 +110,10 @@ def phases_section(runs: pd.DataFrame, phases: pd.DataFrame, figures: Path) -> s
 def bottlenecks_section(runs: pd.DataFrame, phases: pd.DataFrame) -> str:
     found = bottlenecks.findings(phases, runs)
     if len(found):
-        found = found.sort_values(["framework", "world_size", "batch_size", "bottleneck"])
+        found = found.sort_values([*cells.CELL, "bottleneck"])
     return (f"<h2>Bottlenecks</h2><p>One number and one sentence per finding and design "
-            f"cell (framework, processes, batch_size).</p>{_table(found)}")
+            f"cell (framework, processes, setting: batch_size and the other factors that "
+            f"vary).</p>{_table(found)}")
 
 
 def statistics_section(design: Design, runs: pd.DataFrame) -> str:
@@ -162,7 +163,7 @@ def traces_section(runs: pd.DataFrame, tables: Path) -> str:
     ours = pd.read_parquet(tables / "phases.parquet") if (tables / "phases.parquet").exists() \
         else pd.DataFrame()
     if len(ours):
-        info = runs.set_index("run_id")[["framework", "world_size", "batch_size", "tracer"]]
+        info = runs.set_index("run_id")[[*cells.CELL, "tracer"]]
         coll = ours[ours["collective"].notna()].groupby("run_id").agg(
             collectives=("collective", "count"), bytes=("bytes", "sum"),
             steps=("step", "nunique"), ranks=("rank", "nunique"))

@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from analysis import cells
+
 RESPONSES = ("images_per_s", "time_per_epoch_s", "final_test_accuracy", "time_to_accuracy_s")
 CONFIDENCE = 0.95
 NEEDS_MORE_REPLICATIONS = 0.05  # half-width over mean
@@ -58,8 +60,8 @@ def scaling(runs: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
     speedup / (N / N_base). Intervals propagate the relative half-widths of
     both means (first order).
     """
-    by = ["framework"] + [b for b in (by or ["batch_size"]) if b != "framework"]
-    ok = runs[runs["status"] == "ok"]
+    by = ["framework"] + [b for b in (by or ["setting"]) if b != "framework"]
+    ok = cells.with_setting(runs[runs["status"] == "ok"])
     rows = []
     for key, group in ok.groupby(by):
         base_n = group["world_size"].min()

@@ -82,8 +82,8 @@ def test_waterfall_splits_the_scaling_gap_exactly():
 
 
 def test_evaluation_that_does_not_scale_is_said():
-    info = pd.DataFrame({"framework": ["t"] * 2, "batch_size": [64] * 2, "world_size": [1, 4]},
-                        index=["a", "b"])
+    info = pd.DataFrame({"framework": ["t"] * 2, "setting": ["batch_size 64"] * 2,
+                         "world_size": [1, 4]}, index=["a", "b"])
     evals = pd.Series({"a": 2.0, "b": 1.9})
     found = bottlenecks.eval_scaling(evals, info).iloc[0]
     assert "does not scale" in found["finding"]

@@ -77,3 +77,16 @@ def test_scaling_gives_known_efficiencies():
     assert table.loc[4, "efficiency"] == pytest.approx(0.75)
     assert table.loc[4, "ideal_speedup"] == 4
     assert table.loc[4, "speedup_ci"] == pytest.approx(0)  # no spread, no interval
+
+
+def test_cells_keep_apart_every_varied_factor():
+    """Scaling never averages over a factor the design varies: the setting
+    names batch_size and each other varied factor, not the scale itself nor
+    analysis-only or path settings."""
+    from analysis import cells
+    runs = pd.DataFrame({"framework": ["a", "a", "b", "b"], "nodes": [1, 2, 1, 2],
+                         "procs_per_node": [1, 1, 2, 2], "batch_size": [64] * 4,
+                         "dataset": ["fashion-mnist", "cifar10"] * 2, "tracer": ["otf2"] * 4,
+                         "target_accuracy": [0.8, 0.9, 0.8, 0.9], "data_dir": ["/a", "/b"] * 2})
+    labels = cells.with_setting(runs)["setting"].tolist()
+    assert labels == ["batch_size 64, dataset fashion-mnist", "batch_size 64, dataset cifar10"] * 2
