@@ -217,14 +217,20 @@ def gate_section(tables: Path) -> str:
     if not path.exists():
         return "<h2>Same model everywhere</h2><p>The same-model gate did not run.</p>"
     gate = json.loads(path.read_text())
-    rows = [{"dataset": name, "builder": builder, "status": entry["status"],
-             "parameters": entry.get("total_params"), "checked on": entry.get("checked_on",
-                                                                             entry.get("reason")),
+    per_model = gate.get("models") or {gate["model"]: gate}  # one model: the older format
+    rows = [{"model": model, "dataset": name, "builder": builder, "status": entry["status"],
+             "parameters": entry.get("total_params"),
+             "BN running statistics": entry.get("total_running_stats", 0),
+             "checked on": entry.get("checked_on", entry.get("reason")),
              "problems": "; ".join(entry.get("problems", []))}
-            for name, d in gate["datasets"].items() for builder, entry in d["builders"].items()]
+            for model, result in per_model.items()
+            for name, d in result["datasets"].items()
+            for builder, entry in d["builders"].items()]
+    names = ", ".join(html.escape(m) for m in per_model)
     return (f"<h2>Same model everywhere</h2><p>Same-model gate: <b>{gate['status']}</b> "
-            f"(model {html.escape(gate['model'])}: layer shapes and parameter counts of every "
-            f"builder against the shared specification).</p>{_table(pd.DataFrame(rows))}")
+            f"(models {names}: layer shapes, trainable parameters and BN running statistics "
+            f"of every builder against the shared specification).</p>"
+            f"{_table(pd.DataFrame(rows))}")
 
 
 def frameworks_section(design: Design) -> str:

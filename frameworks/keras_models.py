@@ -30,8 +30,11 @@ def initialiser(name: str, seed: int):
 
 
 def build(spec: dict, info: data.DatasetInfo, seed: int):
-    """The shared specification as a tf.keras.Sequential, initialised as it says."""
+    """The shared specification as a tf.keras.Sequential (a functional
+    tf.keras.Model for a graph spec such as ResNet-34), initialised as it says."""
     import tensorflow as tf
+    if not models.is_sequential(spec):
+        return build_graph(spec, info, seed)
     c, h, w = info.shape
     init = spec["init"]
     layers: list = [tf.keras.Input(shape=(h, w, c))]
@@ -57,6 +60,51 @@ def build(spec: dict, info: data.DatasetInfo, seed: int):
         else:
             raise ValueError(f"unknown layer type {kind!r} in model {spec['name']!r}")
     return tf.keras.Sequential(layers, name=spec["name"])
+
+
+def build_graph(spec: dict, info: data.DatasetInfo, seed: int):
+    """A graph spec (models.graph) as a functional Keras model: one layer per
+    node, named as the node, so the layers are the PyTorch builder's."""
+    import tensorflow as tf
+    c, h, w = info.shape
+    inputs = tf.keras.Input(shape=(h, w, c))
+    values = {"input": inputs}
+    nodes = models.graph(spec)
+    for index, node in enumerate(nodes):
+        values[node["name"]] = _graph_layer(tf, node, [values[n] for n in node["inputs"]],
+                                            seed * 1000 + index, info.classes)
+    return tf.keras.Model(inputs, values[nodes[-1]["name"]], name=spec["name"])
+
+
+def _graph_layer(tf, node: dict, inputs: list, seed: int, classes: int):
+    """Apply one node's Keras layer to its inputs."""
+    layers, kind, name = tf.keras.layers, node["type"], node["name"]
+    x = inputs[0]
+    if kind == "conv2d":
+        k, pad, stride = node["kernel"], node["padding"], node["stride"]
+        padding = "valid"
+        if stride == 1 and 2 * pad == k - 1:
+            padding = "same"  # symmetric at stride 1: the spec's padding
+        elif pad:  # 'same' would pad stride-2 convs on the bottom/right only
+            x = layers.ZeroPadding2D(pad, name=f"{name}_pad")(x)
+        return layers.Conv2D(node["filters"], k, strides=stride, padding=padding,
+                             use_bias=node["bias"], name=name,
+                             kernel_initializer=initialiser(node["init"], seed))(x)
+    if kind == "batchnorm":
+        return layers.BatchNormalization(momentum=1 - node["momentum"], epsilon=node["epsilon"],
+                                         name=name)(x)  # gamma 1, beta 0: Keras' defaults
+    if kind == "relu":
+        return layers.ReLU(name=name)(x)
+    if kind == "add":
+        return layers.Add(name=name)(inputs)
+    if kind == "global_avgpool":
+        return layers.GlobalAveragePooling2D(name=name)(x)
+    if kind == "dense":
+        units = classes if node["units"] == "classes" else node["units"]
+        return layers.Dense(units, name=name,
+                            kernel_initializer=initialiser(node["init"], seed),
+                            bias_initializer=initialiser(node["bias_init"], 0))(x)
+    raise ValueError(f"the Keras builder has no node type {kind!r}")
 
 
 def per_example_loss(spec: dict, reduction: str = "none"):
@@ -87,12 +135,17 @@ def layer_rows(model) -> list[dict]:
     """Each Keras layer's type, output shape in the spec's (C, H, W) order and
     parameter count: what the same-model gate compares with the spec."""
     kinds = {"Conv2D": "conv2d", "MaxPooling2D": "maxpool2d", "Flatten": "flatten",
-             "Dense": "dense"}
+             "Dense": "dense", "BatchNormalization": "batchnorm", "ReLU": "relu", "Add": "add",
+             "GlobalAveragePooling2D": "global_avgpool"}
     rows = []
     for layer in model.layers:
         shape = tuple(layer.output_shape[1:])
         if len(shape) == 3:  # NHWC -> CHW
             shape = (shape[2], shape[0], shape[1])
-        rows.append({"type": kinds.get(type(layer).__name__, type(layer).__name__),
-                     "shape": shape, "params": int(layer.count_params())})
+        # BN's moving mean and variance are Keras' non-trainable weights
+        count = lambda weights: sum(int(np.prod(w.shape)) for w in weights)  # noqa: E731
+        rows.append({"name": layer.name,
+                     "type": kinds.get(type(layer).__name__, type(layer).__name__),
+                     "shape": shape, "params": count(layer.trainable_weights),
+                     "running_stats": count(layer.non_trainable_weights)})
     return rows

@@ -58,6 +58,8 @@ def layer_graph(spec: dict, info: data.DatasetInfo) -> list[dict]:
     """The spec as the LBANN layers the builder creates, in order, with the
     arguments it gives them. LBANN's FullyConnected flattens its input, so
     the spec's flatten needs no layer of its own."""
+    if not models.is_sequential(spec):
+        return residual_graph(spec, info)
     init = spec["init"]
     graph = []
     for layer in spec["layers"]:
@@ -83,36 +85,94 @@ def layer_graph(spec: dict, info: data.DatasetInfo) -> list[dict]:
     return graph
 
 
+def residual_graph(spec: dict, info: data.DatasetInfo) -> list[dict]:
+    """A graph spec (models.graph: ResNet-34) as LBANN layers, each named as
+    its node, with its parents by name ('input': the images)."""
+    graph = []
+    for node in models.graph(spec):
+        kind = node["type"]
+        layer = {"name": node["name"], "parents": node["inputs"]}
+        if kind == "conv2d":
+            layer.update(layer="Convolution", num_dims=2, out_channels=node["filters"],
+                         kernel_size=node["kernel"], stride=node["stride"],
+                         padding=node["padding"], has_bias=node["bias"], weights=[node["init"]])
+        elif kind == "batchnorm":  # LBANN's decay is 1 - the spec's momentum
+            layer.update(layer="BatchNormalization", decay=1 - node["momentum"],
+                         epsilon=node["epsilon"], statistics_group_size=1,
+                         weights=[spec["init"]["bn_gamma"], spec["init"]["bn_beta"]])
+        elif kind == "relu":
+            layer.update(layer="Relu")
+        elif kind == "add":
+            layer.update(layer="Sum")
+        elif kind == "global_avgpool":
+            layer.update(layer="ChannelwiseMean")
+        elif kind == "dense":
+            units = info.classes if node["units"] == "classes" else node["units"]
+            layer.update(layer="FullyConnected", num_neurons=units, has_bias=True,
+                         weights=[node["init"], node["bias_init"]])
+        else:
+            raise ValueError(f"the LBANN builder has no node type {kind!r}")
+        graph.append(layer)
+    return graph
+
+
 def graph_rows(graph: list[dict], input_shape: tuple[int, int, int]) -> list[dict]:
-    """Output shape (C, H, W or units) and parameter count of each weighted
-    or shape-changing layer of an LBANN layer graph, computed the way LBANN
-    does ('same' padding = kernel // 2 at stride 1)."""
-    shape = tuple(input_shape)
+    """Output shape (C, H, W or units), parameter count and BN running
+    statistics of each weighted or shape-changing layer of an LBANN layer
+    graph, computed the way LBANN does. A layer's input is its named
+    parents' output, else the previous layer's."""
+    outputs = {"input": tuple(input_shape)}
+    shape = outputs["input"]
     rows = []
     for node in graph:
-        kind = node["layer"]
-        if kind == "Convolution":
-            c, h, w = shape
-            k, pad, stride = node["kernel_size"], node["padding"], node["stride"]
-            out = lambda n: (n + 2 * pad - k) // stride + 1  # noqa: E731
-            shape = (node["out_channels"], out(h), out(w))
-            params = node["out_channels"] * c * k * k + node["out_channels"] * node["has_bias"]
-            rows.append({"type": "conv2d", "shape": shape, "params": params})
-        elif kind == "Pooling":
-            c, h, w = shape
-            size, stride = node["pool_dims_i"], node["pool_strides_i"]
-            shape = (c, (h - size) // stride + 1, (w - size) // stride + 1)
-            rows.append({"type": "maxpool2d", "shape": shape, "params": 0})
-        elif kind == "FullyConnected":
-            inputs = math.prod(shape)
-            shape = (node["num_neurons"],)
-            params = inputs * node["num_neurons"] + node["num_neurons"] * node["has_bias"]
-            rows.append({"type": "dense", "shape": shape, "params": params})
+        if node.get("parents"):
+            shape = outputs[node["parents"][0]]
+        row = _graph_row(node, shape, [outputs[p] for p in node.get("parents", [])])
+        if row is not None:
+            shape = row["shape"]
+            rows.append({"name": node["name"], **row} if "name" in node else row)
+        if "name" in node:
+            outputs[node["name"]] = shape
     return rows
+
+
+def _graph_row(node: dict, shape: tuple, parent_shapes: list[tuple]) -> dict | None:
+    kind = node["layer"]
+    params = running = 0
+    if kind == "Convolution":
+        c, h, w = shape
+        k, pad, stride = node["kernel_size"], node["padding"], node["stride"]
+        out = lambda n: (n + 2 * pad - k) // stride + 1  # noqa: E731
+        shape = (node["out_channels"], out(h), out(w))
+        params = node["out_channels"] * c * k * k + node["out_channels"] * node["has_bias"]
+        kind = "conv2d"
+    elif kind == "Pooling":
+        c, h, w = shape
+        size, stride = node["pool_dims_i"], node["pool_strides_i"]
+        shape = (c, (h - size) // stride + 1, (w - size) // stride + 1)
+        kind = "maxpool2d"
+    elif kind == "FullyConnected":
+        inputs = math.prod(shape)
+        shape = (node["num_neurons"],)
+        params = inputs * node["num_neurons"] + node["num_neurons"] * node["has_bias"]
+        kind = "dense"
+    elif kind == "BatchNormalization":  # scale and bias; running mean and variance
+        params = running = 2 * shape[0]
+        kind = "batchnorm"
+    elif kind == "Sum":
+        if any(p != shape for p in parent_shapes):
+            raise ValueError(f"LBANN layer {node.get('name')!r} sums shapes {parent_shapes}")
+        kind = "add"
+    elif kind == "ChannelwiseMean":
+        shape, kind = (shape[0],), "global_avgpool"
+    else:
+        return None
+    return {"type": kind, "shape": shape, "params": params, "running_stats": running}
 
 
 INITIALISERS = {"he_uniform": "HeUniformInitializer",
                 "glorot_uniform": "GlorotUniformInitializer"}
+CONSTANTS = {"zeros": 0.0, "ones": 1.0}
 
 
 def build_model(lbann, spec: dict, info: data.DatasetInfo, epochs: int):
@@ -121,12 +181,18 @@ def build_model(lbann, spec: dict, info: data.DatasetInfo, epochs: int):
     images = lbann.Input(data_field="samples")
     labels = lbann.Input(data_field="labels")
     x = images
+    built = {"input": images}
     for index, node in enumerate(layer_graph(spec, info)):
-        args = {k: v for k, v in node.items() if k not in ("layer", "weights")}
+        args = {k: v for k, v in node.items() if k not in ("layer", "weights", "parents")}
         if "weights" in node:
+            parts = ("scale", "bias") if node["layer"] == "BatchNormalization" else ("kernel",
+                                                                                      "bias")
             args["weights"] = [_weights(lbann, name, f"w{index}_{part}")
-                               for name, part in zip(node["weights"], ("kernel", "bias"))]
-        x = getattr(lbann, node["layer"])(x, **args)
+                               for name, part in zip(node["weights"], parts)]
+        parents = [built[p] for p in node["parents"]] if "parents" in node else [x]
+        x = getattr(lbann, node["layer"])(*parents, **args)
+        if "name" in node:
+            built[node["name"]] = x
     probs = lbann.Softmax(x)
     loss = lbann.CrossEntropy(probs, labels)
     accuracy = lbann.CategoricalAccuracy(probs, labels)
@@ -137,22 +203,29 @@ def build_model(lbann, spec: dict, info: data.DatasetInfo, epochs: int):
 
 
 def _weights(lbann, name: str, label: str):
-    if name == "zeros":
-        return lbann.Weights(initializer=lbann.ConstantInitializer(value=0.0), name=label)
+    if name in CONSTANTS:
+        return lbann.Weights(initializer=lbann.ConstantInitializer(value=CONSTANTS[name]),
+                             name=label)
     return lbann.Weights(initializer=getattr(lbann, INITIALISERS[name])(), name=label)
 
 
-def graph_of_model(model) -> list[dict]:
+def graph_of_model(model, names: frozenset = frozenset()) -> list[dict]:
     """The layer graph read back from a built lbann.Model's layer objects
-    (what the same-model gate checks when LBANN is importable)."""
+    (what the same-model gate checks when LBANN is importable); ``names``:
+    the spec's node names, for a graph spec."""
     fields = ("num_dims", "out_channels", "kernel_size", "stride", "padding", "has_bias",
-              "pool_dims_i", "pool_strides_i", "pool_mode", "num_neurons")
+              "pool_dims_i", "pool_strides_i", "pool_mode", "num_neurons", "decay", "epsilon",
+              "statistics_group_size")
     graph = []
     for layer in model.layers:
         kind = type(layer).__name__
-        if kind not in ("Convolution", "Pooling", "FullyConnected", "Relu"):
+        if kind not in ("Convolution", "Pooling", "FullyConnected", "Relu", "BatchNormalization",
+                        "Sum", "ChannelwiseMean"):
             continue
         node = {"layer": kind}
+        if layer.name in names:  # a graph spec's layer: keep its name and parents
+            node["name"] = layer.name
+            node["parents"] = [p.name if p.name in names else "input" for p in layer.parents]
         for name in fields:
             value = getattr(layer, name, None)
             if value is not None:

@@ -9,7 +9,7 @@ the layer graph it produces: read back from a built lbann.Model where LBANN
 is importable, otherwise the graph it would hand to LBANN (the result says
 which).
 
-    python -m frameworks.model_gate [--out FILE]     # the gate, as JSON
+    python -m frameworks.model_gate [--out FILE]     # the gate of every model, as JSON
 """
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ from frameworks import data, models
 
 BUILDERS = {"pytorch": "torch", "keras": "tensorflow", "lbann": "lbann"}
 # Flatten is a layer in PyTorch and Keras, implicit in LBANN's FullyConnected:
-# the parameter count of the first dense layer checks it.
-COMPARED = ("conv2d", "maxpool2d", "dense")
+# the parameter count of the first dense layer checks it. ReLUs carry no
+# weights and change no shape.
+COMPARED = ("conv2d", "maxpool2d", "dense", "batchnorm", "add", "global_avgpool")
 
 
 def reference_rows(model: str, dataset: str) -> list[dict]:
@@ -49,13 +50,17 @@ def builder_rows(builder: str, model: str, dataset: str) -> tuple[list[dict], st
                 "the layer graph frameworks.lbann.layer_graph hands to LBANN "
                 "(LBANN is not importable here, so no lbann.Model was built)")
     built = lbann_builder.build_model(lbann, spec, info, epochs=1)
-    return (lbann_builder.graph_rows(lbann_builder.graph_of_model(built), info.shape),
+    names = frozenset() if models.is_sequential(spec) else frozenset(
+        node["name"] for node in models.graph(spec))
+    return (lbann_builder.graph_rows(lbann_builder.graph_of_model(built, names), info.shape),
             "the layers of the lbann.Model that frameworks.lbann.build_model builds")
 
 
 def _torch_rows(spec: dict, info: data.DatasetInfo) -> list[dict]:
     import torch
     from frameworks.torch_family import build_model
+    if not models.is_sequential(spec):
+        return _torch_graph_rows(build_model(spec, info), info)
     kinds = {"Conv2d": "conv2d", "MaxPool2d": "maxpool2d", "Flatten": "flatten",
              "Linear": "dense"}
     x = torch.zeros(1, *info.shape)
@@ -70,19 +75,61 @@ def _torch_rows(spec: dict, info: data.DatasetInfo) -> list[dict]:
     return rows
 
 
+def _torch_graph_rows(model, info: data.DatasetInfo) -> list[dict]:
+    """A GraphNet's rows: each node module's class, output shape, parameters
+    and BN running statistics (torch's step counter num_batches_tracked is
+    no statistic)."""
+    import torch
+    kinds = {"Conv2d": "conv2d", "BatchNorm2d": "batchnorm", "ReLU": "relu", "Add": "add",
+             "GlobalAvgPool": "global_avgpool", "Linear": "dense"}
+    with torch.no_grad():
+        outputs = model.eval().outputs(torch.zeros(1, *info.shape))
+    return [{"name": name, "type": kinds.get(type(module).__name__, type(module).__name__),
+             "shape": tuple(outputs[name].shape[1:]),
+             "params": sum(p.numel() for p in module.parameters()),
+             "running_stats": sum(b.numel() for n, b in module.named_buffers()
+                                  if n != "num_batches_tracked")}
+            for name, module in model.layers.items()]
+
+
+def _key(row: dict) -> tuple:
+    return (row["type"], tuple(row["shape"]), int(row["params"]),
+            int(row.get("running_stats", 0)))
+
+
 def compare(reference: list[dict], rows: list[dict]) -> list[str]:
-    """What differs from the reference, in words (empty: the same model)."""
-    def key(r): return (r["type"], tuple(r["shape"]), int(r["params"]))
-    want = [key(r) for r in reference if r["type"] in COMPARED]
-    got = [key(r) for r in rows if r["type"] in COMPARED]
+    """What differs from the reference, in words (empty: the same model).
+    Layers are matched by position, or by node name where the spec names
+    its nodes (a graph: frameworks may list its layers in another order)."""
+    if reference and "name" in reference[0]:
+        problems = _compare_by_name(reference, rows)
+    else:
+        problems = _compare_in_order(reference, rows)
+    for field, words in (("params", "parameters"), ("running_stats", "BN running statistics")):
+        total_want = sum(int(r.get(field, 0)) for r in reference)
+        total_got = sum(int(r.get(field, 0)) for r in rows)
+        if total_want != total_got:
+            problems.append(f"{total_got} {words} built, {total_want} in the spec")
+    return problems
+
+
+def _compare_in_order(reference: list[dict], rows: list[dict]) -> list[str]:
+    want = [_key(r) for r in reference if r["type"] in COMPARED]
+    got = [_key(r) for r in rows if r["type"] in COMPARED]
     problems = [f"layer {i}: expected {w}, built {g}"
                 for i, (w, g) in enumerate(zip(want, got)) if w != g]
     if len(want) != len(got):
         problems.append(f"{len(got)} weighted/pooling layers built, {len(want)} in the spec")
-    total_want = sum(r["params"] for r in reference)
-    total_got = sum(int(r["params"]) for r in rows)
-    if total_want != total_got:
-        problems.append(f"{total_got} parameters built, {total_want} in the spec")
+    return problems
+
+
+def _compare_by_name(reference: list[dict], rows: list[dict]) -> list[str]:
+    want = {r["name"]: _key(r) for r in reference if r["type"] in COMPARED}
+    got = {r.get("name"): _key(r) for r in rows if r["type"] in COMPARED}
+    problems = [f"layer {name}: expected {key}, built {got.get(name, 'nothing')}"
+                for name, key in want.items() if got.get(name) != key]
+    problems += [f"layer {name}: built {key}, not in the spec"
+                 for name, key in got.items() if name not in want]
     return problems
 
 
@@ -108,16 +155,28 @@ def _ask(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def gate_all(names: tuple[str, ...] = tuple(models.MODELS),
+             datasets: tuple[str, ...] = tuple(data.DATASETS)) -> dict:
+    """The gate of every model: each model's ``gate`` result under
+    ``models``; ``status`` is the worst of theirs (fail, incomplete, pass)."""
+    results = {name: gate(name, datasets) for name in names}
+    statuses = {r["status"] for r in results.values()}
+    status = next(s for s in ("fail", "incomplete", "pass") if s in statuses)
+    return {"status": status, "compared": list(COMPARED), "models": results}
+
+
 def gate(model: str = "cnn", datasets: tuple[str, ...] = tuple(data.DATASETS)) -> dict:
-    """The gate's result: per data set, per builder, what was checked and
-    what differs; ``status`` is 'pass' only when every builder was checked
-    and none differs."""
+    """The gate's result for one model: per data set, per builder, what was
+    checked and what differs; ``status`` is 'pass' only when every builder
+    was checked and none differs."""
     result = {"model": model, "compared": list(COMPARED), "datasets": {}}
     status = "pass"
     answers = {builder: _ask(builder, model, datasets) for builder in BUILDERS}
     for dataset in datasets:
         reference = reference_rows(model, dataset)
-        entry = {"total_params": sum(r["params"] for r in reference), "builders": {}}
+        entry = {"total_params": sum(r["params"] for r in reference),
+                 "total_running_stats": sum(r["running_stats"] for r in reference),
+                 "builders": {}}
         for builder in BUILDERS:
             answer = answers[builder][dataset]
             if "error" in answer:
@@ -128,6 +187,8 @@ def gate(model: str = "cnn", datasets: tuple[str, ...] = tuple(data.DATASETS)) -
             entry["builders"][builder] = {
                 "status": "fail" if problems else "pass", "problems": problems,
                 "total_params": sum(int(r["params"]) for r in answer["rows"]),
+                "total_running_stats": sum(int(r.get("running_stats", 0))
+                                           for r in answer["rows"]),
                 "checked_on": answer["checked_on"]}
             if problems:
                 status = "fail"
@@ -151,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
                                       builder_rows(args.builder, args.model, d)))
                           for d in args.datasets}))
         return
-    result = gate()
+    result = gate_all()
     text = json.dumps(result, indent=2)
     if args.out:
         from ddlcompare.atomic import write_text

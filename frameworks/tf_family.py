@@ -266,11 +266,12 @@ def _finish(adapter, phases, run_dir, dist, model, rows, global_batch, lr, steps
 
 
 def params_digest(model) -> str:
-    """SHA-256 of every weight's bytes: equal on all ranks iff the replicas
-    hold the same weights."""
+    """SHA-256 of every trainable weight's bytes: equal on all ranks iff the
+    replicas hold the same weights. BN moving statistics are left out: they
+    are per process (the spec's plain BN)."""
     digest = hashlib.sha256()
-    for array in model.get_weights():
-        digest.update(np.ascontiguousarray(array).tobytes())
+    for variable in model.trainable_weights:
+        digest.update(np.ascontiguousarray(variable.numpy()).tobytes())
     return digest.hexdigest()
 
 

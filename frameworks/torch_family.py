@@ -53,7 +53,11 @@ class TorchAdapter:
 
 
 def build_model(spec: dict, info: data.DatasetInfo):
-    """The shared specification as a torch.nn.Sequential, initialised as it says."""
+    """The shared specification as a torch.nn.Sequential (or, for a graph
+    spec such as ResNet-34, a torch_graph.GraphNet), initialised as it says."""
+    if not models.is_sequential(spec):
+        from frameworks.torch_graph import GraphNet
+        return GraphNet(spec, info)
     import torch
     from torch import nn
     channels = info.shape[0]
@@ -197,11 +201,12 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
 
 
 def params_digest(model) -> str:
-    """SHA-256 of every parameter's bytes: equal on all ranks iff the
-    replicas hold the same weights."""
+    """SHA-256 of every trainable parameter's bytes: equal on all ranks iff
+    the replicas hold the same weights. BN running statistics are left out:
+    they are per process (the spec's plain BN)."""
     import hashlib
     digest = hashlib.sha256()
-    for tensor in model.state_dict().values():
+    for tensor in model.parameters():
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()
 
