@@ -100,6 +100,8 @@ PARAMS: dict[str, Param] = {p.name: p for p in [
     Param("max_steps", int, None, "cap on optimizer steps per epoch", minimum=1, nullable=True),
     Param("train_images", int, None,
           "use only the first N training images (null: all)", minimum=1, nullable=True),
+    Param("test_images", int, None,
+          "evaluate on only the first N test images (null: all)", minimum=1, nullable=True),
     Param("warmup_steps", int, 10,
           "first steps of the run left out of throughput", minimum=0),
     Param("learning_rate", float, 0.02,

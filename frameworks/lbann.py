@@ -285,7 +285,8 @@ def write_data_files(dataset: data.Dataset, folder: Path) -> Path:
     return folder
 
 
-def reader_spec(info: data.DatasetInfo, folder: Path, train_samples: int) -> list[dict]:
+def reader_spec(info: data.DatasetInfo, folder: Path, train_samples: int,
+                test_samples: int | None = None) -> list[dict]:
     """The data readers of the experiment: 'train' on the training files
     (``train_samples`` per epoch), 'validate' on the TEST files so that
     LBANN scores the test set after every epoch, and 'test' at the end.
@@ -304,8 +305,9 @@ def reader_spec(info: data.DatasetInfo, folder: Path, train_samples: int) -> lis
         reader = {"name": name, "role": role, "shuffle": role == "train",
                   "data_filedir": str(folder), "fraction_of_data_to_use": 1.0,
                   "transforms": transforms}
-        if role == "train":
-            reader["absolute_sample_count"] = train_samples
+        count = train_samples if role == "train" else test_samples
+        if count:  # unshuffled readers (validate, test) take the first test_samples
+            reader["absolute_sample_count"] = count
         if name == "mnist":
             reader["data_filename"], reader["label_filename"] = files[part]
         readers.append(reader)
@@ -458,7 +460,8 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     lr = models.scaled_learning_rate(config, global_batch)
     model = build_model(lbann, models.MODELS[config["model"]], info, config["epochs"])
     trainer = lbann.Trainer(mini_batch_size=global_batch, random_seed=config["seed"])
-    readers = reader_message(lbann, reader_spec(info, folder, steps * global_batch))
+    readers = reader_message(lbann, reader_spec(info, folder, steps * global_batch,
+                                                config["test_images"]))
     optimizer = lbann.SGD(learn_rate=lr, momentum=config["momentum"])
     init_s = time.perf_counter() - init_start
     launch_s = clock.elapsed()

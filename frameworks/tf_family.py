@@ -134,6 +134,7 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     tracing.attach(phases, config, run_dir, dist.rank, dist.world)
 
     n_train = min(config["train_images"] or len(dataset.train_y), len(dataset.train_y))
+    n_test = min(config["test_images"] or len(dataset.test_y), len(dataset.test_y))
     batch = config["batch_size"]
     steps = _steps(n_train, dist, batch, config)
     forward_backward = step_fns.forward_backward(phases)
@@ -169,7 +170,7 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
         sums.measured_images = batch * measured_steps
         if epoch % config["eval_every"] == 0 or epoch == config["epochs"]:
             with phases("eval"):
-                _evaluate(step_fns.evaluate, dataset, dist, sums, batch)
+                _evaluate(step_fns.evaluate, dataset, dist, sums, batch, n_test)
         rows.append(_epoch_row(adapter, epoch, epoch_start, sums, measured_s, clock))
         if dist.rank == 0:
             common.write_epochs(run_dir, rows)  # rewritten each epoch: progress is visible
@@ -226,10 +227,11 @@ def _steps(n_train: int, dist: Dist, batch: int, config: dict) -> int:
 
 
 def _evaluate(evaluate, dataset: data.Dataset, dist: Dist, sums: common.EpochSums,
-              batch: int) -> None:
-    """Distributed evaluation: each rank scores every world-th test image."""
+              batch: int, n_test: int) -> None:
+    """Distributed evaluation: each rank scores every world-th of the first
+    ``n_test`` test images."""
     import tensorflow as tf
-    ids = np.arange(dist.rank, len(dataset.test_y), dist.world)
+    ids = np.arange(dist.rank, n_test, dist.world)
     eval_batch = max(batch, 256)
     loss, correct = 0.0, 0
     for start in range(0, len(ids), eval_batch):
@@ -301,6 +303,7 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     tracing.attach(phases, config, run_dir, dist.rank, dist.world)
 
     n_train = min(config["train_images"] or len(dataset.train_y), len(dataset.train_y))
+    n_test = min(config["test_images"] or len(dataset.test_y), len(dataset.test_y))
     batch = config["batch_size"]
     steps = _steps(n_train, dist, batch, config)
     timer = _fit_step_timer(phases, config["warmup_steps"])
@@ -323,7 +326,7 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
         measured_s = timer.measured_s
         if epoch % config["eval_every"] == 0 or epoch == config["epochs"]:
             with phases("eval"):
-                _evaluate(evaluate, dataset, dist, sums, batch)
+                _evaluate(evaluate, dataset, dist, sums, batch, n_test)
         rows.append(_epoch_row(adapter, epoch, epoch_start, sums, measured_s, clock))
         if dist.rank == 0:
             common.write_epochs(run_dir, rows)

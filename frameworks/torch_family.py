@@ -130,6 +130,7 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
         return x, torch.from_numpy(y)
 
     n_train = min(config["train_images"] or len(dataset.train_y), len(dataset.train_y))
+    n_test = min(config["test_images"] or len(dataset.test_y), len(dataset.test_y))
     batch = config["batch_size"]
     steps = data.steps_per_epoch(n_train, dist.world, batch, config["max_steps"])
     if steps == 0:
@@ -176,7 +177,7 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
         sums.measured_images = batch * measured_steps
         if epoch % config["eval_every"] == 0 or epoch == config["epochs"]:
             with phases("eval"):
-                _evaluate(model, dataset, dist, sums, batch_tensors, device, batch)
+                _evaluate(model, dataset, dist, sums, batch_tensors, device, batch, n_test)
         totals = adapter.allreduce(torch.tensor(sums.vector(), dtype=torch.float64), "sum")
         slowest = adapter.allreduce(torch.tensor([measured_s, clock.elapsed()],
                                                  dtype=torch.float64), "max")
@@ -228,12 +229,13 @@ def _device(config: dict, dist: Dist):
 
 
 def _evaluate(model, dataset, dist: Dist, sums: common.EpochSums, batch_tensors, device,
-              batch: int) -> None:
-    """Distributed evaluation: each rank scores every world-th test image."""
+              batch: int, n_test: int) -> None:
+    """Distributed evaluation: each rank scores every world-th of the first
+    ``n_test`` test images."""
     import torch
     import torch.nn.functional as F
     model.eval()
-    ids = np.arange(dist.rank, len(dataset.test_y), dist.world)
+    ids = np.arange(dist.rank, n_test, dist.world)
     eval_batch = max(batch, 256)
     loss, correct = 0.0, 0
     with torch.no_grad():

@@ -10,16 +10,24 @@ TF_BUILT = envs.has_module("tensorflow", "tensorflow")
 
 @pytest.mark.skipif(not TF_BUILT, reason=f"the TensorFlow environment is not built "
                     f"({envs.env_dir('tensorflow')}); 'bash envs/setup.sh' builds it")
-def test_gate_passes_for_every_builder_and_dataset():
-    result = model_gate.gate()
+def test_gate_passes_for_every_model_builder_and_dataset():
+    result = model_gate.gate_all()
     assert result["status"] == "pass", result
-    for dataset, entry in result["datasets"].items():
-        info = data.DATASETS[dataset]
-        total = sum(r["params"] for r in models.layer_shapes(models.CNN, info.shape, info.classes))
-        assert set(entry["builders"]) == {"pytorch", "keras", "lbann"}
-        for builder in entry["builders"].values():
-            assert builder["status"] == "pass" and builder["total_params"] == total
-    assert result["datasets"]["fashion-mnist"]["total_params"] == 421642
+    assert set(result["models"]) == {"cnn", "resnet34"}
+    for name, model in result["models"].items():
+        assert set(model["datasets"]) == {"fashion-mnist", "cifar10"}
+        for dataset, entry in model["datasets"].items():
+            info = data.DATASETS[dataset]
+            rows = models.layer_shapes(models.MODELS[name], info.shape, info.classes)
+            total = sum(r["params"] for r in rows)
+            running = sum(r["running_stats"] for r in rows)
+            assert set(entry["builders"]) == {"pytorch", "keras", "lbann"}
+            for builder in entry["builders"].values():
+                assert builder["status"] == "pass" and builder["total_params"] == total
+                assert builder["total_running_stats"] == running
+    assert result["models"]["cnn"]["datasets"]["fashion-mnist"]["total_params"] == 421642
+    resnet = result["models"]["resnet34"]["datasets"]["cifar10"]
+    assert (resnet["total_params"], resnet["total_running_stats"]) == (21_282_122, 17_024)
 
 
 def test_gate_catches_a_different_model():
@@ -27,7 +35,7 @@ def test_gate_catches_a_different_model():
     wider = [dict(r) for r in reference]
     wider[0] = {"type": "conv2d", "shape": (16, 28, 28), "params": 160}
     problems = model_gate.compare(reference, wider)
-    assert problems[0].startswith("layer 0: expected ('conv2d', (32, 28, 28), 320)")
+    assert problems[0].startswith("layer 0: expected ('conv2d', (32, 28, 28), 320, 0)")
     assert "421482 parameters built, 421642 in the spec" in problems
     assert model_gate.compare(reference, reference[:-1])  # a missing layer
 
