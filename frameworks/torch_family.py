@@ -56,8 +56,8 @@ def build_model(spec: dict, info: data.DatasetInfo):
     """The shared specification as a torch.nn.Sequential (or, for a graph
     spec such as ResNet-34, a torch_graph.GraphNet), initialised as it says."""
     if not models.is_sequential(spec):
-        from frameworks.torch_graph import GraphNet
-        return GraphNet(spec, info)
+        from frameworks.torch_graph import graph_net
+        return graph_net(spec, info)
     import torch
     from torch import nn
     channels = info.shape[0]

@@ -3,6 +3,7 @@ and LBANN builders against it, the same function in PyTorch and Keras, and
 a real (tiny) training run."""
 import json
 import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -180,3 +181,10 @@ def test_model_is_a_factor_like_any_other():
     runs = design.parse(doc, "tiny.yaml").runs()
     assert sorted(r.config["model"] for r in runs) == ["cnn", "resnet34"]
     assert all("model" in r.factors for r in runs)
+
+
+def test_the_builder_module_imports_without_torch():
+    # The registry imports every module of frameworks/, TensorFlow's env included.
+    check = "import sys, frameworks.torch_graph, frameworks.registry; assert 'torch' not in sys.modules"
+    done = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
