@@ -25,7 +25,12 @@ def detect(nodes: int, procs_per_node: int, env: dict | None = None) -> tuple[st
     processes a node runs, whatever the scheduler counts (cores, GPUs).
     """
     env = os.environ if env is None else env
-    if env.get("OAR_NODEFILE"):
+    if env.get("DDLC_NETNS_MAP"):
+        # The emulated network of ddlcompare/netem.py: its nodes are network
+        # namespaces of this machine, named by their addresses.
+        names = [pair.split("=")[0] for pair in env["DDLC_NETNS_MAP"].split()]
+        source = "netns"
+    elif env.get("OAR_NODEFILE"):
         names = oar_hosts(open(env["OAR_NODEFILE"]).read())
         source = "oar"
     elif env.get("SLURM_JOB_NODELIST"):

@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 from typing import Callable
 
-from ddlcompare import envs
+from ddlcompare import envs, netem
 from ddlcompare.hosts import Host
 
 LAUNCHERS: dict[str, Callable] = {}
@@ -116,8 +116,9 @@ def per_node_starter(hosts: list[Host], scheduler: str) -> list[str]:
         return ["srun", "--overlap", f"--nodes={len(hosts)}", f"--ntasks={len(hosts)}",
                 "--ntasks-per-node=1", f"--nodelist={names}"]
     # OAR (and anything else with ssh-like access): mpirun as a process
-    # starter, reaching the nodes with oarsh on OAR.
-    agent = ["--mca", "plm_rsh_agent", "oarsh"] if scheduler == "oar" else []
+    # starter, reaching the nodes with oarsh on OAR, with netns_as_ssh on
+    # the emulated network.
+    agent = ["--mca", "plm_rsh_agent", RSH_AGENTS[scheduler]] if scheduler in RSH_AGENTS else []
     return ["mpirun", "--host", names, "--npernode", "1", *agent]
 
 
@@ -129,20 +130,25 @@ def horovodrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     argv = [str(Path(python(config)).parent / "horovodrun"), "-np", str(world), "-H", host_arg,
             f"--{config['horovod_controller']}"]
     env = base_env(config)
-    if scheduler == "oar" and config["horovod_controller"] == "mpi":
-        argv += ["--mpi-args=--mca plm_rsh_agent oarsh"]
-    elif scheduler == "oar":
-        env["PATH"] = oarsh_path()  # Gloo starts remote workers with "ssh"
+    if scheduler in RSH_AGENTS and config["horovod_controller"] == "mpi":
+        argv += [f"--mpi-args=--mca plm_rsh_agent {RSH_AGENTS[scheduler]}"]
+    elif scheduler in RSH_AGENTS:
+        env["PATH"] = ssh_path(scheduler)  # Gloo starts remote workers with "ssh"
+    if scheduler == "netns":
+        argv += ["--network-interface", netem.IFACE]  # else Horovod probes every node's NICs
     return argv + worker_argv(config, run_dir), {**env, **tracing_env(config, run_dir)}
 
 
 OARSH_AS_SSH = Path(__file__).resolve().parent / "oarsh_as_ssh"
+# Schedulers whose nodes are reached with another remote shell than ssh.
+RSH_AGENTS = {"oar": "oarsh", "netns": str(netem.NETNS_SSH)}
+SSH_DIRS = {"oar": OARSH_AS_SSH, "netns": netem.NETNS_SSH.parent}
 
 
-def oarsh_path() -> str:
-    """PATH with an ``ssh`` that is oarsh first, for launchers that cannot be
-    told which remote shell to use."""
-    return f"{OARSH_AS_SSH}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
+def ssh_path(scheduler: str) -> str:
+    """PATH with the scheduler's remote shell as ``ssh`` first, for launchers
+    that cannot be told which remote shell to use."""
+    return f"{SSH_DIRS[scheduler]}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
 
 
 TF_WORKER_PORT = 23456

@@ -127,6 +127,12 @@ PARAMS: dict[str, Param] = {p.name: p for p in [
     Param("target_accuracy", float, None,
           "test accuracy whose first reach times the run (time and energy to "
           "accuracy; null: not measured)", minimum=0, nullable=True, analysis_only=True),
+    # Slow-network emulation between the nodes of one machine (ddlcompare/netem.py).
+    Param("net_rate_mbit", int, None,
+          "emulate a network of this rate (Mbit/s) between the nodes, on this machine "
+          "(null: the machine's own network)", minimum=1, nullable=True),
+    Param("net_delay_ms", float, 0,
+          "one-way delay each node adds to what it sends, with net_rate_mbit", minimum=0),
     Param("data_dir", str, None,
           "directory holding the data set files (null: the default place)",
           nullable=True, path_like=True),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from ddlcompare import hosts, launch, provenance
+from ddlcompare import hosts, launch, netem, provenance
 from ddlcompare.atomic import write_json
 from ddlcompare.params import RunRow
 from frameworks import data, registry
@@ -30,7 +30,7 @@ LOG = "train.log"
 # Everything an attempt writes; moved aside before the next attempt.
 ATTEMPT_FILES = (DONE, RECORD, LOG, "epochs.tsv", "metrics.json", "phases.parquet", "phases.log",
                  "horovod_timeline.json", "trace", "torch_profiler", "scorep",
-                 "lbann_batch_times.tsv", "lbann")
+                 "lbann_batch_times.tsv", "lbann", netem.RECORD)
 ATTEMPT_GLOBS = ("steps.rank*.tsv", "intervals.rank*.tsv", "rank*.json")
 
 
@@ -65,11 +65,15 @@ def execute(row: RunRow, results: Path) -> int:
     write_json(run_dir / "config.json", config)
     write_json(run_dir / RECORD, record)
     try:
-        scheduler, host_list = hosts.detect(config["nodes"], config["procs_per_node"])
-        argv, env = launch.command(info.launcher, host_list, config, run_dir, scheduler)
-        record.update(scheduler=scheduler, hosts=[h.__dict__ for h in host_list],
-                      command=argv)
-        outcome = _watch(argv, {**os.environ, **env}, run_dir, derived_timeout(config))
+        with netem.network(config, run_dir) as net:
+            scheduler, host_list = hosts.detect(config["nodes"], config["procs_per_node"],
+                                                {**os.environ, **net.env})
+            argv, env = launch.command(info.launcher, host_list, config, run_dir, scheduler)
+            argv = net.enter(argv)
+            record.update(scheduler=scheduler, hosts=[h.__dict__ for h in host_list],
+                          command=argv)
+            outcome = _watch(argv, {**os.environ, **net.env, **env}, run_dir,
+                             derived_timeout(config))
     except Interrupted as stop:
         record.update(status="interrupted", end=_now(),
                       reason=f"stopped by {signal.Signals(stop.signum).name}; "
