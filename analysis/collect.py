@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis import accuracy, cells
-from ddlcompare import runner
+from ddlcompare import netem, runner
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
 from traces.phases import PHASES, STEP_PHASES
@@ -71,7 +71,19 @@ def run_row(design: Design, row, results: Path) -> dict:
         out[key] = (metrics or {}).get(key)
     out["global_batch"] = row.config["batch_size"] * row.world_size
     out["world_size"] = row.world_size
+    out.update(network_figures(folder, metrics))
     return out
+
+
+def network_figures(folder: Path, metrics: dict | None) -> dict:
+    """What the emulated network carried (network.json): bytes all nodes
+    sent, and that per optimizer step (start-up and evaluation included)."""
+    record = _read_json(folder / netem.RECORD) if metrics else None
+    if not record:
+        return {"net_tx_bytes": None, "net_tx_bytes_per_step": None}
+    steps = metrics["steps_per_epoch"] * metrics["epochs_done"]
+    return {"net_tx_bytes": record["tx_bytes"],
+            "net_tx_bytes_per_step": record["tx_bytes"] / steps if steps else None}
 
 
 def step_stats(folder: Path, warmup: int) -> list[dict]:

@@ -192,11 +192,23 @@ def problems(scheduler: str) -> list[str]:
     if missing:
         found.append(f"net_rate_mbit: {' and '.join(missing)} not found; install iproute2 "
                      "(apt-get install iproute2)")
-    if os.geteuid() != 0:
-        found.append("net_rate_mbit: emulating the network needs root (network namespaces, "
-                     "veth links and tc need CAP_NET_ADMIN and CAP_SYS_ADMIN); run as root "
-                     "or set net_rate_mbit: null")
+    if lacking := [name for name, bit in CAPABILITIES.items() if not _capable(bit)]:
+        found.append(f"net_rate_mbit: emulating the network needs {' and '.join(lacking)} "
+                     "(network namespaces, veth links, tc), which this process lacks; run as "
+                     "root (a container needs --cap-add NET_ADMIN --cap-add SYS_ADMIN) or set "
+                     "net_rate_mbit: null")
     return found
+
+
+# Linux capability bits (linux/capability.h): namespaces are mounted, links
+# and queues configured.
+CAPABILITIES = {"CAP_NET_ADMIN": 12, "CAP_SYS_ADMIN": 21}
+
+
+def _capable(bit: int) -> bool:
+    status = Path("/proc/self/status").read_text()
+    effective = int(re.search(r"^CapEff:\s*([0-9a-f]+)", status, re.M).group(1), 16)
+    return bool(effective >> bit & 1)
 
 
 def require_capable(scheduler: str) -> None:

@@ -2,7 +2,7 @@
 are the frameworks' environments built? One message per problem."""
 from __future__ import annotations
 
-from ddlcompare import envs
+from ddlcompare import envs, hosts, netem
 from ddlcompare.design import Design
 from frameworks import data, registry
 
@@ -26,4 +26,15 @@ def problems(design: Design) -> list[str]:
             found.append(f"framework {name}: its environment '{info.env}' is not built here "
                          f"({info.probe} not found in {envs.env_dir(info.env)}); "
                          f"{envs.how_to_build(info.env)}")
-    return found
+    return found + network_problems(design)
+
+
+def network_problems(design: Design) -> list[str]:
+    """An emulated network is asked for: can this machine make it?"""
+    rates = [r for r in levels(design, "net_rate_mbit") if r is not None]
+    if not rates:
+        if any(levels(design, "net_delay_ms")):
+            return ["net_delay_ms: delays the emulated network, which only net_rate_mbit "
+                    "sets up; set net_rate_mbit (e.g. 1000) or net_delay_ms: 0"]
+        return []
+    return netem.problems(hosts.detect(1, 1)[0])
