@@ -25,8 +25,9 @@ pip_in() {
 # otf2-print: the tests check our OTF2 archives and the readers against it.
 # chromium: the report test opens the report in it.
 # libopen-trace-format2-dev: the OTF2 C library the fast trace reader (traces/fastotf2) uses.
+# iproute2: ip and tc, which build the emulated slow network (ddlcompare/netem.py).
 debian_packages=(openmpi-bin libopenmpi-dev dataset-fashion-mnist cmake g++ make python3-dev python3-venv
-                 otf2-tools chromium libopen-trace-format2-dev)
+                 otf2-tools chromium libopen-trace-format2-dev iproute2)
 
 install_debian_packages() {
   local missing=()
