@@ -138,7 +138,8 @@ class EmulatedNetwork:
                                    "rx_bytes": stats["rx"]["bytes"],
                                    "tx_packets": stats["tx"]["packets"],
                                    "rx_packets": stats["rx"]["packets"],
-                                   "tx_dropped": sum(q.get("drops", 0) for q in qdiscs)}
+                                   "tx_dropped": sum(q.get("drops", 0) for q in qdiscs
+                                                     if q["kind"] == "tbf")}
         return found
 
     def destroy(self) -> None:

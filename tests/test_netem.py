@@ -5,7 +5,6 @@ CAP_SYS_ADMIN) and iproute2, and are skipped with the reason without them."""
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -52,9 +51,9 @@ def test_network_exists_for_the_block_only(tmp_path):
             assert root_addresses() == before  # nothing of it in the machine's namespace
             a, b = net.nodes
             assert in_node(net, 0, "hostname").stdout.strip() == a.hostname
-            ping = in_node(net, 0, sys.executable, "-c",
-                           f"import socket; print(socket.gethostbyname('{b.hostname}'))")
-            assert ping.stdout.strip() == b.address
+            resolved = in_node(net, 0, sys.executable, "-c",
+                               f"import socket; print(socket.gethostbyname('{b.hostname}'))")
+            assert resolved.stdout.strip() == b.address
             # Stopped by a signal, as the runner's block is on SIGTERM.
             raise runner.Interrupted(15)
     assert ours(tag) == []
