@@ -58,8 +58,11 @@ class Design:
     def settings_hash(self) -> str:
         """Hash of everything held fixed: results are keyed by it, so that
         changing a setting never mixes old and new results, while adding a
-        factor level reuses every run already done."""
-        run_settings = {k: v for k, v in self.fixed.items() if not PARAMS[k].analysis_only}
+        factor level reuses every run already done. Settings at their
+        default are left out, so that a new setting (a harness upgrade)
+        leaves the runs already done where they are."""
+        run_settings = {k: v for k, v in self.fixed.items()
+                        if not PARAMS[k].analysis_only and v != PARAMS[k].default}
         blob = json.dumps({"fixed": run_settings, "seed": self.seed}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:8]
 

@@ -55,6 +55,12 @@ def test_fixed_settings_key_results_but_new_levels_reuse_runs():
     assert not {r.path for r in one.runs()} & {r.path for r in changed.runs()}
 
 
+def test_settings_at_their_default_leave_the_hash_alone():
+    # What a new setting does to existing designs: nothing.
+    assert design.parse(base()).settings_hash == \
+        design.parse(base(fixed={"tracer": "otf2", "momentum": 0.9})).settings_hash
+
+
 def test_target_accuracy_reanalyses_the_same_runs():
     one = design.parse(base())
     targeted = design.parse(base(fixed={"target_accuracy": 0.85}))
