@@ -12,6 +12,12 @@
   is the step's start plus the phases before it (source "steps"); ``init``
   and ``eval`` come from intervals.rank<r>.tsv (step -1). The breakdown and
   bottleneck analyses read this one.
+- energy: runs get ``energy_j`` (the run clock's window, see
+  ddlcompare/energy.py for what is counted), ``energy_per_epoch_j``,
+  ``energy_per_image_j`` (per training image, evaluation included) and
+  ``energy_status`` ("measured: rapl+nvml" or "not available: <reasons>");
+  epochs get ``energy_j`` (that epoch) and ``energy_to_epoch_j`` (since the
+  run clock's start, for energy to accuracy). NaN where not measured.
 - ``phases.parquet``: every run's converted traces (``<run>/phases.parquet``,
   see traces/table.py) stacked: our OTF2, Score-P, Horovod Timeline, Kineto,
   with collectives and their bytes; runs.csv's ``trace_errors`` says which
@@ -28,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis import accuracy, cells
-from ddlcompare import netem, runner
+from ddlcompare import energy, netem, runner
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
 from traces.phases import PHASES, STEP_PHASES
@@ -72,6 +78,7 @@ def run_row(design: Design, row, results: Path) -> dict:
     out["global_batch"] = row.config["batch_size"] * row.world_size
     out["world_size"] = row.world_size
     out.update(network_figures(folder, metrics))
+    out.update(energy_figures(folder, metrics))
     return out
 
 
@@ -84,6 +91,36 @@ def network_figures(folder: Path, metrics: dict | None) -> dict:
     steps = metrics["steps_per_epoch"] * metrics["epochs_done"]
     return {"net_tx_bytes": record["tx_bytes"],
             "net_tx_bytes_per_step": record["tx_bytes"] / steps if steps else None}
+
+
+
+
+def energy_figures(folder: Path, metrics: dict | None) -> dict:
+    """The run's energy columns from its energy.json (ok runs only, like
+    every figure)."""
+    out = {"energy_j": np.nan, "energy_per_epoch_j": np.nan, "energy_per_image_j": np.nan,
+           "energy_status": None}
+    if metrics is None:
+        return out
+    doc = _read_json(folder / energy.ENERGY)
+    if doc is None:
+        out["energy_status"] = "not available: the run wrote no energy.json"
+        return out
+    out["energy_status"] = doc["status"]
+    if doc["joules"] is not None:
+        images = metrics["steps_per_epoch"] * metrics["global_batch"] * metrics["epochs_done"]
+        out["energy_j"] = doc["joules"]
+        out["energy_per_epoch_j"] = doc["joules"] / metrics["epochs_done"]
+        out["energy_per_image_j"] = doc["joules"] / images
+    return out
+
+
+def epoch_energy(folder: Path, epochs: pd.DataFrame) -> pd.DataFrame:
+    """epochs.tsv's rows with each epoch's joules (NaN where not measured)."""
+    doc = _read_json(folder / energy.ENERGY) or {}
+    measured = pd.DataFrame(doc.get("epochs") or [],
+                            columns=["epoch", "energy_j", "energy_to_epoch_j"])
+    return epochs.merge(measured.astype(float).astype({"epoch": int}), on="epoch", how="left")
 
 
 def step_stats(folder: Path, warmup: int) -> list[dict]:
@@ -137,7 +174,7 @@ def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
         if info["status"] != "ok":
             continue
         folder = results / row.path
-        ep = pd.read_csv(folder / "epochs.tsv", sep="\t")
+        ep = epoch_energy(folder, pd.read_csv(folder / "epochs.tsv", sep="\t"))
         info.update(accuracy.time_to_accuracy(ep, row.config.get("target_accuracy")))
         ep.insert(0, "run_id", row.run_id)
         epochs.append(ep)

@@ -25,9 +25,9 @@ PHASE_COLORS = dict(zip(PHASES + ("other",), [
     "#b3de69", "#fccde5", "#999999", "#d9d9d9"]))
 
 
-def nothing_to_show(title: str):
+def nothing_to_show(title: str, why: str = "no successful run to show"):
     """A figure that says why it is empty, instead of no figure at all."""
-    return (ggplot() + annotate("text", x=0, y=0, label="no successful run to show")
+    return (ggplot() + annotate("text", x=0, y=0, label=why)
             + labs(title=title, x="", y="") + theme_bw() + theme(figure_size=FIGURE_SIZE))
 
 
@@ -44,6 +44,25 @@ def throughput(runs: pd.DataFrame):
                          "line: mean)",
                    x="processes (nodes x procs_per_node)",
                    y="images_per_s (all ranks, images/s)")
+            + theme_bw() + theme(figure_size=FIGURE_SIZE))
+
+
+def energy(runs: pd.DataFrame):
+    """Energy per training image against processes, where it was measured."""
+    ok = cells.with_setting(runs[runs["status"] == "ok"])
+    measured = ok[ok["energy_per_image_j"].notna()] if "energy_per_image_j" in ok else ok[0:0]
+    if measured.empty:
+        return nothing_to_show("Energy per image against processes",
+                               "energy not available (see the report's energy section)")
+    return (ggplot(measured, aes("world_size", "energy_per_image_j", color="framework"))
+            + geom_point(alpha=0.6, size=2)
+            + stat_summary(fun_y=lambda y: y.mean(), geom="line", size=1)
+            + facet_wrap("~setting")
+            + scale_x_continuous(breaks=sorted(measured["world_size"].unique()))
+            + labs(title="Energy per training image against processes (points: replications; "
+                         "line: mean)",
+                   x="processes (nodes x procs_per_node)",
+                   y="energy_per_image_j (all nodes, J/image)")
             + theme_bw() + theme(figure_size=FIGURE_SIZE))
 
 
@@ -187,7 +206,8 @@ def draw_all(tables: Path) -> dict[str, Path]:
     plots = {"throughput": throughput(runs), "scaling": scaling(runs),
              "phases": phase_breakdown(table), "timeline": timeline(phases, runs),
              "waterfall": waterfall(gap), "accuracy": accuracy_per_epoch(runs, epochs),
-             "time_to_accuracy": time_to_accuracy(runs)}
+             "time_to_accuracy": time_to_accuracy(runs),
+             "energy": energy(runs)}
     paths = {}
     for name, plot in plots.items():
         paths[name] = folder / f"{name}.png"

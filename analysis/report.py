@@ -193,6 +193,33 @@ def traces_section(runs: pd.DataFrame, tables: Path) -> str:
     return "".join(parts)
 
 
+def energy_section(runs: pd.DataFrame, figures: Path) -> str:
+    """Energy per run and per image by framework and processes, or why it
+    was not measured."""
+    ok = cells.with_setting(runs[runs["status"] == "ok"])
+    if "energy_status" not in ok:
+        return "<h2>Energy</h2><p>No energy figures in these tables.</p>"
+    measured = ok[ok["energy_j"].notna()]
+    unmeasured = ok[ok["energy_j"].isna()]
+    text = "<h2>Energy</h2>"
+    if len(measured):
+        table = measured.groupby(cells.CELL + ["energy_status"]).agg(
+            runs=("run_id", "count"), energy_j=("energy_j", "mean"),
+            energy_per_epoch_j=("energy_per_epoch_j", "mean"),
+            energy_per_image_j=("energy_per_image_j", "mean")).reset_index()
+        text += (f"{_figure(figures / 'energy.png', 'energy per image')}"
+                 f"<p>Joules over the run clock's window (first data touched to the last "
+                 f"evaluation), all nodes: Kwollect's node power where it measured every "
+                 f"node, else RAPL (CPU packages and DRAM) plus NVML (GPUs); means over "
+                 f"replications.</p>{_table(table)}")
+    if len(unmeasured):
+        reasons = unmeasured.groupby("energy_status").size().rename("runs").reset_index()
+        lead = "Energy was not measured" if measured.empty else \
+            f"Energy was not measured for {len(unmeasured)} run(s)"
+        text += f"<p>{lead}; the reasons, as each run reported them:</p>{_table(reasons)}"
+    return text
+
+
 def accuracy_section(runs: pd.DataFrame, figures: Path) -> str:
     text = (f"<h2>Accuracy</h2>{_figure(figures / 'accuracy.png', 'accuracy')}"
             f"<p>Evaluation is distributed: each rank scores its share of the test set.</p>"
@@ -250,6 +277,7 @@ def build(design: Design, tables: Path, out: Path) -> Path:
                     frameworks_section(design), gate_section(tables),
                     bottlenecks_section(runs, phases),
                     statistics_section(design, runs), accuracy_section(runs, figures),
+                    energy_section(runs, figures),
                     traces_section(runs, tables)])
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
             f"<title>ddl-compare: {html.escape(design.name)}</title><style>{STYLE}</style>"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from ddlcompare import hosts, launch, netem, provenance
+from ddlcompare import energy, hosts, launch, netem, provenance
 from ddlcompare.atomic import write_json
 from ddlcompare.params import RunRow
 from frameworks import data, registry
@@ -30,8 +30,9 @@ LOG = "train.log"
 # Everything an attempt writes; moved aside before the next attempt.
 ATTEMPT_FILES = (DONE, RECORD, LOG, "epochs.tsv", "metrics.json", "phases.parquet", "phases.log",
                  "horovod_timeline.json", "trace", "torch_profiler", "scorep",
-                 "lbann_batch_times.tsv", "lbann", netem.RECORD)
-ATTEMPT_GLOBS = ("steps.rank*.tsv", "intervals.rank*.tsv", "rank*.json")
+                 "lbann_batch_times.tsv", "lbann", netem.RECORD, energy.ENERGY)
+ATTEMPT_GLOBS = ("steps.rank*.tsv", "intervals.rank*.tsv", "rank*.json", energy.SAMPLES_GLOB,
+                 energy.SOURCES_GLOB)
 
 
 class Interrupted(Exception):
@@ -72,8 +73,11 @@ def execute(row: RunRow, results: Path) -> int:
             argv = net.enter(argv)
             record.update(scheduler=scheduler, hosts=[h.__dict__ for h in host_list],
                           command=argv)
+            started = time.time()
             outcome = _watch(argv, {**os.environ, **net.env, **env}, run_dir,
                              derived_timeout(config))
+            energy.write_run_energy(run_dir, [h.name for h in host_list], started,
+                                    time.time())
     except Interrupted as stop:
         record.update(status="interrupted", end=_now(),
                       reason=f"stopped by {signal.Signals(stop.signum).name}; "

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ddlcompare import energy
 from frameworks import common, data, keras_models, models
 from frameworks.common import Dist
 from traces import tracing
@@ -100,10 +101,11 @@ def pin_device(tf, config: dict, local_rank: int) -> None:
     tf.config.set_visible_devices(gpus[local_rank], "GPU")
 
 
-def _start(tf, adapter: TFAdapter, config: dict):
+def _start(tf, adapter: TFAdapter, config: dict, run_dir: Path):
     """What both loops do first, inside the init phase: the framework's init,
     the seed, the run clock, the data, the global batch and its learning rate."""
     dist = adapter.init(config)
+    energy.start_sampling(config, run_dir, dist)
     tf.random.set_seed(config["seed"])
     clock = common.RunClock()
     dataset = data.load(config["dataset"], config["data_dir"])
@@ -118,7 +120,7 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     phases = PhaseRecorder()
     init_start = time.perf_counter()
     with phases("init"):
-        dist, clock, dataset, global_batch, lr = _start(tf, adapter, config)
+        dist, clock, dataset, global_batch, lr = _start(tf, adapter, config, run_dir)
         with adapter.scope():
             model = keras_models.build(models.MODELS[config["model"]], dataset.info,
                                        config["seed"])
@@ -256,6 +258,7 @@ def _epoch_row(adapter: TFAdapter, epoch: int, epoch_start: float, sums: common.
 
 def _finish(adapter, phases, run_dir, dist, model, rows, global_batch, lr, steps,
             init_s, clock) -> None:
+    energy.stop_sampling()
     phases.write(run_dir, dist.rank)
     record = common.rank_record(dist, framework_versions(adapter))
     record["params_digest"] = params_digest(model)
@@ -291,7 +294,7 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     phases = PhaseRecorder()
     init_start = time.perf_counter()
     with phases("init"):
-        dist, clock, dataset, global_batch, lr = _start(tf, adapter, config)
+        dist, clock, dataset, global_batch, lr = _start(tf, adapter, config, run_dir)
         spec = models.MODELS[config["model"]]
         keras_model = keras_models.build(spec, dataset.info, config["seed"])
         model = adapter.wrap_for_fit(keras_model, keras_models.optimizer(config, lr),

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ddlcompare import energy
 from frameworks import common, data, models
 from frameworks.common import Dist
 from traces import tracing
@@ -104,6 +105,7 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
     with phases("init"):
         _require_gpu(config)  # before the framework asks NCCL for one
         dist = adapter.init(config)
+        energy.start_sampling(config, run_dir, dist)
         torch.set_num_threads(config["torch_threads"])
         device = _device(config, dist)
         adapter.device = device
@@ -187,6 +189,7 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
         rows.append(row)
         if dist.rank == 0:
             common.write_epochs(run_dir, rows)  # rewritten each epoch: progress is visible
+    energy.stop_sampling()
     if profiler is not None:
         _stop_profiler(profiler, run_dir, dist.rank)
     phases.write(run_dir, dist.rank)

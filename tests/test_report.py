@@ -16,7 +16,7 @@ IMPORTED = ["pipit-ping-pong-otf2", "scorep-8.4-horovod-torch-mpi-np2",
 SECTIONS = ["Design and provenance", "Run status", "Throughput and scaling",
             "Where the speedup goes", "Phase breakdown", "Bottlenecks", "Design statistics",
             "Accuracy", "Frameworks and the phases they expose", "Traces", "Imported traces",
-            "Same model everywhere"]
+            "Same model everywhere", "Energy"]
 FIGURES = ["throughput", "scaling", "waterfall", "phase breakdown", "timeline", "accuracy",
            "time to accuracy"]
 
@@ -48,6 +48,7 @@ def test_report_has_every_section_and_finding(report):
     assert "Allocation of variation" in page
     assert "Same-model gate: <b>pass</b>" in page
     assert ">Time to accuracy<" in page and "time_to_accuracy_s</th>" in page
+    assert "Energy was not measured" in page or "measured: " in page
     assert "http://" not in page and "https://" not in page  # nothing fetched
     for name in IMPORTED:  # each trace is named by its folder
         assert f"<td>{name.split('/')[0]}</td>" in page, name

@@ -59,6 +59,10 @@ def test_two_processes_train_and_agree(tiny_runs, framework, controller):
     assert set(intervals["phase"]) == {"init", "eval"}
     record = json.loads((folder / "run.json").read_text())
     assert record["status"] == "ok" and record["hosts"] == [{"name": "localhost", "slots": 2}]
+    assert (folder / "energy_sources.rank0.json").exists()  # one sampler: local rank 0
+    assert not (folder / "energy_sources.rank1.json").exists()
+    assert json.loads((folder / "energy.json").read_text())["status"].startswith(
+        ("measured: ", "not available: "))
 
 
 @needs_tf

@@ -50,6 +50,7 @@ rule figures:
         accuracy=report(TABLES / "figures" / "accuracy.png", category="Accuracy"),
         time_to_accuracy=report(TABLES / "figures" / "time_to_accuracy.png",
                                 category="Accuracy"),
+        energy=report(TABLES / "figures" / "energy.png", category="Energy"),
     log:
         TABLES / "logs" / "figures.log",
     params:
