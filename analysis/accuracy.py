@@ -13,13 +13,15 @@ import pandas as pd
 from analysis import cells
 
 REACHED, NOT_REACHED, NOT_ASKED = "reached", "not reached", "no target_accuracy"
-COLUMNS = ("target_status", "time_to_accuracy_s", "epochs_to_accuracy")
+COLUMNS = ("target_status", "time_to_accuracy_s", "epochs_to_accuracy", "energy_to_accuracy_j")
 
 
 def time_to_accuracy(epochs: pd.DataFrame, target: float | None) -> dict:
-    """One run's epochs.tsv -> its target status, wall time and epochs to
-    the target (NaN unless reached)."""
-    nan = {"time_to_accuracy_s": math.nan, "epochs_to_accuracy": math.nan}
+    """One run's epochs (epochs.tsv, with ``energy_to_epoch_j`` where energy
+    was measured) -> its target status, and the wall time, epochs and joules
+    to the target (NaN unless reached; joules also NaN where not measured)."""
+    nan = {"time_to_accuracy_s": math.nan, "epochs_to_accuracy": math.nan,
+           "energy_to_accuracy_j": math.nan}
     if target is None:
         return {"target_status": NOT_ASKED, **nan}
     evaluated = epochs.dropna(subset=["test_accuracy"]).sort_values("epoch")
@@ -28,7 +30,8 @@ def time_to_accuracy(epochs: pd.DataFrame, target: float | None) -> dict:
         return {"target_status": NOT_REACHED, **nan}
     first = hits.iloc[0]
     return {"target_status": REACHED, "time_to_accuracy_s": float(first["elapsed_s"]),
-            "epochs_to_accuracy": int(first["epoch"])}
+            "epochs_to_accuracy": int(first["epoch"]),
+            "energy_to_accuracy_j": float(first.get("energy_to_epoch_j", math.nan))}
 
 
 def summary(runs: pd.DataFrame) -> pd.DataFrame:
@@ -41,5 +44,6 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
     table = grouped.agg(runs=("run_id", "size"),
                         reached=("target_status", lambda s: int((s == REACHED).sum())),
                         time_to_accuracy_s=("time_to_accuracy_s", "mean"),
-                        epochs_to_accuracy=("epochs_to_accuracy", "mean"))
+                        epochs_to_accuracy=("epochs_to_accuracy", "mean"),
+                        energy_to_accuracy_j=("energy_to_accuracy_j", "mean"))
     return table.reset_index()

@@ -233,8 +233,9 @@ def accuracy_section(runs: pd.DataFrame, figures: Path) -> str:
             f"at the end of the first evaluation at or above target_accuracy (MLPerf's "
             f"rule), so it counts data loading and evaluation. A run that never reaches "
             f"the target is counted in <i>runs</i> but not in <i>reached</i>; the means "
-            f"are over the runs that reached it. Accuracy is only checked where an epoch "
-            f"evaluates (eval_every).</p>{_table(table)}")
+            f"are over the runs that reached it, and so is energy_to_accuracy_j (the "
+            f"joules up to that evaluation, where energy was measured). Accuracy is only "
+            f"checked where an epoch evaluates (eval_every).</p>{_table(table)}")
 
 
 def gate_section(tables: Path) -> str:

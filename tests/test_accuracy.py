@@ -15,9 +15,12 @@ def epochs(accuracies, elapsed=None):
 
 
 def test_first_epoch_at_or_above_the_target_counts():
-    got = accuracy.time_to_accuracy(epochs([0.80, 0.85, 0.84, 0.90], [12, 23.5, 35, 47]), 0.85)
-    assert got == {"target_status": "reached", "time_to_accuracy_s": 23.5,
-                   "epochs_to_accuracy": 2}
+    table = epochs([0.80, 0.85, 0.84, 0.90], [12, 23.5, 35, 47])
+    got = accuracy.time_to_accuracy(table, 0.85)
+    assert got["target_status"] == "reached" and math.isnan(got["energy_to_accuracy_j"])
+    assert (got["time_to_accuracy_s"], got["epochs_to_accuracy"]) == (23.5, 2)
+    measured = table.assign(energy_to_epoch_j=[100.0, 210.0, 330.0, 450.0])
+    assert accuracy.time_to_accuracy(measured, 0.85)["energy_to_accuracy_j"] == 210.0
 
 
 def test_epochs_without_evaluation_are_skipped():
@@ -47,7 +50,8 @@ def constructed_runs():
                              "target_accuracy": 0.85,
                              "target_status": "reached" if t else "not reached",
                              "time_to_accuracy_s": (t + rep) if t else math.nan,
-                             "epochs_to_accuracy": 3 if t else math.nan})
+                             "epochs_to_accuracy": 3 if t else math.nan,
+                             "energy_to_accuracy_j": math.nan})
     return pd.DataFrame(rows)
 
 

@@ -406,6 +406,12 @@ def test_real_run_measures_a_powercap_counter(tmp_path, monkeypatch):
     assert runs["energy_j"] == pytest.approx(found["joules"])
     assert runs["energy_per_epoch_j"] == pytest.approx(found["joules"] / 2)
     assert runs["energy_per_image_j"] == pytest.approx(found["joules"] / (2 * 12 * 64))
+    # Energy to accuracy: the joules up to the first epoch at the target
+    # (target_accuracy only re-analyses: the same run, another table).
+    doc["fixed"]["target_accuracy"] = 0.0
+    targeted = collect.tables(design.parse(doc, "tiny.yaml"), tmp_path)
+    assert targeted["runs"]["energy_to_accuracy_j"].iloc[0] == \
+        pytest.approx(tables["epochs"]["energy_to_epoch_j"].iloc[0])
 
 
 def runs_table(energy_j: list) -> "pd.DataFrame":
