@@ -310,3 +310,24 @@ def _check_cells(design: Design, problems: list[str]) -> None:
                             f"{rule} never occurs (check zip groups)")
     if all_cells and not design._cells():
         problems.append("exclude: removes every run; the design has zero runs")
+    _check_compressions(design, problems)
+
+
+def _check_compressions(design: Design, problems: list[str]) -> None:
+    """Every framework x compression cell left must be one its adapter can run."""
+    from frameworks import registry
+    refused = {}
+    for cell in design._cells():
+        config = {**design.fixed, **cell}
+        framework, compression = config["framework"], config["compression"]
+        supported = registry.FRAMEWORKS[framework].compressions
+        if compression not in supported:
+            refused[(framework, compression)] = supported
+    for (framework, compression), supported in refused.items():
+        if "compression" in design.factors:
+            fix = (f"add the exclude rule {{framework: {framework}, compression: "
+                   f"{compression}}}")
+        else:
+            fix = f"set fixed.compression to one of {', '.join(supported)}"
+        problems.append(f"framework {framework} cannot run compression {compression} "
+                        f"(it supports: {', '.join(supported)}); {fix}")

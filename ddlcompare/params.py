@@ -78,6 +78,11 @@ def _dataset_names() -> tuple[str, ...]:
     return tuple(sorted(data.DATASETS))
 
 
+def _compression_names() -> tuple[str, ...]:
+    from frameworks import compression
+    return compression.NAMES
+
+
 def _model_names() -> tuple[str, ...]:
     from frameworks import models
     return tuple(sorted(models.MODELS))
@@ -115,6 +120,9 @@ PARAMS: dict[str, Param] = {p.name: p for p in [
     Param("eval_every", int, 1, "evaluate on the test set every N epochs", minimum=1),
     Param("horovod_controller", str, "gloo", "Horovod's controller",
           choices=("gloo", "mpi")),
+    Param("compression", str, "none",
+          "gradient compression on the wire (frameworks/compression.py)",
+          choices=_compression_names),
     Param("tracer", str, "otf2", "event tracer of the training phases",
           choices=("none", "otf2", "scorep")),
     Param("horovod_timeline", bool, False, "also write Horovod's own timeline (Horovod runs)"),

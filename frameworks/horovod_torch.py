@@ -1,6 +1,7 @@
 """Horovod on PyTorch: horovodrun with the Gloo or MPI controller."""
 from __future__ import annotations
 
+from frameworks import compression
 from frameworks.common import RunError
 from frameworks.registry import AdapterInfo
 from frameworks.torch_family import Dist, TorchAdapter
@@ -11,7 +12,14 @@ ADAPTER = AdapterInfo(
     exposes=("init", "data_load", "h2d", "forward", "backward", "grad_comm",
              "optimizer", "eval"),
     notes="Horovod starts each gradient's all-reduce from a backward hook; "
-          "'grad_comm' is the exposed wait in optimizer.synchronize().",
+          "'grad_comm' is the exposed wait in optimizer.synchronize(). "
+          "fp16 is hvd.Compression.fp16. bf16: Horovod 0.28 refuses bfloat16 tensors "
+          "('Tensor type torch.BFloat16Tensor is not supported'). int8 and int8+lossless: "
+          "Horovod's Compressor only wraps an all-reduce, so the adapter all-gathers every "
+          "gradient's payload (one grouped all-gather) after backward and each rank "
+          "averages the decoded payloads; that exchange does not overlap backward and "
+          "all of it is in 'grad_comm'.",
+    compressions=("none", "fp16", "int8", "int8+lossless"),
 )
 
 
@@ -24,19 +32,36 @@ class Adapter(TorchAdapter):
             raise RunError("device: gpu needs Horovod built with NCCL, and this one was "
                            "built without it: run envs/setup.sh where nvcc is on PATH "
                            "(e.g. after 'module load cuda'), which rebuilds it with NCCL")
+        self.compression = config["compression"]
+        self.gathers = compression.CODECS[self.compression].gathers
         return Dist(rank=hvd.rank(), world=hvd.size(), local_rank=hvd.local_rank())
 
     def wrap(self, model, optimizer):
+        from frameworks.torch_compression import horovod_compressor
         hvd = self.hvd
-        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+        self.phases.measures_bytes = True
+        if self.gathers:
+            self.params = list(model.parameters())
+        else:
+            optimizer = hvd.DistributedOptimizer(
+                optimizer, named_parameters=model.named_parameters(),
+                compression=horovod_compressor(self.compression, self.phases))
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         return model, optimizer
 
     def sync_gradients(self, optimizer) -> None:
-        optimizer.synchronize()
+        if self.gathers:
+            from frameworks.torch_compression import horovod_gather_average
+            grads = [p.grad for p in self.params if p.grad is not None]
+            horovod_gather_average(self.hvd, self.compression, grads, self.phases)
+        else:
+            optimizer.synchronize()
 
     def step(self, optimizer) -> None:
+        if self.gathers:
+            optimizer.step()
+            return
         with optimizer.skip_synchronize():
             optimizer.step()
 

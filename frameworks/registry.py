@@ -23,6 +23,8 @@ class AdapterInfo:
     probe: str         # a module whose import proves the env is built
     exposes: tuple[str, ...]  # the phases it can time separately
     notes: str = ""    # what it cannot expose, said in the report
+    # the gradient compressions (frameworks/compression.py) it can run
+    compressions: tuple[str, ...] = ("none",)
 
 
 def _discover() -> dict[str, AdapterInfo]:

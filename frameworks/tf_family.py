@@ -31,6 +31,7 @@ from traces.phases import PhaseRecorder
 class TFAdapter:
     """Defaults follow plain single-process TensorFlow; adapters override."""
     uses_fit = False  # True: the framework owns the training step (train_fit)
+    phases: PhaseRecorder | None = None  # the run's recorder (comm_bytes), set by train
 
     def init(self, config: dict) -> Dist:
         """Start the framework; runs before any other TensorFlow op."""
@@ -118,6 +119,7 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
         return train_fit(adapter, config, run_dir)
     tf = configure_tensorflow(config)
     phases = PhaseRecorder()
+    adapter.phases = phases
     init_start = time.perf_counter()
     with phases("init"):
         dist, clock, dataset, global_batch, lr = _start(tf, adapter, config, run_dir)

@@ -1,6 +1,7 @@
 """PyTorch DistributedDataParallel: gloo on CPU, NCCL on GPUs; torchrun."""
 from __future__ import annotations
 
+from frameworks import compression
 from frameworks.registry import AdapterInfo
 from frameworks.torch_family import Dist, TorchAdapter
 
@@ -10,7 +11,11 @@ ADAPTER = AdapterInfo(
     exposes=("init", "data_load", "h2d", "forward", "backward", "optimizer", "eval"),
     notes="DDP all-reduces gradient buckets during backward and waits for them "
           "before backward returns, so gradient communication is inside 'backward' "
-          "and no 'grad_comm' phase is exposed.",
+          "and no 'grad_comm' phase is exposed. Compression is a communication hook "
+          "(frameworks/torch_compression.py): fp16 and bf16 cast each bucket for the "
+          "all-reduce, as torch's fp16/bf16_compress_hook; int8 and int8+lossless "
+          "all-gather each bucket's payload and every rank averages the decoded ones.",
+    compressions=compression.NAMES,
 )
 
 
@@ -20,32 +25,21 @@ class Adapter(TorchAdapter):
         backend = "nccl" if config["device"] == "gpu" else "gloo"
         dist.init_process_group(backend=backend)
         self.dist = dist
+        self.compression = config["compression"]
         return self.local_dist(dist.get_rank(), dist.get_world_size())
 
     def wrap(self, model, optimizer):
         from torch.nn.parallel import DistributedDataParallel
+
+        from frameworks.torch_compression import ddp_hook
         # DDP broadcasts rank 0's parameters when it wraps the model.
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids), optimizer
-
-    def trace_collectives(self, model, phases) -> None:
-        """DDP's default all-reduce, wrapped in a communication hook that
-        reports each gradient bucket: its bytes, when it was handed to the
-        process group, and when its result was ready."""
-        import time
-
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-        def traced_allreduce(process_group, bucket):
-            start = time.perf_counter_ns()
-            nbytes = bucket.buffer().numel() * bucket.buffer().element_size()
-
-            def done(future):
-                phases.collective("allreduce", nbytes, start, time.perf_counter_ns())
-                return future.value()
-            return default_hooks.allreduce_hook(process_group, bucket).then(done)
-
-        model.register_comm_hook(None, traced_allreduce)
+        model = DistributedDataParallel(model, device_ids=ids)
+        # One hook, always: it compresses (or not), exchanges each gradient
+        # bucket and reports its bytes, start and end to the phase recorder.
+        model.register_comm_hook(*ddp_hook(self.compression, self.phases))
+        self.phases.measures_bytes = True
+        return model, optimizer
 
     def allreduce(self, tensor, op: str):
         # NCCL reduces device tensors only: the figures travel on the GPU.

@@ -20,8 +20,13 @@ from traces.phases import LiveRegions, PhaseRecorder
 
 
 class TorchAdapter:
-    """Defaults follow plain single-process PyTorch; adapters override."""
+    """Defaults follow plain single-process PyTorch; adapters override.
+
+    ``phases`` is the run's recorder: adapters report each gradient
+    collective to it (bytes, and start and end where they can) through
+    ``phases.collective`` or ``phases.count_bytes``, tracer or not."""
     device = None
+    phases: PhaseRecorder | None = None
 
     def local_dist(self, rank: int, world: int) -> Dist:
         return Dist(rank=rank, world=world, local_rank=int(os.environ.get("LOCAL_RANK", 0)))
@@ -44,10 +49,6 @@ class TorchAdapter:
 
     def allreduce(self, tensor, op: str):
         raise NotImplementedError
-
-    def trace_collectives(self, model, phases: PhaseRecorder) -> None:
-        """Report each gradient all-reduce (bytes, start, end) to
-        ``phases.collective``, where the framework offers a hook for it."""
 
     def shutdown(self) -> None:
         pass
@@ -101,6 +102,7 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
     import torch.nn.functional as F
 
     phases = PhaseRecorder()
+    adapter.phases = phases
     init_start = time.perf_counter()
     with phases("init"):
         _require_gpu(config)  # before the framework asks NCCL for one
@@ -123,8 +125,6 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
         std = torch.tensor(dataset.info.std).view(1, -1, 1, 1)
     init_s = time.perf_counter() - init_start
     tracing.attach(phases, config, run_dir, dist.rank, dist.world)
-    if phases.sinks:
-        adapter.trace_collectives(model, phases)
     profiler = _start_profiler(config, phases)
 
     def batch_tensors(x_u8, y):

@@ -6,10 +6,16 @@ Within a step the recorder keeps one duration per phase (a few hundred
 nanoseconds of bookkeeping per phase); phases outside steps (``init``,
 ``eval``, ``checkpoint``) are kept as intervals. Event tracers (OTF2, Score-P)
 attach as sinks and see every interval.
+
+Each step also counts ``comm_bytes``: the bytes of the buffers this rank
+handed to collectives during the step (what the adapter reports through
+:meth:`PhaseRecorder.collective` or :meth:`PhaseRecorder.count_bytes`),
+left empty in the table by adapters that cannot see their buffers.
 """
 from __future__ import annotations
 
 import csv
+import threading
 import time
 from pathlib import Path
 
@@ -88,7 +94,11 @@ class PhaseRecorder:
         self._in_step = False
         self._step_start = 0
         self._current = [0] * len(PHASES)
-        self.steps: list[tuple] = []  # (epoch, step, start_ns, end_ns, *phase durations)
+        self.measures_bytes = False  # set by adapters that report their collectives' bytes
+        self._comm_bytes = 0
+        self._bytes_lock = threading.Lock()
+        # (epoch, step, start_ns, end_ns, *phase durations, comm_bytes)
+        self.steps: list[tuple] = []
         self.intervals: list[tuple] = []  # (phase, epoch, start_ns, end_ns)
 
     def attach(self, sinks: list[Sink]) -> None:
@@ -105,6 +115,7 @@ class PhaseRecorder:
     def begin_step(self, epoch: int, step: int) -> None:
         self.epoch, self.step, self._in_step = epoch, step, True
         self._current = [0] * len(PHASES)
+        self._comm_bytes = 0
         for live in self.live:
             live.begin(STEP)
         self._step_start = time.perf_counter_ns()
@@ -113,14 +124,24 @@ class PhaseRecorder:
         end = time.perf_counter_ns()
         for live in self.live:
             live.end(STEP)
-        self.steps.append((self.epoch, self.step, self._step_start, end, *self._current))
+        comm_bytes = self._comm_bytes if self.measures_bytes else ""
+        self.steps.append((self.epoch, self.step, self._step_start, end, *self._current,
+                           comm_bytes))
         self._in_step = False
         for sink in self.sinks:
             sink.step(self.epoch, self.step, self._step_start, end)
 
+    def count_bytes(self, nbytes: int) -> None:
+        """Add a buffer handed to a collective to this step's comm_bytes.
+        May be called from communication threads, hence the lock."""
+        with self._bytes_lock:
+            self._comm_bytes += nbytes
+
     def collective(self, op: str, nbytes: int, start_ns: int, end_ns: int) -> None:
-        """Record one collective operation; only event tracers keep it.
+        """Record one collective operation: its bytes count in the step's
+        comm_bytes, and event tracers keep the operation.
         May be called from a communication thread."""
+        self.count_bytes(nbytes)
         for sink in self.sinks:
             sink.collective(op, nbytes, start_ns, end_ns)
 
@@ -137,7 +158,8 @@ class PhaseRecorder:
         """``steps.rank<r>.tsv`` (one row per step) and ``intervals.rank<r>.tsv``."""
         with open(folder / f"steps.rank{rank}.tsv", "w", newline="") as f:
             out = csv.writer(f, delimiter="\t")
-            out.writerow(["epoch", "step", "start_ns", "end_ns"] + [f"{p}_ns" for p in PHASES])
+            out.writerow(["epoch", "step", "start_ns", "end_ns"] + [f"{p}_ns" for p in PHASES]
+                         + ["comm_bytes"])
             out.writerows(self.steps)
         with open(folder / f"intervals.rank{rank}.tsv", "w", newline="") as f:
             out = csv.writer(f, delimiter="\t")
