@@ -5,7 +5,10 @@
   and its headline figures. Failed runs keep their reason and no figures.
 - ``epochs.parquet``: one row per run and epoch (epochs.tsv of ok runs).
 - ``step_stats.parquet``: one row per run and rank: mean, median and p95
-  step time over the measured steps, and mean time per phase.
+  step time over the measured steps, mean time per phase, and
+  ``comm_bytes_mean``: the bytes the rank handed to collectives per measured
+  step (empty where the adapter cannot see them). The runs table's
+  ``comm_bytes_per_step`` is its mean over ranks.
 - ``step_phases.parquet``: from the phase recorder, for every run: one row
   per phase interval (run_id, rank, epoch, step, phase, start_ns, end_ns,
   dur_ns, source). Within a step the phases run back to back, so each start
@@ -136,6 +139,8 @@ def step_stats(folder: Path, warmup: int) -> list[dict]:
                  "step_median_s": seconds.median(), "step_p95_s": seconds.quantile(0.95)}
         for phase in PHASES:
             stats[f"{phase}_mean_s"] = steps[f"{phase}_ns"].mean() / 1e9
+        stats["comm_bytes_mean"] = steps["comm_bytes"].mean() if "comm_bytes" in steps \
+            else np.nan
         rows.append(stats)
     return rows
 
@@ -189,12 +194,16 @@ def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
         columns=["run_id", "epoch", "test_accuracy", "images_per_s"])
     stats_df = pd.DataFrame(stats, columns=["run_id", "rank", "steps", "step_mean_s",
                                             "step_median_s", "step_p95_s",
-                                            *[f"{p}_mean_s" for p in PHASES]])
+                                            *[f"{p}_mean_s" for p in PHASES],
+                                            "comm_bytes_mean"])
     if not stats_df.empty:
         slowest = stats_df.groupby("run_id")["step_mean_s"].max().rename("step_mean_s_slowest_rank")
         runs_df = runs_df.merge(slowest, on="run_id", how="left")
+        sent = stats_df.groupby("run_id")["comm_bytes_mean"].mean().rename("comm_bytes_per_step")
+        runs_df = runs_df.merge(sent, on="run_id", how="left")
     else:
         runs_df["step_mean_s_slowest_rank"] = np.nan
+        runs_df["comm_bytes_per_step"] = np.nan
     step_phases_df = pd.concat(step_phases, ignore_index=True) if step_phases else \
         pd.DataFrame(columns=PHASE_COLUMNS)
     return {"runs": runs_df, "epochs": epochs_df, "step_stats": stats_df,
