@@ -16,6 +16,7 @@ from plotnine import (aes, annotate, coord_flip, facet_grid, facet_wrap, geom_co
                       stat_summary, theme, theme_bw)
 
 from analysis import accuracy, bottlenecks, cells, stats
+from analysis import compression as compression_table
 from traces.phases import PHASES
 
 FIGURE_SIZE = (8, 4.5)
@@ -108,6 +109,27 @@ def time_to_accuracy(runs: pd.DataFrame):
                 + annotate("text", x=min(asked["world_size"]), y=ceiling * 1.04,
                            label="not reached", ha="left", size=8))
     return plot
+
+
+def compression(runs: pd.DataFrame):
+    """Bytes sent per step, time per step and final accuracy against the
+    gradient compression, one colour per framework."""
+    table = compression_table.summary(runs)
+    if table.empty:
+        return nothing_to_show("Gradient compression")
+    panels = {"comm_bytes_per_step": ("MB handed to collectives per step", 1e-6),
+              "step_mean_s": ("time per step (ms, slowest rank)", 1e3),
+              "final_test_accuracy": ("final test accuracy", 1.0)}
+    long = pd.concat([table.assign(response=label, value=table[column] * factor)
+                      for column, (label, factor) in panels.items()])
+    long["processes"] = long["world_size"].astype(str) + " proc."
+    return (ggplot(long, aes("compression", "value", color="framework",
+                             shape="processes", group="framework + processes"))
+            + geom_point(size=2.5) + geom_line()
+            + facet_wrap("~response", scales="free_y")
+            + labs(title="Gradient compression: bytes, step time and accuracy "
+                         "(means over replications)", x="compression", y="")
+            + theme_bw() + theme(figure_size=(10, 4)))
 
 
 def scaling(runs: pd.DataFrame):
@@ -207,7 +229,8 @@ def draw_all(tables: Path) -> dict[str, Path]:
              "phases": phase_breakdown(table), "timeline": timeline(phases, runs),
              "waterfall": waterfall(gap), "accuracy": accuracy_per_epoch(runs, epochs),
              "time_to_accuracy": time_to_accuracy(runs),
-             "energy": energy(runs)}
+             "energy": energy(runs),
+             "compression": compression(runs)}
     paths = {}
     for name, plot in plots.items():
         paths[name] = folder / f"{name}.png"

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import accuracy, bottlenecks, cells, stats
+from analysis import compression as compression_table
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
 from frameworks import registry
@@ -238,6 +239,30 @@ def accuracy_section(runs: pd.DataFrame, figures: Path) -> str:
             f"checked where an epoch evaluates (eval_every).</p>{_table(table)}")
 
 
+def compression_section(runs: pd.DataFrame, figures: Path) -> str:
+    """Gradient compression: measured bytes per step against time per step
+    and final accuracy, which framework can run which codec, the codecs'
+    error bounds."""
+    text = "<h2>Gradient compression</h2>"
+    table = compression_table.summary(runs)
+    if compression_table.varies(runs) and len(table):
+        text += (f"{_figure(figures / 'compression.png', 'compression')}"
+                 f"<p>comm_bytes_per_step: the bytes of the buffers each rank handed to "
+                 f"collectives in a measured step (counted where they are handed over; the "
+                 f"lossless codec's real compressed lengths), mean over steps and ranks. "
+                 f"bytes_vs_none divides it by the same framework's uncompressed runs. These "
+                 f"are input buffers: a ring all-reduce puts 2(p-1)/p of its buffer on the "
+                 f"wire per rank, an all-gather (p-1) times it, so at p ranks int8's gather "
+                 f"sends p/8 of fp32's all-reduce bytes and stops saving at 8 ranks.</p>"
+                 f"{_table(table)}")
+    else:
+        text += ("<p>One compression in these runs (set <code>compression</code> as a "
+                 "factor to compare them).</p>")
+    return (text + f"<h3>Which framework can run which compression</h3>"
+            f"{_table(compression_table.support())}"
+            f"<h3>Codecs and their error bounds</h3>{_table(compression_table.codecs())}")
+
+
 def gate_section(tables: Path) -> str:
     """The same-model gate's verdict: every builder's layers and parameters
     against the shared specification."""
@@ -279,6 +304,7 @@ def build(design: Design, tables: Path, out: Path) -> Path:
                     bottlenecks_section(runs, phases),
                     statistics_section(design, runs), accuracy_section(runs, figures),
                     energy_section(runs, figures),
+                    compression_section(runs, figures),
                     traces_section(runs, tables)])
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
             f"<title>ddl-compare: {html.escape(design.name)}</title><style>{STYLE}</style>"

@@ -114,6 +114,33 @@ def average_payloads(name: str, payloads: list) -> np.ndarray:
     return total / np.float32(len(payloads))
 
 
+def roundtrip(name: str, x: np.ndarray) -> np.ndarray:
+    """What a float32 buffer becomes after one codec's trip over the wire."""
+    x = np.asarray(x, dtype=np.float32)
+    if name == "none":
+        return x.copy()
+    if name == "fp16":
+        return fp16_encode(x).astype(np.float32)
+    if name == "bf16":
+        return bf16_decode(bf16_encode(x))
+    return decode(name, encode(name, x))
+
+
+def error_bound(name: str, x: np.ndarray) -> np.ndarray:
+    """The table's error bound, per element of ``x`` (float32 inputs, fp16
+    within its range), with float32's own rounding (2^-23) where the codec
+    computes in float32."""
+    x = np.abs(np.asarray(x, dtype=np.float64))
+    if name == "none":
+        return np.zeros_like(x)
+    if name == "fp16":
+        return np.maximum(x * 2.0 ** -11, 2.0 ** -25)
+    if name == "bf16":
+        return np.maximum(x * 2.0 ** -8, 2.0 ** -134)  # below: float32's subnormals
+    scale = float(int8_scale(x.astype(np.float32)))
+    return np.full_like(x, scale / 2 + (x.max(initial=0) + scale) * 2.0 ** -23)
+
+
 def table() -> list[dict]:
     """The codecs as rows, for the report."""
     return [{"compression": c.name, "exchange": c.exchange, "on the wire": c.wire,

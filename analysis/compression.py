@@ -1,0 +1,54 @@
+"""Gradient compression from the runs table: what each codec saves on the
+wire and what it costs in step time and accuracy, per framework.
+
+``comm_bytes_per_step`` is measured by the adapters (the buffers each rank
+handed to collectives in a step, mean over the measured steps and the
+ranks); ``bytes_vs_none`` divides it by the same framework's uncompressed
+runs at the same processes and batch size.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from frameworks import compression, registry
+
+CELL = ["framework", "compression", "world_size", "batch_size"]
+SAME_EXCEPT_COMPRESSION = ["framework", "world_size", "batch_size"]
+
+
+def summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per framework x compression x processes x batch size, means
+    over replications; empty when no ok run has a measured byte count."""
+    ok = runs[(runs["status"] == "ok")]
+    if "compression" not in ok or "comm_bytes_per_step" not in ok or \
+            ok["comm_bytes_per_step"].dropna().empty:
+        return pd.DataFrame()
+    table = ok.groupby(CELL, as_index=False).agg(
+        runs=("run_id", "count"), comm_bytes_per_step=("comm_bytes_per_step", "mean"),
+        step_mean_s=("step_mean_s_slowest_rank", "mean"),
+        images_per_s=("images_per_s", "mean"),
+        final_test_accuracy=("final_test_accuracy", "mean"))
+    base = table[table["compression"] == "none"].set_index(SAME_EXCEPT_COMPRESSION)
+    keys = pd.MultiIndex.from_frame(table[SAME_EXCEPT_COMPRESSION])
+    table.insert(6, "bytes_vs_none",
+                 table["comm_bytes_per_step"].to_numpy()
+                 / base["comm_bytes_per_step"].reindex(keys).to_numpy())
+    return table
+
+
+def varies(runs: pd.DataFrame) -> bool:
+    ok = runs[runs["status"] == "ok"]
+    return "compression" in ok and ok["compression"].nunique() > 1
+
+
+def support() -> pd.DataFrame:
+    """Which framework can run which compression (from each adapter's
+    AdapterInfo.compressions): 'yes' or 'cannot'."""
+    return pd.DataFrame([{"framework": name, **{codec: "yes" if codec in info.compressions
+                                                 else "cannot"
+                                                 for codec in compression.NAMES}}
+                         for name, info in sorted(registry.FRAMEWORKS.items())])
+
+
+def codecs() -> pd.DataFrame:
+    return pd.DataFrame(compression.table())
