@@ -12,8 +12,8 @@ import pytest
 
 from analysis import compression as compression_table
 from conftest import tiny_design
-from ddlcompare import design, runner
-from frameworks import compression
+from ddlcompare import design, envs, runner
+from frameworks import compression, data, models
 from traces.phases import PhaseRecorder
 
 RNG = np.random.default_rng(8)
@@ -159,8 +159,31 @@ def test_two_processes_train_while_bytes_per_step_drop(framework):
                               for r in (0, 1))
             sent[row.config["compression"]] = steps["comm_bytes"]
     none = sent["none"].iloc[-1]
-    assert none == 4 * 421_642  # every fp32 parameter once (the CNN's count)
+    assert none == 4 * cnn_parameters()  # every fp32 gradient once
     assert (sent["none"] == none).all() and (sent["fp16"] == none / 2).all()
     int8 = sent["int8"] / none
     assert ((int8 > 0.25) & (int8 < 0.2501)).all()
     assert (sent["int8+lossless"] < sent["int8"].min()).all()
+
+
+def cnn_parameters() -> int:
+    info = data.DATASETS["fashion-mnist"]
+    return sum(row["params"] for row in models.layer_shapes(models.MODELS["cnn"], info.shape,
+                                                            info.classes))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not envs.has_module("tensorflow", "horovod.tensorflow"),
+                    reason="the TensorFlow environment is not built; 'bash envs/setup.sh'")
+def test_horovod_keras_sends_half_the_bytes_with_fp16(tmp_path):
+    doc = tiny_design(["horovod-keras"], compression="fp16", max_steps=6, train_images=1000,
+                      eval_every=2, tracer="none")
+    row = design.parse(doc, "d.yaml").runs()[0]
+    assert runner.execute(row, tmp_path) == 0
+    folder = tmp_path / row.path
+    assert json.loads((folder / "done.json").read_text())["status"] == "ok", \
+        (folder / "train.log").read_text()[-3000:]
+    epochs = pd.read_csv(folder / "epochs.tsv", sep="\t")
+    assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
+    steps = pd.read_csv(folder / "steps.rank1.tsv", sep="\t")
+    assert (steps["comm_bytes"] == 2 * cnn_parameters()).all()
