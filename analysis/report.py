@@ -2,7 +2,8 @@
 
 Sections: design and provenance, run status (failed and missing cells
 visible), throughput and scaling, phase breakdown, bottlenecks, design
-statistics, accuracy. Everything is computed from the tables.
+statistics, accuracy, gradient compression. Everything is computed from
+the tables.
 """
 from __future__ import annotations
 

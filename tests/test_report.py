@@ -16,7 +16,7 @@ IMPORTED = ["pipit-ping-pong-otf2", "scorep-8.4-horovod-torch-mpi-np2",
 SECTIONS = ["Design and provenance", "Run status", "Throughput and scaling",
             "Where the speedup goes", "Phase breakdown", "Bottlenecks", "Design statistics",
             "Accuracy", "Frameworks and the phases they expose", "Traces", "Imported traces",
-            "Same model everywhere", "Energy"]
+            "Same model everywhere", "Energy", "Gradient compression"]
 FIGURES = ["throughput", "scaling", "waterfall", "phase breakdown", "timeline", "accuracy",
            "time to accuracy"]
 
