@@ -28,6 +28,9 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
         step_mean_s=("step_mean_s_slowest_rank", "mean"),
         images_per_s=("images_per_s", "mean"),
         final_test_accuracy=("final_test_accuracy", "mean"))
+    table = table.sort_values(["framework", "compression"], kind="stable",
+                              key=lambda col: col.map(compression.NAMES.index)
+                              if col.name == "compression" else col).reset_index(drop=True)
     base = table[table["compression"] == "none"].set_index(SAME_EXCEPT_COMPRESSION)
     keys = pd.MultiIndex.from_frame(table[SAME_EXCEPT_COMPRESSION])
     table.insert(6, "bytes_vs_none",

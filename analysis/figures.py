@@ -17,6 +17,7 @@ from plotnine import (aes, annotate, coord_flip, facet_grid, facet_wrap, geom_co
 
 from analysis import accuracy, bottlenecks, cells, stats
 from analysis import compression as compression_table
+from frameworks import compression as codecs
 from traces.phases import PHASES
 
 FIGURE_SIZE = (8, 4.5)
@@ -123,6 +124,10 @@ def compression(runs: pd.DataFrame):
     long = pd.concat([table.assign(response=label, value=table[column] * factor)
                       for column, (label, factor) in panels.items()])
     long["processes"] = long["world_size"].astype(str) + " proc."
+    # in the codecs' order (frameworks/compression.py), the panels as listed
+    long["compression"] = pd.Categorical(long["compression"],
+                                         [c for c in codecs.NAMES if c in set(long["compression"])])
+    long["response"] = pd.Categorical(long["response"], [label for label, _ in panels.values()])
     return (ggplot(long, aes("compression", "value", color="framework",
                              shape="processes", group="framework + processes"))
             + geom_point(size=2.5) + geom_line()
