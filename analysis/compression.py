@@ -4,31 +4,35 @@ wire and what it costs in step time and accuracy, per framework.
 ``comm_bytes_per_step`` is measured by the adapters (the buffers each rank
 handed to collectives in a step, mean over the measured steps and the
 ranks); ``bytes_vs_none`` divides it by the same framework's uncompressed
-runs at the same processes and batch size.
+runs at the same processes and setting (batch_size and every other
+factor the design varies, as analysis/cells.py groups them).
 """
 from __future__ import annotations
 
 import pandas as pd
 
+from analysis import cells
 from frameworks import compression, registry
 
-CELL = ["framework", "compression", "world_size", "batch_size"]
-SAME_EXCEPT_COMPRESSION = ["framework", "world_size", "batch_size"]
+SAME_EXCEPT_COMPRESSION = ["framework", "world_size", "setting"]
 
 
 def summary(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per framework x compression x processes x batch size, means
+    """One row per framework x processes x setting x compression, means
     over replications; empty when no ok run has a measured byte count."""
     ok = runs[(runs["status"] == "ok")]
     if "compression" not in ok or "comm_bytes_per_step" not in ok or \
             ok["comm_bytes_per_step"].dropna().empty:
         return pd.DataFrame()
-    table = ok.groupby(CELL, as_index=False).agg(
+    others = [name for name in cells.varied(ok) if name != "compression"]
+    ok = ok.assign(setting=ok[others].astype(str).apply(
+        lambda row: ", ".join(f"{name} {value}" for name, value in row.items()), axis=1))
+    table = ok.groupby(SAME_EXCEPT_COMPRESSION + ["compression"], as_index=False).agg(
         runs=("run_id", "count"), comm_bytes_per_step=("comm_bytes_per_step", "mean"),
         step_mean_s=("step_mean_s_slowest_rank", "mean"),
         images_per_s=("images_per_s", "mean"),
         final_test_accuracy=("final_test_accuracy", "mean"))
-    table = table.sort_values(["framework", "compression"], kind="stable",
+    table = table.sort_values(SAME_EXCEPT_COMPRESSION + ["compression"], kind="stable",
                               key=lambda col: col.map(compression.NAMES.index)
                               if col.name == "compression" else col).reset_index(drop=True)
     base = table[table["compression"] == "none"].set_index(SAME_EXCEPT_COMPRESSION)

@@ -128,8 +128,8 @@ def compression(runs: pd.DataFrame):
     long["compression"] = pd.Categorical(long["compression"],
                                          [c for c in codecs.NAMES if c in set(long["compression"])])
     long["response"] = pd.Categorical(long["response"], [label for label, _ in panels.values()])
-    return (ggplot(long, aes("compression", "value", color="framework",
-                             shape="processes", group="framework + processes"))
+    return (ggplot(long, aes("compression", "value", color="framework", shape="processes",
+                             group="framework + processes + setting"))
             + geom_point(size=2.5) + geom_line()
             + facet_wrap("~response", scales="free_y")
             + labs(title="Gradient compression: bytes, step time and accuracy "
