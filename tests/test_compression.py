@@ -76,10 +76,9 @@ def test_average_of_payloads_is_the_mean_of_the_decoded():
         assert np.allclose(mean, expected, rtol=0, atol=1e-6)
 
 
-def compressions_design(framework, levels, **extra):
+def compressions_design(framework, levels):
     doc = tiny_design([framework])
     doc["factors"]["compression"] = levels
-    doc.update(extra)
     return doc
 
 
