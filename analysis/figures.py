@@ -33,20 +33,26 @@ def nothing_to_show(title: str, why: str = "no successful run to show"):
             + labs(title=title, x="", y="") + theme_bw() + theme(figure_size=FIGURE_SIZE))
 
 
+def against_processes(table: pd.DataFrame, response: str, title: str, y_label: str):
+    """A response against processes for every framework: each run a point,
+    the mean a line, one panel per setting."""
+    return (ggplot(table, aes("world_size", response, color="framework"))
+            + geom_point(alpha=0.6, size=2)
+            + stat_summary(fun_y=lambda y: y.mean(), geom="line", size=1)
+            + facet_wrap("~setting")
+            + scale_x_continuous(breaks=sorted(table["world_size"].unique()))
+            + labs(title=title, x="processes (nodes x procs_per_node)", y=y_label)
+            + theme_bw() + theme(figure_size=FIGURE_SIZE))
+
+
 def throughput(runs: pd.DataFrame):
     ok = cells.with_setting(runs[runs["status"] == "ok"])
     if ok.empty:
         return nothing_to_show("Training throughput against processes")
-    return (ggplot(ok, aes("world_size", "images_per_s", color="framework"))
-            + geom_point(alpha=0.6, size=2)
-            + stat_summary(fun_y=lambda y: y.mean(), geom="line", size=1)
-            + facet_wrap("~setting")
-            + scale_x_continuous(breaks=sorted(ok["world_size"].unique()))
-            + labs(title="Training throughput against processes (points: replications; "
-                         "line: mean)",
-                   x="processes (nodes x procs_per_node)",
-                   y="images_per_s (all ranks, images/s)")
-            + theme_bw() + theme(figure_size=FIGURE_SIZE))
+    return against_processes(
+        ok, "images_per_s",
+        "Training throughput against processes (points: replications; line: mean)",
+        "images_per_s (all ranks, images/s)")
 
 
 def energy(runs: pd.DataFrame):
@@ -56,16 +62,10 @@ def energy(runs: pd.DataFrame):
     if measured.empty:
         return nothing_to_show("Energy per image against processes",
                                "energy not available (see the report's energy section)")
-    return (ggplot(measured, aes("world_size", "energy_per_image_j", color="framework"))
-            + geom_point(alpha=0.6, size=2)
-            + stat_summary(fun_y=lambda y: y.mean(), geom="line", size=1)
-            + facet_wrap("~setting")
-            + scale_x_continuous(breaks=sorted(measured["world_size"].unique()))
-            + labs(title="Energy per training image against processes (points: replications; "
-                         "line: mean)",
-                   x="processes (nodes x procs_per_node)",
-                   y="energy_per_image_j (all nodes, J/image)")
-            + theme_bw() + theme(figure_size=FIGURE_SIZE))
+    return against_processes(
+        measured, "energy_per_image_j",
+        "Energy per training image against processes (points: replications; line: mean)",
+        "energy_per_image_j (all nodes, J/image)")
 
 
 def accuracy_per_epoch(runs: pd.DataFrame, epochs: pd.DataFrame):
@@ -90,20 +90,18 @@ def time_to_accuracy(runs: pd.DataFrame):
     asked = runs[(runs["status"] == "ok") & (runs["target_status"] != accuracy.NOT_ASKED)]
     if asked.empty:
         return nothing_to_show(title)
-    asked = asked.copy()
+    asked = cells.with_setting(asked)
     reached = asked[asked["target_status"] == accuracy.REACHED]
     ceiling = (reached["time_to_accuracy_s"].max() if len(reached) else 1.0) * 1.15
     missed = asked[asked["target_status"] == accuracy.NOT_REACHED].assign(
         time_to_accuracy_s=ceiling)
     target = asked["target_accuracy"].iloc[0]
-    plot = (ggplot(reached, aes("world_size", "time_to_accuracy_s", color="framework"))
-            + geom_point(alpha=0.6, size=2)
-            + stat_summary(fun_y=lambda y: y.mean(), geom="line", size=1)
-            + scale_x_continuous(breaks=sorted(asked["world_size"].unique()))
-            + labs(title=f"Time to test accuracy {target:g} (points: runs; crosses: not reached)",
-                   x="processes (nodes x procs_per_node)",
-                   y="time_to_accuracy_s (run clock, s)")
-            + theme_bw() + theme(figure_size=FIGURE_SIZE))
+    if reached.empty:
+        return nothing_to_show(title, f"no run reached test accuracy {target:g}")
+    plot = against_processes(
+        reached, "time_to_accuracy_s",
+        f"Time to test accuracy {target:g} (points: runs; crosses: not reached)",
+        "time_to_accuracy_s (run clock, s)")
     if len(missed):
         plot = (plot + geom_point(aes("world_size", "time_to_accuracy_s", color="framework"),
                                   data=missed, shape="x", size=4)

@@ -68,3 +68,11 @@ def test_figure_draws_reached_and_missed_runs(tmp_path):
     assert (tmp_path / "tta.png").stat().st_size > 5_000
     layers = [type(layer.geom).__name__ for layer in plot.layers]
     assert layers.count("geom_point") == 2  # the reached runs and the crosses
+
+
+def test_figure_says_when_no_run_reached_the_target(tmp_path):
+    runs = constructed_runs().assign(target_status="not reached", time_to_accuracy_s=math.nan)
+    plot = figures.time_to_accuracy(runs)
+    plot.save(tmp_path / "none.png", dpi=60, verbose=False)
+    (text,) = plot.layers
+    assert text.geom.aes_params["label"] == "no run reached test accuracy 0.85"
