@@ -123,6 +123,7 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     init_start = time.perf_counter()
     with phases("init"):
         dist, clock, dataset, global_batch, lr = _start(tf, adapter, config, run_dir)
+        phases.one_rank = dist.world == 1
         with adapter.scope():
             model = keras_models.build(models.MODELS[config["model"]], dataset.info,
                                        config["seed"])

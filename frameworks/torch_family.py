@@ -107,6 +107,7 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
     with phases("init"):
         _require_gpu(config)  # before the framework asks NCCL for one
         dist = adapter.init(config)
+        phases.one_rank = dist.world == 1
         energy.start_sampling(config, run_dir, dist)
         torch.set_num_threads(config["torch_threads"])
         device = _device(config, dist)

@@ -115,6 +115,13 @@ def test_recorder_counts_bytes_per_step_and_leaves_them_empty_when_unmeasured(tm
     unmeasured.end_step()
     unmeasured.write(tmp_path, 1)
     assert pd.read_csv(tmp_path / "steps.rank1.tsv", sep="\t")["comm_bytes"].isna().all()
+    alone = PhaseRecorder()  # a run of one rank: its collectives send nothing
+    alone.measures_bytes = alone.one_rank = True
+    alone.begin_step(1, 0)
+    alone.collective("allreduce", 1000, 0, 1)
+    alone.end_step()
+    alone.write(tmp_path, 2)
+    assert list(pd.read_csv(tmp_path / "steps.rank2.tsv", sep="\t")["comm_bytes"]) == [0]
 
 
 def test_summary_divides_by_the_uncompressed_run_of_the_same_cell():

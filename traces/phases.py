@@ -95,6 +95,9 @@ class PhaseRecorder:
         self._step_start = 0
         self._current = [0] * len(PHASES)
         self.measures_bytes = False  # set by adapters that report their collectives' bytes
+        # A collective over one rank sends nothing, whatever it is handed
+        # (DDP calls its hook even then, Horovod skips its all-reduce).
+        self.one_rank = False
         self._comm_bytes = 0
         self._bytes_lock = threading.Lock()
         # (epoch, step, start_ns, end_ns, *phase durations, comm_bytes)
@@ -134,6 +137,8 @@ class PhaseRecorder:
     def count_bytes(self, nbytes: int) -> None:
         """Add a buffer handed to a collective to this step's comm_bytes.
         May be called from communication threads, hence the lock."""
+        if self.one_rank:
+            return
         with self._bytes_lock:
             self._comm_bytes += nbytes
 
