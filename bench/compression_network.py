@@ -43,7 +43,7 @@ def main() -> None:
                 f"(none: {none['step_mean_s_slowest_rank'] * 1e3:.1f}), "
                 f"{row.comm_bytes_per_step / 1e6:.3f} MB/step handed over")
         if pd.notna(row.net_tx_bytes_per_step):  # only emulated links are counted
-            line += f", {row.net_tx_bytes_per_step / 1e6:.3f} MB/step sent per node"
+            line += f", {row.net_tx_bytes_per_step / 1e6:.3f} MB/step sent by all nodes"
         print(line, flush=True)
         if row.compression != "none":
             key = f"{row.framework.replace('-', '_')}_{row.rate}_{row.compression}"
