@@ -7,6 +7,8 @@ Processes (nodes x procs_per_node, as world_size) are the x axis instead.
 """
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from ddlcompare.params import PARAMS
@@ -15,20 +17,32 @@ SCALE = ("framework", "nodes", "procs_per_node")
 CELL = ["framework", "world_size", "setting"]
 
 
-def varied(runs: pd.DataFrame) -> list[str]:
-    """batch_size, then every other setting whose value differs between runs."""
+def varied(runs: pd.DataFrame, leave_out: tuple[str, ...] = ()) -> list[str]:
+    """batch_size, then every other setting whose value differs between runs
+    (but those in ``leave_out``, which the caller shows another way)."""
     names = [name for name, param in PARAMS.items()
-             if name in runs.columns and name not in SCALE and name != "batch_size"
+             if name in runs.columns and name not in (*SCALE, *leave_out, "batch_size")
              and not (param.analysis_only or param.path_like)
-             and runs[name].astype(str).nunique() > 1]
+             and runs[name].map(_text).nunique() > 1]
     return ["batch_size", *names]
 
 
-def with_setting(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs with a ``setting`` label ("batch_size 64, compression fp16")."""
-    if "setting" in runs.columns or runs.empty:
+def with_setting(runs: pd.DataFrame, leave_out: tuple[str, ...] = ()) -> pd.DataFrame:
+    """The runs with a ``setting`` label ("batch_size 64, compression fp16");
+    an unset value reads "null", as in design.yaml."""
+    if runs.empty or ("setting" in runs.columns and not leave_out):
         return runs
-    names = varied(runs)
-    labels = runs[names].astype(str).apply(
-        lambda row: ", ".join(f"{name} {value}" for name, value in row.items()), axis=1)
+    names = varied(runs, leave_out)
+    labels = runs[names].apply(
+        lambda row: ", ".join(f"{name} {_text(value)}" for name, value in row.items()), axis=1)
     return runs.assign(setting=labels)
+
+
+def _text(value) -> str:
+    """A level as design.yaml spells it (an integer column with a null level
+    is read back as floats: 100.0 is 100)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "null"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)

@@ -24,9 +24,7 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
     if "compression" not in ok or "comm_bytes_per_step" not in ok or \
             ok["comm_bytes_per_step"].dropna().empty:
         return pd.DataFrame()
-    others = [name for name in cells.varied(ok) if name != "compression"]
-    ok = ok.assign(setting=ok[others].astype(str).apply(
-        lambda row: ", ".join(f"{name} {value}" for name, value in row.items()), axis=1))
+    ok = cells.with_setting(ok, leave_out=("compression",))
     table = ok.groupby(SAME_EXCEPT_COMPRESSION + ["compression"], as_index=False).agg(
         runs=("run_id", "count"), comm_bytes_per_step=("comm_bytes_per_step", "mean"),
         step_mean_s=("step_mean_s_slowest_rank", "mean"),

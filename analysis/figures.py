@@ -13,7 +13,7 @@ import pandas as pd
 from plotnine import (aes, annotate, coord_flip, facet_grid, facet_wrap, geom_col,
                       geom_errorbar, geom_hline, geom_line, geom_point, geom_segment, ggplot,
                       labs, scale_color_manual, scale_fill_manual, scale_x_continuous,
-                      stat_summary, theme, theme_bw)
+                      stat_summary, theme, theme_bw, element_text)
 
 from analysis import accuracy, bottlenecks, cells, stats
 from analysis import compression as compression_table
@@ -116,8 +116,8 @@ def compression(runs: pd.DataFrame):
     table = compression_table.summary(runs)
     if table.empty:
         return nothing_to_show("Gradient compression")
-    panels = {"comm_bytes_per_step": ("MB handed to collectives per step", 1e-6),
-              "step_mean_s": ("time per step (ms, slowest rank)", 1e3),
+    panels = {"comm_bytes_per_step": ("MB/step handed over", 1e-6),
+              "step_mean_s": ("ms/step, slowest rank", 1e3),
               "final_test_accuracy": ("final test accuracy", 1.0)}
     long = pd.concat([table.assign(response=label, value=table[column] * factor)
                       for column, (label, factor) in panels.items()])
@@ -126,13 +126,15 @@ def compression(runs: pd.DataFrame):
     long["compression"] = pd.Categorical(long["compression"],
                                          [c for c in codecs.NAMES if c in set(long["compression"])])
     long["response"] = pd.Categorical(long["response"], [label for label, _ in panels.values()])
+    settings = long["setting"].nunique()
     return (ggplot(long, aes("compression", "value", color="framework", shape="processes",
-                             group="framework + processes + setting"))
+                             group="framework + processes"))
             + geom_point(size=2.5) + geom_line()
-            + facet_wrap("~response", scales="free_y")
+            + facet_grid("response ~ setting", scales="free_y")
             + labs(title="Gradient compression: bytes, step time and accuracy "
                          "(means over replications)", x="compression", y="")
-            + theme_bw() + theme(figure_size=(10, 4)))
+            + theme_bw() + theme(figure_size=(3 + 3 * settings, 7),
+                                 axis_text_x=element_text(rotation=30, ha="right")))
 
 
 def scaling(runs: pd.DataFrame):
@@ -155,13 +157,17 @@ def scaling(runs: pd.DataFrame):
 def phase_breakdown(table: pd.DataFrame):
     if table.empty:
         return nothing_to_show("Time per step by phase")
-    table = table.assign(ms=table["mean"] * 1e3, processes=table["world_size"].astype(str))
-    return (ggplot(table, aes("processes", "ms", fill="phase"))
-            + geom_col() + scale_fill_manual(values=PHASE_COLORS)
-            + facet_grid("setting ~ framework")
-            + labs(title="Mean time per step in each phase (mean over ranks and replications)",
-                   x="processes", y="time per step (ms)")
-            + theme_bw() + theme(figure_size=(8, 5)))
+    # One horizontal bar per processes x setting, so that any number of
+    # settings stays readable.
+    table = table.assign(ms=table["mean"] * 1e3,
+                         cell=table["world_size"].astype(str) + " proc., " + table["setting"])
+    bars = table.groupby("framework")["cell"].nunique().sum()
+    return (ggplot(table, aes("cell", "ms", fill="phase"))
+            + geom_col() + scale_fill_manual(values=PHASE_COLORS) + coord_flip()
+            + facet_wrap("~framework", ncol=1, scales="free_y")
+            + labs(title="Mean time per step in each phase (ranks and replications)",
+                   x="", y="time per step (ms)")
+            + theme_bw() + theme(figure_size=(9, 2 + 0.35 * bars)))
 
 
 def timeline(phases: pd.DataFrame, runs: pd.DataFrame, window: int = 12):

@@ -87,6 +87,10 @@ def test_cells_keep_apart_every_varied_factor():
     runs = pd.DataFrame({"framework": ["a", "a", "b", "b"], "nodes": [1, 2, 1, 2],
                          "procs_per_node": [1, 1, 2, 2], "batch_size": [64] * 4,
                          "dataset": ["fashion-mnist", "cifar10"] * 2, "tracer": ["otf2"] * 4,
-                         "target_accuracy": [0.8, 0.9, 0.8, 0.9], "data_dir": ["/a", "/b"] * 2})
+                         "target_accuracy": [0.8, 0.9, 0.8, 0.9], "data_dir": ["/a", "/b"] * 2,
+                         "net_rate_mbit": [100.0, float("nan")] * 2})
     labels = cells.with_setting(runs)["setting"].tolist()
-    assert labels == ["batch_size 64, dataset fashion-mnist", "batch_size 64, dataset cifar10"] * 2
+    assert labels == ["batch_size 64, dataset fashion-mnist, net_rate_mbit 100",
+                      "batch_size 64, dataset cifar10, net_rate_mbit null"] * 2
+    apart = cells.with_setting(runs, leave_out=("dataset",))["setting"].tolist()
+    assert apart == ["batch_size 64, net_rate_mbit 100", "batch_size 64, net_rate_mbit null"] * 2
