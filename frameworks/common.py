@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ddlcompare import energy
 from ddlcompare.atomic import write_json, write_text  # noqa: F401 (re-exported for loops)
 
 EPOCH_COLUMNS = ("epoch", "wall_s", "train_loss", "train_accuracy", "test_loss",
@@ -118,6 +119,20 @@ def summary(rows: list[dict], world: int, global_batch: int, lr: float,
         "init_s": init_s,
         "clock_start_unix": clock.start_unix,
     }
+
+
+def finish(adapter, run_dir: Path, phases, dist: Dist, versions: dict, params_digest: str,
+           metrics: dict) -> None:
+    """What every loop does last: stop the energy sampler, write this rank's
+    phases and record, rank 0 the run's figures, and leave the framework."""
+    energy.stop_sampling()
+    phases.write(run_dir, dist.rank)
+    record = rank_record(dist, versions)
+    record["params_digest"] = params_digest
+    write_json(run_dir / f"rank{dist.rank}.json", record)
+    if dist.rank == 0:
+        write_json(run_dir / "metrics.json", metrics)
+    adapter.shutdown()
 
 
 def rank_record(dist: Dist, versions: dict) -> dict:

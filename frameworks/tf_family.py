@@ -261,16 +261,9 @@ def _epoch_row(adapter: TFAdapter, epoch: int, epoch_start: float, sums: common.
 
 def _finish(adapter, phases, run_dir, dist, model, rows, global_batch, lr, steps,
             init_s, clock) -> None:
-    energy.stop_sampling()
-    phases.write(run_dir, dist.rank)
-    record = common.rank_record(dist, framework_versions(adapter))
-    record["params_digest"] = params_digest(model)
-    common.write_json(run_dir / f"rank{dist.rank}.json", record)
-    if dist.rank == 0:
-        common.write_json(run_dir / "metrics.json",
-                          common.summary(rows, dist.world, global_batch, lr, steps, init_s,
-                                         clock))
-    adapter.shutdown()
+    common.finish(adapter, run_dir, phases, dist, framework_versions(adapter),
+                  params_digest(model),
+                  common.summary(rows, dist.world, global_batch, lr, steps, init_s, clock))
 
 
 def params_digest(model) -> str:

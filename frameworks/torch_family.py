@@ -190,19 +190,11 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
         rows.append(row)
         if dist.rank == 0:
             common.write_epochs(run_dir, rows)  # rewritten each epoch: progress is visible
-    energy.stop_sampling()
     if profiler is not None:
         _stop_profiler(profiler, run_dir, dist.rank)
-    phases.write(run_dir, dist.rank)
-    versions = {"torch": torch.__version__, **_framework_versions()}
-    record = common.rank_record(dist, versions)
-    record["params_digest"] = params_digest(model)
-    common.write_json(run_dir / f"rank{dist.rank}.json", record)
-    if dist.rank == 0:
-        common.write_json(run_dir / "metrics.json",
-                          common.summary(rows, dist.world, global_batch, lr, steps, init_s,
-                                         clock))
-    adapter.shutdown()
+    common.finish(adapter, run_dir, phases, dist,
+                  {"torch": torch.__version__, **_framework_versions()}, params_digest(model),
+                  common.summary(rows, dist.world, global_batch, lr, steps, init_s, clock))
 
 
 def params_digest(model) -> str:
