@@ -69,6 +69,19 @@ class EpochSums:
         return cls(*[float(v) for v in values])
 
 
+def epoch_sizes(config: dict, dataset, world: int) -> tuple[int, int, int]:
+    """Training images, test images and optimizer steps per epoch of a run
+    (``train_images``, ``test_images``, ``max_steps`` and the global batch)."""
+    from frameworks import data
+    n_train = min(config["train_images"] or len(dataset.train_y), len(dataset.train_y))
+    n_test = min(config["test_images"] or len(dataset.test_y), len(dataset.test_y))
+    steps = data.steps_per_epoch(n_train, world, config["batch_size"], config["max_steps"])
+    if steps == 0:
+        raise RunError(f"batch_size {config['batch_size']} x {world} processes exceeds the "
+                       f"{n_train} training images: no step fits in an epoch")
+    return n_train, n_test, steps
+
+
 def epoch_row(epoch: int, wall_s: float, sums: EpochSums, measured_s: float,
               elapsed_s: float) -> dict:
     """One row of epochs.tsv from all-reduced sums and the slowest rank's

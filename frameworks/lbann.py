@@ -450,11 +450,7 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     dataset = data.load(config["dataset"], config["data_dir"])
     info = dataset.info
     global_batch = config["batch_size"] * world
-    n_train = min(config["train_images"] or len(dataset.train_y), len(dataset.train_y))
-    steps = data.steps_per_epoch(n_train, world, config["batch_size"], config["max_steps"])
-    if steps == 0:
-        raise common.RunError(f"batch_size {config['batch_size']} x {world} processes exceeds the "
-                              f"{n_train} training images: no step fits in an epoch")
+    n_train, _, steps = common.epoch_sizes(config, dataset, world)
     folder = write_data_files(dataset, Path.home() / ".cache" / "ddl-compare" / "lbann-data"
                               / info.name)
     lr = models.scaled_learning_rate(config, global_batch)

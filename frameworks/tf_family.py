@@ -138,10 +138,8 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     init_s = time.perf_counter() - init_start
     tracing.attach(phases, config, run_dir, dist.rank, dist.world)
 
-    n_train = min(config["train_images"] or len(dataset.train_y), len(dataset.train_y))
-    n_test = min(config["test_images"] or len(dataset.test_y), len(dataset.test_y))
+    n_train, n_test, steps = common.epoch_sizes(config, dataset, dist.world)
     batch = config["batch_size"]
-    steps = _steps(n_train, dist, batch, config)
     forward_backward = step_fns.forward_backward(phases)
     rows, global_step = [], 0
     for epoch in range(1, config["epochs"] + 1):
@@ -223,14 +221,6 @@ def _optimizer_variables(optimizer) -> list:
     return list(found() if callable(found) else found)
 
 
-def _steps(n_train: int, dist: Dist, batch: int, config: dict) -> int:
-    steps = data.steps_per_epoch(n_train, dist.world, batch, config["max_steps"])
-    if steps == 0:
-        raise common.RunError(f"batch_size {batch} x {dist.world} processes exceeds the "
-                              f"{n_train} training images: no step fits in an epoch")
-    return steps
-
-
 def _evaluate(evaluate, dataset: data.Dataset, dist: Dist, sums: common.EpochSums,
               batch: int, n_test: int) -> None:
     """Distributed evaluation: each rank scores every world-th of the first
@@ -301,10 +291,8 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     init_s = time.perf_counter() - init_start
     tracing.attach(phases, config, run_dir, dist.rank, dist.world)
 
-    n_train = min(config["train_images"] or len(dataset.train_y), len(dataset.train_y))
-    n_test = min(config["test_images"] or len(dataset.test_y), len(dataset.test_y))
+    n_train, n_test, steps = common.epoch_sizes(config, dataset, dist.world)
     batch = config["batch_size"]
-    steps = _steps(n_train, dist, batch, config)
     timer = _fit_step_timer(phases, config["warmup_steps"])
     rows = []
     for epoch in range(1, config["epochs"] + 1):

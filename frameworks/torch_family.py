@@ -132,13 +132,8 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
         x = (torch.from_numpy(x_u8).float().div_(255) - mean) / std
         return x, torch.from_numpy(y)
 
-    n_train = min(config["train_images"] or len(dataset.train_y), len(dataset.train_y))
-    n_test = min(config["test_images"] or len(dataset.test_y), len(dataset.test_y))
+    n_train, n_test, steps = common.epoch_sizes(config, dataset, dist.world)
     batch = config["batch_size"]
-    steps = data.steps_per_epoch(n_train, dist.world, batch, config["max_steps"])
-    if steps == 0:
-        raise common.RunError(f"batch_size {batch} x {dist.world} processes exceeds the "
-                              f"{n_train} training images: no step fits in an epoch")
     rows, global_step = [], 0
     for epoch in range(1, config["epochs"] + 1):
         epoch_start = time.perf_counter()
