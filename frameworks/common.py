@@ -82,6 +82,11 @@ def epoch_sizes(config: dict, dataset, world: int) -> tuple[int, int, int]:
     return n_train, n_test, steps
 
 
+def evaluates(config: dict, epoch: int) -> bool:
+    """Whether an epoch ends with an evaluation: every eval_every epochs, and the last."""
+    return epoch % config["eval_every"] == 0 or epoch == config["epochs"]
+
+
 def epoch_row(epoch: int, wall_s: float, sums: EpochSums, measured_s: float,
               elapsed_s: float) -> dict:
     """One row of epochs.tsv from all-reduced sums and the slowest rank's

@@ -145,7 +145,6 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     for epoch in range(1, config["epochs"] + 1):
         epoch_start = time.perf_counter()
         indices = data.shard(n_train, dist.rank, dist.world, config["seed"], epoch, steps * batch)
-        sums = common.EpochSums()
         loss_sum = tf.zeros((), tf.float64)
         correct = tf.zeros((), tf.int64)
         measured_start, measured_steps = None, 0
@@ -168,10 +167,10 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
             measured_steps += measured_start is not None
             global_step += 1
         measured_s = time.perf_counter() - measured_start if measured_start else 0.0
-        sums.train_loss, sums.train_correct = float(loss_sum), float(correct)
-        sums.train_images = steps * batch
-        sums.measured_images = batch * measured_steps
-        if epoch % config["eval_every"] == 0 or epoch == config["epochs"]:
+        sums = common.EpochSums(train_loss=float(loss_sum), train_correct=float(correct),
+                                train_images=steps * batch,
+                                measured_images=batch * measured_steps)
+        if common.evaluates(config, epoch):
             with phases("eval"):
                 _evaluate(step_fns.evaluate, dataset, dist, sums, batch, n_test)
         rows.append(_epoch_row(adapter, epoch, epoch_start, sums, measured_s, clock))
@@ -311,7 +310,7 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
                                 train_images=steps * batch,
                                 measured_images=batch * timer.measured_steps)
         measured_s = timer.measured_s
-        if epoch % config["eval_every"] == 0 or epoch == config["epochs"]:
+        if common.evaluates(config, epoch):
             with phases("eval"):
                 _evaluate(evaluate, dataset, dist, sums, batch, n_test)
         rows.append(_epoch_row(adapter, epoch, epoch_start, sums, measured_s, clock))

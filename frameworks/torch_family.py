@@ -138,7 +138,6 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
     for epoch in range(1, config["epochs"] + 1):
         epoch_start = time.perf_counter()
         indices = data.shard(n_train, dist.rank, dist.world, config["seed"], epoch, steps * batch)
-        sums = common.EpochSums()
         loss_sum = torch.zeros((), device=device)
         correct = torch.zeros((), device=device)
         measured_start, measured_steps = None, 0
@@ -170,10 +169,10 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
             measured_steps += measured_start is not None
             global_step += 1
         measured_s = time.perf_counter() - measured_start if measured_start else 0.0
-        sums.train_loss, sums.train_correct = float(loss_sum), float(correct)
-        sums.train_images = steps * batch
-        sums.measured_images = batch * measured_steps
-        if epoch % config["eval_every"] == 0 or epoch == config["epochs"]:
+        sums = common.EpochSums(train_loss=float(loss_sum), train_correct=float(correct),
+                                train_images=steps * batch,
+                                measured_images=batch * measured_steps)
+        if common.evaluates(config, epoch):
             with phases("eval"):
                 _evaluate(model, dataset, dist, sums, batch_tensors, device, batch, n_test)
         totals = adapter.allreduce(torch.tensor(sums.vector(), dtype=torch.float64), "sum")
