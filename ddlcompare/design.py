@@ -19,8 +19,14 @@ from typing import Any
 
 import yaml
 
+from ddlcompare import yaml_safe
 from ddlcompare.params import CORE_FACTORS, PARAMS, SAFE_TEXT, RunRow
 
+# A plan larger than this is a typo more often than a campaign; a design
+# that means it says so with max_runs.
+MAX_RUNS = 10_000
+# One problem is one line: a value repeated by YAML aliases is cut short.
+MAX_PROBLEM_CHARS = 300
 TOP_LEVEL_KEYS = {
     "name": "the design's name, used as results/<name>/",
     "factors": "a mapping of factor -> list of levels",
@@ -30,6 +36,7 @@ TOP_LEVEL_KEYS = {
     "randomize": "shuffle the run order with the seed (true/false)",
     "exclude": "a list of rules {factor: level or [levels]} removing matching runs",
     "zip": "a list of factor groups whose levels vary together",
+    "max_runs": f"refuse a plan of more runs than this (default {MAX_RUNS})",
 }
 
 
@@ -38,7 +45,9 @@ class DesignError(Exception):
 
     def __init__(self, source: str, problems: list[str]):
         self.source = source
-        self.problems = problems
+        self.problems = [p if len(p) <= MAX_PROBLEM_CHARS else p[:MAX_PROBLEM_CHARS] + "..."
+                         for p in problems]
+        problems = self.problems
         super().__init__("\n".join(f"{source}: {p}" for p in problems))
 
 
@@ -131,15 +140,16 @@ def load(path: str | Path) -> Design:
     """Read and validate a design file; raise DesignError listing every problem."""
     path = Path(path)
     source = str(path)
+    if not source.strip() or source == ".":
+        raise DesignError("design", ["no design file given; pass --config design=PATH "
+                                     "(e.g. design.yaml)"])
     try:
-        text = path.read_text()
+        raw = yaml_safe.load(yaml_safe.read_text(path))
     except FileNotFoundError:
         raise DesignError(source, ["file not found; copy design.yaml from the repository "
                                    "or pass --config design=PATH"]) from None
-    except OSError as exc:
-        raise DesignError(source, [f"cannot be read: {exc.strerror}"]) from None
-    try:
-        raw = yaml.safe_load(text)
+    except yaml_safe.YamlProblem as exc:
+        raise DesignError(source, [str(exc)]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -157,18 +167,20 @@ def parse(raw: Any, source: str = "design.yaml") -> Design:
         if key not in TOP_LEVEL_KEYS:
             problems.append(f"unknown key {key!r} (allowed: {', '.join(TOP_LEVEL_KEYS)})")
 
-    name = raw.get("name", Path(source).stem)
-    if not isinstance(name, str) or not SAFE_TEXT.match(name):
-        problems.append(f"name: {name!r} must be a short name of letters, digits, '.', '_', '-'")
+    name = _parse_name(raw, source, problems)
     factors = _parse_factors(raw.get("factors"), problems)
     fixed = _parse_fixed(raw.get("fixed", {}), factors, problems)
-    replications = _integer(raw, "replications", 1, 1, problems)
-    seed = _integer(raw, "seed", 42, 0, problems)
+    max_runs = _integer(raw, "max_runs", MAX_RUNS, 1, problems, 10**9)
+    replications = _integer(raw, "replications", 1, 1, problems, 10**9)  # see _check_size
+    # 2^31 - 1: LBANN and TensorFlow's initialisers take the seed as an int.
+    seed = _integer(raw, "seed", 42, 0, problems, 2**31 - 1)
     randomize = raw.get("randomize", True)
     if not isinstance(randomize, bool):
         problems.append(f"randomize: must be true or false, got {randomize!r}")
     zip_groups = _parse_zip(raw.get("zip", []), factors, problems)
     exclude = _parse_exclude(raw.get("exclude", []), factors, problems)
+    if not problems:
+        _check_size(factors, zip_groups, replications, max_runs, problems)
     if problems:
         raise DesignError(source, problems)
 
@@ -179,6 +191,44 @@ def parse(raw: Any, source: str = "design.yaml") -> Design:
     if problems:
         raise DesignError(source, problems)
     return design
+
+
+def _parse_name(raw: dict, source: str, problems: list[str]) -> str:
+    if "name" not in raw:
+        name = Path(source).stem
+        if not SAFE_TEXT.match(name):
+            problems.append(f"name: not set, so it would be the file's name {name!r}, which "
+                            "has characters not allowed in a folder name; add a line "
+                            "'name: my-campaign' (letters, digits, '.', '_', '-')")
+        return name
+    name = raw["name"]
+    if isinstance(name, bool):
+        written = "no" if name is False else "yes"
+        problems.append(f"name: YAML reads {written} (or on/off, true/false) as {name}, not "
+                        f"text; put it in quotes: name: '{written}'")
+    elif isinstance(name, (int, float)):
+        problems.append(f"name: YAML reads {name} as a number, not text; put it in quotes: "
+                        f"name: '{name}'")
+    elif not isinstance(name, str) or not SAFE_TEXT.match(name):
+        problems.append(f"name: {name!r} must be a short name of letters, digits, '.', '_', '-'")
+    return name
+
+
+def _check_size(factors: dict, zip_groups: list[list[str]], replications: int, max_runs: int,
+                problems: list[str]) -> None:
+    """Count the plan before expanding it: 10^7 runs would fill the memory."""
+    zipped = {f for group in zip_groups for f in group}
+    cells = 1
+    for group in zip_groups:
+        cells *= len(factors[group[0]])
+    for f, levels in factors.items():
+        if f not in zipped:
+            cells *= len(levels)
+    if cells * replications > max_runs:
+        problems.append(f"the plan has {cells} cells x {replications} replications = "
+                        f"{cells * replications} runs, more than max_runs ({max_runs}); "
+                        "fewer levels or replications, or set max_runs: N at the top of "
+                        "the design if you mean it")
 
 
 def _parse_factors(raw: Any, problems: list[str]) -> dict[str, list[Any]]:
@@ -207,14 +257,17 @@ def _parse_factors(raw: Any, problems: list[str]) -> dict[str, list[Any]]:
         for level, problem in bad:
             if problem:
                 problems.append(f"{key}: {problem}")
+        if any(problem for _, problem in bad):
+            continue
+        levels = [param.normalise(lv) for lv in levels]
         seen = set()
         for level in levels:
             marker = json.dumps(level)
             if marker in seen:
-                problems.append(f"{key}: level {level!r} is listed twice")
+                problems.append(f"{key}: level {level!r} is listed twice (after reading "
+                                "1 and 1.0 as one number); list each level once")
             seen.add(marker)
-        if not any(problem for _, problem in bad):
-            factors[name] = levels
+        factors[name] = levels
     if "framework" not in raw:
         problems.append("factors.framework: missing; every design compares frameworks")
     return factors
@@ -236,14 +289,19 @@ def _parse_fixed(raw: Any, factors: dict[str, list[Any]], problems: list[str]) -
         elif (problem := param.check(value)):
             problems.append(f"{key}: {problem}")
     resolved = {name: p.default for name, p in PARAMS.items() if name not in factors}
-    resolved.update({k: v for k, v in raw.items() if k in PARAMS and k not in factors})
+    resolved.update({k: PARAMS[k].normalise(v) for k, v in raw.items()
+                     if k in PARAMS and k not in factors})
     return resolved
 
 
-def _integer(raw: dict, key: str, default: int, minimum: int, problems: list[str]) -> int:
+def _integer(raw: dict, key: str, default: int, minimum: int, problems: list[str],
+             maximum: int) -> int:
     value = raw.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         problems.append(f"{key}: must be an integer >= {minimum}, got {value!r}")
+        return default
+    if value > maximum:
+        problems.append(f"{key}: must be at most {maximum}, got {value}")
         return default
     return value
 
@@ -255,6 +313,10 @@ def _parse_zip(raw: Any, factors: dict[str, list[Any]], problems: list[str]) -> 
     groups, used = [], set()
     for i, group in enumerate(raw):
         key = f"zip[{i}]"
+        if not all(isinstance(f, str) for f in group):
+            problems.append(f"{key}: lists factor names only, e.g. [nodes, batch_size]; "
+                            "the levels go under factors")
+            continue
         unknown = [f for f in group if f not in factors]
         if unknown:
             problems.append(f"{key}: {', '.join(map(str, unknown))} not among the factors")

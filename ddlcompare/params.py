@@ -7,8 +7,10 @@ the report's plots.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 # Values end up in directory names and process arguments: keep them to a
@@ -24,6 +26,7 @@ class Param:
     help: str
     choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None
     minimum: float | None = None
+    maximum: float | None = None  # numbers are capped at LIMIT unless set
     nullable: bool = False
     path_like: bool = False  # free text allowed (a directory), never a factor
     # Read by the analysis only: never a factor, and left out of the settings
@@ -46,16 +49,39 @@ class Param:
         else:
             ok = isinstance(value, str)
         if not ok:
-            return f"must be {self.describe()}, got {value!r} ({type(value).__name__})"
+            return (f"must be {self.describe()}, got {value!r} ({type(value).__name__})"
+                    + yaml_hint(value, self.kind))
+        if self.kind in (int, float):
+            return self._check_number(value) or self._check_choice(value)
+        return self._check_choice(value)
+
+    def _check_number(self, value) -> str | None:
+        # NaN passes every comparison, inf every minimum: refuse both first.
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"must be a finite number, got {value!r}"
         if self.minimum is not None and value < self.minimum:
             return f"must be >= {self.minimum:g}, got {value!r}"
+        top = self.maximum if self.maximum is not None else LIMIT
+        if value > top:
+            return f"must be <= {top:g}, got {value!r}"
+        return None
+
+    def _check_choice(self, value) -> str | None:
         allowed = self.allowed()
         if allowed is not None and value not in allowed:
             return f"unknown value {value!r} (allowed: {', '.join(allowed)})"
-        if self.kind is str and not self.path_like and not SAFE_TEXT.match(value):
+        if self.path_like:
+            return path_problem(value)
+        if self.kind is str and not SAFE_TEXT.match(value):
             return (f"{value!r} has characters that are not allowed "
                     "(use letters, digits, '.', '_', '+', '-'; at most 64)")
         return None
+
+    def normalise(self, value: Any) -> Any:
+        """One spelling per value, so that 1 and 1.0 are one level and hash alike."""
+        if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return value
 
     def describe(self) -> str:
         names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
@@ -66,6 +92,46 @@ class Param:
         if allowed is not None:
             text = "one of " + ", ".join(allowed)
         return text + (" or null" if self.nullable else "")
+
+
+# The largest number any setting takes unless it says otherwise: every
+# framework and library below takes it as a 32-bit integer.
+LIMIT = 2**31 - 1
+
+
+def path_problem(text: str) -> str | None:
+    """What the file system would refuse in a path, said before any run."""
+    if "\0" in text:
+        return "has a NUL character; give a plain path"
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:
+        return (f"{text.split('/')[0]!r}: no such user here; give the full path "
+                "(e.g. /home/me/data)")
+    too_long = [part for part in path.parts if len(part.encode()) > 255]
+    if too_long:
+        return (f"has a folder name of {len(too_long[0].encode())} bytes (at most 255): "
+                f"{too_long[0][:40]!r}...; check the path")
+    if len(str(path).encode()) > 4095:
+        return "is longer than 4095 bytes; check the path"
+    return None
+
+
+def yaml_hint(value: Any, kind: type) -> str:
+    """How to write what the user probably meant, when YAML read it otherwise."""
+    if isinstance(value, bool) and kind is str:
+        return ("; YAML reads yes/no/on/off/true/false as true or false: put the value in "
+                "quotes, e.g. 'no'")
+    if isinstance(value, (int, float)) and kind is str:
+        return "; YAML reads it as a number: put it in quotes, e.g. '2024'"
+    if isinstance(value, str) and kind in (int, float):
+        try:
+            float(value)
+        except ValueError:
+            return ""
+        return ("; YAML 1.1 reads a number like 1e-3 as text: write 1.0e-3 "
+                "(a dot before the exponent)")
+    return ""
 
 
 def _framework_names() -> tuple[str, ...]:
@@ -110,13 +176,13 @@ PARAMS: dict[str, Param] = {p.name: p for p in [
     Param("warmup_steps", int, 10,
           "first steps of the run left out of throughput", minimum=0),
     Param("learning_rate", float, 0.02,
-          "learning rate at the base global batch", minimum=0),
+          "learning rate at the base global batch", minimum=0, maximum=100),
     Param("lr_base_batch", int, 64,
           "global batch that learning_rate is tuned for", minimum=1),
     Param("lr_scaling", str, "linear",
           "how the learning rate follows the global batch",
           choices=("none", "linear", "sqrt")),
-    Param("momentum", float, 0.9, "SGD momentum", minimum=0),
+    Param("momentum", float, 0.9, "SGD momentum", minimum=0, maximum=1),
     Param("eval_every", int, 1, "evaluate on the test set every N epochs", minimum=1),
     Param("horovod_controller", str, "gloo", "Horovod's controller",
           choices=("gloo", "mpi")),
@@ -131,19 +197,21 @@ PARAMS: dict[str, Param] = {p.name: p for p in [
           "intra-op threads per process (torchrun's own default is 1)", minimum=1),
     Param("energy_interval_s", float, 1.0,
           "seconds between two readings of each node's energy meters (RAPL, NVML)",
-          minimum=0.05),
+          minimum=0.05, maximum=3600),
     Param("timeout_s", int, None,
           "kill a run after this many seconds (null: derived from the design)",
           minimum=1, nullable=True),
     Param("target_accuracy", float, None,
           "test accuracy whose first reach times the run (time and energy to "
-          "accuracy; null: not measured)", minimum=0, nullable=True, analysis_only=True),
+          "accuracy; null: not measured)", minimum=0, maximum=1, nullable=True,
+          analysis_only=True),
     # Slow-network emulation between the nodes of one machine (ddlcompare/netem.py).
     Param("net_rate_mbit", int, None,
           "emulate a network of this rate (Mbit/s) between the nodes, on this machine "
           "(null: the machine's own network)", minimum=1, nullable=True),
     Param("net_delay_ms", float, 0,
-          "one-way delay each node adds to what it sends, with net_rate_mbit", minimum=0),
+          "one-way delay each node adds to what it sends, with net_rate_mbit", minimum=0,
+          maximum=60000),
     Param("data_dir", str, None,
           "directory holding the data set files (null: the default place)",
           nullable=True, path_like=True),

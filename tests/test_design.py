@@ -1,4 +1,6 @@
 """Design expansion and validation: every problem named, never a traceback."""
+import os
+
 import pytest
 
 from conftest import ddlc, write_design
@@ -111,6 +113,42 @@ BAD = [
     ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"lr_scaling": "cubic"}}, "allowed: none, linear, sqrt"),
     ({"factors": {"framework": ["torch-ddp"], "target_accuracy": [0.8, 0.9]}},
      "factors.target_accuracy: cannot be a factor"),
+    # Numbers that are not numbers, or too large for what reads them.
+    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"energy_interval_s": float("nan")}},
+     "fixed.energy_interval_s: must be a finite number, got nan"),
+    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"energy_interval_s": float("inf")}},
+     "fixed.energy_interval_s: must be a finite number, got inf"),
+    ({"factors": {"framework": ["torch-ddp"], "learning_rate": [float("nan")]}},
+     "factors.learning_rate: must be a finite number"),
+    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"momentum": -float("inf")}},
+     "fixed.momentum: must be a finite number"),
+    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"epochs": 10**30}}, "fixed.epochs: must be <="),
+    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"learning_rate": 1e300}},
+     "fixed.learning_rate: must be <= 100"),
+    ({"factors": {"framework": ["torch-ddp"]}, "seed": 2**64}, "seed: must be at most 2147483647"),
+    ({"factors": {"framework": ["torch-ddp"], "learning_rate": [1, 1.0]}},
+     "factors.learning_rate: level 1.0 is listed twice"),
+    ({"factors": {"framework": ["torch-ddp"]}, "replications": 10**7},
+     "10000000 runs, more than max_runs (10000)"),
+    ({"factors": {"framework": ["torch-ddp"], "batch_size": list(range(1, 200)),
+                  "epochs": list(range(1, 200))}}, "set max_runs: N"),
+    ({"factors": {"framework": ["torch-ddp"]}, "max_runs": 0}, "max_runs: must be an integer >= 1"),
+    # What YAML reads differently from what the user meant.
+    ({"name": False, "factors": {"framework": ["torch-ddp"]}}, "put it in quotes: name: 'no'"),
+    ({"name": 2024, "factors": {"framework": ["torch-ddp"]}}, "put it in quotes: name: '2024'"),
+    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"learning_rate": "1e-3"}},
+     "write 1.0e-3"),
+    ({"factors": {"framework": ["torch-ddp"], "dataset": [False]}}, "put the value in quotes"),
+    ({"factors": {"framework": ["torch-ddp"], "nodes": [1, 2], "batch_size": [32, 64]},
+      "zip": [["nodes", ["batch_size"]]]}, "zip[0]: lists factor names only"),
+    ({"factors": {"framework": ["torch-ddp"], "nodes": [1, 2], "batch_size": [32, 64]},
+      "zip": [["nodes", {"batch_size": 1}]]}, "zip[0]: lists factor names only"),
+    ({"factors": {"framework": ["torch-ddp"], "nodes": [[1, 2]]}}, "factors.nodes: must be an integer"),
+    # Paths the file system would refuse.
+    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"data_dir": "/tmp/" + "x" * 300}},
+     "fixed.data_dir: has a folder name of 300 bytes"),
+    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"data_dir": "~nosuchuser/data"}},
+     "fixed.data_dir: '~nosuchuser': no such user here"),
 ]
 
 
@@ -137,6 +175,71 @@ def test_yaml_syntax_errors_give_line(tmp_path, text, message):
     with pytest.raises(DesignError) as err:
         design.load(path)
     assert message in err.value.problems[0] and "line" in err.value.problems[0]
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+    for p, c in zip("abcdefgh", "bcdefghi")) + "factors: {framework: *i}\n"
+
+BAD_FILES = [
+    ("factors: {framework: [torch-ddp]}\nfactors: {nodes: [1]}\n", "line 2: key 'factors' appears twice"),
+    ("factors:\n  framework: [torch-ddp]\n  framework: [horovod-torch]\n", "key 'framework' appears twice"),
+    ("factors: {framework: [torch-ddp], dataset: [2024-01-01]}\n",
+     "factors.dataset[0]: '2024-01-01' is a date; put it in quotes"),
+    ("factors: {framework: [torch-ddp], dataset: !!set {a, b}}\n", "is a set"),
+    ("factors: {framework: [torch-ddp], dataset: [!!binary aGVsbG8=]}\n", "is a binary value"),
+    ("factors: {framework: [torch-ddp], dataset: [{? [a]: 1}]}\n", "a key must be a plain name"),
+    ("name: no\nfactors: {framework: [torch-ddp]}\n", "name: 'no'"),
+    ("factors: {framework: [torch-ddp]}\nfixed: {learning_rate: 1e-3}\n", "write 1.0e-3"),
+    ("factors: {framework: [torch-ddp]}\nfixed: {learning_rate: .nan}\n", "must be a finite number"),
+    ("factors: {framework: [torch-ddp]}\nfixed: {energy_interval_s: .inf}\n", "must be a finite number"),
+    (BOMB, "expands to more than 100000 values"),
+]
+
+
+@pytest.mark.parametrize("text,message", BAD_FILES, ids=[m for _, m in BAD_FILES])
+def test_bad_design_file_is_named(tmp_path, text, message):
+    path = tmp_path / "d.yaml"
+    path.write_text(text)
+    with pytest.raises(DesignError) as err:
+        design.load(path)
+    assert any(message in p for p in err.value.problems), err.value.problems
+    assert all(len(p) < 400 for p in err.value.problems)
+
+
+def test_name_from_the_file_name_is_explained(tmp_path):
+    path = tmp_path / "my design.yaml"
+    path.write_text("factors: {framework: [torch-ddp]}\n")
+    with pytest.raises(DesignError) as err:
+        design.load(path)
+    assert "name: not set, so it would be the file's name 'my design'" in err.value.problems[0]
+
+
+def test_non_utf8_design(tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_bytes(b"factors: {framework: [torch-ddp]}\nname: caf\xe9\n")
+    with pytest.raises(DesignError) as err:
+        design.load(path)
+    assert "line 2: byte 0xe9 is not UTF-8" in err.value.problems[0]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "dir", "empty-name"])
+def test_design_that_is_not_a_file_is_refused_without_hanging(tmp_path, kind):
+    path = {"fifo": tmp_path / "d.yaml", "zero": "/dev/zero", "dir": tmp_path,
+            "empty-name": ""}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    out = ddlc("plan", "--design", str(path))  # ddlc's timeout catches a hang
+    assert out.returncode == 2, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert {"fifo": "not a regular file", "zero": "not a regular file",
+            "dir": "is a directory", "empty-name": "no design file given"}[kind] in out.stderr
+
+
+def test_numbers_are_normalised_before_hashing():
+    one = design.parse(base(fixed={"learning_rate": 1}))
+    same = design.parse(base(fixed={"learning_rate": 1.0}))
+    assert one.settings_hash == same.settings_hash
 
 
 HOSTILE = ["a b", "x;rm -rf /", "$(touch /tmp/pwned)", "`id`", "a\nb", "'q'", "../../etc"]

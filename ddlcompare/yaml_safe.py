@@ -1,0 +1,142 @@
+"""Reading a design file a user wrote, whatever they wrote.
+
+The file must be a small regular UTF-8 file (a FIFO would hang the reader,
+/dev/zero would fill the memory); the YAML may hold only what JSON holds
+(dates, sets and binary values are refused with the fix), no key twice (YAML
+keeps the last silently: a second ``factors:`` block would drop the first),
+and no alias bomb (a few lines expanding to millions of values). Every
+problem is a :class:`YamlProblem` with one line naming the place and the fix.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MAX_BYTES = 1 << 20  # a design is a page of YAML
+MAX_VALUES = 100_000  # values after expanding aliases
+# The workflow records its design file's digest here; a job started later
+# tells a design edited mid-campaign apart from a wrong run path.
+DIGEST_ENV = "DDLC_DESIGN_DIGEST"
+
+
+class YamlProblem(Exception):
+    """One problem, one line."""
+
+
+def read_text(path: Path) -> str:
+    """The file's text, refusing what is not a small regular UTF-8 file."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise YamlProblem(f"cannot be read: {exc.strerror}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise YamlProblem("is a directory; give the design file inside it "
+                          "(--config design=FOLDER/design.yaml)")
+    if not stat.S_ISREG(info.st_mode):
+        raise YamlProblem("is not a regular file (a pipe or a device?); save the design "
+                          "to a file and pass its path")
+    if info.st_size > MAX_BYTES:
+        raise YamlProblem(f"is {info.st_size} bytes; a design is at most {MAX_BYTES} bytes "
+                          "of YAML: is this the right file?")
+    raw = Path(path).read_bytes()[:MAX_BYTES + 1]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise YamlProblem(f"line {line}: byte {raw[exc.start]:#04x} is not UTF-8; save the "
+                          "file as UTF-8") from None
+
+
+def file_digest(path: str | Path) -> str | None:
+    try:
+        return hashlib.sha256(read_text(Path(path)).encode()).hexdigest()[:16]
+    except (OSError, YamlProblem):
+        return None
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses keys given twice."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # '<<: *base' merges; the merged keys are checked there
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                raise YamlProblem(f"line {key_node.start_mark.line + 1}: a key must be a plain "
+                                  "name, not a list or mapping") from None
+            if key in seen:
+                raise YamlProblem(f"line {key_node.start_mark.line + 1}: key {key!r} appears "
+                                  f"twice (first on line {seen[key]}); YAML would keep only the "
+                                  "last one: merge the two into one")
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+def load(text: str) -> Any:
+    """Parse the YAML; yaml.YAMLError for syntax, YamlProblem for the rest."""
+    data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
+    _check_size(data)
+    problem = _not_json(data, "")
+    if problem:
+        raise YamlProblem(problem)
+    return data
+
+
+def _check_size(data: Any) -> None:
+    """Count values as a reader would see them (aliases expanded), stopping
+    as soon as there are too many."""
+    count = 0
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise YamlProblem(f"expands to more than {MAX_VALUES} values (YAML aliases "
+                              "repeating each other?); write the design out plainly")
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set)):
+            stack.extend(item)
+
+
+FIXES = {  # datetime before date: a datetime is a date too
+    datetime.datetime: "a date and time; put it in quotes if you meant text",
+    datetime.date: "a date; put it in quotes if you meant text",
+    set: "a set (!!set or '? key' entries); write a list [a, b] instead",
+    bytes: "a binary value (!!binary); designs hold only text, numbers, true/false and lists",
+}
+
+
+def _not_json(item: Any, where: str) -> str | None:
+    """The first value JSON cannot hold, named by its place and the fix."""
+    if isinstance(item, dict):
+        for key, value in item.items():
+            if not isinstance(key, str):
+                return (f"{where or 'top level'}: key {key!r} is not text; keys are names "
+                        "(put it in quotes)")
+            found = _not_json(value, f"{where}.{key}" if where else key)
+            if found:
+                return found
+        return None
+    if isinstance(item, list):
+        for i, value in enumerate(item):
+            if (found := _not_json(value, f"{where}[{i}]")):
+                return found
+        return None
+    if item is None or isinstance(item, (str, int, float, bool)):
+        return None
+    fix = next((text for kind, text in FIXES.items() if isinstance(item, kind)),
+               f"a {type(item).__name__}; use text, a number, true/false or a list")
+    return f"{where}: {str(item)[:40]!r} is {fix}"
