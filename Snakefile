@@ -10,7 +10,7 @@ from ddlcompare import workflow_support as ws
 DESIGN_FILE = config.get("design", "design.yaml")
 RESULTS = Path(config.get("results", "results"))
 DESIGN, RUNS = ws.prepare(DESIGN_FILE, RESULTS, main=workflow.is_main_process,
-                          dryrun=workflow.dryrun)
+                          dryrun=workflow.dryrun, options=config)
 RUN_BY_PATH = {r.path: r for r in RUNS}
 TABLES = RESULTS / DESIGN.root / "tables"
 REPORT = RESULTS / DESIGN.root / "report.html"

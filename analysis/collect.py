@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis import accuracy, cells
-from ddlcompare import energy, netem, runner
+from ddlcompare import energy, netem, runner, validate
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
 from traces.phases import PHASES, STEP_PHASES
@@ -58,15 +58,37 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
+def outcome(folder: Path, config: dict) -> tuple[dict, dict]:
+    """The run's record (run.json, {} when unreadable) and its outcome:
+    status, exit status and reason, from its done marker, or from run.json
+    for a run without one. A run whose files are damaged is "damaged", with
+    the file and the problem as its reason."""
+    try:
+        record = validate.read_json(folder / runner.RECORD)
+    except validate.Damaged:
+        record = {}
+    status, problem = validate.done_status(folder)
+    if status is None:
+        result = {"status": record.get("status", "missing"),
+                  "exit_status": record.get("exit_status"), "reason": record.get("reason")}
+    elif problem:
+        result = {"status": "damaged", "exit_status": None, "reason": problem}
+    else:
+        done = validate.read_json(folder / runner.DONE)
+        result = {k: done[k] for k in ("status", "exit_status", "reason")}
+    if result["status"] == "ok" and (problems := validate.check_run(folder, config)):
+        result = {"status": "damaged", "exit_status": result["exit_status"],
+                  "reason": "; ".join(problems[:3])
+                  + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")}
+    return record, result
+
+
 def run_row(design: Design, row, results: Path) -> dict:
     folder = results / row.path
     out = {"run_id": row.run_id, "path": row.path, "order": row.order, "rep": row.rep,
            **{k: v for k, v in row.config.items() if k not in ("run_id", "rep")}}
-    record = _read_json(folder / runner.RECORD) or {}
-    done = _read_json(folder / runner.DONE)
-    out["status"] = done["status"] if done else record.get("status", "missing")
-    out["exit_status"] = (done or record).get("exit_status")
-    out["reason"] = (done or record).get("reason")
+    record, result = outcome(folder, row.config)
+    out.update(result)
     out["start"], out["end"] = record.get("start"), record.get("end")
     ranks = record.get("ranks", [])
     out["hosts"] = ",".join(sorted({r["hostname"] for r in ranks}))
@@ -74,7 +96,7 @@ def run_row(design: Design, row, results: Path) -> dict:
     for key in ("torch", "tensorflow", "horovod", "python"):
         out[f"version_{key}"] = ranks[0].get(key) if ranks else None
     out["cpu"] = ranks[0].get("cpu") if ranks else None
-    out["mpi"] = record.get("mpi")
+    out["mpi"] = None if record.get("mpi") is None else str(record.get("mpi"))
     metrics = _read_json(folder / "metrics.json") if out["status"] == "ok" else None
     for key in FIGURES:
         out[key] = (metrics or {}).get(key)
@@ -217,13 +239,18 @@ def phase_tables(design: Design, results: Path) -> tuple[pa.Table, dict[str, str
         path = results / row.path / "phases.parquet"
         if not path.exists():
             continue
-        table = pq.read_table(path)
-        meta = table.schema.metadata or {}
-        problems = json.loads(meta.get(b"ddlcompare.errors", b"[]"))
+        try:
+            table = pq.read_table(path)
+            meta = table.schema.metadata or {}
+            problems = json.loads(meta.get(b"ddlcompare.errors", b"[]"))
+            table = table.cast(SCHEMA)
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            errors[row.run_id] = f"phases.parquet: damaged ({str(exc)[:120]})"
+            continue
         if problems:
-            errors[row.run_id] = "; ".join(problems)
+            errors[row.run_id] = "; ".join(map(str, problems))
         versions = {k: v for k, v in meta.items() if k.endswith(b"_version")}
-        parts.append(table.cast(SCHEMA))
+        parts.append(table)
     stacked = pa.concat_tables(parts) if parts else SCHEMA.empty_table()
     return stacked.replace_schema_metadata(versions), errors
 
@@ -241,3 +268,7 @@ def write_tables(design: Design, results: Path, out: Path) -> None:
         df.to_parquet(tmp, index=False)
         tmp.replace(out / f"{name}.parquet")
     write_text(out / "runs.csv", found["runs"].to_csv(index=False))
+    # What the tables were built from: the workflow builds them again when
+    # any run's files change (workflow_support.note_changed_results).
+    folders = [results / row.path for row in design.runs()]
+    write_text(out / validate.INPUTS, json.dumps({"fingerprint": validate.fingerprint(folders)}))

@@ -8,11 +8,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from ddlcompare import design as design_mod
-from ddlcompare import preflight
+from ddlcompare import preflight, yaml_safe
 
 
 class UserError(Exception):
@@ -46,12 +47,30 @@ def cmd_plan(args) -> int:
 
 
 def cmd_run_one(args) -> int:
-    from ddlcompare import runner
-    design = load_design(args.design, check_ready=False)
+    from ddlcompare import ownership, runner
+    try:
+        design = load_design(args.design, check_ready=False)
+    except UserError as exc:
+        raise UserError(design_changed(args.design) or str(exc)) from None
     by_path = {r.path: r for r in design.runs()}
     if args.path not in by_path:
-        raise UserError(f"{args.path}: not a run of {args.design}")
-    return runner.execute(by_path[args.path], Path(args.results))
+        raise UserError(design_changed(args.design) or f"{args.path}: not a run of {args.design}")
+    try:
+        return runner.execute(by_path[args.path], Path(args.results),
+                              kill_orphans=args.kill_orphans)
+    except ownership.Busy as exc:
+        raise UserError(str(exc)) from None
+
+
+def design_changed(path: str) -> str | None:
+    """The message for a job whose design file was edited after its workflow
+    planned the campaign (the workflow records the file's digest)."""
+    planned = os.environ.get(yaml_safe.DIGEST_ENV)
+    if not planned or yaml_safe.file_digest(path) == planned:
+        return None
+    return (f"{path}: the design changed since this campaign started (it was edited while "
+            "the workflow ran); this run is no longer in it. Let the workflow end, then "
+            "start it again to plan the new design")
 
 
 def cmd_collect(args) -> int:
@@ -92,6 +111,8 @@ def parser() -> argparse.ArgumentParser:
     one = command("run-one", cmd_run_one, "execute one run of the design")
     one.add_argument("--path", required=True, help="the run's path under the results folder")
     one.add_argument("--results", default="results")
+    one.add_argument("--kill-orphans", action="store_true",
+                     help="stop an earlier attempt still training in the run folder")
     col = command("collect", cmd_collect, "gather every run into the results tables")
     col.add_argument("--results", default="results")
     col.add_argument("--out", required=True, help="folder for the tables")

@@ -8,18 +8,21 @@ so the next workflow invocation runs it again.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import psutil
 
-from ddlcompare import energy, hosts, launch, netem, provenance
+from ddlcompare import (energy, hosts, launch, machine_lock, netem, ownership, provenance,
+                        validate)
 from ddlcompare.atomic import write_json
 from ddlcompare.params import RunRow
 from frameworks import data, registry
@@ -36,8 +39,12 @@ ATTEMPT_GLOBS = ("steps.rank*.tsv", "intervals.rank*.tsv", "rank*.json", energy.
 
 
 class Interrupted(Exception):
-    def __init__(self, signum: int):
-        self.signum = signum
+    def __init__(self, reason: str, signum: int | None = None):
+        self.reason, self.signum = reason, signum
+
+
+class LostOwnership(Exception):
+    """Another attempt owns the run folder now: this one writes nothing more."""
 
 
 def derived_timeout(config: dict) -> int:
@@ -53,18 +60,37 @@ def derived_timeout(config: dict) -> int:
     return int(180 + config["epochs"] * (n + 10000) / 20)
 
 
-def execute(row: RunRow, results: Path) -> int:
-    """Run ``row``; return 0 when a done marker was written (ok or failed)."""
+def execute(row: RunRow, results: Path, kill_orphans: bool = False) -> int:
+    """Run ``row``; return 0 when a done marker was written (ok or failed).
+    The run folder is claimed first (ownership.Busy when an earlier attempt
+    still runs there) and released at the end."""
     run_dir = (results / row.path).resolve()  # workers start in the repository
     run_dir.mkdir(parents=True, exist_ok=True)
+    token = ownership.claim(run_dir, kill=kill_orphans)
+    try:
+        return _attempt(row, run_dir, token)
+    except LostOwnership:
+        print(f"{run_dir}: another attempt owns this run folder now; this one stopped "
+              "without writing", file=sys.stderr)
+        return 1
+    finally:
+        ownership.release(run_dir, token)
+
+
+def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
+    def save(name: str, doc: dict) -> None:
+        if not ownership.owns(run_dir, token):
+            raise LostOwnership()
+        write_json(run_dir / name, doc)
+
     archive_attempt(run_dir)
     config = row.config
     info = registry.FRAMEWORKS[config["framework"]]
     record = {"run_id": row.run_id, "path": row.path, "factors": row.factors, "rep": row.rep,
               "order": row.order, "config": config, "status": "running",
               "start": _now(), **provenance.harness(), **provenance.tools()}
-    write_json(run_dir / "config.json", config)
-    write_json(run_dir / RECORD, record)
+    save("config.json", config)
+    save(RECORD, record)
     try:
         with netem.network(config, run_dir) as net:
             scheduler, host_list = hosts.detect(config["nodes"], config["procs_per_node"],
@@ -73,59 +99,137 @@ def execute(row: RunRow, results: Path) -> int:
             argv = net.enter(argv)
             record.update(scheduler=scheduler, hosts=[h.__dict__ for h in host_list],
                           command=argv)
-            started = time.time()
-            outcome = _watch(argv, {**os.environ, **net.env, **env}, run_dir,
-                             derived_timeout(config))
-            energy.write_run_energy(run_dir, [h.name for h in host_list], started,
-                                    time.time())
+            watch = Watch(run_dir, token, derived_timeout(config))
+            with watch.signals(), _machine(scheduler, row.path, watch) as waited:
+                record["waited_for_machine_s"] = round(waited, 1)
+                started = time.time()
+                outcome = watch.run(argv, {**os.environ, **net.env, **env})
+                energy.write_run_energy(run_dir, [h.name for h in host_list], started,
+                                        time.time())
     except Interrupted as stop:
         record.update(status="interrupted", end=_now(),
-                      reason=f"stopped by {signal.Signals(stop.signum).name}; "
-                             "the next workflow run starts it again")
-        write_json(run_dir / RECORD, record)
-        return 128 + stop.signum
+                      reason=f"{stop.reason}; the next workflow run starts it again")
+        save(RECORD, record)
+        return 128 + stop.signum if stop.signum else 1
     except (RuntimeError, OSError) as exc:
         outcome = {"exit_status": None, "reason": f"could not start: {exc}"}
     status = "ok" if outcome["exit_status"] == 0 and (run_dir / "metrics.json").exists() \
         else "failed"
     if status == "failed" and not outcome.get("reason"):
         outcome["reason"] = "exited 0 but wrote no metrics.json"
+    if status == "ok" and outcome.get("overlap"):
+        status = "suspect"
+        outcome["reason"] = ("measured while other training shared this machine: "
+                             + "; ".join(outcome["overlap"][:3]))
     record.update(status=status, end=_now(), ranks=_ranks(run_dir), **outcome)
-    write_json(run_dir / RECORD, record)
-    write_json(run_dir / DONE, {"status": status, "exit_status": outcome["exit_status"],
-                                "reason": outcome.get("reason"), "run_id": row.run_id})
+    save(RECORD, record)
+    save(DONE, {"status": status, "exit_status": outcome["exit_status"],
+                "reason": outcome.get("reason"), "run_id": row.run_id})
     return 0
 
 
-def _watch(argv: list[str], env: dict, run_dir: Path, timeout: int) -> dict:
-    """Run the launcher; kill its process tree on timeout or when this
-    process is told to stop."""
-    with open(run_dir / LOG, "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                cwd=provenance.REPO, start_new_session=True)
-        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+def _machine(scheduler: str, what: str, watch: "Watch"):
+    """On the local profile, the host-wide measuring lock; elsewhere the
+    scheduler gives each run its own nodes."""
+    if scheduler != "local":
+        return contextlib.nullcontext(0.0)
+    return machine_lock.measuring(what, lambda text: print(text, file=sys.stderr, flush=True),
+                                  watch.check_workflow)
+
+
+class Watch:
+    """Runs the launcher and watches it: the timeout, this process's stop
+    signals, the workflow that started it (a killed Snakemake must not leave
+    an attempt training), the folder's ownership, and other training that
+    shares the machine."""
+    POLL_S = 1.0
+    OVERLAP_EVERY_S = 5.0
+
+    def __init__(self, run_dir: Path, token: str, timeout: int):
+        self.run_dir, self.token, self.timeout = run_dir, token, timeout
+        self.workflow = ownership.workflow_process()
+        self.proc: subprocess.Popen | None = None
+        self.overlap: list[str] = []
+
+    def check_workflow(self) -> None:
+        if self.workflow and not ownership.alive(*self.workflow):
+            if self.proc:
+                _kill_tree(self.proc)
+            raise Interrupted(f"the workflow that started it (Snakemake, pid "
+                              f"{self.workflow[0]}) ended; stopped so that no orphan trains on")
+
+    @contextlib.contextmanager
+    def signals(self):
+        """While the run lasts, a stop signal (Ctrl-C, the scheduler, a lost
+        terminal) ends the launcher's whole tree and the attempt."""
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM,
+                                                     signal.SIGHUP)}
 
         def stop(signum, _frame):
-            _kill_tree(proc)
-            raise Interrupted(signum)
+            if self.proc:
+                _kill_tree(self.proc)
+            raise Interrupted(f"stopped by {signal.Signals(signum).name}", signum)
 
         for s in previous:
             signal.signal(s, stop)
         try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_tree(proc)
-            return {"exit_status": proc.returncode,
-                    "reason": f"timeout: still running after {timeout} s; killed"}
+            yield
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-    code = proc.returncode
-    if code == 0:
-        return {"exit_status": 0, "reason": None}
-    if code < 0:
-        return {"exit_status": code, "reason": f"killed by {signal.Signals(-code).name}"}
-    return {"exit_status": code, "reason": f"exit status {code}: {_last_error(run_dir / LOG)}"}
+
+    def run(self, argv: list[str], env: dict) -> dict:
+        with open(self.run_dir / LOG, "wb") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         cwd=provenance.REPO, start_new_session=True,
+                                         preexec_fn=ownership.die_with_parent)
+            timed_out = self._wait()
+        outcome = self._outcome(timed_out)
+        if self.overlap:
+            outcome["overlap"] = self.overlap
+        return outcome
+
+    def _wait(self) -> bool:
+        """Wait for the launcher; True when it ran past the timeout."""
+        deadline = time.monotonic() + self.timeout
+        beat = probe = time.monotonic()
+        while True:
+            try:
+                self.proc.wait(timeout=self.POLL_S)
+                return False
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            if now > deadline:
+                _kill_tree(self.proc)
+                return True
+            self.check_workflow()
+            if not ownership.owns(self.run_dir, self.token):
+                _kill_tree(self.proc)
+                raise LostOwnership()
+            if now - beat > ownership.HEARTBEAT_S:
+                ownership.heartbeat(self.run_dir, self.token)
+                beat = now
+            if now - probe > self.OVERLAP_EVERY_S:
+                self._note_overlap()
+                probe = now
+
+    def _note_overlap(self) -> None:
+        for line in machine_lock.other_training(self.run_dir, provenance.REPO):
+            if line not in self.overlap:
+                self.overlap.append(line)
+
+    def _outcome(self, timed_out: bool) -> dict:
+        code = self.proc.returncode
+        if timed_out:
+            return {"exit_status": code,
+                    "reason": f"timeout: still running after {self.timeout} s; killed"}
+        if code == 0:
+            return {"exit_status": 0, "reason": None}
+        if code < 0:
+            return {"exit_status": code, "reason": f"killed by {signal.Signals(-code).name}"}
+        return {"exit_status": code,
+                "reason": f"exit status {code}: {_last_error(self.run_dir / LOG)}"}
 
 
 def _kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
@@ -189,19 +293,30 @@ def archive_attempt(run_dir: Path) -> None:
 
 
 def failed_runs(rows: list[RunRow], results: Path) -> list[RunRow]:
-    """Runs whose done marker says they failed: the workflow runs them again."""
-    failed = []
+    """Runs whose done marker says they failed, or measured while other
+    training shared the machine (suspect): the workflow runs them again."""
+    return [row for row in rows
+            if validate.done_status(results / row.path)[0] in ("failed", "suspect")]
+
+
+def damaged_markers(rows: list[RunRow], results: Path) -> list[tuple[RunRow, str]]:
+    """Runs whose done marker is damaged, with what is wrong with it."""
+    found = []
     for row in rows:
-        marker = results / row.path / DONE
-        try:
-            status = json.loads(marker.read_text()).get("status")
-        except OSError:
-            continue  # no marker: the workflow runs it anyway
-        except ValueError:
-            status = "unreadable"
-        if status != "ok":
-            failed.append(row)
-    return failed
+        status, problem = validate.done_status(results / row.path)
+        if status == "damaged":
+            found.append((row, problem))
+    return found
+
+
+def damaged_runs(rows: list[RunRow], results: Path) -> list[tuple[RunRow, str]]:
+    """Every finished run whose files are damaged (reads them all)."""
+    found = damaged_markers(rows, results)
+    for row in rows:
+        if validate.done_status(results / row.path)[0] == "ok":
+            if (problems := validate.check_run(results / row.path, row.config)):
+                found.append((row, problems[0]))
+    return found
 
 
 def _now() -> str:

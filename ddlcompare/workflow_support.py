@@ -1,10 +1,13 @@
 """The little the Snakefile needs, kept here where it can be tested."""
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
-from ddlcompare import runner
+from ddlcompare import ownership, runner, validate, yaml_safe
 from ddlcompare.cli import UserError, load_design
 from ddlcompare.params import RunRow
 
@@ -12,17 +15,25 @@ from ddlcompare.params import RunRow
 PATH_PATTERN = r"[A-Za-z0-9._+~/-]+"
 
 
-def prepare(design_file: str, results: Path, main: bool, dryrun: bool):
+def prepare(design_file: str, results: Path, main: bool, dryrun: bool,
+            options: dict | None = None):
     """Load the design or stop with its problems listed (no traceback), and
     put failed runs back in the queue: their attempt moves to attempts/<n>/
-    and their done marker goes with it, so Snakemake runs them again."""
+    and their done marker goes with it, so Snakemake runs them again.
+    ``options`` is Snakemake's config (kill_orphans=1 stops the training
+    processes of earlier attempts that outlived their workflow)."""
+    options = options or {}
     try:
         design = load_design(design_file, check_ready=main)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        _stop(str(exc))
     runs = design.runs()
     if main:
+        os.environ[ownership.WORKFLOW_ENV] = ownership.workflow_mark()
+        os.environ[yaml_safe.DIGEST_ENV] = yaml_safe.file_digest(design_file) or ""
+        _check_occupants(runs, results, _flag(options, "kill_orphans"), dryrun)
+        _requeue_damaged(runs, results, _flag(options, "rerun_damaged"), dryrun)
+        note_changed_results(runs, results, results / design.root / "tables", dryrun)
         failed = runner.failed_runs(runs, results)
         if failed and dryrun:
             print(f"{len(failed)} failed run(s) will run again (their files move to attempts/)",
@@ -33,6 +44,74 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool):
             print(f"{len(failed)} failed run(s) queued again; earlier attempts kept "
                   "under attempts/", file=sys.stderr)
     return design, runs
+
+
+def _stop(message: str) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _flag(options: dict, name: str) -> bool:
+    return str(options.get(name, "0")).lower() in ("1", "true", "yes")
+
+
+def _requeue_damaged(runs: list[RunRow], results: Path, rerun: bool, dryrun: bool) -> None:
+    """Damaged runs are reported; with rerun_damaged=1 they run again (all
+    their files are checked then; else only the done markers, which is cheap)."""
+    damaged = runner.damaged_runs(runs, results) if rerun else \
+        runner.damaged_markers(runs, results)
+    if not damaged:
+        return
+    row, problem = damaged[0]
+    what = f"{len(damaged)} run(s) with damaged results (first: {row.path}: {problem})"
+    if not rerun:
+        print(f"warning: {what}; they show as damaged in the report; run them again with "
+              "--config rerun_damaged=1 (ddlc check lists them all)", file=sys.stderr)
+    elif dryrun:
+        print(f"{what} will run again (their files move to attempts/)", file=sys.stderr)
+    else:
+        for row, _ in damaged:
+            runner.archive_attempt(results / row.path)
+        print(f"{what} queued again; their files kept under attempts/", file=sys.stderr)
+
+
+# An input of the collect rule that exists once a run's files changed after
+# the tables were built: its new time makes Snakemake build them again.
+CHANGED = ".results-changed"
+
+
+def note_changed_results(runs: list[RunRow], results: Path, tables: Path, dryrun: bool) -> None:
+    try:
+        built = json.loads((tables / validate.INPUTS).read_text())["fingerprint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # no tables yet (or unreadable: collect writes them again)
+    if validate.fingerprint([results / row.path for row in runs]) == built:
+        return
+    if dryrun:
+        print("run files changed since the tables were built: they will be built again",
+              file=sys.stderr)
+        return
+    (tables / CHANGED).touch()
+
+
+def _check_occupants(runs: list[RunRow], results: Path, kill: bool, dryrun: bool) -> None:
+    """Refuse to start while an earlier attempt still trains in one of the
+    run folders (e.g. after Snakemake was killed), or stop it (kill)."""
+    table = ownership.process_table()
+    busy = []
+    for row in runs:
+        folder = results / row.path
+        if not folder.is_dir():
+            continue
+        try:
+            ownership.evict(folder, kill and not dryrun, table)
+        except ownership.Busy as exc:
+            busy.append(str(exc))
+    if busy and dryrun:
+        print(f"warning: {busy[0]}" + (f" ({len(busy) - 1} more run folders alike)"
+                                       if len(busy) > 1 else ""), file=sys.stderr)
+    elif busy:
+        _stop(busy[0] + (f" ({len(busy) - 1} more run folders alike)" if len(busy) > 1 else ""))
 
 
 def runtime_minutes(row: RunRow) -> int:

@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ddlcompare import energy
+from ddlcompare import energy, ownership
 from ddlcompare.atomic import write_json, write_text  # noqa: F401 (re-exported for loops)
 
 EPOCH_COLUMNS = ("epoch", "wall_s", "train_loss", "train_accuracy", "test_loss",
@@ -107,6 +107,7 @@ def epoch_row(epoch: int, wall_s: float, sums: EpochSums, measured_s: float,
 
 
 def write_epochs(folder: Path, rows: list[dict]) -> None:
+    ownership.guard_worker_write(folder)
     lines = ["\t".join(EPOCH_COLUMNS)]
     lines += ["\t".join(_fmt(row[c]) for c in EPOCH_COLUMNS) for row in rows]
     write_text(folder / "epochs.tsv", "\n".join(lines) + "\n")
@@ -144,6 +145,7 @@ def finish(adapter, run_dir: Path, phases, dist: Dist, versions: dict, params_di
     """What every loop does last: stop the energy sampler, write this rank's
     phases and record, rank 0 the run's figures, and leave the framework."""
     energy.stop_sampling()
+    ownership.guard_worker_write(run_dir)  # an orphaned attempt writes nothing
     phases.write(run_dir, dist.rank)
     record = rank_record(dist, versions)
     record["params_digest"] = params_digest

@@ -1,6 +1,7 @@
 """Real faults, injected: a rank killed mid-epoch, Snakemake killed mid-run.
 Expected: runs lost 0, hangs 0, tracebacks 0."""
 import json
+import os
 import re
 import signal
 import subprocess
@@ -8,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import REPO, tiny_design, write_design
@@ -89,6 +91,99 @@ def test_snakemake_killed_mid_run_then_rerun_loses_nothing(tmp_path):
     assert all(final[p] == t for p, t in first.items())  # the finished run was kept
     statuses = [json.loads(Path(p).read_text())["status"] for p in final]
     assert statuses == ["ok", "ok"]
+
+
+def snakemake_cmd(workdir: Path, *extra: str) -> list[str]:
+    return ["timeout", "-k", "10", "600", str(Path(sys.executable).parent / "snakemake"),
+            "-s", str(REPO / "Snakefile"), "--profile", str(REPO / "profiles" / "local"),
+            "-d", str(workdir), "--config", f"design={workdir / 'design.yaml'}", *extra]
+
+
+def attempt_processes(workdir: Path) -> list[int]:
+    """Everything a run of this test's design may leave running."""
+    return pids_of(f"frameworks.worker {workdir}") + pids_of(f"run-one --design {workdir}")
+
+
+@pytest.mark.slow
+def test_snakemake_sigkilled_then_unlocked_and_rerun_trains_once(tmp_path):
+    """SIGKILL reaches Snakemake alone: its job's runner sees the workflow
+    gone, stops the training and records the attempt interrupted. After
+    --unlock (what Snakemake suggests) the rerun trains alone; the
+    interrupted attempt is kept under attempts/."""
+    doc = tiny_design(**{**LONG, "epochs": 3, "train_images": 6000})
+    path = write_design(tmp_path, doc)
+    folder = tmp_path / "results" / design.parse(doc, str(path)).runs()[0].path
+    proc = subprocess.Popen(snakemake_cmd(tmp_path), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    wait_for(lambda: len(rank_pids(folder)) == 2, 120)
+    time.sleep(2)
+    snakemake_itself = psutil.Process(proc.pid).children()[0]  # under timeout(1)
+    snakemake_itself.kill()
+    proc.wait(timeout=30)
+    assert wait_for(lambda: not attempt_processes(tmp_path), 30)  # no orphan
+    interrupted = json.loads((folder / "run.json").read_text())
+    assert interrupted["status"] == "interrupted" and "Snakemake" in interrupted["reason"]
+    assert not (folder / "done.json").exists() and not (folder / "metrics.json").exists()
+    assert subprocess.run(snakemake_cmd(tmp_path, "--unlock"), capture_output=True).returncode == 0
+    again = subprocess.run(snakemake_cmd(tmp_path), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    record = json.loads((folder / "run.json").read_text())
+    assert record["status"] == "ok" and not record.get("overlap")
+    kept = folder / "attempts" / "1"
+    assert json.loads((kept / "run.json").read_text())["status"] == "interrupted"
+    assert not (kept / "metrics.json").exists() and not (kept / "done.json").exists()
+    assert [p.name for p in folder.glob("**/metrics.json")] == ["metrics.json"]
+    assert not attempt_processes(tmp_path)
+
+
+@pytest.mark.slow
+def test_killed_runner_takes_its_workers_along_and_a_rerun_claims_the_folder(tmp_path):
+    doc = tiny_design(**LONG)
+    path = write_design(tmp_path, doc)
+    row = design.parse(doc, str(path)).runs()[0]
+    folder = tmp_path / "res" / row.path
+    argv = [sys.executable, "-m", "ddlcompare.cli", "run-one", "--design", str(path),
+            "--results", str(tmp_path / "res"), "--path", row.path]
+    runner_proc = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.DEVNULL)
+    wait_for(lambda: len(rank_pids(folder)) == 2, 60)
+    runner_proc.kill()  # the runner dies without a word
+    runner_proc.wait()
+    assert wait_for(lambda: not pids_of(f"frameworks.worker {folder}"), 20)
+    assert not (folder / "metrics.json").exists() and not (folder / "done.json").exists()
+    # Its owner.json names a pid that is gone: a new attempt may take the folder.
+    from ddlcompare import ownership
+    ownership.release(folder, ownership.claim(folder))
+
+
+@pytest.mark.slow
+def test_live_orphan_is_refused_then_killed_on_request(tmp_path):
+    doc = tiny_design(**{**LONG, "epochs": 3, "train_images": 6000})
+    path = write_design(tmp_path, doc)
+    row = design.parse(doc, str(path)).runs()[0]
+    folder = tmp_path / "results" / row.path
+    orphan = subprocess.Popen([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
+                               str(path), "--results", str(tmp_path / "results"),
+                               "--path", row.path], cwd=REPO, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: len(rank_pids(folder)) == 2, 60)
+        refused = subprocess.run(snakemake_cmd(tmp_path), capture_output=True, text=True)
+        assert refused.returncode != 0 and "Traceback" not in refused.stderr
+        assert "an earlier attempt is still running" in refused.stderr
+        assert f"kill {orphan.pid}" in refused.stderr or "kill_orphans=1" in refused.stderr
+        assert orphan.poll() is None  # left alone
+        direct = subprocess.run([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
+                                 str(path), "--results", str(tmp_path / "results"),
+                                 "--path", row.path], cwd=REPO, capture_output=True, text=True)
+        assert direct.returncode == 2 and "an earlier attempt is still running" in direct.stderr
+        done = subprocess.run(snakemake_cmd(tmp_path, "kill_orphans=1"), capture_output=True,
+                              text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert orphan.wait(timeout=30) != 0
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+    assert json.loads((folder / "done.json").read_text())["status"] == "ok"
+    assert list((folder / "attempts").iterdir())  # the orphan's attempt kept
 
 
 @pytest.mark.slow

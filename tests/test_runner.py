@@ -74,14 +74,16 @@ def test_archive_keeps_every_attempt(tmp_path):
     assert not (tmp_path / "done.json").exists()
 
 
-def test_failed_and_unreadable_markers_are_queued_again(tmp_path):
-    rows = design.parse(tiny_design(procs=(1, 2)), "tiny.yaml").runs()
-    for row, text in zip(rows, ['{"status": "failed"}', "{trunc"]):
+def test_failed_markers_are_queued_again_damaged_ones_named(tmp_path):
+    rows = design.parse(tiny_design(procs=(1, 2, 4)), "tiny.yaml").runs()
+    failed = '{"status": "failed", "exit_status": 1, "reason": "x", "run_id": "r"}'
+    for row, text in zip(rows, [failed, "{trunc", '["a", "list"]']):
         (tmp_path / row.path).mkdir(parents=True)
         (tmp_path / row.path / "done.json").write_text(text)
-    assert runner.failed_runs(rows, tmp_path) == rows
-    (tmp_path / rows[0].path / "done.json").write_text('{"status": "ok"}')
-    assert runner.failed_runs(rows, tmp_path) == rows[1:]
+    assert runner.failed_runs(rows, tmp_path) == rows[:1]
+    damaged = dict((r.path, problem) for r, problem in runner.damaged_markers(rows, tmp_path))
+    assert "done.json: not valid JSON" in damaged[rows[1].path]
+    assert "done.json: the file: ['a', 'list'] is not of type 'object'" in damaged[rows[2].path]
 
 
 def test_derived_timeout_grows_with_work():

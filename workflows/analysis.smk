@@ -11,17 +11,20 @@ localrules:
     report,
 
 
+# update(): a collect that fails leaves the previous tables in place.
 rule collect:
     input:
         [RESULTS / r.path / "done.json" for r in RUNS],
         [RESULTS / r.path / "phases.parquet" for r in RUNS],
+        # run files changed since the tables were built (ws.note_changed_results)
+        [p for p in [TABLES / ws.CHANGED] if p.exists()],
     output:
-        runs=TABLES / "runs.parquet",
-        runs_csv=TABLES / "runs.csv",
-        epochs=TABLES / "epochs.parquet",
-        steps=TABLES / "step_stats.parquet",
-        step_phases=TABLES / "step_phases.parquet",
-        phases=TABLES / "phases.parquet",
+        runs=update(TABLES / "runs.parquet"),
+        runs_csv=update(TABLES / "runs.csv"),
+        epochs=update(TABLES / "epochs.parquet"),
+        steps=update(TABLES / "step_stats.parquet"),
+        step_phases=update(TABLES / "step_phases.parquet"),
+        phases=update(TABLES / "phases.parquet"),
     log:
         TABLES / "logs" / "collect.log",
     params:

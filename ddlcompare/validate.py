@@ -1,0 +1,214 @@
+"""Every file a run leaves, checked before anything reads its figures.
+
+A file can be damaged after the run wrote it (a full disk, a careless edit,
+a copy cut short, a file deleted): such a run is "damaged", with the file and
+what is wrong, never "ok" with NaN figures, and never a crash of the tables.
+JSON files are checked against JSON Schemas; TSV files for their columns,
+numbers and, for the per-rank files, one per rank.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+
+import jsonschema
+import pandas as pd
+
+from frameworks import registry
+from frameworks.common import EPOCH_COLUMNS
+from traces.phases import PHASES
+
+NUMBER = {"type": "number"}
+COUNT = {"type": "integer", "minimum": 0}
+TEXT_OR_NULL = {"type": ["string", "null"]}
+
+SCHEMAS = {
+    "done.json": {
+        "type": "object",
+        "required": ["status", "exit_status", "reason", "run_id"],
+        "properties": {"status": {"enum": ["ok", "failed", "suspect"]},
+                       "exit_status": {"type": ["integer", "null"]},
+                       "reason": TEXT_OR_NULL, "run_id": {"type": "string"}},
+    },
+    "run.json": {
+        "type": "object",
+        "required": ["run_id", "status"],
+        "properties": {"run_id": {"type": "string"}, "status": {"type": "string"},
+                       "start": TEXT_OR_NULL, "end": TEXT_OR_NULL,
+                       "exit_status": {"type": ["integer", "null"]}, "reason": TEXT_OR_NULL,
+                       "harness_commit": TEXT_OR_NULL,
+                       "ranks": {"type": "array", "items": {
+                           "type": "object", "required": ["hostname"],
+                           "properties": {"hostname": {"type": "string"}}}}},
+    },
+    "metrics.json": {
+        "type": "object",
+        "required": ["world_size", "global_batch", "steps_per_epoch", "epochs_done",
+                     "images_per_s", "time_per_epoch_s", "final_test_accuracy"],
+        "properties": {"world_size": {"type": "integer", "minimum": 1},
+                       "global_batch": {"type": "integer", "minimum": 1},
+                       "steps_per_epoch": {"type": "integer", "minimum": 1},
+                       "epochs_done": {"type": "integer", "minimum": 1},
+                       "images_per_s": {"type": ["number", "null"], "minimum": 0},
+                       "images_per_s_per_process": {"type": ["number", "null"]},
+                       "time_per_epoch_s": {"type": "number", "minimum": 0},
+                       "final_test_accuracy": {"type": ["number", "null"], "minimum": 0,
+                                               "maximum": 1},
+                       "final_test_loss": {"type": ["number", "null"]},
+                       "init_s": {"type": ["number", "null"]},
+                       "learning_rate_scaled": NUMBER},
+    },
+    "energy.json": {
+        "type": "object", "required": ["status", "joules"],
+        "properties": {"status": {"type": "string"}, "joules": {"type": ["number", "null"]},
+                       "epochs": {"type": ["array", "null"], "items": {
+                           "type": "object", "required": ["epoch"],
+                           "properties": {"epoch": COUNT, "energy_j": {"type": ["number", "null"]},
+                                          "energy_to_epoch_j": {"type": ["number", "null"]}}}}},
+    },
+    "network.json": {"type": "object", "required": ["tx_bytes"],
+                     "properties": {"tx_bytes": {"type": "number", "minimum": 0}}},
+    "rank.json": {"type": "object", "required": ["rank", "hostname"],
+                  "properties": {"rank": COUNT, "hostname": {"type": "string"}}},
+}
+
+STEP_COLUMNS = ("epoch", "step", "start_ns", "end_ns", *(f"{p}_ns" for p in PHASES))
+INTERVAL_COLUMNS = ("epoch", "start_ns", "end_ns")
+
+
+class Damaged(Exception):
+    """One file of a run is damaged; the message names it and the problem."""
+
+
+def read_json(path: Path, schema: str | None = None) -> dict:
+    """A run's JSON file, checked; Damaged when it is not what it should be."""
+    name = path.name
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise Damaged(f"{name}: missing") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Damaged(f"{name}: cannot be read ({exc})") from None
+    if not text.strip():
+        raise Damaged(f"{name}: empty")
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise Damaged(f"{name}: not valid JSON, cut short or edited? ({exc})") from None
+    try:
+        jsonschema.validate(doc, SCHEMAS[schema or name])
+    except jsonschema.ValidationError as exc:
+        where = ".".join(map(str, exc.absolute_path)) or "the file"
+        raise Damaged(f"{name}: {where}: {exc.message[:160]}") from None
+    if (bad := _first_not_finite(doc)):
+        raise Damaged(f"{name}: {bad} is not a finite number")
+    return doc
+
+
+def _first_not_finite(doc, where: str = "") -> str | None:
+    if isinstance(doc, float) and not math.isfinite(doc):
+        return where or "a value"
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) \
+        if isinstance(doc, list) else ()
+    for key, value in items:
+        if (found := _first_not_finite(value, f"{where}.{key}" if where else str(key))):
+            return found
+    return None
+
+
+def read_tsv(path: Path, columns: tuple[str, ...], min_rows: int = 1) -> pd.DataFrame:
+    """A run's table, checked for its columns and numbers."""
+    name = path.name
+    try:
+        table = pd.read_csv(path, sep="\t")
+    except FileNotFoundError:
+        raise Damaged(f"{name}: missing") from None
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise Damaged(f"{name}: cannot be read as a table ({str(exc)[:120]})") from None
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise Damaged(f"{name}: column {missing[0]} missing")
+    if len(table) < min_rows:
+        raise Damaged(f"{name}: no rows (cut short?)")
+    for column in columns:
+        if column == "phase":
+            continue
+        numbers = pd.to_numeric(table[column], errors="coerce")
+        bad = table.index[numbers.isna() & table[column].notna()]
+        if len(bad):
+            raise Damaged(f"{name}: row {bad[0] + 2}, column {column}: "
+                          f"{str(table[column][bad[0]])[:30]!r} is not a number")
+    return table
+
+
+def check_run(folder: Path, config: dict) -> list[str]:
+    """The problems of a finished ok (or suspect) run's files; [] when sound."""
+    problems = []
+
+    def attempt(check):
+        try:
+            check()
+        except Damaged as exc:
+            problems.append(str(exc))
+
+    world = config["nodes"] * config["procs_per_node"]
+    attempt(lambda: _check_metrics(folder, world))
+    attempt(lambda: read_json(folder / "run.json"))
+    attempt(lambda: read_tsv(folder / "epochs.tsv", EPOCH_COLUMNS))
+    if registry.FRAMEWORKS[config["framework"]].family != "lbann":
+        for rank in range(world):
+            attempt(lambda r=rank: read_tsv(folder / f"steps.rank{r}.tsv", STEP_COLUMNS))
+    for path in sorted(folder.glob("intervals.rank*.tsv")):
+        attempt(lambda p=path: read_tsv(p, INTERVAL_COLUMNS, min_rows=0))
+    for path in sorted(folder.glob("rank*.json")):
+        attempt(lambda p=path: read_json(p, "rank.json"))
+    for name in ("energy.json", "network.json"):
+        if (folder / name).exists():
+            attempt(lambda n=name: read_json(folder / n))
+    return problems
+
+
+def _check_metrics(folder: Path, world: int) -> None:
+    metrics = read_json(folder / "metrics.json")
+    if metrics["world_size"] != world:
+        raise Damaged(f"metrics.json: world_size {metrics['world_size']}, but the run has "
+                      f"{world} processes")
+
+
+def done_status(folder: Path) -> tuple[str | None, str | None]:
+    """(status, problem) of a run's done marker: (None, None) without one;
+    ("damaged", what is wrong) when it is not a valid marker."""
+    if not (folder / "done.json").exists():
+        return None, None
+    try:
+        return read_json(folder / "done.json")["status"], None
+    except Damaged as exc:
+        return "damaged", str(exc)
+
+
+# Files of a run folder that are not the run's results: the workflow's own
+# (its log, the trace conversion's output, which Snakemake tracks itself) and
+# the ownership lock.
+INPUTS = "inputs.json"  # in the tables folder: the fingerprint they were built from
+NOT_RESULTS = {"runner.log", "phases.parquet", "phases.log", "owner.json", ".owner.lock"}
+
+
+def fingerprint(folders: list[Path]) -> str:
+    """Names, sizes and times of the result files in ``folders`` (top level):
+    a change to any of them means the tables must be built again."""
+    digest = hashlib.sha256()
+    for folder in folders:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name in NOT_RESULTS or not entry.is_file(follow_symlinks=False):
+                continue
+            info = entry.stat(follow_symlinks=False)
+            digest.update(f"{folder}/{entry.name}\0{info.st_size}\0{info.st_mtime_ns}\n"
+                          .encode())
+    return digest.hexdigest()
