@@ -33,3 +33,8 @@ include: "workflows/analysis.smk"
 
 onsuccess:
     print(f"report: {REPORT.resolve()}")
+    ws.finish(RUNS, RESULTS, TABLES, REPORT, config, workflow_ok=True)
+
+
+onerror:
+    ws.finish(RUNS, RESULTS, TABLES, REPORT, config, workflow_ok=False)

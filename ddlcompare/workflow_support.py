@@ -1,9 +1,11 @@
 """The little the Snakefile needs, kept here where it can be tested."""
 from __future__ import annotations
 
+import csv
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import NoReturn
 
@@ -33,7 +35,6 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool,
         os.environ[yaml_safe.DIGEST_ENV] = yaml_safe.file_digest(design_file) or ""
         _check_occupants(runs, results, _flag(options, "kill_orphans"), dryrun)
         _requeue_damaged(runs, results, _flag(options, "rerun_damaged"), dryrun)
-        note_changed_results(runs, results, results / design.root / "tables", dryrun)
         failed = runner.failed_runs(runs, results)
         if failed and dryrun:
             print(f"{len(failed)} failed run(s) will run again (their files move to attempts/)",
@@ -43,6 +44,7 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool,
                 runner.archive_attempt(results / row.path)
             print(f"{len(failed)} failed run(s) queued again; earlier attempts kept "
                   "under attempts/", file=sys.stderr)
+        note_changed_results(runs, results, results / design.root / "tables", dryrun)
     return design, runs
 
 
@@ -76,7 +78,10 @@ def _requeue_damaged(runs: list[RunRow], results: Path, rerun: bool, dryrun: boo
 
 
 # An input of the collect rule that exists once a run's files changed after
-# the tables were built: its new time makes Snakemake build them again.
+# the tables were built (a run queued again included): it holds the new
+# fingerprint, so that Snakemake, which compares the content of small inputs
+# and not only their times, builds the tables again, and reruns the runs
+# whose done markers went to attempts/ on the way.
 CHANGED = ".results-changed"
 
 
@@ -85,13 +90,14 @@ def note_changed_results(runs: list[RunRow], results: Path, tables: Path, dryrun
         built = json.loads((tables / validate.INPUTS).read_text())["fingerprint"]
     except (OSError, ValueError, KeyError, TypeError):
         return  # no tables yet (or unreadable: collect writes them again)
-    if validate.fingerprint([results / row.path for row in runs]) == built:
+    now = validate.fingerprint([results / row.path for row in runs])
+    if now == built:
         return
     if dryrun:
         print("run files changed since the tables were built: they will be built again",
               file=sys.stderr)
         return
-    (tables / CHANGED).touch()
+    (tables / CHANGED).write_text(now + "\n")
 
 
 def _check_occupants(runs: list[RunRow], results: Path, kill: bool, dryrun: bool) -> None:
@@ -157,3 +163,41 @@ def job_resources(row: RunRow) -> dict:
         "gres": f"gpu:{per_node}" if gpu else None,
         "tasks_per_gpu": 1 if gpu else None,
     }
+
+
+def finish(runs: list[RunRow], results: Path, tables: Path, report: Path, options: dict,
+           workflow_ok: bool) -> None:
+    """The workflow's last line: how many runs are ok and how many not, and
+    a non-zero exit when any is not (unless allow_failures=1)."""
+    counts = Counter(_statuses(runs, results, tables if workflow_ok else None))
+    order = ["ok", "failed", "damaged", "suspect", "interrupted", "running", "missing"]
+    parts = [f"{counts[s]} {s}" for s in order + sorted(set(counts) - set(order)) if counts[s]]
+    bad = sum(n for s, n in counts.items() if s != "ok")
+    where = f": see {report}" if workflow_ok and report.exists() else \
+        ": see the failed jobs' logs above"
+    print(", ".join(parts) + (where if bad else ""), file=sys.stderr)
+    if bad and workflow_ok and not _flag(options, "allow_failures"):
+        print("exit status 1: not every run is ok (--config allow_failures=1 to exit 0 "
+              "all the same)", file=sys.stderr)
+        sys.exit(1)
+
+
+def _statuses(runs: list[RunRow], results: Path, tables: Path | None) -> list[str]:
+    """Each run's status: from the fresh runs table (which knows damaged
+    runs), else from the done markers and run records."""
+    if tables is not None:
+        try:
+            with open(tables / "runs.csv", newline="") as f:
+                return [row["status"] for row in csv.DictReader(f)]
+        except (OSError, KeyError, csv.Error):
+            pass
+    found = []
+    for row in runs:
+        status, _ = validate.done_status(results / row.path)
+        if status is None:
+            try:
+                status = validate.read_json(results / row.path / runner.RECORD)["status"]
+            except validate.Damaged:
+                status = "missing"
+        found.append(status)
+    return found

@@ -1,0 +1,118 @@
+"""Damaged results, for real: a run trained once, then its files damaged the
+ways a full disk, a cut copy or a careless edit damage them. Each damaged run
+is "damaged" in the tables with the file and the problem, never "ok"; nothing
+crashes; the tables are built again when files change and kept when the
+collect fails; damaged runs run again on request."""
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import tiny_design, write_design
+from ddlcompare import design, runner
+from test_workflow import snakemake
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, design.Design]:
+    """One real 2-rank run, trained once for the whole module."""
+    results = tmp_path_factory.mktemp("trained")
+    plan = design.parse(tiny_design(), "tiny.yaml")
+    assert runner.execute(plan.runs()[0], results) == 0
+    return results, plan
+
+
+def copy_of(trained, tmp_path) -> tuple[Path, design.Design, Path]:
+    results, plan = trained
+    shutil.copytree(results, tmp_path / "r")
+    return tmp_path / "r", plan, tmp_path / "r" / plan.runs()[0].path
+
+
+def text_in_a_number(tsv: str) -> str:
+    lines = [line.split("\t") for line in tsv.splitlines()]
+    lines[1][1] = "fast"
+    return "\n".join("\t".join(cells) for cells in lines) + "\n"
+
+
+DAMAGE = [
+    ("metrics.json", lambda f: f.write_text('["a", "list"]'), "metrics.json: the file:"),
+    ("metrics.json", lambda f: f.write_text(f.read_text()[:40]), "metrics.json: not valid JSON"),
+    ("metrics.json", lambda f: f.write_text(""), "metrics.json: empty"),
+    ("metrics.json", lambda f: f.write_text(json.dumps({**json.loads(f.read_text()),
+                                                        "images_per_s": "fast"})),
+     "metrics.json: images_per_s: 'fast' is not of type"),
+    ("metrics.json", lambda f: f.write_text(f.read_text().replace('"images_per_s": ',
+                                                                   '"images_per_s": NaN, "x": ')),
+     "metrics.json: images_per_s is not a finite number"),
+    ("done.json", lambda f: f.write_text('"ok"'), "done.json: the file: 'ok' is not of type"),
+    ("done.json", lambda f: f.write_text('["ok"]'), "done.json: the file:"),
+    ("steps.rank1.tsv", lambda f: f.unlink(), "steps.rank1.tsv: missing"),
+    ("steps.rank0.tsv", lambda f: f.write_text(f.read_text().splitlines()[0] + "\n"),
+     "steps.rank0.tsv: no rows"),
+    ("epochs.tsv", lambda f: f.write_text(text_in_a_number(f.read_text())),
+     "epochs.tsv: row 2, column wall_s: 'fast' is not a number"),
+    ("epochs.tsv", lambda f: f.unlink(), "epochs.tsv: missing"),
+    ("run.json", lambda f: f.write_text("{"), "run.json: not valid JSON"),
+    ("rank1.json", lambda f: f.write_text("[]"), "rank1.json: the file:"),
+    ("energy.json", lambda f: f.write_text('{"status": 3, "joules": null}'),
+     "energy.json: status: 3 is not of type"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,damage,message", DAMAGE, ids=[m for _, _, m in DAMAGE])
+def test_damaged_file_marks_the_run_damaged(trained, tmp_path, name, damage, message):
+    from analysis import collect
+    results, plan, folder = copy_of(trained, tmp_path)
+    damage(folder / name)
+    collect.write_tables(plan, results, tmp_path / "tables")
+    runs = pd.read_parquet(tmp_path / "tables" / "runs.parquet")
+    assert list(runs["status"]) == ["damaged"]
+    assert message in runs["reason"][0], runs["reason"][0]
+    assert runs["images_per_s"].isna().all()
+    assert len(pd.read_parquet(tmp_path / "tables" / "step_stats.parquet")) == 0
+    assert (runner.damaged_runs(plan.runs(), results)[0][1].split(":")[0]
+            == message.split(":")[0])
+
+
+@pytest.mark.slow
+def test_sound_copy_is_ok(trained, tmp_path):
+    from analysis import collect
+    results, plan, _ = copy_of(trained, tmp_path)
+    collect.write_tables(plan, results, tmp_path / "tables")
+    runs = pd.read_parquet(tmp_path / "tables" / "runs.parquet")
+    assert list(runs["status"]) == ["ok"] and (runs["images_per_s"] > 0).all()
+    assert runner.damaged_runs(plan.runs(), results) == []
+
+
+@pytest.mark.slow
+def test_workflow_reports_damage_rebuilds_tables_and_reruns_on_request(tmp_path):
+    doc = tiny_design()
+    write_design(tmp_path, doc)
+    first = snakemake(tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    plan = design.parse(doc, str(tmp_path / "design.yaml"))
+    folder = tmp_path / "results" / plan.runs()[0].path
+    tables = tmp_path / "results" / plan.root / "tables"
+
+    (folder / "steps.rank1.tsv").unlink()  # tables are rebuilt when run files change
+    second = snakemake(tmp_path)
+    assert second.returncode != 0 and "Traceback" not in second.stderr
+    runs = pd.read_parquet(tables / "runs.parquet")
+    assert list(runs["status"]) == ["damaged"]
+    assert "steps.rank1.tsv: missing" in runs["reason"][0]
+    report = (tmp_path / "results" / plan.root / "report.html").read_text()
+    assert "steps.rank1.tsv: missing" in report and "0 of 1 runs ok" in report
+
+    (folder / "done.json").write_text('["a", "list"]')  # plans still work
+    dry = snakemake(tmp_path, "-n")
+    assert dry.returncode == 0 and "Traceback" not in dry.stderr
+    assert "1 run(s) with damaged results" in dry.stderr and "rerun_damaged=1" in dry.stderr
+
+    again = snakemake(tmp_path, "rerun_damaged=1")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert list(pd.read_parquet(tables / "runs.parquet")["status"]) == ["ok"]
+    kept = folder / "attempts" / "1"
+    assert (kept / "done.json").read_text() == '["a", "list"]'
