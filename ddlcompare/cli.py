@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ddlcompare import design as design_mod
-from ddlcompare import preflight, yaml_safe
+from ddlcompare import plan_checks, preflight, yaml_safe
 
 
 class UserError(Exception):
@@ -27,6 +27,9 @@ def load_design(path: str, check_ready: bool = True) -> design_mod.Design:
         raise UserError(str(exc)) from None
     if check_ready and (found := preflight.problems(design)):
         raise UserError("\n".join(f"{path}: {p}" for p in found))
+    if check_ready:
+        for text in plan_checks.warnings(design):
+            print(f"warning: {path}: {text}", file=sys.stderr)
     return design
 
 

@@ -173,7 +173,7 @@ def finish(runs: list[RunRow], results: Path, tables: Path, report: Path, option
     order = ["ok", "failed", "damaged", "suspect", "interrupted", "running", "missing"]
     parts = [f"{counts[s]} {s}" for s in order + sorted(set(counts) - set(order)) if counts[s]]
     bad = sum(n for s, n in counts.items() if s != "ok")
-    where = f": see {report}" if workflow_ok and report.exists() else \
+    where = f": see {report.resolve()}" if workflow_ok and report.exists() else \
         ": see the failed jobs' logs above"
     print(", ".join(parts) + (where if bad else ""), file=sys.stderr)
     if bad and workflow_ok and not _flag(options, "allow_failures"):

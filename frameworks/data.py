@@ -108,6 +108,18 @@ def load(name: str, configured_dir: str | None = None,
     return reader(info, payloads)
 
 
+def verify(name: str, configured_dir: str | None = None) -> None:
+    """Check every file of a data set against its digest (DataError if not):
+    the planner's check, once, before any run reads them."""
+    info = DATASETS[name]
+    folder = data_dir(info, configured_dir)
+    for f, checksum in info.files.items():
+        _read_verified(folder / f, checksum, info)
+
+
+TRAIN_IMAGES = {"fashion-mnist": 60000, "cifar10": 50000}  # in the official sets
+
+
 def _read_verified(path: Path, checksum: str, info: DatasetInfo) -> bytes:
     try:
         raw = path.read_bytes()

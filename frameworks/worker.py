@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -34,6 +35,22 @@ def main(argv: list[str] | None = None) -> None:
     except (RunError, DataError) as exc:
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         sys.exit(3)
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            raise
+        # A rank leaving quietly mid-run makes its peers fail with
+        # "Connection reset by peer": name the real cause first, and fail.
+        print(f"EarlyExit: rank {_rank()} exited with status 0 before its training "
+              "finished (sys.exit(0) in the training code?); the other ranks' errors "
+              "follow from it", file=sys.stderr, flush=True)
+        sys.exit(3)
+
+
+def _rank() -> str:
+    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK", "SLURM_PROCID"):
+        if os.environ.get(name, "").isdigit():
+            return os.environ[name]
+    return "?"
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 """Design expansion and validation: every problem named, never a traceback."""
+import gzip
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 
-from conftest import ddlc, write_design
+from conftest import FASHION, ddlc, write_design
 from ddlcompare import design
 from ddlcompare.design import DesignError
 
@@ -281,3 +284,45 @@ def test_plan_prints_table_and_count(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1].startswith("24 runs (8 cells x 3 replications)")
     assert len(out.stdout.strip().splitlines()) == 24 + 2
+
+
+# What the design alone says about its runs, said by the plan before any run.
+PLAN_REFUSED = [
+    ({"max_steps": 4, "warmup_steps": 10, "epochs": 2},
+     "warmup_steps: 10, but runs with batch_size 32 take only 8 steps"),
+    ({"max_steps": 5, "warmup_steps": 5, "epochs": 1}, "raise max_steps or lower warmup_steps"),
+    ({"device": "gpu"}, "device: gpu, but this machine has no NVIDIA GPU"),
+]
+
+
+@pytest.mark.parametrize("fixed,message", PLAN_REFUSED, ids=[m for _, m in PLAN_REFUSED])
+def test_plan_refuses_runs_that_cannot_measure(tmp_path, fixed, message):
+    if fixed.get("device") == "gpu" and list(Path("/dev").glob("nvidia[0-9]*")):
+        pytest.skip("this machine has a GPU")
+    doc = {"factors": {"framework": ["torch-ddp"], "batch_size": [32]}, "fixed": fixed}
+    out = ddlc("plan", "--design", str(write_design(tmp_path, doc)))
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_plan_warns_of_runs_without_a_step_and_of_too_many_processes(tmp_path):
+    doc = {"factors": {"framework": ["torch-ddp"], "batch_size": [32, 5000]},
+           "fixed": {"train_images": 6000, "warmup_steps": 0,
+                     "torch_threads": 4 * (os.cpu_count() or 1)}}
+    out = ddlc("plan", "--design", str(write_design(tmp_path, doc)))
+    assert out.returncode == 0, out.stderr
+    assert "batch_size 5000 x 1 processes exceeds the 6000 training images" not in out.stderr
+    assert f"start {4 * (os.cpu_count() or 1)} processes x threads" in out.stderr
+    doc["factors"]["batch_size"] = [32, 7000]
+    out = ddlc("plan", "--design", str(write_design(tmp_path, doc)))
+    assert "warning:" in out.stderr and "batch_size 7000 x 1 processes exceeds" in out.stderr
+
+
+def test_damaged_data_file_is_caught_at_plan_time(tmp_path):
+    data_dir = tmp_path / "data"
+    shutil.copytree(FASHION, data_dir)
+    victim = data_dir / "t10k-labels-idx1-ubyte.gz"
+    victim.write_bytes(gzip.compress(gzip.decompress(victim.read_bytes())[:-1] + b"\x07"))
+    doc = {"factors": {"framework": ["torch-ddp"]}, "fixed": {"data_dir": str(data_dir)}}
+    out = ddlc("plan", "--design", str(write_design(tmp_path, doc)))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"{victim} fails its checksum" in out.stderr

@@ -51,7 +51,8 @@ def test_end_to_end_then_add_a_level_then_rerun_failures(tmp_path):
     plan = snakemake(tmp_path, "-n")
     assert "run                     2" in plan.stdout or "\nrun " in plan.stdout
     second = snakemake(tmp_path)
-    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.returncode == 1, second.stderr[-3000:]  # a run failed: said, and exit 1
+    assert f"2 ok, 2 failed: see {report}" in second.stderr
     after = done_markers(tmp_path)
     assert all(after[p] == t for p, t in before.items())  # finished runs not redone
     assert len(after) == 4
@@ -60,11 +61,12 @@ def test_end_to_end_then_add_a_level_then_rerun_failures(tmp_path):
     assert "no step fits in an epoch" in report.read_text()
 
     # Rerun: only the two failed runs run again; their first attempt is kept.
-    third = snakemake(tmp_path)
+    third = snakemake(tmp_path, "allow_failures=1")
     assert third.returncode == 0
     assert "2 failed run(s) queued again" in third.stderr
+    assert "2 ok, 2 failed" in third.stderr
     kept = list((tmp_path / "results").rglob("attempts/1/done.json"))
-    assert len(kept) == 2
+    assert len(kept) == 2 and len(done_markers(tmp_path)) == 4  # and they ran again
     assert json.loads(kept[0].read_text())["status"] == "failed"
     assert all(done_markers(tmp_path)[p] == t for p, t in before.items())
 
