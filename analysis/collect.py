@@ -255,18 +255,25 @@ def phase_tables(design: Design, results: Path) -> tuple[pa.Table, dict[str, str
     return stacked.replace_schema_metadata(versions), errors
 
 
+def _replace(path: Path, write) -> None:
+    """Write through a temporary that never outlives a failure (a full disk)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        write(tmp)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_tables(design: Design, results: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     found = tables(design, results)
     phases, trace_errors = phase_tables(design, results)
     found["runs"]["trace_errors"] = found["runs"]["run_id"].map(trace_errors)
-    tmp = out / ".phases.parquet.tmp"
-    pq.write_table(phases, tmp)
-    tmp.replace(out / "phases.parquet")
+    _replace(out / "phases.parquet", lambda tmp: pq.write_table(phases, tmp))
     for name, df in found.items():
-        tmp = out / f".{name}.parquet.tmp"
-        df.to_parquet(tmp, index=False)
-        tmp.replace(out / f"{name}.parquet")
+        _replace(out / f"{name}.parquet", lambda tmp, df=df: df.to_parquet(tmp, index=False))
     write_text(out / "runs.csv", found["runs"].to_csv(index=False))
     # What the tables were built from: the workflow builds them again when
     # any run's files change (workflow_support.note_changed_results).

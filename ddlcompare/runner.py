@@ -21,8 +21,8 @@ from pathlib import Path
 
 import psutil
 
-from ddlcompare import (energy, hosts, launch, machine_lock, netem, ownership, provenance,
-                        validate)
+from ddlcompare import (diskspace, energy, hosts, launch, machine_lock, netem, ownership,
+                        provenance, validate)
 from ddlcompare.atomic import write_json
 from ddlcompare.params import RunRow
 from frameworks import data, registry
@@ -32,7 +32,7 @@ RECORD = "run.json"
 LOG = "train.log"
 # Everything an attempt writes; moved aside before the next attempt.
 ATTEMPT_FILES = (DONE, RECORD, LOG, "epochs.tsv", "metrics.json", "phases.parquet", "phases.log",
-                 "horovod_timeline.json", "trace", "torch_profiler", "scorep",
+                 "horovod_timeline.json", "trace", "trace.parts", "torch_profiler", "scorep",
                  "lbann_batch_times.tsv", "lbann", netem.RECORD, energy.ENERGY)
 ATTEMPT_GLOBS = ("steps.rank*.tsv", "intervals.rank*.tsv", "rank*.json", energy.SAMPLES_GLOB,
                  energy.SOURCES_GLOB)
@@ -65,7 +65,14 @@ def execute(row: RunRow, results: Path, kill_orphans: bool = False) -> int:
     The run folder is claimed first (ownership.Busy when an earlier attempt
     still runs there) and released at the end."""
     run_dir = (results / row.path).resolve()  # workers start in the repository
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        diskspace.check(run_dir, diskspace.estimate_bytes(row.config))
+    except (diskspace.NoSpace, OSError) as exc:
+        if isinstance(exc, OSError) and not diskspace.is_full(exc):
+            raise
+        ownership.evict(run_dir, kill=False)  # never write over a live attempt
+        return _no_space(row, run_dir, str(exc), earlier_attempt=True)
     token = ownership.claim(run_dir, kill=kill_orphans)
     try:
         return _attempt(row, run_dir, token)
@@ -73,8 +80,31 @@ def execute(row: RunRow, results: Path, kill_orphans: bool = False) -> int:
         print(f"{run_dir}: another attempt owns this run folder now; this one stopped "
               "without writing", file=sys.stderr)
         return 1
+    except OSError as exc:
+        if not diskspace.is_full(exc):
+            raise
+        return _no_space(row, run_dir, f"No space left on {diskspace.mount_point(run_dir)} "
+                                       f"while the run wrote its files ({exc.strerror})")
     finally:
         ownership.release(run_dir, token)
+
+
+def _no_space(row: RunRow, run_dir: Path, reason: str, earlier_attempt: bool = False) -> int:
+    """A full disk: say so, and record the failure wherever it still fits
+    (the done marker makes it a failed run, queued again next time). Before
+    the run started, an earlier attempt's files move aside first."""
+    print(f"error: {reason}", file=sys.stderr, flush=True)
+    try:
+        if earlier_attempt:
+            archive_attempt(run_dir)
+    except OSError:
+        pass  # the leftovers stay; the next attempt moves them
+    diskspace.record_anyway(run_dir / RECORD, {"run_id": row.run_id, "path": row.path,
+                                               "status": "failed", "reason": reason,
+                                               "end": _now()})
+    done = diskspace.record_anyway(run_dir / DONE, {"status": "failed", "exit_status": None,
+                                                    "reason": reason, "run_id": row.run_id})
+    return 0 if done else 1
 
 
 def _attempt(row: RunRow, run_dir: Path, token: str) -> int:

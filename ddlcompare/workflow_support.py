@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import NoReturn
 
-from ddlcompare import ownership, runner, validate, yaml_safe
+from ddlcompare import diskspace, ownership, runner, validate, yaml_safe
 from ddlcompare.cli import UserError, load_design
 from ddlcompare.params import RunRow
 
@@ -45,7 +45,19 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool,
             print(f"{len(failed)} failed run(s) queued again; earlier attempts kept "
                   "under attempts/", file=sys.stderr)
         note_changed_results(runs, results, results / design.root / "tables", dryrun)
+        _warn_of_space(runs, results)
     return design, runs
+
+
+def _warn_of_space(runs: list[RunRow], results: Path) -> None:
+    """The campaign's runs still to do, against the room left: each run
+    checks again before it starts, and fails with the message if short."""
+    todo = [r for r in runs if not (results / r.path / runner.DONE).exists()]
+    needed = sum(diskspace.estimate_bytes(r.config) for r in todo)
+    try:
+        diskspace.check(results, needed)
+    except diskspace.NoSpace as exc:
+        print(f"warning: {len(todo)} run(s) to do: {exc}", file=sys.stderr)
 
 
 def _stop(message: str) -> NoReturn:

@@ -1,8 +1,10 @@
 """Real faults, injected: a rank killed mid-epoch, Snakemake killed mid-run.
 Expected: runs lost 0, hangs 0, tracebacks 0."""
+import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -184,6 +186,81 @@ def test_live_orphan_is_refused_then_killed_on_request(tmp_path):
             orphan.kill()
     assert json.loads((folder / "done.json").read_text())["status"] == "ok"
     assert list((folder / "attempts").iterdir())  # the orphan's attempt kept
+
+
+@contextlib.contextmanager
+def small_filesystem(folder: Path, size: str):
+    """A real filesystem of ``size`` (tmpfs; needs root)."""
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def fill(folder: Path, leave: int = 0) -> None:
+    """Fill the filesystem of ``folder`` until ``leave`` bytes are free."""
+    with open(folder / "filler", "ab") as f:
+        block = b"\0" * (64 << 10)
+        while shutil.disk_usage(folder).free > leave + len(block):
+            try:
+                f.write(block)
+                f.flush()
+            except OSError:
+                break
+
+
+def temporaries(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob(".*tmp*") if p.is_file()]
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_named_before_the_run(tmp_path):
+    doc = tiny_design()
+    path = write_design(tmp_path, doc)
+    row = design.parse(doc, str(path)).runs()[0]
+    with small_filesystem(tmp_path / "fs", "4m") as fs:
+        fill(fs, leave=1 << 20)
+        out = subprocess.run([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
+                              str(path), "--results", str(fs / "res"), "--path", row.path],
+                             cwd=REPO, capture_output=True, text=True, timeout=120)
+        folder = fs / "res" / row.path
+        assert "Traceback" not in out.stderr
+        assert f"No space left on {fs} for {folder} (needs about" in out.stderr
+        done = json.loads((folder / "done.json").read_text())
+        assert done["status"] == "failed" and "No space left" in done["reason"]
+        assert not (folder / "train.log").exists()  # nothing started
+        assert temporaries(fs) == []
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_mid_run_ends_the_run_recorded(tmp_path):
+    doc = tiny_design(**{**LONG, "epochs": 3, "train_images": 6000})  # fits the estimate
+    path = write_design(tmp_path, doc)
+    row = design.parse(doc, str(path)).runs()[0]
+    with small_filesystem(tmp_path / "fs", "12m") as fs:
+        folder = fs / "res" / row.path
+        proc = subprocess.Popen([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
+                                 str(path), "--results", str(fs / "res"), "--path", row.path],
+                                cwd=REPO, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: len(rank_pids(folder)) == 2, 60)
+            time.sleep(2)
+            fill(fs)
+            proc.wait(timeout=240)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        stderr = proc.stderr.read()
+        assert "Traceback" not in stderr
+        record = json.loads((folder / "run.json").read_text())
+        assert record["status"] == "failed", record
+        assert "No space left" in record["reason"], record["reason"]
+        assert temporaries(fs) == []
+        assert wait_for(lambda: not pids_of(f"frameworks.worker {folder}"), 30)
 
 
 @pytest.mark.slow

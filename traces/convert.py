@@ -97,8 +97,12 @@ def write(table: pa.Table, out: Path, rules: PhaseRules, sources: list, errors: 
                  b"ddlcompare.errors": json.dumps(errors).encode()})
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
-    pq.write_table(table.replace_schema_metadata(meta), tmp)
-    tmp.replace(out)
+    try:
+        pq.write_table(table.replace_schema_metadata(meta), tmp)
+        tmp.replace(out)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no temporary behind
+        raise
 
 
 def errors_of(path: Path) -> list[str]:

@@ -72,8 +72,12 @@ class Otf2Sink(Sink):
                 "intervals": self.intervals, "steps": self.steps,
                 "collectives": self.collectives}
         tmp = parts / f".rank{self.rank}.json.tmp"
-        tmp.write_text(json.dumps(part))
-        tmp.replace(parts / f"rank{self.rank}.json")
+        try:
+            tmp.write_text(json.dumps(part))
+            tmp.replace(parts / f"rank{self.rank}.json")
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no temporary behind
+            raise
         assemble_if_complete(self.run_dir, self.world)
 
 
