@@ -7,8 +7,7 @@ from pathlib import Path
 
 from ddlcompare import workflow_support as ws
 
-DESIGN_FILE = config.get("design", "design.yaml")
-RESULTS = Path(config.get("results", "results"))
+DESIGN_FILE, RESULTS = ws.workflow_paths(config)
 DESIGN, RUNS = ws.prepare(DESIGN_FILE, RESULTS, main=workflow.is_main_process,
                           dryrun=workflow.dryrun, options=config)
 RUN_BY_PATH = {r.path: r for r in RUNS}
@@ -17,7 +16,7 @@ REPORT = RESULTS / DESIGN.root / "report.html"
 PYTHON = sys.executable
 # Traces from elsewhere to convert and show in the report (a list, or a
 # comma-separated string): --config import_traces=path/a,path/b
-IMPORTED = ws.as_list(config.get("import_traces", []))
+IMPORTED = ws.imported_traces(config)
 
 
 rule all:

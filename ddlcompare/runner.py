@@ -134,6 +134,7 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
                 record["waited_for_machine_s"] = round(waited, 1)
                 started = time.time()
                 outcome = watch.run(argv, {**os.environ, **net.env, **env})
+                record["machine_held"] = [started, time.time()]  # unix seconds
                 energy.write_run_energy(run_dir, [h.name for h in host_list], started,
                                         time.time())
     except Interrupted as stop:

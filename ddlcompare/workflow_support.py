@@ -25,6 +25,8 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool,
     ``options`` is Snakemake's config (kill_orphans=1 stops the training
     processes of earlier attempts that outlived their workflow)."""
     options = options or {}
+    if (problem := results_problem(results)):
+        _stop(problem)
     try:
         design = load_design(design_file, check_ready=main)
     except UserError as exc:
@@ -58,6 +60,38 @@ def _warn_of_space(runs: list[RunRow], results: Path) -> None:
         diskspace.check(results, needed)
     except diskspace.NoSpace as exc:
         print(f"warning: {len(todo)} run(s) to do: {exc}", file=sys.stderr)
+
+
+def workflow_paths(options: dict) -> tuple[str, Path]:
+    """design= and results= from Snakemake's config (an empty value arrives
+    as None)."""
+    design = options.get("design", "design.yaml")
+    results = options.get("results", "results")
+    if design is None or not str(design).strip():
+        _stop("design= is empty; pass --config design=PATH (default: design.yaml)")
+    if results is None or not str(results).strip():
+        _stop("results= is empty; pass --config results=FOLDER (default: results)")
+    return str(design), Path(str(results))
+
+
+def results_problem(results: Path) -> str | None:
+    """``results=`` must name a folder (or a place for one)."""
+    if results.exists() and not results.is_dir():
+        return (f"results={results} is a file, not a folder; pass --config results=FOLDER "
+                "(it is created if missing)")
+    return None
+
+
+def imported_traces(options: dict) -> list[str]:
+    """import_traces=: every file named must exist (else it would be left out
+    silently on a campaign already built)."""
+    paths = as_list(options.get("import_traces", []))
+    missing = [p for p in paths if not Path(p).exists()]
+    if missing:
+        _stop(f"import_traces: {missing[0]} not found"
+              + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+              + "; give existing trace files or folders, comma-separated")
+    return paths
 
 
 def _stop(message: str) -> NoReturn:

@@ -352,3 +352,95 @@ def test_missing_profile_is_a_clear_error(tmp_path):
                           "-d", str(tmp_path), "-n"], capture_output=True, text=True)
     assert out.returncode != 0
     assert "no-profile" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("config,message", [
+    ("design=", "design= is empty"),
+    ("results=", "results= is empty"),
+    ("results=design.yaml", "is a file, not a folder"),
+    ("import_traces=nowhere.otf2", "import_traces: nowhere.otf2 not found"),
+])
+def test_bad_workflow_config_is_one_line(tmp_path, config, message):
+    write_design(tmp_path, tiny_design())
+    out = subprocess.run(snakemake_cmd(tmp_path, config, "-n"), capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert out.returncode != 0 and message in out.stderr and "Traceback" not in out.stderr
+    assert [line for line in out.stderr.splitlines() if line.startswith("error:")] == [
+        next(line for line in out.stderr.splitlines() if message in line)]
+
+
+@pytest.mark.slow
+def test_rank_leaving_with_status_0_is_named_as_the_cause(tmp_path):
+    """A rank that calls sys.exit(0) mid-training (injected: SIGUSR1 raises
+    it, through a sitecustomize on PYTHONPATH) fails the run, and the reason
+    names it, not its peer's "Connection reset by peer"."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import signal, sys\nsignal.signal(signal.SIGUSR1, lambda *_: sys.exit(0))\n")
+    doc = tiny_design(**LONG)
+    path = write_design(tmp_path, doc)
+    row = design.parse(doc, str(path)).runs()[0]
+    folder = tmp_path / "res" / row.path
+    env = {**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
+                             str(path), "--results", str(tmp_path / "res"), "--path", row.path],
+                            cwd=REPO, env=env)
+    try:
+        wait_for(lambda: len(rank_pids(folder)) == 2, 60)
+        time.sleep(4)
+        os.kill(max(rank_pids(folder)), signal.SIGUSR1)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    done = json.loads((folder / "done.json").read_text())
+    assert done["status"] == "failed"
+    assert "EarlyExit: rank 1 exited with status 0 before its training finished" in done["reason"]
+
+
+@pytest.mark.slow
+def test_design_edited_mid_campaign_is_named(tmp_path):
+    doc = tiny_design(procs=(1, 2), **{**LONG, "epochs": 2, "train_images": 6000})
+    path = write_design(tmp_path, doc)
+    proc = subprocess.Popen(snakemake_cmd(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: pids_of(f"frameworks.worker {tmp_path}") != [], 120)
+    write_design(tmp_path, {**doc, "fixed": {**doc["fixed"], "epochs": 1}})
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode != 0 and "Traceback" not in stderr
+    assert "the design changed since this campaign started" in stderr
+    assert "1 ok" in stderr  # the run under way finished
+    assert path.exists()
+
+
+@pytest.mark.slow
+def test_every_run_failing_ends_with_a_summary_and_exit_1(tmp_path):
+    doc = tiny_design(procs=(1, 2), train_images=100)
+    doc["factors"]["batch_size"] = [4000]  # no step fits: each run fails at once
+    write_design(tmp_path, doc)
+    out = subprocess.run(snakemake_cmd(tmp_path), capture_output=True, text=True)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    report = next((tmp_path / "results").rglob("report.html")).resolve()
+    assert f"2 failed: see {report}" in out.stderr
+    quiet = subprocess.run(snakemake_cmd(tmp_path, "allow_failures=1"), capture_output=True,
+                           text=True)
+    assert quiet.returncode == 0 and "2 failed" in quiet.stderr
+
+
+@pytest.mark.slow
+def test_two_campaigns_at_once_measure_one_after_the_other(tmp_path):
+    """Two workflows, different results=, same machine: the host-wide
+    measuring lock makes their training windows disjoint."""
+    doc = tiny_design(procs=(2,), **{**LONG, "epochs": 1, "train_images": 6000})
+    write_design(tmp_path, doc)
+    procs = [subprocess.Popen(snakemake_cmd(tmp_path, f"results=r{i}"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in (1, 2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
+    records = [json.loads(next((tmp_path / f"r{i}").rglob("run.json")).read_text())
+               for i in (1, 2)]
+    assert [r["status"] for r in records] == ["ok", "ok"]
+    (a0, a1), (b0, b1) = sorted(r["machine_held"] for r in records)
+    assert a1 <= b0  # one after the other
+    assert max(r["waited_for_machine_s"] for r in records) > 0
