@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from ddlcompare import energy, hosts, launch, netem, provenance
+from ddlcompare import energy, hosts, launch, netem, provenance, tracers
 from ddlcompare.atomic import write_json
 from ddlcompare.params import RunRow
 from frameworks import data, registry
@@ -63,6 +63,8 @@ def execute(row: RunRow, results: Path) -> int:
     record = {"run_id": row.run_id, "path": row.path, "factors": row.factors, "rep": row.rep,
               "order": row.order, "config": config, "status": "running",
               "start": _now(), **provenance.harness(), **provenance.tools()}
+    if config.get("tracer") == "scorep":
+        record["scorep"] = tracers.installed_version()
     write_json(run_dir / "config.json", config)
     write_json(run_dir / RECORD, record)
     try:
@@ -90,6 +92,8 @@ def execute(row: RunRow, results: Path) -> int:
         else "failed"
     if status == "failed" and not outcome.get("reason"):
         outcome["reason"] = "exited 0 but wrote no metrics.json"
+    if status == "ok" and (missing := tracers.missing_trace(config, run_dir)):
+        status, outcome["reason"] = "failed", missing  # not clean: its trace is lost
     record.update(status=status, end=_now(), ranks=_ranks(run_dir), **outcome)
     write_json(run_dir / RECORD, record)
     write_json(run_dir / DONE, {"status": status, "exit_status": outcome["exit_status"],
@@ -158,15 +162,23 @@ def _send(process: "psutil.Process", sig: int) -> None:
 # "[rank1]: KeyError: 0" (torchrun), "[0]<stderr>:TypeError: ..." (horovodrun),
 # "[1,0]<stderr>:..." (mpirun), "ValueError: ...", "SystemExit: ..." and the like.
 EXCEPTION_LINE = re.compile(r"^(\[[\w,]+\](<std\w+>)?:\s*)?([\w.]*(Error|Exception|Exit|Interrupt))\b:?")
+# A tool's fatal error ("[Score-P] src/...: Fatal: Bug 'timestamp < ...'",
+# "[Score-P] ...: Error: ..."): it explains the exit better than any
+# exception a rank raised after it.
+FATAL_LINE = re.compile(r"\bFatal:|\[Score-P\].*\bError:")
+# mpirun frames its messages with lines of dashes or stars: never a reason.
+SEPARATOR_LINE = re.compile(r"^[\W_]*$")
 
 
 def _last_error(log: Path) -> str:
     """The most telling line of a failed run's log: the first exception a
     rank raised (launchers report their own wrapper errors after it)."""
-    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-    for line in lines:
-        if EXCEPTION_LINE.match(line):
-            return line[:400]
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines()
+             if ln.strip() and not SEPARATOR_LINE.match(ln)]
+    for pattern in (FATAL_LINE.search, EXCEPTION_LINE.match):
+        for line in lines:
+            if pattern(line):
+                return line[:400]
     return lines[-1][:400] if lines else "no output"
 
 

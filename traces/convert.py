@@ -3,7 +3,9 @@
     python -m traces.convert RUN_DIR_OR_TRACE ... -o phases.parquet
 
 A run directory contributes every trace a run leaves there: our OTF2 archive
-(``trace/traces.otf2``), a Score-P experiment (``scorep/traces.otf2``), the
+(``trace/traces.otf2``), a Score-P experiment (``scorep/traces.otf2``, or
+one per rank, ``scorep/rank<r>/traces.otf2``, from ranks Score-P traced
+without MPI: each one's rows take the rank in its folder's name), the
 Horovod Timeline (``horovod_timeline.json``) and PyTorch profiler traces
 (``torch_profiler/*.json[.gz]``). A file or an OTF2 archive folder is read
 as what it is. A trace that cannot be read gives one ``error:`` line naming
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -29,6 +32,10 @@ from traces.table import empty_table
 
 RUN_TRACES = ("trace/traces.otf2", "scorep/traces.otf2", "horovod_timeline.json")
 PROFILER_DIR = "torch_profiler"
+SCOREP_DIR = "scorep"
+# One Score-P experiment per rank (ddlcompare/tracers.py, --mpp=none): each
+# holds one process, which Score-P calls rank 0.
+PER_RANK_EXPERIMENT = re.compile(r"(?:^|/)rank(\d+)/traces\.otf2$")
 
 
 def traces_in(path: Path) -> list[Path]:
@@ -38,11 +45,32 @@ def traces_in(path: Path) -> list[Path]:
     if (path / "traces.otf2").is_file():
         return [path / "traces.otf2"]
     found = [path / name for name in RUN_TRACES if (path / name).is_file()]
+    found += per_rank_experiments(path) or per_rank_experiments(path / SCOREP_DIR)
     profiler = path / PROFILER_DIR
     if profiler.is_dir():
         found += sorted(p for p in profiler.iterdir()
                         if p.name.endswith((".json", ".json.gz")))
     return found
+
+
+def per_rank_experiments(folder: Path) -> list[Path]:
+    """``rank<r>/traces.otf2`` under ``folder``, in rank order."""
+    found = [p for p in folder.glob("rank*/traces.otf2") if rank_of_experiment(p) is not None]
+    return sorted(found, key=rank_of_experiment)
+
+
+def rank_of_experiment(trace: Path) -> int | None:
+    """The rank a per-rank Score-P experiment was recorded for (from its folder)."""
+    found = PER_RANK_EXPERIMENT.search(trace.as_posix())
+    return int(found.group(1)) if found else None
+
+
+def with_rank(table: pa.Table, rank: int) -> pa.Table:
+    """Every row on ``rank``: a per-rank experiment's one process, whatever
+    Score-P numbered it, with all of its threads."""
+    at = table.schema.get_field_index("rank")
+    return table.set_column(at, table.schema.field(at),
+                            pa.repeat(pa.scalar(rank, pa.int32()), table.num_rows))
 
 
 def run_id_of(path: Path) -> str:
@@ -76,6 +104,8 @@ def convert(paths: list[Path], rules: PhaseRules, run_id: str | None = None):
             except TraceError as exc:
                 errors.append(str(exc))
                 continue
+            if (rank := rank_of_experiment(trace)) is not None:
+                table = with_rank(table, rank)
             tables.append(table)
             source = {"path": str(trace), "format": table.column("source")[0].as_py()
                       if table.num_rows else readers.detect(trace),
