@@ -226,3 +226,36 @@ def test_a_run_whose_scorep_aborts_is_failed_with_its_line(tmp_path, monkeypatch
                                                        epochs=1, timeout_s=600))
     assert record["status"] == "failed"
     assert "[Score-P]" in record["reason"], record["reason"]
+
+
+FIXTURE = Path("/work/shared/fixtures/real-traces/scorep-8.4-horovod-torch-mpi-np2")
+
+
+@pytest.mark.skipif(not FIXTURE.is_dir(), reason="shared real-trace fixtures not here")
+def test_a_runs_scorep_steps_take_their_epoch_from_its_steps_table(tmp_path):
+    """Score-P's user regions carry no epoch; the run's steps tables do."""
+    import shutil
+    shutil.copytree(FIXTURE, tmp_path / "scorep")
+    for rank in (0, 1):  # 20 steps a rank: epoch 1 then 2
+        (tmp_path / f"steps.rank{rank}.tsv").write_text(
+            "epoch\tstep\n" + "".join(f"{1 + s // 10}\t{s}\n" for s in range(20)))
+    table, _, errors = convert.convert([tmp_path], convert.PhaseRules())
+    df = table.to_pandas()
+    assert errors == [] and sorted(df["rank"].unique()) == [0, 1]
+    stepped = df[df["step"].notna()]
+    assert len(stepped) and (stepped["epoch"] == 1 + stepped["step"] // 10).all()
+    assert df.loc[df["step"].isna(), "epoch"].isna().all()
+
+
+@pytest.mark.skipif(not FIXTURE.is_dir(), reason="shared real-trace fixtures not here")
+def test_per_rank_experiments_are_joined_on_their_ranks(tmp_path):
+    """Two experiments, each in rank<r>/, become one table with ranks 3 and 5
+    (whatever Score-P numbered their processes)."""
+    import shutil
+    for rank in (3, 5):
+        shutil.copytree(FIXTURE, tmp_path / "scorep" / f"rank{rank}")
+    table, sources, errors = convert.convert([tmp_path], convert.PhaseRules())
+    df = table.to_pandas()
+    assert errors == [] and [s["path"].split("/")[-2] for s in sources] == ["rank3", "rank5"]
+    assert sorted(df["rank"].unique()) == [3, 5]
+    assert (df["rank"] == 3).sum() == (df["rank"] == 5).sum() == len(df) // 2

@@ -22,7 +22,9 @@ import re
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from traces import readers
@@ -73,6 +75,25 @@ def with_rank(table: pa.Table, rank: int) -> pa.Table:
                             pa.repeat(pa.scalar(rank, pa.int32()), table.num_rows))
 
 
+def with_epochs_of_run(table: pa.Table, trace: Path) -> pa.Table:
+    """A Score-P experiment's steps (user:step regions, numbered in order)
+    carry no epoch: the run's ``steps.rank<r>.tsv`` says each step's epoch."""
+    run = next((p.parent for p in trace.parents if p.name == SCOREP_DIR), None)
+    if run is None or table.num_rows == 0:
+        return table
+    epochs = [pd.read_csv(f, sep="\t", usecols=["epoch", "step"]).assign(
+              rank=int(f.name[len("steps.rank"):-len(".tsv")]))
+              for f in run.glob("steps.rank*.tsv")]
+    if not epochs:
+        return table
+    rows = table.select(["rank", "step"]).to_pandas()
+    found = rows.merge(pd.concat(epochs), on=["rank", "step"], how="left")["epoch"]
+    at = table.schema.get_field_index("epoch")
+    filled = pa.array(found.to_numpy(dtype="float64"), from_pandas=True).cast(pa.int64())
+    return table.set_column(at, table.schema.field(at),
+                            pc.coalesce(table.column("epoch"), filled))
+
+
 def run_id_of(path: Path) -> str:
     """The run's id from its config.json; for a trace from elsewhere (an
     imported one), the name of its folder, so that it stays identifiable."""
@@ -106,6 +127,7 @@ def convert(paths: list[Path], rules: PhaseRules, run_id: str | None = None):
                 continue
             if (rank := rank_of_experiment(trace)) is not None:
                 table = with_rank(table, rank)
+            table = with_epochs_of_run(table, trace)
             tables.append(table)
             source = {"path": str(trace), "format": table.column("source")[0].as_py()
                       if table.num_rows else readers.detect(trace),
