@@ -4,10 +4,12 @@ records, and real training runs under a real Score-P where one is installed
 (envs/build-scorep.sh builds it; those tests are skipped elsewhere)."""
 import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from conftest import ddlc, tiny_design, write_design
@@ -151,8 +153,7 @@ def otf2_print_counts(anchor: Path) -> tuple[int, int]:
 def converted(folder: Path) -> tuple[pd.DataFrame, list]:
     out = folder / "phases.parquet"
     assert convert.main([str(folder), "-o", str(out)]) == 0
-    sources = json.loads(__import__("pyarrow.parquet").parquet.read_schema(out)
-                         .metadata[b"ddlcompare.sources"])
+    sources = json.loads(pq.read_schema(out).metadata[b"ddlcompare.sources"])
     return pd.read_parquet(out), [p for s in sources for p in s.get("problems", [])]
 
 
@@ -176,32 +177,25 @@ def check_clean_mpi_trace(folder: Path, record: dict) -> None:
     assert not df.loc[df["region"].str.startswith("user:"), "bytes"].notna().any()
 
 
-@needs_scorep("torch")
-@pytest.mark.slow
-def test_horovod_torch_under_scorep_three_replications_in_a_row(tmp_path):
-    doc = tiny_design(["horovod-torch"], tracer="scorep", horovod_controller="mpi",
-                      epochs=1, timeout_s=600)
-    doc["replications"] = 3
-    for folder, record in run_all(tmp_path, doc):
-        check_clean_mpi_trace(folder, record)
-
-
-@needs_scorep("tensorflow")
-@pytest.mark.slow
-def test_horovod_keras_under_scorep_three_replications_in_a_row(tmp_path):
-    doc = tiny_design(["horovod-keras"], tracer="scorep", horovod_controller="mpi",
-                      epochs=1, timeout_s=600)
-    doc["replications"] = 3
-    for folder, record in run_all(tmp_path, doc):
-        check_clean_mpi_trace(folder, record)
-
-
-@pytest.mark.parametrize("framework,env", [
-    pytest.param("torch-ddp", "torch", marks=needs_scorep("torch")),
-    pytest.param("tf-mwms", "tensorflow", marks=needs_scorep("tensorflow")),
+@pytest.mark.parametrize("framework", [
+    pytest.param("horovod-torch", marks=needs_scorep("torch")),
+    pytest.param("horovod-keras", marks=needs_scorep("tensorflow")),
 ])
 @pytest.mark.slow
-def test_ranks_traced_without_mpi_make_one_table(tmp_path, framework, env):
+def test_horovod_under_scorep_three_replications_in_a_row(tmp_path, framework):
+    doc = tiny_design([framework], tracer="scorep", horovod_controller="mpi", epochs=1,
+                      timeout_s=600)
+    doc["replications"] = 3
+    for folder, record in run_all(tmp_path, doc):
+        check_clean_mpi_trace(folder, record)
+
+
+@pytest.mark.parametrize("framework", [
+    pytest.param("torch-ddp", marks=needs_scorep("torch")),
+    pytest.param("tf-mwms", marks=needs_scorep("tensorflow")),
+])
+@pytest.mark.slow
+def test_ranks_traced_without_mpi_make_one_table(tmp_path, framework):
     [(folder, record)] = run_all(tmp_path, tiny_design([framework], tracer="scorep", epochs=1,
                                                        timeout_s=600))
     assert record["status"] == "ok", record.get("reason")
@@ -234,7 +228,6 @@ FIXTURE = Path("/work/shared/fixtures/real-traces/scorep-8.4-horovod-torch-mpi-n
 @pytest.mark.skipif(not FIXTURE.is_dir(), reason="shared real-trace fixtures not here")
 def test_a_runs_scorep_steps_take_their_epoch_from_its_steps_table(tmp_path):
     """Score-P's user regions carry no epoch; the run's steps tables do."""
-    import shutil
     shutil.copytree(FIXTURE, tmp_path / "scorep")
     for rank in (0, 1):  # 20 steps a rank: epoch 1 then 2
         (tmp_path / f"steps.rank{rank}.tsv").write_text(
@@ -251,7 +244,6 @@ def test_a_runs_scorep_steps_take_their_epoch_from_its_steps_table(tmp_path):
 def test_per_rank_experiments_are_joined_on_their_ranks(tmp_path):
     """Two experiments, each in rank<r>/, become one table with ranks 3 and 5
     (whatever Score-P numbered their processes)."""
-    import shutil
     for rank in (3, 5):
         shutil.copytree(FIXTURE, tmp_path / "scorep" / f"rank{rank}")
     table, sources, errors = convert.convert([tmp_path], convert.PhaseRules())
