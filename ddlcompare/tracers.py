@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -77,12 +78,20 @@ def scorep_bin() -> Path | None:
 
 
 def installed_version() -> str | None:
-    """The Score-P version envs/build-scorep.sh recorded (or None)."""
+    """The Score-P version envs/build-scorep.sh recorded, else the one
+    ``scorep --version`` says (a cluster's module); None without Score-P."""
     folder = scorep_bin()
-    record = folder.parent / "ddlc-scorep.json" if folder else None
-    if record and record.exists():
+    if folder is None:
+        return None
+    record = folder.parent / "ddlc-scorep.json"
+    if record.exists():
         return json.loads(record.read_text()).get("scorep")
-    return None
+    try:
+        said = subprocess.run([str(folder / "scorep"), "--version"], capture_output=True,
+                              text=True, timeout=30).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return said[-1] if said else None
 
 
 def problems(python_of, configs: list[dict]) -> list[str]:
