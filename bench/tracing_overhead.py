@@ -1,14 +1,23 @@
-"""What tracing costs: mean step time with ``tracer: otf2`` against
-``tracer: none``, same configuration (torch-ddp, 2 processes), alternated in
-one run so that drift in the machine hits both alike. Goal: <= 3 %.
+"""What tracing costs: mean step time with ``tracer: otf2`` and ``tracer:
+scorep`` against ``tracer: none``, same configuration (2 processes), per
+framework, in alternating rounds (the order rotates each round) so that drift
+in the machine hits every tracer alike. Goals: otf2 <= 1 %, scorep <= 5 %.
 
-    .venv/bin/python bench/tracing_overhead.py [--rounds 3] [--steps 200]
-Last line: key=value pairs (figure, baseline, ratio).
+Before the runs, it times in this process what our own tracer adds to a step
+(the recorder with and without the OTF2 sink) and what handing the trace over
+at the end of the run costs per step (parts written, archive assembled): the
+figures a run's noise cannot hide.
+
+    .venv/bin/python bench/tracing_overhead.py [--rounds 5] [--steps 200]
+        [--framework torch-ddp --framework horovod-torch ...] [--tracers none,otf2,scorep]
+Score-P is left out (and said so) where it is not installed (envs/build-scorep.sh).
+Last line: key=value pairs (figures, baselines, ratios).
 """
 import argparse
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -16,22 +25,29 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ddlcompare import design, runner  # noqa: E402
+from ddlcompare import design, envs, runner, tracers  # noqa: E402
+from frameworks import registry  # noqa: E402
+from traces.otf2_writer import Otf2Sink  # noqa: E402
+from traces.phases import PhaseRecorder  # noqa: E402
+
+LOOP = ("data_load", "forward", "backward", "grad_comm", "optimizer")
 
 
 def mean_step_s(tracer: str, framework: str, steps: int, warmup: int) -> float:
+    fixed = {"epochs": 1, "max_steps": steps, "warmup_steps": warmup, "tracer": tracer,
+             "timeout_s": 900}
+    if framework.startswith("horovod"):
+        fixed["horovod_controller"] = "mpi"
     doc = {"name": "bench", "factors": {"framework": [framework], "procs_per_node": [2],
-                                        "batch_size": [64]},
-           "fixed": {"epochs": 1, "max_steps": steps, "warmup_steps": warmup,
-                     "tracer": tracer, "timeout_s": 900}}
+                                        "batch_size": [64]}, "fixed": fixed}
     row = design.parse(doc, "bench").runs()[0]
     with tempfile.TemporaryDirectory() as tmp:
         runner.execute(row, Path(tmp))
         folder = Path(tmp, row.path)
-        if not (folder / "metrics.json").exists():
-            sys.exit((folder / "train.log").read_text()[-2000:])
-        if tracer == "otf2" and not (folder / "trace" / "traces.otf2").exists():
-            sys.exit("tracer otf2 wrote no archive")
+        done = (folder / "done.json").read_text()
+        if '"ok"' not in done:
+            sys.exit(f"{framework} with tracer {tracer} failed: {done}\n"
+                     + (folder / "train.log").read_text()[-2000:])
         steps_s = []
         for path in folder.glob("steps.rank*.tsv"):
             table = pd.read_csv(path, sep="\t")
@@ -40,21 +56,79 @@ def mean_step_s(tracer: str, framework: str, steps: int, warmup: int) -> float:
         return max(steps_s)  # the slowest rank sets the pace
 
 
+def recorder_cost(steps: int = 20000, buckets: int = 2) -> dict:
+    """Seconds per step our recorder spends with no sink and with the OTF2
+    sink (5 phases, ``buckets`` collectives), and the hand-over per step."""
+    def loop(recorder):
+        start = time.perf_counter()
+        for step in range(steps):
+            recorder.begin_step(1, step)
+            for name in LOOP:
+                with recorder(name):
+                    if name == "backward":
+                        for _ in range(buckets):
+                            now = time.perf_counter_ns()
+                            recorder.collective("allreduce", 4096, now, now + 1000)
+            recorder.end_step()
+        return (time.perf_counter() - start) / steps
+
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        out["none"] = min(loop(PhaseRecorder()) for _ in range(3))
+        traced = []
+        for _ in range(3):
+            recorder = PhaseRecorder()
+            recorder.attach([Otf2Sink(Path(tmp), 0, 1, "bench")])
+            traced.append(loop(recorder))
+        out["otf2"] = min(traced)
+        start = time.perf_counter()
+        recorder.write(Path(tmp), 0)  # this rank's part, then the archive (world 1)
+        out["handover"] = (time.perf_counter() - start) / steps
+    return out
+
+
+def scorep_ready(framework: str) -> bool:
+    env = registry.FRAMEWORKS[framework].env
+    return tracers.scorep_bin() is not None and envs.has_module(env, "scorep")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--framework", default="torch-ddp")
+    parser.add_argument("--framework", action="append", default=None)
+    parser.add_argument("--tracers", default="none,otf2,scorep")
     args = parser.parse_args()
-    traced, plain = [], []
-    for r in range(args.rounds):
-        traced.append(mean_step_s("otf2", args.framework, args.steps, args.warmup))
-        plain.append(mean_step_s("none", args.framework, args.steps, args.warmup))
-        print(f"round {r + 1}: otf2 {traced[-1] * 1e3:.2f} ms/step, "
-              f"none {plain[-1] * 1e3:.2f} ms/step", flush=True)
-    t, p = statistics.median(traced), statistics.median(plain)
-    print(f"step_s_otf2={t:.5f} step_s_none={p:.5f} overhead={t / p - 1:.4f} goal_overhead=0.03")
+    micro = recorder_cost()
+    print(f"recorder: {micro['none'] * 1e6:.1f} us/step without a sink, "
+          f"{micro['otf2'] * 1e6:.1f} us/step with the OTF2 sink; hand-over at the end "
+          f"{micro['handover'] * 1e6:.1f} us per step recorded", flush=True)
+    figures = {"recorder_us_none": micro["none"] * 1e6, "recorder_us_otf2": micro["otf2"] * 1e6,
+               "handover_us_per_step": micro["handover"] * 1e6}
+    for framework in (args.framework or ["torch-ddp"]) if args.rounds else []:
+        wanted = args.tracers.split(",")
+        if "scorep" in wanted and not scorep_ready(framework):
+            print(f"{framework}: scorep left out: Score-P or its bindings are not installed "
+                  "(envs/build-scorep.sh)")
+            wanted.remove("scorep")
+        times: dict[str, list[float]] = {t: [] for t in wanted}
+        for r in range(args.rounds):
+            order = wanted[r % len(wanted):] + wanted[:r % len(wanted)]
+            for tracer in order:
+                times[tracer].append(mean_step_s(tracer, framework, args.steps, args.warmup))
+            print(f"{framework} round {r + 1}: " + ", ".join(
+                f"{t} {times[t][-1] * 1e3:.2f} ms/step" for t in order), flush=True)
+        base = statistics.median(times["none"])
+        for tracer in wanted:
+            median = statistics.median(times[tracer])
+            key = f"{framework.replace('-', '_')}_{tracer}"
+            figures[f"step_s_{key}"] = median
+            if tracer != "none":
+                figures[f"overhead_{key}"] = median / base - 1
+    figures.update(goal_overhead_otf2=0.01, goal_overhead_scorep=0.05)
+    print(" ".join(f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}"
+                   for k, v in figures.items()))
 
 
 if __name__ == "__main__":

@@ -373,6 +373,14 @@ def _check_cells(design: Design, problems: list[str]) -> None:
     if all_cells and not design._cells():
         problems.append("exclude: removes every run; the design has zero runs")
     _check_compressions(design, problems)
+    _check_tracers(design, problems)
+
+
+def _check_tracers(design: Design, problems: list[str]) -> None:
+    """Every run asked for a Score-P trace must be one Score-P can trace."""
+    from ddlcompare import tracers
+    reasons = dict.fromkeys(tracers.refusal({**design.fixed, **cell}) for cell in design._cells())
+    problems.extend(r for r in reasons if r)
 
 
 def _check_compressions(design: Design, problems: list[str]) -> None:

@@ -11,13 +11,11 @@ import socket
 from pathlib import Path
 from typing import Callable
 
-from ddlcompare import envs, netem
+from ddlcompare import envs, netem, tracers
 from ddlcompare.hosts import Host
 
 LAUNCHERS: dict[str, Callable] = {}
 TORCHRUN_PORT = 29500
-REPO = Path(__file__).resolve().parent.parent
-SCOREP_FILTER = REPO / "traces" / "scorep_filter"
 
 
 def launcher(name: str):
@@ -35,45 +33,28 @@ def python(config: dict) -> str:
 
 def worker_argv(config: dict, run_dir: Path) -> list[str]:
     if config.get("tracer") == "scorep":
-        return scorep_worker_argv(config, run_dir)
+        return tracers.worker_argv(python(config), config, run_dir)
     return [python(config), "-m", "frameworks.worker", str(run_dir)]
 
 
-def scorep_worker_argv(config: dict, run_dir: Path) -> list[str]:
-    """The worker under Score-P's Python bindings. They run a script (not a
-    module), so the worker goes by path and PYTHONPATH finds the packages
-    (tracing_env). --noinstrumenter: no Python function is traced, only our
-    phases (user regions) and what Score-P's MPI adapter sees."""
-    return [python(config), "-m", "scorep", "--mpp=mpi", "--noinstrumenter",
-            str(REPO / "frameworks" / "worker.py"), str(run_dir)]
+def worker_module(config: dict) -> str:
+    """What launchers that start ``python -m MODULE RUN_DIR`` (torchrun) run."""
+    return "ddlcompare.tracers" if config.get("tracer") == "scorep" else "frameworks.worker"
 
 
 def tracing_env(config: dict, run_dir: Path) -> dict[str, str]:
     """Where Score-P and Horovod's Timeline write, when they are asked for."""
-    env = {}
-    if config.get("tracer") == "scorep":
-        env.update({
-            "SCOREP_ENABLE_TRACING": "true",
-            "SCOREP_ENABLE_PROFILING": "false",
-            "SCOREP_EXPERIMENT_DIRECTORY": str(run_dir / "scorep"),
-            "SCOREP_OVERWRITE_EXPERIMENT_DIRECTORY": "true",
-            "SCOREP_FILTERING_FILE": str(SCOREP_FILTER),
-            "PYTHONPATH": str(REPO),
-        })
+    env = tracers.environment(config, run_dir)
     if config.get("horovod_timeline"):
         env["HOROVOD_TIMELINE"] = str(run_dir / "horovod_timeline.json")
     return env
 
 
-def require_mpi_for_scorep(config: dict, launcher_name: str) -> None:
-    """Score-P's --mpp=mpi learns ranks from MPI_Init: only MPI-started workers."""
-    if config.get("tracer") != "scorep":
-        return
-    if launcher_name != "horovodrun" or config.get("horovod_controller") != "mpi":
-        raise RuntimeError(
-            f"tracer: scorep needs MPI-started workers (horovodrun with horovod_controller: "
-            f"mpi); this run uses {launcher_name} with framework {config['framework']}. "
-            "Use tracer: otf2 for it, or set horovod_controller: mpi for Horovod runs")
+def refuse_untraceable(config: dict) -> None:
+    """The plan refuses these already (design.py); a run started by hand too."""
+    reason = tracers.refusal(config)
+    if reason:
+        raise RuntimeError(reason)
 
 
 def base_env(config: dict) -> dict[str, str]:
@@ -93,16 +74,16 @@ def base_env(config: dict) -> dict[str, str]:
 @launcher("torchrun")
 def torchrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     """One torchrun per node; one rendezvous at the first host."""
-    require_mpi_for_scorep(config, "torchrun")
     per_node = hosts[0].slots
+    worker = ["-m", worker_module(config), str(run_dir)]
     run = [python(config), "-m", "torch.distributed.run"]
     env = {**base_env(config), **tracing_env(config, run_dir)}
     if len(hosts) == 1:
         return run + ["--standalone", "--nnodes=1", f"--nproc_per_node={per_node}",
-                      "-m", "frameworks.worker", str(run_dir)], env
+                      *worker], env
     rendezvous = [f"--nnodes={len(hosts)}", f"--nproc_per_node={per_node}",
                   "--rdzv_backend=c10d", f"--rdzv_endpoint={hosts[0].name}:{TORCHRUN_PORT}",
-                  f"--rdzv_id={config['run_id']}", "-m", "frameworks.worker", str(run_dir)]
+                  f"--rdzv_id={config['run_id']}", *worker]
     return per_node_starter(hosts, scheduler) + run + rendezvous, env
 
 
@@ -124,7 +105,6 @@ def per_node_starter(hosts: list[Host], scheduler: str) -> list[str]:
 
 @launcher("horovodrun")
 def horovodrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
-    require_mpi_for_scorep(config, "horovodrun")
     world = sum(h.slots for h in hosts)
     host_arg = ",".join(f"{h.name}:{h.slots}" for h in hosts)
     argv = [str(Path(python(config)).parent / "horovodrun"), "-np", str(world), "-H", host_arg,
@@ -175,7 +155,7 @@ def tf_workers(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     spawn = [python(config), "-m", "ddlcompare.spawn", "--per-node", str(per_node),
              "--workers", ",".join(workers), "--"] + worker_argv(config, run_dir)
     starter = per_node_starter(hosts, scheduler) if len(hosts) > 1 else []
-    return starter + spawn, base_env(config)
+    return starter + spawn, {**base_env(config), **tracing_env(config, run_dir)}
 
 
 def free_ports(count: int) -> list[int]:
@@ -196,6 +176,7 @@ def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     """Tarantella's own launcher: ``-n N`` on one node, a hostfile of the
     scheduler's nodes and ``--n-per-node K`` on several. It starts the ranks
     with gaspi_run over plain ssh (on OAR: a job with -t allow_classic_ssh)."""
+    refuse_untraceable(config)
     executable = Path(python(config)).parent / "tarantella"
     if not executable.exists():
         raise RuntimeError(f"{executable} not found: build the 'tarantella' environment "
@@ -221,6 +202,7 @@ def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
 def lbann_driver(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     """One driver process here; LBANN's own launcher (lbann.run: srun, or
     mpiexec with the OAR node file) starts the ranks on the hosts."""
+    refuse_untraceable(config)
     return worker_argv(config, run_dir), base_env(config)
 
 

@@ -2,7 +2,7 @@
 are the frameworks' environments built? One message per problem."""
 from __future__ import annotations
 
-from ddlcompare import envs, hosts, netem, plan_checks
+from ddlcompare import envs, hosts, netem, plan_checks, tracers
 from ddlcompare.design import Design
 from frameworks import data, registry
 
@@ -26,7 +26,9 @@ def problems(design: Design) -> list[str]:
             found.append(f"framework {name}: its environment '{info.env}' is not built here "
                          f"({info.probe} not found in {envs.env_dir(info.env)}); "
                          f"{envs.how_to_build(info.env)}")
-    return found + network_problems(design) + plan_checks.problems(design)
+    configs = [{**design.fixed, **cell} for cell in design._cells()]
+    return (found + network_problems(design) + plan_checks.problems(design)
+            + tracers.problems(envs.python_for, configs))
 
 
 def network_problems(design: Design) -> list[str]:

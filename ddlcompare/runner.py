@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 
 from ddlcompare import (diskspace, energy, hosts, launch, machine_lock, netem, ownership,
-                        provenance, validate)
+                        provenance, tracers, validate)
 from ddlcompare.atomic import write_json
 from ddlcompare.params import RunRow
 from frameworks import data, registry
@@ -119,6 +119,8 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
     record = {"run_id": row.run_id, "path": row.path, "factors": row.factors, "rep": row.rep,
               "order": row.order, "config": config, "status": "running",
               "start": _now(), **provenance.harness(), **provenance.tools()}
+    if config.get("tracer") == "scorep":
+        record["scorep"] = tracers.installed_version()
     save("config.json", config)
     save(RECORD, record)
     try:
@@ -148,6 +150,8 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
         else "failed"
     if status == "failed" and not outcome.get("reason"):
         outcome["reason"] = "exited 0 but wrote no metrics.json"
+    if status == "ok" and (missing := tracers.missing_trace(config, run_dir)):
+        status, outcome["reason"] = "failed", missing  # not clean: its trace is lost
     if status == "ok" and outcome.get("overlap"):
         status = "suspect"
         outcome["reason"] = ("measured while other training shared this machine: "
@@ -293,15 +297,23 @@ def _send(process: "psutil.Process", sig: int) -> None:
 # "[rank1]: KeyError: 0" (torchrun), "[0]<stderr>:TypeError: ..." (horovodrun),
 # "[1,0]<stderr>:..." (mpirun), "ValueError: ...", "SystemExit: ..." and the like.
 EXCEPTION_LINE = re.compile(r"^(\[[\w,]+\](<std\w+>)?:\s*)?([\w.]*(Error|Exception|Exit|Interrupt))\b:?")
+# A tool's fatal error ("[Score-P] src/...: Fatal: Bug 'timestamp < ...'",
+# "[Score-P] ...: Error: ..."): it explains the exit better than any
+# exception a rank raised after it.
+FATAL_LINE = re.compile(r"\bFatal:|\[Score-P\].*\bError:")
+# mpirun frames its messages with lines of dashes or stars: never a reason.
+SEPARATOR_LINE = re.compile(r"^[\W_]*$")
 
 
 def _last_error(log: Path) -> str:
     """The most telling line of a failed run's log: the first exception a
     rank raised (launchers report their own wrapper errors after it)."""
-    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-    for line in lines:
-        if EXCEPTION_LINE.match(line):
-            return line[:400]
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines()
+             if ln.strip() and not SEPARATOR_LINE.match(ln)]
+    for pattern in (FATAL_LINE.search, EXCEPTION_LINE.match):
+        for line in lines:
+            if pattern(line):
+                return line[:400]
     return lines[-1][:400] if lines else "no output"
 
 

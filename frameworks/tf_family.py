@@ -118,7 +118,7 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     if adapter.uses_fit:
         return train_fit(adapter, config, run_dir)
     tf = configure_tensorflow(config)
-    phases = PhaseRecorder()
+    phases = tracing.recorder(config)
     adapter.phases = phases
     init_start = time.perf_counter()
     with phases("init"):
@@ -276,7 +276,7 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     framework splits each global batch between the ranks: the same images
     per global step as the custom loop's round-robin shards)."""
     tf = configure_tensorflow(config)
-    phases = PhaseRecorder()
+    phases = tracing.recorder(config)
     init_start = time.perf_counter()
     with phases("init"):
         dist, clock, dataset, global_batch, lr = _start(tf, adapter, config, run_dir)

@@ -101,7 +101,7 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
     import torch
     import torch.nn.functional as F
 
-    phases = PhaseRecorder()
+    phases = tracing.recorder(config)
     adapter.phases = phases
     init_start = time.perf_counter()
     with phases("init"):

@@ -11,8 +11,7 @@ import pandas as pd
 import pytest
 
 from conftest import tiny_design
-from ddlcompare import design, launch, runner
-from ddlcompare.hosts import Host
+from ddlcompare import design, runner
 from frameworks import data, models
 from traces import convert, readers
 from traces.otf2_writer import PARTS_DIR, Otf2Sink, archive_anchor
@@ -82,30 +81,6 @@ def test_tracing_off_attaches_nothing(tmp_path):
     phases = PhaseRecorder()
     tracing.attach(phases, {"tracer": "none"}, tmp_path, 0, 1)
     assert phases.sinks == [] and phases.live == []
-
-
-def test_scorep_command_and_environment(tmp_path):
-    config = design.parse(tiny_design(["horovod-torch"], tracer="scorep",
-                                      horovod_controller="mpi", horovod_timeline=True),
-                          "t.yaml").runs()[0].config
-    argv, env = launch.command("horovodrun", [Host("localhost", 2)], config, tmp_path, "local")
-    at = argv.index("-m", argv.index("--mpi"))
-    assert argv[at:at + 4] == ["-m", "scorep", "--mpp=mpi", "--noinstrumenter"]
-    assert argv[at + 4].endswith("frameworks/worker.py") and Path(argv[at + 4]).is_file()
-    assert argv[-1] == str(tmp_path)
-    assert Path(env["SCOREP_FILTERING_FILE"]).read_text().count("SCOREP_REGION_NAMES") == 2
-    assert env["SCOREP_EXPERIMENT_DIRECTORY"] == str(tmp_path / "scorep")
-    assert env["SCOREP_ENABLE_TRACING"] == "true"
-    assert env["HOROVOD_TIMELINE"] == str(tmp_path / "horovod_timeline.json")
-    assert Path(env["PYTHONPATH"], "frameworks", "worker.py").is_file()
-    # where the converter looks for what these runs leave
-    assert {"scorep/traces.otf2", "horovod_timeline.json"} <= set(convert.RUN_TRACES)
-
-
-def test_scorep_without_mpi_is_refused_clearly(tmp_path):
-    config = design.parse(tiny_design(["torch-ddp"], tracer="scorep"), "t.yaml").runs()[0].config
-    with pytest.raises(RuntimeError, match="tracer: scorep needs MPI-started workers"):
-        launch.command("torchrun", [Host("localhost", 2)], config, tmp_path, "local")
 
 
 def test_scorep_phases_are_user_regions_the_rules_map_back():

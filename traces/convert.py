@@ -3,7 +3,9 @@
     python -m traces.convert RUN_DIR_OR_TRACE ... -o phases.parquet
 
 A run directory contributes every trace a run leaves there: our OTF2 archive
-(``trace/traces.otf2``), a Score-P experiment (``scorep/traces.otf2``), the
+(``trace/traces.otf2``), a Score-P experiment (``scorep/traces.otf2``, or
+one per rank, ``scorep/rank<r>/traces.otf2``, from ranks Score-P traced
+without MPI: each one's rows take the rank in its folder's name), the
 Horovod Timeline (``horovod_timeline.json``) and PyTorch profiler traces
 (``torch_profiler/*.json[.gz]``). A file or an OTF2 archive folder is read
 as what it is. A trace that cannot be read gives one ``error:`` line naming
@@ -16,10 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from traces import readers
@@ -29,6 +34,10 @@ from traces.table import empty_table
 
 RUN_TRACES = ("trace/traces.otf2", "scorep/traces.otf2", "horovod_timeline.json")
 PROFILER_DIR = "torch_profiler"
+SCOREP_DIR = "scorep"
+# One Score-P experiment per rank (ddlcompare/tracers.py, --mpp=none): each
+# holds one process, which Score-P calls rank 0.
+PER_RANK_EXPERIMENT = re.compile(r"(?:^|/)rank(\d+)/traces\.otf2$")
 
 
 def traces_in(path: Path) -> list[Path]:
@@ -38,11 +47,51 @@ def traces_in(path: Path) -> list[Path]:
     if (path / "traces.otf2").is_file():
         return [path / "traces.otf2"]
     found = [path / name for name in RUN_TRACES if (path / name).is_file()]
+    found += per_rank_experiments(path) or per_rank_experiments(path / SCOREP_DIR)
     profiler = path / PROFILER_DIR
     if profiler.is_dir():
         found += sorted(p for p in profiler.iterdir()
                         if p.name.endswith((".json", ".json.gz")))
     return found
+
+
+def per_rank_experiments(folder: Path) -> list[Path]:
+    """``rank<r>/traces.otf2`` under ``folder``, in rank order."""
+    found = [p for p in folder.glob("rank*/traces.otf2") if rank_of_experiment(p) is not None]
+    return sorted(found, key=rank_of_experiment)
+
+
+def rank_of_experiment(trace: Path) -> int | None:
+    """The rank a per-rank Score-P experiment was recorded for (from its folder)."""
+    found = PER_RANK_EXPERIMENT.search(trace.as_posix())
+    return int(found.group(1)) if found else None
+
+
+def with_rank(table: pa.Table, rank: int) -> pa.Table:
+    """Every row on ``rank``: a per-rank experiment's one process, whatever
+    Score-P numbered it, with all of its threads."""
+    at = table.schema.get_field_index("rank")
+    return table.set_column(at, table.schema.field(at),
+                            pa.repeat(pa.scalar(rank, pa.int32()), table.num_rows))
+
+
+def with_epochs_of_run(table: pa.Table, trace: Path) -> pa.Table:
+    """A Score-P experiment's steps (user:step regions, numbered in order)
+    carry no epoch: the run's ``steps.rank<r>.tsv`` says each step's epoch."""
+    run = next((p.parent for p in trace.parents if p.name == SCOREP_DIR), None)
+    if run is None or table.num_rows == 0:
+        return table
+    epochs = [pd.read_csv(f, sep="\t", usecols=["epoch", "step"]).assign(
+              rank=int(f.name[len("steps.rank"):-len(".tsv")]))
+              for f in run.glob("steps.rank*.tsv")]
+    if not epochs:
+        return table
+    rows = table.select(["rank", "step"]).to_pandas()
+    found = rows.merge(pd.concat(epochs), on=["rank", "step"], how="left")["epoch"]
+    at = table.schema.get_field_index("epoch")
+    filled = pa.array(found.to_numpy(dtype="float64"), from_pandas=True).cast(pa.int64())
+    return table.set_column(at, table.schema.field(at),
+                            pc.coalesce(table.column("epoch"), filled))
 
 
 def run_id_of(path: Path) -> str:
@@ -76,6 +125,9 @@ def convert(paths: list[Path], rules: PhaseRules, run_id: str | None = None):
             except TraceError as exc:
                 errors.append(str(exc))
                 continue
+            if (rank := rank_of_experiment(trace)) is not None:
+                table = with_rank(table, rank)
+            table = with_epochs_of_run(table, trace)
             tables.append(table)
             source = {"path": str(trace), "format": table.column("source")[0].as_py()
                       if table.num_rows else readers.detect(trace),

@@ -8,8 +8,9 @@ directory. The rank that completes the set assembles the run's archive,
 - the system tree ``machine > node <hostname>``, one location group
   ``Rank <r>`` per rank under its node;
 - the location ``Master thread`` per rank with Enter/Leave of a ``step``
-  region around each step's phase regions (region names = phase names), each
-  Enter carrying ``epoch`` and ``step`` attributes;
+  region around each step's phase regions (region names = phase names); the
+  Enter of a step and of a phase outside steps carries ``epoch`` and ``step``
+  attributes, which the phases inside a step take from it (as the readers do);
 - ``comm <k>`` locations per rank with one ``allreduce`` region per
   collective, its MpiCollectiveBegin/End records giving the bytes (collectives
   overlap each other and the backward pass, so they cannot nest on the
@@ -127,8 +128,8 @@ def write_archive(parts: list[dict], folder: Path) -> Path:
             group = defs.location_group(f"Rank {part['rank']}", system_tree_parent=nodes[host])
             master = defs.location(MASTER_THREAD, group=group)
             masters.append(master)
-            _write_master(trace.event_writer_from_location(master), part, regions,
-                          epoch_attr, step_attr)
+            with _Records(trace, master) as writer:
+                _write_master(writer, part, regions, epoch_attr, step_attr)
             comm_events.append((group, part))
         defs.group("locations", group_type=GroupType.COMM_LOCATIONS, paradigm=Paradigm.USER,
                    members=masters)
@@ -143,6 +144,81 @@ def write_archive(parts: list[dict], folder: Path) -> Path:
             # ours were recorded earlier, and are wall-clock ns already.
             trace._realtime_timestamp = first / 1e9
     return folder / f"{ARCHIVE_NAME}.otf2"
+
+
+class _Records:
+    """A location's event writer that writes plain records (no attributes)
+    through the OTF2 C functions themselves. The bindings' writer builds an
+    event object, an attribute list and the ctypes signature anew for every
+    record: about 20 us a record, the most of handing a run's trace over.
+    Records with attributes still go through the bindings."""
+    _functions: dict = {}
+
+    def __init__(self, trace, location):
+        self.trace, self.location = trace, location
+        self.bindings = trace.event_writer_from_location(location)
+        self.handle = self.bindings.handle
+        self.count, self.first, self.last = 0, None, None
+        self.c = self._c_functions()
+
+    @classmethod
+    def _c_functions(cls) -> dict:
+        if not cls._functions:
+            import ctypes
+            import _otf2
+            from _otf2.AttributeList import AttributeList
+            from _otf2.ErrorCodes import ErrorCode, HandleErrorCode
+            from _otf2.Events import CollectiveOp
+            from _otf2.EvtWriter import EvtWriter
+            from _otf2.GeneralDefinitions import CommRef, RegionRef, TimeStamp
+            head = [ctypes.POINTER(EvtWriter), ctypes.POINTER(AttributeList), TimeStamp]
+            for name, rest in (("Enter", [RegionRef]), ("Leave", [RegionRef]),
+                               ("MpiCollectiveBegin", []),
+                               ("MpiCollectiveEnd", [CollectiveOp, CommRef, ctypes.c_uint32,
+                                                     ctypes.c_uint64, ctypes.c_uint64])):
+                function = getattr(_otf2.conf.lib, f"OTF2_EvtWriter_{name}")
+                function.argtypes = head + rest
+                function.restype = ErrorCode
+                function.errcheck = HandleErrorCode
+                cls._functions[name] = function
+        return cls._functions
+
+    def _counted(self, time: int) -> None:
+        self.count += 1
+        if self.first is None:
+            self.first = time
+        self.last = time  # each location's records are written in time order
+
+    def enter(self, time: int, region, attributes=None) -> None:
+        if attributes:
+            self.bindings.enter(time, region, attributes=attributes)
+            return
+        self.c["Enter"](self.handle, None, time, region._ref)
+        self._counted(time)
+
+    def leave(self, time: int, region) -> None:
+        self.c["Leave"](self.handle, None, time, region._ref)
+        self._counted(time)
+
+    def mpi_collective_begin(self, time: int) -> None:
+        self.c["MpiCollectiveBegin"](self.handle, None, time)
+        self._counted(time)
+
+    def mpi_collective_end(self, time: int, op, comm, root: int, sent: int, received: int):
+        self.c["MpiCollectiveEnd"](self.handle, None, time, op, comm._ref, root, sent,
+                                   received)
+        self._counted(time)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        """The bindings' bookkeeping for the records written past them."""
+        self.location._number_of_events_written += self.count
+        for time in (self.first, self.last):
+            if time is not None:
+                self.trace._update_timestamps(time)
+        return False
 
 
 def _times(part: dict):
@@ -166,8 +242,11 @@ def _write_master(writer, part: dict, regions: dict, epoch_attr, step_attr) -> N
         while open_spans and open_spans[-1][0] <= start:
             closing_end, closing_name = open_spans.pop()
             writer.leave(closing_end + offset, regions[closing_name])
-        writer.enter(start + offset, regions[name],
-                     attributes={epoch_attr: int(epoch), step_attr: int(step)})
+        if open_spans and open_spans[-1][1] == STEP:
+            writer.enter(start + offset, regions[name])  # its step's, read from the step
+        else:
+            writer.enter(start + offset, regions[name],
+                         attributes={epoch_attr: int(epoch), step_attr: int(step)})
         open_spans.append((end, name))
     while open_spans:
         closing_end, closing_name = open_spans.pop()
@@ -177,12 +256,12 @@ def _write_master(writer, part: dict, regions: dict, epoch_attr, step_attr) -> N
 def _write_collectives(trace, defs, group, part, region, comm, CollectiveOp) -> None:
     """Each collective on the first ``comm <k>`` location free at its start."""
     offset = part["offset_ns"]
-    lanes: list[tuple] = []  # (writer, end of its last collective)
+    lanes: list[tuple] = []  # (_Records, end of its last collective)
     for op, nbytes, start, end in sorted(part["collectives"], key=lambda c: c[2]):
         lane = next((i for i, (_, busy) in enumerate(lanes) if busy <= start), None)
         if lane is None:
             location = defs.location(f"comm {len(lanes)}", group=group)
-            lanes.append((trace.event_writer_from_location(location), 0))
+            lanes.append((_Records(trace, location), 0))
             lane = len(lanes) - 1
         writer = lanes[lane][0]
         lanes[lane] = (writer, end)
@@ -191,3 +270,5 @@ def _write_collectives(trace, defs, group, part, region, comm, CollectiveOp) -> 
         writer.mpi_collective_end(end + offset, getattr(CollectiveOp, op.upper()), comm,
                                   0xFFFFFFFF, nbytes, nbytes)
         writer.leave(end + offset, region)
+    for writer, _ in lanes:
+        writer.__exit__()

@@ -1,9 +1,11 @@
 """The run's tracer, chosen by the ``tracer`` parameter (none | otf2 | scorep).
 
-Framework-neutral: every family's loop calls :func:`attach` once it knows
-its rank (after ``init``); the recorder hands the init interval to the new
-sinks. With ``tracer: none`` nothing is attached and a phase costs the
-recorder's bookkeeping alone.
+Framework-neutral: every family's loop makes its recorder with
+:func:`recorder` (Score-P's user regions are live from the start, so that
+``init`` is one of them) and calls :func:`attach` once it knows its rank
+(after ``init``); the recorder hands the init interval to the new sinks.
+With ``tracer: none`` nothing is attached and a phase costs the recorder's
+bookkeeping alone.
 """
 from __future__ import annotations
 
@@ -28,10 +30,16 @@ class ScorepRegions(LiveRegions):
         self.user.region_end(name)
 
 
+def recorder(config: dict) -> PhaseRecorder:
+    """The run's phase recorder, before ``init``."""
+    phases = PhaseRecorder()
+    if config.get("tracer") == "scorep":
+        phases.live.append(ScorepRegions())
+    return phases
+
+
 def attach(recorder: PhaseRecorder, config: dict, run_dir: Path, rank: int, world: int) -> None:
-    tracer = config.get("tracer", "none")
-    if tracer == "otf2":
+    """Sinks that need the rank (our OTF2 tracer), once ``init`` is over."""
+    if config.get("tracer", "none") == "otf2":
         from traces.otf2_writer import Otf2Sink
         recorder.attach([Otf2Sink(run_dir, rank, world, config.get("run_id", ""))])
-    elif tracer == "scorep":
-        recorder.live.append(ScorepRegions())

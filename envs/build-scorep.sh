@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Build Score-P (shared libraries, Open MPI, pthread support) into a cached
+# prefix, then `pip install scorep` (the Python bindings) into .venv and
+# .venv-tf. For `tracer: scorep` (docs/tracing.md, envs/scorep.md).
+#
+#   envs/build-scorep.sh                       # official release tarball, checksum checked
+#   envs/build-scorep.sh --source DIR          # an unpacked source folder
+#   envs/build-scorep.sh --source GITDIR@REF   # a git dir holding the unpacked release
+#                                              # (e.g. a copy of the msmania/Score-P mirror @v8.4)
+#   SCOREP_SOURCE=... envs/build-scorep.sh     # the same as --source
+#
+# Resumable: each step (unpack, configure, make, install, bindings) leaves a
+# stamp in the build folder and is skipped when its stamp is there; a failed
+# step runs again on the next call. Each step prints its time. The installed
+# version is written to <prefix>/ddlc-scorep.json (read into run.json).
+# Debian packages it needs: binutils-dev libunwind-dev libiberty-dev gfortran
+# (and libopenmpi-dev, from envs/setup.sh).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+version=8.4
+# Checksum of scorep-8.4.tar.gz as published by JSC; the same value is in
+# Spack's scorep package (var/spack/repos/builtin/packages/scorep/package.py).
+tarball_url=https://perftools.pages.jsc.fz-juelich.de/cicd/scorep/tags/scorep-$version/scorep-$version.tar.gz
+tarball_sha256=7bbde9a0721d27cc6205baf13c1626833bcfbabb1f33b325a2d67976290f7f8a
+bindings_version=4.5.1
+cache=${DDLC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddl-compare}
+prefix=${SCOREP_PREFIX:-$cache/scorep-$version}
+build=$cache/scorep-$version-build
+source=${SCOREP_SOURCE:-}
+jobs=${SCOREP_JOBS:-$(nproc)}
+# --enable-shared: the Python bindings link Score-P's shared libraries; a
+# default (static) build makes `pip install scorep` useless.
+configure_flags=(--with-mpi=openmpi --without-shmem --disable-cuda --with-libbfd --with-libunwind
+                 --enable-shared --disable-static)
+# Extra flags for a cluster (e.g. --enable-cuda --with-libcudart=...), word-split on purpose.
+read -r -a extra_flags <<< "${SCOREP_CONFIGURE_EXTRA:-}"
+
+say() { printf 'build-scorep: %s\n' "$*" >&2; }
+die() { say "$*"; exit 1; }
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --source) source=${2:?--source needs a folder or GITDIR@REF}; shift 2 ;;
+    --prefix) prefix=${2:?--prefix needs a folder}; shift 2 ;;
+    --jobs) jobs=${2:?--jobs needs a number}; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) die "unknown option $1 (see --help)" ;;
+  esac
+done
+mkdir -p "$build"
+stamp() { echo "$build/.$1.done"; }
+
+# Runs step NAME (a shell function) unless its stamp exists, and prints its time.
+step() {
+  local name=$1 start
+  if [ -f "$(stamp "$name")" ]; then say "$name: done before, skipped"; return 0; fi
+  say "$name: starting"
+  start=$(date +%s)
+  "step_$name"
+  touch "$(stamp "$name")"
+  say "$name: $(( $(date +%s) - start )) s"
+}
+
+check_packages() {
+  local missing=() p
+  for p in binutils-dev libunwind-dev libiberty-dev gfortran; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] || ! command -v dpkg-query >/dev/null ||
+    die "missing Debian packages; run: sudo apt-get install -y ${missing[*]}"
+  command -v mpicc >/dev/null || die "mpicc not on PATH: Score-P is built against the MPI Horovod uses (module load openmpi, or apt-get install libopenmpi-dev)"
+}
+
+# A git dir holding the unpacked release (as the msmania/Score-P mirror does).
+# Some of its blobs may be missing from a partial copy (example .cube files):
+# they are left out of the archive and created empty; the build does not read them.
+unpack_git() {
+  local gitdir=${1%@*} ref=${1##*@} listing missing
+  [ "$gitdir" != "$1" ] || ref=HEAD
+  listing=$(git --git-dir="$gitdir" ls-tree -r "$ref") || die "$gitdir has no $ref"
+  missing=$(paste <(cut -f1 <<< "$listing" | awk '{print $3}' | git --git-dir="$gitdir" cat-file --batch-check) \
+                  <(cut -f2 <<< "$listing") | awk -F'\t' '$1 ~ / missing$/ {print $2}')
+  local excludes=()
+  while IFS= read -r path; do [ -n "$path" ] && excludes+=(":(exclude)$path"); done <<< "$missing"
+  git --git-dir="$gitdir" archive --format=tar "$ref" -- . "${excludes[@]}" | tar -x -C "$build/src"
+  while IFS= read -r path; do
+    [ -n "$path" ] || continue
+    say "blob missing in $gitdir, created empty: $path"
+    mkdir -p "$build/src/$(dirname "$path")"; : > "$build/src/$path"
+  done <<< "$missing"
+}
+
+step_unpack() {
+  rm -rf "$build/src"; mkdir -p "$build/src"
+  if [ -z "$source" ]; then
+    local tarball=$cache/scorep-$version.tar.gz
+    if [ ! -f "$tarball" ]; then
+      curl -fL --retry 3 -o "$tarball.part" "$tarball_url" ||
+        die "could not download $tarball_url; pass --source with a local copy"
+      mv "$tarball.part" "$tarball"
+    fi
+    echo "$tarball_sha256  $tarball" | sha256sum -c --quiet - ||
+      { rm -f "$tarball"; die "checksum mismatch for $tarball (removed; run again)"; }
+    tar -xzf "$tarball" -C "$build/src" --strip-components=1
+  elif [ -f "$source/configure" ]; then
+    cp -a "$source/." "$build/src/"
+  elif git --git-dir="${source%@*}" rev-parse --git-dir >/dev/null 2>&1; then
+    unpack_git "$source"
+  else
+    die "--source $source is neither a Score-P source folder (with configure) nor a git dir"
+  fi
+  [ -x "$build/src/configure" ] || die "no configure script in the unpacked source"
+  echo "${source:-$tarball_url}" > "$build/source"
+}
+
+step_configure() {
+  rm -rf "$build/obj"; mkdir -p "$build/obj"
+  (cd "$build/obj" && "$build/src/configure" --prefix="$prefix" "${configure_flags[@]}" "${extra_flags[@]}") \
+    > "$build/configure.log" 2>&1 || { tail -n 30 "$build/configure.log" >&2; die "configure failed; log: $build/configure.log"; }
+}
+
+step_make() {
+  make -C "$build/obj" -j"$jobs" > "$build/make.log" 2>&1 ||
+    { tail -n 30 "$build/make.log" >&2; die "make failed; log: $build/make.log (run again to resume)"; }
+}
+
+step_install() {
+  make -C "$build/obj" install > "$build/install.log" 2>&1 ||
+    { tail -n 30 "$build/install.log" >&2; die "make install failed; log: $build/install.log"; }
+  local reported
+  reported=$("$prefix/bin/scorep" --version | awk '{print $NF}')
+  printf '{"scorep": "%s", "prefix": "%s", "source": "%s", "configure": "%s"}\n' \
+    "$reported" "$prefix" "$(cat "$build/source")" "${configure_flags[*]} ${extra_flags[*]}" > "$prefix/ddlc-scorep.json"
+}
+
+# The bindings build against scorep-config on PATH. In the TensorFlow env pip
+# would upgrade setuptools to one without pkg_resources, which TensorBoard
+# imports: the installed setuptools is kept with a constraint.
+install_bindings() {
+  local env=$1 constraints=$build/constraints-$(basename "$1").txt
+  [ -x "$env/bin/python" ] || { say "no environment at $env, bindings skipped there"; return 0; }
+  "$env/bin/python" -c 'import setuptools; print("setuptools==" + setuptools.__version__)' > "$constraints" 2>/dev/null || : > "$constraints"
+  PATH=$prefix/bin:$PATH "$env/bin/python" -m pip install -q "scorep==$bindings_version" -c "$constraints" \
+    > "$build/pip-$(basename "$env").log" 2>&1 ||
+    { tail -n 30 "$build/pip-$(basename "$env").log" >&2; die "pip install scorep failed in $env"; }
+  PATH=$prefix/bin:$PATH "$env/bin/python" -c 'import scorep.user' || die "scorep bindings do not import in $env"
+  say "bindings scorep $bindings_version in $env"
+}
+
+step_bindings() {
+  install_bindings "${DDLC_VENV:-$here/.venv}"
+  install_bindings "${DDLC_VENV_TENSORFLOW:-$here/.venv-tf}"
+}
+
+check_packages
+step unpack
+step configure
+step make
+step install
+rm -f "$(stamp bindings)"   # cheap, and the environments may have been rebuilt
+step bindings
+say "Score-P $version in $prefix; put $prefix/bin on PATH (ddlc finds it there by itself)"
