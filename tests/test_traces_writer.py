@@ -99,7 +99,8 @@ def test_scorep_command_and_environment(tmp_path):
     assert env["HOROVOD_TIMELINE"] == str(tmp_path / "horovod_timeline.json")
     assert Path(env["PYTHONPATH"], "frameworks", "worker.py").is_file()
     # where the converter looks for what these runs leave
-    assert {"scorep/traces.otf2", "horovod_timeline.json"} <= set(convert.RUN_TRACES)
+    patterns = {p for r in readers.readers().values() for p in r.patterns}
+    assert {"scorep/traces.otf2", "horovod_timeline.json"} <= patterns
 
 
 def test_scorep_without_mpi_is_refused_clearly(tmp_path):

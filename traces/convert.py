@@ -2,15 +2,18 @@
 
     python -m traces.convert RUN_DIR_OR_TRACE ... -o phases.parquet
 
-A run directory contributes every trace a run leaves there: our OTF2 archive
-(``trace/traces.otf2``), a Score-P experiment (``scorep/traces.otf2``), the
-Horovod Timeline (``horovod_timeline.json``) and PyTorch profiler traces
-(``torch_profiler/*.json[.gz]``). A file or an OTF2 archive folder is read
-as what it is. A trace that cannot be read gives one ``error:`` line naming
-the file and why; the others are converted all the same, and the table is
-written (empty when nothing could be read). The Parquet metadata keeps the
-schema version, the rules version, each source file and each error.
-Exit status: 0, or 1 when a trace could not be read (0 with --keep-going).
+A run directory contributes every trace a run leaves there, and a folder of
+traces from elsewhere every file some reader recognises (each reader in
+traces/readers/ names the files it looks for). A file is read as what it is.
+A trace that cannot be read gives one ``error:`` line naming the file and
+why; the others are converted all the same, and the table is written. What
+a reader read but had to leave out gives a ``warning:`` line, and an
+``error:`` line when records of the file are missing from the table. The
+Parquet metadata keeps the schema version, the rules version, each source
+file and each error.
+Exit status: 0 when every record of every trace is in the table; 1 when a
+trace could not be read, records were lost, or nothing was converted (a
+folder with no trace, traces with no interval); 0 with --keep-going.
 """
 from __future__ import annotations
 
@@ -20,29 +23,17 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from traces import readers
 from traces.readers import TraceError, otf2_reader
 from traces.rules import RULES_FILE, PhaseRules, RulesError
-from traces.table import empty_table
-
-RUN_TRACES = ("trace/traces.otf2", "scorep/traces.otf2", "horovod_timeline.json")
-PROFILER_DIR = "torch_profiler"
-
+from traces.table import SCHEMA_VERSION, empty_table
 
 def traces_in(path: Path) -> list[Path]:
     """The trace files a path stands for."""
-    if path.is_file():
-        return [path]
-    if (path / "traces.otf2").is_file():
-        return [path / "traces.otf2"]
-    found = [path / name for name in RUN_TRACES if (path / name).is_file()]
-    profiler = path / PROFILER_DIR
-    if profiler.is_dir():
-        found += sorted(p for p in profiler.iterdir()
-                        if p.name.endswith((".json", ".json.gz")))
-    return found
+    return [path] if path.is_file() else readers.traces_in(path)
 
 
 def run_id_of(path: Path) -> str:
@@ -60,7 +51,8 @@ def run_id_of(path: Path) -> str:
 
 
 def convert(paths: list[Path], rules: PhaseRules, run_id: str | None = None):
-    """(table, sources, errors): every readable trace's rows in one table."""
+    """(table, sources, errors): every readable trace's rows in one table;
+    errors: the traces that could not be read and the records lost."""
     tables, sources, errors = [], [], []
     for path in paths:
         if not path.exists():
@@ -68,7 +60,8 @@ def convert(paths: list[Path], rules: PhaseRules, run_id: str | None = None):
             continue
         found = traces_in(path)
         if not found:
-            sources.append({"path": str(path), "note": "no trace in this folder"})
+            errors.append(f"{path}: no trace this converter knows in this folder (its "
+                          f"readers look for {', '.join(_patterns())})")
         for trace in found:
             try:
                 table, problems = readers.read(trace, rules, run_id if run_id is not None
@@ -76,10 +69,13 @@ def convert(paths: list[Path], rules: PhaseRules, run_id: str | None = None):
             except TraceError as exc:
                 errors.append(str(exc))
                 continue
-            tables.append(table)
-            source = {"path": str(trace), "format": table.column("source")[0].as_py()
-                      if table.num_rows else readers.detect(trace),
-                      "rows": table.num_rows, "problems": problems}
+            tables.append(_offset_op_ids(table, sum(t.num_rows for t in tables)))
+            errors += [str(p) for p in problems if getattr(p, "lost", False)]
+            source = {"path": str(trace), "format": readers.detect(trace),
+                      "rows": table.num_rows,
+                      "problems": [str(p) for p in problems if not getattr(p, "lost", False)]}
+            if table.num_rows == 0:
+                errors.append(f"{trace}: no interval in this trace (nothing to convert)")
             reader = (table.schema.metadata or {}).get(otf2_reader.META_READER)
             if reader:
                 source["reader"] = reader.decode()  # fastotf2, or python (the fallback)
@@ -88,10 +84,23 @@ def convert(paths: list[Path], rules: PhaseRules, run_id: str | None = None):
     return table, sources, errors
 
 
+def _patterns() -> list[str]:
+    return list(dict.fromkeys(p for r in readers.readers().values() for p in r.patterns))
+
+
+def _offset_op_ids(table: pa.Table, offset: int) -> pa.Table:
+    """op_id is a row number within one trace's table: shifted by the rows
+    before it, it stays unique in the stacked table."""
+    if offset == 0 or table.num_rows == 0:
+        return table
+    at = table.schema.get_field_index("op_id")
+    return table.set_column(at, "op_id", pc.add(table.column("op_id"), offset))
+
+
 def write(table: pa.Table, out: Path, rules: PhaseRules, sources: list, errors: list) -> None:
     meta = dict(table.schema.metadata or empty_table().schema.metadata or {})
     meta.pop(otf2_reader.META_READER, None)  # per trace, in ddlcompare.sources
-    meta.update({b"ddlcompare.schema_version": b"1",
+    meta.update({b"ddlcompare.schema_version": str(SCHEMA_VERSION).encode(),
                  b"ddlcompare.rules_version": str(rules.version).encode(),
                  b"ddlcompare.sources": json.dumps(sources).encode(),
                  b"ddlcompare.errors": json.dumps(errors).encode()})
@@ -127,15 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     for source in sources:
         for problem in source.get("problems", []):
             print(f"warning: {problem}", file=sys.stderr)
-        if "rows" in source:
-            via = f", {source['reader']} reader" if "reader" in source else ""
-            print(f"{source['path']}: {source['rows']} intervals ({source['format']}{via})")
-        else:
-            print(f"{source['path']}: {source['note']}")
+        via = f", {source['reader']} reader" if "reader" in source else ""
+        print(f"{source['path']}: {source['rows']} intervals ({source['format']}{via})")
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
     print(f"{args.out}: {table.num_rows} rows")
-    return 1 if errors and not args.keep_going else 0
+    failed = errors or table.num_rows == 0
+    return 1 if failed and not args.keep_going else 0
 
 
 if __name__ == "__main__":
