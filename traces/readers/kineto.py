@@ -22,6 +22,7 @@ and everything after that is numpy: no Python per event.
 """
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -87,19 +88,19 @@ class Event(msgspec.Struct, gc=False):
     cat: str | None = None
     pid: Id = None
     tid: Id = None
-    ts: float | None = None
+    ts: float = math.nan  # NaN: no time (the event is skipped and counted)
     dur: float = 0.0
     args: Args | None = None
 
 
-class Header(msgspec.Struct):
-    """Kineto's document keys, the events excepted (decoded separately)."""
-    distributedInfo: dict | None = None
-
-
 class Document(msgspec.Struct):
-    traceEvents: list[Event]
+    """The events stay raw bytes, decoded in chunks (bounded memory)."""
+    traceEvents: msgspec.Raw
     distributedInfo: dict | None = None
+
+
+CHUNK_BYTES = 16 << 20  # of JSON decoded into event objects at a time
+RECORD_SEPARATORS = (b"},\n  {", b"}, {")  # between top-level records: Kineto's layouts
 
 
 @register
@@ -116,22 +117,66 @@ class KinetoReader(Reader):
 
     def read(self, path: Path, rules, run_id: str = ""):
         data, problem = read_bytes(path)
-        events, info, problems = _decode(data, path)
-        del data
+        batches, info, problems = _decode(data, path)
+        events = _Events()
+        for batch in batches:
+            events.add(batch)
+        del data, batches
         problems = ([problem] if problem else []) + problems
-        columns, more = _columns(events, _rank(info, path), path)
-        problems += more
+        if events.untimed:
+            problems.append(Problem(f"{path}: {events.untimed} complete event(s) without a "
+                                    "valid 'ts' were skipped"))
+        columns = events.columns(_rank(info, path))
         return finish_columns(columns, rules, self.name, run_id, place=place_by_position), \
             problems
 
 
 def _decode(data: bytes, path: Path):
-    """(events, distributedInfo, problems), keeping every readable event."""
+    """(batches of events, distributedInfo, problems), keeping every
+    readable event: the events array is decoded a chunk at a time."""
     try:
         doc = msgspec.json.decode(data, type=Document)
-        return doc.traceEvents, doc.distributedInfo, []
     except (msgspec.DecodeError, msgspec.ValidationError):
-        pass
+        return _salvaged(data, path)
+    problems: list = []
+    return _batches(memoryview(doc.traceEvents), path, problems), doc.distributedInfo, problems
+
+
+def _batches(array: memoryview, path: Path, problems: list):
+    """Lists of events from a JSON array's bytes, cut between top-level
+    records; a chunk that does not decode as a whole (a record of another
+    shape) is read record by record, its bad records counted in problems."""
+    decoder = msgspec.json.Decoder(list[Event])
+    for begin, end in _chunks(array):
+        piece = b"[" + array[begin:end] + b"]"
+        try:
+            yield decoder.decode(piece)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            events, more = jsonrecords.salvage(piece.decode("utf-8", errors="replace"), 0,
+                                               Event, path)
+            problems += more
+            yield events
+
+
+def _chunks(array: memoryview) -> list[tuple[int, int]]:
+    """(begin, end) of runs of whole records of about CHUNK_BYTES, cut where
+    one top-level record ends and the next begins (the layouts Kineto
+    writes); the whole array when no such place is found."""
+    size = len(array)
+    head = bytes(array[:1 << 16])
+    separator = next((sep for sep in RECORD_SEPARATORS if sep in head), None)
+    chunks, begin = [], 1
+    while separator is not None and begin + CHUNK_BYTES < size - 1:
+        low = begin + CHUNK_BYTES
+        at = bytes(array[low:low + CHUNK_BYTES]).find(separator)
+        if at < 0:
+            break
+        chunks.append((begin, low + at + 1))
+        begin = low + at + len(separator) - 1
+    return chunks + [(begin, size - 1)]
+
+
+def _salvaged(data: bytes, path: Path):
     text = data.decode("utf-8", errors="replace")
     found = re.search(r'"traceEvents"\s*:\s*\[', text)
     if found is None:
@@ -145,7 +190,7 @@ def _decode(data: bytes, path: Path):
         info = None
     if not events:
         raise TraceError(f"{path}: no readable event (truncated or corrupt?)")
-    return events, info, problems
+    return [events], info, problems
 
 
 def _rank(info, path: Path) -> int:
@@ -157,76 +202,118 @@ def _rank(info, path: Path) -> int:
     return int(found.group(1)) if found else 0
 
 
-def _columns(events: list, rank: int, path: Path):
-    """(Columns, problems) of the complete events."""
-    names = _thread_names(events)
-    complete = [e for e in events if e.ph == "X"]
-    untimed = sum(e.ts is None for e in complete)
-    if untimed:
-        complete = [e for e in complete if e.ts is not None]
-    n = len(complete)
-    start = np.rint(np.array([e.ts for e in complete], dtype=np.float64) * 1000).astype(np.int64)
-    end = start + np.rint(np.array([e.dur for e in complete], dtype=np.float64) * 1000) \
-        .astype(np.int64)
-    keys = pd.Series([(e.pid, e.tid) for e in complete], dtype=object)
-    where, wheres = pd.factorize(keys)
-    parent = nesting.enclosing(where, start, end)
-    category = pd.Series([e.cat for e in complete], dtype=object)
-    args = [e.args for e in complete]
-    _link(parent, category, args)
-    collective, nbytes = _collectives(args)
-    region, region_names = pd.factorize(pd.Series([e.name for e in complete], dtype=object))
-    ops, op_names = pd.factorize(pd.Series(collective, dtype=object))
-    problems = []
-    if untimed:
-        problems.append(Problem(f"{path}: {untimed} complete event(s) without a 'ts' were "
-                                "skipped"))
-    columns = Columns(
-        rank=np.full(n, rank, dtype=np.int64), node=np.zeros(n, dtype=np.int32),
-        node_names=[""], location=where.astype(np.int32),
-        location_names=[names.get(k, f"{k[0]}/{k[1]}") for k in wheres],
-        region=region.astype(np.int32), region_names=list(region_names), start_ns=start,
-        end_ns=end, depth=nesting.depths(parent), parent_row=parent,
-        step=np.full(n, NULL, dtype=np.int64), epoch=np.full(n, NULL, dtype=np.int64),
-        collective=ops.astype(np.int32), collective_names=list(op_names), bytes=nbytes)
-    return columns, problems
+class _Codes:
+    """Names -> small integer codes, the same across batches."""
+
+    def __init__(self):
+        self.index: dict = {}
+
+    def of(self, values: list) -> np.ndarray:
+        local, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+        known = np.array([self.index.setdefault(u, len(self.index)) for u in uniques],
+                         dtype=np.int32)
+        return known[local] if len(uniques) else np.zeros(0, dtype=np.int32)
+
+    def names(self) -> list:
+        return list(self.index)
 
 
-def _thread_names(events) -> dict:
-    """(pid, tid) -> 'process/thread' names from the metadata records."""
-    process, thread = {}, {}
-    for e in events:
-        if e.ph == "M" and e.args is not None:
-            if e.name == "process_name":
-                process[e.pid] = e.args.name
-            elif e.name == "thread_name":
-                thread[(e.pid, e.tid)] = e.args.name
-    return {(pid, tid): f"{process.get(pid, pid)}/{name}" for (pid, tid), name in thread.items()}
+class _Events:
+    """The complete events of a trace as numpy columns, batch by batch: the
+    event objects of one batch are dropped before the next is decoded."""
+
+    def __init__(self):
+        self.regions, self.categories, self.places = _Codes(), _Codes(), _Codes()
+        self.parts: list[dict] = []
+        self.process, self.thread = {}, {}
+        self.untimed = 0
+
+    def add(self, batch: list) -> None:
+        for e in batch:
+            if e.ph == "M" and e.args is not None:
+                if e.name == "process_name":
+                    self.process[e.pid] = e.args.name
+                elif e.name == "thread_name":
+                    self.thread[(e.pid, e.tid)] = e.args.name
+        complete = [e for e in batch if e.ph == "X"]
+        ts = np.array([e.ts for e in complete], dtype=np.float64)
+        timed = ~np.isnan(ts)
+        if not timed.all():
+            self.untimed += int((~timed).sum())
+            complete = [e for e, ok in zip(complete, timed) if ok]
+            ts = ts[timed]
+        start = np.rint(ts * 1000).astype(np.int64)
+        dur = np.rint(np.array([e.dur for e in complete], dtype=np.float64) * 1000)
+        args = [e.args for e in complete]
+        collective, nbytes = _collectives(args)
+        self.parts.append({
+            "start": start, "end": start + dur.astype(np.int64),
+            "region": self.regions.of([e.name for e in complete]),
+            "category": self.categories.of([e.cat for e in complete]),
+            "where": self.places.of([(e.pid, e.tid) for e in complete]),
+            "correlation": _ids([a.correlation if a is not None else None for a in args]),
+            "external": _ids([a.external_id if a is not None else None for a in args]),
+            "collective": collective, "bytes": nbytes})
+
+    def columns(self, rank: int) -> Columns:
+        joined = {key: np.concatenate([p[key] for p in self.parts]) if self.parts else
+                  np.zeros(0, dtype=np.int64) for key in ("start", "end", "region", "category",
+                                                           "where", "correlation", "external",
+                                                           "bytes")}
+        collective = [c for p in self.parts for c in p["collective"]]
+        self.parts = []
+        n = len(joined["start"])
+        where = joined["where"]
+        parent = nesting.enclosing(where, joined["start"], joined["end"])
+        _link(parent, np.asarray(self.categories.names(), dtype=object)[joined["category"]]
+              if n else np.zeros(0, dtype=object), joined["correlation"], joined["external"])
+        ops, op_names = pd.factorize(pd.Series(collective, dtype=object))
+        places = self.places.names()
+        location_names = [self._name(pid, tid) for pid, tid in places]
+        return Columns(
+            rank=np.full(n, rank, dtype=np.int64), node=np.zeros(n, dtype=np.int32),
+            node_names=[""], location=where.astype(np.int32), location_names=location_names,
+            region=joined["region"].astype(np.int32), region_names=self.regions.names(),
+            start_ns=joined["start"], end_ns=joined["end"], depth=nesting.depths(parent),
+            parent_row=parent, step=np.full(n, NULL, dtype=np.int64),
+            epoch=np.full(n, NULL, dtype=np.int64), collective=ops.astype(np.int32),
+            collective_names=list(op_names), bytes=joined["bytes"])
+
+    def _name(self, pid, tid) -> str:
+        thread = self.thread.get((pid, tid))
+        if thread is None:
+            return f"{pid}/{tid}"
+        return f"{self.process.get(pid, pid)}/{thread}"
 
 
-def _link(parent: np.ndarray, category: pd.Series, args: list) -> None:
+def _ids(values: list) -> np.ndarray:
+    """Correlation or External ids as int64, NULL where absent or not a number."""
+    numbers = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce")
+    return numbers.fillna(NULL).to_numpy(dtype=np.int64) if len(values) else \
+        np.zeros(0, dtype=np.int64)
+
+
+def _link(parent: np.ndarray, category: np.ndarray, correlation: np.ndarray,
+          external: np.ndarray) -> None:
     """In place: a GPU activity without a parent on its stream runs in the
     runtime call with its correlation id, a GPU annotation in the CPU record
     with its External id."""
-    correlation = pd.Series([a.correlation if a is not None else None for a in args],
-                            dtype=object)
-    external = pd.Series([a.external_id if a is not None else None for a in args],
-                         dtype=object)
-    gpu = category.isin(GPU_CATEGORIES).to_numpy()
-    runtime = category.isin(RUNTIME_CATEGORIES).to_numpy()
-    annotation = (category == GPU_ANNOTATION).to_numpy()
-    on_cpu = ~(gpu | annotation | runtime) & external.notna().to_numpy()
+    gpu = np.isin(category, list(GPU_CATEGORIES))
+    runtime = np.isin(category, list(RUNTIME_CATEGORIES))
+    annotation = category == GPU_ANNOTATION
+    on_cpu = ~(gpu | annotation | runtime)
     for children, launchers, key in ((gpu, runtime, correlation),
                                      (annotation, on_cpu, external)):
-        rows = np.flatnonzero(children & (parent < 0) & key.notna().to_numpy())
-        if rows.size == 0:
+        has = key != NULL
+        rows = np.flatnonzero(children & (parent < 0) & has)
+        launch = np.flatnonzero(launchers & has)
+        if rows.size == 0 or launch.size == 0:
             continue
-        launch = np.flatnonzero(launchers & key.notna().to_numpy())
-        index = pd.Series(launch, index=key.iloc[launch].to_numpy())
-        index = index[~index.index.duplicated()]
-        found = index.reindex(key.iloc[rows].to_numpy()).to_numpy()
-        ok = ~np.isnan(found)
-        parent[rows[ok]] = found[ok].astype(np.int64)
+        launch = launch[np.unique(key[launch], return_index=True)[1]]  # first per id
+        keys = key[launch]
+        at = np.clip(np.searchsorted(keys, key[rows]), 0, keys.size - 1)
+        found = keys[at] == key[rows]
+        parent[rows[found]] = launch[at[found]]
 
 
 def _collectives(args: list) -> tuple[list, np.ndarray]:
