@@ -41,6 +41,7 @@ from ddlcompare import energy, netem, runner
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
 from traces.phases import PHASES, STEP_PHASES
+from traces import convert
 from traces.table import SCHEMA
 
 PHASE_COLUMNS = ["run_id", "rank", "epoch", "step", "phase", "start_ns", "end_ns", "dur_ns",
@@ -218,7 +219,7 @@ def phase_tables(design: Design, results: Path) -> tuple[pa.Table, dict[str, str
         if not path.exists():
             continue
         table = pq.read_table(path)
-        meta = table.schema.metadata or {}
+        meta = {**(table.schema.metadata or {}), **convert.metadata_of(path)}
         problems = json.loads(meta.get(b"ddlcompare.errors", b"[]"))
         if problems:
             errors[row.run_id] = "; ".join(problems)

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from traces import readers
 from traces.readers import TraceError, otf2_reader
 from traces.rules import RULES_FILE, PhaseRules, RulesError
-from traces.table import SCHEMA_VERSION, empty_table
+from traces.table import SCHEMA, SCHEMA_VERSION, empty_table
 
 def traces_in(path: Path) -> list[Path]:
     """The trace files a path stands for."""
@@ -50,10 +50,12 @@ def run_id_of(path: Path) -> str:
     return folder.parent.name if folder.name in ("traces", "trace") else folder.name
 
 
-def convert(paths: list[Path], rules: PhaseRules, run_id: str | None = None):
-    """(table, sources, errors): every readable trace's rows in one table;
-    errors: the traces that could not be read and the records lost."""
-    tables, sources, errors = [], [], []
+def parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: list,
+          errors: list):
+    """The tables of every readable trace, part by part (an OTF2 archive a
+    group of ranks at a time), as they are read; fills ``sources`` and
+    ``errors`` (the traces that could not be read and the records lost)."""
+    rows_before = 0
     for path in paths:
         if not path.exists():
             errors.append(f"{path}: no such file or directory")
@@ -63,25 +65,58 @@ def convert(paths: list[Path], rules: PhaseRules, run_id: str | None = None):
             errors.append(f"{path}: no trace this converter knows in this folder (its "
                           f"readers look for {', '.join(_patterns())})")
         for trace in found:
+            source = {"path": str(trace), "format": None, "rows": 0, "problems": []}
             try:
-                table, problems = readers.read(trace, rules, run_id if run_id is not None
-                                               else run_id_of(trace))
+                source["format"] = readers.detect(trace)
+                for table, problems in readers.parts(trace, rules, run_id if run_id is not None
+                                                     else run_id_of(trace)):
+                    errors += [str(p) for p in problems if getattr(p, "lost", False)]
+                    source["problems"] += [str(p) for p in problems
+                                           if not getattr(p, "lost", False)]
+                    reader = (table.schema.metadata or {}).get(otf2_reader.META_READER)
+                    if reader:
+                        source["reader"] = reader.decode()  # fastotf2, or python (fallback)
+                    source["rows"] += table.num_rows
+                    yield _offset_op_ids(table, rows_before)
+                    rows_before += table.num_rows
             except TraceError as exc:
                 errors.append(str(exc))
-                continue
-            tables.append(_offset_op_ids(table, sum(t.num_rows for t in tables)))
-            errors += [str(p) for p in problems if getattr(p, "lost", False)]
-            source = {"path": str(trace), "format": readers.detect(trace),
-                      "rows": table.num_rows,
-                      "problems": [str(p) for p in problems if not getattr(p, "lost", False)]}
-            if table.num_rows == 0:
+                if not source["rows"]:
+                    continue
+            if source["rows"] == 0:
                 errors.append(f"{trace}: no interval in this trace (nothing to convert)")
-            reader = (table.schema.metadata or {}).get(otf2_reader.META_READER)
-            if reader:
-                source["reader"] = reader.decode()  # fastotf2, or python (the fallback)
             sources.append(source)
+
+
+def convert(paths: list[Path], rules: PhaseRules, run_id: str | None = None):
+    """(table, sources, errors): every readable trace's rows in one table,
+    in memory."""
+    sources, errors = [], []
+    tables = list(parts(paths, rules, run_id, sources, errors))
     table = pa.concat_tables(tables) if tables else empty_table()
     return table, sources, errors
+
+
+def write(paths: list[Path], out: Path, rules: PhaseRules, run_id: str | None = None):
+    """Converts into ``out`` part by part, each part a row group written as
+    soon as it is read, so that memory holds one part, not the whole table
+    (readers can then read only the row groups and columns they need).
+    Returns (rows, sources, errors), also kept in the file's metadata."""
+    sources, errors = [], []
+    meta = dict(empty_table().schema.metadata or {})
+    meta.update({b"ddlcompare.schema_version": str(SCHEMA_VERSION).encode(),
+                 b"ddlcompare.rules_version": str(rules.version).encode()})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    rows = 0
+    with pq.ParquetWriter(tmp, SCHEMA.with_metadata(meta)) as writer:
+        for table in parts(paths, rules, run_id, sources, errors):
+            writer.write_table(table.replace_schema_metadata(meta))
+            rows += table.num_rows
+        writer.add_key_value_metadata({"ddlcompare.sources": json.dumps(sources),
+                                       "ddlcompare.errors": json.dumps(errors)})
+    tmp.replace(out)
+    return rows, sources, errors
 
 
 def _patterns() -> list[str]:
@@ -97,23 +132,16 @@ def _offset_op_ids(table: pa.Table, offset: int) -> pa.Table:
     return table.set_column(at, "op_id", pc.add(table.column("op_id"), offset))
 
 
-def write(table: pa.Table, out: Path, rules: PhaseRules, sources: list, errors: list) -> None:
-    meta = dict(table.schema.metadata or empty_table().schema.metadata or {})
-    meta.pop(otf2_reader.META_READER, None)  # per trace, in ddlcompare.sources
-    meta.update({b"ddlcompare.schema_version": str(SCHEMA_VERSION).encode(),
-                 b"ddlcompare.rules_version": str(rules.version).encode(),
-                 b"ddlcompare.sources": json.dumps(sources).encode(),
-                 b"ddlcompare.errors": json.dumps(errors).encode()})
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    pq.write_table(table.replace_schema_metadata(meta), tmp)
-    tmp.replace(out)
+def metadata_of(path: Path) -> dict:
+    """A phase table's key-value metadata, those written at its end
+    (sources, errors) included: read_schema and read_table give only those
+    of its start."""
+    return pq.read_metadata(path).metadata or {}
 
 
 def errors_of(path: Path) -> list[str]:
     """The errors a phase table was written with."""
-    meta = pq.read_schema(path).metadata or {}
-    return json.loads(meta.get(b"ddlcompare.errors", b"[]"))
+    return json.loads(metadata_of(path).get(b"ddlcompare.errors", b"[]"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,8 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     except RulesError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    table, sources, errors = convert(args.paths, rules, args.run_id)
-    write(table, args.out, rules, sources, errors)
+    rows, sources, errors = write(args.paths, args.out, rules, args.run_id)
     for source in sources:
         for problem in source.get("problems", []):
             print(f"warning: {problem}", file=sys.stderr)
@@ -140,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{source['path']}: {source['rows']} intervals ({source['format']}{via})")
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
-    print(f"{args.out}: {table.num_rows} rows")
-    failed = errors or table.num_rows == 0
+    print(f"{args.out}: {rows} rows")
+    failed = errors or rows == 0
     return 1 if failed and not args.keep_going else 0
 
 

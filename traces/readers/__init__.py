@@ -11,7 +11,8 @@ so a new format is one new file. It says
   that folder (a run folder's layout, or a folder of traces from elsewhere);
 - ``recognises(path, head)``: whether one file is its format (``head``: the
   first bytes, gzip already undone);
-- ``read(path, rules, run_id)``: ``(table, problems)``.
+- ``read(path, rules, run_id)``: ``(table, problems)``; and, for a format
+  whose traces can outgrow memory, ``parts(...)``: the same, a part at a time.
 
 Anything a reader cannot make sense of raises :class:`TraceError` with the
 file's name, never a traceback. What it read but had to leave out is a
@@ -53,6 +54,11 @@ class Reader:
 
     def read(self, path: Path, rules, run_id: str = ""):
         raise NotImplementedError
+
+    def parts(self, path: Path, rules, run_id: str = ""):
+        """(table, problems) of one part of the trace at a time; one part,
+        the whole trace, unless a format reads large traces in pieces."""
+        yield self.read(path, rules, run_id)
 
 
 REGISTRY: dict[str, type[Reader]] = {}
@@ -116,6 +122,12 @@ def read(path: Path, rules, run_id: str = "", source: str | None = None):
     """(table, problems) of one trace file."""
     reader = readers()[source or detect(path)]
     return reader().read(Path(path), rules, run_id)
+
+
+def parts(path: Path, rules, run_id: str = "", source: str | None = None):
+    """(table, problems) of one trace file, part by part."""
+    reader = readers()[source or detect(path)]
+    return reader().parts(Path(path), rules, run_id)
 
 
 def _head(path: Path, size: int = 4096) -> bytes:

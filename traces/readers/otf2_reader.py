@@ -58,26 +58,87 @@ def read(path: Path, rules, run_id: str = "", engine: str | None = None):
     return table, problems
 
 
-def _read_columns(path: Path, engine: str | None):
-    import otf2
-    engine = engine or os.environ.get(READER_ENV) or "fastotf2"
+PART_EVENTS = 20_000_000  # events of the ranks read and converted together
+
+
+def read_parts(path: Path, rules, run_id: str = ""):
+    """(table, problems) a group of ranks at a time (about PART_EVENTS
+    events each), so that converting a trace of any number of ranks holds
+    one group in memory; one part where the C reader is not built."""
+    engine = os.environ.get(READER_ENV) or "fastotf2"
+    if engine == "python" or fastotf2.library() is None:
+        yield read(path, rules, run_id)
+        return
+    with _library_lines() as lines:
+        try:
+            groups = _rank_groups(path)
+        except TraceError as exc:
+            raise TraceError(_with_library_line(str(exc), lines)) from None
+    for group in groups:
+        with _library_lines() as lines:
+            try:
+                columns, problems, engine = _read_columns(path, engine, group)
+            except TraceError as exc:
+                raise TraceError(_with_library_line(str(exc), lines)) from None
+        columns = separate_threads(columns)
+        yield finish_columns(columns, rules, "otf2", run_id,
+                             {META_READER: engine.encode()}), problems
+
+
+def _rank_groups(path: Path) -> list[set]:
+    """Location refs by groups of whole ranks of about PART_EVENTS events."""
+    reader = _open(path)
     try:
-        reader = otf2.reader.Reader(str(path))
+        defs = reader.definitions
+        located = _checked_locations(defs, path)
+        events: dict = {}
+        refs: dict = {}
+        for location in defs.locations:
+            if location._ref in located:
+                rank = located[location._ref][0]
+                events[rank] = events.get(rank, 0) + location.number_of_events
+                refs.setdefault(rank, set()).add(location._ref)
+    finally:
+        _close(reader)
+    groups, load = [set()], 0
+    for rank in sorted(refs):
+        if groups[-1] and load + events[rank] > PART_EVENTS:
+            groups.append(set())
+            load = 0
+        groups[-1] |= refs[rank]
+        load += events[rank]
+    return groups
+
+
+def _open(path: Path):
+    import otf2
+    try:
+        return otf2.reader.Reader(str(path))
     except Exception as exc:  # the bindings raise several types; all mean unreadable
         raise TraceError(f"{path}: cannot read the OTF2 definitions (truncated or corrupt?): "
                          f"{_reason(exc)}") from None
+
+
+def _close(reader) -> None:
+    try:
+        reader.close()
+    except Exception:
+        pass
+
+
+def _read_columns(path: Path, engine: str | None, only: set | None = None):
+    """(Columns, problems, engine) of the locations ``only`` (all: None)."""
+    engine = engine or os.environ.get(READER_ENV) or "fastotf2"
+    reader = _open(path)
     try:
         if engine != "python" and fastotf2.library() is not None:
-            columns, problems = _read_events_fast(reader, path)
+            columns, problems = _read_events_fast(reader, path, only)
         else:
             engine = "python"
             rows, problems = _read_events(reader, path)
             columns = Columns.of_rows(rows)
     finally:
-        try:
-            reader.close()
-        except Exception:
-            pass
+        _close(reader)
     return columns, problems, engine
 
 
@@ -330,14 +391,15 @@ def _problems(path: Path, unclosed: int, unbalanced: int, overlapping: int,
     return problems
 
 
-def _read_events_fast(reader, path: Path):
+def _read_events_fast(reader, path: Path, only: set | None = None):
     """(Columns, problems) through traces/fastotf2, the locations read in
     parallel; a location that cannot be read to its end costs its own rows
     after the fault, not the others'."""
     import otf2
     defs = reader.definitions
     locations = _checked_locations(defs, path)
-    selected = [loc for loc in defs.locations if loc._ref in locations]
+    selected = [loc for loc in defs.locations
+                if loc._ref in locations and (only is None or loc._ref in only)]
     attribute_kinds = {a._ref: fastotf2.ATTR_STEP if a.name == "step" else fastotf2.ATTR_EPOCH
                        for a in defs.attributes if a.name in STEP_ATTRIBUTES}
     folder = path.with_suffix("")
@@ -430,6 +492,9 @@ class Otf2Reader(Reader):
 
     def read(self, path: Path, rules, run_id: str = ""):
         return read(path, rules, run_id)
+
+    def parts(self, path: Path, rules, run_id: str = ""):
+        return read_parts(path, rules, run_id)
 
 
 def separate_threads(c: Columns) -> Columns:
