@@ -58,7 +58,7 @@ def read(path: Path, rules, run_id: str = "", engine: str | None = None):
     return table, problems
 
 
-PART_EVENTS = 20_000_000  # events of the ranks read and converted together
+PART_EVENTS = 4_000_000  # events of the ranks read and converted together (~0.5 GB)
 
 
 def read_parts(path: Path, rules, run_id: str = ""):
