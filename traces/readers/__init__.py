@@ -43,6 +43,12 @@ class Problem(str):
         return problem
 
 
+def counted(path: Path, *counts: tuple) -> list[Problem]:
+    """One Problem per (count, what, lost) whose count is not 0:
+    "<path>: <count> <what>"."""
+    return [Problem(f"{path}: {count} {what}", lost) for count, what, lost in counts if count]
+
+
 class Reader:
     """One trace format; subclasses set the attributes and both methods."""
     name: str = ""

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from traces import jsonrecords, nesting
-from traces.readers import Problem, Reader, TraceError, read_bytes, register
+from traces.readers import Problem, Reader, TraceError, counted, read_bytes, register
 from traces.readers.kineto import DTYPE_BYTES
 from traces.table import NULL, Columns, finish_columns
 
@@ -145,16 +145,10 @@ def _steps(names: list, where, start, end, parent, cycles):
 
 
 def _problems(path: Path, untimed: int, unmatched: int, unclosed: int) -> list[Problem]:
-    problems = []
-    if untimed:
-        problems.append(Problem(f"{path}: {untimed} records without a valid 'ts' were "
-                                "skipped"))
-    if unclosed:
-        problems.append(Problem(f"{path}: {unclosed} activities begun but never ended (run "
-                                "cut short?); left out"))
-    if unmatched:
-        problems.append(Problem(f"{path}: {unmatched} end records without a begin; left out"))
-    return problems
+    return counted(path, (untimed, "records without a valid 'ts' were skipped", True),
+                   (unclosed, "activities begun but never ended (run cut short?); left out",
+                    True),
+                   (unmatched, "end records without a begin; left out", True))
 
 
 def _bytes(args) -> int:

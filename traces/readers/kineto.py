@@ -223,7 +223,8 @@ class _Events:
     event objects of one batch are dropped before the next is decoded."""
 
     def __init__(self):
-        self.regions, self.categories, self.places = _Codes(), _Codes(), _Codes()
+        self.regions, self.categories = _Codes(), _Codes()
+        self.pids, self.tids = _Codes(), _Codes()
         self.parts: list[dict] = []
         self.process, self.thread = {}, {}
         self.untimed = 0
@@ -250,7 +251,8 @@ class _Events:
             "start": start, "end": start + dur.astype(np.int64),
             "region": self.regions.of([e.name for e in complete]),
             "category": self.categories.of([e.cat for e in complete]),
-            "where": self.places.of([(e.pid, e.tid) for e in complete]),
+            "where": (self.pids.of([e.pid for e in complete]).astype(np.int64) << 32)
+            | self.tids.of([e.tid for e in complete]),
             "correlation": _ids([a.correlation if a is not None else None for a in args]),
             "external": _ids([a.external_id if a is not None else None for a in args]),
             "collective": collective, "bytes": nbytes})
@@ -263,13 +265,13 @@ class _Events:
         collective = [c for p in self.parts for c in p["collective"]]
         self.parts = []
         n = len(joined["start"])
-        where = joined["where"]
+        where, keys = pd.factorize(joined["where"])
         parent = nesting.enclosing(where, joined["start"], joined["end"])
         _link(parent, np.asarray(self.categories.names(), dtype=object)[joined["category"]]
               if n else np.zeros(0, dtype=object), joined["correlation"], joined["external"])
         ops, op_names = pd.factorize(pd.Series(collective, dtype=object))
-        places = self.places.names()
-        location_names = [self._name(pid, tid) for pid, tid in places]
+        pids, tids = self.pids.names(), self.tids.names()
+        location_names = [self._name(pids[key >> 32], tids[key & 0xFFFFFFFF]) for key in keys]
         return Columns(
             rank=np.full(n, rank, dtype=np.int64), node=np.zeros(n, dtype=np.int32),
             node_names=[""], location=where.astype(np.int32), location_names=location_names,

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from traces import fastotf2, nesting
-from traces.readers import Problem, Reader, TraceError, register
+from traces.readers import Problem, Reader, TraceError, counted, register
 from traces.table import NULL, Columns, Rows, finish_columns
 
 _RANK_IN_NAME = re.compile(r"\brank\s*(\d+)\s*$", re.IGNORECASE)
@@ -373,22 +373,13 @@ def _read_events(reader, path: Path):
 
 def _problems(path: Path, unclosed: int, unbalanced: int, overlapping: int,
               outside: int = 0) -> list[Problem]:
-    problems = []
-    if unclosed:
-        problems.append(Problem(f"{path}: {unclosed} regions entered but never left (trace "
-                                "cut short?); left out"))
-    if unbalanced:
-        problems.append(Problem(f"{path}: {unbalanced} Leave records without a matching "
-                                "Enter; left out"))
-    if overlapping:
-        problems.append(Problem(f"{path}: {overlapping} regions overlap others without "
-                                "nesting (several threads recorded on one location); kept "
-                                "with their own times", lost=False))
-    if outside:
-        problems.append(Problem(f"{path}: {outside} MPI message or collective records outside "
-                                "any region; counted here, not in the table (no interval to "
-                                "hold them)", lost=False))
-    return problems
+    return counted(
+        path, (unclosed, "regions entered but never left (trace cut short?); left out", True),
+        (unbalanced, "Leave records without a matching Enter; left out", True),
+        (overlapping, "regions overlap others without nesting (several threads recorded on "
+                      "one location); kept with their own times", False),
+        (outside, "MPI message or collective records outside any region; counted here, not "
+                  "in the table (no interval to hold them)", False))
 
 
 def _read_events_fast(reader, path: Path, only: set | None = None):
