@@ -41,6 +41,7 @@ from ddlcompare import energy, netem, runner, validate
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
 from traces.phases import PHASES, STEP_PHASES
+from traces import convert
 from traces.table import SCHEMA
 
 PHASE_COLUMNS = ["run_id", "rank", "epoch", "step", "phase", "start_ns", "end_ns", "dur_ns",
@@ -241,7 +242,7 @@ def phase_tables(design: Design, results: Path) -> tuple[pa.Table, dict[str, str
             continue
         try:
             table = pq.read_table(path)
-            meta = table.schema.metadata or {}
+            meta = {**(table.schema.metadata or {}), **convert.metadata_of(path)}
             problems = json.loads(meta.get(b"ddlcompare.errors", b"[]"))
             table = table.cast(SCHEMA)
         except (OSError, ValueError, pa.ArrowException) as exc:

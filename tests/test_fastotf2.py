@@ -130,10 +130,30 @@ def test_same_table_on_awkward_cases(tmp_path):
 def test_converter_uses_and_records_the_c_reader(tmp_path, monkeypatch):
     out = tmp_path / "phases.parquet"
     assert convert.main([str(FIXTURES / "pipit-ping-pong-otf2"), "-o", str(out)]) == 0
-    sources = json.loads(pq.read_schema(out).metadata[b"ddlcompare.sources"])
+    sources = json.loads(convert.metadata_of(out)[b"ddlcompare.sources"])
     assert [s["reader"] for s in sources] == ["fastotf2"]
     monkeypatch.setenv(otf2_reader.READER_ENV, "python")
     assert convert.main([str(FIXTURES / "pipit-ping-pong-otf2"), "-o", str(out)]) == 0
-    sources = json.loads(pq.read_schema(out).metadata[b"ddlcompare.sources"])
+    sources = json.loads(convert.metadata_of(out)[b"ddlcompare.sources"])
     assert [s["reader"] for s in sources] == ["python"]
     assert pq.read_table(out).num_rows == 42
+
+
+@needs_fixtures
+def test_converted_a_group_of_ranks_at_a_time(tmp_path, monkeypatch):
+    """Part by part (here one rank a part), the file holds the same rows as
+    the whole table, one row group per part, and the analysis can read one
+    rank's row group and a few columns only."""
+    anchor = FIXTURES / "scorep-8.4-horovod-torch-mpi-np2" / "traces.otf2"
+    whole, _ = otf2_reader.read(anchor, RULES, "r1")
+    monkeypatch.setattr(otf2_reader, "PART_EVENTS", 1)
+    out = tmp_path / "phases.parquet"
+    assert convert.main([str(anchor), "-o", str(out), "--run-id", "r1"]) == 0
+    assert pq.ParquetFile(out).num_row_groups == 2
+    parts = pq.read_table(out).to_pandas().sort_values(ORDER, kind="stable")
+    expected = whole.to_pandas().sort_values(ORDER, kind="stable")
+    for column in ("rank", "region", "phase", "step", "collective", "bytes", "parent"):
+        assert parts[column].astype(object).fillna("-").tolist() == \
+            expected[column].astype(object).fillna("-").tolist(), column
+    one = pq.read_table(out, columns=["rank", "phase", "dur_ns"], filters=[("rank", "=", 1)])
+    assert one.num_rows == (expected["rank"] == 1).sum() and one.num_columns == 3

@@ -32,5 +32,6 @@ def test_phase_tables_per_run_and_collected(tmp_path):
     runs = pd.read_parquet(tables / "runs.parquet")
     damaged = runs[runs["trace_errors"].notna()]
     assert len(damaged) == 1 and "traces.otf2" in damaged["trace_errors"].iloc[0]
+    # the damaged run keeps the rows its readable ranks and records give
     phases = pd.read_parquet(tables / "phases.parquet")
-    assert set(phases["run_id"]) == set(runs["run_id"]) - set(damaged["run_id"])
+    assert set(phases["run_id"]) >= set(runs["run_id"]) - set(damaged["run_id"])

@@ -2,17 +2,20 @@
 
     python -m traces.convert RUN_DIR_OR_TRACE ... -o phases.parquet
 
-A run directory contributes every trace a run leaves there: our OTF2 archive
-(``trace/traces.otf2``), a Score-P experiment (``scorep/traces.otf2``, or
-one per rank, ``scorep/rank<r>/traces.otf2``, from ranks Score-P traced
-without MPI: each one's rows take the rank in its folder's name), the
-Horovod Timeline (``horovod_timeline.json``) and PyTorch profiler traces
-(``torch_profiler/*.json[.gz]``). A file or an OTF2 archive folder is read
-as what it is. A trace that cannot be read gives one ``error:`` line naming
-the file and why; the others are converted all the same, and the table is
-written (empty when nothing could be read). The Parquet metadata keeps the
-schema version, the rules version, each source file and each error.
-Exit status: 0, or 1 when a trace could not be read (0 with --keep-going).
+A run directory contributes every trace a run leaves there, and a folder of
+traces from elsewhere every file some reader recognises (each reader in
+traces/readers/ names the files it looks for). A Score-P experiment of ranks
+traced without MPI is one per rank (``scorep/rank<r>/traces.otf2``): each
+one's rows take the rank in its folder's name. A file is read as what it is.
+A trace that cannot be read gives one ``error:`` line naming the file and
+why; the others are converted all the same, and the table is written. What
+a reader read but had to leave out gives a ``warning:`` line, and an
+``error:`` line when records of the file are missing from the table. The
+Parquet metadata keeps the schema version, the rules version, each source
+file and each error.
+Exit status: 0 when every record of every trace is in the table; 1 when a
+trace could not be read, records were lost, or nothing was converted (a
+folder with no trace, traces with no interval); 0 with --keep-going.
 """
 from __future__ import annotations
 
@@ -30,10 +33,8 @@ import pyarrow.parquet as pq
 from traces import readers
 from traces.readers import TraceError, otf2_reader
 from traces.rules import RULES_FILE, PhaseRules, RulesError
-from traces.table import empty_table
+from traces.table import SCHEMA, SCHEMA_VERSION, empty_table
 
-RUN_TRACES = ("trace/traces.otf2", "scorep/traces.otf2", "horovod_timeline.json")
-PROFILER_DIR = "torch_profiler"
 SCOREP_DIR = "scorep"
 # One Score-P experiment per rank (ddlcompare/tracers.py, --mpp=none): each
 # holds one process, which Score-P calls rank 0.
@@ -42,23 +43,7 @@ PER_RANK_EXPERIMENT = re.compile(r"(?:^|/)rank(\d+)/traces\.otf2$")
 
 def traces_in(path: Path) -> list[Path]:
     """The trace files a path stands for."""
-    if path.is_file():
-        return [path]
-    if (path / "traces.otf2").is_file():
-        return [path / "traces.otf2"]
-    found = [path / name for name in RUN_TRACES if (path / name).is_file()]
-    found += per_rank_experiments(path) or per_rank_experiments(path / SCOREP_DIR)
-    profiler = path / PROFILER_DIR
-    if profiler.is_dir():
-        found += sorted(p for p in profiler.iterdir()
-                        if p.name.endswith((".json", ".json.gz")))
-    return found
-
-
-def per_rank_experiments(folder: Path) -> list[Path]:
-    """``rank<r>/traces.otf2`` under ``folder``, in rank order."""
-    found = [p for p in folder.glob("rank*/traces.otf2") if rank_of_experiment(p) is not None]
-    return sorted(found, key=rank_of_experiment)
+    return [path] if path.is_file() else readers.traces_in(path)
 
 
 def rank_of_experiment(trace: Path) -> int | None:
@@ -94,6 +79,13 @@ def with_epochs_of_run(table: pa.Table, trace: Path) -> pa.Table:
                             pc.coalesce(table.column("epoch"), filled))
 
 
+def of_run(table: pa.Table, trace: Path) -> pa.Table:
+    """A part of a trace with what its place in the run folder says."""
+    if (rank := rank_of_experiment(trace)) is not None:
+        table = with_rank(table, rank)
+    return with_epochs_of_run(table, trace)
+
+
 def run_id_of(path: Path) -> str:
     """The run's id from its config.json; for a trace from elsewhere (an
     imported one), the name of its folder, so that it stays identifiable."""
@@ -108,59 +100,98 @@ def run_id_of(path: Path) -> str:
     return folder.parent.name if folder.name in ("traces", "trace") else folder.name
 
 
-def convert(paths: list[Path], rules: PhaseRules, run_id: str | None = None):
-    """(table, sources, errors): every readable trace's rows in one table."""
-    tables, sources, errors = [], [], []
+def parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: list,
+          errors: list):
+    """The tables of every readable trace, part by part (an OTF2 archive a
+    group of ranks at a time), as they are read; fills ``sources`` and
+    ``errors`` (the traces that could not be read and the records lost)."""
+    rows_before = 0
     for path in paths:
         if not path.exists():
             errors.append(f"{path}: no such file or directory")
             continue
         found = traces_in(path)
         if not found:
-            sources.append({"path": str(path), "note": "no trace in this folder"})
+            errors.append(f"{path}: no trace this converter knows in this folder (its "
+                          f"readers look for {', '.join(_patterns())})")
         for trace in found:
+            source = {"path": str(trace), "format": None, "rows": 0, "problems": []}
             try:
-                table, problems = readers.read(trace, rules, run_id if run_id is not None
-                                               else run_id_of(trace))
+                source["format"] = readers.detect(trace)
+                for table, problems in readers.parts(trace, rules, run_id if run_id is not None
+                                                     else run_id_of(trace)):
+                    errors += [str(p) for p in problems if getattr(p, "lost", False)]
+                    source["problems"] += [str(p) for p in problems
+                                           if not getattr(p, "lost", False)]
+                    reader = (table.schema.metadata or {}).get(otf2_reader.META_READER)
+                    if reader:
+                        source["reader"] = reader.decode()  # fastotf2, or python (fallback)
+                    source["rows"] += table.num_rows
+                    yield _offset_op_ids(of_run(table, trace), rows_before)
+                    rows_before += table.num_rows
             except TraceError as exc:
                 errors.append(str(exc))
-                continue
-            if (rank := rank_of_experiment(trace)) is not None:
-                table = with_rank(table, rank)
-            table = with_epochs_of_run(table, trace)
-            tables.append(table)
-            source = {"path": str(trace), "format": table.column("source")[0].as_py()
-                      if table.num_rows else readers.detect(trace),
-                      "rows": table.num_rows, "problems": problems}
-            reader = (table.schema.metadata or {}).get(otf2_reader.META_READER)
-            if reader:
-                source["reader"] = reader.decode()  # fastotf2, or python (the fallback)
+                if not source["rows"]:
+                    continue
+            if source["rows"] == 0:
+                errors.append(f"{trace}: no interval in this trace (nothing to convert)")
             sources.append(source)
+
+
+def convert(paths: list[Path], rules: PhaseRules, run_id: str | None = None):
+    """(table, sources, errors): every readable trace's rows in one table,
+    in memory."""
+    sources, errors = [], []
+    tables = list(parts(paths, rules, run_id, sources, errors))
     table = pa.concat_tables(tables) if tables else empty_table()
     return table, sources, errors
 
 
-def write(table: pa.Table, out: Path, rules: PhaseRules, sources: list, errors: list) -> None:
-    meta = dict(table.schema.metadata or empty_table().schema.metadata or {})
-    meta.pop(otf2_reader.META_READER, None)  # per trace, in ddlcompare.sources
-    meta.update({b"ddlcompare.schema_version": b"1",
-                 b"ddlcompare.rules_version": str(rules.version).encode(),
-                 b"ddlcompare.sources": json.dumps(sources).encode(),
-                 b"ddlcompare.errors": json.dumps(errors).encode()})
+def write(paths: list[Path], out: Path, rules: PhaseRules, run_id: str | None = None):
+    """Converts into ``out`` part by part, each part a row group written as
+    soon as it is read, so that memory holds one part, not the whole table
+    (readers can then read only the row groups and columns they need).
+    Returns (rows, sources, errors), also kept in the file's metadata."""
+    sources, errors = [], []
+    meta = dict(empty_table().schema.metadata or {})
+    meta.update({b"ddlcompare.schema_version": str(SCHEMA_VERSION).encode(),
+                 b"ddlcompare.rules_version": str(rules.version).encode()})
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
-    try:
-        pq.write_table(table.replace_schema_metadata(meta), tmp)
-        tmp.replace(out)
-    except OSError:
-        tmp.unlink(missing_ok=True)  # a full disk leaves no temporary behind
-        raise
+    rows = 0
+    with pq.ParquetWriter(tmp, SCHEMA.with_metadata(meta)) as writer:
+        for table in parts(paths, rules, run_id, sources, errors):
+            writer.write_table(table.replace_schema_metadata(meta))
+            rows += table.num_rows
+        writer.add_key_value_metadata({"ddlcompare.sources": json.dumps(sources),
+                                       "ddlcompare.errors": json.dumps(errors)})
+    tmp.replace(out)
+    return rows, sources, errors
+
+
+def _patterns() -> list[str]:
+    return list(dict.fromkeys(p for r in readers.readers().values() for p in r.patterns))
+
+
+def _offset_op_ids(table: pa.Table, offset: int) -> pa.Table:
+    """op_id is a row number within one trace's table: shifted by the rows
+    before it, it stays unique in the stacked table."""
+    if offset == 0 or table.num_rows == 0:
+        return table
+    at = table.schema.get_field_index("op_id")
+    return table.set_column(at, "op_id", pc.add(table.column("op_id"), offset))
+
+
+def metadata_of(path: Path) -> dict:
+    """A phase table's key-value metadata, those written at its end
+    (sources, errors) included: read_schema and read_table give only those
+    of its start."""
+    return pq.read_metadata(path).metadata or {}
 
 
 def errors_of(path: Path) -> list[str]:
     """The errors a phase table was written with."""
-    meta = pq.read_schema(path).metadata or {}
-    return json.loads(meta.get(b"ddlcompare.errors", b"[]"))
+    return json.loads(metadata_of(path).get(b"ddlcompare.errors", b"[]"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,20 +209,17 @@ def main(argv: list[str] | None = None) -> int:
     except RulesError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    table, sources, errors = convert(args.paths, rules, args.run_id)
-    write(table, args.out, rules, sources, errors)
+    rows, sources, errors = write(args.paths, args.out, rules, args.run_id)
     for source in sources:
         for problem in source.get("problems", []):
             print(f"warning: {problem}", file=sys.stderr)
-        if "rows" in source:
-            via = f", {source['reader']} reader" if "reader" in source else ""
-            print(f"{source['path']}: {source['rows']} intervals ({source['format']}{via})")
-        else:
-            print(f"{source['path']}: {source['note']}")
+        via = f", {source['reader']} reader" if "reader" in source else ""
+        print(f"{source['path']}: {source['rows']} intervals ({source['format']}{via})")
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
-    print(f"{args.out}: {table.num_rows} rows")
-    return 1 if errors and not args.keep_going else 0
+    print(f"{args.out}: {rows} rows")
+    failed = errors or rows == 0
+    return 1 if failed and not args.keep_going else 0
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ import yaml
 from traces.phases import PHASES, STEP
 
 RULES_FILE = Path(__file__).with_name("rules.yaml")
-SOURCES = ("otf2", "horovod_timeline", "kineto")
 
 
 class RulesError(ValueError):
@@ -67,8 +66,10 @@ def _rule(path: Path, index: int, entry) -> Rule:
         raise RulesError(f"{where}: unknown phase {entry['phase']!r} "
                          f"(allowed: {', '.join((*PHASES, STEP))})")
     sources = entry.get("sources")
-    if sources is not None and (not isinstance(sources, list) or set(sources) - set(SOURCES)):
-        raise RulesError(f"{where}: 'sources' must be a list of {', '.join(SOURCES)}")
+    if sources is not None:
+        from traces.readers import names  # the registered readers (they import this module)
+        if not isinstance(sources, list) or set(sources) - set(names()):
+            raise RulesError(f"{where}: 'sources' must be a list of {', '.join(names())}")
     try:
         pattern = re.compile(entry["pattern"])
     except re.error as exc:

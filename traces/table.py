@@ -13,7 +13,13 @@ Columns (schema version in the Parquet metadata, key ``ddlcompare.schema_version
   where the trace gives it), in nanoseconds;
 - ``depth`` (0 at top level), ``parent`` (the enclosing region's name);
 - ``collective`` (allreduce, bcast, ... or null), ``bytes`` (message or
-  buffer size of a collective or message, null when unknown).
+  buffer size of a collective or message, null when unknown): one row per
+  real collective carries them, the outermost of the nested records a trace
+  may give it (a c10d call, its NCCL record, the kernel; Horovod's
+  ALLREDUCE and MPI_ALLREDUCE);
+- ``op_id``: that collective row's id (unique in the table), on it and on
+  every record nested in it, so that the kernel of an all-reduce finds its
+  instance; null elsewhere.
 """
 from __future__ import annotations
 
@@ -24,17 +30,18 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from traces import nesting
 from traces.phases import PHASES, STEP, STEP_PHASES
 from traces.rules import PhaseRules
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA = pa.schema([
     ("run_id", pa.string()), ("rank", pa.int32()), ("node", pa.string()),
     ("location", pa.string()), ("step", pa.int64()), ("epoch", pa.int64()),
     ("phase", pa.string()), ("region", pa.string()), ("start_ns", pa.int64()),
     ("end_ns", pa.int64()), ("dur_ns", pa.int64()), ("depth", pa.int32()),
     ("parent", pa.string()), ("collective", pa.string()), ("bytes", pa.int64()),
-    ("source", pa.string()),
+    ("source", pa.string()), ("op_id", pa.int64()),
 ])
 COLUMNS = tuple(SCHEMA.names)
 META_VERSION = b"ddlcompare.schema_version"
@@ -152,12 +159,16 @@ def finish(rows: Rows, rules: PhaseRules, source: str, run_id: str = "") -> pa.T
 
 _PHASE_NAMES = [*PHASES, STEP]
 _PHASE = {name: code for code, name in enumerate(_PHASE_NAMES)}
+PHASE_CODE = _PHASE  # phase name -> its code in finish_columns' phase array
 
 
 def finish_columns(c: Columns, rules: PhaseRules, source: str, run_id: str = "",
-                   metadata: dict | None = None) -> pa.Table:
+                   metadata: dict | None = None, place=None) -> pa.Table:
     """Phases from the rules, then step and epoch: from the trace, from the
     enclosing interval, or from the step interval the row starts in.
+    ``place(c, phase, is_step)``: a reader's own way to give phases (codes of
+    PHASE_CODE) to rows no rule matched (-1), in place, before they pass to
+    the rows inside them.
 
     Consumes ``c``: its arrays become the table's or are released on the way."""
     n = len(c.start_ns)
@@ -168,6 +179,8 @@ def finish_columns(c: Columns, rules: PhaseRules, source: str, run_id: str = "",
     region_phase = np.array([_PHASE[p] if p else -1 for p, _ in matched], dtype=np.int8)
     phase = region_phase[c.region]
     is_step = phase == _PHASE[STEP]
+    if place is not None:
+        place(c, phase, is_step)
     phase[is_step] = _PHASE["other"]  # what a step's unmatched children take
     _inherit(phase, c.parent_row, levels, -1)
     phase[phase < 0] = _PHASE["other"]
@@ -180,6 +193,7 @@ def finish_columns(c: Columns, rules: PhaseRules, source: str, run_id: str = "",
     region_collective = np.array([collective_names.index(m) if m else -1 for _, m in matched],
                                  dtype=np.int32)
     collective = np.where(c.collective >= 0, c.collective, region_collective[c.region])
+    op_id = _collective_instances(c, collective, levels)
 
     step, epoch = c.step, c.epoch  # filled in place
     _number_steps(c, is_step, step)
@@ -212,11 +226,34 @@ def finish_columns(c: Columns, rules: PhaseRules, source: str, run_id: str = "",
         "depth": pa.array(c.depth.astype(np.int32, copy=False)),
         "bytes": _integers(c.bytes),
         "source": pa.repeat(pa.scalar(source, pa.string()), n),
+        "op_id": _integers(op_id),
     })
     table = pa.Table.from_arrays([columns[name] for name in COLUMNS], schema=SCHEMA)
     return table.replace_schema_metadata({META_VERSION: str(SCHEMA_VERSION).encode(),
                                           b"ddlcompare.rules_version": str(rules.version).encode(),
                                           **(metadata or {})})
+
+
+def _collective_instances(c: Columns, collective: np.ndarray, levels: list) -> np.ndarray:
+    """One instance per real collective: a collective row nested in another
+    gives it its bytes (the largest known) and is no collective of its own.
+    Returns op_id (in place, ``collective`` and ``c.bytes`` change)."""
+    marked = collective >= 0
+    top = nesting.outermost(c.parent_row, marked)
+    nested = np.flatnonzero(marked & (top != np.arange(len(top))))
+    np.maximum.at(c.bytes, top[nested], c.bytes[nested])
+    collective[nested] = -1
+    c.bytes[nested] = NULL
+    # Numbered by time (then place), not by row, so that the id does not
+    # depend on the order a reader found the rows in.
+    instances = np.flatnonzero(collective >= 0)
+    order = instances[np.lexsort((c.region[instances], c.location[instances],
+                                  c.end_ns[instances], c.start_ns[instances]))]
+    number = np.full(len(top), NULL, dtype=np.int64)
+    number[order] = np.arange(order.size)
+    op_id = np.where(top >= 0, number[np.maximum(top, 0)], NULL)
+    _inherit(op_id, c.parent_row, levels, NULL)
+    return op_id
 
 
 def _strings(names: list, codes: np.ndarray) -> pa.Array:
@@ -277,8 +314,10 @@ def _step_windows(c: Columns, phase: np.ndarray, step: np.ndarray,
     ranks_without = set(pd.unique(c.rank)) - set(windows["rank"])
     step_phases = [_PHASE[p] for p in STEP_PHASES]
     inferred = []
+    # the outermost row of each phase: not the loader's own calls inside it
+    outermost = (c.parent_row < 0) | (phase[np.maximum(c.parent_row, 0)] != phase)
     for rank in sorted(ranks_without):
-        rows = np.flatnonzero((c.rank == rank) & np.isin(phase, step_phases))
+        rows = np.flatnonzero((c.rank == rank) & np.isin(phase, step_phases) & outermost)
         mine = pd.DataFrame({
             "phase": np.asarray(_PHASE_NAMES, dtype=object)[phase[rows]],
             "region": np.asarray(c.region_names, dtype=object)[c.region[rows]],
@@ -301,7 +340,30 @@ def _step_windows(c: Columns, phase: np.ndarray, step: np.ndarray,
                                       "end": grouped["end_ns"].max(),
                                       "step": grouped["start_ns"].min().index.astype(np.int64),
                                       "epoch": NULL}))
+    found = set(windows["rank"]).union(*(set(w["rank"]) for w in inferred))
+    for rank in sorted(set(pd.unique(c.rank)) - found):
+        inferred.append(_optimizer_windows(c, phase, rank))
+    inferred = [w for w in inferred if not w.empty]
     return pd.concat([windows, *inferred], ignore_index=True) if inferred else windows
+
+
+def _optimizer_windows(c: Columns, phase: np.ndarray, rank) -> pd.DataFrame:
+    """Steps of a rank with neither step intervals nor data loading (a
+    PyTorch profiler trace without ProfilerStep): each step ends with an
+    optimizer step and starts where the previous one ended (the first at
+    the rank's first record)."""
+    mine = c.rank == rank
+    optimizer = mine & (phase == _PHASE["optimizer"])
+    parent_phase = phase[np.maximum(c.parent_row, 0)]
+    top = np.flatnonzero(optimizer & ((c.parent_row < 0) | (parent_phase != _PHASE["optimizer"])))
+    if top.size == 0:
+        return pd.DataFrame(columns=["rank", "start", "end", "step", "epoch"])
+    top = top[c.location[top] == c.location[top[0]]]
+    top = top[np.argsort(c.start_ns[top], kind="stable")]
+    ends = c.end_ns[top]
+    starts = np.r_[c.start_ns[mine].min(), ends[:-1]]
+    return pd.DataFrame({"rank": rank, "start": starts, "end": ends,
+                         "step": np.arange(top.size, dtype=np.int64), "epoch": NULL})
 
 
 def _steps_by_time(c: Columns, phase: np.ndarray, step: np.ndarray, epoch: np.ndarray) -> None:

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +45,10 @@ class _Columns(ctypes.Structure):
                 ("collective", ctypes.c_void_p), ("bytes", ctypes.c_void_p),
                 ("enter_row", ctypes.c_void_p), ("enter_capacity", ctypes.c_int64),
                 ("attribute_kind", ctypes.c_void_p), ("attribute_kinds", ctypes.c_uint32),
+                ("failed", ctypes.c_void_p),
                 ("rows", ctypes.c_int64), ("unbalanced", ctypes.c_int64),
                 ("overlapping", ctypes.c_int64), ("unclosed", ctypes.c_int64),
+                ("messages_outside", ctypes.c_int64), ("overflowed", ctypes.c_int64),
                 ("error", ctypes.c_char * 1024)]
 
 
@@ -115,34 +118,115 @@ class ReadError(Exception):
     """The C reader stopped: the message says why (the library's own words)."""
 
 
+COUNTS = ("unbalanced", "overlapping", "unclosed", "messages_outside")
+
+
 def read_intervals(anchor: Path, locations: list[int], attribute_kinds: dict[int, int],
-                   events: int) -> tuple[dict, dict]:
-    """(columns, counts): one entry per matched interval of the given
-    locations (refs), read in that order; ``events`` bounds the rows (each
-    takes an Enter and a Leave). Raises ReadError."""
+                   events: list[int], bounds: list[int], workers: int | None = None):
+    """(columns, counts, failed): one entry per matched interval of the given
+    locations (refs), in that order; ``failed``: per location, whether it
+    could not be read to its end (its rows before the fault are kept).
+
+    ``events``: the events each location announces, ``bounds``: the most it
+    can hold (its file's size); a location that holds more than it announces
+    is read again with room for its bound. Locations are read in parallel,
+    ``workers`` at a time (default: the cores this process may use); ctypes
+    lets go of the GIL while the C reader runs. Raises ReadError when the
+    archive cannot be read at all."""
+    workers = workers or len(os.sched_getaffinity(0))
+    chunks = _chunks(len(locations), events, workers)
+    kinds = np.zeros(max(attribute_kinds, default=-1) + 1, dtype=np.uint8)
+    for ref, kind in attribute_kinds.items():
+        kinds[ref] = kind
+
+    def read(chunk):
+        return _read_chunk(anchor, [locations[i] for i in chunk], kinds,
+                           [events[i] for i in chunk], [bounds[i] for i in chunk])
+
+    if len(chunks) == 1:
+        parts = [read(chunks[0])]
+    else:
+        with ThreadPoolExecutor(len(chunks)) as pool:
+            parts = list(pool.map(read, chunks))
+    return _merge(parts, chunks)
+
+
+def _chunks(n: int, events: list[int], workers: int) -> list[list[int]]:
+    """Consecutive location indices in about equal shares of the events."""
+    if n == 0:
+        return [[]]
+    total = max(sum(events), 1)
+    share = total / max(1, min(workers, n))
+    chunks, current, load = [], [], 0
+    for i in range(n):
+        current.append(i)
+        load += events[i]
+        if load >= share * (len(chunks) + 1) and len(chunks) < workers - 1:
+            chunks.append(current)
+            current = []
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _read_chunk(anchor: Path, refs: list[int], kinds: np.ndarray, events: list[int],
+                bounds: list[int]):
+    result = _call(anchor, refs, kinds, sum(events))
+    if result is None:  # more events than announced: room for the files' bound
+        result = _call(anchor, refs, kinds, sum(max(e, b) for e, b in zip(events, bounds)))
+    if result is None:
+        raise ReadError(OVERFLOW)
+    return result
+
+
+def _call(anchor: Path, refs: list[int], kinds: np.ndarray, events: int):
+    """(columns, counts, failed) of one call of the C reader; None on overflow."""
     lib = library()
     capacity = events // 2 + 1
     # np.empty: pages the reader never writes cost no memory
     columns = {name: np.empty(capacity, dtype=dtype) for name, dtype in COLUMN_TYPES.items()}
     enter_row = np.empty(events + 1, dtype=np.int64)
-    kinds = np.zeros(max(attribute_kinds, default=-1) + 1, dtype=np.uint8)
-    for ref, kind in attribute_kinds.items():
-        kinds[ref] = kind
-    refs = np.asarray(locations, dtype=np.uint64)
+    failed = np.zeros(max(len(refs), 1), dtype=np.int8)
+    array = np.asarray(refs, dtype=np.uint64)
     out = _Columns(capacity=capacity, enter_row=enter_row.ctypes.data,
                    enter_capacity=enter_row.size, attribute_kind=kinds.ctypes.data,
-                   attribute_kinds=kinds.size,
-                   **{name: array.ctypes.data for name, array in columns.items()})
-    status = lib.fastotf2_read(str(anchor).encode(), refs.ctypes.data, refs.size,
+                   attribute_kinds=kinds.size, failed=failed.ctypes.data,
+                   **{name: a.ctypes.data for name, a in columns.items()})
+    status = lib.fastotf2_read(str(anchor).encode(), array.ctypes.data, array.size,
                                ctypes.byref(out))
+    if out.overflowed:
+        return None
     if status != 0:
         raise ReadError(out.error.decode(errors="replace") or "unknown error")
     del enter_row
     rows = out.rows
     # Slices keep the whole allocation alive, but only the rows were touched.
-    columns = {name: array[:rows] for name, array in columns.items()}
-    return columns, {"unbalanced": out.unbalanced, "overlapping": out.overlapping,
-                     "unclosed": out.unclosed}
+    columns = {name: a[:rows] for name, a in columns.items()}
+    counts = {name: getattr(out, name) for name in COUNTS}
+    counts["error"] = out.error.decode(errors="replace")
+    return columns, counts, failed[:len(refs)].astype(bool)
+
+
+def _merge(parts: list, chunks: list[list[int]]):
+    """One set of columns from the chunks': location indices and parent rows
+    shifted to the whole."""
+    if len(parts) == 1:
+        return parts[0]
+    rows_before = np.cumsum([0] + [len(p[0]["start"]) for p in parts[:-1]])
+    columns = {}
+    for name in COLUMN_TYPES:
+        pieces = []
+        for (cols, _, _), chunk, offset in zip(parts, chunks, rows_before):
+            piece = cols[name]
+            if name == "location":
+                piece = piece + np.int32(chunk[0]) if len(chunk) else piece
+            elif name == "parent":
+                piece = np.where(piece >= 0, piece + offset, -1)
+            pieces.append(piece)
+        columns[name] = np.concatenate(pieces)
+    counts = {name: sum(p[1][name] for p in parts) for name in COUNTS}
+    counts["error"] = next((p[1]["error"] for p in parts if p[1]["error"]), "")
+    return columns, counts, np.concatenate([p[2] for p in parts])
 
 
 def main() -> int:

@@ -14,6 +14,11 @@
  * - MPI message sizes add up on the innermost open region; a collective's
  *   end gives it its operation and max(sent, received) bytes.
  * Times stay in clock ticks: Python converts them.
+ * A location that cannot be read to its end keeps the rows read before the
+ * fault and is marked in `failed`; the others are read all the same. Calls
+ * on different threads (different locations) run in parallel: each opens
+ * its own reader, and the library's error reports go to the calling
+ * thread's columns.
  */
 #include <otf2/otf2.h>
 #include <stdarg.h>
@@ -23,6 +28,7 @@
 #include <string.h>
 
 #define NONE INT64_MIN
+#define OVERFLOW "more events than the definitions announce"
 enum { ATTR_OTHER = 0, ATTR_STEP = 1, ATTR_EPOCH = 2 };
 
 /* Mirrored by traces/fastotf2/__init__.py (_Columns). */
@@ -41,9 +47,12 @@ typedef struct {
     const uint8_t *attribute_kind; /* ATTR_* by global attribute ref */
     uint32_t attribute_kinds;
     /* results */
-    int64_t rows, unbalanced, overlapping, unclosed;
+    int8_t *failed;            /* per location given: 1 when not read to its end */
+    int64_t rows, unbalanced, overlapping, unclosed, messages_outside, overflowed;
     char error[1024];
 } Columns;
+
+static __thread Columns *current; /* where this thread's library errors go */
 
 typedef struct {
     uint32_t region;
@@ -69,9 +78,9 @@ static void fail(Columns *out, const char *fmt, ...) {
 /* The library prints its errors to stderr; keep the first as the reason. */
 static OTF2_ErrorCode on_error(void *user, const char *file, uint64_t line, const char *function,
                                OTF2_ErrorCode code, const char *fmt, va_list va) {
-    Columns *out = user;
-    (void)file; (void)line; (void)function;
-    if (!out->error[0]) {
+    Columns *out = current;
+    (void)user; (void)file; (void)line; (void)function;
+    if (out && !out->error[0]) {
         char detail[768];
         vsnprintf(detail, sizeof detail, fmt ? fmt : "", va);
         snprintf(out->error, sizeof out->error, "%s: %s%s%s", OTF2_Error_GetName(code),
@@ -86,7 +95,8 @@ static OTF2_CallbackCode enter(OTF2_LocationRef location, OTF2_TimeStamp time, u
     Columns *out = s->out;
     (void)location; (void)position;
     if (s->enters >= out->enter_capacity) {
-        fail(out, "more events than the definitions announce");
+        fail(out, OVERFLOW);
+        out->overflowed = 1;
         return OTF2_CALLBACK_INTERRUPT;
     }
     if (s->depth == s->room) {
@@ -126,7 +136,8 @@ static OTF2_CallbackCode leave(OTF2_LocationRef location, OTF2_TimeStamp time, u
     if (at < 0) { out->unbalanced++; return OTF2_CALLBACK_SUCCESS; }
     if (at != s->depth - 1) out->overlapping++;
     if (out->rows >= out->capacity) {
-        fail(out, "more events than the definitions announce");
+        fail(out, OVERFLOW);
+        out->overflowed = 1;
         return OTF2_CALLBACK_INTERRUPT;
     }
     Open e = s->stack[at];
@@ -148,7 +159,7 @@ static OTF2_CallbackCode leave(OTF2_LocationRef location, OTF2_TimeStamp time, u
 }
 
 static void add_bytes(State *s, uint64_t length) {
-    if (!s->depth) return;
+    if (!s->depth) { s->out->messages_outside++; return; }
     Open *top = &s->stack[s->depth - 1];
     top->bytes = (top->bytes < 0 ? 0 : top->bytes) + (int64_t)length;
 }
@@ -178,6 +189,8 @@ static OTF2_CallbackCode collective_end(OTF2_LocationRef l, OTF2_TimeStamp t, ui
         Open *top = &s->stack[s->depth - 1];
         top->collective = op;
         top->bytes = (int64_t)(sent > received ? sent : received);
+    } else {
+        s->out->messages_outside++;
     }
     return OTF2_CALLBACK_SUCCESS;
 }
@@ -185,34 +198,42 @@ static OTF2_CallbackCode collective_end(OTF2_LocationRef l, OTF2_TimeStamp t, ui
 #define CHECK(call, what) do { OTF2_ErrorCode code_ = (call); if (code_ != OTF2_SUCCESS) { \
     fail(out, "%s: %s", what, OTF2_Error_GetDescription(code_)); goto done; } } while (0)
 
-static int read_location(OTF2_Reader *reader, OTF2_EvtReaderCallbacks *callbacks,
-                         OTF2_LocationRef ref, int32_t index, State *s) {
+/* Reads one location's events; on a fault the rows read so far stay, the
+ * regions still open count as unclosed and the location is marked failed. */
+static void read_location(OTF2_Reader *reader, OTF2_EvtReaderCallbacks *callbacks,
+                          OTF2_LocationRef ref, int32_t index, State *s) {
     Columns *out = s->out;
     uint64_t events = 0;
     s->location = index;
     s->depth = 0;
     OTF2_EvtReader *evt = OTF2_Reader_GetEvtReader(reader, ref);
-    if (!evt) { fail(out, "cannot open the events of location %llu", (unsigned long long)ref);
-                return -1; }
+    if (!evt) {
+        fail(out, "location %llu: cannot open its events", (unsigned long long)ref);
+        out->failed[index] = 1;
+        return;
+    }
     OTF2_ErrorCode code = OTF2_Reader_RegisterEvtCallbacks(reader, evt, callbacks, s);
     if (code == OTF2_SUCCESS) code = OTF2_Reader_ReadAllLocalEvents(reader, evt, &events);
     OTF2_Reader_CloseEvtReader(reader, evt);
-    if (code != OTF2_SUCCESS || out->error[0]) {
-        fail(out, "location %llu: %s", (unsigned long long)ref, OTF2_Error_GetDescription(code));
-        return -1;
-    }
     out->unclosed += s->depth;
-    return 0;
+    if (code != OTF2_SUCCESS) {
+        fail(out, "location %llu: %s", (unsigned long long)ref, OTF2_Error_GetDescription(code));
+        out->failed[index] = 1;
+    }
 }
 
-/* 0 on success; otherwise out->error says why. */
+/* 0 when the archive could be opened (locations may still have failed);
+ * -1 otherwise, or when the columns overflowed; out->error says why. */
 int fastotf2_read(const char *anchor, const uint64_t *locations, int32_t n_locations,
                   Columns *out) {
     out->rows = out->unbalanced = out->overlapping = out->unclosed = 0;
+    out->messages_outside = out->overflowed = 0;
     out->error[0] = 0;
-    OTF2_ErrorCallback previous = OTF2_Error_RegisterCallback(on_error, out);
+    current = out;
+    OTF2_Error_RegisterCallback(on_error, NULL);
     State state = {.out = out};
     OTF2_EvtReaderCallbacks *callbacks = NULL;
+    int status = -1;
     OTF2_Reader *reader = OTF2_Reader_Open(anchor);
     if (!reader) { fail(out, "cannot open the archive"); goto done; }
     CHECK(OTF2_Reader_SetSerialCollectiveCallbacks(reader), "cannot set up the reader");
@@ -228,8 +249,11 @@ int fastotf2_read(const char *anchor, const uint64_t *locations, int32_t n_locat
             OTF2_DefReader *defs = OTF2_Reader_GetDefReader(reader, locations[i]);
             if (!defs) continue;
             uint64_t read = 0;
-            CHECK(OTF2_Reader_ReadAllLocalDefinitions(reader, defs, &read),
-                  "cannot read the local definitions");
+            if (OTF2_Reader_ReadAllLocalDefinitions(reader, defs, &read) != OTF2_SUCCESS) {
+                fail(out, "location %llu: cannot read its local definitions",
+                     (unsigned long long)locations[i]);
+                out->failed[i] = 1;
+            }
             OTF2_Reader_CloseDefReader(reader, defs);
         }
         OTF2_Reader_CloseDefFiles(reader);
@@ -242,15 +266,18 @@ int fastotf2_read(const char *anchor, const uint64_t *locations, int32_t n_locat
     OTF2_EvtReaderCallbacks_SetMpiIsendCallback(callbacks, mpi_isend);
     OTF2_EvtReaderCallbacks_SetMpiIrecvCallback(callbacks, mpi_isend);
     OTF2_EvtReaderCallbacks_SetMpiCollectiveEndCallback(callbacks, collective_end);
-    for (int32_t i = 0; i < n_locations; i++)
-        if (read_location(reader, callbacks, locations[i], i, &state) != 0) goto done;
+    for (int32_t i = 0; i < n_locations; i++) {
+        if (!out->failed[i]) read_location(reader, callbacks, locations[i], i, &state);
+        if (out->overflowed) goto done;
+    }
     /* Parents: enter numbers -> rows (an unclosed parent has none). */
     for (int64_t row = 0; row < out->rows; row++)
         if (out->parent[row] >= 0) out->parent[row] = out->enter_row[out->parent[row]];
+    status = 0;
 done:
     if (callbacks) OTF2_EvtReaderCallbacks_Delete(callbacks);
     if (reader) OTF2_Reader_Close(reader);
     free(state.stack);
-    OTF2_Error_RegisterCallback(previous, NULL);
-    return out->error[0] ? -1 : 0;
+    current = NULL;
+    return status;
 }

@@ -1,13 +1,30 @@
-"""One reader per trace format, each filling the same :class:`traces.table.Rows`.
+"""Trace readers, one class per format and one file per class, each
+producing the same phase table (traces/table.py), as Pipit's readers do.
 
-``detect(path)`` names the format of a file or folder; ``read(path, rules,
-run_id)`` returns the phase table. Anything a reader cannot make sense of
-raises :class:`TraceError` with the file's name, never a traceback.
+A reader is a subclass of :class:`Reader` decorated with :func:`register`
+in any module of this package: every module here is imported on first use,
+so a new format is one new file. It says
+
+- ``name``: the value of the table's ``source`` column and of ``sources`` in
+  traces/rules.yaml;
+- ``patterns``: the files it may read inside a folder, as globs relative to
+  that folder (a run folder's layout, or a folder of traces from elsewhere);
+- ``recognises(path, head)``: whether one file is its format (``head``: the
+  first bytes, gzip already undone);
+- ``read(path, rules, run_id)``: ``(table, problems)``; and, for a format
+  whose traces can outgrow memory, ``parts(...)``: the same, a part at a time.
+
+Anything a reader cannot make sense of raises :class:`TraceError` with the
+file's name, never a traceback. What it read but had to leave out is a
+:class:`Problem`; ``lost`` marks records that were in the file and are not in
+the table (the converter then exits non-zero).
 """
 from __future__ import annotations
 
 import gzip
-import json
+import importlib
+import pkgutil
+import zlib
 from pathlib import Path
 
 
@@ -15,46 +32,143 @@ class TraceError(Exception):
     """A trace that cannot be read: the message names the file and why."""
 
 
+class Problem(str):
+    """One line about what a reader left out or could not place; ``lost``:
+    records of the file are missing from the table."""
+    lost: bool
+
+    def __new__(cls, text: str, lost: bool = True):
+        problem = super().__new__(cls, text)
+        problem.lost = lost
+        return problem
+
+
+def counted(path: Path, *counts: tuple) -> list[Problem]:
+    """One Problem per (count, what, lost) whose count is not 0:
+    "<path>: <count> <what>"."""
+    return [Problem(f"{path}: {count} {what}", lost) for count, what, lost in counts if count]
+
+
+class Reader:
+    """One trace format; subclasses set the attributes and both methods."""
+    name: str = ""
+    patterns: tuple[str, ...] = ()
+
+    @classmethod
+    def recognises(cls, path: Path, head: bytes) -> bool:
+        raise NotImplementedError
+
+    def read(self, path: Path, rules, run_id: str = ""):
+        raise NotImplementedError
+
+    def parts(self, path: Path, rules, run_id: str = ""):
+        """(table, problems) of one part of the trace at a time; one part,
+        the whole trace, unless a format reads large traces in pieces."""
+        yield self.read(path, rules, run_id)
+
+
+REGISTRY: dict[str, type[Reader]] = {}
+
+
+def register(cls: type[Reader]) -> type[Reader]:
+    """Class decorator: make a reader known by its name."""
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def readers() -> dict[str, type[Reader]]:
+    """Every registered reader, by name (importing this package's modules once)."""
+    if not _loaded:
+        for module in pkgutil.iter_modules(__path__):
+            importlib.import_module(f"{__name__}.{module.name}")
+        _loaded.append(True)
+    return REGISTRY
+
+
+_loaded: list = []
+
+
+def names() -> tuple[str, ...]:
+    return tuple(readers())
+
+
 def detect(path: Path) -> str:
-    """``otf2``, ``horovod_timeline`` or ``kineto`` for one trace file."""
+    """The name of the reader for one trace file."""
     path = Path(path)
-    if path.suffix == ".otf2":
-        return "otf2"
-    head = _head(path)
-    if head.lstrip().startswith("["):
-        return "horovod_timeline"
-    if head.lstrip().startswith("{"):
-        return "kineto"
-    raise TraceError(f"{path}: not a trace this converter knows (expected an OTF2 anchor "
-                     "file *.otf2, a Horovod Timeline JSON array or a PyTorch profiler "
-                     "JSON object)")
+    head = _head(path) if path.is_file() else b""
+    for name, reader in readers().items():
+        if reader.recognises(path, head):
+            return name
+    raise TraceError(f"{path}: not a trace this converter knows (readers: "
+                     f"{', '.join(names())}; e.g. an OTF2 anchor file *.otf2, a Horovod "
+                     "Timeline JSON array or a PyTorch profiler JSON object)")
 
 
-def _head(path: Path) -> str:
+def traces_in(folder: Path) -> list[Path]:
+    """The files in a folder that some reader recognises, by the readers'
+    patterns (each file once, in pattern order)."""
+    found: dict[Path, None] = {}
+    for reader in readers().values():
+        for pattern in reader.patterns:
+            for path in sorted(folder.glob(pattern)):
+                if path.is_file():
+                    found.setdefault(path)
+    return [path for path in found if _known(path)]
+
+
+def _known(path: Path) -> bool:
     try:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", errors="replace") as f:
-            return f.read(4096)
-    except (OSError, EOFError) as exc:
-        raise TraceError(f"{path}: cannot read: {exc}") from None
-
-
-def load_json(path: Path):
-    """A JSON document, gzip-compressed or not."""
-    try:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rb") as f:
-            data = f.read()
-    except (OSError, EOFError) as exc:
-        raise TraceError(f"{path}: cannot read (truncated or corrupt?): {exc}") from None
-    try:
-        return json.loads(data)
-    except ValueError as exc:
-        raise TraceError(f"{path}: not valid JSON (truncated or corrupt?): {exc}") from None
+        detect(path)
+    except TraceError:
+        return False
+    return True
 
 
 def read(path: Path, rules, run_id: str = "", source: str | None = None):
-    from traces.readers import horovod_timeline, kineto, otf2_reader
-    source = source or detect(path)
-    reader = {"otf2": otf2_reader, "horovod_timeline": horovod_timeline, "kineto": kineto}[source]
-    return reader.read(Path(path), rules, run_id)
+    """(table, problems) of one trace file."""
+    reader = readers()[source or detect(path)]
+    return reader().read(Path(path), rules, run_id)
+
+
+def parts(path: Path, rules, run_id: str = "", source: str | None = None):
+    """(table, problems) of one trace file, part by part."""
+    reader = readers()[source or detect(path)]
+    return reader().parts(Path(path), rules, run_id)
+
+
+def _head(path: Path, size: int = 4096) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(size)
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read: {exc}") from None
+    if data[:2] == b"\x1f\x8b":  # gzip: what a partial decompression gives
+        try:
+            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, size)
+        except zlib.error:
+            return b""
+    return data
+
+
+def read_bytes(path: Path) -> tuple[bytes, Problem | None]:
+    """A file's bytes, gzip undone: (data, problem) where the problem says the
+    compressed stream was cut or corrupt (the data then is what came before)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read: {exc}") from None
+    if raw[:2] != b"\x1f\x8b":
+        return raw, None
+    try:
+        return gzip.decompress(raw), None
+    except (OSError, EOFError, zlib.error):
+        pass
+    inflate, parts = zlib.decompressobj(16 + zlib.MAX_WBITS), []
+    for at in range(0, len(raw), 1 << 16):  # stop at the first corrupt block
+        try:
+            parts.append(inflate.decompress(raw[at:at + (1 << 16)]))
+        except zlib.error:
+            break
+    data = b"".join(parts)
+    return data, Problem(f"{path}: the gzip stream is cut or corrupt after "
+                         f"{len(data):,} bytes (truncated?); what came before was read")

@@ -1,13 +1,24 @@
-"""Horovod Timeline: Chrome trace JSON written by the coordinator (rank 0).
+"""Horovod Timeline: Chrome trace JSON written by the coordinator (rank 0),
+plain or gzip-compressed.
 
 Horovod leaves the JSON array open (no closing ``]``) and may stop mid-record
-when killed; the complete records are read and a cut one is reported. ``pid``
-is a tensor (its name in the ``process_name`` metadata), not a rank: every
-interval is rank 0's view, on location ``tensor:<name>``. Begin/End pairs
-nest per tensor (ALLREDUCE > MPI_ALLREDUCE, MEMCPY_*_FUSION_BUFFER, ...); the
-End of a top-level activity carries the tensor's dtype and shape, hence its
-bytes. Instants (CYCLE_START) and the per-rank readiness ticks under
-NEGOTIATE_* (complete events named by rank, zero long) are not intervals.
+when killed; every readable record is kept and the others are counted.
+``pid`` is a tensor (its name in the ``process_name`` metadata), not a rank:
+every activity is rank 0's view, on location ``tensor:<name>``. Begin/End
+pairs nest per tensor (NEGOTIATE_ALLREDUCE, then ALLREDUCE > MPI_ALLREDUCE,
+MEMCPY_*_FUSION_BUFFER, ...); the End of a top-level activity carries the
+tensor's dtype and shape, hence its bytes.
+
+- Readiness ticks: under NEGOTIATE_*, Horovod marks when each rank reported
+  the tensor ready (a complete event of no length named by the rank). Each
+  becomes a ``rank_ready`` row on that rank: the last rank to tick is the
+  one the others waited for (the straggler signal Horovod gives).
+- Steps: the tensors all-reduced most often are the gradients, all-reduced
+  once a step; step k spans their k-th all-reduces, from the cycle mark
+  (CYCLE_START, ``--timeline-mark-cycles``) that began it where the trace
+  has marks. Each step is a ``step`` row on location ``steps``; other
+  activities take the step they fall in.
+
 Timestamps are microseconds of Horovod's steady clock.
 """
 from __future__ import annotations
@@ -15,95 +26,141 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import numpy as np
+import pandas as pd
 
-from traces.readers import TraceError
-from traces.table import Rows, finish
-
-DTYPE_BYTES = {"uint8": 1, "int8": 1, "bool": 1, "float16": 2, "bfloat16": 2, "int16": 2,
-               "uint16": 2, "float32": 4, "int32": 4, "uint32": 4, "float64": 8, "int64": 8,
-               "uint64": 8}
+from traces import jsonrecords, nesting
+from traces.readers import Problem, Reader, TraceError, counted, read_bytes, register
+from traces.readers.kineto import DTYPE_BYTES
+from traces.table import NULL, Columns, finish_columns
 
 
-def parse_records(path: Path) -> tuple[list, str | None]:
-    """The complete records of the (possibly unterminated) array, and a
-    problem line when the file was cut inside a record."""
+class Args(msgspec.Struct, gc=False):
+    name: str | None = None
+    dtype: str | None = None
+    shape: str | list | None = None
+
+
+class Record(msgspec.Struct, gc=False):
+    ph: str = ""
+    name: str = ""
+    ts: float | None = None
+    pid: int | str | None = None
+    dur: float = 0.0
+    args: Args | None = None
+
+
+@register
+class HorovodTimelineReader(Reader):
+    name = "horovod_timeline"
+    patterns = ("horovod_timeline.json", "horovod_timeline.json.gz", "*.json", "*.json.gz")
+
+    @classmethod
+    def recognises(cls, path: Path, head: bytes) -> bool:
+        return head.lstrip().startswith(b"[") and b'"ph"' in head
+
+    def read(self, path: Path, rules, run_id: str = ""):
+        data, problem = read_bytes(path)
+        records, problems = jsonrecords.decode_array(data, Record, path, unterminated=True)
+        del data
+        problems = ([problem] if problem else []) + problems
+        if not records:
+            raise TraceError(f"{path}: not a Horovod Timeline: no readable record")
+        columns, more = _columns(records, path)
+        return finish_columns(columns, rules, self.name, run_id), problems + more
+
+
+def _columns(records: list, path: Path):
+    tensors = {r.pid: r.args.name for r in records
+               if r.ph == "M" and r.name == "process_name" and r.args is not None}
+    untimed = sum(r.ts is None for r in records if r.ph in ("B", "E", "X"))
+    timed = [r for r in records if r.ts is not None]
+    ph = np.array([r.ph for r in timed], dtype=object)
+    ts = np.rint(np.array([r.ts for r in timed], dtype=np.float64) * 1000).astype(np.int64)
+    pid, pids = pd.factorize(pd.Series([r.pid for r in timed], dtype=object))
+    is_begin, is_end = ph == "B", ph == "E"
+    edges = np.flatnonzero(is_begin | is_end)
+    begins, ends, _, unmatched, unclosed = nesting.pair_begin_end(pid[edges], is_begin[edges])
+    begins, ends = edges[begins], edges[ends]
+    ticks = np.flatnonzero((ph == "X") & pd.Series([r.name for r in timed]).str.isdigit()
+                           .to_numpy())
+    rows = np.r_[begins, ticks]
+    start = np.r_[ts[begins], ts[ticks]]
+    end = np.r_[ts[ends], ts[ticks]]
+    names = [timed[i].name for i in begins] + ["rank_ready"] * len(ticks)
+    rank = np.r_[np.zeros(len(begins), dtype=np.int64),
+                 [int(timed[i].name) for i in ticks]].astype(np.int64)
+    nbytes = np.r_[[_bytes(timed[i].args) for i in ends], np.full(len(ticks), NULL)]
+    where = pid[rows].astype(np.int64)
+    parent = nesting.enclosing(where, start, end)
+    cycles = np.sort(ts[ph == "i"][[timed[i].name == "CYCLE_START"
+                                    for i in np.flatnonzero(ph == "i")]])
+    steps, row_step = _steps(names, where, start, end, parent, cycles)
+    n_steps = len(steps)
+    location_names = [f"tensor:{tensors.get(p) or p}" for p in pids] + ["steps"]
+    region, region_names = pd.factorize(pd.Series(names + ["step"] * n_steps, dtype=object))
+    problems = _problems(path, untimed, unmatched, unclosed)
+    columns = Columns(
+        rank=np.r_[rank, np.zeros(n_steps, dtype=np.int64)],
+        node=np.zeros(len(rows) + n_steps, dtype=np.int32), node_names=[""],
+        location=np.r_[where, np.full(n_steps, len(pids))].astype(np.int32),
+        location_names=location_names, region=region.astype(np.int32),
+        region_names=list(region_names), start_ns=np.r_[start, steps["start"]],
+        end_ns=np.r_[end, steps["end"]],
+        depth=np.r_[nesting.depths(parent), np.zeros(n_steps, dtype=np.int64)],
+        parent_row=np.r_[parent, np.full(n_steps, -1)],
+        step=np.r_[row_step, np.arange(n_steps)].astype(np.int64),
+        epoch=np.full(len(rows) + n_steps, NULL, dtype=np.int64),
+        collective=np.full(len(rows) + n_steps, -1, dtype=np.int32), collective_names=[],
+        bytes=np.r_[nbytes, np.full(n_steps, NULL)].astype(np.int64))
+    return columns, problems
+
+
+def _steps(names: list, where, start, end, parent, cycles):
+    """((start, end) of each step, the step of each row or NULL).
+
+    The tensors all-reduced most often are the gradients: step k is their
+    k-th top-level ALLREDUCE (and its NEGOTIATE_ALLREDUCE), from the cycle
+    mark before the first of them where the trace has marks."""
+    row_step = np.full(len(names), NULL, dtype=np.int64)
+    names = np.asarray(names, dtype=object)
+    top = pd.DataFrame({"tensor": where, "start": start, "end": end, "name": names})
+    top = top[(parent < 0) & np.isin(names, ["ALLREDUCE", "NEGOTIATE_ALLREDUCE"])]
+    reduces = top[top["name"] == "ALLREDUCE"]
+    if reduces.empty:
+        return pd.DataFrame({"start": [], "end": []}, dtype=np.int64), row_step
+    counts = reduces.groupby("tensor").size()
+    top = top[top["tensor"].isin(counts.index[counts == counts.max()])]
+    top = top.sort_values("start", kind="stable")
+    k = top.groupby(["tensor", "name"]).cumcount()
+    row_step[k.index.to_numpy()] = k.to_numpy()
+    reduces = top[top["name"] == "ALLREDUCE"]
+    steps = reduces.groupby(k[reduces.index].to_numpy()).agg(start=("start", "min"),
+                                                            end=("end", "max"))
+    if cycles.size:
+        at = np.searchsorted(cycles, steps["start"].to_numpy(), side="right") - 1
+        steps["start"] = np.where(at >= 0, cycles[np.maximum(at, 0)], steps["start"])
+    return steps.reset_index(drop=True), row_step
+
+
+def _problems(path: Path, untimed: int, unmatched: int, unclosed: int) -> list[Problem]:
+    return counted(path, (untimed, "records without a valid 'ts' were skipped", True),
+                   (unclosed, "activities begun but never ended (run cut short?); left out",
+                    True),
+                   (unmatched, "end records without a begin; left out", True))
+
+
+def _bytes(args) -> int:
+    """Tensor bytes from the dtype and shape Horovod writes on an activity's
+    End; NULL when it does not say."""
+    if args is None or args.shape is None:
+        return NULL
+    size = DTYPE_BYTES.get(str(args.dtype or "").lower().replace("torch.", ""))
     try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read: {exc}") from None
-    body = text.strip()
-    if not body.startswith("["):
-        raise TraceError(f"{path}: not a Horovod Timeline (expected a JSON array)")
-    if body.endswith("]"):
-        try:
-            return json.loads(body), None
-        except ValueError:
-            pass
-    decoder, records, i = json.JSONDecoder(), [], 1
-    n = len(body)
-    while True:
-        while i < n and body[i] in " \t\r\n,":
-            i += 1
-        if i >= n or body[i] == "]":
-            return records, None
-        try:
-            record, i = decoder.raw_decode(body, i)
-        except ValueError:
-            if not records:
-                raise TraceError(f"{path}: not a Horovod Timeline: no complete record") from None
-            return records, (f"{path}: cut inside a record after {len(records)} records "
-                             "(truncated?); the complete records were read")
-        records.append(record)
-
-
-def read(path: Path, rules, run_id: str = ""):
-    records, cut = parse_records(path)
-    tensors = {r.get("pid"): r.get("args", {}).get("name") for r in records
-               if r.get("ph") == "M" and r.get("name") == "process_name"}
-    rows, stacks, next_id, unmatched = Rows(), {}, 0, 0
-    for record in records:
-        kind = record.get("ph")
-        if kind == "B":
-            stack = stacks.setdefault(record.get("pid"), [])
-            parent = stack[-1][2] if stack else None
-            stack.append([record.get("name", ""), _ns(record, path), next_id, parent])
-            next_id += 1
-        elif kind == "E":
-            stack = stacks.get(record.get("pid"))
-            if not stack:
-                unmatched += 1
-                continue
-            name, start, row_id, parent = stack.pop()
-            pid = record.get("pid")
-            rows.add(0, "", f"tensor:{tensors.get(pid) or pid}", name, start, _ns(record, path),
-                     len(stack), row_id, parent, nbytes=_bytes(record.get("args")))
-    problems = [cut] if cut else []
-    unclosed = sum(len(s) for s in stacks.values())
-    if unclosed:
-        problems.append(f"{path}: {unclosed} activities begun but never ended (run cut "
-                        "short?); left out")
-    if unmatched:
-        problems.append(f"{path}: {unmatched} end records without a begin")
-    return finish(rows, rules, "horovod_timeline", run_id), problems
-
-
-def _ns(record: dict, path: Path) -> int:
-    try:
-        return int(round(float(record["ts"]) * 1000))
-    except (KeyError, TypeError, ValueError):
-        raise TraceError(f"{path}: a record without a valid 'ts': {record!r:.200}") from None
-
-
-def _bytes(args) -> int | None:
-    """Tensor bytes from the dtype and shape Horovod writes on an activity's End."""
-    if not args or "shape" not in args:
-        return None
-    size = DTYPE_BYTES.get(str(args.get("dtype", "")).replace("torch.", ""))
-    try:
-        shape = json.loads(args["shape"]) if isinstance(args["shape"], str) else args["shape"]
+        shape = json.loads(args.shape) if isinstance(args.shape, str) else args.shape
     except ValueError:
-        return None
+        return NULL
     if size is None or not isinstance(shape, list):
-        return None
+        return NULL
     return int(np.prod(shape, dtype=np.int64)) * size

@@ -1,143 +1,372 @@
 """PyTorch profiler (Kineto) Chrome traces, old schema (categories Operator,
 Runtime, Kernel, Memcpy) and new (cpu_op, cuda_runtime, kernel, gpu_memcpy,
-user_annotation), plain or gzip-compressed.
+user_annotation, gpu_user_annotation), plain or gzip-compressed.
 
 Every complete event (``ph: X``) is one interval; ``ts``/``dur`` are
 microseconds (integers in old files, decimals in new ones). Intervals nest
-per (pid, tid) by time; a GPU activity's parent is the runtime call that
-launched it (same ``correlation``), so a kernel takes the phase of the code
-that launched it. rank: ``distributedInfo.rank`` when present, else the
-number in the file name (``rank1.json``), else 0.
-Collective sizes come from the ``In msg nelems``/``dtype`` arguments newer
-PyTorch versions write on NCCL/Gloo records.
+per (pid, tid) by time. A GPU activity's parent is the runtime call that
+launched it (same ``correlation``), and a GPU-side annotation's the CPU
+record it mirrors (same ``External id``), so that GPU work takes the phase
+and the collective of the code that launched it. rank:
+``distributedInfo.rank`` when present, else the number in the file name
+(``rank1.json``), else 0.
+
+Collectives: the ``Collective name`` argument or the rules name them;
+``In msg nelems`` (or ``In msg size``) times the ``dtype`` size gives the
+bytes. One real collective shows as several nested records (c10d call,
+``record_param_comms``, ``nccl:*``, the kernel); traces/table.py keeps one
+instance of it (see ``op_id``). A ``wait`` is not a collective.
+
+The JSON is decoded by msgspec into typed records (traces/jsonrecords.py)
+and everything after that is numpy: no Python per event.
 """
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pandas as pd
 
-from traces.readers import TraceError, load_json
-from traces.readers.horovod_timeline import DTYPE_BYTES
-from traces.table import Rows, finish
+from traces import jsonrecords, nesting
+from traces.readers import Problem, Reader, TraceError, read_bytes, register
+from traces.table import NULL, PHASE_CODE, Columns, finish_columns
 
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
 RUNTIME_CATEGORIES = {"cuda_runtime", "Runtime", "cuda_driver"}
+GPU_ANNOTATION = "gpu_user_annotation"
+KINETO_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"',
+               b'"distributedInfo"', b'"displayTimeUnit"')
+
+# Element sizes by dtype, as PyTorch spells them in different versions
+# (torch.float32, float32, Float, c10::Half ...), compared in lower case.
+DTYPE_BYTES = {
+    "uint8": 1, "int8": 1, "bool": 1, "byte": 1, "char": 1, "float8_e4m3fn": 1,
+    "float8_e5m2": 1, "float16": 2, "half": 2, "bfloat16": 2, "int16": 2, "short": 2,
+    "uint16": 2, "float32": 4, "float": 4, "int32": 4, "int": 4, "uint32": 4,
+    "float64": 8, "double": 8, "int64": 8, "long": 8, "uint64": 8, "complexfloat": 8,
+    "complex64": 8, "complexdouble": 16, "complex128": 16,
+}
+
+# ``Collective name`` values -> the collective names of traces/rules.yaml;
+# None: not a collective (waits, coalescing markers).
+COLLECTIVE_NAMES = {
+    "allreduce": "allreduce", "all_reduce": "allreduce", "allreduce_coalesced": "allreduce",
+    "broadcast": "bcast", "bcast": "bcast",
+    "allgather": "allgather", "all_gather": "allgather", "_allgather_base": "allgather",
+    "allgather_into_tensor_coalesced": "allgather", "allgather_coalesced": "allgather",
+    "all_gather_into_tensor": "allgather",
+    "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_tensor_coalesced":
+        "reduce_scatter",
+    "all_to_all": "all_to_all", "alltoall": "all_to_all", "alltoall_base": "all_to_all",
+    "all_to_allv": "all_to_all",
+    "reduce": "reduce", "gather": "gather", "scatter": "scatter", "barrier": "barrier",
+    "send": "send", "recv": "recv", "wait": None, "coalesced": None,
+    "startcoalescing": None, "endcoalescing": None,
+}
+
+Id = int | str | None
 
 
-def read(path: Path, rules, run_id: str = ""):
-    doc = load_json(path)
-    if isinstance(doc, dict):
-        events = doc.get("traceEvents")
-    else:
-        events = doc
-    if not isinstance(events, list):
-        raise TraceError(f"{path}: not a PyTorch profiler trace (no 'traceEvents' list)")
-    rank = _rank(doc, path)
-    names = _thread_names(events)
-    complete = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
+class Args(msgspec.Struct, gc=False):
+    """The few arguments a phase table needs; msgspec skips the others."""
+    name: str | None = None  # of a process_name / thread_name metadata record
+    correlation: Id = None
+    external_id: Id = msgspec.field(name="External id", default=None)
+    collective: str | None = msgspec.field(name="Collective name", default=None)
+    nelems: int | float | str | None = msgspec.field(name="In msg nelems", default=None)
+    size: int | float | str | None = msgspec.field(name="In msg size", default=None)
+    dtype: str | None = None
+
+
+class Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    name: str = ""
+    cat: str | None = None
+    pid: Id = None
+    tid: Id = None
+    ts: float = math.nan  # NaN: no time (the event is skipped and counted)
+    dur: float = 0.0
+    args: Args | None = None
+
+
+class Document(msgspec.Struct):
+    """The events stay raw bytes, decoded in chunks (bounded memory)."""
+    traceEvents: msgspec.Raw
+    distributedInfo: dict | None = None
+
+
+CHUNK_BYTES = 16 << 20  # of JSON decoded into event objects at a time
+RECORD_SEPARATORS = (b"},\n  {", b"}, {")  # between top-level records: Kineto's layouts
+
+
+@register
+class KinetoReader(Reader):
+    name = "kineto"
+    patterns = ("torch_profiler/*.json", "torch_profiler/*.json.gz", "*.pt.trace.json",
+                "*.pt.trace.json.gz", "*.json", "*.json.gz")
+
+    @classmethod
+    def recognises(cls, path: Path, head: bytes) -> bool:
+        """A JSON object with Kineto's keys near its start (not any JSON file
+        of a run folder)."""
+        return head.lstrip().startswith(b"{") and any(key in head for key in KINETO_KEYS)
+
+    def read(self, path: Path, rules, run_id: str = ""):
+        data, problem = read_bytes(path)
+        batches, info, problems = _decode(data, path)
+        events = _Events()
+        for batch in batches:
+            events.add(batch)
+        del data, batches
+        problems = ([problem] if problem else []) + problems
+        if events.untimed:
+            problems.append(Problem(f"{path}: {events.untimed} complete event(s) without a "
+                                    "valid 'ts' were skipped"))
+        columns = events.columns(_rank(info, path))
+        return finish_columns(columns, rules, self.name, run_id, place=place_by_position), \
+            problems
+
+
+def _decode(data: bytes, path: Path):
+    """(batches of events, distributedInfo, problems), keeping every
+    readable event: the events array is decoded a chunk at a time."""
     try:
-        frame = pd.DataFrame({
-            "name": [e.get("name", "") for e in complete],
-            "cat": [e.get("cat", "") for e in complete],
-            "pid": [str(e.get("pid")) for e in complete],
-            "tid": [str(e.get("tid")) for e in complete],
-            "start": np.rint(np.array([float(e["ts"]) for e in complete]) * 1000).astype(np.int64),
-            "dur": np.rint(np.array([float(e.get("dur", 0)) for e in complete]) * 1000)
-            .astype(np.int64),
-        })
-    except (KeyError, TypeError, ValueError) as exc:
-        raise TraceError(f"{path}: a complete event without a valid ts/dur: {exc}") from None
-    frame["end"] = frame["start"] + frame["dur"]
-    depth, parent = _nesting(frame)
-    _link_gpu_to_launch(complete, frame, depth, parent)
-    rows = Rows()
-    for i, event in enumerate(complete):
-        collective, nbytes = _collective_size(event.get("args"))
-        key = (frame["pid"].iat[i], frame["tid"].iat[i])
-        rows.add(rank, "", names.get(key, f"{key[0]}/{key[1]}"), frame["name"].iat[i],
-                 int(frame["start"].iat[i]), int(frame["end"].iat[i]), int(depth[i]), i,
-                 None if parent[i] < 0 else int(parent[i]), collective=collective,
-                 nbytes=nbytes)
-    return finish(rows, rules, "kineto", run_id), []
+        doc = msgspec.json.decode(data, type=Document)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return _salvaged(data, path)
+    problems: list = []
+    return _batches(memoryview(doc.traceEvents), path, problems), doc.distributedInfo, problems
 
 
-def _rank(doc, path: Path) -> int:
+def _batches(array: memoryview, path: Path, problems: list):
+    """Lists of events from a JSON array's bytes, cut between top-level
+    records; a chunk that does not decode as a whole (a record of another
+    shape) is read record by record, its bad records counted in problems."""
+    decoder = msgspec.json.Decoder(list[Event])
+    for begin, end in _chunks(array):
+        piece = b"[" + array[begin:end] + b"]"
+        try:
+            yield decoder.decode(piece)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            events, more = jsonrecords.salvage(piece.decode("utf-8", errors="replace"), 0,
+                                               Event, path)
+            problems += more
+            yield events
+
+
+def _chunks(array: memoryview) -> list[tuple[int, int]]:
+    """(begin, end) of runs of whole records of about CHUNK_BYTES, cut where
+    one top-level record ends and the next begins (the layouts Kineto
+    writes); the whole array when no such place is found."""
+    size = len(array)
+    head = bytes(array[:1 << 16])
+    separator = next((sep for sep in RECORD_SEPARATORS if sep in head), None)
+    chunks, begin = [], 1
+    while separator is not None and begin + CHUNK_BYTES < size - 1:
+        low = begin + CHUNK_BYTES
+        at = bytes(array[low:low + CHUNK_BYTES]).find(separator)
+        if at < 0:
+            break
+        chunks.append((begin, low + at + 1))
+        begin = low + at + len(separator) - 1
+    return chunks + [(begin, size - 1)]
+
+
+def _salvaged(data: bytes, path: Path):
+    text = data.decode("utf-8", errors="replace")
+    found = re.search(r'"traceEvents"\s*:\s*\[', text)
+    if found is None:
+        raise TraceError(f"{path}: not a PyTorch profiler trace, or cut before its events "
+                         "(truncated or corrupt?): no 'traceEvents' list")
+    events, problems = jsonrecords.salvage(text, found.end() - 1, Event, path)
+    info = re.search(r'"distributedInfo"\s*:\s*(\{[^{}]*\})', text)
+    try:
+        info = msgspec.json.decode(info.group(1)) if info else None
+    except msgspec.DecodeError:
+        info = None
+    if not events:
+        raise TraceError(f"{path}: no readable event (truncated or corrupt?)")
+    return [events], info, problems
+
+
+def _rank(info, path: Path) -> int:
     """distributedInfo.rank (torch.distributed runs), else the rank in the
     file name (our runs write torch_profiler/rank<r>.json), else 0."""
-    info = doc.get("distributedInfo") if isinstance(doc, dict) else None
-    if info and "rank" in info:
-        return int(info["rank"])
+    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+        return info["rank"]
     found = re.search(r"rank-?(\d+)", path.name)
     return int(found.group(1)) if found else 0
 
 
-def _thread_names(events) -> dict:
-    """(pid, tid) -> 'process/thread' names from the metadata records."""
-    process, thread = {}, {}
-    for e in events:
-        if isinstance(e, dict) and e.get("ph") == "M":
-            args = e.get("args") or {}
-            if e.get("name") == "process_name":
-                process[str(e.get("pid"))] = args.get("name")
-            elif e.get("name") == "thread_name":
-                thread[(str(e.get("pid")), str(e.get("tid")))] = args.get("name")
-    out = {}
-    for (pid, tid), name in thread.items():
-        out[(pid, tid)] = f"{process.get(pid, pid)}/{name}"
-    return out
+class _Codes:
+    """Names -> small integer codes, the same across batches."""
+
+    def __init__(self):
+        self.index: dict = {}
+
+    def of(self, values: list) -> np.ndarray:
+        local, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+        known = np.array([self.index.setdefault(u, len(self.index)) for u in uniques],
+                         dtype=np.int32)
+        return known[local] if len(uniques) else np.zeros(0, dtype=np.int32)
+
+    def names(self) -> list:
+        return list(self.index)
 
 
-def _nesting(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Depth and parent row of each interval within its (pid, tid), by time."""
-    n = len(frame)
-    depth = np.zeros(n, dtype=np.int64)
-    parent = np.full(n, -1, dtype=np.int64)
-    order = frame.sort_values(["pid", "tid", "start", "end"], ascending=[True, True, True, False],
-                              kind="stable").index.to_numpy()
-    pid, tid = frame["pid"].to_numpy(), frame["tid"].to_numpy()
-    start, end = frame["start"].to_numpy(), frame["end"].to_numpy()
-    stack: list[int] = []
-    current = None
-    for i in order:
-        key = (pid[i], tid[i])
-        if key != current:
-            stack, current = [], key
-        while stack and end[stack[-1]] <= start[i] and not (
-                end[stack[-1]] == start[i] == end[i]):
-            stack.pop()
-        while stack and end[i] > end[stack[-1]]:  # overlaps without nesting: not a child
-            stack.pop()
-        if stack:
-            parent[i] = stack[-1]
-            depth[i] = depth[stack[-1]] + 1
-        stack.append(i)
-    return depth, parent
+class _Events:
+    """The complete events of a trace as numpy columns, batch by batch: the
+    event objects of one batch are dropped before the next is decoded."""
+
+    def __init__(self):
+        self.regions, self.categories = _Codes(), _Codes()
+        self.pids, self.tids = _Codes(), _Codes()
+        self.parts: list[dict] = []
+        self.process, self.thread = {}, {}
+        self.untimed = 0
+
+    def add(self, batch: list) -> None:
+        for e in batch:
+            if e.ph == "M" and e.args is not None:
+                if e.name == "process_name":
+                    self.process[e.pid] = e.args.name
+                elif e.name == "thread_name":
+                    self.thread[(e.pid, e.tid)] = e.args.name
+        complete = [e for e in batch if e.ph == "X"]
+        ts = np.array([e.ts for e in complete], dtype=np.float64)
+        timed = ~np.isnan(ts)
+        if not timed.all():
+            self.untimed += int((~timed).sum())
+            complete = [e for e, ok in zip(complete, timed) if ok]
+            ts = ts[timed]
+        start = np.rint(ts * 1000).astype(np.int64)
+        dur = np.rint(np.array([e.dur for e in complete], dtype=np.float64) * 1000)
+        args = [e.args for e in complete]
+        collective, nbytes = _collectives(args)
+        self.parts.append({
+            "start": start, "end": start + dur.astype(np.int64),
+            "region": self.regions.of([e.name for e in complete]),
+            "category": self.categories.of([e.cat for e in complete]),
+            "where": (self.pids.of([e.pid for e in complete]).astype(np.int64) << 32)
+            | self.tids.of([e.tid for e in complete]),
+            "correlation": _ids([a.correlation if a is not None else None for a in args]),
+            "external": _ids([a.external_id if a is not None else None for a in args]),
+            "collective": collective, "bytes": nbytes})
+
+    def columns(self, rank: int) -> Columns:
+        joined = {key: np.concatenate([p[key] for p in self.parts]) if self.parts else
+                  np.zeros(0, dtype=np.int64) for key in ("start", "end", "region", "category",
+                                                           "where", "correlation", "external",
+                                                           "bytes")}
+        collective = [c for p in self.parts for c in p["collective"]]
+        self.parts = []
+        n = len(joined["start"])
+        where, keys = pd.factorize(joined["where"])
+        parent = nesting.enclosing(where, joined["start"], joined["end"])
+        _link(parent, np.asarray(self.categories.names(), dtype=object)[joined["category"]]
+              if n else np.zeros(0, dtype=object), joined["correlation"], joined["external"])
+        ops, op_names = pd.factorize(pd.Series(collective, dtype=object))
+        pids, tids = self.pids.names(), self.tids.names()
+        location_names = [self._name(pids[key >> 32], tids[key & 0xFFFFFFFF]) for key in keys]
+        return Columns(
+            rank=np.full(n, rank, dtype=np.int64), node=np.zeros(n, dtype=np.int32),
+            node_names=[""], location=where.astype(np.int32), location_names=location_names,
+            region=joined["region"].astype(np.int32), region_names=self.regions.names(),
+            start_ns=joined["start"], end_ns=joined["end"], depth=nesting.depths(parent),
+            parent_row=parent, step=np.full(n, NULL, dtype=np.int64),
+            epoch=np.full(n, NULL, dtype=np.int64), collective=ops.astype(np.int32),
+            collective_names=list(op_names), bytes=joined["bytes"])
+
+    def _name(self, pid, tid) -> str:
+        thread = self.thread.get((pid, tid))
+        if thread is None:
+            return f"{pid}/{tid}"
+        return f"{self.process.get(pid, pid)}/{thread}"
 
 
-def _link_gpu_to_launch(events, frame, depth, parent) -> None:
-    """A GPU activity's parent is the runtime call with the same correlation id."""
-    launches = {}
-    for i, e in enumerate(events):
-        if e.get("cat") in RUNTIME_CATEGORIES:
-            corr = (e.get("args") or {}).get("correlation")
-            if corr is not None:
-                launches[corr] = i
-    for i, e in enumerate(events):
-        if e.get("cat") in GPU_CATEGORIES:
-            launch = launches.get((e.get("args") or {}).get("correlation"))
-            if launch is not None and parent[i] < 0:
-                parent[i] = launch
-                depth[i] = depth[launch] + 1
+def _ids(values: list) -> np.ndarray:
+    """Correlation or External ids as int64, NULL where absent or not a number."""
+    numbers = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce")
+    return numbers.fillna(NULL).to_numpy(dtype=np.int64) if len(values) else \
+        np.zeros(0, dtype=np.int64)
 
 
-def _collective_size(args) -> tuple[str | None, int | None]:
-    if not args:
-        return None, None
-    name = args.get("Collective name")
-    elements = args.get("In msg nelems", args.get("In msg size"))
-    size = DTYPE_BYTES.get(str(args.get("dtype", "")).lower().replace("torch.", ""))
-    nbytes = int(elements) * size if elements is not None and size else None
-    return (str(name).lower() if name else None), nbytes
+def _link(parent: np.ndarray, category: np.ndarray, correlation: np.ndarray,
+          external: np.ndarray) -> None:
+    """In place: a GPU activity without a parent on its stream runs in the
+    runtime call with its correlation id, a GPU annotation in the CPU record
+    with its External id."""
+    gpu = np.isin(category, list(GPU_CATEGORIES))
+    runtime = np.isin(category, list(RUNTIME_CATEGORIES))
+    annotation = category == GPU_ANNOTATION
+    on_cpu = ~(gpu | annotation | runtime)
+    for children, launchers, key in ((gpu, runtime, correlation),
+                                     (annotation, on_cpu, external)):
+        has = key != NULL
+        rows = np.flatnonzero(children & (parent < 0) & has)
+        launch = np.flatnonzero(launchers & has)
+        if rows.size == 0 or launch.size == 0:
+            continue
+        launch = launch[np.unique(key[launch], return_index=True)[1]]  # first per id
+        keys = key[launch]
+        at = np.clip(np.searchsorted(keys, key[rows]), 0, keys.size - 1)
+        found = keys[at] == key[rows]
+        parent[rows[found]] = launch[at[found]]
+
+
+def _collectives(args: list) -> tuple[list, np.ndarray]:
+    """Per event: the collective its arguments name (or None) and its bytes
+    (NULL when unknown)."""
+    n = len(args)
+    nbytes = np.full(n, NULL, dtype=np.int64)
+    names = [None] * n
+    for i in [i for i, a in enumerate(args) if a is not None and a.collective is not None]:
+        a = args[i]
+        name = str(a.collective).lower()
+        names[i] = COLLECTIVE_NAMES.get(name, name)
+        if names[i] is None:
+            continue
+        size = DTYPE_BYTES.get(str(a.dtype or "").lower().removeprefix("torch.")
+                               .removeprefix("c10::"))
+        elements = a.nelems if a.nelems is not None else a.size
+        try:
+            if size and elements is not None:
+                nbytes[i] = int(float(elements)) * size
+        except ValueError:
+            pass
+    return names, nbytes
+
+
+COPIES = ("aten::to", "aten::_to_copy", "aten::copy_", "aten::pin_memory")
+
+
+def place_by_position(c: Columns, phase: np.ndarray, is_step: np.ndarray) -> None:
+    """The training loop's own calls in a step that no annotation names, by
+    their place: inside a ProfilerStep, on its thread, the top-level calls
+    after the data loading and before the optimizer step are the forward
+    (the model's ops, its loss), copies right after the data loading the
+    host-to-device transfer. Backward runs on autograd's thread and zero_grad
+    and the optimizer have their own records."""
+    parent = np.maximum(c.parent_row, 0)
+    rows = np.flatnonzero((c.parent_row >= 0) & is_step[parent]
+                          & (c.location == c.location[parent]))
+    if rows.size == 0:
+        return
+    frame = pd.DataFrame({"step": c.parent_row[rows], "start": c.start_ns[rows],
+                          "phase": phase[rows], "row": rows})
+    by_step = frame.groupby("step")["start"]
+    loaded = frame["start"].where(frame["phase"] == PHASE_CODE["data_load"])
+    optimized = frame["start"].where(frame["phase"] == PHASE_CODE["optimizer"])
+    after = loaded.groupby(frame["step"]).transform("max").fillna(by_step.transform("min") - 1)
+    before = optimized.groupby(frame["step"]).transform("min").fillna(np.inf)
+    free = (frame["phase"] < 0) & (frame["start"] > after) & (frame["start"] < before)
+    names = np.asarray(c.region_names, dtype=object)[c.region[rows]]
+    copy = pd.Series(np.isin(names, COPIES), index=frame.index)
+    first_other = frame["start"].where(free & ~copy).groupby(frame["step"]).transform("min")
+    h2d = free & copy & (frame["start"] < first_other.fillna(np.inf))
+    phase[rows[(free & ~h2d).to_numpy()]] = PHASE_CODE["forward"]
+    phase[rows[h2d.to_numpy()]] = PHASE_CODE["h2d"]

@@ -15,24 +15,29 @@ same table:
 The table's metadata (``ddlcompare.otf2_reader``) names the one used.
 
 - rank: the number in the location group's name (``MPI Rank 3``, ``Rank 3``),
-  else the group's position; an accelerator's group takes its creator's rank;
+  else the process group's position (APEX and HPX name groups by process
+  id: ``process 148165`` is a process, not rank 148165); an accelerator's
+  group takes its creator's rank;
 - node: the system tree node of class ``node`` above the group;
 - location: ``<group name>/<location name>``;
 - times: ticks -> ns since the Unix epoch where the clock properties give it.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from traces import fastotf2
-from traces.readers import TraceError
+from traces import fastotf2, nesting
+from traces.readers import Problem, Reader, TraceError, counted, register
 from traces.table import NULL, Columns, Rows, finish_columns
 
-_RANK_IN_NAME = re.compile(r"(\d+)\s*$")
+_RANK_IN_NAME = re.compile(r"\brank\s*(\d+)\s*$", re.IGNORECASE)
 STEP_ATTRIBUTES = ("step", "epoch")
 READER_ENV = "DDLC_OTF2_READER"  # "python": the Python reader even where fastotf2 is built
 META_READER = b"ddlcompare.otf2_reader"
@@ -40,29 +45,129 @@ META_READER = b"ddlcompare.otf2_reader"
 
 def read(path: Path, rules, run_id: str = "", engine: str | None = None):
     """(table, problems); ``engine``: ``fastotf2``, ``python`` or None (the
-    fast one when it is built, unless DDLC_OTF2_READER says otherwise)."""
-    import otf2
-    engine = engine or os.environ.get(READER_ENV) or "fastotf2"
+    fast one when it is built, unless DDLC_OTF2_READER says otherwise). The
+    OTF2 library's own error lines are kept off the terminal: the first one
+    becomes part of the error or problem that reports it."""
+    with _library_lines() as lines:
+        try:
+            columns, problems, engine = _read_columns(path, engine)
+        except TraceError as exc:
+            raise TraceError(_with_library_line(str(exc), lines)) from None
+    columns = separate_threads(columns)
+    table = finish_columns(columns, rules, "otf2", run_id, {META_READER: engine.encode()})
+    return table, problems
+
+
+PART_EVENTS = 4_000_000  # events of the ranks read and converted together (~0.5 GB)
+
+
+def read_parts(path: Path, rules, run_id: str = ""):
+    """(table, problems) a group of ranks at a time (about PART_EVENTS
+    events each), so that converting a trace of any number of ranks holds
+    one group in memory; one part where the C reader is not built."""
+    engine = os.environ.get(READER_ENV) or "fastotf2"
+    if engine == "python" or fastotf2.library() is None:
+        yield read(path, rules, run_id)
+        return
+    with _library_lines() as lines:
+        try:
+            groups = _rank_groups(path)
+        except TraceError as exc:
+            raise TraceError(_with_library_line(str(exc), lines)) from None
+    for group in groups:
+        with _library_lines() as lines:
+            try:
+                columns, problems, engine = _read_columns(path, engine, group)
+            except TraceError as exc:
+                raise TraceError(_with_library_line(str(exc), lines)) from None
+        columns = separate_threads(columns)
+        yield finish_columns(columns, rules, "otf2", run_id,
+                             {META_READER: engine.encode()}), problems
+
+
+def _rank_groups(path: Path) -> list[set]:
+    """Location refs by groups of whole ranks of about PART_EVENTS events."""
+    reader = _open(path)
     try:
-        reader = otf2.reader.Reader(str(path))
+        defs = reader.definitions
+        located = _checked_locations(defs, path)
+        events: dict = {}
+        refs: dict = {}
+        for location in defs.locations:
+            if location._ref in located:
+                rank = located[location._ref][0]
+                events[rank] = events.get(rank, 0) + location.number_of_events
+                refs.setdefault(rank, set()).add(location._ref)
+    finally:
+        _close(reader)
+    groups, load = [set()], 0
+    for rank in sorted(refs):
+        if groups[-1] and load + events[rank] > PART_EVENTS:
+            groups.append(set())
+            load = 0
+        groups[-1] |= refs[rank]
+        load += events[rank]
+    return groups
+
+
+def _open(path: Path):
+    import otf2
+    try:
+        return otf2.reader.Reader(str(path))
     except Exception as exc:  # the bindings raise several types; all mean unreadable
         raise TraceError(f"{path}: cannot read the OTF2 definitions (truncated or corrupt?): "
                          f"{_reason(exc)}") from None
+
+
+def _close(reader) -> None:
     try:
-        columns = None
+        reader.close()
+    except Exception:
+        pass
+
+
+def _read_columns(path: Path, engine: str | None, only: set | None = None):
+    """(Columns, problems, engine) of the locations ``only`` (all: None)."""
+    engine = engine or os.environ.get(READER_ENV) or "fastotf2"
+    reader = _open(path)
+    try:
         if engine != "python" and fastotf2.library() is not None:
-            columns, problems = _read_events_fast(reader, path)
-        if columns is None:
+            columns, problems = _read_events_fast(reader, path, only)
+        else:
             engine = "python"
             rows, problems = _read_events(reader, path)
             columns = Columns.of_rows(rows)
     finally:
+        _close(reader)
+    return columns, problems, engine
+
+
+@contextlib.contextmanager
+def _library_lines():
+    """Collects what the OTF2 library writes to the standard error (its
+    error reports, file and line included) instead of showing it."""
+    lines: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
         try:
-            reader.close()
-        except Exception:
-            pass
-    table = finish_columns(columns, rules, "otf2", run_id, {META_READER: engine.encode()})
-    return table, problems
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines += sink.read().decode(errors="replace").splitlines()
+
+
+def _with_library_line(message: str, lines: list[str]) -> str:
+    """The error, with the library's first report where it adds a reason."""
+    reports = [line for line in lines if line.strip()]
+    if not reports:
+        return message
+    found = re.search(r"\]\s*(?:\S+:\d+:\s*)?(?:error:\s*)?(.*)$", reports[0])
+    reason = (found.group(1) if found else reports[0]).strip()
+    return message if reason in message else f"{message} (OTF2: {reason})"
 
 
 def _reason(exc: Exception) -> str:
@@ -83,6 +188,7 @@ class _State:
         self.next_id = 0
         self.unbalanced = 0
         self.overlapping = 0
+        self.outside = 0  # message and collective records outside any region
         clock = defs.clock_properties
         self.offset = clock.global_offset
         self.scale = 1e9 / clock.timer_resolution
@@ -139,12 +245,16 @@ class _State:
         stack = self.stacks[location]
         if stack:
             stack[-1][7] = (stack[-1][7] or 0) + nbytes
+        else:
+            self.outside += 1
 
     def collective_end(self, location, op, sent, received):
         stack = self.stacks[location]
         if stack:
             stack[-1][6] = _collective_name(op)
             stack[-1][7] = max(sent, received)
+        else:
+            self.outside += 1
 
     def _step_attributes(self, attribute_list):
         import _otf2
@@ -257,39 +367,39 @@ def _read_events(reader, path: Path):
     if failures:
         raise TraceError(f"{path}: cannot read the OTF2 events: {failures[0]}")
     unclosed = sum(len(s) for s in state.stacks.values())
-    return state.rows, _problems(path, unclosed, state.unbalanced, state.overlapping)
+    return state.rows, _problems(path, unclosed, state.unbalanced, state.overlapping,
+                                 state.outside)
 
 
-def _problems(path: Path, unclosed: int, unbalanced: int, overlapping: int) -> list[str]:
-    problems = []
-    if unclosed:
-        problems.append(f"{path}: {unclosed} regions entered but never left (trace cut short?); "
-                        "left out")
-    if unbalanced:
-        problems.append(f"{path}: {unbalanced} Leave records without a matching Enter; "
-                        "ignored")
-    if overlapping:
-        problems.append(f"{path}: {overlapping} regions overlap others without nesting "
-                        "(several threads recorded on one location); kept with their own times")
-    return problems
+def _problems(path: Path, unclosed: int, unbalanced: int, overlapping: int,
+              outside: int = 0) -> list[Problem]:
+    return counted(
+        path, (unclosed, "regions entered but never left (trace cut short?); left out", True),
+        (unbalanced, "Leave records without a matching Enter; left out", True),
+        (overlapping, "regions overlap others without nesting (several threads recorded on "
+                      "one location); kept with their own times", False),
+        (outside, "MPI message or collective records outside any region; counted here, not "
+                  "in the table (no interval to hold them)", False))
 
 
-def _read_events_fast(reader, path: Path):
-    """(Columns, problems) through traces/fastotf2; (None, None) when the
-    definitions under-count the events (the Python reader then reads them)."""
+def _read_events_fast(reader, path: Path, only: set | None = None):
+    """(Columns, problems) through traces/fastotf2, the locations read in
+    parallel; a location that cannot be read to its end costs its own rows
+    after the fault, not the others'."""
     import otf2
     defs = reader.definitions
     locations = _checked_locations(defs, path)
-    selected = [loc for loc in defs.locations if loc._ref in locations]
+    selected = [loc for loc in defs.locations
+                if loc._ref in locations and (only is None or loc._ref in only)]
     attribute_kinds = {a._ref: fastotf2.ATTR_STEP if a.name == "step" else fastotf2.ATTR_EPOCH
                        for a in defs.attributes if a.name in STEP_ATTRIBUTES}
+    folder = path.with_suffix("")
     try:
-        raw, counts = fastotf2.read_intervals(
+        raw, counts, failed = fastotf2.read_intervals(
             path, [loc._ref for loc in selected], attribute_kinds,
-            sum(loc.number_of_events for loc in selected))
+            [loc.number_of_events for loc in selected],
+            [_file_size(folder / f"{loc._ref}.evt") for loc in selected])
     except fastotf2.ReadError as exc:
-        if fastotf2.OVERFLOW in str(exc):
-            return None, None
         raise TraceError(f"{path}: cannot read the OTF2 events (truncated or corrupt?): "
                          f"{exc}") from None
     clock = defs.clock_properties
@@ -310,8 +420,27 @@ def _read_events_fast(reader, path: Path):
                       end_ns=raw["end"], depth=raw["depth"], parent_row=raw["parent"],
                       step=raw["step"], epoch=raw["epoch"], collective=collective,
                       collective_names=ops, bytes=nbytes)
-    return columns, _problems(path, counts["unclosed"], counts["unbalanced"],
-                              counts["overlapping"])
+    problems = _problems(path, counts["unclosed"], counts["unbalanced"],
+                         counts["overlapping"], counts["messages_outside"])
+    if failed.any():
+        names = [described[i][2] for i in np.flatnonzero(failed)]
+        problems.insert(0, Problem(
+            f"{path}: {len(names)} of {len(selected)} locations could not be read to their end "
+            f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): "
+            f"{_library_words(counts['error'])}; their records up to the fault were kept"))
+    return columns, problems
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _library_words(error: str) -> str:
+    """The C reader's first error, less the location reference it starts with."""
+    return re.sub(r"^location \d+: ", "", error.strip()) or "unknown error"
 
 
 def _ticks_to_ns(ticks: np.ndarray, clock) -> None:
@@ -339,3 +468,80 @@ def _collective_codes(ops: np.ndarray, enum) -> tuple[list, np.ndarray]:
     code_of = np.full(int(present[-1]) + 2 if present.size else 1, -1, dtype=np.int32)
     code_of[present + 1] = np.arange(present.size, dtype=np.int32)
     return [_collective_name(enum(int(op))) for op in present], code_of[ops + 1]
+
+
+@register
+class Otf2Reader(Reader):
+    """OTF2 archives by their anchor file; in a run folder, our tracer's
+    archive and Score-P's experiment."""
+    name = "otf2"
+    patterns = ("*.otf2", "trace/traces.otf2", "scorep/traces.otf2", "scorep/rank*/traces.otf2",
+                "rank*/traces.otf2")
+
+    @classmethod
+    def recognises(cls, path: Path, head: bytes) -> bool:
+        return path.suffix == ".otf2"
+
+    def read(self, path: Path, rules, run_id: str = ""):
+        return read(path, rules, run_id)
+
+    def parts(self, path: Path, rules, run_id: str = ""):
+        return read_parts(path, rules, run_id)
+
+
+def separate_threads(c: Columns) -> Columns:
+    """Undo what several threads recorded on one location do to nesting.
+
+    Score-P's Python bindings record Horovod's background thread on the
+    master thread's location: its MPI calls then seem to run inside whatever
+    user region the master thread is in, a collective's end record lands on
+    that region when it is innermost, and regions overlap without nesting.
+    On a location where a row outlives its parent (the sign of two threads),
+    MPI regions and the others form two separate nestings: a collective
+    record (and message bytes) on a user region goes to the MPI region it
+    ran in, and no user region is the parent of an MPI call or the reverse.
+    Elsewhere nothing changes."""
+    parent = c.parent_row
+    has = parent >= 0
+    up = np.maximum(parent, 0)
+    outlives = has & (c.end_ns > c.end_ns[up])
+    if not outlives.any():
+        return c
+    mixed = np.isin(c.location, np.unique(c.location[outlives]))
+    is_mpi_region = np.array([str(n).startswith("MPI_") for n in c.region_names], dtype=bool)
+    mpi = is_mpi_region[c.region] if c.region.size else np.zeros(0, dtype=bool)
+    # Records on a user region that belong to the MPI region it sits in (the
+    # nearest one still without a collective of its own).
+    moved = np.flatnonzero(mixed & ~mpi & ((c.collective >= 0) | (c.bytes != NULL)))
+    target = _nearest(parent, mpi & (c.collective < 0), moved)
+    ok = target >= 0
+    moved, target = moved[ok], target[ok]
+    c.collective[target] = c.collective[moved]
+    np.maximum.at(c.bytes, target, c.bytes[moved])
+    c.collective[moved] = -1
+    c.bytes[moved] = NULL
+    # Two nestings: MPI calls do not nest in one thread, so on such a
+    # location each is a call of its own; the other regions keep their
+    # nearest ancestor that is not an MPI call.
+    new_parent = parent.copy()
+    new_parent[mixed & mpi] = -1
+    rows = np.flatnonzero(mixed & ~mpi & has & mpi[up])
+    new_parent[rows] = _nearest(parent, ~mpi, rows)
+    c.parent_row = new_parent
+    c.depth = nesting.depths(new_parent)
+    return c
+
+
+def _nearest(parent: np.ndarray, wanted: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """For each row, its nearest strict ancestor where ``wanted``; -1 if none."""
+    found = np.full(len(rows), -1, dtype=np.int64)
+    at = parent[rows].copy()
+    active = np.flatnonzero(at >= 0)
+    while active.size:
+        here = at[active]
+        hit = wanted[here]
+        found[active[hit]] = here[hit]
+        active = active[~hit]
+        at[active] = parent[at[active]]
+        active = active[at[active] >= 0]
+    return found
