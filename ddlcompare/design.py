@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from ddlcompare import fractional
 from ddlcompare.params import CORE_FACTORS, PARAMS, SAFE_TEXT, RunRow
 
 TOP_LEVEL_KEYS = {
@@ -30,6 +31,8 @@ TOP_LEVEL_KEYS = {
     "randomize": "shuffle the run order with the seed (true/false)",
     "exclude": "a list of rules {factor: level or [levels]} removing matching runs",
     "zip": "a list of factor groups whose levels vary together",
+    **fractional.KEYS,
+    "follow_up": "the first-stage study this design follows up (written by ddlc follow-up)",
 }
 
 
@@ -53,6 +56,8 @@ class Design:
     exclude: list[dict[str, list[Any]]]
     zip_groups: list[list[str]]
     source: str = "design.yaml"
+    fraction: fractional.Fraction | None = None  # None: the full factorial
+    follow_up: dict | None = None  # the first stage's design, tables and selection rule
 
     @functools.cached_property
     def settings_hash(self) -> str:
@@ -90,6 +95,8 @@ class Design:
         return sorted(rows, key=lambda r: r.order)
 
     def _cells(self) -> list[dict[str, Any]]:
+        if self.fraction:
+            return self.fraction.cells(self.factors)
         zipped = {f for group in self.zip_groups for f in group}
         axes: list[list[dict[str, Any]]] = []
         for group in self.zip_groups:
@@ -169,12 +176,17 @@ def parse(raw: Any, source: str = "design.yaml") -> Design:
         problems.append(f"randomize: must be true or false, got {randomize!r}")
     zip_groups = _parse_zip(raw.get("zip", []), factors, problems)
     exclude = _parse_exclude(raw.get("exclude", []), factors, problems)
+    fraction = fractional.parse(raw, factors, problems) if not problems else None
+    follow_up = raw.get("follow_up")
+    if follow_up is not None and not isinstance(follow_up, dict):
+        problems.append("follow_up: must be a mapping (ddlc follow-up writes it); remove it")
     if problems:
         raise DesignError(source, problems)
 
     design = Design(name=name, factors=factors, fixed=fixed, replications=replications,
                     seed=seed, randomize=randomize, exclude=exclude,
-                    zip_groups=zip_groups, source=source)
+                    zip_groups=zip_groups, source=source, fraction=fraction,
+                    follow_up=follow_up)
     _check_cells(design, problems)
     if problems:
         raise DesignError(source, problems)
