@@ -11,6 +11,17 @@ localrules:
     report,
 
 
+# The network's own limit: one MPI all-reduce probe (ddlcompare/probe.py) per
+# process count of two or more on one node, at the model's gradient sizes.
+PROBES = sorted(
+    {
+        (r.world_size, r.config["model"], r.config["dataset"])
+        for r in RUNS
+        if r.world_size >= 2 and r.config["nodes"] == 1
+    }
+)
+
+
 rule collect:
     input:
         [RESULTS / r.path / "done.json" for r in RUNS],
@@ -90,9 +101,31 @@ rule import_traces:
         "{params.python:q} -m traces.convert {input:q} -o {output:q} --keep-going > {log:q} 2>&1"
 
 
+rule probe:
+    wildcard_constraints:
+        processes=r"\d+",
+        model=r"[A-Za-z0-9_]+",
+    output:
+        TABLES / "probe" / "probe-{processes}-{model}-{dataset}.json",
+    log:
+        TABLES / "logs" / "probe-{processes}-{model}-{dataset}.log",
+    resources:
+        benchmark_slot=1,  # not while a run measures
+    params:
+        python=PYTHON,
+    conda:
+        "../envs/torch.yaml"
+    shell:
+        "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+        " OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -n {wildcards.processes}"
+        " {params.python:q} -m ddlcompare.probe --model {wildcards.model}"
+        " --dataset {wildcards.dataset} --out {output:q} > {log:q} 2>&1"
+
+
 rule report:
     input:
         rules.collect.output,
+        [TABLES / "probe" / f"probe-{p}-{m}-{d}.json" for p, m, d in PROBES],
         rules.figures.output,
         rules.model_gate.output,
         [rules.import_traces.output] if IMPORTED else [],

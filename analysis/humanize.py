@@ -1,0 +1,130 @@
+"""Numbers as people read them: three significant digits, a unit, a share as
+a percentage, an unset value said in words, a floating-point residue as 0.
+
+Every table of the report and of summary.md goes through :func:`frame`, so
+that ``nan`` and ``6.939e-18`` never reach a reader. A column's unit is
+read from its name (the project's one vocabulary: ``_s`` seconds, ``_j``
+joules, ``images_per_s``...).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import re
+
+import pandas as pd
+
+NOT_SET = "not set"
+RESIDUE = 1e-9  # relative to the column's largest magnitude: below it is rounding noise
+
+# Column-name endings and the unit they carry, longest first.
+UNITS = (("images_per_s", "images/s"), ("_bytes_per_step", "B/step"), ("_bytes", "B"),
+         ("_mb_s", "MB/s"), ("_ms", "ms"), ("_j", "J"), ("_s", "s"))
+# Columns that hold a share of a whole (0..1), written as a percentage.
+SHARES = ("share", "efficiency", "variation", "relative_half_width", "accuracy",
+          "late_share", "tracing_cost")
+# Columns that hold p-values.
+P_VALUES = ("p", "p_adjusted", "p_raw")
+
+
+def number(value, unit: str = "", digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits with its unit; 1234567 ->
+    "1.23 M"; an unset or non-finite value -> "not set"."""
+    if value is None or isinstance(value, bool):
+        return NOT_SET if value is None else ("yes" if value else "no")
+    if not isinstance(value, numbers.Number):
+        return str(value)
+    value = float(value)
+    if not math.isfinite(value):
+        return NOT_SET
+    if value == 0:
+        return f"0 {unit}".strip()
+    magnitude = abs(value)
+    prefix = ""
+    if magnitude >= 1e6 and unit not in ("s", "%"):
+        for scale, name in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
+            if magnitude >= scale:
+                value, prefix = value / scale, name
+                break
+    text = f"{value:.{digits}g}"
+    if "e" in text and magnitude >= 1:  # 1234.5 -> 1230, not 1.23e+03
+        text = f"{float(text):.0f}"
+    elif "e" in text:  # tiny but real: keep the mantissa readable
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa} x 10^{int(exponent)}"
+    suffix = f"{prefix}{unit}"
+    return f"{text} {suffix}".strip() if suffix else text
+
+
+def percent(share, digits: int = 3) -> str:
+    if share is None or (isinstance(share, float) and not math.isfinite(share)):
+        return NOT_SET
+    value = float(share) * 100
+    text = f"{value:.{digits}g}" if abs(value) >= 1 or value == 0 else f"{value:.2g}"
+    return f"{text} %"
+
+
+def p_value(p) -> str:
+    if p is None or not math.isfinite(float(p)):
+        return "not tested"
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def unit_of(column: str) -> str:
+    name = re.sub(r"_ci(_half_width)?$", "", column.lower())  # an interval has its mean's unit
+    for ending, unit in UNITS:
+        if name.endswith(ending):
+            return unit
+    return ""
+
+
+def is_share(column: str) -> bool:
+    name = column.lower()
+    return any(name == s or name.endswith("_" + s) or name.startswith(s + "_") for s in SHARES)
+
+
+def clean(series: pd.Series) -> pd.Series:
+    """Floating-point residues (below RESIDUE of the column's largest
+    magnitude) to exactly 0."""
+    if not pd.api.types.is_float_dtype(series):
+        return series
+    largest = series.abs().max()
+    if not largest or not math.isfinite(largest):
+        return series
+    return series.mask(series.abs() < RESIDUE * largest, 0.0)
+
+
+def column(series: pd.Series) -> pd.Series:
+    """One column as text, by what its name says it holds."""
+    name = str(series.name)
+    if pd.api.types.is_bool_dtype(series):
+        return series.map(lambda v: "yes" if v else "no")
+    if not pd.api.types.is_numeric_dtype(series):
+        return series.map(lambda v: NOT_SET if _missing(v) else str(v))
+    series = clean(series.astype(float)) if pd.api.types.is_float_dtype(series) else series
+    if name in P_VALUES:
+        return series.map(p_value)
+    if is_share(name):
+        return series.map(percent)
+    if pd.api.types.is_integer_dtype(series):
+        return series.map(str)
+    unit = unit_of(name)
+    return series.map(lambda v: number(v, unit))
+
+
+def frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Every cell as text; columns that are unset in every row are dropped
+    (an unset setting is left out, not shown as a column of 'not set')."""
+    if df.empty:
+        return df
+    keep = [c for c in df.columns if not df[c].map(_missing).all()]
+    return pd.DataFrame({c: column(df[c]) for c in keep}, index=df.index)
+
+
+def _missing(value) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
