@@ -98,7 +98,9 @@ def design_doc(design: Design, runs: pd.DataFrame, found: pd.DataFrame,
     picked = {tuple(row[f] for f in keys) for _, row in chosen.iterrows()}
     exclude = [dict(zip(keys, combo)) for combo in _product(factors, keys)
                if combo not in picked]
-    fixed = {k: v for k, v in design.fixed.items() if k not in factors}
+    from ddlcompare.params import PARAMS
+    fixed = {k: v for k, v in design.fixed.items()
+             if k not in factors and v != PARAMS[k].default}  # defaults stay implicit
     fixed.update(instruments(factors["framework"]))
     return {"name": f"{design.name}-follow-up",
             "factors": factors, "fixed": _plain(fixed),

@@ -15,7 +15,9 @@ import re
 import pandas as pd
 
 NOT_SET = "not set"
+NO_VALUE = "–"  # a figure that does not exist (a residual's F, a rank with no next)
 RESIDUE = 1e-9  # relative to the column's largest magnitude: below it is rounding noise
+TABLE_RESIDUE = 1e-12  # relative to the largest value of the same unit in the table
 
 # Column-name endings and the unit they carry, longest first.
 UNITS = (("images_per_s", "images/s"), ("_bytes_per_step", "B/step"), ("_bytes", "B"),
@@ -80,36 +82,49 @@ def unit_of(column: str) -> str:
 
 def is_share(column: str) -> bool:
     name = column.lower()
+    if "_to_" in name:  # time_to_accuracy_s, epochs_to_accuracy: not shares
+        return False
     return any(name == s or name.endswith("_" + s) or name.startswith(s + "_") for s in SHARES)
 
 
-def clean(series: pd.Series) -> pd.Series:
-    """Floating-point residues (below RESIDUE of the column's largest
-    magnitude) to exactly 0."""
+def clean(series: pd.Series, largest: float | None = None) -> pd.Series:
+    """Floating-point residues (below RESIDUE of ``largest``, by default the
+    column's largest magnitude) to exactly 0."""
     if not pd.api.types.is_float_dtype(series):
         return series
-    largest = series.abs().max()
+    largest = series.abs().max() if largest is None else largest
     if not largest or not math.isfinite(largest):
         return series
     return series.mask(series.abs() < RESIDUE * largest, 0.0)
 
 
-def column(series: pd.Series) -> pd.Series:
+def column(series: pd.Series, largest: float | None = None) -> pd.Series:
     """One column as text, by what its name says it holds."""
     name = str(series.name)
     if pd.api.types.is_bool_dtype(series):
         return series.map(lambda v: "yes" if v else "no")
     if not pd.api.types.is_numeric_dtype(series):
-        return series.map(lambda v: NOT_SET if _missing(v) else str(v))
-    series = clean(series.astype(float)) if pd.api.types.is_float_dtype(series) else series
-    if name in P_VALUES:
-        return series.map(p_value)
-    if is_share(name):
-        return series.map(percent)
+        return series.map(_text)
     if pd.api.types.is_integer_dtype(series):
         return series.map(str)
-    unit = unit_of(name)
-    return series.map(lambda v: number(v, unit))
+    series = clean(series.astype(float), largest)
+    if name in P_VALUES:
+        text = series.map(p_value)
+    elif is_share(name):
+        text = series.map(percent)
+    else:
+        unit = unit_of(name)
+        text = series.map(lambda v: number(v, unit))
+    return text.where(series.notna(), NO_VALUE)
+
+
+def _text(value) -> str:
+    """A setting as design.yaml spells it: null is "not set", booleans lower case."""
+    if _missing(value):
+        return NOT_SET
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
 
 
 def frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -118,7 +133,17 @@ def frame(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return df
     keep = [c for c in df.columns if not df[c].map(_missing).all()]
-    return pd.DataFrame({c: column(df[c]) for c in keep}, index=df.index)
+    # Residues judged against the largest value of the same unit in the table
+    # (a phase of 1e-18 s beside steps of 0.05 s is noise), more strictly
+    # than within one column.
+    floats = [c for c in keep if pd.api.types.is_float_dtype(df[c]) and not is_share(str(c))]
+    largest = {}
+    for c in floats:
+        top = df[c].abs().max()
+        if math.isfinite(top):
+            largest[unit_of(str(c))] = max(top, largest.get(unit_of(str(c)), 0.0))
+    scale = {c: largest.get(unit_of(str(c)), 0.0) * TABLE_RESIDUE / RESIDUE for c in floats}
+    return pd.DataFrame({c: column(df[c], scale.get(c) or None) for c in keep}, index=df.index)
 
 
 def _missing(value) -> bool:
