@@ -56,7 +56,8 @@ def select(design: Design, runs: pd.DataFrame, found: pd.DataFrame) -> pd.DataFr
         lambda s: (s.max() - s.min()) / s.max() if len(s) > 1 and s.max() else math.nan)
     if spread.notna().any():
         scale, setting = spread.idxmax()
-        for _, row in means[(means["world_size"] == scale) & (means["setting"] == setting)].iterrows():
+        widest = means[(means["world_size"] == scale) & (means["setting"] == setting)]
+        for _, row in widest.iterrows():
             take(row, f"frameworks differ most here ({spread.max():.0%} apart)")
     dominant = summary.dominant_bottlenecks(found)
     dominant = dominant[dominant["bottleneck"] != "compute"].nlargest(STRONGEST, "share")

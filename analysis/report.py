@@ -110,10 +110,9 @@ def statistics_section(design: Design, runs: pd.DataFrame) -> str:
         reps = stats.replicate_table(runs, listed, response)
         flagged = int(reps["needs_more_replications"].sum()) if len(reps) else 0
         single = int((reps["n"] < 2).sum()) if len(reps) else 0
+        few = f", or {single} with one replication: too few for an interval" if single else ""
         parts.append(f"<p>Mean +- t s / sqrt(n) per cell (95 %). {flagged} cell(s) need "
-                     f"more replications (half-width over 5 % of the mean"
-                     f"{f', or {single} with one replication: too few for an interval' if single else ''}"
-                     f").</p>")
+                     f"more replications (half-width over 5 % of the mean{few}).</p>")
         parts.append(page.table(reps, caption=f"{response} per cell"))
         if _deterministic(ok, listed, response):
             parts.append(f"<p>{response} is identical in every replication: the runs are "
@@ -178,7 +177,8 @@ def _anova_table(runs: pd.DataFrame, factors: list[str], response: str) -> str:
             f"interactions): R<sup>2</sup> {humanize.percent(fit['r_squared_additive'])} "
             f"on {response}, {humanize.percent(fit['r_squared_log'])} on log({response}); "
             f"the {'multiplicative (log)' if fit['log_fits_better'] else 'additive'} model "
-            f"fits better.</p>{page.table(table, caption=f'allocation of variation of {response}')}")
+            f"fits better.</p>"
+            + page.table(table, caption=f"allocation of variation of {response}"))
 
 
 def traces_section(runs: pd.DataFrame, tables: Path) -> str:
@@ -193,12 +193,12 @@ def traces_section(runs: pd.DataFrame, tables: Path) -> str:
             collectives=("collective", "count"), bytes=("bytes", "sum"),
             steps=("step", "nunique"), ranks=("rank", "nunique"))
         coll["MB_per_step_per_rank"] = coll["bytes"] / coll["steps"] / coll["ranks"] / 1e6
-        summary = ours.groupby("run_id").agg(intervals=("phase", "count"),
-                                             sources=("source", lambda s: ", ".join(sorted(set(s)))))
+        held = ours.groupby("run_id").agg(intervals=("phase", "count"),
+                                          sources=("source", lambda s: ", ".join(sorted(set(s)))))
         parts.append("<h3>Traces of these runs</h3><p>Intervals converted per run and the "
                      "gradient collectives the trace records, with bytes where the framework "
                      "exposes them.</p>")
-        parts.append(page.table(info.join(summary, how="inner").join(coll, how="left").reset_index()))
+        parts.append(page.table(info.join(held, how="inner").join(coll, how="left").reset_index()))
     errors = runs[runs.get("trace_errors", pd.Series(dtype=str)).notna()] \
         if "trace_errors" in runs else pd.DataFrame()
     if len(errors):

@@ -225,5 +225,6 @@ def _name(token: str, letters: dict[str, str], two: list[str], key: str) -> str:
         return token
     if token in letters:
         return letters[token]
-    raise ValueError(f"{key}: {token!r} is neither a letter A-{string.ascii_uppercase[len(two) - 1]}"
+    last = string.ascii_uppercase[len(two) - 1]
+    raise ValueError(f"{key}: {token!r} is neither a letter A-{last}"
                      f" nor a two-level factor ({', '.join(two)})")

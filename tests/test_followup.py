@@ -4,7 +4,6 @@ of a tiny design (first stage, follow-up design, follow-up run, its report
 linking back with the tracing cost per cell)."""
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -31,8 +30,10 @@ def constructed():
     found = pd.DataFrame([
         {"framework": f, "world_size": p, "setting": "batch_size 32", "bottleneck": name,
          "value": value, "finding": ""}
-        for (f, p), shares in {("horovod-torch", 2): (0.45, 0.01), ("torch-ddp", 4): (0.20, 0.02),
-                               ("horovod-torch", 4): (0.10, 0.30), ("torch-ddp", 2): (0.0, 0.0)}.items()
+        for (f, p), shares in {("horovod-torch", 2): (0.45, 0.01),
+                               ("torch-ddp", 4): (0.20, 0.02),
+                               ("horovod-torch", 4): (0.10, 0.30),
+                               ("torch-ddp", 2): (0.0, 0.0)}.items()
         for name, value in zip(("exposed communication", "data loading"), shares)])
     return d, runs, found
 

@@ -59,7 +59,8 @@ def test_degenerate_cells_are_said_in_words():
     assert table.loc["b", "significant"] == "too few replications to test (n = 1)"
     result = summary.build(runs, pd.DataFrame())
     line = result.headlines[0]
-    assert line.startswith("Throughput, 1 node x 2 processes (2 in all), batch_size 64: a is fastest")
+    assert line.startswith("Throughput, 1 node x 2 processes (2 in all), batch_size 64: "
+                           "a is fastest")
     assert "100 images/s (identical in every replication)" in line
     assert "10 images/s (11.1 %) ahead of b" in line
     need = result.replications.set_index("framework")
