@@ -26,7 +26,9 @@ RULE = ("per framework, its best and worst cell by throughput; the scale and set
         "slowest); the cells with the strongest bottleneck finding (largest share of the "
         "step in exposed gradient exchange or data loading)")
 STRONGEST = 2  # cells taken for their bottleneck finding
-MORE = 2  # the follow-up's replications: this many times the first stage's, at least 3
+# The follow-up's replications: one more than the first stage's, at least 3,
+# so that both stages of the default study fit the main job's time.
+MIN_REPLICATIONS = 3
 
 
 def cell_means(design: Design, runs: pd.DataFrame) -> pd.DataFrame:
@@ -89,7 +91,7 @@ def instruments(frameworks: list[str]) -> dict:
 
 
 def design_doc(design: Design, runs: pd.DataFrame, found: pd.DataFrame,
-               tables: Path) -> dict:
+               tables: Path, replications: int | None = None) -> dict:
     """The follow-up design as design.yaml's mapping."""
     chosen = select(design, runs, found)
     if chosen.empty:
@@ -105,7 +107,8 @@ def design_doc(design: Design, runs: pd.DataFrame, found: pd.DataFrame,
     fixed.update(instruments(factors["framework"]))
     return {"name": f"{design.name}-follow-up",
             "factors": factors, "fixed": _plain(fixed),
-            "replications": max(3, MORE * design.replications), "seed": design.seed,
+            "replications": replications or max(MIN_REPLICATIONS, design.replications + 1),
+            "seed": design.seed,
             "randomize": design.randomize, "exclude": _plain(exclude), "zip": [],
             "follow_up": {"design": str(Path(design.source).resolve()), "name": design.name,
                           "settings_hash": design.settings_hash,
@@ -127,12 +130,12 @@ def _plain(value):
     return value.item() if hasattr(value, "item") else value
 
 
-def write(design: Design, tables: Path, out: Path) -> dict:
+def write(design: Design, tables: Path, out: Path, replications: int | None = None) -> dict:
     from analysis import bottlenecks
     from ddlcompare.atomic import write_text
     runs = pd.read_parquet(tables / "runs.parquet")
     found = bottlenecks.findings(pd.read_parquet(tables / "step_phases.parquet"), runs)
-    doc = design_doc(design, runs, found, tables)
+    doc = design_doc(design, runs, found, tables, replications)
     header = (f"# The follow-up of {design.name} (written by ddlc follow-up): the cells\n"
               f"# chosen by the rule in follow_up.rule, instrumented, with more replications.\n")
     write_text(out, header + yaml.safe_dump(doc, sort_keys=False))

@@ -86,7 +86,7 @@ def cmd_follow_up(args) -> int:
                         f"or pass --tables")
     out = Path(args.out or Path(args.design).with_name(f"{Path(args.design).stem}-follow-up.yaml"))
     try:
-        doc = followup.write(design, tables, out)
+        doc = followup.write(design, tables, out, args.replications)
     except ValueError as exc:
         raise UserError(f"{tables}: {exc}") from None
     print(f"follow-up design: {out} ({len(doc['follow_up']['cells'])} cells x "
@@ -108,7 +108,7 @@ def cmd_two_stage(args) -> int:
         return first.returncode
     follow = Path(args.design).with_name(f"{Path(args.design).stem}-follow-up.yaml")
     cmd_follow_up(argparse.Namespace(design=args.design, tables=None, results=args.results,
-                                     out=str(follow)))
+                                     out=str(follow), replications=None))
     return subprocess.run([*snakemake, "--config", f"design={follow}",
                            f"results={args.results}"]).returncode
 
@@ -147,6 +147,8 @@ def parser() -> argparse.ArgumentParser:
     follow.add_argument("--tables", help="the first stage's tables (default: its results)")
     follow.add_argument("--results", default="results")
     follow.add_argument("--out", help="the follow-up design (default: <design>-follow-up.yaml)")
+    follow.add_argument("--replications", type=int, default=None,
+                        help="runs per chosen cell (default: the first stage's + 1, at least 3)")
     two = command("two-stage", cmd_two_stage, "run the design, then its follow-up")
     two.add_argument("--results", default="results")
     two.add_argument("snakemake", nargs="*", help="options passed to snakemake")
