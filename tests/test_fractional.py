@@ -123,3 +123,18 @@ def test_plan_shows_the_alias_structure(tmp_path):
     assert "fractional factorial 2^(7-4): 8 cells per replication, resolution III" in out.stdout
     assert "A = BD = CE = FG: framework = procs_per_node:dataset" in out.stdout
     assert "8 runs (8 cells x 1 replications)" in out.stdout
+
+
+def test_report_estimates_only_the_separable_effects():
+    from analysis import report
+    d = design.parse(doc())
+    runs = pd.DataFrame([{**{f: level(f, s) for f, s in zip(NAMES, row)}, "nodes": 1,
+                          "run_id": str(i), "images_per_s": y, "status": "ok"}
+                         for i, (row, y) in enumerate(zip(jain_rows(), JAIN_Y))])
+    html = report.statistics_section(d, runs)
+    assert "fractional factorial 2^(7-4): 8 cells per replication, resolution III" in html
+    assert "A = BD = CE = FG: framework = procs_per_node:dataset" in html
+    assert "framework: -1 = torch-ddp, +1 = horovod-torch" in html
+    assert "framework horovod-torch over torch-ddp: +25.2 images/s" in html
+    assert "Allocation of variation (full-factorial ANOVA" not in html  # not separable
+    assert html.count("(+12 higher-order)") == 7 * 2  # each chain in the plan text and table
