@@ -142,14 +142,23 @@ def headline(group: pd.DataFrame, response: str, unit: str, higher_is_better: bo
              f"{first['setting']}")
     value = _with_interval(first[response], first[f"{response}_ci"], unit)
     word = "fastest" if higher_is_better else "first to accuracy"
+    scaled = _scaling_words(first)
     if len(group) == 1:
-        return f"{where}: only {first['framework']} ran ({value})."
+        return f"{where}: only {first['framework']} ran: {value}{scaled}."
     gap = humanize.number(abs(first[f"gap_{response}"]), unit)
     share = humanize.percent(first["gap_share"])
     better = "ahead of" if higher_is_better else "sooner than"
     verdict = _verdict(first)
     return (f"{where}: {first['framework']} is {word} with {value}, {gap} ({share}) "
-            f"{better} {first['next']} ({verdict}).")
+            f"{better} {first['next']} ({verdict}){scaled}.")
+
+
+def _scaling_words(row) -> str:
+    speedup = row.get("speedup")
+    if speedup is None or not math.isfinite(speedup) or row.get("efficiency") == 1:
+        return ""
+    return (f"; speedup {humanize.number(speedup)} over its smallest scale "
+            f"(efficiency {humanize.percent(row['efficiency'])})")
 
 
 def _with_interval(mean, half, unit: str) -> str:
