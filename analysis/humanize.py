@@ -22,6 +22,8 @@ TABLE_RESIDUE = 1e-12  # relative to the largest value of the same unit in the t
 # Column-name endings and the unit they carry, longest first.
 UNITS = (("images_per_s", "images/s"), ("_bytes_per_step", "B/step"), ("_bytes", "B"),
          ("_mb_s", "MB/s"), ("_ms", "ms"), ("_j", "J"), ("_s", "s"))
+# Units that take k/M/G prefixes (the others have their own: ms, MB/s, s).
+PREFIXED = ("images/s", "J", "B", "B/step")
 # Columns that hold a share of a whole (0..1), written as a percentage.
 SHARES = ("share", "efficiency", "variation", "relative_half_width", "accuracy",
           "late_share", "tracing_cost")
@@ -43,11 +45,12 @@ def number(value, unit: str = "", digits: int = 3) -> str:
         return f"0 {unit}".strip()
     magnitude = abs(value)
     prefix = ""
-    if magnitude >= 1e6 and unit not in ("s", "%"):
-        for scale, name in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
-            if magnitude >= scale:
-                value, prefix = value / scale, name
-                break
+    scales = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")) if unit.startswith("B") else \
+        ((1e12, "T"), (1e9, "G"), (1e6, "M")) if unit in PREFIXED else ()
+    for scale, name in scales:
+        if magnitude >= scale:
+            value, prefix = value / scale, name
+            break
     text = f"{value:.{digits}g}"
     if "e" in text and magnitude >= 1:  # 1234.5 -> 1230, not 1.23e+03
         text = f"{float(text):.0f}"
@@ -62,6 +65,8 @@ def percent(share, digits: int = 3) -> str:
     if share is None or (isinstance(share, float) and not math.isfinite(share)):
         return NOT_SET
     value = float(share) * 100
+    if abs(value) >= 10 ** digits:
+        return f"{value:.0f} %"
     text = f"{value:.{digits}g}" if abs(value) >= 1 or value == 0 else f"{value:.2g}"
     return f"{text} %"
 
@@ -75,7 +80,7 @@ def p_value(p) -> str:
 def unit_of(column: str) -> str:
     name = re.sub(r"_ci(_half_width)?$", "", column.lower())  # an interval has its mean's unit
     for ending, unit in UNITS:
-        if name.endswith(ending):
+        if name.endswith(ending) or name == ending.lstrip("_"):
             return unit
     return ""
 
@@ -106,7 +111,8 @@ def column(series: pd.Series, largest: float | None = None) -> pd.Series:
     if not pd.api.types.is_numeric_dtype(series):
         return series.map(_text)
     if pd.api.types.is_integer_dtype(series):
-        return series.map(str)
+        unit = unit_of(name)
+        return series.map(lambda v: number(v, unit) if unit.startswith("B") else str(v))
     series = clean(series.astype(float), largest)
     if name in P_VALUES:
         text = series.map(p_value)

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import cells, page
+from frameworks import registry
 
 PROBES = "probe"  # folder under the tables
 
@@ -43,7 +44,9 @@ def achieved(runs: pd.DataFrame, step_stats: pd.DataFrame) -> pd.DataFrame:
     per_run = step_stats.groupby("run_id")[["comm_bytes_mean", "grad_comm_mean_s"]].mean()
     table = ok.set_index("run_id")[cells.CELL].join(per_run, how="inner")
     table = table.groupby(cells.CELL).mean(numeric_only=True).reset_index()
-    exposed = (table["grad_comm_mean_s"] > 0) & (table["comm_bytes_mean"] > 0)
+    # only where the framework times its gradient exchange as a phase of its own
+    shows = table["framework"].map(lambda f: "grad_comm" in registry.FRAMEWORKS[f].exposes)
+    exposed = shows & (table["grad_comm_mean_s"] > 0) & (table["comm_bytes_mean"] > 0)
     table["achieved_mb_s"] = np.where(exposed, table["comm_bytes_mean"]
                                       / table["grad_comm_mean_s"] / 1e6, np.nan)
     return table.rename(columns={"comm_bytes_mean": "comm_bytes_per_step",

@@ -101,3 +101,12 @@ def test_human_numbers():
     assert list(frame["p"]) == ["< 0.001", "0.200"]
     assert list(frame["variation"]) == ["78.9 %", "0 %"]
     assert "unset" not in frame
+
+
+def test_units_keep_their_own_prefixes():
+    assert humanize.number(1.07e6, "MB/s") == "1070000 MB/s"
+    assert humanize.number(1686568, "B") == "1.69 MB"
+    assert humanize.number(5160, "B") == "5.16 kB"
+    assert humanize.percent(18300) == "1830000 %"
+    bytes_column = humanize.frame(pd.DataFrame({"bytes": [1280, 1686568]}))["bytes"]
+    assert list(bytes_column) == ["1.28 kB", "1.69 MB"]
