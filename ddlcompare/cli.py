@@ -151,7 +151,8 @@ def parser() -> argparse.ArgumentParser:
                         help="runs per chosen cell (default: the first stage's + 1, at least 3)")
     two = command("two-stage", cmd_two_stage, "run the design, then its follow-up")
     two.add_argument("--results", default="results")
-    two.add_argument("snakemake", nargs="*", help="options passed to snakemake")
+    two.add_argument("snakemake", nargs="*",
+                     help="options passed to snakemake, after -- (e.g. -- --cores 2)")
     fetch = sub.add_parser("fetch-data", help="download and verify CIFAR-10")
     fetch.add_argument("dataset", choices=["cifar10"])
     fetch.add_argument("--data-dir", default=None)
