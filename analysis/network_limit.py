@@ -16,19 +16,25 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import cells, page
+from analysis import cells, humanize, page
 from frameworks import registry
 
 PROBES = "probe"  # folder under the tables
 
 
-def probes(tables: Path) -> dict[int, pd.DataFrame]:
-    """Probe results by process count (the last file read wins per count)."""
+def probes(tables: Path) -> dict[tuple, pd.DataFrame]:
+    """Probe results by (nodes, processes, emulated rate or None)."""
     found = {}
     for path in sorted((tables / PROBES).glob("probe-*.json")):
         doc = json.loads(path.read_text())
-        found[doc["processes"]] = pd.DataFrame(doc["sizes"]).assign(hosts=", ".join(doc["hosts"]))
+        key = (doc.get("nodes", 1), doc["processes"], doc.get("net_rate_mbit"))
+        found[key] = pd.DataFrame(doc["sizes"]).assign(hosts=", ".join(doc["hosts"]),
+                                                       link_bytes_per_s=doc.get("link_bytes_per_s"))
     return found
+
+
+def _key(nodes, world, rate) -> tuple:
+    return (int(nodes), int(world), None if rate is None or pd.isna(rate) else int(rate))
 
 
 def at_size(probe: pd.DataFrame, size: float) -> float:
@@ -42,8 +48,14 @@ def achieved(runs: pd.DataFrame, step_stats: pd.DataFrame) -> pd.DataFrame:
     if ok.empty or step_stats.empty:
         return pd.DataFrame()
     per_run = step_stats.groupby("run_id")[["comm_bytes_mean", "grad_comm_mean_s"]].mean()
-    table = ok.set_index("run_id")[cells.CELL].join(per_run, how="inner")
-    table = table.groupby(cells.CELL).mean(numeric_only=True).reset_index()
+    ok = ok.assign(nodes=ok["nodes"] if "nodes" in ok else 1,
+                   net_rate_mbit=ok["net_rate_mbit"] if "net_rate_mbit" in ok else None)
+    table = ok.set_index("run_id")[[*cells.CELL, "nodes", "net_rate_mbit"]].join(
+        per_run, how="inner")
+    table = table.groupby(cells.CELL).agg(
+        nodes=("nodes", "first"), net_rate_mbit=("net_rate_mbit", "first"),
+        comm_bytes_mean=("comm_bytes_mean", "mean"),
+        grad_comm_mean_s=("grad_comm_mean_s", "mean")).reset_index()
     # only where the framework times its gradient exchange as a phase of its own
     shows = table["framework"].map(lambda f: "grad_comm" in registry.FRAMEWORKS[f].exposes)
     exposed = shows & (table["grad_comm_mean_s"] > 0) & (table["comm_bytes_mean"] > 0)
@@ -57,8 +69,10 @@ def compare(runs: pd.DataFrame, step_stats: pd.DataFrame, found: dict) -> pd.Dat
     table = achieved(runs, step_stats)
     if table.empty:
         return table
-    limit = [at_size(found[w], b) / 1e6 if w in found and b > 0 else np.nan
-             for w, b in zip(table["world_size"], table["comm_bytes_per_step"].fillna(0))]
+    keys = [_key(n, w, r) for n, w, r in
+            zip(table["nodes"], table["world_size"], table["net_rate_mbit"])]
+    limit = [at_size(found[k], b) / 1e6 if k in found and b > 0 else np.nan
+             for k, b in zip(keys, table["comm_bytes_per_step"].fillna(0))]
     table["probe_mb_s"] = limit
     table["share_of_probe"] = table["achieved_mb_s"] / table["probe_mb_s"]
     return table
@@ -67,15 +81,19 @@ def compare(runs: pd.DataFrame, step_stats: pd.DataFrame, found: dict) -> pd.Dat
 def section(ctx) -> str:
     found = probes(ctx.tables)
     if not found:
-        return ("<p>No all-reduce probe in these tables (it runs for scales of two "
-                "processes or more on one node).</p>")
+        return ("<p>No all-reduce probe in these tables (the workflow runs one for each "
+                "scale of two processes or more).</p>")
     parts = []
-    for processes, probe in sorted(found.items()):
+    for (nodes, processes, rate), probe in sorted(found.items(), key=str):
         hosts = html.escape(probe["hosts"].iloc[0])
-        parts.append(page.table(probe.drop(columns="hosts").rename(columns={
+        link = probe["link_bytes_per_s"].iloc[0] / 1e6 if "link_bytes_per_s" in probe else None
+        network = f"emulated {rate} Mbit/s" if rate else "their own network"
+        parts.append(page.table(probe.drop(columns=["hosts", "link_bytes_per_s"]).rename(columns={
             "algbw_bytes_per_s": "algbw_mb_s", "busbw_bytes_per_s": "busbw_mb_s"}).assign(
             algbw_mb_s=lambda t: t["algbw_mb_s"] / 1e6, busbw_mb_s=lambda t: t["busbw_mb_s"] / 1e6),
-            caption=f"MPI all-reduce probe, {processes} processes on {hosts}"))
+            caption=f"MPI all-reduce probe, {processes} processes on {nodes} node(s) "
+                    f"({hosts}), {network}; each link carries "
+                    f"{humanize.number(link, 'MB/s')} (Sendrecv ring)"))
     steps = pd.read_parquet(ctx.tables / "step_stats.parquet")
     table = compare(ctx.runs, steps, found)
     text = ("<p>The probe times MPI_Allreduce at the model's gradient sizes (each layer's and "

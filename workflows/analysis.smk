@@ -1,5 +1,6 @@
 # Collect every run into tables once; every figure and the report read only
 # those tables.
+from ddlcompare import probe
 
 
 # Cheap: on a cluster they run where snakemake runs, not as jobs.
@@ -12,14 +13,9 @@ localrules:
 
 
 # The network's own limit: one MPI all-reduce probe (ddlcompare/probe.py) per
-# process count of two or more on one node, at the model's gradient sizes.
-PROBES = sorted(
-    {
-        (r.world_size, r.config["model"], r.config["dataset"])
-        for r in RUNS
-        if r.world_size >= 2 and r.config["nodes"] == 1
-    }
-)
+# scale and network of two processes or more, at the model's gradient sizes,
+# in a job of the same shape as that scale's runs.
+PROBES = probe.scales(RUNS)
 
 
 rule collect:
@@ -103,29 +99,32 @@ rule import_traces:
 
 rule probe:
     wildcard_constraints:
-        processes=r"\d+",
-        model=r"[A-Za-z0-9_]+",
+        name=r"probe-[^/]+",
     output:
-        TABLES / "probe" / "probe-{processes}-{model}-{dataset}.json",
+        TABLES / "probe" / "{name}.json",
     log:
-        TABLES / "logs" / "probe-{processes}-{model}-{dataset}.log",
+        TABLES / "logs" / "{name}.log",
     resources:
         benchmark_slot=1,  # not while a run measures
+        nodes=lambda wc: ws.job_resources(PROBES[wc.name])["nodes"],
+        tasks_per_node=lambda wc: ws.job_resources(PROBES[wc.name])["tasks_per_node"],
+        tasks=lambda wc: ws.job_resources(PROBES[wc.name])["tasks"],
+        mpi=lambda wc: ws.job_resources(PROBES[wc.name])["mpi"],
+        runtime=5,
     params:
         python=PYTHON,
+        options=lambda wc: probe.arguments(PROBES[wc.name]),
     conda:
         "../envs/torch.yaml"
     shell:
-        "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
-        " OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -n {wildcards.processes}"
-        " {params.python:q} -m ddlcompare.probe --model {wildcards.model}"
-        " --dataset {wildcards.dataset} --out {output:q} > {log:q} 2>&1"
+        "{params.python:q} -m ddlcompare.probe {params.options} --out {output:q}"
+        " > {log:q} 2>&1"
 
 
 rule report:
     input:
         rules.collect.output,
-        [TABLES / "probe" / f"probe-{p}-{m}-{d}.json" for p, m, d in PROBES],
+        [TABLES / "probe" / f"{name}.json" for name in PROBES],
         rules.figures.output,
         rules.model_gate.output,
         [rules.import_traces.output] if IMPORTED else [],
