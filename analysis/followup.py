@@ -29,6 +29,10 @@ STRONGEST = 2  # cells taken for their bottleneck finding
 # The follow-up's replications: one more than the first stage's, at least 3,
 # so that both stages of the default study fit the main job's time.
 MIN_REPLICATIONS = 3
+# One epoch: the phases and the throughput of a step are what the second
+# stage looks at (throughput is per measured step, so it compares with the
+# first stage's); a second epoch would double its time and its traces.
+EPOCHS = 1
 
 
 def cell_means(design: Design, runs: pd.DataFrame) -> pd.DataFrame:
@@ -105,6 +109,8 @@ def design_doc(design: Design, runs: pd.DataFrame, found: pd.DataFrame,
     fixed = {k: v for k, v in design.fixed.items()
              if k not in factors and v != PARAMS[k].default}  # defaults stay implicit
     fixed.update(instruments(factors["framework"]))
+    if "epochs" not in factors:
+        fixed["epochs"] = min(EPOCHS, design.fixed.get("epochs", EPOCHS))
     return {"name": f"{design.name}-follow-up",
             "factors": factors, "fixed": _plain(fixed),
             "replications": replications or max(MIN_REPLICATIONS, design.replications + 1),

@@ -64,6 +64,7 @@ def test_follow_up_design_keeps_exactly_the_chosen_cells(tmp_path):
     cells = {(r.factors["framework"], r.factors["procs_per_node"]) for r in follow.runs()}
     assert cells == {(f, p) for f in ("torch-ddp", "horovod-torch") for p in (1, 4)}
     assert follow.replications == 3 and doc["fixed"]["tracer"] in ("otf2", "scorep")
+    assert doc["fixed"]["epochs"] == 1
     assert doc["fixed"]["horovod_timeline"] and doc["fixed"]["torch_profiler"]
     assert doc["follow_up"]["rule"] == followup.RULE
     assert doc["follow_up"]["name"] == "study" and len(doc["follow_up"]["cells"]) == 4
