@@ -315,7 +315,7 @@ def frameworks_section(design: Design) -> str:
     rows = pd.DataFrame([{"framework": n, "launcher": registry.FRAMEWORKS[n].launcher,
                           "phases exposed": ", ".join(registry.FRAMEWORKS[n].exposes),
                           "notes": registry.FRAMEWORKS[n].notes} for n in names])
-    return f"{page.table(rows)}"
+    return page.table(rows)
 
 
 def summary_section(ctx: Context) -> str:
