@@ -339,7 +339,7 @@ SECTIONS = [
             lambda c: frameworks_section(c.design)),
     Section("gate", "Same model everywhere", lambda c: gate_section(c.tables)),
     Section("bottlenecks", "Bottlenecks", lambda c: bottlenecks_section(c.findings)),
-    Section("network", "The network's own limit", network_limit.section),
+    Section("network", "Network bandwidth limit", network_limit.section),
     Section("statistics", "Design statistics", lambda c: statistics_section(c.design, c.runs)),
     Section("accuracy", "Accuracy", lambda c: accuracy_section(c.runs, c.figures)),
     Section("energy", "Energy", lambda c: energy_section(c.runs, c.figures)),

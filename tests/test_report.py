@@ -16,7 +16,7 @@ from conftest import REPO, tiny_design, write_design
 FIXTURES = REPO.parent / "shared" / "fixtures" / "real-traces"
 IMPORTED = ["pipit-ping-pong-otf2", "scorep-8.4-horovod-torch-mpi-np2",
             "horovod-timeline-IgorDavidyuk-cpu3/timeline.json"]
-SECTIONS = ["Summary", "Two stages", "The network's own limit", "Design and provenance",
+SECTIONS = ["Summary", "Two stages", "Network bandwidth limit", "Design and provenance",
             "Run status", "Throughput and scaling", "Where the speedup goes", "Phase breakdown",
             "Bottlenecks", "Design statistics",
             "Accuracy", "Frameworks and the phases they expose", "Traces", "Imported traces",
