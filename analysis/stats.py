@@ -111,46 +111,83 @@ def anova(runs: pd.DataFrame, factors: list[str], response: str,
 
 
 def sign_table_2kr(runs: pd.DataFrame, factors: list[str], response: str,
-                   confidence: float = CONFIDENCE) -> pd.DataFrame:
-    """Jain's 2^k r design: effects from the sign table (every interaction),
-    allocation of variation, and confidence intervals of the effects.
+                   confidence: float = CONFIDENCE, levels: dict[str, list] | None = None,
+                   terms: list[tuple[tuple[str, ...], str]] | None = None) -> pd.DataFrame:
+    """Jain's 2^k r design: effects from the sign table, allocation of
+    variation, and confidence intervals of the effects.
 
-    Levels are coded -1 (the lower level, sorted) and +1 by column name,
-    never by position: rows map to effects through their own level values.
+    ``levels`` gives each factor's [-1, +1] levels (the design's order: the
+    first listed is -1); without it they are sorted. Rows map to effects
+    through their own level values, never by position. ``terms`` lists the
+    effects to estimate as (factors, label); by default every interaction of
+    the full 2^k design. A fraction passes one term per alias group, labelled
+    with the group, so that only separable effects are estimated.
     """
     ok = runs[runs["status"] == "ok"].dropna(subset=[response])
-    levels = {f: sorted(ok[f].unique()) for f in factors}
-    if any(len(v) != 2 for v in levels.values()):
+    levels = levels or {f: sorted(ok[f].unique()) for f in factors}
+    present = {f: set(ok[f].unique()) for f in factors}
+    if any(len(levels[f]) != 2 or not present[f] <= set(levels[f]) for f in factors):
         raise ValueError("the 2^k r method needs exactly two levels per factor")
+    if terms is None:
+        terms = [(c, ":".join(c)) for n in range(1, len(factors) + 1)
+                 for c in itertools.combinations(factors, n)]
     coded = pd.DataFrame({f: np.where(ok[f] == levels[f][1], 1, -1) for f in factors},
                          index=ok.index)
-    cells = coded.assign(y=ok[response].values).groupby(factors)["y"]
-    means, counts = cells.mean(), cells.count()
+    cell_y = coded.assign(y=ok[response].values).groupby(factors)["y"]
+    means, counts = cell_y.mean(), cell_y.count()
     r = int(counts.min())
-    if r != counts.max() or len(means) != 2 ** len(factors):
-        raise ValueError("the 2^k r method needs every cell with the same number of replications")
-    k = len(factors)
+    if r != counts.max() or len(means) != len(terms) + 1:
+        raise ValueError("the 2^k r method needs every cell of the design with the same "
+                         "number of replications")
+    n_cells = len(means)
     cell_index = pd.DataFrame(list(means.index), columns=factors)
-    terms = [()] + [c for n in range(1, k + 1) for c in itertools.combinations(factors, n)]
-    rows = []
-    for term in terms:
-        signs = np.prod([cell_index[f].values for f in term], axis=0) if term else np.ones(2 ** k)
-        rows.append({"term": ":".join(term) or "mean", "effect": float((signs * means.values).sum()
-                                                                        / 2 ** k)})
+    rows = [{"term": "mean", "effect": float(means.values.mean())}]
+    for term, label in terms:
+        signs = np.prod([cell_index[f].values for f in term], axis=0)
+        rows.append({"term": label, "effect": float((signs * means.values).sum() / n_cells)})
     effects = pd.DataFrame(rows)
-    y = coded.assign(y=ok[response].values)
-    fitted = y.groupby(factors)["y"].transform("mean")
-    sse = float(((y["y"] - fitted) ** 2).sum())
-    ss = {row.term: 2 ** k * r * row.effect ** 2 for row in effects.itertuples() if row.term != "mean"}
+    fitted = cell_y.transform("mean")
+    sse = float(((ok[response].values - fitted.values) ** 2).sum())
+    ss = {row.term: n_cells * r * row.effect ** 2 for row in effects.itertuples()
+          if row.term != "mean"}
     sst = sum(ss.values()) + sse
-    dof = 2 ** k * (r - 1)
-    se = math.sqrt(sse / dof) / math.sqrt(2 ** k * r) if dof > 0 else math.nan
+    dof = n_cells * (r - 1)
+    se = math.sqrt(sse / dof) / math.sqrt(n_cells * r) if dof > 0 else math.nan
     t = stats.t.ppf((1 + confidence) / 2, dof) if dof > 0 else math.nan
-    effects["variation"] = effects["term"].map(lambda term: ss.get(term, math.nan) / sst)
+    effects["variation"] = effects["term"].map(lambda term: ss.get(term, math.nan) / sst
+                                               if sst else math.nan)
     effects["ci_half_width"] = t * se
-    effects["significant"] = effects["effect"].abs() > effects["ci_half_width"]
-    effects.attrs["error_variation"] = sse / sst
+    effects["significant"] = [_significance(e, t * se, dof, sse) for e in effects["effect"]]
+    labels = dict((label, term) for term, label in terms)
+    effects["difference"] = [_difference(labels.get(name, ()), levels, effect, response)
+                             for name, effect in zip(effects["term"], effects["effect"])]
+    effects.attrs["error_variation"] = sse / sst if sst else math.nan
     return effects
+
+
+def _significance(effect: float, half: float, dof: int, sse: float) -> str:
+    if dof <= 0:
+        return "no interval: one replication per cell"
+    if sse == 0:
+        return "no interval: identical in every replication"
+    return "yes" if abs(effect) > half else "no"
+
+
+def _difference(term: tuple[str, ...], levels: dict[str, list], effect: float,
+                response: str) -> str:
+    """The effect as a person reads it: the mean at +1 minus the mean at -1
+    (twice Jain's q), e.g. "torch-ddp over horovod-torch: +101 images/s"."""
+    from analysis import humanize
+    if not term:
+        return ""
+    value = 2 * effect
+    sign = "+" if value > 0 else ("-" if value < 0 else "")
+    amount = sign + humanize.number(abs(value), humanize.unit_of(response))
+    if len(term) == 1:
+        minus, plus = levels[term[0]]
+        return f"{term[0]} {plus} over {minus}: {amount}"
+    return (f"{' x '.join(term)}: {amount} when their levels agree (both -1 or both +1) "
+            f"over when they differ")
 
 
 def log_model_fits_better(runs: pd.DataFrame, factors: list[str], response: str) -> dict:

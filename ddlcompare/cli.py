@@ -3,6 +3,8 @@
     ddlc plan [--design design.yaml]     the run table and its size
     ddlc run-one --path P                one run (what each workflow job does)
     ddlc collect / ddlc report           results tables; the HTML report
+    ddlc follow-up                       the second stage's design from the first's tables
+    ddlc two-stage                       run the design, then its follow-up (one command)
     ddlc fetch-data cifar10              download CIFAR-10 (needs internet)
 """
 from __future__ import annotations
@@ -44,6 +46,8 @@ def cmd_plan(args) -> int:
         print("  ".join([str(r.order).rjust(5)] + [str(r.factors[f]).ljust(widths[f])
                         for f in factors] + [str(r.rep).rjust(3), r.run_id]))
     cells = len({tuple(r.factors.values()) for r in runs})
+    if design.fraction:
+        print("\n".join(design.fraction.describe()))
     print(f"{len(runs)} runs ({cells} cells x {design.replications} replications) "
           f"in results/{design.root}/")
     return 0
@@ -91,6 +95,46 @@ def cmd_report(args) -> int:
     return 0
 
 
+def default_tables(design: design_mod.Design, results: str) -> Path:
+    return Path(results) / design.root / "tables"
+
+
+def cmd_follow_up(args) -> int:
+    from analysis import followup
+    design = load_design(args.design, check_ready=False)
+    tables = Path(args.tables) if args.tables else default_tables(design, args.results)
+    if not (tables / "runs.parquet").exists():
+        raise UserError(f"{tables}: no runs.parquet; run the first stage (./ddlc run) "
+                        f"or pass --tables")
+    out = Path(args.out or Path(args.design).with_name(f"{Path(args.design).stem}-follow-up.yaml"))
+    try:
+        doc = followup.write(design, tables, out, args.replications)
+    except ValueError as exc:
+        raise UserError(f"{tables}: {exc}") from None
+    print(f"follow-up design: {out} ({len(doc['follow_up']['cells'])} cells x "
+          f"{doc['replications']} replications, tracer {doc['fixed']['tracer']})")
+    print(f"rule: {followup.RULE}")
+    return 0
+
+
+def cmd_two_stage(args) -> int:
+    """The study plan's two stages: the designed experiment, then its
+    telling cells instrumented, each through the workflow."""
+    import subprocess
+    repo = Path(__file__).resolve().parent.parent
+    snakemake = [str(Path(sys.executable).parent / "snakemake"), "-s", str(repo / "Snakefile"),
+                 "--profile", str(repo / "profiles" / "local"), *args.snakemake]
+    first = subprocess.run([*snakemake, "--config", f"design={args.design}",
+                            f"results={args.results}"])
+    if first.returncode:
+        return first.returncode
+    follow = Path(args.design).with_name(f"{Path(args.design).stem}-follow-up.yaml")
+    cmd_follow_up(argparse.Namespace(design=args.design, tables=None, results=args.results,
+                                     out=str(follow), replications=None))
+    return subprocess.run([*snakemake, "--config", f"design={follow}",
+                           f"results={args.results}"]).returncode
+
+
 def cmd_fetch_data(args) -> int:
     from frameworks import data
     folder = data.fetch_cifar10(args.data_dir)
@@ -122,6 +166,17 @@ def parser() -> argparse.ArgumentParser:
     rep = command("report", cmd_report, "build the HTML report from the tables")
     rep.add_argument("--tables", required=True)
     rep.add_argument("--out", required=True)
+    follow = command("follow-up", cmd_follow_up,
+                     "write the second stage's design from a finished study's tables")
+    follow.add_argument("--tables", help="the first stage's tables (default: its results)")
+    follow.add_argument("--results", default="results")
+    follow.add_argument("--out", help="the follow-up design (default: <design>-follow-up.yaml)")
+    follow.add_argument("--replications", type=int, default=None,
+                        help="runs per chosen cell (default: the first stage's + 1, at least 3)")
+    two = command("two-stage", cmd_two_stage, "run the design, then its follow-up")
+    two.add_argument("--results", default="results")
+    two.add_argument("snakemake", nargs="*",
+                     help="options passed to snakemake, after -- (e.g. -- --cores 2)")
     fetch = sub.add_parser("fetch-data", help="download and verify CIFAR-10")
     fetch.add_argument("dataset", choices=["cifar10"])
     fetch.add_argument("--data-dir", default=None)

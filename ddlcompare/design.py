@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from ddlcompare import yaml_safe
+from ddlcompare import fractional, yaml_safe
 from ddlcompare.params import CORE_FACTORS, PARAMS, SAFE_TEXT, RunRow
 
 # A plan larger than this is a typo more often than a campaign; a design
@@ -37,6 +37,8 @@ TOP_LEVEL_KEYS = {
     "exclude": "a list of rules {factor: level or [levels]} removing matching runs",
     "zip": "a list of factor groups whose levels vary together",
     "max_runs": f"refuse a plan of more runs than this (default {MAX_RUNS})",
+    **fractional.KEYS,
+    "follow_up": "the first-stage study this design follows up (written by ddlc follow-up)",
 }
 
 
@@ -62,6 +64,8 @@ class Design:
     exclude: list[dict[str, list[Any]]]
     zip_groups: list[list[str]]
     source: str = "design.yaml"
+    fraction: fractional.Fraction | None = None  # None: the full factorial
+    follow_up: dict | None = None  # the first stage's design, tables and selection rule
 
     @functools.cached_property
     def settings_hash(self) -> str:
@@ -99,6 +103,8 @@ class Design:
         return sorted(rows, key=lambda r: r.order)
 
     def _cells(self) -> list[dict[str, Any]]:
+        if self.fraction:
+            return self.fraction.cells(self.factors)
         zipped = {f for group in self.zip_groups for f in group}
         axes: list[list[dict[str, Any]]] = []
         for group in self.zip_groups:
@@ -179,14 +185,19 @@ def parse(raw: Any, source: str = "design.yaml") -> Design:
         problems.append(f"randomize: must be true or false, got {randomize!r}")
     zip_groups = _parse_zip(raw.get("zip", []), factors, problems)
     exclude = _parse_exclude(raw.get("exclude", []), factors, problems)
-    if not problems:
+    fraction = fractional.parse(raw, factors, problems) if not problems else None
+    follow_up = raw.get("follow_up")
+    if follow_up is not None and not isinstance(follow_up, dict):
+        problems.append("follow_up: must be a mapping (ddlc follow-up writes it); remove it")
+    if not problems and fraction is None:
         _check_size(factors, zip_groups, replications, max_runs, problems)
     if problems:
         raise DesignError(source, problems)
 
     design = Design(name=name, factors=factors, fixed=fixed, replications=replications,
                     seed=seed, randomize=randomize, exclude=exclude,
-                    zip_groups=zip_groups, source=source)
+                    zip_groups=zip_groups, source=source, fraction=fraction,
+                    follow_up=follow_up)
     _check_cells(design, problems)
     if problems:
         raise DesignError(source, problems)

@@ -1,6 +1,9 @@
 """The report from a real small run, opened in headless Chromium (Debian's
 chromium, driven by Playwright): a screenshot, no console errors, every
-figure present and decoded, every section there."""
+figure present and decoded, every section there and reachable from the
+table of contents, the summary above the fold at 1280x800, no `nan` and no
+exponent notation in what a reader sees."""
+import re
 import shutil
 import subprocess
 import sys
@@ -13,8 +16,9 @@ from conftest import REPO, tiny_design, write_design
 FIXTURES = REPO.parent / "shared" / "fixtures" / "real-traces"
 IMPORTED = ["pipit-ping-pong-otf2", "scorep-8.4-horovod-torch-mpi-np2",
             "horovod-timeline-IgorDavidyuk-cpu3/timeline.json"]
-SECTIONS = ["Design and provenance", "Run status", "Throughput and scaling",
-            "Where the speedup goes", "Phase breakdown", "Bottlenecks", "Design statistics",
+SECTIONS = ["Summary", "Two stages", "Network bandwidth limit", "Design and provenance",
+            "Run status", "Throughput and scaling", "Where the speedup goes", "Phase breakdown",
+            "Bottlenecks", "Design statistics",
             "Accuracy", "Frameworks and the phases they expose", "Traces", "Imported traces",
             "Same model everywhere", "Energy", "Gradient compression"]
 FIGURES = ["throughput", "scaling", "waterfall", "phase breakdown", "timeline", "accuracy",
@@ -46,6 +50,12 @@ def test_report_has_every_section_and_finding(report):
     assert "8 of 8 runs ok" in page
     assert "of step time is spent in data_load" in page
     assert "Allocation of variation" in page
+    assert "-1 = torch-ddp, +1 = horovod-torch" in page  # the design's order, stated
+    assert "framework horovod-torch over torch-ddp: " in page
+    assert "Holm" in page and "images/s" in page
+    assert "MPI all-reduce probe, 2 processes" in page
+    assert (report.parent / "summary.md").read_text().startswith("# ddl-compare: tiny")
+    assert (report.parent / "summary-images_per_s.csv").exists()
     assert "Same-model gate: <b>pass</b>" in page
     assert ">Time to accuracy<" in page and "time_to_accuracy_s</th>" in page
     assert "Energy was not measured" in page or "measured: " in page
@@ -64,15 +74,28 @@ def test_report_renders_in_chromium_without_errors(report, tmp_path):
         browser = p.chromium.launch(executable_path=chromium, args=[
             "--no-sandbox", "--disable-gpu", "--disable-background-networking",
             "--disable-component-update", "--disable-sync", "--no-first-run"])
-        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(report.as_uri())
         images = page.eval_on_selector_all(
             "img", "imgs => imgs.map(i => [i.alt, i.complete && i.naturalWidth > 0])")
+        summary_top = page.eval_on_selector("#summary h2", "e => e.getBoundingClientRect().top")
+        first_answer = page.eval_on_selector("#summary li", "e => e.getBoundingClientRect().bottom")
+        toc = page.eval_on_selector_all("nav#contents a", "as => as.map(a => a.hash.slice(1))")
+        section_ids = page.eval_on_selector_all("section", "ss => ss.map(s => s.id)")
+        reachable = [page.evaluate("id => !!document.getElementById(id)", i) for i in toc]
+        text = page.inner_text("body")
+        # the codecs' error bounds are formulas (6.1e-5 <= |x|): numbers elsewhere
+        figures = " ".join(page.inner_text(f"#{i}") for i in
+                           ("summary", "throughput", "phases", "bottlenecks", "statistics"))
+        page.screenshot(path=str(tmp_path / "fold.png"))
         page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         browser.close()
     assert errors == []
+    assert summary_top < 800 and first_answer < 800  # the answer above the fold
+    assert toc == section_ids and all(reachable)
+    assert not re.search(r"\bnan\b", text) and not re.search(r"\d\.?\d*e[-+]\d+", figures)
     assert sorted(alt for alt, _ in images) == sorted(FIGURES)
     assert all(decoded for _, decoded in images), images
     assert (tmp_path / "report.png").stat().st_size > 50_000

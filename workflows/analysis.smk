@@ -1,5 +1,6 @@
 # Collect every run into tables once; every figure and the report read only
 # those tables.
+from ddlcompare import probe
 
 
 # Cheap: on a cluster they run where snakemake runs, not as jobs.
@@ -9,6 +10,12 @@ localrules:
     model_gate,
     import_traces,
     report,
+
+
+# The network's own limit: one MPI all-reduce probe (ddlcompare/probe.py) per
+# scale and network of two processes or more, at the model's gradient sizes,
+# in a job of the same shape as that scale's runs.
+PROBES = probe.scales(RUNS)
 
 
 # update(): a collect that fails leaves the previous tables in place.
@@ -93,9 +100,34 @@ rule import_traces:
         "{params.python:q} -m traces.convert {input:q} -o {output:q} --keep-going > {log:q} 2>&1"
 
 
+rule probe:
+    wildcard_constraints:
+        name=r"probe-[^/]+",
+    output:
+        TABLES / "probe" / "{name}.json",
+    log:
+        TABLES / "logs" / "{name}.log",
+    resources:
+        benchmark_slot=1,  # not while a run measures
+        nodes=lambda wc: ws.job_resources(PROBES[wc.name])["nodes"],
+        tasks_per_node=lambda wc: ws.job_resources(PROBES[wc.name])["tasks_per_node"],
+        tasks=lambda wc: ws.job_resources(PROBES[wc.name])["tasks"],
+        mpi=lambda wc: ws.job_resources(PROBES[wc.name])["mpi"],
+        runtime=5,
+    params:
+        python=PYTHON,
+        options=lambda wc: probe.arguments(PROBES[wc.name]),
+    conda:
+        "../envs/torch.yaml"
+    shell:
+        "{params.python:q} -m ddlcompare.probe {params.options} --out {output:q}"
+        " > {log:q} 2>&1"
+
+
 rule report:
     input:
         rules.collect.output,
+        [TABLES / "probe" / f"{name}.json" for name in PROBES],
         rules.figures.output,
         rules.model_gate.output,
         [rules.import_traces.output] if IMPORTED else [],

@@ -1,0 +1,161 @@
+"""Numbers as people read them: three significant digits, a unit, a share as
+a percentage, an unset value said in words, a floating-point residue as 0.
+
+Every table of the report and of summary.md goes through :func:`frame`, so
+that ``nan`` and ``6.939e-18`` never reach a reader. A column's unit is
+read from its name (the project's one vocabulary: ``_s`` seconds, ``_j``
+joules, ``images_per_s``...).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import re
+
+import pandas as pd
+
+NOT_SET = "not set"
+NO_VALUE = "–"  # a figure that does not exist (a residual's F, a rank with no next)
+RESIDUE = 1e-9  # relative to the column's largest magnitude: below it is rounding noise
+TABLE_RESIDUE = 1e-12  # relative to the largest value of the same unit in the table
+
+# Column-name endings and the unit they carry, longest first.
+UNITS = (("images_per_s", "images/s"), ("_bytes_per_step", "B/step"), ("_bytes", "B"),
+         ("_mb_s", "MB/s"), ("_ms", "ms"), ("_j", "J"), ("_s", "s"))
+# Units that take k/M/G prefixes (the others have their own: ms, MB/s, s).
+PREFIXED = ("images/s", "J", "B", "B/step")
+# Columns that hold a share of a whole (0..1), written as a percentage.
+SHARES = ("share", "efficiency", "variation", "relative_half_width", "accuracy",
+          "late_share", "tracing_cost")
+# Columns that hold p-values.
+P_VALUES = ("p", "p_adjusted", "p_raw")
+
+
+def number(value, unit: str = "", digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits with its unit; 1234567 ->
+    "1.23 M"; an unset or non-finite value -> "not set"."""
+    if value is None or isinstance(value, bool):
+        return NOT_SET if value is None else ("yes" if value else "no")
+    if not isinstance(value, numbers.Number):
+        return str(value)
+    value = float(value)
+    if not math.isfinite(value):
+        return NOT_SET
+    if value == 0:
+        return f"0 {unit}".strip()
+    magnitude = abs(value)
+    prefix = ""
+    scales = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")) if unit.startswith("B") else \
+        ((1e12, "T"), (1e9, "G"), (1e6, "M")) if unit in PREFIXED else ()
+    for scale, name in scales:
+        if magnitude >= scale:
+            value, prefix = value / scale, name
+            break
+    text = f"{value:.{digits}g}"
+    if "e" in text and magnitude >= 1:  # 1234.5 -> 1230, not 1.23e+03
+        text = f"{float(text):.0f}"
+    elif "e" in text:  # tiny but real: keep the mantissa readable
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa} x 10^{int(exponent)}"
+    suffix = f"{prefix}{unit}"
+    return f"{text} {suffix}".strip() if suffix else text
+
+
+def percent(share, digits: int = 3) -> str:
+    if share is None or (isinstance(share, float) and not math.isfinite(share)):
+        return NOT_SET
+    value = float(share) * 100
+    if abs(value) >= 10 ** digits:
+        return f"{value:.0f} %"
+    text = f"{value:.{digits}g}" if abs(value) >= 1 or value == 0 else f"{value:.2g}"
+    return f"{text} %"
+
+
+def p_value(p) -> str:
+    if p is None or not math.isfinite(float(p)):
+        return "not tested"
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def unit_of(column: str) -> str:
+    name = re.sub(r"_ci(_half_width)?$", "", column.lower())  # an interval has its mean's unit
+    for ending, unit in UNITS:
+        if name.endswith(ending) or name == ending.lstrip("_"):
+            return unit
+    return ""
+
+
+def is_share(column: str) -> bool:
+    name = column.lower()
+    if "_to_" in name:  # time_to_accuracy_s, epochs_to_accuracy: not shares
+        return False
+    return any(name == s or name.endswith("_" + s) or name.startswith(s + "_") for s in SHARES)
+
+
+def clean(series: pd.Series, largest: float | None = None) -> pd.Series:
+    """Floating-point residues (below RESIDUE of ``largest``, by default the
+    column's largest magnitude) to exactly 0."""
+    if not pd.api.types.is_float_dtype(series):
+        return series
+    largest = series.abs().max() if largest is None else largest
+    if not largest or not math.isfinite(largest):
+        return series
+    return series.mask(series.abs() < RESIDUE * largest, 0.0)
+
+
+def column(series: pd.Series, largest: float | None = None) -> pd.Series:
+    """One column as text, by what its name says it holds."""
+    name = str(series.name)
+    if pd.api.types.is_bool_dtype(series):
+        return series.map(lambda v: "yes" if v else "no")
+    if not pd.api.types.is_numeric_dtype(series):
+        return series.map(_text)
+    if pd.api.types.is_integer_dtype(series):
+        unit = unit_of(name)
+        return series.map(lambda v: number(v, unit) if unit.startswith("B") else str(v))
+    series = clean(series.astype(float), largest)
+    if name in P_VALUES:
+        text = series.map(p_value)
+    elif is_share(name):
+        text = series.map(percent)
+    else:
+        unit = unit_of(name)
+        text = series.map(lambda v: number(v, unit))
+    return text.where(series.notna(), NO_VALUE)
+
+
+def _text(value) -> str:
+    """A setting as design.yaml spells it: null is "not set", booleans lower case."""
+    if _missing(value):
+        return NOT_SET
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Every cell as text; columns that are unset in every row are dropped
+    (an unset setting is left out, not shown as a column of 'not set')."""
+    if df.empty:
+        return df
+    keep = [c for c in df.columns if not df[c].map(_missing).all()]
+    # Residues judged against the largest value of the same unit in the table
+    # (a phase of 1e-18 s beside steps of 0.05 s is noise), more strictly
+    # than within one column.
+    floats = [c for c in keep if pd.api.types.is_float_dtype(df[c]) and not is_share(str(c))]
+    largest = {}
+    for c in floats:
+        top = df[c].abs().max()
+        if math.isfinite(top):
+            largest[unit_of(str(c))] = max(top, largest.get(unit_of(str(c)), 0.0))
+    scale = {c: largest.get(unit_of(str(c)), 0.0) * TABLE_RESIDUE / RESIDUE for c in floats}
+    return pd.DataFrame({c: column(df[c], scale.get(c) or None) for c in keep}, index=df.index)
+
+
+def _missing(value) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False

@@ -1,0 +1,88 @@
+"""What a report section is and how its pieces become HTML.
+
+A section is an id (the anchor), a title (the table of contents) and a
+builder: a function of the :class:`Context` that returns the section's body
+as HTML. The page around it (style, table of contents, the frame of each
+section) is the Jinja2 template analysis/templates/report.html.j2; a file
+analysis/templates/sections/<id>.html.j2 replaces one section's frame.
+
+A module that adds a section writes its builder with :func:`table`,
+:func:`figure` and :func:`sentences` and registers it with one line in
+analysis/report.py's SECTIONS.
+"""
+from __future__ import annotations
+
+import base64
+import functools
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from analysis import humanize
+
+LONG_TABLE = 12  # rows; longer tables start folded (one click opens them)
+
+
+@dataclass
+class Context:
+    """Everything a section may read: the design and the tables."""
+    design: Any
+    runs: pd.DataFrame
+    step_phases: pd.DataFrame
+    tables: Path
+    extra: dict = field(default_factory=dict)  # results one section computes for another
+
+    @property
+    def figures(self) -> Path:
+        return self.tables / "figures"
+
+    @functools.cached_property
+    def findings(self) -> pd.DataFrame:
+        from analysis import bottlenecks
+        return bottlenecks.findings(self.step_phases, self.runs)
+
+
+@dataclass
+class Section:
+    id: str
+    title: str
+    build: Callable[[Context], str]
+    body: str = ""
+    data: dict = field(default_factory=dict)  # for a section's own template
+
+
+def table(df: pd.DataFrame, caption: str = "", fold: bool | None = None) -> str:
+    """A DataFrame as an HTML table with human numbers; long ones folded."""
+    if df is None or df.empty:
+        return "<p><em>No rows.</em></p>"
+    shown = humanize.frame(df.reset_index(drop=True))
+    body = shown.to_html(index=False, escape=True, border=0, na_rep=humanize.NOT_SET)
+    if "status" in shown:  # colour the run status cells
+        for value in shown["status"].unique():
+            body = body.replace(f"<td>{html.escape(value)}</td>",
+                                f'<td class="{html.escape(value)}">{html.escape(value)}</td>')
+    fold = len(df) > LONG_TABLE if fold is None else fold
+    if fold:
+        label = html.escape(caption or "table")
+        return f"<details><summary>{label} ({len(df)} rows)</summary>{body}</details>"
+    return (f"<p class='caption'>{html.escape(caption)}</p>" if caption else "") + body
+
+
+def figure(path: Path, alt: str) -> str:
+    if not path.exists():
+        return f"<p><em>{html.escape(alt)}: no figure (no successful run).</em></p>"
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}"></figure>'
+
+
+def sentences(lines: list[str], ordered: bool = False) -> str:
+    tag = "ol" if ordered else "ul"
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+    return f"<{tag}>{items}</{tag}>" if lines else ""
+
+
+def slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-")

@@ -1,0 +1,242 @@
+"""The answer first: for each scale (nodes x processes) and setting, the
+frameworks ranked by throughput and by time to accuracy with 95 % intervals,
+whether each gap between neighbours is significant, speedup and efficiency
+against the framework's smallest scale, its dominant bottleneck in one
+sentence, and the cells that need more replications.
+
+Significance: Welch's t-test between each pair of neighbours in a ranking,
+the p-values of all neighbour pairs of one response corrected together with
+Holm's step-down method (family-wise error 5 %). Degenerate cases are said
+in words, never as a test statistic: a cell with one replication cannot be
+tested, and two cells identical in every replication differ exactly.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy import stats as scipy_stats
+
+from analysis import cells, humanize, stats
+
+ALPHA = 0.05
+CORRECTION = "Holm"  # statsmodels' multipletests method "holm"
+SCALE = ["nodes", "procs_per_node", "world_size"]
+# Responses ranked in the summary: (column, higher is better, unit).
+RANKED = (("images_per_s", True, "images/s"), ("time_to_accuracy_s", False, "s"))
+LABELS = {"images_per_s": "Throughput", "time_to_accuracy_s": "Time to accuracy"}
+EXPOSED = "exposed communication"
+DATA = "data loading"
+WAIT = "wait at the collective"
+QUIET = 0.05  # below this share of the step, no phase is called a bottleneck
+
+
+@dataclass
+class Summary:
+    headlines: list[str]
+    rankings: dict[str, pd.DataFrame]
+    bottlenecks: list[str]
+    replications: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+    correction: str = (f"Welch's t-test between neighbours, p-values corrected with "
+                       f"{CORRECTION}'s method over all neighbour pairs of a response "
+                       f"(family-wise error {ALPHA:.0%})")
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """The tables written as CSV next to the report."""
+        return {**{f"summary-{name}": t for name, t in self.rankings.items()},
+                "summary-replications": self.replications}
+
+
+def ok_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    ok = cells.with_setting(runs[runs["status"] == "ok"])
+    if "nodes" not in ok:
+        ok = ok.assign(nodes=1)
+    if "procs_per_node" not in ok:
+        ok = ok.assign(procs_per_node=ok["world_size"] // ok["nodes"])
+    return ok
+
+
+def scale_label(nodes, procs_per_node) -> str:
+    total = int(nodes) * int(procs_per_node)
+    return (f"{int(nodes)} node{'s' if nodes != 1 else ''} x {int(procs_per_node)} "
+            f"process{'es' if procs_per_node != 1 else ''} ({total} in all)")
+
+
+def compare(a: pd.Series, b: pd.Series) -> tuple[float, str]:
+    """Welch's t-test of two cells' replications: (p, why not tested)."""
+    a, b = a.dropna(), b.dropna()
+    if min(len(a), len(b)) < 2:
+        return math.nan, f"too few replications to test (n = {min(len(a), len(b))})"
+    if a.std(ddof=1) == 0 and b.std(ddof=1) == 0:
+        if a.iloc[0] == b.iloc[0]:
+            return math.nan, "identical in every replication"
+        return math.nan, ("no variance within either cell (deterministic runs): "
+                          "the gap is exact, not estimated")
+    return float(scipy_stats.ttest_ind(a, b, equal_var=False).pvalue), ""
+
+
+def ranking(runs: pd.DataFrame, response: str, higher_is_better: bool) -> pd.DataFrame:
+    """One row per scale, setting and framework, best first, with the gap to
+    the next framework and whether it is significant."""
+    ok = ok_runs(runs)
+    if response not in ok or ok[response].dropna().empty:
+        return pd.DataFrame()
+    rows = []
+    for key, group in ok.groupby([*SCALE, "setting"]):
+        per = []
+        for framework, cell in group.groupby("framework"):
+            mean, half, n = stats.mean_ci(cell[response])
+            if n:
+                per.append((framework, mean, half, n, cell[response]))
+        per.sort(key=lambda f: f[1], reverse=higher_is_better)
+        for rank, (framework, mean, half, n, values) in enumerate(per, start=1):
+            row = {**dict(zip([*SCALE, "setting"], key)), "rank": rank, "framework": framework,
+                   response: mean, f"{response}_ci": half, "replications": n,
+                   "next": None, f"gap_{response}": math.nan, "gap_share": math.nan,
+                   "p_raw": math.nan, "untested": ""}
+            if rank < len(per):
+                other = per[rank]
+                row.update({"next": other[0], f"gap_{response}": mean - other[1],
+                            "gap_share": abs(mean - other[1]) / abs(other[1]) if other[1]
+                            else math.nan})
+                row["p_raw"], row["untested"] = compare(values, other[4])
+            rows.append(row)
+    table = pd.DataFrame(rows)
+    return _correct(table)
+
+
+def _correct(table: pd.DataFrame) -> pd.DataFrame:
+    """Holm-adjusted p-values over every tested neighbour pair, and a verdict
+    in words for each gap."""
+    from statsmodels.stats.multitest import multipletests
+    table = table.assign(p_adjusted=math.nan, significant="")
+    tested = table["p_raw"].notna()
+    if tested.any():
+        reject, adjusted, _, _ = multipletests(table.loc[tested, "p_raw"], alpha=ALPHA,
+                                               method="holm")
+        table.loc[tested, "p_adjusted"] = adjusted
+        table.loc[tested, "significant"] = np.where(reject, "yes", "no")
+    untested = ~tested & table["next"].notna()
+    table.loc[untested, "significant"] = table.loc[untested, "untested"]
+    return table.drop(columns="untested")
+
+
+def with_scaling(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Speedup and efficiency against the framework's smallest scale."""
+    if table.empty:
+        return table
+    scaling = stats.scaling(ok_runs(runs))
+    if scaling.empty:
+        return table
+    keep = scaling[["framework", "setting", "world_size", "speedup", "efficiency"]]
+    return table.merge(keep, on=["framework", "setting", "world_size"], how="left")
+
+
+def headline(group: pd.DataFrame, response: str, unit: str, higher_is_better: bool) -> str:
+    """One sentence per scale and setting: who leads, by how much, how sure."""
+    first = group.iloc[0]
+    where = (f"{LABELS[response]}, {scale_label(first['nodes'], first['procs_per_node'])}, "
+             f"{first['setting']}")
+    value = _with_interval(first[response], first[f"{response}_ci"], unit)
+    word = "fastest" if higher_is_better else "first to accuracy"
+    scaled = _scaling_words(first)
+    if len(group) == 1:
+        return f"{where}: only {first['framework']} ran: {value}{scaled}."
+    gap = humanize.number(abs(first[f"gap_{response}"]), unit)
+    share = humanize.percent(first["gap_share"])
+    better = "ahead of" if higher_is_better else "sooner than"
+    verdict = _verdict(first)
+    return (f"{where}: {first['framework']} is {word} with {value}, {gap} ({share}) "
+            f"{better} {first['next']} ({verdict}){scaled}.")
+
+
+def _scaling_words(row) -> str:
+    speedup = row.get("speedup")
+    if speedup is None or not math.isfinite(speedup) or row.get("efficiency") == 1:
+        return ""
+    return (f"; speedup {humanize.number(speedup)} over its smallest scale "
+            f"(efficiency {humanize.percent(row['efficiency'])})")
+
+
+def _with_interval(mean, half, unit: str) -> str:
+    text = humanize.number(mean, unit)
+    if half is None or not math.isfinite(half):
+        return f"{text} (no interval: one replication)"
+    if half == 0:
+        return f"{text} (identical in every replication)"
+    return f"{text} +- {humanize.number(half, unit)} (95 %)"
+
+
+def _verdict(row) -> str:
+    if row["significant"] == "yes":
+        return f"significant, {CORRECTION}-adjusted p {humanize.p_value(row['p_adjusted'])}"
+    if row["significant"] == "no":
+        return (f"not significant, {CORRECTION}-adjusted p "
+                f"{humanize.p_value(row['p_adjusted'])}")
+    return row["significant"]
+
+
+def dominant_bottlenecks(found: pd.DataFrame) -> pd.DataFrame:
+    """Per framework, processes and setting: the largest share of the step
+    lost to exposed communication or data loading, and the wait per
+    collective; ``sentence`` says it with its number."""
+    if found.empty:
+        return pd.DataFrame(columns=[*cells.CELL, "bottleneck", "share", "sentence"])
+    rows = []
+    for key, group in found.groupby(cells.CELL):
+        value = group.set_index("bottleneck")["value"]
+        shares = {name: float(value[name]) for name in (EXPOSED, DATA) if name in value}
+        name, share = max(shares.items(), key=lambda kv: kv[1]) if shares else (None, 0.0)
+        framework, world, setting = key
+        lead = f"{framework}, {int(world)} process{'es' if world != 1 else ''} ({setting}): "
+        if name is None or share < QUIET:
+            text = (f"no exposed communication or data-loading bottleneck (each under "
+                    f"{QUIET:.0%} of the step): compute dominates")
+            name = "compute"
+        elif name == EXPOSED:
+            text = f"{humanize.percent(share)} of the step is exposed gradient exchange"
+        else:
+            text = f"{humanize.percent(share)} of the step is data loading"
+        if WAIT in value and math.isfinite(value[WAIT]):
+            text += f"; ranks wait {humanize.number(value[WAIT] * 1e3, 'ms')} per all-reduce"
+        rows.append({**dict(zip(cells.CELL, key)), "bottleneck": name, "share": share,
+                     "sentence": lead + text + "."})
+    return pd.DataFrame(rows)
+
+
+def replication_needs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Cells whose throughput interval is wider than 5 % of the mean, or
+    that have too few replications for an interval at all."""
+    ok = ok_runs(runs)
+    cell = ["framework", *SCALE, "setting"]
+    table = stats.replicate_table(ok, cell, "images_per_s")
+    if table.empty:
+        return table
+    need = table[table["needs_more_replications"]].copy()
+    need["why"] = np.where(need["n"] < 2, "one replication: no interval",
+                           "95 % interval wider than 5 % of the mean")
+    return need[[*cell, "n", "mean", "relative_half_width", "why"]].rename(
+        columns={"mean": "images_per_s"})
+
+
+def build(runs: pd.DataFrame, found: pd.DataFrame) -> Summary:
+    rankings, headlines, notes = {}, [], []
+    for response, higher, unit in RANKED:
+        table = ranking(runs, response, higher)
+        if table.empty:
+            if response == "time_to_accuracy_s":
+                notes.append("Time to accuracy: not measured (no target_accuracy, or no run "
+                             "reached it).")
+            continue
+        if response == "images_per_s":
+            table = with_scaling(table, runs)
+        rankings[response] = table
+        for _, group in table.groupby([*SCALE, "setting"], sort=True):
+            headlines.append(headline(group.sort_values("rank"), response, unit, higher))
+    dominant = dominant_bottlenecks(found)
+    return Summary(headlines=headlines, rankings=rankings,
+                   bottlenecks=dominant["sentence"].tolist(),
+                   replications=replication_needs(runs), notes=notes)

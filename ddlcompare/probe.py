@@ -1,0 +1,187 @@
+"""The network's own limit: an MPI all-reduce bandwidth probe (mpi4py).
+
+For each scale of two processes or more, the workflow runs
+``python -m ddlcompare.probe --nodes N --procs-per-node P ...``: it finds
+the hosts as a run does (hosts.detect: the job's allocation, or the
+emulated network of ddlcompare/netem.py when net_rate_mbit is set) and
+starts itself under mpirun on them, where it times
+MPI_Allreduce of float32 buffers at the sizes of the model's gradients (each
+layer's, and the whole model's, which is what a fusion buffer or a DDP
+bucket carries) and writes probe-<P>.json beside the tables. The report sets
+each framework's achieved gradient-exchange bandwidth against it.
+
+Bandwidths are reported as nccl-tests defines them: ``algbw`` = bytes /
+time, ``busbw`` = algbw x 2 (P - 1) / P, the bytes each rank actually moves
+in a ring all-reduce, comparable across process counts and with a link's
+rate.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+FLOAT32 = 4
+REPO = Path(__file__).resolve().parent.parent
+REPEATS = 20
+WARMUP = 3
+# The link rate is timed on a message long enough for TCP to reach its pace
+# (a 2 MB message at 100 Mbit/s is mostly slow start and handshakes).
+LINK_BYTES = 16 * 2 ** 20
+LINK_REPEATS = 5
+
+
+def gradient_sizes(model: str, dataset: str) -> list[int]:
+    """Bytes of each layer's gradient (weights and biases) and of them all,
+    from the shared model specification (no framework needed)."""
+    from frameworks import data, models
+    info = data.DATASETS[dataset]
+    spec = models.MODELS[model]
+    layers = [row["params"] * FLOAT32 for row in models.layer_shapes(spec, info.shape, info.classes)
+              if row["params"]]
+    return sorted({*layers, sum(layers)})
+
+
+def scales(runs: list) -> dict[str, object]:
+    """One probe per scale and network of two processes or more: its file
+    name (probe-<nodes>x<procs>-<model>-<dataset>-<network>) and a run of
+    that scale, whose job shape the probe's job takes."""
+    found = {}
+    for run in runs:
+        c = run.config
+        if run.world_size < 2:
+            continue
+        network = "own" if c.get("net_rate_mbit") is None else \
+            f"{c['net_rate_mbit']}mbit{c.get('net_delay_ms') or 0:g}ms"
+        found.setdefault(f"probe-{c['nodes']}x{c['procs_per_node']}-{c['model']}-"
+                         f"{c['dataset']}-{network}", run)
+    return found
+
+
+def arguments(run) -> str:
+    """The probe's command-line options for a run's scale and network."""
+    c = run.config
+    words = [f"--nodes {c['nodes']}", f"--procs-per-node {c['procs_per_node']}",
+             f"--model {c['model']}", f"--dataset {c['dataset']}"]
+    if c.get("net_rate_mbit") is not None:
+        words += [f"--net-rate-mbit {c['net_rate_mbit']}",
+                  f"--net-delay-ms {c.get('net_delay_ms') or 0}"]
+    return " ".join(words)
+
+
+def bus_factor(processes: int) -> float:
+    """nccl-tests' bus bandwidth factor of a ring all-reduce."""
+    return 2 * (processes - 1) / processes
+
+
+def _timed(operation, repeats: int) -> float:
+    """Median over ``repeats`` (after WARMUP) of the slowest rank's time."""
+    import numpy as np
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    times = []
+    for i in range(WARMUP + repeats):
+        comm.Barrier()
+        start = time.perf_counter()
+        operation()
+        elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+        if i >= WARMUP:
+            times.append(elapsed)
+    return float(np.median(times))
+
+
+def link_rate(size: int, repeats: int = REPEATS) -> float:
+    """Bytes per second each rank sends to the next while receiving from the
+    previous (a ring of Sendrecv): the links' own rate, whatever algorithm
+    MPI's all-reduce picks."""
+    import numpy as np
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    send = np.ones(max(1, size // FLOAT32), dtype=np.float32)
+    recv = np.empty_like(send)
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    seconds = _timed(lambda: comm.Sendrecv(send, right, recvbuf=recv, source=left), repeats)
+    return send.nbytes / seconds
+
+
+def measure(sizes: list[int], repeats: int = REPEATS) -> list[dict]:
+    import numpy as np
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    rows = []
+    for size in sizes:
+        send = np.ones(max(1, size // FLOAT32), dtype=np.float32)
+        recv = np.empty_like(send)
+        seconds = _timed(lambda: comm.Allreduce(send, recv, op=MPI.SUM), repeats)
+        algbw = send.nbytes / seconds
+        rows.append({"bytes": int(send.nbytes), "seconds": seconds, "algbw_bytes_per_s": algbw,
+                     "busbw_bytes_per_s": algbw * bus_factor(comm.size)})
+    return rows
+
+
+def launch(args) -> int:
+    """Start the probe under mpirun on the hosts a run of this scale gets,
+    inside the emulated network when there is one."""
+    from ddlcompare import hosts, launch as launchers, netem
+    config = {"nodes": args.nodes, "procs_per_node": args.procs_per_node,
+              "net_rate_mbit": args.net_rate_mbit, "net_delay_ms": args.net_delay_ms,
+              "run_id": f"probe{os.getpid()}"}
+    with tempfile.TemporaryDirectory() as scratch, \
+            netem.network(config, Path(scratch)) as net:
+        path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, **net.env, "OMPI_ALLOW_RUN_AS_ROOT": "1",
+               "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1",
+               "PYTHONPATH": path}
+        scheduler, found = hosts.detect(args.nodes, args.procs_per_node, env)
+        agent = ["--mca", "plm_rsh_agent", launchers.RSH_AGENTS[scheduler]] \
+            if scheduler in launchers.RSH_AGENTS else []
+        argv = ["mpirun", "-n", str(args.nodes * args.procs_per_node), "--host",
+                ",".join(f"{h.name}:{h.slots}" for h in found), *agent, "-x", "PYTHONPATH",
+                sys.executable, "-m",
+                "ddlcompare.probe", "--measure", "--model", args.model, "--dataset",
+                args.dataset, "--out", str(Path(args.out).resolve()), "--repeats",
+                str(args.repeats), "--nodes", str(args.nodes), "--procs-per-node",
+                str(args.procs_per_node)]
+        if args.net_rate_mbit:
+            argv += ["--net-rate-mbit", str(args.net_rate_mbit)]
+        return subprocess.run(net.enter(argv), env=env).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="cnn")
+    parser.add_argument("--dataset", default="fashion-mnist")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--procs-per-node", type=int, default=2)
+    parser.add_argument("--net-rate-mbit", type=int, default=None)
+    parser.add_argument("--net-delay-ms", type=float, default=0)
+    parser.add_argument("--measure", action="store_true",
+                        help="(under mpirun) time the all-reduces; without it, start mpirun")
+    args = parser.parse_args(argv)
+    if not args.measure:
+        return launch(args)
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    sizes = gradient_sizes(args.model, args.dataset)
+    rows = measure(sizes, args.repeats)
+    link = link_rate(max(sizes[-1], LINK_BYTES), min(args.repeats, LINK_REPEATS))
+    hosts = sorted(set(comm.allgather(MPI.Get_processor_name())))
+    if comm.rank == 0:
+        from ddlcompare.atomic import write_text
+        doc = {"processes": comm.size, "nodes": args.nodes, "net_rate_mbit": args.net_rate_mbit,
+               "hosts": hosts, "link_bytes_per_s": link,
+               "mpi": MPI.Get_library_version().splitlines()[0].rstrip("\x00"), "model": args.model,
+               "dataset": args.dataset, "sizes": rows}
+        write_text(Path(args.out), json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

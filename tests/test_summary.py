@@ -1,0 +1,112 @@
+"""The answer-first summary on constructed tables where the answer is known:
+ranking, significance with Holm's correction, degenerate cells said in
+words, the bottleneck sentence, human numbers."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import humanize, summary
+
+
+def runs_table(cells: dict) -> pd.DataFrame:
+    """cells: (framework, procs) -> list of images_per_s, one per replication."""
+    rows = []
+    for (framework, procs), values in cells.items():
+        for rep, value in enumerate(values, start=1):
+            rows.append({"run_id": f"{framework}-{procs}-{rep}", "status": "ok",
+                         "framework": framework, "nodes": 1, "procs_per_node": procs,
+                         "world_size": procs, "batch_size": 64, "images_per_s": value,
+                         "time_to_accuracy_s": np.nan, "rep": rep})
+    return pd.DataFrame(rows)
+
+
+def test_ranking_neighbours_and_holm_correction():
+    rng = np.random.default_rng(1)
+    runs = runs_table({
+        ("fast", 2): list(300 + rng.normal(0, 2, 5)),
+        ("middle", 2): list(200 + rng.normal(0, 2, 5)),
+        ("close", 2): list(199.5 + rng.normal(0, 2, 5)),  # within noise of middle
+        ("fast", 1): list(160 + rng.normal(0, 2, 5)),
+        ("middle", 1): list(110 + rng.normal(0, 2, 5)),
+        ("close", 1): list(108 + rng.normal(0, 2, 5)),
+    })
+    table = summary.ranking(runs, "images_per_s", higher_is_better=True)
+    two = table[table["world_size"] == 2].set_index("rank")
+    assert list(two["framework"][:1]) == ["fast"]
+    assert two.loc[1, "next"] in ("middle", "close")
+    assert two.loc[1, "significant"] == "yes"
+    assert two.loc[2, "significant"] == "no"  # 0.5 images/s apart, sd 2
+    assert math.isnan(two.loc[3, "p_raw"]) and pd.isna(two.loc[3, "next"])
+    # Holm: the adjusted p of the smallest raw p is raw x (number of tests).
+    tested = table.dropna(subset=["p_raw"])
+    smallest = tested["p_raw"].idxmin()
+    assert tested.loc[smallest, "p_adjusted"] == pytest.approx(
+        min(1, tested.loc[smallest, "p_raw"] * len(tested)))
+    # Speedup against the framework's smallest scale.
+    scaled = summary.with_scaling(table, runs)
+    fast2 = scaled[(scaled["framework"] == "fast") & (scaled["world_size"] == 2)].iloc[0]
+    assert fast2["speedup"] == pytest.approx(300 / 160, rel=0.03)
+    assert fast2["efficiency"] == pytest.approx(300 / 160 / 2, rel=0.03)
+
+
+def test_degenerate_cells_are_said_in_words():
+    runs = runs_table({("a", 2): [100.0, 100.0, 100.0], ("b", 2): [90.0, 90.0, 90.0],
+                       ("c", 2): [50.0]})
+    table = summary.ranking(runs, "images_per_s", True).set_index("framework")
+    assert "no variance within either cell" in table.loc["a", "significant"]
+    assert table.loc["b", "significant"] == "too few replications to test (n = 1)"
+    result = summary.build(runs, pd.DataFrame())
+    line = result.headlines[0]
+    assert line.startswith("Throughput, 1 node x 2 processes (2 in all), batch_size 64: "
+                           "a is fastest")
+    assert "100 images/s (identical in every replication)" in line
+    assert "10 images/s (11.1 %) ahead of b" in line
+    need = result.replications.set_index("framework")
+    assert need.loc["c", "why"] == "one replication: no interval"
+    assert "a" not in need.index  # identical replications: a zero-width interval
+    assert "nan" not in " ".join(result.headlines)
+
+
+def test_bottleneck_sentence_names_the_dominant_share_and_the_wait():
+    found = pd.DataFrame([
+        {"framework": "horovod-torch", "world_size": 2, "setting": "batch_size 64",
+         "bottleneck": "exposed communication", "value": 0.32, "finding": ""},
+        {"framework": "horovod-torch", "world_size": 2, "setting": "batch_size 64",
+         "bottleneck": "data loading", "value": 0.04, "finding": ""},
+        {"framework": "horovod-torch", "world_size": 2, "setting": "batch_size 64",
+         "bottleneck": "wait at the collective", "value": 0.012, "finding": ""},
+        {"framework": "torch-ddp", "world_size": 1, "setting": "batch_size 64",
+         "bottleneck": "exposed communication", "value": 0.0, "finding": ""},
+        {"framework": "torch-ddp", "world_size": 1, "setting": "batch_size 64",
+         "bottleneck": "data loading", "value": 0.01, "finding": ""}])
+    lines = summary.dominant_bottlenecks(found).set_index("framework")["sentence"]
+    assert lines["horovod-torch"] == ("horovod-torch, 2 processes (batch_size 64): 32 % of "
+                                      "the step is exposed gradient exchange; ranks wait "
+                                      "12 ms per all-reduce.")
+    assert "compute dominates" in lines["torch-ddp"]
+
+
+def test_human_numbers():
+    assert humanize.number(1234.5678, "images/s") == "1230 images/s"
+    assert humanize.number(0.0000123, "s") == "1.23 x 10^-5 s"
+    assert humanize.number(123.456, "images/s") == "123 images/s"
+    assert humanize.number(2_500_000, "B") == "2.5 MB"
+    assert humanize.number(float("nan")) == "not set"
+    assert humanize.percent(0.3214) == "32.1 %"
+    frame = humanize.frame(pd.DataFrame({"sum_sq": [5547.0, 6.939e-18], "p": [1e-117, 0.2],
+                                         "variation": [0.789, 0.0], "unset": [None, None]}))
+    assert list(frame["sum_sq"]) == ["5550", "0"]  # a residue of 6.9e-18 is zero
+    assert list(frame["p"]) == ["< 0.001", "0.200"]
+    assert list(frame["variation"]) == ["78.9 %", "0 %"]
+    assert "unset" not in frame
+
+
+def test_units_keep_their_own_prefixes():
+    assert humanize.number(1.07e6, "MB/s") == "1070000 MB/s"
+    assert humanize.number(1686568, "B") == "1.69 MB"
+    assert humanize.number(5160, "B") == "5.16 kB"
+    assert humanize.percent(18300) == "1830000 %"
+    bytes_column = humanize.frame(pd.DataFrame({"bytes": [1280, 1686568]}))["bytes"]
+    assert list(bytes_column) == ["1.28 kB", "1.69 MB"]
