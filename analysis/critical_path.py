@@ -50,6 +50,10 @@ UNTIMED = "untimed"  # time in a window outside every phase
 PROPAGATED = "previous join"  # the late rank left the previous join later
 CAUSES = (*STEP_PHASES, UNTIMED, PROPAGATED)
 COMMUNICATION = "communication"  # kind of the path's pieces inside a join
+EMPTY = {"joins": ["join", "step", "rank", "entry_ns", "exit_ns", "wait_ns", "comm_ns", "last"],
+         "windows": ["join", "rank", "cause", "ns"],
+         "path": ["join", "step", "rank", "phase", "kind", "start_ns", "end_ns", "dur_ns"],
+         "causes": ["join", "step", "late_rank", "cause", "waited_ns"]}
 JOIN_NAMES = {"grad_comm": "the gradient exchange", "collective": "the last gradient all-reduce",
               "backward": "the all-reduce inside backward"}
 
@@ -201,8 +205,8 @@ def analyse(phases: pd.DataFrame, runs: pd.DataFrame | None = None) -> CriticalP
     if phases["run_id"].nunique() > intervals["run_id"].nunique():
         for run_id in set(phases["run_id"]) - set(intervals["run_id"]):
             problems[run_id] = "no step phases in its table"
-    frames = {name: pd.concat(found, ignore_index=True) if found else pd.DataFrame()
-              for name, found in parts.items()}
+    frames = {name: pd.concat(found, ignore_index=True) if found else
+              pd.DataFrame(columns=["run_id", *EMPTY[name]]) for name, found in parts.items()}
     return CriticalPath(intervals=intervals, method=kinds, problems=problems, **frames)
 
 

@@ -14,13 +14,17 @@ memory above the process's before it (VmHWM, reset just before). Baseline:
 today's bottleneck analysis of the same table (analysis.bottlenecks.per_step
 and collective_wait: per-step pivot and Scalasca's wait at the collective).
 
-Goal (issue 18): at most 10 s on one core. Last line: key=value pairs.
+It also times the merged timeline (analysis/timeline.py) of the same
+table: all of it, and the default window of steps.
+
+Goal (issue 18): at most 10 s on one core; the timeline in a few seconds. Last line: key=value pairs.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,7 +34,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from analysis import bottlenecks, critical_path  # noqa: E402
+from analysis import bottlenecks, critical_path, timeline  # noqa: E402
 
 MEAN_MS = {"data_load": 4.0, "h2d": 1.0, "forward": 12.0, "backward": 24.0, "optimizer": 3.0}
 BUCKETS = 5
@@ -128,13 +132,29 @@ def main() -> None:
     bottlenecks.collective_wait(bottlenecks.per_step(recorder, runs))
     baseline = time.perf_counter() - started
 
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "phases.parquet"
+        phases.to_parquet(source)
+        started = time.perf_counter()
+        timeline.export([source], Path(tmp) / "all.json", max_intervals=len(phases))
+        export_s = time.perf_counter() - started
+        size = (Path(tmp) / "all.json").stat().st_size
+        started = time.perf_counter()
+        info = timeline.export([source], Path(tmp) / "window.json")
+        window_s = time.perf_counter() - started
+        window = info["downsampled"]
+
     print(table["finding"].iloc[0])
     print(f"critical path + delay analysis: {seconds:.2f} s on one core, peak +{peak / 2**20:.0f} "
           f"MiB ({peak / len(phases):.0f} bytes/interval); goal <= {GOAL_S:.0f} s")
     print(f"baseline, today's per-step pivot and Scalasca wait: {baseline:.2f} s")
+    print(f"timeline of all {len(phases)} intervals (with the critical path): {export_s:.2f} s, "
+          f"{size / 2**20:.0f} MiB; default window (steps {window['steps'][0]}-"
+          f"{window['steps'][1]}, {window['intervals']} intervals): {window_s:.2f} s")
     print(f"intervals={len(phases)} ranks={args.ranks} steps={args.steps} seconds={seconds:.2f} "
           f"peak_mib={peak / 2**20:.0f} baseline_seconds={baseline:.2f} "
-          f"ratio_to_baseline={seconds / baseline:.2f} goal_met={seconds <= GOAL_S}")
+          f"ratio_to_baseline={seconds / baseline:.2f} goal_met={seconds <= GOAL_S} "
+          f"timeline_s={export_s:.2f} timeline_mib={size / 2**20:.0f}")
 
 
 if __name__ == "__main__":
