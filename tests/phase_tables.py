@@ -1,5 +1,6 @@
 """Phase tables built step by step, whose critical path and waiting are
-known by construction (shared by the critical path, timeline, what-if and
+known by construction (``scale`` multiplies the BASE phases, as a
+larger batch would; shared by the critical path, timeline, what-if and
 diff tests)."""
 import pandas as pd
 
@@ -8,7 +9,8 @@ BASE = {"data_load": 5, "forward": 10, "backward": 20}
 
 
 def constructed(world=4, steps=20, extra=None, comm_ms=3, optimizer_ms=2, exposed=True,
-                run_id="r1", origin=1_700_000_000_000_000_000, nodes=1, node_clock_ns=0):
+                run_id="r1", origin=1_700_000_000_000_000_000, nodes=1, node_clock_ns=0,
+                scale=1.0):
     """A data-parallel run built step by step. Each rank does data_load,
     forward, backward (BASE ms plus ``extra(rank, step)``: {phase: ms}),
     then joins: with ``exposed`` a grad_comm phase from its arrival to the
@@ -31,12 +33,12 @@ def constructed(world=4, steps=20, extra=None, comm_ms=3, optimizer_ms=2, expose
     for step in range(steps):
         arrive, local = {}, {}
         for rank in range(world):
-            durs = {p: ms * MS for p, ms in BASE.items()}
+            durs = {p: int(round(ms * scale * MS)) for p, ms in BASE.items()}
             for phase, ms in ((extra or (lambda r, s: {}))(rank, step)).items():
-                durs[phase] += ms * MS
+                durs[phase] += int(round(ms * MS))
             local[rank] = durs
             arrive[rank] = clock + sum(durs.values())
-        done = max(arrive.values()) + comm_ms * MS
+        done = max(arrive.values()) + int(round(comm_ms * MS))
         for rank in range(world):
             t = clock
             for phase in BASE:
