@@ -447,11 +447,12 @@ def sentence(row: dict) -> str:
     if row.get("main_cause") is not None and not pd.isna(row.get("main_cause")):
         text = (f"{_cause_words(row['main_cause_rank'], row['main_cause'])} "
                 f"{row['main_cause_share']:.0%} of the waiting at {where} "
-                f"({row['main_cause_ms_per_step']:.2f} ms per step); ")
+                f"({row['main_cause_ms_per_step']:.2f} ms per step, all ranks' together); ")
     else:
         text = f"No rank waits at {where}; "
-    text += (f"ranks wait {row['waiting_ms_per_step']:.2f} ms per step (synchronisation skew) "
-             f"against {row['communication_ms_per_step']:.2f} ms of communication proper")
+    text += (f"a rank waits {row['waiting_ms_per_step']:.2f} ms per step on average "
+             f"(synchronisation skew) against {row['communication_ms_per_step']:.2f} ms of "
+             f"communication proper")
     if "path_top_phase" in row:
         text += (f", and {row['path_top_phase']} is {row['path_top_share']:.0%} of the "
                  f"critical path against {row['path_top_step_share']:.0%} of the mean step")

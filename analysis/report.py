@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import accuracy, bottlenecks, cells, stats
+from analysis import accuracy, bottlenecks, cells, explain, stats
 from analysis import compression as compression_table
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
@@ -295,6 +295,16 @@ def frameworks_section(design: Design) -> str:
     return f"<h2>Frameworks and the phases they expose</h2>{_table(rows)}"
 
 
+def _section(section) -> str:
+    """An analysis.section.Section as HTML (issue 18's sections; the
+    template takes them over at merge)."""
+    return "".join([f"<h2>{html.escape(section.title)}</h2>",
+                    *(f"<p>{html.escape(s)}</p>" for s in section.sentences),
+                    *(_figure(p, section.title) for p in section.figures),
+                    *(f"<h3>{html.escape(c)}</h3>{_table(t)}" for c, t in section.tables.items()
+                      if len(t))])
+
+
 def build(design: Design, tables: Path, out: Path) -> Path:
     runs = pd.read_parquet(tables / "runs.parquet")
     phases = pd.read_parquet(tables / "step_phases.parquet")
@@ -306,7 +316,8 @@ def build(design: Design, tables: Path, out: Path) -> Path:
                     statistics_section(design, runs), accuracy_section(runs, figures),
                     energy_section(runs, figures),
                     compression_section(runs, figures),
-                    traces_section(runs, tables)])
+                    traces_section(runs, tables),
+                    *(_section(s) for s in explain.sections(runs, tables))])
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
             f"<title>ddl-compare: {html.escape(design.name)}</title><style>{STYLE}</style>"
             f"</head><body><h1>ddl-compare report: {html.escape(design.name)}</h1>"

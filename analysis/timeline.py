@@ -54,6 +54,7 @@ MAX_INTERVALS = 400_000
 ALIGN_THRESHOLD_NS = 1_000_000
 PATH_PID = 999  # the critical path's process within a run's block of pids
 PIDS_PER_RUN = 1000
+GENERATOR = "ddl-compare analysis/timeline.py"
 
 
 class TimelineError(Exception):
@@ -70,8 +71,10 @@ def load(path: Path) -> pd.DataFrame:
     if path.suffix == ".parquet":
         return pd.read_parquet(path)
     if path.is_dir() and (path / "phases.parquet").is_file():
-        return pd.read_parquet(path / "phases.parquet")
-    if path.is_dir() and any(path.glob("steps.rank*.tsv")):
+        table = pd.read_parquet(path / "phases.parquet")
+        if len(table) or not any(path.glob("steps.rank*.tsv")):
+            return table
+    if path.is_dir() and any(path.glob("steps.rank*.tsv")):  # a run without a trace
         from analysis.collect import phase_intervals
         from traces.convert import run_id_of
         return phase_intervals(path, run_id_of(path))
@@ -277,14 +280,27 @@ def flows(found: cp.CriticalPath, pid_base: dict, tid_main: dict) -> pa.Array:
 # ------------------------------------------------------------------ export
 
 def export(paths: list[Path], out: Path, max_intervals: int = MAX_INTERVALS,
-           steps: tuple[int, int] | None = None, align: str = "auto") -> dict:
-    """Write the timeline; returns what otherData says, with the counts."""
-    tables = []
+           steps: tuple[int, int] | None = None, align: str = "auto",
+           keep_going: bool = False) -> dict:
+    """Write the timeline; returns what otherData says, with the counts.
+    With ``keep_going`` an input that cannot be read is listed under
+    ``skipped`` instead of stopping (the workflow's failed runs)."""
+    tables, skipped = [], []
     for path in paths:
-        table = load(Path(path))
-        if table.empty:
-            raise TimelineError(f"{path}: the phase table is empty")
+        try:
+            table = load(Path(path))
+            if table.empty:
+                raise TimelineError(f"{path}: the phase table is empty")
+        except TimelineError as exc:
+            if not keep_going:
+                raise
+            skipped.append(str(exc))
+            continue
         tables.append(table)
+    if not tables:
+        return _write(Path(out), {"generator": GENERATOR, "skipped": skipped, "runs": {},
+                                  "downsampled": None,
+                                  "counts": {"processes": 0, "slices": 0, "flows": 0}}, [])
     phases = pd.concat(tables, ignore_index=True)
     phases = phases[phases["end_ns"].notna() & phases["start_ns"].notna()]
     phases, note = window(phases, max_intervals, steps)
@@ -315,7 +331,7 @@ def export(paths: list[Path], out: Path, max_intervals: int = MAX_INTERVALS,
     meta = _metadata(phases, threads, pid_base, found)
     pieces, piece_pids = path_slices(found, pid_base)
     arrows = flows(found, pid_base, tid_main) if len(pieces) else pa.array([], pa.large_string())
-    other = {"generator": "ddl-compare analysis/timeline.py", "time_unit": "microseconds",
+    other = {"generator": GENERATOR, "time_unit": "microseconds",
              "runs": {r: {"pid_base": pid_base[r], "origin_ns": t0[r],
                           "clock_alignment": aligned.get(r, {"method": "trace"}),
                           "join": found.method.get(r),
@@ -324,17 +340,26 @@ def export(paths: list[Path], out: Path, max_intervals: int = MAX_INTERVALS,
              "counts": {"processes": len(meta["processes"]),
                         "slices": int(len(phases) + len(pieces)),
                         "flows": int(len(arrows) // 2)}}
-    out = Path(out)
+    other["skipped"] = skipped
+    return _write(Path(out), other, [slices(phases, pids, tids, 0),
+                                     slices(pieces, piece_pids, np.zeros(len(pieces), np.int64), 0),
+                                     arrows], meta["events"])
+
+
+def _write(out: Path, other: dict, chunks: list, meta: list | None = None) -> dict:
+    """The file, atomically: otherData, then the events (each Arrow chunk
+    already ends every event with a comma), the metadata events last."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     with open(tmp, "wb") as f:
         f.write(b'{"displayTimeUnit":"ms","otherData":')
         f.write(json.dumps(other).encode())
         f.write(b',"traceEvents":[\n')
-        f.write(_buffer(slices(phases, pids, tids, 0)))
-        f.write(_buffer(slices(pieces, piece_pids, np.zeros(len(pieces), np.int64), 0)))
-        f.write(_buffer(arrows))
-        f.write(",\n".join(json.dumps(e) for e in meta["events"]).encode())
+        for chunk in chunks:
+            f.write(_buffer(chunk))
+        f.write(",\n".join(json.dumps(e) for e in meta or [{"ph": "M", "name": "process_name",
+                                                            "pid": 0, "args": {"name": "empty"}}])
+                .encode())
         f.write(b"\n]}\n")
     tmp.replace(out)
     return other
@@ -395,6 +420,7 @@ def path_figure(found: cp.CriticalPath, folder: Path, joins: int = 6) -> Path:
     first = int(found.joins[found.joins["run_id"] == run_id]["join"].min()) + 1
     path = found.path[(found.path["run_id"] == run_id) & (found.path["kind"] != cp.UNTIMED)
                       & found.path["join"].between(first, first + joins - 1)]
+    path = path.astype({"start_ns": "int64", "end_ns": "int64", "rank": "int64"})
     start, end = path["start_ns"].min(), path["end_ns"].max()
     iv = found.intervals[(found.intervals["run_id"] == run_id)
                          & (found.intervals["end_ns"] > start) & (found.intervals["start_ns"] < end)]

@@ -80,12 +80,15 @@ def cmd_timeline(args) -> int:
             raise UserError(f"--steps {args.steps}: give two step numbers, A:B") from None
         steps = (first, last)
     try:
-        info = timeline.export(args.paths, Path(args.out), args.max_intervals, steps, args.align)
+        info = timeline.export(args.paths, Path(args.out), args.max_intervals, steps, args.align,
+                               args.keep_going)
     except timeline.TimelineError as exc:
         raise UserError(str(exc)) from None
     counts = info["counts"]
     print(f"{args.out}: {counts['processes']} processes, {counts['slices']} slices, "
           f"{counts['flows']} critical-path flows; open it in ui.perfetto.dev or chrome://tracing")
+    for skipped in info["skipped"]:
+        print(f"skipped: {skipped}", file=sys.stderr)
     for run_id, run in info["runs"].items():
         print(f"{run_id}: clocks {run['clock_alignment']['method']}, join {run['join']}")
     if info["downsampled"]:
@@ -132,6 +135,8 @@ def parser() -> argparse.ArgumentParser:
     line.add_argument("--steps", default=None, help="keep steps A:B (inclusive)")
     line.add_argument("--align", choices=["auto", "trace", "join"], default="auto",
                       help="clock alignment (default auto: join offsets across nodes)")
+    line.add_argument("--keep-going", action="store_true",
+                      help="skip an input that cannot be read (listed in the file), exit 0")
     line.set_defaults(fn=cmd_timeline)
     fetch = sub.add_parser("fetch-data", help="download and verify CIFAR-10")
     fetch.add_argument("dataset", choices=["cifar10"])

@@ -165,3 +165,10 @@ def test_bad_input_is_one_clear_line(tmp_path):
     (tmp_path / "empty").mkdir()
     done = ddlc("timeline", str(tmp_path / "empty"), "-o", str(tmp_path / "t.json"))
     assert done.returncode == 2 and "empty" in done.stderr and "Traceback" not in done.stderr
+    # The workflow's way: what cannot be read is listed, the file is written.
+    done = ddlc("timeline", str(tmp_path / "empty"), "-o", str(tmp_path / "t.json"),
+                "--keep-going")
+    assert done.returncode == 0 and "skipped" in done.stderr
+    doc = read_valid(tmp_path / "t.json")
+    assert doc["otherData"]["skipped"][0].startswith(str(tmp_path / "empty"))
+    assert doc["otherData"]["counts"]["slices"] == 0
