@@ -114,11 +114,7 @@ def main_intervals(steps: pd.DataFrame) -> pd.DataFrame:
     rank, step, phase, start_ns, end_ns, in time order per rank."""
     rows = steps[steps["phase"].isin(STEP_PHASES) & ~_is_collective(steps)]
     if "location" in rows and rows["location"].notna().any():
-        # The training loop's location is the one holding the rank's forward.
-        counts = rows[rows["phase"] == "forward"].groupby(
-            ["run_id", "rank", "location"], observed=True).size().rename("n").reset_index()
-        main = counts.sort_values("n").drop_duplicates(["run_id", "rank"], keep="last")
-        rows = rows.merge(main[["run_id", "rank", "location"]], on=["run_id", "rank", "location"])
+        rows = rows.merge(_loop_locations(steps), on=["run_id", "rank", "location"])
     rows = rows[["run_id", "rank", "step", "phase", "start_ns", "end_ns"]]
     rows = rows.sort_values(["run_id", "rank", "start_ns", "end_ns"],
                             ascending=[True, True, True, False], kind="stable")
@@ -126,6 +122,20 @@ def main_intervals(steps: pd.DataFrame) -> pd.DataFrame:
     rows = rows.copy()
     rows["start_ns"] = np.maximum(rows["start_ns"].to_numpy(), _previous_end(rows))
     return rows.reset_index(drop=True)
+
+
+def _loop_locations(steps: pd.DataFrame) -> pd.DataFrame:
+    """(run_id, rank, location) of each rank's training loop: the location
+    holding its step intervals (our OTF2, PyTorch's ProfilerStep), else its
+    forward, else most of its step phases (not a GPU stream's kernels, which
+    come after the steps)."""
+    keys = ["run_id", "rank", "location"]
+    counts = steps.assign(
+        weight=np.select([steps["phase"] == "step", steps["phase"] == "forward",
+                          steps["phase"].isin(STEP_PHASES)], [1e12, 1e6, 1], 0)
+    ).groupby(keys, observed=True)["weight"].sum().rename("n").reset_index()
+    counts = counts[counts["n"] > 0]
+    return counts.sort_values("n").drop_duplicates(["run_id", "rank"], keep="last")[keys]
 
 
 def _groups(rows: pd.DataFrame) -> list[tuple[int, int]]:
@@ -198,7 +208,8 @@ def analyse(phases: pd.DataFrame, runs: pd.DataFrame | None = None) -> CriticalP
     problems = {}
     for run_id, run_joins in table.groupby("run_id", sort=True):
         mine = intervals[intervals["run_id"] == run_id]
-        for name, frame in _one_run(run_id, mine, run_joins).items():
+        join_phase = "backward" if kinds[run_id] == "backward" else "grad_comm"
+        for name, frame in _one_run(run_id, mine, run_joins, join_phase).items():
             parts[name].append(frame)
     for run_id in set(intervals["run_id"]) - set(table["run_id"]):
         problems[run_id] = "no step that every rank joined"
@@ -210,7 +221,8 @@ def analyse(phases: pd.DataFrame, runs: pd.DataFrame | None = None) -> CriticalP
     return CriticalPath(intervals=intervals, method=kinds, problems=problems, **frames)
 
 
-def _one_run(run_id: str, intervals: pd.DataFrame, run_joins: pd.DataFrame) -> dict:
+def _one_run(run_id: str, intervals: pd.DataFrame, run_joins: pd.DataFrame,
+             join_phase: str) -> dict:
     entry = run_joins.pivot(index="step", columns="rank", values="entry_ns")
     exit_ = run_joins.pivot(index="step", columns="rank", values="exit_ns")
     ranks, steps = entry.columns.to_numpy(), entry.index.to_numpy()
@@ -257,7 +269,7 @@ def _one_run(run_id: str, intervals: pd.DataFrame, run_joins: pd.DataFrame) -> d
                             "dur_ns": time[windows_at, critical, CAUSES.index(UNTIMED)]})
     leave = exit_[np.arange(n_joins), critical[1:]]
     comm = pd.DataFrame({"join": windows_at[:-1], "step": steps, "rank": ranks[late],
-                         "phase": "grad_comm", "kind": COMMUNICATION, "start_ns": last_entry,
+                         "phase": join_phase, "kind": COMMUNICATION, "start_ns": last_entry,
                          "end_ns": np.maximum(leave, last_entry)})
     path = pd.concat([*path, comm], ignore_index=True)
     path["dur_ns"] = path["end_ns"] - path["start_ns"]

@@ -132,3 +132,20 @@ def test_real_scorep_horovod_trace(tmp_path):
                                          "framework": "horovod-torch", "world_size": 2,
                                          "setting": "imported"}]), phases).sentences) == 1
     assert span > 0
+
+
+@pytest.mark.skipif(not (REAL / "kineto-tb-resnet50-numworkers0").exists(),
+                    reason="shared fixtures absent")
+def test_real_single_rank_profiler_trace():
+    """One rank of a PyTorch profiler trace: no waiting, and the path is its
+    steps end to end (the ProfilerStep intervals)."""
+    from traces.convert import convert
+    from traces.rules import PhaseRules, RULES_FILE
+    table, _, _ = convert([REAL / "kineto-tb-resnet50-numworkers0"], PhaseRules(RULES_FILE), "k")
+    phases = table.to_pandas()
+    found = cp.analyse(phases)
+    assert found.method == {"k": "backward"}
+    assert (found.joins["wait_ns"] == 0).all() and found.causes["waited_ns"].sum() == 0
+    steps = phases[phases["phase"] == "step"]
+    assert found.path["dur_ns"].sum() == pytest.approx(steps["dur_ns"].sum(), rel=0.01)
+    assert set(found.path["rank"]) == {0}
