@@ -141,7 +141,8 @@ def test_real_single_rank_profiler_trace():
     steps end to end (the ProfilerStep intervals)."""
     from traces.convert import convert
     from traces.rules import PhaseRules, RULES_FILE
-    table, _, _ = convert([REAL / "kineto-tb-resnet50-numworkers0"], PhaseRules(RULES_FILE), "k")
+    trace = REAL / "kineto-tb-resnet50-numworkers0" / "worker0.pt.trace.json.gz"
+    table, _, _ = convert([trace], PhaseRules(RULES_FILE), "k")
     phases = table.to_pandas()
     found = cp.analyse(phases)
     assert found.method == {"k": "backward"}
