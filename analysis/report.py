@@ -18,8 +18,8 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from analysis import (accuracy, bottlenecks, cells, followup, humanize, network_limit, stats,
-                      summary)
+from analysis import (accuracy, bottlenecks, cells, explain, followup, humanize, network_limit,
+                      stats, summary)
 from analysis import compression as compression_table
 from analysis import page
 from analysis.page import Context, Section
@@ -339,6 +339,9 @@ SECTIONS = [
             lambda c: frameworks_section(c.design)),
     Section("gate", "Same model everywhere", lambda c: gate_section(c.tables)),
     Section("bottlenecks", "Bottlenecks", lambda c: bottlenecks_section(c.findings)),
+    Section("critical-path", "Critical path and causes of waiting", lambda c: explained(c, 0)),
+    Section("what-if", "What-if, calibrated and checked", lambda c: explained(c, 1)),
+    Section("trace-diff", "Trace diff across frameworks", lambda c: explained(c, 2)),
     Section("network", "Network bandwidth limit", network_limit.section),
     Section("statistics", "Design statistics", lambda c: statistics_section(c.design, c.runs)),
     Section("accuracy", "Accuracy", lambda c: accuracy_section(c.runs, c.figures)),
@@ -386,6 +389,21 @@ def write_summary(ctx: Context, out: Path) -> None:
         name=ctx.design.name, summary=result,
         tables={n: humanize.frame(t).to_markdown(index=False) for n, t in tables.items()})
     write_text(out.parent / "summary.md", text)
+
+
+def explained(ctx: Context, index: int) -> str:
+    """One of the sections that explain a step (analysis/explain.py: critical
+    path and causes of waiting, the calibrated what-if, the trace diff),
+    computed once for the three."""
+    if "explain" not in ctx.extra:
+        ctx.extra["explain"] = explain.sections(ctx.runs, ctx.tables)
+    found = ctx.extra["explain"]
+    if index >= len(found):
+        return "<p><em>No phase table in these tables: nothing to explain.</em></p>"
+    part = found[index]
+    return "".join([page.sentences(part.sentences),
+                    *(page.figure(p, part.title) for p in part.figures),
+                    *(page.table(t, caption=c) for c, t in part.tables.items() if len(t))])
 
 
 def build(design: Design, tables: Path, out: Path) -> Path:

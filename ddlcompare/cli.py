@@ -5,6 +5,7 @@
     ddlc collect / ddlc report           results tables; the HTML report
     ddlc follow-up                       the second stage's design from the first's tables
     ddlc two-stage                       run the design, then its follow-up (one command)
+    ddlc timeline RUN_DIR... -o F.json   one merged Chrome/Perfetto trace of all ranks
     ddlc fetch-data cifar10              download CIFAR-10 (needs internet)
 """
 from __future__ import annotations
@@ -135,6 +136,34 @@ def cmd_two_stage(args) -> int:
                            f"results={args.results}"]).returncode
 
 
+def cmd_timeline(args) -> int:
+    from analysis import timeline
+    steps = None
+    if args.steps:
+        try:
+            first, last = (int(v) for v in args.steps.split(":"))
+        except ValueError:
+            raise UserError(f"--steps {args.steps}: give two step numbers, A:B") from None
+        steps = (first, last)
+    try:
+        info = timeline.export(args.paths, Path(args.out), args.max_intervals, steps, args.align,
+                               args.keep_going)
+    except timeline.TimelineError as exc:
+        raise UserError(str(exc)) from None
+    counts = info["counts"]
+    print(f"{args.out}: {counts['processes']} processes, {counts['slices']} slices, "
+          f"{counts['flows']} critical-path flows; open it in ui.perfetto.dev or chrome://tracing")
+    for skipped in info["skipped"]:
+        print(f"skipped: {skipped}", file=sys.stderr)
+    for run_id, run in info["runs"].items():
+        print(f"{run_id}: clocks {run['clock_alignment']['method']}, join {run['join']}")
+    if info["downsampled"]:
+        d = info["downsampled"]
+        print(f"downsampled: steps {d['steps'][0]}-{d['steps'][1]} of {d['of_steps'][0]}-"
+              f"{d['of_steps'][1]} ({d['intervals']} of {d['of_intervals']} intervals)")
+    return 0
+
+
 def cmd_fetch_data(args) -> int:
     from frameworks import data
     folder = data.fetch_cifar10(args.data_dir)
@@ -177,6 +206,17 @@ def parser() -> argparse.ArgumentParser:
     two.add_argument("--results", default="results")
     two.add_argument("snakemake", nargs="*",
                      help="options passed to snakemake, after -- (e.g. -- --cores 2)")
+    line = sub.add_parser("timeline", help="one clock-aligned Chrome trace JSON of all ranks")
+    line.add_argument("paths", nargs="+", type=Path, metavar="RUN_DIR_OR_TRACE")
+    line.add_argument("-o", "--out", required=True, help="the JSON file to write")
+    line.add_argument("--max-intervals", type=int, default=400_000,
+                      help="above this, keep a window of steps (default 400000)")
+    line.add_argument("--steps", default=None, help="keep steps A:B (inclusive)")
+    line.add_argument("--align", choices=["auto", "trace", "join"], default="auto",
+                      help="clock alignment (default auto: join offsets across nodes)")
+    line.add_argument("--keep-going", action="store_true",
+                      help="skip an input that cannot be read (listed in the file), exit 0")
+    line.set_defaults(fn=cmd_timeline)
     fetch = sub.add_parser("fetch-data", help="download and verify CIFAR-10")
     fetch.add_argument("dataset", choices=["cifar10"])
     fetch.add_argument("--data-dir", default=None)

@@ -9,6 +9,7 @@ localrules:
     figures,
     model_gate,
     import_traces,
+    timeline,
     report,
 
 
@@ -124,10 +125,35 @@ rule probe:
         " > {log:q} 2>&1"
 
 
+# One merged Chrome/Perfetto trace of each framework's largest run (first
+# replication), its critical path marked (analysis/timeline.py).
+LARGEST = {}
+for _r in sorted(RUNS, key=lambda r: (-r.world_size, r.rep)):
+    LARGEST.setdefault(_r.config["framework"], _r)
+
+
+rule timeline:
+    input:
+        [RESULTS / r.path / "phases.parquet" for r in LARGEST.values()],
+    output:
+        TABLES / "timeline.json",
+    log:
+        TABLES / "logs" / "timeline.log",
+    params:
+        python=PYTHON,
+        runs=[RESULTS / r.path for r in LARGEST.values()],
+    conda:
+        "../envs/torch.yaml"
+    shell:
+        "{params.python:q} -m ddlcompare.cli timeline {params.runs:q} -o {output:q} --keep-going"
+        " > {log:q} 2>&1"
+
+
 rule report:
     input:
         rules.collect.output,
         [TABLES / "probe" / f"{name}.json" for name in PROBES],
+        rules.timeline.output,
         rules.figures.output,
         rules.model_gate.output,
         [rules.import_traces.output] if IMPORTED else [],

@@ -1,0 +1,23 @@
+"""Why a step took as long as it did: the report's sections of issue 18
+(critical path and causes of waiting, the calibrated what-if, the trace
+diff), read from the tables folder once."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import critical_path, trace_diff, whatif
+from analysis.section import Section
+
+
+def sections(runs: pd.DataFrame, tables: Path) -> list[Section]:
+    """The sections, each from the runs' converted traces where they have
+    step phases, else their phase recorder's intervals."""
+    tables = Path(tables)
+    phases = critical_path.phase_table(tables)
+    if phases.empty:
+        return [Section("Critical path and causes of waiting",
+                        ["No phase table in these tables: nothing to explain."])]
+    return [critical_path.section(runs, phases, tables / "figures"),
+            whatif.section(runs, phases, tables), trace_diff.section(runs, phases)]

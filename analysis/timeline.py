@@ -1,0 +1,449 @@
+"""One merged, clock-aligned timeline of all ranks, in the Chrome trace JSON
+that Perfetto (ui.perfetto.dev) and chrome://tracing open.
+
+    ./ddlc timeline RUN_DIR_OR_TABLE... -o timeline.json [--steps A:B]
+                    [--max-intervals N] [--align auto|trace|join]
+
+What goes in:
+
+- a process per rank of each run (named run, node and rank), a thread per
+  location (training loop, comm streams, ...);
+- every interval of the phase table as a complete slice named by its phase
+  (region, step, collective and bytes in its args); collectives have
+  category ``collective``;
+- the critical path (analysis/critical_path.py) as its own process per run
+  (the path's pieces as slices) and as flow arrows from the last rank to
+  arrive at each join to the rank whose work comes next;
+- ``otherData``: the clock alignment used, per rank, and what was left out.
+
+Inputs: a run folder (its converted ``phases.parquet``, else its phase
+recorder's ``steps.rank<r>.tsv``; any trace it holds is converted when
+neither is there), a ``phases.parquet``, or any trace file the converter
+reads (Score-P, Horovod Timeline, PyTorch profiler): imported traces go out
+the same way.
+
+Clocks. Our OTF2 traces are on each node's wall clock, the phase recorder
+on each node's monotonic clock: one clock per node. ``--align join`` shifts
+each rank so that its median exit from the joins (the ranks leave an N x N
+collective together, within its latency) matches rank 0's; ``auto`` does so
+when the ranks run on more than one node (or the node is unknown and the
+measured offsets exceed ALIGN_THRESHOLD_NS), else keeps the trace's clocks.
+The offsets measured are written either way.
+
+Size: above ``--max-intervals`` (default MAX_INTERVALS, a file of about
+80 MB that Perfetto's UI opens) a window of consecutive steps from the
+middle of the run is kept, and otherData says which.
+
+The slices are written as one Arrow string column (formatted in C by
+pyarrow's compute kernels, no Python per interval), so a million intervals
+export in seconds.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from analysis import critical_path as cp
+
+MAX_INTERVALS = 400_000
+ALIGN_THRESHOLD_NS = 1_000_000
+PATH_PID = 999  # the critical path's process within a run's block of pids
+PIDS_PER_RUN = 1000
+GENERATOR = "ddl-compare analysis/timeline.py"
+
+
+class TimelineError(Exception):
+    """An input that cannot go into the timeline; the message names it."""
+
+
+# ------------------------------------------------------------------ inputs
+
+def load(path: Path) -> pd.DataFrame:
+    """The phase table a path stands for (see the module's docstring)."""
+    path = Path(path)
+    if not path.exists():
+        raise TimelineError(f"{path}: no such file or directory")
+    if path.suffix == ".parquet":
+        return pd.read_parquet(path)
+    if path.is_dir() and (path / "phases.parquet").is_file():
+        table = pd.read_parquet(path / "phases.parquet")
+        if len(table) or not any(path.glob("steps.rank*.tsv")):
+            return table
+    if path.is_dir() and any(path.glob("steps.rank*.tsv")):  # a run without a trace
+        from analysis.collect import phase_intervals
+        from traces.convert import run_id_of
+        return phase_intervals(path, run_id_of(path))
+    from traces.convert import convert
+    from traces.rules import RULES_FILE, PhaseRules
+    table, _, errors = convert([path], PhaseRules(RULES_FILE))
+    if table.num_rows == 0:
+        why = "; ".join(errors) or "no phase table, recorder table or trace in it"
+        raise TimelineError(f"{path}: {why}")
+    return table.to_pandas()
+
+
+# ------------------------------------------------------------------ clocks
+
+def join_offsets(found: cp.CriticalPath) -> pd.DataFrame:
+    """Per run and rank: how far its median join exit lies after rank 0's
+    (the lowest rank's), in ns."""
+    if found.joins.empty:
+        return pd.DataFrame(columns=["run_id", "rank", "offset_ns"])
+    joins = found.joins
+    lowest = joins.groupby("run_id")["rank"].transform("min")
+    ref = joins[joins["rank"] == lowest].set_index(["run_id", "join"])["exit_ns"]
+    diff = joins["exit_ns"] - ref.reindex(pd.MultiIndex.from_arrays(
+        [joins["run_id"], joins["join"]])).to_numpy()
+    offsets = diff.groupby([joins["run_id"], joins["rank"]]).median().round().astype(np.int64)
+    return offsets.rename("offset_ns").reset_index()
+
+
+def alignment(phases: pd.DataFrame, found: cp.CriticalPath, method: str) -> dict:
+    """{run_id: {"method": ..., "offsets_ns": {rank: ns subtracted}}}"""
+    offsets = join_offsets(found)
+    out = {}
+    for run_id in phases["run_id"].unique():
+        mine = offsets[offsets["run_id"] == run_id].set_index("rank")["offset_ns"]
+        nodes = phases.loc[phases["run_id"] == run_id, "node"].dropna().nunique() \
+            if "node" in phases else 0
+        chosen = method
+        if method == "auto":
+            far = len(mine) and mine.abs().max() > ALIGN_THRESHOLD_NS
+            chosen = "join" if nodes > 1 or (nodes == 0 and far) else "trace"
+        applied = {int(r): int(v) for r, v in mine.items()} if chosen == "join" else {}
+        out[str(run_id)] = {
+            "method": chosen,
+            "description": ("each rank shifted so that its median exit from the joins matches "
+                            "the lowest rank's" if chosen == "join" else
+                            "the trace's own clocks: each node's wall clock (OTF2) or monotonic "
+                            "clock (phase recorder), one clock per node"),
+            "nodes": int(nodes),
+            "offsets_ns": applied,
+            "measured_join_offsets_ns": {int(r): int(v) for r, v in mine.items()}}
+    return out
+
+
+def _offsets(aligned: dict, origin: dict | None = None) -> dict:
+    """{run: {rank: ns to subtract}} (rank None: every rank) from the
+    alignment, plus each run's origin."""
+    return {r: {**{k: v + (origin or {}).get(r, 0) for k, v in info["offsets_ns"].items()},
+                None: (origin or {}).get(r, 0)} for r, info in aligned.items()}
+
+
+def _shift(frame: pd.DataFrame, offsets: dict, columns: tuple[str, ...]) -> pd.DataFrame:
+    """frame with ``columns`` moved back by each run's and rank's offset;
+    run_id as text."""
+    frame = frame.assign(run_id=frame["run_id"].astype(str))
+    if frame.empty:
+        return frame
+    shift = np.zeros(len(frame), dtype=np.int64)
+    runs = frame["run_id"].to_numpy()
+    ranks = frame["rank"].to_numpy()
+    for run_id, per_rank in offsets.items():
+        mine = runs == run_id
+        shift[mine] = per_rank.get(None, 0)
+        for rank, offset in per_rank.items():
+            if rank is not None:
+                shift[mine & (ranks == rank)] = offset
+    for column in columns:
+        frame[column] = frame[column].to_numpy(np.int64) - shift
+    return frame
+
+
+# ---------------------------------------------------------------- sampling
+
+def window(phases: pd.DataFrame, max_intervals: int, steps: tuple[int, int] | None) -> tuple:
+    """(rows kept, note): all rows when they fit, else consecutive steps
+    from the middle of each run (rows outside steps are then left out)."""
+    if steps is None and len(phases) <= max_intervals:
+        return phases, None
+    step = phases["step"]
+    if steps is None:
+        counts = phases.groupby(step.dropna().astype(np.int64)).size().sort_index()
+        n_steps = max(1, int(len(counts) * max_intervals / max(len(phases), 1)))
+        while n_steps > 1 and counts.rolling(n_steps).sum().max() > max_intervals:
+            n_steps -= 1
+        middle = max(0, (len(counts) - n_steps) // 2)
+        steps = (int(counts.index[middle]), int(counts.index[middle + n_steps - 1]))
+    kept = phases[(step >= steps[0]) & (step <= steps[1])]
+    note = {"steps": list(steps), "of_steps": [int(step.min()), int(step.max())],
+            "intervals": int(len(kept)), "of_intervals": int(len(phases)),
+            "why": f"more than {max_intervals} intervals: a window of consecutive steps from "
+                   f"the middle of the run; rows outside steps (init, eval) left out"}
+    return kept, note
+
+
+# ------------------------------------------------------------------ events
+
+def _micros(ns: np.ndarray) -> pa.Array:
+    """Nanoseconds as microseconds with three decimals, exactly."""
+    whole = pa.array(ns // 1000).cast(pa.large_string())
+    frac = pc.utf8_lpad(pa.array(ns % 1000).cast(pa.large_string()), 3, "0")
+    return _join(whole, ".", frac)
+
+
+def _join(*parts) -> pa.Array:
+    """Arrays and strings joined element-wise into large strings."""
+    parts = [pa.scalar(p, pa.large_string()) if isinstance(p, str) else p for p in parts]
+    return pc.binary_join_element_wise(*parts, pa.scalar("", pa.large_string()))
+
+
+def _ints(values) -> pa.Array:
+    return pa.array(np.asarray(values, dtype=np.int64)).cast(pa.large_string())
+
+
+def slices(phases: pd.DataFrame, pids: np.ndarray, tids: np.ndarray, t0: int) -> pa.Array:
+    """One JSON object per interval, each followed by ",\n". The text that
+    depends on names only (phase, region, collective) is formatted once per
+    distinct combination; numbers are formatted by Arrow's kernels."""
+    start = phases["start_ns"].to_numpy(np.int64)
+    region = phases["region"] if "region" in phases else phases["phase"]
+    coll = phases["collective"] if "collective" in phases else pd.Series(None, index=phases.index)
+    names = pd.DataFrame({"phase": phases["phase"].astype("string"),
+                          "region": region.astype("string"), "collective": coll.astype("string")})
+    codes, combos = pd.MultiIndex.from_frame(names.fillna("\0")).factorize()
+    heads = [_head(*(None if v == "\0" else v for v in combo)) for combo in combos]
+    head = pa.array(heads, pa.large_string()).take(pa.array(codes))
+    step = phases["step"]
+    parts = [head, '"step":',
+             pc.if_else(pa.array(step.isna().to_numpy()), "null", _ints(step.fillna(-1)))]
+    if "bytes" in phases and coll.notna().any():
+        nbytes = phases["bytes"].astype("Float64")
+        sized = _join(',"bytes":', _ints(nbytes.fillna(-1).astype("int64")))
+        parts.append(pc.if_else(pa.array((coll.notna() & nbytes.notna()).to_numpy()), sized,
+                                pa.scalar("", pa.large_string())))
+    return _join(*parts, '},"pid":', _ints(pids), ',"tid":', _ints(tids), ',"ts":',
+                 _micros(start - t0), ',"dur":',
+                 _micros(phases["end_ns"].to_numpy(np.int64) - start), '},\n')
+
+
+def _head(phase: str, region: str | None, collective: str | None) -> str:
+    """The start of a slice's JSON up to its args' numbers (keys in any order
+    are valid JSON; the viewers read them by name)."""
+    args = {"region": region or phase, **({"collective": collective} if collective else {})}
+    category = "collective" if collective else "phase"
+    return (f'{{"ph":"X","name":{json.dumps(phase)},"cat":"{category}",'
+            f'"args":{json.dumps(args)[:-1]},')
+
+
+def _buffer(strings: pa.Array) -> memoryview:
+    """The bytes of a large_string array, all its values back to back."""
+    strings = pa.concat_arrays([strings]) if strings.offset else strings
+    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int64)
+    data = strings.buffers()[2]
+    if data is None:
+        return memoryview(b"")
+    return memoryview(data)[offsets[0]:offsets[len(strings)]]
+
+
+def path_slices(found: cp.CriticalPath, pid_base: dict) -> tuple[pd.DataFrame, np.ndarray]:
+    """The critical path's pieces as rows for :func:`slices`, on a process
+    of their own per run (named "rank r phase"), and their pids."""
+    path = found.path[found.path["kind"] != cp.UNTIMED]
+    rows = pd.DataFrame({
+        "run_id": path["run_id"], "rank": path["rank"], "step": path["step"],
+        "phase": "rank " + path["rank"].astype(str) + " " + path["phase"].astype(str),
+        "region": path["kind"], "start_ns": path["start_ns"].astype(np.int64),
+        "end_ns": path["end_ns"].astype(np.int64)})
+    return rows, rows["run_id"].map(pid_base).to_numpy() + PATH_PID
+
+
+def flows(found: cp.CriticalPath, pid_base: dict, tid_main: dict) -> pa.Array:
+    """An arrow per join, from the last rank in to the rank whose work comes
+    next, drawn at the middle of the communication proper: both ranks are
+    then inside their join's slice, which the viewers bind the arrow to."""
+    path = found.path
+    comm = path[path["kind"] == cp.COMMUNICATION].sort_values(["run_id", "join"])
+    # The rank of each window's first piece is the rank the path goes on on.
+    first = path[path["kind"] != cp.COMMUNICATION].sort_values(["run_id", "join"]) \
+        .drop_duplicates(["run_id", "join"]).set_index(["run_id", "join"])["rank"]
+    after = first.reindex(pd.MultiIndex.from_arrays([comm["run_id"], comm["join"] + 1]))
+    leave = np.where(after.isna(), comm["rank"], after.fillna(-1)).astype(np.int64)
+    base = comm["run_id"].map(pid_base).to_numpy()
+    ts = (comm["start_ns"].to_numpy(np.int64) + comm["end_ns"].to_numpy(np.int64)) // 2
+    tid = [tid_main[(r, int(k))] for r, k in zip(comm["run_id"], comm["rank"])]
+    tid_out = [tid_main[(r, int(k))] for r, k in zip(comm["run_id"], leave)]
+    ids = _ints(np.arange(len(comm)))
+    head = ['{"name":"critical path","cat":"critical_path","id":', ids, ',"ts":', _micros(ts)]
+    out = _join(*head, ',"ph":"s","pid":', _ints(base + comm["rank"].to_numpy() + 1),
+                ',"tid":', _ints(tid), '},\n')
+    into = _join(*head, ',"ph":"f","bp":"e","pid":', _ints(base + leave + 1), ',"tid":',
+                 _ints(tid_out), '},\n')
+    return pa.concat_arrays([out, into])
+
+
+# ------------------------------------------------------------------ export
+
+def export(paths: list[Path], out: Path, max_intervals: int = MAX_INTERVALS,
+           steps: tuple[int, int] | None = None, align: str = "auto",
+           keep_going: bool = False) -> dict:
+    """Write the timeline; returns what otherData says, with the counts.
+    With ``keep_going`` an input that cannot be read is listed under
+    ``skipped`` instead of stopping (the workflow's failed runs)."""
+    tables, skipped = [], []
+    for path in paths:
+        try:
+            table = load(Path(path))
+            if table.empty:
+                raise TimelineError(f"{path}: the phase table is empty")
+        except TimelineError as exc:
+            if not keep_going:
+                raise
+            skipped.append(str(exc))
+            continue
+        tables.append(table)
+    if not tables:
+        return _write(Path(out), {"generator": GENERATOR, "skipped": skipped, "runs": {},
+                                  "downsampled": None,
+                                  "counts": {"processes": 0, "slices": 0, "flows": 0}}, [])
+    phases = pd.concat(tables, ignore_index=True)
+    phases = phases[phases["end_ns"].notna() & phases["start_ns"].notna()]
+    phases, note = window(phases, max_intervals, steps)
+    found = cp.analyse(phases)
+    aligned = alignment(phases, found, align)
+    phases = _shift(phases, _offsets(aligned), ("start_ns", "end_ns"))
+    # Each run starts at 0, so that runs laid side by side compare.
+    run_ids = [str(r) for r in pd.unique(phases["run_id"].astype(str))]
+    pid_base = {r: PIDS_PER_RUN * (i + 1) for i, r in enumerate(run_ids)}
+    t0 = {r: int(phases.loc[phases["run_id"].astype(str) == r, "start_ns"].min())
+          for r in run_ids}
+    phases = _shift(phases, {r: {None: t} for r, t in t0.items()}, ("start_ns", "end_ns"))
+    moved = _offsets(aligned, t0)
+    found.joins = _shift(found.joins, moved, ("entry_ns", "exit_ns"))
+    timed = found.path[found.path["kind"] != cp.UNTIMED]
+    found.path = _shift(timed, moved, ("start_ns", "end_ns"))
+
+    location = phases["location"].astype("string").fillna("main") if "location" in phases \
+        else pd.Series("main", index=phases.index, dtype="string")
+    keys = pd.DataFrame({"run_id": phases["run_id"].astype(str), "rank": phases["rank"],
+                         "location": location})
+    threads = keys.drop_duplicates().reset_index(drop=True)
+    threads["tid"] = threads.groupby(["run_id", "rank"]).cumcount()
+    tids = keys.merge(threads, on=["run_id", "rank", "location"], how="left")["tid"].to_numpy()
+    pids = phases["run_id"].astype(str).map(pid_base).to_numpy() + phases["rank"].to_numpy() + 1
+    tid_main = _main_threads(threads, phases, location)
+
+    meta = _metadata(phases, threads, pid_base, found)
+    pieces, piece_pids = path_slices(found, pid_base)
+    arrows = flows(found, pid_base, tid_main) if len(pieces) else pa.array([], pa.large_string())
+    other = {"generator": GENERATOR, "time_unit": "microseconds",
+             "runs": {r: {"pid_base": pid_base[r], "origin_ns": t0[r],
+                          "clock_alignment": aligned.get(r, {"method": "trace"}),
+                          "join": found.method.get(r),
+                          "no_critical_path": found.problems.get(r)} for r in run_ids},
+             "downsampled": note,
+             "counts": {"processes": len(meta["processes"]),
+                        "slices": int(len(phases) + len(pieces)),
+                        "flows": int(len(arrows) // 2)}}
+    other["skipped"] = skipped
+    return _write(Path(out), other, [slices(phases, pids, tids, 0),
+                                     slices(pieces, piece_pids, np.zeros(len(pieces), np.int64), 0),
+                                     arrows], meta["events"])
+
+
+def _write(out: Path, other: dict, chunks: list, meta: list | None = None) -> dict:
+    """The file, atomically: otherData, then the events (each Arrow chunk
+    already ends every event with a comma), the metadata events last."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(b'{"displayTimeUnit":"ms","otherData":')
+        f.write(json.dumps(other).encode())
+        f.write(b',"traceEvents":[\n')
+        for chunk in chunks:
+            f.write(_buffer(chunk))
+        f.write(",\n".join(json.dumps(e) for e in meta or [{"ph": "M", "name": "process_name",
+                                                            "pid": 0, "args": {"name": "empty"}}])
+                .encode())
+        f.write(b"\n]}\n")
+    tmp.replace(out)
+    return other
+
+
+def _main_threads(threads: pd.DataFrame, phases: pd.DataFrame, location: pd.Series) -> dict:
+    """(run, rank) -> tid of its training loop (the location holding forward)."""
+    forward = phases["phase"].astype(str) == "forward"
+    counts = pd.DataFrame({"run_id": phases["run_id"].astype(str)[forward],
+                           "rank": phases["rank"][forward], "location": location[forward]})
+    best = counts.value_counts().reset_index().drop_duplicates(["run_id", "rank"])
+    best = best.merge(threads, on=["run_id", "rank", "location"])
+    out = {(r, int(k)): int(t) for r, k, t in zip(best["run_id"], best["rank"], best["tid"])}
+    for r, k in zip(threads["run_id"], threads["rank"]):
+        out.setdefault((r, int(k)), 0)
+    return out
+
+
+def _metadata(phases, threads, pid_base, found) -> dict:
+    """Process and thread names, sorted by rank."""
+    nodes = {}
+    if "node" in phases:
+        first = phases.dropna(subset=["node"]).drop_duplicates(["run_id", "rank"])
+        nodes = {(str(r), int(k)): n for r, k, n in zip(first["run_id"], first["rank"],
+                                                        first["node"])}
+    events, processes = [], set()
+    for row in threads.itertuples():
+        pid = pid_base[row.run_id] + int(row.rank) + 1
+        if pid not in processes:
+            processes.add(pid)
+            node = nodes.get((row.run_id, int(row.rank)))
+            name = f"{row.run_id} rank {row.rank}" + (f" ({node})" if node else "")
+            events += [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}},
+                       {"ph": "M", "name": "process_sort_index", "pid": pid,
+                        "args": {"sort_index": pid}}]
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": int(row.tid),
+                       "args": {"name": str(row.location)}})
+    for run_id in set(found.path["run_id"]) if len(found.path) else ():
+        pid = pid_base[run_id] + PATH_PID
+        processes.add(pid)
+        events += [{"ph": "M", "name": "process_name", "pid": pid,
+                    "args": {"name": f"{run_id} critical path"}},
+                   {"ph": "M", "name": "process_sort_index", "pid": pid,
+                    "args": {"sort_index": pid_base[run_id]}}]
+    return {"events": events, "processes": processes}
+
+
+# ------------------------------------------------------------ report panel
+
+def path_figure(found: cp.CriticalPath, folder: Path, joins: int = 6) -> Path:
+    """The per-rank timeline of a few joins of the first run with the most
+    ranks, the critical path drawn over it in black."""
+    from plotnine import aes, geom_segment, ggplot, labs, scale_color_manual, theme, theme_bw
+
+    from analysis.figures import PHASE_COLORS
+    ranks = found.joins.groupby("run_id")["rank"].nunique()
+    run_id = ranks.idxmax()
+    first = int(found.joins[found.joins["run_id"] == run_id]["join"].min()) + 1
+    path = found.path[(found.path["run_id"] == run_id) & (found.path["kind"] != cp.UNTIMED)
+                      & found.path["join"].between(first, first + joins - 1)]
+    path = path.astype({"start_ns": "int64", "end_ns": "int64", "rank": "int64"})
+    start, end = path["start_ns"].min(), path["end_ns"].max()
+    iv = found.intervals[(found.intervals["run_id"] == run_id)
+                         & (found.intervals["end_ns"] > start) & (found.intervals["start_ns"] < end)]
+    data = iv.assign(start_ms=(iv["start_ns"] - start) / 1e6, end_ms=(iv["end_ns"] - start) / 1e6,
+                     y=iv["rank"].astype(float), phase=iv["phase"].astype(str))
+    marks = path.assign(start_ms=(path["start_ns"] - start) / 1e6,
+                        end_ms=(path["end_ns"] - start) / 1e6, y=path["rank"] + 0.3)
+    jumps = marks.sort_values("start_ms")
+    jumps = pd.DataFrame({"x": jumps["end_ms"].to_numpy()[:-1], "y": jumps["y"].to_numpy()[:-1],
+                          "yend": jumps["y"].to_numpy()[1:]})
+    plot = (ggplot()
+            + geom_segment(aes(x="start_ms", xend="end_ms", y="y", yend="y", color="phase"),
+                           data=data, size=6)
+            + geom_segment(aes(x="start_ms", xend="end_ms", y="y", yend="y"), data=marks,
+                           size=1.2, color="black")
+            + geom_segment(aes(x="x", xend="x", y="y", yend="yend"), data=jumps,
+                           size=0.6, color="black")
+            + scale_color_manual(values=PHASE_COLORS)
+            + labs(title=f"Critical path (black) over {joins} steps of {run_id}",
+                   x="time since the window's start (ms)", y="rank")
+            + theme_bw() + theme(figure_size=(9, 2 + 0.4 * ranks.max())))
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "critical_path.png"
+    plot.save(out, dpi=100, verbose=False)
+    return out

@@ -1,0 +1,97 @@
+"""The step-time model on studies built with known latency, bandwidth, batch
+scaling and stragglers: it recovers them, its held-out checks come out
+exact where the model holds, and the what-ifs replay the steps as built."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import critical_path as cp
+from analysis import whatif
+from phase_tables import constructed
+
+ALPHA, BETA, NBYTES = 50e-6, 1e-9, 4_000_000  # s, s/byte, bytes per rank and step
+
+
+def ring_ms(p, rate_mbit=None):
+    wire = 0 if rate_mbit is None else 8 / (rate_mbit * 1e6)
+    return (2 * (p - 1) * ALPHA + 2 * (p - 1) / p * NBYTES * (BETA + wire)) * 1e3
+
+
+def study(scales):
+    """Runs at (processes, batch, rate) with those comm times, 10 steps each."""
+    phases, runs = [], []
+    for n, (p, batch, rate) in enumerate(scales):
+        run_id = f"r{n}"
+        phases.append(constructed(world=p, steps=10, comm_ms=ring_ms(p, rate), run_id=run_id,
+                                  scale=batch / 64))
+        runs.append({"run_id": run_id, "status": "ok", "framework": "horovod-torch",
+                     "world_size": p, "batch_size": batch, "net_rate_mbit": rate,
+                     "comm_bytes_per_step": NBYTES, "warmup_steps": 0})
+    return pd.concat(phases, ignore_index=True), pd.DataFrame(runs)
+
+
+def measured_table(phases, runs):
+    return whatif.measures(cp.analyse(phases, runs), runs)
+
+
+def test_alpha_beta_recovered_and_largest_scale_predicted():
+    phases, runs = study([(2, 64, None), (4, 64, None), (8, 64, None)])
+    table = measured_table(phases, runs)
+    model = whatif.fit(table)
+    assert model.alpha == pytest.approx(ALPHA, rel=1e-3)
+    assert model.beta == pytest.approx(BETA, rel=1e-3)
+    assert model.skew == pytest.approx(0, abs=1e-9)
+    check = whatif.held_out_scale(table)
+    assert check["check"] == "fit without 8 processes, predict 8"
+    assert check["relative_error"] == pytest.approx(0, abs=1e-4)
+
+
+def test_fit_at_one_rate_predicts_another():
+    phases, runs = study([(2, 64, 1000), (4, 64, 1000), (2, 64, 100), (4, 64, 100)])
+    checks = {c["check"]: c for c in whatif.held_out_network(measured_table(phases, runs))}
+    assert set(checks) == {"fit at 100 Mbit/s, predict 1000 Mbit/s",
+                           "fit at 1000 Mbit/s, predict 100 Mbit/s"}
+    for check in checks.values():
+        assert check["relative_error"] == pytest.approx(0, abs=1e-4)
+
+
+def test_compute_scales_with_the_batch():
+    phases, runs = study([(2, 32, None), (2, 64, None), (4, 64, None)])
+    table = measured_table(phases, runs)
+    model = whatif.fit(table)
+    # BASE is 35 ms at batch 64 (plus 2 ms of optimizer outside the scaled phases).
+    assert model.compute(128) - model.compute(64) == pytest.approx(0.035, rel=1e-3)
+    preds = whatif.predictions(table)
+    assert set(preds["kind"]) == {"measured", "not run"}
+    measured = preds[preds["kind"] == "measured"]
+    assert np.allclose(measured["predicted_ms"], measured["measured_ms"], rtol=1e-3)
+    eight = preds[(preds["world_size"] == 8) & (preds["batch_size"] == 64)].iloc[0]
+    assert eight["predicted_ms"] == pytest.approx(35 + 2 + ring_ms(8), rel=1e-3)
+    assert eight["low_ms"] <= eight["predicted_ms"] <= eight["high_ms"]
+    assert eight["efficiency"] == pytest.approx(37 / (37 + ring_ms(8)), rel=1e-3)
+
+
+def test_what_ifs_replay_the_straggler_trace():
+    """Rank 2's data_load is 25 ms, the others' 5: steps are 60 ms."""
+    phases = constructed(extra=lambda r, s: {"data_load": 20} if r == 2 else {})
+    found = cp.analyse(phases)
+    assert whatif.replay(found, "r1") == pytest.approx(0.060, rel=1e-9)
+    # Windows after the first start with the 2 ms optimizer, the first has
+    # none, the tail after the last join is the last optimizer.
+    halved = whatif.replay(found, "r1", "data loading twice as fast")
+    assert halved == pytest.approx((42.5 + 19 * 44.5 + 2) / 20 / 1e3 + 0.003, rel=1e-9)
+    gone = whatif.replay(found, "r1", "straggler removed")
+    assert gone == pytest.approx((35 + 19 * 37 + 2) / 20 / 1e3 + 0.003, rel=1e-9)
+    fp16 = whatif.replay(found, "r1", "compression fp16")
+    assert fp16 == pytest.approx(whatif.replay(found, "r1") - 0.0015, rel=1e-6)
+
+
+def test_section_states_checks_and_assumptions():
+    phases, runs = study([(2, 64, None), (4, 64, None), (8, 64, None)])
+    section = whatif.section(runs, phases)
+    text = " ".join(section.sentences)
+    assert "fit without 8 processes, predict 8" in text
+    assert "straggler removed" in text and "assuming" in text
+    table = section.tables["predicted against measured (held-out error beside)"]
+    assert table["held_out_error"].notna().all()
+    assert len(section.tables["what-ifs"]) == 3 * 3
