@@ -2,7 +2,7 @@
 are the frameworks' environments built? One message per problem."""
 from __future__ import annotations
 
-from ddlcompare import envs, hosts, netem
+from ddlcompare import devices, envs, hosts, netem
 from ddlcompare.design import Design
 from frameworks import data, registry
 
@@ -26,7 +26,8 @@ def problems(design: Design) -> list[str]:
             found.append(f"framework {name}: its environment '{info.env}' is not built here "
                          f"({info.probe} not found in {envs.env_dir(info.env)}); "
                          f"{envs.how_to_build(info.env)}")
-    return found + network_problems(design)
+    cells = [{**design.fixed, **cell} for cell in design._cells()]
+    return found + devices.machine_problems(cells) + network_problems(design)
 
 
 def network_problems(design: Design) -> list[str]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ddlcompare import energy
-from frameworks import common, data, keras_models, models
+from frameworks import balance, common, data, keras_models, models
 from frameworks.common import Dist
 from traces import tracing
 from traces.phases import PhaseRecorder
@@ -32,6 +32,7 @@ class TFAdapter:
     """Defaults follow plain single-process TensorFlow; adapters override."""
     uses_fit = False  # True: the framework owns the training step (train_fit)
     phases: PhaseRecorder | None = None  # the run's recorder (comm_bytes), set by train
+    replicas = 1  # model replicas this process drives (MirroredStrategy: its devices)
 
     def init(self, config: dict) -> Dist:
         """Start the framework; runs before any other TensorFlow op."""
@@ -47,6 +48,15 @@ class TFAdapter:
     def replica(self, fn, *args):
         """Run per-replica work (forward, backward) in the replica context."""
         return fn(*args)
+
+    def per_replica(self, values: np.ndarray):
+        """This process's batch (its replicas' slices, in order) as the input of ``replica``."""
+        import tensorflow as tf
+        return tf.constant(values)
+
+    def local_results(self, value) -> list:
+        """The values of a ``replica`` result on this process's replicas."""
+        return [value]
 
     def gradient_allreduce(self):
         """A function averaging a list of gradients over all ranks."""
@@ -110,8 +120,8 @@ def _start(tf, adapter: TFAdapter, config: dict, run_dir: Path):
     tf.random.set_seed(config["seed"])
     clock = common.RunClock()
     dataset = data.load(config["dataset"], config["data_dir"])
-    global_batch = config["batch_size"] * dist.world
-    return dist, clock, dataset, global_batch, models.scaled_learning_rate(config, global_batch)
+    plan = balance.even_plan(config, dist, adapter.replicas)
+    return dist, clock, dataset, plan, models.scaled_learning_rate(config, plan.global_batch)
 
 
 def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
@@ -122,8 +132,8 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     adapter.phases = phases
     init_start = time.perf_counter()
     with phases("init"):
-        dist, clock, dataset, global_batch, lr = _start(tf, adapter, config, run_dir)
-        phases.one_rank = dist.world == 1
+        dist, clock, dataset, plan, lr = _start(tf, adapter, config, run_dir)
+        phases.one_rank = plan.world == 1
         with adapter.scope():
             model = keras_models.build(models.MODELS[config["model"]], dataset.info,
                                        config["seed"])
@@ -138,13 +148,13 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     init_s = time.perf_counter() - init_start
     tracing.attach(phases, config, run_dir, dist.rank, dist.world)
 
-    n_train, n_test, steps = common.epoch_sizes(config, dataset, dist.world)
+    n_train, n_test, steps = common.epoch_sizes(config, dataset, plan.world)
     batch = config["batch_size"]
     forward_backward = step_fns.forward_backward(phases)
     rows, global_step = [], 0
     for epoch in range(1, config["epochs"] + 1):
         epoch_start = time.perf_counter()
-        indices = data.shard(n_train, dist.rank, dist.world, config["seed"], epoch, steps * batch)
+        batches = plan.epoch(n_train, epoch, steps)
         loss_sum = tf.zeros((), tf.float64)
         correct = tf.zeros((), tf.int64)
         measured_start, measured_steps = None, 0
@@ -153,31 +163,32 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
                 measured_start = time.perf_counter()
             phases.begin_step(epoch, global_step)
             with phases("data_load"):
-                take = indices[i * batch:(i + 1) * batch]
-                x = tf.constant(keras_models.images(dataset.train_x[take], dataset.info))
-                y = tf.constant(dataset.train_y[take])
+                take = batches[i]
+                x = adapter.per_replica(keras_models.images(dataset.train_x[take], dataset.info))
+                y = adapter.per_replica(dataset.train_y[take])
             loss, hits, grads = adapter.replica(forward_backward, x, y)
             with phases("grad_comm"):
                 grads = step_fns.allreduce(grads)
             with phases("optimizer"):
                 step_fns.apply(grads)
-                loss_sum += tf.cast(loss, tf.float64) * len(take)
-                correct += hits
+                for replica_loss in adapter.local_results(loss):
+                    loss_sum += tf.cast(replica_loss, tf.float64) * batch
+                for replica_hits in adapter.local_results(hits):
+                    correct += replica_hits
             phases.end_step()
             measured_steps += measured_start is not None
             global_step += 1
         measured_s = time.perf_counter() - measured_start if measured_start else 0.0
         sums = common.EpochSums(train_loss=float(loss_sum), train_correct=float(correct),
-                                train_images=steps * batch,
-                                measured_images=batch * measured_steps)
+                                train_images=steps * plan.own,
+                                measured_images=plan.own * measured_steps)
         if common.evaluates(config, epoch):
             with phases("eval"):
                 _evaluate(step_fns.evaluate, dataset, dist, sums, batch, n_test)
         rows.append(_epoch_row(adapter, epoch, epoch_start, sums, measured_s, clock))
         if dist.rank == 0:
             common.write_epochs(run_dir, rows)  # rewritten each epoch: progress is visible
-    _finish(adapter, phases, run_dir, dist, model, rows, global_batch, lr, steps, init_s,
-            clock)
+    _finish(adapter, phases, run_dir, dist, model, rows, plan, lr, steps, init_s, clock)
 
 
 class _StepFunctions:
@@ -248,21 +259,30 @@ def _epoch_row(adapter: TFAdapter, epoch: int, epoch_start: float, sums: common.
                             float(slowest[1]))
 
 
-def _finish(adapter, phases, run_dir, dist, model, rows, global_batch, lr, steps,
-            init_s, clock) -> None:
-    common.finish(adapter, run_dir, phases, dist, framework_versions(adapter),
-                  params_digest(model),
-                  common.summary(rows, dist.world, global_batch, lr, steps, init_s, clock))
+def _finish(adapter, phases, run_dir, dist, model, rows, plan, lr, steps, init_s,
+            clock) -> None:
+    digests = replica_digests(model)
+    versions = framework_versions(adapter)
+    if len(digests) > 1:  # one process's several replicas: each one's weights
+        versions["replica_params_digests"] = digests
+    common.finish(adapter, run_dir, phases, dist, versions, digests[0],
+                  common.summary(rows, plan.world, plan.global_batch, lr, steps, init_s,
+                                 clock))
 
 
-def params_digest(model) -> str:
-    """SHA-256 of every trainable weight's bytes: equal on all ranks iff the
-    replicas hold the same weights. BN moving statistics are left out: they
-    are per process (the spec's plain BN)."""
-    digest = hashlib.sha256()
-    for variable in model.trainable_weights:
-        digest.update(np.ascontiguousarray(variable.numpy()).tobytes())
-    return digest.hexdigest()
+def replica_digests(model) -> list[str]:
+    """SHA-256 of every trainable weight's bytes, one per local replica (a
+    strategy's mirrored variable holds one copy per device): equal on all
+    ranks and replicas iff they hold the same weights. BN moving statistics
+    are left out: they are per process (the spec's plain BN)."""
+    copies = [getattr(variable, "values", (variable,)) for variable in model.trainable_weights]
+    digests = []
+    for replica in range(len(copies[0])):
+        digest = hashlib.sha256()
+        for variable in copies:
+            digest.update(np.ascontiguousarray(variable[replica].numpy()).tobytes())
+        digests.append(digest.hexdigest())
+    return digests
 
 
 def framework_versions(adapter: TFAdapter) -> dict:
@@ -279,7 +299,8 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     phases = PhaseRecorder()
     init_start = time.perf_counter()
     with phases("init"):
-        dist, clock, dataset, global_batch, lr = _start(tf, adapter, config, run_dir)
+        dist, clock, dataset, plan, lr = _start(tf, adapter, config, run_dir)
+        global_batch = plan.global_batch
         spec = models.MODELS[config["model"]]
         keras_model = keras_models.build(spec, dataset.info, config["seed"])
         model = adapter.wrap_for_fit(keras_model, keras_models.optimizer(config, lr),
@@ -316,8 +337,7 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
         rows.append(_epoch_row(adapter, epoch, epoch_start, sums, measured_s, clock))
         if dist.rank == 0:
             common.write_epochs(run_dir, rows)
-    _finish(adapter, phases, run_dir, dist, keras_model, rows, global_batch, lr, steps, init_s,
-            clock)
+    _finish(adapter, phases, run_dir, dist, keras_model, rows, plan, lr, steps, init_s, clock)
 
 
 def _fit_step_timer(phases: PhaseRecorder, warmup_steps: int):

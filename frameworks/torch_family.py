@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ddlcompare import energy
-from frameworks import common, data, models
+from frameworks import balance, common, data, models
 from frameworks.common import Dist
 from traces import tracing
 from traces.phases import LiveRegions, PhaseRecorder
@@ -27,6 +27,7 @@ class TorchAdapter:
     ``phases.collective`` or ``phases.count_bytes``, tracer or not."""
     device = None
     phases: PhaseRecorder | None = None
+    replicas = 1  # model replicas this process drives (DataParallel: its GPUs)
 
     def local_dist(self, rank: int, world: int) -> Dist:
         return Dist(rank=rank, world=world, local_rank=int(os.environ.get("LOCAL_RANK", 0)))
@@ -36,6 +37,10 @@ class TorchAdapter:
 
     def wrap(self, model, optimizer):
         return model, optimizer
+
+    def devices(self) -> str:
+        """The kind of device this process computes on, for balance.json."""
+        return "gpu" if self.device.type == "cuda" else "cpu"
 
     def backward(self, loss, optimizer) -> None:
         optimizer.zero_grad()  # set_to_none by default; Horovod takes no argument
@@ -118,26 +123,28 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
         clock = common.RunClock()
         dataset = data.load(config["dataset"], config["data_dir"])
         model = build_model(models.MODELS[config["model"]], dataset.info).to(device)
-        global_batch = config["batch_size"] * dist.world
+        mean = torch.tensor(dataset.info.mean).view(1, -1, 1, 1)
+        std = torch.tensor(dataset.info.std).view(1, -1, 1, 1)
+
+        def batch_tensors(x_u8, y):
+            x = (torch.from_numpy(x_u8).float().div_(255) - mean) / std
+            return x, torch.from_numpy(y)
+
+        plan = _batch_plan(adapter, config, dist, model, dataset, batch_tensors)
+        global_batch = plan.global_batch
         lr = models.scaled_learning_rate(config, global_batch)
         optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=config["momentum"])
         model, optimizer = adapter.wrap(model, optimizer)
-        mean = torch.tensor(dataset.info.mean).view(1, -1, 1, 1)
-        std = torch.tensor(dataset.info.std).view(1, -1, 1, 1)
     init_s = time.perf_counter() - init_start
     tracing.attach(phases, config, run_dir, dist.rank, dist.world)
     profiler = _start_profiler(config, phases)
 
-    def batch_tensors(x_u8, y):
-        x = (torch.from_numpy(x_u8).float().div_(255) - mean) / std
-        return x, torch.from_numpy(y)
-
-    n_train, n_test, steps = common.epoch_sizes(config, dataset, dist.world)
-    batch = config["batch_size"]
-    rows, global_step = [], 0
+    n_train, n_test, steps = common.epoch_sizes(config, dataset, plan.world)
+    batch, weight = config["batch_size"], plan.loss_weight
+    rows, global_step, idle = [], 0, balance.IdleClock(plan, dist.rank)
     for epoch in range(1, config["epochs"] + 1):
         epoch_start = time.perf_counter()
-        indices = data.shard(n_train, dist.rank, dist.world, config["seed"], epoch, steps * batch)
+        batches = plan.epoch(n_train, epoch, steps)
         loss_sum = torch.zeros((), device=device)
         correct = torch.zeros((), device=device)
         measured_start, measured_steps = None, 0
@@ -147,7 +154,7 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
                 measured_start = time.perf_counter()  # each epoch, once warm-up is over
             phases.begin_step(epoch, global_step)
             with phases("data_load"):
-                take = indices[i * batch:(i + 1) * batch]
+                take = batches[i]
                 x, y = batch_tensors(dataset.train_x[take], dataset.train_y[take])
             if device.type == "cuda":
                 with phases("h2d"):
@@ -155,8 +162,10 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
             with phases("forward"):
                 out = model(x)
                 loss = F.cross_entropy(out, y)
+                balance.slow_down(dist.rank, len(y))
             with phases("backward"):
-                adapter.backward(loss, optimizer)
+                # a calibrated split weighs each rank's gradient by its images
+                adapter.backward(loss * weight if weight != 1 else loss, optimizer)
             with phases("grad_comm"):
                 adapter.sync_gradients(optimizer)
             with phases("optimizer"):
@@ -169,9 +178,10 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
             measured_steps += measured_start is not None
             global_step += 1
         measured_s = time.perf_counter() - measured_start if measured_start else 0.0
+        idle.add(measured_s, measured_steps)
         sums = common.EpochSums(train_loss=float(loss_sum), train_correct=float(correct),
-                                train_images=steps * batch,
-                                measured_images=batch * measured_steps)
+                                train_images=steps * plan.own,
+                                measured_images=plan.own * measured_steps)
         if common.evaluates(config, epoch):
             with phases("eval"):
                 _evaluate(model, dataset, dist, sums, batch_tensors, device, batch, n_test)
@@ -186,9 +196,40 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
             common.write_epochs(run_dir, rows)  # rewritten each epoch: progress is visible
     if profiler is not None:
         _stop_profiler(profiler, run_dir, dist.rank)
+    idle.write(run_dir, adapter.devices(), _numpy_allreduce(adapter))
     common.finish(adapter, run_dir, phases, dist,
                   {"torch": torch.__version__, **_framework_versions()}, params_digest(model),
-                  common.summary(rows, dist.world, global_batch, lr, steps, init_s, clock))
+                  common.summary(rows, plan.world, global_batch, lr, steps, init_s, clock))
+
+
+def _batch_plan(adapter: TorchAdapter, config: dict, dist: Dist, model, dataset,
+                batch_tensors) -> balance.BatchPlan:
+    """Even shares, or shares from timing a few local steps of a copy of
+    the model (no communication: the copy is not wrapped)."""
+    if not balance.calibrates(config):
+        return balance.even_plan(config, dist, adapter.replicas)
+    import copy
+
+    import torch
+    import torch.nn.functional as F
+    probe = copy.deepcopy(model)
+    take = slice(0, config["batch_size"])
+    x, y = batch_tensors(dataset.train_x[take], dataset.train_y[take])
+    x, y = x.to(adapter.device), y.to(adapter.device)
+
+    def one_step():
+        probe.zero_grad()
+        F.cross_entropy(probe(x), y).backward()
+        balance.slow_down(dist.rank, len(y))
+        if adapter.device.type == "cuda":
+            torch.cuda.synchronize()
+    return balance.calibrated_plan(config, dist, one_step, _numpy_allreduce(adapter))
+
+
+def _numpy_allreduce(adapter: TorchAdapter):
+    """The adapter's all-reduce on float64 numpy vectors (the balance module's)."""
+    import torch
+    return lambda values, op: adapter.allreduce(torch.from_numpy(values), op).numpy()
 
 
 def params_digest(model) -> str:
@@ -204,15 +245,18 @@ def params_digest(model) -> str:
 
 def _require_gpu(config: dict) -> None:
     import torch
-    if config["device"] == "gpu" and not torch.cuda.is_available():
+    if config["device"] in ("gpu", "hybrid") and not torch.cuda.is_available():
         raise common.RunError("device: gpu was asked for, but torch sees no CUDA device here "
                               f"(torch {torch.__version__}, CUDA build: "
                               f"{torch.version.cuda or 'no'})")
 
 
 def _device(config: dict, dist: Dist):
+    """This process's device: its local rank's GPU; under device: hybrid,
+    the first hybrid_gpus local ranks take a GPU each, the others the CPU."""
     import torch
-    if config["device"] == "gpu":
+    if config["device"] == "gpu" or (config["device"] == "hybrid"
+                                     and dist.local_rank < config["hybrid_gpus"]):
         torch.cuda.set_device(dist.local_rank)
         return torch.device("cuda", dist.local_rank)
     return torch.device("cpu")
