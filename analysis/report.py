@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import accuracy, bottlenecks, cells, stats
+from analysis import accuracy, bottlenecks, cells, devices, stats
 from analysis import compression as compression_table
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
@@ -287,6 +287,19 @@ def gate_section(tables: Path) -> str:
             f"{_table(pd.DataFrame(rows))}")
 
 
+def devices_section(runs: pd.DataFrame, tables: Path) -> str:
+    """Calibrated runs: each device kind's share of the global batch and its
+    idle time (does the CPU help or hold back?)."""
+    path = tables / "balance.parquet"
+    table = devices.by_device(pd.read_parquet(path), runs) if path.exists() else pd.DataFrame()
+    if table.empty:
+        return ""
+    return ("<h2>Devices: shares and idle time</h2><p>Calibrated runs (batch_split: "
+            "calibrated, device: hybrid): each device kind's share of the global batch, from "
+            "its ranks' speed timed at start, and its idle time: the measured step time less "
+            "the time its share takes at its calibrated speed.</p>" + _table(table))
+
+
 def frameworks_section(design: Design) -> str:
     names = design.factors.get("framework", [design.fixed.get("framework")])
     rows = pd.DataFrame([{"framework": n, "launcher": registry.FRAMEWORKS[n].launcher,
@@ -301,6 +314,7 @@ def build(design: Design, tables: Path, out: Path) -> Path:
     figures = tables / "figures"
     body = "".join([design_section(design, runs), status_section(design, runs),
                     results_section(runs, figures), phases_section(runs, phases, figures),
+                    devices_section(runs, tables),
                     frameworks_section(design), gate_section(tables),
                     bottlenecks_section(runs, phases),
                     statistics_section(design, runs), accuracy_section(runs, figures),

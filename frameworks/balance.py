@@ -153,40 +153,42 @@ class IdleClock:
     it spends waiting for the slowest rank, and communicating)."""
 
     def __init__(self, plan: BatchPlan, rank: int):
-        self.plan, self.rank, self.idle_s = plan, rank, 0.0
+        self.plan, self.rank, self.idle_s, self.measured_s = plan, rank, 0.0, 0.0
 
     def add(self, measured_s: float, measured_steps: int) -> None:
         if self.plan.speeds:
             busy = measured_steps * self.plan.own / self.plan.speeds[self.rank]
             self.idle_s += max(0.0, measured_s - busy)
+            self.measured_s += measured_s
 
     def write(self, run_dir: Path, device: str, allreduce) -> None:
         """Rank 0 writes balance.json; every rank must call this (an all-reduce)."""
         if not self.plan.speeds:
             return
         world = self.plan.world
-        mine = np.zeros(2 * world, dtype=np.float64)
-        mine[self.rank], mine[world + self.rank] = self.idle_s, device == "gpu"
-        everyone = allreduce(mine, "sum")
+        mine = np.zeros((3, world), dtype=np.float64)
+        mine[:, self.rank] = self.idle_s, self.measured_s, device == "gpu"
+        idle, measured, on_gpu = allreduce(mine.ravel(), "sum").reshape(3, world)
         if self.rank == 0:
-            kinds = ["gpu" if on_gpu else "cpu" for on_gpu in everyone[world:]]
-            write_json(run_dir / BALANCE, record(self.plan, kinds,
-                                                 [float(v) for v in everyone[:world]]))
+            kinds = ["gpu" if gpu else "cpu" for gpu in on_gpu]
+            write_json(run_dir / BALANCE, record(self.plan, kinds, idle.tolist(),
+                                                 measured.tolist()))
 
 
-def record(plan: BatchPlan, devices: list[str], idle_s: list[float]) -> dict:
+def record(plan: BatchPlan, devices: list[str], idle_s: list[float],
+           measured_s: list[float]) -> dict:
     """What balance.json says: each rank's device, share, speed and idle
     time, and the same summed by device kind (the hybrid study's question:
     does the CPU help or hold back?)."""
     ranks = [{"rank": r, "device": devices[r], "images_per_step": plan.images[r],
               "share": plan.images[r] / plan.global_batch,
               "calibrated_images_per_s": plan.speeds[r] if plan.speeds else None,
-              "idle_s": idle_s[r]} for r in range(plan.world)]
+              "idle_s": idle_s[r], "measured_s": measured_s[r]} for r in range(plan.world)]
     kinds = {}
     for row in ranks:
         kind = kinds.setdefault(row["device"], {"device": row["device"], "ranks": 0,
-                                                "share": 0.0, "idle_s": 0.0})
+                                                "share": 0.0, "idle_s": 0.0, "measured_s": 0.0})
         kind["ranks"] += 1
-        kind["share"] += row["share"]
-        kind["idle_s"] += row["idle_s"]
+        for key in ("share", "idle_s", "measured_s"):
+            kind[key] += row[key]
     return {"global_batch": plan.global_batch, "ranks": ranks, "by_device": list(kinds.values())}

@@ -75,8 +75,12 @@ def test_gpu_cells_are_refused_at_plan_on_a_machine_without_gpus(tmp_path, frame
                 str(write_design(tmp_path, doc))).returncode == 0
 
 
+def parsed(doc):
+    return design.parse(doc, "tiny.yaml")
+
+
 def tiny_run(tmp_path, doc):
-    row = design.parse(doc, "tiny.yaml").runs()[0]
+    row = parsed(doc).runs()[0]
     assert runner.execute(row, tmp_path) == 0
     folder = tmp_path / row.path
     done = json.loads((folder / "done.json").read_text())
@@ -92,8 +96,8 @@ def test_calibrated_shares_give_the_update_of_one_global_batch(tmp_path, monkeyp
     smaller share, and the weighted gradient average trains exactly as one
     process with the whole global batch of 64."""
     monkeypatch.setenv(balance.SLOW_RANKS_ENV, "1:0.004")
-    folder = tiny_run(tmp_path / "split",
-                      tiny_design([framework], batch_split="calibrated"))
+    doc = tiny_design([framework], batch_split="calibrated")
+    folder = tiny_run(tmp_path / "split", doc)
     monkeypatch.delenv(balance.SLOW_RANKS_ENV)
     alone = tiny_design(["torch-ddp"], procs=(1,))
     alone["factors"]["batch_size"] = [64]
@@ -104,9 +108,10 @@ def test_calibrated_shares_give_the_update_of_one_global_batch(tmp_path, monkeyp
     assert ranks[1]["calibrated_images_per_s"] < ranks[0]["calibrated_images_per_s"]
     assert ranks[1]["images_per_step"] < ranks[0]["images_per_step"]
     assert ranks[0]["images_per_step"] + ranks[1]["images_per_step"] == 64
-    assert split["by_device"] == [{"device": "cpu", "ranks": 2, "share": 1.0,
-                                   "idle_s": pytest.approx(ranks[0]["idle_s"]
-                                                           + ranks[1]["idle_s"])}]
+    cpu, = split["by_device"]
+    assert (cpu["device"], cpu["ranks"], cpu["share"]) == ("cpu", 2, 1.0)
+    assert cpu["idle_s"] == pytest.approx(ranks[0]["idle_s"] + ranks[1]["idle_s"])
+    assert 0 <= cpu["idle_s"] < cpu["measured_s"]
     epochs = pd.read_csv(folder / "epochs.tsv", sep="\t")
     expected = pd.read_csv(reference / "epochs.tsv", sep="\t")
     for column in ("train_loss", "test_loss", "test_accuracy"):
@@ -115,3 +120,9 @@ def test_calibrated_shares_give_the_update_of_one_global_batch(tmp_path, monkeyp
     digests = {json.loads((folder / f"rank{r}.json").read_text())["params_digest"]
                for r in (0, 1)}
     assert len(digests) == 1
+    if framework == "torch-ddp":  # the report shows each device kind's share and idle time
+        from analysis import collect, report
+        collect.write_tables(parsed(doc), tmp_path / "split", tmp_path / "tables")
+        page = report.build(parsed(doc), tmp_path / "tables", tmp_path / "report.html")
+        text = page.read_text()
+        assert "Devices: shares and idle time" in text and "idle_fraction" in text
