@@ -272,7 +272,8 @@ def gate_section(tables: Path) -> str:
         return "<h2>Same model everywhere</h2><p>The same-model gate did not run.</p>"
     gate = json.loads(path.read_text())
     per_model = gate.get("models") or {gate["model"]: gate}  # one model: the older format
-    rows = [{"model": model, "dataset": name, "builder": builder, "status": entry["status"],
+    rows = [{"model": model, "dataset": name, "builder": builder,
+             "frameworks": ", ".join(entry.get("frameworks", [])), "status": entry["status"],
              "parameters": entry.get("total_params"),
              "BN running statistics": entry.get("total_running_stats", 0),
              "checked on": entry.get("checked_on", entry.get("reason")),
