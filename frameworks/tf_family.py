@@ -14,6 +14,7 @@ learning-rate rule, the phases and the figures are the same for all of them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import time
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ddlcompare import energy
-from frameworks import balance, common, data, keras_models, models
+from frameworks import balance, common, data, epoch_loop, keras_models, models
 from frameworks.common import Dist
 from traces import tracing
 from traces.phases import PhaseRecorder
@@ -149,46 +150,49 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     tracing.attach(phases, config, run_dir, dist.rank, dist.world)
 
     n_train, n_test, steps = common.epoch_sizes(config, dataset, plan.world)
-    batch = config["batch_size"]
-    forward_backward = step_fns.forward_backward(phases)
-    rows, global_step = [], 0
-    for epoch in range(1, config["epochs"] + 1):
-        epoch_start = time.perf_counter()
-        batches = plan.epoch(n_train, epoch, steps)
-        loss_sum = tf.zeros((), tf.float64)
-        correct = tf.zeros((), tf.int64)
-        measured_start, measured_steps = None, 0
-        for i in range(steps):
-            if measured_start is None and global_step >= config["warmup_steps"]:
-                measured_start = time.perf_counter()
-            phases.begin_step(epoch, global_step)
-            with phases("data_load"):
-                take = batches[i]
-                x = adapter.per_replica(keras_models.images(dataset.train_x[take], dataset.info))
-                y = adapter.per_replica(dataset.train_y[take])
-            loss, hits, grads = adapter.replica(forward_backward, x, y)
-            with phases("grad_comm"):
-                grads = step_fns.allreduce(grads)
-            with phases("optimizer"):
-                step_fns.apply(grads)
-                for replica_loss in adapter.local_results(loss):
-                    loss_sum += tf.cast(replica_loss, tf.float64) * batch
-                for replica_hits in adapter.local_results(hits):
-                    correct += replica_hits
-            phases.end_step()
-            measured_steps += measured_start is not None
-            global_step += 1
-        measured_s = time.perf_counter() - measured_start if measured_start else 0.0
-        sums = common.EpochSums(train_loss=float(loss_sum), train_correct=float(correct),
-                                train_images=steps * plan.own,
-                                measured_images=plan.own * measured_steps)
-        if common.evaluates(config, epoch):
-            with phases("eval"):
-                _evaluate(step_fns.evaluate, dataset, dist, sums, batch, n_test)
-        rows.append(_epoch_row(adapter, epoch, epoch_start, sums, measured_s, clock))
-        if dist.rank == 0:
-            common.write_epochs(run_dir, rows)  # rewritten each epoch: progress is visible
+    evaluate = functools.partial(_evaluate, step_fns.evaluate, dataset, dist,
+                                 batch=config["batch_size"], n_test=n_test)
+    steps_of = _TFSteps(tf, adapter, step_fns, dataset, config, phases, evaluate)
+    rows = epoch_loop.run(steps_of, config, plan, dist, phases, clock, run_dir, n_train, steps)
     _finish(adapter, phases, run_dir, dist, model, rows, plan, lr, steps, init_s, clock)
+
+
+class _TFSteps:
+    """The TensorFlow family's part of the epoch loop (frameworks/epoch_loop.py)."""
+
+    def __init__(self, tf, adapter: TFAdapter, step_fns: "_StepFunctions", dataset, config: dict,
+                 phases: PhaseRecorder, evaluate):
+        self.tf, self.adapter, self.step_fns, self.dataset = tf, adapter, step_fns, dataset
+        self.phases, self.evaluate = phases, evaluate
+        self.device_kind = "gpu" if config["device"] == "gpu" else "cpu"
+        self.allreduce = adapter.allreduce
+        self.forward_backward = step_fns.forward_backward(phases)
+
+    def begin_epoch(self) -> None:
+        self.loss_sum = self.tf.zeros((), self.tf.float64)
+        self.correct = self.tf.zeros((), self.tf.int64)
+
+    def step(self, take) -> None:
+        tf, adapter, phases, info = self.tf, self.adapter, self.phases, self.dataset.info
+        with phases("data_load"):
+            x = adapter.per_replica(keras_models.images(self.dataset.train_x[take], info))
+            y = adapter.per_replica(self.dataset.train_y[take])
+        loss, hits, grads = adapter.replica(self.forward_backward, x, y)
+        with phases("grad_comm"):
+            grads = self.step_fns.allreduce(grads)
+        with phases("optimizer"):
+            self.step_fns.apply(grads)
+            images = len(take) // adapter.replicas  # each replica's mean loss is over these
+            for replica_loss in adapter.local_results(loss):
+                self.loss_sum += tf.cast(replica_loss, tf.float64) * images
+            for replica_hits in adapter.local_results(hits):
+                self.correct += replica_hits
+
+    def after_step(self) -> None:
+        pass
+
+    def train_sums(self) -> tuple[float, float]:
+        return float(self.loss_sum), float(self.correct)
 
 
 class _StepFunctions:
@@ -247,16 +251,6 @@ def _evaluate(evaluate, dataset: data.Dataset, dist: Dist, sums: common.EpochSum
         loss += float(batch_loss)
         correct += int(hits)
     sums.test_loss, sums.test_correct, sums.test_images = loss, correct, len(ids)
-
-
-def _epoch_row(adapter: TFAdapter, epoch: int, epoch_start: float, sums: common.EpochSums,
-               measured_s: float, clock: common.RunClock) -> dict:
-    totals = adapter.allreduce(np.asarray(sums.vector(), dtype=np.float64), "sum")
-    slowest = adapter.allreduce(np.asarray([measured_s, clock.elapsed()], dtype=np.float64),
-                                "max")
-    return common.epoch_row(epoch, time.perf_counter() - epoch_start,
-                            common.EpochSums.from_vector(totals), float(slowest[0]),
-                            float(slowest[1]))
 
 
 def _finish(adapter, phases, run_dir, dist, model, rows, plan, lr, steps, init_s,
@@ -334,7 +328,7 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
         if common.evaluates(config, epoch):
             with phases("eval"):
                 _evaluate(evaluate, dataset, dist, sums, batch, n_test)
-        rows.append(_epoch_row(adapter, epoch, epoch_start, sums, measured_s, clock))
+        rows.append(epoch_loop.epoch_row(adapter, epoch, epoch_start, sums, measured_s, clock))
         if dist.rank == 0:
             common.write_epochs(run_dir, rows)
     _finish(adapter, phases, run_dir, dist, keras_model, rows, plan, lr, steps, init_s, clock)

@@ -6,6 +6,7 @@ model, the data, the phases and the figures are the same for all of them.
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ddlcompare import energy
-from frameworks import balance, common, data, models
+from frameworks import balance, common, data, epoch_loop, models
 from frameworks.common import Dist
 from traces import tracing
 from traces.phases import LiveRegions, PhaseRecorder
@@ -37,10 +38,6 @@ class TorchAdapter:
 
     def wrap(self, model, optimizer):
         return model, optimizer
-
-    def devices(self) -> str:
-        """The kind of device this process computes on, for balance.json."""
-        return "gpu" if self.device.type == "cuda" else "cpu"
 
     def backward(self, loss, optimizer) -> None:
         optimizer.zero_grad()  # set_to_none by default; Horovod takes no argument
@@ -104,7 +101,6 @@ def _initialise(module, init: dict, activation: str | None) -> None:
 
 def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
     import torch
-    import torch.nn.functional as F
 
     phases = PhaseRecorder()
     adapter.phases = phases
@@ -140,66 +136,65 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
     profiler = _start_profiler(config, phases)
 
     n_train, n_test, steps = common.epoch_sizes(config, dataset, plan.world)
-    batch, weight = config["batch_size"], plan.loss_weight
-    rows, global_step, idle = [], 0, balance.IdleClock(plan, dist.rank)
-    for epoch in range(1, config["epochs"] + 1):
-        epoch_start = time.perf_counter()
-        batches = plan.epoch(n_train, epoch, steps)
-        loss_sum = torch.zeros((), device=device)
-        correct = torch.zeros((), device=device)
-        measured_start, measured_steps = None, 0
-        model.train()
-        for i in range(steps):
-            if measured_start is None and global_step >= config["warmup_steps"]:
-                measured_start = time.perf_counter()  # each epoch, once warm-up is over
-            phases.begin_step(epoch, global_step)
-            with phases("data_load"):
-                take = batches[i]
-                x, y = batch_tensors(dataset.train_x[take], dataset.train_y[take])
-            if device.type == "cuda":
-                with phases("h2d"):
-                    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            with phases("forward"):
-                out = model(x)
-                loss = F.cross_entropy(out, y)
-                balance.slow_down(dist.rank, len(y))
-            with phases("backward"):
-                # a calibrated split weighs each rank's gradient by its images
-                adapter.backward(loss * weight if weight != 1 else loss, optimizer)
-            with phases("grad_comm"):
-                adapter.sync_gradients(optimizer)
-            with phases("optimizer"):
-                adapter.step(optimizer)
-                loss_sum += loss.detach() * len(y)
-                correct += (out.detach().argmax(1) == y).sum()
-            phases.end_step()
-            if profiler is not None:
-                profiler.step()
-            measured_steps += measured_start is not None
-            global_step += 1
-        measured_s = time.perf_counter() - measured_start if measured_start else 0.0
-        idle.add(measured_s, measured_steps)
-        sums = common.EpochSums(train_loss=float(loss_sum), train_correct=float(correct),
-                                train_images=steps * plan.own,
-                                measured_images=plan.own * measured_steps)
-        if common.evaluates(config, epoch):
-            with phases("eval"):
-                _evaluate(model, dataset, dist, sums, batch_tensors, device, batch, n_test)
-        totals = adapter.allreduce(torch.tensor(sums.vector(), dtype=torch.float64), "sum")
-        slowest = adapter.allreduce(torch.tensor([measured_s, clock.elapsed()],
-                                                 dtype=torch.float64), "max")
-        row = common.epoch_row(epoch, time.perf_counter() - epoch_start,
-                               common.EpochSums.from_vector(totals), float(slowest[0]),
-                               float(slowest[1]))
-        rows.append(row)
-        if dist.rank == 0:
-            common.write_epochs(run_dir, rows)  # rewritten each epoch: progress is visible
+    evaluate = functools.partial(_evaluate, model, dataset, dist, batch_tensors=batch_tensors,
+                                 device=device, batch=config["batch_size"], n_test=n_test)
+    steps_of = _TorchSteps(adapter, model, optimizer, batch_tensors, dataset, plan, phases,
+                           profiler, evaluate)
+    rows = epoch_loop.run(steps_of, config, plan, dist, phases, clock, run_dir, n_train, steps)
     if profiler is not None:
         _stop_profiler(profiler, run_dir, dist.rank)
-    idle.write(run_dir, adapter.devices(), _numpy_allreduce(adapter))
     common.finish(adapter, run_dir, phases, dist,
                   {"torch": torch.__version__, **_framework_versions()}, params_digest(model),
                   common.summary(rows, plan.world, global_batch, lr, steps, init_s, clock))
+
+
+class _TorchSteps:
+    """The PyTorch family's part of the epoch loop (frameworks/epoch_loop.py)."""
+
+    def __init__(self, adapter: TorchAdapter, model, optimizer, batch_tensors, dataset,
+                 plan: balance.BatchPlan, phases: PhaseRecorder, profiler, evaluate):
+        self.adapter, self.model, self.optimizer = adapter, model, optimizer
+        self.evaluate = evaluate  # (sums): distributed evaluation into the epoch's sums
+        self.batch_tensors, self.dataset, self.phases = batch_tensors, dataset, phases
+        self.profiler, self.rank = profiler, plan.rank
+        self.weight = plan.loss_weight  # a calibrated split weighs each rank's gradient
+        self.device = adapter.device
+        self.device_kind = "gpu" if self.device.type == "cuda" else "cpu"
+        self.allreduce = _numpy_allreduce(adapter)
+
+    def begin_epoch(self) -> None:
+        import torch
+        self.loss_sum = torch.zeros((), device=self.device)
+        self.correct = torch.zeros((), device=self.device)
+        self.model.train()
+
+    def step(self, take) -> None:
+        import torch.nn.functional as F
+        adapter, optimizer, phases, device = self.adapter, self.optimizer, self.phases, self.device
+        with phases("data_load"):
+            x, y = self.batch_tensors(self.dataset.train_x[take], self.dataset.train_y[take])
+        if device.type == "cuda":
+            with phases("h2d"):
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with phases("forward"):
+            out = self.model(x)
+            loss = F.cross_entropy(out, y)
+            balance.slow_down(self.rank, len(y))
+        with phases("backward"):
+            adapter.backward(loss * self.weight if self.weight != 1 else loss, optimizer)
+        with phases("grad_comm"):
+            adapter.sync_gradients(optimizer)
+        with phases("optimizer"):
+            adapter.step(optimizer)
+            self.loss_sum += loss.detach() * len(y)
+            self.correct += (out.detach().argmax(1) == y).sum()
+
+    def after_step(self) -> None:
+        if self.profiler is not None:
+            self.profiler.step()
+
+    def train_sums(self) -> tuple[float, float]:
+        return float(self.loss_sum), float(self.correct)
 
 
 def _batch_plan(adapter: TorchAdapter, config: dict, dist: Dist, model, dataset,
