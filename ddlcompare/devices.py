@@ -29,7 +29,7 @@ def cell_problems(cells: list[dict]) -> list[str]:
             found[name, "split", split] = (
                 f"framework {name} cannot cut the batch '{split}' (device: {device}, "
                 f"batch_split: {config['batch_split']}; it runs: {', '.join(info.batch_splits)})"
-                "; use torch-ddp or horovod-torch for uneven calibrated shares")
+                f"; calibrated shares run with {', '.join(_frameworks_with(split))}")
         if info.one_process and config["nodes"] > 1:
             found[name, "nodes"] = (f"framework {name} drives the devices of one process on one "
                                     f"node: nodes must be 1, got {config['nodes']}")
@@ -39,6 +39,10 @@ def cell_problems(cells: list[dict]) -> list[str]:
                 f"on GPUs (hybrid_gpus): procs_per_node must exceed it, got "
                 f"{config['procs_per_node']}")
     return list(found.values())
+
+
+def _frameworks_with(split: str) -> list[str]:
+    return sorted(n for n, info in registry.FRAMEWORKS.items() if split in info.batch_splits)
 
 
 def machine_problems(cells: list[dict]) -> list[str]:

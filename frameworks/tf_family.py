@@ -142,10 +142,11 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
             optimizer.build(model.trainable_variables)
         variables = model.trainable_variables
         adapter.broadcast_initial_state(model.variables + _optimizer_variables(optimizer))
-        step_fns = _StepFunctions(tf, model,
-                                  keras_models.per_example_loss(models.MODELS[config["model"]]),
-                                  adapter.gradient_allreduce(),
-                                  adapter.apply_gradients(optimizer, variables))
+        loss_fn = keras_models.per_example_loss(models.MODELS[config["model"]])
+        if balance.calibrates(config):  # the same global batch, cut by speed
+            plan = _calibrated_plan(tf, adapter, config, dist, model, dataset, loss_fn)
+        step_fns = _StepFunctions(tf, model, loss_fn, adapter.gradient_allreduce(),
+                                  adapter.apply_gradients(optimizer, variables), plan)
     init_s = time.perf_counter() - init_start
     tracing.attach(phases, config, run_dir, dist.rank, dist.world)
 
@@ -200,9 +201,11 @@ class _StepFunctions:
     calls (a compiled forward under an eager tape, then tape.gradient), so
     that each is its own phase."""
 
-    def __init__(self, tf, model, loss_fn, allreduce, apply):
+    def __init__(self, tf, model, loss_fn, allreduce, apply, plan: balance.BatchPlan | None):
         self.tf, self.model, self.loss_fn = tf, model, loss_fn
         self.allreduce, self.apply = allreduce, apply
+        # a calibrated split weighs each rank's gradient by its images
+        self.weight, self.rank = (plan.loss_weight, plan.rank) if plan else (1.0, 0)
         self.forward = tf.function(self._forward)
         self.evaluate = tf.function(self._evaluate)
 
@@ -224,10 +227,33 @@ class _StepFunctions:
             with phases("forward"):
                 with self.tf.GradientTape() as tape:
                     loss, hits = self.forward(x, y)
+                    weighted = loss * self.weight if self.weight != 1 else loss
+                balance.slow_down(self.rank, len(y))
             with phases("backward"):
-                grads = tape.gradient(loss, self.model.trainable_variables)
+                grads = tape.gradient(weighted, self.model.trainable_variables)
             return loss, hits, grads
         return run
+
+
+def _calibrated_plan(tf, adapter: TFAdapter, config: dict, dist: Dist, model, dataset,
+                     loss_fn) -> balance.BatchPlan:
+    """Shares from timing a few local steps of a copy of the model, made
+    outside the strategy's scope so that no step communicates."""
+    probe = tf.keras.models.clone_model(model)
+    take = slice(0, config["batch_size"])
+    x = tf.constant(keras_models.images(dataset.train_x[take], dataset.info))
+    y = tf.constant(dataset.train_y[take])
+
+    @tf.function
+    def gradients():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(loss_fn(y, probe(x, training=True)))
+        return tape.gradient(loss, probe.trainable_variables)
+
+    def one_step():
+        gradients()[0].numpy()  # waits for the step (device work is asynchronous)
+        balance.slow_down(dist.rank, config["batch_size"])
+    return balance.calibrated_plan(config, dist, one_step, adapter.allreduce)
 
 
 def _optimizer_variables(optimizer) -> list:
@@ -301,7 +327,7 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
                                      keras_models.per_example_loss(spec, "sum_over_batch_size"),
                                      ["accuracy"])
         evaluate = _StepFunctions(tf, keras_model, keras_models.per_example_loss(spec),
-                                  None, None).evaluate
+                                  None, None, None).evaluate
     init_s = time.perf_counter() - init_start
     tracing.attach(phases, config, run_dir, dist.rank, dist.world)
 

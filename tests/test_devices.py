@@ -50,8 +50,9 @@ def plan_errors(tmp_path, frameworks, **fixed) -> str:
 def test_cells_that_cannot_run_anywhere_are_refused_with_the_reason(tmp_path):
     errors = plan_errors(tmp_path, ["torch-dp"])
     assert "framework torch-dp cannot run device cpu (it runs: gpu)" in errors
-    errors = plan_errors(tmp_path, ["tf-mwms"], batch_split="calibrated")
-    assert "framework tf-mwms cannot cut the batch 'calibrated'" in errors
+    errors = plan_errors(tmp_path, ["tf-mirrored"], batch_split="calibrated")
+    assert "framework tf-mirrored cannot cut the batch 'calibrated'" in errors
+    assert "calibrated shares run with horovod-keras, horovod-torch, tf-mwms" in errors
     errors = plan_errors(tmp_path, ["torch-ddp"], device="hybrid", hybrid_gpus=2)
     assert "procs_per_node must exceed it, got 2" in errors
     doc = tiny_design(["tf-mirrored"])

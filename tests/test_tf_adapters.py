@@ -174,3 +174,28 @@ tf_family.train(KerasFit(), config, Path({str(tmp_path)!r}))
     assert (steps[["forward_ns", "backward_ns", "grad_comm_ns"]] == 0).all().all()
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["world_size"] == 1 and metrics["steps_per_epoch"] == 20
+
+
+@needs_tf
+@pytest.mark.slow
+def test_calibrated_shares_in_the_tensorflow_loop(tmp_path, monkeypatch):
+    """The same mechanism as the PyTorch loop's (frameworks/balance.py):
+    horovod-keras with rank 1 slowed on purpose gives it the smaller share
+    and trains as one process with the whole global batch of 64."""
+    from frameworks import balance
+    monkeypatch.setenv(balance.SLOW_RANKS_ENV, "1:0.004")
+    split = design.parse(tiny_design(["horovod-keras"], batch_split="calibrated"),
+                         "tiny.yaml").runs()[0]
+    assert runner.execute(split, tmp_path) == 0
+    monkeypatch.delenv(balance.SLOW_RANKS_ENV)
+    alone = tiny_design(["horovod-keras"], procs=(1,))
+    alone["factors"]["batch_size"] = [64]
+    reference = design.parse(alone, "tiny.yaml").runs()[0]
+    assert runner.execute(reference, tmp_path) == 0
+    epochs = [pd.read_csv(tmp_path / row.path / "epochs.tsv", sep="\t")
+              for row in (split, reference)]
+    assert epochs[0]["train_loss"].tolist() == pytest.approx(epochs[1]["train_loss"].tolist(),
+                                                             rel=1e-4)
+    ranks = json.loads((tmp_path / split.path / balance.BALANCE).read_text())["ranks"]
+    assert ranks[1]["images_per_step"] < ranks[0]["images_per_step"]
+    assert ranks[0]["images_per_step"] + ranks[1]["images_per_step"] == 64
