@@ -21,6 +21,9 @@
   ``energy_status`` ("measured: rapl+nvml" or "not available: <reasons>");
   epochs get ``energy_j`` (that epoch) and ``energy_to_epoch_j`` (since the
   run clock's start, for energy to accuracy). NaN where not measured.
+- ``balance.parquet``: one row per run and rank of calibrated runs
+  (balance.json: device kind, images per step, share, speed, idle time;
+  analysis/devices.py).
 - ``phases.parquet``: every run's converted traces (``<run>/phases.parquet``,
   see traces/table.py) stacked: our OTF2, Score-P, Horovod Timeline, Kineto,
   with collectives and their bytes; runs.csv's ``trace_errors`` says which
@@ -36,7 +39,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis import accuracy, cells
+from analysis import accuracy, cells, devices
 from ddlcompare import energy, netem, runner, validate
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
@@ -195,7 +198,7 @@ def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
 
 
 def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
-    runs, epochs, stats, step_phases = [], [], [], []
+    runs, epochs, stats, step_phases, balance = [], [], [], [], []
     for row in design.runs():
         info = run_row(design, row, results)
         runs.append(info)
@@ -209,6 +212,7 @@ def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
         for s in step_stats(folder, row.config["warmup_steps"]):
             stats.append({"run_id": row.run_id, **s})
         step_phases.append(phase_intervals(folder, row.run_id))
+        balance += devices.rows(folder, row.run_id)
     runs_df = cells.with_setting(pd.DataFrame(runs))
     for column in accuracy.COLUMNS:  # failed runs have no epochs to time
         if column not in runs_df:
@@ -230,7 +234,8 @@ def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
     step_phases_df = pd.concat(step_phases, ignore_index=True) if step_phases else \
         pd.DataFrame(columns=PHASE_COLUMNS)
     return {"runs": runs_df, "epochs": epochs_df, "step_stats": stats_df,
-            "step_phases": step_phases_df}
+            "step_phases": step_phases_df,
+            "balance": pd.DataFrame(balance, columns=devices.COLUMNS)}
 
 
 def phase_tables(design: Design, results: Path) -> tuple[pa.Table, dict[str, str]]:

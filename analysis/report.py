@@ -18,8 +18,8 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from analysis import (accuracy, bottlenecks, cells, explain, followup, humanize, network_limit,
-                      stats, summary)
+from analysis import (accuracy, bottlenecks, cells, devices, explain, followup, humanize,
+                      network_limit, stats, summary)
 from analysis import compression as compression_table
 from analysis import page
 from analysis.page import Context, Section
@@ -295,7 +295,8 @@ def gate_section(tables: Path) -> str:
         return "<p>The same-model gate did not run.</p>"
     gate = json.loads(path.read_text())
     per_model = gate.get("models") or {gate["model"]: gate}  # one model: the older format
-    rows = [{"model": model, "dataset": name, "builder": builder, "status": entry["status"],
+    rows = [{"model": model, "dataset": name, "builder": builder,
+             "frameworks": ", ".join(entry.get("frameworks", [])), "status": entry["status"],
              "parameters": entry.get("total_params"),
              "BN running statistics": entry.get("total_running_stats", 0),
              "checked on": entry.get("checked_on", entry.get("reason")),
@@ -308,6 +309,19 @@ def gate_section(tables: Path) -> str:
             f"(models {names}: layer shapes, trainable parameters and BN running statistics "
             f"of every builder against the shared specification).</p>"
             f"{page.table(pd.DataFrame(rows))}")
+
+
+def devices_section(runs: pd.DataFrame, tables: Path) -> str:
+    """Calibrated runs: each device kind's share of the global batch and its
+    idle time (does the CPU help or hold back?)."""
+    path = tables / "balance.parquet"
+    table = devices.by_device(pd.read_parquet(path), runs) if path.exists() else pd.DataFrame()
+    if table.empty:
+        return ""
+    return ("<p>Calibrated runs (batch_split: "
+            "calibrated, device: hybrid): each device kind's share of the global batch, from "
+            "its ranks' speed timed at start, and its idle time: the measured step time less "
+            "the time its share takes at its calibrated speed.</p>" + page.table(table))
 
 
 def frameworks_section(design: Design) -> str:
@@ -335,6 +349,8 @@ SECTIONS = [
     Section("throughput", "Throughput and scaling", lambda c: results_section(c.runs, c.figures)),
     Section("phases", "Phase breakdown",
             lambda c: phases_section(c.runs, c.step_phases, c.figures)),
+    Section("devices", "Devices: shares and idle time",
+            lambda c: devices_section(c.runs, c.tables)),
     Section("frameworks", "Frameworks and the phases they expose",
             lambda c: frameworks_section(c.design)),
     Section("gate", "Same model everywhere", lambda c: gate_section(c.tables)),

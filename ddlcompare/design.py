@@ -384,6 +384,8 @@ def _check_cells(design: Design, problems: list[str]) -> None:
     if all_cells and not design._cells():
         problems.append("exclude: removes every run; the design has zero runs")
     _check_compressions(design, problems)
+    from ddlcompare import devices
+    problems += devices.cell_problems([{**design.fixed, **cell} for cell in design._cells()])
     _check_tracers(design, problems)
 
 

@@ -198,6 +198,13 @@ def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     return argv + ["--", "-m", "frameworks.worker", str(run_dir)], env
 
 
+@launcher("one-process")
+def one_process(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
+    """One process on the first host, driving its local devices itself
+    (DataParallel, MirroredStrategy)."""
+    return worker_argv(config, run_dir), base_env(config)
+
+
 @launcher("lbann-driver")
 def lbann_driver(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     """One driver process here; LBANN's own launcher (lbann.run: srun, or

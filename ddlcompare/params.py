@@ -164,7 +164,9 @@ PARAMS: dict[str, Param] = {p.name: p for p in [
           "mini-batch size PER PROCESS; the global batch is "
           "batch_size * nodes * procs_per_node", minimum=1),
     Param("dataset", str, "fashion-mnist", "training data set", choices=_dataset_names),
-    Param("device", str, "cpu", "where each process computes", choices=("cpu", "gpu")),
+    Param("device", str, "cpu",
+          "where each process computes; hybrid: hybrid_gpus processes on GPUs and the "
+          "others on CPU cores, in one job (docs/devices.md)", choices=("cpu", "gpu", "hybrid")),
     # Fixed settings (any of them may be made a factor).
     Param("model", str, "cnn", "network architecture", choices=_model_names),
     Param("epochs", int, 2, "training epochs", minimum=1),
@@ -193,6 +195,12 @@ PARAMS: dict[str, Param] = {p.name: p for p in [
           choices=("none", "otf2", "scorep")),
     Param("horovod_timeline", bool, False, "also write Horovod's own timeline (Horovod runs)"),
     Param("torch_profiler", bool, False, "also write a PyTorch profiler (Kineto) trace"),
+    Param("batch_split", str, "even",
+          "how the global batch is cut between the ranks: even, or calibrated (in proportion "
+          "to each rank's speed, timed at start; always so under device: hybrid)",
+          choices=("even", "calibrated")),
+    Param("hybrid_gpus", int, 1,
+          "under device: hybrid, the processes per node that take a GPU each", minimum=1),
     Param("torch_threads", int, 1,
           "intra-op threads per process (torchrun's own default is 1)", minimum=1),
     Param("energy_interval_s", float, 1.0,

@@ -2,7 +2,7 @@
 are the frameworks' environments built? One message per problem."""
 from __future__ import annotations
 
-from ddlcompare import envs, hosts, netem, plan_checks, tracers
+from ddlcompare import devices, envs, hosts, netem, plan_checks, tracers
 from ddlcompare.design import Design
 from frameworks import data, registry
 
@@ -27,8 +27,8 @@ def problems(design: Design) -> list[str]:
                          f"({info.probe} not found in {envs.env_dir(info.env)}); "
                          f"{envs.how_to_build(info.env)}")
     configs = [{**design.fixed, **cell} for cell in design._cells()]
-    return (found + network_problems(design) + plan_checks.problems(design)
-            + tracers.problems(envs.python_for, configs))
+    return (found + devices.machine_problems(configs) + network_problems(design)
+            + plan_checks.problems(design) + tracers.problems(envs.python_for, configs))
 
 
 def network_problems(design: Design) -> list[str]:

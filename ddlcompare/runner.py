@@ -25,7 +25,7 @@ from ddlcompare import (diskspace, energy, hosts, launch, machine_lock, netem, o
                         provenance, tracers, validate)
 from ddlcompare.atomic import write_json
 from ddlcompare.params import RunRow
-from frameworks import data, registry
+from frameworks import balance, data, registry
 
 DONE = "done.json"
 RECORD = "run.json"
@@ -33,7 +33,7 @@ LOG = "train.log"
 # Everything an attempt writes; moved aside before the next attempt.
 ATTEMPT_FILES = (DONE, RECORD, LOG, "epochs.tsv", "metrics.json", "phases.parquet", "phases.log",
                  "horovod_timeline.json", "trace", "trace.parts", "torch_profiler", "scorep",
-                 "lbann_batch_times.tsv", "lbann", netem.RECORD, energy.ENERGY)
+                 "lbann_batch_times.tsv", "lbann", netem.RECORD, energy.ENERGY, balance.BALANCE)
 ATTEMPT_GLOBS = ("steps.rank*.tsv", "intervals.rank*.tsv", "rank*.json", energy.SAMPLES_GLOB,
                  energy.SOURCES_GLOB)
 

@@ -197,6 +197,7 @@ def job_resources(row: RunRow) -> dict:
     c = row.config
     nodes, per_node = c["nodes"], c["procs_per_node"]
     gpu = c["device"] == "gpu"
+    gpus = per_node if gpu else c["hybrid_gpus"] if c["device"] == "hybrid" else 0
     return {
         "nodes": nodes,
         "tasks_per_node": per_node,
@@ -205,8 +206,8 @@ def job_resources(row: RunRow) -> dict:
         "cpus_per_task": c["torch_threads"],
         "mem_mb": per_node * MB_PER_PROCESS,  # per node
         "runtime": runtime_minutes(row),
-        "gpus_per_node": per_node if gpu else 0,
-        "gres": f"gpu:{per_node}" if gpu else None,
+        "gpus_per_node": gpus,
+        "gres": f"gpu:{gpus}" if gpus else None,
         "tasks_per_gpu": 1 if gpu else None,
     }
 

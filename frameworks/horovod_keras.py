@@ -17,6 +17,7 @@ ADAPTER = AdapterInfo(
           "the tensors handed to it, recorded when the compiled all-reduce is traced "
           "(its shapes are fixed). int8 and bf16 are not offered here.",
     compressions=("none", "fp16"),
+    batch_splits=("even", "calibrated"),
 )
 
 

@@ -20,6 +20,7 @@ ADAPTER = AdapterInfo(
           "averages the decoded payloads; that exchange does not overlap backward and "
           "all of it is in 'grad_comm'.",
     compressions=("none", "fp16", "int8", "int8+lossless"),
+    batch_splits=("even", "calibrated"),
 )
 
 

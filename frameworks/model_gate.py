@@ -22,6 +22,9 @@ from pathlib import Path
 from frameworks import data, models
 
 BUILDERS = {"pytorch": "torch", "keras": "tensorflow", "lbann": "lbann"}
+# The builder of each training family: a builder's verdict is that of every
+# framework of its family (DataParallel and MirroredStrategy wrap the same model).
+FAMILY_BUILDERS = {"torch": "pytorch", "tensorflow": "keras", "lbann": "lbann"}
 # Flatten is a layer in PyTorch and Keras, implicit in LBANN's FullyConnected:
 # the parameter count of the first dense layer checks it. ReLUs carry no
 # weights and change no shape.
@@ -90,6 +93,13 @@ def _torch_graph_rows(model, info: data.DatasetInfo) -> list[dict]:
              "running_stats": sum(b.numel() for n, b in module.named_buffers()
                                   if n != "num_batches_tracked")}
             for name, module in model.layers.items()]
+
+
+def frameworks_of(builder: str) -> list[str]:
+    """The registered frameworks whose model this builder makes."""
+    from frameworks import registry
+    return sorted(name for name, info in registry.FRAMEWORKS.items()
+                  if FAMILY_BUILDERS.get(info.family) == builder)
 
 
 def _key(row: dict) -> tuple:
@@ -189,7 +199,7 @@ def gate(model: str = "cnn", datasets: tuple[str, ...] = tuple(data.DATASETS)) -
                 "total_params": sum(int(r["params"]) for r in answer["rows"]),
                 "total_running_stats": sum(int(r.get("running_stats", 0))
                                            for r in answer["rows"]),
-                "checked_on": answer["checked_on"]}
+                "checked_on": answer["checked_on"], "frameworks": frameworks_of(builder)}
             if problems:
                 status = "fail"
         result["datasets"][dataset] = entry

@@ -25,6 +25,13 @@ class AdapterInfo:
     notes: str = ""    # what it cannot expose, said in the report
     # the gradient compressions (frameworks/compression.py) it can run
     compressions: tuple[str, ...] = ("none",)
+    # the device levels it can run (params 'device')
+    devices: tuple[str, ...] = ("cpu", "gpu")
+    # the batch splits it can run (frameworks/balance.py)
+    batch_splits: tuple[str, ...] = ("even",)
+    # one process drives every local device (DataParallel, MirroredStrategy):
+    # procs_per_node counts its replicas, and it runs on one node
+    one_process: bool = False
 
 
 def _discover() -> dict[str, AdapterInfo]:

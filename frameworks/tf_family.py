@@ -14,6 +14,7 @@ learning-rate rule, the phases and the figures are the same for all of them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import time
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ddlcompare import energy
-from frameworks import common, data, keras_models, models
+from frameworks import balance, common, data, epoch_loop, keras_models, models
 from frameworks.common import Dist
 from traces import tracing
 from traces.phases import PhaseRecorder
@@ -32,6 +33,7 @@ class TFAdapter:
     """Defaults follow plain single-process TensorFlow; adapters override."""
     uses_fit = False  # True: the framework owns the training step (train_fit)
     phases: PhaseRecorder | None = None  # the run's recorder (comm_bytes), set by train
+    replicas = 1  # model replicas this process drives (MirroredStrategy: its devices)
 
     def init(self, config: dict) -> Dist:
         """Start the framework; runs before any other TensorFlow op."""
@@ -47,6 +49,15 @@ class TFAdapter:
     def replica(self, fn, *args):
         """Run per-replica work (forward, backward) in the replica context."""
         return fn(*args)
+
+    def per_replica(self, values: np.ndarray):
+        """This process's batch (its replicas' slices, in order) as the input of ``replica``."""
+        import tensorflow as tf
+        return tf.constant(values)
+
+    def local_results(self, value) -> list:
+        """The values of a ``replica`` result on this process's replicas."""
+        return [value]
 
     def gradient_allreduce(self):
         """A function averaging a list of gradients over all ranks."""
@@ -110,8 +121,8 @@ def _start(tf, adapter: TFAdapter, config: dict, run_dir: Path):
     tf.random.set_seed(config["seed"])
     clock = common.RunClock()
     dataset = data.load(config["dataset"], config["data_dir"])
-    global_batch = config["batch_size"] * dist.world
-    return dist, clock, dataset, global_batch, models.scaled_learning_rate(config, global_batch)
+    plan = balance.even_plan(config, dist, adapter.replicas)
+    return dist, clock, dataset, plan, models.scaled_learning_rate(config, plan.global_batch)
 
 
 def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
@@ -122,8 +133,8 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     adapter.phases = phases
     init_start = time.perf_counter()
     with phases("init"):
-        dist, clock, dataset, global_batch, lr = _start(tf, adapter, config, run_dir)
-        phases.one_rank = dist.world == 1
+        dist, clock, dataset, plan, lr = _start(tf, adapter, config, run_dir)
+        phases.one_rank = plan.world == 1
         with adapter.scope():
             model = keras_models.build(models.MODELS[config["model"]], dataset.info,
                                        config["seed"])
@@ -131,53 +142,58 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
             optimizer.build(model.trainable_variables)
         variables = model.trainable_variables
         adapter.broadcast_initial_state(model.variables + _optimizer_variables(optimizer))
-        step_fns = _StepFunctions(tf, model,
-                                  keras_models.per_example_loss(models.MODELS[config["model"]]),
-                                  adapter.gradient_allreduce(),
-                                  adapter.apply_gradients(optimizer, variables))
+        loss_fn = keras_models.per_example_loss(models.MODELS[config["model"]])
+        if balance.calibrates(config):  # the same global batch, cut by speed
+            plan = _calibrated_plan(tf, adapter, config, dist, model, dataset, loss_fn)
+        step_fns = _StepFunctions(tf, model, loss_fn, adapter.gradient_allreduce(),
+                                  adapter.apply_gradients(optimizer, variables), plan)
     init_s = time.perf_counter() - init_start
     tracing.attach(phases, config, run_dir, dist.rank, dist.world)
 
-    n_train, n_test, steps = common.epoch_sizes(config, dataset, dist.world)
-    batch = config["batch_size"]
-    forward_backward = step_fns.forward_backward(phases)
-    rows, global_step = [], 0
-    for epoch in range(1, config["epochs"] + 1):
-        epoch_start = time.perf_counter()
-        indices = data.shard(n_train, dist.rank, dist.world, config["seed"], epoch, steps * batch)
-        loss_sum = tf.zeros((), tf.float64)
-        correct = tf.zeros((), tf.int64)
-        measured_start, measured_steps = None, 0
-        for i in range(steps):
-            if measured_start is None and global_step >= config["warmup_steps"]:
-                measured_start = time.perf_counter()
-            phases.begin_step(epoch, global_step)
-            with phases("data_load"):
-                take = indices[i * batch:(i + 1) * batch]
-                x = tf.constant(keras_models.images(dataset.train_x[take], dataset.info))
-                y = tf.constant(dataset.train_y[take])
-            loss, hits, grads = adapter.replica(forward_backward, x, y)
-            with phases("grad_comm"):
-                grads = step_fns.allreduce(grads)
-            with phases("optimizer"):
-                step_fns.apply(grads)
-                loss_sum += tf.cast(loss, tf.float64) * len(take)
-                correct += hits
-            phases.end_step()
-            measured_steps += measured_start is not None
-            global_step += 1
-        measured_s = time.perf_counter() - measured_start if measured_start else 0.0
-        sums = common.EpochSums(train_loss=float(loss_sum), train_correct=float(correct),
-                                train_images=steps * batch,
-                                measured_images=batch * measured_steps)
-        if common.evaluates(config, epoch):
-            with phases("eval"):
-                _evaluate(step_fns.evaluate, dataset, dist, sums, batch, n_test)
-        rows.append(_epoch_row(adapter, epoch, epoch_start, sums, measured_s, clock))
-        if dist.rank == 0:
-            common.write_epochs(run_dir, rows)  # rewritten each epoch: progress is visible
-    _finish(adapter, phases, run_dir, dist, model, rows, global_batch, lr, steps, init_s,
-            clock)
+    n_train, n_test, steps = common.epoch_sizes(config, dataset, plan.world)
+    evaluate = functools.partial(_evaluate, step_fns.evaluate, dataset, dist,
+                                 batch=config["batch_size"], n_test=n_test)
+    steps_of = _TFSteps(tf, adapter, step_fns, dataset, config, phases, evaluate)
+    rows = epoch_loop.run(steps_of, config, plan, dist, phases, clock, run_dir, n_train, steps)
+    _finish(adapter, phases, run_dir, dist, model, rows, plan, lr, steps, init_s, clock)
+
+
+class _TFSteps:
+    """The TensorFlow family's part of the epoch loop (frameworks/epoch_loop.py)."""
+
+    def __init__(self, tf, adapter: TFAdapter, step_fns: "_StepFunctions", dataset, config: dict,
+                 phases: PhaseRecorder, evaluate):
+        self.tf, self.adapter, self.step_fns, self.dataset = tf, adapter, step_fns, dataset
+        self.phases, self.evaluate = phases, evaluate
+        self.device_kind = "gpu" if config["device"] == "gpu" else "cpu"
+        self.allreduce = adapter.allreduce
+        self.forward_backward = step_fns.forward_backward(phases)
+
+    def begin_epoch(self) -> None:
+        self.loss_sum = self.tf.zeros((), self.tf.float64)
+        self.correct = self.tf.zeros((), self.tf.int64)
+
+    def step(self, take) -> None:
+        tf, adapter, phases, info = self.tf, self.adapter, self.phases, self.dataset.info
+        with phases("data_load"):
+            x = adapter.per_replica(keras_models.images(self.dataset.train_x[take], info))
+            y = adapter.per_replica(self.dataset.train_y[take])
+        loss, hits, grads = adapter.replica(self.forward_backward, x, y)
+        with phases("grad_comm"):
+            grads = self.step_fns.allreduce(grads)
+        with phases("optimizer"):
+            self.step_fns.apply(grads)
+            images = len(take) // adapter.replicas  # each replica's mean loss is over these
+            for replica_loss in adapter.local_results(loss):
+                self.loss_sum += tf.cast(replica_loss, tf.float64) * images
+            for replica_hits in adapter.local_results(hits):
+                self.correct += replica_hits
+
+    def after_step(self) -> None:
+        pass
+
+    def train_sums(self) -> tuple[float, float]:
+        return float(self.loss_sum), float(self.correct)
 
 
 class _StepFunctions:
@@ -185,9 +201,11 @@ class _StepFunctions:
     calls (a compiled forward under an eager tape, then tape.gradient), so
     that each is its own phase."""
 
-    def __init__(self, tf, model, loss_fn, allreduce, apply):
+    def __init__(self, tf, model, loss_fn, allreduce, apply, plan: balance.BatchPlan | None):
         self.tf, self.model, self.loss_fn = tf, model, loss_fn
         self.allreduce, self.apply = allreduce, apply
+        # a calibrated split weighs each rank's gradient by its images
+        self.weight, self.rank = (plan.loss_weight, plan.rank) if plan else (1.0, 0)
         self.forward = tf.function(self._forward)
         self.evaluate = tf.function(self._evaluate)
 
@@ -209,10 +227,33 @@ class _StepFunctions:
             with phases("forward"):
                 with self.tf.GradientTape() as tape:
                     loss, hits = self.forward(x, y)
+                    weighted = loss * self.weight if self.weight != 1 else loss
+                balance.slow_down(self.rank, len(y))
             with phases("backward"):
-                grads = tape.gradient(loss, self.model.trainable_variables)
+                grads = tape.gradient(weighted, self.model.trainable_variables)
             return loss, hits, grads
         return run
+
+
+def _calibrated_plan(tf, adapter: TFAdapter, config: dict, dist: Dist, model, dataset,
+                     loss_fn) -> balance.BatchPlan:
+    """Shares from timing a few local steps of a copy of the model, made
+    outside the strategy's scope so that no step communicates."""
+    probe = tf.keras.models.clone_model(model)
+    take = slice(0, config["batch_size"])
+    x = tf.constant(keras_models.images(dataset.train_x[take], dataset.info))
+    y = tf.constant(dataset.train_y[take])
+
+    @tf.function
+    def gradients():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(loss_fn(y, probe(x, training=True)))
+        return tape.gradient(loss, probe.trainable_variables)
+
+    def one_step():
+        gradients()[0].numpy()  # waits for the step (device work is asynchronous)
+        balance.slow_down(dist.rank, config["batch_size"])
+    return balance.calibrated_plan(config, dist, one_step, adapter.allreduce)
 
 
 def _optimizer_variables(optimizer) -> list:
@@ -238,31 +279,30 @@ def _evaluate(evaluate, dataset: data.Dataset, dist: Dist, sums: common.EpochSum
     sums.test_loss, sums.test_correct, sums.test_images = loss, correct, len(ids)
 
 
-def _epoch_row(adapter: TFAdapter, epoch: int, epoch_start: float, sums: common.EpochSums,
-               measured_s: float, clock: common.RunClock) -> dict:
-    totals = adapter.allreduce(np.asarray(sums.vector(), dtype=np.float64), "sum")
-    slowest = adapter.allreduce(np.asarray([measured_s, clock.elapsed()], dtype=np.float64),
-                                "max")
-    return common.epoch_row(epoch, time.perf_counter() - epoch_start,
-                            common.EpochSums.from_vector(totals), float(slowest[0]),
-                            float(slowest[1]))
+def _finish(adapter, phases, run_dir, dist, model, rows, plan, lr, steps, init_s,
+            clock) -> None:
+    digests = replica_digests(model)
+    versions = framework_versions(adapter)
+    if len(digests) > 1:  # one process's several replicas: each one's weights
+        versions["replica_params_digests"] = digests
+    common.finish(adapter, run_dir, phases, dist, versions, digests[0],
+                  common.summary(rows, plan.world, plan.global_batch, lr, steps, init_s,
+                                 clock))
 
 
-def _finish(adapter, phases, run_dir, dist, model, rows, global_batch, lr, steps,
-            init_s, clock) -> None:
-    common.finish(adapter, run_dir, phases, dist, framework_versions(adapter),
-                  params_digest(model),
-                  common.summary(rows, dist.world, global_batch, lr, steps, init_s, clock))
-
-
-def params_digest(model) -> str:
-    """SHA-256 of every trainable weight's bytes: equal on all ranks iff the
-    replicas hold the same weights. BN moving statistics are left out: they
-    are per process (the spec's plain BN)."""
-    digest = hashlib.sha256()
-    for variable in model.trainable_weights:
-        digest.update(np.ascontiguousarray(variable.numpy()).tobytes())
-    return digest.hexdigest()
+def replica_digests(model) -> list[str]:
+    """SHA-256 of every trainable weight's bytes, one per local replica (a
+    strategy's mirrored variable holds one copy per device): equal on all
+    ranks and replicas iff they hold the same weights. BN moving statistics
+    are left out: they are per process (the spec's plain BN)."""
+    copies = [getattr(variable, "values", (variable,)) for variable in model.trainable_weights]
+    digests = []
+    for replica in range(len(copies[0])):
+        digest = hashlib.sha256()
+        for variable in copies:
+            digest.update(np.ascontiguousarray(variable[replica].numpy()).tobytes())
+        digests.append(digest.hexdigest())
+    return digests
 
 
 def framework_versions(adapter: TFAdapter) -> dict:
@@ -279,14 +319,15 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     phases = tracing.recorder(config)
     init_start = time.perf_counter()
     with phases("init"):
-        dist, clock, dataset, global_batch, lr = _start(tf, adapter, config, run_dir)
+        dist, clock, dataset, plan, lr = _start(tf, adapter, config, run_dir)
+        global_batch = plan.global_batch
         spec = models.MODELS[config["model"]]
         keras_model = keras_models.build(spec, dataset.info, config["seed"])
         model = adapter.wrap_for_fit(keras_model, keras_models.optimizer(config, lr),
                                      keras_models.per_example_loss(spec, "sum_over_batch_size"),
                                      ["accuracy"])
         evaluate = _StepFunctions(tf, keras_model, keras_models.per_example_loss(spec),
-                                  None, None).evaluate
+                                  None, None, None).evaluate
     init_s = time.perf_counter() - init_start
     tracing.attach(phases, config, run_dir, dist.rank, dist.world)
 
@@ -313,11 +354,10 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
         if common.evaluates(config, epoch):
             with phases("eval"):
                 _evaluate(evaluate, dataset, dist, sums, batch, n_test)
-        rows.append(_epoch_row(adapter, epoch, epoch_start, sums, measured_s, clock))
+        rows.append(epoch_loop.epoch_row(adapter, epoch, epoch_start, sums, measured_s, clock))
         if dist.rank == 0:
             common.write_epochs(run_dir, rows)
-    _finish(adapter, phases, run_dir, dist, keras_model, rows, global_batch, lr, steps, init_s,
-            clock)
+    _finish(adapter, phases, run_dir, dist, keras_model, rows, plan, lr, steps, init_s, clock)
 
 
 def _fit_step_timer(phases: PhaseRecorder, warmup_steps: int):

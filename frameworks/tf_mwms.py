@@ -19,6 +19,7 @@ ADAPTER = AdapterInfo(
           "eager strategy.run; the gradient all-reduce (collective ops, RING on CPU, "
           "NCCL on GPU) and the optimizer are compiled strategy.run calls of their own. "
           "Keras' fused fit step would hide all four phases in one.",
+    batch_splits=("even", "calibrated"),
 )
 
 

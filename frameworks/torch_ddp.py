@@ -16,12 +16,16 @@ ADAPTER = AdapterInfo(
           "all-reduce, as torch's fp16/bf16_compress_hook; int8 and int8+lossless "
           "all-gather each bucket's payload and every rank averages the decoded ones.",
     compressions=compression.NAMES,
+    devices=("cpu", "gpu", "hybrid"),
+    batch_splits=("even", "calibrated"),
 )
 
 
 class Adapter(TorchAdapter):
     def init(self, config: dict) -> Dist:
         import torch.distributed as dist
+        # hybrid: gloo, the one backend that reduces CPU and CUDA tensors in
+        # one group (NCCL reaches GPU ranks only); see docs/devices.md
         backend = "nccl" if config["device"] == "gpu" else "gloo"
         dist.init_process_group(backend=backend)
         self.dist = dist

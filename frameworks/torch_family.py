@@ -6,6 +6,7 @@ model, the data, the phases and the figures are the same for all of them.
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ddlcompare import energy
-from frameworks import common, data, models
+from frameworks import balance, common, data, epoch_loop, models
 from frameworks.common import Dist
 from traces import tracing
 from traces.phases import LiveRegions, PhaseRecorder
@@ -27,6 +28,7 @@ class TorchAdapter:
     ``phases.collective`` or ``phases.count_bytes``, tracer or not."""
     device = None
     phases: PhaseRecorder | None = None
+    replicas = 1  # model replicas this process drives (DataParallel: its GPUs)
 
     def local_dist(self, rank: int, world: int) -> Dist:
         return Dist(rank=rank, world=world, local_rank=int(os.environ.get("LOCAL_RANK", 0)))
@@ -99,7 +101,6 @@ def _initialise(module, init: dict, activation: str | None) -> None:
 
 def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
     import torch
-    import torch.nn.functional as F
 
     phases = tracing.recorder(config)
     adapter.phases = phases
@@ -118,77 +119,112 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
         clock = common.RunClock()
         dataset = data.load(config["dataset"], config["data_dir"])
         model = build_model(models.MODELS[config["model"]], dataset.info).to(device)
-        global_batch = config["batch_size"] * dist.world
+        mean = torch.tensor(dataset.info.mean).view(1, -1, 1, 1)
+        std = torch.tensor(dataset.info.std).view(1, -1, 1, 1)
+
+        def batch_tensors(x_u8, y):
+            x = (torch.from_numpy(x_u8).float().div_(255) - mean) / std
+            return x, torch.from_numpy(y)
+
+        plan = _batch_plan(adapter, config, dist, model, dataset, batch_tensors)
+        global_batch = plan.global_batch
         lr = models.scaled_learning_rate(config, global_batch)
         optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=config["momentum"])
         model, optimizer = adapter.wrap(model, optimizer)
-        mean = torch.tensor(dataset.info.mean).view(1, -1, 1, 1)
-        std = torch.tensor(dataset.info.std).view(1, -1, 1, 1)
     init_s = time.perf_counter() - init_start
     tracing.attach(phases, config, run_dir, dist.rank, dist.world)
     profiler = _start_profiler(config, phases)
 
-    def batch_tensors(x_u8, y):
-        x = (torch.from_numpy(x_u8).float().div_(255) - mean) / std
-        return x, torch.from_numpy(y)
-
-    n_train, n_test, steps = common.epoch_sizes(config, dataset, dist.world)
-    batch = config["batch_size"]
-    rows, global_step = [], 0
-    for epoch in range(1, config["epochs"] + 1):
-        epoch_start = time.perf_counter()
-        indices = data.shard(n_train, dist.rank, dist.world, config["seed"], epoch, steps * batch)
-        loss_sum = torch.zeros((), device=device)
-        correct = torch.zeros((), device=device)
-        measured_start, measured_steps = None, 0
-        model.train()
-        for i in range(steps):
-            if measured_start is None and global_step >= config["warmup_steps"]:
-                measured_start = time.perf_counter()  # each epoch, once warm-up is over
-            phases.begin_step(epoch, global_step)
-            with phases("data_load"):
-                take = indices[i * batch:(i + 1) * batch]
-                x, y = batch_tensors(dataset.train_x[take], dataset.train_y[take])
-            if device.type == "cuda":
-                with phases("h2d"):
-                    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            with phases("forward"):
-                out = model(x)
-                loss = F.cross_entropy(out, y)
-            with phases("backward"):
-                adapter.backward(loss, optimizer)
-            with phases("grad_comm"):
-                adapter.sync_gradients(optimizer)
-            with phases("optimizer"):
-                adapter.step(optimizer)
-                loss_sum += loss.detach() * len(y)
-                correct += (out.detach().argmax(1) == y).sum()
-            phases.end_step()
-            if profiler is not None:
-                profiler.step()
-            measured_steps += measured_start is not None
-            global_step += 1
-        measured_s = time.perf_counter() - measured_start if measured_start else 0.0
-        sums = common.EpochSums(train_loss=float(loss_sum), train_correct=float(correct),
-                                train_images=steps * batch,
-                                measured_images=batch * measured_steps)
-        if common.evaluates(config, epoch):
-            with phases("eval"):
-                _evaluate(model, dataset, dist, sums, batch_tensors, device, batch, n_test)
-        totals = adapter.allreduce(torch.tensor(sums.vector(), dtype=torch.float64), "sum")
-        slowest = adapter.allreduce(torch.tensor([measured_s, clock.elapsed()],
-                                                 dtype=torch.float64), "max")
-        row = common.epoch_row(epoch, time.perf_counter() - epoch_start,
-                               common.EpochSums.from_vector(totals), float(slowest[0]),
-                               float(slowest[1]))
-        rows.append(row)
-        if dist.rank == 0:
-            common.write_epochs(run_dir, rows)  # rewritten each epoch: progress is visible
+    n_train, n_test, steps = common.epoch_sizes(config, dataset, plan.world)
+    evaluate = functools.partial(_evaluate, model, dataset, dist, batch_tensors=batch_tensors,
+                                 device=device, batch=config["batch_size"], n_test=n_test)
+    steps_of = _TorchSteps(adapter, model, optimizer, batch_tensors, dataset, plan, phases,
+                           profiler, evaluate)
+    rows = epoch_loop.run(steps_of, config, plan, dist, phases, clock, run_dir, n_train, steps)
     if profiler is not None:
         _stop_profiler(profiler, run_dir, dist.rank)
     common.finish(adapter, run_dir, phases, dist,
                   {"torch": torch.__version__, **_framework_versions()}, params_digest(model),
-                  common.summary(rows, dist.world, global_batch, lr, steps, init_s, clock))
+                  common.summary(rows, plan.world, global_batch, lr, steps, init_s, clock))
+
+
+class _TorchSteps:
+    """The PyTorch family's part of the epoch loop (frameworks/epoch_loop.py)."""
+
+    def __init__(self, adapter: TorchAdapter, model, optimizer, batch_tensors, dataset,
+                 plan: balance.BatchPlan, phases: PhaseRecorder, profiler, evaluate):
+        self.adapter, self.model, self.optimizer = adapter, model, optimizer
+        self.evaluate = evaluate  # (sums): distributed evaluation into the epoch's sums
+        self.batch_tensors, self.dataset, self.phases = batch_tensors, dataset, phases
+        self.profiler, self.rank = profiler, plan.rank
+        self.weight = plan.loss_weight  # a calibrated split weighs each rank's gradient
+        self.device = adapter.device
+        self.device_kind = "gpu" if self.device.type == "cuda" else "cpu"
+        self.allreduce = _numpy_allreduce(adapter)
+
+    def begin_epoch(self) -> None:
+        import torch
+        self.loss_sum = torch.zeros((), device=self.device)
+        self.correct = torch.zeros((), device=self.device)
+        self.model.train()
+
+    def step(self, take) -> None:
+        import torch.nn.functional as F
+        adapter, optimizer, phases, device = self.adapter, self.optimizer, self.phases, self.device
+        with phases("data_load"):
+            x, y = self.batch_tensors(self.dataset.train_x[take], self.dataset.train_y[take])
+        if device.type == "cuda":
+            with phases("h2d"):
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with phases("forward"):
+            out = self.model(x)
+            loss = F.cross_entropy(out, y)
+            balance.slow_down(self.rank, len(y))
+        with phases("backward"):
+            adapter.backward(loss * self.weight if self.weight != 1 else loss, optimizer)
+        with phases("grad_comm"):
+            adapter.sync_gradients(optimizer)
+        with phases("optimizer"):
+            adapter.step(optimizer)
+            self.loss_sum += loss.detach() * len(y)
+            self.correct += (out.detach().argmax(1) == y).sum()
+
+    def after_step(self) -> None:
+        if self.profiler is not None:
+            self.profiler.step()
+
+    def train_sums(self) -> tuple[float, float]:
+        return float(self.loss_sum), float(self.correct)
+
+
+def _batch_plan(adapter: TorchAdapter, config: dict, dist: Dist, model, dataset,
+                batch_tensors) -> balance.BatchPlan:
+    """Even shares, or shares from timing a few local steps of a copy of
+    the model (no communication: the copy is not wrapped)."""
+    if not balance.calibrates(config):
+        return balance.even_plan(config, dist, adapter.replicas)
+    import copy
+
+    import torch
+    import torch.nn.functional as F
+    probe = copy.deepcopy(model)
+    take = slice(0, config["batch_size"])
+    x, y = batch_tensors(dataset.train_x[take], dataset.train_y[take])
+    x, y = x.to(adapter.device), y.to(adapter.device)
+
+    def one_step():
+        probe.zero_grad()
+        F.cross_entropy(probe(x), y).backward()
+        balance.slow_down(dist.rank, len(y))
+        if adapter.device.type == "cuda":
+            torch.cuda.synchronize()
+    return balance.calibrated_plan(config, dist, one_step, _numpy_allreduce(adapter))
+
+
+def _numpy_allreduce(adapter: TorchAdapter):
+    """The adapter's all-reduce on float64 numpy vectors (the balance module's)."""
+    import torch
+    return lambda values, op: adapter.allreduce(torch.from_numpy(values), op).numpy()
 
 
 def params_digest(model) -> str:
@@ -204,15 +240,18 @@ def params_digest(model) -> str:
 
 def _require_gpu(config: dict) -> None:
     import torch
-    if config["device"] == "gpu" and not torch.cuda.is_available():
+    if config["device"] in ("gpu", "hybrid") and not torch.cuda.is_available():
         raise common.RunError("device: gpu was asked for, but torch sees no CUDA device here "
                               f"(torch {torch.__version__}, CUDA build: "
                               f"{torch.version.cuda or 'no'})")
 
 
 def _device(config: dict, dist: Dist):
+    """This process's device: its local rank's GPU; under device: hybrid,
+    the first hybrid_gpus local ranks take a GPU each, the others the CPU."""
     import torch
-    if config["device"] == "gpu":
+    if config["device"] == "gpu" or (config["device"] == "hybrid"
+                                     and dist.local_rank < config["hybrid_gpus"]):
         torch.cuda.set_device(dist.local_rank)
         return torch.device("cuda", dist.local_rank)
     return torch.device("cpu")

@@ -38,6 +38,10 @@ def test_one_process_runs_inside_a_step_and_multi_process_runs_own_the_allocatio
 def test_gpu_runs_ask_for_gpus_per_node():
     res = ws.job_resources(row(nodes=2, procs_per_node=4, device="gpu"))
     assert res["gres"] == "gpu:4" and res["gpus_per_node"] == 4 and res["tasks_per_gpu"] == 1
+    # hybrid: the GPU processes take one GPU each, the others CPU cores
+    hybrid = ws.job_resources(row(procs_per_node=3, device="hybrid", hybrid_gpus=1))
+    assert (hybrid["gres"], hybrid["gpus_per_node"], hybrid["tasks_per_gpu"]) == ("gpu:1", 1, None)
+    assert hybrid["tasks_per_node"] == 3
 
 
 def test_oarsub_job_id_after_admission_rules():

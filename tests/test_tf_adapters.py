@@ -17,6 +17,8 @@ needs_tf = pytest.mark.skipif(
     not TF_BUILT, reason=f"the TensorFlow environment is not built ({envs.env_dir('tensorflow')}"
                          "); 'bash envs/setup.sh' builds it (./ddlc test runs it first)")
 CASES = [("horovod-keras", "gloo"), ("horovod-keras", "mpi"), ("tf-mwms", "gloo")]
+# One process mirroring over 2 logical CPU devices (no controller: one process).
+MIRRORED = ("tf-mirrored", "gloo")
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,7 @@ def tiny_runs():
     """Each case trained once (2 processes, 2 epochs of 12 steps), shared by the tests."""
     with tempfile.TemporaryDirectory() as tmp:
         found = {}
-        for framework, controller in CASES:
+        for framework, controller in CASES + [MIRRORED]:
             doc = tiny_design([framework], horovod_controller=controller)
             row = design.parse(doc, "tiny.yaml").runs()[0]
             assert runner.execute(row, Path(tmp)) == 0
@@ -74,6 +76,32 @@ def test_horovod_and_mwms_compute_the_same_run(tiny_runs):
             for key, folder in tiny_runs.items()}
     assert loss["tf-mwms", "gloo"] == pytest.approx(loss["horovod-keras", "gloo"], rel=1e-4)
     assert loss["horovod-keras", "mpi"] == pytest.approx(loss["horovod-keras", "gloo"], rel=1e-4)
+
+
+@needs_tf
+@pytest.mark.slow
+def test_mirrored_strategy_over_two_logical_cpus(tiny_runs):
+    """tf-mirrored: one process, 2 replicas on logical CPU devices. It
+    trains, both replicas end with the same weights, and its first epoch is
+    Horovod's with 2 processes (same seed, images per replica, average)."""
+    folder = tiny_runs[MIRRORED]
+    assert json.loads((folder / "done.json").read_text())["status"] == "ok", \
+        (folder / "train.log").read_text()[-3000:]
+    epochs = pd.read_csv(folder / "epochs.tsv", sep="\t")
+    assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
+    assert epochs["test_accuracy"].iloc[-1] > 0.5
+    assert epochs["measured_images"].tolist() == [(12 - 2) * 32 * 2, 12 * 32 * 2]
+    horovod = pd.read_csv(tiny_runs["horovod-keras", "gloo"] / "epochs.tsv", sep="\t")
+    assert epochs["train_loss"][0] == pytest.approx(horovod["train_loss"][0], rel=1e-4)
+    record = json.loads((folder / "rank0.json").read_text())
+    assert record["world"] == 1 and not (folder / "rank1.json").exists()
+    replicas = record["replica_params_digests"]
+    assert len(replicas) == 2 and replicas[0] == replicas[1] == record["params_digest"]
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["global_batch"] == 64
+    steps = pd.read_csv(folder / "steps.rank0.tsv", sep="\t")
+    for phase in ("data_load", "forward", "backward", "grad_comm", "optimizer"):
+        assert (steps[f"{phase}_ns"] > 0).all(), phase
 
 
 @needs_tf
@@ -146,3 +174,28 @@ tf_family.train(KerasFit(), config, Path({str(tmp_path)!r}))
     assert (steps[["forward_ns", "backward_ns", "grad_comm_ns"]] == 0).all().all()
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["world_size"] == 1 and metrics["steps_per_epoch"] == 20
+
+
+@needs_tf
+@pytest.mark.slow
+def test_calibrated_shares_in_the_tensorflow_loop(tmp_path, monkeypatch):
+    """The same mechanism as the PyTorch loop's (frameworks/balance.py):
+    horovod-keras with rank 1 slowed on purpose gives it the smaller share
+    and trains as one process with the whole global batch of 64."""
+    from frameworks import balance
+    monkeypatch.setenv(balance.SLOW_RANKS_ENV, "1:0.004")
+    split = design.parse(tiny_design(["horovod-keras"], batch_split="calibrated"),
+                         "tiny.yaml").runs()[0]
+    assert runner.execute(split, tmp_path) == 0
+    monkeypatch.delenv(balance.SLOW_RANKS_ENV)
+    alone = tiny_design(["horovod-keras"], procs=(1,))
+    alone["factors"]["batch_size"] = [64]
+    reference = design.parse(alone, "tiny.yaml").runs()[0]
+    assert runner.execute(reference, tmp_path) == 0
+    epochs = [pd.read_csv(tmp_path / row.path / "epochs.tsv", sep="\t")
+              for row in (split, reference)]
+    assert epochs[0]["train_loss"].tolist() == pytest.approx(epochs[1]["train_loss"].tolist(),
+                                                             rel=1e-4)
+    ranks = json.loads((tmp_path / split.path / balance.BALANCE).read_text())["ranks"]
+    assert ranks[1]["images_per_step"] < ranks[0]["images_per_step"]
+    assert ranks[0]["images_per_step"] + ranks[1]["images_per_step"] == 64

@@ -3,7 +3,7 @@ of the shared specification."""
 import pytest
 
 from ddlcompare import envs
-from frameworks import data, model_gate, models
+from frameworks import data, model_gate, models, registry
 
 TF_BUILT = envs.has_module("tensorflow", "tensorflow")
 
@@ -47,3 +47,12 @@ def test_gate_without_an_environment_is_incomplete_not_passed(tmp_path, monkeypa
     keras = result["datasets"]["fashion-mnist"]["builders"]["keras"]
     assert result["status"] == "incomplete" and keras["status"] == "not checked"
     assert "envs/setup.sh" in keras["reason"]
+
+
+def test_every_framework_is_gated_through_its_family_builder():
+    """The single-process strategies wrap the model their family's builder
+    makes: the gate's verdict on that builder is theirs."""
+    assert {"torch-ddp", "horovod-torch", "torch-dp"} <= set(model_gate.frameworks_of("pytorch"))
+    assert {"horovod-keras", "tf-mwms", "tf-mirrored"} <= set(model_gate.frameworks_of("keras"))
+    named = [f for builder in model_gate.BUILDERS for f in model_gate.frameworks_of(builder)]
+    assert sorted(named) == sorted(registry.FRAMEWORKS)

@@ -1,0 +1,85 @@
+"""Which devices a design's cells may use: checks of the design alone
+(``cell_problems``, part of validation) and of this machine
+(``machine_problems``, part of ``ddlc plan``'s preflight; ``--no-check``
+skips them, to plan here for a GPU machine elsewhere)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from frameworks import registry
+
+NVIDIA_PROC = Path("/proc/driver/nvidia/gpus")
+
+
+def cell_problems(cells: list[dict]) -> list[str]:
+    """Framework x device x batch split x nodes combinations that cannot run
+    anywhere, one message each."""
+    found: dict[tuple, str] = {}
+    for config in cells:
+        info = registry.FRAMEWORKS[config["framework"]]
+        name, device = info.name, config["device"]
+        if device not in info.devices:
+            found[name, "device", device] = (
+                f"framework {name} cannot run device {device} (it runs: "
+                f"{', '.join(info.devices)}); exclude that combination or change device")
+        split = "calibrated" if device == "hybrid" else config["batch_split"]
+        if split not in info.batch_splits:
+            found[name, "split", split] = (
+                f"framework {name} cannot cut the batch '{split}' (device: {device}, "
+                f"batch_split: {config['batch_split']}; it runs: {', '.join(info.batch_splits)})"
+                f"; calibrated shares run with {', '.join(_frameworks_with(split))}")
+        if info.one_process and config["nodes"] > 1:
+            found[name, "nodes"] = (f"framework {name} drives the devices of one process on one "
+                                    f"node: nodes must be 1, got {config['nodes']}")
+        if device == "hybrid" and config["procs_per_node"] <= config["hybrid_gpus"]:
+            found["hybrid", config["procs_per_node"], config["hybrid_gpus"]] = (
+                f"device: hybrid needs processes on CPU cores besides the {config['hybrid_gpus']} "
+                f"on GPUs (hybrid_gpus): procs_per_node must exceed it, got "
+                f"{config['procs_per_node']}")
+    return list(found.values())
+
+
+def _frameworks_with(split: str) -> list[str]:
+    return sorted(n for n, info in registry.FRAMEWORKS.items() if split in info.batch_splits)
+
+
+def machine_problems(cells: list[dict]) -> list[str]:
+    """Cells that need more GPUs than this machine has."""
+    found: dict[tuple, str] = {}
+    gpus = gpu_count()
+    for config in cells:
+        info = registry.FRAMEWORKS[config["framework"]]
+        needed = gpus_needed(config, info)
+        if needed > gpus:
+            why = ("DataParallel spreads one process over GPUs" if info.name == "torch-dp"
+                   else f"device: {config['device']} puts processes on GPUs")
+            found[info.name, config["device"], needed] = (
+                f"framework {info.name} with device: {config['device']} needs {needed} GPU(s) "
+                f"and this machine has {gpus} ({why}); plan it on a GPU node, or "
+                "'ddlc plan --no-check' to plan here for one")
+    return list(found.values())
+
+
+def gpus_needed(config: dict, info: registry.AdapterInfo) -> int:
+    """GPUs one node of a cell computes on (0: none needed)."""
+    if config["device"] == "hybrid":
+        return config["hybrid_gpus"]
+    if config["device"] == "gpu" and info.devices == ("gpu",):
+        return config["procs_per_node"]  # a GPU-only framework: one GPU per replica
+    return 0
+
+
+def gpu_count() -> int:
+    """NVIDIA GPUs of this machine, from the driver (no framework import)."""
+    if NVIDIA_PROC.is_dir():
+        return len(list(NVIDIA_PROC.iterdir()))
+    if shutil.which("nvidia-smi"):
+        try:
+            listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                                    timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return 0
+        return sum(line.startswith("GPU ") for line in listed.splitlines())
+    return 0
