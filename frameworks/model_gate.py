@@ -43,17 +43,18 @@ def builder_rows(builder: str, model: str, dataset: str) -> tuple[list[dict], st
         return (keras_models.layer_rows(keras_models.build(spec, info, seed=0)),
                 "Keras layers of frameworks.keras_models.build")
     from frameworks import lbann as lbann_builder
-    try:
-        import lbann
-    except ImportError:
+    from frameworks import lbann_source
+    lbann, origin = lbann_source.front_end()
+    if lbann is None:
         return (lbann_builder.graph_rows(lbann_builder.layer_graph(spec, info), info.shape),
                 "the layer graph frameworks.lbann.layer_graph hands to LBANN "
-                "(LBANN is not importable here, so no lbann.Model was built)")
+                f"(no lbann.Model was built: {origin})")
     built = lbann_builder.build_model(lbann, spec, info, epochs=1)
     names = frozenset() if models.is_sequential(spec) else frozenset(
         node["name"] for node in models.graph(spec))
     return (lbann_builder.graph_rows(lbann_builder.graph_of_model(built, names), info.shape),
-            "the layers of the lbann.Model that frameworks.lbann.build_model builds")
+            "the layers of the lbann.Model that frameworks.lbann.build_model builds with "
+            + origin)
 
 
 def _torch_rows(spec: dict, info: data.DatasetInfo) -> list[dict]:
