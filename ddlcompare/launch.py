@@ -18,6 +18,7 @@ LAUNCHERS: dict[str, Callable] = {}
 TORCHRUN_PORT = 29500
 REPO = Path(__file__).resolve().parent.parent
 SCOREP_FILTER = REPO / "traces" / "scorep_filter"
+LOCAL_SSH = REPO / "envs" / "local-ssh"  # an `ssh` that runs commands for this host here
 
 
 def launcher(name: str):
@@ -199,7 +200,8 @@ def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     executable = Path(python(config)).parent / "tarantella"
     if not executable.exists():
         raise RuntimeError(f"{executable} not found: build the 'tarantella' environment "
-                           "(envs/tarantella.md) or set DDLC_VENV_TARANTELLA")
+                           "with 'bash envs/build-tarantella.sh' (notes: envs/tarantella.md) "
+                           "or set DDLC_VENV_TARANTELLA")
     env = base_env(config)
     argv = [str(executable)]
     if len(hosts) == 1:
@@ -213,7 +215,10 @@ def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     # gaspi_run's ranks see only PATH, PYTHONPATH, LD_LIBRARY_PATH, TF_* and
     # TNT_* from here: the rest of the run's environment goes through -x.
     argv += ["-x", *(f"{k}={v}" for k, v in env.items())]
-    env["PATH"] = f"{executable.parent}:{os.environ.get('PATH', '')}"
+    path = [str(executable.parent), os.environ.get("PATH", "")]
+    if len(hosts) == 1 and scheduler == "local":  # gaspi_run's ssh to this host, run here
+        path.insert(0, str(LOCAL_SSH))
+    env["PATH"] = ":".join(path)
     return argv + ["--", "-m", "frameworks.worker", str(run_dir)], env
 
 

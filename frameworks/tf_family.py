@@ -331,6 +331,12 @@ def _fit_step_timer(phases: PhaseRecorder, warmup_steps: int):
             self.epoch, self.step, self.span = 0, 0, None
             self.measured_steps, self.measured_s, self._measured_start = 0, 0.0, None
 
+        def __deepcopy__(self, memo):
+            # Tarantella (master) deep-copies user callbacks at each fit; the
+            # copy would hold a copy of the recorder (whose lock cannot be
+            # copied) and its counts would be lost: hand out this one.
+            return self
+
         def on_train_begin(self, logs=None):  # each fit call is one epoch
             self.measured_steps, self.measured_s, self._measured_start = 0, 0.0, None
 
