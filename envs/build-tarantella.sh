@@ -30,8 +30,9 @@ CPYTHON_REF=${CPYTHON_REF:-v3.9.18}
 TF_SPEC=${TF_SPEC:-tensorflow-cpu==2.7.4}
 # TF 2.7 breaks with protobuf >= 3.20 ("Descriptors cannot be created directly");
 # pygpi uses np.float / np.int, removed in numpy 1.24.
+# The rest: what the harness's worker imports (as envs/tensorflow.txt).
 PY_DEPS=("$TF_SPEC" 'protobuf==3.19.6' 'numpy==1.21.6' 'pybind11==2.10.4' 'pyyaml==6.0.1'
-         'orjson==3.9.10' 'jsonschema==4.17.3')
+         'psutil==5.9.8' 'otf2==3.2' 'nvidia-ml-py==13.615.71')
 CACHE=${DDLC_CACHE:-$HOME/.cache/ddl-compare}
 PREFIX=${DDLC_TARANTELLA_PREFIX:-$CACHE/tarantella-$TNT_REF}
 JOBS=${JOBS:-2}
@@ -105,6 +106,9 @@ build_venv() {
   local py; py=$(find_python39)
   "$py" -m venv "$PREFIX"
   "$PREFIX/bin/pip" install -q --upgrade 'pip<24' 'setuptools<70' wheel
+}
+
+install_deps() {
   "$PREFIX/bin/pip" install -q "${PY_DEPS[@]}"
 }
 
@@ -184,6 +188,8 @@ PY
 
 part python build_python
 part venv build_venv
+# Re-run whenever the list changes: its hash is in the part's name.
+part "python-deps-$(printf '%s\n' "${PY_DEPS[@]}" | sha256sum | cut -c1-12)" install_deps
 part gpi2 build_gpi2
 part gaspicxx build_gaspicxx
 part tarantella build_tarantella
