@@ -21,7 +21,8 @@ from pathlib import Path
 
 from frameworks import data, models
 
-BUILDERS = {"pytorch": "torch", "keras": "tensorflow", "lbann": "lbann"}
+BUILDERS = {"pytorch": "torch", "keras": "tensorflow", "lbann": "lbann",
+            "tarantella": "tarantella"}
 # Flatten is a layer in PyTorch and Keras, implicit in LBANN's FullyConnected:
 # the parameter count of the first dense layer checks it. ReLUs carry no
 # weights and change no shape.
@@ -42,6 +43,12 @@ def builder_rows(builder: str, model: str, dataset: str) -> tuple[list[dict], st
         from frameworks import keras_models
         return (keras_models.layer_rows(keras_models.build(spec, info, seed=0)),
                 "Keras layers of frameworks.keras_models.build")
+    if builder == "tarantella":  # under Tarantella's launcher (GPI-2 is started)
+        import tarantella as tnt
+        from frameworks import keras_models
+        return (keras_models.layer_rows(tnt.Model(keras_models.build(spec, info, seed=0))),
+                "the layers of the tnt.Model (Tarantella) around the Keras model of "
+                "frameworks.keras_models.build")
     from frameworks import lbann as lbann_builder
     from frameworks import lbann_source
     lbann, origin = lbann_source.front_end()
@@ -134,7 +141,7 @@ def _compare_by_name(reference: list[dict], rows: list[dict]) -> list[str]:
     return problems
 
 
-def _ask(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
+def ask(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
     """One builder's answer per data set, from the interpreter of its
     environment (one start-up for all data sets)."""
     from ddlcompare import envs
@@ -148,8 +155,15 @@ def _ask(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
         error = {"error": f"environment '{env}' is not built ({envs.env_dir(env)}); "
                           f"{envs.how_to_build(env)}"}
         return {d: error for d in datasets}
-    done = subprocess.run([str(python), "-m", "frameworks.model_gate", "rows", builder, model,
-                           *datasets], cwd=REPO, capture_output=True, text=True, timeout=300)
+    argv, env = [str(python)], None
+    if builder == "tarantella":  # one rank, started by Tarantella's launcher
+        import os
+        argv = [str(python.parent / "tarantella"), "-n", "1", "--no-gpu", "--"]
+        env = {**os.environ, "PATH": f"{REPO / 'envs' / 'local-ssh'}:{python.parent}:"
+                                     f"{os.environ.get('PATH', '')}"}
+    done = subprocess.run([*argv, "-m", "frameworks.model_gate", "rows", builder, model,
+                           *datasets], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env=env)
     if done.returncode != 0:
         error = {"error": f"the {builder} builder failed: {done.stderr.strip()[-500:]}"}
         return {d: error for d in datasets}
@@ -172,7 +186,7 @@ def gate(model: str = "cnn", datasets: tuple[str, ...] = tuple(data.DATASETS)) -
     was checked and none differs."""
     result = {"model": model, "compared": list(COMPARED), "datasets": {}}
     status = "pass"
-    answers = {builder: _ask(builder, model, datasets) for builder in BUILDERS}
+    answers = {builder: ask(builder, model, datasets) for builder in BUILDERS}
     for dataset in datasets:
         reference = reference_rows(model, dataset)
         entry = {"total_params": sum(r["params"] for r in reference),
