@@ -29,9 +29,15 @@ def launcher(name: str):
 
 
 def python(config: dict) -> str:
-    """The interpreter of the run's framework environment."""
+    """The interpreter of the run's framework environment; a run whose
+    environment is not built fails at once, naming what builds it."""
     from frameworks import registry
-    return str(envs.python_for(registry.FRAMEWORKS[config["framework"]].env))
+    env = registry.FRAMEWORKS[config["framework"]].env
+    found = envs.python_for(env)
+    if not found.exists():
+        raise RuntimeError(f"framework {config['framework']}: its environment '{env}' is not "
+                           f"built here ({found} not found); {envs.how_to_build(env)}")
+    return str(found)
 
 
 def worker_argv(config: dict, run_dir: Path) -> list[str]:

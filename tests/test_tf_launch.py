@@ -123,8 +123,9 @@ def test_missing_tarantella_is_a_clear_failed_run(tmp_path, monkeypatch):
     assert runner.execute(row, tmp_path) == 0
     done = json.loads((tmp_path / row.path / "done.json").read_text())
     assert done["status"] == "failed"
-    assert "build the 'tarantella' environment with 'bash envs/build-tarantella.sh'" \
+    assert "framework tarantella: its environment 'tarantella' is not built here" \
         in done["reason"]
+    assert "bash envs/build-tarantella.sh" in done["reason"]
 
 
 def test_missing_tarantella_inside_a_worker_names_the_environment():
@@ -143,7 +144,22 @@ def test_preflight_points_cluster_frameworks_to_their_build_notes(tmp_path, monk
                for p in found)
 
 
-def test_lbann_driver_is_one_process_here():
+def test_lbann_driver_is_one_process_here(tmp_path, monkeypatch):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text("")
+    monkeypatch.setenv("DDLC_VENV_LBANN", str(tmp_path))
     argv, _ = launch.command("lbann-driver", [Host("n1", 2), Host("n2", 2)],
                              {**CONFIG, "framework": "lbann"}, RUN, "slurm")
-    assert argv == [str(envs.python_for("lbann")), "-m", "frameworks.worker", "/r/run"]
+    assert argv == [str(tmp_path / "bin" / "python"), "-m", "frameworks.worker", "/r/run"]
+
+
+def test_missing_lbann_is_a_failed_run_naming_its_build_script(tmp_path, monkeypatch):
+    """Not dropped: the run is recorded as failed, with the command that builds LBANN
+    (the report lists failed runs with their reasons)."""
+    monkeypatch.setenv("DDLC_VENV_LBANN", str(tmp_path / "nowhere"))
+    row = design.parse(tiny_design(["lbann"]), "tiny.yaml").runs()[0]
+    assert runner.execute(row, tmp_path) == 0
+    done = json.loads((tmp_path / row.path / "done.json").read_text())
+    assert done["status"] == "failed"
+    assert "framework lbann: its environment 'lbann' is not built here" in done["reason"]
+    assert "bash envs/build-lbann.sh" in done["reason"]
