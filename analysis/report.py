@@ -292,7 +292,21 @@ def frameworks_section(design: Design) -> str:
     rows = pd.DataFrame([{"framework": n, "launcher": registry.FRAMEWORKS[n].launcher,
                           "phases exposed": ", ".join(registry.FRAMEWORKS[n].exposes),
                           "notes": registry.FRAMEWORKS[n].notes} for n in names])
-    return f"<h2>Frameworks and the phases they expose</h2>{_table(rows)}"
+    return (f"<h2>Frameworks and the phases they expose</h2>{_table(rows)}"
+            f"{_not_compared(names)}")
+
+
+def _not_compared(names: list[str]) -> str:
+    """Every registered framework this design leaves out, and whether it is
+    installed here: none is dropped without a word."""
+    from ddlcompare import envs
+    rows = [{"framework": n, "environment here": "built" if envs.has_module(info.env, info.probe)
+             else f"not built: {envs.how_to_build(info.env)}"}
+            for n, info in registry.FRAMEWORKS.items() if n not in names]
+    if not rows:
+        return ""
+    return ("<h3>Frameworks not in this design</h3><p>Add them to the design's "
+            "<code>framework</code> factor to compare them.</p>" + _table(pd.DataFrame(rows)))
 
 
 def build(design: Design, tables: Path, out: Path) -> Path:

@@ -163,3 +163,14 @@ def test_missing_lbann_is_a_failed_run_naming_its_build_script(tmp_path, monkeyp
     assert done["status"] == "failed"
     assert "framework lbann: its environment 'lbann' is not built here" in done["reason"]
     assert "bash envs/build-lbann.sh" in done["reason"]
+
+
+def test_report_names_frameworks_left_out_with_their_build_command(tmp_path, monkeypatch):
+    from analysis import report
+    monkeypatch.setenv("DDLC_VENV_LBANN", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("DDLC_VENV_TARANTELLA", str(tmp_path / "nowhere"))
+    section = report.frameworks_section(design.parse(tiny_design(["torch-ddp"]), "t.yaml"))
+    assert "Frameworks not in this design" in section
+    for name in ("lbann", "tarantella", "horovod-torch"):
+        assert f"<td>{name}</td>" in section
+    assert "bash envs/build-lbann.sh" in section and "bash envs/build-tarantella.sh" in section
