@@ -47,6 +47,9 @@ PACKAGES=(
   "LBANN LLNL/lbann $LBANN_REF"
 )
 
+# shellcheck source=envs/build-lib.sh
+. "$(dirname "$0")/build-lib.sh"
+
 log() { printf '[build-lbann %s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
 # part NAME COMMAND...: runs COMMAND unless NAME is stamped; times it, and on
@@ -69,21 +72,6 @@ part() {
   fi
   echo "${secs}s, $(date -u +%FT%TZ)" > "$STAMPS/$name"
   log "$name: done in ${secs}s"
-}
-
-# checkout OWNER/NAME REF DEST: a fresh tree of REF from the local copy or GitHub.
-checkout() {
-  local repo=$1 ref=$2 dest=$3 url=https://github.com/$1.git local_copy
-  if [[ -n ${DDLC_SOURCES:-} ]]; then
-    for local_copy in "$DDLC_SOURCES/${repo/\//+}/repo" "$DDLC_SOURCES/${repo/\//+}"; do
-      [[ -d $local_copy ]] && { url=$local_copy; break; }
-    done
-    [[ $url == https://* ]] && { echo "DDLC_SOURCES=$DDLC_SOURCES has no copy of $repo (expected $DDLC_SOURCES/${repo/\//+}/repo)" >&2; return 2; }
-  fi
-  rm -rf "$dest"
-  git clone -q --no-checkout "$url" "$dest"
-  git -C "$dest" -c advice.detachedHead=false checkout -q "$ref"
-  git -C "$dest" rev-parse HEAD > "$dest.commit"
 }
 
 checkout_all() {

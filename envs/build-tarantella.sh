@@ -57,6 +57,9 @@ if (( ${#missing[@]} )); then
 fi
 here=$(cd "$(dirname "$0")" && pwd)
 
+# shellcheck source=envs/build-lib.sh
+. "$(dirname "$0")/build-lib.sh"
+
 log() { printf '[build-tarantella %s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
 # part NAME FUNCTION: runs FUNCTION unless NAME is stamped; times it.
@@ -70,21 +73,6 @@ part() {
   printf '%s\t%s\t%s\n' "$name" "$secs" "$(date -u +%FT%TZ)" >> "$PREFIX/build-times.tsv"
   echo "${secs}s, $(date -u +%FT%TZ)" > "$STAMPS/$name"
   log "$name: done in ${secs}s"
-}
-
-# checkout OWNER/NAME REF DEST: a fresh tree of REF from the local copy or GitHub.
-checkout() {
-  local repo=$1 ref=$2 dest=$3 url=https://github.com/$1.git local_copy
-  if [[ -n ${DDLC_SOURCES:-} ]]; then
-    for local_copy in "$DDLC_SOURCES/${repo/\//+}/repo" "$DDLC_SOURCES/${repo/\//+}"; do
-      [[ -d $local_copy ]] && { url=$local_copy; break; }
-    done
-    [[ $url == https://* ]] && { echo "DDLC_SOURCES=$DDLC_SOURCES has no copy of $repo (expected $DDLC_SOURCES/${repo/\//+}/repo)" >&2; exit 2; }
-  fi
-  rm -rf "$dest"
-  git clone -q --no-checkout "$url" "$dest"
-  git -C "$dest" -c advice.detachedHead=false checkout -q "$ref"
-  git -C "$dest" rev-parse HEAD > "$dest.commit"
 }
 
 find_python39() {
