@@ -19,6 +19,7 @@ TORCHRUN_PORT = 29500
 REPO = Path(__file__).resolve().parent.parent
 SCOREP_FILTER = REPO / "traces" / "scorep_filter"
 LOCAL_SSH = REPO / "envs" / "local-ssh"  # an `ssh` that runs commands for this host here
+GPI2_LOCK = Path("/tmp/ddlc-gpi2.lock")  # one GPI-2 (Tarantella) job per machine at a time
 
 
 def launcher(name: str):
@@ -222,10 +223,14 @@ def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     # TNT_* from here: the rest of the run's environment goes through -x.
     argv += ["-x", *(f"{k}={v}" for k, v in env.items())]
     path = [str(executable.parent), os.environ.get("PATH", "")]
-    if len(hosts) == 1 and scheduler == "local":  # gaspi_run's ssh to this host, run here
-        path.insert(0, str(LOCAL_SSH))
+    argv += ["--", "-m", "frameworks.worker", str(run_dir)]
+    if len(hosts) == 1 and scheduler == "local":
+        path.insert(0, str(LOCAL_SSH))  # gaspi_run's ssh to this host, run here
+        # GPI-2 listens on fixed ports: a second job on the node at the same
+        # time fails ("Gaspi error: Device operation error"). One at a time.
+        argv = ["flock", str(GPI2_LOCK), *argv]
     env["PATH"] = ":".join(path)
-    return argv + ["--", "-m", "frameworks.worker", str(run_dir)], env
+    return argv, env
 
 
 @launcher("lbann-driver")

@@ -158,7 +158,9 @@ def ask(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
     argv, env = [str(python)], None
     if builder == "tarantella":  # one rank, started by Tarantella's launcher
         import os
-        argv = [str(python.parent / "tarantella"), "-n", "1", "--no-gpu", "--"]
+        from ddlcompare.launch import GPI2_LOCK
+        argv = ["flock", str(GPI2_LOCK), str(python.parent / "tarantella"), "-n", "1",
+                "--no-gpu", "--"]
         env = {**os.environ, "PATH": f"{REPO / 'envs' / 'local-ssh'}:{python.parent}:"
                                      f"{os.environ.get('PATH', '')}"}
     done = subprocess.run([*argv, "-m", "frameworks.model_gate", "rows", builder, model,

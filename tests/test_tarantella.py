@@ -49,7 +49,7 @@ def test_two_processes_train_and_agree(two_ranks):
     assert len(steps) == 2 * 12 and (steps["other_ns"] > 0).all()  # whole steps only
     assert (steps["forward_ns"] == 0).all()
     record = json.loads((folder / "run.json").read_text())
-    assert record["command"][1:4] == ["-n", "2", "--no-gpu"]
+    assert record["command"][3:6] == ["-n", "2", "--no-gpu"]  # after flock LOCK
     assert record["ranks"][0]["tarantella"] == "0.8.0"
 
 

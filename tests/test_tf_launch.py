@@ -101,6 +101,8 @@ def tarantella(hosts, scheduler, run_dir=RUN, **config):
 
 def test_tarantella_on_one_node(tarantella_env):
     argv, env = tarantella([Host("localhost", 2)], "local")
+    assert argv[:2] == ["flock", str(launch.GPI2_LOCK)]  # GPI-2's fixed ports: one job
+    argv = argv[2:]
     assert argv[:4] == [str(tarantella_env / "tarantella"), "-n", "2", "--no-gpu"]
     assert argv[4] == "-x" and "OMP_NUM_THREADS=1" in argv[5:argv.index("--")]
     assert argv[argv.index("--"):] == ["--", "-m", "frameworks.worker", "/r/run"]
