@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import pickle
 import shutil
 import tarfile
@@ -161,11 +162,21 @@ def _read_idx_set(info: DatasetInfo, payloads: dict[str, bytes]) -> Dataset:
                    images("t10k-images-idx3-ubyte.gz"), labels("t10k-labels-idx1-ubyte.gz"))
 
 
+class _NumpyUnpickler(pickle.Unpickler):
+    """Arrays pickled under numpy 2 name numpy._core, which numpy 1 (the
+    TensorFlow environments) calls numpy.core: map one to the other."""
+
+    def find_class(self, module, name):
+        if module.startswith("numpy._core") and not hasattr(np, "_core"):
+            module = "numpy.core" + module[len("numpy._core"):]
+        return super().find_class(module, name)
+
+
 def _read_cifar_set(info: DatasetInfo, payloads: dict[str, bytes]) -> Dataset:
     def batch(f):
         # The official batches are pickles of plain dicts of bytes and lists;
         # their checksum was verified above, which is what makes loading safe.
-        d = pickle.loads(payloads[f], encoding="bytes")
+        d = _NumpyUnpickler(io.BytesIO(payloads[f]), encoding="bytes").load()
         x = np.asarray(d[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
         return x, np.asarray(d[b"labels"], dtype=np.int64)
     train = [batch(f"data_batch_{i}") for i in range(1, 6)]

@@ -123,3 +123,25 @@ def test_generated_files_verify_against_their_manifest_only(tmp_path):
     (folder / data.GENERATED_MANIFEST).write_text("{}")
     with pytest.raises(DataError, match="not a manifest of generated files"):
         data.load("cifar10", str(folder))
+
+
+def test_numpy1_environments_read_files_pickled_under_numpy2(tmp_path):
+    """Generated here (numpy 2: arrays name numpy._core), read by the
+    TensorFlow environment's numpy 1, as a TensorFlow or Tarantella run does."""
+    import subprocess
+    from conftest import REPO, generated_cifar
+    from ddlcompare import envs
+    python = envs.python_for("tensorflow")
+    if not python.exists():
+        pytest.skip(f"the TensorFlow environment is not built ({python}); envs/setup.sh")
+    folder = generated_cifar(tmp_path / "cifar", per_batch=20)
+    probe = ("import numpy; from frameworks import data; "
+             f"d = data.load('cifar10', {str(folder)!r}); "
+             "print(numpy.__version__, d.train_x.shape, int(d.train_x.sum()))")
+    done = subprocess.run([str(python), "-c", probe], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    version, shape = done.stdout.split()[0], done.stdout.split(" ", 1)[1]
+    assert version.startswith("1.")
+    expected = data.load("cifar10", str(folder)).train_x
+    assert shape.strip() == f"(100, 3, 32, 32) {int(expected.sum())}"
