@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ddlcompare.params import PARAMS
-from frameworks import data, lbann_source, model_gate, models
+from frameworks import data, lbann_source, model_gate
 from frameworks import lbann as lbann_builder
 
 LBANN, ORIGIN = lbann_source.front_end()
