@@ -120,6 +120,7 @@ def _watch(argv: list[str], env: dict, run_dir: Path, timeout: int) -> dict:
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+            _stop_leftovers(proc.pid)
     code = proc.returncode
     if code == 0:
         return {"exit_status": 0, "reason": None}
@@ -146,6 +147,22 @@ def _kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
         _send(p, signal.SIGKILL)
     psutil.wait_procs(alive, timeout=grace)
     proc.wait()
+
+
+def _stop_leftovers(session: int) -> None:
+    """Kill what the launcher left running in its session after it ended:
+    gaspi_run (Tarantella) starts ranks in the background, and a rank stuck
+    in start-up outlives a launcher that gave up."""
+    left = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == session:
+                left.append(p)
+        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+            continue
+    for p in left:
+        _send(p, signal.SIGKILL)
+    psutil.wait_procs(left, timeout=5)
 
 
 def _send(process: "psutil.Process", sig: int) -> None:
