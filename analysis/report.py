@@ -329,7 +329,7 @@ def frameworks_section(design: Design) -> str:
     rows = pd.DataFrame([{"framework": n, "launcher": registry.FRAMEWORKS[n].launcher,
                           "phases exposed": ", ".join(registry.FRAMEWORKS[n].exposes),
                           "notes": registry.FRAMEWORKS[n].notes} for n in names])
-    return page.table(rows)
+    return page.table(rows) + _not_compared(names)
 
 
 def summary_section(ctx: Context) -> str:
@@ -420,6 +420,19 @@ def explained(ctx: Context, index: int) -> str:
     return "".join([page.sentences(part.sentences),
                     *(page.figure(p, part.title) for p in part.figures),
                     *(page.table(t, caption=c) for c, t in part.tables.items() if len(t))])
+
+
+def _not_compared(names: list[str]) -> str:
+    """Every registered framework this design leaves out, and whether it is
+    installed here: none is dropped without a word."""
+    from ddlcompare import envs
+    rows = [{"framework": n, "environment here": "built" if envs.has_module(info.env, info.probe)
+             else f"not built: {envs.how_to_build(info.env)}"}
+            for n, info in registry.FRAMEWORKS.items() if n not in names]
+    if not rows:
+        return ""
+    return ("<h3>Frameworks not in this design</h3><p>Add them to the design's "
+            "<code>framework</code> factor to compare them.</p>" + page.table(pd.DataFrame(rows)))
 
 
 def build(design: Design, tables: Path, out: Path) -> Path:

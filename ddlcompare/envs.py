@@ -21,9 +21,20 @@ ENV_DIRS = {"torch": ".venv", "tensorflow": ".venv-tf", "tarantella": ".venv-tar
             "lbann": ".venv-lbann"}
 
 
+# Where envs/build-<name>.sh puts an environment it builds: used when the
+# repository has none of its own and no variable names one.
+BUILT_DIRS = {"tarantella": Path.home() / ".cache" / "ddl-compare" / "tarantella-v0.8.0"}
+
+
 def env_dir(env: str) -> Path:
     override = os.environ.get("DDLC_VENV" if env == "torch" else f"DDLC_VENV_{env.upper()}")
-    return Path(override) if override else REPO / ENV_DIRS[env]
+    if override:
+        return Path(override)
+    local = REPO / ENV_DIRS[env]
+    built = BUILT_DIRS.get(env)
+    if not local.exists() and built is not None and (built / "bin" / "python").exists():
+        return built
+    return local
 
 
 def python_for(env: str) -> Path:
@@ -48,5 +59,8 @@ def how_to_build(env: str) -> str:
     """The fix to name when an environment is missing."""
     if (REPO / "envs" / f"{env}.txt").exists():
         return f"run 'bash envs/setup.sh' (envs/{env}.txt)"
+    if (REPO / "envs" / f"build-{env}.sh").exists():
+        return (f"build it with 'bash envs/build-{env}.sh' (or as envs/{env}.md says) and set "
+                f"DDLC_VENV_{env.upper()} to its folder (the one holding bin/python)")
     return (f"build it as envs/{env}.md says and set DDLC_VENV_{env.upper()} "
             "to its folder (the one holding bin/python)")

@@ -16,6 +16,9 @@ from ddlcompare.hosts import Host
 
 LAUNCHERS: dict[str, Callable] = {}
 TORCHRUN_PORT = 29500
+REPO = Path(__file__).resolve().parent.parent
+LOCAL_SSH = REPO / "envs" / "local-ssh"  # an `ssh` that runs commands for this host here
+GPI2_LOCK = Path("/tmp/ddlc-gpi2.lock")  # one GPI-2 (Tarantella) job per machine at a time
 
 
 def launcher(name: str):
@@ -26,9 +29,15 @@ def launcher(name: str):
 
 
 def python(config: dict) -> str:
-    """The interpreter of the run's framework environment."""
+    """The interpreter of the run's framework environment; a run whose
+    environment is not built fails at once, naming what builds it."""
     from frameworks import registry
-    return str(envs.python_for(registry.FRAMEWORKS[config["framework"]].env))
+    env = registry.FRAMEWORKS[config["framework"]].env
+    found = envs.python_for(env)
+    if not found.exists():
+        raise RuntimeError(f"framework {config['framework']}: its environment '{env}' is not "
+                           f"built here ({found} not found); {envs.how_to_build(env)}")
+    return str(found)
 
 
 def worker_argv(config: dict, run_dir: Path) -> list[str]:
@@ -180,7 +189,8 @@ def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     executable = Path(python(config)).parent / "tarantella"
     if not executable.exists():
         raise RuntimeError(f"{executable} not found: build the 'tarantella' environment "
-                           "(envs/tarantella.md) or set DDLC_VENV_TARANTELLA")
+                           "with 'bash envs/build-tarantella.sh' (notes: envs/tarantella.md) "
+                           "or set DDLC_VENV_TARANTELLA")
     env = base_env(config)
     argv = [str(executable)]
     if len(hosts) == 1:
@@ -194,8 +204,15 @@ def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     # gaspi_run's ranks see only PATH, PYTHONPATH, LD_LIBRARY_PATH, TF_* and
     # TNT_* from here: the rest of the run's environment goes through -x.
     argv += ["-x", *(f"{k}={v}" for k, v in env.items())]
-    env["PATH"] = f"{executable.parent}:{os.environ.get('PATH', '')}"
-    return argv + ["--", "-m", "frameworks.worker", str(run_dir)], env
+    path = [str(executable.parent), os.environ.get("PATH", "")]
+    argv += ["--", "-m", "frameworks.worker", str(run_dir)]
+    if len(hosts) == 1 and scheduler == "local":
+        path.insert(0, str(LOCAL_SSH))  # gaspi_run's ssh to this host, run here
+        # GPI-2 listens on fixed ports: a second job on the node at the same
+        # time fails ("Gaspi error: Device operation error"). One at a time.
+        argv = ["flock", str(GPI2_LOCK), *argv]
+    env["PATH"] = ":".join(path)
+    return argv, env
 
 
 @launcher("one-process")

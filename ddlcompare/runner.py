@@ -218,7 +218,10 @@ class Watch:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                          cwd=provenance.REPO, start_new_session=True,
                                          preexec_fn=ownership.die_with_parent)
-            timed_out = self._wait()
+            try:
+                timed_out = self._wait()
+            finally:
+                _stop_leftovers(self.proc.pid)
         outcome = self._outcome(timed_out)
         if self.overlap:
             outcome["overlap"] = self.overlap
@@ -285,6 +288,22 @@ def _kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
         _send(p, signal.SIGKILL)
     psutil.wait_procs(alive, timeout=grace)
     proc.wait()
+
+
+def _stop_leftovers(session: int) -> None:
+    """Kill what the launcher left running in its session after it ended:
+    gaspi_run (Tarantella) starts ranks in the background, and a rank stuck
+    in start-up outlives a launcher that gave up."""
+    left = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == session:
+                left.append(p)
+        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+            continue
+    for p in left:
+        _send(p, signal.SIGKILL)
+    psutil.wait_procs(left, timeout=5)
 
 
 def _send(process: "psutil.Process", sig: int) -> None:

@@ -26,8 +26,9 @@ pip_in() {
 # chromium: the report test opens the report in it.
 # libopen-trace-format2-dev: the OTF2 C library the fast trace reader (traces/fastotf2) uses.
 # iproute2: ip and tc, which build the emulated slow network (ddlcompare/netem.py).
+# protobuf-compiler: protoc compiles LBANN's .proto files for its front end (frameworks/lbann_source.py).
 debian_packages=(openmpi-bin libopenmpi-dev dataset-fashion-mnist cmake g++ make python3-dev python3-venv
-                 otf2-tools chromium libopen-trace-format2-dev iproute2)
+                 otf2-tools chromium libopen-trace-format2-dev iproute2 protobuf-compiler)
 
 install_debian_packages() {
   local missing=()

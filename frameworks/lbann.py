@@ -35,9 +35,8 @@ ADAPTER = AdapterInfo(
           "phases, no warm-up exclusion (epoch 1 includes it), no weights to compare.",
 )
 
-HOW_TO_BUILD = ("LBANN's Python front end is not importable in this environment; build "
-                "the 'lbann' environment (Spack) as envs/lbann.md says and point "
-                "DDLC_VENV_LBANN at it")
+HOW_TO_BUILD = ("build LBANN with envs/build-lbann.sh (CPU, LBANN's CMake SuperBuild) or "
+                "Spack as envs/lbann.md says, and point DDLC_VENV_LBANN at its environment")
 
 
 class Adapter:
@@ -45,10 +44,16 @@ class Adapter:
 
 
 def import_lbann():
+    """LBANN's front end, with the executable it launches."""
+    import shutil
     try:
         import lbann
     except ImportError as exc:
-        raise common.RunError(f"lbann: {HOW_TO_BUILD} ({exc})") from None
+        raise common.RunError(f"lbann: LBANN's Python front end is not importable in this "
+                              f"environment ({exc}); {HOW_TO_BUILD}") from None
+    if shutil.which(lbann.lbann_exe()) is None:
+        raise common.RunError(f"lbann: the front end is there but not the executable "
+                              f"{lbann.lbann_exe()!r} it launches; {HOW_TO_BUILD}")
     return lbann
 
 
@@ -96,9 +101,12 @@ def residual_graph(spec: dict, info: data.DatasetInfo) -> list[dict]:
             layer.update(layer="Convolution", num_dims=2, out_channels=node["filters"],
                          kernel_size=node["kernel"], stride=node["stride"],
                          padding=node["padding"], has_bias=node["bias"], weights=[node["init"]])
-        elif kind == "batchnorm":  # LBANN's decay is 1 - the spec's momentum
+        elif kind == "batchnorm":  # LBANN's decay is 1 - the spec's momentum;
+            # without no_bessel_correction LBANN divides by n - 1 (PyTorch and
+            # Keras by n) and ResNet-34 would not be the same model.
             layer.update(layer="BatchNormalization", decay=1 - node["momentum"],
                          epsilon=node["epsilon"], statistics_group_size=1,
+                         no_bessel_correction=True,
                          weights=[spec["init"]["bn_gamma"], spec["init"]["bn_beta"]])
         elif kind == "relu":
             layer.update(layer="Relu")
@@ -175,9 +183,12 @@ INITIALISERS = {"he_uniform": "HeUniformInitializer",
 CONSTANTS = {"zeros": 0.0, "ones": 1.0}
 
 
-def build_model(lbann, spec: dict, info: data.DatasetInfo, epochs: int):
+def build_model(lbann, spec: dict, info: data.DatasetInfo, epochs: int,
+                warmup_steps: int = 0):
     """The LBANN model of the shared spec: its layer graph, softmax
-    cross-entropy, and accuracy as the metric named 'accuracy' (in %)."""
+    cross-entropy, and accuracy as the metric named 'accuracy' (in %). The
+    timer leaves the first ``warmup_steps`` training steps out of its
+    mini-batch statistics (epoch run times still include them)."""
     images = lbann.Input(data_field="samples")
     labels = lbann.Input(data_field="labels")
     x = images
@@ -199,7 +210,21 @@ def build_model(lbann, spec: dict, info: data.DatasetInfo, epochs: int):
     return lbann.Model(epochs, layers=lbann.traverse_layer_graph([images, labels]),
                        objective_function=loss,
                        metrics=[lbann.Metric(accuracy, name="accuracy", unit="%")],
-                       callbacks=[lbann.CallbackPrint(), lbann.CallbackTimer()])
+                       callbacks=[lbann.CallbackPrint(),
+                                  lbann.CallbackTimer(skip_steps=warmup_steps)])
+
+
+VERSION_LINE = re.compile(r"LLNL LBANN version: (?P<version>\S+)(?: \((?P<git>[^)]+)\))?")
+
+
+def lbann_version(output: str) -> str:
+    """LBANN's Python front end has no __version__ and the executable no
+    --version: every run prints 'Running: LLNL LBANN version: 0.105.0
+    (<git describe>)' first (src/utils/lbann_library.cpp)."""
+    found = VERSION_LINE.search(output)
+    if not found:
+        return "unknown (no version line in LBANN's output)"
+    return found["version"] + (f" ({found['git']})" if found["git"] else "")
 
 
 def _weights(lbann, name: str, label: str):
@@ -215,7 +240,7 @@ def graph_of_model(model, names: frozenset = frozenset()) -> list[dict]:
     the spec's node names, for a graph spec."""
     fields = ("num_dims", "out_channels", "kernel_size", "stride", "padding", "has_bias",
               "pool_dims_i", "pool_strides_i", "pool_mode", "num_neurons", "decay", "epsilon",
-              "statistics_group_size")
+              "statistics_group_size", "no_bessel_correction")
     graph = []
     for layer in model.layers:
         kind = type(layer).__name__
@@ -236,6 +261,9 @@ def graph_of_model(model, names: frozenset = frozenset()) -> list[dict]:
 
 # --- data in the files LBANN's readers take --------------------------------
 
+# Bumped when the files' contents change (v2: CIFAR-10 stored transposed), so
+# that a cache written by an older version is not reused.
+DATA_FILES_VERSION = "v2"
 LBANN_FILES = {
     "fashion-mnist": {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
                       "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")},
@@ -265,8 +293,9 @@ def _write_atomic(path: Path, payload: bytes) -> None:
 
 
 def write_data_files(dataset: data.Dataset, folder: Path) -> Path:
-    """The verified arrays, in LBANN's files: LBANN trains on the same bytes
-    as every other framework (in its own order)."""
+    """The verified arrays, in LBANN's files: LBANN trains on the same
+    images as every other framework (in its own order). CIFAR-10's are
+    stored transposed (see transposed)."""
     folder.mkdir(parents=True, exist_ok=True)
     files = LBANN_FILES[dataset.info.name]
     if all((folder / f).exists() for part in files.values() for f in part):
@@ -280,16 +309,36 @@ def write_data_files(dataset: data.Dataset, folder: Path) -> Path:
     else:
         for i, name in enumerate(files["train"]):
             take = slice(i * 10000, (i + 1) * 10000)
-            write_cifar_bin(folder / name, dataset.train_x[take], dataset.train_y[take])
-        write_cifar_bin(folder / files["test"][0], dataset.test_x, dataset.test_y)
+            write_cifar_bin(folder / name, transposed(dataset.train_x[take]),
+                            dataset.train_y[take])
+        write_cifar_bin(folder / files["test"][0], transposed(dataset.test_x), dataset.test_y)
     return folder
+
+
+def transposed(images: np.ndarray) -> np.ndarray:
+    """Images (N, C, H, W) with height and width swapped. LBANN's
+    normalize_to_lbann_layout transform (src/transforms/vision/) writes pixel
+    (row, col) to row + col * H, i.e. it hands the model each image
+    transposed; written transposed, the images reach the model the right way
+    up, as every other framework sees them."""
+    return np.ascontiguousarray(images.transpose(0, 1, 3, 2))
+
+
+def reader_roles(info: data.DatasetInfo) -> tuple[tuple[str, str], ...]:
+    """(role, files) of the experiment's readers: 'train' on the training
+    files; 'validate' on the TEST files, so that LBANN scores the test set
+    after every epoch, where the reader takes that role (mnist does; LBANN's
+    cifar10 reader accepts only 'train' and 'test', so CIFAR-10's test set
+    is scored once, at the end); 'test' at the end."""
+    if info.name == "cifar10":
+        return (("train", "train"), ("test", "test"))
+    return (("train", "train"), ("validate", "test"), ("test", "test"))
 
 
 def reader_spec(info: data.DatasetInfo, folder: Path, train_samples: int,
                 test_samples: int | None = None) -> list[dict]:
-    """The data readers of the experiment: 'train' on the training files
-    (``train_samples`` per epoch), 'validate' on the TEST files so that
-    LBANN scores the test set after every epoch, and 'test' at the end.
+    """The data readers of the experiment (reader_roles), ``train_samples``
+    per epoch and the first ``test_samples`` test images (all if None).
     Inputs are normalised as everywhere: (x / 255 - mean) / std."""
     name = "mnist" if info.name == "fashion-mnist" else "cifar10"
     means = " ".join(f"{m:g}" for m in info.mean)
@@ -301,17 +350,23 @@ def reader_spec(info: data.DatasetInfo, folder: Path, train_samples: int,
         transforms = [("normalize_to_lbann_layout", {"means": means, "stddevs": stddevs})]
     files = LBANN_FILES[info.name]
     readers = []
-    for role, part in (("train", "train"), ("validate", "test"), ("test", "test")):
+    for role, part in reader_roles(info):
         reader = {"name": name, "role": role, "shuffle": role == "train",
-                  "data_filedir": str(folder), "fraction_of_data_to_use": 1.0,
-                  "transforms": transforms}
-        count = train_samples if role == "train" else test_samples
-        if count:  # unshuffled readers (validate, test) take the first test_samples
-            reader["absolute_sample_count"] = count
+                  "data_filedir": str(folder), "transforms": transforms}
+        reader.update(_sample_count(train_samples if role == "train" else test_samples))
         if name == "mnist":
             reader["data_filename"], reader["label_filename"] = files[part]
         readers.append(reader)
     return readers
+
+
+def _sample_count(count: int | None) -> dict:
+    """How many samples a reader takes. LBANN refuses a reader where both
+    fields are set (exactly one must be zero: data_reader.cpp,
+    error_check_counts); unshuffled readers take the first ``count``."""
+    if count:
+        return {"absolute_sample_count": count, "fraction_of_data_to_use": 0.0}
+    return {"absolute_sample_count": 0, "fraction_of_data_to_use": 1.0}
 
 
 def reader_message(lbann, readers: list[dict]):
@@ -398,27 +453,38 @@ def _values(prefix: str, key: str, value: str) -> dict:
             for name in ("mean", "median", "max", "min", "stdev")}
 
 
-def epoch_rows(parsed: list[dict], images_per_epoch: int, launch_s: float = 0.0) -> list[dict]:
-    """The common epochs.tsv rows: LBANN's training run time is the epoch's
-    wall time and its measured time (the master rank's, warm-up included).
-    LBANN reports no clock of its own: an epoch's elapsed time is the time to
-    its launch (``launch_s`` on the run clock) plus the epochs' wall times so
-    far, which leaves out LBANN's own start-up and so flatters it a little."""
+def epoch_rows(parsed: list[dict], images_per_epoch: int, launch_s: float = 0.0,
+               global_batch: int | None = None, warmup_steps: int = 0) -> list[dict]:
+    """The common epochs.tsv rows. LBANN's training run time is the epoch's
+    wall time. The measured time: with ``global_batch``, the mini-batches
+    LBANN's timer timed (CallbackTimer(skip_steps=warmup_steps) leaves the
+    warm-up steps out) times their mean; else the whole run time (warm-up
+    included). LBANN reports no clock of its own: an epoch's elapsed time is
+    the time to its launch (``launch_s`` on the run clock) plus the epochs'
+    wall times so far, which leaves out LBANN's own start-up and so flatters
+    it a little."""
     nan = float("nan")
     rows = []
-    elapsed = launch_s
+    elapsed, steps_before = launch_s, 0
     for entry in parsed:
         run_s = entry.get("train_run_time_s", nan)
         wall_s = run_s + entry.get("test_run_time_s", 0)
         elapsed += wall_s
+        measured_images, measured_s = images_per_epoch, run_s
+        mean_s = entry.get("train_batch_mean_s", nan)
+        if global_batch and mean_s == mean_s:  # timed mini-batches (not NaN)
+            steps = images_per_epoch // global_batch
+            timed = steps - min(steps, max(0, warmup_steps - steps_before))
+            measured_images, measured_s = timed * global_batch, timed * mean_s
+            steps_before += steps
         rows.append({
             "epoch": entry["epoch"], "wall_s": round(wall_s, 4), "elapsed_s": round(elapsed, 4),
             "train_loss": entry.get("train_loss", nan),
             "train_accuracy": entry.get("train_accuracy", nan),
             "test_loss": entry.get("test_loss", nan),
             "test_accuracy": entry.get("test_accuracy", nan),
-            "images_per_s": images_per_epoch / run_s if run_s > 0 else nan,
-            "measured_images": images_per_epoch, "measured_s": run_s})
+            "images_per_s": measured_images / measured_s if measured_s > 0 else nan,
+            "measured_images": measured_images, "measured_s": measured_s})
     return rows
 
 
@@ -439,6 +505,22 @@ def write_batch_times(folder: Path, parsed: list[dict]) -> None:
 
 # --- the driver -------------------------------------------------------------
 
+def experiment(lbann, config: dict, info: data.DatasetInfo, folder: Path, steps: int,
+               world: int) -> tuple:
+    """(trainer, model, data readers, optimizer) of one run: the global
+    batch as LBANN's mini-batch, ``steps`` of it per epoch, the design's seed
+    and the shared learning-rate rule."""
+    global_batch = config["batch_size"] * world
+    model = build_model(lbann, models.MODELS[config["model"]], info, config["epochs"],
+                        config["warmup_steps"])
+    trainer = lbann.Trainer(mini_batch_size=global_batch, random_seed=config["seed"])
+    readers = reader_message(lbann, reader_spec(info, folder, steps * global_batch,
+                                                config["test_images"]))
+    optimizer = lbann.SGD(learn_rate=models.scaled_learning_rate(config, global_batch),
+                          momentum=config["momentum"])
+    return trainer, model, readers, optimizer
+
+
 def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     """Build the experiment, run it with LBANN's launcher, write the tables."""
     from ddlcompare import hosts
@@ -452,29 +534,27 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     global_batch = config["batch_size"] * world
     n_train, _, steps = common.epoch_sizes(config, dataset, world)
     folder = write_data_files(dataset, Path.home() / ".cache" / "ddl-compare" / "lbann-data"
-                              / info.name)
-    lr = models.scaled_learning_rate(config, global_batch)
-    model = build_model(lbann, models.MODELS[config["model"]], info, config["epochs"])
-    trainer = lbann.Trainer(mini_batch_size=global_batch, random_seed=config["seed"])
-    readers = reader_message(lbann, reader_spec(info, folder, steps * global_batch,
-                                                config["test_images"]))
-    optimizer = lbann.SGD(learn_rate=lr, momentum=config["momentum"])
+                              / f"{info.name}-{DATA_FILES_VERSION}")
+    parts = experiment(lbann, config, info, folder, steps, world)
     init_s = time.perf_counter() - init_start
     launch_s = clock.elapsed()
     work_dir = run_dir / "lbann"
-    status = lbann.run(trainer, model, readers, optimizer, work_dir=str(work_dir),
-                       overwrite_script=True, **launch_args(config, scheduler, os.environ))
-    parsed = parse_output((work_dir / "out.log").read_text(errors="replace")
-                          if (work_dir / "out.log").exists() else "")
+    status = lbann.run(*parts, work_dir=str(work_dir), overwrite_script=True,
+                       **launch_args(config, scheduler, os.environ))
+    output = ((work_dir / "out.log").read_text(errors="replace")
+              if (work_dir / "out.log").exists() else "")
+    parsed = parse_output(output)
     if status != 0 or not parsed:
         raise common.RunError(f"lbann: the experiment exited with status {status} and "
                               f"{len(parsed)} epoch(s) reported; see {work_dir}/err.log")
-    rows = epoch_rows(parsed, steps * global_batch, launch_s)
+    rows = epoch_rows(parsed, steps * global_batch, launch_s, global_batch,
+                      config["warmup_steps"])
     common.write_epochs(run_dir, rows)
     write_batch_times(run_dir, parsed)
     dist = Dist(rank=0, world=world, local_rank=0)
-    record = common.rank_record(dist, {"lbann": getattr(lbann, "__version__", "unknown")})
+    record = common.rank_record(dist, {"lbann": lbann_version(output)})
     record["params_digest"] = None  # LBANN keeps its weights to itself
     common.write_json(run_dir / "rank0.json", record)
+    lr = models.scaled_learning_rate(config, global_batch)
     common.write_json(run_dir / "metrics.json",
                       common.summary(rows, world, global_batch, lr, steps, init_s, clock))

@@ -21,10 +21,12 @@ from pathlib import Path
 
 from frameworks import data, models
 
-BUILDERS = {"pytorch": "torch", "keras": "tensorflow", "lbann": "lbann"}
+BUILDERS = {"pytorch": "torch", "keras": "tensorflow", "lbann": "lbann",
+            "tarantella": "tarantella"}
 # The builder of each training family: a builder's verdict is that of every
 # framework of its family (DataParallel and MirroredStrategy wrap the same model).
-FAMILY_BUILDERS = {"torch": "pytorch", "tensorflow": "keras", "lbann": "lbann"}
+FAMILY_BUILDERS = {"torch": "pytorch", "tensorflow": "keras", "lbann": "lbann",
+                   "tarantella": "tarantella"}
 # Flatten is a layer in PyTorch and Keras, implicit in LBANN's FullyConnected:
 # the parameter count of the first dense layer checks it. ReLUs carry no
 # weights and change no shape.
@@ -45,18 +47,25 @@ def builder_rows(builder: str, model: str, dataset: str) -> tuple[list[dict], st
         from frameworks import keras_models
         return (keras_models.layer_rows(keras_models.build(spec, info, seed=0)),
                 "Keras layers of frameworks.keras_models.build")
+    if builder == "tarantella":  # under Tarantella's launcher (GPI-2 is started)
+        import tarantella as tnt
+        from frameworks import keras_models
+        return (keras_models.layer_rows(tnt.Model(keras_models.build(spec, info, seed=0))),
+                "the layers of the tnt.Model (Tarantella) around the Keras model of "
+                "frameworks.keras_models.build")
     from frameworks import lbann as lbann_builder
-    try:
-        import lbann
-    except ImportError:
+    from frameworks import lbann_source
+    lbann, origin = lbann_source.front_end()
+    if lbann is None:
         return (lbann_builder.graph_rows(lbann_builder.layer_graph(spec, info), info.shape),
                 "the layer graph frameworks.lbann.layer_graph hands to LBANN "
-                "(LBANN is not importable here, so no lbann.Model was built)")
+                f"(no lbann.Model was built: {origin})")
     built = lbann_builder.build_model(lbann, spec, info, epochs=1)
     names = frozenset() if models.is_sequential(spec) else frozenset(
         node["name"] for node in models.graph(spec))
     return (lbann_builder.graph_rows(lbann_builder.graph_of_model(built, names), info.shape),
-            "the layers of the lbann.Model that frameworks.lbann.build_model builds")
+            "the layers of the lbann.Model that frameworks.lbann.build_model builds with "
+            + origin)
 
 
 def _torch_rows(spec: dict, info: data.DatasetInfo) -> list[dict]:
@@ -143,7 +152,7 @@ def _compare_by_name(reference: list[dict], rows: list[dict]) -> list[str]:
     return problems
 
 
-def _ask(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
+def ask(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
     """One builder's answer per data set, from the interpreter of its
     environment (one start-up for all data sets)."""
     from ddlcompare import envs
@@ -157,8 +166,17 @@ def _ask(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
         error = {"error": f"environment '{env}' is not built ({envs.env_dir(env)}); "
                           f"{envs.how_to_build(env)}"}
         return {d: error for d in datasets}
-    done = subprocess.run([str(python), "-m", "frameworks.model_gate", "rows", builder, model,
-                           *datasets], cwd=REPO, capture_output=True, text=True, timeout=300)
+    argv, env = [str(python)], None
+    if builder == "tarantella":  # one rank, started by Tarantella's launcher
+        import os
+        from ddlcompare.launch import GPI2_LOCK
+        argv = ["flock", str(GPI2_LOCK), str(python.parent / "tarantella"), "-n", "1",
+                "--no-gpu", "--"]
+        env = {**os.environ, "PATH": f"{REPO / 'envs' / 'local-ssh'}:{python.parent}:"
+                                     f"{os.environ.get('PATH', '')}"}
+    done = subprocess.run([*argv, "-m", "frameworks.model_gate", "rows", builder, model,
+                           *datasets], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env=env)
     if done.returncode != 0:
         error = {"error": f"the {builder} builder failed: {done.stderr.strip()[-500:]}"}
         return {d: error for d in datasets}
@@ -181,7 +199,7 @@ def gate(model: str = "cnn", datasets: tuple[str, ...] = tuple(data.DATASETS)) -
     was checked and none differs."""
     result = {"model": model, "compared": list(COMPARED), "datasets": {}}
     status = "pass"
-    answers = {builder: _ask(builder, model, datasets) for builder in BUILDERS}
+    answers = {builder: ask(builder, model, datasets) for builder in BUILDERS}
     for dataset in datasets:
         reference = reference_rows(model, dataset)
         entry = {"total_params": sum(r["params"] for r in reference),

@@ -1,8 +1,9 @@
 """Tarantella (GPI-2): tnt.Model around the shared Keras model, trained with
 fit on the global batch; launched with the 'tarantella' launcher.
 
-Cannot run on the development machines (no Tarantella there, and it needs
-TensorFlow <= 2.10): build its environment on a cluster (envs/tarantella.md).
+Runs in its own environment (TensorFlow <= 2.10 on Python <= 3.10, GPI-2,
+GaspiCxx with pygpi, Tarantella): envs/build-tarantella.sh builds it
+(notes: envs/tarantella.md).
 """
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ ADAPTER = AdapterInfo(
 )
 
 HOW_TO_BUILD = ("Tarantella is not installed in this environment; build the 'tarantella' "
-                "environment (TensorFlow <= 2.10, GPI-2, GaspiCxx, Tarantella from source) "
-                "as envs/tarantella.md says, and point DDLC_VENV_TARANTELLA at it")
+                "environment with 'bash envs/build-tarantella.sh' (TensorFlow 2.7, GPI-2, "
+                "GaspiCxx with pygpi, Tarantella v0.8.0 from source; notes: envs/tarantella.md) "
+                "and point DDLC_VENV_TARANTELLA at it")
 
 
 def import_tarantella():
@@ -35,12 +37,54 @@ def import_tarantella():
     return tarantella
 
 
+def require_gpus(per_node: int) -> None:
+    import tensorflow as tf
+    found = len(tf.config.list_physical_devices("GPU"))
+    if found < per_node:
+        raise common.RunError(f"tarantella: device: gpu asks for {per_node} GPU(s) per node "
+                              f"(procs_per_node) and this node has {found}; Tarantella would "
+                              "silently train on the CPU. Use device: cpu or fewer processes")
+
+
+def tarantella_version() -> str:
+    """Tarantella has no __version__: tnt_version, in tarantella.version
+    (master) or in the version.py installed next to the package (v0.8.0)."""
+    import re
+    from pathlib import Path
+    try:
+        from tarantella.version import tnt_version
+        return str(tnt_version)
+    except ImportError:
+        pass
+    import tarantella
+    found = Path(tarantella.__file__).resolve().parents[1] / "version.py"
+    match = re.search(r"tnt_version\s*=\s*[\"']([^\"']+)", found.read_text()) \
+        if found.exists() else None
+    return match.group(1) if match else "unknown (no tnt_version found)"
+
+
+def built_versions() -> dict:
+    """What envs/build-tarantella.sh recorded next to the environment
+    (GPI-2, GaspiCxx and the commits), when it built this one."""
+    import json
+    import sys
+    from pathlib import Path
+    record = Path(sys.prefix) / "versions.json"
+    if not record.exists():
+        return {}
+    found = json.loads(record.read_text())
+    return {f"tarantella_build_{k}": v for k, v in found.items() if k != "built_by"}
+
+
 class Adapter(TFAdapter):
     uses_fit = True
 
     def init(self, config: dict) -> Dist:
         # Importing Tarantella starts GPI-2 and picks this rank's GPU (or
-        # none: the launcher passes --no-gpu on device: cpu).
+        # none: the launcher passes --no-gpu on device: cpu). With too few
+        # GPUs it only warns and trains on the CPU: refuse that first.
+        if config["device"] == "gpu":
+            require_gpus(config["procs_per_node"])
         tnt = import_tarantella()
         self.tnt = tnt
         rank = tnt.get_rank()
@@ -52,7 +96,7 @@ class Adapter(TFAdapter):
         return model
 
     def versions(self) -> dict:
-        return {"tarantella": getattr(self.tnt, "__version__", "unknown")}
+        return {"tarantella": tarantella_version(), **built_versions()}
 
     def allreduce(self, values: np.ndarray, op: str) -> np.ndarray:
         if op == "sum":

@@ -341,7 +341,7 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
         take = order[:steps * global_batch]
         images = tf.data.Dataset.from_tensor_slices(
             (keras_models.images(dataset.train_x[take], dataset.info), dataset.train_y[take]))
-        timer.epoch = epoch
+        timer.state.epoch = epoch
         history = model.fit(images.batch(global_batch), epochs=1, verbose=0, shuffle=False,
                             callbacks=[timer])
         # fit reports epoch means (this rank's or already global: weighting
@@ -349,8 +349,8 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
         sums = common.EpochSums(train_loss=history.history["loss"][-1] * steps * batch,
                                 train_correct=history.history["accuracy"][-1] * steps * batch,
                                 train_images=steps * batch,
-                                measured_images=batch * timer.measured_steps)
-        measured_s = timer.measured_s
+                                measured_images=batch * timer.state.measured_steps)
+        measured_s = timer.state.measured_s
         if common.evaluates(config, epoch):
             with phases("eval"):
                 _evaluate(evaluate, dataset, dist, sums, batch, n_test)
@@ -360,34 +360,54 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     _finish(adapter, phases, run_dir, dist, keras_model, rows, plan, lr, steps, init_s, clock)
 
 
+class _Shared:
+    """State that deep copies share instead of copying."""
+
+    def __deepcopy__(self, memo):
+        return self
+
+
 def _fit_step_timer(phases: PhaseRecorder, warmup_steps: int):
     """A Keras callback recording each fit step as one step whose whole time
-    is 'other', and the epoch's measured steps and seconds (after warm-up)."""
+    is 'other', and the epoch's measured steps and seconds (after warm-up),
+    in its ``state``.
+
+    Tarantella wraps each user callback at every fit, deep-copying each of
+    its attributes (v0.8.0 and master, keras/callbacks.py): the state is one
+    _Shared object, and the callback keeps no model (a Keras model cannot be
+    deep-copied with Tarantella's optimizer in it)."""
     import tensorflow as tf
 
     class FitStepTimer(tf.keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
-            self.epoch, self.step, self.span = 0, 0, None
-            self.measured_steps, self.measured_s, self._measured_start = 0, 0.0, None
+            self.state = _Shared()
+            self.state.epoch, self.state.step, self.state.span = 0, 0, None
+
+        def set_model(self, model):
+            pass  # not needed, and not deep-copyable under Tarantella
 
         def on_train_begin(self, logs=None):  # each fit call is one epoch
-            self.measured_steps, self.measured_s, self._measured_start = 0, 0.0, None
+            state = self.state
+            state.measured_steps, state.measured_s, state.measured_start = 0, 0.0, None
 
         def on_train_batch_begin(self, batch, logs=None):
-            if self.step >= warmup_steps and self._measured_start is None:
-                self._measured_start = time.perf_counter()
-            phases.begin_step(self.epoch, self.step)
-            self.span = phases("other").__enter__()
+            state = self.state
+            if state.step >= warmup_steps and state.measured_start is None:
+                state.measured_start = time.perf_counter()
+            phases.begin_step(state.epoch, state.step)
+            state.span = phases("other").__enter__()
 
         def on_train_batch_end(self, batch, logs=None):
-            self.span.__exit__(None, None, None)
+            state = self.state
+            state.span.__exit__(None, None, None)
             phases.end_step()
-            self.measured_steps += self._measured_start is not None
-            self.step += 1
+            state.measured_steps += state.measured_start is not None
+            state.step += 1
 
         def on_train_end(self, logs=None):
-            if self._measured_start is not None:
-                self.measured_s = time.perf_counter() - self._measured_start
+            state = self.state
+            if state.measured_start is not None:
+                state.measured_s = time.perf_counter() - state.measured_start
 
     return FitStepTimer()

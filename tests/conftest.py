@@ -1,8 +1,13 @@
+import hashlib
+import pickle
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import yaml
+
+from frameworks import data
 
 REPO = Path(__file__).resolve().parent.parent
 FASHION = Path("/usr/share/datasets/fashion-mnist")
@@ -29,3 +34,31 @@ def tiny_design(frameworks=("torch-ddp",), procs=(2,), **fixed) -> dict:
             "factors": {"framework": list(frameworks), "procs_per_node": list(procs),
                         "batch_size": [32]},
             "replications": 1, "fixed": {**TINY_FIXED, **fixed}}
+
+
+def make_cifar(folder, per_batch=20, seed=0):
+    """CIFAR-10 in its official format: pickled dicts of bytes keys,
+    uint8 data rows of 3072 (R, G, B planes), labels as a list."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    sums = {}
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        batch = {b"batch_label": name.encode(),
+                 b"labels": rng.integers(0, 10, per_batch).tolist(),
+                 b"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+                 b"filenames": [f"img{i}.png".encode() for i in range(per_batch)]}
+        blob = pickle.dumps(batch, protocol=2)
+        (folder / name).write_bytes(blob)
+        sums[name] = "md5:" + hashlib.md5(blob).hexdigest()
+    (folder / "batches.meta").write_bytes(pickle.dumps({b"label_names": [b"airplane"] * 10}))
+    return sums
+
+
+def generated_cifar(folder, per_batch=1000, seed=0):
+    """Generated CIFAR-10 files with the manifest that lets runs use them
+    (frameworks/data.py, GENERATED_MANIFEST)."""
+    import json
+    sums = make_cifar(folder, per_batch, seed)
+    (folder / data.GENERATED_MANIFEST).write_text(
+        json.dumps({"generated_by": "tests/conftest.py generated_cifar", "files": sums}))
+    return folder

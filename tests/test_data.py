@@ -9,6 +9,7 @@ import tarfile
 import numpy as np
 import pytest
 
+from conftest import make_cifar
 from frameworks import data
 from frameworks.data import DataError
 
@@ -56,24 +57,6 @@ def test_missing_dataset_says_how_to_get_it(tmp_path):
     with pytest.raises(DataError, match="apt-get install dataset-fashion-mnist"):
         data.load("fashion-mnist", str(tmp_path))
     assert data.missing_files("cifar10", str(tmp_path))[0].endswith("data_batch_1")
-
-
-def make_cifar(folder, per_batch=20, seed=0):
-    """CIFAR-10 in its official format: pickled dicts of bytes keys,
-    uint8 data rows of 3072 (R, G, B planes), labels as a list."""
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    sums = {}
-    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        batch = {b"batch_label": name.encode(),
-                 b"labels": rng.integers(0, 10, per_batch).tolist(),
-                 b"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
-                 b"filenames": [f"img{i}.png".encode() for i in range(per_batch)]}
-        blob = pickle.dumps(batch, protocol=2)
-        (folder / name).write_bytes(blob)
-        sums[name] = "md5:" + hashlib.md5(blob).hexdigest()
-    (folder / "batches.meta").write_bytes(pickle.dumps({b"label_names": [b"airplane"] * 10}))
-    return sums
 
 
 def test_cifar_official_format(tmp_path):
@@ -128,3 +111,37 @@ def test_shards_partition_an_epoch_and_change_with_epoch():
 def test_steps_per_epoch_drops_last_and_caps():
     assert data.steps_per_epoch(60000, 2, 64, None) == 468
     assert data.steps_per_epoch(60000, 2, 64, 10) == 10
+
+
+def test_generated_files_verify_against_their_manifest_only(tmp_path):
+    from conftest import generated_cifar
+    folder = generated_cifar(tmp_path / "cifar", per_batch=20)
+    assert data.load("cifar10", str(folder)).train_x.shape == (100, 3, 32, 32)
+    (folder / "test_batch").write_bytes((folder / "data_batch_1").read_bytes())
+    with pytest.raises(DataError, match="test_batch fails its checksum"):
+        data.load("cifar10", str(folder))
+    (folder / data.GENERATED_MANIFEST).write_text("{}")
+    with pytest.raises(DataError, match="not a manifest of generated files"):
+        data.load("cifar10", str(folder))
+
+
+def test_numpy1_environments_read_files_pickled_under_numpy2(tmp_path):
+    """Generated here (numpy 2: arrays name numpy._core), read by the
+    TensorFlow environment's numpy 1, as a TensorFlow or Tarantella run does."""
+    import subprocess
+    from conftest import REPO, generated_cifar
+    from ddlcompare import envs
+    python = envs.python_for("tensorflow")
+    if not python.exists():
+        pytest.skip(f"the TensorFlow environment is not built ({python}); envs/setup.sh")
+    folder = generated_cifar(tmp_path / "cifar", per_batch=20)
+    probe = ("import numpy; from frameworks import data; "
+             f"d = data.load('cifar10', {str(folder)!r}); "
+             "print(numpy.__version__, d.train_x.shape, int(d.train_x.sum()))")
+    done = subprocess.run([str(python), "-c", probe], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    version, shape = done.stdout.split()[0], done.stdout.split(" ", 1)[1]
+    assert version.startswith("1.")
+    expected = data.load("cifar10", str(folder)).train_x
+    assert shape.strip() == f"(100, 3, 32, 32) {int(expected.sum())}"

@@ -90,3 +90,16 @@ def test_derived_timeout_grows_with_work():
     small = row_of(tiny_design(timeout_s=None)).config
     big = {**small, "epochs": 20, "train_images": None, "max_steps": None}
     assert 180 < runner.derived_timeout(small) < runner.derived_timeout(big)
+
+
+def test_processes_left_behind_by_the_launcher_are_stopped(tmp_path):
+    """gaspi_run-style: a rank started in the background outlives its launcher."""
+    import os
+    import psutil
+    from ddlcompare import runner as runner_mod
+    marker = tmp_path / "pid"
+    argv = ["sh", "-c", f"sleep 300 & echo $! > {marker}; exit 3"]
+    outcome = runner_mod._watch(argv, dict(os.environ), tmp_path, timeout=60)
+    assert outcome["exit_status"] == 3
+    assert not psutil.pid_exists(int(marker.read_text())) or \
+        psutil.Process(int(marker.read_text())).status() == psutil.STATUS_ZOMBIE

@@ -101,18 +101,22 @@ def tarantella(hosts, scheduler, run_dir=RUN, **config):
 
 def test_tarantella_on_one_node(tarantella_env):
     argv, env = tarantella([Host("localhost", 2)], "local")
+    assert argv[:2] == ["flock", str(launch.GPI2_LOCK)]  # GPI-2's fixed ports: one job
+    argv = argv[2:]
     assert argv[:4] == [str(tarantella_env / "tarantella"), "-n", "2", "--no-gpu"]
     assert argv[4] == "-x" and "OMP_NUM_THREADS=1" in argv[5:argv.index("--")]
     assert argv[argv.index("--"):] == ["--", "-m", "frameworks.worker", "/r/run"]
-    assert env["PATH"].startswith(f"{tarantella_env}:")  # its ranks run this env's python
+    # gaspi_run's ssh to this host runs here; then its ranks run this env's python
+    assert env["PATH"].startswith(f"{launch.LOCAL_SSH}:{tarantella_env}:")
 
 
 def test_tarantella_hostfile_from_the_scheduler_nodes(tarantella_env, tmp_path):
-    argv, _ = tarantella([Host("n1", 4), Host("n2", 4)], "slurm", run_dir=tmp_path,
-                         device="gpu")
+    argv, env = tarantella([Host("n1", 4), Host("n2", 4)], "slurm", run_dir=tmp_path,
+                           device="gpu")
     assert argv[1:5] == ["--hostfile", str(tmp_path / "hostfile"), "--n-per-node", "4"]
     assert "--no-gpu" not in argv
     assert (tmp_path / "hostfile").read_text() == "n1\nn2\n"
+    assert str(launch.LOCAL_SSH) not in env["PATH"]  # other nodes: the real ssh
 
 
 def test_missing_tarantella_is_a_clear_failed_run(tmp_path, monkeypatch):
@@ -121,7 +125,9 @@ def test_missing_tarantella_is_a_clear_failed_run(tmp_path, monkeypatch):
     assert runner.execute(row, tmp_path) == 0
     done = json.loads((tmp_path / row.path / "done.json").read_text())
     assert done["status"] == "failed"
-    assert "build the 'tarantella' environment (envs/tarantella.md)" in done["reason"]
+    assert "framework tarantella: its environment 'tarantella' is not built here" \
+        in done["reason"]
+    assert "bash envs/build-tarantella.sh" in done["reason"]
 
 
 def test_missing_tarantella_inside_a_worker_names_the_environment():
@@ -135,11 +141,38 @@ def test_preflight_points_cluster_frameworks_to_their_build_notes(tmp_path, monk
     monkeypatch.setenv("DDLC_VENV_TARANTELLA", str(tmp_path / "a"))
     monkeypatch.setenv("DDLC_VENV_LBANN", str(tmp_path / "b"))
     found = preflight.problems(design.parse(tiny_design(["tarantella", "lbann"]), "t.yaml"))
-    assert any("tarantella" in p and "envs/tarantella.md" in p for p in found)
-    assert any("lbann" in p and "envs/lbann.md" in p and "DDLC_VENV_LBANN" in p for p in found)
+    assert any("tarantella" in p and "bash envs/build-tarantella.sh" in p for p in found)
+    assert any("lbann" in p and "bash envs/build-lbann.sh" in p and "DDLC_VENV_LBANN" in p
+               for p in found)
 
 
-def test_lbann_driver_is_one_process_here():
+def test_lbann_driver_is_one_process_here(tmp_path, monkeypatch):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text("")
+    monkeypatch.setenv("DDLC_VENV_LBANN", str(tmp_path))
     argv, _ = launch.command("lbann-driver", [Host("n1", 2), Host("n2", 2)],
                              {**CONFIG, "framework": "lbann"}, RUN, "slurm")
-    assert argv == [str(envs.python_for("lbann")), "-m", "frameworks.worker", "/r/run"]
+    assert argv == [str(tmp_path / "bin" / "python"), "-m", "frameworks.worker", "/r/run"]
+
+
+def test_missing_lbann_is_a_failed_run_naming_its_build_script(tmp_path, monkeypatch):
+    """Not dropped: the run is recorded as failed, with the command that builds LBANN
+    (the report lists failed runs with their reasons)."""
+    monkeypatch.setenv("DDLC_VENV_LBANN", str(tmp_path / "nowhere"))
+    row = design.parse(tiny_design(["lbann"]), "tiny.yaml").runs()[0]
+    assert runner.execute(row, tmp_path) == 0
+    done = json.loads((tmp_path / row.path / "done.json").read_text())
+    assert done["status"] == "failed"
+    assert "framework lbann: its environment 'lbann' is not built here" in done["reason"]
+    assert "bash envs/build-lbann.sh" in done["reason"]
+
+
+def test_report_names_frameworks_left_out_with_their_build_command(tmp_path, monkeypatch):
+    from analysis import report
+    monkeypatch.setenv("DDLC_VENV_LBANN", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("DDLC_VENV_TARANTELLA", str(tmp_path / "nowhere"))
+    section = report.frameworks_section(design.parse(tiny_design(["torch-ddp"]), "t.yaml"))
+    assert "Frameworks not in this design" in section
+    for name in ("lbann", "tarantella", "horovod-torch"):
+        assert f"<td>{name}</td>" in section
+    assert "bash envs/build-lbann.sh" in section and "bash envs/build-tarantella.sh" in section

@@ -148,10 +148,15 @@ def test_readers_train_validate_on_test_and_normalise_like_everyone(tmp_path):
     assert [(r["name"], r["role"]) for r in readers] == [
         ("mnist", "train"), ("mnist", "validate"), ("mnist", "test")]
     assert readers[0]["absolute_sample_count"] == 3200 and readers[0]["shuffle"]
+    # LBANN refuses a reader with both set (data_reader.cpp): exactly one is zero
+    assert readers[0]["fraction_of_data_to_use"] == 0
+    assert readers[1]["absolute_sample_count"] == 0 and readers[1]["fraction_of_data_to_use"] == 1
     assert readers[1]["data_filename"] == "t10k-images-idx3-ubyte"
     assert readers[0]["transforms"] == [("scale", {"scale": 1 / 255}),
                                         ("normalize", {"means": "0.286", "stddevs": "0.353"})]
     cifar = lbann.reader_spec(data.CIFAR10, tmp_path, train_samples=100)
+    # LBANN's cifar10 reader takes the roles train and test only
+    assert [r["role"] for r in cifar] == ["train", "test"]
     assert cifar[0]["transforms"][0][0] == "normalize_to_lbann_layout"
     assert "data_filename" not in cifar[0]
 
@@ -159,3 +164,39 @@ def test_readers_train_validate_on_test_and_normalise_like_everyone(tmp_path):
 def test_missing_lbann_names_the_environment():
     with pytest.raises(common.RunError, match="envs/lbann.md"):
         lbann.import_lbann()
+
+
+def test_cifar_images_reach_lbann_the_right_way_up():
+    """LBANN's normalize_to_lbann_layout puts pixel (row, col) at
+    row + col * H; the files hold each image transposed, so the tensor LBANN
+    builds is the image itself. The transform's index rule, applied here."""
+    import numpy as np
+    image = np.arange(3 * 32 * 32, dtype=np.uint32).astype(np.uint8).reshape(1, 3, 32, 32)
+    stored = lbann.transposed(image)[0]  # what the file holds, plane by plane
+    h = w = 32
+    tensor = np.empty(3 * h * w, dtype=np.uint8)
+    for c in range(3):
+        for row in range(h):
+            for col in range(w):
+                tensor[c * h * w + row + col * h] = stored[c, row, col]
+    assert (tensor.reshape(3, h, w) == image[0]).all()
+
+
+def test_version_is_read_from_lbann_output():
+    # src/utils/lbann_library.cpp prints it at the start of every run
+    header = ("Running: LLNL LBANN version: 0.105.0 (v0.104-412-g04c297bd)\n"
+              "         LLNL Hydrogen version: 1.5.2 (v1.5.2-d0d7f56)\n" + OUTPUT)
+    assert lbann.lbann_version(header) == "0.105.0 (v0.104-412-g04c297bd)"
+    assert lbann.lbann_version("Running: LLNL LBANN version: 0.104.0\n") == "0.104.0"
+    assert lbann.lbann_version(OUTPUT).startswith("unknown")
+
+
+def test_measured_time_leaves_the_timers_skipped_steps_out():
+    parsed = lbann.parse_output(OUTPUT)  # 468 steps of 128 per epoch
+    rows = lbann.epoch_rows(parsed, 468 * 128, global_batch=128, warmup_steps=10)
+    first, second = rows
+    assert first["measured_images"] == (468 - 10) * 128  # CallbackTimer(skip_steps=10)
+    assert first["measured_s"] == pytest.approx(458 * 0.0254837)
+    assert first["images_per_s"] == pytest.approx(128 / 0.0254837)
+    assert second["measured_images"] == 468 * 128  # nothing skipped after epoch 1
+    assert first["wall_s"] == pytest.approx(12.0417 + 0.814406, abs=1e-4)

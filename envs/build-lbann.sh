@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Builds a CPU-only LBANN with LBANN's own CMake SuperBuild (scripts/superbuild)
+# into one cached prefix, part by part: Clara, cereal, zstr, Hydrogen,
+# DiHydrogen, then LBANN. Debian's (or the cluster's) MPI, OpenBLAS/LAPACK,
+# protobuf, hwloc and spdlog are used as they are; ccache when installed.
+#
+# Each part is one SuperBuild target; a part that finished is stamped and
+# skipped next time, and one that was cut off resumes inside its own build
+# tree (the SuperBuild keeps ExternalProject stamps). Each part's time goes to
+# $PREFIX/build-times.tsv; where the build stopped, with the error's last
+# lines, to $PREFIX/status.txt; the versions to $PREFIX/versions.json.
+#
+# Sources are checked out at pinned commits and handed to the SuperBuild as
+# LBANN_SB_<PKG>_SOURCE_DIR, so it never needs the network itself:
+#   envs/build-lbann.sh                         clones from GitHub
+#   DDLC_SOURCES=/path envs/build-lbann.sh      local git copies, /path/<owner>+<name>/repo
+# Variables: DDLC_LBANN_PREFIX (default ~/.cache/ddl-compare/lbann), JOBS (default 2),
+#            LBANN_REF, HYDROGEN_REF, DIHYDROGEN_REF, CLARA_REF, CEREAL_REF, ZSTR_REF.
+# Afterwards: python3 -m venv --system-site-packages .venv-lbann, with
+#   PYTHONPATH=$PREFIX/lib/python3*/site-packages and PATH=$PREFIX/bin (docs: envs/lbann.md).
+set -euo pipefail
+
+# LBANN develop of 2024-10-17 (the v0.105 pre-release), whose SuperBuild this
+# is, and the dependency commits of the same time that the SuperBuild names
+# (Hydrogen's "hydrogen" branch, DiHydrogen's develop, Clara v1.1.5, cereal v1.3.0).
+LBANN_REF=${LBANN_REF:-04c297bddf76144385be8ce39cab9394b47401a3}
+HYDROGEN_REF=${HYDROGEN_REF:-d0d7f56cf1e11b2ae2878c78609803f97e60195f}
+DIHYDROGEN_REF=${DIHYDROGEN_REF:-d7d6e9c704e4ae7dab7e006d8867db4748d1f303}
+CLARA_REF=${CLARA_REF:-v1.1.5}
+CEREAL_REF=${CEREAL_REF:-v1.3.0}
+ZSTR_REF=${ZSTR_REF:-22db00a933d887125f00385239afd24be8e39ecc}
+CACHE=${DDLC_CACHE:-$HOME/.cache/ddl-compare}
+PREFIX=${DDLC_LBANN_PREFIX:-$CACHE/lbann}
+JOBS=${JOBS:-2}
+SRC=$PREFIX/src
+BUILD=$PREFIX/superbuild
+STAMPS=$PREFIX/stamps
+mkdir -p "$SRC" "$STAMPS" "$BUILD"
+
+# package name in the SuperBuild, GitHub repository, ref
+PACKAGES=(
+  "Clara catchorg/Clara $CLARA_REF"
+  "cereal USCiLab/cereal $CEREAL_REF"
+  "zstr mateidavid/zstr $ZSTR_REF"
+  "Hydrogen LLNL/Elemental $HYDROGEN_REF"
+  "DiHydrogen LLNL/DiHydrogen $DIHYDROGEN_REF"
+  "LBANN LLNL/lbann $LBANN_REF"
+)
+
+# shellcheck source=envs/build-lib.sh
+. "$(dirname "$0")/build-lib.sh"
+
+log() { printf '[build-lbann %s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+
+# part NAME COMMAND...: runs COMMAND unless NAME is stamped; times it, and on
+# failure writes where it stopped to status.txt.
+part() {
+  local name=$1 t0 rc=0; shift
+  if [[ -e $STAMPS/$name ]]; then log "$name: already built ($(cat "$STAMPS/$name"))"; return; fi
+  log "$name: start"
+  t0=$(date +%s)
+  "$@" > "$PREFIX/$name.log" 2>&1 || rc=$?
+  local secs=$(( $(date +%s) - t0 ))
+  printf '%s\t%s\t%s\t%s\n' "$name" "$secs" "$rc" "$(date -u +%FT%TZ)" >> "$PREFIX/build-times.tsv"
+  if (( rc != 0 )); then
+    { echo "stopped in part $name after ${secs}s (exit $rc) at $(date -u +%FT%TZ); log: $PREFIX/$name.log"
+      grep -n -m 5 -E 'error|Error|ERROR' "$PREFIX/$name.log" || true
+      echo '--- last lines ---'; tail -n 30 "$PREFIX/$name.log"; } > "$PREFIX/status.txt"
+    log "$name: FAILED after ${secs}s; see $PREFIX/status.txt"
+    cat "$PREFIX/status.txt"
+    exit "$rc"
+  fi
+  echo "${secs}s, $(date -u +%FT%TZ)" > "$STAMPS/$name"
+  log "$name: done in ${secs}s"
+}
+
+checkout_all() {
+  local entry pkg repo ref
+  for entry in "${PACKAGES[@]}"; do
+    read -r pkg repo ref <<< "$entry"
+    checkout "$repo" "$ref" "$SRC/$pkg"
+  done
+}
+
+configure() {
+  local args=() entry pkg repo ref
+  for entry in "${PACKAGES[@]}"; do
+    read -r pkg repo ref <<< "$entry"
+    args+=("-DLBANN_SB_BUILD_$pkg=ON" "-DLBANN_SB_${pkg}_SOURCE_DIR=$SRC/$pkg")
+    command -v ccache >/dev/null && args+=("-DLBANN_SB_FWD_${pkg}_CMAKE_CXX_COMPILER_LAUNCHER=ccache")
+  done
+  cmake -S "$SRC/LBANN/scripts/superbuild" -B "$BUILD" -G "Unix Makefiles" \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$PREFIX" -DBUILD_SHARED_LIBS=ON \
+    -DCMAKE_C_COMPILER=mpicc -DCMAKE_CXX_COMPILER=mpicxx \
+    -DLBANN_SB_FWD_Hydrogen_Hydrogen_ENABLE_OPENMP=ON \
+    -DLBANN_SB_FWD_LBANN_LBANN_WITH_PYTHON_FRONTEND=ON \
+    -DLBANN_SB_FWD_LBANN_LBANN_WITH_UNIT_TESTING=OFF \
+    "${args[@]}"
+}
+
+write_versions() {
+  local entry pkg repo ref json="{" sep=""
+  for entry in "${PACKAGES[@]}"; do
+    read -r pkg repo ref <<< "$entry"
+    json+="$sep\"$pkg\": {\"repo\": \"$repo\", \"ref\": \"$ref\", \"built\": $([[ -e $STAMPS/$pkg ]] && echo true || echo false)}"
+    sep=", "
+  done
+  echo "$json, \"built_by\": \"envs/build-lbann.sh\"}" > "$PREFIX/versions.json"
+}
+
+trap write_versions EXIT
+part sources checkout_all
+part configure configure
+for entry in "${PACKAGES[@]}"; do
+  read -r pkg _ <<< "$entry"
+  part "$pkg" make -C "$BUILD" -j"$JOBS" "$pkg"
+done
+rm -f "$PREFIX/status.txt"
+log "LBANN built into $PREFIX"

@@ -1,0 +1,21 @@
+# Shared by envs/build-*.sh (sourced).
+
+# checkout OWNER/NAME REF DEST: a fresh tree of REF at DEST, from the local
+# copy under $DDLC_SOURCES (<owner>+<name>/repo or <owner>+<name>) when it is
+# set, else from GitHub; DEST.commit records the commit.
+checkout() {
+  local repo=$1 ref=$2 dest=$3 url=https://github.com/$1.git local_copy
+  if [[ -n ${DDLC_SOURCES:-} ]]; then
+    for local_copy in "$DDLC_SOURCES/${repo/\//+}/repo" "$DDLC_SOURCES/${repo/\//+}"; do
+      [[ -d $local_copy ]] && { url=$local_copy; break; }
+    done
+    if [[ $url == https://* ]]; then
+      echo "DDLC_SOURCES=$DDLC_SOURCES has no copy of $repo (expected $DDLC_SOURCES/${repo/\//+}/repo)" >&2
+      return 2
+    fi
+  fi
+  rm -rf "$dest"
+  git clone -q --no-checkout "$url" "$dest"
+  git -C "$dest" -c advice.detachedHead=false checkout -q "$ref"
+  git -C "$dest" rev-parse HEAD > "$dest.commit"
+}

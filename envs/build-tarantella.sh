@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# Builds Tarantella for CPUs (Ethernet/TCP) into one cached prefix, which is
+# also the Python environment the harness runs it in (DDLC_VENV_TARANTELLA):
+#   Python 3.9 -> venv + TensorFlow -> GPI-2 -> GaspiCxx (+ pygpi) -> Tarantella
+# Each part is stamped when it has finished, so a second run skips what is
+# built and a run that was cut off resumes at the part it was in. Each part's
+# time goes to $PREFIX/build-times.tsv, the versions to $PREFIX/versions.json
+# (run.json copies it).
+#
+# Pinned: Tarantella v0.8.0 (its latest tag), the GPI-2 and GaspiCxx tags its
+# installation guide names, and the TensorFlow its documentation supports
+# (2.0-2.7; TF 2.7 wheels exist for Python 3.7-3.9).
+#
+# Usage: envs/build-tarantella.sh            clones from the public repositories
+#        DDLC_SOURCES=/path envs/build-tarantella.sh
+#            takes local git copies instead: /path/<owner>+<name>/repo (or
+#            /path/<owner>+<name>), e.g. /path/cc-hpc-itwm+GPI-2/repo
+# Variables: DDLC_TARANTELLA_PREFIX (default ~/.cache/ddl-compare/tarantella-v0.8.0),
+#            DDLC_PYTHON39 (a python3.9 to use; else found on PATH or pyenv, else
+#            built from CPython's sources), JOBS (default 2), GPI2_CONFIGURE_EXTRA
+#            (e.g. --with-slurm on Slurm clusters; --with-infiniband instead of Ethernet).
+# Measured on the 2-core development machine (loaded): venv 49 s, GPI-2 86 s,
+# GaspiCxx 313 s, Tarantella 137 s.
+set -euo pipefail
+
+TNT_REF=${TNT_REF:-v0.8.0}
+GPI2_REF=${GPI2_REF:-v1.5.1}
+GASPICXX_REF=${GASPICXX_REF:-v1.1.0}
+CPYTHON_REF=${CPYTHON_REF:-v3.9.18}
+TF_SPEC=${TF_SPEC:-tensorflow-cpu==2.7.4}
+# TF 2.7 breaks with protobuf >= 3.20 ("Descriptors cannot be created directly");
+# pygpi uses np.float / np.int, removed in numpy 1.24.
+# The rest: what the harness's worker imports (as envs/tensorflow.txt).
+PY_DEPS=("$TF_SPEC" 'protobuf==3.19.6' 'numpy==1.21.6' 'pybind11==2.10.4' 'pyyaml==6.0.1'
+         'psutil==5.9.8' 'otf2==3.2' 'nvidia-ml-py==13.615.71')
+CACHE=${DDLC_CACHE:-$HOME/.cache/ddl-compare}
+PREFIX=${DDLC_TARANTELLA_PREFIX:-$CACHE/tarantella-$TNT_REF}
+JOBS=${JOBS:-2}
+SRC=$PREFIX/src
+STAMPS=$PREFIX/stamps
+mkdir -p "$SRC" "$STAMPS"
+export PATH=$PREFIX/bin:$PATH
+export LD_LIBRARY_PATH=$PREFIX/lib:$PREFIX/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# Both upstream projects build with -Werror; a newer GCC than theirs warns more.
+NO_WERROR=(-DCMAKE_CXX_FLAGS=-Wno-error "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG -Wno-error")
+
+# gaspi_run needs gawk (mawk fails with "Not enough hosts"); GPI-2's build, autotools.
+missing=()
+for tool in git gawk autoconf automake libtoolize cmake g++ make; do
+  command -v "$tool" >/dev/null || missing+=("$tool")
+done
+if (( ${#missing[@]} )); then
+  echo "build-tarantella: missing ${missing[*]}; on Debian: apt-get install git gawk autoconf automake libtool cmake g++ make" >&2
+  exit 2
+fi
+here=$(cd "$(dirname "$0")" && pwd)
+
+# shellcheck source=envs/build-lib.sh
+. "$(dirname "$0")/build-lib.sh"
+
+log() { printf '[build-tarantella %s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+
+# part NAME FUNCTION: runs FUNCTION unless NAME is stamped; times it.
+part() {
+  local name=$1 fn=$2 t0
+  if [[ -e $STAMPS/$name ]]; then log "$name: already built ($(cat "$STAMPS/$name"))"; return; fi
+  log "$name: start"
+  t0=$(date +%s)
+  "$fn"
+  local secs=$(( $(date +%s) - t0 ))
+  printf '%s\t%s\t%s\n' "$name" "$secs" "$(date -u +%FT%TZ)" >> "$PREFIX/build-times.tsv"
+  echo "${secs}s, $(date -u +%FT%TZ)" > "$STAMPS/$name"
+  log "$name: done in ${secs}s"
+}
+
+find_python39() {
+  local candidate
+  for candidate in "${DDLC_PYTHON39:-}" "$(command -v python3.9 || true)" \
+                   "$HOME"/.pyenv/versions/3.9*/bin/python3.9 "$CACHE/python-3.9/bin/python3.9"; do
+    [[ -n $candidate && -x $candidate ]] && "$candidate" -c 'import ssl, venv' 2>/dev/null && { echo "$candidate"; return; }
+  done
+}
+
+build_python() {
+  [[ -n $(find_python39) ]] && return
+  checkout python/cpython "$CPYTHON_REF" "$SRC/cpython"
+  (cd "$SRC/cpython" && ./configure -q --prefix="$CACHE/python-3.9" --with-ensurepip=install \
+     && make -s -j"$JOBS" && make -s install)
+}
+
+build_venv() {
+  local py; py=$(find_python39)
+  "$py" -m venv "$PREFIX"
+  "$PREFIX/bin/pip" install -q --upgrade 'pip<24' 'setuptools<70' wheel
+}
+
+install_deps() {
+  "$PREFIX/bin/pip" install -q "${PY_DEPS[@]}"
+}
+
+build_gpi2() {
+  checkout cc-hpc-itwm/GPI-2 "$GPI2_REF" "$SRC/GPI-2"
+  # shellcheck disable=SC2086
+  (cd "$SRC/GPI-2" && ./autogen.sh \
+     && CFLAGS="-fPIC -fcommon" CPPFLAGS=-fPIC ./configure --with-ethernet ${GPI2_CONFIGURE_EXTRA:-} --prefix="$PREFIX" \
+     && make -j"$JOBS" && make install)
+}
+
+cmake_build() {  # cmake_build SOURCE_DIR extra cmake args...
+  local src=$1; shift
+  cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$PREFIX" \
+    -DCMAKE_PREFIX_PATH="$PREFIX" -DPython_EXECUTABLE="$PREFIX/bin/python" \
+    -DPYTHON_EXECUTABLE="$PREFIX/bin/python" \
+    -Dpybind11_DIR="$("$PREFIX/bin/python" -m pybind11 --cmakedir)" "${launcher[@]}" "${NO_WERROR[@]}" "$@"
+  cmake --build "$src/build" -j"$JOBS"
+  cmake --install "$src/build"
+}
+
+build_gaspicxx() {
+  checkout cc-hpc-itwm/GaspiCxx "$GASPICXX_REF" "$SRC/GaspiCxx"
+  # Without the Python bindings `import tarantella` fails at `import pygpi`.
+  cmake_build "$SRC/GaspiCxx" -DBUILD_SHARED_LIBS=ON -DBUILD_PYTHON_BINDINGS=ON
+}
+
+build_tarantella() {
+  checkout cc-hpc-itwm/tarantella "$TNT_REF" "$SRC/tarantella"
+  cmake_build "$SRC/tarantella"
+}
+
+write_versions() {
+  "$PREFIX/bin/python" - "$PREFIX" "$TNT_REF" "$GPI2_REF" "$GASPICXX_REF" <<'EOF'
+import json, pathlib, platform, sys
+import tensorflow as tf
+prefix, tnt, gpi2, gaspicxx = sys.argv[1:]
+commit = lambda name: (pathlib.Path(prefix, "src", name + ".commit").read_text().strip()
+                       if pathlib.Path(prefix, "src", name + ".commit").exists() else None)
+versions = {"tarantella": tnt, "tarantella_commit": commit("tarantella"),
+            "gpi2": gpi2, "gpi2_commit": commit("GPI-2"),
+            "gaspicxx": gaspicxx, "gaspicxx_commit": commit("GaspiCxx"),
+            "tensorflow": tf.__version__, "python": platform.python_version(),
+            "built_by": "envs/build-tarantella.sh"}
+pathlib.Path(prefix, "versions.json").write_text(json.dumps(versions, indent=1) + "\n")
+print(json.dumps(versions))
+EOF
+}
+
+# Tarantella installs its Python packages under lib/tarantella/python and
+# GaspiCxx its pygpi under lib; its launcher adds them to the ranks' paths.
+# A .pth file makes them visible to this environment's python too (the
+# harness's pre-flight check looks for the tarantella module there).
+add_paths() {
+  local site
+  site=$("$PREFIX/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  printf '%s\n' "$PREFIX/lib/tarantella/python" "$PREFIX/lib/tarantella" "$PREFIX/lib" \
+    > "$site/ddlc-tarantella.pth"
+}
+
+# Two ranks on this node sum a vector with Tarantella's all-reducer, over
+# GPI-2 (TCP). gaspi_run starts ranks with ssh, this node's too: envs/local-ssh
+# runs those here.
+check() {
+  local script; script=$(mktemp --suffix=.py)
+  cat > "$script" <<'PY'
+import numpy as np
+import tarantella as tnt
+total = tnt.TensorAllreducer(np.zeros(2)).allreduce(np.full(2, tnt.get_rank() + 1.0))
+assert tnt.get_size() == 2 and list(total) == [3.0, 3.0], total
+print(f"rank {tnt.get_rank()}: all-reduce ok")
+PY
+  (cd "$(dirname "$script")" && PATH=$here/local-ssh:$PATH \
+     "$PREFIX/bin/tarantella" -n 2 --no-gpu -- "$(basename "$script")")
+  rm -f "$script"
+}
+
+part python build_python
+part venv build_venv
+# Re-run whenever the list changes: its hash is in the part's name.
+part "python-deps-$(printf '%s\n' "${PY_DEPS[@]}" | sha256sum | cut -c1-12)" install_deps
+part gpi2 build_gpi2
+part gaspicxx build_gaspicxx
+part tarantella build_tarantella
+part paths add_paths
+write_versions
+part check check
+log "ready: export DDLC_VENV_TARANTELLA=$PREFIX"
