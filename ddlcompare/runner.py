@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from ddlcompare import energy, hosts, launch, netem, provenance
+from ddlcompare import energy, launch, netem, provenance, schedulers
 from ddlcompare.atomic import write_json
 from ddlcompare.params import RunRow
 from frameworks import data, registry
@@ -67,11 +67,11 @@ def execute(row: RunRow, results: Path) -> int:
     write_json(run_dir / RECORD, record)
     try:
         with netem.network(config, run_dir) as net:
-            scheduler, host_list = hosts.detect(config["nodes"], config["procs_per_node"],
-                                                {**os.environ, **net.env})
+            scheduler, host_list = schedulers.detect(config["nodes"], config["procs_per_node"],
+                                                     {**os.environ, **net.env})
             argv, env = launch.command(info.launcher, host_list, config, run_dir, scheduler)
             argv = net.enter(argv)
-            record.update(scheduler=scheduler, hosts=[h.__dict__ for h in host_list],
+            record.update(scheduler=scheduler.name, hosts=[h.__dict__ for h in host_list],
                           command=argv)
             started = time.time()
             outcome = _watch(argv, {**os.environ, **net.env, **env}, run_dir,

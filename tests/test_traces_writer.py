@@ -12,7 +12,7 @@ import pytest
 
 from conftest import tiny_design
 from ddlcompare import design, launch, runner
-from ddlcompare.hosts import Host
+from ddlcompare.schedulers import Host
 from frameworks import data, models
 from traces import convert, readers
 from traces.otf2_writer import PARTS_DIR, Otf2Sink, archive_anchor
