@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ddlcompare import design, hosts, launch, runner  # noqa: E402
+from ddlcompare import design, launch, runner, schedulers  # noqa: E402
 
 
 def harness(framework: str, batch: int, steps: int, warmup: int) -> float:
@@ -42,7 +42,7 @@ def bare(framework: str, batch: int, steps: int, warmup: int) -> float:
     config = {"torch_threads": 1, "horovod_controller": "gloo", "run_id": "bench",
               "framework": framework}
     python = launch.python(config)
-    argv, env = launch.command(info, [hosts.Host("localhost", 2)], config, Path("."), "local")
+    argv, env = launch.command(info, [schedulers.Host("localhost", 2)], config, Path("."), "local")
     script = [str(REPO / "bench" / "bare_loop.py"), framework, str(batch), str(steps), str(warmup)]
     if info == "torchrun":  # torchrun takes a script path instead of -m module
         argv = argv[:argv.index("-m", 3)] + script

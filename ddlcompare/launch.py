@@ -6,13 +6,14 @@ strings: no design value passes through a shell.
 """
 from __future__ import annotations
 
+import json
 import os
 import socket
 from pathlib import Path
 from typing import Callable
 
-from ddlcompare import envs, netem, tracers
-from ddlcompare.hosts import Host
+from ddlcompare import envs, tracers
+from ddlcompare.schedulers import Host, Scheduler, get as scheduler_named
 
 LAUNCHERS: dict[str, Callable] = {}
 TORCHRUN_PORT = 29500
@@ -81,7 +82,7 @@ def base_env(config: dict) -> dict[str, str]:
 
 
 @launcher("torchrun")
-def torchrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
+def torchrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: Scheduler):
     """One torchrun per node; one rendezvous at the first host."""
     per_node = hosts[0].slots
     worker = ["-m", worker_module(config), str(run_dir)]
@@ -93,51 +94,28 @@ def torchrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     rendezvous = [f"--nnodes={len(hosts)}", f"--nproc_per_node={per_node}",
                   "--rdzv_backend=c10d", f"--rdzv_endpoint={hosts[0].name}:{TORCHRUN_PORT}",
                   f"--rdzv_id={config['run_id']}", *worker]
-    return per_node_starter(hosts, scheduler) + run + rendezvous, env
-
-
-def per_node_starter(hosts: list[Host], scheduler: str) -> list[str]:
-    """Start one process on each host of a multi-node allocation."""
-    names = ",".join(h.name for h in hosts)
-    if scheduler == "slurm":
-        # --overlap: the run may itself be inside a one-task step holding the
-        # CPUs (see workflow_support.job_resources); explicit counts override
-        # the SLURM_NTASKS and the like that such a step leaves behind.
-        return ["srun", "--overlap", f"--nodes={len(hosts)}", f"--ntasks={len(hosts)}",
-                "--ntasks-per-node=1", f"--nodelist={names}"]
-    # OAR (and anything else with ssh-like access): mpirun as a process
-    # starter, reaching the nodes with oarsh on OAR, with netns_as_ssh on
-    # the emulated network.
-    agent = ["--mca", "plm_rsh_agent", RSH_AGENTS[scheduler]] if scheduler in RSH_AGENTS else []
-    return ["mpirun", "--host", names, "--npernode", "1", *agent]
+    return scheduler.per_node_starter(hosts) + run + rendezvous, env
 
 
 @launcher("horovodrun")
-def horovodrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
+def horovodrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: Scheduler):
     world = sum(h.slots for h in hosts)
     host_arg = ",".join(f"{h.name}:{h.slots}" for h in hosts)
     argv = [str(Path(python(config)).parent / "horovodrun"), "-np", str(world), "-H", host_arg,
             f"--{config['horovod_controller']}"]
     env = base_env(config)
-    if scheduler in RSH_AGENTS and config["horovod_controller"] == "mpi":
-        argv += [f"--mpi-args=--mca plm_rsh_agent {RSH_AGENTS[scheduler]}"]
-    elif scheduler in RSH_AGENTS:
+    if scheduler.rsh_agent and config["horovod_controller"] == "mpi":
+        argv += [f"--mpi-args=--mca plm_rsh_agent {scheduler.rsh_agent}"]
+    elif scheduler.ssh_dir:
         env["PATH"] = ssh_path(scheduler)  # Gloo starts remote workers with "ssh"
-    if scheduler == "netns":
-        argv += ["--network-interface", netem.IFACE]  # else Horovod probes every node's NICs
+    argv += scheduler.horovodrun_args()
     return argv + worker_argv(config, run_dir), {**env, **tracing_env(config, run_dir)}
 
 
-OARSH_AS_SSH = Path(__file__).resolve().parent / "oarsh_as_ssh"
-# Schedulers whose nodes are reached with another remote shell than ssh.
-RSH_AGENTS = {"oar": "oarsh", "netns": str(netem.NETNS_SSH)}
-SSH_DIRS = {"oar": OARSH_AS_SSH, "netns": netem.NETNS_SSH.parent}
-
-
-def ssh_path(scheduler: str) -> str:
+def ssh_path(scheduler: Scheduler) -> str:
     """PATH with the scheduler's remote shell as ``ssh`` first, for launchers
     that cannot be told which remote shell to use."""
-    return f"{SSH_DIRS[scheduler]}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
+    return f"{scheduler.ssh_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
 
 
 TF_WORKER_PORT = 23456
@@ -154,16 +132,16 @@ def tf_worker_addresses(hosts: list[Host], port: int = TF_WORKER_PORT) -> list[s
 
 
 @launcher("tf-workers")
-def tf_workers(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
+def tf_workers(hosts: list[Host], config: dict, run_dir: Path, scheduler: Scheduler):
     """One process per rank, each with its own TF_CONFIG: a spawner per node
     (ddlcompare.spawn) started by the per-node starter on several nodes.
     Locally the ports are whichever are free, so that runs never collide."""
     per_node = hosts[0].slots
     workers = ([f"localhost:{port}" for port in free_ports(per_node)]
-               if scheduler == "local" else tf_worker_addresses(hosts))
+               if scheduler.this_host else tf_worker_addresses(hosts))
     spawn = [python(config), "-m", "ddlcompare.spawn", "--per-node", str(per_node),
              "--workers", ",".join(workers), "--"] + worker_argv(config, run_dir)
-    starter = per_node_starter(hosts, scheduler) if len(hosts) > 1 else []
+    starter = scheduler.per_node_starter(hosts) if len(hosts) > 1 else []
     return starter + spawn, {**base_env(config), **tracing_env(config, run_dir)}
 
 
@@ -181,7 +159,7 @@ def free_ports(count: int) -> list[int]:
 
 
 @launcher("tarantella")
-def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
+def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: Scheduler):
     """Tarantella's own launcher: ``-n N`` on one node, a hostfile of the
     scheduler's nodes and ``--n-per-node K`` on several. It starts the ranks
     with gaspi_run over plain ssh (on OAR: a job with -t allow_classic_ssh)."""
@@ -206,7 +184,7 @@ def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
     argv += ["-x", *(f"{k}={v}" for k, v in env.items())]
     path = [str(executable.parent), os.environ.get("PATH", "")]
     argv += ["--", "-m", "frameworks.worker", str(run_dir)]
-    if len(hosts) == 1 and scheduler == "local":
+    if len(hosts) == 1 and scheduler.this_host:
         path.insert(0, str(LOCAL_SSH))  # gaspi_run's ssh to this host, run here
         # GPI-2 listens on fixed ports: a second job on the node at the same
         # time fails ("Gaspi error: Device operation error"). One at a time.
@@ -223,12 +201,22 @@ def one_process(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
 
 
 @launcher("lbann-driver")
-def lbann_driver(hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
+def lbann_driver(hosts: list[Host], config: dict, run_dir: Path, scheduler: Scheduler):
     """One driver process here; LBANN's own launcher (lbann.run: srun, or
-    mpiexec with the OAR node file) starts the ranks on the hosts."""
+    mpiexec with the OAR node file) starts the ranks on the hosts, as the
+    scheduler's ``lbann_run_args`` (handed over as JSON) say."""
     refuse_untraceable(config)
-    return worker_argv(config, run_dir), base_env(config)
+    env = {**base_env(config),
+           LBANN_RUN_ARGS: json.dumps(scheduler.lbann_run_args(os.environ))}
+    return worker_argv(config, run_dir), env
 
 
-def command(name: str, hosts: list[Host], config: dict, run_dir: Path, scheduler: str):
-    return LAUNCHERS[name](hosts, config, run_dir, scheduler)
+# The variable that hands the scheduler's lbann.run arguments to the driver.
+LBANN_RUN_ARGS = "DDLC_LBANN_RUN_ARGS"
+
+
+def command(name: str, hosts: list[Host], config: dict, run_dir: Path,
+            scheduler: Scheduler | str):
+    """The argv and extra environment of launcher ``name`` (the scheduler by
+    object, or by its registered name)."""
+    return LAUNCHERS[name](hosts, config, run_dir, scheduler_named(scheduler))

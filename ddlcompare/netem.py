@@ -13,7 +13,7 @@ sends (where the kernel has netem).
 The runner creates the network before the launch and always removes it
 after; namespaces carry the runner's pid, so those of a killed runner are
 removed by the next run. Seen from the launchers this is one more scheduler,
-"netns" (see hosts.detect): the hosts are the node addresses, the launcher
+"netns" (ddlcompare/schedulers/netns.py): the hosts are the node addresses, the launcher
 runs in node 0, and remote starts go through ``netns_as_ssh/ssh``.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import psutil
 
-from ddlcompare import hosts
+from ddlcompare import schedulers
 from ddlcompare.atomic import write_json
 
 IFACE = "ddlc0"  # the node's NIC, same name in every node namespace
@@ -39,7 +39,7 @@ PREFIX = "ddlc-"
 # Node subnets are tried in this range; the first that overlaps no route of
 # this machine is used, so an address never means two things in a log.
 SUBNETS = ipaddress.ip_network("10.213.0.0/16")
-HOSTS_MAP = "DDLC_NETNS_MAP"  # "address=namespace ..." for hosts.detect and the ssh shim
+HOSTS_MAP = "DDLC_NETNS_MAP"  # "address=namespace ..." for the netns scheduler and the ssh shim
 NETNS_ETC = Path("/etc/netns")  # ip netns exec binds /etc/netns/<ns>/hosts on /etc/hosts
 RECORD = "network.json"
 NETNS_SSH = Path(__file__).resolve().parent / "netns_as_ssh" / "ssh"
@@ -80,7 +80,7 @@ class EmulatedNetwork:
     @property
     def env(self) -> dict[str, str]:
         """What the launchers and the ranks need to know: the hosts (read by
-        hosts.detect and the ssh shim) and the interface to talk on."""
+        the netns scheduler and the ssh shim) and the interface to talk on."""
         return {HOSTS_MAP: " ".join(f"{n.address}={n.namespace}={n.hostname}"
                                     for n in self.nodes),
                 "GLOO_SOCKET_IFNAME": IFACE,
@@ -167,7 +167,7 @@ def network(config: dict, run_dir: Path):
     if config.get("net_rate_mbit") is None:
         yield NoEmulation()
         return
-    require_capable(hosts.detect(config["nodes"], config["procs_per_node"])[0])
+    require_capable(schedulers.detect(config["nodes"], config["procs_per_node"])[0])
     remove_stale()
     net = EmulatedNetwork(f"{os.getpid()}-{config['run_id'][:6]}", config["nodes"],
                           config["net_rate_mbit"], config.get("net_delay_ms") or 0)
@@ -182,12 +182,13 @@ def network(config: dict, run_dir: Path):
         net.destroy()
 
 
-def problems(scheduler: str) -> list[str]:
+def problems(scheduler: schedulers.Scheduler | str) -> list[str]:
     """Why this machine cannot emulate a network now (empty when it can)."""
+    scheduler = schedulers.get(scheduler)
     found = []
-    if scheduler != "local":
+    if not scheduler.one_machine:
         found.append(f"net_rate_mbit: the emulated network joins ranks of this machine; this "
-                     f"run is in a {scheduler} allocation, whose nodes have a real network "
+                     f"run is in a {scheduler.name} allocation, whose nodes have a real network "
                      "(set net_rate_mbit: null)")
     missing = [tool for tool in ("ip", "tc") if not shutil.which(tool)]
     if missing:
@@ -212,7 +213,7 @@ def _capable(bit: int) -> bool:
     return bool(effective >> bit & 1)
 
 
-def require_capable(scheduler: str) -> None:
+def require_capable(scheduler: schedulers.Scheduler) -> None:
     if found := problems(scheduler):
         raise NetworkError("; ".join(found))
 

@@ -7,11 +7,27 @@ the report's plots.
 """
 from __future__ import annotations
 
+import functools
+import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
+@functools.cache
+def strict_validator(schema_json: str):
+    """A JSON Schema validator whose "integer" is Python's int (jsonschema
+    takes 1.0 for an integer) and whose numbers are never booleans."""
+    import jsonschema
+    checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
+    kind = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=checker)
+    return kind(json.loads(schema_json))
+
 
 # Values end up in directory names and process arguments: keep them to a
 # character set that needs no quoting anywhere.
@@ -36,19 +52,28 @@ class Param:
     def allowed(self) -> tuple[str, ...] | None:
         return self.choices() if callable(self.choices) else self.choices
 
+    def value_schema(self) -> dict[str, Any]:
+        """The JSON Schema of one non-null value (design.schema.json is built
+        from these)."""
+        schema: dict[str, Any] = {"type": JSON_TYPES[self.kind]}
+        if self.minimum is not None:
+            schema["minimum"] = self.minimum
+        if self.kind in (int, float):
+            schema["maximum"] = self.maximum if self.maximum is not None else LIMIT
+        if (allowed := self.allowed()) is not None:
+            schema["enum"] = list(allowed)
+        elif self.kind is str and not self.path_like:
+            schema["pattern"] = SAFE_TEXT.pattern
+        return schema
+
     def check(self, value: Any) -> str | None:
-        """Return a problem description, or None when the value is valid."""
+        """Return a problem description, or None when the value is valid.
+        The type is checked through JSON Schema (the one design.schema.json
+        states); what a schema cannot say (NaN, a path the file system would
+        refuse) and the hints here, in this project's words."""
         if value is None:
             return None if self.nullable else f"must be set ({self.describe()})"
-        if self.kind is bool:
-            ok = isinstance(value, bool)
-        elif self.kind is int:
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        elif self.kind is float:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        else:
-            ok = isinstance(value, str)
-        if not ok:
+        if not strict_validator(json.dumps({"type": JSON_TYPES[self.kind]})).is_valid(value):
             return (f"must be {self.describe()}, got {value!r} ({type(value).__name__})"
                     + yaml_hint(value, self.kind))
         if self.kind in (int, float):

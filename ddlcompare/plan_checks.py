@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from ddlcompare import hosts
+from ddlcompare import schedulers
 from ddlcompare.atomic import write_text
 from ddlcompare.design import Design
 from frameworks import data
@@ -24,7 +24,7 @@ def _configs(design: Design) -> list[dict]:
 
 
 def _local() -> bool:
-    return hosts.detect(1, 1)[0] == "local"
+    return schedulers.detect(1, 1)[0].this_host
 
 
 def _images(c: dict) -> int:

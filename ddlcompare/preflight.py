@@ -2,7 +2,7 @@
 are the frameworks' environments built? One message per problem."""
 from __future__ import annotations
 
-from ddlcompare import devices, envs, hosts, netem, plan_checks, tracers
+from ddlcompare import devices, envs, netem, plan_checks, schedulers, tracers
 from ddlcompare.design import Design
 from frameworks import data, registry
 
@@ -39,4 +39,4 @@ def network_problems(design: Design) -> list[str]:
             return ["net_delay_ms: delays the emulated network, which only net_rate_mbit "
                     "sets up; set net_rate_mbit (e.g. 1000) or net_delay_ms: 0"]
         return []
-    return netem.problems(hosts.detect(1, 1)[0])
+    return netem.problems(schedulers.detect(1, 1)[0])

@@ -2,7 +2,7 @@
 
 For each scale of two processes or more, the workflow runs
 ``python -m ddlcompare.probe --nodes N --procs-per-node P ...``: it finds
-the hosts as a run does (hosts.detect: the job's allocation, or the
+the hosts as a run does (schedulers.detect: the job's allocation, or the
 emulated network of ddlcompare/netem.py when net_rate_mbit is set) and
 starts itself under mpirun on them, where it times
 MPI_Allreduce of float32 buffers at the sizes of the model's gradients (each
@@ -127,7 +127,7 @@ def measure(sizes: list[int], repeats: int = REPEATS) -> list[dict]:
 def launch(args) -> int:
     """Start the probe under mpirun on the hosts a run of this scale gets,
     inside the emulated network when there is one."""
-    from ddlcompare import hosts, launch as launchers, netem
+    from ddlcompare import netem, schedulers
     config = {"nodes": args.nodes, "procs_per_node": args.procs_per_node,
               "net_rate_mbit": args.net_rate_mbit, "net_delay_ms": args.net_delay_ms,
               "run_id": f"probe{os.getpid()}"}
@@ -137,9 +137,8 @@ def launch(args) -> int:
         env = {**os.environ, **net.env, "OMPI_ALLOW_RUN_AS_ROOT": "1",
                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1",
                "PYTHONPATH": path}
-        scheduler, found = hosts.detect(args.nodes, args.procs_per_node, env)
-        agent = ["--mca", "plm_rsh_agent", launchers.RSH_AGENTS[scheduler]] \
-            if scheduler in launchers.RSH_AGENTS else []
+        scheduler, found = schedulers.detect(args.nodes, args.procs_per_node, env)
+        agent = ["--mca", "plm_rsh_agent", scheduler.rsh_agent] if scheduler.rsh_agent else []
         argv = ["mpirun", "-n", str(args.nodes * args.procs_per_node), "--host",
                 ",".join(f"{h.name}:{h.slots}" for h in found), *agent, "-x", "PYTHONPATH",
                 sys.executable, "-m",

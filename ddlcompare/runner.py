@@ -21,8 +21,8 @@ from pathlib import Path
 
 import psutil
 
-from ddlcompare import (diskspace, energy, hosts, launch, machine_lock, netem, ownership,
-                        provenance, tracers, validate)
+from ddlcompare import (diskspace, energy, launch, machine_lock, netem, ownership, provenance,
+                        schedulers, tracers, validate)
 from ddlcompare.atomic import write_json
 from ddlcompare.params import RunRow
 from frameworks import balance, data, registry
@@ -125,11 +125,11 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
     save(RECORD, record)
     try:
         with netem.network(config, run_dir) as net:
-            scheduler, host_list = hosts.detect(config["nodes"], config["procs_per_node"],
-                                                {**os.environ, **net.env})
+            scheduler, host_list = schedulers.detect(config["nodes"], config["procs_per_node"],
+                                                     {**os.environ, **net.env})
             argv, env = launch.command(info.launcher, host_list, config, run_dir, scheduler)
             argv = net.enter(argv)
-            record.update(scheduler=scheduler, hosts=[h.__dict__ for h in host_list],
+            record.update(scheduler=scheduler.name, hosts=[h.__dict__ for h in host_list],
                           command=argv)
             watch = Watch(run_dir, token, derived_timeout(config))
             with watch.signals(), _machine(scheduler, row.path, watch) as waited:
@@ -163,10 +163,10 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
     return 0
 
 
-def _machine(scheduler: str, what: str, watch: "Watch"):
-    """On the local profile, the host-wide measuring lock; elsewhere the
-    scheduler gives each run its own nodes."""
-    if scheduler != "local":
+def _machine(scheduler: schedulers.Scheduler, what: str, watch: "Watch"):
+    """On one machine (local, or its emulated network), the host-wide
+    measuring lock; elsewhere the scheduler gives each run its own nodes."""
+    if not scheduler.one_machine:
         return contextlib.nullcontext(0.0)
     return machine_lock.measuring(what, lambda text: print(text, file=sys.stderr, flush=True),
                                   watch.check_workflow)

@@ -12,6 +12,7 @@ files, the reader description, the launch arguments and the output parser.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -385,18 +386,15 @@ def reader_message(lbann, readers: list[dict]):
 
 # --- launching --------------------------------------------------------------
 
-def launch_args(config: dict, scheduler: str, env: dict) -> dict:
-    """The keyword arguments of ``lbann.run`` for where this job runs."""
-    args = {"nodes": config["nodes"], "procs_per_node": config["procs_per_node"],
-            "job_name": f"ddlc-{config['run_id']}"}
-    if scheduler == "slurm":
-        return {**args, "scheduler": "slurm"}
-    launcher_args = ["--bind-to", "none"]
-    if scheduler == "oar":
-        launcher_args += ["--hostfile", env["OAR_NODEFILE"], "--mca", "plm_rsh_agent", "oarsh"]
-    else:  # local: one node, root allowed and oversubscription (like the others)
-        launcher_args += ["--oversubscribe", "--allow-run-as-root"]
-    return {**args, "scheduler": "openmpi", "launcher_args": launcher_args}
+# Set by the harness's lbann-driver launcher: where lbann.run launches (its
+# scheduler name and mpiexec arguments), as JSON.
+RUN_ARGS = "DDLC_LBANN_RUN_ARGS"
+
+
+def launch_args(config: dict, env: dict) -> dict:
+    """The keyword arguments of ``lbann.run`` for this run and where it runs."""
+    return {"nodes": config["nodes"], "procs_per_node": config["procs_per_node"],
+            "job_name": f"ddlc-{config['run_id']}", **json.loads(env[RUN_ARGS])}
 
 
 # --- LBANN's output ---------------------------------------------------------
@@ -523,10 +521,8 @@ def experiment(lbann, config: dict, info: data.DatasetInfo, folder: Path, steps:
 
 def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     """Build the experiment, run it with LBANN's launcher, write the tables."""
-    from ddlcompare import hosts
     lbann = import_lbann()
     init_start = time.perf_counter()
-    scheduler, _ = hosts.detect(config["nodes"], config["procs_per_node"])
     world = config["nodes"] * config["procs_per_node"]
     clock = common.RunClock()
     dataset = data.load(config["dataset"], config["data_dir"])
@@ -540,7 +536,7 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     launch_s = clock.elapsed()
     work_dir = run_dir / "lbann"
     status = lbann.run(*parts, work_dir=str(work_dir), overwrite_script=True,
-                       **launch_args(config, scheduler, os.environ))
+                       **launch_args(config, os.environ))
     output = ((work_dir / "out.log").read_text(errors="replace")
               if (work_dir / "out.log").exists() else "")
     parsed = parse_output(output)

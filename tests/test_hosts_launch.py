@@ -1,43 +1,82 @@
 """Host lists from scheduler environments, and the launch commands built
 from them: argument lists, never shell strings."""
+import textwrap
 from pathlib import Path
 
-from ddlcompare import hosts, launch
-from ddlcompare.hosts import Host
+import pytest
+
+from ddlcompare import launch, schedulers
+from ddlcompare.schedulers import Host, oar, slurm
 
 CONFIG = {"torch_threads": 1, "run_id": "abc123", "horovod_controller": "gloo",
           "framework": "torch-ddp"}
 RUN = Path("/r/run")
 
 
+def detect(nodes, per_node, env):
+    scheduler, found = schedulers.detect(nodes, per_node, env=env)
+    return scheduler.name, found
+
+
 def test_local_is_one_host_with_every_process():
-    assert hosts.detect(1, 2, env={}) == ("local", [Host("localhost", 2)])
+    assert detect(1, 2, {}) == ("local", [Host("localhost", 2)])
 
 
 def test_oar_nodefile_one_line_per_core():
     text = "\n".join(["n-1.site"] * 4 + ["n-2.site"] * 4) + "\n"
-    assert hosts.oar_hosts(text) == ["n-1.site", "n-2.site"]
+    assert oar.distinct_hosts(text) == ["n-1.site", "n-2.site"]
 
 
 def test_oar_environment(tmp_path):
     nodefile = tmp_path / "nodes"
     nodefile.write_text("a\na\nb\nb\n")
-    source, found = hosts.detect(2, 3, env={"OAR_NODEFILE": str(nodefile)})
-    assert source == "oar" and found == [Host("a", 3), Host("b", 3)]
+    assert detect(2, 3, {"OAR_NODEFILE": str(nodefile)}) == ("oar", [Host("a", 3), Host("b", 3)])
 
 
 def test_slurm_nodelist_expansion():
-    assert hosts._expand_slurm("gpu[01-03,07],login5") == ["gpu01", "gpu02", "gpu03", "gpu07",
-                                                           "login5"]
+    assert slurm.expand("gpu[01-03,07],login5") == ["gpu01", "gpu02", "gpu03", "gpu07",
+                                                    "login5"]
+
+
+def test_slurm_bad_nodelist_is_named():
+    with pytest.raises(schedulers.SchedulerError, match="n\\[1-"):
+        slurm.expand("n[1-")
 
 
 def test_allocation_smaller_than_design_is_an_error():
+    with pytest.raises(schedulers.SchedulerError, match="nodes=3"):
+        schedulers.detect(3, 1, env={"SLURM_JOB_NODELIST": "n[1-2]"})
+
+
+def test_a_new_scheduler_is_one_file(tmp_path, monkeypatch):
+    """A scheduler module dropped into the package and named in BACKENDS is
+    detected and drives the launchers, with no other change."""
+    module = Path(schedulers.__file__).parent / "dummy_for_test.py"
+    module.write_text(textwrap.dedent('''
+        from ddlcompare.schedulers import Scheduler, register
+
+        @register
+        class Dummy(Scheduler):
+            name = "dummy_for_test"
+            rsh_agent = "dummysh"
+
+            @staticmethod
+            def detected(env):
+                return "DUMMY_NODES" in env
+
+            def host_names(self, env):
+                return env["DUMMY_NODES"].split(",")
+        '''))
     try:
-        hosts.detect(3, 1, env={"SLURM_JOB_NODELIST": "n[1-2]"})
-    except RuntimeError as exc:
-        assert "nodes=3" in str(exc)
-    else:
-        raise AssertionError("no error")
+        monkeypatch.setattr(schedulers, "BACKENDS", ["dummy_for_test", *schedulers.BACKENDS])
+        scheduler, found = schedulers.detect(2, 1, env={"DUMMY_NODES": "x,y"})
+        assert scheduler.name == "dummy_for_test" and found == [Host("x", 1), Host("y", 1)]
+        argv, _ = launch.command("torchrun", found, CONFIG, RUN, scheduler)
+        assert argv[:7] == ["mpirun", "--host", "x,y", "--npernode", "1", "--mca",
+                            "plm_rsh_agent"] and argv[7] == "dummysh"
+    finally:
+        module.unlink()
+        schedulers.REGISTRY.pop("dummy_for_test", None)
 
 
 def test_torchrun_single_node():

@@ -11,8 +11,8 @@ import pytest
 
 from analysis import collect
 from conftest import REPO, TINY_FIXED
-from ddlcompare import design, hosts, launch, netem, preflight, runner
-from ddlcompare.hosts import Host
+from ddlcompare import design, launch, netem, preflight, runner, schedulers
+from ddlcompare.schedulers import Host
 from frameworks import data, models
 
 CANNOT = netem.problems("local")
@@ -238,8 +238,8 @@ MAP = {"DDLC_NETNS_MAP": "10.213.0.1=ddlc-9-a-n0=vm-n0 10.213.0.2=ddlc-9-a-n1=vm
 
 
 def test_emulated_nodes_are_a_scheduler_of_their_own():
-    assert hosts.detect(2, 3, env=MAP) == ("netns", [Host("10.213.0.1", 3),
-                                                     Host("10.213.0.2", 3)])
+    scheduler, found = schedulers.detect(2, 3, env=MAP)
+    assert (scheduler.name, found) == ("netns", [Host("10.213.0.1", 3), Host("10.213.0.2", 3)])
 
 
 def test_launchers_reach_emulated_nodes_through_the_shim():

@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, tiny_design, write_design
-from ddlcompare import hosts, launch, oar
+from ddlcompare import launch, oar, schedulers
+from ddlcompare.schedulers import Host
 
 SCRIPT = REPO / "tests" / "schedulers" / "oar.sh"
 PROFILE = REPO / "profiles" / "grid5000"
@@ -216,11 +217,13 @@ def test_launch_commands_from_a_real_oar_nodefile(oar_user):
     assert wait_status(oar_user, workdir, job_id) == "success"
     text = copy.read_text()
     assert text.split() == ["localhost", "localhost"]
-    assert hosts.detect(1, 2, env={"OAR_NODEFILE": str(copy)}) == ("oar", [hosts.Host("localhost", 2)])
+    scheduler, found = schedulers.detect(1, 2, env={"OAR_NODEFILE": str(copy)})
+    assert (scheduler.name, found) == ("oar", [Host("localhost", 2)])
     # Two hosts as OAR lists them: the same lines, once per host.
     two_hosts = text.replace("localhost", "node-1.site") + text.replace("localhost", "node-2.site")
-    source, found = hosts.detect(2, 2, env={"OAR_NODEFILE": _write(workdir / "nf2", two_hosts)})
-    assert source == "oar" and [h.name for h in found] == ["node-1.site", "node-2.site"]
+    scheduler, found = schedulers.detect(2, 2, env={"OAR_NODEFILE": _write(workdir / "nf2",
+                                                                           two_hosts)})
+    assert scheduler.name == "oar" and [h.name for h in found] == ["node-1.site", "node-2.site"]
     config = {"torch_threads": 1, "run_id": "r1", "horovod_controller": "gloo",
               "framework": "torch-ddp"}
     argv, _ = launch.command("torchrun", found, config, Path("/r"), "oar")

@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, tiny_design, write_design
-from ddlcompare import hosts, launch
+from ddlcompare import launch, schedulers
+from ddlcompare.schedulers import Host, slurm as slurm_scheduler
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 SCRIPT = REPO / "tests" / "schedulers" / "slurm.sh"
@@ -109,14 +110,13 @@ def test_launch_commands_from_a_real_slurm_node_list(slurm):
     assert out.returncode == 0, out.stderr
     nodelist, job_id = out.stdout.split("\n")[0].split()
     node = os.uname().nodename.split(".")[0]
-    assert hosts.slurm_hosts(nodelist) == [node]
-    found = hosts.detect(1, 2, env={"SLURM_JOB_NODELIST": nodelist})
-    assert found == ("slurm", [hosts.Host(node, 2)])
+    assert slurm_scheduler.expand(nodelist) == [node]
+    scheduler, found = schedulers.detect(1, 2, env={"SLURM_JOB_NODELIST": nodelist})
+    assert (scheduler.name, found) == ("slurm", [Host(node, 2)])
     # Where Snakemake's job step left only the job id: asked of Slurm.
-    assert hosts.detect(1, 2, env={"SLURM_JOB_ID": job_id}) == found
-    # Two nodes as a multi-node allocation names them, the second repeated
-    # in a compressed list the way Slurm writes ranges.
-    two = [hosts.Host(h, 2) for h in hosts.slurm_hosts(f"{nodelist},{node}")]
+    assert schedulers.detect(1, 2, env={"SLURM_JOB_ID": job_id})[1] == found
+    # Two nodes (this one twice, as a two-node allocation would name two).
+    two = [Host(node, 2), Host(node, 2)]
     config = {"torch_threads": 1, "run_id": "r1", "horovod_controller": "gloo",
               "framework": "torch-ddp"}
     argv, _ = launch.command("torchrun", two, config, Path("/r"), "slurm")

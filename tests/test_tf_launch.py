@@ -11,7 +11,7 @@ import pytest
 
 from conftest import tiny_design
 from ddlcompare import design, envs, launch, preflight, runner, spawn
-from ddlcompare.hosts import Host
+from ddlcompare.schedulers import Host
 
 CONFIG = {"torch_threads": 1, "run_id": "abc123", "horovod_controller": "gloo",
           "device": "cpu", "nodes": 1, "procs_per_node": 2}

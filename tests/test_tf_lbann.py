@@ -2,6 +2,7 @@
 format (src/callbacks/print_statistics.cpp and timer.cpp), the launch
 arguments, the data files its readers take, the readers and the layer graph."""
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -94,15 +95,27 @@ def test_parsed_output_becomes_the_common_tables(tmp_path):
     assert metrics["final_test_accuracy"] == pytest.approx(0.8681)
 
 
-def test_launch_arguments_per_scheduler():
-    config = {"nodes": 2, "procs_per_node": 4, "run_id": "r1"}
-    assert lbann.launch_args(config, "slurm", {}) == {
+def test_launch_arguments_per_scheduler(monkeypatch):
+    """The scheduler says where lbann.run launches; the lbann-driver launcher
+    hands that to the driver, which adds the run's own arguments."""
+    from ddlcompare import launch
+    from ddlcompare.schedulers import Host
+    config = {"nodes": 2, "procs_per_node": 4, "run_id": "r1", "framework": "lbann",
+              "torch_threads": 1, "tracer": "none"}
+
+    def args(scheduler):
+        _, env = launch.command("lbann-driver", [Host("n1", 4), Host("n2", 4)],
+                                config, Path("/r"), scheduler)
+        return lbann.launch_args(config, env)
+
+    assert args("slurm") == {
         "nodes": 2, "procs_per_node": 4, "job_name": "ddlc-r1", "scheduler": "slurm"}
-    oar = lbann.launch_args(config, "oar", {"OAR_NODEFILE": "/var/lib/oar/123"})
+    monkeypatch.setenv("OAR_NODEFILE", "/var/lib/oar/123")
+    oar = args("oar")
     assert oar["scheduler"] == "openmpi"
     assert oar["launcher_args"] == ["--bind-to", "none", "--hostfile", "/var/lib/oar/123",
                                     "--mca", "plm_rsh_agent", "oarsh"]
-    local = lbann.launch_args({**config, "nodes": 1}, "local", {})
+    local = args("local")
     assert local["scheduler"] == "openmpi" and "--oversubscribe" in local["launcher_args"]
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import ddlc, tiny_design, write_design
 from ddlcompare import design, envs, launch, runner, tracers
-from ddlcompare.hosts import Host
+from ddlcompare.schedulers import Host
 from traces import convert, readers
 
 BUILD = "envs/build-scorep.sh"

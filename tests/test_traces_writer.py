@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from conftest import tiny_design
-from ddlcompare import design, runner
+from ddlcompare import design, launch, runner
+from ddlcompare.schedulers import Host
 from frameworks import data, models
 from traces import convert, readers
 from traces.otf2_writer import PARTS_DIR, Otf2Sink, archive_anchor

@@ -1,0 +1,56 @@
+"""Slurm: the job's node list; srun starts one process per node."""
+from __future__ import annotations
+
+import re
+import subprocess
+
+from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+from ddlcompare.schedulers import Scheduler, SchedulerError, register
+
+
+@register
+class Slurm(Scheduler):
+    name = "slurm"
+
+    @staticmethod
+    def detected(env) -> bool:
+        return bool(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_JOB_ID"))
+
+    def host_names(self, env) -> list[str]:
+        if env.get("SLURM_JOB_NODELIST"):
+            return expand(env["SLURM_JOB_NODELIST"])
+        # Snakemake's Slurm job step keeps only the job id in the environment
+        # of a job that runs outside an srun step: ask Slurm for the nodes.
+        return expand(job_nodelist(env["SLURM_JOB_ID"]))
+
+    def per_node_starter(self, hosts) -> list[str]:
+        # --overlap: the run may itself be inside a one-task step holding the
+        # CPUs (see workflow_support.job_resources); explicit counts override
+        # the SLURM_NTASKS and the like that such a step leaves behind.
+        return ["srun", "--overlap", f"--nodes={len(hosts)}", f"--ntasks={len(hosts)}",
+                "--ntasks-per-node=1", f"--nodelist={','.join(h.name for h in hosts)}"]
+
+    def lbann_run_args(self, env) -> dict:
+        return {"scheduler": "slurm"}
+
+
+def expand(nodelist: str) -> list[str]:
+    """A Slurm node list (``node[01-03,07],gpu5``) as host names, in order."""
+    try:
+        return list(NodeSet(nodelist, resolver=None).striter()) if nodelist else []
+    except NodeSetParseError as exc:
+        raise SchedulerError(f"Slurm node list {nodelist!r}: {exc}") from None
+
+
+def job_nodelist(job_id: str) -> str:
+    """The compressed node list of a running job (``NodeList=n[1-2]``)."""
+    try:
+        out = subprocess.run(["scontrol", "show", "job", "--oneliner", job_id],
+                             capture_output=True, text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SchedulerError(f"Slurm job {job_id}: cannot read its node list ({exc})") from None
+    found = re.search(r"(?:^|\s)NodeList=(\S+)", out)
+    if not found or found.group(1) == "(null)":
+        raise SchedulerError(f"Slurm job {job_id}: no NodeList in 'scontrol show job'")
+    return found.group(1)

@@ -1,0 +1,41 @@
+"""design.schema.json: generated from params.py, shipped current, and it
+agrees with the harness on good and bad designs."""
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from ddlcompare import design, schema
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_shipped_schema_and_settings_doc_are_current():
+    assert schema.SCHEMA_FILE.read_text() == schema.text(), \
+        "design.schema.json is stale: run python -m ddlcompare.schema"
+    assert schema.SETTINGS_DOC.read_text() == schema.settings_doc(), \
+        "docs/settings.md is stale: run python -m ddlcompare.schema"
+
+
+def test_designs_of_the_repository_validate():
+    """With the plain jsonschema package, as an editor would."""
+    shipped = json.loads(schema.SCHEMA_FILE.read_text())
+    for path in [REPO / "design.yaml", *sorted((REPO / "bench").glob("*.yaml"))]:
+        jsonschema.validate(yaml.safe_load(path.read_text()), shipped)
+        assert schema.errors(yaml.safe_load(path.read_text())) == []
+
+
+@pytest.mark.parametrize("bad", [
+    {"factors": {"framework": ["torch-ddp"], "nodes": [0]}},
+    {"factors": {"framework": ["torch-ddp"]}, "fixed": {"epochs": "two"}},
+    {"factors": {"framework": ["no-such-framework"]}},
+    {"factors": {"framework": ["torch-ddp"]}, "colour": "red"},
+    {"factors": {"framework": ["torch-ddp"], "nodes": [1.0]}},
+    {"factors": {"nodes": [1]}},
+])
+def test_schema_and_harness_refuse_the_same_designs(bad):
+    assert schema.errors(bad)
+    with pytest.raises(design.DesignError):
+        design.parse(bad, "bad.yaml")
