@@ -16,7 +16,7 @@
   and ``eval`` come from intervals.rank<r>.tsv (step -1). The breakdown and
   bottleneck analyses read this one.
 - energy: runs get ``energy_j`` (the run clock's window, see
-  ddlcompare/energy.py for what is counted), ``energy_per_epoch_j``,
+  runfiles/energy.py for what is counted), ``energy_per_epoch_j``,
   ``energy_per_image_j`` (per training image, evaluation included) and
   ``energy_status`` ("measured: rapl+nvml" or "not available: <reasons>");
   epochs get ``energy_j`` (that epoch) and ``energy_to_epoch_j`` (since the
@@ -39,9 +39,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from runfiles.names import EPOCHS, METRICS, PHASE_TABLE
 from analysis import accuracy, cells, devices
-from ddlcompare import energy, netem, runner, validate
-from ddlcompare.atomic import write_text
+from ddlcompare import netem, runner, validate
+from runfiles import energy
+from runfiles.atomic import write_text
 from ddlcompare.design import Design
 from traces.phases import PHASES, STEP_PHASES
 from traces import convert
@@ -101,7 +103,7 @@ def run_row(design: Design, row, results: Path) -> dict:
         out[f"version_{key}"] = ranks[0].get(key) if ranks else None
     out["cpu"] = ranks[0].get("cpu") if ranks else None
     out["mpi"] = None if record.get("mpi") is None else str(record.get("mpi"))
-    metrics = _read_json(folder / "metrics.json") if out["status"] == "ok" else None
+    metrics = _read_json(folder / METRICS) if out["status"] == "ok" else None
     for key in FIGURES:
         out[key] = (metrics or {}).get(key)
     out["global_batch"] = row.config["batch_size"] * row.world_size
@@ -205,7 +207,7 @@ def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
         if info["status"] != "ok":
             continue
         folder = results / row.path
-        ep = epoch_energy(folder, pd.read_csv(folder / "epochs.tsv", sep="\t"))
+        ep = epoch_energy(folder, pd.read_csv(folder / EPOCHS, sep="\t"))
         info.update(accuracy.time_to_accuracy(ep, row.config.get("target_accuracy")))
         ep.insert(0, "run_id", row.run_id)
         epochs.append(ep)
@@ -242,7 +244,7 @@ def phase_tables(design: Design, results: Path) -> tuple[pa.Table, dict[str, str
     """Every run's phase table stacked, and each run's trace errors."""
     parts, errors, versions = [], {}, {}
     for row in design.runs():
-        path = results / row.path / "phases.parquet"
+        path = results / row.path / PHASE_TABLE
         if not path.exists():
             continue
         try:
@@ -277,7 +279,7 @@ def write_tables(design: Design, results: Path, out: Path) -> None:
     found = tables(design, results)
     phases, trace_errors = phase_tables(design, results)
     found["runs"]["trace_errors"] = found["runs"]["run_id"].map(trace_errors)
-    _replace(out / "phases.parquet", lambda tmp: pq.write_table(phases, tmp))
+    _replace(out / PHASE_TABLE, lambda tmp: pq.write_table(phases, tmp))
     for name, df in found.items():
         _replace(out / f"{name}.parquet", lambda tmp, df=df: df.to_parquet(tmp, index=False))
     write_text(out / "runs.csv", found["runs"].to_csv(index=False))

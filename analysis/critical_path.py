@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from runfiles.names import PHASE_TABLE
 from analysis import cells
 from analysis.section import Section
 from traces.phases import STEP_PHASES
@@ -481,8 +482,8 @@ def phase_table(tables) -> pd.DataFrame:
     tables = Path(tables)
     recorder = pd.read_parquet(tables / "step_phases.parquet") \
         if (tables / "step_phases.parquet").exists() else pd.DataFrame(columns=["run_id"])
-    traced = pd.read_parquet(tables / "phases.parquet") \
-        if (tables / "phases.parquet").exists() else pd.DataFrame(columns=["run_id"])
+    traced = pd.read_parquet(tables / PHASE_TABLE) \
+        if (tables / PHASE_TABLE).exists() else pd.DataFrame(columns=["run_id"])
     if len(traced):
         with_steps = traced[traced["phase"].isin(STEP_PHASES) & traced["step"].notna()]
         traced = traced[traced["run_id"].isin(set(with_steps["run_id"]))]

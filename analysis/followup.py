@@ -138,7 +138,7 @@ def _plain(value):
 
 def write(design: Design, tables: Path, out: Path, replications: int | None = None) -> dict:
     from analysis import bottlenecks
-    from ddlcompare.atomic import write_text
+    from runfiles.atomic import write_text
     runs = pd.read_parquet(tables / "runs.parquet")
     found = bottlenecks.findings(pd.read_parquet(tables / "step_phases.parquet"), runs)
     doc = design_doc(design, runs, found, tables, replications)

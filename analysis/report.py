@@ -18,12 +18,13 @@ import jinja2
 import numpy as np
 import pandas as pd
 
+from runfiles.names import PHASE_TABLE
 from analysis import (accuracy, bottlenecks, cells, devices, explain, followup, humanize,
                       network_limit, stats, summary)
 from analysis import compression as compression_table
 from analysis import page
 from analysis.page import Context, Section
-from ddlcompare.atomic import write_text
+from runfiles.atomic import write_text
 from ddlcompare.design import Design
 from frameworks import registry
 
@@ -185,7 +186,7 @@ def traces_section(runs: pd.DataFrame, tables: Path) -> str:
     """What the converted traces hold: our runs' (collectives and their bytes)
     and any imported ones (phase totals per trace)."""
     parts = [""]
-    ours = pd.read_parquet(tables / "phases.parquet") if (tables / "phases.parquet").exists() \
+    ours = pd.read_parquet(tables / PHASE_TABLE) if (tables / PHASE_TABLE).exists() \
         else pd.DataFrame()
     if len(ours):
         info = runs.set_index("run_id")[[*cells.CELL, "tracer"]]

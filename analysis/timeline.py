@@ -48,6 +48,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from runfiles.names import PHASE_TABLE
 from analysis import critical_path as cp
 
 MAX_INTERVALS = 400_000
@@ -70,8 +71,8 @@ def load(path: Path) -> pd.DataFrame:
         raise TimelineError(f"{path}: no such file or directory")
     if path.suffix == ".parquet":
         return pd.read_parquet(path)
-    if path.is_dir() and (path / "phases.parquet").is_file():
-        table = pd.read_parquet(path / "phases.parquet")
+    if path.is_dir() and (path / PHASE_TABLE).is_file():
+        table = pd.read_parquet(path / PHASE_TABLE)
         if len(table) or not any(path.glob("steps.rank*.tsv")):
             return table
     if path.is_dir() and any(path.glob("steps.rank*.tsv")):  # a run without a trace

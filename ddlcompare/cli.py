@@ -55,7 +55,8 @@ def cmd_plan(args) -> int:
 
 
 def cmd_run_one(args) -> int:
-    from ddlcompare import ownership, runner
+    from ddlcompare import runner
+    from runfiles import ownership
     try:
         design = load_design(args.design, check_ready=False)
     except UserError as exc:

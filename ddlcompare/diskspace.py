@@ -76,7 +76,7 @@ def record_anyway(path: Path, doc: dict) -> bool:
     written when the run started), in the shortest form. True if it worked."""
     text = json.dumps(doc, separators=(",", ":"), default=str)
     try:
-        from ddlcompare.atomic import write_text
+        from runfiles.atomic import write_text
         write_text(path, text + "\n")
         return True
     except OSError:

@@ -30,8 +30,9 @@ from pathlib import Path
 
 import psutil
 
+from runfiles.names import NETWORK
 from ddlcompare import schedulers
-from ddlcompare.atomic import write_json
+from runfiles.atomic import write_json
 
 IFACE = "ddlc0"  # the node's NIC, same name in every node namespace
 BRIDGE = "br0"
@@ -41,7 +42,7 @@ PREFIX = "ddlc-"
 SUBNETS = ipaddress.ip_network("10.213.0.0/16")
 HOSTS_MAP = "DDLC_NETNS_MAP"  # "address=namespace ..." for the netns scheduler and the ssh shim
 NETNS_ETC = Path("/etc/netns")  # ip netns exec binds /etc/netns/<ns>/hosts on /etc/hosts
-RECORD = "network.json"
+RECORD = NETWORK
 NETNS_SSH = Path(__file__).resolve().parent / "netns_as_ssh" / "ssh"
 STALE = re.compile(rf"^{PREFIX}(\d+)-")
 

@@ -22,8 +22,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from runfiles.names import DONE
 
-DONE_MARKER = "done.json"  # runner.DONE: what a finished run leaves
+DONE_MARKER = DONE  # what a finished run leaves (runfiles/names.py)
 JOBS_DIR = Path(".snakemake") / "oar_jobs"  # under snakemake's working directory
 LOGS_DIR = Path(".snakemake") / "oar_logs"
 # Passed into the job: OAR starts jobs with the user's login environment,

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from ddlcompare import schedulers
-from ddlcompare.atomic import write_text
+from runfiles.atomic import write_text
 from ddlcompare.design import Design
 from frameworks import data
 

@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     link = link_rate(max(sizes[-1], LINK_BYTES), min(args.repeats, LINK_REPEATS))
     hosts = sorted(set(comm.allgather(MPI.Get_processor_name())))
     if comm.rank == 0:
-        from ddlcompare.atomic import write_text
+        from runfiles.atomic import write_text
         doc = {"processes": comm.size, "nodes": args.nodes, "net_rate_mbit": args.net_rate_mbit,
                "hosts": hosts, "link_bytes_per_s": link,
                "mpi": MPI.Get_library_version().splitlines()[0].rstrip("\x00"), "model": args.model,

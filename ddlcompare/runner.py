@@ -21,17 +21,18 @@ from pathlib import Path
 
 import psutil
 
-from ddlcompare import (diskspace, energy, launch, machine_lock, netem, ownership, provenance,
-                        schedulers, tracers, validate)
-from ddlcompare.atomic import write_json
+from runfiles.names import CONFIG, DONE, EPOCHS, METRICS, PHASE_TABLE, RUN_RECORD, TRAIN_LOG
+from ddlcompare import (diskspace, launch, machine_lock, netem, provenance, schedulers, tracers,
+                        validate)
+from runfiles import energy, ownership
+from runfiles.atomic import write_json
 from ddlcompare.params import RunRow
 from frameworks import balance, data, registry
 
-DONE = "done.json"
-RECORD = "run.json"
-LOG = "train.log"
+RECORD = RUN_RECORD
+LOG = TRAIN_LOG
 # Everything an attempt writes; moved aside before the next attempt.
-ATTEMPT_FILES = (DONE, RECORD, LOG, "epochs.tsv", "metrics.json", "phases.parquet", "phases.log",
+ATTEMPT_FILES = (DONE, RECORD, LOG, EPOCHS, METRICS, PHASE_TABLE, "phases.log",
                  "horovod_timeline.json", "trace", "trace.parts", "torch_profiler", "scorep",
                  "lbann_batch_times.tsv", "lbann", netem.RECORD, energy.ENERGY, balance.BALANCE)
 ATTEMPT_GLOBS = ("steps.rank*.tsv", "intervals.rank*.tsv", "rank*.json", energy.SAMPLES_GLOB,
@@ -121,7 +122,7 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
               "start": _now(), **provenance.harness(), **provenance.tools()}
     if config.get("tracer") == "scorep":
         record["scorep"] = tracers.installed_version()
-    save("config.json", config)
+    save(CONFIG, config)
     save(RECORD, record)
     try:
         with netem.network(config, run_dir) as net:
@@ -146,7 +147,7 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
         return 128 + stop.signum if stop.signum else 1
     except (RuntimeError, OSError) as exc:
         outcome = {"exit_status": None, "reason": f"could not start: {exc}"}
-    status = "ok" if outcome["exit_status"] == 0 and (run_dir / "metrics.json").exists() \
+    status = "ok" if outcome["exit_status"] == 0 and (run_dir / METRICS).exists() \
         else "failed"
     if status == "failed" and not outcome.get("reason"):
         outcome["reason"] = "exited 0 but wrote no metrics.json"

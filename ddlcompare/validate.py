@@ -17,6 +17,7 @@ from pathlib import Path
 import jsonschema
 import pandas as pd
 
+from runfiles.names import DONE, ENERGY, EPOCHS, METRICS, NETWORK, OWNER, PHASE_TABLE, RUN_RECORD
 from frameworks import registry
 from frameworks.common import EPOCH_COLUMNS
 from traces.phases import PHASES
@@ -26,14 +27,14 @@ COUNT = {"type": "integer", "minimum": 0}
 TEXT_OR_NULL = {"type": ["string", "null"]}
 
 SCHEMAS = {
-    "done.json": {
+    DONE: {
         "type": "object",
         "required": ["status", "exit_status", "reason", "run_id"],
         "properties": {"status": {"enum": ["ok", "failed", "suspect"]},
                        "exit_status": {"type": ["integer", "null"]},
                        "reason": TEXT_OR_NULL, "run_id": {"type": "string"}},
     },
-    "run.json": {
+    RUN_RECORD: {
         "type": "object",
         "required": ["run_id", "status"],
         "properties": {"run_id": {"type": "string"}, "status": {"type": "string"},
@@ -44,7 +45,7 @@ SCHEMAS = {
                            "type": "object", "required": ["hostname"],
                            "properties": {"hostname": {"type": "string"}}}}},
     },
-    "metrics.json": {
+    METRICS: {
         "type": "object",
         "required": ["world_size", "global_batch", "steps_per_epoch", "epochs_done",
                      "images_per_s", "time_per_epoch_s", "final_test_accuracy"],
@@ -61,7 +62,7 @@ SCHEMAS = {
                        "init_s": {"type": ["number", "null"]},
                        "learning_rate_scaled": NUMBER},
     },
-    "energy.json": {
+    ENERGY: {
         "type": "object", "required": ["status", "joules"],
         "properties": {"status": {"type": "string"}, "joules": {"type": ["number", "null"]},
                        "epochs": {"type": ["array", "null"], "items": {
@@ -69,7 +70,7 @@ SCHEMAS = {
                            "properties": {"epoch": COUNT, "energy_j": {"type": ["number", "null"]},
                                           "energy_to_epoch_j": {"type": ["number", "null"]}}}}},
     },
-    "network.json": {"type": "object", "required": ["tx_bytes"],
+    NETWORK: {"type": "object", "required": ["tx_bytes"],
                      "properties": {"tx_bytes": {"type": "number", "minimum": 0}}},
     "rank.json": {"type": "object", "required": ["rank", "hostname"],
                   "properties": {"rank": COUNT, "hostname": {"type": "string"}}},
@@ -156,8 +157,8 @@ def check_run(folder: Path, config: dict) -> list[str]:
 
     world = config["nodes"] * config["procs_per_node"]
     attempt(lambda: _check_metrics(folder, world))
-    attempt(lambda: read_json(folder / "run.json"))
-    attempt(lambda: read_tsv(folder / "epochs.tsv", EPOCH_COLUMNS))
+    attempt(lambda: read_json(folder / RUN_RECORD))
+    attempt(lambda: read_tsv(folder / EPOCHS, EPOCH_COLUMNS))
     if registry.FRAMEWORKS[config["framework"]].family != "lbann":
         for rank in range(world):
             attempt(lambda r=rank: read_tsv(folder / f"steps.rank{r}.tsv", STEP_COLUMNS))
@@ -165,14 +166,14 @@ def check_run(folder: Path, config: dict) -> list[str]:
         attempt(lambda p=path: read_tsv(p, INTERVAL_COLUMNS, min_rows=0))
     for path in sorted(folder.glob("rank*.json")):
         attempt(lambda p=path: read_json(p, "rank.json"))
-    for name in ("energy.json", "network.json"):
+    for name in (ENERGY, NETWORK):
         if (folder / name).exists():
             attempt(lambda n=name: read_json(folder / n))
     return problems
 
 
 def _check_metrics(folder: Path, world: int) -> None:
-    metrics = read_json(folder / "metrics.json")
+    metrics = read_json(folder / METRICS)
     if metrics["world_size"] != world:
         raise Damaged(f"metrics.json: world_size {metrics['world_size']}, but the run has "
                       f"{world} processes")
@@ -181,10 +182,10 @@ def _check_metrics(folder: Path, world: int) -> None:
 def done_status(folder: Path) -> tuple[str | None, str | None]:
     """(status, problem) of a run's done marker: (None, None) without one;
     ("damaged", what is wrong) when it is not a valid marker."""
-    if not (folder / "done.json").exists():
+    if not (folder / DONE).exists():
         return None, None
     try:
-        return read_json(folder / "done.json")["status"], None
+        return read_json(folder / DONE)["status"], None
     except Damaged as exc:
         return "damaged", str(exc)
 
@@ -193,7 +194,7 @@ def done_status(folder: Path) -> tuple[str | None, str | None]:
 # (its log, the trace conversion's output, which Snakemake tracks itself) and
 # the ownership lock.
 INPUTS = "inputs.json"  # in the tables folder: the fingerprint they were built from
-NOT_RESULTS = {"runner.log", "phases.parquet", "phases.log", "owner.json", ".owner.lock"}
+NOT_RESULTS = {"runner.log", PHASE_TABLE, "phases.log", OWNER, ".owner.lock"}
 
 
 def fingerprint(folders: list[Path]) -> str:

@@ -9,7 +9,8 @@ from collections import Counter
 from pathlib import Path
 from typing import NoReturn
 
-from ddlcompare import diskspace, ownership, runner, validate, yaml_safe
+from ddlcompare import diskspace, runner, validate, yaml_safe
+from runfiles import ownership
 from ddlcompare.cli import UserError, load_design
 from ddlcompare.params import RunRow
 

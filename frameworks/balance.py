@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
+from runfiles.names import BALANCE
 from frameworks import data
 from frameworks.common import Dist, RunError, write_json
 
-BALANCE = "balance.json"  # the run's shares, speeds and idle times (rank 0)
 
 CALIBRATION_STEPS = 3  # timed steps, after one untimed (first-call costs)
 # A deliberate slowdown, "RANK:SECONDS_PER_IMAGE[,RANK:...]": each named rank

@@ -18,8 +18,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ddlcompare import energy, ownership
-from ddlcompare.atomic import write_json, write_text  # noqa: F401 (re-exported for loops)
+from runfiles.names import EPOCHS, METRICS
+from runfiles import energy, ownership
+from runfiles.atomic import write_json, write_text  # noqa: F401 (re-exported for loops)
 
 EPOCH_COLUMNS = ("epoch", "wall_s", "train_loss", "train_accuracy", "test_loss",
                  "test_accuracy", "images_per_s", "measured_images", "measured_s", "elapsed_s")
@@ -110,7 +111,7 @@ def write_epochs(folder: Path, rows: list[dict]) -> None:
     ownership.guard_worker_write(folder)
     lines = ["\t".join(EPOCH_COLUMNS)]
     lines += ["\t".join(_fmt(row[c]) for c in EPOCH_COLUMNS) for row in rows]
-    write_text(folder / "epochs.tsv", "\n".join(lines) + "\n")
+    write_text(folder / EPOCHS, "\n".join(lines) + "\n")
 
 
 def _fmt(value) -> str:
@@ -151,7 +152,7 @@ def finish(adapter, run_dir: Path, phases, dist: Dist, versions: dict, params_di
     record["params_digest"] = params_digest
     write_json(run_dir / f"rank{dist.rank}.json", record)
     if dist.rank == 0:
-        write_json(run_dir / "metrics.json", metrics)
+        write_json(run_dir / METRICS, metrics)
     adapter.shutdown()
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runfiles.names import METRICS
 from frameworks import common, data, models
 from frameworks.common import Dist
 from frameworks.registry import AdapterInfo
@@ -552,5 +553,5 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     record["params_digest"] = None  # LBANN keeps its weights to itself
     common.write_json(run_dir / "rank0.json", record)
     lr = models.scaled_learning_rate(config, global_batch)
-    common.write_json(run_dir / "metrics.json",
+    common.write_json(run_dir / METRICS,
                       common.summary(rows, world, global_batch, lr, steps, init_s, clock))

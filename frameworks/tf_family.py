@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ddlcompare import energy
+from runfiles import energy
 from frameworks import balance, common, data, epoch_loop, keras_models, models
 from frameworks.common import Dist
 from traces import tracing

@@ -12,7 +12,8 @@ import os
 import sys
 from pathlib import Path
 
-from ddlcompare import ownership
+from runfiles.names import CONFIG
+from runfiles import ownership
 from frameworks import registry
 from frameworks.common import RunError
 from frameworks.data import DataError
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("run_dir", type=Path)
     args = parser.parse_args(argv)
     ownership.watch_from_worker(args.run_dir)  # stop at once if the runner dies
-    config = json.loads((args.run_dir / "config.json").read_text())
+    config = json.loads((args.run_dir / CONFIG).read_text())
     info = registry.FRAMEWORKS[config["framework"]]
     loop = importlib.import_module(FAMILY_LOOPS[info.family])
     try:

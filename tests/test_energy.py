@@ -18,7 +18,8 @@ import pytest
 
 from analysis import collect
 from conftest import REPO, tiny_design
-from ddlcompare import design, energy, runner
+from ddlcompare import design, runner
+from runfiles import energy
 
 MAX_UJ = 262143328850  # max_energy_range_uj of a real package zone
 

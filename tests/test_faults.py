@@ -153,7 +153,7 @@ def test_killed_runner_takes_its_workers_along_and_a_rerun_claims_the_folder(tmp
     assert wait_for(lambda: not pids_of(f"frameworks.worker {folder}"), 20)
     assert not (folder / "metrics.json").exists() and not (folder / "done.json").exists()
     # Its owner.json names a pid that is gone: a new attempt may take the folder.
-    from ddlcompare import ownership
+    from runfiles import ownership
     ownership.release(folder, ownership.claim(folder))
 
 

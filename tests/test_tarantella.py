@@ -11,7 +11,7 @@ import pytest
 
 from conftest import tiny_design
 from ddlcompare import design, envs, runner
-from frameworks import model_gate
+from ddlcompare import model_gate
 
 BUILT = envs.has_module("tarantella", "tarantella")
 pytestmark = pytest.mark.skipif(

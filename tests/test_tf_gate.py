@@ -2,8 +2,8 @@
 the network of the shared specification."""
 import pytest
 
-from ddlcompare import envs
-from frameworks import data, model_gate, models, registry
+from ddlcompare import envs, model_gate
+from frameworks import data, models, registry
 
 TF_BUILT = envs.has_module("tensorflow", "tensorflow")
 TNT_BUILT = envs.has_module("tarantella", "tarantella")

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from runfiles.names import CONFIG
 from traces import readers
 from traces.readers import TraceError, otf2_reader
 from traces.rules import RULES_FILE, PhaseRules, RulesError
@@ -91,7 +92,7 @@ def run_id_of(path: Path) -> str:
     imported one), the name of its folder, so that it stays identifiable."""
     folder = path if path.is_dir() else path.parent
     for candidate in (folder, *folder.parents[:3]):
-        config = candidate / "config.json"
+        config = candidate / CONFIG
         if config.is_file():
             try:
                 return str(json.loads(config.read_text()).get("run_id", ""))

@@ -83,7 +83,7 @@ rule model_gate:
     conda:
         "../envs/torch.yaml"
     shell:
-        "{params.python:q} -m frameworks.model_gate --out {output:q} > {log:q} 2>&1"
+        "{params.python:q} -m ddlcompare.model_gate --out {output:q} > {log:q} 2>&1"
 
 
 rule import_traces:

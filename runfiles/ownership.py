@@ -29,9 +29,9 @@ from pathlib import Path
 
 import psutil
 
-from ddlcompare.atomic import write_json
+from runfiles.names import OWNER
+from runfiles.atomic import write_json
 
-OWNER = "owner.json"
 # An owner on another host cannot be probed: it proves it is alive by
 # rewriting owner.json (see heartbeat) more often than this.
 STALE_AFTER_S = 120

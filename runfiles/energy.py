@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from ddlcompare.atomic import write_json
+from runfiles.names import ENERGY, EPOCHS, METRICS
+from runfiles.atomic import write_json
 
-ENERGY = "energy.json"
 SAMPLE_COLUMNS = ("host", "source", "domain", "unix_s", "joules")
 SAMPLES_GLOB = "energy_samples.*.tsv"
 SOURCES_GLOB = "energy_sources.*.json"
@@ -503,7 +503,7 @@ def status_text(status: dict[str, dict[str, dict]], sources: list[str]) -> str:
 def run_window(run_dir: Path, states: list[dict]) -> tuple[float, float] | None:
     """The run clock's window (start to the last epoch's end) where the run
     wrote one; otherwise the window that every given source read."""
-    metrics = _read_json(Path(run_dir) / "metrics.json") or {}
+    metrics = _read_json(Path(run_dir) / METRICS) or {}
     epochs = epoch_ends(run_dir)
     if metrics.get("clock_start_unix") and epochs:
         return metrics["clock_start_unix"], metrics["clock_start_unix"] + epochs[-1][1]
@@ -514,7 +514,7 @@ def run_window(run_dir: Path, states: list[dict]) -> tuple[float, float] | None:
 
 def epoch_ends(run_dir: Path) -> list[tuple[int, float]]:
     """(epoch, elapsed_s) from epochs.tsv, where it has the run clock."""
-    path = Path(run_dir) / "epochs.tsv"
+    path = Path(run_dir) / EPOCHS
     if not path.exists():
         return []
     with open(path, newline="") as f:
@@ -525,7 +525,7 @@ def epoch_ends(run_dir: Path) -> list[tuple[int, float]]:
 def epoch_energies(run_dir: Path, series: list[Series]) -> list[dict]:
     """Joules in each epoch's window on the run clock, and since the clock's
     start through that epoch (for energy to accuracy)."""
-    metrics = _read_json(Path(run_dir) / "metrics.json") or {}
+    metrics = _read_json(Path(run_dir) / METRICS) or {}
     clock = metrics.get("clock_start_unix")
     if not clock or not series:
         return []

@@ -1,0 +1,63 @@
+"""The layers run one way: no module imports from a layer above its own.
+
+From the bottom: what a run leaves and how it is written (runfiles), the
+phase recorder and trace formats (traces), the training side (frameworks),
+the harness (ddlcompare: design, runner, launchers, schedulers), the
+analysis, and the command line on top. Imports inside functions count too.
+"""
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# Longest prefix wins.
+LAYERS = {
+    "runfiles": 0,
+    "traces": 1,
+    "frameworks": 2,
+    "ddlcompare": 3,
+    "analysis": 4,
+    "ddlcompare.cli": 5,
+    "ddlcompare.workflow_support": 5,
+}
+PACKAGES = sorted({name.split(".")[0] for name in LAYERS})
+
+
+def layer(module: str) -> int | None:
+    matches = [p for p in LAYERS if module == p or module.startswith(p + ".")]
+    return LAYERS[max(matches, key=len)] if matches else None
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def edges_upward() -> list[str]:
+    wrong = []
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            source = module_name(path)
+            for target in imports(path):
+                if (mine := layer(source)) is not None and (theirs := layer(target)) is not None \
+                        and theirs > mine:
+                    wrong.append(f"{source} (layer {mine}) imports {target} (layer {theirs})")
+    return wrong
+
+
+def test_no_import_runs_up_a_layer():
+    assert edges_upward() == []
+
+
+def test_every_package_has_a_layer():
+    for package in PACKAGES:
+        assert (REPO / package / "__init__.py").exists(), package
