@@ -43,7 +43,7 @@ from runfiles.names import EPOCHS, METRICS, PHASE_TABLE
 from analysis import accuracy, cells, devices
 from ddlcompare import netem, runner, validate
 from runfiles import energy
-from runfiles.atomic import write_text
+from runfiles.atomic import replacing, write_text
 from ddlcompare.design import Design
 from traces.phases import PHASES, STEP_PHASES
 from traces import convert
@@ -265,13 +265,8 @@ def phase_tables(design: Design, results: Path) -> tuple[pa.Table, dict[str, str
 
 def _replace(path: Path, write) -> None:
     """Write through a temporary that never outlives a failure (a full disk)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
+    with replacing(path) as tmp:
         write(tmp)
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def write_tables(design: Design, results: Path, out: Path) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runfiles.atomic import write_bytes
 from runfiles.names import METRICS
 from frameworks import common, data, models
 from frameworks.common import Dist
@@ -278,20 +279,14 @@ def write_idx(path: Path, array: np.ndarray) -> None:
     """An uncompressed IDX file of unsigned bytes (LBANN's mnist reader)."""
     header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim)
     header += struct.pack(f">{array.ndim}I", *array.shape)
-    _write_atomic(path, header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
+    write_bytes(path, header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
 
 
 def write_cifar_bin(path: Path, x: np.ndarray, y: np.ndarray) -> None:
     """CIFAR-10's binary batch format (LBANN's cifar10 reader): per image,
     the label byte then 3072 bytes, the red, green and blue planes."""
     records = np.concatenate([y.astype(np.uint8)[:, None], x.reshape(len(x), -1)], axis=1)
-    _write_atomic(path, records.tobytes())
-
-
-def _write_atomic(path: Path, payload: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(payload)
-    tmp.replace(path)
+    write_bytes(path, records.tobytes())
 
 
 def write_data_files(dataset: data.Dataset, folder: Path) -> Path:

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from runfiles.atomic import replacing
 from runfiles.names import CONFIG
 from traces import readers
 from traces.readers import TraceError, otf2_reader
@@ -158,15 +159,13 @@ def write(paths: list[Path], out: Path, rules: PhaseRules, run_id: str | None = 
     meta.update({b"ddlcompare.schema_version": str(SCHEMA_VERSION).encode(),
                  b"ddlcompare.rules_version": str(rules.version).encode()})
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
     rows = 0
-    with pq.ParquetWriter(tmp, SCHEMA.with_metadata(meta)) as writer:
+    with replacing(out) as tmp, pq.ParquetWriter(tmp, SCHEMA.with_metadata(meta)) as writer:
         for table in parts(paths, rules, run_id, sources, errors):
             writer.write_table(table.replace_schema_metadata(meta))
             rows += table.num_rows
         writer.add_key_value_metadata({"ddlcompare.sources": json.dumps(sources),
                                        "ddlcompare.errors": json.dumps(errors)})
-    tmp.replace(out)
     return rows, sources, errors
 
 

@@ -29,6 +29,7 @@ import socket
 import time
 from pathlib import Path
 
+from runfiles.atomic import write_text
 from traces.phases import PHASES, STEP, Sink
 
 ARCHIVE_DIR = "trace"
@@ -72,12 +73,10 @@ class Otf2Sink(Sink):
                 "run_id": self.run_id, "offset_ns": self.offset_ns,
                 "intervals": self.intervals, "steps": self.steps,
                 "collectives": self.collectives}
-        tmp = parts / f".rank{self.rank}.json.tmp"
         try:
-            tmp.write_text(json.dumps(part))
-            tmp.replace(parts / f"rank{self.rank}.json")
+            write_text(parts / f"rank{self.rank}.json", json.dumps(part))
         except OSError:
-            tmp.unlink(missing_ok=True)  # a full disk leaves no temporary behind
+            pass  # a full disk: no part, and the runner fails the run for its lost trace
             raise
         assemble_if_complete(self.run_dir, self.world)
 
