@@ -39,7 +39,7 @@ def harness(framework: str, batch: int, steps: int, warmup: int) -> float:
 
 def bare(framework: str, batch: int, steps: int, warmup: int) -> float:
     info = {"torch-ddp": "torchrun", "horovod-torch": "horovodrun"}[framework]
-    config = {"torch_threads": 1, "horovod_controller": "gloo", "run_id": "bench",
+    config = {"threads": 1, "horovod_controller": "gloo", "run_id": "bench",
               "framework": framework}
     python = launch.python(config)
     argv, env = launch.command(info, [schedulers.Host("localhost", 2)], config, Path("."), "local")

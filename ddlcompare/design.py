@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from ddlcompare import fractional, yaml_safe
-from ddlcompare.params import CORE_FACTORS, PARAMS, SAFE_TEXT, RunRow
+from ddlcompare.params import CORE_FACTORS, PARAMS, RENAMED, SAFE_TEXT, RunRow
 
 # A plan larger than this is a typo more often than a campaign; a design
 # that means it says so with max_runs.
@@ -242,6 +242,12 @@ def _check_size(factors: dict, zip_groups: list[list[str]], replications: int, m
                         "the design if you mean it")
 
 
+def _unknown(key: str, name: str, what: str) -> str:
+    if name in RENAMED:
+        return f"{key}: renamed; write {RENAMED[name]} instead of {name}"
+    return f"{key}: unknown {what} (known: {', '.join(PARAMS)})"
+
+
 def _parse_factors(raw: Any, problems: list[str]) -> dict[str, list[Any]]:
     if raw is None:
         problems.append("factors: missing; give at least 'framework: [...]'")
@@ -254,7 +260,7 @@ def _parse_factors(raw: Any, problems: list[str]) -> dict[str, list[Any]]:
         key = f"factors.{name}"
         param = PARAMS.get(name)
         if param is None:
-            problems.append(f"{key}: unknown factor (known: {', '.join(PARAMS)})")
+            problems.append(_unknown(key, name, "factor"))
             continue
         if param.path_like or param.analysis_only:
             problems.append(f"{key}: cannot be a factor; set it under 'fixed'")
@@ -294,7 +300,7 @@ def _parse_fixed(raw: Any, factors: dict[str, list[Any]], problems: list[str]) -
         key = f"fixed.{name}"
         param = PARAMS.get(name)
         if param is None:
-            problems.append(f"{key}: unknown setting (known: {', '.join(PARAMS)})")
+            problems.append(_unknown(key, name, "setting"))
         elif name in factors:
             problems.append(f"{key}: is also a factor; keep it in one place")
         elif (problem := param.check(value)):

@@ -68,7 +68,7 @@ def refuse_untraceable(config: dict) -> None:
 
 
 def base_env(config: dict) -> dict[str, str]:
-    threads = str(config["torch_threads"])
+    threads = str(config["threads"])
     return {
         "OMP_NUM_THREADS": threads,
         "MKL_NUM_THREADS": threads,

@@ -226,8 +226,10 @@ PARAMS: dict[str, Param] = {p.name: p for p in [
           choices=("even", "calibrated")),
     Param("hybrid_gpus", int, 1,
           "under device: hybrid, the processes per node that take a GPU each", minimum=1),
-    Param("torch_threads", int, 1,
-          "intra-op threads per process (torchrun's own default is 1)", minimum=1),
+    Param("threads", int, 1,
+          "compute threads per process, for every framework: PyTorch's intra-op "
+          "threads, TensorFlow's pools, OMP_NUM_THREADS, Slurm's cpus_per_task "
+          "(torchrun's own default is 1)", minimum=1),
     Param("energy_interval_s", float, 1.0,
           "seconds between two readings of each node's energy meters (RAPL, NVML)",
           minimum=0.05, maximum=3600),
@@ -249,6 +251,9 @@ PARAMS: dict[str, Param] = {p.name: p for p in [
           "directory holding the data set files (null: the default place)",
           nullable=True, path_like=True),
 ]}
+
+# Settings that were renamed: a design naming the old one is told the new.
+RENAMED = {"torch_threads": "threads"}
 
 # Factors that every run has, whether varied or fixed: they always appear in
 # run paths and in the results table, in this order.

@@ -106,7 +106,7 @@ def warnings(design: Design) -> list[str]:
                          "epoch and will fail")
             break
     cores = os.cpu_count() or 1
-    busiest = max(c["nodes"] * c["procs_per_node"] * c["torch_threads"] for c in configs)
+    busiest = max(c["nodes"] * c["procs_per_node"] * c["threads"] for c in configs)
     if _local() and busiest > cores:
         found.append(f"some runs start {busiest} processes x threads on this machine's "
                      f"{cores} cores: they run, but slower, and their figures are noisy")

@@ -204,7 +204,7 @@ def job_resources(row: RunRow) -> dict:
         "tasks_per_node": per_node,
         "tasks": nodes if per_node == 1 else None,
         "mpi": "launcher" if per_node > 1 else None,
-        "cpus_per_task": c["torch_threads"],
+        "cpus_per_task": c["threads"],
         "mem_mb": per_node * MB_PER_PROCESS,  # per node
         "runtime": runtime_minutes(row),
         "gpus_per_node": gpus,

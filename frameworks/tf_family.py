@@ -94,9 +94,9 @@ def configure_tensorflow(config: dict):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     import tensorflow as tf
     tf.get_logger().setLevel("ERROR")
-    tf.config.threading.set_intra_op_parallelism_threads(config["torch_threads"])
+    tf.config.threading.set_intra_op_parallelism_threads(config["threads"])
     # Collective ops wait for their peers on an inter-op thread: keep a second.
-    tf.config.threading.set_inter_op_parallelism_threads(max(2, config["torch_threads"]))
+    tf.config.threading.set_inter_op_parallelism_threads(max(2, config["threads"]))
     return tf
 
 

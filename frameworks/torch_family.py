@@ -110,7 +110,7 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
         dist = adapter.init(config)
         phases.one_rank = dist.world == 1
         energy.start_sampling(config, run_dir, dist)
-        torch.set_num_threads(config["torch_threads"])
+        torch.set_num_threads(config["threads"])
         device = _device(config, dist)
         adapter.device = device
         if device.type == "cuda":

@@ -18,7 +18,7 @@ OAR_JOB_ID=4242123
 
 
 def row(**config) -> RunRow:
-    base = {"nodes": 1, "procs_per_node": 1, "torch_threads": 1, "device": "cpu",
+    base = {"nodes": 1, "procs_per_node": 1, "threads": 1, "device": "cpu",
             "timeout_s": 600, "dataset": "fashion-mnist", "epochs": 1}
     return RunRow("id", "p", {}, 1, 0, {**base, **config})
 
@@ -28,7 +28,7 @@ def test_one_process_runs_inside_a_step_and_multi_process_runs_own_the_allocatio
     assert (one["tasks"], one["mpi"], one["nodes"], one["tasks_per_node"]) == (1, None, 1, 1)
     assert one["runtime"] == 600 // 60 + 5 and one["mem_mb"] == ws.MB_PER_PROCESS
     assert one["gres"] is None and one["gpus_per_node"] == 0
-    many = ws.job_resources(row(nodes=2, procs_per_node=4, torch_threads=2))
+    many = ws.job_resources(row(nodes=2, procs_per_node=4, threads=2))
     assert (many["tasks"], many["mpi"], many["tasks_per_node"]) == (None, "launcher", 4)
     assert many["cpus_per_task"] == 2 and many["mem_mb"] == 4 * ws.MB_PER_PROCESS
     one_per_node = ws.job_resources(row(nodes=3))

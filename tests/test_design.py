@@ -307,7 +307,7 @@ def test_plan_refuses_runs_that_cannot_measure(tmp_path, fixed, message):
 def test_plan_warns_of_runs_without_a_step_and_of_too_many_processes(tmp_path):
     doc = {"factors": {"framework": ["torch-ddp"], "batch_size": [32, 5000]},
            "fixed": {"train_images": 6000, "warmup_steps": 0,
-                     "torch_threads": 4 * (os.cpu_count() or 1)}}
+                     "threads": 4 * (os.cpu_count() or 1)}}
     out = ddlc("plan", "--design", str(write_design(tmp_path, doc)))
     assert out.returncode == 0, out.stderr
     assert "batch_size 5000 x 1 processes exceeds the 6000 training images" not in out.stderr

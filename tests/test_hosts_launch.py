@@ -8,7 +8,7 @@ import pytest
 from ddlcompare import launch, schedulers
 from ddlcompare.schedulers import Host, oar, slurm
 
-CONFIG = {"torch_threads": 1, "run_id": "abc123", "horovod_controller": "gloo",
+CONFIG = {"threads": 1, "run_id": "abc123", "horovod_controller": "gloo",
           "framework": "torch-ddp"}
 RUN = Path("/r/run")
 

@@ -244,7 +244,7 @@ def test_emulated_nodes_are_a_scheduler_of_their_own():
 
 def test_launchers_reach_emulated_nodes_through_the_shim():
     nodes = [Host("10.213.0.1", 1), Host("10.213.0.2", 1)]
-    config = {"torch_threads": 1, "run_id": "abc", "framework": "torch-ddp",
+    config = {"threads": 1, "run_id": "abc", "framework": "torch-ddp",
               "horovod_controller": "gloo"}
     argv, _ = launch.command("torchrun", nodes, config, Path("/r"), "netns")
     assert argv[:7] == ["mpirun", "--host", "10.213.0.1,10.213.0.2", "--npernode", "1",

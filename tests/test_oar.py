@@ -224,7 +224,7 @@ def test_launch_commands_from_a_real_oar_nodefile(oar_user):
     scheduler, found = schedulers.detect(2, 2, env={"OAR_NODEFILE": _write(workdir / "nf2",
                                                                            two_hosts)})
     assert scheduler.name == "oar" and [h.name for h in found] == ["node-1.site", "node-2.site"]
-    config = {"torch_threads": 1, "run_id": "r1", "horovod_controller": "gloo",
+    config = {"threads": 1, "run_id": "r1", "horovod_controller": "gloo",
               "framework": "torch-ddp"}
     argv, _ = launch.command("torchrun", found, config, Path("/r"), "oar")
     assert argv[:8] == ["mpirun", "--host", "node-1.site,node-2.site", "--npernode", "1",

@@ -39,3 +39,9 @@ def test_schema_and_harness_refuse_the_same_designs(bad):
     assert schema.errors(bad)
     with pytest.raises(design.DesignError):
         design.parse(bad, "bad.yaml")
+
+
+def test_a_renamed_setting_names_its_new_name():
+    with pytest.raises(design.DesignError, match="fixed.torch_threads: renamed; write threads"):
+        design.parse({"factors": {"framework": ["torch-ddp"]}, "fixed": {"torch_threads": 2}},
+                     "old.yaml")

@@ -117,7 +117,7 @@ def test_launch_commands_from_a_real_slurm_node_list(slurm):
     assert schedulers.detect(1, 2, env={"SLURM_JOB_ID": job_id})[1] == found
     # Two nodes (this one twice, as a two-node allocation would name two).
     two = [Host(node, 2), Host(node, 2)]
-    config = {"torch_threads": 1, "run_id": "r1", "horovod_controller": "gloo",
+    config = {"threads": 1, "run_id": "r1", "horovod_controller": "gloo",
               "framework": "torch-ddp"}
     argv, _ = launch.command("torchrun", two, config, Path("/r"), "slurm")
     assert argv[:6] == ["srun", "--overlap", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",

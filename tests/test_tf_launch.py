@@ -13,7 +13,7 @@ from conftest import tiny_design
 from ddlcompare import design, envs, launch, preflight, runner, spawn
 from ddlcompare.schedulers import Host
 
-CONFIG = {"torch_threads": 1, "run_id": "abc123", "horovod_controller": "gloo",
+CONFIG = {"threads": 1, "run_id": "abc123", "horovod_controller": "gloo",
           "device": "cpu", "nodes": 1, "procs_per_node": 2}
 RUN = Path("/r/run")
 

@@ -101,7 +101,7 @@ def test_launch_arguments_per_scheduler(monkeypatch):
     from ddlcompare import launch
     from ddlcompare.schedulers import Host
     config = {"nodes": 2, "procs_per_node": 4, "run_id": "r1", "framework": "lbann",
-              "torch_threads": 1, "tracer": "none"}
+              "threads": 1, "tracer": "none"}
 
     def args(scheduler):
         _, env = launch.command("lbann-driver", [Host("n1", 4), Host("n2", 4)],
