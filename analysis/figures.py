@@ -22,9 +22,9 @@ from traces.phases import PHASES
 
 FIGURE_SIZE = (8, 4.5)
 # One colour per phase in every figure (ColorBrewer Set3 and Dark2 hues).
-PHASE_COLORS = dict(zip(PHASES + ("other",), [
+PHASE_COLORS = dict(zip(PHASES, [
     "#8dd3c7", "#e6ab02", "#bebada", "#1b9e77", "#fb8072", "#377eb8", "#e7298a",
-    "#b3de69", "#fccde5", "#999999", "#d9d9d9"]))
+    "#b3de69", "#d9d9d9"]))
 
 
 def nothing_to_show(title: str, why: str = "no successful run to show"):

@@ -4,7 +4,7 @@ Every adapter times the same phases with the same names; the names are the
 values of the ``phase`` column in every table and the labels in every plot.
 Within a step the recorder keeps one duration per phase (a few hundred
 nanoseconds of bookkeeping per phase); phases outside steps (``init``,
-``eval``, ``checkpoint``) are kept as intervals. Event tracers (OTF2, Score-P)
+``eval``) are kept as intervals. Event tracers (OTF2, Score-P)
 attach as sinks and see every interval.
 
 Each step also counts ``comm_bytes``: the bytes of the buffers this rank
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 PHASES = ("init", "data_load", "h2d", "forward", "backward", "grad_comm",
-          "optimizer", "eval", "checkpoint", "other")
+          "optimizer", "eval", "other")
 STEP_PHASES = ("data_load", "h2d", "forward", "backward", "grad_comm", "optimizer")
 # The region that encloses one training step's phases in traces and in the
 # phase table (phase column "step"); it is not a phase of its own.
