@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 from ddlcompare import envs
-from ddlcompare.launch import GPI2_LOCK, LOCAL_SSH
+from ddlcompare.launch import LOCAL_SSH
+from ddlcompare.launchers.tarantella import GPI2_LOCK
 from ddlcompare.provenance import REPO
 from frameworks import data, models
 from frameworks.model_gate import (BUILDERS, COMPARED, builder_rows, compare, frameworks_of,

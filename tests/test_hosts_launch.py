@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from ddlcompare import launch, schedulers
+from ddlcompare.launchers.tf_workers import tf_worker_addresses
 from ddlcompare.schedulers import Host, oar, slurm
 
 CONFIG = {"threads": 1, "run_id": "abc123", "horovod_controller": "gloo",
@@ -114,5 +115,5 @@ def test_horovodrun_gloo_under_oar_reaches_nodes_with_oarsh():
 
 
 def test_tf_worker_addresses_one_per_process_in_rank_order():
-    assert launch.tf_worker_addresses([Host("n1", 2), Host("n2", 1)], port=7000) == [
+    assert tf_worker_addresses([Host("n1", 2), Host("n2", 1)], port=7000) == [
         "n1:7000", "n1:7001", "n2:7000"]

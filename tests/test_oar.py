@@ -18,6 +18,8 @@ import pytest
 from conftest import REPO, tiny_design, write_design
 from ddlcompare import launch, oar, schedulers
 from ddlcompare.schedulers import Host
+from ddlcompare.launchers.tf_workers import tf_worker_addresses
+from ddlcompare.schedulers.oar import Oar
 
 SCRIPT = REPO / "tests" / "schedulers" / "oar.sh"
 PROFILE = REPO / "profiles" / "grid5000"
@@ -232,11 +234,11 @@ def test_launch_commands_from_a_real_oar_nodefile(oar_user):
     assert "--rdzv_endpoint=node-1.site:29500" in argv
     argv, env = launch.command("horovodrun", found, config, Path("/r"), "oar")
     assert argv[1:6] == ["-np", "4", "-H", "node-1.site:2,node-2.site:2", "--gloo"]
-    assert env["PATH"].startswith(str(launch.OARSH_AS_SSH))
+    assert env["PATH"].startswith(str(Oar.ssh_dir))
     argv, _ = launch.command("horovodrun", found, {**config, "horovod_controller": "mpi"},
                              Path("/r"), "oar")
     assert "--mpi-args=--mca plm_rsh_agent oarsh" in argv
-    assert launch.tf_worker_addresses(found) == [
+    assert tf_worker_addresses(found) == [
         "node-1.site:23456", "node-1.site:23457", "node-2.site:23456", "node-2.site:23457"]
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import tiny_design
 from ddlcompare import design, envs, launch, preflight, runner, spawn
+from ddlcompare.launchers import tarantella as tarantella_launcher
 from ddlcompare.schedulers import Host
 
 CONFIG = {"threads": 1, "run_id": "abc123", "horovod_controller": "gloo",
@@ -101,7 +102,7 @@ def tarantella(hosts, scheduler, run_dir=RUN, **config):
 
 def test_tarantella_on_one_node(tarantella_env):
     argv, env = tarantella([Host("localhost", 2)], "local")
-    assert argv[:2] == ["flock", str(launch.GPI2_LOCK)]  # GPI-2's fixed ports: one job
+    assert argv[:2] == ["flock", str(tarantella_launcher.GPI2_LOCK)]  # GPI-2's fixed ports: one job
     argv = argv[2:]
     assert argv[:4] == [str(tarantella_env / "tarantella"), "-n", "2", "--no-gpu"]
     assert argv[4] == "-x" and "OMP_NUM_THREADS=1" in argv[5:argv.index("--")]
