@@ -14,6 +14,7 @@ forgotten the job. Standard library only: it runs with any python3.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -178,21 +179,31 @@ def cancel(job_ids: list[str]) -> int:
     return subprocess.run(["oardel", *job_ids]).returncode
 
 
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m ddlcompare.oar",
+                                description="Snakemake's cluster-generic commands for OAR")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("submit", help="submit a job script; prints the job id").add_argument(
+        "jobscript", type=Path)
+    sub.add_parser("status", help="running, success or failed").add_argument("job_id")
+    sub.add_parser("cancel", help="delete jobs").add_argument("job_ids", nargs="+")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    usage = "usage: python -m ddlcompare.oar submit JOBSCRIPT | status JOBID | cancel JOBID..."
-    if len(argv) < 2 or argv[0] not in ("submit", "status", "cancel"):
-        print(usage, file=sys.stderr)
-        return 2
     try:
-        if argv[0] == "submit":
-            print(submit(Path(argv[1])))
-        elif argv[0] == "status":
-            print(status(argv[1]))
+        args = parser().parse_args(argv)
+    except SystemExit as exc:  # a usage error: argparse said why, on stderr
+        return int(exc.code or 0)
+    try:
+        if args.command == "submit":
+            print(submit(args.jobscript))
+        elif args.command == "status":
+            print(status(args.job_id))
         else:
-            return cancel(argv[1:])
+            return cancel(args.job_ids)
     except (OarError, OSError) as exc:
-        print(f"oar {argv[0]}: {exc}", file=sys.stderr)
+        print(f"oar {args.command}: {exc}", file=sys.stderr)
         return 1
     return 0
 
