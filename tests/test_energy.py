@@ -113,10 +113,10 @@ def test_rapl_unreadable_energy_is_a_reason():
     try:
         top.chmod(0o755)
         links = make_powercap(top / "sys", {0: {"package": 5, "dram": 6}})
-        (top / "ddlcompare").mkdir()
-        for name in ("__init__.py", "atomic.py", "energy.py"):
-            shutil.copy(REPO / "ddlcompare" / name, top / "ddlcompare" / name)
-        code = ("import sys; from ddlcompare import energy\n"
+        (top / "runfiles").mkdir()
+        for name in ("__init__.py", "atomic.py", "names.py", "energy.py"):
+            shutil.copy(REPO / "runfiles" / name, top / "runfiles" / name)
+        code = ("import sys; from runfiles import energy\n"
                 "try:\n    energy.RaplMeter(sys.argv[1]).open()\n"
                 "except energy.Unavailable as e:\n    print(e)\n")
         user = "nobody" if os.geteuid() == 0 else None

@@ -97,16 +97,18 @@ def test_parsed_output_becomes_the_common_tables(tmp_path):
 
 def test_launch_arguments_per_scheduler(monkeypatch):
     """The scheduler says where lbann.run launches; the lbann-driver launcher
-    hands that to the driver, which adds the run's own arguments."""
-    from ddlcompare import launch
-    from ddlcompare.schedulers import Host
-    config = {"nodes": 2, "procs_per_node": 4, "run_id": "r1", "framework": "lbann",
-              "threads": 1, "tracer": "none"}
+    hands that to the driver (as JSON), which adds the run's own arguments."""
+    import json
+    import os
+
+    from ddlcompare import schedulers
+    from ddlcompare.launchers.lbann_driver import LBANN_RUN_ARGS
+    config = {"nodes": 2, "procs_per_node": 4, "run_id": "r1"}
+    assert LBANN_RUN_ARGS == lbann.RUN_ARGS
 
     def args(scheduler):
-        _, env = launch.command("lbann-driver", [Host("n1", 4), Host("n2", 4)],
-                                config, Path("/r"), scheduler)
-        return lbann.launch_args(config, env)
+        handed = json.dumps(schedulers.get(scheduler).lbann_run_args(os.environ))
+        return lbann.launch_args(config, {LBANN_RUN_ARGS: handed})
 
     assert args("slurm") == {
         "nodes": 2, "procs_per_node": 4, "job_name": "ddlc-r1", "scheduler": "slurm"}
