@@ -196,19 +196,38 @@ def cpu_seconds() -> float:
 
 
 def hta(folder: Path) -> None:
-    """In the child (HTA's environment): TraceAnalysis over the folder."""
-    import resource
-    from pathlib import Path as P
-    P("/proc/self/clear_refs").write_text("5")
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """In the child (HTA's environment): TraceAnalysis over the folder. Its
+    peak is the largest resident size of this process and its parsing
+    workers together, sampled every 20 ms (ru_maxrss would carry the
+    parent's peak over fork and exec)."""
+    import threading
+    before = tree_rss(os.getpid())
+    peak = [before]
+
+    def sample():
+        while True:
+            peak[0] = max(peak[0], tree_rss(os.getpid()))
+            time.sleep(0.02)
+
+    threading.Thread(target=sample, daemon=True).start()
     from hta.trace_analysis import TraceAnalysis
     started, cpu = time.perf_counter(), cpu_seconds()
     analysis = TraceAnalysis(trace_dir=str(folder))
     seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
     rows = sum(len(analysis.t.get_trace(r)) for r in analysis.t.get_all_traces())
-    peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-               resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024
-    print(json.dumps({"seconds": seconds, "cpu": cpu, "rows": rows, "peak": peak - before}))
+    print(json.dumps({"seconds": seconds, "cpu": cpu, "rows": rows, "peak": peak[0] - before}))
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of a process and its descendants (0 once gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/statm").read_text().split()
+        total = int(fields[1]) * os.sysconf("SC_PAGE_SIZE")
+        children = [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+                    for c in (task / "children").read_text().split()]
+    except (OSError, ValueError):
+        return 0
+    return total + sum(tree_rss(child) for child in children)
 
 
 def main() -> None:
