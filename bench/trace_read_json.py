@@ -230,6 +230,13 @@ def tree_rss(pid: int) -> int:
     return total + sum(tree_rss(child) for child in children)
 
 
+def summary(who: str, result: dict, events: int, size: int) -> str:
+    return (f"{who}: {events} events ({size / 2**20:.0f} MiB of JSON) -> {result['rows']} rows "
+            f"in {result['cpu']:.2f} s of CPU ({result['seconds']:.2f} s wall), "
+            f"{events / result['cpu'] / 1e6:.3f} M events/s on one core; peak "
+            f"+{result['peak'] / 2**20:.0f} MiB = {result['peak'] / size:.2f}x the files")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=5_000_000)
@@ -249,11 +256,7 @@ def main() -> None:
     size = sum(p.stat().st_size for p in folder.glob("rank-*.json"))
     mine = run_child(sys.executable, ["--child", "ours", "--folder", str(folder)])
     rate = events / mine["cpu"]
-    print(f"{events} events ({size / 2**20:.0f} MiB of JSON, {args.ranks} ranks) -> "
-          f"{mine['rows']} rows: {mine['cpu']:.2f} s of CPU ({mine['seconds']:.2f} s wall), "
-          f"{rate / 1e6:.2f} M events/s on one core; peak +{mine['peak'] / 2**20:.0f} MiB = "
-          f"{mine['peak'] / size:.2f}x the files",
-          flush=True)
+    print(summary(f"this reader, {args.ranks} ranks", mine, events, size), flush=True)
     if not Path(args.hta_python).is_file():
         raise SystemExit(f"{args.hta_python}: no such Python; install HTA in a venv of its own:"
                          " python3 -m venv .venv-hta && .venv-hta/bin/pip install "
@@ -263,11 +266,7 @@ def main() -> None:
     hta_size = sum(p.stat().st_size for p in hta_folder.glob("rank-*.json"))
     theirs = run_child(args.hta_python, ["--child", "hta", "--folder", str(hta_folder)])
     hta_rate = hta_events / theirs["cpu"]
-    print(f"HTA TraceAnalysis on {hta_events} events: {theirs['cpu']:.2f} s of CPU "
-          f"({theirs['seconds']:.2f} s wall), "
-          f"{hta_rate / 1e6:.3f} M events/s on "
-          f"one core; peak +{theirs['peak'] / 2**20:.0f} MiB = {theirs['peak'] / hta_size:.2f}x "
-          f"the files ({theirs['rows']} rows)", flush=True)
+    print(summary("HTA TraceAnalysis", theirs, hta_events, hta_size), flush=True)
     print(f"events={events} events_per_s={rate:.0f} hta_events_per_s={hta_rate:.0f} "
           f"ratio_vs_hta={rate / hta_rate:.1f} peak_bytes_per_event={mine['peak'] / events:.1f} "
           f"file_bytes_per_event={size / events:.1f} peak_vs_file={mine['peak'] / size:.2f} "
