@@ -160,3 +160,11 @@ def test_converted_a_group_of_ranks_at_a_time(tmp_path, monkeypatch):
             expected[column].astype(object).fillna("-").tolist(), column
     one = pq.read_table(out, columns=["rank", "phase", "dur_ns"], filters=[("rank", "=", 1)])
     assert one.num_rows == (expected["rank"] == 1).sum() and one.num_columns == 3
+
+
+@needs_fixtures
+def test_same_table_on_apex_whose_definitions_undercount_events():
+    """APEX announces 79 events a location and writes thousands: the C reader
+    makes room from the files' sizes and still gives the Python reader's table."""
+    df, problems = assert_same(FIXTURES / "apex-hpx-test-archive" / "APEX.otf2")
+    assert len(df) == 8062 and not any(p.lost for p in problems)
