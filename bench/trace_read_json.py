@@ -196,19 +196,45 @@ def cpu_seconds() -> float:
 
 
 def hta(folder: Path) -> None:
-    """In the child (HTA's environment): TraceAnalysis over the folder."""
-    import resource
-    from pathlib import Path as P
-    P("/proc/self/clear_refs").write_text("5")
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """In the child (HTA's environment): TraceAnalysis over the folder. Its
+    peak is the largest resident size of this process and its parsing
+    workers together, sampled every 20 ms (ru_maxrss would carry the
+    parent's peak over fork and exec)."""
+    import threading
+    before = tree_rss(os.getpid())
+    peak = [before]
+
+    def sample():
+        while True:
+            peak[0] = max(peak[0], tree_rss(os.getpid()))
+            time.sleep(0.02)
+
+    threading.Thread(target=sample, daemon=True).start()
     from hta.trace_analysis import TraceAnalysis
     started, cpu = time.perf_counter(), cpu_seconds()
     analysis = TraceAnalysis(trace_dir=str(folder))
     seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
     rows = sum(len(analysis.t.get_trace(r)) for r in analysis.t.get_all_traces())
-    peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-               resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024
-    print(json.dumps({"seconds": seconds, "cpu": cpu, "rows": rows, "peak": peak - before}))
+    print(json.dumps({"seconds": seconds, "cpu": cpu, "rows": rows, "peak": peak[0] - before}))
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of a process and its descendants (0 once gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/statm").read_text().split()
+        total = int(fields[1]) * os.sysconf("SC_PAGE_SIZE")
+        children = [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+                    for c in (task / "children").read_text().split()]
+    except (OSError, ValueError):
+        return 0
+    return total + sum(tree_rss(child) for child in children)
+
+
+def summary(who: str, result: dict, events: int, size: int) -> str:
+    return (f"{who}: {events} events ({size / 2**20:.0f} MiB of JSON) -> {result['rows']} rows "
+            f"in {result['cpu']:.2f} s of CPU ({result['seconds']:.2f} s wall), "
+            f"{events / result['cpu'] / 1e6:.3f} M events/s on one core; peak "
+            f"+{result['peak'] / 2**20:.0f} MiB = {result['peak'] / size:.2f}x the files")
 
 
 def main() -> None:
@@ -230,11 +256,7 @@ def main() -> None:
     size = sum(p.stat().st_size for p in folder.glob("rank-*.json"))
     mine = run_child(sys.executable, ["--child", "ours", "--folder", str(folder)])
     rate = events / mine["cpu"]
-    print(f"{events} events ({size / 2**20:.0f} MiB of JSON, {args.ranks} ranks) -> "
-          f"{mine['rows']} rows: {mine['cpu']:.2f} s of CPU ({mine['seconds']:.2f} s wall), "
-          f"{rate / 1e6:.2f} M events/s on one core; peak +{mine['peak'] / 2**20:.0f} MiB = "
-          f"{mine['peak'] / size:.2f}x the files",
-          flush=True)
+    print(summary(f"this reader, {args.ranks} ranks", mine, events, size), flush=True)
     if not Path(args.hta_python).is_file():
         raise SystemExit(f"{args.hta_python}: no such Python; install HTA in a venv of its own:"
                          " python3 -m venv .venv-hta && .venv-hta/bin/pip install "
@@ -244,11 +266,7 @@ def main() -> None:
     hta_size = sum(p.stat().st_size for p in hta_folder.glob("rank-*.json"))
     theirs = run_child(args.hta_python, ["--child", "hta", "--folder", str(hta_folder)])
     hta_rate = hta_events / theirs["cpu"]
-    print(f"HTA TraceAnalysis on {hta_events} events: {theirs['cpu']:.2f} s of CPU "
-          f"({theirs['seconds']:.2f} s wall), "
-          f"{hta_rate / 1e6:.3f} M events/s on "
-          f"one core; peak +{theirs['peak'] / 2**20:.0f} MiB = {theirs['peak'] / hta_size:.2f}x "
-          f"the files ({theirs['rows']} rows)", flush=True)
+    print(summary("HTA TraceAnalysis", theirs, hta_events, hta_size), flush=True)
     print(f"events={events} events_per_s={rate:.0f} hta_events_per_s={hta_rate:.0f} "
           f"ratio_vs_hta={rate / hta_rate:.1f} peak_bytes_per_event={mine['peak'] / events:.1f} "
           f"file_bytes_per_event={size / events:.1f} peak_vs_file={mine['peak'] / size:.2f} "

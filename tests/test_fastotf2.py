@@ -87,6 +87,7 @@ def awkward_archive(folder: Path) -> Path:
         comm = defs.comm("world", group=world)
         for rank, location in enumerate(masters):
             w, t = trace.event_writer_from_location(location), 1_000_000 + 3 * rank
+            w.mpi_send(t - 1, 1 - rank, comm, 0, 64)  # outside any region: counted
             w.enter(t, region["step"], attributes={step: 4, epoch: 1})
             w.enter(t + 1, region["user:forward"])
             w.enter(t + 2, region["MPI_Isend"])
@@ -116,7 +117,9 @@ def awkward_archive(folder: Path) -> Path:
 def test_same_table_on_awkward_cases(tmp_path):
     df, problems = assert_same(awkward_archive(tmp_path / "awkward"))
     assert len(df) == 2 * 8
-    assert [p.split(": ", 1)[1].split(" ")[0] for p in problems] == ["2", "2", "2"]
+    assert [p.split(": ", 1)[1].split(" ")[0] for p in problems] == ["2", "2", "2", "2"]
+    assert "2 MPI message or collective records outside any region" in problems[3]
+    assert [p.lost for p in problems] == [True, True, False, False]
     assert set(df.loc[df["region"] == "MPI_Isend", "bytes"]) == {4196}
     assert set(df.loc[df["region"] == "MPI_Irecv", "bytes"]) == {1024}
     allreduce = df[df["region"] == "MPI_Allreduce"]
@@ -157,3 +160,11 @@ def test_converted_a_group_of_ranks_at_a_time(tmp_path, monkeypatch):
             expected[column].astype(object).fillna("-").tolist(), column
     one = pq.read_table(out, columns=["rank", "phase", "dur_ns"], filters=[("rank", "=", 1)])
     assert one.num_rows == (expected["rank"] == 1).sum() and one.num_columns == 3
+
+
+@needs_fixtures
+def test_same_table_on_apex_whose_definitions_undercount_events():
+    """APEX announces 79 events a location and writes thousands: the C reader
+    makes room from the files' sizes and still gives the Python reader's table."""
+    df, problems = assert_same(FIXTURES / "apex-hpx-test-archive" / "APEX.otf2")
+    assert len(df) == 8062 and not any(p.lost for p in problems)

@@ -293,8 +293,9 @@ def test_apex_process_ids_are_not_ranks():
     assert set(df["rank"]) == {0}  # "process 148165": one process
     counts = otf2_print_counts(anchor)
     enters = sum(n for (kind, _), n in counts.items() if kind == "ENTER")
-    lost = sum(int(p.split(": ")[1].split()[0]) for p in problems if "never left" in p)
-    assert len(df) + lost == enters == 8062  # every Enter is a row or counted
+    # APEX leaves a renamed HPX task under its new name: every Enter is a row
+    assert len(df) == enters == 8062
+    assert len(problems) == 1 and not problems[0].lost and "renames" in problems[0]
 
 
 @needs_fixtures

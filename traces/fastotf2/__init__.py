@@ -48,7 +48,8 @@ class _Columns(ctypes.Structure):
                 ("failed", ctypes.c_void_p),
                 ("rows", ctypes.c_int64), ("unbalanced", ctypes.c_int64),
                 ("overlapping", ctypes.c_int64), ("unclosed", ctypes.c_int64),
-                ("messages_outside", ctypes.c_int64), ("overflowed", ctypes.c_int64),
+                ("messages_outside", ctypes.c_int64), ("renamed", ctypes.c_int64),
+                ("overflowed", ctypes.c_int64),
                 ("error", ctypes.c_char * 1024)]
 
 
@@ -118,7 +119,7 @@ class ReadError(Exception):
     """The C reader stopped: the message says why (the library's own words)."""
 
 
-COUNTS = ("unbalanced", "overlapping", "unclosed", "messages_outside")
+COUNTS = ("unbalanced", "overlapping", "unclosed", "messages_outside", "renamed")
 
 
 def read_intervals(anchor: Path, locations: list[int], attribute_kinds: dict[int, int],

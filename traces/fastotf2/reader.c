@@ -8,7 +8,8 @@
  * rules as the Python reader (traces/readers/otf2_reader.py):
  * - a Leave closes the innermost open region of its name; when that is not
  *   the innermost one (several threads on one location) it is counted as
- *   overlapping and closed all the same, the others staying open;
+ *   overlapping and closed all the same, the others staying open; when no
+ *   open region has its name, it closes the innermost (counted as renamed);
  * - an Enter's step and epoch come from its `step`/`epoch` attributes, else
  *   from the enclosing region;
  * - MPI message sizes add up on the innermost open region; a collective's
@@ -48,7 +49,7 @@ typedef struct {
     uint32_t attribute_kinds;
     /* results */
     int8_t *failed;            /* per location given: 1 when not read to its end */
-    int64_t rows, unbalanced, overlapping, unclosed, messages_outside, overflowed;
+    int64_t rows, unbalanced, overlapping, unclosed, messages_outside, renamed, overflowed;
     char error[1024];
 } Columns;
 
@@ -133,8 +134,18 @@ static OTF2_CallbackCode leave(OTF2_LocationRef location, OTF2_TimeStamp time, u
     (void)location; (void)position; (void)attributes;
     int64_t at = s->depth - 1;
     while (at >= 0 && s->stack[at].region != region) at--;
-    if (at < 0) { out->unbalanced++; return OTF2_CALLBACK_SUCCESS; }
-    if (at != s->depth - 1) out->overlapping++;
+    if (at < 0 && s->depth) {
+        /* No open region of that name: close the innermost, as OTF2 says a
+         * Leave does (APEX leaves an HPX task under the name it was
+         * renamed to). */
+        at = s->depth - 1;
+        out->renamed++;
+    } else if (at < 0) {
+        out->unbalanced++;
+        return OTF2_CALLBACK_SUCCESS;
+    } else if (at != s->depth - 1) {
+        out->overlapping++;
+    }
     if (out->rows >= out->capacity) {
         fail(out, OVERFLOW);
         out->overflowed = 1;
@@ -227,7 +238,7 @@ static void read_location(OTF2_Reader *reader, OTF2_EvtReaderCallbacks *callback
 int fastotf2_read(const char *anchor, const uint64_t *locations, int32_t n_locations,
                   Columns *out) {
     out->rows = out->unbalanced = out->overlapping = out->unclosed = 0;
-    out->messages_outside = out->overflowed = 0;
+    out->messages_outside = out->renamed = out->overflowed = 0;
     out->error[0] = 0;
     current = out;
     OTF2_Error_RegisterCallback(on_error, NULL);

@@ -289,10 +289,14 @@ class _Events:
 
 
 def _ids(values: list) -> np.ndarray:
-    """Correlation or External ids as int64, NULL where absent or not a number."""
-    numbers = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce")
-    return numbers.fillna(NULL).to_numpy(dtype=np.int64) if len(values) else \
-        np.zeros(0, dtype=np.int64)
+    """Correlation or External ids as int64, NULL where absent; ids written
+    as strings are coded by the string (they only need to match)."""
+    out = np.fromiter((v if v.__class__ is int else NULL for v in values), dtype=np.int64,
+                      count=len(values))
+    text = [i for i, v in enumerate(values) if v.__class__ is str]
+    if text:
+        out[text] = [hash(values[i]) & 0x3FFFFFFFFFFFFFFF for i in text]
+    return out
 
 
 def _link(parent: np.ndarray, category: np.ndarray, correlation: np.ndarray,

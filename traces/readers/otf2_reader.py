@@ -189,6 +189,7 @@ class _State:
         self.unbalanced = 0
         self.overlapping = 0
         self.outside = 0  # message and collective records outside any region
+        self.renamed = 0  # Leaves that closed an open region of another name
         clock = defs.clock_properties
         self.offset = clock.global_offset
         self.scale = 1e9 / clock.timer_resolution
@@ -222,9 +223,11 @@ class _State:
         while at >= 0 and stack[at][0] != region:
             at -= 1
         if at < 0:
-            self.unbalanced += 1
-            return
-        if at != len(stack) - 1:
+            # No open region of that name: close the innermost, as OTF2 says
+            # a Leave does (APEX leaves an HPX task under its new name).
+            self.renamed += 1
+            at = len(stack) - 1
+        elif at != len(stack) - 1:
             # Not the innermost open region: two threads' regions share one
             # location (Score-P's Python bindings put Horovod's background
             # thread on the master thread). Close the one that ends, as it
@@ -368,18 +371,20 @@ def _read_events(reader, path: Path):
         raise TraceError(f"{path}: cannot read the OTF2 events: {failures[0]}")
     unclosed = sum(len(s) for s in state.stacks.values())
     return state.rows, _problems(path, unclosed, state.unbalanced, state.overlapping,
-                                 state.outside)
+                                 state.outside, state.renamed)
 
 
 def _problems(path: Path, unclosed: int, unbalanced: int, overlapping: int,
-              outside: int = 0) -> list[Problem]:
+              outside: int = 0, renamed: int = 0) -> list[Problem]:
     return counted(
         path, (unclosed, "regions entered but never left (trace cut short?); left out", True),
         (unbalanced, "Leave records without a matching Enter; left out", True),
         (overlapping, "regions overlap others without nesting (several threads recorded on "
                       "one location); kept with their own times", False),
         (outside, "MPI message or collective records outside any region; counted here, not "
-                  "in the table (no interval to hold them)", False))
+                  "in the table (no interval to hold them)", False),
+        (renamed, "Leave records naming no open region closed the innermost one (as OTF2 "
+                  "says; APEX renames HPX tasks while they run)", False))
 
 
 def _read_events_fast(reader, path: Path, only: set | None = None):
@@ -421,7 +426,7 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
                       step=raw["step"], epoch=raw["epoch"], collective=collective,
                       collective_names=ops, bytes=nbytes)
     problems = _problems(path, counts["unclosed"], counts["unbalanced"],
-                         counts["overlapping"], counts["messages_outside"])
+                         counts["overlapping"], counts["messages_outside"], counts["renamed"])
     if failed.any():
         names = [described[i][2] for i in np.flatnonzero(failed)]
         problems.insert(0, Problem(
