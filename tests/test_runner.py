@@ -96,10 +96,14 @@ def test_processes_left_behind_by_the_launcher_are_stopped(tmp_path):
     """gaspi_run-style: a rank started in the background outlives its launcher."""
     import os
     import psutil
-    from ddlcompare import runner as runner_mod
+    from runfiles import ownership
     marker = tmp_path / "pid"
     argv = ["sh", "-c", f"sleep 300 & echo $! > {marker}; exit 3"]
-    outcome = runner_mod._watch(argv, dict(os.environ), tmp_path, timeout=60)
+    token = ownership.claim(tmp_path)
+    try:
+        outcome = runner.Watch(tmp_path, token, timeout=60).run(argv, dict(os.environ))
+    finally:
+        ownership.release(tmp_path, token)
     assert outcome["exit_status"] == 3
     assert not psutil.pid_exists(int(marker.read_text())) or \
         psutil.Process(int(marker.read_text())).status() == psutil.STATUS_ZOMBIE
