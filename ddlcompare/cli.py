@@ -3,6 +3,7 @@
     ddlc plan [--design design.yaml]     the run table and its size
     ddlc run-one --path P                one run (what each workflow job does)
     ddlc collect / ddlc report           results tables; the HTML report
+    ddlc check [--rerun]                 damaged run files, listed (and queued again)
     ddlc fetch-data cifar10              download CIFAR-10 (needs internet)
 """
 from __future__ import annotations
@@ -91,6 +92,24 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    """Every finished run's files checked; --rerun moves the damaged ones'
+    files to attempts/ so that the next workflow run does them again."""
+    from ddlcompare import runner
+    design = load_design(args.design, check_ready=False)
+    results = Path(args.results)
+    damaged = runner.damaged_runs(design.runs(), results)
+    for row, problem in damaged:
+        print(f"damaged: {row.path}: {problem}")
+        if args.rerun:
+            runner.archive_attempt(results / row.path)
+    done = sum((results / r.path / runner.DONE).exists() for r in design.runs())
+    print(f"{done} finished run(s) checked, {len(damaged)} damaged"
+          + ("; moved to attempts/, the next workflow run does them again" if args.rerun and
+             damaged else "; ddlc check --rerun queues them again" if damaged else ""))
+    return 1 if damaged and not args.rerun else 0
+
+
 def cmd_fetch_data(args) -> int:
     from frameworks import data
     folder = data.fetch_cifar10(args.data_dir)
@@ -122,6 +141,9 @@ def parser() -> argparse.ArgumentParser:
     rep = command("report", cmd_report, "build the HTML report from the tables")
     rep.add_argument("--tables", required=True)
     rep.add_argument("--out", required=True)
+    chk = command("check", cmd_check, "check every finished run's files; list the damaged")
+    chk.add_argument("--results", default="results")
+    chk.add_argument("--rerun", action="store_true", help="queue the damaged runs again")
     fetch = sub.add_parser("fetch-data", help="download and verify CIFAR-10")
     fetch.add_argument("dataset", choices=["cifar10"])
     fetch.add_argument("--data-dir", default=None)
