@@ -124,7 +124,8 @@ def test_ddlc_check_lists_and_requeues_damaged_runs(trained, tmp_path):
     path = write_design(tmp_path, tiny_design())
     (folder / "metrics.json").write_text("[]")
     listed = ddlc("check", "--design", str(path), "--results", str(results))
-    assert listed.returncode == 1 and f"damaged: {plan.runs()[0].path}: metrics.json" in listed.stdout
+    assert listed.returncode == 1
+    assert f"damaged: {plan.runs()[0].path}: metrics.json" in listed.stdout
     queued = ddlc("check", "--design", str(path), "--results", str(results), "--rerun")
     assert queued.returncode == 0 and not (folder / "done.json").exists()
     assert (folder / "attempts" / "1" / "metrics.json").read_text() == "[]"

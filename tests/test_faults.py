@@ -32,6 +32,12 @@ def pids_of(pattern: str) -> list[int]:
     return [int(p) for p in out.split()]
 
 
+def run_one(design_file: Path, results, row) -> list[str]:
+    """The command of one run, as a workflow job starts it."""
+    return [sys.executable, "-m", "ddlcompare.cli", "run-one", "--design", str(design_file),
+            "--results", str(results), "--path", row.path]
+
+
 def wait_for(predicate, seconds=60.0):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -48,8 +54,7 @@ def test_rank_killed_mid_epoch_is_a_failed_run(tmp_path, framework):
     path = write_design(tmp_path, doc)
     row = design.parse(doc, str(path)).runs()[0]
     folder = tmp_path / "res" / row.path
-    proc = subprocess.Popen([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
-                             str(path), "--results", str(tmp_path / "res"), "--path", row.path],
+    proc = subprocess.Popen(run_one(path, str(tmp_path / "res"), row),
                             cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: len(rank_pids(folder)) == 2, 60)
@@ -144,9 +149,8 @@ def test_killed_runner_takes_its_workers_along_and_a_rerun_claims_the_folder(tmp
     path = write_design(tmp_path, doc)
     row = design.parse(doc, str(path)).runs()[0]
     folder = tmp_path / "res" / row.path
-    argv = [sys.executable, "-m", "ddlcompare.cli", "run-one", "--design", str(path),
-            "--results", str(tmp_path / "res"), "--path", row.path]
-    runner_proc = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.DEVNULL)
+    runner_proc = subprocess.Popen(run_one(path, tmp_path / "res", row), cwd=REPO,
+                                   stderr=subprocess.DEVNULL)
     wait_for(lambda: len(rank_pids(folder)) == 2, 60)
     runner_proc.kill()  # the runner dies without a word
     runner_proc.wait()
@@ -163,9 +167,8 @@ def test_live_orphan_is_refused_then_killed_on_request(tmp_path):
     path = write_design(tmp_path, doc)
     row = design.parse(doc, str(path)).runs()[0]
     folder = tmp_path / "results" / row.path
-    orphan = subprocess.Popen([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
-                               str(path), "--results", str(tmp_path / "results"),
-                               "--path", row.path], cwd=REPO, stderr=subprocess.DEVNULL)
+    orphan = subprocess.Popen(run_one(path, tmp_path / "results", row), cwd=REPO,
+                              stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: len(rank_pids(folder)) == 2, 60)
         refused = subprocess.run(snakemake_cmd(tmp_path), capture_output=True, text=True)
@@ -173,9 +176,8 @@ def test_live_orphan_is_refused_then_killed_on_request(tmp_path):
         assert "an earlier attempt is still running" in refused.stderr
         assert f"kill {orphan.pid}" in refused.stderr or "kill_orphans=1" in refused.stderr
         assert orphan.poll() is None  # left alone
-        direct = subprocess.run([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
-                                 str(path), "--results", str(tmp_path / "results"),
-                                 "--path", row.path], cwd=REPO, capture_output=True, text=True)
+        direct = subprocess.run(run_one(path, tmp_path / "results", row), cwd=REPO,
+                                capture_output=True, text=True)
         assert direct.returncode == 2 and "an earlier attempt is still running" in direct.stderr
         done = subprocess.run(snakemake_cmd(tmp_path, "kill_orphans=1"), capture_output=True,
                               text=True)
@@ -224,8 +226,7 @@ def test_a_full_disk_is_named_before_the_run(tmp_path):
     row = design.parse(doc, str(path)).runs()[0]
     with small_filesystem(tmp_path / "fs", "4m") as fs:
         fill(fs, leave=1 << 20)
-        out = subprocess.run([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
-                              str(path), "--results", str(fs / "res"), "--path", row.path],
+        out = subprocess.run(run_one(path, str(fs / "res"), row),
                              cwd=REPO, capture_output=True, text=True, timeout=120)
         folder = fs / "res" / row.path
         assert "Traceback" not in out.stderr
@@ -243,8 +244,7 @@ def test_a_disk_that_fills_mid_run_ends_the_run_recorded(tmp_path):
     row = design.parse(doc, str(path)).runs()[0]
     with small_filesystem(tmp_path / "fs", "12m") as fs:
         folder = fs / "res" / row.path
-        proc = subprocess.Popen([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
-                                 str(path), "--results", str(fs / "res"), "--path", row.path],
+        proc = subprocess.Popen(run_one(path, str(fs / "res"), row),
                                 cwd=REPO, stderr=subprocess.PIPE, text=True)
         try:
             wait_for(lambda: len(rank_pids(folder)) == 2, 60)
@@ -286,8 +286,7 @@ def test_rank_stuck_in_a_collective_is_killed_by_the_timeout(tmp_path):
     row = design.parse(doc, str(path)).runs()[0]
     folder = tmp_path / "res" / row.path
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
-                             str(path), "--results", str(tmp_path / "res"), "--path", row.path],
+    proc = subprocess.Popen(run_one(path, str(tmp_path / "res"), row),
                             cwd=REPO)
     try:
         wait_for(lambda: len(rank_pids(folder)) == 2, 60)
@@ -383,8 +382,7 @@ def test_rank_leaving_with_status_0_is_named_as_the_cause(tmp_path):
     row = design.parse(doc, str(path)).runs()[0]
     folder = tmp_path / "res" / row.path
     env = {**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.Popen([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
-                             str(path), "--results", str(tmp_path / "res"), "--path", row.path],
+    proc = subprocess.Popen(run_one(path, str(tmp_path / "res"), row),
                             cwd=REPO, env=env)
     try:
         wait_for(lambda: len(rank_pids(folder)) == 2, 60)
