@@ -3,7 +3,6 @@
 #   snakemake --profile profiles/local -n         (the plan: which runs are left)
 #   snakemake ... --config design=other.yaml results=elsewhere
 import sys
-from pathlib import Path
 
 from ddlcompare import workflow_support as ws
 

@@ -6,6 +6,7 @@
     ddlc follow-up                       the second stage's design from the first's tables
     ddlc two-stage                       run the design, then its follow-up (one command)
     ddlc timeline RUN_DIR... -o F.json   one merged Chrome/Perfetto trace of all ranks
+    ddlc check [--rerun]                 damaged run files, listed (and queued again)
     ddlc fetch-data cifar10              download CIFAR-10 (needs internet)
 """
 from __future__ import annotations
@@ -165,6 +166,24 @@ def cmd_timeline(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    """Every finished run's files checked; --rerun moves the damaged ones'
+    files to attempts/ so that the next workflow run does them again."""
+    from ddlcompare import runner
+    design = load_design(args.design, check_ready=False)
+    results = Path(args.results)
+    damaged = runner.damaged_runs(design.runs(), results)
+    for row, problem in damaged:
+        print(f"damaged: {row.path}: {problem}")
+        if args.rerun:
+            runner.archive_attempt(results / row.path)
+    done = sum((results / r.path / runner.DONE).exists() for r in design.runs())
+    print(f"{done} finished run(s) checked, {len(damaged)} damaged"
+          + ("; moved to attempts/, the next workflow run does them again" if args.rerun and
+             damaged else "; ddlc check --rerun queues them again" if damaged else ""))
+    return 1 if damaged and not args.rerun else 0
+
+
 def cmd_fetch_data(args) -> int:
     from frameworks import data
     folder = data.fetch_cifar10(args.data_dir)
@@ -218,6 +237,9 @@ def parser() -> argparse.ArgumentParser:
     line.add_argument("--keep-going", action="store_true",
                       help="skip an input that cannot be read (listed in the file), exit 0")
     line.set_defaults(fn=cmd_timeline)
+    chk = command("check", cmd_check, "check every finished run's files; list the damaged")
+    chk.add_argument("--results", default="results")
+    chk.add_argument("--rerun", action="store_true", help="queue the damaged runs again")
     fetch = sub.add_parser("fetch-data", help="download and verify CIFAR-10")
     fetch.add_argument("dataset", choices=["cifar10"])
     fetch.add_argument("--data-dir", default=None)

@@ -26,7 +26,7 @@ from ddlcompare.params import CORE_FACTORS, PARAMS, RENAMED, SAFE_TEXT, RunRow
 # that means it says so with max_runs.
 MAX_RUNS = 10_000
 # One problem is one line: a value repeated by YAML aliases is cut short.
-MAX_PROBLEM_CHARS = 300
+MAX_PROBLEM_CHARS = 1000
 TOP_LEVEL_KEYS = {
     "name": "the design's name, used as results/<name>/",
     "factors": "a mapping of factor -> list of levels",

@@ -38,6 +38,10 @@ def measuring(what: str, on_wait: Callable[[str], None],
     started = time.monotonic()
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
+        os.fchmod(fd, 0o666)  # every user's runs share the machine (umask aside)
+    except PermissionError:
+        pass  # another user's file, already open to all
+    try:
         told = False
         while True:
             try:

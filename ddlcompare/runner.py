@@ -9,7 +9,6 @@ so the next workflow invocation runs it again.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -338,7 +337,14 @@ def _last_error(log: Path) -> str:
 
 
 def _ranks(run_dir: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(run_dir.glob("rank*.json"))]
+    """Each rank's record; one cut short (a full disk) is left out."""
+    ranks = []
+    for path in sorted(run_dir.glob("rank*.json")):
+        try:
+            ranks.append(validate.read_json(path, "rank.json"))
+        except validate.Damaged:
+            pass
+    return ranks
 
 
 def archive_attempt(run_dir: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import tiny_design, write_design
+from conftest import ddlc, tiny_design, write_design
 from ddlcompare import design, runner
 from test_workflow import snakemake
 
@@ -116,3 +116,16 @@ def test_workflow_reports_damage_rebuilds_tables_and_reruns_on_request(tmp_path)
     assert list(pd.read_parquet(tables / "runs.parquet")["status"]) == ["ok"]
     kept = folder / "attempts" / "1"
     assert (kept / "done.json").read_text() == '["a", "list"]'
+
+
+@pytest.mark.slow
+def test_ddlc_check_lists_and_requeues_damaged_runs(trained, tmp_path):
+    results, plan, folder = copy_of(trained, tmp_path)
+    path = write_design(tmp_path, tiny_design())
+    (folder / "metrics.json").write_text("[]")
+    listed = ddlc("check", "--design", str(path), "--results", str(results))
+    assert listed.returncode == 1
+    assert f"damaged: {plan.runs()[0].path}: metrics.json" in listed.stdout
+    queued = ddlc("check", "--design", str(path), "--results", str(results), "--rerun")
+    assert queued.returncode == 0 and not (folder / "done.json").exists()
+    assert (folder / "attempts" / "1" / "metrics.json").read_text() == "[]"

@@ -207,7 +207,7 @@ def test_bad_design_file_is_named(tmp_path, text, message):
     with pytest.raises(DesignError) as err:
         design.load(path)
     assert any(message in p for p in err.value.problems), err.value.problems
-    assert all(len(p) < 400 for p in err.value.problems)
+    assert all(len(p) <= design.MAX_PROBLEM_CHARS + 3 for p in err.value.problems)
 
 
 def test_name_from_the_file_name_is_explained(tmp_path):

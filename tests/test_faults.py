@@ -18,6 +18,10 @@ from conftest import REPO, tiny_design, write_design
 from ddlcompare import design
 from test_workflow import done_markers, snakemake
 
+# How long a run may take to start training: it waits for the host-wide
+# measuring lock while another campaign (another checkout's tests too)
+# trains on this machine.
+START_S = 600
 LONG = {"epochs": 30, "max_steps": None, "train_images": 20000, "timeout_s": 300}
 
 
@@ -30,6 +34,12 @@ def rank_pids(folder: Path) -> list[int]:
 def pids_of(pattern: str) -> list[int]:
     out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
+
+
+def run_one(design_file: Path, results, row) -> list[str]:
+    """The command of one run, as a workflow job starts it."""
+    return [sys.executable, "-m", "ddlcompare.cli", "run-one", "--design", str(design_file),
+            "--results", str(results), "--path", row.path]
 
 
 def wait_for(predicate, seconds=60.0):
@@ -48,11 +58,10 @@ def test_rank_killed_mid_epoch_is_a_failed_run(tmp_path, framework):
     path = write_design(tmp_path, doc)
     row = design.parse(doc, str(path)).runs()[0]
     folder = tmp_path / "res" / row.path
-    proc = subprocess.Popen([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
-                             str(path), "--results", str(tmp_path / "res"), "--path", row.path],
+    proc = subprocess.Popen(run_one(path, str(tmp_path / "res"), row),
                             cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: len(rank_pids(folder)) == 2, 60)
+        wait_for(lambda: len(rank_pids(folder)) == 2, START_S)
         time.sleep(3)  # well into the first epoch
         victim = max(rank_pids(folder))  # one of the two ranks
         subprocess.run(["kill", "-KILL", str(victim)], check=True)
@@ -79,8 +88,8 @@ def test_snakemake_killed_mid_run_then_rerun_loses_nothing(tmp_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     # Let the first run finish and the second start, then interrupt.
-    wait_for(lambda: len(done_markers(tmp_path)) >= 1, 180)
-    wait_for(lambda: pids_of(f"frameworks.worker {tmp_path}") != [], 60)
+    wait_for(lambda: len(done_markers(tmp_path)) >= 1, START_S)
+    wait_for(lambda: pids_of(f"frameworks.worker {tmp_path}") != [], START_S)
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
     first = done_markers(tmp_path)
@@ -117,7 +126,7 @@ def test_snakemake_sigkilled_then_unlocked_and_rerun_trains_once(tmp_path):
     folder = tmp_path / "results" / design.parse(doc, str(path)).runs()[0].path
     proc = subprocess.Popen(snakemake_cmd(tmp_path), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    wait_for(lambda: len(rank_pids(folder)) == 2, 120)
+    wait_for(lambda: len(rank_pids(folder)) == 2, START_S)
     time.sleep(2)
     snakemake_itself = psutil.Process(proc.pid).children()[0]  # under timeout(1)
     snakemake_itself.kill()
@@ -144,10 +153,9 @@ def test_killed_runner_takes_its_workers_along_and_a_rerun_claims_the_folder(tmp
     path = write_design(tmp_path, doc)
     row = design.parse(doc, str(path)).runs()[0]
     folder = tmp_path / "res" / row.path
-    argv = [sys.executable, "-m", "ddlcompare.cli", "run-one", "--design", str(path),
-            "--results", str(tmp_path / "res"), "--path", row.path]
-    runner_proc = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.DEVNULL)
-    wait_for(lambda: len(rank_pids(folder)) == 2, 60)
+    runner_proc = subprocess.Popen(run_one(path, tmp_path / "res", row), cwd=REPO,
+                                   stderr=subprocess.DEVNULL)
+    wait_for(lambda: len(rank_pids(folder)) == 2, START_S)
     runner_proc.kill()  # the runner dies without a word
     runner_proc.wait()
     assert wait_for(lambda: not pids_of(f"frameworks.worker {folder}"), 20)
@@ -163,19 +171,17 @@ def test_live_orphan_is_refused_then_killed_on_request(tmp_path):
     path = write_design(tmp_path, doc)
     row = design.parse(doc, str(path)).runs()[0]
     folder = tmp_path / "results" / row.path
-    orphan = subprocess.Popen([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
-                               str(path), "--results", str(tmp_path / "results"),
-                               "--path", row.path], cwd=REPO, stderr=subprocess.DEVNULL)
+    orphan = subprocess.Popen(run_one(path, tmp_path / "results", row), cwd=REPO,
+                              stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: len(rank_pids(folder)) == 2, 60)
+        wait_for(lambda: len(rank_pids(folder)) == 2, START_S)
         refused = subprocess.run(snakemake_cmd(tmp_path), capture_output=True, text=True)
         assert refused.returncode != 0 and "Traceback" not in refused.stderr
         assert "an earlier attempt is still running" in refused.stderr
         assert f"kill {orphan.pid}" in refused.stderr or "kill_orphans=1" in refused.stderr
         assert orphan.poll() is None  # left alone
-        direct = subprocess.run([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
-                                 str(path), "--results", str(tmp_path / "results"),
-                                 "--path", row.path], cwd=REPO, capture_output=True, text=True)
+        direct = subprocess.run(run_one(path, tmp_path / "results", row), cwd=REPO,
+                                capture_output=True, text=True)
         assert direct.returncode == 2 and "an earlier attempt is still running" in direct.stderr
         done = subprocess.run(snakemake_cmd(tmp_path, "kill_orphans=1"), capture_output=True,
                               text=True)
@@ -224,8 +230,7 @@ def test_a_full_disk_is_named_before_the_run(tmp_path):
     row = design.parse(doc, str(path)).runs()[0]
     with small_filesystem(tmp_path / "fs", "4m") as fs:
         fill(fs, leave=1 << 20)
-        out = subprocess.run([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
-                              str(path), "--results", str(fs / "res"), "--path", row.path],
+        out = subprocess.run(run_one(path, str(fs / "res"), row),
                              cwd=REPO, capture_output=True, text=True, timeout=120)
         folder = fs / "res" / row.path
         assert "Traceback" not in out.stderr
@@ -243,11 +248,10 @@ def test_a_disk_that_fills_mid_run_ends_the_run_recorded(tmp_path):
     row = design.parse(doc, str(path)).runs()[0]
     with small_filesystem(tmp_path / "fs", "12m") as fs:
         folder = fs / "res" / row.path
-        proc = subprocess.Popen([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
-                                 str(path), "--results", str(fs / "res"), "--path", row.path],
+        proc = subprocess.Popen(run_one(path, str(fs / "res"), row),
                                 cwd=REPO, stderr=subprocess.PIPE, text=True)
         try:
-            wait_for(lambda: len(rank_pids(folder)) == 2, 60)
+            wait_for(lambda: len(rank_pids(folder)) == 2, START_S)
             time.sleep(2)
             fill(fs)
             proc.wait(timeout=240)
@@ -285,12 +289,10 @@ def test_rank_stuck_in_a_collective_is_killed_by_the_timeout(tmp_path):
     path = write_design(tmp_path, doc)
     row = design.parse(doc, str(path)).runs()[0]
     folder = tmp_path / "res" / row.path
-    start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
-                             str(path), "--results", str(tmp_path / "res"), "--path", row.path],
-                            cwd=REPO)
+    proc = subprocess.Popen(run_one(path, str(tmp_path / "res"), row), cwd=REPO)
     try:
-        wait_for(lambda: len(rank_pids(folder)) == 2, 60)
+        wait_for(lambda: len(rank_pids(folder)) == 2, START_S)
+        start = time.monotonic()  # the timeout counts from the launcher's start
         time.sleep(2)
         subprocess.run(["kill", "-STOP", str(min(rank_pids(folder)))], check=True)
         assert proc.wait(timeout=120) == 0
@@ -383,11 +385,10 @@ def test_rank_leaving_with_status_0_is_named_as_the_cause(tmp_path):
     row = design.parse(doc, str(path)).runs()[0]
     folder = tmp_path / "res" / row.path
     env = {**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.Popen([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
-                             str(path), "--results", str(tmp_path / "res"), "--path", row.path],
+    proc = subprocess.Popen(run_one(path, str(tmp_path / "res"), row),
                             cwd=REPO, env=env)
     try:
-        wait_for(lambda: len(rank_pids(folder)) == 2, 60)
+        wait_for(lambda: len(rank_pids(folder)) == 2, START_S)
         time.sleep(4)
         os.kill(max(rank_pids(folder)), signal.SIGUSR1)
         assert proc.wait(timeout=120) == 0
@@ -405,7 +406,7 @@ def test_design_edited_mid_campaign_is_named(tmp_path):
     path = write_design(tmp_path, doc)
     proc = subprocess.Popen(snakemake_cmd(tmp_path), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: pids_of(f"frameworks.worker {tmp_path}") != [], 120)
+    wait_for(lambda: pids_of(f"frameworks.worker {tmp_path}") != [], START_S)
     write_design(tmp_path, {**doc, "fixed": {**doc["fixed"], "epochs": 1}})
     _, stderr = proc.communicate(timeout=600)
     assert proc.returncode != 0 and "Traceback" not in stderr
