@@ -258,9 +258,9 @@ def flows(found: cp.CriticalPath, pid_base: dict, tid_main: dict) -> pa.Array:
     next, drawn at the middle of the communication proper: both ranks are
     then inside their join's slice, which the viewers bind the arrow to."""
     path = found.path
-    comm = path[path["kind"] == cp.COMMUNICATION].sort_values(["run_id", "join"])
+    comm = path[path["kind"].isin([cp.COMMUNICATION, cp.JOIN])].sort_values(["run_id", "join"])
     # The rank of each window's first piece is the rank the path goes on on.
-    first = path[path["kind"] != cp.COMMUNICATION].sort_values(["run_id", "join"]) \
+    first = path[~path["kind"].isin([cp.COMMUNICATION, cp.JOIN])].sort_values(["run_id", "join"]) \
         .drop_duplicates(["run_id", "join"]).set_index(["run_id", "join"])["rank"]
     after = first.reindex(pd.MultiIndex.from_arrays([comm["run_id"], comm["join"] + 1]))
     leave = np.where(after.isna(), comm["rank"], after.fillna(-1)).astype(np.int64)
