@@ -26,9 +26,12 @@ Clocks. Our OTF2 traces are on each node's wall clock, the phase recorder
 on each node's monotonic clock: one clock per node. ``--align join`` shifts
 each rank so that its median exit from the joins (the ranks leave an N x N
 collective together, within its latency) matches rank 0's; ``auto`` does so
-when the ranks run on more than one node (or the node is unknown and the
-measured offsets exceed ALIGN_THRESHOLD_NS), else keeps the trace's clocks.
-The offsets measured are written either way.
+only where the trace's clocks break causality (a rank leaving a join before
+the last rank arrived) at more than CLOCK_VIOLATIONS of the joins, as
+clocks of different nodes that drifted apart do, and keeps them otherwise
+(exits differ by the collective's own latency, which a shift would hide).
+The offsets measured and the share of joins breaking causality are
+written either way.
 
 Size: above ``--max-intervals`` (default MAX_INTERVALS, a file of about
 80 MB that Perfetto's UI opens) a window of consecutive steps from the
@@ -51,7 +54,7 @@ import pyarrow.compute as pc
 from analysis import critical_path as cp
 
 MAX_INTERVALS = 400_000
-ALIGN_THRESHOLD_NS = 1_000_000
+CLOCK_VIOLATIONS = 0.1  # share of joins a rank seems to leave before the last arrives
 PATH_PID = 999  # the critical path's process within a run's block of pids
 PIDS_PER_RUN = 1000
 GENERATOR = "ddl-compare analysis/timeline.py"
@@ -103,26 +106,41 @@ def join_offsets(found: cp.CriticalPath) -> pd.DataFrame:
     return offsets.rename("offset_ns").reset_index()
 
 
+def violations(found: cp.CriticalPath) -> pd.Series:
+    """Per run, the share of joins whose clocks break causality: a rank
+    leaves before the last rank has arrived (Scalasca's clock condition)."""
+    if found.joins.empty:
+        return pd.Series(dtype="float64")
+    per_join = found.joins.groupby(["run_id", "join"]).agg(
+        first_exit=("exit_ns", "min"), last_entry=("entry_ns", "max"))
+    broken = per_join["first_exit"] < per_join["last_entry"]
+    return broken.groupby("run_id").mean()
+
+
 def alignment(phases: pd.DataFrame, found: cp.CriticalPath, method: str) -> dict:
-    """{run_id: {"method": ..., "offsets_ns": {rank: ns subtracted}}}"""
+    """{run_id: {"method": ..., "offsets_ns": {rank: ns subtracted}, ...}}.
+    ``auto`` keeps the trace's clocks unless they break causality at more
+    than CLOCK_VIOLATIONS of the joins (clocks of different nodes apart):
+    then each rank is shifted by its measured join offset."""
     offsets = join_offsets(found)
+    broken = violations(found)
     out = {}
     for run_id in phases["run_id"].unique():
         mine = offsets[offsets["run_id"] == run_id].set_index("rank")["offset_ns"]
         nodes = phases.loc[phases["run_id"] == run_id, "node"].dropna().nunique() \
             if "node" in phases else 0
+        share = float(broken.get(run_id, 0.0))
         chosen = method
         if method == "auto":
-            far = len(mine) and mine.abs().max() > ALIGN_THRESHOLD_NS
-            chosen = "join" if nodes > 1 or (nodes == 0 and far) else "trace"
+            chosen = "join" if share > CLOCK_VIOLATIONS else "trace"
         applied = {int(r): int(v) for r, v in mine.items()} if chosen == "join" else {}
         out[str(run_id)] = {
             "method": chosen,
             "description": ("each rank shifted so that its median exit from the joins matches "
                             "the lowest rank's" if chosen == "join" else
                             "the trace's own clocks: each node's wall clock (OTF2) or monotonic "
-                            "clock (phase recorder), one clock per node"),
-            "nodes": int(nodes),
+                            "clock (phase recorder)"),
+            "nodes": int(nodes), "joins_breaking_causality": share,
             "offsets_ns": applied,
             "measured_join_offsets_ns": {int(r): int(v) for r, v in mine.items()}}
     return out
