@@ -418,7 +418,11 @@ def analyse(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None
         params.append({**label, "alpha_us": model.alpha * 1e6,
                        "beta_ns_per_byte": model.beta * 1e9, "skew_s": model.skew,
                        "untimed_ms": model.untimed * 1e3, "notes": "; ".join(model.notes)})
-        error = scale["relative_error"] if scale else None
+        # The error shown beside its predictions: the scale check's, else the
+        # network checks' mean absolute error.
+        error = scale["relative_error"] if scale else (
+            float(np.mean([abs(c["relative_error"]) for c in found_checks]))
+            if found_checks else None)
         preds.append(predictions(group, probe, error).assign(**label))
     info = cells.with_setting(ok).set_index("run_id")[cells.CELL]
     return {"checks": pd.DataFrame(checks), "predictions":
