@@ -222,11 +222,22 @@ def slices(phases: pd.DataFrame, pids: np.ndarray, tids: np.ndarray, t0: int) ->
     start = phases["start_ns"].to_numpy(np.int64)
     region = phases["region"] if "region" in phases else phases["phase"]
     coll = phases["collective"] if "collective" in phases else pd.Series(None, index=phases.index)
-    names = pd.DataFrame({"phase": phases["phase"].astype("string"),
-                          "region": region.astype("string"), "collective": coll.astype("string")})
-    codes, combos = pd.MultiIndex.from_frame(names.fillna("\0")).factorize()
-    heads = [_head(*(None if v == "\0" else v for v in combo)) for combo in combos]
-    head = pa.array(heads, pa.large_string()).take(pa.array(codes))
+    # Each name column as codes, combined into one code per distinct triple.
+    parts = [pd.factorize(column, use_na_sentinel=True) for column in
+             (phases["phase"], region, coll)]
+    combined = np.zeros(len(phases), dtype=np.int64)
+    for codes, uniques in parts:
+        combined = combined * (len(uniques) + 1) + (codes + 1)
+    triples, codes = np.unique(combined, return_inverse=True)
+    heads = []
+    for triple in triples:
+        names = []
+        for column_codes, uniques in reversed(parts):
+            triple, code = divmod(int(triple), len(uniques) + 1)
+            names.append(None if code == 0 else str(uniques[code - 1]))
+        phase, region_name, collective = reversed(names)
+        heads.append(_head(phase, region_name, collective))
+    head = pa.array(heads, pa.large_string()).take(pa.array(codes.ravel()))
     step = phases["step"]
     parts = [head, '"step":',
              pc.if_else(pa.array(step.isna().to_numpy()), "null", _ints(step.fillna(-1)))]
@@ -343,7 +354,8 @@ def export(paths: list[Path], out: Path, max_intervals: int = MAX_INTERVALS,
     threads = keys.drop_duplicates().reset_index(drop=True)
     threads["tid"] = threads.groupby(["run_id", "rank"]).cumcount()
     tids = keys.merge(threads, on=["run_id", "rank", "location"], how="left")["tid"].to_numpy()
-    pids = phases["run_id"].astype(str).map(pid_base).to_numpy() + phases["rank"].to_numpy() + 1
+    run_codes, run_names = pd.factorize(phases["run_id"].astype(str))
+    pids = np.array([pid_base[r] for r in run_names])[run_codes] + phases["rank"].to_numpy() + 1
     tid_main = _main_threads(threads, phases, location)
 
     meta = _metadata(phases, threads, pid_base, found)
