@@ -37,6 +37,7 @@ Everything runs on numpy arrays, one loop per run and rank, none per interval.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -489,7 +490,6 @@ def phase_table(tables) -> pd.DataFrame:
     """What the analysis reads from a tables folder: each run's converted
     trace (phases.parquet) where it has one with step phases, else its
     phase recorder's intervals (step_phases.parquet)."""
-    from pathlib import Path
     tables = Path(tables)
     recorder = pd.read_parquet(tables / "step_phases.parquet") \
         if (tables / "step_phases.parquet").exists() else pd.DataFrame(columns=["run_id"])
@@ -521,6 +521,6 @@ def section(runs: pd.DataFrame, phases: pd.DataFrame, figures=None) -> Section:
                   "share of the critical path and of the mean step":
                       phase_shares(found).join(info, on="run_id")}
     if figures is not None and len(found.path):
-        from analysis import timeline
+        from analysis import timeline  # it imports this module
         out.figures = [timeline.path_figure(found, figures)]
     return out

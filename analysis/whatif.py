@@ -51,7 +51,7 @@ from traces.phases import STEP_PHASES
 
 BOOTSTRAP = 200
 CONFIDENCE = 0.95
-WINDOW_PHASES = [p for p in STEP_PHASES]
+WINDOW_PHASES = list(STEP_PHASES)
 SCALE = ("world_size", "batch_size", "net_rate_mbit")
 ASSUMPTIONS = {
     "compression fp16": "half the bytes on the wire (fp16 gradients); the encoding and decoding "
