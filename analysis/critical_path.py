@@ -37,6 +37,7 @@ Everything runs on numpy arrays, one loop per run and rank, none per interval.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -51,6 +52,7 @@ UNTIMED = "untimed"  # time in a window outside every phase
 PROPAGATED = "previous join"  # the late rank left the previous join later
 CAUSES = (*STEP_PHASES, UNTIMED, PROPAGATED)
 COMMUNICATION = "communication"  # kind of the path's pieces inside a join
+JOIN = "join"  # ... where the join is backward: compute and all-reduce, not told apart
 EMPTY = {"joins": ["join", "step", "rank", "entry_ns", "exit_ns", "wait_ns", "comm_ns", "last"],
          "windows": ["join", "rank", "cause", "ns"],
          "path": ["join", "step", "rank", "phase", "kind", "start_ns", "end_ns", "dur_ns"],
@@ -270,7 +272,9 @@ def _one_run(run_id: str, intervals: pd.DataFrame, run_joins: pd.DataFrame,
                             "dur_ns": time[windows_at, critical, CAUSES.index(UNTIMED)]})
     leave = exit_[np.arange(n_joins), critical[1:]]
     comm = pd.DataFrame({"join": windows_at[:-1], "step": steps, "rank": ranks[late],
-                         "phase": join_phase, "kind": COMMUNICATION, "start_ns": last_entry,
+                         "phase": join_phase,
+                         "kind": JOIN if join_phase == "backward" else COMMUNICATION,
+                         "start_ns": last_entry,
                          "end_ns": np.maximum(leave, last_entry)})
     path = pd.concat([*path, comm], ignore_index=True)
     path["dur_ns"] = path["end_ns"] - path["start_ns"]
@@ -403,6 +407,8 @@ def run_summary(found: CriticalPath) -> pd.DataFrame:
     table["steps"] = per_join.groupby("run_id").size()
     table["path_ms_per_step"] = found.path.groupby("run_id")["dur_ns"].sum() / table["steps"] / 1e6
     table["join_kind"] = table.index.map(found.method)
+    # Where backward is the join, its all-reduce is not seen apart from it.
+    table.loc[table["join_kind"] == "backward", "communication_ms_per_step"] = np.nan
     causes = cause_table(found).drop_duplicates("run_id").set_index("run_id")
     table = table.join(causes.rename(columns={"late_rank": "main_cause_rank",
                                               "cause": "main_cause"}))
@@ -446,6 +452,10 @@ def cell_table(found: CriticalPath, runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def processes(n) -> str:
+    return f"{n} process" if n == 1 else f"{n} processes"
+
+
 def _cause_words(rank: int, cause: str) -> str:
     if cause == UNTIMED:
         return f"rank {rank}'s longer untimed gaps cause"
@@ -464,8 +474,11 @@ def sentence(row: dict) -> str:
     else:
         text = f"No rank waits at {where}; "
     text += (f"a rank waits {row['waiting_ms_per_step']:.2f} ms per step on average "
-             f"(synchronisation skew) against {row['communication_ms_per_step']:.2f} ms of "
-             f"communication proper")
+             f"(synchronisation skew)")
+    if pd.isna(row["communication_ms_per_step"]):
+        text += ", its all-reduce not seen apart from backward (no trace of the collectives)"
+    else:
+        text += f" against {row['communication_ms_per_step']:.2f} ms of communication proper"
     if "path_top_phase" in row:
         text += (f", and {row['path_top_phase']} is {row['path_top_share']:.0%} of the "
                  f"critical path against {row['path_top_step_share']:.0%} of the mean step")
@@ -478,7 +491,6 @@ def phase_table(tables) -> pd.DataFrame:
     """What the analysis reads from a tables folder: each run's converted
     trace (phases.parquet) where it has one with step phases, else its
     phase recorder's intervals (step_phases.parquet)."""
-    from pathlib import Path
     tables = Path(tables)
     recorder = pd.read_parquet(tables / "step_phases.parquet") \
         if (tables / "step_phases.parquet").exists() else pd.DataFrame(columns=["run_id"])
@@ -500,7 +512,7 @@ def section(runs: pd.DataFrame, phases: pd.DataFrame, figures=None) -> Section:
     table = cell_table(found, ok)
     info = cells.with_setting(ok).set_index("run_id")[cells.CELL]
     out = Section("Critical path and causes of waiting")
-    out.sentences = [f"{r['framework']}, {r['world_size']} processes, {r['setting']}: "
+    out.sentences = [f"{r['framework']}, {processes(r['world_size'])}, {r['setting']}: "
                      f"{r['finding'][0].lower()}{r['finding'][1:]}" for _, r in table.iterrows()]
     out.sentences += [f"Run {run}: no critical path ({why})." for run, why in found.problems.items()
                       if run in info.index]
@@ -510,6 +522,6 @@ def section(runs: pd.DataFrame, phases: pd.DataFrame, figures=None) -> Section:
                   "share of the critical path and of the mean step":
                       phase_shares(found).join(info, on="run_id")}
     if figures is not None and len(found.path):
-        from analysis import timeline
+        from analysis import timeline  # it imports this module
         out.figures = [timeline.path_figure(found, figures)]
     return out

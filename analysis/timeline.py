@@ -26,9 +26,12 @@ Clocks. Our OTF2 traces are on each node's wall clock, the phase recorder
 on each node's monotonic clock: one clock per node. ``--align join`` shifts
 each rank so that its median exit from the joins (the ranks leave an N x N
 collective together, within its latency) matches rank 0's; ``auto`` does so
-when the ranks run on more than one node (or the node is unknown and the
-measured offsets exceed ALIGN_THRESHOLD_NS), else keeps the trace's clocks.
-The offsets measured are written either way.
+only where the trace's clocks break causality (a rank leaving a join before
+the last rank arrived) at more than CLOCK_VIOLATIONS of the joins, as
+clocks of different nodes that drifted apart do, and keeps them otherwise
+(exits differ by the collective's own latency, which a shift would hide).
+The offsets measured and the share of joins breaking causality are
+written either way.
 
 Size: above ``--max-intervals`` (default MAX_INTERVALS, a file of about
 80 MB that Perfetto's UI opens) a window of consecutive steps from the
@@ -52,7 +55,7 @@ from runfiles.names import PHASE_TABLE
 from analysis import critical_path as cp
 
 MAX_INTERVALS = 400_000
-ALIGN_THRESHOLD_NS = 1_000_000
+CLOCK_VIOLATIONS = 0.1  # share of joins a rank seems to leave before the last arrives
 PATH_PID = 999  # the critical path's process within a run's block of pids
 PIDS_PER_RUN = 1000
 GENERATOR = "ddl-compare analysis/timeline.py"
@@ -104,26 +107,41 @@ def join_offsets(found: cp.CriticalPath) -> pd.DataFrame:
     return offsets.rename("offset_ns").reset_index()
 
 
+def violations(found: cp.CriticalPath) -> pd.Series:
+    """Per run, the share of joins whose clocks break causality: a rank
+    leaves before the last rank has arrived (Scalasca's clock condition)."""
+    if found.joins.empty:
+        return pd.Series(dtype="float64")
+    per_join = found.joins.groupby(["run_id", "join"]).agg(
+        first_exit=("exit_ns", "min"), last_entry=("entry_ns", "max"))
+    broken = per_join["first_exit"] < per_join["last_entry"]
+    return broken.groupby("run_id").mean()
+
+
 def alignment(phases: pd.DataFrame, found: cp.CriticalPath, method: str) -> dict:
-    """{run_id: {"method": ..., "offsets_ns": {rank: ns subtracted}}}"""
+    """{run_id: {"method": ..., "offsets_ns": {rank: ns subtracted}, ...}}.
+    ``auto`` keeps the trace's clocks unless they break causality at more
+    than CLOCK_VIOLATIONS of the joins (clocks of different nodes apart):
+    then each rank is shifted by its measured join offset."""
     offsets = join_offsets(found)
+    broken = violations(found)
     out = {}
     for run_id in phases["run_id"].unique():
         mine = offsets[offsets["run_id"] == run_id].set_index("rank")["offset_ns"]
         nodes = phases.loc[phases["run_id"] == run_id, "node"].dropna().nunique() \
             if "node" in phases else 0
+        share = float(broken.get(run_id, 0.0))
         chosen = method
         if method == "auto":
-            far = len(mine) and mine.abs().max() > ALIGN_THRESHOLD_NS
-            chosen = "join" if nodes > 1 or (nodes == 0 and far) else "trace"
+            chosen = "join" if share > CLOCK_VIOLATIONS else "trace"
         applied = {int(r): int(v) for r, v in mine.items()} if chosen == "join" else {}
         out[str(run_id)] = {
             "method": chosen,
             "description": ("each rank shifted so that its median exit from the joins matches "
                             "the lowest rank's" if chosen == "join" else
                             "the trace's own clocks: each node's wall clock (OTF2) or monotonic "
-                            "clock (phase recorder), one clock per node"),
-            "nodes": int(nodes),
+                            "clock (phase recorder)"),
+            "nodes": int(nodes), "joins_breaking_causality": share,
             "offsets_ns": applied,
             "measured_join_offsets_ns": {int(r): int(v) for r, v in mine.items()}}
     return out
@@ -205,11 +223,22 @@ def slices(phases: pd.DataFrame, pids: np.ndarray, tids: np.ndarray, t0: int) ->
     start = phases["start_ns"].to_numpy(np.int64)
     region = phases["region"] if "region" in phases else phases["phase"]
     coll = phases["collective"] if "collective" in phases else pd.Series(None, index=phases.index)
-    names = pd.DataFrame({"phase": phases["phase"].astype("string"),
-                          "region": region.astype("string"), "collective": coll.astype("string")})
-    codes, combos = pd.MultiIndex.from_frame(names.fillna("\0")).factorize()
-    heads = [_head(*(None if v == "\0" else v for v in combo)) for combo in combos]
-    head = pa.array(heads, pa.large_string()).take(pa.array(codes))
+    # Each name column as codes, combined into one code per distinct triple.
+    parts = [pd.factorize(column, use_na_sentinel=True) for column in
+             (phases["phase"], region, coll)]
+    combined = np.zeros(len(phases), dtype=np.int64)
+    for codes, uniques in parts:
+        combined = combined * (len(uniques) + 1) + (codes + 1)
+    triples, codes = np.unique(combined, return_inverse=True)
+    heads = []
+    for triple in triples:
+        names = []
+        for column_codes, uniques in reversed(parts):
+            triple, code = divmod(int(triple), len(uniques) + 1)
+            names.append(None if code == 0 else str(uniques[code - 1]))
+        phase, region_name, collective = reversed(names)
+        heads.append(_head(phase, region_name, collective))
+    head = pa.array(heads, pa.large_string()).take(pa.array(codes.ravel()))
     step = phases["step"]
     parts = [head, '"step":',
              pc.if_else(pa.array(step.isna().to_numpy()), "null", _ints(step.fillna(-1)))]
@@ -259,9 +288,9 @@ def flows(found: cp.CriticalPath, pid_base: dict, tid_main: dict) -> pa.Array:
     next, drawn at the middle of the communication proper: both ranks are
     then inside their join's slice, which the viewers bind the arrow to."""
     path = found.path
-    comm = path[path["kind"] == cp.COMMUNICATION].sort_values(["run_id", "join"])
+    comm = path[path["kind"].isin([cp.COMMUNICATION, cp.JOIN])].sort_values(["run_id", "join"])
     # The rank of each window's first piece is the rank the path goes on on.
-    first = path[path["kind"] != cp.COMMUNICATION].sort_values(["run_id", "join"]) \
+    first = path[~path["kind"].isin([cp.COMMUNICATION, cp.JOIN])].sort_values(["run_id", "join"]) \
         .drop_duplicates(["run_id", "join"]).set_index(["run_id", "join"])["rank"]
     after = first.reindex(pd.MultiIndex.from_arrays([comm["run_id"], comm["join"] + 1]))
     leave = np.where(after.isna(), comm["rank"], after.fillna(-1)).astype(np.int64)
@@ -326,7 +355,8 @@ def export(paths: list[Path], out: Path, max_intervals: int = MAX_INTERVALS,
     threads = keys.drop_duplicates().reset_index(drop=True)
     threads["tid"] = threads.groupby(["run_id", "rank"]).cumcount()
     tids = keys.merge(threads, on=["run_id", "rank", "location"], how="left")["tid"].to_numpy()
-    pids = phases["run_id"].astype(str).map(pid_base).to_numpy() + phases["rank"].to_numpy() + 1
+    run_codes, run_names = pd.factorize(phases["run_id"].astype(str))
+    pids = np.array([pid_base[r] for r in run_names])[run_codes] + phases["rank"].to_numpy() + 1
     tid_main = _main_threads(threads, phases, location)
 
     meta = _metadata(phases, threads, pid_base, found)

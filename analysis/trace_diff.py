@@ -130,7 +130,7 @@ def sentences(table: pd.DataFrame) -> list[str]:
             interval = "" if np.isnan(step["low_ms"]) else \
                 f" (95 % interval {-step['high_ms']:.1f} to {-step['low_ms']:.1f})"
         cell = ([] if step["compared"] == "framework" else [str(step["framework"])]) + \
-            [f"{step['world_size']} processes", str(step["setting"])]
+            [cp.processes(step["world_size"]), str(step["setting"])]
         cell = ", ".join(cell)
         out.append(f"{cell}: {slower} spends {abs(step['diff_ms']):.1f} ms more per step than "
                    f"{faster}{interval}, {sign * top['on_path_ms']:.1f} ms of it in {where} on "

@@ -51,7 +51,7 @@ from traces.phases import STEP_PHASES
 
 BOOTSTRAP = 200
 CONFIDENCE = 0.95
-WINDOW_PHASES = [p for p in STEP_PHASES]
+WINDOW_PHASES = list(STEP_PHASES)
 SCALE = ("world_size", "batch_size", "net_rate_mbit")
 ASSUMPTIONS = {
     "compression fp16": "half the bytes on the wire (fp16 gradients); the encoding and decoding "
@@ -96,7 +96,13 @@ def measures(found: cp.CriticalPath, runs: pd.DataFrame,
     table = per_rank.groupby("run_id").mean()[[*WINDOW_PHASES, cp.UNTIMED]]
     table = table.div(n_joins.reindex(table.index), axis=0)
     comm = found.path[found.path["kind"] == cp.COMMUNICATION]
-    table["comm_s"] = comm.groupby("run_id")["dur_ns"].sum() / n_joins / 1e9
+    table["comm_s"] = (comm.groupby("run_id")["dur_ns"].sum() / n_joins / 1e9).reindex(
+        table.index).fillna(0.0)
+    # Where backward is the join, the last rank's backward (with the hidden
+    # all-reduce) lies in the join, not in a window: it counts as compute.
+    joined = found.path[found.path["kind"] == cp.JOIN]
+    table["backward"] += (joined.groupby("run_id")["dur_ns"].sum() / n_joins / 1e9).reindex(
+        table.index).fillna(0.0)
     table["skew_s"] = skew
     table["step_s"] = found.path.groupby("run_id")["dur_ns"].sum() / n_joins / 1e9
     info = runs.set_index("run_id")
@@ -344,7 +350,11 @@ def replay(found: cp.CriticalPath, run_id, change: str | None = None,
     causes = list(cube.columns)
     comm = found.path[(found.path["run_id"] == run_id)
                       & (found.path["kind"] == cp.COMMUNICATION)].sort_values("join")
-    comm = comm["dur_ns"].to_numpy(float)
+    comm = comm["dur_ns"].to_numpy(float) if len(comm) else np.zeros(n_joins)
+    # Where backward is the join, its pieces on the path are not replayed
+    # from the windows: they count as they were.
+    joined = found.path[(found.path["run_id"] == run_id) & (found.path["kind"] == cp.JOIN)]
+    comm = comm + (joined.sort_values("join")["dur_ns"].to_numpy(float) if len(joined) else 0)
     if change == "data loading twice as fast" and "data_load" in causes:
         values[:, :, causes.index("data_load")] *= 0.5
     elif change == "straggler removed" and len(ranks) > 1:
@@ -353,7 +363,7 @@ def replay(found: cp.CriticalPath, run_id, change: str | None = None,
         j = list(ranks).index(late)
         others = np.delete(values, j, axis=1)
         values[:, j, :] = np.median(others, axis=1)
-    elif change == "compression fp16":
+    elif change == "compression fp16" and len(joined) == 0:
         comm = np.clip(comm - (beta_bytes or 0.0) * 1e9 / 2, 0, None) if beta_bytes is not None \
             else comm / 2
     # The tail after the last join counts with it, as on the critical path.
@@ -408,7 +418,11 @@ def analyse(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None
         params.append({**label, "alpha_us": model.alpha * 1e6,
                        "beta_ns_per_byte": model.beta * 1e9, "skew_s": model.skew,
                        "untimed_ms": model.untimed * 1e3, "notes": "; ".join(model.notes)})
-        error = scale["relative_error"] if scale else None
+        # The error shown beside its predictions: the scale check's, else the
+        # network checks' mean absolute error.
+        error = scale["relative_error"] if scale else (
+            float(np.mean([abs(c["relative_error"]) for c in found_checks]))
+            if found_checks else None)
         preds.append(predictions(group, probe, error).assign(**label))
     info = cells.with_setting(ok).set_index("run_id")[cells.CELL]
     return {"checks": pd.DataFrame(checks), "predictions":
@@ -432,7 +446,7 @@ def section(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None
             change=("change", "mean"), assumes=("assumes", "first")).reset_index()
         for r in mean.to_dict("records"):
             out.sentences.append(
-                f"{r['framework']}, {r['world_size']} processes, {r['setting']}, "
+                f"{r['framework']}, {cp.processes(r['world_size'])}, {r['setting']}, "
                 f"{r['what_if']}: {r['predicted_ms']:.1f} ms per step instead of "
                 f"{r['measured_ms']:.1f} ({r['change']:+.0%}), assuming {r['assumes']}.")
     if not len(found["checks"]):

@@ -15,7 +15,8 @@ today's bottleneck analysis of the same table (analysis.bottlenecks.per_step
 and collective_wait: per-step pivot and Scalasca's wait at the collective).
 
 It also times the merged timeline (analysis/timeline.py) of the same
-table: all of it, and the default window of steps.
+table: all of it, and the default window of steps; baseline: pandas'
+to_json (C) writing the same rows as flat records.
 
 Goal (issue 18): at most 10 s on one core; the timeline in a few seconds. Last line: key=value pairs.
 """
@@ -139,6 +140,10 @@ def main() -> None:
         timeline.export([source], Path(tmp) / "all.json", max_intervals=len(phases))
         export_s = time.perf_counter() - started
         size = (Path(tmp) / "all.json").stat().st_size
+        # Baseline: pandas' own JSON writer (C) over the same rows, flat.
+        started = time.perf_counter()
+        pd.read_parquet(source).to_json(Path(tmp) / "flat.json", orient="records")
+        flat_s = time.perf_counter() - started
         started = time.perf_counter()
         info = timeline.export([source], Path(tmp) / "window.json")
         window_s = time.perf_counter() - started
@@ -151,10 +156,13 @@ def main() -> None:
     print(f"timeline of all {len(phases)} intervals (with the critical path): {export_s:.2f} s, "
           f"{size / 2**20:.0f} MiB; default window (steps {window['steps'][0]}-"
           f"{window['steps'][1]}, {window['intervals']} intervals): {window_s:.2f} s")
+    print(f"baseline, pandas' to_json of the same rows (flat records, no critical path): "
+          f"{flat_s:.2f} s")
     print(f"intervals={len(phases)} ranks={args.ranks} steps={args.steps} seconds={seconds:.2f} "
           f"peak_mib={peak / 2**20:.0f} baseline_seconds={baseline:.2f} "
           f"ratio_to_baseline={seconds / baseline:.2f} goal_met={seconds <= GOAL_S} "
-          f"timeline_s={export_s:.2f} timeline_mib={size / 2**20:.0f}")
+          f"timeline_s={export_s:.2f} timeline_mib={size / 2**20:.0f} "
+          f"timeline_baseline_s={flat_s:.2f} timeline_ratio={export_s / flat_s:.2f}")
 
 
 if __name__ == "__main__":

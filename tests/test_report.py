@@ -20,9 +20,11 @@ SECTIONS = ["Summary", "Two stages", "Network bandwidth limit", "Design and prov
             "Run status", "Throughput and scaling", "Where the speedup goes", "Phase breakdown",
             "Bottlenecks", "Design statistics",
             "Accuracy", "Frameworks and the phases they expose", "Traces", "Imported traces",
-            "Same model everywhere", "Energy", "Gradient compression"]
+            "Same model everywhere", "Energy", "Gradient compression",
+            "Critical path and causes of waiting", "What if: a calibrated model of the step",
+            "Trace diff: framework against framework, phase by phase"]
 FIGURES = ["throughput", "scaling", "waterfall", "phase breakdown", "timeline", "accuracy",
-           "time to accuracy"]
+           "time to accuracy", "Critical path and causes of waiting"]
 
 
 @pytest.fixture(scope="module")

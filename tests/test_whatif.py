@@ -95,3 +95,23 @@ def test_section_states_checks_and_assumptions():
     table = section.tables["predicted against measured (held-out error beside)"]
     assert table["held_out_error"].notna().all()
     assert len(section.tables["what-ifs"]) == 3 * 3
+
+
+def test_one_scale_takes_latency_and_bandwidth_from_the_probe(tmp_path):
+    """With only 2 processes run, alpha and beta cannot be told apart: the
+    MPI probe's timings (issue 17's probe-<P>.json) give their ratio, the
+    measured exchange their scale."""
+    import json
+    phases, runs = study([(2, 64, None)])
+    table = measured_table(phases, runs)
+    assert whatif.fit(table).alpha == 0  # no probe: latency taken as 0
+    (tmp_path / "probe").mkdir()
+    sizes = [{"bytes": n, "seconds": 2 * 3 * ALPHA + 2 * 3 / 4 * n * BETA}
+             for n in (1_000, 100_000, 10_000_000)]
+    (tmp_path / "probe" / "probe-4.json").write_text(json.dumps(
+        {"processes": 4, "hosts": ["here"], "sizes": sizes}))
+    probe = whatif.probe_points(tmp_path)
+    model = whatif.fit(table, probe)
+    assert model.alpha == pytest.approx(ALPHA, rel=1e-3)
+    assert model.beta == pytest.approx(BETA, rel=1e-3)
+    assert any("probe" in note for note in model.notes)
