@@ -133,17 +133,23 @@ step_install() {
     "$reported" "$prefix" "$(cat "$build/source")" "${configure_flags[*]} ${extra_flags[*]}" > "$prefix/ddlc-scorep.json"
 }
 
-# The bindings build against scorep-config on PATH. In the TensorFlow env pip
-# would upgrade setuptools to one without pkg_resources, which TensorBoard
-# imports: the installed setuptools is kept with a constraint.
+# The bindings build against scorep-config on PATH. They need setuptools >= 68,
+# and pip would take the newest, which has no pkg_resources (gone in 81); the
+# TensorFlow env's TensorBoard imports it: where it is there, it stays.
 install_bindings() {
-  local env=$1 constraints=$build/constraints-$(basename "$1").txt
+  local env=$1 constraints=$build/constraints-$(basename "$1").txt had_pkg_resources=no
   [ -x "$env/bin/python" ] || { say "no environment at $env, bindings skipped there"; return 0; }
-  "$env/bin/python" -c 'import setuptools; print("setuptools==" + setuptools.__version__)' > "$constraints" 2>/dev/null || : > "$constraints"
+  : > "$constraints"
+  if "$env/bin/python" -c 'import pkg_resources' 2>/dev/null; then
+    had_pkg_resources=yes
+    echo 'setuptools<81' > "$constraints"
+  fi
   PATH=$prefix/bin:$PATH "$env/bin/python" -m pip install -q "scorep==$bindings_version" -c "$constraints" \
     > "$build/pip-$(basename "$env").log" 2>&1 ||
     { tail -n 30 "$build/pip-$(basename "$env").log" >&2; die "pip install scorep failed in $env"; }
   PATH=$prefix/bin:$PATH "$env/bin/python" -c 'import scorep.user' || die "scorep bindings do not import in $env"
+  [ $had_pkg_resources = no ] || "$env/bin/python" -c 'import pkg_resources' 2>/dev/null ||
+    die "pkg_resources is gone from $env after pip install scorep"
   say "bindings scorep $bindings_version in $env"
 }
 
