@@ -95,6 +95,38 @@ class Adapter(TFAdapter):
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
         return model
 
+    def fit_callback(self, timer):
+        """Tarantella wraps a plain Keras callback so that every batch's logs
+        are first averaged over the ranks: one blocking all-reduce per step
+        that a run without our timer would not make. One of Tarantella's own
+        callbacks is used as it is (keras/model.py, _to_tnt_callbacks): the
+        timer goes in one that passes the training hooks straight through,
+        without logs, and ignores the rest."""
+        from tarantella.keras.callbacks import Callback
+
+        class DirectTimer(Callback):
+            def __init__(self):
+                super().__init__(keras_callback=timer, aggregate_logs=False)
+
+            def on_train_begin(self, logs=None):
+                timer.on_train_begin()
+
+            def on_train_batch_begin(self, batch, logs=None):
+                timer.on_train_batch_begin(batch)
+
+            def on_train_batch_end(self, batch, logs=None):
+                timer.on_train_batch_end(batch)
+
+            def on_train_end(self, logs=None):
+                timer.on_train_end()
+
+        for hook in ("on_epoch_begin", "on_epoch_end", "on_batch_begin", "on_batch_end",
+                     "on_test_begin", "on_test_end", "on_test_batch_begin",
+                     "on_test_batch_end", "on_predict_begin", "on_predict_end",
+                     "on_predict_batch_begin", "on_predict_batch_end"):
+            setattr(DirectTimer, hook, lambda self, *args, **kwargs: None)
+        return DirectTimer()
+
     def versions(self) -> dict:
         return {"tarantella": tarantella_version(), **built_versions()}
 
