@@ -7,6 +7,11 @@ GaspiCxx with pygpi, Tarantella): envs/build-tarantella.sh builds it
 """
 from __future__ import annotations
 
+import json
+import re
+import sys
+from pathlib import Path
+
 import numpy as np
 
 from frameworks import common
@@ -49,8 +54,6 @@ def require_gpus(per_node: int) -> None:
 def tarantella_version() -> str:
     """Tarantella has no __version__: tnt_version, in tarantella.version
     (master) or in the version.py installed next to the package (v0.8.0)."""
-    import re
-    from pathlib import Path
     try:
         from tarantella.version import tnt_version
         return str(tnt_version)
@@ -66,9 +69,6 @@ def tarantella_version() -> str:
 def built_versions() -> dict:
     """What envs/build-tarantella.sh recorded next to the environment
     (GPI-2, GaspiCxx and the commits), when it built this one."""
-    import json
-    import sys
-    from pathlib import Path
     record = Path(sys.prefix) / "versions.json"
     if not record.exists():
         return {}
