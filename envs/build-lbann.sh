@@ -16,8 +16,8 @@
 #   DDLC_SOURCES=/path envs/build-lbann.sh      local git copies, /path/<owner>+<name>/repo
 # Variables: DDLC_LBANN_PREFIX (default ~/.cache/ddl-compare/lbann), JOBS (default 2),
 #            LBANN_REF, HYDROGEN_REF, DIHYDROGEN_REF, CLARA_REF, CEREAL_REF, ZSTR_REF.
-# Afterwards: python3 -m venv --system-site-packages .venv-lbann, with
-#   PYTHONPATH=$PREFIX/lib/python3*/site-packages and PATH=$PREFIX/bin (docs: envs/lbann.md).
+# Last, $PREFIX/venv: the environment the harness uses (found there, or set
+# DDLC_VENV_LBANN); docs: envs/lbann.md.
 set -euo pipefail
 
 # LBANN develop of 2024-10-17 (the v0.105 pre-release), whose SuperBuild this
@@ -108,6 +108,22 @@ write_versions() {
   echo "$json, \"built_by\": \"envs/build-lbann.sh\"}" > "$PREFIX/versions.json"
 }
 
+# The environment the harness runs LBANN's driver in (DDLC_VENV_LBANN):
+# this Python with numpy and protobuf, LBANN's installed front end on its
+# path, LBANN's executable in its bin/. (Written before LBANN first finished
+# building here: not yet run.)
+make_venv() {
+  local front_end site
+  front_end=$(find "$PREFIX" -path "$SRC" -prune -o -name lbann_pb2.py -print -quit)
+  [[ -n $front_end ]] || { echo "no lbann_pb2.py under $PREFIX: LBANN's front end was not installed" >&2; return 1; }
+  python3 -m venv "$PREFIX/venv"
+  "$PREFIX/venv/bin/pip" install -q numpy 'protobuf==4.25.3' pyyaml psutil
+  site=$("$PREFIX/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  dirname "$front_end" > "$site/ddlc-lbann.pth"
+  ln -sf "$PREFIX/bin/lbann" "$PREFIX/venv/bin/lbann"
+  "$PREFIX/venv/bin/python" -c 'import lbann; print("lbann front end:", lbann.__file__)'
+}
+
 trap write_versions EXIT
 part sources checkout_all
 part configure configure
@@ -115,5 +131,6 @@ for entry in "${PACKAGES[@]}"; do
   read -r pkg _ <<< "$entry"
   part "$pkg" make -C "$BUILD" -j"$JOBS" "$pkg"
 done
+part venv make_venv
 rm -f "$PREFIX/status.txt"
-log "LBANN built into $PREFIX"
+log "LBANN built into $PREFIX: export DDLC_VENV_LBANN=$PREFIX/venv"
