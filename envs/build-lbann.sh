@@ -29,6 +29,9 @@ DIHYDROGEN_REF=${DIHYDROGEN_REF:-d7d6e9c704e4ae7dab7e006d8867db4748d1f303}
 CLARA_REF=${CLARA_REF:-v1.1.5}
 CEREAL_REF=${CEREAL_REF:-v1.3.0}
 ZSTR_REF=${ZSTR_REF:-22db00a933d887125f00385239afd24be8e39ecc}
+# DiHydrogen fetches Aluminum itself (FetchContent) at this commit; it gets a
+# checkout instead, as FETCHCONTENT_SOURCE_DIR_ALUMINUM.
+ALUMINUM_REF=${ALUMINUM_REF:-672bbb782dccf41e3db99d58ddbd2ad0de7e266a}
 CACHE=${DDLC_CACHE:-$HOME/.cache/ddl-compare}
 PREFIX=${DDLC_LBANN_PREFIX:-$CACHE/lbann}
 JOBS=${JOBS:-2}
@@ -82,13 +85,22 @@ checkout_all() {
   done
 }
 
-configure() {
-  local args=() entry pkg repo ref
+configure_args() {
+  local entry pkg repo ref
   for entry in "${PACKAGES[@]}"; do
     read -r pkg repo ref <<< "$entry"
     args+=("-DLBANN_SB_BUILD_$pkg=ON" "-DLBANN_SB_${pkg}_SOURCE_DIR=$SRC/$pkg")
     command -v ccache >/dev/null && args+=("-DLBANN_SB_FWD_${pkg}_CMAKE_CXX_COMPILER_LAUNCHER=ccache")
   done
+  args+=("-DLBANN_SB_FWD_DiHydrogen_FETCHCONTENT_SOURCE_DIR_ALUMINUM=$SRC/Aluminum"
+         # its tests would fetch Catch2 from GitHub; a developer build adds -Werror
+         "-DLBANN_SB_FWD_DiHydrogen_H2_ENABLE_TESTS=OFF"
+         "-DLBANN_SB_FWD_DiHydrogen_H2_DEVELOPER_BUILD=OFF"
+         # Debian's protobuf has no CMake config file: LBANN's FindProtobuf path
+         "-DLBANN_SB_FWD_LBANN_LBANN_USE_PROTOBUF_MODULE=ON")
+}
+
+configure() {
   cmake -S "$SRC/LBANN/scripts/superbuild" -B "$BUILD" -G "Unix Makefiles" \
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$PREFIX" -DBUILD_SHARED_LIBS=ON \
     -DCMAKE_C_COMPILER=mpicc -DCMAKE_CXX_COMPILER=mpicxx \
@@ -125,8 +137,15 @@ make_venv() {
 }
 
 trap write_versions EXIT
+args=()
+configure_args
 part sources checkout_all
-part configure configure
+checkout_aluminum() {
+  checkout LLNL/Aluminum "$ALUMINUM_REF" "$SRC/Aluminum" && submodules "$SRC/Aluminum"
+}
+part "aluminum-source-2" checkout_aluminum
+# Re-run whenever the arguments change: their hash is in the part's name.
+part "configure-$(printf '%s\n' "${args[@]}" | sha256sum | cut -c1-12)" configure
 for entry in "${PACKAGES[@]}"; do
   read -r pkg _ <<< "$entry"
   part "$pkg" make -C "$BUILD" -j"$JOBS" "$pkg"
