@@ -23,7 +23,8 @@ ENV_DIRS = {"torch": ".venv", "tensorflow": ".venv-tf", "tarantella": ".venv-tar
 
 # Where envs/build-<name>.sh puts an environment it builds: used when the
 # repository has none of its own and no variable names one.
-BUILT_DIRS = {"tarantella": Path.home() / ".cache" / "ddl-compare" / "tarantella-v0.8.0"}
+BUILT_DIRS = {"tarantella": Path.home() / ".cache" / "ddl-compare" / "tarantella-v0.8.0",
+              "lbann": Path.home() / ".cache" / "ddl-compare" / "lbann" / "venv"}
 
 
 def env_dir(env: str) -> Path:

@@ -16,8 +16,8 @@
 #   DDLC_SOURCES=/path envs/build-lbann.sh      local git copies, /path/<owner>+<name>/repo
 # Variables: DDLC_LBANN_PREFIX (default ~/.cache/ddl-compare/lbann), JOBS (default 2),
 #            LBANN_REF, HYDROGEN_REF, DIHYDROGEN_REF, CLARA_REF, CEREAL_REF, ZSTR_REF.
-# Afterwards: python3 -m venv --system-site-packages .venv-lbann, with
-#   PYTHONPATH=$PREFIX/lib/python3*/site-packages and PATH=$PREFIX/bin (docs: envs/lbann.md).
+# Last, $PREFIX/venv: the environment the harness uses (found there, or set
+# DDLC_VENV_LBANN); docs: envs/lbann.md.
 set -euo pipefail
 
 # LBANN develop of 2024-10-17 (the v0.105 pre-release), whose SuperBuild this
@@ -29,6 +29,9 @@ DIHYDROGEN_REF=${DIHYDROGEN_REF:-d7d6e9c704e4ae7dab7e006d8867db4748d1f303}
 CLARA_REF=${CLARA_REF:-v1.1.5}
 CEREAL_REF=${CEREAL_REF:-v1.3.0}
 ZSTR_REF=${ZSTR_REF:-22db00a933d887125f00385239afd24be8e39ecc}
+# DiHydrogen fetches Aluminum itself (FetchContent) at this commit; it gets a
+# checkout instead, as FETCHCONTENT_SOURCE_DIR_ALUMINUM.
+ALUMINUM_REF=${ALUMINUM_REF:-672bbb782dccf41e3db99d58ddbd2ad0de7e266a}
 CACHE=${DDLC_CACHE:-$HOME/.cache/ddl-compare}
 PREFIX=${DDLC_LBANN_PREFIX:-$CACHE/lbann}
 JOBS=${JOBS:-2}
@@ -82,13 +85,22 @@ checkout_all() {
   done
 }
 
-configure() {
-  local args=() entry pkg repo ref
+configure_args() {
+  local entry pkg repo ref
   for entry in "${PACKAGES[@]}"; do
     read -r pkg repo ref <<< "$entry"
     args+=("-DLBANN_SB_BUILD_$pkg=ON" "-DLBANN_SB_${pkg}_SOURCE_DIR=$SRC/$pkg")
     command -v ccache >/dev/null && args+=("-DLBANN_SB_FWD_${pkg}_CMAKE_CXX_COMPILER_LAUNCHER=ccache")
   done
+  args+=("-DLBANN_SB_FWD_DiHydrogen_FETCHCONTENT_SOURCE_DIR_ALUMINUM=$SRC/Aluminum"
+         # its tests would fetch Catch2 from GitHub; a developer build adds -Werror
+         "-DLBANN_SB_FWD_DiHydrogen_H2_ENABLE_TESTS=OFF"
+         "-DLBANN_SB_FWD_DiHydrogen_H2_DEVELOPER_BUILD=OFF"
+         # Debian's protobuf has no CMake config file: LBANN's FindProtobuf path
+         "-DLBANN_SB_FWD_LBANN_LBANN_USE_PROTOBUF_MODULE=ON")
+}
+
+configure() {
   cmake -S "$SRC/LBANN/scripts/superbuild" -B "$BUILD" -G "Unix Makefiles" \
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$PREFIX" -DBUILD_SHARED_LIBS=ON \
     -DCMAKE_C_COMPILER=mpicc -DCMAKE_CXX_COMPILER=mpicxx \
@@ -108,12 +120,36 @@ write_versions() {
   echo "$json, \"built_by\": \"envs/build-lbann.sh\"}" > "$PREFIX/versions.json"
 }
 
+# The environment the harness runs LBANN's driver in (DDLC_VENV_LBANN):
+# this Python with numpy and protobuf, LBANN's installed front end on its
+# path, LBANN's executable in its bin/. (Written before LBANN first finished
+# building here: not yet run.)
+make_venv() {
+  local front_end site
+  front_end=$(find "$PREFIX" -path "$SRC" -prune -o -name lbann_pb2.py -print -quit)
+  [[ -n $front_end ]] || { echo "no lbann_pb2.py under $PREFIX: LBANN's front end was not installed" >&2; return 1; }
+  python3 -m venv "$PREFIX/venv"
+  "$PREFIX/venv/bin/pip" install -q numpy 'protobuf==4.25.3' pyyaml psutil
+  site=$("$PREFIX/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  dirname "$front_end" > "$site/ddlc-lbann.pth"
+  ln -sf "$PREFIX/bin/lbann" "$PREFIX/venv/bin/lbann"
+  "$PREFIX/venv/bin/python" -c 'import lbann; print("lbann front end:", lbann.__file__)'
+}
+
 trap write_versions EXIT
+args=()
+configure_args
 part sources checkout_all
-part configure configure
+checkout_aluminum() {
+  checkout LLNL/Aluminum "$ALUMINUM_REF" "$SRC/Aluminum" && submodules "$SRC/Aluminum"
+}
+part "aluminum-source-2" checkout_aluminum
+# Re-run whenever the arguments change: their hash is in the part's name.
+part "configure-$(printf '%s\n' "${args[@]}" | sha256sum | cut -c1-12)" configure
 for entry in "${PACKAGES[@]}"; do
   read -r pkg _ <<< "$entry"
   part "$pkg" make -C "$BUILD" -j"$JOBS" "$pkg"
 done
+part venv make_venv
 rm -f "$PREFIX/status.txt"
-log "LBANN built into $PREFIX"
+log "LBANN built into $PREFIX: export DDLC_VENV_LBANN=$PREFIX/venv"

@@ -19,3 +19,20 @@ checkout() {
   git -C "$dest" -c advice.detachedHead=false checkout -q "$ref"
   git -C "$dest" rev-parse HEAD > "$dest.commit"
 }
+
+# submodules DEST: check out DEST's git submodules, from their local copies
+# under $DDLC_SOURCES when it is set (a build that runs `git submodule
+# update` itself, as Aluminum's CMake does, then finds them there).
+submodules() {
+  local dest=$1 key url repo
+  [[ -f $dest/.gitmodules ]] || return 0
+  git -C "$dest" submodule init -q
+  if [[ -n ${DDLC_SOURCES:-} ]]; then
+    while read -r key url; do
+      repo=${url#https://github.com/}
+      repo=${repo%.git}
+      git -C "$dest" config "${key}" "$DDLC_SOURCES/${repo/\//+}/repo"
+    done < <(git -C "$dest" config -f .gitmodules --get-regexp '^submodule\..*\.url$')
+  fi
+  git -C "$dest" -c protocol.file.allow=always submodule update -q
+}

@@ -7,6 +7,11 @@ GaspiCxx with pygpi, Tarantella): envs/build-tarantella.sh builds it
 """
 from __future__ import annotations
 
+import json
+import re
+import sys
+from pathlib import Path
+
 import numpy as np
 
 from frameworks import common
@@ -49,8 +54,6 @@ def require_gpus(per_node: int) -> None:
 def tarantella_version() -> str:
     """Tarantella has no __version__: tnt_version, in tarantella.version
     (master) or in the version.py installed next to the package (v0.8.0)."""
-    import re
-    from pathlib import Path
     try:
         from tarantella.version import tnt_version
         return str(tnt_version)
@@ -66,9 +69,6 @@ def tarantella_version() -> str:
 def built_versions() -> dict:
     """What envs/build-tarantella.sh recorded next to the environment
     (GPI-2, GaspiCxx and the commits), when it built this one."""
-    import json
-    import sys
-    from pathlib import Path
     record = Path(sys.prefix) / "versions.json"
     if not record.exists():
         return {}
@@ -94,6 +94,38 @@ class Adapter(TFAdapter):
         model = self.tnt.Model(model)
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
         return model
+
+    def fit_callback(self, timer):
+        """Tarantella wraps a plain Keras callback so that every batch's logs
+        are first averaged over the ranks: one blocking all-reduce per step
+        that a run without our timer would not make. One of Tarantella's own
+        callbacks is used as it is (keras/model.py, _to_tnt_callbacks): the
+        timer goes in one that passes the training hooks straight through,
+        without logs, and ignores the rest."""
+        from tarantella.keras.callbacks import Callback
+
+        class DirectTimer(Callback):
+            def __init__(self):
+                super().__init__(keras_callback=timer, aggregate_logs=False)
+
+            def on_train_begin(self, logs=None):
+                timer.on_train_begin()
+
+            def on_train_batch_begin(self, batch, logs=None):
+                timer.on_train_batch_begin(batch)
+
+            def on_train_batch_end(self, batch, logs=None):
+                timer.on_train_batch_end(batch)
+
+            def on_train_end(self, logs=None):
+                timer.on_train_end()
+
+        for hook in ("on_epoch_begin", "on_epoch_end", "on_batch_begin", "on_batch_end",
+                     "on_test_begin", "on_test_end", "on_test_batch_begin",
+                     "on_test_batch_end", "on_predict_begin", "on_predict_end",
+                     "on_predict_batch_begin", "on_predict_batch_end"):
+            setattr(DirectTimer, hook, lambda self, *args, **kwargs: None)
+        return DirectTimer()
 
     def versions(self) -> dict:
         return {"tarantella": tarantella_version(), **built_versions()}

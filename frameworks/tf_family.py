@@ -84,6 +84,10 @@ class TFAdapter:
         """Versions of the framework's own packages, for the rank records."""
         return {}
 
+    def fit_callback(self, timer):
+        """train_fit only: the step timer as the framework's fit should get it."""
+        return timer
+
     def shutdown(self) -> None:
         pass
 
@@ -343,7 +347,7 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
             (keras_models.images(dataset.train_x[take], dataset.info), dataset.train_y[take]))
         timer.state.epoch = epoch
         history = model.fit(images.batch(global_batch), epochs=1, verbose=0, shuffle=False,
-                            callbacks=[timer])
+                            callbacks=[adapter.fit_callback(timer)])
         # fit reports epoch means (this rank's or already global: weighting
         # by this rank's images gives the global mean after the sum either way).
         sums = common.EpochSums(train_loss=history.history["loss"][-1] * steps * batch,

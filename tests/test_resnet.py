@@ -77,6 +77,7 @@ def test_lbann_graph_matches_spec(dataset):
         "parents": ["stage2_block1_2_bn", "stage2_block1_shortcut_bn"]}
     bn = graph["stem_bn"]
     assert (bn["decay"], bn["epsilon"], bn["statistics_group_size"]) == (0.9, 1e-5, 1)
+    assert bn["no_bessel_correction"]  # divides by n, as PyTorch and Keras do
     assert bn["weights"] == ["ones", "zeros"] and not graph["stem_conv"]["has_bias"]
     assert graph["pool"]["layer"] == "ChannelwiseMean"
 

@@ -24,7 +24,8 @@ def two_ranks():
     """2 processes, 2 epochs of 12 steps (2 fits: Tarantella wraps the
     callbacks anew at each)."""
     with tempfile.TemporaryDirectory() as tmp:
-        row = design.parse(tiny_design(["tarantella"]), "tiny.yaml").runs()[0]
+        # GPI-2 start-up and graph building take a minute on a loaded machine
+        row = design.parse(tiny_design(["tarantella"], timeout_s=600), "tiny.yaml").runs()[0]
         assert runner.execute(row, Path(tmp)) == 0
         yield Path(tmp) / row.path
 

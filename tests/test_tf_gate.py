@@ -24,8 +24,8 @@ def test_gate_passes_for_every_model_builder_and_dataset():
             total = sum(r["params"] for r in rows)
             running = sum(r["running_stats"] for r in rows)
             assert set(entry["builders"]) == {"pytorch", "keras", "lbann", "tarantella"}
-            for name, builder in entry["builders"].items():
-                if name == "tarantella" and not TNT_BUILT:
+            for builder_name, builder in entry["builders"].items():
+                if builder_name == "tarantella" and not TNT_BUILT:
                     assert "envs/build-tarantella.sh" in builder["reason"]
                     continue
                 assert builder["status"] == "pass" and builder["total_params"] == total

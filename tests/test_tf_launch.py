@@ -177,3 +177,13 @@ def test_report_names_frameworks_left_out_with_their_build_command(tmp_path, mon
     for name in ("lbann", "tarantella", "horovod-torch"):
         assert f"<td>{name}</td>" in section
     assert "bash envs/build-lbann.sh" in section and "bash envs/build-tarantella.sh" in section
+
+
+def test_tarantella_on_the_emulated_network_reaches_nodes_with_the_netns_ssh(tarantella_env,
+                                                                             tmp_path):
+    from ddlcompare import netem
+    argv, env = tarantella([Host("10.213.0.1", 1), Host("10.213.0.2", 1)], "netns",
+                           run_dir=tmp_path)
+    assert argv[0] != "flock"  # the lock is for runs sharing one machine's ports
+    assert env["PATH"].startswith(f"{netem.NETNS_SSH.parent}:")
+    assert (tmp_path / "hostfile").read_text() == "10.213.0.1\n10.213.0.2\n"

@@ -36,6 +36,8 @@ def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: Schedu
     argv += ["-x", *(f"{k}={v}" for k, v in env.items())]
     path = [str(executable.parent), os.environ.get("PATH", "")]
     argv += ["--", "-m", "frameworks.worker", str(run_dir)]
+    if scheduler.ssh_dir:  # gaspi_run starts every rank with "ssh"
+        path.insert(0, str(scheduler.ssh_dir))
     if len(hosts) == 1 and scheduler.this_host:
         path.insert(0, str(LOCAL_SSH))  # gaspi_run's ssh to this host, run here
         # GPI-2 listens on fixed ports: a second job on the node at the same
