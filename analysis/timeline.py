@@ -233,7 +233,7 @@ def slices(phases: pd.DataFrame, pids: np.ndarray, tids: np.ndarray, t0: int) ->
     heads = []
     for triple in triples:
         names = []
-        for column_codes, uniques in reversed(parts):
+        for _codes, uniques in reversed(parts):
             triple, code = divmod(int(triple), len(uniques) + 1)
             names.append(None if code == 0 else str(uniques[code - 1]))
         phase, region_name, collective = reversed(names)

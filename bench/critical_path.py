@@ -44,7 +44,6 @@ GOAL_S = 10.0
 
 def generate(ranks: int, steps: int, seed: int = 1) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    names = list(MEAN_MS)
     dur = {p: (rng.lognormal(0, 0.15, (steps, ranks)) * ms * 1e6).astype(np.int64)
            for p, ms in MEAN_MS.items()}
     dur["data_load"][:, ranks - 1] += (rng.random(steps) < 0.3) * 8_000_000  # a straggler

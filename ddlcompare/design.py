@@ -271,7 +271,7 @@ def _parse_factors(raw: Any, problems: list[str]) -> dict[str, list[Any]]:
             problems.append(f"{key}: has no levels; give at least one")
             continue
         bad = [(lv, param.check(lv)) for lv in levels]
-        for level, problem in bad:
+        for _level, problem in bad:
             if problem:
                 problems.append(f"{key}: {problem}")
         if any(problem for _, problem in bad):

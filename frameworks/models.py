@@ -162,7 +162,7 @@ def graph_shapes(nodes: list[dict], input_shape: tuple[int, int, int],
         if n["type"] == "conv2d":
             c, h, w = first
             k, pad, stride = n["kernel"], n["padding"], n["stride"]
-            side = lambda size: (size + 2 * pad - k) // stride + 1  # noqa: E731
+            side = lambda size: (size + 2 * pad - k) // stride + 1  # noqa: E731, B023 (used at once)
             shape = (n["filters"], side(h), side(w))
             params = n["filters"] * c * k * k + n["filters"] * n["bias"]
         elif n["type"] == "batchnorm":

@@ -415,7 +415,7 @@ def test_real_run_measures_a_powercap_counter(tmp_path, monkeypatch):
         pytest.approx(tables["epochs"]["energy_to_epoch_j"].iloc[0])
 
 
-def runs_table(energy_j: list) -> "pd.DataFrame":
+def runs_table(energy_j: list):
     import pandas as pd
     return pd.DataFrame({
         "run_id": [f"r{i}" for i in range(len(energy_j))], "status": "ok",

@@ -214,9 +214,9 @@ class _Records:
     def __exit__(self, *exc):
         """The bindings' bookkeeping for the records written past them."""
         self.location._number_of_events_written += self.count
-        for time in (self.first, self.last):
-            if time is not None:
-                self.trace._update_timestamps(time)
+        for stamp in (self.first, self.last):
+            if stamp is not None:
+                self.trace._update_timestamps(stamp)
         return False
 
 
