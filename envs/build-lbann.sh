@@ -97,7 +97,11 @@ configure_args() {
          "-DLBANN_SB_FWD_DiHydrogen_H2_ENABLE_TESTS=OFF"
          "-DLBANN_SB_FWD_DiHydrogen_H2_DEVELOPER_BUILD=OFF"
          # Debian's protobuf has no CMake config file: LBANN's FindProtobuf path
-         "-DLBANN_SB_FWD_LBANN_LBANN_USE_PROTOBUF_MODULE=ON")
+         "-DLBANN_SB_FWD_LBANN_LBANN_USE_PROTOBUF_MODULE=ON"
+         # the NumPy readers; our mnist and cifar10 readers do not need them.
+         # (LBANN_WITH_CONDUIT=OFF does not work: data_utils/hdf5 links
+         # conduit::conduit anyway. Conduit is the next part to add.)
+         "-DLBANN_SB_FWD_LBANN_LBANN_WITH_CNPY=OFF")
 }
 
 configure() {
