@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds a CPU-only LBANN with LBANN's own CMake SuperBuild (scripts/superbuild)
 # into one cached prefix, part by part: Clara, cereal, zstr, Hydrogen,
-# DiHydrogen, then LBANN. Debian's (or the cluster's) MPI, OpenBLAS/LAPACK,
+# DiHydrogen (with a checkout of Aluminum), then LBANN. Debian's (or the cluster's) MPI, OpenBLAS/LAPACK,
 # protobuf, hwloc and spdlog are used as they are; ccache when installed.
 #
 # Each part is one SuperBuild target; a part that finished is stamped and
