@@ -7,8 +7,13 @@ import sys
 from ddlcompare import workflow_support as ws
 
 DESIGN_FILE, RESULTS = ws.workflow_paths(config)
-DESIGN, RUNS = ws.prepare(DESIGN_FILE, RESULTS, main=workflow.is_main_process,
-                          dryrun=workflow.dryrun, options=config)
+DESIGN, RUNS = ws.prepare(
+    DESIGN_FILE,
+    RESULTS,
+    main=workflow.is_main_process,
+    dryrun=workflow.dryrun,
+    options=config,
+)
 RUN_BY_PATH = {r.path: r for r in RUNS}
 TABLES = RESULTS / DESIGN.root / "tables"
 REPORT = RESULTS / DESIGN.root / "report.html"
@@ -19,9 +24,9 @@ IMPORTED = ws.imported_traces(config)
 
 
 rule all:
+    default_target: True
     input:
         REPORT,
-    default_target: True
 
 
 include: "workflows/runs.smk"

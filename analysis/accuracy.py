@@ -4,6 +4,7 @@ target at the end of the first evaluation whose test accuracy is at or above
 ``target_accuracy``. Runs that never reach it are kept and marked, never
 dropped: leaving them out would flatter the frameworks that miss it.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,11 @@ def time_to_accuracy(epochs: pd.DataFrame, target: float | None) -> dict:
     """One run's epochs (epochs.tsv, with ``energy_to_epoch_j`` where energy
     was measured) -> its target status, and the wall time, epochs and joules
     to the target (NaN unless reached; joules also NaN where not measured)."""
-    nan = {"time_to_accuracy_s": math.nan, "epochs_to_accuracy": math.nan,
-           "energy_to_accuracy_j": math.nan}
+    nan = {
+        "time_to_accuracy_s": math.nan,
+        "epochs_to_accuracy": math.nan,
+        "energy_to_accuracy_j": math.nan,
+    }
     if target is None:
         return {"target_status": NOT_ASKED, **nan}
     evaluated = epochs.dropna(subset=["test_accuracy"]).sort_values("epoch")
@@ -29,9 +33,12 @@ def time_to_accuracy(epochs: pd.DataFrame, target: float | None) -> dict:
     if hits.empty:
         return {"target_status": NOT_REACHED, **nan}
     first = hits.iloc[0]
-    return {"target_status": REACHED, "time_to_accuracy_s": float(first["elapsed_s"]),
-            "epochs_to_accuracy": int(first["epoch"]),
-            "energy_to_accuracy_j": float(first.get("energy_to_epoch_j", math.nan))}
+    return {
+        "target_status": REACHED,
+        "time_to_accuracy_s": float(first["elapsed_s"]),
+        "epochs_to_accuracy": int(first["epoch"]),
+        "energy_to_accuracy_j": float(first.get("energy_to_epoch_j", math.nan)),
+    }
 
 
 def summary(runs: pd.DataFrame) -> pd.DataFrame:
@@ -41,9 +48,11 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
     if asked.empty:
         return pd.DataFrame()
     grouped = cells.with_setting(asked).groupby(cells.CELL, dropna=False)
-    table = grouped.agg(runs=("run_id", "size"),
-                        reached=("target_status", lambda s: int((s == REACHED).sum())),
-                        time_to_accuracy_s=("time_to_accuracy_s", "mean"),
-                        epochs_to_accuracy=("epochs_to_accuracy", "mean"),
-                        energy_to_accuracy_j=("energy_to_accuracy_j", "mean"))
+    table = grouped.agg(
+        runs=("run_id", "size"),
+        reached=("target_status", lambda s: int((s == REACHED).sum())),
+        time_to_accuracy_s=("time_to_accuracy_s", "mean"),
+        epochs_to_accuracy=("epochs_to_accuracy", "mean"),
+        energy_to_accuracy_j=("energy_to_accuracy_j", "mean"),
+    )
     return table.reset_index()

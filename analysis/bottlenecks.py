@@ -4,6 +4,7 @@ and the results table (runs.parquet) only.
 Every finding is a number and a sentence. Step phases are those with
 step >= 0; the run's warm-up steps are left out, as they are of throughput.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,13 +26,22 @@ def per_step(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """One row per run, rank and step: each phase's time in seconds, the
     step's wall time, and the arrival at the gradient synchronisation."""
     steps = measured_steps(phases, runs)
-    wide = steps.pivot_table(index=["run_id", "rank", "step"], columns="phase",
-                             values="dur_ns", aggfunc="sum", fill_value=0) / 1e9
+    wide = (
+        steps.pivot_table(
+            index=["run_id", "rank", "step"],
+            columns="phase",
+            values="dur_ns",
+            aggfunc="sum",
+            fill_value=0,
+        )
+        / 1e9
+    )
     for phase in STEP_PHASES:
         if phase not in wide:
             wide[phase] = 0.0
-    bounds = steps.groupby(["run_id", "rank", "step"]).agg(start=("start_ns", "min"),
-                                                           end=("end_ns", "max"))
+    bounds = steps.groupby(["run_id", "rank", "step"]).agg(
+        start=("start_ns", "min"), end=("end_ns", "max")
+    )
     wide["step_s"] = (bounds["end"] - bounds["start"]) / 1e9
     sync = steps[steps["phase"] == "grad_comm"].set_index(["run_id", "rank", "step"])["start_ns"]
     back = steps[steps["phase"] == "backward"].set_index(["run_id", "rank", "step"])["start_ns"]
@@ -49,13 +59,23 @@ def breakdown(phases: pd.DataFrame, runs: pd.DataFrame, cell: list[str]) -> pd.D
     per_run = steps.groupby("run_id")[list(STEP_PHASES) + ["step_s"]].mean()
     per_run["other"] = (per_run["step_s"] - per_run[list(STEP_PHASES)].sum(axis=1)).clip(lower=0)
     per_run = per_run.join(runs.set_index("run_id")[cell]).reset_index()
-    long = per_run.melt(id_vars=["run_id", *cell], value_vars=[*STEP_PHASES, "other"],
-                        var_name="phase", value_name="seconds_per_step")
+    long = per_run.melt(
+        id_vars=["run_id", *cell],
+        value_vars=[*STEP_PHASES, "other"],
+        var_name="phase",
+        value_name="seconds_per_step",
+    )
     rows = []
     for key, group in long.groupby([*cell, "phase"]):
         mean, half, n = stats.mean_ci(group["seconds_per_step"])
-        rows.append({**dict(zip([*cell, "phase"], key)), "mean": mean, "ci_half_width": half,
-                     "replications": n})
+        rows.append(
+            {
+                **dict(zip([*cell, "phase"], key)),
+                "mean": mean,
+                "ci_half_width": half,
+                "replications": n,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -80,17 +100,32 @@ def stragglers(steps: pd.DataFrame) -> pd.DataFrame:
         second = order.nth(-2).set_index("step")["sync_entry_ns"]
         late = last[(last["sync_entry_ns"] - second.reindex(last.index)) > margin]
         if late.empty:
-            rows.append({"run_id": run_id, "rank": None, "late_steps": 0,
-                         "late_share": 0.0, "lost_in": None, "lost_s": 0.0})
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "rank": None,
+                    "late_steps": 0,
+                    "late_share": 0.0,
+                    "lost_in": None,
+                    "lost_s": 0.0,
+                }
+            )
             continue
         rank = late["rank"].mode().iloc[0]
         steps_late = late[late["rank"] == rank].index
         mine = run[(run["rank"] == rank) & run["step"].isin(steps_late)][list(STEP_PHASES)].mean()
         others = run[(run["rank"] != rank) & run["step"].isin(steps_late)][list(STEP_PHASES)].mean()
         lost = (mine - others).drop("grad_comm")
-        rows.append({"run_id": run_id, "rank": int(rank), "late_steps": len(steps_late),
-                     "late_share": len(steps_late) / run["step"].nunique(),
-                     "lost_in": lost.idxmax(), "lost_s": float(lost.max())})
+        rows.append(
+            {
+                "run_id": run_id,
+                "rank": int(rank),
+                "late_steps": len(steps_late),
+                "late_share": len(steps_late) / run["step"].nunique(),
+                "lost_in": lost.idxmax(),
+                "lost_s": float(lost.max()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -112,8 +147,9 @@ def waterfall(breakdown_table: pd.DataFrame, cell_keys: list[str]) -> pd.DataFra
     exactly: each phase's share of the gap is its own term.
     """
     rows = []
-    table = breakdown_table.pivot_table(index=[*cell_keys, "world_size"], columns="phase",
-                                        values="mean").reset_index()
+    table = breakdown_table.pivot_table(
+        index=[*cell_keys, "world_size"], columns="phase", values="mean"
+    ).reset_index()
     phases = [c for c in table.columns if c not in (*cell_keys, "world_size")]
     for key, group in table.groupby(cell_keys):
         group = group.sort_values("world_size")
@@ -123,10 +159,16 @@ def waterfall(breakdown_table: pd.DataFrame, cell_keys: list[str]) -> pd.DataFra
             tn = row[phases].sum()
             factor = row["world_size"] / base["world_size"]
             for phase in phases:
-                rows.append({**dict(zip(cell_keys, key if isinstance(key, tuple) else (key,))),
-                             "world_size": row["world_size"], "phase": phase,
-                             "speedup_lost": factor * (row[phase] - base[phase]) / tn,
-                             "ideal_speedup": factor, "speedup": factor * t0 / tn})
+                rows.append(
+                    {
+                        **dict(zip(cell_keys, key if isinstance(key, tuple) else (key,))),
+                        "world_size": row["world_size"],
+                        "phase": phase,
+                        "speedup_lost": factor * (row[phase] - base[phase]) / tn,
+                        "ideal_speedup": factor,
+                        "speedup": factor * t0 / tn,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -139,14 +181,19 @@ def findings(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     steps = collective_wait(steps)
     cell = cells.CELL
     info = cells.with_setting(ok).set_index("run_id")[cell]
-    per_run = steps.groupby("run_id").agg(step_s=("step_s", "sum"), grad_comm=("grad_comm", "sum"),
-                                          data_load=("data_load", "sum"), wait=("wait_s", "mean"))
+    per_run = steps.groupby("run_id").agg(
+        step_s=("step_s", "sum"),
+        grad_comm=("grad_comm", "sum"),
+        data_load=("data_load", "sum"),
+        wait=("wait_s", "mean"),
+    )
     per_run = per_run.join(info)
     rows = []
 
     def add(key, name, value, sentence):
-        rows.append({**dict(zip(cell, key)), "bottleneck": name, "value": value,
-                     "finding": sentence})
+        rows.append(
+            {**dict(zip(cell, key)), "bottleneck": name, "value": value, "finding": sentence}
+        )
 
     strag = stragglers(steps).set_index("run_id").join(info) if len(steps) else pd.DataFrame()
     imb = imbalance(steps).set_index("run_id").join(info)
@@ -154,30 +201,52 @@ def findings(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     inits = ok.set_index("run_id")
     for key, group in per_run.groupby(cell):
         comm = group["grad_comm"].sum() / group["step_s"].sum()
-        add(key, "exposed communication", comm,
-            f"{comm:.1%} of step time is exposed gradient communication (grad_comm).")
+        add(
+            key,
+            "exposed communication",
+            comm,
+            f"{comm:.1%} of step time is exposed gradient communication (grad_comm).",
+        )
         load = group["data_load"].sum() / group["step_s"].sum()
         add(key, "data loading", load, f"{load:.1%} of step time is spent in data_load.")
         if key[1] > 1:
-            add(key, "wait at the collective", group["wait"].mean(),
+            add(
+                key,
+                "wait at the collective",
+                group["wait"].mean(),
                 f"Ranks wait {group['wait'].mean() * 1e3:.2f} ms on average per all-reduce "
-                f"for the last rank to arrive (Scalasca's rule).")
+                f"for the last rank to arrive (Scalasca's rule).",
+            )
             s = strag[strag.index.isin(group.index)]
             if len(s) and s["late_steps"].sum() > 0:
                 worst = s.sort_values("late_share").iloc[-1]
-                add(key, "straggler", worst["late_share"],
+                add(
+                    key,
+                    "straggler",
+                    worst["late_share"],
                     f"Rank {int(worst['rank'])} arrives last in {worst['late_share']:.0%} of "
                     f"steps, losing most time in {worst['lost_in']} "
-                    f"({worst['lost_s'] * 1e3:.2f} ms per late step).")
+                    f"({worst['lost_s'] * 1e3:.2f} ms per late step).",
+                )
             i = imb[imb.index.isin(group.index)]
             worst_phase = i.groupby("phase")["imbalance"].mean().idxmax()
             value = i.groupby("phase")["imbalance"].mean().max()
-            add(key, "load imbalance", value,
-                f"Most imbalanced phase: {worst_phase} (max/mean across ranks {value:.2f}).")
+            add(
+                key,
+                "load imbalance",
+                value,
+                f"Most imbalanced phase: {worst_phase} (max/mean across ranks {value:.2f}).",
+            )
         init = inits.loc[group.index]
-        share = (init["init_s"] / (init["init_s"] + init["time_per_epoch_s"] * init["epochs"])).mean()
-        add(key, "initialisation", share,
-            f"Initialisation takes {init['init_s'].mean():.2f} s, {share:.1%} of the run.")
+        share = (
+            init["init_s"] / (init["init_s"] + init["time_per_epoch_s"] * init["epochs"])
+        ).mean()
+        add(
+            key,
+            "initialisation",
+            share,
+            f"Initialisation takes {init['init_s'].mean():.2f} s, {share:.1%} of the run.",
+        )
     result = pd.DataFrame(rows)
     return pd.concat([result, eval_scaling(evals, info)], ignore_index=True)
 
@@ -195,9 +264,16 @@ def eval_scaling(evals: pd.Series, info: pd.DataFrame) -> pd.DataFrame:
         speedup = means.iloc[0] / means.iloc[-1]
         ideal = largest / base_n
         verdict = "scales" if speedup >= 0.5 * ideal else "does not scale"
-        rows.append({"framework": framework, "world_size": largest, "setting": setting,
-                     "bottleneck": "evaluation scaling", "value": speedup / ideal,
-                     "finding": f"Evaluation {verdict} with ranks: {means.iloc[0]:.2f} s at "
-                                f"{base_n} against {means.iloc[-1]:.2f} s at {largest} "
-                                f"(speedup {speedup:.2f} of an ideal {ideal:.0f})."})
+        rows.append(
+            {
+                "framework": framework,
+                "world_size": largest,
+                "setting": setting,
+                "bottleneck": "evaluation scaling",
+                "value": speedup / ideal,
+                "finding": f"Evaluation {verdict} with ranks: {means.iloc[0]:.2f} s at "
+                f"{base_n} against {means.iloc[-1]:.2f} s at {largest} "
+                f"(speedup {speedup:.2f} of an ideal {ideal:.0f}).",
+            }
+        )
     return pd.DataFrame(rows)

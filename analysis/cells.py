@@ -5,6 +5,7 @@ vary (dataset, model, device, compression...), so that scaling curves,
 breakdowns and findings never average over a factor the design varies.
 Processes (nodes x procs_per_node, as world_size) are the x axis instead.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,10 +21,14 @@ CELL = ["framework", "world_size", "setting"]
 def varied(runs: pd.DataFrame, leave_out: tuple[str, ...] = ()) -> list[str]:
     """batch_size, then every other setting whose value differs between runs
     (but those in ``leave_out``, which the caller shows another way)."""
-    names = [name for name, param in PARAMS.items()
-             if name in runs.columns and name not in (*SCALE, *leave_out, "batch_size")
-             and not (param.analysis_only or param.path_like)
-             and runs[name].map(_text).nunique() > 1]
+    names = [
+        name
+        for name, param in PARAMS.items()
+        if name in runs.columns
+        and name not in (*SCALE, *leave_out, "batch_size")
+        and not (param.analysis_only or param.path_like)
+        and runs[name].map(_text).nunique() > 1
+    ]
     return ["batch_size", *names]
 
 
@@ -34,7 +39,8 @@ def with_setting(runs: pd.DataFrame, leave_out: tuple[str, ...] = ()) -> pd.Data
         return runs
     names = varied(runs, leave_out)
     labels = runs[names].apply(
-        lambda row: ", ".join(f"{name} {_text(value)}" for name, value in row.items()), axis=1)
+        lambda row: ", ".join(f"{name} {_text(value)}" for name, value in row.items()), axis=1
+    )
     return runs.assign(setting=labels)
 
 

@@ -29,6 +29,7 @@
   with collectives and their bytes; runs.csv's ``trace_errors`` says which
   traces could not be read.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,12 +50,30 @@ from traces.phases import PHASES, STEP_PHASES
 from traces import convert
 from traces.table import SCHEMA
 
-PHASE_COLUMNS = ["run_id", "rank", "epoch", "step", "phase", "start_ns", "end_ns", "dur_ns",
-                 "source"]
+PHASE_COLUMNS = [
+    "run_id",
+    "rank",
+    "epoch",
+    "step",
+    "phase",
+    "start_ns",
+    "end_ns",
+    "dur_ns",
+    "source",
+]
 
-FIGURES = ("images_per_s", "images_per_s_per_process", "time_per_epoch_s",
-           "final_test_accuracy", "final_test_loss", "init_s", "global_batch", "world_size",
-           "steps_per_epoch", "learning_rate_scaled")
+FIGURES = (
+    "images_per_s",
+    "images_per_s_per_process",
+    "time_per_epoch_s",
+    "final_test_accuracy",
+    "final_test_loss",
+    "init_s",
+    "global_batch",
+    "world_size",
+    "steps_per_epoch",
+    "learning_rate_scaled",
+)
 
 
 def _read_json(path: Path) -> dict | None:
@@ -75,24 +94,35 @@ def outcome(folder: Path, config: dict) -> tuple[dict, dict]:
         record = {}
     status, problem = validate.done_status(folder)
     if status is None:
-        result = {"status": record.get("status", "missing"),
-                  "exit_status": record.get("exit_status"), "reason": record.get("reason")}
+        result = {
+            "status": record.get("status", "missing"),
+            "exit_status": record.get("exit_status"),
+            "reason": record.get("reason"),
+        }
     elif problem:
         result = {"status": "damaged", "exit_status": None, "reason": problem}
     else:
         done = validate.read_json(folder / runner.DONE)
         result = {k: done[k] for k in ("status", "exit_status", "reason")}
     if result["status"] == "ok" and (problems := validate.check_run(folder, config)):
-        result = {"status": "damaged", "exit_status": result["exit_status"],
-                  "reason": "; ".join(problems[:3])
-                  + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")}
+        result = {
+            "status": "damaged",
+            "exit_status": result["exit_status"],
+            "reason": "; ".join(problems[:3])
+            + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""),
+        }
     return record, result
 
 
 def run_row(design: Design, row, results: Path) -> dict:
     folder = results / row.path
-    out = {"run_id": row.run_id, "path": row.path, "order": row.order, "rep": row.rep,
-           **{k: v for k, v in row.config.items() if k not in ("run_id", "rep")}}
+    out = {
+        "run_id": row.run_id,
+        "path": row.path,
+        "order": row.order,
+        "rep": row.rep,
+        **{k: v for k, v in row.config.items() if k not in ("run_id", "rep")},
+    }
     record, result = outcome(folder, row.config)
     out.update(result)
     out["start"], out["end"] = record.get("start"), record.get("end")
@@ -120,17 +150,21 @@ def network_figures(folder: Path, metrics: dict | None) -> dict:
     if not record:
         return {"net_tx_bytes": None, "net_tx_bytes_per_step": None}
     steps = metrics["steps_per_epoch"] * metrics["epochs_done"]
-    return {"net_tx_bytes": record["tx_bytes"],
-            "net_tx_bytes_per_step": record["tx_bytes"] / steps if steps else None}
-
-
+    return {
+        "net_tx_bytes": record["tx_bytes"],
+        "net_tx_bytes_per_step": record["tx_bytes"] / steps if steps else None,
+    }
 
 
 def energy_figures(folder: Path, metrics: dict | None) -> dict:
     """The run's energy columns from its energy.json (ok runs only, like
     every figure)."""
-    out = {"energy_j": np.nan, "energy_per_epoch_j": np.nan, "energy_per_image_j": np.nan,
-           "energy_status": None}
+    out = {
+        "energy_j": np.nan,
+        "energy_per_epoch_j": np.nan,
+        "energy_per_image_j": np.nan,
+        "energy_status": None,
+    }
     if metrics is None:
         return out
     doc = _read_json(folder / energy.ENERGY)
@@ -149,8 +183,9 @@ def energy_figures(folder: Path, metrics: dict | None) -> dict:
 def epoch_energy(folder: Path, epochs: pd.DataFrame) -> pd.DataFrame:
     """epochs.tsv's rows with each epoch's joules (NaN where not measured)."""
     doc = _read_json(folder / energy.ENERGY) or {}
-    measured = pd.DataFrame(doc.get("epochs") or [],
-                            columns=["epoch", "energy_j", "energy_to_epoch_j"])
+    measured = pd.DataFrame(
+        doc.get("epochs") or [], columns=["epoch", "energy_j", "energy_to_epoch_j"]
+    )
     return epochs.merge(measured.astype(float).astype({"epoch": int}), on="epoch", how="left")
 
 
@@ -163,12 +198,16 @@ def step_stats(folder: Path, warmup: int) -> list[dict]:
         if steps.empty:
             continue
         seconds = (steps["end_ns"] - steps["start_ns"]) / 1e9
-        stats = {"rank": rank, "steps": len(steps), "step_mean_s": seconds.mean(),
-                 "step_median_s": seconds.median(), "step_p95_s": seconds.quantile(0.95)}
+        stats = {
+            "rank": rank,
+            "steps": len(steps),
+            "step_mean_s": seconds.mean(),
+            "step_median_s": seconds.median(),
+            "step_p95_s": seconds.quantile(0.95),
+        }
         for phase in PHASES:
             stats[f"{phase}_mean_s"] = steps[f"{phase}_ns"].mean() / 1e9
-        stats["comm_bytes_mean"] = steps["comm_bytes"].mean() if "comm_bytes" in steps \
-            else np.nan
+        stats["comm_bytes_mean"] = steps["comm_bytes"].mean() if "comm_bytes" in steps else np.nan
         rows.append(stats)
     return rows
 
@@ -184,14 +223,25 @@ def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
         offset = steps["start_ns"].copy()
         for phase in STEP_PHASES:
             dur = steps[f"{phase}_ns"]
-            frames.append(pd.DataFrame({
-                "rank": _rank_of(path), "epoch": steps["epoch"], "step": steps["step"],
-                "phase": phase, "start_ns": offset, "end_ns": offset + dur, "dur_ns": dur}))
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "rank": _rank_of(path),
+                        "epoch": steps["epoch"],
+                        "step": steps["step"],
+                        "phase": phase,
+                        "start_ns": offset,
+                        "end_ns": offset + dur,
+                        "dur_ns": dur,
+                    }
+                )
+            )
             offset = offset + dur
     for path in sorted(folder.glob("intervals.rank*.tsv")):
         spans = pd.read_csv(path, sep="\t")
-        frames.append(spans.assign(rank=_rank_of(path), step=-1,
-                                   dur_ns=spans["end_ns"] - spans["start_ns"]))
+        frames.append(
+            spans.assign(rank=_rank_of(path), step=-1, dur_ns=spans["end_ns"] - spans["start_ns"])
+        )
     if not frames:
         return pd.DataFrame(columns=PHASE_COLUMNS)
     table = pd.concat(frames, ignore_index=True)
@@ -219,12 +269,24 @@ def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
     for column in accuracy.COLUMNS:  # failed runs have no epochs to time
         if column not in runs_df:
             runs_df[column] = np.nan
-    epochs_df = pd.concat(epochs, ignore_index=True) if epochs else pd.DataFrame(
-        columns=["run_id", "epoch", "test_accuracy", "images_per_s"])
-    stats_df = pd.DataFrame(stats, columns=["run_id", "rank", "steps", "step_mean_s",
-                                            "step_median_s", "step_p95_s",
-                                            *[f"{p}_mean_s" for p in PHASES],
-                                            "comm_bytes_mean"])
+    epochs_df = (
+        pd.concat(epochs, ignore_index=True)
+        if epochs
+        else pd.DataFrame(columns=["run_id", "epoch", "test_accuracy", "images_per_s"])
+    )
+    stats_df = pd.DataFrame(
+        stats,
+        columns=[
+            "run_id",
+            "rank",
+            "steps",
+            "step_mean_s",
+            "step_median_s",
+            "step_p95_s",
+            *[f"{p}_mean_s" for p in PHASES],
+            "comm_bytes_mean",
+        ],
+    )
     if not stats_df.empty:
         slowest = stats_df.groupby("run_id")["step_mean_s"].max().rename("step_mean_s_slowest_rank")
         runs_df = runs_df.merge(slowest, on="run_id", how="left")
@@ -233,11 +295,18 @@ def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
     else:
         runs_df["step_mean_s_slowest_rank"] = np.nan
         runs_df["comm_bytes_per_step"] = np.nan
-    step_phases_df = pd.concat(step_phases, ignore_index=True) if step_phases else \
-        pd.DataFrame(columns=PHASE_COLUMNS)
-    return {"runs": runs_df, "epochs": epochs_df, "step_stats": stats_df,
-            "step_phases": step_phases_df,
-            "balance": pd.DataFrame(balance, columns=devices.COLUMNS)}
+    step_phases_df = (
+        pd.concat(step_phases, ignore_index=True)
+        if step_phases
+        else pd.DataFrame(columns=PHASE_COLUMNS)
+    )
+    return {
+        "runs": runs_df,
+        "epochs": epochs_df,
+        "step_stats": stats_df,
+        "step_phases": step_phases_df,
+        "balance": pd.DataFrame(balance, columns=devices.COLUMNS),
+    }
 
 
 def phase_tables(design: Design, results: Path) -> tuple[pa.Table, dict[str, str]]:

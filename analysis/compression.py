@@ -7,6 +7,7 @@ ranks); ``bytes_vs_none`` divides it by the same framework's uncompressed
 runs at the same processes and setting (batch_size and every other
 factor the design varies, as analysis/cells.py groups them).
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -21,23 +22,33 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per framework x processes x setting x compression, means
     over replications; empty when no ok run has a measured byte count."""
     ok = runs[(runs["status"] == "ok")]
-    if "compression" not in ok or "comm_bytes_per_step" not in ok or \
-            ok["comm_bytes_per_step"].dropna().empty:
+    if (
+        "compression" not in ok
+        or "comm_bytes_per_step" not in ok
+        or ok["comm_bytes_per_step"].dropna().empty
+    ):
         return pd.DataFrame()
     ok = cells.with_setting(ok, leave_out=("compression",))
     table = ok.groupby(SAME_EXCEPT_COMPRESSION + ["compression"], as_index=False).agg(
-        runs=("run_id", "count"), comm_bytes_per_step=("comm_bytes_per_step", "mean"),
+        runs=("run_id", "count"),
+        comm_bytes_per_step=("comm_bytes_per_step", "mean"),
         step_mean_s=("step_mean_s_slowest_rank", "mean"),
         images_per_s=("images_per_s", "mean"),
-        final_test_accuracy=("final_test_accuracy", "mean"))
-    table = table.sort_values(SAME_EXCEPT_COMPRESSION + ["compression"], kind="stable",
-                              key=lambda col: col.map(compression.NAMES.index)
-                              if col.name == "compression" else col).reset_index(drop=True)
+        final_test_accuracy=("final_test_accuracy", "mean"),
+    )
+    table = table.sort_values(
+        SAME_EXCEPT_COMPRESSION + ["compression"],
+        kind="stable",
+        key=lambda col: col.map(compression.NAMES.index) if col.name == "compression" else col,
+    ).reset_index(drop=True)
     base = table[table["compression"] == "none"].set_index(SAME_EXCEPT_COMPRESSION)
     keys = pd.MultiIndex.from_frame(table[SAME_EXCEPT_COMPRESSION])
-    table.insert(6, "bytes_vs_none",
-                 table["comm_bytes_per_step"].to_numpy()
-                 / base["comm_bytes_per_step"].reindex(keys).to_numpy())
+    table.insert(
+        6,
+        "bytes_vs_none",
+        table["comm_bytes_per_step"].to_numpy()
+        / base["comm_bytes_per_step"].reindex(keys).to_numpy(),
+    )
     return table
 
 
@@ -49,10 +60,18 @@ def varies(runs: pd.DataFrame) -> bool:
 def support() -> pd.DataFrame:
     """Which framework can run which compression (from each adapter's
     AdapterInfo.compressions): 'yes' or 'cannot'."""
-    return pd.DataFrame([{"framework": name, **{codec: "yes" if codec in info.compressions
-                                                 else "cannot"
-                                                 for codec in compression.NAMES}}
-                         for name, info in sorted(registry.FRAMEWORKS.items())])
+    return pd.DataFrame(
+        [
+            {
+                "framework": name,
+                **{
+                    codec: "yes" if codec in info.compressions else "cannot"
+                    for codec in compression.NAMES
+                },
+            }
+            for name, info in sorted(registry.FRAMEWORKS.items())
+        ]
+    )
 
 
 def codecs() -> pd.DataFrame:

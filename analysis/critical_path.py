@@ -34,6 +34,7 @@ Each positive term causes its proportional part of w_r.
 
 Everything runs on numpy arrays, one loop per run and rank, none per interval.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -53,12 +54,17 @@ PROPAGATED = "previous join"  # the late rank left the previous join later
 CAUSES = (*STEP_PHASES, UNTIMED, PROPAGATED)
 COMMUNICATION = "communication"  # kind of the path's pieces inside a join
 JOIN = "join"  # ... where the join is backward: compute and all-reduce, not told apart
-EMPTY = {"joins": ["join", "step", "rank", "entry_ns", "exit_ns", "wait_ns", "comm_ns", "last"],
-         "windows": ["join", "rank", "cause", "ns"],
-         "path": ["join", "step", "rank", "phase", "kind", "start_ns", "end_ns", "dur_ns"],
-         "causes": ["join", "step", "late_rank", "cause", "waited_ns"]}
-JOIN_NAMES = {"grad_comm": "the gradient exchange", "collective": "the last gradient all-reduce",
-              "backward": "the all-reduce inside backward"}
+EMPTY = {
+    "joins": ["join", "step", "rank", "entry_ns", "exit_ns", "wait_ns", "comm_ns", "last"],
+    "windows": ["join", "rank", "cause", "ns"],
+    "path": ["join", "step", "rank", "phase", "kind", "start_ns", "end_ns", "dur_ns"],
+    "causes": ["join", "step", "late_rank", "cause", "waited_ns"],
+}
+JOIN_NAMES = {
+    "grad_comm": "the gradient exchange",
+    "collective": "the last gradient all-reduce",
+    "backward": "the all-reduce inside backward",
+}
 
 
 @dataclass
@@ -78,6 +84,7 @@ class CriticalPath:
     - ``intervals``: the top-level step phases the analysis read;
     - ``method``: run -> join kind; ``problems``: run -> why it has no path.
     """
+
     joins: pd.DataFrame
     windows: pd.DataFrame
     path: pd.DataFrame
@@ -89,19 +96,41 @@ class CriticalPath:
 
 # --------------------------------------------------------------- intervals
 
+
 def measured(phases: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Rows of training steps, the runs' warm-up steps left out; names as
     categories (a table has few distinct names, and comparing categories is
     fast where comparing strings is not)."""
-    keep = [c for c in ("run_id", "rank", "step", "phase", "start_ns", "end_ns", "location",
-                        "collective", "bytes") if c in phases]
+    keep = [
+        c
+        for c in (
+            "run_id",
+            "rank",
+            "step",
+            "phase",
+            "start_ns",
+            "end_ns",
+            "location",
+            "collective",
+            "bytes",
+        )
+        if c in phases
+    ]
     steps = phases.loc[phases["step"].notna(), keep]
-    steps = steps.astype({"step": "int64", "rank": "int64", "start_ns": "int64",
-                          "end_ns": "int64", **{c: "category" for c in
-                                                ("run_id", "phase", "location", "collective")
-                                                if c in steps}})
-    first = steps["run_id"].map(runs.set_index("run_id")["warmup_steps"]).astype("float64") \
-        if runs is not None and "warmup_steps" in runs else 0
+    steps = steps.astype(
+        {
+            "step": "int64",
+            "rank": "int64",
+            "start_ns": "int64",
+            "end_ns": "int64",
+            **{c: "category" for c in ("run_id", "phase", "location", "collective") if c in steps},
+        }
+    )
+    first = (
+        steps["run_id"].map(runs.set_index("run_id")["warmup_steps"]).astype("float64")
+        if runs is not None and "warmup_steps" in runs
+        else 0
+    )
     return steps[steps["step"] >= np.maximum(0, np.nan_to_num(first))]
 
 
@@ -119,8 +148,9 @@ def main_intervals(steps: pd.DataFrame) -> pd.DataFrame:
     if "location" in rows and rows["location"].notna().any():
         rows = rows.merge(_loop_locations(steps), on=["run_id", "rank", "location"])
     rows = rows[["run_id", "rank", "step", "phase", "start_ns", "end_ns"]]
-    rows = rows.sort_values(["run_id", "rank", "start_ns", "end_ns"],
-                            ascending=[True, True, True, False], kind="stable")
+    rows = rows.sort_values(
+        ["run_id", "rank", "start_ns", "end_ns"], ascending=[True, True, True, False], kind="stable"
+    )
     rows = rows[rows["end_ns"].to_numpy() > _previous_end(rows)]  # nested: dropped
     rows = rows.copy()
     rows["start_ns"] = np.maximum(rows["start_ns"].to_numpy(), _previous_end(rows))
@@ -133,10 +163,23 @@ def _loop_locations(steps: pd.DataFrame) -> pd.DataFrame:
     forward, else most of its step phases (not a GPU stream's kernels, which
     come after the steps)."""
     keys = ["run_id", "rank", "location"]
-    counts = steps.assign(
-        weight=np.select([steps["phase"] == "step", steps["phase"] == "forward",
-                          steps["phase"].isin(STEP_PHASES)], [1e12, 1e6, 1], 0)
-    ).groupby(keys, observed=True)["weight"].sum().rename("n").reset_index()
+    counts = (
+        steps.assign(
+            weight=np.select(
+                [
+                    steps["phase"] == "step",
+                    steps["phase"] == "forward",
+                    steps["phase"].isin(STEP_PHASES),
+                ],
+                [1e12, 1e6, 1],
+                0,
+            )
+        )
+        .groupby(keys, observed=True)["weight"]
+        .sum()
+        .rename("n")
+        .reset_index()
+    )
     counts = counts[counts["n"] > 0]
     return counts.sort_values("n").drop_duplicates(["run_id", "rank"], keep="last")[keys]
 
@@ -156,11 +199,12 @@ def _previous_end(rows: pd.DataFrame) -> np.ndarray:
     end = rows["end_ns"].to_numpy(np.int64)
     out = np.full(len(end), np.iinfo(np.int64).min, dtype=np.int64)
     for first, last in _groups(rows):
-        out[first + 1:last] = np.maximum.accumulate(end[first:last - 1])
+        out[first + 1 : last] = np.maximum.accumulate(end[first : last - 1])
     return out
 
 
 # -------------------------------------------------------------------- joins
+
 
 def join_kind(intervals: pd.DataFrame, collectives: pd.DataFrame) -> dict[str, str]:
     """Per run, which join the analysis uses (see the module's docstring)."""
@@ -170,25 +214,36 @@ def join_kind(intervals: pd.DataFrame, collectives: pd.DataFrame) -> dict[str, s
     exposed = comm.reindex(per_run.index, fill_value=0) >= EXPOSED_SHARE * per_run
     ranks = intervals.groupby("run_id")["rank"].nunique()
     with_coll = collectives.groupby("run_id")["rank"].nunique().reindex(ranks.index, fill_value=0)
-    return {run: "grad_comm" if exposed[run] else
-            "collective" if with_coll[run] == ranks[run] else "backward"
-            for run in per_run.index}
+    return {
+        run: "grad_comm"
+        if exposed[run]
+        else "collective"
+        if with_coll[run] == ranks[run]
+        else "backward"
+        for run in per_run.index
+    }
 
 
-def joins(intervals: pd.DataFrame, collectives: pd.DataFrame,
-          kinds: dict[str, str]) -> pd.DataFrame:
+def joins(
+    intervals: pd.DataFrame, collectives: pd.DataFrame, kinds: dict[str, str]
+) -> pd.DataFrame:
     """run_id, step, rank, entry_ns, exit_ns of each step's join, for the
     steps every rank of the run joined."""
     keys = ["run_id", "rank", "step"]
     kind = intervals["run_id"].map(kinds)
-    by_phase = intervals[((kind == "grad_comm") & (intervals["phase"] == "grad_comm"))
-                         | ((kind == "backward") & (intervals["phase"] == "backward"))]
+    by_phase = intervals[
+        ((kind == "grad_comm") & (intervals["phase"] == "grad_comm"))
+        | ((kind == "backward") & (intervals["phase"] == "backward"))
+    ]
     found = [by_phase.groupby(keys).agg(entry_ns=("start_ns", "min"), exit_ns=("end_ns", "max"))]
     coll = collectives[collectives["run_id"].map(kinds) == "collective"]
     if len(coll):
         last = coll.sort_values("start_ns", kind="stable").groupby(keys).tail(1)
-        found.append(last.set_index(keys)[["start_ns", "end_ns"]].rename(
-            columns={"start_ns": "entry_ns", "end_ns": "exit_ns"}))
+        found.append(
+            last.set_index(keys)[["start_ns", "end_ns"]].rename(
+                columns={"start_ns": "entry_ns", "end_ns": "exit_ns"}
+            )
+        )
     table = pd.concat(found).reset_index()
     ranks = intervals.groupby("run_id")["rank"].nunique()
     present = table.groupby(["run_id", "step"])["rank"].transform("nunique")
@@ -198,6 +253,7 @@ def joins(intervals: pd.DataFrame, collectives: pd.DataFrame,
 
 # ---------------------------------------------------------------- analysis
 
+
 def analyse(phases: pd.DataFrame, runs: pd.DataFrame | None = None) -> CriticalPath:
     """The critical path and the causes of waiting of every run in ``phases``."""
     steps = measured(phases, runs)
@@ -205,8 +261,11 @@ def analyse(phases: pd.DataFrame, runs: pd.DataFrame | None = None) -> CriticalP
     coll_rows = steps[_is_collective(steps)]
     collectives = coll_rows[["run_id", "rank", "step", "start_ns", "end_ns"]]
     kinds = join_kind(intervals, collectives) if len(intervals) else {}
-    table = joins(intervals, collectives, kinds) if kinds else pd.DataFrame(
-        columns=["run_id", "step", "rank", "entry_ns", "exit_ns"])
+    table = (
+        joins(intervals, collectives, kinds)
+        if kinds
+        else pd.DataFrame(columns=["run_id", "step", "rank", "entry_ns", "exit_ns"])
+    )
     parts = {name: [] for name in ("joins", "windows", "path", "causes")}
     problems = {}
     for run_id, run_joins in table.groupby("run_id", sort=True):
@@ -219,13 +278,18 @@ def analyse(phases: pd.DataFrame, runs: pd.DataFrame | None = None) -> CriticalP
     if phases["run_id"].nunique() > intervals["run_id"].nunique():
         for run_id in set(phases["run_id"]) - set(intervals["run_id"]):
             problems[run_id] = "no step phases in its table"
-    frames = {name: pd.concat(found, ignore_index=True) if found else
-              pd.DataFrame(columns=["run_id", *EMPTY[name]]) for name, found in parts.items()}
+    frames = {
+        name: pd.concat(found, ignore_index=True)
+        if found
+        else pd.DataFrame(columns=["run_id", *EMPTY[name]])
+        for name, found in parts.items()
+    }
     return CriticalPath(intervals=intervals, method=kinds, problems=problems, **frames)
 
 
-def _one_run(run_id: str, intervals: pd.DataFrame, run_joins: pd.DataFrame,
-             join_phase: str) -> dict:
+def _one_run(
+    run_id: str, intervals: pd.DataFrame, run_joins: pd.DataFrame, join_phase: str
+) -> dict:
     entry = run_joins.pivot(index="step", columns="rank", values="entry_ns")
     exit_ = run_joins.pivot(index="step", columns="rank", values="exit_ns")
     ranks, steps = entry.columns.to_numpy(), entry.index.to_numpy()
@@ -247,18 +311,33 @@ def _one_run(run_id: str, intervals: pd.DataFrame, run_joins: pd.DataFrame,
     path = []
     for j, rank in enumerate(ranks):
         rows = intervals[intervals["rank"] == rank]
-        pieces = _clip(rows["start_ns"].to_numpy(np.int64), rows["end_ns"].to_numpy(np.int64),
-                       w_start[:, j], w_end[:, j])
+        pieces = _clip(
+            rows["start_ns"].to_numpy(np.int64),
+            rows["end_ns"].to_numpy(np.int64),
+            w_start[:, j],
+            w_end[:, j],
+        )
         idx, win, start, end = pieces
         phase = pd.Categorical(rows["phase"], categories=STEP_PHASES).codes.astype(np.int64)[idx]
-        time[:, j, :len(STEP_PHASES)] = np.bincount(
-            win * len(STEP_PHASES) + phase, weights=end - start,
-            minlength=(n_joins + 1) * len(STEP_PHASES)).reshape(n_joins + 1, -1)
+        time[:, j, : len(STEP_PHASES)] = np.bincount(
+            win * len(STEP_PHASES) + phase,
+            weights=end - start,
+            minlength=(n_joins + 1) * len(STEP_PHASES),
+        ).reshape(n_joins + 1, -1)
         on_path = critical[win] == j
-        path.append(pd.DataFrame({
-            "join": win[on_path], "step": rows["step"].to_numpy()[idx[on_path]], "rank": rank,
-            "phase": np.asarray(STEP_PHASES, dtype=object)[phase[on_path]], "kind": "phase",
-            "start_ns": start[on_path], "end_ns": end[on_path]}))
+        path.append(
+            pd.DataFrame(
+                {
+                    "join": win[on_path],
+                    "step": rows["step"].to_numpy()[idx[on_path]],
+                    "rank": rank,
+                    "phase": np.asarray(STEP_PHASES, dtype=object)[phase[on_path]],
+                    "kind": "phase",
+                    "start_ns": start[on_path],
+                    "end_ns": end[on_path],
+                }
+            )
+        )
     span = w_end - w_start
     time[:, :, CAUSES.index(UNTIMED)] = span - time.sum(axis=2)
     time[1:, :, CAUSES.index(PROPAGATED)] = w_start[1:]  # made relative in _causes
@@ -266,34 +345,65 @@ def _one_run(run_id: str, intervals: pd.DataFrame, run_joins: pd.DataFrame,
 
     windows_at = np.arange(n_joins + 1)
     step_of = np.append(steps, steps[-1])
-    untimed = pd.DataFrame({"join": windows_at, "step": step_of,
-                            "rank": ranks[critical], "phase": UNTIMED, "kind": UNTIMED,
-                            "start_ns": pd.NA, "end_ns": pd.NA,
-                            "dur_ns": time[windows_at, critical, CAUSES.index(UNTIMED)]})
+    untimed = pd.DataFrame(
+        {
+            "join": windows_at,
+            "step": step_of,
+            "rank": ranks[critical],
+            "phase": UNTIMED,
+            "kind": UNTIMED,
+            "start_ns": pd.NA,
+            "end_ns": pd.NA,
+            "dur_ns": time[windows_at, critical, CAUSES.index(UNTIMED)],
+        }
+    )
     leave = exit_[np.arange(n_joins), critical[1:]]
-    comm = pd.DataFrame({"join": windows_at[:-1], "step": steps, "rank": ranks[late],
-                         "phase": join_phase,
-                         "kind": JOIN if join_phase == "backward" else COMMUNICATION,
-                         "start_ns": last_entry,
-                         "end_ns": np.maximum(leave, last_entry)})
+    comm = pd.DataFrame(
+        {
+            "join": windows_at[:-1],
+            "step": steps,
+            "rank": ranks[late],
+            "phase": join_phase,
+            "kind": JOIN if join_phase == "backward" else COMMUNICATION,
+            "start_ns": last_entry,
+            "end_ns": np.maximum(leave, last_entry),
+        }
+    )
     path = pd.concat([*path, comm], ignore_index=True)
     path["dur_ns"] = path["end_ns"] - path["start_ns"]
     path = pd.concat([path, untimed[untimed["dur_ns"] > 0]], ignore_index=True)
 
     wait = last_entry[:, None] - entry
-    join_rows = pd.DataFrame({
-        "join": np.repeat(np.arange(n_joins), len(ranks)), "step": np.repeat(steps, len(ranks)),
-        "rank": np.tile(ranks, n_joins), "entry_ns": entry.ravel(), "exit_ns": exit_.ravel(),
-        "wait_ns": wait.ravel(), "comm_ns": (exit_ - last_entry[:, None]).clip(0).ravel(),
-        "last": (np.arange(len(ranks))[None, :] == late[:, None]).ravel()})
-    windows = pd.DataFrame({
-        "join": np.repeat(windows_at, len(ranks) * n_causes),
-        "rank": np.tile(np.repeat(ranks, n_causes), n_joins + 1),
-        "cause": np.tile(np.asarray(CAUSES, dtype=object), (n_joins + 1) * len(ranks)),
-        "ns": _relative_propagated(time).ravel()})
+    join_rows = pd.DataFrame(
+        {
+            "join": np.repeat(np.arange(n_joins), len(ranks)),
+            "step": np.repeat(steps, len(ranks)),
+            "rank": np.tile(ranks, n_joins),
+            "entry_ns": entry.ravel(),
+            "exit_ns": exit_.ravel(),
+            "wait_ns": wait.ravel(),
+            "comm_ns": (exit_ - last_entry[:, None]).clip(0).ravel(),
+            "last": (np.arange(len(ranks))[None, :] == late[:, None]).ravel(),
+        }
+    )
+    windows = pd.DataFrame(
+        {
+            "join": np.repeat(windows_at, len(ranks) * n_causes),
+            "rank": np.tile(np.repeat(ranks, n_causes), n_joins + 1),
+            "cause": np.tile(np.asarray(CAUSES, dtype=object), (n_joins + 1) * len(ranks)),
+            "ns": _relative_propagated(time).ravel(),
+        }
+    )
     causes = _causes(time[:-1], late, wait, steps, ranks)
-    return {name: frame.assign(run_id=run_id) for name, frame in
-            (("joins", join_rows), ("windows", windows), ("path", path), ("causes", causes))}
+    return {
+        name: frame.assign(run_id=run_id)
+        for name, frame in (
+            ("joins", join_rows),
+            ("windows", windows),
+            ("path", path),
+            ("causes", causes),
+        )
+    }
 
 
 def _per_rank(values: pd.Series, ranks: np.ndarray, default: np.ndarray) -> np.ndarray:
@@ -328,8 +438,9 @@ def _relative_propagated(time: np.ndarray) -> np.ndarray:
     return out
 
 
-def _causes(time: np.ndarray, late: np.ndarray, wait: np.ndarray, steps: np.ndarray,
-            ranks: np.ndarray) -> pd.DataFrame:
+def _causes(
+    time: np.ndarray, late: np.ndarray, wait: np.ndarray, steps: np.ndarray, ranks: np.ndarray
+) -> pd.DataFrame:
     """Scalasca's delay costs: each waiting rank's wait split over the late
     rank's positive excess terms, summed over the waiting ranks."""
     n_joins = len(late)
@@ -339,14 +450,19 @@ def _causes(time: np.ndarray, late: np.ndarray, wait: np.ndarray, steps: np.ndar
     total = excess.sum(axis=2, keepdims=True)
     share = np.divide(excess, total, out=np.zeros_like(excess), where=total > 0)
     waited = (share * wait[:, :, None]).sum(axis=1)  # (joins, causes)
-    return pd.DataFrame({
-        "join": np.repeat(np.arange(n_joins), len(CAUSES)),
-        "step": np.repeat(steps, len(CAUSES)), "late_rank": np.repeat(ranks[late], len(CAUSES)),
-        "cause": np.tile(np.asarray(CAUSES, dtype=object), n_joins),
-        "waited_ns": waited.ravel()})
+    return pd.DataFrame(
+        {
+            "join": np.repeat(np.arange(n_joins), len(CAUSES)),
+            "step": np.repeat(steps, len(CAUSES)),
+            "late_rank": np.repeat(ranks[late], len(CAUSES)),
+            "cause": np.tile(np.asarray(CAUSES, dtype=object), n_joins),
+            "waited_ns": waited.ravel(),
+        }
+    )
 
 
 # --------------------------------------------------------------- summaries
+
 
 def phase_shares(found: CriticalPath) -> pd.DataFrame:
     """Per run and phase: its share of the critical path against its share
@@ -362,8 +478,17 @@ def phase_shares(found: CriticalPath) -> pd.DataFrame:
     total = (spans["b"] - spans["a"]).groupby("run_id").sum()
     step = dur / dur.index.get_level_values("run_id").map(total).to_numpy()
     untimed = 1 - step.groupby("run_id").sum()
-    step = pd.concat([step, pd.Series(untimed.clip(lower=0).to_numpy(), index=pd.MultiIndex.from_arrays(
-        [untimed.index, [UNTIMED] * len(untimed)], names=["run_id", "phase"]))])
+    step = pd.concat(
+        [
+            step,
+            pd.Series(
+                untimed.clip(lower=0).to_numpy(),
+                index=pd.MultiIndex.from_arrays(
+                    [untimed.index, [UNTIMED] * len(untimed)], names=["run_id", "phase"]
+                ),
+            ),
+        ]
+    )
     table = pd.DataFrame({"path_share": path, "step_share": step}).fillna(0.0)
     return table.reset_index()
 
@@ -383,14 +508,20 @@ def cause_table(found: CriticalPath) -> pd.DataFrame:
     """Per run, late rank and cause: the waiting caused, in ms per join and
     as a share of all the run's waiting."""
     if found.causes.empty:
-        return pd.DataFrame(columns=["run_id", "late_rank", "cause", "waited_ms_per_step",
-                                     "waiting_share"])
+        return pd.DataFrame(
+            columns=["run_id", "late_rank", "cause", "waited_ms_per_step", "waiting_share"]
+        )
     caused = found.causes.groupby(["run_id", "late_rank", "cause"])["waited_ns"].sum()
     caused = caused[caused > 0]
     joins = found.joins.groupby("run_id")["join"].nunique()
-    table = pd.DataFrame({
-        "waited_ms_per_step": caused / caused.index.get_level_values(0).map(joins).to_numpy() / 1e6,
-        "waiting_share": caused / caused.groupby("run_id").transform("sum")})
+    table = pd.DataFrame(
+        {
+            "waited_ms_per_step": caused
+            / caused.index.get_level_values(0).map(joins).to_numpy()
+            / 1e6,
+            "waiting_share": caused / caused.groupby("run_id").transform("sum"),
+        }
+    )
     return table.reset_index().sort_values(["run_id", "waiting_share"], ascending=[True, False])
 
 
@@ -399,8 +530,16 @@ def run_summary(found: CriticalPath) -> pd.DataFrame:
     per step, waiting (synchronisation skew) and communication proper per
     step (means over ranks), and the main cause of waiting."""
     if found.joins.empty:
-        return pd.DataFrame(columns=["run_id", "join_kind", "steps", "path_ms_per_step",
-                                     "waiting_ms_per_step", "communication_ms_per_step"])
+        return pd.DataFrame(
+            columns=[
+                "run_id",
+                "join_kind",
+                "steps",
+                "path_ms_per_step",
+                "waiting_ms_per_step",
+                "communication_ms_per_step",
+            ]
+        )
     per_join = found.joins.groupby(["run_id", "join"])[["wait_ns", "comm_ns"]].mean()
     table = per_join.groupby("run_id").mean() / 1e6
     table.columns = ["waiting_ms_per_step", "communication_ms_per_step"]
@@ -410,8 +549,9 @@ def run_summary(found: CriticalPath) -> pd.DataFrame:
     # Where backward is the join, its all-reduce is not seen apart from it.
     table.loc[table["join_kind"] == "backward", "communication_ms_per_step"] = np.nan
     causes = cause_table(found).drop_duplicates("run_id").set_index("run_id")
-    table = table.join(causes.rename(columns={"late_rank": "main_cause_rank",
-                                              "cause": "main_cause"}))
+    table = table.join(
+        causes.rename(columns={"late_rank": "main_cause_rank", "cause": "main_cause"})
+    )
     return table.reset_index()
 
 
@@ -430,23 +570,40 @@ def cell_table(found: CriticalPath, runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for key, group in summary.groupby(cells.CELL):
         runs_here = set(group["run_id"])
-        row = {**dict(zip(cells.CELL, key)), "runs": len(group),
-               "join_kind": group["join_kind"].iloc[0]}
-        for column in ("steps", "path_ms_per_step", "waiting_ms_per_step",
-                       "communication_ms_per_step"):
+        row = {
+            **dict(zip(cells.CELL, key)),
+            "runs": len(group),
+            "join_kind": group["join_kind"].iloc[0],
+        }
+        for column in (
+            "steps",
+            "path_ms_per_step",
+            "waiting_ms_per_step",
+            "communication_ms_per_step",
+        ):
             row[column] = group[column].mean()
         mine = causes[causes["run_id"].isin(runs_here)]
         caused = mine.groupby(["late_rank", "cause"])["waited_ms_per_step"].sum() / len(group)
         if len(caused) and caused.sum() > 0:
             (rank, cause), value = caused.idxmax(), caused.max()
-            row.update(main_cause_rank=int(rank), main_cause=cause,
-                       main_cause_ms_per_step=value, main_cause_share=value / caused.sum())
-        share = shares[shares["run_id"].isin(runs_here)].groupby("phase")[
-            ["path_share", "step_share"]].mean()
+            row.update(
+                main_cause_rank=int(rank),
+                main_cause=cause,
+                main_cause_ms_per_step=value,
+                main_cause_share=value / caused.sum(),
+            )
+        share = (
+            shares[shares["run_id"].isin(runs_here)]
+            .groupby("phase")[["path_share", "step_share"]]
+            .mean()
+        )
         if len(share):
             top = share["path_share"].idxmax()
-            row.update(path_top_phase=top, path_top_share=share.loc[top, "path_share"],
-                       path_top_step_share=share.loc[top, "step_share"])
+            row.update(
+                path_top_phase=top,
+                path_top_share=share.loc[top, "path_share"],
+                path_top_step_share=share.loc[top, "step_share"],
+            )
         row["finding"] = sentence(row)
         rows.append(row)
     return pd.DataFrame(rows)
@@ -468,34 +625,47 @@ def sentence(row: dict) -> str:
     """One sentence for a cell of cell_table."""
     where = JOIN_NAMES.get(row["join_kind"], row["join_kind"])
     if row.get("main_cause") is not None and not pd.isna(row.get("main_cause")):
-        text = (f"{_cause_words(row['main_cause_rank'], row['main_cause'])} "
-                f"{row['main_cause_share']:.0%} of the waiting at {where} "
-                f"({row['main_cause_ms_per_step']:.2f} ms per step, all ranks' together); ")
+        text = (
+            f"{_cause_words(row['main_cause_rank'], row['main_cause'])} "
+            f"{row['main_cause_share']:.0%} of the waiting at {where} "
+            f"({row['main_cause_ms_per_step']:.2f} ms per step, all ranks' together); "
+        )
     else:
         text = f"No rank waits at {where}; "
-    text += (f"a rank waits {row['waiting_ms_per_step']:.2f} ms per step on average "
-             f"(synchronisation skew)")
+    text += (
+        f"a rank waits {row['waiting_ms_per_step']:.2f} ms per step on average "
+        f"(synchronisation skew)"
+    )
     if pd.isna(row["communication_ms_per_step"]):
         text += ", its all-reduce not seen apart from backward (no trace of the collectives)"
     else:
         text += f" against {row['communication_ms_per_step']:.2f} ms of communication proper"
     if "path_top_phase" in row:
-        text += (f", and {row['path_top_phase']} is {row['path_top_share']:.0%} of the "
-                 f"critical path against {row['path_top_step_share']:.0%} of the mean step")
+        text += (
+            f", and {row['path_top_phase']} is {row['path_top_share']:.0%} of the "
+            f"critical path against {row['path_top_step_share']:.0%} of the mean step"
+        )
     return text[0].upper() + text[1:] + "."
 
 
 # ------------------------------------------------------------------ report
+
 
 def phase_table(tables) -> pd.DataFrame:
     """What the analysis reads from a tables folder: each run's converted
     trace (phases.parquet) where it has one with step phases, else its
     phase recorder's intervals (step_phases.parquet)."""
     tables = Path(tables)
-    recorder = pd.read_parquet(tables / "step_phases.parquet") \
-        if (tables / "step_phases.parquet").exists() else pd.DataFrame(columns=["run_id"])
-    traced = pd.read_parquet(tables / PHASE_TABLE) \
-        if (tables / PHASE_TABLE).exists() else pd.DataFrame(columns=["run_id"])
+    recorder = (
+        pd.read_parquet(tables / "step_phases.parquet")
+        if (tables / "step_phases.parquet").exists()
+        else pd.DataFrame(columns=["run_id"])
+    )
+    traced = (
+        pd.read_parquet(tables / PHASE_TABLE)
+        if (tables / PHASE_TABLE).exists()
+        else pd.DataFrame(columns=["run_id"])
+    )
     if len(traced):
         with_steps = traced[traced["phase"].isin(STEP_PHASES) & traced["step"].notna()]
         traced = traced[traced["run_id"].isin(set(with_steps["run_id"]))]
@@ -512,16 +682,26 @@ def section(runs: pd.DataFrame, phases: pd.DataFrame, figures=None) -> Section:
     table = cell_table(found, ok)
     info = cells.with_setting(ok).set_index("run_id")[cells.CELL]
     out = Section("Critical path and causes of waiting")
-    out.sentences = [f"{r['framework']}, {processes(r['world_size'])}, {r['setting']}: "
-                     f"{r['finding'][0].lower()}{r['finding'][1:]}" for _, r in table.iterrows()]
-    out.sentences += [f"Run {run}: no critical path ({why})." for run, why in found.problems.items()
-                      if run in info.index]
-    out.tables = {"per cell": table,
-                  "causes of waiting": cause_table(found).join(info, on="run_id"),
-                  "ranks on the critical path": rank_table(found).join(info, on="run_id"),
-                  "share of the critical path and of the mean step":
-                      phase_shares(found).join(info, on="run_id")}
+    out.sentences = [
+        f"{r['framework']}, {processes(r['world_size'])}, {r['setting']}: "
+        f"{r['finding'][0].lower()}{r['finding'][1:]}"
+        for _, r in table.iterrows()
+    ]
+    out.sentences += [
+        f"Run {run}: no critical path ({why})."
+        for run, why in found.problems.items()
+        if run in info.index
+    ]
+    out.tables = {
+        "per cell": table,
+        "causes of waiting": cause_table(found).join(info, on="run_id"),
+        "ranks on the critical path": rank_table(found).join(info, on="run_id"),
+        "share of the critical path and of the mean step": phase_shares(found).join(
+            info, on="run_id"
+        ),
+    }
     if figures is not None and len(found.path):
         from analysis import timeline  # it imports this module
+
         out.figures = [timeline.path_figure(found, figures)]
     return out

@@ -4,6 +4,7 @@ what share of the global batch each kind took and how long it sat idle.
 ``collect`` reads each run's balance.json once (``rows``) into the
 ``balance`` table, one row per run and rank; the report reads that table.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,16 @@ import pandas as pd
 
 from frameworks.balance import BALANCE
 
-COLUMNS = ["run_id", "rank", "device", "images_per_step", "share", "calibrated_images_per_s",
-           "idle_s", "measured_s"]
+COLUMNS = [
+    "run_id",
+    "rank",
+    "device",
+    "images_per_step",
+    "share",
+    "calibrated_images_per_s",
+    "idle_s",
+    "measured_s",
+]
 
 
 def rows(folder: Path, run_id: str) -> list[dict]:
@@ -22,8 +31,10 @@ def rows(folder: Path, run_id: str) -> list[dict]:
     path = folder / BALANCE
     if not path.exists():
         return []
-    return [{"run_id": run_id, **{c: rank[c] for c in COLUMNS[1:]}}
-            for rank in json.loads(path.read_text())["ranks"]]
+    return [
+        {"run_id": run_id, **{c: rank[c] for c in COLUMNS[1:]}}
+        for rank in json.loads(path.read_text())["ranks"]
+    ]
 
 
 def by_device(balance: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -33,10 +44,15 @@ def by_device(balance: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     if balance.empty:
         return pd.DataFrame()
     kinds = balance.groupby(["run_id", "device"], as_index=False).agg(
-        ranks=("rank", "count"), images_per_step=("images_per_step", "sum"),
-        share=("share", "sum"), calibrated_images_per_s=("calibrated_images_per_s", "sum"),
-        idle_s=("idle_s", "sum"), measured_s=("measured_s", "sum"))
+        ranks=("rank", "count"),
+        images_per_step=("images_per_step", "sum"),
+        share=("share", "sum"),
+        calibrated_images_per_s=("calibrated_images_per_s", "sum"),
+        idle_s=("idle_s", "sum"),
+        measured_s=("measured_s", "sum"),
+    )
     kinds["idle_fraction"] = kinds["idle_s"] / kinds["measured_s"]
     named = runs[["run_id", "framework", "device", "world_size"]].rename(
-        columns={"device": "run_device"})
+        columns={"device": "run_device"}
+    )
     return named.merge(kinds.drop(columns="measured_s"), on="run_id")

@@ -1,6 +1,7 @@
 """Why a step took as long as it did: the report's sections of issue 18
 (critical path and causes of waiting, the calibrated what-if, the trace
 diff), read from the tables folder once."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,7 +18,14 @@ def sections(runs: pd.DataFrame, tables: Path) -> list[Section]:
     tables = Path(tables)
     phases = critical_path.phase_table(tables)
     if phases.empty:
-        return [Section("Critical path and causes of waiting",
-                        ["No phase table in these tables: nothing to explain."])]
-    return [critical_path.section(runs, phases, tables / "figures"),
-            whatif.section(runs, phases, tables), trace_diff.section(runs, phases)]
+        return [
+            Section(
+                "Critical path and causes of waiting",
+                ["No phase table in these tables: nothing to explain."],
+            )
+        ]
+    return [
+        critical_path.section(runs, phases, tables / "figures"),
+        whatif.section(runs, phases, tables),
+        trace_diff.section(runs, phases),
+    ]

@@ -3,6 +3,7 @@
 Each figure is one function of the tables that returns a plotnine plot; the
 names and units on the axes are the columns' names in the tables.
 """
+
 from __future__ import annotations
 
 import sys
@@ -10,10 +11,28 @@ import warnings
 from pathlib import Path
 
 import pandas as pd
-from plotnine import (aes, annotate, coord_flip, facet_grid, facet_wrap, geom_col,
-                      geom_errorbar, geom_hline, geom_line, geom_point, geom_segment, ggplot,
-                      labs, scale_color_manual, scale_fill_manual, scale_x_continuous,
-                      stat_summary, theme, theme_bw, element_text)
+from plotnine import (
+    aes,
+    annotate,
+    coord_flip,
+    facet_grid,
+    facet_wrap,
+    geom_col,
+    geom_errorbar,
+    geom_hline,
+    geom_line,
+    geom_point,
+    geom_segment,
+    ggplot,
+    labs,
+    scale_color_manual,
+    scale_fill_manual,
+    scale_x_continuous,
+    stat_summary,
+    theme,
+    theme_bw,
+    element_text,
+)
 
 from analysis import accuracy, bottlenecks, cells, stats
 from analysis import compression as compression_table
@@ -22,27 +41,48 @@ from traces.phases import PHASES
 
 FIGURE_SIZE = (8, 4.5)
 # One colour per phase in every figure (ColorBrewer Set3 and Dark2 hues).
-PHASE_COLORS = dict(zip(PHASES, [
-    "#8dd3c7", "#e6ab02", "#bebada", "#1b9e77", "#fb8072", "#377eb8", "#e7298a",
-    "#b3de69", "#d9d9d9"]))
+PHASE_COLORS = dict(
+    zip(
+        PHASES,
+        [
+            "#8dd3c7",
+            "#e6ab02",
+            "#bebada",
+            "#1b9e77",
+            "#fb8072",
+            "#377eb8",
+            "#e7298a",
+            "#b3de69",
+            "#d9d9d9",
+        ],
+    )
+)
 
 
 def nothing_to_show(title: str, why: str = "no successful run to show"):
     """A figure that says why it is empty, instead of no figure at all."""
-    return (ggplot() + annotate("text", x=0, y=0, label=why)
-            + labs(title=title, x="", y="") + theme_bw() + theme(figure_size=FIGURE_SIZE))
+    return (
+        ggplot()
+        + annotate("text", x=0, y=0, label=why)
+        + labs(title=title, x="", y="")
+        + theme_bw()
+        + theme(figure_size=FIGURE_SIZE)
+    )
 
 
 def against_processes(table: pd.DataFrame, response: str, title: str, y_label: str):
     """A response against processes for every framework: each run a point,
     the mean a line, one panel per setting."""
-    return (ggplot(table, aes("world_size", response, color="framework"))
-            + geom_point(alpha=0.6, size=2)
-            + stat_summary(fun_y=lambda y: y.mean(), geom="line", size=1)
-            + facet_wrap("~setting")
-            + scale_x_continuous(breaks=sorted(table["world_size"].unique()))
-            + labs(title=title, x="processes (nodes x procs_per_node)", y=y_label)
-            + theme_bw() + theme(figure_size=FIGURE_SIZE))
+    return (
+        ggplot(table, aes("world_size", response, color="framework"))
+        + geom_point(alpha=0.6, size=2)
+        + stat_summary(fun_y=lambda y: y.mean(), geom="line", size=1)
+        + facet_wrap("~setting")
+        + scale_x_continuous(breaks=sorted(table["world_size"].unique()))
+        + labs(title=title, x="processes (nodes x procs_per_node)", y=y_label)
+        + theme_bw()
+        + theme(figure_size=FIGURE_SIZE)
+    )
 
 
 def throughput(runs: pd.DataFrame):
@@ -50,9 +90,11 @@ def throughput(runs: pd.DataFrame):
     if ok.empty:
         return nothing_to_show("Training throughput against processes")
     return against_processes(
-        ok, "images_per_s",
+        ok,
+        "images_per_s",
         "Training throughput against processes (points: replications; line: mean)",
-        "images_per_s (all ranks, images/s)")
+        "images_per_s (all ranks, images/s)",
+    )
 
 
 def energy(runs: pd.DataFrame):
@@ -60,12 +102,16 @@ def energy(runs: pd.DataFrame):
     ok = cells.with_setting(runs[runs["status"] == "ok"])
     measured = ok[ok["energy_per_image_j"].notna()] if "energy_per_image_j" in ok else ok[0:0]
     if measured.empty:
-        return nothing_to_show("Energy per image against processes",
-                               "energy not available (see the report's energy section)")
+        return nothing_to_show(
+            "Energy per image against processes",
+            "energy not available (see the report's energy section)",
+        )
     return against_processes(
-        measured, "energy_per_image_j",
+        measured,
+        "energy_per_image_j",
         "Energy per training image against processes (points: replications; line: mean)",
-        "energy_per_image_j (all nodes, J/image)")
+        "energy_per_image_j (all nodes, J/image)",
+    )
 
 
 def accuracy_per_epoch(runs: pd.DataFrame, epochs: pd.DataFrame):
@@ -74,13 +120,19 @@ def accuracy_per_epoch(runs: pd.DataFrame, epochs: pd.DataFrame):
     if df.empty:
         return nothing_to_show("Test accuracy after each epoch")
     df["processes"] = df["world_size"].astype(str) + " process(es)"
-    return (ggplot(df, aes("epoch", "test_accuracy", color="framework",
-                           group="run_id"))
-            + geom_line(alpha=0.7) + geom_point(size=1.5)
-            + facet_wrap("~processes")
-            + labs(title="Test accuracy after each epoch (one line per run)",
-                   x="epoch", y="test_accuracy (fraction)")
-            + theme_bw() + theme(figure_size=FIGURE_SIZE))
+    return (
+        ggplot(df, aes("epoch", "test_accuracy", color="framework", group="run_id"))
+        + geom_line(alpha=0.7)
+        + geom_point(size=1.5)
+        + facet_wrap("~processes")
+        + labs(
+            title="Test accuracy after each epoch (one line per run)",
+            x="epoch",
+            y="test_accuracy (fraction)",
+        )
+        + theme_bw()
+        + theme(figure_size=FIGURE_SIZE)
+    )
 
 
 def time_to_accuracy(runs: pd.DataFrame):
@@ -94,19 +146,35 @@ def time_to_accuracy(runs: pd.DataFrame):
     reached = asked[asked["target_status"] == accuracy.REACHED]
     ceiling = (reached["time_to_accuracy_s"].max() if len(reached) else 1.0) * 1.15
     missed = asked[asked["target_status"] == accuracy.NOT_REACHED].assign(
-        time_to_accuracy_s=ceiling)
+        time_to_accuracy_s=ceiling
+    )
     target = asked["target_accuracy"].iloc[0]
     if reached.empty:
         return nothing_to_show(title, f"no run reached test accuracy {target:g}")
     plot = against_processes(
-        reached, "time_to_accuracy_s",
+        reached,
+        "time_to_accuracy_s",
         f"Time to test accuracy {target:g} (points: runs; crosses: not reached)",
-        "time_to_accuracy_s (run clock, s)")
+        "time_to_accuracy_s (run clock, s)",
+    )
     if len(missed):
-        plot = (plot + geom_point(aes("world_size", "time_to_accuracy_s", color="framework"),
-                                  data=missed, shape="x", size=4)
-                + annotate("text", x=min(asked["world_size"]), y=ceiling * 1.04,
-                           label="not reached", ha="left", size=8))
+        plot = (
+            plot
+            + geom_point(
+                aes("world_size", "time_to_accuracy_s", color="framework"),
+                data=missed,
+                shape="x",
+                size=4,
+            )
+            + annotate(
+                "text",
+                x=min(asked["world_size"]),
+                y=ceiling * 1.04,
+                label="not reached",
+                ha="left",
+                size=8,
+            )
+        )
     return plot
 
 
@@ -116,42 +184,71 @@ def compression(runs: pd.DataFrame):
     table = compression_table.summary(runs)
     if table.empty:
         return nothing_to_show("Gradient compression")
-    panels = {"comm_bytes_per_step": ("MB/step handed over", 1e-6),
-              "step_mean_s": ("ms/step, slowest rank", 1e3),
-              "final_test_accuracy": ("final test accuracy", 1.0)}
-    long = pd.concat([table.assign(response=label, value=table[column] * factor)
-                      for column, (label, factor) in panels.items()])
+    panels = {
+        "comm_bytes_per_step": ("MB/step handed over", 1e-6),
+        "step_mean_s": ("ms/step, slowest rank", 1e3),
+        "final_test_accuracy": ("final test accuracy", 1.0),
+    }
+    long = pd.concat(
+        [
+            table.assign(response=label, value=table[column] * factor)
+            for column, (label, factor) in panels.items()
+        ]
+    )
     long["processes"] = long["world_size"].astype(str) + " proc."
     # in the codecs' order (frameworks/compression.py), the panels as listed
-    long["compression"] = pd.Categorical(long["compression"],
-                                         [c for c in codecs.NAMES if c in set(long["compression"])])
+    long["compression"] = pd.Categorical(
+        long["compression"], [c for c in codecs.NAMES if c in set(long["compression"])]
+    )
     long["response"] = pd.Categorical(long["response"], [label for label, _ in panels.values()])
     settings = long["setting"].nunique()
-    return (ggplot(long, aes("compression", "value", color="framework", shape="processes",
-                             group="framework + processes"))
-            + geom_point(size=2.5) + geom_line()
-            + facet_grid("response ~ setting", scales="free_y")
-            + labs(title="Gradient compression: bytes, step time and accuracy "
-                         "(means over replications)", x="compression", y="")
-            + theme_bw() + theme(figure_size=(3 + 3 * settings, 7),
-                                 axis_text_x=element_text(rotation=30, ha="right")))
+    return (
+        ggplot(
+            long,
+            aes(
+                "compression",
+                "value",
+                color="framework",
+                shape="processes",
+                group="framework + processes",
+            ),
+        )
+        + geom_point(size=2.5)
+        + geom_line()
+        + facet_grid("response ~ setting", scales="free_y")
+        + labs(
+            title="Gradient compression: bytes, step time and accuracy (means over replications)",
+            x="compression",
+            y="",
+        )
+        + theme_bw()
+        + theme(
+            figure_size=(3 + 3 * settings, 7), axis_text_x=element_text(rotation=30, ha="right")
+        )
+    )
 
 
 def scaling(runs: pd.DataFrame):
     table = stats.scaling(runs)
     if table.empty:
         return nothing_to_show("Speedup against processes")
-    return (ggplot(table, aes("world_size", "speedup", color="framework"))
-            + geom_line(aes(y="ideal_speedup"), linetype="dashed", color="grey")
-            + geom_line(size=1) + geom_point(size=2)
-            + geom_errorbar(aes(ymin="speedup - speedup_ci", ymax="speedup + speedup_ci"),
-                            width=0.1)
-            + facet_wrap("~setting")
-            + scale_x_continuous(breaks=sorted(table["world_size"].unique()))
-            + labs(title="Speedup against each framework's smallest configuration "
-                         "(dashed: ideal; bars: 95 % CI)",
-                   x="processes", y="speedup (throughput / base throughput)")
-            + theme_bw() + theme(figure_size=FIGURE_SIZE))
+    return (
+        ggplot(table, aes("world_size", "speedup", color="framework"))
+        + geom_line(aes(y="ideal_speedup"), linetype="dashed", color="grey")
+        + geom_line(size=1)
+        + geom_point(size=2)
+        + geom_errorbar(aes(ymin="speedup - speedup_ci", ymax="speedup + speedup_ci"), width=0.1)
+        + facet_wrap("~setting")
+        + scale_x_continuous(breaks=sorted(table["world_size"].unique()))
+        + labs(
+            title="Speedup against each framework's smallest configuration "
+            "(dashed: ideal; bars: 95 % CI)",
+            x="processes",
+            y="speedup (throughput / base throughput)",
+        )
+        + theme_bw()
+        + theme(figure_size=FIGURE_SIZE)
+    )
 
 
 def phase_breakdown(table: pd.DataFrame):
@@ -159,15 +256,24 @@ def phase_breakdown(table: pd.DataFrame):
         return nothing_to_show("Time per step by phase")
     # One horizontal bar per processes x setting, so that any number of
     # settings stays readable.
-    table = table.assign(ms=table["mean"] * 1e3,
-                         cell=table["world_size"].astype(str) + " proc., " + table["setting"])
+    table = table.assign(
+        ms=table["mean"] * 1e3, cell=table["world_size"].astype(str) + " proc., " + table["setting"]
+    )
     bars = table.groupby("framework")["cell"].nunique().sum()
-    return (ggplot(table, aes("cell", "ms", fill="phase"))
-            + geom_col() + scale_fill_manual(values=PHASE_COLORS) + coord_flip()
-            + facet_wrap("~framework", ncol=1, scales="free_y")
-            + labs(title="Mean time per step in each phase (ranks and replications)",
-                   x="", y="time per step (ms)")
-            + theme_bw() + theme(figure_size=(9, 2 + 0.35 * bars)))
+    return (
+        ggplot(table, aes("cell", "ms", fill="phase"))
+        + geom_col()
+        + scale_fill_manual(values=PHASE_COLORS)
+        + coord_flip()
+        + facet_wrap("~framework", ncol=1, scales="free_y")
+        + labs(
+            title="Mean time per step in each phase (ranks and replications)",
+            x="",
+            y="time per step (ms)",
+        )
+        + theme_bw()
+        + theme(figure_size=(9, 2 + 0.35 * bars))
+    )
 
 
 def timeline(phases: pd.DataFrame, runs: pd.DataFrame, window: int = 12):
@@ -183,45 +289,72 @@ def timeline(phases: pd.DataFrame, runs: pd.DataFrame, window: int = 12):
         if part.empty:
             continue
         t0 = part["start_ns"].min()
-        frames.append(part.assign(framework=row.framework, start_ms=(part["start_ns"] - t0) / 1e6,
-                                  end_ms=(part["end_ns"] - t0) / 1e6,
-                                  rank=part["rank"].map(lambda r: f"rank {r}")))
+        frames.append(
+            part.assign(
+                framework=row.framework,
+                start_ms=(part["start_ns"] - t0) / 1e6,
+                end_ms=(part["end_ns"] - t0) / 1e6,
+                rank=part["rank"].map(lambda r: f"rank {r}"),
+            )
+        )
     if not frames:
         return nothing_to_show("Per-rank timeline")
     data = pd.concat(frames)
-    steps = data.groupby(["framework", "rank", "step"]).agg(start=("start_ms", "min"),
-                                                            end=("end_ms", "max"))
+    steps = data.groupby(["framework", "rank", "step"]).agg(
+        start=("start_ms", "min"), end=("end_ms", "max")
+    )
     steps["dur"] = steps["end"] - steps["start"]
     med = steps.groupby("framework")["dur"].transform("median")
     mad = steps.groupby("framework")["dur"].transform(lambda d: (d - d.median()).abs().median())
     outliers = steps[steps["dur"] > med + 3 * mad].reset_index()
-    plot = (ggplot(data)
-            + geom_segment(aes(x="start_ms", xend="end_ms", y="rank", yend="rank",
-                               color="phase"), size=6)
-            + scale_color_manual(values=PHASE_COLORS)
-            + facet_wrap("~framework", ncol=1, scales="free")
-            + labs(title=f"Per-rank timeline of {window} measured steps "
-                         "(largest run of each framework; x: outlier steps)",
-                   x="time since the window's start (ms)", y="rank")
-            + theme_bw() + theme(figure_size=(9, 2 + 1.6 * data["framework"].nunique())))
+    plot = (
+        ggplot(data)
+        + geom_segment(
+            aes(x="start_ms", xend="end_ms", y="rank", yend="rank", color="phase"), size=6
+        )
+        + scale_color_manual(values=PHASE_COLORS)
+        + facet_wrap("~framework", ncol=1, scales="free")
+        + labs(
+            title=f"Per-rank timeline of {window} measured steps "
+            "(largest run of each framework; x: outlier steps)",
+            x="time since the window's start (ms)",
+            y="rank",
+        )
+        + theme_bw()
+        + theme(figure_size=(9, 2 + 1.6 * data["framework"].nunique()))
+    )
     if not outliers.empty:
-        plot += geom_point(aes(x="start", y="rank"), data=outliers, shape="x", size=4,
-                           color="black")
+        plot += geom_point(
+            aes(x="start", y="rank"), data=outliers, shape="x", size=4, color="black"
+        )
     return plot
 
 
 def waterfall(table: pd.DataFrame):
     if table.empty:
         return nothing_to_show("Scaling loss by phase")
-    table = table.assign(cell=table["framework"] + ", " + table["world_size"].astype(str)
-                         + " proc., " + table["setting"])
-    return (ggplot(table, aes("phase", "speedup_lost", fill="phase"))
-            + geom_col() + scale_fill_manual(values=PHASE_COLORS)
-            + geom_hline(yintercept=0, color="grey")
-            + coord_flip() + facet_wrap("~cell")
-            + labs(title="Where the speedup goes: ideal minus measured speedup, split by phase",
-                   x="phase", y="speedup lost (negative: gained)")
-            + theme_bw() + theme(figure_size=(9, 5), legend_position="none"))
+    table = table.assign(
+        cell=table["framework"]
+        + ", "
+        + table["world_size"].astype(str)
+        + " proc., "
+        + table["setting"]
+    )
+    return (
+        ggplot(table, aes("phase", "speedup_lost", fill="phase"))
+        + geom_col()
+        + scale_fill_manual(values=PHASE_COLORS)
+        + geom_hline(yintercept=0, color="grey")
+        + coord_flip()
+        + facet_wrap("~cell")
+        + labs(
+            title="Where the speedup goes: ideal minus measured speedup, split by phase",
+            x="phase",
+            y="speedup lost (negative: gained)",
+        )
+        + theme_bw()
+        + theme(figure_size=(9, 5), legend_position="none")
+    )
 
 
 def draw_all(tables: Path) -> dict[str, Path]:
@@ -229,17 +362,25 @@ def draw_all(tables: Path) -> dict[str, Path]:
     epochs = pd.read_parquet(tables / "epochs.parquet")
     phases = pd.read_parquet(tables / "step_phases.parquet")
     ok = runs[runs["status"] == "ok"]
-    table = bottlenecks.breakdown(phases[phases["run_id"].isin(ok["run_id"])], ok, cells.CELL) \
-        if not phases.empty and not ok.empty else pd.DataFrame()
+    table = (
+        bottlenecks.breakdown(phases[phases["run_id"].isin(ok["run_id"])], ok, cells.CELL)
+        if not phases.empty and not ok.empty
+        else pd.DataFrame()
+    )
     gap = bottlenecks.waterfall(table, ["framework", "setting"]) if len(table) else table
     folder = tables / "figures"
     folder.mkdir(exist_ok=True)
-    plots = {"throughput": throughput(runs), "scaling": scaling(runs),
-             "phases": phase_breakdown(table), "timeline": timeline(phases, runs),
-             "waterfall": waterfall(gap), "accuracy": accuracy_per_epoch(runs, epochs),
-             "time_to_accuracy": time_to_accuracy(runs),
-             "energy": energy(runs),
-             "compression": compression(runs)}
+    plots = {
+        "throughput": throughput(runs),
+        "scaling": scaling(runs),
+        "phases": phase_breakdown(table),
+        "timeline": timeline(phases, runs),
+        "waterfall": waterfall(gap),
+        "accuracy": accuracy_per_epoch(runs, epochs),
+        "time_to_accuracy": time_to_accuracy(runs),
+        "energy": energy(runs),
+        "compression": compression(runs),
+    }
     paths = {}
     for name, plot in plots.items():
         paths[name] = folder / f"{name}.png"

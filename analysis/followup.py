@@ -7,6 +7,7 @@ file whose ``follow_up`` key records where it came from. The follow-up is an
 ordinary design: ``exclude`` rules keep exactly the chosen cells, so
 ``ddlc plan`` and the workflow need nothing new.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,10 +22,12 @@ from analysis import summary
 from ddlcompare.design import Design
 from frameworks import registry
 
-RULE = ("per framework, its best and worst cell by throughput; the scale and setting where "
-        "the frameworks differ most (largest relative gap between the fastest and the "
-        "slowest); the cells with the strongest bottleneck finding (largest share of the "
-        "step in exposed gradient exchange or data loading)")
+RULE = (
+    "per framework, its best and worst cell by throughput; the scale and setting where "
+    "the frameworks differ most (largest relative gap between the fastest and the "
+    "slowest); the cells with the strongest bottleneck finding (largest share of the "
+    "step in exposed gradient exchange or data loading)"
+)
 STRONGEST = 2  # cells taken for their bottleneck finding
 # The follow-up's replications: one more than the first stage's, at least 3,
 # so that both stages of the default study fit the main job's time.
@@ -39,9 +42,15 @@ def cell_means(design: Design, runs: pd.DataFrame) -> pd.DataFrame:
     """Mean throughput per cell of the design (its factors' levels)."""
     ok = summary.ok_runs(runs)
     keys = [f for f in design.factors if f in ok]
-    means = ok.groupby(keys, dropna=False).agg(
-        images_per_s=("images_per_s", "mean"), world_size=("world_size", "first"),
-        setting=("setting", "first")).reset_index()
+    means = (
+        ok.groupby(keys, dropna=False)
+        .agg(
+            images_per_s=("images_per_s", "mean"),
+            world_size=("world_size", "first"),
+            setting=("setting", "first"),
+        )
+        .reset_index()
+    )
     return means.dropna(subset=["images_per_s"])
 
 
@@ -59,7 +68,8 @@ def select(design: Design, runs: pd.DataFrame, found: pd.DataFrame) -> pd.DataFr
         if len(group) > 1:
             take(group.loc[group["images_per_s"].idxmin()], f"worst cell of {framework}")
     spread = means.groupby(["world_size", "setting"])["images_per_s"].agg(
-        lambda s: (s.max() - s.min()) / s.max() if len(s) > 1 and s.max() else math.nan)
+        lambda s: (s.max() - s.min()) / s.max() if len(s) > 1 and s.max() else math.nan
+    )
     if spread.notna().any():
         scale, setting = spread.idxmax()
         widest = means[(means["world_size"] == scale) & (means["setting"] == setting)]
@@ -68,9 +78,11 @@ def select(design: Design, runs: pd.DataFrame, found: pd.DataFrame) -> pd.DataFr
     dominant = summary.dominant_bottlenecks(found)
     dominant = dominant[dominant["bottleneck"] != "compute"].nlargest(STRONGEST, "share")
     for _, finding in dominant.iterrows():
-        match = means[(means["framework"] == finding["framework"])
-                      & (means["world_size"] == finding["world_size"])
-                      & (means["setting"] == finding["setting"])]
+        match = means[
+            (means["framework"] == finding["framework"])
+            & (means["world_size"] == finding["world_size"])
+            & (means["setting"] == finding["setting"])
+        ]
         for _, row in match.iterrows():
             take(row, f"strongest bottleneck: {finding['sentence']}")
     rows = [{**dict(zip(keys, key)), "reasons": "; ".join(why)} for key, why in reasons.items()]
@@ -94,8 +106,13 @@ def instruments(frameworks: list[str]) -> dict:
     return settings
 
 
-def design_doc(design: Design, runs: pd.DataFrame, found: pd.DataFrame,
-               tables: Path, replications: int | None = None) -> dict:
+def design_doc(
+    design: Design,
+    runs: pd.DataFrame,
+    found: pd.DataFrame,
+    tables: Path,
+    replications: int | None = None,
+) -> dict:
     """The follow-up design as design.yaml's mapping."""
     chosen = select(design, runs, found)
     if chosen.empty:
@@ -103,27 +120,38 @@ def design_doc(design: Design, runs: pd.DataFrame, found: pd.DataFrame,
     keys = [c for c in chosen.columns if c != "reasons"]
     factors = {f: [lv for lv in design.factors[f] if lv in set(chosen[f])] for f in keys}
     picked = {tuple(row[f] for f in keys) for _, row in chosen.iterrows()}
-    exclude = [dict(zip(keys, combo)) for combo in _product(factors, keys)
-               if combo not in picked]
+    exclude = [dict(zip(keys, combo)) for combo in _product(factors, keys) if combo not in picked]
     from ddlcompare.params import PARAMS
-    fixed = {k: v for k, v in design.fixed.items()
-             if k not in factors and v != PARAMS[k].default}  # defaults stay implicit
+
+    fixed = {
+        k: v for k, v in design.fixed.items() if k not in factors and v != PARAMS[k].default
+    }  # defaults stay implicit
     fixed.update(instruments(factors["framework"]))
     if "epochs" not in factors:
         fixed["epochs"] = min(EPOCHS, design.fixed.get("epochs", EPOCHS))
-    return {"name": f"{design.name}-follow-up",
-            "factors": factors, "fixed": _plain(fixed),
-            "replications": replications or max(MIN_REPLICATIONS, design.replications + 1),
-            "seed": design.seed,
-            "randomize": design.randomize, "exclude": _plain(exclude), "zip": [],
-            "follow_up": {"design": str(Path(design.source).resolve()), "name": design.name,
-                          "settings_hash": design.settings_hash,
-                          "tables": str(tables.resolve()), "rule": RULE,
-                          "cells": _plain(chosen.to_dict("records"))}}
+    return {
+        "name": f"{design.name}-follow-up",
+        "factors": factors,
+        "fixed": _plain(fixed),
+        "replications": replications or max(MIN_REPLICATIONS, design.replications + 1),
+        "seed": design.seed,
+        "randomize": design.randomize,
+        "exclude": _plain(exclude),
+        "zip": [],
+        "follow_up": {
+            "design": str(Path(design.source).resolve()),
+            "name": design.name,
+            "settings_hash": design.settings_hash,
+            "tables": str(tables.resolve()),
+            "rule": RULE,
+            "cells": _plain(chosen.to_dict("records")),
+        },
+    }
 
 
 def _product(factors: dict, keys: list[str]):
     import itertools
+
     return itertools.product(*(factors[k] for k in keys))
 
 
@@ -139,11 +167,14 @@ def _plain(value):
 def write(design: Design, tables: Path, out: Path, replications: int | None = None) -> dict:
     from analysis import bottlenecks
     from runfiles.atomic import write_text
+
     runs = pd.read_parquet(tables / "runs.parquet")
     found = bottlenecks.findings(pd.read_parquet(tables / "step_phases.parquet"), runs)
     doc = design_doc(design, runs, found, tables, replications)
-    header = (f"# The follow-up of {design.name} (written by ddlc follow-up): the cells\n"
-              f"# chosen by the rule in follow_up.rule, instrumented, with more replications.\n")
+    header = (
+        f"# The follow-up of {design.name} (written by ddlc follow-up): the cells\n"
+        f"# chosen by the rule in follow_up.rule, instrumented, with more replications.\n"
+    )
     write_text(out, header + yaml.safe_dump(doc, sort_keys=False))
     return doc
 
@@ -161,6 +192,7 @@ def tracing_cost(design: Design, runs: pd.DataFrame, first: pd.DataFrame) -> pd.
     """Per cell: throughput in the first stage and in this one, and the
     share lost to the follow-up's instruments."""
     from analysis import stats
+
     keys = [f for f in design.factors if f in runs and f in first]
     rows = []
     for key, cell in summary.ok_runs(runs).groupby(keys):
@@ -170,11 +202,18 @@ def tracing_cost(design: Design, runs: pd.DataFrame, first: pd.DataFrame) -> pd.
             before = before[before[k] == v]
         traced, traced_half, n = stats.mean_ci(cell["images_per_s"])
         plain, plain_half, m = stats.mean_ci(before["images_per_s"])
-        rows.append({**dict(zip(keys, key)), "first_stage_images_per_s": plain,
-                     "first_stage_images_per_s_ci": plain_half, "first_stage_runs": m,
-                     "follow_up_images_per_s": traced, "follow_up_images_per_s_ci": traced_half,
-                     "follow_up_runs": n,
-                     "tracing_cost": 1 - traced / plain if m and plain else float("nan")})
+        rows.append(
+            {
+                **dict(zip(keys, key)),
+                "first_stage_images_per_s": plain,
+                "first_stage_images_per_s_ci": plain_half,
+                "first_stage_runs": m,
+                "follow_up_images_per_s": traced,
+                "follow_up_images_per_s_ci": traced_half,
+                "follow_up_runs": n,
+                "tracing_cost": 1 - traced / plain if m and plain else float("nan"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -184,31 +223,44 @@ def section(ctx) -> str:
     import html
 
     from analysis import page
+
     origin = ctx.design.follow_up
     if not origin:
-        return (f"<p>This is a first stage. <code>./ddlc follow-up --design "
-                f"{html.escape(ctx.design.source)}</code> writes the second: the cells chosen "
-                f"by this rule, {html.escape(RULE)}; run instrumented (Score-P where "
-                f"installed, else OTF2; Horovod Timeline and the PyTorch profiler where "
-                f"they apply) with more replications. <code>./ddlc two-stage</code> runs "
-                f"both.</p>")
+        return (
+            f"<p>This is a first stage. <code>./ddlc follow-up --design "
+            f"{html.escape(ctx.design.source)}</code> writes the second: the cells chosen "
+            f"by this rule, {html.escape(RULE)}; run instrumented (Score-P where "
+            f"installed, else OTF2; Horovod Timeline and the PyTorch profiler where "
+            f"they apply) with more replications. <code>./ddlc two-stage</code> runs "
+            f"both.</p>"
+        )
     first_tables = Path(origin["tables"])
     report = first_tables.parent / "report.html"
-    link = (f"<a href='{html.escape(report.resolve().as_uri())}'>its report</a>"
-            if report.exists() else "its report (not found where it was)")
-    text = (f"<p>Follow-up of <code>{html.escape(origin['name'])}</code> "
-            f"(<code>{html.escape(origin['design'])}</code>, settings "
-            f"<code>{html.escape(origin['settings_hash'])}</code>): {link}. Cells chosen by "
-            f"the rule: {html.escape(origin['rule'])}.</p>")
+    link = (
+        f"<a href='{html.escape(report.resolve().as_uri())}'>its report</a>"
+        if report.exists()
+        else "its report (not found where it was)"
+    )
+    text = (
+        f"<p>Follow-up of <code>{html.escape(origin['name'])}</code> "
+        f"(<code>{html.escape(origin['design'])}</code>, settings "
+        f"<code>{html.escape(origin['settings_hash'])}</code>): {link}. Cells chosen by "
+        f"the rule: {html.escape(origin['rule'])}.</p>"
+    )
     text += page.table(pd.DataFrame(origin.get("cells", [])), caption="chosen cells")
     if not (first_tables / "runs.parquet").exists():
         return text + "<p>The first stage's tables are gone: no tracing cost.</p>"
     first = pd.read_parquet(first_tables / "runs.parquet")
-    first_tracer = first["tracer"].dropna().iloc[0] if "tracer" in first and \
-        first["tracer"].notna().any() else "none"
+    first_tracer = (
+        first["tracer"].dropna().iloc[0]
+        if "tracer" in first and first["tracer"].notna().any()
+        else "none"
+    )
     cost = tracing_cost(ctx.design, ctx.runs, first)
-    return (text + f"<p>Throughput per cell, first stage (tracer {html.escape(first_tracer)}) "
-            f"against this follow-up ({html.escape(_instrumented(ctx.design.fixed))}); "
-            f"tracing_cost is the share of throughput the follow-up's instruments cost "
-            f"(negative: the follow-up ran faster, within noise).</p>"
-            + page.table(cost, caption="tracing cost per cell"))
+    return (
+        text + f"<p>Throughput per cell, first stage (tracer {html.escape(first_tracer)}) "
+        f"against this follow-up ({html.escape(_instrumented(ctx.design.fixed))}); "
+        f"tracing_cost is the share of throughput the follow-up's instruments cost "
+        f"(negative: the follow-up ran faster, within noise).</p>"
+        + page.table(cost, caption="tracing cost per cell")
+    )

@@ -6,6 +6,7 @@ that ``nan`` and ``6.939e-18`` never reach a reader. A column's unit is
 read from its name (the project's one vocabulary: ``_s`` seconds, ``_j``
 joules, ``images_per_s``...).
 """
+
 from __future__ import annotations
 
 import math
@@ -20,13 +21,27 @@ RESIDUE = 1e-9  # relative to the column's largest magnitude: below it is roundi
 TABLE_RESIDUE = 1e-12  # relative to the largest value of the same unit in the table
 
 # Column-name endings and the unit they carry, longest first.
-UNITS = (("images_per_s", "images/s"), ("_bytes_per_step", "B/step"), ("_bytes", "B"),
-         ("_mb_s", "MB/s"), ("_ms", "ms"), ("_j", "J"), ("_s", "s"))
+UNITS = (
+    ("images_per_s", "images/s"),
+    ("_bytes_per_step", "B/step"),
+    ("_bytes", "B"),
+    ("_mb_s", "MB/s"),
+    ("_ms", "ms"),
+    ("_j", "J"),
+    ("_s", "s"),
+)
 # Units that take k/M/G prefixes (the others have their own: ms, MB/s, s).
 PREFIXED = ("images/s", "J", "B", "B/step")
 # Columns that hold a share of a whole (0..1), written as a percentage.
-SHARES = ("share", "efficiency", "variation", "relative_half_width", "accuracy",
-          "late_share", "tracing_cost")
+SHARES = (
+    "share",
+    "efficiency",
+    "variation",
+    "relative_half_width",
+    "accuracy",
+    "late_share",
+    "tracing_cost",
+)
 # Columns that hold p-values.
 P_VALUES = ("p", "p_adjusted", "p_raw")
 
@@ -45,8 +60,13 @@ def number(value, unit: str = "", digits: int = 3) -> str:
         return f"0 {unit}".strip()
     magnitude = abs(value)
     prefix = ""
-    scales = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")) if unit.startswith("B") else \
-        ((1e12, "T"), (1e9, "G"), (1e6, "M")) if unit in PREFIXED else ()
+    scales = (
+        ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+        if unit.startswith("B")
+        else ((1e12, "T"), (1e9, "G"), (1e6, "M"))
+        if unit in PREFIXED
+        else ()
+    )
     for scale, name in scales:
         if magnitude >= scale:
             value, prefix = value / scale, name
@@ -65,7 +85,7 @@ def percent(share, digits: int = 3) -> str:
     if share is None or (isinstance(share, float) and not math.isfinite(share)):
         return NOT_SET
     value = float(share) * 100
-    if abs(value) >= 10 ** digits:
+    if abs(value) >= 10**digits:
         return f"{value:.0f} %"
     text = f"{value:.{digits}g}" if abs(value) >= 1 or value == 0 else f"{value:.2g}"
     return f"{text} %"

@@ -10,6 +10,7 @@ A module that adds a section writes its builder with :func:`table`,
 :func:`figure` and :func:`sentences` and registers it with one line in
 analysis/report.py's SECTIONS.
 """
+
 from __future__ import annotations
 
 import base64
@@ -29,6 +30,7 @@ LONG_TABLE = 12  # rows; longer tables start folded (one click opens them)
 @dataclass
 class Context:
     """Everything a section may read: the design and the tables."""
+
     design: Any
     runs: pd.DataFrame
     step_phases: pd.DataFrame
@@ -42,6 +44,7 @@ class Context:
     @functools.cached_property
     def findings(self) -> pd.DataFrame:
         from analysis import bottlenecks
+
         return bottlenecks.findings(self.step_phases, self.runs)
 
 
@@ -62,8 +65,10 @@ def table(df: pd.DataFrame, caption: str = "", fold: bool | None = None) -> str:
     body = shown.to_html(index=False, escape=True, border=0, na_rep=humanize.NOT_SET)
     if "status" in shown:  # colour the run status cells
         for value in shown["status"].unique():
-            body = body.replace(f"<td>{html.escape(value)}</td>",
-                                f'<td class="{html.escape(value)}">{html.escape(value)}</td>')
+            body = body.replace(
+                f"<td>{html.escape(value)}</td>",
+                f'<td class="{html.escape(value)}">{html.escape(value)}</td>',
+            )
     fold = len(df) > LONG_TABLE if fold is None else fold
     if fold:
         label = html.escape(caption or "table")

@@ -8,6 +8,7 @@ Everything is computed from the tables. A new section is one line in
 SECTIONS (see analysis/page.py). Next to report.html: summary.md and the
 summary's tables as CSV.
 """
+
 from __future__ import annotations
 
 import html
@@ -19,8 +20,18 @@ import numpy as np
 import pandas as pd
 
 from runfiles.names import PHASE_TABLE
-from analysis import (accuracy, bottlenecks, cells, devices, explain, followup, humanize,
-                      network_limit, stats, summary)
+from analysis import (
+    accuracy,
+    bottlenecks,
+    cells,
+    devices,
+    explain,
+    followup,
+    humanize,
+    network_limit,
+    stats,
+    summary,
+)
 from analysis import compression as compression_table
 from analysis import page
 from analysis.page import Context, Section
@@ -30,32 +41,38 @@ from frameworks import registry
 
 TEMPLATES = Path(__file__).parent / "templates"
 
+
 def design_section(design: Design, runs: pd.DataFrame) -> str:
-    factors = pd.DataFrame([{"factor": f, "levels": ", ".join(map(str, v))}
-                            for f, v in design.factors.items()])
+    factors = pd.DataFrame(
+        [{"factor": f, "levels": ", ".join(map(str, v))} for f, v in design.factors.items()]
+    )
     fixed = pd.DataFrame([{"setting": k, "value": v} for k, v in design.fixed.items()])
     commits = ", ".join(sorted(runs["harness_commit"].dropna().unique())) or "unknown"
     versions = runs[[c for c in runs.columns if c.startswith("version_")] + ["mpi", "cpu"]]
     versions = versions.dropna(how="all").drop_duplicates()
-    return (f"<p>Design <code>{html.escape(design.name)}</code> "
-            f"from <code>{html.escape(design.source)}</code>, settings hash "
-            f"<code>{design.settings_hash}</code>, seed {design.seed}, "
-            f"{design.replications} replication(s), run order "
-            f"{'randomized' if design.randomize else 'as listed'}. "
-            f"batch_size is per process; global_batch = batch_size x processes.</p>"
-            f"<h3>Factors</h3>{page.table(factors)}<h3>Fixed settings</h3>{page.table(fixed)}"
-            f"<h3>Software and hosts</h3><p>Harness commit(s): <code>{commits}</code>; "
-            f"hosts: {html.escape(', '.join(sorted(set(runs['hosts'].dropna()))) or 'none')}"
-            f"</p>{page.table(versions)}")
+    return (
+        f"<p>Design <code>{html.escape(design.name)}</code> "
+        f"from <code>{html.escape(design.source)}</code>, settings hash "
+        f"<code>{design.settings_hash}</code>, seed {design.seed}, "
+        f"{design.replications} replication(s), run order "
+        f"{'randomized' if design.randomize else 'as listed'}. "
+        f"batch_size is per process; global_batch = batch_size x processes.</p>"
+        f"<h3>Factors</h3>{page.table(factors)}<h3>Fixed settings</h3>{page.table(fixed)}"
+        f"<h3>Software and hosts</h3><p>Harness commit(s): <code>{commits}</code>; "
+        f"hosts: {html.escape(', '.join(sorted(set(runs['hosts'].dropna()))) or 'none')}"
+        f"</p>{page.table(versions)}"
+    )
 
 
 def status_section(design: Design, runs: pd.DataFrame) -> str:
     cell = [f for f in design.path_factors()]
-    counts = (runs.groupby(cell + ["status"]).size().unstack(fill_value=0).reset_index())
+    counts = runs.groupby(cell + ["status"]).size().unstack(fill_value=0).reset_index()
     problems = runs[runs["status"] != "ok"][["run_id", *cell, "rep", "status", "reason"]]
     ok = int((runs["status"] == "ok").sum())
-    text = (f"<p>{ok} of {len(runs)} runs ok.</p>"
-            f"<h3>Runs per design cell, by status</h3>{page.table(counts)}")
+    text = (
+        f"<p>{ok} of {len(runs)} runs ok.</p>"
+        f"<h3>Runs per design cell, by status</h3>{page.table(counts)}"
+    )
     if not problems.empty:
         text += f"<h3>Runs that did not succeed</h3>{page.table(problems)}"
     return text
@@ -63,36 +80,45 @@ def status_section(design: Design, runs: pd.DataFrame) -> str:
 
 def results_section(runs: pd.DataFrame, figures: Path) -> str:
     scaling = stats.scaling(runs)
-    return (f"{page.figure(figures / 'throughput.png', 'throughput')}"
-            f"<p>images_per_s is global: images processed by all ranks in the measured steps "
-            f"(after warmup_steps) over the slowest rank's wall time; evaluation is excluded. "
-            f"batch_size is per process, so adding processes is weak scaling: the ideal "
-            f"speedup is the ratio of process counts.</p>"
-            f"{page.figure(figures / 'scaling.png', 'scaling')}{page.table(scaling)}"
-            f"<h3>Where the speedup goes</h3>{page.figure(figures / 'waterfall.png', 'waterfall')}"
-            f"<p>Each bar is one phase's share of the gap between ideal and measured speedup: "
-            f"gap = (N/N0) x sum over phases of (t_N - t_N0) / t_N, exactly.</p>")
+    return (
+        f"{page.figure(figures / 'throughput.png', 'throughput')}"
+        f"<p>images_per_s is global: images processed by all ranks in the measured steps "
+        f"(after warmup_steps) over the slowest rank's wall time; evaluation is excluded. "
+        f"batch_size is per process, so adding processes is weak scaling: the ideal "
+        f"speedup is the ratio of process counts.</p>"
+        f"{page.figure(figures / 'scaling.png', 'scaling')}{page.table(scaling)}"
+        f"<h3>Where the speedup goes</h3>{page.figure(figures / 'waterfall.png', 'waterfall')}"
+        f"<p>Each bar is one phase's share of the gap between ideal and measured speedup: "
+        f"gap = (N/N0) x sum over phases of (t_N - t_N0) / t_N, exactly.</p>"
+    )
 
 
 def phases_section(runs: pd.DataFrame, phases: pd.DataFrame, figures: Path) -> str:
     ok = runs[runs["status"] == "ok"]
     cell = cells.CELL
-    table = bottlenecks.breakdown(phases[phases["run_id"].isin(ok["run_id"])], ok, cell) \
-        if len(ok) and len(phases) else pd.DataFrame()
+    table = (
+        bottlenecks.breakdown(phases[phases["run_id"].isin(ok["run_id"])], ok, cell)
+        if len(ok) and len(phases)
+        else pd.DataFrame()
+    )
     if len(table):
         table = table.pivot_table(index=cell, columns="phase", values="mean").reset_index()
-    return (f"{page.figure(figures / 'phases.png', 'phase breakdown')}"
-            f"<p>Seconds per measured step in each phase, mean over ranks and "
-            f"replications; 'other' is step time outside the named phases.</p>{page.table(table)}"
-            f"{page.figure(figures / 'timeline.png', 'timeline')}")
+    return (
+        f"{page.figure(figures / 'phases.png', 'phase breakdown')}"
+        f"<p>Seconds per measured step in each phase, mean over ranks and "
+        f"replications; 'other' is step time outside the named phases.</p>{page.table(table)}"
+        f"{page.figure(figures / 'timeline.png', 'timeline')}"
+    )
 
 
 def bottlenecks_section(found: pd.DataFrame) -> str:
     if len(found):
         found = found.sort_values([*cells.CELL, "bottleneck"])
-    return (f"<p>One number and one sentence per finding and design "
-            f"cell (framework, processes, setting: batch_size and the other factors that "
-            f"vary).</p>{page.table(found)}")
+    return (
+        f"<p>One number and one sentence per finding and design "
+        f"cell (framework, processes, setting: batch_size and the other factors that "
+        f"vary).</p>{page.table(found)}"
+    )
 
 
 def statistics_section(design: Design, runs: pd.DataFrame) -> str:
@@ -102,8 +128,10 @@ def statistics_section(design: Design, runs: pd.DataFrame) -> str:
     constant = [f for f in design.factors if f in ok and f not in factors]
     parts = [_fraction_html(design)]
     if constant:
-        parts.append(f"<p>One level among the successful runs, so no effect to estimate: "
-                     f"{html.escape(', '.join(constant))}.</p>")
+        parts.append(
+            f"<p>One level among the successful runs, so no effect to estimate: "
+            f"{html.escape(', '.join(constant))}.</p>"
+        )
     for response in stats.RESPONSES:
         if response not in runs or runs[response].dropna().empty:
             continue
@@ -112,13 +140,17 @@ def statistics_section(design: Design, runs: pd.DataFrame) -> str:
         flagged = int(reps["needs_more_replications"].sum()) if len(reps) else 0
         single = int((reps["n"] < 2).sum()) if len(reps) else 0
         few = f", or {single} with one replication: too few for an interval" if single else ""
-        parts.append(f"<p>Mean +- t s / sqrt(n) per cell (95 %). {flagged} cell(s) need "
-                     f"more replications (half-width over 5 % of the mean{few}).</p>")
+        parts.append(
+            f"<p>Mean +- t s / sqrt(n) per cell (95 %). {flagged} cell(s) need "
+            f"more replications (half-width over 5 % of the mean{few}).</p>"
+        )
         parts.append(page.table(reps, caption=f"{response} per cell"))
         if _deterministic(ok, listed, response):
-            parts.append(f"<p>{response} is identical in every replication: the runs are "
-                         f"deterministic for this seed, so there is no error to test effects "
-                         f"against; the allocation below is exact, without F or p.</p>")
+            parts.append(
+                f"<p>{response} is identical in every replication: the runs are "
+                f"deterministic for this seed, so there is no error to test effects "
+                f"against; the allocation below is exact, without F or p.</p>"
+            )
         parts.append(_anova_html(design, runs, factors, response))
     return "".join(parts)
 
@@ -126,17 +158,20 @@ def statistics_section(design: Design, runs: pd.DataFrame) -> str:
 def _deterministic(ok: pd.DataFrame, cell: list[str], response: str) -> bool:
     spread = ok.dropna(subset=[response]).groupby(cell)[response].agg(["std", "count"])
     replicated = spread[spread["count"] > 1]
-    return bool(len(replicated)) and bool((replicated["std"].fillna(0) <= 1e-12 *
-                                           ok[response].abs().max()).all())
+    return bool(len(replicated)) and bool(
+        (replicated["std"].fillna(0) <= 1e-12 * ok[response].abs().max()).all()
+    )
 
 
 def _fraction_html(design: Design) -> str:
     if not design.fraction:
         return ""
     lines = design.fraction.describe()
-    return (f"<p>{html.escape(lines[0])}. Only the effects the fraction separates are "
-            f"estimated: each row of the sign table below stands for its whole alias chain.</p>"
-            f"<pre>{html.escape(chr(10).join(lines[1:]))}</pre>")
+    return (
+        f"<p>{html.escape(lines[0])}. Only the effects the fraction separates are "
+        f"estimated: each row of the sign table below stands for its whole alias chain.</p>"
+        f"<pre>{html.escape(chr(10).join(lines[1:]))}</pre>"
+    )
 
 
 def _anova_html(design: Design, runs: pd.DataFrame, factors: list[str], response: str) -> str:
@@ -152,9 +187,11 @@ def _anova_html(design: Design, runs: pd.DataFrame, factors: list[str], response
         except ValueError as exc:
             return text + f"<p>2<sup>k</sup>r method not applicable: {html.escape(str(exc))}.</p>"
         coding = "; ".join(f"{f}: -1 = {lv[0]}, +1 = {lv[1]}" for f, lv in levels.items())
-        text += (f"<p>2<sup>k</sup>r sign-table effects (Jain). Levels: {html.escape(coding)}. "
-                 f"<i>difference</i> is the mean at +1 minus the mean at -1 (twice the "
-                 f"effect q).</p>{page.table(effects, caption=f'effects on {response}')}")
+        text += (
+            f"<p>2<sup>k</sup>r sign-table effects (Jain). Levels: {html.escape(coding)}. "
+            f"<i>difference</i> is the mean at +1 minus the mean at -1 (twice the "
+            f"effect q).</p>{page.table(effects, caption=f'effects on {response}')}"
+        )
     return text
 
 
@@ -174,45 +211,67 @@ def _anova_table(runs: pd.DataFrame, factors: list[str], response: str) -> str:
     residual = table.loc[table["term"] == "Residual", "sum_sq"]
     if len(residual) and residual.iloc[0] <= 1e-9 * table["sum_sq"].sum():
         table = table.drop(columns=["F", "p"])  # no error: a test statistic would be noise
-    return (f"<p>Allocation of variation (full-factorial ANOVA, main effects and two-way "
-            f"interactions): R<sup>2</sup> {humanize.percent(fit['r_squared_additive'])} "
-            f"on {response}, {humanize.percent(fit['r_squared_log'])} on log({response}); "
-            f"the {'multiplicative (log)' if fit['log_fits_better'] else 'additive'} model "
-            f"fits better.</p>"
-            + page.table(table, caption=f"allocation of variation of {response}"))
+    return (
+        f"<p>Allocation of variation (full-factorial ANOVA, main effects and two-way "
+        f"interactions): R<sup>2</sup> {humanize.percent(fit['r_squared_additive'])} "
+        f"on {response}, {humanize.percent(fit['r_squared_log'])} on log({response}); "
+        f"the {'multiplicative (log)' if fit['log_fits_better'] else 'additive'} model "
+        f"fits better.</p>" + page.table(table, caption=f"allocation of variation of {response}")
+    )
 
 
 def traces_section(runs: pd.DataFrame, tables: Path) -> str:
     """What the converted traces hold: our runs' (collectives and their bytes)
     and any imported ones (phase totals per trace)."""
     parts = [""]
-    ours = pd.read_parquet(tables / PHASE_TABLE) if (tables / PHASE_TABLE).exists() \
-        else pd.DataFrame()
+    ours = (
+        pd.read_parquet(tables / PHASE_TABLE) if (tables / PHASE_TABLE).exists() else pd.DataFrame()
+    )
     if len(ours):
         info = runs.set_index("run_id")[[*cells.CELL, "tracer"]]
-        coll = ours[ours["collective"].notna()].groupby("run_id").agg(
-            collectives=("collective", "count"), bytes=("bytes", "sum"),
-            steps=("step", "nunique"), ranks=("rank", "nunique"))
+        coll = (
+            ours[ours["collective"].notna()]
+            .groupby("run_id")
+            .agg(
+                collectives=("collective", "count"),
+                bytes=("bytes", "sum"),
+                steps=("step", "nunique"),
+                ranks=("rank", "nunique"),
+            )
+        )
         coll["MB_per_step_per_rank"] = coll["bytes"] / coll["steps"] / coll["ranks"] / 1e6
-        held = ours.groupby("run_id").agg(intervals=("phase", "count"),
-                                          sources=("source", lambda s: ", ".join(sorted(set(s)))))
-        parts.append("<h3>Traces of these runs</h3><p>Intervals converted per run and the "
-                     "gradient collectives the trace records, with bytes where the framework "
-                     "exposes them.</p>")
+        held = ours.groupby("run_id").agg(
+            intervals=("phase", "count"), sources=("source", lambda s: ", ".join(sorted(set(s))))
+        )
+        parts.append(
+            "<h3>Traces of these runs</h3><p>Intervals converted per run and the "
+            "gradient collectives the trace records, with bytes where the framework "
+            "exposes them.</p>"
+        )
         parts.append(page.table(info.join(held, how="inner").join(coll, how="left").reset_index()))
-    errors = runs[runs.get("trace_errors", pd.Series(dtype=str)).notna()] \
-        if "trace_errors" in runs else pd.DataFrame()
+    errors = (
+        runs[runs.get("trace_errors", pd.Series(dtype=str)).notna()]
+        if "trace_errors" in runs
+        else pd.DataFrame()
+    )
     if len(errors):
         parts.append("<h3>Unreadable traces</h3>" + page.table(errors[["run_id", "trace_errors"]]))
     imported = tables / "imported.parquet"
     if imported.exists():
         table = pd.read_parquet(imported)
-        totals = table[table["phase"] != "step"].pivot_table(
-            index=["run_id", "source"], columns="phase", values="dur_ns", aggfunc="sum") / 1e9
-        counts = table.groupby(["run_id", "source"]).agg(ranks=("rank", "nunique"),
-                                                          intervals=("phase", "count"))
-        parts.append("<h3>Imported traces</h3><p>Seconds in each phase (all ranks) after "
-                     "mapping regions with traces/rules.yaml.</p>")
+        totals = (
+            table[table["phase"] != "step"].pivot_table(
+                index=["run_id", "source"], columns="phase", values="dur_ns", aggfunc="sum"
+            )
+            / 1e9
+        )
+        counts = table.groupby(["run_id", "source"]).agg(
+            ranks=("rank", "nunique"), intervals=("phase", "count")
+        )
+        parts.append(
+            "<h3>Imported traces</h3><p>Seconds in each phase (all ranks) after "
+            "mapping regions with traces/rules.yaml.</p>"
+        )
         parts.append(page.table(counts.join(totals).reset_index()))
     if len(parts) == 1:
         parts.append("<p>No traces (tracer: none, and none imported).</p>")
@@ -229,39 +288,56 @@ def energy_section(runs: pd.DataFrame, figures: Path) -> str:
     unmeasured = ok[ok["energy_j"].isna()]
     text = ""
     if len(measured):
-        table = measured.groupby(cells.CELL + ["energy_status"]).agg(
-            runs=("run_id", "count"), energy_j=("energy_j", "mean"),
-            energy_per_epoch_j=("energy_per_epoch_j", "mean"),
-            energy_per_image_j=("energy_per_image_j", "mean")).reset_index()
-        text += (f"{page.figure(figures / 'energy.png', 'energy per image')}"
-                 f"<p>Joules over the run clock's window (first data touched to the last "
-                 f"evaluation), all nodes: Kwollect's node power where it measured every "
-                 f"node, else RAPL (CPU packages and DRAM) plus NVML (GPUs); means over "
-                 f"replications.</p>{page.table(table)}")
+        table = (
+            measured.groupby(cells.CELL + ["energy_status"])
+            .agg(
+                runs=("run_id", "count"),
+                energy_j=("energy_j", "mean"),
+                energy_per_epoch_j=("energy_per_epoch_j", "mean"),
+                energy_per_image_j=("energy_per_image_j", "mean"),
+            )
+            .reset_index()
+        )
+        text += (
+            f"{page.figure(figures / 'energy.png', 'energy per image')}"
+            f"<p>Joules over the run clock's window (first data touched to the last "
+            f"evaluation), all nodes: Kwollect's node power where it measured every "
+            f"node, else RAPL (CPU packages and DRAM) plus NVML (GPUs); means over "
+            f"replications.</p>{page.table(table)}"
+        )
     if len(unmeasured):
         reasons = unmeasured.groupby("energy_status").size().rename("runs").reset_index()
-        lead = "Energy was not measured" if measured.empty else \
-            f"Energy was not measured for {len(unmeasured)} run(s)"
+        lead = (
+            "Energy was not measured"
+            if measured.empty
+            else f"Energy was not measured for {len(unmeasured)} run(s)"
+        )
         text += f"<p>{lead}; the reasons, as each run reported them:</p>{page.table(reasons)}"
     return text
 
 
 def accuracy_section(runs: pd.DataFrame, figures: Path) -> str:
-    text = (f"{page.figure(figures / 'accuracy.png', 'accuracy')}"
-            f"<p>Evaluation is distributed: each rank scores its share of the test set.</p>"
-            f"<h3>Time to accuracy</h3>")
+    text = (
+        f"{page.figure(figures / 'accuracy.png', 'accuracy')}"
+        f"<p>Evaluation is distributed: each rank scores its share of the test set.</p>"
+        f"<h3>Time to accuracy</h3>"
+    )
     table = accuracy.summary(runs)
     if table.empty:
-        return text + ("<p>Not measured: set <code>target_accuracy</code> under "
-                       "<code>fixed</code> in the design (it only re-analyses the runs).</p>")
-    return (text + f"{page.figure(figures / 'time_to_accuracy.png', 'time to accuracy')}"
-            f"<p>The run clock starts just before the training data is touched and stops "
-            f"at the end of the first evaluation at or above target_accuracy (MLPerf's "
-            f"rule), so it counts data loading and evaluation. A run that never reaches "
-            f"the target is counted in <i>runs</i> but not in <i>reached</i>; the means "
-            f"are over the runs that reached it, and so is energy_to_accuracy_j (the "
-            f"joules up to that evaluation, where energy was measured). Accuracy is only "
-            f"checked where an epoch evaluates (eval_every).</p>{page.table(table)}")
+        return text + (
+            "<p>Not measured: set <code>target_accuracy</code> under "
+            "<code>fixed</code> in the design (it only re-analyses the runs).</p>"
+        )
+    return (
+        text + f"{page.figure(figures / 'time_to_accuracy.png', 'time to accuracy')}"
+        f"<p>The run clock starts just before the training data is touched and stops "
+        f"at the end of the first evaluation at or above target_accuracy (MLPerf's "
+        f"rule), so it counts data loading and evaluation. A run that never reaches "
+        f"the target is counted in <i>runs</i> but not in <i>reached</i>; the means "
+        f"are over the runs that reached it, and so is energy_to_accuracy_j (the "
+        f"joules up to that evaluation, where energy was measured). Accuracy is only "
+        f"checked where an epoch evaluates (eval_every).</p>{page.table(table)}"
+    )
 
 
 def compression_section(runs: pd.DataFrame, figures: Path) -> str:
@@ -271,21 +347,27 @@ def compression_section(runs: pd.DataFrame, figures: Path) -> str:
     text = ""
     table = compression_table.summary(runs)
     if compression_table.varies(runs) and len(table):
-        text += (f"{page.figure(figures / 'compression.png', 'compression')}"
-                 f"<p>comm_bytes_per_step: the bytes of the buffers each rank handed to "
-                 f"collectives in a measured step (counted where they are handed over; the "
-                 f"lossless codec's real compressed lengths), mean over steps and ranks. "
-                 f"bytes_vs_none divides it by the same framework's uncompressed runs. These "
-                 f"are input buffers: a ring all-reduce puts 2(p-1)/p of its buffer on the "
-                 f"wire per rank, an all-gather (p-1) times it, so at p ranks int8's gather "
-                 f"sends p/8 of fp32's all-reduce bytes and stops saving at 8 ranks.</p>"
-                 f"{page.table(table)}")
+        text += (
+            f"{page.figure(figures / 'compression.png', 'compression')}"
+            f"<p>comm_bytes_per_step: the bytes of the buffers each rank handed to "
+            f"collectives in a measured step (counted where they are handed over; the "
+            f"lossless codec's real compressed lengths), mean over steps and ranks. "
+            f"bytes_vs_none divides it by the same framework's uncompressed runs. These "
+            f"are input buffers: a ring all-reduce puts 2(p-1)/p of its buffer on the "
+            f"wire per rank, an all-gather (p-1) times it, so at p ranks int8's gather "
+            f"sends p/8 of fp32's all-reduce bytes and stops saving at 8 ranks.</p>"
+            f"{page.table(table)}"
+        )
     else:
-        text += ("<p>One compression in these runs (set <code>compression</code> as a "
-                 "factor to compare them).</p>")
-    return (text + f"<h3>Which framework can run which compression</h3>"
-            f"{page.table(compression_table.support())}"
-            f"<h3>Codecs and their error bounds</h3>{page.table(compression_table.codecs())}")
+        text += (
+            "<p>One compression in these runs (set <code>compression</code> as a "
+            "factor to compare them).</p>"
+        )
+    return (
+        text + f"<h3>Which framework can run which compression</h3>"
+        f"{page.table(compression_table.support())}"
+        f"<h3>Codecs and their error bounds</h3>{page.table(compression_table.codecs())}"
+    )
 
 
 def gate_section(tables: Path) -> str:
@@ -296,20 +378,29 @@ def gate_section(tables: Path) -> str:
         return "<p>The same-model gate did not run.</p>"
     gate = json.loads(path.read_text())
     per_model = gate.get("models") or {gate["model"]: gate}  # one model: the older format
-    rows = [{"model": model, "dataset": name, "builder": builder,
-             "frameworks": ", ".join(entry.get("frameworks", [])), "status": entry["status"],
-             "parameters": entry.get("total_params"),
-             "BN running statistics": entry.get("total_running_stats", 0),
-             "checked on": entry.get("checked_on", entry.get("reason")),
-             "problems": "; ".join(entry.get("problems", []))}
-            for model, result in per_model.items()
-            for name, d in result["datasets"].items()
-            for builder, entry in d["builders"].items()]
+    rows = [
+        {
+            "model": model,
+            "dataset": name,
+            "builder": builder,
+            "frameworks": ", ".join(entry.get("frameworks", [])),
+            "status": entry["status"],
+            "parameters": entry.get("total_params"),
+            "BN running statistics": entry.get("total_running_stats", 0),
+            "checked on": entry.get("checked_on", entry.get("reason")),
+            "problems": "; ".join(entry.get("problems", [])),
+        }
+        for model, result in per_model.items()
+        for name, d in result["datasets"].items()
+        for builder, entry in d["builders"].items()
+    ]
     names = ", ".join(html.escape(m) for m in per_model)
-    return (f"<p>Same-model gate: <b>{gate['status']}</b> "
-            f"(models {names}: layer shapes, trainable parameters and BN running statistics "
-            f"of every builder against the shared specification).</p>"
-            f"{page.table(pd.DataFrame(rows))}")
+    return (
+        f"<p>Same-model gate: <b>{gate['status']}</b> "
+        f"(models {names}: layer shapes, trainable parameters and BN running statistics "
+        f"of every builder against the shared specification).</p>"
+        f"{page.table(pd.DataFrame(rows))}"
+    )
 
 
 def devices_section(runs: pd.DataFrame, tables: Path) -> str:
@@ -319,17 +410,27 @@ def devices_section(runs: pd.DataFrame, tables: Path) -> str:
     table = devices.by_device(pd.read_parquet(path), runs) if path.exists() else pd.DataFrame()
     if table.empty:
         return ""
-    return ("<p>Calibrated runs (batch_split: "
-            "calibrated, device: hybrid): each device kind's share of the global batch, from "
-            "its ranks' speed timed at start, and its idle time: the measured step time less "
-            "the time its share takes at its calibrated speed.</p>" + page.table(table))
+    return (
+        "<p>Calibrated runs (batch_split: "
+        "calibrated, device: hybrid): each device kind's share of the global batch, from "
+        "its ranks' speed timed at start, and its idle time: the measured step time less "
+        "the time its share takes at its calibrated speed.</p>" + page.table(table)
+    )
 
 
 def frameworks_section(design: Design) -> str:
     names = design.factors.get("framework", [design.fixed.get("framework")])
-    rows = pd.DataFrame([{"framework": n, "launcher": registry.FRAMEWORKS[n].launcher,
-                          "phases exposed": ", ".join(registry.FRAMEWORKS[n].exposes),
-                          "notes": registry.FRAMEWORKS[n].notes} for n in names])
+    rows = pd.DataFrame(
+        [
+            {
+                "framework": n,
+                "launcher": registry.FRAMEWORKS[n].launcher,
+                "phases exposed": ", ".join(registry.FRAMEWORKS[n].exposes),
+                "notes": registry.FRAMEWORKS[n].notes,
+            }
+            for n in names
+        ]
+    )
     return page.table(rows) + _not_compared(names)
 
 
@@ -348,24 +449,33 @@ SECTIONS = [
     Section("design", "Design and provenance", lambda c: design_section(c.design, c.runs)),
     Section("status", "Run status", lambda c: status_section(c.design, c.runs)),
     Section("throughput", "Throughput and scaling", lambda c: results_section(c.runs, c.figures)),
-    Section("phases", "Phase breakdown",
-            lambda c: phases_section(c.runs, c.step_phases, c.figures)),
-    Section("devices", "Devices: shares and idle time",
-            lambda c: devices_section(c.runs, c.tables)),
-    Section("frameworks", "Frameworks and the phases they expose",
-            lambda c: frameworks_section(c.design)),
+    Section(
+        "phases", "Phase breakdown", lambda c: phases_section(c.runs, c.step_phases, c.figures)
+    ),
+    Section(
+        "devices", "Devices: shares and idle time", lambda c: devices_section(c.runs, c.tables)
+    ),
+    Section(
+        "frameworks",
+        "Frameworks and the phases they expose",
+        lambda c: frameworks_section(c.design),
+    ),
     Section("gate", "Same model everywhere", lambda c: gate_section(c.tables)),
     Section("bottlenecks", "Bottlenecks", lambda c: bottlenecks_section(c.findings)),
     Section("critical-path", "Critical path and causes of waiting", lambda c: explained(c, 0)),
     Section("what-if", "What if: a calibrated model of the step", lambda c: explained(c, 1)),
-    Section("trace-diff", "Trace diff: framework against framework, phase by phase",
-            lambda c: explained(c, 2)),
+    Section(
+        "trace-diff",
+        "Trace diff: framework against framework, phase by phase",
+        lambda c: explained(c, 2),
+    ),
     Section("network", "Network bandwidth limit", network_limit.section),
     Section("statistics", "Design statistics", lambda c: statistics_section(c.design, c.runs)),
     Section("accuracy", "Accuracy", lambda c: accuracy_section(c.runs, c.figures)),
     Section("energy", "Energy", lambda c: energy_section(c.runs, c.figures)),
-    Section("compression", "Gradient compression",
-            lambda c: compression_section(c.runs, c.figures)),
+    Section(
+        "compression", "Gradient compression", lambda c: compression_section(c.runs, c.figures)
+    ),
     Section("traces", "Traces", lambda c: traces_section(c.runs, c.tables)),
 ]
 
@@ -377,20 +487,29 @@ def render(ctx: Context, sections: list[Section] = SECTIONS) -> tuple[str, list[
     result = ctx.extra.get("summary")
     for section in built:
         if section.id == "summary" and result is not None:
-            section.data = {"summary": result, "tables": {
-                name: page.table(t, caption=_caption(name)) for name, t in result.tables().items()
-                if len(t)}}
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined)
+            section.data = {
+                "summary": result,
+                "tables": {
+                    name: page.table(t, caption=_caption(name))
+                    for name, t in result.tables().items()
+                    if len(t)
+                },
+            }
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined
+    )
     html_page = env.get_template("report.html.j2").render(
-        name=ctx.design.name, design=ctx.design, sections=built)
+        name=ctx.design.name, design=ctx.design, sections=built
+    )
     return html_page, built
 
 
 def _caption(name: str) -> str:
-    return {"summary-images_per_s": "throughput ranking per scale and setting",
-            "summary-time_to_accuracy_s": "time-to-accuracy ranking per scale and setting",
-            "summary-replications": "cells that need more replications"}.get(name, name)
+    return {
+        "summary-images_per_s": "throughput ranking per scale and setting",
+        "summary-time_to_accuracy_s": "time-to-accuracy ranking per scale and setting",
+        "summary-replications": "cells that need more replications",
+    }.get(name, name)
 
 
 def write_summary(ctx: Context, out: Path) -> None:
@@ -401,11 +520,14 @@ def write_summary(ctx: Context, out: Path) -> None:
     tables = {name: t for name, t in result.tables().items() if len(t)}
     for name, t in tables.items():
         write_text(out.parent / f"{name}.csv", t.to_csv(index=False))
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=False,
-                             keep_trailing_newline=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=False, keep_trailing_newline=True
+    )
     text = env.get_template("summary.md.j2").render(
-        name=ctx.design.name, summary=result,
-        tables={n: humanize.frame(t).to_markdown(index=False) for n, t in tables.items()})
+        name=ctx.design.name,
+        summary=result,
+        tables={n: humanize.frame(t).to_markdown(index=False) for n, t in tables.items()},
+    )
     write_text(out.parent / "summary.md", text)
 
 
@@ -419,27 +541,45 @@ def explained(ctx: Context, index: int) -> str:
     if index >= len(found):
         return "<p><em>No phase table in these tables: nothing to explain.</em></p>"
     part = found[index]
-    return "".join([page.sentences(part.sentences),
-                    *(page.figure(p, part.title) for p in part.figures),
-                    *(page.table(t, caption=c) for c, t in part.tables.items() if len(t))])
+    return "".join(
+        [
+            page.sentences(part.sentences),
+            *(page.figure(p, part.title) for p in part.figures),
+            *(page.table(t, caption=c) for c, t in part.tables.items() if len(t)),
+        ]
+    )
 
 
 def _not_compared(names: list[str]) -> str:
     """Every registered framework this design leaves out, and whether it is
     installed here: none is dropped without a word."""
     from ddlcompare import envs
-    rows = [{"framework": n, "environment here": "built" if envs.has_module(info.env, info.probe)
-             else f"not built: {envs.how_to_build(info.env)}"}
-            for n, info in registry.FRAMEWORKS.items() if n not in names]
+
+    rows = [
+        {
+            "framework": n,
+            "environment here": "built"
+            if envs.has_module(info.env, info.probe)
+            else f"not built: {envs.how_to_build(info.env)}",
+        }
+        for n, info in registry.FRAMEWORKS.items()
+        if n not in names
+    ]
     if not rows:
         return ""
-    return ("<h3>Frameworks not in this design</h3><p>Add them to the design's "
-            "<code>framework</code> factor to compare them.</p>" + page.table(pd.DataFrame(rows)))
+    return (
+        "<h3>Frameworks not in this design</h3><p>Add them to the design's "
+        "<code>framework</code> factor to compare them.</p>" + page.table(pd.DataFrame(rows))
+    )
 
 
 def build(design: Design, tables: Path, out: Path) -> Path:
-    ctx = Context(design=design, runs=pd.read_parquet(tables / "runs.parquet"),
-                  step_phases=pd.read_parquet(tables / "step_phases.parquet"), tables=tables)
+    ctx = Context(
+        design=design,
+        runs=pd.read_parquet(tables / "runs.parquet"),
+        step_phases=pd.read_parquet(tables / "step_phases.parquet"),
+        tables=tables,
+    )
     text, _ = render(ctx)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, text)

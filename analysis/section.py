@@ -1,5 +1,6 @@
 """What a report section holds, whatever renders it (the HTML report today,
 a template tomorrow): a title, sentences, tables and figures."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

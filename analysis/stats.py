@@ -9,6 +9,7 @@
   its logarithm (the multiplicative model), and Jain's 2^k r sign-table
   method when every factor has two levels.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -22,8 +23,15 @@ from analysis import cells
 
 # Responses without a value in any run (energy where nothing can be read,
 # time to accuracy without a target) are left out of the report.
-RESPONSES = ("images_per_s", "time_per_epoch_s", "final_test_accuracy", "time_to_accuracy_s",
-             "energy_j", "energy_per_image_j", "energy_to_accuracy_j")
+RESPONSES = (
+    "images_per_s",
+    "time_per_epoch_s",
+    "final_test_accuracy",
+    "time_to_accuracy_s",
+    "energy_j",
+    "energy_per_image_j",
+    "energy_to_accuracy_j",
+)
 CONFIDENCE = 0.95
 NEEDS_MORE_REPLICATIONS = 0.05  # half-width over mean
 
@@ -44,13 +52,20 @@ def replicate_table(runs: pd.DataFrame, cell: list[str], response: str) -> pd.Da
     rows = []
     for key, group in ok.groupby(cell):
         mean, half, n = mean_ci(group[response])
-        rows.append({**dict(zip(cell, key if isinstance(key, tuple) else (key,))),
-                     "n": n, "mean": mean, "ci_half_width": half,
-                     "relative_half_width": half / mean if mean else math.nan})
+        rows.append(
+            {
+                **dict(zip(cell, key if isinstance(key, tuple) else (key,))),
+                "n": n,
+                "mean": mean,
+                "ci_half_width": half,
+                "relative_half_width": half / mean if mean else math.nan,
+            }
+        )
     table = pd.DataFrame(rows)
     if not table.empty:
-        table["needs_more_replications"] = ~(table["relative_half_width"]
-                                             <= NEEDS_MORE_REPLICATIONS)
+        table["needs_more_replications"] = ~(
+            table["relative_half_width"] <= NEEDS_MORE_REPLICATIONS
+        )
     return table
 
 
@@ -72,14 +87,26 @@ def scaling(runs: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
         for n, cell in group.groupby("world_size"):
             mean, half, reps = mean_ci(cell["images_per_s"])
             speedup = mean / base_mean
-            rel = math.sqrt(np.nansum([(half / mean) ** 2, (base_half / base_mean) ** 2])) \
-                if n != base_n else (half / mean if reps > 1 else math.nan)
+            rel = (
+                math.sqrt(np.nansum([(half / mean) ** 2, (base_half / base_mean) ** 2]))
+                if n != base_n
+                else (half / mean if reps > 1 else math.nan)
+            )
             ideal = n / base_n
-            rows.append({**dict(zip(by, key)), "world_size": n, "replications": reps,
-                         "images_per_s": mean, "images_per_s_ci": half,
-                         "speedup": speedup, "speedup_ci": speedup * rel,
-                         "ideal_speedup": ideal, "efficiency": speedup / ideal,
-                         "efficiency_ci": speedup * rel / ideal})
+            rows.append(
+                {
+                    **dict(zip(by, key)),
+                    "world_size": n,
+                    "replications": reps,
+                    "images_per_s": mean,
+                    "images_per_s_ci": half,
+                    "speedup": speedup,
+                    "speedup_ci": speedup * rel,
+                    "ideal_speedup": ideal,
+                    "efficiency": speedup / ideal,
+                    "efficiency_ci": speedup * rel / ideal,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -88,13 +115,13 @@ def varied_factors(runs: pd.DataFrame, factors: list[str]) -> list[str]:
     return [f for f in factors if ok[f].nunique() > 1]
 
 
-def anova(runs: pd.DataFrame, factors: list[str], response: str,
-          log: bool = False) -> pd.DataFrame:
+def anova(runs: pd.DataFrame, factors: list[str], response: str, log: bool = False) -> pd.DataFrame:
     """Allocation of variation by a general full-factorial ANOVA with main
     effects and two-way interactions. Columns: term, sum_sq, df, F, p,
     variation (share of the total sum of squares, residual included)."""
     import statsmodels.formula.api as smf
     from statsmodels.stats.anova import anova_lm
+
     data = runs[(runs["status"] == "ok")][factors + [response]].dropna()
     if log:
         data = data[data[response] > 0].assign(**{response: np.log(data[response])})
@@ -102,17 +129,25 @@ def anova(runs: pd.DataFrame, factors: list[str], response: str,
     pairs = [f"{a}:{b}" for a, b in itertools.combinations(terms, 2)]
     formula = f"Q('{response}') ~ " + " + ".join(terms + pairs)
     model = smf.ols(formula, data=data).fit()
-    table = anova_lm(model, typ=2).reset_index().rename(
-        columns={"index": "term", "PR(>F)": "p", "F": "F"})
+    table = (
+        anova_lm(model, typ=2)
+        .reset_index()
+        .rename(columns={"index": "term", "PR(>F)": "p", "F": "F"})
+    )
     table["term"] = table["term"].str.replace(r"C\(Q\('([^']+)'\)\)", r"\1", regex=True)
     table["variation"] = table["sum_sq"] / table["sum_sq"].sum()
     table.attrs["r_squared"] = model.rsquared
     return table[["term", "sum_sq", "df", "F", "p", "variation"]]
 
 
-def sign_table_2kr(runs: pd.DataFrame, factors: list[str], response: str,
-                   confidence: float = CONFIDENCE, levels: dict[str, list] | None = None,
-                   terms: list[tuple[tuple[str, ...], str]] | None = None) -> pd.DataFrame:
+def sign_table_2kr(
+    runs: pd.DataFrame,
+    factors: list[str],
+    response: str,
+    confidence: float = CONFIDENCE,
+    levels: dict[str, list] | None = None,
+    terms: list[tuple[tuple[str, ...], str]] | None = None,
+) -> pd.DataFrame:
     """Jain's 2^k r design: effects from the sign table, allocation of
     variation, and confidence intervals of the effects.
 
@@ -129,16 +164,21 @@ def sign_table_2kr(runs: pd.DataFrame, factors: list[str], response: str,
     if any(len(levels[f]) != 2 or not present[f] <= set(levels[f]) for f in factors):
         raise ValueError("the 2^k r method needs exactly two levels per factor")
     if terms is None:
-        terms = [(c, ":".join(c)) for n in range(1, len(factors) + 1)
-                 for c in itertools.combinations(factors, n)]
-    coded = pd.DataFrame({f: np.where(ok[f] == levels[f][1], 1, -1) for f in factors},
-                         index=ok.index)
+        terms = [
+            (c, ":".join(c))
+            for n in range(1, len(factors) + 1)
+            for c in itertools.combinations(factors, n)
+        ]
+    coded = pd.DataFrame(
+        {f: np.where(ok[f] == levels[f][1], 1, -1) for f in factors}, index=ok.index
+    )
     cell_y = coded.assign(y=ok[response].values).groupby(factors)["y"]
     means, counts = cell_y.mean(), cell_y.count()
     r = int(counts.min())
     if r != counts.max() or len(means) != len(terms) + 1:
-        raise ValueError("the 2^k r method needs every cell of the design with the same "
-                         "number of replications")
+        raise ValueError(
+            "the 2^k r method needs every cell of the design with the same number of replications"
+        )
     n_cells = len(means)
     cell_index = pd.DataFrame(list(means.index), columns=factors)
     rows = [{"term": "mean", "effect": float(means.values.mean())}]
@@ -148,19 +188,23 @@ def sign_table_2kr(runs: pd.DataFrame, factors: list[str], response: str,
     effects = pd.DataFrame(rows)
     fitted = cell_y.transform("mean")
     sse = float(((ok[response].values - fitted.values) ** 2).sum())
-    ss = {row.term: n_cells * r * row.effect ** 2 for row in effects.itertuples()
-          if row.term != "mean"}
+    ss = {
+        row.term: n_cells * r * row.effect**2 for row in effects.itertuples() if row.term != "mean"
+    }
     sst = sum(ss.values()) + sse
     dof = n_cells * (r - 1)
     se = math.sqrt(sse / dof) / math.sqrt(n_cells * r) if dof > 0 else math.nan
     t = stats.t.ppf((1 + confidence) / 2, dof) if dof > 0 else math.nan
-    effects["variation"] = effects["term"].map(lambda term: ss.get(term, math.nan) / sst
-                                               if sst else math.nan)
+    effects["variation"] = effects["term"].map(
+        lambda term: ss.get(term, math.nan) / sst if sst else math.nan
+    )
     effects["ci_half_width"] = t * se
     effects["significant"] = [_significance(e, t * se, dof, sse) for e in effects["effect"]]
     labels = dict((label, term) for term, label in terms)
-    effects["difference"] = [_difference(labels.get(name, ()), levels, effect, response)
-                             for name, effect in zip(effects["term"], effects["effect"])]
+    effects["difference"] = [
+        _difference(labels.get(name, ()), levels, effect, response)
+        for name, effect in zip(effects["term"], effects["effect"])
+    ]
     effects.attrs["error_variation"] = sse / sst if sst else math.nan
     return effects
 
@@ -173,11 +217,13 @@ def _significance(effect: float, half: float, dof: int, sse: float) -> str:
     return "yes" if abs(effect) > half else "no"
 
 
-def _difference(term: tuple[str, ...], levels: dict[str, list], effect: float,
-                response: str) -> str:
+def _difference(
+    term: tuple[str, ...], levels: dict[str, list], effect: float, response: str
+) -> str:
     """The effect as a person reads it: the mean at +1 minus the mean at -1
     (twice Jain's q), e.g. "torch-ddp over horovod-torch: +101 images/s"."""
     from analysis import humanize
+
     if not term:
         return ""
     value = 2 * effect
@@ -186,8 +232,10 @@ def _difference(term: tuple[str, ...], levels: dict[str, list], effect: float,
     if len(term) == 1:
         minus, plus = levels[term[0]]
         return f"{term[0]} {plus} over {minus}: {amount}"
-    return (f"{' x '.join(term)}: {amount} when their levels agree (both -1 or both +1) "
-            f"over when they differ")
+    return (
+        f"{' x '.join(term)}: {amount} when their levels agree (both -1 or both +1) "
+        f"over when they differ"
+    )
 
 
 def log_model_fits_better(runs: pd.DataFrame, factors: list[str], response: str) -> dict:
@@ -196,5 +244,8 @@ def log_model_fits_better(runs: pd.DataFrame, factors: list[str], response: str)
     additive = anova(runs, factors, response)
     multiplicative = anova(runs, factors, response, log=True)
     r2_add, r2_log = additive.attrs["r_squared"], multiplicative.attrs["r_squared"]
-    return {"r_squared_additive": r2_add, "r_squared_log": r2_log,
-            "log_fits_better": bool(r2_log > r2_add)}
+    return {
+        "r_squared_additive": r2_add,
+        "r_squared_log": r2_log,
+        "log_fits_better": bool(r2_log > r2_add),
+    }

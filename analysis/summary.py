@@ -10,6 +10,7 @@ Holm's step-down method (family-wise error 5 %). Degenerate cases are said
 in words, never as a test statistic: a cell with one replication cannot be
 tested, and two cells identical in every replication differ exactly.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,14 +41,18 @@ class Summary:
     bottlenecks: list[str]
     replications: pd.DataFrame
     notes: list[str] = field(default_factory=list)
-    correction: str = (f"Welch's t-test between neighbours, p-values corrected with "
-                       f"{CORRECTION}'s method over all neighbour pairs of a response "
-                       f"(family-wise error {ALPHA:.0%})")
+    correction: str = (
+        f"Welch's t-test between neighbours, p-values corrected with "
+        f"{CORRECTION}'s method over all neighbour pairs of a response "
+        f"(family-wise error {ALPHA:.0%})"
+    )
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """The tables written as CSV next to the report."""
-        return {**{f"summary-{name}": t for name, t in self.rankings.items()},
-                "summary-replications": self.replications}
+        return {
+            **{f"summary-{name}": t for name, t in self.rankings.items()},
+            "summary-replications": self.replications,
+        }
 
 
 def ok_runs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -61,8 +66,10 @@ def ok_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 def scale_label(nodes, procs_per_node) -> str:
     total = int(nodes) * int(procs_per_node)
-    return (f"{int(nodes)} node{'s' if nodes != 1 else ''} x {int(procs_per_node)} "
-            f"process{'es' if procs_per_node != 1 else ''} ({total} in all)")
+    return (
+        f"{int(nodes)} node{'s' if nodes != 1 else ''} x {int(procs_per_node)} "
+        f"process{'es' if procs_per_node != 1 else ''} ({total} in all)"
+    )
 
 
 def compare(a: pd.Series, b: pd.Series) -> tuple[float, str]:
@@ -73,8 +80,9 @@ def compare(a: pd.Series, b: pd.Series) -> tuple[float, str]:
     if a.std(ddof=1) == 0 and b.std(ddof=1) == 0:
         if a.iloc[0] == b.iloc[0]:
             return math.nan, "identical in every replication"
-        return math.nan, ("no variance within either cell (deterministic runs): "
-                          "the gap is exact, not estimated")
+        return math.nan, (
+            "no variance within either cell (deterministic runs): the gap is exact, not estimated"
+        )
     return float(scipy_stats.ttest_ind(a, b, equal_var=False).pvalue), ""
 
 
@@ -93,15 +101,28 @@ def ranking(runs: pd.DataFrame, response: str, higher_is_better: bool) -> pd.Dat
                 per.append((framework, mean, half, n, cell[response]))
         per.sort(key=lambda f: f[1], reverse=higher_is_better)
         for rank, (framework, mean, half, n, values) in enumerate(per, start=1):
-            row = {**dict(zip([*SCALE, "setting"], key)), "rank": rank, "framework": framework,
-                   response: mean, f"{response}_ci": half, "replications": n,
-                   "next": None, f"gap_{response}": math.nan, "gap_share": math.nan,
-                   "p_raw": math.nan, "untested": ""}
+            row = {
+                **dict(zip([*SCALE, "setting"], key)),
+                "rank": rank,
+                "framework": framework,
+                response: mean,
+                f"{response}_ci": half,
+                "replications": n,
+                "next": None,
+                f"gap_{response}": math.nan,
+                "gap_share": math.nan,
+                "p_raw": math.nan,
+                "untested": "",
+            }
             if rank < len(per):
                 other = per[rank]
-                row.update({"next": other[0], f"gap_{response}": mean - other[1],
-                            "gap_share": abs(mean - other[1]) / abs(other[1]) if other[1]
-                            else math.nan})
+                row.update(
+                    {
+                        "next": other[0],
+                        f"gap_{response}": mean - other[1],
+                        "gap_share": abs(mean - other[1]) / abs(other[1]) if other[1] else math.nan,
+                    }
+                )
                 row["p_raw"], row["untested"] = compare(values, other[4])
             rows.append(row)
     table = pd.DataFrame(rows)
@@ -112,11 +133,13 @@ def _correct(table: pd.DataFrame) -> pd.DataFrame:
     """Holm-adjusted p-values over every tested neighbour pair, and a verdict
     in words for each gap."""
     from statsmodels.stats.multitest import multipletests
+
     table = table.assign(p_adjusted=math.nan, significant="")
     tested = table["p_raw"].notna()
     if tested.any():
-        reject, adjusted, _, _ = multipletests(table.loc[tested, "p_raw"], alpha=ALPHA,
-                                               method="holm")
+        reject, adjusted, _, _ = multipletests(
+            table.loc[tested, "p_raw"], alpha=ALPHA, method="holm"
+        )
         table.loc[tested, "p_adjusted"] = adjusted
         table.loc[tested, "significant"] = np.where(reject, "yes", "no")
     untested = ~tested & table["next"].notna()
@@ -138,8 +161,10 @@ def with_scaling(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 def headline(group: pd.DataFrame, response: str, unit: str, higher_is_better: bool) -> str:
     """One sentence per scale and setting: who leads, by how much, how sure."""
     first = group.iloc[0]
-    where = (f"{LABELS[response]}, {scale_label(first['nodes'], first['procs_per_node'])}, "
-             f"{first['setting']}")
+    where = (
+        f"{LABELS[response]}, {scale_label(first['nodes'], first['procs_per_node'])}, "
+        f"{first['setting']}"
+    )
     value = _with_interval(first[response], first[f"{response}_ci"], unit)
     word = "fastest" if higher_is_better else "first to accuracy"
     scaled = _scaling_words(first)
@@ -149,16 +174,20 @@ def headline(group: pd.DataFrame, response: str, unit: str, higher_is_better: bo
     share = humanize.percent(first["gap_share"])
     better = "ahead of" if higher_is_better else "sooner than"
     verdict = _verdict(first)
-    return (f"{where}: {first['framework']} is {word} with {value}, {gap} ({share}) "
-            f"{better} {first['next']} ({verdict}){scaled}.")
+    return (
+        f"{where}: {first['framework']} is {word} with {value}, {gap} ({share}) "
+        f"{better} {first['next']} ({verdict}){scaled}."
+    )
 
 
 def _scaling_words(row) -> str:
     speedup = row.get("speedup")
     if speedup is None or not math.isfinite(speedup) or row.get("efficiency") == 1:
         return ""
-    return (f"; speedup {humanize.number(speedup)} over its smallest scale "
-            f"(efficiency {humanize.percent(row['efficiency'])})")
+    return (
+        f"; speedup {humanize.number(speedup)} over its smallest scale "
+        f"(efficiency {humanize.percent(row['efficiency'])})"
+    )
 
 
 def _with_interval(mean, half, unit: str) -> str:
@@ -174,8 +203,7 @@ def _verdict(row) -> str:
     if row["significant"] == "yes":
         return f"significant, {CORRECTION}-adjusted p {humanize.p_value(row['p_adjusted'])}"
     if row["significant"] == "no":
-        return (f"not significant, {CORRECTION}-adjusted p "
-                f"{humanize.p_value(row['p_adjusted'])}")
+        return f"not significant, {CORRECTION}-adjusted p {humanize.p_value(row['p_adjusted'])}"
     return row["significant"]
 
 
@@ -193,8 +221,10 @@ def dominant_bottlenecks(found: pd.DataFrame) -> pd.DataFrame:
         framework, world, setting = key
         lead = f"{framework}, {int(world)} process{'es' if world != 1 else ''} ({setting}): "
         if name is None or share < QUIET:
-            text = (f"no exposed communication or data-loading bottleneck (each under "
-                    f"{QUIET:.0%} of the step): compute dominates")
+            text = (
+                f"no exposed communication or data-loading bottleneck (each under "
+                f"{QUIET:.0%} of the step): compute dominates"
+            )
             name = "compute"
         elif name == EXPOSED:
             text = f"{humanize.percent(share)} of the step is exposed gradient exchange"
@@ -202,8 +232,14 @@ def dominant_bottlenecks(found: pd.DataFrame) -> pd.DataFrame:
             text = f"{humanize.percent(share)} of the step is data loading"
         if WAIT in value and math.isfinite(value[WAIT]):
             text += f"; ranks wait {humanize.number(value[WAIT] * 1e3, 'ms')} per all-reduce"
-        rows.append({**dict(zip(cells.CELL, key)), "bottleneck": name, "share": share,
-                     "sentence": lead + text + "."})
+        rows.append(
+            {
+                **dict(zip(cells.CELL, key)),
+                "bottleneck": name,
+                "share": share,
+                "sentence": lead + text + ".",
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -216,10 +252,12 @@ def replication_needs(runs: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
     need = table[table["needs_more_replications"]].copy()
-    need["why"] = np.where(need["n"] < 2, "one replication: no interval",
-                           "95 % interval wider than 5 % of the mean")
+    need["why"] = np.where(
+        need["n"] < 2, "one replication: no interval", "95 % interval wider than 5 % of the mean"
+    )
     return need[[*cell, "n", "mean", "relative_half_width", "why"]].rename(
-        columns={"mean": "images_per_s"})
+        columns={"mean": "images_per_s"}
+    )
 
 
 def build(runs: pd.DataFrame, found: pd.DataFrame) -> Summary:
@@ -228,8 +266,9 @@ def build(runs: pd.DataFrame, found: pd.DataFrame) -> Summary:
         table = ranking(runs, response, higher)
         if table.empty:
             if response == "time_to_accuracy_s":
-                notes.append("Time to accuracy: not measured (no target_accuracy, or no run "
-                             "reached it).")
+                notes.append(
+                    "Time to accuracy: not measured (no target_accuracy, or no run reached it)."
+                )
             continue
         if response == "images_per_s":
             table = with_scaling(table, runs)
@@ -237,6 +276,10 @@ def build(runs: pd.DataFrame, found: pd.DataFrame) -> Summary:
         for _, group in table.groupby([*SCALE, "setting"], sort=True):
             headlines.append(headline(group.sort_values("rank"), response, unit, higher))
     dominant = dominant_bottlenecks(found)
-    return Summary(headlines=headlines, rankings=rankings,
-                   bottlenecks=dominant["sentence"].tolist(),
-                   replications=replication_needs(runs), notes=notes)
+    return Summary(
+        headlines=headlines,
+        rankings=rankings,
+        bottlenecks=dominant["sentence"].tolist(),
+        replications=replication_needs(runs),
+        notes=notes,
+    )

@@ -41,6 +41,7 @@ The slices are written as one Arrow string column (formatted in C by
 pyarrow's compute kernels, no Python per interval), so a million intervals
 export in seconds.
 """
+
 from __future__ import annotations
 
 import json
@@ -67,6 +68,7 @@ class TimelineError(Exception):
 
 # ------------------------------------------------------------------ inputs
 
+
 def load(path: Path) -> pd.DataFrame:
     """The phase table a path stands for (see the module's docstring)."""
     path = Path(path)
@@ -81,9 +83,11 @@ def load(path: Path) -> pd.DataFrame:
     if path.is_dir() and any(path.glob("steps.rank*.tsv")):  # a run without a trace
         from analysis.collect import phase_intervals
         from traces.convert import run_id_of
+
         return phase_intervals(path, run_id_of(path))
     from traces.convert import convert
     from traces.rules import RULES_FILE, PhaseRules
+
     table, _, errors = convert([path], PhaseRules(RULES_FILE))
     if table.num_rows == 0:
         why = "; ".join(errors) or "no phase table, recorder table or trace in it"
@@ -93,6 +97,7 @@ def load(path: Path) -> pd.DataFrame:
 
 # ------------------------------------------------------------------ clocks
 
+
 def join_offsets(found: cp.CriticalPath) -> pd.DataFrame:
     """Per run and rank: how far its median join exit lies after rank 0's
     (the lowest rank's), in ns."""
@@ -101,8 +106,10 @@ def join_offsets(found: cp.CriticalPath) -> pd.DataFrame:
     joins = found.joins
     lowest = joins.groupby("run_id")["rank"].transform("min")
     ref = joins[joins["rank"] == lowest].set_index(["run_id", "join"])["exit_ns"]
-    diff = joins["exit_ns"] - ref.reindex(pd.MultiIndex.from_arrays(
-        [joins["run_id"], joins["join"]])).to_numpy()
+    diff = (
+        joins["exit_ns"]
+        - ref.reindex(pd.MultiIndex.from_arrays([joins["run_id"], joins["join"]])).to_numpy()
+    )
     offsets = diff.groupby([joins["run_id"], joins["rank"]]).median().round().astype(np.int64)
     return offsets.rename("offset_ns").reset_index()
 
@@ -113,7 +120,8 @@ def violations(found: cp.CriticalPath) -> pd.Series:
     if found.joins.empty:
         return pd.Series(dtype="float64")
     per_join = found.joins.groupby(["run_id", "join"]).agg(
-        first_exit=("exit_ns", "min"), last_entry=("entry_ns", "max"))
+        first_exit=("exit_ns", "min"), last_entry=("entry_ns", "max")
+    )
     broken = per_join["first_exit"] < per_join["last_entry"]
     return broken.groupby("run_id").mean()
 
@@ -128,8 +136,11 @@ def alignment(phases: pd.DataFrame, found: cp.CriticalPath, method: str) -> dict
     out = {}
     for run_id in phases["run_id"].unique():
         mine = offsets[offsets["run_id"] == run_id].set_index("rank")["offset_ns"]
-        nodes = phases.loc[phases["run_id"] == run_id, "node"].dropna().nunique() \
-            if "node" in phases else 0
+        nodes = (
+            phases.loc[phases["run_id"] == run_id, "node"].dropna().nunique()
+            if "node" in phases
+            else 0
+        )
         share = float(broken.get(run_id, 0.0))
         chosen = method
         if method == "auto":
@@ -137,21 +148,30 @@ def alignment(phases: pd.DataFrame, found: cp.CriticalPath, method: str) -> dict
         applied = {int(r): int(v) for r, v in mine.items()} if chosen == "join" else {}
         out[str(run_id)] = {
             "method": chosen,
-            "description": ("each rank shifted so that its median exit from the joins matches "
-                            "the lowest rank's" if chosen == "join" else
-                            "the trace's own clocks: each node's wall clock (OTF2) or monotonic "
-                            "clock (phase recorder)"),
-            "nodes": int(nodes), "joins_breaking_causality": share,
+            "description": (
+                "each rank shifted so that its median exit from the joins matches the lowest rank's"
+                if chosen == "join"
+                else "the trace's own clocks: each node's wall clock (OTF2) or monotonic "
+                "clock (phase recorder)"
+            ),
+            "nodes": int(nodes),
+            "joins_breaking_causality": share,
             "offsets_ns": applied,
-            "measured_join_offsets_ns": {int(r): int(v) for r, v in mine.items()}}
+            "measured_join_offsets_ns": {int(r): int(v) for r, v in mine.items()},
+        }
     return out
 
 
 def _offsets(aligned: dict, origin: dict | None = None) -> dict:
     """{run: {rank: ns to subtract}} (rank None: every rank) from the
     alignment, plus each run's origin."""
-    return {r: {**{k: v + (origin or {}).get(r, 0) for k, v in info["offsets_ns"].items()},
-                None: (origin or {}).get(r, 0)} for r, info in aligned.items()}
+    return {
+        r: {
+            **{k: v + (origin or {}).get(r, 0) for k, v in info["offsets_ns"].items()},
+            None: (origin or {}).get(r, 0),
+        }
+        for r, info in aligned.items()
+    }
 
 
 def _shift(frame: pd.DataFrame, offsets: dict, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -176,6 +196,7 @@ def _shift(frame: pd.DataFrame, offsets: dict, columns: tuple[str, ...]) -> pd.D
 
 # ---------------------------------------------------------------- sampling
 
+
 def window(phases: pd.DataFrame, max_intervals: int, steps: tuple[int, int] | None) -> tuple:
     """(rows kept, note): all rows when they fit, else consecutive steps
     from the middle of each run (rows outside steps are then left out)."""
@@ -190,14 +211,19 @@ def window(phases: pd.DataFrame, max_intervals: int, steps: tuple[int, int] | No
         middle = max(0, (len(counts) - n_steps) // 2)
         steps = (int(counts.index[middle]), int(counts.index[middle + n_steps - 1]))
     kept = phases[(step >= steps[0]) & (step <= steps[1])]
-    note = {"steps": list(steps), "of_steps": [int(step.min()), int(step.max())],
-            "intervals": int(len(kept)), "of_intervals": int(len(phases)),
-            "why": f"more than {max_intervals} intervals: a window of consecutive steps from "
-                   f"the middle of the run; rows outside steps (init, eval) left out"}
+    note = {
+        "steps": list(steps),
+        "of_steps": [int(step.min()), int(step.max())],
+        "intervals": int(len(kept)),
+        "of_intervals": int(len(phases)),
+        "why": f"more than {max_intervals} intervals: a window of consecutive steps from "
+        f"the middle of the run; rows outside steps (init, eval) left out",
+    }
     return kept, note
 
 
 # ------------------------------------------------------------------ events
+
 
 def _micros(ns: np.ndarray) -> pa.Array:
     """Nanoseconds as microseconds with three decimals, exactly."""
@@ -224,8 +250,9 @@ def slices(phases: pd.DataFrame, pids: np.ndarray, tids: np.ndarray, t0: int) ->
     region = phases["region"] if "region" in phases else phases["phase"]
     coll = phases["collective"] if "collective" in phases else pd.Series(None, index=phases.index)
     # Each name column as codes, combined into one code per distinct triple.
-    parts = [pd.factorize(column, use_na_sentinel=True) for column in
-             (phases["phase"], region, coll)]
+    parts = [
+        pd.factorize(column, use_na_sentinel=True) for column in (phases["phase"], region, coll)
+    ]
     combined = np.zeros(len(phases), dtype=np.int64)
     for codes, uniques in parts:
         combined = combined * (len(uniques) + 1) + (codes + 1)
@@ -240,16 +267,33 @@ def slices(phases: pd.DataFrame, pids: np.ndarray, tids: np.ndarray, t0: int) ->
         heads.append(_head(phase, region_name, collective))
     head = pa.array(heads, pa.large_string()).take(pa.array(codes.ravel()))
     step = phases["step"]
-    parts = [head, '"step":',
-             pc.if_else(pa.array(step.isna().to_numpy()), "null", _ints(step.fillna(-1)))]
+    parts = [
+        head,
+        '"step":',
+        pc.if_else(pa.array(step.isna().to_numpy()), "null", _ints(step.fillna(-1))),
+    ]
     if "bytes" in phases and coll.notna().any():
         nbytes = phases["bytes"].astype("Float64")
         sized = _join(',"bytes":', _ints(nbytes.fillna(-1).astype("int64")))
-        parts.append(pc.if_else(pa.array((coll.notna() & nbytes.notna()).to_numpy()), sized,
-                                pa.scalar("", pa.large_string())))
-    return _join(*parts, '},"pid":', _ints(pids), ',"tid":', _ints(tids), ',"ts":',
-                 _micros(start - t0), ',"dur":',
-                 _micros(phases["end_ns"].to_numpy(np.int64) - start), '},\n')
+        parts.append(
+            pc.if_else(
+                pa.array((coll.notna() & nbytes.notna()).to_numpy()),
+                sized,
+                pa.scalar("", pa.large_string()),
+            )
+        )
+    return _join(
+        *parts,
+        '},"pid":',
+        _ints(pids),
+        ',"tid":',
+        _ints(tids),
+        ',"ts":',
+        _micros(start - t0),
+        ',"dur":',
+        _micros(phases["end_ns"].to_numpy(np.int64) - start),
+        '},\n',
+    )
 
 
 def _head(phase: str, region: str | None, collective: str | None) -> str:
@@ -257,8 +301,9 @@ def _head(phase: str, region: str | None, collective: str | None) -> str:
     are valid JSON; the viewers read them by name)."""
     args = {"region": region or phase, **({"collective": collective} if collective else {})}
     category = "collective" if collective else "phase"
-    return (f'{{"ph":"X","name":{json.dumps(phase)},"cat":"{category}",'
-            f'"args":{json.dumps(args)[:-1]},')
+    return (
+        f'{{"ph":"X","name":{json.dumps(phase)},"cat":"{category}","args":{json.dumps(args)[:-1]},'
+    )
 
 
 def _buffer(strings: pa.Array) -> memoryview:
@@ -268,18 +313,24 @@ def _buffer(strings: pa.Array) -> memoryview:
     data = strings.buffers()[2]
     if data is None:
         return memoryview(b"")
-    return memoryview(data)[offsets[0]:offsets[len(strings)]]
+    return memoryview(data)[offsets[0] : offsets[len(strings)]]
 
 
 def path_slices(found: cp.CriticalPath, pid_base: dict) -> tuple[pd.DataFrame, np.ndarray]:
     """The critical path's pieces as rows for :func:`slices`, on a process
     of their own per run (named "rank r phase"), and their pids."""
     path = found.path[found.path["kind"] != cp.UNTIMED]
-    rows = pd.DataFrame({
-        "run_id": path["run_id"], "rank": path["rank"], "step": path["step"],
-        "phase": "rank " + path["rank"].astype(str) + " " + path["phase"].astype(str),
-        "region": path["kind"], "start_ns": path["start_ns"].astype(np.int64),
-        "end_ns": path["end_ns"].astype(np.int64)})
+    rows = pd.DataFrame(
+        {
+            "run_id": path["run_id"],
+            "rank": path["rank"],
+            "step": path["step"],
+            "phase": "rank " + path["rank"].astype(str) + " " + path["phase"].astype(str),
+            "region": path["kind"],
+            "start_ns": path["start_ns"].astype(np.int64),
+            "end_ns": path["end_ns"].astype(np.int64),
+        }
+    )
     return rows, rows["run_id"].map(pid_base).to_numpy() + PATH_PID
 
 
@@ -290,8 +341,12 @@ def flows(found: cp.CriticalPath, pid_base: dict, tid_main: dict) -> pa.Array:
     path = found.path
     comm = path[path["kind"].isin([cp.COMMUNICATION, cp.JOIN])].sort_values(["run_id", "join"])
     # The rank of each window's first piece is the rank the path goes on on.
-    first = path[~path["kind"].isin([cp.COMMUNICATION, cp.JOIN])].sort_values(["run_id", "join"]) \
-        .drop_duplicates(["run_id", "join"]).set_index(["run_id", "join"])["rank"]
+    first = (
+        path[~path["kind"].isin([cp.COMMUNICATION, cp.JOIN])]
+        .sort_values(["run_id", "join"])
+        .drop_duplicates(["run_id", "join"])
+        .set_index(["run_id", "join"])["rank"]
+    )
     after = first.reindex(pd.MultiIndex.from_arrays([comm["run_id"], comm["join"] + 1]))
     leave = np.where(after.isna(), comm["rank"], after.fillna(-1)).astype(np.int64)
     base = comm["run_id"].map(pid_base).to_numpy()
@@ -300,18 +355,36 @@ def flows(found: cp.CriticalPath, pid_base: dict, tid_main: dict) -> pa.Array:
     tid_out = [tid_main[(r, int(k))] for r, k in zip(comm["run_id"], leave)]
     ids = _ints(np.arange(len(comm)))
     head = ['{"name":"critical path","cat":"critical_path","id":', ids, ',"ts":', _micros(ts)]
-    out = _join(*head, ',"ph":"s","pid":', _ints(base + comm["rank"].to_numpy() + 1),
-                ',"tid":', _ints(tid), '},\n')
-    into = _join(*head, ',"ph":"f","bp":"e","pid":', _ints(base + leave + 1), ',"tid":',
-                 _ints(tid_out), '},\n')
+    out = _join(
+        *head,
+        ',"ph":"s","pid":',
+        _ints(base + comm["rank"].to_numpy() + 1),
+        ',"tid":',
+        _ints(tid),
+        '},\n',
+    )
+    into = _join(
+        *head,
+        ',"ph":"f","bp":"e","pid":',
+        _ints(base + leave + 1),
+        ',"tid":',
+        _ints(tid_out),
+        '},\n',
+    )
     return pa.concat_arrays([out, into])
 
 
 # ------------------------------------------------------------------ export
 
-def export(paths: list[Path], out: Path, max_intervals: int = MAX_INTERVALS,
-           steps: tuple[int, int] | None = None, align: str = "auto",
-           keep_going: bool = False) -> dict:
+
+def export(
+    paths: list[Path],
+    out: Path,
+    max_intervals: int = MAX_INTERVALS,
+    steps: tuple[int, int] | None = None,
+    align: str = "auto",
+    keep_going: bool = False,
+) -> dict:
     """Write the timeline; returns what otherData says, with the counts.
     With ``keep_going`` an input that cannot be read is listed under
     ``skipped`` instead of stopping (the workflow's failed runs)."""
@@ -328,9 +401,17 @@ def export(paths: list[Path], out: Path, max_intervals: int = MAX_INTERVALS,
             continue
         tables.append(table)
     if not tables:
-        return _write(Path(out), {"generator": GENERATOR, "skipped": skipped, "runs": {},
-                                  "downsampled": None,
-                                  "counts": {"processes": 0, "slices": 0, "flows": 0}}, [])
+        return _write(
+            Path(out),
+            {
+                "generator": GENERATOR,
+                "skipped": skipped,
+                "runs": {},
+                "downsampled": None,
+                "counts": {"processes": 0, "slices": 0, "flows": 0},
+            },
+            [],
+        )
     phases = pd.concat(tables, ignore_index=True)
     phases = phases[phases["end_ns"].notna() & phases["start_ns"].notna()]
     phases, note = window(phases, max_intervals, steps)
@@ -340,18 +421,21 @@ def export(paths: list[Path], out: Path, max_intervals: int = MAX_INTERVALS,
     # Each run starts at 0, so that runs laid side by side compare.
     run_ids = [str(r) for r in pd.unique(phases["run_id"].astype(str))]
     pid_base = {r: PIDS_PER_RUN * (i + 1) for i, r in enumerate(run_ids)}
-    t0 = {r: int(phases.loc[phases["run_id"].astype(str) == r, "start_ns"].min())
-          for r in run_ids}
+    t0 = {r: int(phases.loc[phases["run_id"].astype(str) == r, "start_ns"].min()) for r in run_ids}
     phases = _shift(phases, {r: {None: t} for r, t in t0.items()}, ("start_ns", "end_ns"))
     moved = _offsets(aligned, t0)
     found.joins = _shift(found.joins, moved, ("entry_ns", "exit_ns"))
     timed = found.path[found.path["kind"] != cp.UNTIMED]
     found.path = _shift(timed, moved, ("start_ns", "end_ns"))
 
-    location = phases["location"].astype("string").fillna("main") if "location" in phases \
+    location = (
+        phases["location"].astype("string").fillna("main")
+        if "location" in phases
         else pd.Series("main", index=phases.index, dtype="string")
-    keys = pd.DataFrame({"run_id": phases["run_id"].astype(str), "rank": phases["rank"],
-                         "location": location})
+    )
+    keys = pd.DataFrame(
+        {"run_id": phases["run_id"].astype(str), "rank": phases["rank"], "location": location}
+    )
     threads = keys.drop_duplicates().reset_index(drop=True)
     threads["tid"] = threads.groupby(["run_id", "rank"]).cumcount()
     tids = keys.merge(threads, on=["run_id", "rank", "location"], how="left")["tid"].to_numpy()
@@ -362,19 +446,37 @@ def export(paths: list[Path], out: Path, max_intervals: int = MAX_INTERVALS,
     meta = _metadata(phases, threads, pid_base, found)
     pieces, piece_pids = path_slices(found, pid_base)
     arrows = flows(found, pid_base, tid_main) if len(pieces) else pa.array([], pa.large_string())
-    other = {"generator": GENERATOR, "time_unit": "microseconds",
-             "runs": {r: {"pid_base": pid_base[r], "origin_ns": t0[r],
-                          "clock_alignment": aligned.get(r, {"method": "trace"}),
-                          "join": found.method.get(r),
-                          "no_critical_path": found.problems.get(r)} for r in run_ids},
-             "downsampled": note,
-             "counts": {"processes": len(meta["processes"]),
-                        "slices": int(len(phases) + len(pieces)),
-                        "flows": int(len(arrows) // 2)}}
+    other = {
+        "generator": GENERATOR,
+        "time_unit": "microseconds",
+        "runs": {
+            r: {
+                "pid_base": pid_base[r],
+                "origin_ns": t0[r],
+                "clock_alignment": aligned.get(r, {"method": "trace"}),
+                "join": found.method.get(r),
+                "no_critical_path": found.problems.get(r),
+            }
+            for r in run_ids
+        },
+        "downsampled": note,
+        "counts": {
+            "processes": len(meta["processes"]),
+            "slices": int(len(phases) + len(pieces)),
+            "flows": int(len(arrows) // 2),
+        },
+    }
     other["skipped"] = skipped
-    return _write(Path(out), other, [slices(phases, pids, tids, 0),
-                                     slices(pieces, piece_pids, np.zeros(len(pieces), np.int64), 0),
-                                     arrows], meta["events"])
+    return _write(
+        Path(out),
+        other,
+        [
+            slices(phases, pids, tids, 0),
+            slices(pieces, piece_pids, np.zeros(len(pieces), np.int64), 0),
+            arrows,
+        ],
+        meta["events"],
+    )
 
 
 def _write(out: Path, other: dict, chunks: list, meta: list | None = None) -> dict:
@@ -388,9 +490,13 @@ def _write(out: Path, other: dict, chunks: list, meta: list | None = None) -> di
         f.write(b',"traceEvents":[\n')
         for chunk in chunks:
             f.write(_buffer(chunk))
-        f.write(",\n".join(json.dumps(e) for e in meta or [{"ph": "M", "name": "process_name",
-                                                            "pid": 0, "args": {"name": "empty"}}])
-                .encode())
+        f.write(
+            ",\n".join(
+                json.dumps(e)
+                for e in meta
+                or [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "empty"}}]
+            ).encode()
+        )
         f.write(b"\n]}\n")
     tmp.replace(out)
     return other
@@ -399,8 +505,13 @@ def _write(out: Path, other: dict, chunks: list, meta: list | None = None) -> di
 def _main_threads(threads: pd.DataFrame, phases: pd.DataFrame, location: pd.Series) -> dict:
     """(run, rank) -> tid of its training loop (the location holding forward)."""
     forward = phases["phase"].astype(str) == "forward"
-    counts = pd.DataFrame({"run_id": phases["run_id"].astype(str)[forward],
-                           "rank": phases["rank"][forward], "location": location[forward]})
+    counts = pd.DataFrame(
+        {
+            "run_id": phases["run_id"].astype(str)[forward],
+            "rank": phases["rank"][forward],
+            "location": location[forward],
+        }
+    )
     best = counts.value_counts().reset_index().drop_duplicates(["run_id", "rank"])
     best = best.merge(threads, on=["run_id", "rank", "location"])
     out = {(r, int(k)): int(t) for r, k, t in zip(best["run_id"], best["rank"], best["tid"])}
@@ -414,8 +525,9 @@ def _metadata(phases, threads, pid_base, found) -> dict:
     nodes = {}
     if "node" in phases:
         first = phases.dropna(subset=["node"]).drop_duplicates(["run_id", "rank"])
-        nodes = {(str(r), int(k)): n for r, k, n in zip(first["run_id"], first["rank"],
-                                                        first["node"])}
+        nodes = {
+            (str(r), int(k)): n for r, k, n in zip(first["run_id"], first["rank"], first["node"])
+        }
     events, processes = [], set()
     for row in threads.itertuples():
         pid = pid_base[row.run_id] + int(row.rank) + 1
@@ -423,22 +535,41 @@ def _metadata(phases, threads, pid_base, found) -> dict:
             processes.add(pid)
             node = nodes.get((row.run_id, int(row.rank)))
             name = f"{row.run_id} rank {row.rank}" + (f" ({node})" if node else "")
-            events += [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}},
-                       {"ph": "M", "name": "process_sort_index", "pid": pid,
-                        "args": {"sort_index": pid}}]
-        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": int(row.tid),
-                       "args": {"name": str(row.location)}})
+            events += [
+                {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}},
+                {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}},
+            ]
+        events.append(
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": pid,
+                "tid": int(row.tid),
+                "args": {"name": str(row.location)},
+            }
+        )
     for run_id in set(found.path["run_id"]) if len(found.path) else ():
         pid = pid_base[run_id] + PATH_PID
         processes.add(pid)
-        events += [{"ph": "M", "name": "process_name", "pid": pid,
-                    "args": {"name": f"{run_id} critical path"}},
-                   {"ph": "M", "name": "process_sort_index", "pid": pid,
-                    "args": {"sort_index": pid_base[run_id]}}]
+        events += [
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": pid,
+                "args": {"name": f"{run_id} critical path"},
+            },
+            {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": pid,
+                "args": {"sort_index": pid_base[run_id]},
+            },
+        ]
     return {"events": events, "processes": processes}
 
 
 # ------------------------------------------------------------ report panel
+
 
 def path_figure(found: cp.CriticalPath, folder: Path, joins: int = 6) -> Path:
     """The per-rank timeline of a few joins of the first run with the most
@@ -446,33 +577,61 @@ def path_figure(found: cp.CriticalPath, folder: Path, joins: int = 6) -> Path:
     from plotnine import aes, geom_segment, ggplot, labs, scale_color_manual, theme, theme_bw
 
     from analysis.figures import PHASE_COLORS
+
     ranks = found.joins.groupby("run_id")["rank"].nunique()
     run_id = ranks.idxmax()
     first = int(found.joins[found.joins["run_id"] == run_id]["join"].min()) + 1
-    path = found.path[(found.path["run_id"] == run_id) & (found.path["kind"] != cp.UNTIMED)
-                      & found.path["join"].between(first, first + joins - 1)]
+    path = found.path[
+        (found.path["run_id"] == run_id)
+        & (found.path["kind"] != cp.UNTIMED)
+        & found.path["join"].between(first, first + joins - 1)
+    ]
     path = path.astype({"start_ns": "int64", "end_ns": "int64", "rank": "int64"})
     start, end = path["start_ns"].min(), path["end_ns"].max()
-    iv = found.intervals[(found.intervals["run_id"] == run_id)
-                         & (found.intervals["end_ns"] > start) & (found.intervals["start_ns"] < end)]
-    data = iv.assign(start_ms=(iv["start_ns"] - start) / 1e6, end_ms=(iv["end_ns"] - start) / 1e6,
-                     y=iv["rank"].astype(float), phase=iv["phase"].astype(str))
-    marks = path.assign(start_ms=(path["start_ns"] - start) / 1e6,
-                        end_ms=(path["end_ns"] - start) / 1e6, y=path["rank"] + 0.3)
+    iv = found.intervals[
+        (found.intervals["run_id"] == run_id)
+        & (found.intervals["end_ns"] > start)
+        & (found.intervals["start_ns"] < end)
+    ]
+    data = iv.assign(
+        start_ms=(iv["start_ns"] - start) / 1e6,
+        end_ms=(iv["end_ns"] - start) / 1e6,
+        y=iv["rank"].astype(float),
+        phase=iv["phase"].astype(str),
+    )
+    marks = path.assign(
+        start_ms=(path["start_ns"] - start) / 1e6,
+        end_ms=(path["end_ns"] - start) / 1e6,
+        y=path["rank"] + 0.3,
+    )
     jumps = marks.sort_values("start_ms")
-    jumps = pd.DataFrame({"x": jumps["end_ms"].to_numpy()[:-1], "y": jumps["y"].to_numpy()[:-1],
-                          "yend": jumps["y"].to_numpy()[1:]})
-    plot = (ggplot()
-            + geom_segment(aes(x="start_ms", xend="end_ms", y="y", yend="y", color="phase"),
-                           data=data, size=6)
-            + geom_segment(aes(x="start_ms", xend="end_ms", y="y", yend="y"), data=marks,
-                           size=1.2, color="black")
-            + geom_segment(aes(x="x", xend="x", y="y", yend="yend"), data=jumps,
-                           size=0.6, color="black")
-            + scale_color_manual(values=PHASE_COLORS)
-            + labs(title=f"Critical path (black) over {joins} steps of {run_id}",
-                   x="time since the window's start (ms)", y="rank")
-            + theme_bw() + theme(figure_size=(9, 2 + 0.4 * ranks.max())))
+    jumps = pd.DataFrame(
+        {
+            "x": jumps["end_ms"].to_numpy()[:-1],
+            "y": jumps["y"].to_numpy()[:-1],
+            "yend": jumps["y"].to_numpy()[1:],
+        }
+    )
+    plot = (
+        ggplot()
+        + geom_segment(
+            aes(x="start_ms", xend="end_ms", y="y", yend="y", color="phase"), data=data, size=6
+        )
+        + geom_segment(
+            aes(x="start_ms", xend="end_ms", y="y", yend="y"), data=marks, size=1.2, color="black"
+        )
+        + geom_segment(
+            aes(x="x", xend="x", y="y", yend="yend"), data=jumps, size=0.6, color="black"
+        )
+        + scale_color_manual(values=PHASE_COLORS)
+        + labs(
+            title=f"Critical path (black) over {joins} steps of {run_id}",
+            x="time since the window's start (ms)",
+            y="rank",
+        )
+        + theme_bw()
+        + theme(figure_size=(9, 2 + 0.4 * ranks.max()))
+    )
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / "critical_path.png"

@@ -10,6 +10,7 @@ compared factor in the same cell (processes and every other factor equal):
 the difference of the means over replications with Welch's 95 % interval
 (none with a single replication on a side), and one sentence.
 """
+
 from __future__ import annotations
 
 from itertools import combinations
@@ -40,8 +41,11 @@ def per_run(found: cp.CriticalPath) -> pd.DataFrame:
     mean = mean / (joins.reindex(runs).to_numpy() * ranks.reindex(runs).to_numpy()) / 1e9
     # The joins themselves: grad_comm where the run exposes it (waiting and
     # communication proper), else part of the phase the join is.
-    join_time = (found.joins["exit_ns"] - found.joins["entry_ns"]).groupby(
-        found.joins["run_id"]).sum() / (joins * ranks) / 1e9
+    join_time = (
+        (found.joins["exit_ns"] - found.joins["entry_ns"]).groupby(found.joins["run_id"]).sum()
+        / (joins * ranks)
+        / 1e9
+    )
     for run_id, seconds in join_time.items():
         part = "grad_comm" if found.method.get(run_id) != "backward" else "backward"
         mean.loc[(run_id, part)] = mean.get((run_id, part), 0.0) + seconds
@@ -57,8 +61,9 @@ def per_run(found: cp.CriticalPath) -> pd.DataFrame:
 def difference(a: pd.Series, b: pd.Series) -> tuple[float, float, float]:
     """mean(a) - mean(b) and Welch's interval (NaN with one run on a side)."""
     diff = float(a.mean() - b.mean())
-    constant = np.allclose(a, a.mean(), rtol=1e-9, atol=1e-12) and \
-        np.allclose(b, b.mean(), rtol=1e-9, atol=1e-12)
+    constant = np.allclose(a, a.mean(), rtol=1e-9, atol=1e-12) and np.allclose(
+        b, b.mean(), rtol=1e-9, atol=1e-12
+    )
     if len(a) < 2 or len(b) < 2 or constant:
         spread = 0.0 if len(a) >= 2 and len(b) >= 2 else np.nan
         return diff, diff - spread, diff + spread
@@ -81,8 +86,9 @@ def compare(runs: pd.DataFrame, phases: pd.DataFrame, by: str = "framework") -> 
     for key, cell in parts.groupby(keys):
         levels = sorted(cell[by].dropna().unique(), key=str)
         for a, b in combinations(levels, 2):
-            rows += _pair(cell, by, a, b, dict(zip(keys, key if isinstance(key, tuple) else
-                                                   (key,))))
+            rows += _pair(
+                cell, by, a, b, dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+            )
     return pd.DataFrame(rows)
 
 
@@ -91,17 +97,32 @@ def _pair(cell: pd.DataFrame, by: str, a, b, label: dict) -> list[dict]:
     steps_a = first.drop_duplicates("run_id").set_index("run_id")["run_step_s"]
     steps_b = second.drop_duplicates("run_id").set_index("run_id")["run_step_s"]
     diff, low, high = difference(steps_a, steps_b)
-    base = {**label, "compared": by, "a": a, "b": b, "runs_a": len(steps_a),
-            "runs_b": len(steps_b)}
-    rows = [{**base, "part": "step", "diff_ms": diff * 1e3, "low_ms": low * 1e3,
-             "high_ms": high * 1e3, "on_path_ms": diff * 1e3}]
+    base = {**label, "compared": by, "a": a, "b": b, "runs_a": len(steps_a), "runs_b": len(steps_b)}
+    rows = [
+        {
+            **base,
+            "part": "step",
+            "diff_ms": diff * 1e3,
+            "low_ms": low * 1e3,
+            "high_ms": high * 1e3,
+            "on_path_ms": diff * 1e3,
+        }
+    ]
     for part in PARTS:
         mine = _part(first, part, steps_a.index)
         theirs = _part(second, part, steps_b.index)
         d, lo, hi = difference(mine["step_s"], theirs["step_s"])
         on_path = float(mine["path_s"].mean() - theirs["path_s"].mean())
-        rows.append({**base, "part": part, "diff_ms": d * 1e3, "low_ms": lo * 1e3,
-                     "high_ms": hi * 1e3, "on_path_ms": on_path * 1e3})
+        rows.append(
+            {
+                **base,
+                "part": part,
+                "diff_ms": d * 1e3,
+                "low_ms": lo * 1e3,
+                "high_ms": hi * 1e3,
+                "on_path_ms": on_path * 1e3,
+            }
+        )
     return rows
 
 
@@ -120,21 +141,32 @@ def sentences(table: pd.DataFrame) -> list[str]:
     for _, pair in table.groupby([*[k for k in cells.CELL if k in table], "a", "b"]):
         step = pair[pair["part"] == "step"].iloc[0]
         parts = pair[pair["part"] != "step"]
-        slower, faster, sign = (step["a"], step["b"], 1) if step["diff_ms"] >= 0 else \
-            (step["b"], step["a"], -1)
+        slower, faster, sign = (
+            (step["a"], step["b"], 1) if step["diff_ms"] >= 0 else (step["b"], step["a"], -1)
+        )
         top = parts.loc[(parts["on_path_ms"] * sign).idxmax()]
         where = "exposed grad_comm" if top["part"] == "grad_comm" else top["part"]
-        interval = "" if np.isnan(step["low_ms"]) else \
-            f" (95 % interval {sign * step['low_ms']:.1f} to {sign * step['high_ms']:.1f})"
+        interval = (
+            ""
+            if np.isnan(step["low_ms"])
+            else f" (95 % interval {sign * step['low_ms']:.1f} to {sign * step['high_ms']:.1f})"
+        )
         if sign < 0:
-            interval = "" if np.isnan(step["low_ms"]) else \
-                f" (95 % interval {-step['high_ms']:.1f} to {-step['low_ms']:.1f})"
-        cell = ([] if step["compared"] == "framework" else [str(step["framework"])]) + \
-            [cp.processes(step["world_size"]), str(step["setting"])]
+            interval = (
+                ""
+                if np.isnan(step["low_ms"])
+                else f" (95 % interval {-step['high_ms']:.1f} to {-step['low_ms']:.1f})"
+            )
+        cell = ([] if step["compared"] == "framework" else [str(step["framework"])]) + [
+            cp.processes(step["world_size"]),
+            str(step["setting"]),
+        ]
         cell = ", ".join(cell)
-        out.append(f"{cell}: {slower} spends {abs(step['diff_ms']):.1f} ms more per step than "
-                   f"{faster}{interval}, {sign * top['on_path_ms']:.1f} ms of it in {where} on "
-                   f"the critical path.")
+        out.append(
+            f"{cell}: {slower} spends {abs(step['diff_ms']):.1f} ms more per step than "
+            f"{faster}{interval}, {sign * top['on_path_ms']:.1f} ms of it in {where} on "
+            f"the critical path."
+        )
     return out
 
 

@@ -34,6 +34,7 @@ largest process count and predict it; fit at one network rate and predict
 another. The what-ifs replay each measured run's steps with one thing
 changed, so they answer at the measured scales.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,17 +56,18 @@ WINDOW_PHASES = list(STEP_PHASES)
 SCALE = ("world_size", "batch_size", "net_rate_mbit")
 ASSUMPTIONS = {
     "compression fp16": "half the bytes on the wire (fp16 gradients); the encoding and decoding "
-                        "on the host are not modelled (bench/compression_network.py measured them "
-                        "costing more than they save on fast networks), and so is any change "
-                        "in accuracy",
+    "on the host are not modelled (bench/compression_network.py measured them "
+    "costing more than they save on fast networks), and so is any change "
+    "in accuracy",
     "data loading twice as fast": "every rank's data_load halves; nothing else changes, and the "
-                                  "waiting it caused shrinks as the replay of the steps says",
+    "waiting it caused shrinks as the replay of the steps says",
     "straggler removed": "the rank most often last at the join behaves like the median of the "
-                         "other ranks in every window; the others are unchanged",
+    "other ranks in every window; the others are unchanged",
 }
 
 
 # ---------------------------------------------------------------- measures
+
 
 def expected_max(p: int) -> float:
     """E[max of p independent standard normals] (0 for one)."""
@@ -76,8 +78,9 @@ def expected_max(p: int) -> float:
     return float(np.trapezoid(x * density, x))
 
 
-def measures(found: cp.CriticalPath, runs: pd.DataFrame,
-             traced_bytes: pd.Series | None = None) -> pd.DataFrame:
+def measures(
+    found: cp.CriticalPath, runs: pd.DataFrame, traced_bytes: pd.Series | None = None
+) -> pd.DataFrame:
     """One row per analysed run: each window phase's mean seconds per step
     (mean over ranks and joins), untimed, skew, communication proper and
     the measured step (the critical path per join), with the run's scale."""
@@ -86,8 +89,16 @@ def measures(found: cp.CriticalPath, runs: pd.DataFrame,
     # Every window counts, the tail after the last join too (it holds the
     # last step's optimizer), so that the parts add up to the path per join.
     n_joins = found.joins.groupby("run_id")["join"].max() + 1
-    wide = found.windows.pivot_table(index=["run_id", "join", "rank"], columns="cause",
-                                     values="ns", aggfunc="sum", observed=True) / 1e9
+    wide = (
+        found.windows.pivot_table(
+            index=["run_id", "join", "rank"],
+            columns="cause",
+            values="ns",
+            aggfunc="sum",
+            observed=True,
+        )
+        / 1e9
+    )
     wide = wide.reindex(columns=list(cp.CAUSES), fill_value=0.0)
     span = wide.drop(columns=cp.PROPAGATED).sum(axis=1)
     per_join = span.groupby(["run_id", "join"])
@@ -96,18 +107,34 @@ def measures(found: cp.CriticalPath, runs: pd.DataFrame,
     table = per_rank.groupby("run_id").mean()[[*WINDOW_PHASES, cp.UNTIMED]]
     table = table.div(n_joins.reindex(table.index), axis=0)
     comm = found.path[found.path["kind"] == cp.COMMUNICATION]
-    table["comm_s"] = (comm.groupby("run_id")["dur_ns"].sum() / n_joins / 1e9).reindex(
-        table.index).fillna(0.0)
+    table["comm_s"] = (
+        (comm.groupby("run_id")["dur_ns"].sum() / n_joins / 1e9).reindex(table.index).fillna(0.0)
+    )
     # Where backward is the join, the last rank's backward (with the hidden
     # all-reduce) lies in the join, not in a window: it counts as compute.
     joined = found.path[found.path["kind"] == cp.JOIN]
-    table["backward"] += (joined.groupby("run_id")["dur_ns"].sum() / n_joins / 1e9).reindex(
-        table.index).fillna(0.0)
+    table["backward"] += (
+        (joined.groupby("run_id")["dur_ns"].sum() / n_joins / 1e9).reindex(table.index).fillna(0.0)
+    )
     table["skew_s"] = skew
     table["step_s"] = found.path.groupby("run_id")["dur_ns"].sum() / n_joins / 1e9
     info = runs.set_index("run_id")
-    table = table.join(info[[c for c in ("framework", "world_size", "batch_size", "net_rate_mbit",
-                                         "comm_bytes_per_step") if c in info]], how="inner")
+    table = table.join(
+        info[
+            [
+                c
+                for c in (
+                    "framework",
+                    "world_size",
+                    "batch_size",
+                    "net_rate_mbit",
+                    "comm_bytes_per_step",
+                )
+                if c in info
+            ]
+        ],
+        how="inner",
+    )
     if "net_rate_mbit" not in table:
         table["net_rate_mbit"] = np.nan
     if "comm_bytes_per_step" not in table:
@@ -122,8 +149,9 @@ def traced_bytes(phases: pd.DataFrame) -> pd.Series:
     trace's collectives (for runs whose table has no comm_bytes_per_step)."""
     if "collective" not in phases or "bytes" not in phases:
         return pd.Series(dtype="float64")
-    coll = phases[phases["collective"].notna() & phases["bytes"].notna()
-                  & (phases["step"].fillna(-1) >= 0)]
+    coll = phases[
+        phases["collective"].notna() & phases["bytes"].notna() & (phases["step"].fillna(-1) >= 0)
+    ]
     per_step = coll.groupby(["run_id", "rank", "step"])["bytes"].sum()
     return per_step.groupby("run_id").mean().astype("float64")
 
@@ -140,12 +168,15 @@ def probe_points(tables: Path | None) -> pd.DataFrame:
     rows = []
     for path in sorted((Path(tables) / "probe").glob("probe-*.json")) if tables else []:
         doc = json.loads(path.read_text())
-        rows += [{"processes": doc["processes"], "bytes": s["bytes"], "seconds": s["seconds"]}
-                 for s in doc["sizes"]]
+        rows += [
+            {"processes": doc["processes"], "bytes": s["bytes"], "seconds": s["seconds"]}
+            for s in doc["sizes"]
+        ]
     return pd.DataFrame(rows, columns=["processes", "bytes", "seconds"])
 
 
 # ------------------------------------------------------------------- model
+
 
 @dataclass
 class Model:
@@ -163,11 +194,17 @@ class Model:
     def step(self, p, batch, nbytes, rate_mbit) -> np.ndarray:
         p = np.asarray(p, dtype=float)
         compute = self.compute(batch)
-        skew = self.skew * compute * np.array([expected_max(int(q)) for q in np.ravel(p)]) \
-            .reshape(np.shape(p))
+        skew = (
+            self.skew
+            * compute
+            * np.array([expected_max(int(q)) for q in np.ravel(p)]).reshape(np.shape(p))
+        )
         ring = 2 * (p - 1) / p * np.asarray(nbytes, dtype=float)
-        comm = np.where(p > 1, 2 * (p - 1) * self.alpha
-                        + ring * (self.beta + wire_seconds_per_byte(rate_mbit)), 0.0)
+        comm = np.where(
+            p > 1,
+            2 * (p - 1) * self.alpha + ring * (self.beta + wire_seconds_per_byte(rate_mbit)),
+            0.0,
+        )
         return compute + self.untimed + skew + comm
 
 
@@ -199,8 +236,10 @@ def _fit_comm(many: pd.DataFrame, probe: pd.DataFrame | None, notes: list) -> tu
     p = many["world_size"].to_numpy(float)
     nbytes = many["comm_bytes_per_step"].to_numpy(float)
     if np.isnan(nbytes).any():
-        notes.append("bytes per step unknown: taken as 1, so beta is the seconds per step "
-                     "per unit of 2(p-1)/p")
+        notes.append(
+            "bytes per step unknown: taken as 1, so beta is the seconds per step "
+            "per unit of 2(p-1)/p"
+        )
         nbytes = np.where(np.isnan(nbytes), 1.0, nbytes)
     x1, x2 = 2 * (p - 1), 2 * (p - 1) / p * nbytes
     y = many["comm_s"].to_numpy(float) - x2 * wire_seconds_per_byte(many["net_rate_mbit"])
@@ -211,8 +250,10 @@ def _fit_comm(many: pd.DataFrame, probe: pd.DataFrame | None, notes: list) -> tu
         a, b = _probe_fit(probe)
         shape = a * x1 + b * x2
         scale = float(np.clip((shape @ y) / (shape @ shape), 0, None)) if shape @ shape else 0.0
-        notes.append("one process count measured: latency and bandwidth split as the MPI "
-                     "all-reduce probe's, scaled to the measured exchange")
+        notes.append(
+            "one process count measured: latency and bandwidth split as the MPI "
+            "all-reduce probe's, scaled to the measured exchange"
+        )
         return a * scale, b * scale
     notes.append("one process count measured and no probe: latency alpha taken as 0")
     return 0.0, float(np.clip((x2 @ y) / (x2 @ x2), 0, None))
@@ -238,11 +279,13 @@ def bootstrap(table: pd.DataFrame, probe, rows: pd.DataFrame, seed: int = 0) -> 
 
 
 def _predict(model: Model, rows: pd.DataFrame) -> np.ndarray:
-    return model.step(rows["world_size"], rows["batch_size"], rows["comm_bytes_per_step"],
-                      rows["net_rate_mbit"])
+    return model.step(
+        rows["world_size"], rows["batch_size"], rows["comm_bytes_per_step"], rows["net_rate_mbit"]
+    )
 
 
 # ------------------------------------------------------------------ checks
+
 
 def group_keys(runs: pd.DataFrame) -> list[str]:
     """The factors a model's group holds fixed: framework and every varied
@@ -260,10 +303,13 @@ def held_out_scale(table: pd.DataFrame, probe=None) -> dict | None:
         return None
     predicted = _predict(fit(train, probe), test)
     error = float(np.mean(predicted / test["step_s"] - 1))
-    return {"check": f"fit without {largest} processes, predict {largest}",
-            "fitted_on": ", ".join(str(p) for p in sorted(train["world_size"].unique())),
-            "predicted_ms": float(np.mean(predicted) * 1e3),
-            "measured_ms": float(test["step_s"].mean() * 1e3), "relative_error": error}
+    return {
+        "check": f"fit without {largest} processes, predict {largest}",
+        "fitted_on": ", ".join(str(p) for p in sorted(train["world_size"].unique())),
+        "predicted_ms": float(np.mean(predicted) * 1e3),
+        "measured_ms": float(test["step_s"].mean() * 1e3),
+        "relative_error": error,
+    }
 
 
 def held_out_network(table: pd.DataFrame, probe=None) -> list[dict]:
@@ -280,19 +326,24 @@ def held_out_network(table: pd.DataFrame, probe=None) -> list[dict]:
             if train["world_size"].max() < 2 or test.empty:
                 continue
             predicted = _predict(fit(train, probe), test)
-            rows.append({"check": f"fit at {_rate(a)}, predict {_rate(b)}",
-                         "fitted_on": _rate(a), "predicted_ms": float(predicted.mean() * 1e3),
-                         "measured_ms": float(test["step_s"].mean() * 1e3),
-                         "relative_error": float(np.mean(predicted / test["step_s"] - 1))})
+            rows.append(
+                {
+                    "check": f"fit at {_rate(a)}, predict {_rate(b)}",
+                    "fitted_on": _rate(a),
+                    "predicted_ms": float(predicted.mean() * 1e3),
+                    "measured_ms": float(test["step_s"].mean() * 1e3),
+                    "relative_error": float(np.mean(predicted / test["step_s"] - 1)),
+                }
+            )
     return rows
 
 
 def _rate(rate) -> str:
-    return "the machine's own network" if rate is None or np.isnan(rate) else \
-        f"{rate:g} Mbit/s"
+    return "the machine's own network" if rate is None or np.isnan(rate) else f"{rate:g} Mbit/s"
 
 
 # ------------------------------------------------------------- predictions
+
 
 def predictions(table: pd.DataFrame, probe=None, error: float | None = None) -> pd.DataFrame:
     """Measured configurations and unrun ones (twice and four times the
@@ -300,17 +351,40 @@ def predictions(table: pd.DataFrame, probe=None, error: float | None = None) -> 
     and 100 Mbit/s links), each with its interval and its weak-scaling
     efficiency (one process's step over this one's, at the same batch and
     network); measured figures beside."""
-    measured = table.groupby(list(SCALE), dropna=False).agg(
-        measured_ms=("step_s", lambda s: s.mean() * 1e3),
-        comm_bytes_per_step=("comm_bytes_per_step", "mean")).reset_index()
+    measured = (
+        table.groupby(list(SCALE), dropna=False)
+        .agg(
+            measured_ms=("step_s", lambda s: s.mean() * 1e3),
+            comm_bytes_per_step=("comm_bytes_per_step", "mean"),
+        )
+        .reset_index()
+    )
     nbytes = float(table["comm_bytes_per_step"].mean())
     top = measured[measured["world_size"] == measured["world_size"].max()].iloc[0]
-    unrun = [{"world_size": top["world_size"] * k, "batch_size": top["batch_size"],
-              "net_rate_mbit": top["net_rate_mbit"]} for k in (2, 4)]
-    unrun += [{"world_size": top["world_size"], "batch_size": top["batch_size"] * k,
-               "net_rate_mbit": top["net_rate_mbit"]} for k in (0.5, 2)]
-    unrun += [{"world_size": max(top["world_size"], 2), "batch_size": top["batch_size"],
-               "net_rate_mbit": r} for r in (10_000, 1_000, 100)]
+    unrun = [
+        {
+            "world_size": top["world_size"] * k,
+            "batch_size": top["batch_size"],
+            "net_rate_mbit": top["net_rate_mbit"],
+        }
+        for k in (2, 4)
+    ]
+    unrun += [
+        {
+            "world_size": top["world_size"],
+            "batch_size": top["batch_size"] * k,
+            "net_rate_mbit": top["net_rate_mbit"],
+        }
+        for k in (0.5, 2)
+    ]
+    unrun += [
+        {
+            "world_size": max(top["world_size"], 2),
+            "batch_size": top["batch_size"],
+            "net_rate_mbit": r,
+        }
+        for r in (10_000, 1_000, 100)
+    ]
     unrun = pd.DataFrame(unrun).assign(comm_bytes_per_step=nbytes, measured_ms=np.nan)
     rows = pd.concat([measured, unrun], ignore_index=True).drop_duplicates(list(SCALE))
     rows["batch_size"] = rows["batch_size"].astype(float)
@@ -324,8 +398,9 @@ def predictions(table: pd.DataFrame, probe=None, error: float | None = None) -> 
     rows["high_ms"] = np.quantile(draws, 1 - tail, axis=0) * 1e3 * (1 + widen)
     rows["predicted_images_per_s"] = rows["world_size"] * rows["batch_size"] / predicted
     # Weak scaling: against one process at the same batch and network.
-    alone = model.step(np.ones(len(rows)), rows["batch_size"], rows["comm_bytes_per_step"],
-                       rows["net_rate_mbit"])
+    alone = model.step(
+        np.ones(len(rows)), rows["batch_size"], rows["comm_bytes_per_step"], rows["net_rate_mbit"]
+    )
     rows["efficiency"] = alone / predicted
     rows["kind"] = np.where(rows["measured_ms"].notna(), "measured", "not run")
     rows["held_out_error"] = error
@@ -334,22 +409,27 @@ def predictions(table: pd.DataFrame, probe=None, error: float | None = None) -> 
 
 # ---------------------------------------------------------------- what-ifs
 
-def replay(found: cp.CriticalPath, run_id, change: str | None = None,
-           beta_bytes: float | None = None) -> float:
+
+def replay(
+    found: cp.CriticalPath, run_id, change: str | None = None, beta_bytes: float | None = None
+) -> float:
     """Mean seconds per step of a run's steps replayed with one change: at
     each join, the slowest rank's window (phases and gaps) then the
     communication proper (the ranks leave a join together, so the skew
     with which they left the previous one is not replayed)."""
-    windows = found.windows[(found.windows["run_id"] == run_id)
-                            & (found.windows["cause"] != cp.PROPAGATED)]
+    windows = found.windows[
+        (found.windows["run_id"] == run_id) & (found.windows["cause"] != cp.PROPAGATED)
+    ]
     n_joins = int(found.joins.loc[found.joins["run_id"] == run_id, "join"].max()) + 1
-    cube = windows.pivot_table(index=["join", "rank"], columns="cause", values="ns",
-                               aggfunc="sum", observed=True).fillna(0)
+    cube = windows.pivot_table(
+        index=["join", "rank"], columns="cause", values="ns", aggfunc="sum", observed=True
+    ).fillna(0)
     ranks = cube.index.get_level_values("rank").unique()
     values = cube.to_numpy(float, copy=True).reshape(n_joins + 1, len(ranks), -1)
     causes = list(cube.columns)
-    comm = found.path[(found.path["run_id"] == run_id)
-                      & (found.path["kind"] == cp.COMMUNICATION)].sort_values("join")
+    comm = found.path[
+        (found.path["run_id"] == run_id) & (found.path["kind"] == cp.COMMUNICATION)
+    ].sort_values("join")
     comm = comm["dur_ns"].to_numpy(float) if len(comm) else np.zeros(n_joins)
     # Where backward is the join, its pieces on the path are not replayed
     # from the windows: they count as they were.
@@ -364,35 +444,51 @@ def replay(found: cp.CriticalPath, run_id, change: str | None = None,
         others = np.delete(values, j, axis=1)
         values[:, j, :] = np.median(others, axis=1)
     elif change == "compression fp16" and len(joined) == 0:
-        comm = np.clip(comm - (beta_bytes or 0.0) * 1e9 / 2, 0, None) if beta_bytes is not None \
+        comm = (
+            np.clip(comm - (beta_bytes or 0.0) * 1e9 / 2, 0, None)
+            if beta_bytes is not None
             else comm / 2
+        )
     # The tail after the last join counts with it, as on the critical path.
     return float((values.sum(axis=2).max(axis=1).sum() + comm.sum()) / n_joins / 1e9)
 
 
-def what_ifs(found: cp.CriticalPath, table: pd.DataFrame, models: dict, info: pd.DataFrame,
-             keys: list[str]) -> pd.DataFrame:
+def what_ifs(
+    found: cp.CriticalPath, table: pd.DataFrame, models: dict, info: pd.DataFrame, keys: list[str]
+) -> pd.DataFrame:
     rows = []
     for row in table.itertuples():
         model = models.get(tuple(getattr(row, k) for k in keys))
-        ring = 2 * (row.world_size - 1) / row.world_size * row.comm_bytes_per_step \
-            if row.world_size > 1 and np.isfinite(row.comm_bytes_per_step) else None
-        beta_bytes = model.beta * ring if model is not None and ring is not None \
-            and model.beta > 0 else None
+        ring = (
+            2 * (row.world_size - 1) / row.world_size * row.comm_bytes_per_step
+            if row.world_size > 1 and np.isfinite(row.comm_bytes_per_step)
+            else None
+        )
+        beta_bytes = (
+            model.beta * ring if model is not None and ring is not None and model.beta > 0 else None
+        )
         base = replay(found, row.run_id)
         for change, assumption in ASSUMPTIONS.items():
             after = replay(found, row.run_id, change, beta_bytes)
             if change == "compression fp16" and beta_bytes is None:
                 assumption += "; no fitted bandwidth term here: communication proper halves"
-            rows.append({"run_id": row.run_id, "what_if": change,
-                         "measured_ms": row.step_s * 1e3, "replayed_ms": base * 1e3,
-                         "predicted_ms": after * 1e3, "change": after / base - 1,
-                         "assumes": assumption})
+            rows.append(
+                {
+                    "run_id": row.run_id,
+                    "what_if": change,
+                    "measured_ms": row.step_s * 1e3,
+                    "replayed_ms": base * 1e3,
+                    "predicted_ms": after * 1e3,
+                    "change": after / base - 1,
+                    "assumes": assumption,
+                }
+            )
     out = pd.DataFrame(rows)
     return out.join(info, on="run_id") if len(out) else out
 
 
 # ------------------------------------------------------------------ report
+
 
 def analyse(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None) -> dict:
     """Every table of the section: per group its model, predictions, held-out
@@ -415,21 +511,36 @@ def analyse(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None
         checks += [{**label, **c} for c in found_checks]
         model = fit(group, probe)
         models[key] = model
-        params.append({**label, "alpha_us": model.alpha * 1e6,
-                       "beta_ns_per_byte": model.beta * 1e9, "skew_s": model.skew,
-                       "untimed_ms": model.untimed * 1e3, "notes": "; ".join(model.notes)})
+        params.append(
+            {
+                **label,
+                "alpha_us": model.alpha * 1e6,
+                "beta_ns_per_byte": model.beta * 1e9,
+                "skew_s": model.skew,
+                "untimed_ms": model.untimed * 1e3,
+                "notes": "; ".join(model.notes),
+            }
+        )
         # The error shown beside its predictions: the scale check's, else the
         # network checks' mean absolute error.
-        error = scale["relative_error"] if scale else (
-            float(np.mean([abs(c["relative_error"]) for c in found_checks]))
-            if found_checks else None)
+        error = (
+            scale["relative_error"]
+            if scale
+            else (
+                float(np.mean([abs(c["relative_error"]) for c in found_checks]))
+                if found_checks
+                else None
+            )
+        )
         preds.append(predictions(group, probe, error).assign(**label))
     info = cells.with_setting(ok).set_index("run_id")[cells.CELL]
-    return {"checks": pd.DataFrame(checks), "predictions":
-            pd.concat(preds, ignore_index=True) if preds else pd.DataFrame(),
-            "parameters": pd.DataFrame(params),
-            "what_ifs": what_ifs(found, table, models, info, keys) if len(table) else
-            pd.DataFrame(), "probe": probe}
+    return {
+        "checks": pd.DataFrame(checks),
+        "predictions": pd.concat(preds, ignore_index=True) if preds else pd.DataFrame(),
+        "parameters": pd.DataFrame(params),
+        "what_ifs": what_ifs(found, table, models, info, keys) if len(table) else pd.DataFrame(),
+        "probe": probe,
+    }
 
 
 def section(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None) -> Section:
@@ -438,21 +549,35 @@ def section(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None
     for c in found["checks"].to_dict("records"):
         out.sentences.append(
             f"{c['framework']}: {c['check']}: predicted {c['predicted_ms']:.1f} ms per step "
-            f"against {c['measured_ms']:.1f} measured ({c['relative_error']:+.0%}).")
+            f"against {c['measured_ms']:.1f} measured ({c['relative_error']:+.0%})."
+        )
     whatifs = found["what_ifs"]
     if len(whatifs):
-        mean = whatifs.groupby([*cells.CELL, "what_if"], dropna=False).agg(
-            measured_ms=("measured_ms", "mean"), predicted_ms=("predicted_ms", "mean"),
-            change=("change", "mean"), assumes=("assumes", "first")).reset_index()
+        mean = (
+            whatifs.groupby([*cells.CELL, "what_if"], dropna=False)
+            .agg(
+                measured_ms=("measured_ms", "mean"),
+                predicted_ms=("predicted_ms", "mean"),
+                change=("change", "mean"),
+                assumes=("assumes", "first"),
+            )
+            .reset_index()
+        )
         for r in mean.to_dict("records"):
             out.sentences.append(
                 f"{r['framework']}, {cp.processes(r['world_size'])}, {r['setting']}, "
                 f"{r['what_if']}: {r['predicted_ms']:.1f} ms per step instead of "
-                f"{r['measured_ms']:.1f} ({r['change']:+.0%}), assuming {r['assumes']}.")
+                f"{r['measured_ms']:.1f} ({r['change']:+.0%}), assuming {r['assumes']}."
+            )
     if not len(found["checks"]):
-        out.sentences.append("No held-out check: one process count and one network rate "
-                             "measured per group, so nothing was left to predict.")
-    out.tables = {"predicted against measured (held-out error beside)": found["predictions"],
-                  "held-out checks": found["checks"], "what-ifs": whatifs,
-                  "model parameters": found["parameters"]}
+        out.sentences.append(
+            "No held-out check: one process count and one network rate "
+            "measured per group, so nothing was left to predict."
+        )
+    out.tables = {
+        "predicted against measured (held-out error beside)": found["predictions"],
+        "held-out checks": found["checks"],
+        "what-ifs": whatifs,
+        "model parameters": found["parameters"],
+    }
     return out

@@ -7,6 +7,7 @@ machine hits both alike. Goal: harness >= 0.97 of the bare loop.
     .venv/bin/python bench/adapter_overhead.py [--rounds 3] [--steps 300]
 Last line: key=value pairs per framework (figure, baseline, ratio).
 """
+
 import argparse
 import json
 import os
@@ -23,11 +24,18 @@ from ddlcompare import design, launch, runner, schedulers  # noqa: E402
 
 
 def harness(framework: str, batch: int, steps: int, warmup: int) -> float:
-    doc = {"name": "bench", "factors": {"framework": [framework], "procs_per_node": [2],
-                                        "batch_size": [batch]},
-           "fixed": {"epochs": 1, "max_steps": steps, "warmup_steps": warmup,
-                     "eval_every": 1, "timeout_s": 900,
-                     "tracer": "none"}}  # tracing's cost: bench/tracing_overhead.py
+    doc = {
+        "name": "bench",
+        "factors": {"framework": [framework], "procs_per_node": [2], "batch_size": [batch]},
+        "fixed": {
+            "epochs": 1,
+            "max_steps": steps,
+            "warmup_steps": warmup,
+            "eval_every": 1,
+            "timeout_s": 900,
+            "tracer": "none",
+        },
+    }  # tracing's cost: bench/tracing_overhead.py
     row = design.parse(doc, "bench").runs()[0]
     with tempfile.TemporaryDirectory() as tmp:
         runner.execute(row, Path(tmp))
@@ -39,19 +47,24 @@ def harness(framework: str, batch: int, steps: int, warmup: int) -> float:
 
 def bare(framework: str, batch: int, steps: int, warmup: int) -> float:
     info = {"torch-ddp": "torchrun", "horovod-torch": "horovodrun"}[framework]
-    config = {"threads": 1, "horovod_controller": "gloo", "run_id": "bench",
-              "framework": framework}
+    config = {"threads": 1, "horovod_controller": "gloo", "run_id": "bench", "framework": framework}
     python = launch.python(config)
     argv, env = launch.command(info, [schedulers.Host("localhost", 2)], config, Path("."), "local")
     script = [str(REPO / "bench" / "bare_loop.py"), framework, str(batch), str(steps), str(warmup)]
     if info == "torchrun":  # torchrun takes a script path instead of -m module
-        argv = argv[:argv.index("-m", 3)] + script
+        argv = argv[: argv.index("-m", 3)] + script
     else:
-        argv = argv[:argv.index(python)] + [python] + script
-    out = subprocess.run(argv, env={**os.environ, **env, "PYTHONPATH": str(REPO)},
-                         capture_output=True, text=True, cwd=REPO, check=True)
+        argv = argv[: argv.index(python)] + [python] + script
+    out = subprocess.run(
+        argv,
+        env={**os.environ, **env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
     line = [ln for ln in out.stdout.splitlines() if "images_per_s" in ln][-1]
-    return json.loads(line[line.index("{"):])["images_per_s"]
+    return json.loads(line[line.index("{") :])["images_per_s"]
 
 
 def main() -> None:
@@ -67,12 +80,17 @@ def main() -> None:
         for r in range(args.rounds):
             h.append(harness(framework, args.batch, args.steps, args.warmup))
             b.append(bare(framework, args.batch, args.steps, args.warmup))
-            print(f"{framework} round {r + 1}: harness {h[-1]:.0f} img/s, bare {b[-1]:.0f} img/s",
-                  flush=True)
+            print(
+                f"{framework} round {r + 1}: harness {h[-1]:.0f} img/s, bare {b[-1]:.0f} img/s",
+                flush=True,
+            )
         mh, mb = statistics.median(h), statistics.median(b)
         key = framework.replace("-", "_")
-        pairs += [f"{key}_images_per_s={mh:.0f}", f"{key}_bare_images_per_s={mb:.0f}",
-                  f"{key}_ratio={mh / mb:.3f}"]
+        pairs += [
+            f"{key}_images_per_s={mh:.0f}",
+            f"{key}_bare_images_per_s={mb:.0f}",
+            f"{key}_ratio={mh / mb:.3f}",
+        ]
     print(" ".join(pairs + ["goal_ratio=0.97"]))
 
 

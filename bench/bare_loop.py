@@ -7,6 +7,7 @@ count as the harness, and nothing else (no phases, no metrics, no files).
 Rank 0 prints one JSON line: {"images_per_s": ...}, measured like the
 harness: all ranks' images after the warm-up over the slowest rank's time.
 """
+
 import json
 import sys
 import time
@@ -26,6 +27,7 @@ def main(framework: str, batch: int, steps: int, warmup: int) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
     if framework == "torch-ddp":
         import torch.distributed as dist
+
         dist.init_process_group("gloo")
         rank, world = dist.get_rank(), dist.get_world_size()
         model = torch.nn.parallel.DistributedDataParallel(model)
@@ -36,6 +38,7 @@ def main(framework: str, batch: int, steps: int, warmup: int) -> None:
             return float(t[0])
     else:
         import horovod.torch as hvd
+
         hvd.init()
         rank, world = hvd.rank(), hvd.size()
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
@@ -43,13 +46,14 @@ def main(framework: str, batch: int, steps: int, warmup: int) -> None:
 
         def slowest(seconds):
             return float(hvd.allreduce(torch.tensor([seconds], dtype=torch.float64), op=hvd.Max))
+
     mean = torch.tensor(dataset.info.mean).view(1, -1, 1, 1)
     std = torch.tensor(dataset.info.std).view(1, -1, 1, 1)
     indices = data.shard(len(dataset.train_y), rank, world, 42, 1, steps * batch)
     for i in range(steps):
         if i == warmup:
             start = time.perf_counter()
-        take = indices[i * batch:(i + 1) * batch]
+        take = indices[i * batch : (i + 1) * batch]
         x = (torch.from_numpy(dataset.train_x[take]).float().div_(255) - mean) / std
         y = torch.from_numpy(dataset.train_y[take])
         loss = F.cross_entropy(model(x), y)

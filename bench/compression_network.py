@@ -10,6 +10,7 @@ is each codec's step-time speedup over it.
     .venv/bin/python bench/compression_network.py [--results results]
 Last line: key=value pairs, one speedup per framework, rate and codec.
 """
+
 import argparse
 import subprocess
 import sys
@@ -25,23 +26,37 @@ def main() -> None:
     parser.add_argument("--results", default=str(REPO / "results"))
     args = parser.parse_args()
     snakemake = str(Path(sys.executable).parent / "snakemake")
-    subprocess.run([snakemake, "--profile", "profiles/local", "--config",
-                    "design=bench/compression_network.yaml", f"results={args.results}"],
-                   cwd=REPO, check=True)
-    runs = pd.read_parquet(next(Path(args.results, "compression-network").glob(
-        "cfg~*/tables/runs.parquet")))
+    subprocess.run(
+        [
+            snakemake,
+            "--profile",
+            "profiles/local",
+            "--config",
+            "design=bench/compression_network.yaml",
+            f"results={args.results}",
+        ],
+        cwd=REPO,
+        check=True,
+    )
+    runs = pd.read_parquet(
+        next(Path(args.results, "compression-network").glob("cfg~*/tables/runs.parquet"))
+    )
     runs = runs[runs["status"] == "ok"].assign(
-        rate=lambda r: r["net_rate_mbit"].map(lambda v: "unlimited" if pd.isna(v)
-                                              else f"{int(v)}mbit"))
+        rate=lambda r: r["net_rate_mbit"].map(
+            lambda v: "unlimited" if pd.isna(v) else f"{int(v)}mbit"
+        )
+    )
     base = runs[runs["compression"] == "none"].set_index(["framework", "rate"])
     pairs = []
     for row in runs.sort_values(["framework", "rate", "compression"]).itertuples():
         none = base.loc[(row.framework, row.rate)]
         speedup = none["step_mean_s_slowest_rank"] / row.step_mean_s_slowest_rank
-        line = (f"{row.framework} at {row.rate}, {row.compression}: "
-                f"{row.step_mean_s_slowest_rank * 1e3:.1f} ms/step "
-                f"(none: {none['step_mean_s_slowest_rank'] * 1e3:.1f}), "
-                f"{row.comm_bytes_per_step / 1e6:.3f} MB/step handed over")
+        line = (
+            f"{row.framework} at {row.rate}, {row.compression}: "
+            f"{row.step_mean_s_slowest_rank * 1e3:.1f} ms/step "
+            f"(none: {none['step_mean_s_slowest_rank'] * 1e3:.1f}), "
+            f"{row.comm_bytes_per_step / 1e6:.3f} MB/step handed over"
+        )
         if pd.notna(row.net_tx_bytes_per_step):  # only emulated links are counted
             line += f", {row.net_tx_bytes_per_step / 1e6:.3f} MB/step sent by all nodes"
         print(line, flush=True)

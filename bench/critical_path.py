@@ -20,6 +20,7 @@ to_json (C) writing the same rows as flat records.
 
 Goal (issue 18): at most 10 s on one core; the timeline in a few seconds. Last line: key=value pairs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,10 @@ GOAL_S = 10.0
 
 def generate(ranks: int, steps: int, seed: int = 1) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    dur = {p: (rng.lognormal(0, 0.15, (steps, ranks)) * ms * 1e6).astype(np.int64)
-           for p, ms in MEAN_MS.items()}
+    dur = {
+        p: (rng.lognormal(0, 0.15, (steps, ranks)) * ms * 1e6).astype(np.int64)
+        for p, ms in MEAN_MS.items()
+    }
     dur["data_load"][:, ranks - 1] += (rng.random(steps) < 0.3) * 8_000_000  # a straggler
     pre = sum(dur[p] for p in ("data_load", "h2d", "forward", "backward"))
     comm = (rng.lognormal(0, 0.1, steps) * 5e6).astype(np.int64)
@@ -57,8 +60,10 @@ def generate(ranks: int, steps: int, seed: int = 1) -> pd.DataFrame:
         start[s] = clock
         join_end[s] = (clock + pre[s]).max() + comm[s]
         clock = join_end[s] + dur["optimizer"][s]
-    cols = {k: [] for k in ("rank", "step", "phase", "start_ns", "end_ns", "location",
-                            "collective", "bytes")}
+    cols = {
+        k: []
+        for k in ("rank", "step", "phase", "start_ns", "end_ns", "location", "collective", "bytes")
+    }
     rank_ix = np.broadcast_to(np.arange(ranks), (steps, ranks))
     step_ix = np.broadcast_to(np.arange(steps)[:, None], (steps, ranks))
 
@@ -77,15 +82,25 @@ def generate(ranks: int, steps: int, seed: int = 1) -> pd.DataFrame:
         if phase == "backward":  # buckets handed over during backward
             for k in range(BUCKETS):
                 handed = t + dur[phase] * (k + 1) // (BUCKETS + 1)
-                add("grad_comm", handed, np.maximum(handed + 400_000, join_end[:, None]
-                    if k == BUCKETS - 1 else handed + 400_000), "comm 0", "allreduce", 4_000_000)
+                add(
+                    "grad_comm",
+                    handed,
+                    np.maximum(
+                        handed + 400_000,
+                        join_end[:, None] if k == BUCKETS - 1 else handed + 400_000,
+                    ),
+                    "comm 0",
+                    "allreduce",
+                    4_000_000,
+                )
         t = t + dur[phase]
     add("grad_comm", t, np.broadcast_to(join_end[:, None], t.shape))
     add("optimizer", join_end[:, None] + 0 * t, join_end[:, None] + dur["optimizer"])
     add("step", start, join_end[:, None] + dur["optimizer"])
     table = pd.DataFrame({k: np.concatenate(v) for k, v in cols.items()})
-    return table.assign(run_id="bench", epoch=1, dur_ns=table["end_ns"] - table["start_ns"],
-                        source="bench")
+    return table.assign(
+        run_id="bench", epoch=1, dur_ns=table["end_ns"] - table["start_ns"], source="bench"
+    )
 
 
 def status_bytes(field: str) -> int:
@@ -111,11 +126,20 @@ def main() -> None:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     started = time.perf_counter()
     phases = generate(args.ranks, args.steps)
-    print(f"generated {len(phases)} intervals in {time.perf_counter() - started:.1f} s",
-          flush=True)
-    runs = pd.DataFrame([{"run_id": "bench", "status": "ok", "framework": "horovod-torch",
-                          "world_size": args.ranks, "batch_size": 64, "warmup_steps": 0,
-                          "setting": "batch_size 64"}])
+    print(f"generated {len(phases)} intervals in {time.perf_counter() - started:.1f} s", flush=True)
+    runs = pd.DataFrame(
+        [
+            {
+                "run_id": "bench",
+                "status": "ok",
+                "framework": "horovod-torch",
+                "world_size": args.ranks,
+                "batch_size": 64,
+                "warmup_steps": 0,
+                "setting": "batch_size 64",
+            }
+        ]
+    )
 
     before = status_bytes("VmRSS")
     reset_peak()
@@ -149,19 +173,27 @@ def main() -> None:
         window = info["downsampled"]
 
     print(table["finding"].iloc[0])
-    print(f"critical path + delay analysis: {seconds:.2f} s on one core, peak +{peak / 2**20:.0f} "
-          f"MiB ({peak / len(phases):.0f} bytes/interval); goal <= {GOAL_S:.0f} s")
+    print(
+        f"critical path + delay analysis: {seconds:.2f} s on one core, peak +{peak / 2**20:.0f} "
+        f"MiB ({peak / len(phases):.0f} bytes/interval); goal <= {GOAL_S:.0f} s"
+    )
     print(f"baseline, today's per-step pivot and Scalasca wait: {baseline:.2f} s")
-    print(f"timeline of all {len(phases)} intervals (with the critical path): {export_s:.2f} s, "
-          f"{size / 2**20:.0f} MiB; default window (steps {window['steps'][0]}-"
-          f"{window['steps'][1]}, {window['intervals']} intervals): {window_s:.2f} s")
-    print(f"baseline, pandas' to_json of the same rows (flat records, no critical path): "
-          f"{flat_s:.2f} s")
-    print(f"intervals={len(phases)} ranks={args.ranks} steps={args.steps} seconds={seconds:.2f} "
-          f"peak_mib={peak / 2**20:.0f} baseline_seconds={baseline:.2f} "
-          f"ratio_to_baseline={seconds / baseline:.2f} goal_met={seconds <= GOAL_S} "
-          f"timeline_s={export_s:.2f} timeline_mib={size / 2**20:.0f} "
-          f"timeline_baseline_s={flat_s:.2f} timeline_ratio={export_s / flat_s:.2f}")
+    print(
+        f"timeline of all {len(phases)} intervals (with the critical path): {export_s:.2f} s, "
+        f"{size / 2**20:.0f} MiB; default window (steps {window['steps'][0]}-"
+        f"{window['steps'][1]}, {window['intervals']} intervals): {window_s:.2f} s"
+    )
+    print(
+        f"baseline, pandas' to_json of the same rows (flat records, no critical path): "
+        f"{flat_s:.2f} s"
+    )
+    print(
+        f"intervals={len(phases)} ranks={args.ranks} steps={args.steps} seconds={seconds:.2f} "
+        f"peak_mib={peak / 2**20:.0f} baseline_seconds={baseline:.2f} "
+        f"ratio_to_baseline={seconds / baseline:.2f} goal_met={seconds <= GOAL_S} "
+        f"timeline_s={export_s:.2f} timeline_mib={size / 2**20:.0f} "
+        f"timeline_baseline_s={flat_s:.2f} timeline_ratio={export_s / flat_s:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
     .venv/bin/python bench/plan_scale.py
 Last line: key=value pairs (figure, baseline, ratio) for both.
 """
+
 import itertools
 import subprocess
 import sys
@@ -22,11 +23,16 @@ sys.path.insert(0, str(REPO))
 
 from ddlcompare import design  # noqa: E402
 
-DOC = {"name": "scale",
-       "factors": {"framework": ["torch-ddp", "horovod-torch"], "procs_per_node": [1, 2, 3, 4, 5],
-                   "batch_size": [16, 32, 48, 64, 96, 128, 192, 256, 384, 512],
-                   "learning_rate": [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5]},
-       "replications": 10}
+DOC = {
+    "name": "scale",
+    "factors": {
+        "framework": ["torch-ddp", "horovod-torch"],
+        "procs_per_node": [1, 2, 3, 4, 5],
+        "batch_size": [16, 32, 48, 64, 96, 128, 192, 256, 384, 512],
+        "learning_rate": [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5],
+    },
+    "replications": 10,
+}
 BARE_SNAKEFILE = """
 N = int(config["count"])
 rule all:
@@ -53,19 +59,32 @@ def main() -> None:
         Path(tmp, "design.yaml").write_text(yaml.safe_dump(DOC))
         Path(tmp, "Bare.smk").write_text(BARE_SNAKEFILE)
         dry = [snakemake, "-n", "--quiet", "all", "-d", tmp]
-        plan_s, out = timed(lambda: subprocess.run(
-            dry + ["-s", str(REPO / "Snakefile"), "--config", f"design={tmp}/design.yaml"],
-            capture_output=True, text=True))
+        plan_s, out = timed(
+            lambda: subprocess.run(
+                dry + ["-s", str(REPO / "Snakefile"), "--config", f"design={tmp}/design.yaml"],
+                capture_output=True,
+                text=True,
+            )
+        )
         if out.returncode != 0:
             sys.exit(out.stderr[-2000:])
-        bare_s, _ = timed(lambda: subprocess.run(
-            dry + ["-s", f"{tmp}/Bare.smk", "--config", "count=10000"], capture_output=True, check=True))
-    print(f"expand: {expand_s:.3f} s for {len(runs)} runs (bare product {product_s:.4f} s); "
-          f"snakemake -n: {plan_s:.1f} s (bare Snakefile {bare_s:.1f} s)")
-    print(f"expand_s={expand_s:.3f} expand_baseline_s={product_s:.4f} "
-          f"expand_ratio={expand_s / product_s:.0f} expand_goal_s=1 "
-          f"dryrun_s={plan_s:.1f} dryrun_baseline_s={bare_s:.1f} "
-          f"dryrun_ratio={plan_s / bare_s:.2f} dryrun_goal_s=30")
+        bare_s, _ = timed(
+            lambda: subprocess.run(
+                dry + ["-s", f"{tmp}/Bare.smk", "--config", "count=10000"],
+                capture_output=True,
+                check=True,
+            )
+        )
+    print(
+        f"expand: {expand_s:.3f} s for {len(runs)} runs (bare product {product_s:.4f} s); "
+        f"snakemake -n: {plan_s:.1f} s (bare Snakefile {bare_s:.1f} s)"
+    )
+    print(
+        f"expand_s={expand_s:.3f} expand_baseline_s={product_s:.4f} "
+        f"expand_ratio={expand_s / product_s:.0f} expand_goal_s=1 "
+        f"dryrun_s={plan_s:.1f} dryrun_baseline_s={bare_s:.1f} "
+        f"dryrun_ratio={plan_s / bare_s:.2f} dryrun_goal_s=30"
+    )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ written once by traces/otf2_writer.py and cached in
 Targets (issue 3): >= 3 M events/s, >= 10x the Python loop, <= 100 bytes of
 peak memory per event. Last line: key=value pairs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,19 +65,33 @@ def synthetic_parts(events: int, ranks: int) -> list[dict]:
                 t += 1000
             step_rows.append((1 + step // 1000, step, start, t))
             t += 100
-        parts.append({"rank": rank, "world": ranks, "hostname": f"node{rank // 4}",
-                      "run_id": "bench", "offset_ns": 0, "intervals": intervals,
-                      "steps": step_rows, "collectives": collectives})
+        parts.append(
+            {
+                "rank": rank,
+                "world": ranks,
+                "hostname": f"node{rank // 4}",
+                "run_id": "bench",
+                "offset_ns": 0,
+                "intervals": intervals,
+                "steps": step_rows,
+                "collectives": collectives,
+            }
+        )
     return parts
 
 
 def cached_trace(events: int, ranks: int) -> Path:
     """The generated archive, written once per size and writer version."""
     from traces.otf2_writer import write_archive
-    digest = hashlib.sha256((REPO / "traces" / "otf2_writer.py").read_bytes()
-                            + inspect.getsource(synthetic_parts).encode())
-    base = Path(os.environ.get("DDLC_CACHE") or Path(os.environ.get("XDG_CACHE_HOME")
-                                                     or Path.home() / ".cache") / "ddl-compare")
+
+    digest = hashlib.sha256(
+        (REPO / "traces" / "otf2_writer.py").read_bytes()
+        + inspect.getsource(synthetic_parts).encode()
+    )
+    base = Path(
+        os.environ.get("DDLC_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddl-compare"
+    )
     folder = base / "bench" / f"otf2-{events}ev-{ranks}r-{digest.hexdigest()[:12]}"
     anchor = folder / "trace" / "traces.otf2"
     if (folder / "complete").is_file():
@@ -101,34 +116,42 @@ def c_generated_trace(events: int, ranks: int) -> Path:
         return anchor
     program = bench_cache() / f"otf2_generate-{digest}"
     if not program.is_file():
-        subprocess.run(["gcc", "-O2", "-o", str(program), str(source),
-                        "-lopen-trace-format2"], check=True)
+        subprocess.run(
+            ["gcc", "-O2", "-o", str(program), str(source), "-lopen-trace-format2"], check=True
+        )
     shutil.rmtree(folder, ignore_errors=True)
     print(f"generating a {events}-event {ranks}-rank trace in {folder} (once, in C)", flush=True)
-    subprocess.run([str(program), str(folder), str(ranks), str(max(1, events // (16 * ranks)))],
-                   check=True)
+    subprocess.run(
+        [str(program), str(folder), str(ranks), str(max(1, events // (16 * ranks)))], check=True
+    )
     (folder / "complete").touch()
     return anchor
 
 
 def bench_cache() -> Path:
-    base = Path(os.environ.get("DDLC_CACHE") or Path(os.environ.get("XDG_CACHE_HOME")
-                                                     or Path.home() / ".cache") / "ddl-compare")
+    base = Path(
+        os.environ.get("DDLC_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddl-compare"
+    )
     (base / "bench").mkdir(parents=True, exist_ok=True)
     return base / "bench"
 
 
 def count_events(anchor: Path) -> int:
     import otf2
+
     with otf2.reader.open(str(anchor)) as trace:
         return sum(loc.number_of_events for loc in trace.definitions.locations)
 
 
 def convert_in_child(anchor: Path, cores: int = 1, streamed: bool = False) -> dict:
     """Time and peak memory of one conversion, in a fresh process."""
-    done = subprocess.run([sys.executable, __file__, "--child", str(anchor), "--cores",
-                           str(cores)] + (["--streamed"] if streamed else []),
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", str(anchor), "--cores", str(cores)]
+        + (["--streamed"] if streamed else []),
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         raise SystemExit(f"conversion failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.splitlines()[-1])
@@ -139,34 +162,59 @@ def child(anchor: Path, cores: int, streamed: bool) -> None:
     clock starts."""
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:cores]))
     import pyarrow as pa
+
     pa.set_cpu_count(cores)
     from traces import fastotf2
     from traces.readers import otf2_reader
     from traces.rules import PhaseRules
+
     if fastotf2.library() is None:
         raise SystemExit(f"fastotf2 unavailable: {fastotf2.why_unavailable()}")
     import otf2  # noqa: F401  (imported by the reader; not part of the conversion)
+
     rules = PhaseRules()
     if streamed:
         from traces import convert
+
         with tempfile.TemporaryDirectory() as folder:
             before = reset_peak_rss()
             started = time.perf_counter()
-            rows, sources, errors = convert.write([anchor], Path(folder) / "phases.parquet",
-                                                  rules, "bench")
+            rows, sources, errors = convert.write(
+                [anchor], Path(folder) / "phases.parquet", rules, "bench"
+            )
             seconds = time.perf_counter() - started
-        print(json.dumps({"seconds": seconds, "rows": rows, "before": before,
-                          "peak": status_bytes("VmHWM"), "table_bytes": 0,
-                          "problems": errors, "reader": sources[0].get("reader", "?")}))
+        print(
+            json.dumps(
+                {
+                    "seconds": seconds,
+                    "rows": rows,
+                    "before": before,
+                    "peak": status_bytes("VmHWM"),
+                    "table_bytes": 0,
+                    "problems": errors,
+                    "reader": sources[0].get("reader", "?"),
+                }
+            )
+        )
         return
     before = reset_peak_rss()
     started = time.perf_counter()
     table, problems = otf2_reader.read(anchor, rules, "bench", engine="fastotf2")
     seconds = time.perf_counter() - started
     peak = status_bytes("VmHWM")
-    print(json.dumps({"seconds": seconds, "rows": table.num_rows, "before": before,
-                      "peak": peak, "table_bytes": table.nbytes, "problems": problems,
-                      "reader": table.schema.metadata[otf2_reader.META_READER].decode()}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "rows": table.num_rows,
+                "before": before,
+                "peak": peak,
+                "table_bytes": table.nbytes,
+                "problems": problems,
+                "reader": table.schema.metadata[otf2_reader.META_READER].decode(),
+            }
+        )
+    )
 
 
 def status_bytes(field: str) -> int:
@@ -186,6 +234,7 @@ def reset_peak_rss() -> int:
 def python_loop(anchor: Path, limit: int) -> tuple[int, float]:
     """(events, seconds) of a plain loop over the otf2 Python reader."""
     import otf2
+
     seen = 0
     started = time.perf_counter()
     with otf2.reader.open(str(anchor)) as trace:
@@ -202,8 +251,11 @@ def python_loop(anchor: Path, limit: int) -> tuple[int, float]:
 def otf2_print(anchor: Path) -> float:
     started = time.perf_counter()
     with open(os.devnull, "w") as sink:
-        subprocess.run(["taskset", "-c", str(sorted(os.sched_getaffinity(0))[0]),
-                        "otf2-print", str(anchor)], stdout=sink, check=True)
+        subprocess.run(
+            ["taskset", "-c", str(sorted(os.sched_getaffinity(0))[0]), "otf2-print", str(anchor)],
+            stdout=sink,
+            check=True,
+        )
     return time.perf_counter() - started
 
 
@@ -212,15 +264,28 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--trace", type=Path, help="an existing OTF2 anchor file instead")
-    parser.add_argument("--loop-events", type=int, default=0,
-                        help="time the plain Python loop on the first N events only (0: all)")
-    parser.add_argument("--c-generated", action="store_true",
-                        help="generate the trace with bench/otf2_generate.c (for 10^7..10^9 "
-                             "events: the Python writer takes hours)")
-    parser.add_argument("--streamed", action="store_true",
-                        help="also convert into a Parquet file a group of ranks at a time")
-    parser.add_argument("--only-streamed", action="store_true",
-                        help="only the streamed conversion (a trace too large for memory)")
+    parser.add_argument(
+        "--loop-events",
+        type=int,
+        default=0,
+        help="time the plain Python loop on the first N events only (0: all)",
+    )
+    parser.add_argument(
+        "--c-generated",
+        action="store_true",
+        help="generate the trace with bench/otf2_generate.c (for 10^7..10^9 "
+        "events: the Python writer takes hours)",
+    )
+    parser.add_argument(
+        "--streamed",
+        action="store_true",
+        help="also convert into a Parquet file a group of ranks at a time",
+    )
+    parser.add_argument(
+        "--only-streamed",
+        action="store_true",
+        help="only the streamed conversion (a trace too large for memory)",
+    )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--cores", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -228,53 +293,76 @@ def main() -> None:
         return child(args.child, args.cores, args.streamed)
     if shutil.which("otf2-print") is None:
         raise SystemExit("otf2-print not found: install Debian's otf2-tools (envs/setup.sh)")
-    anchor = args.trace or (c_generated_trace(args.events, args.ranks) if args.c_generated
-                            else cached_trace(args.events, args.ranks))
+    anchor = args.trace or (
+        c_generated_trace(args.events, args.ranks)
+        if args.c_generated
+        else cached_trace(args.events, args.ranks)
+    )
     events = count_events(anchor)
     if args.only_streamed:
         streamed = convert_in_child(anchor, len(os.sched_getaffinity(0)), streamed=True)
         peak = streamed["peak"] - streamed["before"]
-        print(f"{events} events -> {streamed['rows']} rows into Parquet, a group of ranks at a "
-              f"time: {streamed['seconds']:.1f} s, peak memory +{peak / 2**20:.0f} MiB")
-        print(f"events={events} rows={streamed['rows']} streamed_seconds="
-              f"{streamed['seconds']:.1f} streamed_peak_bytes={peak} "
-              f"streamed_events_per_s={events / streamed['seconds']:.0f} "
-              f"target_peak_bytes={2 << 30}")
+        print(
+            f"{events} events -> {streamed['rows']} rows into Parquet, a group of ranks at a "
+            f"time: {streamed['seconds']:.1f} s, peak memory +{peak / 2**20:.0f} MiB"
+        )
+        print(
+            f"events={events} rows={streamed['rows']} streamed_seconds="
+            f"{streamed['seconds']:.1f} streamed_peak_bytes={peak} "
+            f"streamed_events_per_s={events / streamed['seconds']:.0f} "
+            f"target_peak_bytes={2 << 30}"
+        )
         return
     fast = convert_in_child(anchor)
     fast_rate = events / fast["seconds"]
     per_event = (fast["peak"] - fast["before"]) / events
-    print(f"{events} events -> {fast['rows']} rows ({fast['reader']}): {fast['seconds']:.2f} s, "
-          f"{fast_rate / 1e6:.2f} M events/s on one core; peak memory "
-          f"+{(fast['peak'] - fast['before']) / 2**20:.0f} MiB = {per_event:.1f} B/event "
-          f"(the table itself: {fast['table_bytes'] / events:.1f} B/event)", flush=True)
+    print(
+        f"{events} events -> {fast['rows']} rows ({fast['reader']}): {fast['seconds']:.2f} s, "
+        f"{fast_rate / 1e6:.2f} M events/s on one core; peak memory "
+        f"+{(fast['peak'] - fast['before']) / 2**20:.0f} MiB = {per_event:.1f} B/event "
+        f"(the table itself: {fast['table_bytes'] / events:.1f} B/event)",
+        flush=True,
+    )
     cores = len(os.sched_getaffinity(0))
     parallel = convert_in_child(anchor, cores)
     parallel_rate = events / parallel["seconds"]
-    print(f"the same on {cores} cores (locations read in parallel): "
-          f"{parallel['seconds']:.2f} s, {parallel_rate / 1e6:.2f} M events/s", flush=True)
+    print(
+        f"the same on {cores} cores (locations read in parallel): "
+        f"{parallel['seconds']:.2f} s, {parallel_rate / 1e6:.2f} M events/s",
+        flush=True,
+    )
     streamed_peak = 0
     if args.streamed:
         streamed = convert_in_child(anchor, cores, streamed=True)
         streamed_peak = streamed["peak"] - streamed["before"]
-        print(f"traces.convert into Parquet, a group of ranks at a time: "
-              f"{streamed['seconds']:.2f} s, peak memory +{streamed_peak / 2**20:.0f} MiB "
-              f"({streamed['rows']} rows)", flush=True)
+        print(
+            f"traces.convert into Parquet, a group of ranks at a time: "
+            f"{streamed['seconds']:.2f} s, peak memory +{streamed_peak / 2**20:.0f} MiB "
+            f"({streamed['rows']} rows)",
+            flush=True,
+        )
     print_s = otf2_print(anchor)
-    print(f"otf2-print > /dev/null: {print_s:.2f} s, {events / print_s / 1e6:.2f} M events/s",
-          flush=True)
+    print(
+        f"otf2-print > /dev/null: {print_s:.2f} s, {events / print_s / 1e6:.2f} M events/s",
+        flush=True,
+    )
     looped, loop_s = python_loop(anchor, args.loop_events)
     loop_rate = looped / loop_s
-    print(f"plain otf2 Python loop: {looped} events in {loop_s:.1f} s, "
-          f"{loop_rate / 1e6:.3f} M events/s", flush=True)
-    print(f"events={events} rows={fast['rows']} fast_events_per_s={fast_rate:.0f} "
-          f"parallel_events_per_s={parallel_rate:.0f} cores={cores} "
-          f"streamed_peak_bytes={streamed_peak} "
-          f"python_loop_events_per_s={loop_rate:.0f} ratio_to_python_loop={fast_rate / loop_rate:.1f} "
-          f"otf2_print_events_per_s={events / print_s:.0f} "
-          f"ratio_to_otf2_print={fast_rate * print_s / events:.2f} "
-          f"peak_bytes_per_event={per_event:.1f} target_events_per_s={TARGET_EVENTS_PER_S} "
-          f"target_ratio={TARGET_RATIO} target_bytes_per_event={TARGET_BYTES_PER_EVENT}")
+    print(
+        f"plain otf2 Python loop: {looped} events in {loop_s:.1f} s, "
+        f"{loop_rate / 1e6:.3f} M events/s",
+        flush=True,
+    )
+    print(
+        f"events={events} rows={fast['rows']} fast_events_per_s={fast_rate:.0f} "
+        f"parallel_events_per_s={parallel_rate:.0f} cores={cores} "
+        f"streamed_peak_bytes={streamed_peak} "
+        f"python_loop_events_per_s={loop_rate:.0f} ratio_to_python_loop={fast_rate / loop_rate:.1f} "
+        f"otf2_print_events_per_s={events / print_s:.0f} "
+        f"ratio_to_otf2_print={fast_rate * print_s / events:.2f} "
+        f"peak_bytes_per_event={per_event:.1f} target_events_per_s={TARGET_EVENTS_PER_S} "
+        f"target_ratio={TARGET_RATIO} target_bytes_per_event={TARGET_BYTES_PER_EVENT}"
+    )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ uncompressed files. Rates are events per second of CPU time (the child's
 and its workers'): on a shared, loaded machine the wall clock also counts
 the time spent waiting for the core. Last line: key=value pairs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,19 +55,30 @@ def rank_events(rank: int, ranks: int, steps: int):
 
     def x(cat, name, tid, ts, dur, args=None, p=pid):
         extra = f', "args": {json.dumps(args)}' if args else ""
-        return (f'{{"ph": "X", "cat": "{cat}", "name": "{name}", "pid": {p}, "tid": {tid}, '
-                f'"ts": {ts:.3f}, "dur": {dur:.3f}{extra}}}')
+        return (
+            f'{{"ph": "X", "cat": "{cat}", "name": "{name}", "pid": {p}, "tid": {tid}, '
+            f'"ts": {ts:.3f}, "dur": {dur:.3f}{extra}}}'
+        )
 
-    yield (f'{{"name": "process_name", "ph": "M", "pid": {pid}, "tid": 0, '
-           f'"args": {{"name": "python {pid}"}}}}')
-    yield (f'{{"name": "thread_name", "ph": "M", "pid": {pid}, "tid": {main}, '
-           f'"args": {{"name": "thread {main} (python)"}}}}')
+    yield (
+        f'{{"name": "process_name", "ph": "M", "pid": {pid}, "tid": 0, '
+        f'"args": {{"name": "python {pid}"}}}}'
+    )
+    yield (
+        f'{{"name": "thread_name", "ph": "M", "pid": {pid}, "tid": {main}, '
+        f'"args": {{"name": "thread {main} (python)"}}}}'
+    )
     for step in range(steps):
         start = t
         yield x("user_annotation", f"ProfilerStep#{step}", main, t, 9000)
         yield x("user_annotation", "## data_load ##", main, t + 1, 500)
-        yield x("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
-                main, t + 2, 490)
+        yield x(
+            "user_annotation",
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            main,
+            t + 2,
+            490,
+        )
         t += 510
         yield x("cpu_op", "DistributedDataParallel.forward", main, t, 2400)
         for i, layer in enumerate(LAYERS):
@@ -75,46 +87,105 @@ def rank_events(rank: int, ranks: int, steps: int):
             yield x("cpu_op", "aten::conv2d", main, at + 5, 300)
             corr += 1
             ext += 1
-            yield x("cuda_runtime", "cudaLaunchKernel", main, at + 10, 20,
-                    {"correlation": corr, "External id": ext})
-            yield x("kernel", f"void forward_kernel_{layer}<float>", stream, at + 40, 200,
-                    {"correlation": corr, "External id": ext, "stream": stream}, p=0)
-            yield (f'{{"ph": "s", "id": {corr}, "pid": {pid}, "tid": {main}, "ts": {at + 10:.3f}, '
-                   f'"cat": "ac2g", "name": "ac2g"}}')
-            yield (f'{{"ph": "f", "id": {corr}, "pid": 0, "tid": {stream}, "ts": {at + 40:.3f}, '
-                   f'"cat": "ac2g", "name": "ac2g", "bp": "e"}}')
+            yield x(
+                "cuda_runtime",
+                "cudaLaunchKernel",
+                main,
+                at + 10,
+                20,
+                {"correlation": corr, "External id": ext},
+            )
+            yield x(
+                "kernel",
+                f"void forward_kernel_{layer}<float>",
+                stream,
+                at + 40,
+                200,
+                {"correlation": corr, "External id": ext, "stream": stream},
+                p=0,
+            )
+            yield (
+                f'{{"ph": "s", "id": {corr}, "pid": {pid}, "tid": {main}, "ts": {at + 10:.3f}, '
+                f'"cat": "ac2g", "name": "ac2g"}}'
+            )
+            yield (
+                f'{{"ph": "f", "id": {corr}, "pid": 0, "tid": {stream}, "ts": {at + 40:.3f}, '
+                f'"cat": "ac2g", "name": "ac2g", "bp": "e"}}'
+            )
         t += 2410
         yield x("cpu_op", "Optimizer.zero_grad#SGD.zero_grad", main, t, 50)
         t += 60
         for i, layer in enumerate(reversed(LAYERS)):
             at = t + i * 500
-            yield x("cpu_op", f"autograd::engine::evaluate_function: {layer}Backward0",
-                    autograd, at, 450)
+            yield x(
+                "cpu_op",
+                f"autograd::engine::evaluate_function: {layer}Backward0",
+                autograd,
+                at,
+                450,
+            )
             yield x("cpu_op", f"{layer}Backward0", autograd, at + 5, 400)
             corr += 1
-            yield x("cuda_runtime", "cudaLaunchKernel", autograd, at + 10, 20,
-                    {"correlation": corr})
-            yield x("kernel", f"void backward_kernel_{layer}<float>", stream, at + 40, 300,
-                    {"correlation": corr, "stream": stream}, p=0)
+            yield x(
+                "cuda_runtime", "cudaLaunchKernel", autograd, at + 10, 20, {"correlation": corr}
+            )
+            yield x(
+                "kernel",
+                f"void backward_kernel_{layer}<float>",
+                stream,
+                at + 40,
+                300,
+                {"correlation": corr, "stream": stream},
+                p=0,
+            )
             if i % 2 == 1:  # a gradient bucket's all-reduce
                 elems = 1_000_000 + i
                 yield x("cpu_op", "c10d::allreduce_", autograd, at + 410, 36)
-                yield x("cpu_op", "record_param_comms", autograd, at + 411, 34,
-                        {"Collective name": "allreduce", "In msg nelems": elems,
-                         "Out msg nelems": elems, "dtype": "Float", "Group size": ranks})
+                yield x(
+                    "cpu_op",
+                    "record_param_comms",
+                    autograd,
+                    at + 411,
+                    34,
+                    {
+                        "Collective name": "allreduce",
+                        "In msg nelems": elems,
+                        "Out msg nelems": elems,
+                        "dtype": "Float",
+                        "Group size": ranks,
+                    },
+                )
                 yield x("user_annotation", "nccl:all_reduce", autograd, at + 412, 32)
                 corr += 1
-                yield x("cuda_runtime", "cudaLaunchKernel", autograd, at + 413, 20,
-                        {"correlation": corr})
-                yield x("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgs)",
-                        stream + 1, at + 420, 900,
-                        {"correlation": corr, "Collective name": "allreduce",
-                         "In msg nelems": elems, "dtype": "Float"}, p=0)
+                yield x(
+                    "cuda_runtime",
+                    "cudaLaunchKernel",
+                    autograd,
+                    at + 413,
+                    20,
+                    {"correlation": corr},
+                )
+                yield x(
+                    "kernel",
+                    "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgs)",
+                    stream + 1,
+                    at + 420,
+                    900,
+                    {
+                        "correlation": corr,
+                        "Collective name": "allreduce",
+                        "In msg nelems": elems,
+                        "dtype": "Float",
+                    },
+                    p=0,
+                )
         t += 3100
         yield x("cpu_op", "Optimizer.step#SGD.step", main, t, 400)
         yield x("cpu_op", "aten::add_", main, t + 10, 100)
-        yield (f'{{"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": {pid}, '
-               f'"tid": {main}, "ts": {t + 5:.3f}, "s": "t", "args": {{"Bytes": 4096}}}}')
+        yield (
+            f'{{"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": {pid}, '
+            f'"tid": {main}, "ts": {t + 5:.3f}, "s": "t", "args": {{"Bytes": 4096}}}}'
+        )
         t = start + 9100
 
 
@@ -123,9 +194,11 @@ def write_rank(path: Path, rank: int, ranks: int, steps: int) -> int:
     tmp = path.with_suffix(".tmp")
     n = 0
     with open(tmp, "w") as f:
-        f.write('{\n  "schemaVersion": 1,\n  "distributedInfo": '
-                f'{{"backend": "nccl", "rank": {rank}, "world_size": {ranks}}},\n'
-                '  "deviceProperties": [],\n  "traceEvents": [\n')
+        f.write(
+            '{\n  "schemaVersion": 1,\n  "distributedInfo": '
+            f'{{"backend": "nccl", "rank": {rank}, "world_size": {ranks}}},\n'
+            '  "deviceProperties": [],\n  "traceEvents": [\n'
+        )
         for i, line in enumerate(rank_events(rank, ranks, steps)):
             f.write(("  " if i == 0 else ",\n  ") + line)
             n += 1
@@ -139,17 +212,22 @@ def events_per_step() -> int:
 
 
 def cached_trace(events: int, ranks: int) -> Path:
-    digest = hashlib.sha256(inspect.getsource(rank_events).encode()
-                            + inspect.getsource(write_rank).encode())
-    base = Path(os.environ.get("DDLC_CACHE") or Path(os.environ.get("XDG_CACHE_HOME")
-                                                     or Path.home() / ".cache") / "ddl-compare")
+    digest = hashlib.sha256(
+        inspect.getsource(rank_events).encode() + inspect.getsource(write_rank).encode()
+    )
+    base = Path(
+        os.environ.get("DDLC_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddl-compare"
+    )
     folder = base / "bench" / f"kineto-{events}ev-{ranks}r-{digest.hexdigest()[:12]}"
     if (folder / "complete").is_file():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
     steps = max(1, events // (events_per_step() * ranks))
-    print(f"generating a {ranks}-rank Kineto trace of about {events} events in {folder} (once)",
-          flush=True)
+    print(
+        f"generating a {ranks}-rank Kineto trace of about {events} events in {folder} (once)",
+        flush=True,
+    )
     for rank in range(ranks):
         write_rank(folder / f"rank-{rank}.json", rank, ranks, steps)
     (folder / "complete").touch()
@@ -158,14 +236,16 @@ def cached_trace(events: int, ranks: int) -> Path:
 
 def count_events(folder: Path) -> int:
     """Independent count: the records of every rank's traceEvents list."""
-    return sum(len(json.loads(p.read_bytes())["traceEvents"])
-               for p in sorted(folder.glob("rank-*.json")))
+    return sum(
+        len(json.loads(p.read_bytes())["traceEvents"]) for p in sorted(folder.glob("rank-*.json"))
+    )
 
 
 def run_child(python: str, args: list[str]) -> dict:
     core = str(sorted(os.sched_getaffinity(0))[0])
-    done = subprocess.run(["taskset", "-c", core, python, __file__, *args],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["taskset", "-c", core, python, __file__, *args], capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise SystemExit(f"{python} {' '.join(args)} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.splitlines()[-1])
@@ -174,18 +254,28 @@ def run_child(python: str, args: list[str]) -> dict:
 def ours(folder: Path) -> None:
     """In the child: our converter over the folder, on one core."""
     import pyarrow as pa
+
     pa.set_cpu_count(1)
     from trace_read import reset_peak_rss, status_bytes
     from traces import convert, readers
     from traces.rules import PhaseRules
+
     rules = PhaseRules()
     readers.readers()  # the readers' modules imported before the clock starts
     before = reset_peak_rss()
     started, cpu = time.perf_counter(), cpu_seconds()
     table, _, errors = convert.convert([folder], rules, "bench")
-    print(json.dumps({"seconds": time.perf_counter() - started, "cpu": cpu_seconds() - cpu,
-                      "rows": table.num_rows, "errors": errors,
-                      "peak": status_bytes("VmHWM") - before}))
+    print(
+        json.dumps(
+            {
+                "seconds": time.perf_counter() - started,
+                "cpu": cpu_seconds() - cpu,
+                "rows": table.num_rows,
+                "errors": errors,
+                "peak": status_bytes("VmHWM") - before,
+            }
+        )
+    )
 
 
 def cpu_seconds() -> float:
@@ -201,6 +291,7 @@ def hta(folder: Path) -> None:
     workers together, sampled every 20 ms (ru_maxrss would carry the
     parent's peak over fork and exec)."""
     import threading
+
     before = tree_rss(os.getpid())
     peak = [before]
 
@@ -211,6 +302,7 @@ def hta(folder: Path) -> None:
 
     threading.Thread(target=sample, daemon=True).start()
     from hta.trace_analysis import TraceAnalysis
+
     started, cpu = time.perf_counter(), cpu_seconds()
     analysis = TraceAnalysis(trace_dir=str(folder))
     seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
@@ -223,29 +315,41 @@ def tree_rss(pid: int) -> int:
     try:
         fields = Path(f"/proc/{pid}/statm").read_text().split()
         total = int(fields[1]) * os.sysconf("SC_PAGE_SIZE")
-        children = [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
-                    for c in (task / "children").read_text().split()]
+        children = [
+            int(c)
+            for task in Path(f"/proc/{pid}/task").iterdir()
+            for c in (task / "children").read_text().split()
+        ]
     except (OSError, ValueError):
         return 0
     return total + sum(tree_rss(child) for child in children)
 
 
 def summary(who: str, result: dict, events: int, size: int) -> str:
-    return (f"{who}: {events} events ({size / 2**20:.0f} MiB of JSON) -> {result['rows']} rows "
-            f"in {result['cpu']:.2f} s of CPU ({result['seconds']:.2f} s wall), "
-            f"{events / result['cpu'] / 1e6:.3f} M events/s on one core; peak "
-            f"+{result['peak'] / 2**20:.0f} MiB = {result['peak'] / size:.2f}x the files")
+    return (
+        f"{who}: {events} events ({size / 2**20:.0f} MiB of JSON) -> {result['rows']} rows "
+        f"in {result['cpu']:.2f} s of CPU ({result['seconds']:.2f} s wall), "
+        f"{events / result['cpu'] / 1e6:.3f} M events/s on one core; peak "
+        f"+{result['peak'] / 2**20:.0f} MiB = {result['peak'] / size:.2f}x the files"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=5_000_000)
     parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--hta-events", type=int, default=0,
-                        help="HTA on a trace of this many events from the same generator "
-                             "(default: the same trace; HTA takes ~100x longer)")
-    parser.add_argument("--hta-python", default=str(REPO / ".venv-hta" / "bin" / "python"),
-                        help="a Python with holistictraceanalysis installed")
+    parser.add_argument(
+        "--hta-events",
+        type=int,
+        default=0,
+        help="HTA on a trace of this many events from the same generator "
+        "(default: the same trace; HTA takes ~100x longer)",
+    )
+    parser.add_argument(
+        "--hta-python",
+        default=str(REPO / ".venv-hta" / "bin" / "python"),
+        help="a Python with holistictraceanalysis installed",
+    )
     parser.add_argument("--child", choices=("ours", "hta"), help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -258,20 +362,24 @@ def main() -> None:
     rate = events / mine["cpu"]
     print(summary(f"this reader, {args.ranks} ranks", mine, events, size), flush=True)
     if not Path(args.hta_python).is_file():
-        raise SystemExit(f"{args.hta_python}: no such Python; install HTA in a venv of its own:"
-                         " python3 -m venv .venv-hta && .venv-hta/bin/pip install "
-                         "holistictraceanalysis")
+        raise SystemExit(
+            f"{args.hta_python}: no such Python; install HTA in a venv of its own:"
+            " python3 -m venv .venv-hta && .venv-hta/bin/pip install "
+            "holistictraceanalysis"
+        )
     hta_folder = cached_trace(args.hta_events, args.ranks) if args.hta_events else folder
     hta_events = count_events(hta_folder) if args.hta_events else events
     hta_size = sum(p.stat().st_size for p in hta_folder.glob("rank-*.json"))
     theirs = run_child(args.hta_python, ["--child", "hta", "--folder", str(hta_folder)])
     hta_rate = hta_events / theirs["cpu"]
     print(summary("HTA TraceAnalysis", theirs, hta_events, hta_size), flush=True)
-    print(f"events={events} events_per_s={rate:.0f} hta_events_per_s={hta_rate:.0f} "
-          f"ratio_vs_hta={rate / hta_rate:.1f} peak_bytes_per_event={mine['peak'] / events:.1f} "
-          f"file_bytes_per_event={size / events:.1f} peak_vs_file={mine['peak'] / size:.2f} "
-          f"hta_events={hta_events} hta_peak_bytes_per_event={theirs['peak'] / hta_events:.1f} "
-          f"target_events_per_s={TARGET_EVENTS_PER_S} target_peak_vs_file={TARGET_MEMORY_RATIO}")
+    print(
+        f"events={events} events_per_s={rate:.0f} hta_events_per_s={hta_rate:.0f} "
+        f"ratio_vs_hta={rate / hta_rate:.1f} peak_bytes_per_event={mine['peak'] / events:.1f} "
+        f"file_bytes_per_event={size / events:.1f} peak_vs_file={mine['peak'] / size:.2f} "
+        f"hta_events={hta_events} hta_peak_bytes_per_event={theirs['peak'] / hta_events:.1f} "
+        f"target_events_per_s={TARGET_EVENTS_PER_S} target_peak_vs_file={TARGET_MEMORY_RATIO}"
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ figures a run's noise cannot hide.
 Score-P is left out (and said so) where it is not installed (envs/build-scorep.sh).
 Last line: key=value pairs (figures, baselines, ratios).
 """
+
 import argparse
 import statistics
 import sys
@@ -34,20 +35,30 @@ LOOP = ("data_load", "forward", "backward", "grad_comm", "optimizer")
 
 
 def mean_step_s(tracer: str, framework: str, steps: int, warmup: int) -> float:
-    fixed = {"epochs": 1, "max_steps": steps, "warmup_steps": warmup, "tracer": tracer,
-             "timeout_s": 900}
+    fixed = {
+        "epochs": 1,
+        "max_steps": steps,
+        "warmup_steps": warmup,
+        "tracer": tracer,
+        "timeout_s": 900,
+    }
     if framework.startswith("horovod"):
         fixed["horovod_controller"] = "mpi"
-    doc = {"name": "bench", "factors": {"framework": [framework], "procs_per_node": [2],
-                                        "batch_size": [64]}, "fixed": fixed}
+    doc = {
+        "name": "bench",
+        "factors": {"framework": [framework], "procs_per_node": [2], "batch_size": [64]},
+        "fixed": fixed,
+    }
     row = design.parse(doc, "bench").runs()[0]
     with tempfile.TemporaryDirectory() as tmp:
         runner.execute(row, Path(tmp))
         folder = Path(tmp, row.path)
         done = (folder / "done.json").read_text()
         if '"ok"' not in done:
-            sys.exit(f"{framework} with tracer {tracer} failed: {done}\n"
-                     + (folder / "train.log").read_text()[-2000:])
+            sys.exit(
+                f"{framework} with tracer {tracer} failed: {done}\n"
+                + (folder / "train.log").read_text()[-2000:]
+            )
         steps_s = []
         for path in folder.glob("steps.rank*.tsv"):
             table = pd.read_csv(path, sep="\t")
@@ -59,6 +70,7 @@ def mean_step_s(tracer: str, framework: str, steps: int, warmup: int) -> float:
 def recorder_cost(steps: int = 20000, buckets: int = 2) -> dict:
     """Seconds per step our recorder spends with no sink and with the OTF2
     sink (5 phases, ``buckets`` collectives), and the hand-over per step."""
+
     def loop(recorder):
         start = time.perf_counter()
         for step in range(steps):
@@ -101,24 +113,35 @@ def main() -> None:
     parser.add_argument("--tracers", default="none,otf2,scorep")
     args = parser.parse_args()
     micro = recorder_cost()
-    print(f"recorder: {micro['none'] * 1e6:.1f} us/step without a sink, "
-          f"{micro['otf2'] * 1e6:.1f} us/step with the OTF2 sink; hand-over at the end "
-          f"{micro['handover'] * 1e6:.1f} us per step recorded", flush=True)
-    figures = {"recorder_us_none": micro["none"] * 1e6, "recorder_us_otf2": micro["otf2"] * 1e6,
-               "handover_us_per_step": micro["handover"] * 1e6}
+    print(
+        f"recorder: {micro['none'] * 1e6:.1f} us/step without a sink, "
+        f"{micro['otf2'] * 1e6:.1f} us/step with the OTF2 sink; hand-over at the end "
+        f"{micro['handover'] * 1e6:.1f} us per step recorded",
+        flush=True,
+    )
+    figures = {
+        "recorder_us_none": micro["none"] * 1e6,
+        "recorder_us_otf2": micro["otf2"] * 1e6,
+        "handover_us_per_step": micro["handover"] * 1e6,
+    }
     for framework in (args.framework or ["torch-ddp"]) if args.rounds else []:
         wanted = args.tracers.split(",")
         if "scorep" in wanted and not scorep_ready(framework):
-            print(f"{framework}: scorep left out: Score-P or its bindings are not installed "
-                  "(envs/build-scorep.sh)")
+            print(
+                f"{framework}: scorep left out: Score-P or its bindings are not installed "
+                "(envs/build-scorep.sh)"
+            )
             wanted.remove("scorep")
         times: dict[str, list[float]] = {t: [] for t in wanted}
         for r in range(args.rounds):
-            order = wanted[r % len(wanted):] + wanted[:r % len(wanted)]
+            order = wanted[r % len(wanted) :] + wanted[: r % len(wanted)]
             for tracer in order:
                 times[tracer].append(mean_step_s(tracer, framework, args.steps, args.warmup))
-            print(f"{framework} round {r + 1}: " + ", ".join(
-                f"{t} {times[t][-1] * 1e3:.2f} ms/step" for t in order), flush=True)
+            print(
+                f"{framework} round {r + 1}: "
+                + ", ".join(f"{t} {times[t][-1] * 1e3:.2f} ms/step" for t in order),
+                flush=True,
+            )
         base = statistics.median(times["none"])
         for tracer in wanted:
             median = statistics.median(times[tracer])
@@ -127,8 +150,9 @@ def main() -> None:
             if tracer != "none":
                 figures[f"overhead_{key}"] = median / base - 1
     figures.update(goal_overhead_otf2=0.01, goal_overhead_scorep=0.05)
-    print(" ".join(f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}"
-                   for k, v in figures.items()))
+    print(
+        " ".join(f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items())
+    )
 
 
 if __name__ == "__main__":

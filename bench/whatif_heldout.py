@@ -12,6 +12,7 @@ out. Baseline: the naive prediction that the step does not change (the
 measured step at the largest scale fitted on, or at the rate fitted at).
 Last line: key=value pairs, one model and one naive error per check.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,7 @@ def naive(table: pd.DataFrame, check: dict) -> float:
         known = table[table["world_size"] == max(sizes)]["step_s"].mean()
         return known * 1e3 / check["measured_ms"] - 1
     rates = table["net_rate_mbit"].astype("float64")
-    same = rates.isna() if fitted.startswith("the machine") else \
-        rates == float(fitted.split()[0])
+    same = rates.isna() if fitted.startswith("the machine") else rates == float(fitted.split()[0])
     return table[same]["step_s"].mean() * 1e3 / check["measured_ms"] - 1
 
 
@@ -49,30 +49,52 @@ def main() -> None:
     args = parser.parse_args()
     if not args.no_run:
         snakemake = str(Path(sys.executable).parent / "snakemake")
-        subprocess.run([snakemake, "--profile", "profiles/local", "--config",
-                        f"design={args.design}", f"results={args.results}"], cwd=REPO, check=True)
+        subprocess.run(
+            [
+                snakemake,
+                "--profile",
+                "profiles/local",
+                "--config",
+                f"design={args.design}",
+                f"results={args.results}",
+            ],
+            cwd=REPO,
+            check=True,
+        )
     import yaml
+
     name = yaml.safe_load(Path(REPO, args.design).read_text())["name"]
     tables = next(Path(args.results, name).glob("cfg~*/tables"))
     runs = pd.read_parquet(tables / "runs.parquet")
     phases = critical_path.phase_table(tables)
     found = whatif.analyse(runs, phases, tables)
     ok = runs[runs["status"] == "ok"]
-    table = whatif.measures(critical_path.analyse(phases[phases["run_id"].isin(ok["run_id"])],
-                                                  ok), ok)
+    table = whatif.measures(
+        critical_path.analyse(phases[phases["run_id"].isin(ok["run_id"])], ok), ok
+    )
     pairs = []
     for c in found["checks"].to_dict("records"):
         mine = table[table["framework"] == c["framework"]]
         base = naive(mine, c)
-        print(f"{c['framework']}: {c['check']}: predicted {c['predicted_ms']:.1f} ms/step, "
-              f"measured {c['measured_ms']:.1f}: error {c['relative_error']:+.1%} "
-              f"(naive, step unchanged: {base:+.1%})", flush=True)
-        key = (c["framework"] + "_" + c["check"]).replace(" ", "_").replace(",", "") \
-            .replace("-", "_").replace("/", "")
+        print(
+            f"{c['framework']}: {c['check']}: predicted {c['predicted_ms']:.1f} ms/step, "
+            f"measured {c['measured_ms']:.1f}: error {c['relative_error']:+.1%} "
+            f"(naive, step unchanged: {base:+.1%})",
+            flush=True,
+        )
+        key = (
+            (c["framework"] + "_" + c["check"])
+            .replace(" ", "_")
+            .replace(",", "")
+            .replace("-", "_")
+            .replace("/", "")
+        )
         pairs.append(f"{key}_error={c['relative_error']:.3f} {key}_naive={base:.3f}")
     for p in found["parameters"].to_dict("records"):
-        print(f"{p['framework']}: alpha {p['alpha_us']:.1f} us, beta {p['beta_ns_per_byte']:.3f} "
-              f"ns/byte, skew {p['skew_s']:.3f}; {p['notes']}")
+        print(
+            f"{p['framework']}: alpha {p['alpha_us']:.1f} us, beta {p['beta_ns_per_byte']:.3f} "
+            f"ns/byte, skew {p['skew_s']:.3f}; {p['notes']}"
+        )
     errors = found["checks"]["relative_error"].abs() if len(found["checks"]) else pd.Series()
     print(" ".join(pairs) + f" mean_abs_error={np.mean(errors) if len(errors) else np.nan:.3f}")
 

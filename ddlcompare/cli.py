@@ -1,14 +1,15 @@
 """ddlc: the harness's command line (the workflow calls the same commands).
 
-    ddlc plan [--design design.yaml]     the run table and its size
-    ddlc run-one --path P                one run (what each workflow job does)
-    ddlc collect / ddlc report           results tables; the HTML report
-    ddlc follow-up                       the second stage's design from the first's tables
-    ddlc two-stage                       run the design, then its follow-up (one command)
-    ddlc timeline RUN_DIR... -o F.json   one merged Chrome/Perfetto trace of all ranks
-    ddlc check [--rerun]                 damaged run files, listed (and queued again)
-    ddlc fetch-data cifar10              download CIFAR-10 (needs internet)
+ddlc plan [--design design.yaml]     the run table and its size
+ddlc run-one --path P                one run (what each workflow job does)
+ddlc collect / ddlc report           results tables; the HTML report
+ddlc follow-up                       the second stage's design from the first's tables
+ddlc two-stage                       run the design, then its follow-up (one command)
+ddlc timeline RUN_DIR... -o F.json   one merged Chrome/Perfetto trace of all ranks
+ddlc check [--rerun]                 damaged run files, listed (and queued again)
+ddlc fetch-data cifar10              download CIFAR-10 (needs internet)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,19 +46,27 @@ def cmd_plan(args) -> int:
     header = ["order"] + [f.ljust(widths[f]) for f in factors] + ["rep", "run_id"]
     print("  ".join(header))
     for r in runs:
-        print("  ".join([str(r.order).rjust(5)] + [str(r.factors[f]).ljust(widths[f])
-                        for f in factors] + [str(r.rep).rjust(3), r.run_id]))
+        print(
+            "  ".join(
+                [str(r.order).rjust(5)]
+                + [str(r.factors[f]).ljust(widths[f]) for f in factors]
+                + [str(r.rep).rjust(3), r.run_id]
+            )
+        )
     cells = len({tuple(r.factors.values()) for r in runs})
     if design.fraction:
         print("\n".join(design.fraction.describe()))
-    print(f"{len(runs)} runs ({cells} cells x {design.replications} replications) "
-          f"in results/{design.root}/")
+    print(
+        f"{len(runs)} runs ({cells} cells x {design.replications} replications) "
+        f"in results/{design.root}/"
+    )
     return 0
 
 
 def cmd_run_one(args) -> int:
     from ddlcompare import runner
     from runfiles import ownership
+
     try:
         design = load_design(args.design, check_ready=False)
     except UserError as exc:
@@ -66,8 +75,9 @@ def cmd_run_one(args) -> int:
     if args.path not in by_path:
         raise UserError(design_changed(args.design) or f"{args.path}: not a run of {args.design}")
     try:
-        return runner.execute(by_path[args.path], Path(args.results),
-                              kill_orphans=args.kill_orphans)
+        return runner.execute(
+            by_path[args.path], Path(args.results), kill_orphans=args.kill_orphans
+        )
     except ownership.Busy as exc:
         raise UserError(str(exc)) from None
 
@@ -78,13 +88,16 @@ def design_changed(path: str) -> str | None:
     planned = os.environ.get(yaml_safe.DIGEST_ENV)
     if not planned or yaml_safe.file_digest(path) == planned:
         return None
-    return (f"{path}: the design changed since this campaign started (it was edited while "
-            "the workflow ran); this run is no longer in it. Let the workflow end, then "
-            "start it again to plan the new design")
+    return (
+        f"{path}: the design changed since this campaign started (it was edited while "
+        "the workflow ran); this run is no longer in it. Let the workflow end, then "
+        "start it again to plan the new design"
+    )
 
 
 def cmd_collect(args) -> int:
     from analysis import collect
+
     design = load_design(args.design, check_ready=False)
     collect.write_tables(design, Path(args.results), Path(args.out))
     return 0
@@ -92,6 +105,7 @@ def cmd_collect(args) -> int:
 
 def cmd_report(args) -> int:
     from analysis import report
+
     design = load_design(args.design, check_ready=False)
     out = report.build(design, Path(args.tables), Path(args.out))
     print(f"report: {out.resolve()}")
@@ -104,18 +118,22 @@ def default_tables(design: design_mod.Design, results: str) -> Path:
 
 def cmd_follow_up(args) -> int:
     from analysis import followup
+
     design = load_design(args.design, check_ready=False)
     tables = Path(args.tables) if args.tables else default_tables(design, args.results)
     if not (tables / "runs.parquet").exists():
-        raise UserError(f"{tables}: no runs.parquet; run the first stage (./ddlc run) "
-                        f"or pass --tables")
+        raise UserError(
+            f"{tables}: no runs.parquet; run the first stage (./ddlc run) or pass --tables"
+        )
     out = Path(args.out or Path(args.design).with_name(f"{Path(args.design).stem}-follow-up.yaml"))
     try:
         doc = followup.write(design, tables, out, args.replications)
     except ValueError as exc:
         raise UserError(f"{tables}: {exc}") from None
-    print(f"follow-up design: {out} ({len(doc['follow_up']['cells'])} cells x "
-          f"{doc['replications']} replications, tracer {doc['fixed']['tracer']})")
+    print(
+        f"follow-up design: {out} ({len(doc['follow_up']['cells'])} cells x "
+        f"{doc['replications']} replications, tracer {doc['fixed']['tracer']})"
+    )
     print(f"rule: {followup.RULE}")
     return 0
 
@@ -124,22 +142,39 @@ def cmd_two_stage(args) -> int:
     """The study plan's two stages: the designed experiment, then its
     telling cells instrumented, each through the workflow."""
     import subprocess
+
     repo = Path(__file__).resolve().parent.parent
-    snakemake = [str(Path(sys.executable).parent / "snakemake"), "-s", str(repo / "Snakefile"),
-                 "--profile", str(repo / "profiles" / "local"), *args.snakemake]
-    first = subprocess.run([*snakemake, "--config", f"design={args.design}",
-                            f"results={args.results}"])
+    snakemake = [
+        str(Path(sys.executable).parent / "snakemake"),
+        "-s",
+        str(repo / "Snakefile"),
+        "--profile",
+        str(repo / "profiles" / "local"),
+        *args.snakemake,
+    ]
+    first = subprocess.run(
+        [*snakemake, "--config", f"design={args.design}", f"results={args.results}"]
+    )
     if first.returncode:
         return first.returncode
     follow = Path(args.design).with_name(f"{Path(args.design).stem}-follow-up.yaml")
-    cmd_follow_up(argparse.Namespace(design=args.design, tables=None, results=args.results,
-                                     out=str(follow), replications=None))
-    return subprocess.run([*snakemake, "--config", f"design={follow}",
-                           f"results={args.results}"]).returncode
+    cmd_follow_up(
+        argparse.Namespace(
+            design=args.design,
+            tables=None,
+            results=args.results,
+            out=str(follow),
+            replications=None,
+        )
+    )
+    return subprocess.run(
+        [*snakemake, "--config", f"design={follow}", f"results={args.results}"]
+    ).returncode
 
 
 def cmd_timeline(args) -> int:
     from analysis import timeline
+
     steps = None
     if args.steps:
         try:
@@ -148,21 +183,26 @@ def cmd_timeline(args) -> int:
             raise UserError(f"--steps {args.steps}: give two step numbers, A:B") from None
         steps = (first, last)
     try:
-        info = timeline.export(args.paths, Path(args.out), args.max_intervals, steps, args.align,
-                               args.keep_going)
+        info = timeline.export(
+            args.paths, Path(args.out), args.max_intervals, steps, args.align, args.keep_going
+        )
     except timeline.TimelineError as exc:
         raise UserError(str(exc)) from None
     counts = info["counts"]
-    print(f"{args.out}: {counts['processes']} processes, {counts['slices']} slices, "
-          f"{counts['flows']} critical-path flows; open it in ui.perfetto.dev or chrome://tracing")
+    print(
+        f"{args.out}: {counts['processes']} processes, {counts['slices']} slices, "
+        f"{counts['flows']} critical-path flows; open it in ui.perfetto.dev or chrome://tracing"
+    )
     for skipped in info["skipped"]:
         print(f"skipped: {skipped}", file=sys.stderr)
     for run_id, run in info["runs"].items():
         print(f"{run_id}: clocks {run['clock_alignment']['method']}, join {run['join']}")
     if info["downsampled"]:
         d = info["downsampled"]
-        print(f"downsampled: steps {d['steps'][0]}-{d['steps'][1]} of {d['of_steps'][0]}-"
-              f"{d['of_steps'][1]} ({d['intervals']} of {d['of_intervals']} intervals)")
+        print(
+            f"downsampled: steps {d['steps'][0]}-{d['steps'][1]} of {d['of_steps'][0]}-"
+            f"{d['of_steps'][1]} ({d['intervals']} of {d['of_intervals']} intervals)"
+        )
     return 0
 
 
@@ -170,6 +210,7 @@ def cmd_check(args) -> int:
     """Every finished run's files checked; --rerun moves the damaged ones'
     files to attempts/ so that the next workflow run does them again."""
     from ddlcompare import runner
+
     design = load_design(args.design, check_ready=False)
     results = Path(args.results)
     damaged = runner.damaged_runs(design.runs(), results)
@@ -178,22 +219,31 @@ def cmd_check(args) -> int:
         if args.rerun:
             runner.archive_attempt(results / row.path)
     done = sum((results / r.path / runner.DONE).exists() for r in design.runs())
-    print(f"{done} finished run(s) checked, {len(damaged)} damaged"
-          + ("; moved to attempts/, the next workflow run does them again" if args.rerun and
-             damaged else "; ddlc check --rerun queues them again" if damaged else ""))
+    print(
+        f"{done} finished run(s) checked, {len(damaged)} damaged"
+        + (
+            "; moved to attempts/, the next workflow run does them again"
+            if args.rerun and damaged
+            else "; ddlc check --rerun queues them again"
+            if damaged
+            else ""
+        )
+    )
     return 1 if damaged and not args.rerun else 0
 
 
 def cmd_fetch_data(args) -> int:
     from frameworks import data
+
     folder = data.fetch_cifar10(args.data_dir)
     print(f"cifar10: verified and unpacked in {folder}")
     return 0
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ddlc", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="ddlc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     def command(name, fn, help_text):
@@ -207,35 +257,55 @@ def parser() -> argparse.ArgumentParser:
     one = command("run-one", cmd_run_one, "execute one run of the design")
     one.add_argument("--path", required=True, help="the run's path under the results folder")
     one.add_argument("--results", default="results")
-    one.add_argument("--kill-orphans", action="store_true",
-                     help="stop an earlier attempt still training in the run folder")
+    one.add_argument(
+        "--kill-orphans",
+        action="store_true",
+        help="stop an earlier attempt still training in the run folder",
+    )
     col = command("collect", cmd_collect, "gather every run into the results tables")
     col.add_argument("--results", default="results")
     col.add_argument("--out", required=True, help="folder for the tables")
     rep = command("report", cmd_report, "build the HTML report from the tables")
     rep.add_argument("--tables", required=True)
     rep.add_argument("--out", required=True)
-    follow = command("follow-up", cmd_follow_up,
-                     "write the second stage's design from a finished study's tables")
+    follow = command(
+        "follow-up", cmd_follow_up, "write the second stage's design from a finished study's tables"
+    )
     follow.add_argument("--tables", help="the first stage's tables (default: its results)")
     follow.add_argument("--results", default="results")
     follow.add_argument("--out", help="the follow-up design (default: <design>-follow-up.yaml)")
-    follow.add_argument("--replications", type=int, default=None,
-                        help="runs per chosen cell (default: the first stage's + 1, at least 3)")
+    follow.add_argument(
+        "--replications",
+        type=int,
+        default=None,
+        help="runs per chosen cell (default: the first stage's + 1, at least 3)",
+    )
     two = command("two-stage", cmd_two_stage, "run the design, then its follow-up")
     two.add_argument("--results", default="results")
-    two.add_argument("snakemake", nargs="*",
-                     help="options passed to snakemake, after -- (e.g. -- --cores 2)")
+    two.add_argument(
+        "snakemake", nargs="*", help="options passed to snakemake, after -- (e.g. -- --cores 2)"
+    )
     line = sub.add_parser("timeline", help="one clock-aligned Chrome trace JSON of all ranks")
     line.add_argument("paths", nargs="+", type=Path, metavar="RUN_DIR_OR_TRACE")
     line.add_argument("-o", "--out", required=True, help="the JSON file to write")
-    line.add_argument("--max-intervals", type=int, default=400_000,
-                      help="above this, keep a window of steps (default 400000)")
+    line.add_argument(
+        "--max-intervals",
+        type=int,
+        default=400_000,
+        help="above this, keep a window of steps (default 400000)",
+    )
     line.add_argument("--steps", default=None, help="keep steps A:B (inclusive)")
-    line.add_argument("--align", choices=["auto", "trace", "join"], default="auto",
-                      help="clock alignment (default auto: join offsets across nodes)")
-    line.add_argument("--keep-going", action="store_true",
-                      help="skip an input that cannot be read (listed in the file), exit 0")
+    line.add_argument(
+        "--align",
+        choices=["auto", "trace", "join"],
+        default="auto",
+        help="clock alignment (default auto: join offsets across nodes)",
+    )
+    line.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="skip an input that cannot be read (listed in the file), exit 0",
+    )
     line.set_defaults(fn=cmd_timeline)
     chk = command("check", cmd_check, "check every finished run's files; list the damaged")
     chk.add_argument("--results", default="results")

@@ -6,6 +6,7 @@ combinations and ``zip`` groups of factors whose levels vary together.
 Validation collects every problem and reports each with the key it concerns;
 nothing here raises anything but :class:`DesignError`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -47,8 +48,9 @@ class DesignError(Exception):
 
     def __init__(self, source: str, problems: list[str]):
         self.source = source
-        self.problems = [p if len(p) <= MAX_PROBLEM_CHARS else p[:MAX_PROBLEM_CHARS] + "..."
-                         for p in problems]
+        self.problems = [
+            p if len(p) <= MAX_PROBLEM_CHARS else p[:MAX_PROBLEM_CHARS] + "..." for p in problems
+        ]
         problems = self.problems
         super().__init__("\n".join(f"{source}: {p}" for p in problems))
 
@@ -74,8 +76,11 @@ class Design:
         factor level reuses every run already done. Settings at their
         default are left out, so that a new setting (a harness upgrade)
         leaves the runs already done where they are."""
-        run_settings = {k: v for k, v in self.fixed.items()
-                        if not PARAMS[k].analysis_only and v != PARAMS[k].default}
+        run_settings = {
+            k: v
+            for k, v in self.fixed.items()
+            if not PARAMS[k].analysis_only and v != PARAMS[k].default
+        }
         blob = json.dumps({"fixed": run_settings, "seed": self.seed}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:8]
 
@@ -108,8 +113,9 @@ class Design:
         zipped = {f for group in self.zip_groups for f in group}
         axes: list[list[dict[str, Any]]] = []
         for group in self.zip_groups:
-            axes.append([dict(zip(group, values))
-                         for values in zip(*(self.factors[f] for f in group))])
+            axes.append(
+                [dict(zip(group, values)) for values in zip(*(self.factors[f] for f in group))]
+            )
         for f, levels in self.factors.items():
             if f not in zipped:
                 axes.append([{f: level} for level in levels])
@@ -126,10 +132,8 @@ class Design:
         rel = "/".join(f"{f}~{_path_value(v)}" for f, v in factors.items())
         path = f"{self.root}/{rel}/rep~{rep}"
         run_id = hashlib.sha256(path.encode()).hexdigest()[:12]
-        config.update(rep=rep, run_id=run_id, design=self.name,
-                      settings_hash=self.settings_hash)
-        return RunRow(run_id=run_id, path=path, factors=factors, rep=rep, order=0,
-                      config=config)
+        config.update(rep=rep, run_id=run_id, design=self.name, settings_hash=self.settings_hash)
+        return RunRow(run_id=run_id, path=path, factors=factors, rep=rep, order=0, config=config)
 
 
 def _path_value(value: Any) -> str:
@@ -147,13 +151,16 @@ def load(path: str | Path) -> Design:
     path = Path(path)
     source = str(path)
     if not source.strip() or source == ".":
-        raise DesignError("design", ["no design file given; pass --config design=PATH "
-                                     "(e.g. design.yaml)"])
+        raise DesignError(
+            "design", ["no design file given; pass --config design=PATH (e.g. design.yaml)"]
+        )
     try:
         raw = yaml_safe.load(yaml_safe.read_text(path))
     except FileNotFoundError:
-        raise DesignError(source, ["file not found; copy design.yaml from the repository "
-                                   "or pass --config design=PATH"]) from None
+        raise DesignError(
+            source,
+            ["file not found; copy design.yaml from the repository or pass --config design=PATH"],
+        ) from None
     except yaml_safe.YamlProblem as exc:
         raise DesignError(source, [str(exc)]) from None
     except yaml.YAMLError as exc:
@@ -167,8 +174,10 @@ def load(path: str | Path) -> Design:
 def parse(raw: Any, source: str = "design.yaml") -> Design:
     problems: list[str] = []
     if not isinstance(raw, dict):
-        raise DesignError(source, ["must be a mapping with at least 'factors' "
-                                   f"(keys: {', '.join(TOP_LEVEL_KEYS)})"])
+        raise DesignError(
+            source,
+            [f"must be a mapping with at least 'factors' (keys: {', '.join(TOP_LEVEL_KEYS)})"],
+        )
     for key in raw:
         if key not in TOP_LEVEL_KEYS:
             problems.append(f"unknown key {key!r} (allowed: {', '.join(TOP_LEVEL_KEYS)})")
@@ -194,10 +203,19 @@ def parse(raw: Any, source: str = "design.yaml") -> Design:
     if problems:
         raise DesignError(source, problems)
 
-    design = Design(name=name, factors=factors, fixed=fixed, replications=replications,
-                    seed=seed, randomize=randomize, exclude=exclude,
-                    zip_groups=zip_groups, source=source, fraction=fraction,
-                    follow_up=follow_up)
+    design = Design(
+        name=name,
+        factors=factors,
+        fixed=fixed,
+        replications=replications,
+        seed=seed,
+        randomize=randomize,
+        exclude=exclude,
+        zip_groups=zip_groups,
+        source=source,
+        fraction=fraction,
+        follow_up=follow_up,
+    )
     _check_cells(design, problems)
     if problems:
         raise DesignError(source, problems)
@@ -208,25 +226,35 @@ def _parse_name(raw: dict, source: str, problems: list[str]) -> str:
     if "name" not in raw:
         name = Path(source).stem
         if not SAFE_TEXT.match(name):
-            problems.append(f"name: not set, so it would be the file's name {name!r}, which "
-                            "has characters not allowed in a folder name; add a line "
-                            "'name: my-campaign' (letters, digits, '.', '_', '-')")
+            problems.append(
+                f"name: not set, so it would be the file's name {name!r}, which "
+                "has characters not allowed in a folder name; add a line "
+                "'name: my-campaign' (letters, digits, '.', '_', '-')"
+            )
         return name
     name = raw["name"]
     if isinstance(name, bool):
         written = "no" if name is False else "yes"
-        problems.append(f"name: YAML reads {written} (or on/off, true/false) as {name}, not "
-                        f"text; put it in quotes: name: '{written}'")
+        problems.append(
+            f"name: YAML reads {written} (or on/off, true/false) as {name}, not "
+            f"text; put it in quotes: name: '{written}'"
+        )
     elif isinstance(name, (int, float)):
-        problems.append(f"name: YAML reads {name} as a number, not text; put it in quotes: "
-                        f"name: '{name}'")
+        problems.append(
+            f"name: YAML reads {name} as a number, not text; put it in quotes: name: '{name}'"
+        )
     elif not isinstance(name, str) or not SAFE_TEXT.match(name):
         problems.append(f"name: {name!r} must be a short name of letters, digits, '.', '_', '-'")
     return name
 
 
-def _check_size(factors: dict, zip_groups: list[list[str]], replications: int, max_runs: int,
-                problems: list[str]) -> None:
+def _check_size(
+    factors: dict,
+    zip_groups: list[list[str]],
+    replications: int,
+    max_runs: int,
+    problems: list[str],
+) -> None:
     """Count the plan before expanding it: 10^7 runs would fill the memory."""
     zipped = {f for group in zip_groups for f in group}
     cells = 1
@@ -236,10 +264,12 @@ def _check_size(factors: dict, zip_groups: list[list[str]], replications: int, m
         if f not in zipped:
             cells *= len(levels)
     if cells * replications > max_runs:
-        problems.append(f"the plan has {cells} cells x {replications} replications = "
-                        f"{cells * replications} runs, more than max_runs ({max_runs}); "
-                        "fewer levels or replications, or set max_runs: N at the top of "
-                        "the design if you mean it")
+        problems.append(
+            f"the plan has {cells} cells x {replications} replications = "
+            f"{cells * replications} runs, more than max_runs ({max_runs}); "
+            "fewer levels or replications, or set max_runs: N at the top of "
+            "the design if you mean it"
+        )
 
 
 def _unknown(key: str, name: str, what: str) -> str:
@@ -281,8 +311,10 @@ def _parse_factors(raw: Any, problems: list[str]) -> dict[str, list[Any]]:
         for level in levels:
             marker = json.dumps(level)
             if marker in seen:
-                problems.append(f"{key}: level {level!r} is listed twice (after reading "
-                                "1 and 1.0 as one number); list each level once")
+                problems.append(
+                    f"{key}: level {level!r} is listed twice (after reading "
+                    "1 and 1.0 as one number); list each level once"
+                )
             seen.add(marker)
         factors[name] = levels
     if "framework" not in raw:
@@ -303,16 +335,18 @@ def _parse_fixed(raw: Any, factors: dict[str, list[Any]], problems: list[str]) -
             problems.append(_unknown(key, name, "setting"))
         elif name in factors:
             problems.append(f"{key}: is also a factor; keep it in one place")
-        elif (problem := param.check(value)):
+        elif problem := param.check(value):
             problems.append(f"{key}: {problem}")
     resolved = {name: p.default for name, p in PARAMS.items() if name not in factors}
-    resolved.update({k: PARAMS[k].normalise(v) for k, v in raw.items()
-                     if k in PARAMS and k not in factors})
+    resolved.update(
+        {k: PARAMS[k].normalise(v) for k, v in raw.items() if k in PARAMS and k not in factors}
+    )
     return resolved
 
 
-def _integer(raw: dict, key: str, default: int, minimum: int, problems: list[str],
-             maximum: int) -> int:
+def _integer(
+    raw: dict, key: str, default: int, minimum: int, problems: list[str], maximum: int
+) -> int:
     value = raw.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         problems.append(f"{key}: must be an integer >= {minimum}, got {value!r}")
@@ -331,8 +365,10 @@ def _parse_zip(raw: Any, factors: dict[str, list[Any]], problems: list[str]) -> 
     for i, group in enumerate(raw):
         key = f"zip[{i}]"
         if not all(isinstance(f, str) for f in group):
-            problems.append(f"{key}: lists factor names only, e.g. [nodes, batch_size]; "
-                            "the levels go under factors")
+            problems.append(
+                f"{key}: lists factor names only, e.g. [nodes, batch_size]; "
+                "the levels go under factors"
+            )
             continue
         unknown = [f for f in group if f not in factors]
         if unknown:
@@ -346,8 +382,10 @@ def _parse_zip(raw: Any, factors: dict[str, list[Any]], problems: list[str]) -> 
             continue
         lengths = {f: len(factors[f]) for f in group}
         if len(set(lengths.values())) > 1:
-            problems.append(f"{key}: zipped factors need the same number of levels, got "
-                            + ", ".join(f"{f}={n}" for f, n in lengths.items()))
+            problems.append(
+                f"{key}: zipped factors need the same number of levels, got "
+                + ", ".join(f"{f}={n}" for f, n in lengths.items())
+            )
             continue
         used |= set(group)
         groups.append(list(group))
@@ -356,7 +394,9 @@ def _parse_zip(raw: Any, factors: dict[str, list[Any]], problems: list[str]) -> 
 
 def _parse_exclude(raw: Any, factors: dict[str, list[Any]], problems: list[str]) -> list[dict]:
     if not isinstance(raw, list):
-        problems.append("exclude: must be a list of rules like {framework: horovod-torch, nodes: 2}")
+        problems.append(
+            "exclude: must be a list of rules like {framework: horovod-torch, nodes: 2}"
+        )
         return []
     rules = []
     for i, rule in enumerate(raw):
@@ -371,8 +411,10 @@ def _parse_exclude(raw: Any, factors: dict[str, list[Any]], problems: list[str])
                 problems.append(f"{key}.{f}: not a factor of this design")
                 ok = False
             elif missing := [lv for lv in levels if lv not in factors[f]]:
-                problems.append(f"{key}.{f}: {', '.join(map(repr, missing))} is not a level "
-                                f"(levels: {', '.join(map(str, factors[f]))})")
+                problems.append(
+                    f"{key}.{f}: {', '.join(map(repr, missing))} is not a level "
+                    f"(levels: {', '.join(map(str, factors[f]))})"
+                )
                 ok = False
             parsed[f] = levels
         if ok:
@@ -385,12 +427,15 @@ def _check_cells(design: Design, problems: list[str]) -> None:
     all_cells = unpruned._cells()
     for i, rule in enumerate(design.exclude):
         if not any(_matches(rule, c) for c in all_cells):
-            problems.append(f"exclude[{i}]: matches no run; the combination "
-                            f"{rule} never occurs (check zip groups)")
+            problems.append(
+                f"exclude[{i}]: matches no run; the combination "
+                f"{rule} never occurs (check zip groups)"
+            )
     if all_cells and not design._cells():
         problems.append("exclude: removes every run; the design has zero runs")
     _check_compressions(design, problems)
     from ddlcompare import devices
+
     problems += devices.cell_problems([{**design.fixed, **cell} for cell in design._cells()])
     _check_tracers(design, problems)
 
@@ -398,6 +443,7 @@ def _check_cells(design: Design, problems: list[str]) -> None:
 def _check_tracers(design: Design, problems: list[str]) -> None:
     """Every run asked for a Score-P trace must be one Score-P can trace."""
     from ddlcompare import tracers
+
     reasons = dict.fromkeys(tracers.refusal({**design.fixed, **cell}) for cell in design._cells())
     problems.extend(r for r in reasons if r)
 
@@ -405,6 +451,7 @@ def _check_tracers(design: Design, problems: list[str]) -> None:
 def _check_compressions(design: Design, problems: list[str]) -> None:
     """Every framework x compression cell left must be one its adapter can run."""
     from frameworks import registry
+
     refused = {}
     for cell in design._cells():
         config = {**design.fixed, **cell}
@@ -414,9 +461,10 @@ def _check_compressions(design: Design, problems: list[str]) -> None:
             refused[(framework, compression)] = supported
     for (framework, compression), supported in refused.items():
         if "compression" in design.factors:
-            fix = (f"add the exclude rule {{framework: {framework}, compression: "
-                   f"{compression}}}")
+            fix = f"add the exclude rule {{framework: {framework}, compression: {compression}}}"
         else:
             fix = f"set fixed.compression to one of {', '.join(supported)}"
-        problems.append(f"framework {framework} cannot run compression {compression} "
-                        f"(it supports: {', '.join(supported)}); {fix}")
+        problems.append(
+            f"framework {framework} cannot run compression {compression} "
+            f"(it supports: {', '.join(supported)}); {fix}"
+        )

@@ -2,6 +2,7 @@
 (``cell_problems``, part of validation) and of this machine
 (``machine_problems``, part of ``ddlc plan``'s preflight; ``--no-check``
 skips them, to plan here for a GPU machine elsewhere)."""
+
 from __future__ import annotations
 
 import shutil
@@ -23,21 +24,26 @@ def cell_problems(cells: list[dict]) -> list[str]:
         if device not in info.devices:
             found[name, "device", device] = (
                 f"framework {name} cannot run device {device} (it runs: "
-                f"{', '.join(info.devices)}); exclude that combination or change device")
+                f"{', '.join(info.devices)}); exclude that combination or change device"
+            )
         split = "calibrated" if device == "hybrid" else config["batch_split"]
         if split not in info.batch_splits:
             found[name, "split", split] = (
                 f"framework {name} cannot cut the batch '{split}' (device: {device}, "
                 f"batch_split: {config['batch_split']}; it runs: {', '.join(info.batch_splits)})"
-                f"; calibrated shares run with {', '.join(_frameworks_with(split))}")
+                f"; calibrated shares run with {', '.join(_frameworks_with(split))}"
+            )
         if info.one_process and config["nodes"] > 1:
-            found[name, "nodes"] = (f"framework {name} drives the devices of one process on one "
-                                    f"node: nodes must be 1, got {config['nodes']}")
+            found[name, "nodes"] = (
+                f"framework {name} drives the devices of one process on one "
+                f"node: nodes must be 1, got {config['nodes']}"
+            )
         if device == "hybrid" and config["procs_per_node"] <= config["hybrid_gpus"]:
             found["hybrid", config["procs_per_node"], config["hybrid_gpus"]] = (
                 f"device: hybrid needs processes on CPU cores besides the {config['hybrid_gpus']} "
                 f"on GPUs (hybrid_gpus): procs_per_node must exceed it, got "
-                f"{config['procs_per_node']}")
+                f"{config['procs_per_node']}"
+            )
     return list(found.values())
 
 
@@ -53,12 +59,16 @@ def machine_problems(cells: list[dict]) -> list[str]:
         info = registry.FRAMEWORKS[config["framework"]]
         needed = gpus_needed(config, info)
         if needed > gpus:
-            why = ("DataParallel spreads one process over GPUs" if info.name == "torch-dp"
-                   else f"device: {config['device']} puts processes on GPUs")
+            why = (
+                "DataParallel spreads one process over GPUs"
+                if info.name == "torch-dp"
+                else f"device: {config['device']} puts processes on GPUs"
+            )
             found[info.name, config["device"], needed] = (
                 f"framework {info.name} with device: {config['device']} needs {needed} GPU(s) "
                 f"and this machine has {gpus} ({why}); plan it on a GPU node, or "
-                "'ddlc plan --no-check' to plan here for one")
+                "'ddlc plan --no-check' to plan here for one"
+            )
     return list(found.values())
 
 
@@ -77,8 +87,9 @@ def gpu_count() -> int:
         return len(list(NVIDIA_PROC.iterdir()))
     if shutil.which("nvidia-smi"):
         try:
-            listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
-                                    timeout=30).stdout
+            listed = subprocess.run(
+                ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30
+            ).stdout
         except (OSError, subprocess.TimeoutExpired):
             return 0
         return sum(line.startswith("GPU ") for line in listed.splitlines())

@@ -7,6 +7,7 @@ tables, the converted phase table) and a part per optimizer step and rank
 doubled for safety. Measured on the tiny test runs: about 50 kB for 24 steps
 x 2 ranks with the OTF2 tracer; profilers write far more per step.
 """
+
 from __future__ import annotations
 
 import errno
@@ -18,8 +19,13 @@ from pathlib import Path
 from frameworks import data
 
 PER_RUN = 2 << 20
-PER_STEP_RANK = {"base": 512, "otf2": 2048, "scorep": 4096, "torch_profiler": 200 << 10,
-                 "horovod_timeline": 16 << 10}
+PER_STEP_RANK = {
+    "base": 512,
+    "otf2": 2048,
+    "scorep": 4096,
+    "torch_profiler": 200 << 10,
+    "horovod_timeline": 16 << 10,
+}
 SAFETY = 2
 
 
@@ -29,8 +35,10 @@ class NoSpace(Exception):
 
 def estimate_bytes(config: dict) -> int:
     world = config["nodes"] * config["procs_per_node"]
-    images = min(config["train_images"] or data.TRAIN_IMAGES[config["dataset"]],
-                 data.TRAIN_IMAGES[config["dataset"]])
+    images = min(
+        config["train_images"] or data.TRAIN_IMAGES[config["dataset"]],
+        data.TRAIN_IMAGES[config["dataset"]],
+    )
     steps = data.steps_per_epoch(images, world, config["batch_size"], config["max_steps"])
     per_step = PER_STEP_RANK["base"] + PER_STEP_RANK.get(config["tracer"], 0)
     per_step += PER_STEP_RANK["torch_profiler"] if config.get("torch_profiler") else 0
@@ -48,9 +56,11 @@ def free_bytes(folder: Path) -> int:
 def check(folder: Path, needed: int) -> None:
     free = free_bytes(folder)
     if free < needed:
-        raise NoSpace(f"No space left on {mount_point(folder)} for {folder} (needs about "
-                      f"{_mb(needed)} MB, {_mb(free)} MB free); free some space or pass "
-                      "--config results=ELSEWHERE")
+        raise NoSpace(
+            f"No space left on {mount_point(folder)} for {folder} (needs about "
+            f"{_mb(needed)} MB, {_mb(free)} MB free); free some space or pass "
+            "--config results=ELSEWHERE"
+        )
 
 
 def _mb(n: int) -> str:
@@ -77,6 +87,7 @@ def record_anyway(path: Path, doc: dict) -> bool:
     text = json.dumps(doc, separators=(",", ":"), default=str)
     try:
         from runfiles.atomic import write_text
+
         write_text(path, text + "\n")
         return True
     except OSError:

@@ -5,6 +5,7 @@ a virtual environment that envs/setup.sh builds from ``envs/<env>.txt``.
 TensorFlow's needs numpy < 2 while the analysis needs numpy 2, so the two
 families live apart and a run starts its workers with its own env's Python.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,14 +18,20 @@ from ddlcompare.provenance import REPO
 # DDLC_VENV for torch, DDLC_VENV_<NAME> for the others). envs/setup.sh builds
 # those with an envs/<name>.txt; the others are built on clusters as
 # envs/<name>.md says (Tarantella, LBANN).
-ENV_DIRS = {"torch": ".venv", "tensorflow": ".venv-tf", "tarantella": ".venv-tarantella",
-            "lbann": ".venv-lbann"}
+ENV_DIRS = {
+    "torch": ".venv",
+    "tensorflow": ".venv-tf",
+    "tarantella": ".venv-tarantella",
+    "lbann": ".venv-lbann",
+}
 
 
 # Where envs/build-<name>.sh puts an environment it builds: used when the
 # repository has none of its own and no variable names one.
-BUILT_DIRS = {"tarantella": Path.home() / ".cache" / "ddl-compare" / "tarantella-v0.8.0",
-              "lbann": Path.home() / ".cache" / "ddl-compare" / "lbann" / "venv"}
+BUILT_DIRS = {
+    "tarantella": Path.home() / ".cache" / "ddl-compare" / "tarantella-v0.8.0",
+    "lbann": Path.home() / ".cache" / "ddl-compare" / "lbann" / "venv",
+}
 
 
 def env_dir(env: str) -> Path:
@@ -47,11 +54,12 @@ def has_module(env: str, module: str) -> bool:
     python = python_for(env)
     if not python.exists():
         return False
-    probe = (f"import importlib.util, sys; "
-             f"sys.exit(importlib.util.find_spec({module!r}) is None)")
+    probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
     try:
-        return subprocess.run([str(python), "-c", probe], capture_output=True,
-                              timeout=60).returncode == 0
+        return (
+            subprocess.run([str(python), "-c", probe], capture_output=True, timeout=60).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -61,7 +69,11 @@ def how_to_build(env: str) -> str:
     if (REPO / "envs" / f"{env}.txt").exists():
         return f"run 'bash envs/setup.sh' (envs/{env}.txt)"
     if (REPO / "envs" / f"build-{env}.sh").exists():
-        return (f"build it with 'bash envs/build-{env}.sh' (or as envs/{env}.md says) and set "
-                f"DDLC_VENV_{env.upper()} to its folder (the one holding bin/python)")
-    return (f"build it as envs/{env}.md says and set DDLC_VENV_{env.upper()} "
-            "to its folder (the one holding bin/python)")
+        return (
+            f"build it with 'bash envs/build-{env}.sh' (or as envs/{env}.md says) and set "
+            f"DDLC_VENV_{env.upper()} to its folder (the one holding bin/python)"
+        )
+    return (
+        f"build it as envs/{env}.md says and set DDLC_VENV_{env.upper()} "
+        "to its folder (the one holding bin/python)"
+    )

@@ -18,6 +18,7 @@ pydoe's row order is its own (the last base factor varies fastest), so rows
 become cells through their signs, never through their position, and every
 effect is computed from the cells' own levels.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -57,8 +58,13 @@ class Fraction:
         """The fraction's cells as factor -> level (-1: first level, +1: second);
         one-level factors keep their level."""
         constant = {f: v[0] for f, v in levels.items() if f not in self.factors}
-        return [{**{f: levels[f][0 if sign < 0 else 1] for f, sign in zip(self.factors, row)},
-                 **constant} for row in self.matrix]
+        return [
+            {
+                **{f: levels[f][0 if sign < 0 else 1] for f, sign in zip(self.factors, row)},
+                **constant,
+            }
+            for row in self.matrix
+        ]
 
     def _column(self, term: tuple[str, ...]) -> np.ndarray:
         m = np.array(self.matrix)
@@ -104,17 +110,24 @@ class Fraction:
         """The alias structure in lines, with letters and names."""
         k, runs = len(self.factors), len(self.matrix)
         letters = self.letters
-        word = " = ".join("I" if not w else "".join(letters[f] for f in w)
-                          for w in [(), *self.defining_relation()])
-        lines = [f"fractional factorial 2^({k}-{self.p}): {runs} cells per replication, "
-                 f"resolution {roman(self.resolution)}",
-                 "letters: " + ", ".join(f"{letters[f]} = {f}" for f in self.factors),
-                 f"defining relation: {word}",
-                 "confounded effects (each line is one estimate):"]
+        word = " = ".join(
+            "I" if not w else "".join(letters[f] for f in w)
+            for w in [(), *self.defining_relation()]
+        )
+        lines = [
+            f"fractional factorial 2^({k}-{self.p}): {runs} cells per replication, "
+            f"resolution {roman(self.resolution)}",
+            "letters: " + ", ".join(f"{letters[f]} = {f}" for f in self.factors),
+            f"defining relation: {word}",
+            "confounded effects (each line is one estimate):",
+        ]
         for term, label in self.estimable():
             group = next(g for g in self.alias_groups() if g[0] == term)
-            short = " = ".join("".join(letters[f] for f in t) for t in group
-                               if len(t) <= max(SHOWN_ORDER, len(term)))
+            short = " = ".join(
+                "".join(letters[f] for f in t)
+                for t in group
+                if len(t) <= max(SHOWN_ORDER, len(term))
+            )
             lines.append(f"  {short}: {label}")
         return lines
 
@@ -133,31 +146,41 @@ def parse(raw: dict, factors: dict[str, list[Any]], problems: list[str]) -> Frac
     if kind == "full":
         for key in ("resolution", "generators"):
             if key in raw:
-                problems.append(f"{key}: only with 'design: fractional'; add it or remove "
-                                f"{key}")
+                problems.append(f"{key}: only with 'design: fractional'; add it or remove {key}")
         return None
     two = [f for f, levels in factors.items() if len(levels) == 2]
     wrong = [f"{f} has {len(v)}" for f, v in factors.items() if len(v) > 2]
     if wrong:
-        problems.append(f"design: fractional needs two levels per varied factor "
-                        f"({', '.join(wrong)}); keep two levels or use design: full")
+        problems.append(
+            f"design: fractional needs two levels per varied factor "
+            f"({', '.join(wrong)}); keep two levels or use design: full"
+        )
         return None
     for key in ("zip", "exclude"):
         if raw.get(key):
-            problems.append(f"{key}: cannot be combined with design: fractional (it would "
-                            f"break the fraction's balance); remove it")
+            problems.append(
+                f"{key}: cannot be combined with design: fractional (it would "
+                f"break the fraction's balance); remove it"
+            )
     if len(two) < 3:
-        problems.append(f"design: fractional needs at least three two-level factors, "
-                        f"got {len(two)}; use design: full")
+        problems.append(
+            f"design: fractional needs at least three two-level factors, "
+            f"got {len(two)}; use design: full"
+        )
         return None
     has_res, has_gen = "resolution" in raw, "generators" in raw
     if has_res == has_gen:
-        problems.append("design: fractional needs exactly one of resolution: N or "
-                        "generators: [\"D = A B\", ...]")
+        problems.append(
+            "design: fractional needs exactly one of resolution: N or "
+            "generators: [\"D = A B\", ...]"
+        )
         return None
     try:
-        matrix = _by_resolution(raw["resolution"], len(two)) if has_res \
+        matrix = (
+            _by_resolution(raw["resolution"], len(two))
+            if has_res
             else _by_generators(raw["generators"], two)
+        )
     except ValueError as exc:
         problems.append(str(exc))
         return None
@@ -166,6 +189,7 @@ def parse(raw: dict, factors: dict[str, list[Any]], problems: list[str]) -> Frac
 
 def _by_resolution(resolution: Any, k: int) -> np.ndarray:
     from pydoe import fracfact_by_res
+
     if not isinstance(resolution, int) or isinstance(resolution, bool) or resolution < 3:
         raise ValueError(f"resolution: must be an integer >= 3, got {resolution!r}")
     try:
@@ -178,6 +202,7 @@ def _by_generators(generators: Any, two: list[str]) -> np.ndarray:
     """pydoe's fracfact from "D = A B" lines: base factors take pydoe's
     letters a, b, ... in design order; the result's columns follow ``two``."""
     from pydoe import fracfact
+
     if not isinstance(generators, list) or not all(isinstance(g, str) for g in generators):
         raise ValueError("generators: must be a list like [\"D = A B\", \"E = A C\"]")
     letters = dict(zip(string.ascii_uppercase, two))
@@ -185,22 +210,26 @@ def _by_generators(generators: Any, two: list[str]) -> np.ndarray:
     for i, text in enumerate(generators):
         match = re.fullmatch(r"\s*([\w.-]+)\s*=\s*(-?)\s*(.+?)\s*", text)
         if not match:
-            raise ValueError(f"generators[{i}]: {text!r} is not 'FACTOR = PRODUCT' "
-                             f"(e.g. \"D = A B\")")
+            raise ValueError(
+                f"generators[{i}]: {text!r} is not 'FACTOR = PRODUCT' (e.g. \"D = A B\")"
+            )
         target = _name(match.group(1), letters, two, f"generators[{i}]")
-        product = [_name(token, letters, two, f"generators[{i}]")
-                   for token in _tokens(match.group(3), two)]
+        product = [
+            _name(token, letters, two, f"generators[{i}]") for token in _tokens(match.group(3), two)
+        ]
         if target in defined or target in product:
             raise ValueError(f"generators[{i}]: {target} is defined twice or by itself")
         defined[target] = (match.group(2), product)
     base = [f for f in two if f not in defined]
     if any(f in defined for _, product in defined.values() for f in product):
-        raise ValueError("generators: a product may use only base factors (those no "
-                         "generator defines)")
+        raise ValueError(
+            "generators: a product may use only base factors (those no generator defines)"
+        )
     pydoe_letter = dict(zip(base, string.ascii_lowercase))
     words = [pydoe_letter[f] for f in base] + [
         sign + "".join(sorted(pydoe_letter[f] for f in product))
-        for sign, product in defined.values()]
+        for sign, product in defined.values()
+    ]
     try:
         matrix = fracfact(" ".join(words))
     except ValueError as exc:
@@ -210,7 +239,7 @@ def _by_generators(generators: Any, two: list[str]) -> np.ndarray:
 
 
 def _tokens(text: str, names: list[str]) -> list[str]:
-    """"A B", "AB" and "batch_size framework" all name factors."""
+    """ "A B", "AB" and "batch_size framework" all name factors."""
     out = []
     for token in text.split():
         if token in names or not re.fullmatch(r"[A-Z]+", token):
@@ -226,5 +255,6 @@ def _name(token: str, letters: dict[str, str], two: list[str], key: str) -> str:
     if token in letters:
         return letters[token]
     last = string.ascii_uppercase[len(two) - 1]
-    raise ValueError(f"{key}: {token!r} is neither a letter A-{last}"
-                     f" nor a two-level factor ({', '.join(two)})")
+    raise ValueError(
+        f"{key}: {token!r} is neither a letter A-{last} nor a two-level factor ({', '.join(two)})"
+    )

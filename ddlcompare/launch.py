@@ -6,6 +6,7 @@ one run. Every module of that folder is loaded on first use, so a new
 launcher is one new file. This module holds what they share. They build
 argument lists, never shell strings: no design value passes through a shell.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -27,6 +28,7 @@ def launcher(name: str):
     def register(fn):
         LAUNCHERS[name] = fn
         return fn
+
     return register
 
 
@@ -34,11 +36,14 @@ def python(config: dict) -> str:
     """The interpreter of the run's framework environment; a run whose
     environment is not built fails at once, naming what builds it."""
     from frameworks import registry
+
     env = registry.FRAMEWORKS[config["framework"]].env
     found = envs.python_for(env)
     if not found.exists():
-        raise RuntimeError(f"framework {config['framework']}: its environment '{env}' is not "
-                           f"built here ({found} not found); {envs.how_to_build(env)}")
+        raise RuntimeError(
+            f"framework {config['framework']}: its environment '{env}' is not "
+            f"built here ({found} not found); {envs.how_to_build(env)}"
+        )
     return str(found)
 
 
@@ -104,13 +109,13 @@ def free_ports(count: int) -> list[int]:
 def launchers() -> dict[str, Callable]:
     """Every registered launcher, by name (its folder's modules loaded once)."""
     from ddlcompare import launchers as folder
+
     for module in pkgutil.iter_modules(folder.__path__):
         importlib.import_module(f"{folder.__name__}.{module.name}")
     return LAUNCHERS
 
 
-def command(name: str, hosts: list[Host], config: dict, run_dir: Path,
-            scheduler: Scheduler | str):
+def command(name: str, hosts: list[Host], config: dict, run_dir: Path, scheduler: Scheduler | str):
     """The argv and extra environment of launcher ``name`` (the scheduler by
     object, or by its registered name)."""
     return launchers()[name](hosts, config, run_dir, scheduler_named(scheduler))

@@ -8,6 +8,7 @@ holder dies) while it trains. Runs that still meet other training processes
 of the harness (started by hand, by an older harness, by a test) notice them
 (``overlapping``) and are recorded as suspect, never as clean.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -15,7 +16,8 @@ import fcntl
 import os
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
+from collections.abc import Iterator
 
 import psutil
 
@@ -29,8 +31,9 @@ def lock_path() -> Path:
 
 
 @contextlib.contextmanager
-def measuring(what: str, on_wait: Callable[[str], None],
-              check: Callable[[], None]) -> Iterator[float]:
+def measuring(
+    what: str, on_wait: Callable[[str], None], check: Callable[[], None]
+) -> Iterator[float]:
     """Hold the machine while the block runs; yield the seconds waited.
     ``on_wait`` hears once who holds it; ``check`` runs each second of the
     wait (it raises to give up, e.g. when the workflow is gone)."""
@@ -50,8 +53,7 @@ def measuring(what: str, on_wait: Callable[[str], None],
             except BlockingIOError:
                 if not told:
                     holder = Path(path).read_text(errors="replace").strip() or "unknown"
-                    on_wait(f"waiting for the machine: another measurement holds {path} "
-                            f"({holder})")
+                    on_wait(f"waiting for the machine: another measurement holds {path} ({holder})")
                     told = True
                 check()
                 time.sleep(1)

@@ -4,6 +4,7 @@ against the shared specification.
 
     python -m ddlcompare.model_gate [--out FILE]     # the gate of every model, as JSON
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,14 @@ from ddlcompare.launch import LOCAL_SSH
 from ddlcompare.launchers.tarantella import GPI2_LOCK
 from ddlcompare.provenance import REPO
 from frameworks import data, models
-from frameworks.model_gate import (BUILDERS, COMPARED, builder_rows, compare, frameworks_of,
-                                   reference_rows)
+from frameworks.model_gate import (
+    BUILDERS,
+    COMPARED,
+    builder_rows,
+    compare,
+    frameworks_of,
+    reference_rows,
+)
 from runfiles.atomic import write_text
 
 
@@ -30,28 +37,44 @@ def ask(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
     python = envs.python_for(env)
     if not python.exists():
         if builder == "lbann":  # its graph needs no LBANN: check it here
-            return {d: dict(zip(("rows", "checked_on"), builder_rows(builder, model, d)))
-                    for d in datasets}
-        error = {"error": f"environment '{env}' is not built ({envs.env_dir(env)}); "
-                          f"{envs.how_to_build(env)}"}
+            return {
+                d: dict(zip(("rows", "checked_on"), builder_rows(builder, model, d)))
+                for d in datasets
+            }
+        error = {
+            "error": f"environment '{env}' is not built ({envs.env_dir(env)}); "
+            f"{envs.how_to_build(env)}"
+        }
         return {d: error for d in datasets}
     argv, env = [str(python)], None
     if builder == "tarantella":  # one rank, started by Tarantella's launcher
-        argv = ["flock", str(GPI2_LOCK), str(python.parent / "tarantella"), "-n", "1",
-                "--no-gpu", "--"]
-        env = {**os.environ, "PATH": f"{LOCAL_SSH}:{python.parent}:"
-                                     f"{os.environ.get('PATH', '')}"}
-    done = subprocess.run([*argv, "-m", "frameworks.model_gate", "rows", builder, model,
-                           *datasets], cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env=env)
+        argv = [
+            "flock",
+            str(GPI2_LOCK),
+            str(python.parent / "tarantella"),
+            "-n",
+            "1",
+            "--no-gpu",
+            "--",
+        ]
+        env = {**os.environ, "PATH": f"{LOCAL_SSH}:{python.parent}:{os.environ.get('PATH', '')}"}
+    done = subprocess.run(
+        [*argv, "-m", "frameworks.model_gate", "rows", builder, model, *datasets],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     if done.returncode != 0:
         error = {"error": f"the {builder} builder failed: {done.stderr.strip()[-500:]}"}
         return {d: error for d in datasets}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def gate_all(names: tuple[str, ...] = tuple(models.MODELS),
-             datasets: tuple[str, ...] = tuple(data.DATASETS)) -> dict:
+def gate_all(
+    names: tuple[str, ...] = tuple(models.MODELS), datasets: tuple[str, ...] = tuple(data.DATASETS)
+) -> dict:
     """The gate of every model: each model's ``gate`` result under
     ``models``; ``status`` is the worst of theirs (fail, incomplete, pass)."""
     results = {name: gate(name, datasets) for name in names}
@@ -69,9 +92,11 @@ def gate(model: str = "cnn", datasets: tuple[str, ...] = tuple(data.DATASETS)) -
     answers = {builder: ask(builder, model, datasets) for builder in BUILDERS}
     for dataset in datasets:
         reference = reference_rows(model, dataset)
-        entry = {"total_params": sum(r["params"] for r in reference),
-                 "total_running_stats": sum(r["running_stats"] for r in reference),
-                 "builders": {}}
+        entry = {
+            "total_params": sum(r["params"] for r in reference),
+            "total_running_stats": sum(r["running_stats"] for r in reference),
+            "builders": {},
+        }
         for builder in BUILDERS:
             answer = answers[builder][dataset]
             if "error" in answer:
@@ -80,11 +105,13 @@ def gate(model: str = "cnn", datasets: tuple[str, ...] = tuple(data.DATASETS)) -
                 continue
             problems = compare(reference, answer["rows"])
             entry["builders"][builder] = {
-                "status": "fail" if problems else "pass", "problems": problems,
+                "status": "fail" if problems else "pass",
+                "problems": problems,
                 "total_params": sum(int(r["params"]) for r in answer["rows"]),
-                "total_running_stats": sum(int(r.get("running_stats", 0))
-                                           for r in answer["rows"]),
-                "checked_on": answer["checked_on"], "frameworks": frameworks_of(builder)}
+                "total_running_stats": sum(int(r.get("running_stats", 0)) for r in answer["rows"]),
+                "checked_on": answer["checked_on"],
+                "frameworks": frameworks_of(builder),
+            }
             if problems:
                 status = "fail"
         result["datasets"][dataset] = entry
@@ -93,8 +120,9 @@ def gate(model: str = "cnn", datasets: tuple[str, ...] = tuple(data.DATASETS)) -
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, help="write the gate's JSON here too")
     args = parser.parse_args(argv)
     result = gate_all()

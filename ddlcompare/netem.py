@@ -16,6 +16,7 @@ removed by the next run. Seen from the launchers this is one more scheduler,
 "netns" (ddlcompare/schedulers/netns.py): the hosts are the node addresses, the launcher
 runs in node 0, and remote starts go through ``netns_as_ssh/ssh``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -61,6 +62,7 @@ class Node:
 
 class NoEmulation:
     """The machine's own network: nothing to set up."""
+
     env: dict[str, str] = {}
 
     def enter(self, argv: list[str]) -> list[str]:
@@ -73,8 +75,10 @@ class EmulatedNetwork:
         self.switch = f"{PREFIX}{tag}-sw"
         self.prefixlen = subnet.prefixlen
         machine = os.uname().nodename.split(".")[0][:40]
-        self.nodes = [Node(f"{PREFIX}{tag}-n{i}", str(subnet[i + 1]), f"{machine}-n{i}", f"n{i}")
-                      for i in range(nodes)]
+        self.nodes = [
+            Node(f"{PREFIX}{tag}-n{i}", str(subnet[i + 1]), f"{machine}-n{i}", f"n{i}")
+            for i in range(nodes)
+        ]
         self.rate_mbit = rate_mbit
         self.delay_ms = delay_ms
 
@@ -82,11 +86,12 @@ class EmulatedNetwork:
     def env(self) -> dict[str, str]:
         """What the launchers and the ranks need to know: the hosts (read by
         the netns scheduler and the ssh shim) and the interface to talk on."""
-        return {HOSTS_MAP: " ".join(f"{n.address}={n.namespace}={n.hostname}"
-                                    for n in self.nodes),
-                "GLOO_SOCKET_IFNAME": IFACE,
-                "OMPI_MCA_btl_tcp_if_include": IFACE,
-                "OMPI_MCA_oob_tcp_if_include": IFACE}
+        return {
+            HOSTS_MAP: " ".join(f"{n.address}={n.namespace}={n.hostname}" for n in self.nodes),
+            "GLOO_SOCKET_IFNAME": IFACE,
+            "OMPI_MCA_btl_tcp_if_include": IFACE,
+            "OMPI_MCA_oob_tcp_if_include": IFACE,
+        }
 
     def enter(self, argv: list[str]) -> list[str]:
         """The launcher runs on the first node, as a job script does."""
@@ -99,11 +104,34 @@ class EmulatedNetwork:
         for node in self.nodes:
             _ip("netns", "add", node.namespace)
             _write_hosts(node, self.nodes)
-            _ip("link", "add", IFACE, "netns", node.namespace, "mtu", "1500", "type", "veth",
-                "peer", "name", node.port, "netns", self.switch, "mtu", "1500")
+            _ip(
+                "link",
+                "add",
+                IFACE,
+                "netns",
+                node.namespace,
+                "mtu",
+                "1500",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                node.port,
+                "netns",
+                self.switch,
+                "mtu",
+                "1500",
+            )
             _ip("-n", self.switch, "link", "set", node.port, "master", BRIDGE, "up")
-            _ip("-n", node.namespace, "addr", "add", f"{node.address}/{self.prefixlen}",
-                "dev", IFACE)
+            _ip(
+                "-n",
+                node.namespace,
+                "addr",
+                "add",
+                f"{node.address}/{self.prefixlen}",
+                "dev",
+                IFACE,
+            )
             _ip("-n", node.namespace, "link", "set", IFACE, "up")
             _ip("-n", node.namespace, "link", "set", "lo", "up")
             self._limit(node)
@@ -113,8 +141,18 @@ class EmulatedNetwork:
         egress (what it receives); netem's delay before the node's tbf."""
         sent = ["dev", IFACE, "root"]
         if self.delay_ms:
-            _tc(node.namespace, "qdisc", "add", *sent, "handle", "1:", "netem",
-                "delay", f"{self.delay_ms}ms", what="net_delay_ms")
+            _tc(
+                node.namespace,
+                "qdisc",
+                "add",
+                *sent,
+                "handle",
+                "1:",
+                "netem",
+                "delay",
+                f"{self.delay_ms}ms",
+                what="net_delay_ms",
+            )
             sent = ["dev", IFACE, "parent", "1:1"]
         _tc(node.namespace, "qdisc", "add", *sent, "handle", "10:", *self._tbf())
         _tc(self.switch, "qdisc", "add", "dev", node.port, "root", *self._tbf())
@@ -124,8 +162,7 @@ class EmulatedNetwork:
         # The bucket holds 4 ms at the rate (one kernel tick even at HZ=250),
         # and never less than a 64 KiB segment.
         burst = max(rate // 250, 65536)
-        return ["tbf", "rate", f"{self.rate_mbit}mbit", "burst", str(burst),
-                "latency", "50ms"]
+        return ["tbf", "rate", f"{self.rate_mbit}mbit", "burst", str(burst), "latency", "50ms"]
 
     def counters(self) -> dict[str, dict[str, int]]:
         """Each node's NIC counters (kernel's), and what its queues dropped."""
@@ -133,14 +170,16 @@ class EmulatedNetwork:
         for node in self.nodes:
             link = json.loads(_ip("-n", node.namespace, "-j", "-s", "link", "show", IFACE))[0]
             stats = link["stats64"]
-            qdiscs = json.loads(_run(["tc", "-n", node.namespace, "-j", "-s", "qdisc", "show",
-                                      "dev", IFACE]))
-            found[node.address] = {"tx_bytes": stats["tx"]["bytes"],
-                                   "rx_bytes": stats["rx"]["bytes"],
-                                   "tx_packets": stats["tx"]["packets"],
-                                   "rx_packets": stats["rx"]["packets"],
-                                   "tx_dropped": sum(q.get("drops", 0) for q in qdiscs
-                                                     if q["kind"] == "tbf")}
+            qdiscs = json.loads(
+                _run(["tc", "-n", node.namespace, "-j", "-s", "qdisc", "show", "dev", IFACE])
+            )
+            found[node.address] = {
+                "tx_bytes": stats["tx"]["bytes"],
+                "rx_bytes": stats["rx"]["bytes"],
+                "tx_packets": stats["tx"]["packets"],
+                "rx_packets": stats["rx"]["packets"],
+                "tx_dropped": sum(q.get("drops", 0) for q in qdiscs if q["kind"] == "tbf"),
+            }
         return found
 
     def destroy(self) -> None:
@@ -152,13 +191,19 @@ class EmulatedNetwork:
     def record(self, before: dict, after: dict) -> dict:
         nodes = []
         for node in self.nodes:
-            delta = {k: after[node.address][k] - before[node.address][k]
-                     for k in after[node.address]}
+            delta = {
+                k: after[node.address][k] - before[node.address][k] for k in after[node.address]
+            }
             nodes.append({"address": node.address, "namespace": node.namespace, **delta})
-        return {"emulated": True, "rate_mbit": self.rate_mbit, "delay_ms": self.delay_ms,
-                "interface": IFACE, "nodes": nodes,
-                "tx_bytes": sum(n["tx_bytes"] for n in nodes),
-                "rx_bytes": sum(n["rx_bytes"] for n in nodes)}
+        return {
+            "emulated": True,
+            "rate_mbit": self.rate_mbit,
+            "delay_ms": self.delay_ms,
+            "interface": IFACE,
+            "nodes": nodes,
+            "tx_bytes": sum(n["tx_bytes"] for n in nodes),
+            "rx_bytes": sum(n["rx_bytes"] for n in nodes),
+        }
 
 
 @contextlib.contextmanager
@@ -170,8 +215,12 @@ def network(config: dict, run_dir: Path):
         return
     require_capable(schedulers.detect(config["nodes"], config["procs_per_node"])[0])
     remove_stale()
-    net = EmulatedNetwork(f"{os.getpid()}-{config['run_id'][:6]}", config["nodes"],
-                          config["net_rate_mbit"], config.get("net_delay_ms") or 0)
+    net = EmulatedNetwork(
+        f"{os.getpid()}-{config['run_id'][:6]}",
+        config["nodes"],
+        config["net_rate_mbit"],
+        config.get("net_delay_ms") or 0,
+    )
     try:
         net.create()
         before = net.counters()
@@ -188,18 +237,24 @@ def problems(scheduler: schedulers.Scheduler | str) -> list[str]:
     scheduler = schedulers.get(scheduler)
     found = []
     if not scheduler.one_machine:
-        found.append(f"net_rate_mbit: the emulated network joins ranks of this machine; this "
-                     f"run is in a {scheduler.name} allocation, whose nodes have a real network "
-                     "(set net_rate_mbit: null)")
+        found.append(
+            f"net_rate_mbit: the emulated network joins ranks of this machine; this "
+            f"run is in a {scheduler.name} allocation, whose nodes have a real network "
+            "(set net_rate_mbit: null)"
+        )
     missing = [tool for tool in ("ip", "tc") if not shutil.which(tool)]
     if missing:
-        found.append(f"net_rate_mbit: {' and '.join(missing)} not found; install iproute2 "
-                     "(apt-get install iproute2)")
+        found.append(
+            f"net_rate_mbit: {' and '.join(missing)} not found; install iproute2 "
+            "(apt-get install iproute2)"
+        )
     if lacking := [name for name, bit in CAPABILITIES.items() if not _capable(bit)]:
-        found.append(f"net_rate_mbit: emulating the network needs {' and '.join(lacking)} "
-                     "(network namespaces, veth links, tc), which this process lacks; run as "
-                     "root (a container needs --cap-add NET_ADMIN --cap-add SYS_ADMIN) or set "
-                     "net_rate_mbit: null")
+        found.append(
+            f"net_rate_mbit: emulating the network needs {' and '.join(lacking)} "
+            "(network namespaces, veth links, tc), which this process lacks; run as "
+            "root (a container needs --cap-add NET_ADMIN --cap-add SYS_ADMIN) or set "
+            "net_rate_mbit: null"
+        )
     return found
 
 
@@ -222,8 +277,11 @@ def require_capable(scheduler: schedulers.Scheduler) -> None:
 def free_subnet(prefixlen: int = 24) -> ipaddress.IPv4Network:
     """The first subnet of SUBNETS that no route of this machine touches."""
     routes = json.loads(_run(["ip", "-j", "-4", "route", "show", "table", "all"]))
-    taken = [ipaddress.ip_network(r["dst"], strict=False) for r in routes
-             if r.get("dst") not in (None, "default")]
+    taken = [
+        ipaddress.ip_network(r["dst"], strict=False)
+        for r in routes
+        if r.get("dst") not in (None, "default")
+    ]
     for subnet in SUBNETS.subnets(new_prefix=prefixlen):
         if not any(subnet.overlaps(t) for t in taken):
             return subnet
@@ -253,8 +311,19 @@ def enter_node(node: Node, argv: list[str]) -> list[str]:
     """argv in the node: its network namespace (and its /etc/hosts), and a
     UTS namespace of its own with the node's host name. netns_as_ssh/ssh
     enters a node the same way."""
-    return ["ip", "netns", "exec", node.namespace, "unshare", "--uts", "sh", "-c",
-            'hostname "$0" && exec "$@"', node.hostname, *argv]
+    return [
+        "ip",
+        "netns",
+        "exec",
+        node.namespace,
+        "unshare",
+        "--uts",
+        "sh",
+        "-c",
+        'hostname "$0" && exec "$@"',
+        node.hostname,
+        *argv,
+    ]
 
 
 def _write_hosts(node: Node, nodes: list[Node]) -> None:
@@ -278,9 +347,11 @@ def _tc(namespace: str, *args: str, what: str = "net_rate_mbit") -> str:
     except NetworkError as exc:
         qdisc = "netem" if what == "net_delay_ms" else "tbf"
         if "qdisc kind is unknown" in str(exc):
-            raise NetworkError(f"{what}: this kernel has no {qdisc} queueing discipline "
-                               f"(module sch_{qdisc}); load it on the host, or set "
-                               f"{what}: {0 if what == 'net_delay_ms' else 'null'}") from None
+            raise NetworkError(
+                f"{what}: this kernel has no {qdisc} queueing discipline "
+                f"(module sch_{qdisc}); load it on the host, or set "
+                f"{what}: {0 if what == 'net_delay_ms' else 'null'}"
+            ) from None
         raise NetworkError(f"{what}: {exc}") from None
 
 
@@ -291,5 +362,7 @@ def _run(argv: list[str]) -> str:
         raise NetworkError(f"{argv[0]}: {exc.strerror}; install iproute2") from None
     if done.returncode != 0:
         message = (done.stderr or done.stdout).strip().splitlines()
-        raise NetworkError(f"'{' '.join(argv)}' failed: {message[-1] if message else done.returncode}")
+        raise NetworkError(
+            f"'{' '.join(argv)}' failed: {message[-1] if message else done.returncode}"
+        )
     return done.stdout

@@ -12,6 +12,7 @@ marker will appear; status trusts that marker over OAR's word, so a job
 killed by its walltime or a lost node is `failed`, even once OAR has
 forgotten the job. Standard library only: it runs with any python3.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,11 +42,12 @@ class OarError(Exception):
 
 # ---- submit ----------------------------------------------------------------
 
+
 def job_properties(jobscript: Path) -> dict:
     """The JSON Snakemake writes on the script's ``# properties =`` line."""
     for line in jobscript.read_text().splitlines()[:5]:
         if line.startswith("# properties = "):
-            return json.loads(line[len("# properties = "):])
+            return json.loads(line[len("# properties = ") :])
     raise OarError(f"{jobscript}: no '# properties =' line (not a Snakemake job script?)")
 
 
@@ -80,8 +82,17 @@ def resource_request(resources: dict) -> str:
 def submit_argv(props: dict, jobscript: Path, logs: Path, env: dict) -> list[str]:
     resources = props.get("resources", {})
     name = f"ddlc.{props.get('rule', 'job')}.{props.get('jobid', '')}".rstrip(".")
-    argv = ["oarsub", "-n", name, "-l", resource_request(resources),
-            "-O", str(logs / "%jobid%.out"), "-E", str(logs / "%jobid%.err")]
+    argv = [
+        "oarsub",
+        "-n",
+        name,
+        "-l",
+        resource_request(resources),
+        "-O",
+        str(logs / "%jobid%.out"),
+        "-E",
+        str(logs / "%jobid%.err"),
+    ]
     if resources.get("oar_properties"):
         argv += ["-p", str(resources["oar_properties"])]
     if resources.get("oar_queue"):
@@ -92,8 +103,12 @@ def submit_argv(props: dict, jobscript: Path, logs: Path, env: dict) -> list[str
         for job_type in str(resources["oar_types"]).split(","):
             argv += ["-t", job_type.strip()]
     passed = {k: v for k, v in env.items() if k in PASSED_ENV or k.startswith(PASSED_PREFIX)}
-    command = ["env", *(f"{k}={v}" for k, v in sorted(passed.items())),
-               "/bin/sh", str(jobscript.resolve())]
+    command = [
+        "env",
+        *(f"{k}={v}" for k, v in sorted(passed.items())),
+        "/bin/sh",
+        str(jobscript.resolve()),
+    ]
     return argv + [shlex.join(command)]
 
 
@@ -117,19 +132,26 @@ def submit(jobscript: Path) -> str:
     logs.mkdir(parents=True, exist_ok=True)  # oarsub puts a job in Error without it
     argv = submit_argv(props, jobscript, logs, dict(os.environ))
     # oarsub takes the job's directory from $PWD, which only a shell sets.
-    out = subprocess.run(argv, capture_output=True, text=True,
-                         env={**os.environ, "PWD": os.getcwd()})
+    out = subprocess.run(
+        argv, capture_output=True, text=True, env={**os.environ, "PWD": os.getcwd()}
+    )
     if out.returncode != 0:
-        raise OarError(f"oarsub failed (exit {out.returncode}): "
-                       f"{(out.stdout + out.stderr).strip()}\n  {shlex.join(argv)}")
+        raise OarError(
+            f"oarsub failed (exit {out.returncode}): "
+            f"{(out.stdout + out.stderr).strip()}\n  {shlex.join(argv)}"
+        )
     job_id = parse_job_id(out.stdout)
     JOBS_DIR.mkdir(parents=True, exist_ok=True)
-    (JOBS_DIR / f"{job_id}.json").write_text(json.dumps(
-        {"done": done_marker(props), "submitted": time.time(), "jobscript": str(jobscript)}))
+    (JOBS_DIR / f"{job_id}.json").write_text(
+        json.dumps(
+            {"done": done_marker(props), "submitted": time.time(), "jobscript": str(jobscript)}
+        )
+    )
     return job_id
 
 
 # ---- status ----------------------------------------------------------------
+
 
 def oar_job(job_id: str) -> dict | None:
     """The job's record from ``oarstat -f -J -j``; None when OAR no longer
@@ -175,16 +197,19 @@ def status(job_id: str) -> str:
 
 # ---- cancel ----------------------------------------------------------------
 
+
 def cancel(job_ids: list[str]) -> int:
     return subprocess.run(["oardel", *job_ids]).returncode
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ddlcompare.oar",
-                                description="Snakemake's cluster-generic commands for OAR")
+    p = argparse.ArgumentParser(
+        prog="python -m ddlcompare.oar", description="Snakemake's cluster-generic commands for OAR"
+    )
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("submit", help="submit a job script; prints the job id").add_argument(
-        "jobscript", type=Path)
+        "jobscript", type=Path
+    )
     sub.add_parser("status", help="running, success or failed").add_argument("job_id")
     sub.add_parser("cancel", help="delete jobs").add_argument("job_ids", nargs="+")
     return p

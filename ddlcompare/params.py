@@ -5,6 +5,7 @@ here once, with its type, default and allowed values. The same names are the
 keys of ``config.json``, the columns of the results table and the labels of
 the report's plots.
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,8 +24,10 @@ def strict_validator(schema_json: str):
     """A JSON Schema validator whose "integer" is Python's int (jsonschema
     takes 1.0 for an integer) and whose numbers are never booleans."""
     import jsonschema
+
     checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
-        "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
+        "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool)
+    )
     kind = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=checker)
     return kind(json.loads(schema_json))
 
@@ -74,8 +77,9 @@ class Param:
         if value is None:
             return None if self.nullable else f"must be set ({self.describe()})"
         if not strict_validator(json.dumps({"type": JSON_TYPES[self.kind]})).is_valid(value):
-            return (f"must be {self.describe()}, got {value!r} ({type(value).__name__})"
-                    + yaml_hint(value, self.kind))
+            return f"must be {self.describe()}, got {value!r} ({type(value).__name__})" + yaml_hint(
+                value, self.kind
+            )
         if self.kind in (int, float):
             return self._check_number(value) or self._check_choice(value)
         return self._check_choice(value)
@@ -98,8 +102,10 @@ class Param:
         if self.path_like:
             return path_problem(value)
         if self.kind is str and not SAFE_TEXT.match(value):
-            return (f"{value!r} has characters that are not allowed "
-                    "(use letters, digits, '.', '_', '+', '-'; at most 64)")
+            return (
+                f"{value!r} has characters that are not allowed "
+                "(use letters, digits, '.', '_', '+', '-'; at most 64)"
+            )
         return None
 
     def normalise(self, value: Any) -> Any:
@@ -131,12 +137,13 @@ def path_problem(text: str) -> str | None:
     try:
         path = Path(text).expanduser()
     except RuntimeError:
-        return (f"{text.split('/')[0]!r}: no such user here; give the full path "
-                "(e.g. /home/me/data)")
+        return f"{text.split('/')[0]!r}: no such user here; give the full path (e.g. /home/me/data)"
     too_long = [part for part in path.parts if len(part.encode()) > 255]
     if too_long:
-        return (f"has a folder name of {len(too_long[0].encode())} bytes (at most 255): "
-                f"{too_long[0][:40]!r}...; check the path")
+        return (
+            f"has a folder name of {len(too_long[0].encode())} bytes (at most 255): "
+            f"{too_long[0][:40]!r}...; check the path"
+        )
     if len(str(path).encode()) > 4095:
         return "is longer than 4095 bytes; check the path"
     return None
@@ -145,8 +152,10 @@ def path_problem(text: str) -> str | None:
 def yaml_hint(value: Any, kind: type) -> str:
     """How to write what the user probably meant, when YAML read it otherwise."""
     if isinstance(value, bool) and kind is str:
-        return ("; YAML reads yes/no/on/off/true/false as true or false: put the value in "
-                "quotes, e.g. 'no'")
+        return (
+            "; YAML reads yes/no/on/off/true/false as true or false: put the value in "
+            "quotes, e.g. 'no'"
+        )
     if isinstance(value, (int, float)) and kind is str:
         return "; YAML reads it as a number: put it in quotes, e.g. '2024'"
     if isinstance(value, str) and kind in (int, float):
@@ -154,103 +163,200 @@ def yaml_hint(value: Any, kind: type) -> str:
             float(value)
         except ValueError:
             return ""
-        return ("; YAML 1.1 reads a number like 1e-3 as text: write 1.0e-3 "
-                "(a dot before the exponent)")
+        return (
+            "; YAML 1.1 reads a number like 1e-3 as text: write 1.0e-3 (a dot before the exponent)"
+        )
     return ""
 
 
 def _framework_names() -> tuple[str, ...]:
     from frameworks import registry
+
     return tuple(sorted(registry.FRAMEWORKS))
 
 
 def _dataset_names() -> tuple[str, ...]:
     from frameworks import data
+
     return tuple(sorted(data.DATASETS))
 
 
 def _compression_names() -> tuple[str, ...]:
     from frameworks import compression
+
     return compression.NAMES
 
 
 def _model_names() -> tuple[str, ...]:
     from frameworks import models
+
     return tuple(sorted(models.MODELS))
 
 
-PARAMS: dict[str, Param] = {p.name: p for p in [
-    # The factors every design varies or fixes.
-    Param("framework", str, None, "framework adapter", choices=_framework_names),
-    Param("nodes", int, 1, "number of nodes", minimum=1),
-    Param("procs_per_node", int, 1,
-          "processes per node (one per GPU when device is gpu)", minimum=1),
-    Param("batch_size", int, 64,
-          "mini-batch size PER PROCESS; the global batch is "
-          "batch_size * nodes * procs_per_node", minimum=1),
-    Param("dataset", str, "fashion-mnist", "training data set", choices=_dataset_names),
-    Param("device", str, "cpu",
-          "where each process computes; hybrid: hybrid_gpus processes on GPUs and the "
-          "others on CPU cores, in one job (docs/devices.md)", choices=("cpu", "gpu", "hybrid")),
-    # Fixed settings (any of them may be made a factor).
-    Param("model", str, "cnn", "network architecture", choices=_model_names),
-    Param("epochs", int, 2, "training epochs", minimum=1),
-    Param("max_steps", int, None, "cap on optimizer steps per epoch", minimum=1, nullable=True),
-    Param("train_images", int, None,
-          "use only the first N training images (null: all)", minimum=1, nullable=True),
-    Param("test_images", int, None,
-          "evaluate on only the first N test images (null: all)", minimum=1, nullable=True),
-    Param("warmup_steps", int, 10,
-          "first steps of the run left out of throughput", minimum=0),
-    Param("learning_rate", float, 0.02,
-          "learning rate at the base global batch", minimum=0, maximum=100),
-    Param("lr_base_batch", int, 64,
-          "global batch that learning_rate is tuned for", minimum=1),
-    Param("lr_scaling", str, "linear",
-          "how the learning rate follows the global batch",
-          choices=("none", "linear", "sqrt")),
-    Param("momentum", float, 0.9, "SGD momentum", minimum=0, maximum=1),
-    Param("eval_every", int, 1, "evaluate on the test set every N epochs", minimum=1),
-    Param("horovod_controller", str, "gloo", "Horovod's controller",
-          choices=("gloo", "mpi")),
-    Param("compression", str, "none",
-          "gradient compression on the wire (frameworks/compression.py)",
-          choices=_compression_names),
-    Param("tracer", str, "otf2", "event tracer of the training phases",
-          choices=("none", "otf2", "scorep")),
-    Param("horovod_timeline", bool, False, "also write Horovod's own timeline (Horovod runs)"),
-    Param("torch_profiler", bool, False, "also write a PyTorch profiler (Kineto) trace"),
-    Param("batch_split", str, "even",
-          "how the global batch is cut between the ranks: even, or calibrated (in proportion "
-          "to each rank's speed, timed at start; always so under device: hybrid)",
-          choices=("even", "calibrated")),
-    Param("hybrid_gpus", int, 1,
-          "under device: hybrid, the processes per node that take a GPU each", minimum=1),
-    Param("threads", int, 1,
-          "compute threads per process, for every framework: PyTorch's intra-op "
-          "threads, TensorFlow's pools, OMP_NUM_THREADS, Slurm's cpus_per_task "
-          "(torchrun's own default is 1)", minimum=1),
-    Param("energy_interval_s", float, 1.0,
-          "seconds between two readings of each node's energy meters (RAPL, NVML)",
-          minimum=0.05, maximum=3600),
-    Param("timeout_s", int, None,
-          "kill a run after this many seconds (null: derived from the design)",
-          minimum=1, nullable=True),
-    Param("target_accuracy", float, None,
-          "test accuracy whose first reach times the run (time and energy to "
-          "accuracy; null: not measured)", minimum=0, maximum=1, nullable=True,
-          analysis_only=True),
-    # Slow-network emulation between the nodes of one machine (ddlcompare/netem.py).
-    Param("net_rate_mbit", int, None,
-          "emulate a network of this rate (Mbit/s) between the nodes, on this machine "
-          "(null: the machine's own network)", minimum=1, nullable=True),
-    Param("net_delay_ms", float, 0,
-          "one-way delay each node adds to what it sends, with net_rate_mbit", minimum=0,
-          maximum=60000),
-    Param("data_dir", str, None,
-          "directory holding the data set files (null: the default place)",
-          nullable=True, path_like=True),
-]}
+PARAMS: dict[str, Param] = {
+    p.name: p
+    for p in [
+        # The factors every design varies or fixes.
+        Param("framework", str, None, "framework adapter", choices=_framework_names),
+        Param("nodes", int, 1, "number of nodes", minimum=1),
+        Param(
+            "procs_per_node",
+            int,
+            1,
+            "processes per node (one per GPU when device is gpu)",
+            minimum=1,
+        ),
+        Param(
+            "batch_size",
+            int,
+            64,
+            "mini-batch size PER PROCESS; the global batch is batch_size * nodes * procs_per_node",
+            minimum=1,
+        ),
+        Param("dataset", str, "fashion-mnist", "training data set", choices=_dataset_names),
+        Param(
+            "device",
+            str,
+            "cpu",
+            "where each process computes; hybrid: hybrid_gpus processes on GPUs and the "
+            "others on CPU cores, in one job (docs/devices.md)",
+            choices=("cpu", "gpu", "hybrid"),
+        ),
+        # Fixed settings (any of them may be made a factor).
+        Param("model", str, "cnn", "network architecture", choices=_model_names),
+        Param("epochs", int, 2, "training epochs", minimum=1),
+        Param("max_steps", int, None, "cap on optimizer steps per epoch", minimum=1, nullable=True),
+        Param(
+            "train_images",
+            int,
+            None,
+            "use only the first N training images (null: all)",
+            minimum=1,
+            nullable=True,
+        ),
+        Param(
+            "test_images",
+            int,
+            None,
+            "evaluate on only the first N test images (null: all)",
+            minimum=1,
+            nullable=True,
+        ),
+        Param("warmup_steps", int, 10, "first steps of the run left out of throughput", minimum=0),
+        Param(
+            "learning_rate",
+            float,
+            0.02,
+            "learning rate at the base global batch",
+            minimum=0,
+            maximum=100,
+        ),
+        Param("lr_base_batch", int, 64, "global batch that learning_rate is tuned for", minimum=1),
+        Param(
+            "lr_scaling",
+            str,
+            "linear",
+            "how the learning rate follows the global batch",
+            choices=("none", "linear", "sqrt"),
+        ),
+        Param("momentum", float, 0.9, "SGD momentum", minimum=0, maximum=1),
+        Param("eval_every", int, 1, "evaluate on the test set every N epochs", minimum=1),
+        Param("horovod_controller", str, "gloo", "Horovod's controller", choices=("gloo", "mpi")),
+        Param(
+            "compression",
+            str,
+            "none",
+            "gradient compression on the wire (frameworks/compression.py)",
+            choices=_compression_names,
+        ),
+        Param(
+            "tracer",
+            str,
+            "otf2",
+            "event tracer of the training phases",
+            choices=("none", "otf2", "scorep"),
+        ),
+        Param("horovod_timeline", bool, False, "also write Horovod's own timeline (Horovod runs)"),
+        Param("torch_profiler", bool, False, "also write a PyTorch profiler (Kineto) trace"),
+        Param(
+            "batch_split",
+            str,
+            "even",
+            "how the global batch is cut between the ranks: even, or calibrated (in proportion "
+            "to each rank's speed, timed at start; always so under device: hybrid)",
+            choices=("even", "calibrated"),
+        ),
+        Param(
+            "hybrid_gpus",
+            int,
+            1,
+            "under device: hybrid, the processes per node that take a GPU each",
+            minimum=1,
+        ),
+        Param(
+            "threads",
+            int,
+            1,
+            "compute threads per process, for every framework: PyTorch's intra-op "
+            "threads, TensorFlow's pools, OMP_NUM_THREADS, Slurm's cpus_per_task "
+            "(torchrun's own default is 1)",
+            minimum=1,
+        ),
+        Param(
+            "energy_interval_s",
+            float,
+            1.0,
+            "seconds between two readings of each node's energy meters (RAPL, NVML)",
+            minimum=0.05,
+            maximum=3600,
+        ),
+        Param(
+            "timeout_s",
+            int,
+            None,
+            "kill a run after this many seconds (null: derived from the design)",
+            minimum=1,
+            nullable=True,
+        ),
+        Param(
+            "target_accuracy",
+            float,
+            None,
+            "test accuracy whose first reach times the run (time and energy to "
+            "accuracy; null: not measured)",
+            minimum=0,
+            maximum=1,
+            nullable=True,
+            analysis_only=True,
+        ),
+        # Slow-network emulation between the nodes of one machine (ddlcompare/netem.py).
+        Param(
+            "net_rate_mbit",
+            int,
+            None,
+            "emulate a network of this rate (Mbit/s) between the nodes, on this machine "
+            "(null: the machine's own network)",
+            minimum=1,
+            nullable=True,
+        ),
+        Param(
+            "net_delay_ms",
+            float,
+            0,
+            "one-way delay each node adds to what it sends, with net_rate_mbit",
+            minimum=0,
+            maximum=60000,
+        ),
+        Param(
+            "data_dir",
+            str,
+            None,
+            "directory holding the data set files (null: the default place)",
+            nullable=True,
+            path_like=True,
+        ),
+    ]
+}
 
 # Settings that were renamed: a design naming the old one is told the new.
 RENAMED = {"torch_threads": "threads"}
@@ -263,6 +369,7 @@ CORE_FACTORS = ("framework", "nodes", "procs_per_node", "batch_size", "dataset")
 @dataclass
 class RunRow:
     """One run of the expanded design."""
+
     run_id: str
     path: str  # relative to the results root
     factors: dict[str, Any]

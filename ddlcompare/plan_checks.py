@@ -7,6 +7,7 @@ digests are checked here once, not in every run). Warned: runs with no step
 in an epoch (they fail, with the reason), more processes than cores on the
 local profile (they run, slowly and with noisy figures).
 """
+
 from __future__ import annotations
 
 import json
@@ -28,14 +29,16 @@ def _local() -> bool:
 
 
 def _images(c: dict) -> int:
-    return min(c["train_images"] or data.TRAIN_IMAGES[c["dataset"]],
-               data.TRAIN_IMAGES[c["dataset"]])
+    return min(
+        c["train_images"] or data.TRAIN_IMAGES[c["dataset"]], data.TRAIN_IMAGES[c["dataset"]]
+    )
 
 
 def _steps(c: dict) -> int:
     """Optimizer steps per epoch, as the training loops count them."""
-    return data.steps_per_epoch(_images(c), c["nodes"] * c["procs_per_node"], c["batch_size"],
-                                c["max_steps"])
+    return data.steps_per_epoch(
+        _images(c), c["nodes"] * c["procs_per_node"], c["batch_size"], c["max_steps"]
+    )
 
 
 def problems(design: Design) -> list[str]:
@@ -44,13 +47,17 @@ def problems(design: Design) -> list[str]:
     idle = [(c, n) for c in configs if 0 < (n := _steps(c) * c["epochs"]) <= c["warmup_steps"]]
     if idle:
         c, n = idle[0]
-        found.append(f"warmup_steps: {c['warmup_steps']}, but runs with batch_size "
-                     f"{c['batch_size']} take only {n} steps in all (max_steps: "
-                     f"{c['max_steps']}, epochs: {c['epochs']}), so none would be measured; "
-                     "raise max_steps or lower warmup_steps")
+        found.append(
+            f"warmup_steps: {c['warmup_steps']}, but runs with batch_size "
+            f"{c['batch_size']} take only {n} steps in all (max_steps: "
+            f"{c['max_steps']}, epochs: {c['epochs']}), so none would be measured; "
+            "raise max_steps or lower warmup_steps"
+        )
     if any(c["device"] == "gpu" for c in configs) and _local() and not has_gpu():
-        found.append("device: gpu, but this machine has no NVIDIA GPU (no /dev/nvidia*) and "
-                     "the local profile runs here; use device: cpu, or a cluster profile")
+        found.append(
+            "device: gpu, but this machine has no NVIDIA GPU (no /dev/nvidia*) and "
+            "the local profile runs here; use device: cpu, or a cluster profile"
+        )
     found += _damaged_data(design, configs)
     return found
 
@@ -79,8 +86,10 @@ def _verify_once(name: str, data_dir: str | None) -> None:
     """data.verify, skipped for files unchanged (size, time) since they last
     passed: reading them costs seconds at every plan."""
     folder = data.data_dir(data.DATASETS[name], data_dir)
-    stamp = ";".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
-                     for p in (folder / f for f in data.DATASETS[name].files))
+    stamp = ";".join(
+        f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+        for p in (folder / f for f in data.DATASETS[name].files)
+    )
     try:
         seen = json.loads(VERIFIED.read_text())
     except (OSError, ValueError):
@@ -101,13 +110,17 @@ def warnings(design: Design) -> list[str]:
     for c in configs:
         if _steps(c) == 0:
             world = c["nodes"] * c["procs_per_node"]
-            found.append(f"batch_size {c['batch_size']} x {world} processes exceeds the "
-                         f"{_images(c)} training images: runs with it have no step in an "
-                         "epoch and will fail")
+            found.append(
+                f"batch_size {c['batch_size']} x {world} processes exceeds the "
+                f"{_images(c)} training images: runs with it have no step in an "
+                "epoch and will fail"
+            )
             break
     cores = os.cpu_count() or 1
     busiest = max(c["nodes"] * c["procs_per_node"] * c["threads"] for c in configs)
     if _local() and busiest > cores:
-        found.append(f"some runs start {busiest} processes x threads on this machine's "
-                     f"{cores} cores: they run, but slower, and their figures are noisy")
+        found.append(
+            f"some runs start {busiest} processes x threads on this machine's "
+            f"{cores} cores: they run, but slower, and their figures are noisy"
+        )
     return found

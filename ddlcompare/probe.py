@@ -15,6 +15,7 @@ time, ``busbw`` = algbw x 2 (P - 1) / P, the bytes each rank actually moves
 in a ring all-reduce, comparable across process counts and with a link's
 rate.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,7 @@ REPEATS = 20
 WARMUP = 3
 # The link rate is timed on a message long enough for TCP to reach its pace
 # (a 2 MB message at 100 Mbit/s is mostly slow start and handshakes).
-LINK_BYTES = 16 * 2 ** 20
+LINK_BYTES = 16 * 2**20
 LINK_REPEATS = 5
 
 
@@ -40,10 +41,14 @@ def gradient_sizes(model: str, dataset: str) -> list[int]:
     """Bytes of each layer's gradient (weights and biases) and of them all,
     from the shared model specification (no framework needed)."""
     from frameworks import data, models
+
     info = data.DATASETS[dataset]
     spec = models.MODELS[model]
-    layers = [row["params"] * FLOAT32 for row in models.layer_shapes(spec, info.shape, info.classes)
-              if row["params"]]
+    layers = [
+        row["params"] * FLOAT32
+        for row in models.layer_shapes(spec, info.shape, info.classes)
+        if row["params"]
+    ]
     return sorted({*layers, sum(layers)})
 
 
@@ -56,21 +61,31 @@ def scales(runs: list) -> dict[str, object]:
         c = run.config
         if run.world_size < 2:
             continue
-        network = "own" if c.get("net_rate_mbit") is None else \
-            f"{c['net_rate_mbit']}mbit{c.get('net_delay_ms') or 0:g}ms"
-        found.setdefault(f"probe-{c['nodes']}x{c['procs_per_node']}-{c['model']}-"
-                         f"{c['dataset']}-{network}", run)
+        network = (
+            "own"
+            if c.get("net_rate_mbit") is None
+            else f"{c['net_rate_mbit']}mbit{c.get('net_delay_ms') or 0:g}ms"
+        )
+        found.setdefault(
+            f"probe-{c['nodes']}x{c['procs_per_node']}-{c['model']}-{c['dataset']}-{network}", run
+        )
     return found
 
 
 def arguments(run) -> str:
     """The probe's command-line options for a run's scale and network."""
     c = run.config
-    words = [f"--nodes {c['nodes']}", f"--procs-per-node {c['procs_per_node']}",
-             f"--model {c['model']}", f"--dataset {c['dataset']}"]
+    words = [
+        f"--nodes {c['nodes']}",
+        f"--procs-per-node {c['procs_per_node']}",
+        f"--model {c['model']}",
+        f"--dataset {c['dataset']}",
+    ]
     if c.get("net_rate_mbit") is not None:
-        words += [f"--net-rate-mbit {c['net_rate_mbit']}",
-                  f"--net-delay-ms {c.get('net_delay_ms') or 0}"]
+        words += [
+            f"--net-rate-mbit {c['net_rate_mbit']}",
+            f"--net-delay-ms {c.get('net_delay_ms') or 0}",
+        ]
     return " ".join(words)
 
 
@@ -83,6 +98,7 @@ def _timed(operation, repeats: int) -> float:
     """Median over ``repeats`` (after WARMUP) of the slowest rank's time."""
     import numpy as np
     from mpi4py import MPI
+
     comm = MPI.COMM_WORLD
     times = []
     for i in range(WARMUP + repeats):
@@ -101,6 +117,7 @@ def link_rate(size: int, repeats: int = REPEATS) -> float:
     MPI's all-reduce picks."""
     import numpy as np
     from mpi4py import MPI
+
     comm = MPI.COMM_WORLD
     send = np.ones(max(1, size // FLOAT32), dtype=np.float32)
     recv = np.empty_like(send)
@@ -112,6 +129,7 @@ def link_rate(size: int, repeats: int = REPEATS) -> float:
 def measure(sizes: list[int], repeats: int = REPEATS) -> list[dict]:
     import numpy as np
     from mpi4py import MPI
+
     comm = MPI.COMM_WORLD
     rows = []
     for size in sizes:
@@ -119,8 +137,14 @@ def measure(sizes: list[int], repeats: int = REPEATS) -> list[dict]:
         recv = np.empty_like(send)
         seconds = _timed(lambda: comm.Allreduce(send, recv, op=MPI.SUM), repeats)  # noqa: B023 (called at once)
         algbw = send.nbytes / seconds
-        rows.append({"bytes": int(send.nbytes), "seconds": seconds, "algbw_bytes_per_s": algbw,
-                     "busbw_bytes_per_s": algbw * bus_factor(comm.size)})
+        rows.append(
+            {
+                "bytes": int(send.nbytes),
+                "seconds": seconds,
+                "algbw_bytes_per_s": algbw,
+                "busbw_bytes_per_s": algbw * bus_factor(comm.size),
+            }
+        )
     return rows
 
 
@@ -128,24 +152,52 @@ def launch(args) -> int:
     """Start the probe under mpirun on the hosts a run of this scale gets,
     inside the emulated network when there is one."""
     from ddlcompare import netem, schedulers
-    config = {"nodes": args.nodes, "procs_per_node": args.procs_per_node,
-              "net_rate_mbit": args.net_rate_mbit, "net_delay_ms": args.net_delay_ms,
-              "run_id": f"probe{os.getpid()}"}
-    with tempfile.TemporaryDirectory() as scratch, \
-            netem.network(config, Path(scratch)) as net:
+
+    config = {
+        "nodes": args.nodes,
+        "procs_per_node": args.procs_per_node,
+        "net_rate_mbit": args.net_rate_mbit,
+        "net_delay_ms": args.net_delay_ms,
+        "run_id": f"probe{os.getpid()}",
+    }
+    with tempfile.TemporaryDirectory() as scratch, netem.network(config, Path(scratch)) as net:
         path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-        env = {**os.environ, **net.env, "OMPI_ALLOW_RUN_AS_ROOT": "1",
-               "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1",
-               "PYTHONPATH": path}
+        env = {
+            **os.environ,
+            **net.env,
+            "OMPI_ALLOW_RUN_AS_ROOT": "1",
+            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+            "OMPI_MCA_rmaps_base_oversubscribe": "1",
+            "PYTHONPATH": path,
+        }
         scheduler, found = schedulers.detect(args.nodes, args.procs_per_node, env)
         agent = ["--mca", "plm_rsh_agent", scheduler.rsh_agent] if scheduler.rsh_agent else []
-        argv = ["mpirun", "-n", str(args.nodes * args.procs_per_node), "--host",
-                ",".join(f"{h.name}:{h.slots}" for h in found), *agent, "-x", "PYTHONPATH",
-                sys.executable, "-m",
-                "ddlcompare.probe", "--measure", "--model", args.model, "--dataset",
-                args.dataset, "--out", str(Path(args.out).resolve()), "--repeats",
-                str(args.repeats), "--nodes", str(args.nodes), "--procs-per-node",
-                str(args.procs_per_node)]
+        argv = [
+            "mpirun",
+            "-n",
+            str(args.nodes * args.procs_per_node),
+            "--host",
+            ",".join(f"{h.name}:{h.slots}" for h in found),
+            *agent,
+            "-x",
+            "PYTHONPATH",
+            sys.executable,
+            "-m",
+            "ddlcompare.probe",
+            "--measure",
+            "--model",
+            args.model,
+            "--dataset",
+            args.dataset,
+            "--out",
+            str(Path(args.out).resolve()),
+            "--repeats",
+            str(args.repeats),
+            "--nodes",
+            str(args.nodes),
+            "--procs-per-node",
+            str(args.procs_per_node),
+        ]
         if args.net_rate_mbit:
             argv += ["--net-rate-mbit", str(args.net_rate_mbit)]
         return subprocess.run(net.enter(argv), env=env).returncode
@@ -161,12 +213,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--procs-per-node", type=int, default=2)
     parser.add_argument("--net-rate-mbit", type=int, default=None)
     parser.add_argument("--net-delay-ms", type=float, default=0)
-    parser.add_argument("--measure", action="store_true",
-                        help="(under mpirun) time the all-reduces; without it, start mpirun")
+    parser.add_argument(
+        "--measure",
+        action="store_true",
+        help="(under mpirun) time the all-reduces; without it, start mpirun",
+    )
     args = parser.parse_args(argv)
     if not args.measure:
         return launch(args)
     from mpi4py import MPI
+
     comm = MPI.COMM_WORLD
     sizes = gradient_sizes(args.model, args.dataset)
     rows = measure(sizes, args.repeats)
@@ -174,10 +230,18 @@ def main(argv: list[str] | None = None) -> int:
     hosts = sorted(set(comm.allgather(MPI.Get_processor_name())))
     if comm.rank == 0:
         from runfiles.atomic import write_text
-        doc = {"processes": comm.size, "nodes": args.nodes, "net_rate_mbit": args.net_rate_mbit,
-               "hosts": hosts, "link_bytes_per_s": link,
-               "mpi": MPI.Get_library_version().splitlines()[0].rstrip("\x00"), "model": args.model,
-               "dataset": args.dataset, "sizes": rows}
+
+        doc = {
+            "processes": comm.size,
+            "nodes": args.nodes,
+            "net_rate_mbit": args.net_rate_mbit,
+            "hosts": hosts,
+            "link_bytes_per_s": link,
+            "mpi": MPI.Get_library_version().splitlines()[0].rstrip("\x00"),
+            "model": args.model,
+            "dataset": args.dataset,
+            "sizes": rows,
+        }
         write_text(Path(args.out), json.dumps(doc, indent=1))
     return 0
 

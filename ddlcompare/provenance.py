@@ -1,4 +1,5 @@
 """Where and with what a run ran: the harness commit and the tools' versions."""
+
 from __future__ import annotations
 
 import functools

@@ -6,6 +6,7 @@ A run that finished, well or badly, also gets its done marker
 that run. A run interrupted by the user or the scheduler gets no done marker,
 so the next workflow invocation runs it again.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,8 +22,16 @@ from pathlib import Path
 import psutil
 
 from runfiles.names import CONFIG, DONE, EPOCHS, METRICS, PHASE_TABLE, RUN_RECORD, TRAIN_LOG
-from ddlcompare import (diskspace, launch, machine_lock, netem, provenance, schedulers, tracers,
-                        validate)
+from ddlcompare import (
+    diskspace,
+    launch,
+    machine_lock,
+    netem,
+    provenance,
+    schedulers,
+    tracers,
+    validate,
+)
 from runfiles import energy, ownership
 from runfiles.atomic import write_json
 from ddlcompare.params import RunRow
@@ -31,11 +40,32 @@ from frameworks import balance, data, registry
 RECORD = RUN_RECORD
 LOG = TRAIN_LOG
 # Everything an attempt writes; moved aside before the next attempt.
-ATTEMPT_FILES = (DONE, RECORD, LOG, EPOCHS, METRICS, PHASE_TABLE, "phases.log",
-                 "horovod_timeline.json", "trace", "trace.parts", "torch_profiler", "scorep",
-                 "lbann_batch_times.tsv", "lbann", netem.RECORD, energy.ENERGY, balance.BALANCE)
-ATTEMPT_GLOBS = ("steps.rank*.tsv", "intervals.rank*.tsv", "rank*.json", energy.SAMPLES_GLOB,
-                 energy.SOURCES_GLOB)
+ATTEMPT_FILES = (
+    DONE,
+    RECORD,
+    LOG,
+    EPOCHS,
+    METRICS,
+    PHASE_TABLE,
+    "phases.log",
+    "horovod_timeline.json",
+    "trace",
+    "trace.parts",
+    "torch_profiler",
+    "scorep",
+    "lbann_batch_times.tsv",
+    "lbann",
+    netem.RECORD,
+    energy.ENERGY,
+    balance.BALANCE,
+)
+ATTEMPT_GLOBS = (
+    "steps.rank*.tsv",
+    "intervals.rank*.tsv",
+    "rank*.json",
+    energy.SAMPLES_GLOB,
+    energy.SOURCES_GLOB,
+)
 
 
 class Interrupted(Exception):
@@ -55,8 +85,10 @@ def derived_timeout(config: dict) -> int:
     info = data.DATASETS[config["dataset"]]
     n = config["train_images"] or (60000 if info is data.FASHION_MNIST else 50000)
     if config["max_steps"]:
-        n = min(n, config["max_steps"] * config["batch_size"] * config["nodes"]
-                * config["procs_per_node"])
+        n = min(
+            n,
+            config["max_steps"] * config["batch_size"] * config["nodes"] * config["procs_per_node"],
+        )
     return int(180 + config["epochs"] * (n + 10000) / 20)
 
 
@@ -77,14 +109,21 @@ def execute(row: RunRow, results: Path, kill_orphans: bool = False) -> int:
     try:
         return _attempt(row, run_dir, token)
     except LostOwnership:
-        print(f"{run_dir}: another attempt owns this run folder now; this one stopped "
-              "without writing", file=sys.stderr)
+        print(
+            f"{run_dir}: another attempt owns this run folder now; this one stopped "
+            "without writing",
+            file=sys.stderr,
+        )
         return 1
     except OSError as exc:
         if not diskspace.is_full(exc):
             raise
-        return _no_space(row, run_dir, f"No space left on {diskspace.mount_point(run_dir)} "
-                                       f"while the run wrote its files ({exc.strerror})")
+        return _no_space(
+            row,
+            run_dir,
+            f"No space left on {diskspace.mount_point(run_dir)} "
+            f"while the run wrote its files ({exc.strerror})",
+        )
     finally:
         ownership.release(run_dir, token)
 
@@ -99,11 +138,20 @@ def _no_space(row: RunRow, run_dir: Path, reason: str, earlier_attempt: bool = F
             archive_attempt(run_dir)
     except OSError:
         pass  # the leftovers stay; the next attempt moves them
-    diskspace.record_anyway(run_dir / RECORD, {"run_id": row.run_id, "path": row.path,
-                                               "status": "failed", "reason": reason,
-                                               "end": _now()})
-    done = diskspace.record_anyway(run_dir / DONE, {"status": "failed", "exit_status": None,
-                                                    "reason": reason, "run_id": row.run_id})
+    diskspace.record_anyway(
+        run_dir / RECORD,
+        {
+            "run_id": row.run_id,
+            "path": row.path,
+            "status": "failed",
+            "reason": reason,
+            "end": _now(),
+        },
+    )
+    done = diskspace.record_anyway(
+        run_dir / DONE,
+        {"status": "failed", "exit_status": None, "reason": reason, "run_id": row.run_id},
+    )
     return 0 if done else 1
 
 
@@ -116,60 +164,81 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
     archive_attempt(run_dir)
     config = row.config
     info = registry.FRAMEWORKS[config["framework"]]
-    record = {"run_id": row.run_id, "path": row.path, "factors": row.factors, "rep": row.rep,
-              "order": row.order, "config": config, "status": "running",
-              "start": _now(), **provenance.harness(), **provenance.tools()}
+    record = {
+        "run_id": row.run_id,
+        "path": row.path,
+        "factors": row.factors,
+        "rep": row.rep,
+        "order": row.order,
+        "config": config,
+        "status": "running",
+        "start": _now(),
+        **provenance.harness(),
+        **provenance.tools(),
+    }
     if config.get("tracer") == "scorep":
         record["scorep"] = tracers.installed_version()
     save(CONFIG, config)
     save(RECORD, record)
     try:
         with netem.network(config, run_dir) as net:
-            scheduler, host_list = schedulers.detect(config["nodes"], config["procs_per_node"],
-                                                     {**os.environ, **net.env})
+            scheduler, host_list = schedulers.detect(
+                config["nodes"], config["procs_per_node"], {**os.environ, **net.env}
+            )
             argv, env = launch.command(info.launcher, host_list, config, run_dir, scheduler)
             argv = net.enter(argv)
-            record.update(scheduler=scheduler.name, hosts=[h.__dict__ for h in host_list],
-                          command=argv)
+            record.update(
+                scheduler=scheduler.name, hosts=[h.__dict__ for h in host_list], command=argv
+            )
             watch = Watch(run_dir, token, derived_timeout(config))
             with watch.signals(), _machine(scheduler, row.path, watch) as waited:
                 record["waited_for_machine_s"] = round(waited, 1)
                 started = time.time()
                 outcome = watch.run(argv, {**os.environ, **net.env, **env})
                 record["machine_held"] = [started, time.time()]  # unix seconds
-                energy.write_run_energy(run_dir, [h.name for h in host_list], started,
-                                        time.time())
+                energy.write_run_energy(run_dir, [h.name for h in host_list], started, time.time())
     except Interrupted as stop:
-        record.update(status="interrupted", end=_now(),
-                      reason=f"{stop.reason}; the next workflow run starts it again")
+        record.update(
+            status="interrupted",
+            end=_now(),
+            reason=f"{stop.reason}; the next workflow run starts it again",
+        )
         save(RECORD, record)
         return 128 + stop.signum if stop.signum else 1
     except (RuntimeError, OSError) as exc:
         outcome = {"exit_status": None, "reason": f"could not start: {exc}"}
-    status = "ok" if outcome["exit_status"] == 0 and (run_dir / METRICS).exists() \
-        else "failed"
+    status = "ok" if outcome["exit_status"] == 0 and (run_dir / METRICS).exists() else "failed"
     if status == "failed" and not outcome.get("reason"):
         outcome["reason"] = "exited 0 but wrote no metrics.json"
     if status == "ok" and (missing := tracers.missing_trace(config, run_dir)):
         status, outcome["reason"] = "failed", missing  # not clean: its trace is lost
     if status == "ok" and outcome.get("overlap"):
         status = "suspect"
-        outcome["reason"] = ("measured while other training shared this machine: "
-                             + "; ".join(outcome["overlap"][:3]))
+        outcome["reason"] = "measured while other training shared this machine: " + "; ".join(
+            outcome["overlap"][:3]
+        )
     record.update(status=status, end=_now(), ranks=_ranks(run_dir), **outcome)
     save(RECORD, record)
-    save(DONE, {"status": status, "exit_status": outcome["exit_status"],
-                "reason": outcome.get("reason"), "run_id": row.run_id})
+    save(
+        DONE,
+        {
+            "status": status,
+            "exit_status": outcome["exit_status"],
+            "reason": outcome.get("reason"),
+            "run_id": row.run_id,
+        },
+    )
     return 0
 
 
-def _machine(scheduler: schedulers.Scheduler, what: str, watch: "Watch"):
+def _machine(scheduler: schedulers.Scheduler, what: str, watch: Watch):
     """On one machine (local, or its emulated network), the host-wide
     measuring lock; elsewhere the scheduler gives each run its own nodes."""
     if not scheduler.one_machine:
         return contextlib.nullcontext(0.0)
-    return machine_lock.measuring(what, lambda text: print(text, file=sys.stderr, flush=True),
-                                  watch.check_workflow)
+    return machine_lock.measuring(
+        what, lambda text: print(text, file=sys.stderr, flush=True), watch.check_workflow
+    )
 
 
 class Watch:
@@ -177,6 +246,7 @@ class Watch:
     signals, the workflow that started it (a killed Snakemake must not leave
     an attempt training), the folder's ownership, and other training that
     shares the machine."""
+
     POLL_S = 1.0
     OVERLAP_EVERY_S = 5.0
 
@@ -190,15 +260,16 @@ class Watch:
         if self.workflow and not ownership.alive(*self.workflow):
             if self.proc:
                 _kill_tree(self.proc)
-            raise Interrupted(f"the workflow that started it (Snakemake, pid "
-                              f"{self.workflow[0]}) ended; stopped so that no orphan trains on")
+            raise Interrupted(
+                f"the workflow that started it (Snakemake, pid "
+                f"{self.workflow[0]}) ended; stopped so that no orphan trains on"
+            )
 
     @contextlib.contextmanager
     def signals(self):
         """While the run lasts, a stop signal (Ctrl-C, the scheduler, a lost
         terminal) ends the launcher's whole tree and the attempt."""
-        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM,
-                                                     signal.SIGHUP)}
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
         def stop(signum, _frame):
             if self.proc:
@@ -215,9 +286,15 @@ class Watch:
 
     def run(self, argv: list[str], env: dict) -> dict:
         with open(self.run_dir / LOG, "wb") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         cwd=provenance.REPO, start_new_session=True,
-                                         preexec_fn=ownership.die_with_parent)
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=provenance.REPO,
+                start_new_session=True,
+                preexec_fn=ownership.die_with_parent,
+            )
             try:
                 timed_out = self._wait()
             finally:
@@ -260,14 +337,18 @@ class Watch:
     def _outcome(self, timed_out: bool) -> dict:
         code = self.proc.returncode
         if timed_out:
-            return {"exit_status": code,
-                    "reason": f"timeout: still running after {self.timeout} s; killed"}
+            return {
+                "exit_status": code,
+                "reason": f"timeout: still running after {self.timeout} s; killed",
+            }
         if code == 0:
             return {"exit_status": 0, "reason": None}
         if code < 0:
             return {"exit_status": code, "reason": f"killed by {signal.Signals(-code).name}"}
-        return {"exit_status": code,
-                "reason": f"exit status {code}: {_last_error(self.run_dir / LOG)}"}
+        return {
+            "exit_status": code,
+            "reason": f"exit status {code}: {_last_error(self.run_dir / LOG)}",
+        }
 
 
 def _kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
@@ -306,7 +387,7 @@ def _stop_leftovers(session: int) -> None:
     psutil.wait_procs(left, timeout=5)
 
 
-def _send(process: "psutil.Process", sig: int) -> None:
+def _send(process: psutil.Process, sig: int) -> None:
     try:
         process.send_signal(sig)
     except psutil.NoSuchProcess:
@@ -315,7 +396,9 @@ def _send(process: "psutil.Process", sig: int) -> None:
 
 # "[rank1]: KeyError: 0" (torchrun), "[0]<stderr>:TypeError: ..." (horovodrun),
 # "[1,0]<stderr>:..." (mpirun), "ValueError: ...", "SystemExit: ..." and the like.
-EXCEPTION_LINE = re.compile(r"^(\[[\w,]+\](<std\w+>)?:\s*)?([\w.]*(Error|Exception|Exit|Interrupt))\b:?")
+EXCEPTION_LINE = re.compile(
+    r"^(\[[\w,]+\](<std\w+>)?:\s*)?([\w.]*(Error|Exception|Exit|Interrupt))\b:?"
+)
 # A tool's fatal error ("[Score-P] src/...: Fatal: Bug 'timestamp < ...'",
 # "[Score-P] ...: Error: ..."): it explains the exit better than any
 # exception a rank raised after it.
@@ -327,8 +410,11 @@ SEPARATOR_LINE = re.compile(r"^[\W_]*$")
 def _last_error(log: Path) -> str:
     """The most telling line of a failed run's log: the first exception a
     rank raised (launchers report their own wrapper errors after it)."""
-    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines()
-             if ln.strip() and not SEPARATOR_LINE.match(ln)]
+    lines = [
+        ln.strip()
+        for ln in log.read_text(errors="replace").splitlines()
+        if ln.strip() and not SEPARATOR_LINE.match(ln)
+    ]
     for pattern in (FATAL_LINE.search, EXCEPTION_LINE.match):
         for line in lines:
             if pattern(line):
@@ -364,8 +450,9 @@ def archive_attempt(run_dir: Path) -> None:
 def failed_runs(rows: list[RunRow], results: Path) -> list[RunRow]:
     """Runs whose done marker says they failed, or measured while other
     training shared the machine (suspect): the workflow runs them again."""
-    return [row for row in rows
-            if validate.done_status(results / row.path)[0] in ("failed", "suspect")]
+    return [
+        row for row in rows if validate.done_status(results / row.path)[0] in ("failed", "suspect")
+    ]
 
 
 def damaged_markers(rows: list[RunRow], results: Path) -> list[tuple[RunRow, str]]:
@@ -383,7 +470,7 @@ def damaged_runs(rows: list[RunRow], results: Path) -> list[tuple[RunRow, str]]:
     found = damaged_markers(rows, results)
     for row in rows:
         if validate.done_status(results / row.path)[0] == "ok":
-            if (problems := validate.check_run(results / row.path, row.config)):
+            if problems := validate.check_run(results / row.path, row.config):
                 found.append((row, problems[0]))
     return found
 

@@ -7,6 +7,7 @@ design.yaml names it for the YAML language server). Types, bounds and
 allowed values are checked through it; cross-field rules (zip, exclude,
 what an adapter supports) stay in ddlcompare/design.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,43 +31,75 @@ def setting_schema(param: Param) -> dict[str, Any]:
 
 def factor_schema(param: Param) -> dict[str, Any]:
     level = value_schema(param)
-    return {"description": f"levels of {param.name}: {param.help}",
-            "anyOf": [{"type": "array", "items": level, "minItems": 1}, level]}
+    return {
+        "description": f"levels of {param.name}: {param.help}",
+        "anyOf": [{"type": "array", "items": level, "minItems": 1}, level],
+    }
 
 
 def design_schema() -> dict[str, Any]:
-    factors = {p.name: factor_schema(p) for p in PARAMS.values()
-               if not (p.path_like or p.analysis_only)}
+    factors = {
+        p.name: factor_schema(p) for p in PARAMS.values() if not (p.path_like or p.analysis_only)
+    }
     scalar = {"type": ["string", "number", "boolean", "null"]}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "ddl-compare design",
         "description": "An experiment: factors and their levels, fixed settings, replications "
-                       "(generated from ddlcompare/params.py by `ddlc schema`)",
+        "(generated from ddlcompare/params.py by `ddlc schema`)",
         "type": "object",
         "additionalProperties": False,
         "required": ["factors"],
         "properties": {
-            "name": {"type": "string", "pattern": SAFE_TEXT.pattern,
-                     "description": "the design's name, used as results/<name>/"},
-            "factors": {"type": "object", "properties": factors, "required": ["framework"],
-                        "additionalProperties": False,
-                        "description": "factor -> list of levels; every combination runs"},
-            "fixed": {"type": ["object", "null"], "additionalProperties": False,
-                      "properties": {p.name: setting_schema(p) for p in PARAMS.values()},
-                      "description": "setting -> value, the same for every run"},
-            "replications": {"type": "integer", "minimum": 1, "default": 1,
-                             "description": "runs per design cell"},
-            "seed": {"type": "integer", "minimum": 0, "default": 42,
-                     "description": "seed for weights, data order and the run order"},
-            "randomize": {"type": "boolean", "default": True,
-                          "description": "shuffle the run order with the seed"},
-            "exclude": {"type": "array", "description": "rules removing matching runs",
-                        "items": {"type": "object", "minProperties": 1,
-                                  "additionalProperties": {"anyOf": [
-                                      scalar, {"type": "array", "items": scalar}]}}},
-            "zip": {"type": "array", "description": "factor groups whose levels vary together",
-                    "items": {"type": "array", "minItems": 2, "items": {"type": "string"}}},
+            "name": {
+                "type": "string",
+                "pattern": SAFE_TEXT.pattern,
+                "description": "the design's name, used as results/<name>/",
+            },
+            "factors": {
+                "type": "object",
+                "properties": factors,
+                "required": ["framework"],
+                "additionalProperties": False,
+                "description": "factor -> list of levels; every combination runs",
+            },
+            "fixed": {
+                "type": ["object", "null"],
+                "additionalProperties": False,
+                "properties": {p.name: setting_schema(p) for p in PARAMS.values()},
+                "description": "setting -> value, the same for every run",
+            },
+            "replications": {
+                "type": "integer",
+                "minimum": 1,
+                "default": 1,
+                "description": "runs per design cell",
+            },
+            "seed": {
+                "type": "integer",
+                "minimum": 0,
+                "default": 42,
+                "description": "seed for weights, data order and the run order",
+            },
+            "randomize": {
+                "type": "boolean",
+                "default": True,
+                "description": "shuffle the run order with the seed",
+            },
+            "exclude": {
+                "type": "array",
+                "description": "rules removing matching runs",
+                "items": {
+                    "type": "object",
+                    "minProperties": 1,
+                    "additionalProperties": {"anyOf": [scalar, {"type": "array", "items": scalar}]},
+                },
+            },
+            "zip": {
+                "type": "array",
+                "description": "factor groups whose levels vary together",
+                "items": {"type": "array", "minItems": 2, "items": {"type": "string"}},
+            },
         },
     }
 
@@ -75,6 +108,7 @@ def errors(raw: Any) -> list[str]:
     """Where a design breaks the schema (Python's int for "integer"), one
     line each; empty when it conforms."""
     from ddlcompare.params import strict_validator
+
     found = strict_validator(json.dumps(design_schema())).iter_errors(raw)
     return [f"{'.'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in found]
 
@@ -94,10 +128,16 @@ SETTINGS_DOC = SCHEMA_FILE.parent / "docs" / "settings.md"
 def settings_doc() -> str:
     """docs/settings.md: every setting with its type, default and meaning."""
     from ddlcompare.params import CORE_FACTORS
-    lines = ["# Settings (generated from ddlcompare/params.py: `python -m ddlcompare.schema`)",
-             "", "Each may be fixed (`fixed:`) or a factor (`factors:`), except where noted. "
-             f"The core factors ({', '.join(CORE_FACTORS)}) name every run's folder.", "",
-             "| setting | type | default | meaning |", "| --- | --- | --- | --- |"]
+
+    lines = [
+        "# Settings (generated from ddlcompare/params.py: `python -m ddlcompare.schema`)",
+        "",
+        "Each may be fixed (`fixed:`) or a factor (`factors:`), except where noted. "
+        f"The core factors ({', '.join(CORE_FACTORS)}) name every run's folder.",
+        "",
+        "| setting | type | default | meaning |",
+        "| --- | --- | --- | --- |",
+    ]
     for p in PARAMS.values():
         note = " (fixed only)" if p.path_like or p.analysis_only else ""
         default = "null" if p.default is None else json.dumps(p.default)

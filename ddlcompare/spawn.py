@@ -12,6 +12,7 @@ OMPI_COMM_WORLD_RANK; alone: 0), and its j-th process is worker
 others are stopped (they would wait for it forever in a collective) and the
 spawner exits with the failed process's status.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,7 @@ NODE_INDEX_VARIABLES = ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
 
 
 def tf_config(workers: list[str], index: int) -> str:
-    return json.dumps({"cluster": {"worker": workers},
-                       "task": {"type": "worker", "index": index}})
+    return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
 
 
 def node_index(env: dict) -> int:
@@ -42,10 +42,14 @@ def process_envs(workers: list[str], per_node: int, env: dict) -> list[dict]:
     """The environment of each process this node starts."""
     first = node_index(env) * per_node
     if first + per_node > len(workers):
-        raise SystemExit(f"spawn: node {node_index(env)} with {per_node} processes per node "
-                         f"is beyond the {len(workers)} workers listed")
-    return [{**env, "TF_CONFIG": tf_config(workers, first + j), "DDLC_LOCAL_RANK": str(j)}
-            for j in range(per_node)]
+        raise SystemExit(
+            f"spawn: node {node_index(env)} with {per_node} processes per node "
+            f"is beyond the {len(workers)} workers listed"
+        )
+    return [
+        {**env, "TF_CONFIG": tf_config(workers, first + j), "DDLC_LOCAL_RANK": str(j)}
+        for j in range(per_node)
+    ]
 
 
 def run(command: list[str], envs: list[dict]) -> int:
@@ -82,8 +86,9 @@ def _terminate(children: list[subprocess.Popen]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--per-node", type=int, required=True)
     parser.add_argument("--workers", required=True, help="host:port of every worker, in order")
     parser.add_argument("command", nargs=argparse.REMAINDER)

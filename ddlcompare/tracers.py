@@ -19,6 +19,7 @@ MPI from a background thread, and under ``--thread=none`` two threads writing
 into one location corrupt the trace or abort the run ("Wrong timestamp order
 ... Please pin your threads").
 """
+
 from __future__ import annotations
 
 import json
@@ -39,16 +40,17 @@ BUILD_HINT = "envs/build-scorep.sh (docs: envs/scorep.md)"
 # string is the reason it cannot, with the fix.
 REFUSED = {
     "tarantella": "Tarantella's ranks talk through GPI-2, which Score-P has no adapter for, and "
-                  "gaspi_run gives them no rank before they start; use tracer: otf2",
+    "gaspi_run gives them no rank before they start; use tracer: otf2",
     "lbann-driver": "LBANN's ranks are its C++ executable, started by lbann.run: the Python "
-                    "driver that Score-P would wrap trains nothing. Tracing them needs an LBANN "
-                    "built with Score-P's compiler wrappers (envs/lbann.md); use tracer: none",
+    "driver that Score-P would wrap trains nothing. Tracing them needs an LBANN "
+    "built with Score-P's compiler wrappers (envs/lbann.md); use tracer: none",
 }
 
 
 def mode(config: dict) -> str:
     """``mpi`` or ``per-rank`` for a Score-P run (see the module's doc)."""
     from frameworks import registry
+
     launcher = registry.FRAMEWORKS[config["framework"]].launcher
     if launcher == "horovodrun" and config.get("horovod_controller") == "mpi":
         return "mpi"
@@ -60,9 +62,12 @@ def refusal(config: dict) -> str | None:
     if config.get("tracer") != "scorep":
         return None
     from frameworks import registry
+
     launcher = registry.FRAMEWORKS[config["framework"]].launcher
     if launcher in REFUSED:
-        return f"framework {config['framework']} cannot run with tracer: scorep: {REFUSED[launcher]}"
+        return (
+            f"framework {config['framework']} cannot run with tracer: scorep: {REFUSED[launcher]}"
+        )
     return None
 
 
@@ -71,8 +76,10 @@ def scorep_bin() -> Path | None:
     found = shutil.which("scorep")
     if found:
         return Path(found).parent
-    cache = Path(os.environ.get("DDLC_CACHE") or
-                 Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddl-compare")
+    cache = Path(
+        os.environ.get("DDLC_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddl-compare"
+    )
     built = cache / f"scorep-{SCOREP_VERSION}" / "bin"
     return built if (built / "scorep").exists() else None
 
@@ -87,8 +94,9 @@ def installed_version() -> str | None:
     if record.exists():
         return json.loads(record.read_text()).get("scorep")
     try:
-        said = subprocess.run([str(folder / "scorep"), "--version"], capture_output=True,
-                              text=True, timeout=30).stdout.split()
+        said = subprocess.run(
+            [str(folder / "scorep"), "--version"], capture_output=True, text=True, timeout=30
+        ).stdout.split()
     except (OSError, subprocess.TimeoutExpired):
         return None
     return said[-1] if said else None
@@ -101,16 +109,21 @@ def problems(python_of, configs: list[dict]) -> list[str]:
     if not wanted:
         return []
     if scorep_bin() is None:
-        return [f"tracer: scorep: Score-P is not installed (no scorep on PATH); build it with "
-                f"{BUILD_HINT}, or module load scorep on a cluster"]
+        return [
+            f"tracer: scorep: Score-P is not installed (no scorep on PATH); build it with "
+            f"{BUILD_HINT}, or module load scorep on a cluster"
+        ]
     found = []
     from ddlcompare import envs
     from frameworks import registry
+
     for env in sorted({registry.FRAMEWORKS[c["framework"]].env for c in wanted}):
         if python_of(env).exists() and not envs.has_module(env, "scorep"):
-            found.append(f"tracer: scorep: the Score-P Python bindings are not in the '{env}' "
-                         f"environment; run {BUILD_HINT.split()[0]} (it ends with pip install "
-                         "scorep in each environment)")
+            found.append(
+                f"tracer: scorep: the Score-P Python bindings are not in the '{env}' "
+                f"environment; run {BUILD_HINT.split()[0]} (it ends with pip install "
+                "scorep in each environment)"
+            )
     return found
 
 
@@ -126,8 +139,16 @@ def scorep_argv(python: str, mpp: str, run_dir: Path) -> list[str]:
     module), so the worker goes by path and PYTHONPATH finds the packages.
     --noinstrumenter: no Python function is traced, only our phases (user
     regions) and what Score-P's MPI adapter sees."""
-    return [python, "-m", "scorep", f"--mpp={mpp}", "--thread=pthread", "--noinstrumenter",
-            str(WORKER_SCRIPT), str(run_dir)]
+    return [
+        python,
+        "-m",
+        "scorep",
+        f"--mpp={mpp}",
+        "--thread=pthread",
+        "--noinstrumenter",
+        str(WORKER_SCRIPT),
+        str(run_dir),
+    ]
 
 
 def environment(config: dict, run_dir: Path) -> dict[str, str]:
@@ -151,6 +172,7 @@ def environment(config: dict, run_dir: Path) -> dict[str, str]:
 def expected_traces(config: dict, run_dir: Path) -> list[Path]:
     """The trace anchors a run with this tracer must leave."""
     from frameworks import registry
+
     tracer = config.get("tracer", "none")
     if tracer == "otf2":
         # LBANN's loop is its C++ executable: our tracer sees none of it
@@ -181,8 +203,10 @@ def rank_from_env(env: dict) -> int:
             return int(env[name])
     if "TF_CONFIG" in env:  # tf-workers (ddlcompare.spawn)
         return int(json.loads(env["TF_CONFIG"])["task"]["index"])
-    raise SystemExit("ddlcompare.tracers: no rank in the environment (RANK, HOROVOD_RANK or "
-                     "TF_CONFIG); start it through a launcher that sets one")
+    raise SystemExit(
+        "ddlcompare.tracers: no rank in the environment (RANK, HOROVOD_RANK or "
+        "TF_CONFIG); start it through a launcher that sets one"
+    )
 
 
 def main(argv: list[str]) -> None:

@@ -6,6 +6,7 @@ what is wrong, never "ok" with NaN figures, and never a crash of the tables.
 JSON files are checked against JSON Schemas; TSV files for their columns,
 numbers and, for the per-rank files, one per rank.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,50 +31,89 @@ SCHEMAS = {
     DONE: {
         "type": "object",
         "required": ["status", "exit_status", "reason", "run_id"],
-        "properties": {"status": {"enum": ["ok", "failed", "suspect"]},
-                       "exit_status": {"type": ["integer", "null"]},
-                       "reason": TEXT_OR_NULL, "run_id": {"type": "string"}},
+        "properties": {
+            "status": {"enum": ["ok", "failed", "suspect"]},
+            "exit_status": {"type": ["integer", "null"]},
+            "reason": TEXT_OR_NULL,
+            "run_id": {"type": "string"},
+        },
     },
     RUN_RECORD: {
         "type": "object",
         "required": ["run_id", "status"],
-        "properties": {"run_id": {"type": "string"}, "status": {"type": "string"},
-                       "start": TEXT_OR_NULL, "end": TEXT_OR_NULL,
-                       "exit_status": {"type": ["integer", "null"]}, "reason": TEXT_OR_NULL,
-                       "harness_commit": TEXT_OR_NULL,
-                       "ranks": {"type": "array", "items": {
-                           "type": "object", "required": ["hostname"],
-                           "properties": {"hostname": {"type": "string"}}}}},
+        "properties": {
+            "run_id": {"type": "string"},
+            "status": {"type": "string"},
+            "start": TEXT_OR_NULL,
+            "end": TEXT_OR_NULL,
+            "exit_status": {"type": ["integer", "null"]},
+            "reason": TEXT_OR_NULL,
+            "harness_commit": TEXT_OR_NULL,
+            "ranks": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["hostname"],
+                    "properties": {"hostname": {"type": "string"}},
+                },
+            },
+        },
     },
     METRICS: {
         "type": "object",
-        "required": ["world_size", "global_batch", "steps_per_epoch", "epochs_done",
-                     "images_per_s", "time_per_epoch_s", "final_test_accuracy"],
-        "properties": {"world_size": {"type": "integer", "minimum": 1},
-                       "global_batch": {"type": "integer", "minimum": 1},
-                       "steps_per_epoch": {"type": "integer", "minimum": 1},
-                       "epochs_done": {"type": "integer", "minimum": 1},
-                       "images_per_s": {"type": ["number", "null"], "minimum": 0},
-                       "images_per_s_per_process": {"type": ["number", "null"]},
-                       "time_per_epoch_s": {"type": "number", "minimum": 0},
-                       "final_test_accuracy": {"type": ["number", "null"], "minimum": 0,
-                                               "maximum": 1},
-                       "final_test_loss": {"type": ["number", "null"]},
-                       "init_s": {"type": ["number", "null"]},
-                       "learning_rate_scaled": NUMBER},
+        "required": [
+            "world_size",
+            "global_batch",
+            "steps_per_epoch",
+            "epochs_done",
+            "images_per_s",
+            "time_per_epoch_s",
+            "final_test_accuracy",
+        ],
+        "properties": {
+            "world_size": {"type": "integer", "minimum": 1},
+            "global_batch": {"type": "integer", "minimum": 1},
+            "steps_per_epoch": {"type": "integer", "minimum": 1},
+            "epochs_done": {"type": "integer", "minimum": 1},
+            "images_per_s": {"type": ["number", "null"], "minimum": 0},
+            "images_per_s_per_process": {"type": ["number", "null"]},
+            "time_per_epoch_s": {"type": "number", "minimum": 0},
+            "final_test_accuracy": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+            "final_test_loss": {"type": ["number", "null"]},
+            "init_s": {"type": ["number", "null"]},
+            "learning_rate_scaled": NUMBER,
+        },
     },
     ENERGY: {
-        "type": "object", "required": ["status", "joules"],
-        "properties": {"status": {"type": "string"}, "joules": {"type": ["number", "null"]},
-                       "epochs": {"type": ["array", "null"], "items": {
-                           "type": "object", "required": ["epoch"],
-                           "properties": {"epoch": COUNT, "energy_j": {"type": ["number", "null"]},
-                                          "energy_to_epoch_j": {"type": ["number", "null"]}}}}},
+        "type": "object",
+        "required": ["status", "joules"],
+        "properties": {
+            "status": {"type": "string"},
+            "joules": {"type": ["number", "null"]},
+            "epochs": {
+                "type": ["array", "null"],
+                "items": {
+                    "type": "object",
+                    "required": ["epoch"],
+                    "properties": {
+                        "epoch": COUNT,
+                        "energy_j": {"type": ["number", "null"]},
+                        "energy_to_epoch_j": {"type": ["number", "null"]},
+                    },
+                },
+            },
+        },
     },
-    NETWORK: {"type": "object", "required": ["tx_bytes"],
-                     "properties": {"tx_bytes": {"type": "number", "minimum": 0}}},
-    "rank.json": {"type": "object", "required": ["rank", "hostname"],
-                  "properties": {"rank": COUNT, "hostname": {"type": "string"}}},
+    NETWORK: {
+        "type": "object",
+        "required": ["tx_bytes"],
+        "properties": {"tx_bytes": {"type": "number", "minimum": 0}},
+    },
+    "rank.json": {
+        "type": "object",
+        "required": ["rank", "hostname"],
+        "properties": {"rank": COUNT, "hostname": {"type": "string"}},
+    },
 }
 
 STEP_COLUMNS = ("epoch", "step", "start_ns", "end_ns", *(f"{p}_ns" for p in PHASES))
@@ -104,7 +144,7 @@ def read_json(path: Path, schema: str | None = None) -> dict:
     except jsonschema.ValidationError as exc:
         where = ".".join(map(str, exc.absolute_path)) or "the file"
         raise Damaged(f"{name}: {where}: {exc.message[:160]}") from None
-    if (bad := _first_not_finite(doc)):
+    if bad := _first_not_finite(doc):
         raise Damaged(f"{name}: {bad} is not a finite number")
     return doc
 
@@ -112,10 +152,11 @@ def read_json(path: Path, schema: str | None = None) -> dict:
 def _first_not_finite(doc, where: str = "") -> str | None:
     if isinstance(doc, float) and not math.isfinite(doc):
         return where or "a value"
-    items = doc.items() if isinstance(doc, dict) else enumerate(doc) \
-        if isinstance(doc, list) else ()
+    items = (
+        doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    )
     for key, value in items:
-        if (found := _first_not_finite(value, f"{where}.{key}" if where else str(key))):
+        if found := _first_not_finite(value, f"{where}.{key}" if where else str(key)):
             return found
     return None
 
@@ -140,8 +181,10 @@ def read_tsv(path: Path, columns: tuple[str, ...], min_rows: int = 1) -> pd.Data
         numbers = pd.to_numeric(table[column], errors="coerce")
         bad = table.index[numbers.isna() & table[column].notna()]
         if len(bad):
-            raise Damaged(f"{name}: row {bad[0] + 2}, column {column}: "
-                          f"{str(table[column][bad[0]])[:30]!r} is not a number")
+            raise Damaged(
+                f"{name}: row {bad[0] + 2}, column {column}: "
+                f"{str(table[column][bad[0]])[:30]!r} is not a number"
+            )
     return table
 
 
@@ -175,8 +218,9 @@ def check_run(folder: Path, config: dict) -> list[str]:
 def _check_metrics(folder: Path, world: int) -> None:
     metrics = read_json(folder / METRICS)
     if metrics["world_size"] != world:
-        raise Damaged(f"metrics.json: world_size {metrics['world_size']}, but the run has "
-                      f"{world} processes")
+        raise Damaged(
+            f"metrics.json: world_size {metrics['world_size']}, but the run has {world} processes"
+        )
 
 
 def done_status(folder: Path) -> tuple[str | None, str | None]:
@@ -210,6 +254,5 @@ def fingerprint(folders: list[Path]) -> str:
             if entry.name in NOT_RESULTS or not entry.is_file(follow_symlinks=False):
                 continue
             info = entry.stat(follow_symlinks=False)
-            digest.update(f"{folder}/{entry.name}\0{info.st_size}\0{info.st_mtime_ns}\n"
-                          .encode())
+            digest.update(f"{folder}/{entry.name}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
     return digest.hexdigest()

@@ -1,4 +1,5 @@
 """The little the Snakefile needs, kept here where it can be tested."""
+
 from __future__ import annotations
 
 import csv
@@ -18,15 +19,14 @@ from ddlcompare.params import RunRow
 PATH_PATTERN = r"[A-Za-z0-9._+~/-]+"
 
 
-def prepare(design_file: str, results: Path, main: bool, dryrun: bool,
-            options: dict | None = None):
+def prepare(design_file: str, results: Path, main: bool, dryrun: bool, options: dict | None = None):
     """Load the design or stop with its problems listed (no traceback), and
     put failed runs back in the queue: their attempt moves to attempts/<n>/
     and their done marker goes with it, so Snakemake runs them again.
     ``options`` is Snakemake's config (kill_orphans=1 stops the training
     processes of earlier attempts that outlived their workflow)."""
     options = options or {}
-    if (problem := results_problem(results)):
+    if problem := results_problem(results):
         _stop(problem)
     try:
         design = load_design(design_file, check_ready=main)
@@ -40,13 +40,17 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool,
         _requeue_damaged(runs, results, _flag(options, "rerun_damaged"), dryrun)
         failed = runner.failed_runs(runs, results)
         if failed and dryrun:
-            print(f"{len(failed)} failed run(s) will run again (their files move to attempts/)",
-                  file=sys.stderr)
+            print(
+                f"{len(failed)} failed run(s) will run again (their files move to attempts/)",
+                file=sys.stderr,
+            )
         elif failed:
             for row in failed:
                 runner.archive_attempt(results / row.path)
-            print(f"{len(failed)} failed run(s) queued again; earlier attempts kept "
-                  "under attempts/", file=sys.stderr)
+            print(
+                f"{len(failed)} failed run(s) queued again; earlier attempts kept under attempts/",
+                file=sys.stderr,
+            )
         note_changed_results(runs, results, results / design.root / "tables", dryrun)
         _warn_of_space(runs, results)
     return design, runs
@@ -78,8 +82,10 @@ def workflow_paths(options: dict) -> tuple[str, Path]:
 def results_problem(results: Path) -> str | None:
     """``results=`` must name a folder (or a place for one)."""
     if results.exists() and not results.is_dir():
-        return (f"results={results} is a file, not a folder; pass --config results=FOLDER "
-                "(it is created if missing)")
+        return (
+            f"results={results} is a file, not a folder; pass --config results=FOLDER "
+            "(it is created if missing)"
+        )
     return None
 
 
@@ -89,9 +95,11 @@ def imported_traces(options: dict) -> list[str]:
     paths = as_list(options.get("import_traces", []))
     missing = [p for p in paths if not Path(p).exists()]
     if missing:
-        _stop(f"import_traces: {missing[0]} not found"
-              + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
-              + "; give existing trace files or folders, comma-separated")
+        _stop(
+            f"import_traces: {missing[0]} not found"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+            + "; give existing trace files or folders, comma-separated"
+        )
     return paths
 
 
@@ -107,15 +115,17 @@ def _flag(options: dict, name: str) -> bool:
 def _requeue_damaged(runs: list[RunRow], results: Path, rerun: bool, dryrun: bool) -> None:
     """Damaged runs are reported; with rerun_damaged=1 they run again (all
     their files are checked then; else only the done markers, which is cheap)."""
-    damaged = runner.damaged_runs(runs, results) if rerun else \
-        runner.damaged_markers(runs, results)
+    damaged = runner.damaged_runs(runs, results) if rerun else runner.damaged_markers(runs, results)
     if not damaged:
         return
     row, problem = damaged[0]
     what = f"{len(damaged)} run(s) with damaged results (first: {row.path}: {problem})"
     if not rerun:
-        print(f"warning: {what}; they show as damaged in the report; run them again with "
-              "--config rerun_damaged=1 (ddlc check lists them all)", file=sys.stderr)
+        print(
+            f"warning: {what}; they show as damaged in the report; run them again with "
+            "--config rerun_damaged=1 (ddlc check lists them all)",
+            file=sys.stderr,
+        )
     elif dryrun:
         print(f"{what} will run again (their files move to attempts/)", file=sys.stderr)
     else:
@@ -141,8 +151,10 @@ def note_changed_results(runs: list[RunRow], results: Path, tables: Path, dryrun
     if now == built:
         return
     if dryrun:
-        print("run files changed since the tables were built: they will be built again",
-              file=sys.stderr)
+        print(
+            "run files changed since the tables were built: they will be built again",
+            file=sys.stderr,
+        )
         return
     (tables / CHANGED).write_text(now + "\n")
 
@@ -161,8 +173,11 @@ def _check_occupants(runs: list[RunRow], results: Path, kill: bool, dryrun: bool
         except ownership.Busy as exc:
             busy.append(str(exc))
     if busy and dryrun:
-        print(f"warning: {busy[0]}" + (f" ({len(busy) - 1} more run folders alike)"
-                                       if len(busy) > 1 else ""), file=sys.stderr)
+        print(
+            f"warning: {busy[0]}"
+            + (f" ({len(busy) - 1} more run folders alike)" if len(busy) > 1 else ""),
+            file=sys.stderr,
+        )
     elif busy:
         _stop(busy[0] + (f" ({len(busy) - 1} more run folders alike)" if len(busy) > 1 else ""))
 
@@ -177,6 +192,8 @@ def as_list(value) -> list[str]:
     if isinstance(value, str):
         return [v for v in value.split(",") if v]
     return [str(v) for v in value]
+
+
 # Memory a training process asks for (the model is small; the data set and
 # the framework's runtime dominate). Override per cluster with
 # ``set-resources: {run: {mem_mb: ...}}`` in a profile.
@@ -213,20 +230,26 @@ def job_resources(row: RunRow) -> dict:
     }
 
 
-def finish(runs: list[RunRow], results: Path, tables: Path, report: Path, options: dict,
-           workflow_ok: bool) -> None:
+def finish(
+    runs: list[RunRow], results: Path, tables: Path, report: Path, options: dict, workflow_ok: bool
+) -> None:
     """The workflow's last line: how many runs are ok and how many not, and
     a non-zero exit when any is not (unless allow_failures=1)."""
     counts = Counter(_statuses(runs, results, tables if workflow_ok else None))
     order = ["ok", "failed", "damaged", "suspect", "interrupted", "running", "missing"]
     parts = [f"{counts[s]} {s}" for s in order + sorted(set(counts) - set(order)) if counts[s]]
     bad = sum(n for s, n in counts.items() if s != "ok")
-    where = f": see {report.resolve()}" if workflow_ok and report.exists() else \
-        ": see the failed jobs' logs above"
+    where = (
+        f": see {report.resolve()}"
+        if workflow_ok and report.exists()
+        else ": see the failed jobs' logs above"
+    )
     print(", ".join(parts) + (where if bad else ""), file=sys.stderr)
     if bad and workflow_ok and not _flag(options, "allow_failures"):
-        print("exit status 1: not every run is ok (--config allow_failures=1 to exit 0 "
-              "all the same)", file=sys.stderr)
+        print(
+            "exit status 1: not every run is ok (--config allow_failures=1 to exit 0 all the same)",
+            file=sys.stderr,
+        )
         sys.exit(1)
 
 

@@ -7,6 +7,7 @@ keeps the last silently: a second ``factors:`` block would drop the first),
 and no alias bomb (a few lines expanding to millions of values). Every
 problem is a :class:`YamlProblem` with one line naming the place and the fix.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -38,21 +39,27 @@ def read_text(path: Path) -> str:
     except OSError as exc:
         raise YamlProblem(f"cannot be read: {exc.strerror}") from None
     if stat.S_ISDIR(info.st_mode):
-        raise YamlProblem("is a directory; give the design file inside it "
-                          "(--config design=FOLDER/design.yaml)")
+        raise YamlProblem(
+            "is a directory; give the design file inside it (--config design=FOLDER/design.yaml)"
+        )
     if not stat.S_ISREG(info.st_mode):
-        raise YamlProblem("is not a regular file (a pipe or a device?); save the design "
-                          "to a file and pass its path")
+        raise YamlProblem(
+            "is not a regular file (a pipe or a device?); save the design "
+            "to a file and pass its path"
+        )
     if info.st_size > MAX_BYTES:
-        raise YamlProblem(f"is {info.st_size} bytes; a design is at most {MAX_BYTES} bytes "
-                          "of YAML: is this the right file?")
-    raw = Path(path).read_bytes()[:MAX_BYTES + 1]
+        raise YamlProblem(
+            f"is {info.st_size} bytes; a design is at most {MAX_BYTES} bytes "
+            "of YAML: is this the right file?"
+        )
+    raw = Path(path).read_bytes()[: MAX_BYTES + 1]
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise YamlProblem(f"line {line}: byte {raw[exc.start]:#04x} is not UTF-8; save the "
-                          "file as UTF-8") from None
+        line = raw[: exc.start].count(b"\n") + 1
+        raise YamlProblem(
+            f"line {line}: byte {raw[exc.start]:#04x} is not UTF-8; save the file as UTF-8"
+        ) from None
 
 
 def file_digest(path: str | Path) -> str | None:
@@ -74,12 +81,16 @@ class _Loader(yaml.SafeLoader):
             try:
                 hash(key)
             except TypeError:
-                raise YamlProblem(f"line {key_node.start_mark.line + 1}: a key must be a plain "
-                                  "name, not a list or mapping") from None
+                raise YamlProblem(
+                    f"line {key_node.start_mark.line + 1}: a key must be a plain "
+                    "name, not a list or mapping"
+                ) from None
             if key in seen:
-                raise YamlProblem(f"line {key_node.start_mark.line + 1}: key {key!r} appears "
-                                  f"twice (first on line {seen[key]}); YAML would keep only the "
-                                  "last one: merge the two into one")
+                raise YamlProblem(
+                    f"line {key_node.start_mark.line + 1}: key {key!r} appears "
+                    f"twice (first on line {seen[key]}); YAML would keep only the "
+                    "last one: merge the two into one"
+                )
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep)
 
@@ -103,8 +114,10 @@ def _check_size(data: Any) -> None:
         item = stack.pop()
         count += 1
         if count > MAX_VALUES:
-            raise YamlProblem(f"expands to more than {MAX_VALUES} values (YAML aliases "
-                              "repeating each other?); write the design out plainly")
+            raise YamlProblem(
+                f"expands to more than {MAX_VALUES} values (YAML aliases "
+                "repeating each other?); write the design out plainly"
+            )
         if isinstance(item, dict):
             stack.extend(item.values())
         elif isinstance(item, (list, tuple, set)):
@@ -124,19 +137,23 @@ def _not_json(item: Any, where: str) -> str | None:
     if isinstance(item, dict):
         for key, value in item.items():
             if not isinstance(key, str):
-                return (f"{where or 'top level'}: key {key!r} is not text; keys are names "
-                        "(put it in quotes)")
+                return (
+                    f"{where or 'top level'}: key {key!r} is not text; keys are names "
+                    "(put it in quotes)"
+                )
             found = _not_json(value, f"{where}.{key}" if where else key)
             if found:
                 return found
         return None
     if isinstance(item, list):
         for i, value in enumerate(item):
-            if (found := _not_json(value, f"{where}[{i}]")):
+            if found := _not_json(value, f"{where}[{i}]"):
                 return found
         return None
     if item is None or isinstance(item, (str, int, float, bool)):
         return None
-    fix = next((text for kind, text in FIXES.items() if isinstance(item, kind)),
-               f"a {type(item).__name__}; use text, a number, true/false or a list")
+    fix = next(
+        (text for kind, text in FIXES.items() if isinstance(item, kind)),
+        f"a {type(item).__name__}; use text, a number, true/false or a list",
+    )
     return f"{where}: {str(item)[:40]!r} is {fix}"

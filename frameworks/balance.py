@@ -15,6 +15,7 @@ makes that plain average ``sum_r images[r] / N * mean_r = the mean over the
 global batch``: the update of the same global batch on one device, and no
 framework's communication has to change.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,11 +48,12 @@ class BatchPlan:
 
     ``world`` counts data-parallel replicas: processes times the replicas
     each process drives (single-process strategies mirror over several)."""
+
     seed: int
     world: int
-    rank: int            # this process's first replica
-    replicas: int        # replicas this process drives (1 but for one-process strategies)
-    images: list[int]    # images per step of each replica, in rank order
+    rank: int  # this process's first replica
+    replicas: int  # replicas this process drives (1 but for one-process strategies)
+    images: list[int]  # images per step of each replica, in rank order
     speeds: list[float] | None = None  # measured images/s of each rank (calibrated only)
 
     @property
@@ -61,7 +63,7 @@ class BatchPlan:
     @property
     def own(self) -> int:
         """Images this process takes per step (all its replicas)."""
-        return sum(self.images[self.rank:self.rank + self.replicas])
+        return sum(self.images[self.rank : self.rank + self.replicas])
 
     @property
     def even(self) -> bool:
@@ -79,20 +81,28 @@ class BatchPlan:
         slices one after the other (as DataParallel scatters them)."""
         if self.even:
             per = self.images[0]
-            parts = [data.shard(n_train, r, self.world, self.seed, epoch, steps * per)
-                     for r in range(self.rank, self.rank + self.replicas)]
-            return [np.concatenate([p[i * per:(i + 1) * per] for p in parts])
-                    for i in range(steps)]
+            parts = [
+                data.shard(n_train, r, self.world, self.seed, epoch, steps * per)
+                for r in range(self.rank, self.rank + self.replicas)
+            ]
+            return [
+                np.concatenate([p[i * per : (i + 1) * per] for p in parts]) for i in range(steps)
+            ]
         order = np.random.default_rng([self.seed, epoch]).permutation(n_train)
-        start = sum(self.images[:self.rank])
+        start = sum(self.images[: self.rank])
         n = self.global_batch
-        return [order[i * n + start:i * n + start + self.own] for i in range(steps)]
+        return [order[i * n + start : i * n + start + self.own] for i in range(steps)]
 
 
 def even_plan(config: dict, dist: Dist, replicas: int = 1) -> BatchPlan:
     world = dist.world * replicas
-    return BatchPlan(seed=config["seed"], world=world, rank=dist.rank * replicas,
-                     replicas=replicas, images=[config["batch_size"]] * world)
+    return BatchPlan(
+        seed=config["seed"],
+        world=world,
+        rank=dist.rank * replicas,
+        replicas=replicas,
+        images=[config["batch_size"]] * world,
+    )
 
 
 def calibrated_plan(config: dict, dist: Dist, seconds_per_step, allreduce) -> BatchPlan:
@@ -109,20 +119,28 @@ def calibrated_plan(config: dict, dist: Dist, seconds_per_step, allreduce) -> Ba
     mine = np.zeros(dist.world, dtype=np.float64)
     mine[dist.rank] = speed
     speeds = [float(s) for s in allreduce(mine, "sum")]
-    return BatchPlan(seed=config["seed"], world=dist.world, rank=dist.rank, replicas=1,
-                     images=shares(speeds, batch * dist.world), speeds=speeds)
+    return BatchPlan(
+        seed=config["seed"],
+        world=dist.world,
+        rank=dist.rank,
+        replicas=1,
+        images=shares(speeds, batch * dist.world),
+        speeds=speeds,
+    )
 
 
 def shares(speeds: list[float], global_batch: int) -> list[int]:
     """Cut ``global_batch`` in proportion to ``speeds`` by largest remainder
     (the parts always add up to the batch), at least one image each."""
     if global_batch < len(speeds):
-        raise RunError(f"a calibrated split needs at least one image per rank: global batch "
-                       f"{global_batch} < {len(speeds)} ranks")
+        raise RunError(
+            f"a calibrated split needs at least one image per rank: global batch "
+            f"{global_batch} < {len(speeds)} ranks"
+        )
     exact = [global_batch * s / sum(speeds) for s in speeds]
     parts = [int(e) for e in exact]
     by_remainder = sorted(range(len(speeds)), key=lambda r: exact[r] - parts[r], reverse=True)
-    for r in by_remainder[:global_batch - sum(parts)]:
+    for r in by_remainder[: global_batch - sum(parts)]:
         parts[r] += 1
     for r in range(len(parts)):
         if parts[r] == 0:  # a rank far slower than the others still takes one image
@@ -143,8 +161,9 @@ def _slow_ranks(text: str) -> dict[int, float]:
     try:
         return {int(r): float(s) for r, s in (item.split(":") for item in text.split(",") if item)}
     except ValueError:
-        raise RunError(f"{SLOW_RANKS_ENV}={text!r}: expected RANK:SECONDS_PER_IMAGE[,...], "
-                       "e.g. 1:0.002") from None
+        raise RunError(
+            f"{SLOW_RANKS_ENV}={text!r}: expected RANK:SECONDS_PER_IMAGE[,...], e.g. 1:0.002"
+        ) from None
 
 
 class IdleClock:
@@ -171,23 +190,35 @@ class IdleClock:
         idle, measured, on_gpu = allreduce(mine.ravel(), "sum").reshape(3, world)
         if self.rank == 0:
             kinds = ["gpu" if gpu else "cpu" for gpu in on_gpu]
-            write_json(run_dir / BALANCE, record(self.plan, kinds, idle.tolist(),
-                                                 measured.tolist()))
+            write_json(
+                run_dir / BALANCE, record(self.plan, kinds, idle.tolist(), measured.tolist())
+            )
 
 
-def record(plan: BatchPlan, devices: list[str], idle_s: list[float],
-           measured_s: list[float]) -> dict:
+def record(
+    plan: BatchPlan, devices: list[str], idle_s: list[float], measured_s: list[float]
+) -> dict:
     """What balance.json says: each rank's device, share, speed and idle
     time, and the same summed by device kind (the hybrid study's question:
     does the CPU help or hold back?)."""
-    ranks = [{"rank": r, "device": devices[r], "images_per_step": plan.images[r],
-              "share": plan.images[r] / plan.global_batch,
-              "calibrated_images_per_s": plan.speeds[r] if plan.speeds else None,
-              "idle_s": idle_s[r], "measured_s": measured_s[r]} for r in range(plan.world)]
+    ranks = [
+        {
+            "rank": r,
+            "device": devices[r],
+            "images_per_step": plan.images[r],
+            "share": plan.images[r] / plan.global_batch,
+            "calibrated_images_per_s": plan.speeds[r] if plan.speeds else None,
+            "idle_s": idle_s[r],
+            "measured_s": measured_s[r],
+        }
+        for r in range(plan.world)
+    ]
     kinds = {}
     for row in ranks:
-        kind = kinds.setdefault(row["device"], {"device": row["device"], "ranks": 0,
-                                                "share": 0.0, "idle_s": 0.0, "measured_s": 0.0})
+        kind = kinds.setdefault(
+            row["device"],
+            {"device": row["device"], "ranks": 0, "share": 0.0, "idle_s": 0.0, "measured_s": 0.0},
+        )
         kind["ranks"] += 1
         for key in ("share", "idle_s", "measured_s"):
             kind[key] += row[key]

@@ -8,6 +8,7 @@ The meaning of the figures is fixed here once:
 - evaluation is distributed: each rank scores its own shard of the test set
   and the sums are all-reduced.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,18 @@ from runfiles.names import EPOCHS, METRICS
 from runfiles import energy, ownership
 from runfiles.atomic import write_json, write_text  # noqa: F401 (re-exported for loops)
 
-EPOCH_COLUMNS = ("epoch", "wall_s", "train_loss", "train_accuracy", "test_loss",
-                 "test_accuracy", "images_per_s", "measured_images", "measured_s", "elapsed_s")
+EPOCH_COLUMNS = (
+    "epoch",
+    "wall_s",
+    "train_loss",
+    "train_accuracy",
+    "test_loss",
+    "test_accuracy",
+    "images_per_s",
+    "measured_images",
+    "measured_s",
+    "elapsed_s",
+)
 
 
 class RunClock:
@@ -54,6 +65,7 @@ class Dist:
 @dataclass
 class EpochSums:
     """Per-rank sums for one epoch; all-reduced before use (as a flat vector)."""
+
     train_loss: float = 0.0
     train_correct: float = 0.0
     train_images: float = 0.0
@@ -66,7 +78,7 @@ class EpochSums:
         return list(asdict(self).values())
 
     @classmethod
-    def from_vector(cls, values) -> "EpochSums":
+    def from_vector(cls, values) -> EpochSums:
         return cls(*[float(v) for v in values])
 
 
@@ -74,12 +86,15 @@ def epoch_sizes(config: dict, dataset, world: int) -> tuple[int, int, int]:
     """Training images, test images and optimizer steps per epoch of a run
     (``train_images``, ``test_images``, ``max_steps`` and the global batch)."""
     from frameworks import data
+
     n_train = min(config["train_images"] or len(dataset.train_y), len(dataset.train_y))
     n_test = min(config["test_images"] or len(dataset.test_y), len(dataset.test_y))
     steps = data.steps_per_epoch(n_train, world, config["batch_size"], config["max_steps"])
     if steps == 0:
-        raise RunError(f"batch_size {config['batch_size']} x {world} processes exceeds the "
-                       f"{n_train} training images: no step fits in an epoch")
+        raise RunError(
+            f"batch_size {config['batch_size']} x {world} processes exceeds the "
+            f"{n_train} training images: no step fits in an epoch"
+        )
     return n_train, n_test, steps
 
 
@@ -88,11 +103,15 @@ def evaluates(config: dict, epoch: int) -> bool:
     return epoch % config["eval_every"] == 0 or epoch == config["epochs"]
 
 
-def epoch_row(epoch: int, wall_s: float, sums: EpochSums, measured_s: float,
-              elapsed_s: float) -> dict:
+def epoch_row(
+    epoch: int, wall_s: float, sums: EpochSums, measured_s: float, elapsed_s: float
+) -> dict:
     """One row of epochs.tsv from all-reduced sums and the slowest rank's
     times (measured steps; elapsed on the run clock)."""
-    def ratio(a, b): return a / b if b else float("nan")
+
+    def ratio(a, b):
+        return a / b if b else float("nan")
+
     return {
         "epoch": epoch,
         "wall_s": round(wall_s, 4),
@@ -118,8 +137,15 @@ def _fmt(value) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def summary(rows: list[dict], world: int, global_batch: int, lr: float,
-            steps_per_epoch: int, init_s: float, clock: RunClock) -> dict:
+def summary(
+    rows: list[dict],
+    world: int,
+    global_batch: int,
+    lr: float,
+    steps_per_epoch: int,
+    init_s: float,
+    clock: RunClock,
+) -> dict:
     """The run's headline figures, written by rank 0 to metrics.json."""
     measured_images = sum(r["measured_images"] for r in rows)
     measured_s = sum(r["measured_s"] for r in rows)
@@ -141,8 +167,9 @@ def summary(rows: list[dict], world: int, global_batch: int, lr: float,
     }
 
 
-def finish(adapter, run_dir: Path, phases, dist: Dist, versions: dict, params_digest: str,
-           metrics: dict) -> None:
+def finish(
+    adapter, run_dir: Path, phases, dist: Dist, versions: dict, params_digest: str, metrics: dict
+) -> None:
     """What every loop does last: stop the energy sampler, write this rank's
     phases and record, rank 0 the run's figures, and leave the framework."""
     energy.stop_sampling()

@@ -13,6 +13,7 @@ fp16 and bf16 are the frameworks' own casts, which round to nearest even like
 :func:`fp16_encode` and :func:`bf16_encode` (tests check that bit for bit).
 Importing this module is cheap: params.py reads :data:`NAMES`.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -30,27 +31,41 @@ INT8_MAX = 127
 @dataclass(frozen=True)
 class Codec:
     name: str
-    exchange: str        # "allreduce" (summable) or "allgather" (every payload to every rank)
-    wire: str            # what is handed to the collective
-    error_bound: str     # per element, after decode (before averaging)
+    exchange: str  # "allreduce" (summable) or "allgather" (every payload to every rank)
+    wire: str  # what is handed to the collective
+    error_bound: str  # per element, after decode (before averaging)
 
     @property
     def gathers(self) -> bool:
         return self.exchange == "allgather"
 
 
-CODECS = {c.name: c for c in [
-    Codec("none", "allreduce", "float32", "exact (0)"),
-    Codec("fp16", "allreduce", "float16",
-          "|e| <= 2^-11 |x| for 6.1e-5 <= |x| <= 65504; <= 2^-25 below; "
-          "|x| > 65504 overflows to inf"),
-    Codec("bf16", "allreduce", "bfloat16", "|e| <= 2^-8 |x| (float32's range kept)"),
-    Codec("int8", "allgather", "int8 + a float32 scale per buffer",
-          "|e| <= scale/2, scale = max|x|/127 over the buffer"),
-    Codec("int8+lossless", "allgather",
-          f"zlib (level {LOSSLESS_LEVEL}) of the int8 bytes + the scale, variable length",
-          "as int8 (the zlib step is exact)"),
-]}
+CODECS = {
+    c.name: c
+    for c in [
+        Codec("none", "allreduce", "float32", "exact (0)"),
+        Codec(
+            "fp16",
+            "allreduce",
+            "float16",
+            "|e| <= 2^-11 |x| for 6.1e-5 <= |x| <= 65504; <= 2^-25 below; "
+            "|x| > 65504 overflows to inf",
+        ),
+        Codec("bf16", "allreduce", "bfloat16", "|e| <= 2^-8 |x| (float32's range kept)"),
+        Codec(
+            "int8",
+            "allgather",
+            "int8 + a float32 scale per buffer",
+            "|e| <= scale/2, scale = max|x|/127 over the buffer",
+        ),
+        Codec(
+            "int8+lossless",
+            "allgather",
+            f"zlib (level {LOSSLESS_LEVEL}) of the int8 bytes + the scale, variable length",
+            "as int8 (the zlib step is exact)",
+        ),
+    ]
+}
 NAMES = tuple(CODECS)
 
 
@@ -134,14 +149,21 @@ def error_bound(name: str, x: np.ndarray) -> np.ndarray:
     if name == "none":
         return np.zeros_like(x)
     if name == "fp16":
-        return np.maximum(x * 2.0 ** -11, 2.0 ** -25)
+        return np.maximum(x * 2.0**-11, 2.0**-25)
     if name == "bf16":
-        return np.maximum(x * 2.0 ** -8, 2.0 ** -134)  # below: float32's subnormals
+        return np.maximum(x * 2.0**-8, 2.0**-134)  # below: float32's subnormals
     scale = float(int8_scale(x.astype(np.float32)))
-    return np.full_like(x, scale / 2 + (x.max(initial=0) + scale) * 2.0 ** -23)
+    return np.full_like(x, scale / 2 + (x.max(initial=0) + scale) * 2.0**-23)
 
 
 def table() -> list[dict]:
     """The codecs as rows, for the report."""
-    return [{"compression": c.name, "exchange": c.exchange, "on the wire": c.wire,
-             "error bound": c.error_bound} for c in CODECS.values()]
+    return [
+        {
+            "compression": c.name,
+            "exchange": c.exchange,
+            "on the wire": c.wire,
+            "error bound": c.error_bound,
+        }
+        for c in CODECS.values()
+    ]

@@ -9,6 +9,7 @@ Debian's files, CIFAR-10's the MD5s published with it. The arrays are
 framework-neutral: every adapter, in PyTorch or TensorFlow, trains on exactly
 the same bytes in the same order.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -42,8 +43,11 @@ class DatasetInfo:
 
 
 FASHION_MNIST = DatasetInfo(
-    name="fashion-mnist", shape=(1, 28, 28), classes=10,
-    mean=(0.2860,), std=(0.3530,),
+    name="fashion-mnist",
+    shape=(1, 28, 28),
+    classes=10,
+    mean=(0.2860,),
+    std=(0.3530,),
     default_dir="/usr/share/datasets/fashion-mnist",
     files={
         "train-images-idx3-ubyte.gz": "sha256:c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
@@ -52,14 +56,17 @@ FASHION_MNIST = DatasetInfo(
         "t10k-labels-idx1-ubyte.gz": "sha256:0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
     },
     how_to_get="install Debian's package (apt-get install dataset-fashion-mnist), or set "
-               "fixed.data_dir to a folder holding the four Fashion-MNIST IDX .gz files",
+    "fixed.data_dir to a folder holding the four Fashion-MNIST IDX .gz files",
 )
 
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR10_TAR_MD5 = "c58f30108f718f92721af3b95e74349a"  # published with the archive
 CIFAR10 = DatasetInfo(
-    name="cifar10", shape=(3, 32, 32), classes=10,
-    mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616),
+    name="cifar10",
+    shape=(3, 32, 32),
+    classes=10,
+    mean=(0.4914, 0.4822, 0.4465),
+    std=(0.2470, 0.2435, 0.2616),
     default_dir="~/.cache/ddl-compare/data/cifar-10-batches-py",
     files={  # MD5 of each official batch, as published with torchvision
         "data_batch_1": "md5:c99cafc152244af753f735de768cd75f",
@@ -70,8 +77,8 @@ CIFAR10 = DatasetInfo(
         "test_batch": "md5:40351d587109b95175f43aff81a1287e",
     },
     how_to_get="run 'ddlc fetch-data cifar10' on a machine with internet access (it "
-               "downloads the official archive and checks its MD5), or set fixed.data_dir "
-               "to a 'cifar-10-batches-py' folder",
+    "downloads the official archive and checks its MD5), or set fixed.data_dir "
+    "to a 'cifar-10-batches-py' folder",
 )
 
 DATASETS = {d.name: d for d in (FASHION_MNIST, CIFAR10)}
@@ -97,8 +104,9 @@ def missing_files(name: str, configured_dir: str | None) -> list[str]:
     return [str(folder / f) for f in info.files if not (folder / f).is_file()]
 
 
-def load(name: str, configured_dir: str | None = None,
-         checksums: dict[str, str] | None = None) -> Dataset:
+def load(
+    name: str, configured_dir: str | None = None, checksums: dict[str, str] | None = None
+) -> Dataset:
     """Load and verify a data set. ``checksums`` replaces the official table
     (tests use it for the small files they generate)."""
     info = DATASETS[name]
@@ -130,14 +138,17 @@ GENERATED_MANIFEST = "ddlc-generated.json"
 
 def generated_checksums(folder: Path) -> dict[str, str] | None:
     import json
+
     manifest = folder / GENERATED_MANIFEST
     if not manifest.is_file():
         return None
     try:
         return dict(json.loads(manifest.read_text())["files"])
     except (ValueError, KeyError, TypeError) as exc:
-        raise DataError(f"{manifest}: not a manifest of generated files ({exc}); "
-                        f"remove it to use the official files") from None
+        raise DataError(
+            f"{manifest}: not a manifest of generated files ({exc}); "
+            f"remove it to use the official files"
+        ) from None
 
 
 def _read_verified(path: Path, checksum: str, info: DatasetInfo) -> bytes:
@@ -147,14 +158,17 @@ def _read_verified(path: Path, checksum: str, info: DatasetInfo) -> bytes:
     except FileNotFoundError:
         raise DataError(f"{info.name}: {path} not found; {info.how_to_get}") from None
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise DataError(f"{info.name}: {path} cannot be read ({exc}); "
-                        f"replace it: {info.how_to_get}") from None
+        raise DataError(
+            f"{info.name}: {path} cannot be read ({exc}); replace it: {info.how_to_get}"
+        ) from None
     algorithm, expected = checksum.split(":", 1)
     digest = hashlib.new(algorithm, payload).hexdigest()
     if digest != expected:
-        raise DataError(f"{info.name}: {path} fails its checksum ({algorithm} {digest[:16]}..., "
-                        f"expected {expected[:16]}...); the file is damaged or not the "
-                        f"official one: {info.how_to_get}")
+        raise DataError(
+            f"{info.name}: {path} fails its checksum ({algorithm} {digest[:16]}..., "
+            f"expected {expected[:16]}...); the file is damaged or not the "
+            f"official one: {info.how_to_get}"
+        )
     return payload
 
 
@@ -167,11 +181,19 @@ def _parse_idx(payload: bytes, what: str) -> np.ndarray:
 
 
 def _read_idx_set(info: DatasetInfo, payloads: dict[str, bytes]) -> Dataset:
-    def images(f): return _parse_idx(payloads[f], f)[:, None, :, :]
-    def labels(f): return _parse_idx(payloads[f], f).astype(np.int64)
-    return Dataset(info,
-                   images("train-images-idx3-ubyte.gz"), labels("train-labels-idx1-ubyte.gz"),
-                   images("t10k-images-idx3-ubyte.gz"), labels("t10k-labels-idx1-ubyte.gz"))
+    def images(f):
+        return _parse_idx(payloads[f], f)[:, None, :, :]
+
+    def labels(f):
+        return _parse_idx(payloads[f], f).astype(np.int64)
+
+    return Dataset(
+        info,
+        images("train-images-idx3-ubyte.gz"),
+        labels("train-labels-idx1-ubyte.gz"),
+        images("t10k-images-idx3-ubyte.gz"),
+        labels("t10k-labels-idx1-ubyte.gz"),
+    )
 
 
 class _NumpyUnpickler(pickle.Unpickler):
@@ -180,7 +202,7 @@ class _NumpyUnpickler(pickle.Unpickler):
 
     def find_class(self, module, name):
         if module.startswith("numpy._core") and not hasattr(np, "_core"):
-            module = "numpy.core" + module[len("numpy._core"):]
+            module = "numpy.core" + module[len("numpy._core") :]
         return super().find_class(module, name)
 
 
@@ -191,14 +213,21 @@ def _read_cifar_set(info: DatasetInfo, payloads: dict[str, bytes]) -> Dataset:
         d = _NumpyUnpickler(io.BytesIO(payloads[f]), encoding="bytes").load()
         x = np.asarray(d[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
         return x, np.asarray(d[b"labels"], dtype=np.int64)
+
     train = [batch(f"data_batch_{i}") for i in range(1, 6)]
     test_x, test_y = batch("test_batch")
-    return Dataset(info, np.concatenate([x for x, _ in train]),
-                   np.concatenate([y for _, y in train]), test_x, test_y)
+    return Dataset(
+        info,
+        np.concatenate([x for x, _ in train]),
+        np.concatenate([y for _, y in train]),
+        test_x,
+        test_y,
+    )
 
 
-def fetch_cifar10(target: str | None = None, url: str = CIFAR10_URL,
-                  md5: str = CIFAR10_TAR_MD5) -> Path:
+def fetch_cifar10(
+    target: str | None = None, url: str = CIFAR10_URL, md5: str = CIFAR10_TAR_MD5
+) -> Path:
     """Download the official CIFAR-10 archive, check its MD5, unpack it."""
     folder = data_dir(CIFAR10, target)
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -208,8 +237,9 @@ def fetch_cifar10(target: str | None = None, url: str = CIFAR10_URL,
             shutil.copyfileobj(response, out)
         digest = hashlib.md5(archive.read_bytes()).hexdigest()
         if digest != md5:
-            raise DataError(f"cifar10: the download from {url} has MD5 {digest}, "
-                            f"expected {md5}; try again")
+            raise DataError(
+                f"cifar10: the download from {url} has MD5 {digest}, expected {md5}; try again"
+            )
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
         if folder.exists():

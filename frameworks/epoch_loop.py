@@ -4,6 +4,7 @@ records, the epoch's sums, evaluation, the all-reduced epoch row and the
 idle clock of calibrated splits. A family supplies only a :class:`Steps`:
 its training step, its evaluation and its all-reduce.
 """
+
 from __future__ import annotations
 
 import time
@@ -19,6 +20,7 @@ from traces.phases import PhaseRecorder
 
 class Steps(Protocol):
     """What a family's loop does within the skeleton."""
+
     device_kind: str  # "cpu" or "gpu": what this process computes on (balance.json)
 
     def begin_epoch(self) -> None:
@@ -40,9 +42,17 @@ class Steps(Protocol):
         """Sum or max of a float64 vector over all processes."""
 
 
-def run(steps_of: Steps, config: dict, plan: balance.BatchPlan, dist: Dist,
-        phases: PhaseRecorder, clock: common.RunClock, run_dir: Path, n_train: int,
-        steps: int) -> list[dict]:
+def run(
+    steps_of: Steps,
+    config: dict,
+    plan: balance.BatchPlan,
+    dist: Dist,
+    phases: PhaseRecorder,
+    clock: common.RunClock,
+    run_dir: Path,
+    n_train: int,
+    steps: int,
+) -> list[dict]:
     """Train every epoch; rank 0 rewrites epochs.tsv after each, so that
     progress is visible. Returns the epoch rows."""
     rows, global_step, idle = [], 0, balance.IdleClock(plan, dist.rank)
@@ -63,9 +73,12 @@ def run(steps_of: Steps, config: dict, plan: balance.BatchPlan, dist: Dist,
         measured_s = time.perf_counter() - measured_start if measured_start else 0.0
         idle.add(measured_s, measured_steps)
         loss_sum, correct = steps_of.train_sums()
-        sums = common.EpochSums(train_loss=loss_sum, train_correct=correct,
-                                train_images=steps * plan.own,
-                                measured_images=plan.own * measured_steps)
+        sums = common.EpochSums(
+            train_loss=loss_sum,
+            train_correct=correct,
+            train_images=steps * plan.own,
+            measured_images=plan.own * measured_steps,
+        )
         if common.evaluates(config, epoch):
             with phases("eval"):
                 steps_of.evaluate(sums)
@@ -76,12 +89,21 @@ def run(steps_of: Steps, config: dict, plan: balance.BatchPlan, dist: Dist,
     return rows
 
 
-def epoch_row(steps_of: Steps, epoch: int, epoch_start: float, sums: common.EpochSums,
-              measured_s: float, clock: common.RunClock) -> dict:
+def epoch_row(
+    steps_of: Steps,
+    epoch: int,
+    epoch_start: float,
+    sums: common.EpochSums,
+    measured_s: float,
+    clock: common.RunClock,
+) -> dict:
     """The epoch's row from the all-reduced sums and the slowest process's times."""
     totals = steps_of.allreduce(np.asarray(sums.vector(), dtype=np.float64), "sum")
-    slowest = steps_of.allreduce(np.asarray([measured_s, clock.elapsed()], dtype=np.float64),
-                                 "max")
-    return common.epoch_row(epoch, time.perf_counter() - epoch_start,
-                            common.EpochSums.from_vector(totals), float(slowest[0]),
-                            float(slowest[1]))
+    slowest = steps_of.allreduce(np.asarray([measured_s, clock.elapsed()], dtype=np.float64), "max")
+    return common.epoch_row(
+        epoch,
+        time.perf_counter() - epoch_start,
+        common.EpochSums.from_vector(totals),
+        float(slowest[0]),
+        float(slowest[1]),
+    )

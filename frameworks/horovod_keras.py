@@ -1,4 +1,5 @@
 """Horovod on TensorFlow/Keras: horovodrun with the Gloo or MPI controller."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,15 +8,19 @@ from frameworks.registry import AdapterInfo
 from frameworks.tf_family import Dist, TFAdapter, pin_device
 
 ADAPTER = AdapterInfo(
-    name="horovod-keras", module=__name__, family="tensorflow", launcher="horovodrun",
-    env="tensorflow", probe="horovod.tensorflow",
+    name="horovod-keras",
+    module=__name__,
+    family="tensorflow",
+    launcher="horovodrun",
+    env="tensorflow",
+    probe="horovod.tensorflow",
     exposes=("init", "data_load", "forward", "backward", "grad_comm", "optimizer", "eval"),
     notes="A custom GradientTape loop: 'backward' is tape.gradient, 'grad_comm' the "
-          "grouped all-reduce (average) that hvd.DistributedGradientTape issues after it "
-          "in eager mode, called on its own so that it is timed on its own. "
-          "fp16 is hvd.Compression.fp16 in that all-reduce; comm_bytes are the sizes of "
-          "the tensors handed to it, recorded when the compiled all-reduce is traced "
-          "(its shapes are fixed). int8 and bf16 are not offered here.",
+    "grouped all-reduce (average) that hvd.DistributedGradientTape issues after it "
+    "in eager mode, called on its own so that it is timed on its own. "
+    "fp16 is hvd.Compression.fp16 in that all-reduce; comm_bytes are the sizes of "
+    "the tensors handed to it, recorded when the compiled all-reduce is traced "
+    "(its shapes are fixed). int8 and bf16 are not offered here.",
     compressions=("none", "fp16"),
     batch_splits=("even", "calibrated"),
 )
@@ -25,6 +30,7 @@ class Adapter(TFAdapter):
     def init(self, config: dict) -> Dist:
         import horovod.tensorflow as hvd
         import tensorflow as tf
+
         hvd.init()
         pin_device(tf, config, hvd.local_rank())
         self.hvd = hvd
@@ -36,6 +42,7 @@ class Adapter(TFAdapter):
 
     def gradient_allreduce(self):
         import tensorflow as tf
+
         hvd, phases = self.hvd, self.phases
         inner = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}[self.compression]
         handed: list[int] = []  # bytes of each tensor handed to the all-reduce
@@ -56,6 +63,7 @@ class Adapter(TFAdapter):
             averaged = average(grads)
             phases.count_bytes(sum(handed))
             return averaged
+
         phases.measures_bytes = True
         return average_and_count
 
@@ -65,6 +73,7 @@ class Adapter(TFAdapter):
 
     def versions(self) -> dict:
         import horovod
+
         return {"horovod": horovod.__version__}
 
     def shutdown(self) -> None:

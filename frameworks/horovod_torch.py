@@ -1,4 +1,5 @@
 """Horovod on PyTorch: horovodrun with the Gloo or MPI controller."""
+
 from __future__ import annotations
 
 from frameworks import compression
@@ -7,18 +8,21 @@ from frameworks.registry import AdapterInfo
 from frameworks.torch_family import Dist, TorchAdapter
 
 ADAPTER = AdapterInfo(
-    name="horovod-torch", module=__name__, family="torch", launcher="horovodrun",
-    env="torch", probe="horovod.torch",
-    exposes=("init", "data_load", "h2d", "forward", "backward", "grad_comm",
-             "optimizer", "eval"),
+    name="horovod-torch",
+    module=__name__,
+    family="torch",
+    launcher="horovodrun",
+    env="torch",
+    probe="horovod.torch",
+    exposes=("init", "data_load", "h2d", "forward", "backward", "grad_comm", "optimizer", "eval"),
     notes="Horovod starts each gradient's all-reduce from a backward hook; "
-          "'grad_comm' is the exposed wait in optimizer.synchronize(). "
-          "fp16 is hvd.Compression.fp16. bf16: Horovod 0.28 refuses bfloat16 tensors "
-          "('Tensor type torch.BFloat16Tensor is not supported'). int8 and int8+lossless: "
-          "Horovod's Compressor only wraps an all-reduce, so the adapter all-gathers every "
-          "gradient's payload (one grouped all-gather) after backward and each rank "
-          "averages the decoded payloads; that exchange does not overlap backward and "
-          "all of it is in 'grad_comm'.",
+    "'grad_comm' is the exposed wait in optimizer.synchronize(). "
+    "fp16 is hvd.Compression.fp16. bf16: Horovod 0.28 refuses bfloat16 tensors "
+    "('Tensor type torch.BFloat16Tensor is not supported'). int8 and int8+lossless: "
+    "Horovod's Compressor only wraps an all-reduce, so the adapter all-gathers every "
+    "gradient's payload (one grouped all-gather) after backward and each rank "
+    "averages the decoded payloads; that exchange does not overlap backward and "
+    "all of it is in 'grad_comm'.",
     compressions=("none", "fp16", "int8", "int8+lossless"),
     batch_splits=("even", "calibrated"),
 )
@@ -27,26 +31,32 @@ ADAPTER = AdapterInfo(
 class Adapter(TorchAdapter):
     def init(self, config: dict) -> Dist:
         import horovod.torch as hvd
+
         hvd.init()
         self.hvd = hvd
         if config["device"] == "gpu" and not hvd.nccl_built():
-            raise RunError("device: gpu needs Horovod built with NCCL, and this one was "
-                           "built without it: run envs/setup.sh where nvcc is on PATH "
-                           "(e.g. after 'module load cuda'), which rebuilds it with NCCL")
+            raise RunError(
+                "device: gpu needs Horovod built with NCCL, and this one was "
+                "built without it: run envs/setup.sh where nvcc is on PATH "
+                "(e.g. after 'module load cuda'), which rebuilds it with NCCL"
+            )
         self.compression = config["compression"]
         self.gathers = compression.CODECS[self.compression].gathers
         return Dist(rank=hvd.rank(), world=hvd.size(), local_rank=hvd.local_rank())
 
     def wrap(self, model, optimizer):
         from frameworks.torch_compression import horovod_compressor
+
         hvd = self.hvd
         self.phases.measures_bytes = True
         if self.gathers:
             self.params = list(model.parameters())
         else:
             optimizer = hvd.DistributedOptimizer(
-                optimizer, named_parameters=model.named_parameters(),
-                compression=horovod_compressor(self.compression, self.phases))
+                optimizer,
+                named_parameters=model.named_parameters(),
+                compression=horovod_compressor(self.compression, self.phases),
+            )
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         return model, optimizer
@@ -54,6 +64,7 @@ class Adapter(TorchAdapter):
     def sync_gradients(self, optimizer) -> None:
         if self.gathers:
             from frameworks.torch_compression import horovod_gather_average
+
             grads = [p.grad for p in self.params if p.grad is not None]
             horovod_gather_average(self.hvd, self.compression, grads, self.phases)
         else:

@@ -10,6 +10,7 @@ its environment on a cluster (envs/lbann.md). Everything up to the call of
 ``lbann.run`` is plain Python and tested here: the layer graph, the data
 files, the reader description, the launch arguments and the output parser.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,17 +30,23 @@ from frameworks.common import Dist
 from frameworks.registry import AdapterInfo
 
 ADAPTER = AdapterInfo(
-    name="lbann", module=__name__, family="lbann", launcher="lbann-driver",
-    env="lbann", probe="lbann",
+    name="lbann",
+    module=__name__,
+    family="lbann",
+    launcher="lbann-driver",
+    env="lbann",
+    probe="lbann",
     exposes=(),
     notes="LBANN runs its own training loop and reports, per epoch and on its master "
-          "rank only, the run time and mini-batch time statistics (mean, median, max, "
-          "min, stdev): they fill epochs.tsv and lbann_batch_times.tsv. No per-step "
-          "phases, no warm-up exclusion (epoch 1 includes it), no weights to compare.",
+    "rank only, the run time and mini-batch time statistics (mean, median, max, "
+    "min, stdev): they fill epochs.tsv and lbann_batch_times.tsv. No per-step "
+    "phases, no warm-up exclusion (epoch 1 includes it), no weights to compare.",
 )
 
-HOW_TO_BUILD = ("build LBANN with envs/build-lbann.sh (CPU, LBANN's CMake SuperBuild) or "
-                "Spack as envs/lbann.md says, and point DDLC_VENV_LBANN at its environment")
+HOW_TO_BUILD = (
+    "build LBANN with envs/build-lbann.sh (CPU, LBANN's CMake SuperBuild) or "
+    "Spack as envs/lbann.md says, and point DDLC_VENV_LBANN at its environment"
+)
 
 
 class Adapter:
@@ -49,18 +56,24 @@ class Adapter:
 def import_lbann():
     """LBANN's front end, with the executable it launches."""
     import shutil
+
     try:
         import lbann
     except ImportError as exc:
-        raise common.RunError(f"lbann: LBANN's Python front end is not importable in this "
-                              f"environment ({exc}); {HOW_TO_BUILD}") from None
+        raise common.RunError(
+            f"lbann: LBANN's Python front end is not importable in this "
+            f"environment ({exc}); {HOW_TO_BUILD}"
+        ) from None
     if shutil.which(lbann.lbann_exe()) is None:
-        raise common.RunError(f"lbann: the front end is there but not the executable "
-                              f"{lbann.lbann_exe()!r} it launches; {HOW_TO_BUILD}")
+        raise common.RunError(
+            f"lbann: the front end is there but not the executable "
+            f"{lbann.lbann_exe()!r} it launches; {HOW_TO_BUILD}"
+        )
     return lbann
 
 
 # --- the shared CNN as an LBANN layer graph --------------------------------
+
 
 def layer_graph(spec: dict, info: data.DatasetInfo) -> list[dict]:
     """The spec as the LBANN layers the builder creates, in order, with the
@@ -75,17 +88,38 @@ def layer_graph(spec: dict, info: data.DatasetInfo) -> list[dict]:
         relu = layer.get("activation") == "relu"
         weights = [init["relu"] if relu else init["linear"], init["bias"]]
         if kind == "conv2d":
-            graph.append({"layer": "Convolution", "num_dims": 2, "out_channels": layer["filters"],
-                          "kernel_size": layer["kernel"], "stride": 1,
-                          "padding": layer["kernel"] // 2, "has_bias": True,
-                          "weights": weights})
+            graph.append(
+                {
+                    "layer": "Convolution",
+                    "num_dims": 2,
+                    "out_channels": layer["filters"],
+                    "kernel_size": layer["kernel"],
+                    "stride": 1,
+                    "padding": layer["kernel"] // 2,
+                    "has_bias": True,
+                    "weights": weights,
+                }
+            )
         elif kind == "maxpool2d":
-            graph.append({"layer": "Pooling", "num_dims": 2, "pool_dims_i": layer["size"],
-                          "pool_strides_i": layer["size"], "pool_mode": "max"})
+            graph.append(
+                {
+                    "layer": "Pooling",
+                    "num_dims": 2,
+                    "pool_dims_i": layer["size"],
+                    "pool_strides_i": layer["size"],
+                    "pool_mode": "max",
+                }
+            )
         elif kind == "dense":
             units = info.classes if layer["units"] == "classes" else layer["units"]
-            graph.append({"layer": "FullyConnected", "num_neurons": units, "has_bias": True,
-                          "weights": weights})
+            graph.append(
+                {
+                    "layer": "FullyConnected",
+                    "num_neurons": units,
+                    "has_bias": True,
+                    "weights": weights,
+                }
+            )
         elif kind != "flatten":
             raise ValueError(f"the LBANN builder has no layer type {kind!r}")
         if relu:
@@ -101,16 +135,27 @@ def residual_graph(spec: dict, info: data.DatasetInfo) -> list[dict]:
         kind = node["type"]
         layer = {"name": node["name"], "parents": node["inputs"]}
         if kind == "conv2d":
-            layer.update(layer="Convolution", num_dims=2, out_channels=node["filters"],
-                         kernel_size=node["kernel"], stride=node["stride"],
-                         padding=node["padding"], has_bias=node["bias"], weights=[node["init"]])
+            layer.update(
+                layer="Convolution",
+                num_dims=2,
+                out_channels=node["filters"],
+                kernel_size=node["kernel"],
+                stride=node["stride"],
+                padding=node["padding"],
+                has_bias=node["bias"],
+                weights=[node["init"]],
+            )
         elif kind == "batchnorm":  # LBANN's decay is 1 - the spec's momentum;
             # without no_bessel_correction LBANN divides by n - 1 (PyTorch and
             # Keras by n) and ResNet-34 would not be the same model.
-            layer.update(layer="BatchNormalization", decay=1 - node["momentum"],
-                         epsilon=node["epsilon"], statistics_group_size=1,
-                         no_bessel_correction=True,
-                         weights=[spec["init"]["bn_gamma"], spec["init"]["bn_beta"]])
+            layer.update(
+                layer="BatchNormalization",
+                decay=1 - node["momentum"],
+                epsilon=node["epsilon"],
+                statistics_group_size=1,
+                no_bessel_correction=True,
+                weights=[spec["init"]["bn_gamma"], spec["init"]["bn_beta"]],
+            )
         elif kind == "relu":
             layer.update(layer="Relu")
         elif kind == "add":
@@ -119,8 +164,12 @@ def residual_graph(spec: dict, info: data.DatasetInfo) -> list[dict]:
             layer.update(layer="ChannelwiseMean")
         elif kind == "dense":
             units = info.classes if node["units"] == "classes" else node["units"]
-            layer.update(layer="FullyConnected", num_neurons=units, has_bias=True,
-                         weights=[node["init"], node["bias_init"]])
+            layer.update(
+                layer="FullyConnected",
+                num_neurons=units,
+                has_bias=True,
+                weights=[node["init"], node["bias_init"]],
+            )
         else:
             raise ValueError(f"the LBANN builder has no node type {kind!r}")
         graph.append(layer)
@@ -181,13 +230,11 @@ def _graph_row(node: dict, shape: tuple, parent_shapes: list[tuple]) -> dict | N
     return {"type": kind, "shape": shape, "params": params, "running_stats": running}
 
 
-INITIALISERS = {"he_uniform": "HeUniformInitializer",
-                "glorot_uniform": "GlorotUniformInitializer"}
+INITIALISERS = {"he_uniform": "HeUniformInitializer", "glorot_uniform": "GlorotUniformInitializer"}
 CONSTANTS = {"zeros": 0.0, "ones": 1.0}
 
 
-def build_model(lbann, spec: dict, info: data.DatasetInfo, epochs: int,
-                warmup_steps: int = 0):
+def build_model(lbann, spec: dict, info: data.DatasetInfo, epochs: int, warmup_steps: int = 0):
     """The LBANN model of the shared spec: its layer graph, softmax
     cross-entropy, and accuracy as the metric named 'accuracy' (in %). The
     timer leaves the first ``warmup_steps`` training steps out of its
@@ -199,10 +246,13 @@ def build_model(lbann, spec: dict, info: data.DatasetInfo, epochs: int,
     for index, node in enumerate(layer_graph(spec, info)):
         args = {k: v for k, v in node.items() if k not in ("layer", "weights", "parents")}
         if "weights" in node:
-            parts = ("scale", "bias") if node["layer"] == "BatchNormalization" else ("kernel",
-                                                                                      "bias")
-            args["weights"] = [_weights(lbann, name, f"w{index}_{part}")
-                               for name, part in zip(node["weights"], parts)]
+            parts = (
+                ("scale", "bias") if node["layer"] == "BatchNormalization" else ("kernel", "bias")
+            )
+            args["weights"] = [
+                _weights(lbann, name, f"w{index}_{part}")
+                for name, part in zip(node["weights"], parts)
+            ]
         parents = [built[p] for p in node["parents"]] if "parents" in node else [x]
         x = getattr(lbann, node["layer"])(*parents, **args)
         if "name" in node:
@@ -210,11 +260,13 @@ def build_model(lbann, spec: dict, info: data.DatasetInfo, epochs: int,
     probs = lbann.Softmax(x)
     loss = lbann.CrossEntropy(probs, labels)
     accuracy = lbann.CategoricalAccuracy(probs, labels)
-    return lbann.Model(epochs, layers=lbann.traverse_layer_graph([images, labels]),
-                       objective_function=loss,
-                       metrics=[lbann.Metric(accuracy, name="accuracy", unit="%")],
-                       callbacks=[lbann.CallbackPrint(),
-                                  lbann.CallbackTimer(skip_steps=warmup_steps)])
+    return lbann.Model(
+        epochs,
+        layers=lbann.traverse_layer_graph([images, labels]),
+        objective_function=loss,
+        metrics=[lbann.Metric(accuracy, name="accuracy", unit="%")],
+        callbacks=[lbann.CallbackPrint(), lbann.CallbackTimer(skip_steps=warmup_steps)],
+    )
 
 
 VERSION_LINE = re.compile(r"LLNL LBANN version: (?P<version>\S+)(?: \((?P<git>[^)]+)\))?")
@@ -232,8 +284,9 @@ def lbann_version(output: str) -> str:
 
 def _weights(lbann, name: str, label: str):
     if name in CONSTANTS:
-        return lbann.Weights(initializer=lbann.ConstantInitializer(value=CONSTANTS[name]),
-                             name=label)
+        return lbann.Weights(
+            initializer=lbann.ConstantInitializer(value=CONSTANTS[name]), name=label
+        )
     return lbann.Weights(initializer=getattr(lbann, INITIALISERS[name])(), name=label)
 
 
@@ -241,14 +294,34 @@ def graph_of_model(model, names: frozenset = frozenset()) -> list[dict]:
     """The layer graph read back from a built lbann.Model's layer objects
     (what the same-model gate checks when LBANN is importable); ``names``:
     the spec's node names, for a graph spec."""
-    fields = ("num_dims", "out_channels", "kernel_size", "stride", "padding", "has_bias",
-              "pool_dims_i", "pool_strides_i", "pool_mode", "num_neurons", "decay", "epsilon",
-              "statistics_group_size", "no_bessel_correction")
+    fields = (
+        "num_dims",
+        "out_channels",
+        "kernel_size",
+        "stride",
+        "padding",
+        "has_bias",
+        "pool_dims_i",
+        "pool_strides_i",
+        "pool_mode",
+        "num_neurons",
+        "decay",
+        "epsilon",
+        "statistics_group_size",
+        "no_bessel_correction",
+    )
     graph = []
     for layer in model.layers:
         kind = type(layer).__name__
-        if kind not in ("Convolution", "Pooling", "FullyConnected", "Relu", "BatchNormalization",
-                        "Sum", "ChannelwiseMean"):
+        if kind not in (
+            "Convolution",
+            "Pooling",
+            "FullyConnected",
+            "Relu",
+            "BatchNormalization",
+            "Sum",
+            "ChannelwiseMean",
+        ):
             continue
         node = {"layer": kind}
         if layer.name in names:  # a graph spec's layer: keep its name and parents
@@ -268,10 +341,14 @@ def graph_of_model(model, names: frozenset = frozenset()) -> list[dict]:
 # that a cache written by an older version is not reused.
 DATA_FILES_VERSION = "v2"
 LBANN_FILES = {
-    "fashion-mnist": {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-                      "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")},
-    "cifar10": {"train": tuple(f"data_batch_{i}.bin" for i in range(1, 6)),
-                "test": ("test_batch.bin",)},
+    "fashion-mnist": {
+        "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+        "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+    },
+    "cifar10": {
+        "train": tuple(f"data_batch_{i}.bin" for i in range(1, 6)),
+        "test": ("test_batch.bin",),
+    },
 }
 
 
@@ -298,16 +375,17 @@ def write_data_files(dataset: data.Dataset, folder: Path) -> Path:
     if all((folder / f).exists() for part in files.values() for f in part):
         return folder
     if dataset.info.name == "fashion-mnist":
-        for part, (x, y) in {"train": (dataset.train_x, dataset.train_y),
-                             "test": (dataset.test_x, dataset.test_y)}.items():
+        for part, (x, y) in {
+            "train": (dataset.train_x, dataset.train_y),
+            "test": (dataset.test_x, dataset.test_y),
+        }.items():
             images, labels = files[part]
             write_idx(folder / images, x[:, 0])
             write_idx(folder / labels, y)
     else:
         for i, name in enumerate(files["train"]):
             take = slice(i * 10000, (i + 1) * 10000)
-            write_cifar_bin(folder / name, transposed(dataset.train_x[take]),
-                            dataset.train_y[take])
+            write_cifar_bin(folder / name, transposed(dataset.train_x[take]), dataset.train_y[take])
         write_cifar_bin(folder / files["test"][0], transposed(dataset.test_x), dataset.test_y)
     return folder
 
@@ -332,8 +410,9 @@ def reader_roles(info: data.DatasetInfo) -> tuple[tuple[str, str], ...]:
     return (("train", "train"), ("validate", "test"), ("test", "test"))
 
 
-def reader_spec(info: data.DatasetInfo, folder: Path, train_samples: int,
-                test_samples: int | None = None) -> list[dict]:
+def reader_spec(
+    info: data.DatasetInfo, folder: Path, train_samples: int, test_samples: int | None = None
+) -> list[dict]:
     """The data readers of the experiment (reader_roles), ``train_samples``
     per epoch and the first ``test_samples`` test images (all if None).
     Inputs are normalised as everywhere: (x / 255 - mean) / std."""
@@ -341,15 +420,22 @@ def reader_spec(info: data.DatasetInfo, folder: Path, train_samples: int,
     means = " ".join(f"{m:g}" for m in info.mean)
     stddevs = " ".join(f"{s:g}" for s in info.std)
     if name == "mnist":  # the mnist reader gives raw bytes as floats
-        transforms = [("scale", {"scale": 1 / 255}), ("normalize", {"means": means,
-                                                                    "stddevs": stddevs})]
+        transforms = [
+            ("scale", {"scale": 1 / 255}),
+            ("normalize", {"means": means, "stddevs": stddevs}),
+        ]
     else:  # the cifar10 reader gives images: this transform scales and lays out
         transforms = [("normalize_to_lbann_layout", {"means": means, "stddevs": stddevs})]
     files = LBANN_FILES[info.name]
     readers = []
     for role, part in reader_roles(info):
-        reader = {"name": name, "role": role, "shuffle": role == "train",
-                  "data_filedir": str(folder), "transforms": transforms}
+        reader = {
+            "name": name,
+            "role": role,
+            "shuffle": role == "train",
+            "data_filedir": str(folder),
+            "transforms": transforms,
+        }
         reader.update(_sample_count(train_samples if role == "train" else test_samples))
         if name == "mnist":
             reader["data_filename"], reader["label_filename"] = files[part]
@@ -389,8 +475,12 @@ RUN_ARGS = "DDLC_LBANN_RUN_ARGS"  # ddlcompare/launchers/lbann_driver.py sets it
 
 def launch_args(config: dict, env: dict) -> dict:
     """The keyword arguments of ``lbann.run`` for this run and where it runs."""
-    return {"nodes": config["nodes"], "procs_per_node": config["procs_per_node"],
-            "job_name": f"ddlc-{config['run_id']}", **json.loads(env[RUN_ARGS])}
+    return {
+        "nodes": config["nodes"],
+        "procs_per_node": config["procs_per_node"],
+        "job_name": f"ddlc-{config['run_id']}",
+        **json.loads(env[RUN_ARGS]),
+    }
 
 
 # --- LBANN's output ---------------------------------------------------------
@@ -401,7 +491,8 @@ OUTPUT_LINE = re.compile(
     r"(?:model\d+ \(instance (?P<instance>\d+)\)|Model \d+) "
     r"(?P<mode>training epoch (?P<epoch>\d+)|validation|test) "
     r"(?P<key>objective function|accuracy|categorical accuracy|run time|"
-    r"mini-batch time statistics) : (?P<value>.+?)\s*$")
+    r"mini-batch time statistics) : (?P<value>.+?)\s*$"
+)
 STATISTIC = re.compile(r"(N/A|[-+0-9.eE]+)s? (mean|median|max|min|stdev)")
 
 
@@ -441,14 +532,23 @@ def _values(prefix: str, key: str, value: str) -> dict:
         return {f"{prefix}_accuracy": float(value.rstrip("%")) / 100}
     if key == "run time":
         return {f"{prefix}_run_time_s": float(value.rstrip("s"))}
-    stats = {name: (float("nan") if number == "N/A" else float(number))
-             for number, name in STATISTIC.findall(value)}
-    return {f"{prefix}_batch_{name}_s": stats.get(name, float("nan"))
-            for name in ("mean", "median", "max", "min", "stdev")}
+    stats = {
+        name: (float("nan") if number == "N/A" else float(number))
+        for number, name in STATISTIC.findall(value)
+    }
+    return {
+        f"{prefix}_batch_{name}_s": stats.get(name, float("nan"))
+        for name in ("mean", "median", "max", "min", "stdev")
+    }
 
 
-def epoch_rows(parsed: list[dict], images_per_epoch: int, launch_s: float = 0.0,
-               global_batch: int | None = None, warmup_steps: int = 0) -> list[dict]:
+def epoch_rows(
+    parsed: list[dict],
+    images_per_epoch: int,
+    launch_s: float = 0.0,
+    global_batch: int | None = None,
+    warmup_steps: int = 0,
+) -> list[dict]:
     """The common epochs.tsv rows. LBANN's training run time is the epoch's
     wall time. The measured time: with ``global_batch``, the mini-batches
     LBANN's timer timed (CallbackTimer(skip_steps=warmup_steps) leaves the
@@ -471,14 +571,20 @@ def epoch_rows(parsed: list[dict], images_per_epoch: int, launch_s: float = 0.0,
             timed = steps - min(steps, max(0, warmup_steps - steps_before))
             measured_images, measured_s = timed * global_batch, timed * mean_s
             steps_before += steps
-        rows.append({
-            "epoch": entry["epoch"], "wall_s": round(wall_s, 4), "elapsed_s": round(elapsed, 4),
-            "train_loss": entry.get("train_loss", nan),
-            "train_accuracy": entry.get("train_accuracy", nan),
-            "test_loss": entry.get("test_loss", nan),
-            "test_accuracy": entry.get("test_accuracy", nan),
-            "images_per_s": measured_images / measured_s if measured_s > 0 else nan,
-            "measured_images": measured_images, "measured_s": measured_s})
+        rows.append(
+            {
+                "epoch": entry["epoch"],
+                "wall_s": round(wall_s, 4),
+                "elapsed_s": round(elapsed, 4),
+                "train_loss": entry.get("train_loss", nan),
+                "train_accuracy": entry.get("train_accuracy", nan),
+                "test_loss": entry.get("test_loss", nan),
+                "test_accuracy": entry.get("test_accuracy", nan),
+                "images_per_s": measured_images / measured_s if measured_s > 0 else nan,
+                "measured_images": measured_images,
+                "measured_s": measured_s,
+            }
+        )
     return rows
 
 
@@ -491,27 +597,33 @@ def write_batch_times(folder: Path, parsed: list[dict]) -> None:
     for entry in parsed:
         for mode in ("train", "test"):
             if f"{mode}_batch_mean_s" in entry:
-                values = [entry[f"{mode}_batch_{s}_s"]
-                          for s in ("mean", "median", "max", "min", "stdev")]
+                values = [
+                    entry[f"{mode}_batch_{s}_s"] for s in ("mean", "median", "max", "min", "stdev")
+                ]
                 lines.append("\t".join([str(entry["epoch"]), mode, *(f"{v:.6g}" for v in values)]))
     common.write_text(folder / "lbann_batch_times.tsv", "\n".join(lines) + "\n")
 
 
 # --- the driver -------------------------------------------------------------
 
-def experiment(lbann, config: dict, info: data.DatasetInfo, folder: Path, steps: int,
-               world: int) -> tuple:
+
+def experiment(
+    lbann, config: dict, info: data.DatasetInfo, folder: Path, steps: int, world: int
+) -> tuple:
     """(trainer, model, data readers, optimizer) of one run: the global
     batch as LBANN's mini-batch, ``steps`` of it per epoch, the design's seed
     and the shared learning-rate rule."""
     global_batch = config["batch_size"] * world
-    model = build_model(lbann, models.MODELS[config["model"]], info, config["epochs"],
-                        config["warmup_steps"])
+    model = build_model(
+        lbann, models.MODELS[config["model"]], info, config["epochs"], config["warmup_steps"]
+    )
     trainer = lbann.Trainer(mini_batch_size=global_batch, random_seed=config["seed"])
-    readers = reader_message(lbann, reader_spec(info, folder, steps * global_batch,
-                                                config["test_images"]))
-    optimizer = lbann.SGD(learn_rate=models.scaled_learning_rate(config, global_batch),
-                          momentum=config["momentum"])
+    readers = reader_message(
+        lbann, reader_spec(info, folder, steps * global_batch, config["test_images"])
+    )
+    optimizer = lbann.SGD(
+        learn_rate=models.scaled_learning_rate(config, global_batch), momentum=config["momentum"]
+    )
     return trainer, model, readers, optimizer
 
 
@@ -525,22 +637,29 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     info = dataset.info
     global_batch = config["batch_size"] * world
     n_train, _, steps = common.epoch_sizes(config, dataset, world)
-    folder = write_data_files(dataset, Path.home() / ".cache" / "ddl-compare" / "lbann-data"
-                              / f"{info.name}-{DATA_FILES_VERSION}")
+    folder = write_data_files(
+        dataset,
+        Path.home() / ".cache" / "ddl-compare" / "lbann-data" / f"{info.name}-{DATA_FILES_VERSION}",
+    )
     parts = experiment(lbann, config, info, folder, steps, world)
     init_s = time.perf_counter() - init_start
     launch_s = clock.elapsed()
     work_dir = run_dir / "lbann"
-    status = lbann.run(*parts, work_dir=str(work_dir), overwrite_script=True,
-                       **launch_args(config, os.environ))
-    output = ((work_dir / "out.log").read_text(errors="replace")
-              if (work_dir / "out.log").exists() else "")
+    status = lbann.run(
+        *parts, work_dir=str(work_dir), overwrite_script=True, **launch_args(config, os.environ)
+    )
+    output = (
+        (work_dir / "out.log").read_text(errors="replace")
+        if (work_dir / "out.log").exists()
+        else ""
+    )
     parsed = parse_output(output)
     if status != 0 or not parsed:
-        raise common.RunError(f"lbann: the experiment exited with status {status} and "
-                              f"{len(parsed)} epoch(s) reported; see {work_dir}/err.log")
-    rows = epoch_rows(parsed, steps * global_batch, launch_s, global_batch,
-                      config["warmup_steps"])
+        raise common.RunError(
+            f"lbann: the experiment exited with status {status} and "
+            f"{len(parsed)} epoch(s) reported; see {work_dir}/err.log"
+        )
+    rows = epoch_rows(parsed, steps * global_batch, launch_s, global_batch, config["warmup_steps"])
     common.write_epochs(run_dir, rows)
     write_batch_times(run_dir, parsed)
     dist = Dist(rank=0, world=world, local_rank=0)
@@ -548,5 +667,6 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     record["params_digest"] = None  # LBANN keeps its weights to itself
     common.write_json(run_dir / "rank0.json", record)
     lr = models.scaled_learning_rate(config, global_batch)
-    common.write_json(run_dir / METRICS,
-                      common.summary(rows, world, global_batch, lr, steps, init_s, clock))
+    common.write_json(
+        run_dir / METRICS, common.summary(rows, world, global_batch, lr, steps, init_s, clock)
+    )

@@ -14,6 +14,7 @@ Point it at a source tree with DDLC_LBANN_SOURCE: a checkout, or a git
 directory (a bare clone or a mirror; DDLC_LBANN_REF picks the commit,
 default HEAD). Nothing of LBANN's is copied into this repository.
 """
+
 from __future__ import annotations
 
 import functools
@@ -55,11 +56,16 @@ def _stage(source: Path, folder: Path) -> None:
     """python/ and src/proto/ of the source tree, into folder."""
     if _is_git_dir(source):
         ref = os.environ.get("DDLC_LBANN_REF", "HEAD")
-        archive = subprocess.run(["git", "-C", str(source), "archive", "--format=tar", ref,
-                                  "python", "src/proto"], capture_output=True, check=False)
+        archive = subprocess.run(
+            ["git", "-C", str(source), "archive", "--format=tar", ref, "python", "src/proto"],
+            capture_output=True,
+            check=False,
+        )
         if archive.returncode != 0:
-            raise SourceError(f"{SOURCE_VARIABLE}={source}: git archive {ref} failed: "
-                              f"{archive.stderr.decode(errors='replace').strip()}")
+            raise SourceError(
+                f"{SOURCE_VARIABLE}={source}: git archive {ref} failed: "
+                f"{archive.stderr.decode(errors='replace').strip()}"
+            )
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
             tar.extractall(folder)
     else:
@@ -71,8 +77,9 @@ def _key(source: Path) -> str:
     """The cache folder's name: which tree, which commit."""
     ref = os.environ.get("DDLC_LBANN_REF", "HEAD")
     if _is_git_dir(source) or (source / ".git").exists():
-        found = subprocess.run(["git", "-C", str(source), "rev-parse", ref],
-                               capture_output=True, text=True)
+        found = subprocess.run(
+            ["git", "-C", str(source), "rev-parse", ref], capture_output=True, text=True
+        )
         ref = found.stdout.strip() or ref
     return hashlib.sha256(f"{source.resolve()}@{ref}".encode()).hexdigest()[:16]
 
@@ -81,13 +88,17 @@ def prepare(source: Path, cache: Path = CACHE) -> Path:
     """The folder holding an importable ``lbann`` package built from
     ``source``; made once per tree and commit."""
     if not (source.exists() and (_is_git_dir(source) or (source / "src" / "proto").is_dir())):
-        raise SourceError(f"{SOURCE_VARIABLE}={source}: not an LBANN source tree (no "
-                          "src/proto) nor a git directory of one; point it at a clone of "
-                          "https://github.com/LLNL/lbann")
+        raise SourceError(
+            f"{SOURCE_VARIABLE}={source}: not an LBANN source tree (no "
+            "src/proto) nor a git directory of one; point it at a clone of "
+            "https://github.com/LLNL/lbann"
+        )
     protoc = shutil.which("protoc")
     if protoc is None:
-        raise SourceError("protoc not found: install Debian's protobuf-compiler (or any "
-                          "protoc 3.x) to compile LBANN's .proto files")
+        raise SourceError(
+            "protoc not found: install Debian's protobuf-compiler (or any "
+            "protoc 3.x) to compile LBANN's .proto files"
+        )
     folder = cache / _key(source)
     if (folder / "ready").exists():
         return folder / "python"
@@ -96,9 +107,16 @@ def prepare(source: Path, cache: Path = CACHE) -> Path:
     staging.mkdir(parents=True)
     _stage(source, staging)
     proto_dir, out = staging / "src" / "proto", staging / "python"
-    compiled = subprocess.run([protoc, f"-I{proto_dir}", f"--python_out={out}",
-                               *sorted(str(p) for p in proto_dir.glob("*.proto"))],
-                              capture_output=True, text=True)
+    compiled = subprocess.run(
+        [
+            protoc,
+            f"-I{proto_dir}",
+            f"--python_out={out}",
+            *sorted(str(p) for p in proto_dir.glob("*.proto")),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if compiled.returncode != 0:
         raise SourceError(f"protoc could not compile LBANN's .proto files: {compiled.stderr}")
     package = out / "lbann"
@@ -106,9 +124,11 @@ def prepare(source: Path, cache: Path = CACHE) -> Path:
     (package / "lbann_features.py").write_text(
         "lbann_cmake_options = set()\nlbann_features = set()\n\n"
         "def has_feature(feature_name):\n    return feature_name.upper() in lbann_features\n\n"
-        "def get_features():\n    return lbann_features\n")
+        "def get_features():\n    return lbann_features\n"
+    )
     (package / "python_config.ini").write_text(
-        f"[Paths]\nlbann_pb2.py = {folder / 'python' / 'lbann_pb2.py'}\nlbann_exe = lbann\n")
+        f"[Paths]\nlbann_pb2.py = {folder / 'python' / 'lbann_pb2.py'}\nlbann_exe = lbann\n"
+    )
     (staging / "ready").write_text(f"{source}\n")
     shutil.rmtree(folder, ignore_errors=True)
     staging.rename(folder)
@@ -133,15 +153,20 @@ def front_end():
     the one of the source tree; (None, why not) when neither is there."""
     try:
         import lbann
+
         return lbann, f"the installed LBANN front end ({Path(lbann.__file__).parent})"
     except ImportError:
         pass
     source = source_tree()
     if source is None:
-        return None, (f"LBANN is not importable and no source tree was found (set "
-                      f"{SOURCE_VARIABLE}, or run envs/build-lbann.sh)")
+        return None, (
+            f"LBANN is not importable and no source tree was found (set "
+            f"{SOURCE_VARIABLE}, or run envs/build-lbann.sh)"
+        )
     try:
-        return import_lbann(source), (f"LBANN's Python front end from the source tree "
-                                      f"{source} (its .proto files compiled here by protoc)")
+        return import_lbann(source), (
+            f"LBANN's Python front end from the source tree "
+            f"{source} (its .proto files compiled here by protoc)"
+        )
     except (SourceError, ImportError) as exc:
         return None, f"LBANN's front end from {source} could not be imported: {exc}"

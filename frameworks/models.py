@@ -4,6 +4,7 @@ Builders (PyTorch here, Keras and LBANN later) read these specifications and
 nothing else, so that every framework trains the same network: same layers,
 shapes, initialisers, loss, optimizer and learning-rate rule.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,8 +40,12 @@ RESNET34 = {
     "stem": {"filters": 64, "kernel": 3, "stride": 1},
     # Stride 2 at the first block of stages 2-4; where a block changes the
     # shape, its shortcut is a 1x1 stride-2 conv + BN (projection).
-    "stages": [{"filters": 64, "blocks": 3}, {"filters": 128, "blocks": 4},
-               {"filters": 256, "blocks": 6}, {"filters": 512, "blocks": 3}],
+    "stages": [
+        {"filters": 64, "blocks": 3},
+        {"filters": 128, "blocks": 4},
+        {"filters": 256, "blocks": 6},
+        {"filters": 512, "blocks": 3},
+    ],
     # Convs have no bias (BN follows each) and pad kernel // 2 on EVERY side
     # (symmetric: 28 -> 14 -> 7 -> 4 at stride 2). TensorFlow's 'same' pads
     # stride-2 convs asymmetrically (bottom/right only), so Keras pads
@@ -54,8 +59,13 @@ RESNET34 = {
     "batchnorm": {"epsilon": 1e-5, "momentum": 0.1},
     # He uniform (fan in) for convs, Glorot uniform for the output layer,
     # zero biases; BN gamma 1, beta 0, running mean 0, running variance 1.
-    "init": {"conv": "he_uniform", "dense": "glorot_uniform", "bias": "zeros",
-             "bn_gamma": "ones", "bn_beta": "zeros"},
+    "init": {
+        "conv": "he_uniform",
+        "dense": "glorot_uniform",
+        "bias": "zeros",
+        "bn_gamma": "ones",
+        "bn_beta": "zeros",
+    },
     "loss": "softmax_cross_entropy",
     "optimizer": {"type": "sgd", "momentum": "from design (momentum)"},
     "lr_rule": "learning_rate * scale(global_batch / lr_base_batch), scale from lr_scaling",
@@ -81,8 +91,17 @@ def graph(spec: dict) -> list[dict]:
         return name
 
     def conv_bn(name, x, filters, kernel, stride):
-        x = node(f"{name}_conv", "conv2d", [x], filters=filters, kernel=kernel, stride=stride,
-                 padding=kernel // 2, bias=spec["conv"]["bias"], init=init["conv"])
+        x = node(
+            f"{name}_conv",
+            "conv2d",
+            [x],
+            filters=filters,
+            kernel=kernel,
+            stride=stride,
+            padding=kernel // 2,
+            bias=spec["conv"]["bias"],
+            init=init["conv"],
+        )
         return node(f"{name}_bn", "batchnorm", [x], **bn)
 
     stem = spec["stem"]
@@ -151,8 +170,7 @@ def layer_shapes(spec: dict, input_shape: tuple[int, int, int], classes: int) ->
     return rows
 
 
-def graph_shapes(nodes: list[dict], input_shape: tuple[int, int, int],
-                 classes: int) -> list[dict]:
+def graph_shapes(nodes: list[dict], input_shape: tuple[int, int, int], classes: int) -> list[dict]:
     """``layer_shapes`` of a graph of nodes (``graph``), one row per node."""
     shapes = {"input": tuple(input_shape)}
     rows = []
@@ -171,8 +189,9 @@ def graph_shapes(nodes: list[dict], input_shape: tuple[int, int, int],
             shape = first
         elif n["type"] == "add":
             if any(shapes[i] != first for i in n["inputs"]):
-                raise ValueError(f"node {n['name']!r} adds tensors of shapes "
-                                 f"{[shapes[i] for i in n['inputs']]}")
+                raise ValueError(
+                    f"node {n['name']!r} adds tensors of shapes {[shapes[i] for i in n['inputs']]}"
+                )
             shape = first
         elif n["type"] == "global_avgpool":
             shape = (first[0],)
@@ -182,6 +201,13 @@ def graph_shapes(nodes: list[dict], input_shape: tuple[int, int, int],
         else:
             raise ValueError(f"unknown node type {n['type']!r} ({n['name']!r})")
         shapes[n["name"]] = shape
-        rows.append({"name": n["name"], "type": n["type"], "shape": shape, "params": params,
-                     "running_stats": running})
+        rows.append(
+            {
+                "name": n["name"],
+                "type": n["type"],
+                "shape": shape,
+                "params": params,
+                "running_stats": running,
+            }
+        )
     return rows

@@ -5,6 +5,7 @@ An adapter is one module in ``frameworks/`` that defines ``ADAPTER``, an
 framework is imported inside its functions), so the planner can list and
 check frameworks without torch or TensorFlow.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -15,14 +16,14 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class AdapterInfo:
-    name: str          # the design's framework level
-    module: str        # frameworks.<module>, which defines the adapter class
-    family: str        # which shared training loop runs it (torch, tensorflow...)
-    launcher: str      # ddlcompare.launch name: how its processes start
-    env: str           # the environment (envs/<env>.txt) it runs in
-    probe: str         # a module whose import proves the env is built
+    name: str  # the design's framework level
+    module: str  # frameworks.<module>, which defines the adapter class
+    family: str  # which shared training loop runs it (torch, tensorflow...)
+    launcher: str  # ddlcompare.launch name: how its processes start
+    env: str  # the environment (envs/<env>.txt) it runs in
+    probe: str  # a module whose import proves the env is built
     exposes: tuple[str, ...]  # the phases it can time separately
-    notes: str = ""    # what it cannot expose, said in the report
+    notes: str = ""  # what it cannot expose, said in the report
     # the gradient compressions (frameworks/compression.py) it can run
     compressions: tuple[str, ...] = ("none",)
     # the device levels it can run (params 'device')

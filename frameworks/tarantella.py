@@ -5,6 +5,7 @@ Runs in its own environment (TensorFlow <= 2.10 on Python <= 3.10, GPI-2,
 GaspiCxx with pygpi, Tarantella): envs/build-tarantella.sh builds it
 (notes: envs/tarantella.md).
 """
+
 from __future__ import annotations
 
 import json
@@ -19,19 +20,25 @@ from frameworks.registry import AdapterInfo
 from frameworks.tf_family import Dist, TFAdapter
 
 ADAPTER = AdapterInfo(
-    name="tarantella", module=__name__, family="tensorflow", launcher="tarantella",
-    env="tarantella", probe="tarantella",
+    name="tarantella",
+    module=__name__,
+    family="tensorflow",
+    launcher="tarantella",
+    env="tarantella",
+    probe="tarantella",
     exposes=("init", "other", "eval"),
     notes="tnt.Model owns the training step (Keras fit): forward, backward, gradient "
-          "all-reduce and optimizer are fused in one step, timed whole as 'other'. "
-          "Tarantella does not distribute evaluation, so the harness scores each "
-          "rank's test shard with the Keras model itself.",
+    "all-reduce and optimizer are fused in one step, timed whole as 'other'. "
+    "Tarantella does not distribute evaluation, so the harness scores each "
+    "rank's test shard with the Keras model itself.",
 )
 
-HOW_TO_BUILD = ("Tarantella is not installed in this environment; build the 'tarantella' "
-                "environment with 'bash envs/build-tarantella.sh' (TensorFlow 2.7, GPI-2, "
-                "GaspiCxx with pygpi, Tarantella v0.8.0 from source; notes: envs/tarantella.md) "
-                "and point DDLC_VENV_TARANTELLA at it")
+HOW_TO_BUILD = (
+    "Tarantella is not installed in this environment; build the 'tarantella' "
+    "environment with 'bash envs/build-tarantella.sh' (TensorFlow 2.7, GPI-2, "
+    "GaspiCxx with pygpi, Tarantella v0.8.0 from source; notes: envs/tarantella.md) "
+    "and point DDLC_VENV_TARANTELLA at it"
+)
 
 
 def import_tarantella():
@@ -44,11 +51,14 @@ def import_tarantella():
 
 def require_gpus(per_node: int) -> None:
     import tensorflow as tf
+
     found = len(tf.config.list_physical_devices("GPU"))
     if found < per_node:
-        raise common.RunError(f"tarantella: device: gpu asks for {per_node} GPU(s) per node "
-                              f"(procs_per_node) and this node has {found}; Tarantella would "
-                              "silently train on the CPU. Use device: cpu or fewer processes")
+        raise common.RunError(
+            f"tarantella: device: gpu asks for {per_node} GPU(s) per node "
+            f"(procs_per_node) and this node has {found}; Tarantella would "
+            "silently train on the CPU. Use device: cpu or fewer processes"
+        )
 
 
 def tarantella_version() -> str:
@@ -56,13 +66,18 @@ def tarantella_version() -> str:
     (master) or in the version.py installed next to the package (v0.8.0)."""
     try:
         from tarantella.version import tnt_version
+
         return str(tnt_version)
     except ImportError:
         pass
     import tarantella
+
     found = Path(tarantella.__file__).resolve().parents[1] / "version.py"
-    match = re.search(r"tnt_version\s*=\s*[\"']([^\"']+)", found.read_text()) \
-        if found.exists() else None
+    match = (
+        re.search(r"tnt_version\s*=\s*[\"']([^\"']+)", found.read_text())
+        if found.exists()
+        else None
+    )
     return match.group(1) if match else "unknown (no tnt_version found)"
 
 
@@ -120,10 +135,20 @@ class Adapter(TFAdapter):
             def on_train_end(self, logs=None):
                 timer.on_train_end()
 
-        for hook in ("on_epoch_begin", "on_epoch_end", "on_batch_begin", "on_batch_end",
-                     "on_test_begin", "on_test_end", "on_test_batch_begin",
-                     "on_test_batch_end", "on_predict_begin", "on_predict_end",
-                     "on_predict_batch_begin", "on_predict_batch_end"):
+        for hook in (
+            "on_epoch_begin",
+            "on_epoch_end",
+            "on_batch_begin",
+            "on_batch_end",
+            "on_test_begin",
+            "on_test_end",
+            "on_test_batch_begin",
+            "on_test_batch_end",
+            "on_predict_begin",
+            "on_predict_end",
+            "on_predict_batch_begin",
+            "on_predict_batch_end",
+        ):
             setattr(DirectTimer, hook, lambda self, *args, **kwargs: None)
         return DirectTimer()
 

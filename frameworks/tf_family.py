@@ -11,6 +11,7 @@ Adapters subclass :class:`TFAdapter` and override only their framework's
 own calls. The model (frameworks/keras_models.py), the data shards, the
 learning-rate rule, the phases and the figures are the same for all of them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,6 +32,7 @@ from traces.phases import PhaseRecorder
 
 class TFAdapter:
     """Defaults follow plain single-process TensorFlow; adapters override."""
+
     uses_fit = False  # True: the framework owns the training step (train_fit)
     phases: PhaseRecorder | None = None  # the run's recorder (comm_bytes), set by train
     replicas = 1  # model replicas this process drives (MirroredStrategy: its devices)
@@ -53,6 +55,7 @@ class TFAdapter:
     def per_replica(self, values: np.ndarray):
         """This process's batch (its replicas' slices, in order) as the input of ``replica``."""
         import tensorflow as tf
+
         return tf.constant(values)
 
     def local_results(self, value) -> list:
@@ -70,6 +73,7 @@ class TFAdapter:
         @tf.function
         def apply(grads):
             optimizer.apply_gradients(zip(grads, variables))
+
         return apply
 
     def allreduce(self, values: np.ndarray, op: str) -> np.ndarray:
@@ -97,6 +101,7 @@ def configure_tensorflow(config: dict):
     must come before TensorFlow starts its runtime (the first op)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     import tensorflow as tf
+
     tf.get_logger().setLevel("ERROR")
     tf.config.threading.set_intra_op_parallelism_threads(config["threads"])
     # Collective ops wait for their peers on an inter-op thread: keep a second.
@@ -112,8 +117,10 @@ def pin_device(tf, config: dict, local_rank: int) -> None:
         tf.config.set_visible_devices([], "GPU")
         return
     if local_rank >= len(gpus):
-        raise common.RunError(f"device: gpu was asked for, but TensorFlow sees {len(gpus)} GPU(s) "
-                              f"here and local rank {local_rank} needs one of its own")
+        raise common.RunError(
+            f"device: gpu was asked for, but TensorFlow sees {len(gpus)} GPU(s) "
+            f"here and local rank {local_rank} needs one of its own"
+        )
     tf.config.set_visible_devices(gpus[local_rank], "GPU")
 
 
@@ -140,8 +147,7 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
         dist, clock, dataset, plan, lr = _start(tf, adapter, config, run_dir)
         phases.one_rank = plan.world == 1
         with adapter.scope():
-            model = keras_models.build(models.MODELS[config["model"]], dataset.info,
-                                       config["seed"])
+            model = keras_models.build(models.MODELS[config["model"]], dataset.info, config["seed"])
             optimizer = keras_models.optimizer(config, lr)
             optimizer.build(model.trainable_variables)
         variables = model.trainable_variables
@@ -149,14 +155,21 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
         loss_fn = keras_models.per_example_loss(models.MODELS[config["model"]])
         if balance.calibrates(config):  # the same global batch, cut by speed
             plan = _calibrated_plan(tf, adapter, config, dist, model, dataset, loss_fn)
-        step_fns = _StepFunctions(tf, model, loss_fn, adapter.gradient_allreduce(),
-                                  adapter.apply_gradients(optimizer, variables), plan)
+        step_fns = _StepFunctions(
+            tf,
+            model,
+            loss_fn,
+            adapter.gradient_allreduce(),
+            adapter.apply_gradients(optimizer, variables),
+            plan,
+        )
     init_s = time.perf_counter() - init_start
     tracing.attach(phases, config, run_dir, dist.rank, dist.world)
 
     n_train, n_test, steps = common.epoch_sizes(config, dataset, plan.world)
-    evaluate = functools.partial(_evaluate, step_fns.evaluate, dataset, dist,
-                                 batch=config["batch_size"], n_test=n_test)
+    evaluate = functools.partial(
+        _evaluate, step_fns.evaluate, dataset, dist, batch=config["batch_size"], n_test=n_test
+    )
     steps_of = _TFSteps(tf, adapter, step_fns, dataset, config, phases, evaluate)
     rows = epoch_loop.run(steps_of, config, plan, dist, phases, clock, run_dir, n_train, steps)
     _finish(adapter, phases, run_dir, dist, model, rows, plan, lr, steps, init_s, clock)
@@ -165,8 +178,16 @@ def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
 class _TFSteps:
     """The TensorFlow family's part of the epoch loop (frameworks/epoch_loop.py)."""
 
-    def __init__(self, tf, adapter: TFAdapter, step_fns: "_StepFunctions", dataset, config: dict,
-                 phases: PhaseRecorder, evaluate):
+    def __init__(
+        self,
+        tf,
+        adapter: TFAdapter,
+        step_fns: _StepFunctions,
+        dataset,
+        config: dict,
+        phases: PhaseRecorder,
+        evaluate,
+    ):
         self.tf, self.adapter, self.step_fns, self.dataset = tf, adapter, step_fns, dataset
         self.phases, self.evaluate = phases, evaluate
         self.device_kind = "gpu" if config["device"] == "gpu" else "cpu"
@@ -236,11 +257,13 @@ class _StepFunctions:
             with phases("backward"):
                 grads = tape.gradient(weighted, self.model.trainable_variables)
             return loss, hits, grads
+
         return run
 
 
-def _calibrated_plan(tf, adapter: TFAdapter, config: dict, dist: Dist, model, dataset,
-                     loss_fn) -> balance.BatchPlan:
+def _calibrated_plan(
+    tf, adapter: TFAdapter, config: dict, dist: Dist, model, dataset, loss_fn
+) -> balance.BatchPlan:
     """Shares from timing a few local steps of a copy of the model, made
     outside the strategy's scope so that no step communicates."""
     probe = tf.keras.models.clone_model(model)
@@ -257,6 +280,7 @@ def _calibrated_plan(tf, adapter: TFAdapter, config: dict, dist: Dist, model, da
     def one_step():
         gradients()[0].numpy()  # waits for the step (device work is asynchronous)
         balance.slow_down(dist.rank, config["batch_size"])
+
     return balance.calibrated_plan(config, dist, one_step, adapter.allreduce)
 
 
@@ -265,33 +289,41 @@ def _optimizer_variables(optimizer) -> list:
     return list(found() if callable(found) else found)
 
 
-def _evaluate(evaluate, dataset: data.Dataset, dist: Dist, sums: common.EpochSums,
-              batch: int, n_test: int) -> None:
+def _evaluate(
+    evaluate, dataset: data.Dataset, dist: Dist, sums: common.EpochSums, batch: int, n_test: int
+) -> None:
     """Distributed evaluation: each rank scores every world-th of the first
     ``n_test`` test images."""
     import tensorflow as tf
+
     ids = np.arange(dist.rank, n_test, dist.world)
     eval_batch = max(batch, 256)
     loss, correct = 0.0, 0
     for start in range(0, len(ids), eval_batch):
-        take = ids[start:start + eval_batch]
+        take = ids[start : start + eval_batch]
         batch_loss, hits = evaluate(
             tf.constant(keras_models.images(dataset.test_x[take], dataset.info)),
-            tf.constant(dataset.test_y[take]))
+            tf.constant(dataset.test_y[take]),
+        )
         loss += float(batch_loss)
         correct += int(hits)
     sums.test_loss, sums.test_correct, sums.test_images = loss, correct, len(ids)
 
 
-def _finish(adapter, phases, run_dir, dist, model, rows, plan, lr, steps, init_s,
-            clock) -> None:
+def _finish(adapter, phases, run_dir, dist, model, rows, plan, lr, steps, init_s, clock) -> None:
     digests = replica_digests(model)
     versions = framework_versions(adapter)
     if len(digests) > 1:  # one process's several replicas: each one's weights
         versions["replica_params_digests"] = digests
-    common.finish(adapter, run_dir, phases, dist, versions, digests[0],
-                  common.summary(rows, plan.world, plan.global_batch, lr, steps, init_s,
-                                 clock))
+    common.finish(
+        adapter,
+        run_dir,
+        phases,
+        dist,
+        versions,
+        digests[0],
+        common.summary(rows, plan.world, plan.global_batch, lr, steps, init_s, clock),
+    )
 
 
 def replica_digests(model) -> list[str]:
@@ -311,6 +343,7 @@ def replica_digests(model) -> list[str]:
 
 def framework_versions(adapter: TFAdapter) -> dict:
     import tensorflow as tf
+
     return {"tensorflow": tf.__version__, "keras": tf.keras.__version__, **adapter.versions()}
 
 
@@ -327,11 +360,15 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
         global_batch = plan.global_batch
         spec = models.MODELS[config["model"]]
         keras_model = keras_models.build(spec, dataset.info, config["seed"])
-        model = adapter.wrap_for_fit(keras_model, keras_models.optimizer(config, lr),
-                                     keras_models.per_example_loss(spec, "sum_over_batch_size"),
-                                     ["accuracy"])
-        evaluate = _StepFunctions(tf, keras_model, keras_models.per_example_loss(spec),
-                                  None, None, None).evaluate
+        model = adapter.wrap_for_fit(
+            keras_model,
+            keras_models.optimizer(config, lr),
+            keras_models.per_example_loss(spec, "sum_over_batch_size"),
+            ["accuracy"],
+        )
+        evaluate = _StepFunctions(
+            tf, keras_model, keras_models.per_example_loss(spec), None, None, None
+        ).evaluate
     init_s = time.perf_counter() - init_start
     tracing.attach(phases, config, run_dir, dist.rank, dist.world)
 
@@ -342,18 +379,26 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     for epoch in range(1, config["epochs"] + 1):
         epoch_start = time.perf_counter()
         order = np.random.default_rng([config["seed"], epoch]).permutation(n_train)
-        take = order[:steps * global_batch]
+        take = order[: steps * global_batch]
         images = tf.data.Dataset.from_tensor_slices(
-            (keras_models.images(dataset.train_x[take], dataset.info), dataset.train_y[take]))
+            (keras_models.images(dataset.train_x[take], dataset.info), dataset.train_y[take])
+        )
         timer.state.epoch = epoch
-        history = model.fit(images.batch(global_batch), epochs=1, verbose=0, shuffle=False,
-                            callbacks=[adapter.fit_callback(timer)])
+        history = model.fit(
+            images.batch(global_batch),
+            epochs=1,
+            verbose=0,
+            shuffle=False,
+            callbacks=[adapter.fit_callback(timer)],
+        )
         # fit reports epoch means (this rank's or already global: weighting
         # by this rank's images gives the global mean after the sum either way).
-        sums = common.EpochSums(train_loss=history.history["loss"][-1] * steps * batch,
-                                train_correct=history.history["accuracy"][-1] * steps * batch,
-                                train_images=steps * batch,
-                                measured_images=batch * timer.state.measured_steps)
+        sums = common.EpochSums(
+            train_loss=history.history["loss"][-1] * steps * batch,
+            train_correct=history.history["accuracy"][-1] * steps * batch,
+            train_images=steps * batch,
+            measured_images=batch * timer.state.measured_steps,
+        )
         measured_s = timer.state.measured_s
         if common.evaluates(config, epoch):
             with phases("eval"):

@@ -1,6 +1,7 @@
 """TensorFlow's MirroredStrategy: one process mirrors the model over its
 local devices (launcher 'one-process'): the GPUs, or on CPU logical CPU
 devices; procs_per_node is the number of replicas."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,28 +11,36 @@ from frameworks.registry import AdapterInfo
 from frameworks.tf_mwms import Adapter as StrategyAdapter
 
 ADAPTER = AdapterInfo(
-    name="tf-mirrored", module=__name__, family="tensorflow", launcher="one-process",
-    env="tensorflow", probe="tensorflow", one_process=True,
+    name="tf-mirrored",
+    module=__name__,
+    family="tensorflow",
+    launcher="one-process",
+    env="tensorflow",
+    probe="tensorflow",
+    one_process=True,
     exposes=("init", "data_load", "forward", "backward", "grad_comm", "optimizer", "eval"),
     notes="One process, one replica per device, the replicas' forward and backward run "
-          "in turn by the strategy's replica threads in eager mode, so 'forward' and "
-          "'backward' add up every replica's. 'grad_comm' is the strategy's all-reduce "
-          "(MEAN) of the gradients between the replicas, a compiled strategy.run of its "
-          "own: NCCL all-reduce on GPUs, reduction to one device and broadcast on "
-          "logical CPU devices. Evaluation runs on the first device.",
+    "in turn by the strategy's replica threads in eager mode, so 'forward' and "
+    "'backward' add up every replica's. 'grad_comm' is the strategy's all-reduce "
+    "(MEAN) of the gradients between the replicas, a compiled strategy.run of its "
+    "own: NCCL all-reduce on GPUs, reduction to one device and broadcast on "
+    "logical CPU devices. Evaluation runs on the first device.",
 )
 
 
 class Adapter(StrategyAdapter):
     def init(self, config: dict) -> Dist:
         import tensorflow as tf
+
         self.replicas, on_gpus = config["procs_per_node"], config["device"] == "gpu"
         self.tf = tf
         # The strategy must exist before any other TensorFlow op.
         self.strategy = tf.distribute.MirroredStrategy(
             _devices(tf, on_gpus, self.replicas),
-            cross_device_ops=tf.distribute.NcclAllReduce() if on_gpus
-            else tf.distribute.ReductionToOneDevice())
+            cross_device_ops=tf.distribute.NcclAllReduce()
+            if on_gpus
+            else tf.distribute.ReductionToOneDevice(),
+        )
         return Dist(rank=0, world=1, local_rank=0)
 
     def per_replica(self, values: np.ndarray):
@@ -41,6 +50,7 @@ class Adapter(StrategyAdapter):
 
         def on_device(context):
             return tf.constant(parts[context.replica_id_in_sync_group])
+
         return self.strategy.experimental_distribute_values_from_function(on_device)
 
     def local_results(self, value) -> list:
@@ -55,12 +65,15 @@ def _devices(tf, on_gpus: bool, replicas: int) -> list[str]:
     from the one physical CPU device (they share its thread pools)."""
     gpus = tf.config.list_physical_devices("GPU")
     if on_gpus and len(gpus) < replicas:
-        raise RunError(f"tf-mirrored mirrors over procs_per_node={replicas} GPUs and "
-                       f"TensorFlow sees {len(gpus)} here")
+        raise RunError(
+            f"tf-mirrored mirrors over procs_per_node={replicas} GPUs and "
+            f"TensorFlow sees {len(gpus)} here"
+        )
     tf.config.set_visible_devices(gpus[:replicas] if on_gpus else [], "GPU")
     if on_gpus:
         return [f"/gpu:{k}" for k in range(replicas)]
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)])
+        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
+    )
     return [f"/cpu:{k}" for k in range(replicas)]

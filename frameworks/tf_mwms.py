@@ -1,5 +1,6 @@
 """TensorFlow's MultiWorkerMirroredStrategy: one process per worker, each
 with its own TF_CONFIG (launcher 'tf-workers')."""
+
 from __future__ import annotations
 
 import json
@@ -12,13 +13,17 @@ from frameworks.registry import AdapterInfo
 from frameworks.tf_family import Dist, TFAdapter, pin_device
 
 ADAPTER = AdapterInfo(
-    name="tf-mwms", module=__name__, family="tensorflow", launcher="tf-workers",
-    env="tensorflow", probe="tensorflow",
+    name="tf-mwms",
+    module=__name__,
+    family="tensorflow",
+    launcher="tf-workers",
+    env="tensorflow",
+    probe="tensorflow",
     exposes=("init", "data_load", "forward", "backward", "grad_comm", "optimizer", "eval"),
     notes="A custom loop: forward (compiled) and backward (tape.gradient) run in one "
-          "eager strategy.run; the gradient all-reduce (collective ops, RING on CPU, "
-          "NCCL on GPU) and the optimizer are compiled strategy.run calls of their own. "
-          "Keras' fused fit step would hide all four phases in one.",
+    "eager strategy.run; the gradient all-reduce (collective ops, RING on CPU, "
+    "NCCL on GPU) and the optimizer are compiled strategy.run calls of their own. "
+    "Keras' fused fit step would hide all four phases in one.",
     batch_splits=("even", "calibrated"),
 )
 
@@ -26,19 +31,27 @@ ADAPTER = AdapterInfo(
 class Adapter(TFAdapter):
     def init(self, config: dict) -> Dist:
         import tensorflow as tf
+
         cluster = _tf_config()
         local_rank = int(os.environ.get("DDLC_LOCAL_RANK", 0))
         pin_device(tf, config, local_rank)
-        implementation = (tf.distribute.experimental.CommunicationImplementation.NCCL
-                          if config["device"] == "gpu"
-                          else tf.distribute.experimental.CommunicationImplementation.RING)
+        implementation = (
+            tf.distribute.experimental.CommunicationImplementation.NCCL
+            if config["device"] == "gpu"
+            else tf.distribute.experimental.CommunicationImplementation.RING
+        )
         # The strategy must exist before any other TensorFlow op.
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=tf.distribute.experimental.CommunicationOptions(
-                implementation=implementation))
+                implementation=implementation
+            )
+        )
         self.tf = tf
-        return Dist(rank=cluster["task"]["index"], world=len(cluster["cluster"]["worker"]),
-                    local_rank=local_rank)
+        return Dist(
+            rank=cluster["task"]["index"],
+            world=len(cluster["cluster"]["worker"]),
+            local_rank=local_rank,
+        )
 
     def scope(self):
         return self.strategy.scope()
@@ -52,11 +65,13 @@ class Adapter(TFAdapter):
         def average(grads):
             # identity: graph tensors need a device for the collective to target
             return tf.distribute.get_replica_context().all_reduce(
-                tf.distribute.ReduceOp.MEAN, [tf.identity(g) for g in grads])
+                tf.distribute.ReduceOp.MEAN, [tf.identity(g) for g in grads]
+            )
 
         @tf.function
         def allreduce(grads):
             return strategy.run(average, args=(grads,))
+
         return allreduce
 
     def apply_gradients(self, optimizer, variables: list):
@@ -71,6 +86,7 @@ class Adapter(TFAdapter):
         @tf.function
         def apply_all(grads):
             strategy.run(apply, args=(grads,))
+
         return apply_all
 
     def allreduce(self, values: np.ndarray, op: str) -> np.ndarray:
@@ -87,7 +103,9 @@ def _tf_config() -> dict:
     try:
         return json.loads(os.environ["TF_CONFIG"])
     except KeyError:
-        raise common.RunError("tf-mwms: TF_CONFIG is not set; start tf-mwms runs with the "
-                              "'tf-workers' launcher (ddlc run / snakemake do)") from None
+        raise common.RunError(
+            "tf-mwms: TF_CONFIG is not set; start tf-mwms runs with the "
+            "'tf-workers' launcher (ddlc run / snakemake do)"
+        ) from None
     except ValueError as exc:
         raise common.RunError(f"tf-mwms: TF_CONFIG is not valid JSON ({exc})") from None

@@ -13,6 +13,7 @@ frameworks/compression.py states); the int8 codecs are the numpy ones of
 frameworks/compression.py, run on the host: on a GPU each bucket is copied
 to the host and back for them.
 """
+
 from __future__ import annotations
 
 import time
@@ -27,6 +28,7 @@ WIRE_DTYPES = {"none": None, "fp16": "float16", "bf16": "bfloat16"}
 
 def _torch_dtype(name: str | None):
     import torch
+
     return getattr(torch, name) if name else None
 
 
@@ -37,15 +39,17 @@ def _nbytes(tensor) -> int:
 def _payload(name: str, tensor):
     """A gather codec's payload of one tensor, as a uint8 tensor on its device."""
     import torch
+
     data = compression.encode(name, tensor.detach().float().cpu().numpy().ravel())
     return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(tensor.device)
 
 
 # --- DDP ------------------------------------------------------------------
 
+
 @dataclass
 class HookState:
-    name: str       # the compression
+    name: str  # the compression
     phases: object  # the run's PhaseRecorder
 
 
@@ -60,6 +64,7 @@ def _allreduce_hook(state: HookState, bucket):
     fp16_compress_hook / bf16_compress_hook do (cast, divide, all-reduce,
     cast back), written out so the tensor handed over is the one measured."""
     import torch.distributed as dist
+
     group, phases = dist.group.WORLD, state.phases
     dtype = _torch_dtype(WIRE_DTYPES[state.name])
     buffer = bucket.buffer()
@@ -71,6 +76,7 @@ def _allreduce_hook(state: HookState, bucket):
     def done(fut):
         phases.collective("allreduce", nbytes, start, time.perf_counter_ns())
         return buffer if wire is buffer else buffer.copy_(fut.value()[0])
+
     return future.then(done)
 
 
@@ -80,6 +86,7 @@ def _gather_hook(state: HookState, bucket):
     longest after an all-gather of the lengths (gloo gathers equal sizes)."""
     import torch
     import torch.distributed as dist
+
     group, phases, name = dist.group.WORLD, state.phases, state.name
     buffer = bucket.buffer()
     payload = _payload(name, buffer)
@@ -87,7 +94,7 @@ def _gather_hook(state: HookState, bucket):
     if name == "int8+lossless":
         lengths = _gather_lengths(payload, group, phases)
         padded = torch.zeros(max(lengths), dtype=torch.uint8, device=buffer.device)
-        padded[:payload.numel()] = payload
+        padded[: payload.numel()] = payload
         payload = padded
     outputs = [torch.empty_like(payload) for _ in lengths]
     nbytes, start = _nbytes(payload), time.perf_counter_ns()
@@ -98,12 +105,14 @@ def _gather_hook(state: HookState, bucket):
         received = [out.cpu().numpy()[:n] for out, n in zip(outputs, lengths)]
         mean = compression.average_payloads(name, received)
         return buffer.copy_(torch.from_numpy(mean))
+
     return future.then(done)
 
 
 def _gather_lengths(payload, group, phases) -> list[int]:
     import torch
     import torch.distributed as dist
+
     mine = torch.tensor([payload.numel()], dtype=torch.int64, device=payload.device)
     everyone = [torch.empty_like(mine) for _ in range(group.size())]
     start = time.perf_counter_ns()
@@ -114,10 +123,12 @@ def _gather_lengths(payload, group, phases) -> list[int]:
 
 # --- Horovod --------------------------------------------------------------
 
+
 def horovod_compressor(name: str, phases):
     """Horovod's own compressor for a cast codec, reporting the bytes of each
     tensor it hands to Horovod's all-reduce."""
     import horovod.torch as hvd
+
     inner = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}[name]
 
     class Counting(hvd.compression.Compressor):
@@ -130,6 +141,7 @@ def horovod_compressor(name: str, phases):
         @staticmethod
         def decompress(tensor, ctx):
             return inner.decompress(tensor, ctx)
+
     return Counting
 
 
@@ -139,6 +151,7 @@ def horovod_gather_average(hvd, name: str, grads: list, phases) -> None:
     variant each rank's lengths are gathered first), then every rank
     decodes and averages into the gradients in place."""
     import torch
+
     payloads = [_payload(name, g) for g in grads]
     mine = np.array([p.numel() for p in payloads], dtype=np.int64)
     start = time.perf_counter_ns()
@@ -150,8 +163,7 @@ def horovod_gather_average(hvd, name: str, grads: list, phases) -> None:
         lengths = np.tile(mine, (hvd.size(), 1))
     start = time.perf_counter_ns()
     gathered = hvd.grouped_allgather(payloads, name="grad.payloads")
-    phases.collective("allgather", sum(_nbytes(p) for p in payloads), start,
-                      time.perf_counter_ns())
+    phases.collective("allgather", sum(_nbytes(p) for p in payloads), start, time.perf_counter_ns())
     for i, (grad, joined) in enumerate(zip(grads, gathered)):
         bounds = np.concatenate([[0], np.cumsum(lengths[:, i])])
         flat = joined.cpu().numpy()

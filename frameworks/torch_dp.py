@@ -1,5 +1,6 @@
 """PyTorch DataParallel: one process drives every local GPU (launcher
 'one-process'); procs_per_node is the number of GPUs it spreads over."""
+
 from __future__ import annotations
 
 from frameworks.common import RunError
@@ -7,31 +8,41 @@ from frameworks.registry import AdapterInfo
 from frameworks.torch_family import Dist, TorchAdapter
 
 ADAPTER = AdapterInfo(
-    name="torch-dp", module=__name__, family="torch", launcher="one-process",
-    env="torch", probe="torch", devices=("gpu",), one_process=True,
+    name="torch-dp",
+    module=__name__,
+    family="torch",
+    launcher="one-process",
+    env="torch",
+    probe="torch",
+    devices=("gpu",),
+    one_process=True,
     exposes=("init", "data_load", "h2d", "forward", "backward", "optimizer", "eval"),
     notes="torch.nn.DataParallel in one process: each forward scatters the batch from "
-          "GPU 0 to every GPU, replicates the module onto them, runs the replicas in "
-          "threads and gathers their outputs on GPU 0, so scatter, replicate and gather "
-          "are inside 'forward'; backward sums the replicas' gradients onto GPU 0's "
-          "parameters (reduce-add through autograd), inside 'backward'. There is no "
-          "all-reduce, hence no 'grad_comm', and GPU 0 does the optimizer step alone. "
-          "Evaluation runs on GPU 0.",
+    "GPU 0 to every GPU, replicates the module onto them, runs the replicas in "
+    "threads and gathers their outputs on GPU 0, so scatter, replicate and gather "
+    "are inside 'forward'; backward sums the replicas' gradients onto GPU 0's "
+    "parameters (reduce-add through autograd), inside 'backward'. There is no "
+    "all-reduce, hence no 'grad_comm', and GPU 0 does the optimizer step alone. "
+    "Evaluation runs on GPU 0.",
 )
 
 
 class Adapter(TorchAdapter):
     def init(self, config: dict) -> Dist:
         import torch
+
         found = torch.cuda.device_count() if torch.cuda.is_available() else 0
         self.replicas = config["procs_per_node"]
         if found < self.replicas:
-            raise RunError(f"torch-dp spreads one process over procs_per_node={self.replicas} "
-                           f"GPUs, and torch sees {found} here")
+            raise RunError(
+                f"torch-dp spreads one process over procs_per_node={self.replicas} "
+                f"GPUs, and torch sees {found} here"
+            )
         return Dist(rank=0, world=1, local_rank=0)
 
     def wrap(self, model, optimizer):
         from torch.nn import DataParallel
+
         # Chunks of batch_size in order: replica k gets what DDP's rank k would.
         return DataParallel(model, device_ids=list(range(self.replicas))), optimizer
 

@@ -4,6 +4,7 @@ Adapters subclass :class:`TorchAdapter` and override only their
 framework's own calls (init, wrap, gradient sync, all-reduce, shutdown). The
 model, the data, the phases and the figures are the same for all of them.
 """
+
 from __future__ import annotations
 
 import functools
@@ -26,6 +27,7 @@ class TorchAdapter:
     ``phases`` is the run's recorder: adapters report each gradient
     collective to it (bytes, and start and end where they can) through
     ``phases.collective`` or ``phases.count_bytes``, tracer or not."""
+
     device = None
     phases: PhaseRecorder | None = None
     replicas = 1  # model replicas this process drives (DataParallel: its GPUs)
@@ -61,9 +63,10 @@ def build_model(spec: dict, info: data.DatasetInfo):
     spec such as ResNet-34, a torch_graph.GraphNet), initialised as it says."""
     if not models.is_sequential(spec):
         from frameworks.torch_graph import graph_net
+
         return graph_net(spec, info)
-    import torch
     from torch import nn
+
     channels = info.shape[0]
     layers: list = []
     shapes = models.layer_shapes(spec, info.shape, info.classes)
@@ -85,13 +88,17 @@ def build_model(spec: dict, info: data.DatasetInfo):
         if layer.get("activation") == "relu":
             layers.append(nn.ReLU())
         if kind in ("conv2d", "dense"):
-            _initialise(layers[-2] if layer.get("activation") else layers[-1],
-                        spec["init"], layer.get("activation"))
+            _initialise(
+                layers[-2] if layer.get("activation") else layers[-1],
+                spec["init"],
+                layer.get("activation"),
+            )
     return nn.Sequential(*layers)
 
 
 def _initialise(module, init: dict, activation: str | None) -> None:
     from torch import nn
+
     if activation == "relu" and init["relu"] == "he_uniform":
         nn.init.kaiming_uniform_(module.weight, nonlinearity="relu")
     elif init["linear"] == "glorot_uniform":
@@ -136,23 +143,48 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
     profiler = _start_profiler(config, phases)
 
     n_train, n_test, steps = common.epoch_sizes(config, dataset, plan.world)
-    evaluate = functools.partial(_evaluate, model, dataset, dist, batch_tensors=batch_tensors,
-                                 device=device, batch=config["batch_size"], n_test=n_test)
-    steps_of = _TorchSteps(adapter, model, optimizer, batch_tensors, dataset, plan, phases,
-                           profiler, evaluate)
+    evaluate = functools.partial(
+        _evaluate,
+        model,
+        dataset,
+        dist,
+        batch_tensors=batch_tensors,
+        device=device,
+        batch=config["batch_size"],
+        n_test=n_test,
+    )
+    steps_of = _TorchSteps(
+        adapter, model, optimizer, batch_tensors, dataset, plan, phases, profiler, evaluate
+    )
     rows = epoch_loop.run(steps_of, config, plan, dist, phases, clock, run_dir, n_train, steps)
     if profiler is not None:
         _stop_profiler(profiler, run_dir, dist.rank)
-    common.finish(adapter, run_dir, phases, dist,
-                  {"torch": torch.__version__, **_framework_versions()}, params_digest(model),
-                  common.summary(rows, plan.world, global_batch, lr, steps, init_s, clock))
+    common.finish(
+        adapter,
+        run_dir,
+        phases,
+        dist,
+        {"torch": torch.__version__, **_framework_versions()},
+        params_digest(model),
+        common.summary(rows, plan.world, global_batch, lr, steps, init_s, clock),
+    )
 
 
 class _TorchSteps:
     """The PyTorch family's part of the epoch loop (frameworks/epoch_loop.py)."""
 
-    def __init__(self, adapter: TorchAdapter, model, optimizer, batch_tensors, dataset,
-                 plan: balance.BatchPlan, phases: PhaseRecorder, profiler, evaluate):
+    def __init__(
+        self,
+        adapter: TorchAdapter,
+        model,
+        optimizer,
+        batch_tensors,
+        dataset,
+        plan: balance.BatchPlan,
+        phases: PhaseRecorder,
+        profiler,
+        evaluate,
+    ):
         self.adapter, self.model, self.optimizer = adapter, model, optimizer
         self.evaluate = evaluate  # (sums): distributed evaluation into the epoch's sums
         self.batch_tensors, self.dataset, self.phases = batch_tensors, dataset, phases
@@ -164,12 +196,14 @@ class _TorchSteps:
 
     def begin_epoch(self) -> None:
         import torch
+
         self.loss_sum = torch.zeros((), device=self.device)
         self.correct = torch.zeros((), device=self.device)
         self.model.train()
 
     def step(self, take) -> None:
         import torch.nn.functional as F
+
         adapter, optimizer, phases, device = self.adapter, self.optimizer, self.phases, self.device
         with phases("data_load"):
             x, y = self.batch_tensors(self.dataset.train_x[take], self.dataset.train_y[take])
@@ -197,8 +231,9 @@ class _TorchSteps:
         return float(self.loss_sum), float(self.correct)
 
 
-def _batch_plan(adapter: TorchAdapter, config: dict, dist: Dist, model, dataset,
-                batch_tensors) -> balance.BatchPlan:
+def _batch_plan(
+    adapter: TorchAdapter, config: dict, dist: Dist, model, dataset, batch_tensors
+) -> balance.BatchPlan:
     """Even shares, or shares from timing a few local steps of a copy of
     the model (no communication: the copy is not wrapped)."""
     if not balance.calibrates(config):
@@ -207,6 +242,7 @@ def _batch_plan(adapter: TorchAdapter, config: dict, dist: Dist, model, dataset,
 
     import torch
     import torch.nn.functional as F
+
     probe = copy.deepcopy(model)
     take = slice(0, config["batch_size"])
     x, y = batch_tensors(dataset.train_x[take], dataset.train_y[take])
@@ -218,12 +254,14 @@ def _batch_plan(adapter: TorchAdapter, config: dict, dist: Dist, model, dataset,
         balance.slow_down(dist.rank, len(y))
         if adapter.device.type == "cuda":
             torch.cuda.synchronize()
+
     return balance.calibrated_plan(config, dist, one_step, _numpy_allreduce(adapter))
 
 
 def _numpy_allreduce(adapter: TorchAdapter):
     """The adapter's all-reduce on float64 numpy vectors (the balance module's)."""
     import torch
+
     return lambda values, op: adapter.allreduce(torch.from_numpy(values), op).numpy()
 
 
@@ -232,6 +270,7 @@ def params_digest(model) -> str:
     the replicas hold the same weights. BN running statistics are left out:
     they are per process (the spec's plain BN)."""
     import hashlib
+
     digest = hashlib.sha256()
     for tensor in model.parameters():
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
@@ -240,36 +279,50 @@ def params_digest(model) -> str:
 
 def _require_gpu(config: dict) -> None:
     import torch
+
     if config["device"] in ("gpu", "hybrid") and not torch.cuda.is_available():
-        raise common.RunError("device: gpu was asked for, but torch sees no CUDA device here "
-                              f"(torch {torch.__version__}, CUDA build: "
-                              f"{torch.version.cuda or 'no'})")
+        raise common.RunError(
+            "device: gpu was asked for, but torch sees no CUDA device here "
+            f"(torch {torch.__version__}, CUDA build: "
+            f"{torch.version.cuda or 'no'})"
+        )
 
 
 def _device(config: dict, dist: Dist):
     """This process's device: its local rank's GPU; under device: hybrid,
     the first hybrid_gpus local ranks take a GPU each, the others the CPU."""
     import torch
-    if config["device"] == "gpu" or (config["device"] == "hybrid"
-                                     and dist.local_rank < config["hybrid_gpus"]):
+
+    if config["device"] == "gpu" or (
+        config["device"] == "hybrid" and dist.local_rank < config["hybrid_gpus"]
+    ):
         torch.cuda.set_device(dist.local_rank)
         return torch.device("cuda", dist.local_rank)
     return torch.device("cpu")
 
 
-def _evaluate(model, dataset, dist: Dist, sums: common.EpochSums, batch_tensors, device,
-              batch: int, n_test: int) -> None:
+def _evaluate(
+    model,
+    dataset,
+    dist: Dist,
+    sums: common.EpochSums,
+    batch_tensors,
+    device,
+    batch: int,
+    n_test: int,
+) -> None:
     """Distributed evaluation: each rank scores every world-th of the first
     ``n_test`` test images."""
     import torch
     import torch.nn.functional as F
+
     model.eval()
     ids = np.arange(dist.rank, n_test, dist.world)
     eval_batch = max(batch, 256)
     loss, correct = 0.0, 0
     with torch.no_grad():
         for start in range(0, len(ids), eval_batch):
-            take = ids[start:start + eval_batch]
+            take = ids[start : start + eval_batch]
             x, y = batch_tensors(dataset.test_x[take], dataset.test_y[take])
             x, y = x.to(device), y.to(device)
             out = model(x)
@@ -283,6 +336,7 @@ class _ProfilerAnnotations(LiveRegions):
 
     def __init__(self):
         from torch.autograd.profiler import record_function
+
         self.record_function = record_function
         self.open: list = []
 
@@ -300,6 +354,7 @@ def _start_profiler(config: dict, phases: PhaseRecorder):
     if not config["torch_profiler"]:
         return None
     import torch.profiler as tp
+
     activities = [tp.ProfilerActivity.CPU]
     if config["device"] == "gpu":
         activities.append(tp.ProfilerActivity.CUDA)
@@ -319,6 +374,7 @@ def _stop_profiler(profiler, run_dir: Path, rank: int) -> None:
 def _framework_versions() -> dict:
     try:
         import horovod
+
         return {"horovod": horovod.__version__}
     except ImportError:
         return {}

@@ -6,6 +6,7 @@ build the same layers with the same connections. The registry imports every
 module of frameworks/ in every environment, so torch is imported only when
 a network is built (torch_family.build_model dispatches here).
 """
+
 from __future__ import annotations
 
 import functools
@@ -29,11 +30,14 @@ def _classes() -> dict:
             super().__init__()
             self.nodes = models.graph(spec)
             shapes = {"input": info.shape}
-            shapes.update((row["name"], row["shape"])
-                          for row in models.graph_shapes(self.nodes, info.shape, info.classes))
+            shapes.update(
+                (row["name"], row["shape"])
+                for row in models.graph_shapes(self.nodes, info.shape, info.classes)
+            )
             self.layers = nn.ModuleDict(
                 (node["name"], _module(node, shapes[node["inputs"][0]], shapes[node["name"]]))
-                for node in self.nodes)
+                for node in self.nodes
+            )
 
         def forward(self, x):
             return self.outputs(x)[self.nodes[-1]["name"]]
@@ -43,7 +47,8 @@ def _classes() -> dict:
             values = {"input": x}
             for node in self.nodes:
                 values[node["name"]] = self.layers[node["name"]](
-                    *(values[name] for name in node["inputs"]))
+                    *(values[name] for name in node["inputs"])
+                )
             return values
 
     class Add(nn.Module):
@@ -62,10 +67,17 @@ def _classes() -> dict:
 def _module(node: dict, in_shape: tuple, out_shape: tuple):
     """The torch module of one node, initialised as the spec says."""
     from torch import nn
+
     kind = node["type"]
     if kind == "conv2d":
-        conv = nn.Conv2d(in_shape[0], node["filters"], node["kernel"], stride=node["stride"],
-                         padding=node["padding"], bias=node["bias"])
+        conv = nn.Conv2d(
+            in_shape[0],
+            node["filters"],
+            node["kernel"],
+            stride=node["stride"],
+            padding=node["padding"],
+            bias=node["bias"],
+        )
         _initialise(conv.weight, node["init"])
         return conv
     if kind == "batchnorm":  # gamma 1, beta 0, mean 0, var 1: torch's defaults
@@ -86,6 +98,7 @@ def _module(node: dict, in_shape: tuple, out_shape: tuple):
 
 def _initialise(tensor, name: str) -> None:
     from torch import nn
+
     if name == "he_uniform":  # bound sqrt(6 / fan_in), as Keras' HeUniform
         nn.init.kaiming_uniform_(tensor, nonlinearity="relu")
     elif name == "glorot_uniform":

@@ -3,6 +3,7 @@
 The launcher starts one of these per rank; each reads the run's config.json
 and hands it to its framework family's shared loop.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,9 +19,11 @@ from frameworks import registry
 from frameworks.common import RunError
 from frameworks.data import DataError
 
-FAMILY_LOOPS = {"torch": "frameworks.torch_family",
-                "tensorflow": "frameworks.tf_family",
-                "lbann": "frameworks.lbann"}
+FAMILY_LOOPS = {
+    "torch": "frameworks.torch_family",
+    "tensorflow": "frameworks.tf_family",
+    "lbann": "frameworks.lbann",
+}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -41,9 +44,13 @@ def main(argv: list[str] | None = None) -> None:
             raise
         # A rank leaving quietly mid-run makes its peers fail with
         # "Connection reset by peer": name the real cause first, and fail.
-        print(f"EarlyExit: rank {_rank()} exited with status 0 before its training "
-              "finished (sys.exit(0) in the training code?); the other ranks' errors "
-              "follow from it", file=sys.stderr, flush=True)
+        print(
+            f"EarlyExit: rank {_rank()} exited with status 0 before its training "
+            "finished (sys.exit(0) in the training code?); the other ranks' errors "
+            "follow from it",
+            file=sys.stderr,
+            flush=True,
+        )
         sys.exit(3)
 
 

@@ -1,6 +1,7 @@
 """Atomic writes: a reader sees the old file or the whole new one, never a
 half-written one, even if the writer is killed. Every writer of the project
 goes through ``replacing``."""
+
 from __future__ import annotations
 
 import contextlib

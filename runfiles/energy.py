@@ -25,6 +25,7 @@ it measured every node (a figure missing a node would be wrong, not partial).
 This module is imported by the training processes of every framework
 environment: standard library only (nvidia-ml-py where installed).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -94,7 +95,8 @@ class RaplZone:
             raise Unavailable(
                 f"{self.energy_file} is readable by root only (Linux made RAPL counters "
                 "root-only in 2020, CVE-2020-8694): run as root, or have it made readable "
-                "(chmod o+r, or a udev rule)") from None
+                "(chmod o+r, or a udev rule)"
+            ) from None
 
     def advance(self) -> float:
         now = self.read_uj()
@@ -110,6 +112,7 @@ class RaplMeter:
     """CPU package and DRAM energy from powercap. Core and uncore (subzones
     inside the package) and psys (the whole SoC) are not counted: they would
     count the same joules twice."""
+
     name = "rapl"
 
     def __init__(self, powercap: Path = POWERCAP):
@@ -118,8 +121,10 @@ class RaplMeter:
 
     def open(self) -> None:
         if not self.powercap.is_dir():
-            raise Unavailable(f"no {self.powercap}: this kernel exposes no power capping "
-                              "interface (a virtual machine, or a container without it)")
+            raise Unavailable(
+                f"no {self.powercap}: this kernel exposes no power capping "
+                "interface (a virtual machine, or a container without it)"
+            )
         for path in sorted(self.powercap.glob("intel-rapl:*"), key=_zone_order):
             parts = path.name.split(":")[1:]
             kind = (path / "name").read_text().strip()
@@ -132,8 +137,10 @@ class RaplMeter:
             max_uj = int((path / "max_energy_range_uj").read_text())
             self.zones.append(RaplZone(domain, path / "energy_uj", max_uj))
         if not self.zones:
-            raise Unavailable(f"no RAPL package zone under {self.powercap} (the CPU has no "
-                              "RAPL, or the intel_rapl_msr module is not loaded)")
+            raise Unavailable(
+                f"no RAPL package zone under {self.powercap} (the CPU has no "
+                "RAPL, or the intel_rapl_msr module is not loaded)"
+            )
         for zone in self.zones:
             zone.last_uj = zone.read_uj()
 
@@ -151,6 +158,7 @@ def _zone_order(path: Path) -> tuple[int, ...]:
 class NvmlMeter:
     """Every GPU of the node through NVML: its energy counter (mJ since the
     driver loaded; Volta and later) or its power (mW) integrated."""
+
     name = "nvml"
 
     def __init__(self):
@@ -165,8 +173,7 @@ class NvmlMeter:
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
-            raise Unavailable(f"NVML cannot start: {exc} (no NVIDIA driver on this node)") \
-                from None
+            raise Unavailable(f"NVML cannot start: {exc} (no NVIDIA driver on this node)") from None
         self.nvml = pynvml
         count = pynvml.nvmlDeviceGetCount()
         if count == 0:
@@ -218,7 +225,7 @@ class Sampler:
         self.file = None
         self.start_unix = self.end_unix = None
 
-    def start(self) -> "Sampler":
+    def start(self) -> Sampler:
         live = []
         for meter in self.meters:
             try:
@@ -260,10 +267,17 @@ class Sampler:
         self.file.close()
         for meter in self.meters:
             meter.close()
-        write_json(self.run_dir / f"energy_sources.rank{self.rank}.json",
-                   {"host": self.host, "rank": self.rank, "interval_s": self.interval_s,
-                    "start_unix": self.start_unix, "end_unix": self.end_unix,
-                    "sources": self.status})
+        write_json(
+            self.run_dir / f"energy_sources.rank{self.rank}.json",
+            {
+                "host": self.host,
+                "rank": self.rank,
+                "interval_s": self.interval_s,
+                "start_unix": self.start_unix,
+                "end_unix": self.end_unix,
+                "sources": self.status,
+            },
+        )
 
 
 # One sampler per node: the training loops start it in the process with
@@ -292,15 +306,21 @@ def grid5000_site(host_names: list[str], env: dict) -> str | None:
     <node>.<site>.grid5000.fr), or None when this is not such a job."""
     if not (env.get("OAR_JOB_ID") or env.get("OAR_NODEFILE")):
         return None
-    sites = {m.group(1) for n in host_names
-             if (m := re.fullmatch(r"[^.]+\.([^.]+)\.grid5000\.fr", n))}
+    sites = {
+        m.group(1) for n in host_names if (m := re.fullmatch(r"[^.]+\.([^.]+)\.grid5000\.fr", n))
+    }
     return sites.pop() if len(sites) == 1 and host_names else None
 
 
 def kwollect_url(api: str, site: str, nodes: list[str], start: float, end: float) -> str:
-    query = urllib.parse.urlencode({"nodes": ",".join(nodes),
-                                    "metrics": ",".join(KWOLLECT_METRICS),
-                                    "start_time": int(start), "end_time": int(end) + 1})
+    query = urllib.parse.urlencode(
+        {
+            "nodes": ",".join(nodes),
+            "metrics": ",".join(KWOLLECT_METRICS),
+            "start_time": int(start),
+            "end_time": int(end) + 1,
+        }
+    )
     return f"{api.rstrip('/')}/sites/{site}/metrics?{query}"
 
 
@@ -324,8 +344,14 @@ def kwollect_series(records: list[dict]) -> dict[tuple[str, str], list[tuple[flo
     return series
 
 
-def query_kwollect(run_dir: Path, host_names: list[str], start: float, end: float,
-                   env: dict | None = None, patience_s: float = 30.0) -> None:
+def query_kwollect(
+    run_dir: Path,
+    host_names: list[str],
+    start: float,
+    end: float,
+    env: dict | None = None,
+    patience_s: float = 30.0,
+) -> None:
     """Ask Grid'5000's metrics API for the nodes' power over [start, end] and
     write it as the run's kwollect samples and status. Off Grid'5000 only
     the status is written, with the reason."""
@@ -339,16 +365,19 @@ def query_kwollect(run_dir: Path, host_names: list[str], start: float, end: floa
         reason = "not a Grid'5000 job (no OAR job on <node>.<site>.grid5000.fr hosts)"
         status = {n: {"available": False, "reason": reason} for n in nodes}
     else:
-        url = kwollect_url(env.get("DDLC_KWOLLECT_API", KWOLLECT_API), site, nodes,
-                           start - 5, end + 5)
+        url = kwollect_url(
+            env.get("DDLC_KWOLLECT_API", KWOLLECT_API), site, nodes, start - 5, end + 5
+        )
         series, problem = _fetch_covering(url, nodes, end, patience_s)
         for node in nodes:
             if problem:
                 status[node] = {"available": False, "reason": problem}
             elif not any(host == node for host, _ in series):
-                status[node] = {"available": False,
-                                "reason": f"Kwollect has no power metric for {node} "
-                                          f"({', '.join(KWOLLECT_METRICS)}) in the run's window"}
+                status[node] = {
+                    "available": False,
+                    "reason": f"Kwollect has no power metric for {node} "
+                    f"({', '.join(KWOLLECT_METRICS)}) in the run's window",
+                }
             else:
                 status[node] = {"available": True}
     with open(run_dir / "energy_samples.kwollect.tsv", "w") as out:
@@ -356,8 +385,10 @@ def query_kwollect(run_dir: Path, host_names: list[str], start: float, end: floa
         for (node, domain), points in sorted(series.items()):
             for t, joules in points:
                 out.write(f"{node}\tkwollect\t{domain}\t{t:.3f}\t{joules:.6f}\n")
-    write_json(run_dir / "energy_sources.kwollect.json",
-               {"source": "kwollect", "start_unix": start, "end_unix": end, "hosts": status})
+    write_json(
+        run_dir / "energy_sources.kwollect.json",
+        {"source": "kwollect", "start_unix": start, "end_unix": end, "hosts": status},
+    )
 
 
 def _fetch_covering(url: str, nodes: list[str], end: float, patience_s: float):
@@ -389,8 +420,9 @@ class Series:
 
     def at(self, unix_s: float) -> float | None:
         """Cumulative joules at ``unix_s``, linear between samples."""
-        if not self.times or not (self.times[0] - EDGE_TOLERANCE_S <= unix_s
-                                  <= self.times[-1] + EDGE_TOLERANCE_S):
+        if not self.times or not (
+            self.times[0] - EDGE_TOLERANCE_S <= unix_s <= self.times[-1] + EDGE_TOLERANCE_S
+        ):
             return None
         i = bisect.bisect_left(self.times, unix_s)
         if i == 0:
@@ -450,8 +482,9 @@ def read_status(run_dir: Path) -> dict[str, dict[str, dict]]:
 
 def counted_sources(status: dict[str, dict[str, dict]]) -> list[str]:
     """Which sources make the run's figure (see the module's docstring)."""
-    complete = [s for s, hosts in status.items()
-                if hosts and all(h["available"] for h in hosts.values())]
+    complete = [
+        s for s, hosts in status.items() if hosts and all(h["available"] for h in hosts.values())
+    ]
     if "kwollect" in complete:
         return ["kwollect"]
     return [s for s in ("rapl", "nvml") if s in complete]
@@ -531,9 +564,13 @@ def epoch_energies(run_dir: Path, series: list[Series]) -> list[dict]:
         return []
     rows, previous = [], 0.0
     for epoch, elapsed in epoch_ends(run_dir):
-        rows.append({"epoch": epoch,
-                     "energy_j": energy_between(series, clock + previous, clock + elapsed),
-                     "energy_to_epoch_j": energy_between(series, clock, clock + elapsed)})
+        rows.append(
+            {
+                "epoch": epoch,
+                "energy_j": energy_between(series, clock + previous, clock + elapsed),
+                "energy_to_epoch_j": energy_between(series, clock, clock + elapsed),
+            }
+        )
         previous = elapsed
     return rows
 
@@ -544,18 +581,26 @@ def summarize(run_dir: Path) -> dict:
     series, status = read_samples(run_dir), read_status(run_dir)
     sources = counted_sources(status)
     chosen = counted_series(series, sources)
-    window = run_window(run_dir, [state for source in (sources or status)
-                                  for state in status[source].values()])
-    doc = {"sources": {}, "counted": sources, "status": status_text(status, sources),
-           "start_unix": window[0] if window else None,
-           "end_unix": window[1] if window else None}
+    window = run_window(
+        run_dir, [state for source in (sources or status) for state in status[source].values()]
+    )
+    doc = {
+        "sources": {},
+        "counted": sources,
+        "status": status_text(status, sources),
+        "start_unix": window[0] if window else None,
+        "end_unix": window[1] if window else None,
+    }
     for source, hosts in status.items():
         doc["sources"][source] = {}
         for host, state in hosts.items():
             entry = dict(state)
             if state["available"] and window:
-                entry["joules"] = {s.domain: energy_between([s], *window)
-                                   for s in series if s.source == source and s.host == host}
+                entry["joules"] = {
+                    s.domain: energy_between([s], *window)
+                    for s in series
+                    if s.source == source and s.host == host
+                }
             doc["sources"][source][host] = entry
     doc["joules"] = energy_between(chosen, *window) if chosen and window else None
     if doc["joules"] is None and sources:
@@ -564,8 +609,9 @@ def summarize(run_dir: Path) -> dict:
     return doc
 
 
-def write_run_energy(run_dir: Path, host_names: list[str], start: float, end: float,
-                     env: dict | None = None) -> dict:
+def write_run_energy(
+    run_dir: Path, host_names: list[str], start: float, end: float, env: dict | None = None
+) -> dict:
     """After a run: Kwollect for its nodes and window, then energy.json."""
     query_kwollect(run_dir, host_names, start, end, env)
     doc = summarize(run_dir)

@@ -15,6 +15,7 @@ processes of an earlier attempt still running, refuses to start (or stops
 them first, on this host, when asked with ``kill_orphans``): two attempts
 never train in one folder, and no stale attempt overwrites a new one's files.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -92,8 +93,11 @@ def run_processes(run_dir: Path, table=None) -> list[psutil.Process]:
     """This host's processes working on ``run_dir`` (launchers and ranks
     name it on their command line), other than this one."""
     folder = str(Path(run_dir).resolve())
-    return [proc for proc, args in (process_table() if table is None else table)
-            if any(a == folder or a.startswith(folder + "/") for a in args)]
+    return [
+        proc
+        for proc, args in (process_table() if table is None else table)
+        if any(a == folder or a.startswith(folder + "/") for a in args)
+    ]
 
 
 def describe(procs: list[psutil.Process]) -> str:
@@ -119,14 +123,17 @@ def occupants(run_dir: Path, table=None) -> tuple[dict | None, list[psutil.Proce
 def busy_message(run_dir: Path, owner: dict | None, procs: list[psutil.Process]) -> str:
     who = []
     if owner:
-        who.append(f"attempt of pid {owner.get('pid')} on {owner.get('host')} "
-                   f"since {owner.get('since')}")
+        who.append(
+            f"attempt of pid {owner.get('pid')} on {owner.get('host')} since {owner.get('since')}"
+        )
     if procs:
         who.append(describe(procs))
     pids = " ".join(str(p.pid) for p in procs) or str((owner or {}).get("pid"))
-    return (f"{run_dir}: an earlier attempt is still running ({'; '.join(who)}), for example "
-            "left behind when Snakemake was killed; wait for it to end, stop it "
-            f"(kill {pids}), or rerun with --config kill_orphans=1 to stop it from here")
+    return (
+        f"{run_dir}: an earlier attempt is still running ({'; '.join(who)}), for example "
+        "left behind when Snakemake was killed; wait for it to end, stop it "
+        f"(kill {pids}), or rerun with --config kill_orphans=1 to stop it from here"
+    )
 
 
 def stop_processes(procs: list[psutil.Process], grace: float = 5.0) -> None:
@@ -169,9 +176,16 @@ def claim(run_dir: Path, kill: bool = False) -> str:
     with open(Path(run_dir) / ".owner.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         evict(run_dir, kill)
-        write_json(Path(run_dir) / OWNER, {
-            "pid": me, "host": socket.gethostname(), "started": _start_time(me),
-            "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "token": token})
+        write_json(
+            Path(run_dir) / OWNER,
+            {
+                "pid": me,
+                "host": socket.gethostname(),
+                "started": _start_time(me),
+                "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "token": token,
+            },
+        )
     return token
 
 
@@ -244,8 +258,11 @@ def guard_worker_write(run_dir: Path) -> None:
     """Just before a training process writes a result: still ours?"""
     token = _WORKER_OWNER.get(str(Path(run_dir).resolve()))
     if token and not owns(run_dir, token):
-        print("stopping without writing: another attempt owns the run folder now",
-              file=sys.stderr, flush=True)
+        print(
+            "stopping without writing: another attempt owns the run folder now",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(LOST_OWNERSHIP)
 
 
@@ -254,5 +271,6 @@ def die_with_parent() -> None:
     dies (Linux's PR_SET_PDEATHSIG), so a killed runner leaves no launcher."""
     import ctypes
     import signal
+
     PR_SET_PDEATHSIG = 1
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)

@@ -20,20 +20,36 @@ def write_design(folder: Path, doc: dict, name: str = "design.yaml") -> Path:
 
 
 def ddlc(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ddlcompare.cli", *args], cwd=cwd or REPO,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "ddlcompare.cli", *args],
+        cwd=cwd or REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 # A design small enough to train in seconds: a few steps of real data.
-TINY_FIXED = {"epochs": 2, "max_steps": 12, "train_images": 4000, "warmup_steps": 2,
-              "timeout_s": 120}
+TINY_FIXED = {
+    "epochs": 2,
+    "max_steps": 12,
+    "train_images": 4000,
+    "warmup_steps": 2,
+    "timeout_s": 120,
+}
 
 
 def tiny_design(frameworks=("torch-ddp",), procs=(2,), **fixed) -> dict:
-    return {"name": "tiny",
-            "factors": {"framework": list(frameworks), "procs_per_node": list(procs),
-                        "batch_size": [32]},
-            "replications": 1, "fixed": {**TINY_FIXED, **fixed}}
+    return {
+        "name": "tiny",
+        "factors": {
+            "framework": list(frameworks),
+            "procs_per_node": list(procs),
+            "batch_size": [32],
+        },
+        "replications": 1,
+        "fixed": {**TINY_FIXED, **fixed},
+    }
 
 
 def make_cifar(folder, per_batch=20, seed=0):
@@ -43,10 +59,12 @@ def make_cifar(folder, per_batch=20, seed=0):
     folder.mkdir(parents=True, exist_ok=True)
     sums = {}
     for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        batch = {b"batch_label": name.encode(),
-                 b"labels": rng.integers(0, 10, per_batch).tolist(),
-                 b"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
-                 b"filenames": [f"img{i}.png".encode() for i in range(per_batch)]}
+        batch = {
+            b"batch_label": name.encode(),
+            b"labels": rng.integers(0, 10, per_batch).tolist(),
+            b"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+            b"filenames": [f"img{i}.png".encode() for i in range(per_batch)],
+        }
         blob = pickle.dumps(batch, protocol=2)
         (folder / name).write_bytes(blob)
         sums[name] = "md5:" + hashlib.md5(blob).hexdigest()
@@ -58,7 +76,9 @@ def generated_cifar(folder, per_batch=1000, seed=0):
     """Generated CIFAR-10 files with the manifest that lets runs use them
     (frameworks/data.py, GENERATED_MANIFEST)."""
     import json
+
     sums = make_cifar(folder, per_batch, seed)
     (folder / data.GENERATED_MANIFEST).write_text(
-        json.dumps({"generated_by": "tests/conftest.py generated_cifar", "files": sums}))
+        json.dumps({"generated_by": "tests/conftest.py generated_cifar", "files": sums})
+    )
     return folder

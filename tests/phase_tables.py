@@ -2,15 +2,26 @@
 known by construction (``scale`` multiplies the BASE phases, as a
 larger batch would; shared by the critical path, timeline, what-if and
 diff tests)."""
+
 import pandas as pd
 
 MS = 1_000_000
 BASE = {"data_load": 5, "forward": 10, "backward": 20}
 
 
-def constructed(world=4, steps=20, extra=None, comm_ms=3, optimizer_ms=2, exposed=True,
-                run_id="r1", origin=1_700_000_000_000_000_000, nodes=1, node_clock_ns=0,
-                scale=1.0):
+def constructed(
+    world=4,
+    steps=20,
+    extra=None,
+    comm_ms=3,
+    optimizer_ms=2,
+    exposed=True,
+    run_id="r1",
+    origin=1_700_000_000_000_000_000,
+    nodes=1,
+    node_clock_ns=0,
+    scale=1.0,
+):
     """A data-parallel run built step by step. Each rank does data_load,
     forward, backward (BASE ms plus ``extra(rank, step)``: {phase: ms}),
     then joins: with ``exposed`` a grad_comm phase from its arrival to the
@@ -24,11 +35,23 @@ def constructed(world=4, steps=20, extra=None, comm_ms=3, optimizer_ms=2, expose
 
     def add(rank, step, phase, start, end, location="Master thread", collective=None):
         ahead = rank // per_node * node_clock_ns
-        rows.append({"run_id": run_id, "rank": rank, "node": f"n{rank // per_node}",
-                     "step": step, "epoch": 1, "phase": phase, "start_ns": start + ahead,
-                     "end_ns": end + ahead, "dur_ns": end - start,
-                     "location": location, "collective": collective,
-                     "bytes": 4_000_000 if collective else None, "source": "test"})
+        rows.append(
+            {
+                "run_id": run_id,
+                "rank": rank,
+                "node": f"n{rank // per_node}",
+                "step": step,
+                "epoch": 1,
+                "phase": phase,
+                "start_ns": start + ahead,
+                "end_ns": end + ahead,
+                "dur_ns": end - start,
+                "location": location,
+                "collective": collective,
+                "bytes": 4_000_000 if collective else None,
+                "source": "test",
+            }
+        )
 
     for step in range(steps):
         arrive, local = {}, {}
@@ -56,6 +79,17 @@ def constructed(world=4, steps=20, extra=None, comm_ms=3, optimizer_ms=2, expose
 
 
 def run_table(run_id="r1", framework="horovod-torch", world=4, **more):
-    return pd.DataFrame([{"run_id": run_id, "status": "ok", "framework": framework,
-                          "world_size": world, "batch_size": 64, "warmup_steps": 0,
-                          "setting": "batch_size 64", **more}])
+    return pd.DataFrame(
+        [
+            {
+                "run_id": run_id,
+                "status": "ok",
+                "framework": framework,
+                "world_size": world,
+                "batch_size": 64,
+                "warmup_steps": 0,
+                "setting": "batch_size 64",
+                **more,
+            }
+        ]
+    )

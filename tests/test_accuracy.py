@@ -1,5 +1,6 @@
 """Time to accuracy on constructed epochs tables: the first evaluation at or
 above the target counts, and runs that miss it are marked, not dropped."""
+
 import math
 
 import pandas as pd
@@ -10,8 +11,9 @@ from analysis import accuracy, figures
 
 def epochs(accuracies, elapsed=None):
     elapsed = elapsed or [10.0 * (i + 1) for i in range(len(accuracies))]
-    return pd.DataFrame({"epoch": range(1, len(accuracies) + 1),
-                         "test_accuracy": accuracies, "elapsed_s": elapsed})
+    return pd.DataFrame(
+        {"epoch": range(1, len(accuracies) + 1), "test_accuracy": accuracies, "elapsed_s": elapsed}
+    )
 
 
 def test_first_epoch_at_or_above_the_target_counts():
@@ -36,8 +38,7 @@ def test_a_run_that_never_reaches_the_target_is_marked():
 
 
 def test_no_target_means_not_measured():
-    assert accuracy.time_to_accuracy(epochs([0.9]), None)["target_status"] == \
-        "no target_accuracy"
+    assert accuracy.time_to_accuracy(epochs([0.9]), None)["target_status"] == "no target_accuracy"
 
 
 def constructed_runs():
@@ -45,13 +46,20 @@ def constructed_runs():
     for framework, times in {"torch-ddp": [30.0, 18.0], "horovod-torch": [33.0, None]}.items():
         for world, t in zip([1, 2], times):
             for rep in (1, 2):
-                rows.append({"run_id": f"{framework}-{world}-{rep}", "status": "ok",
-                             "framework": framework, "world_size": world, "batch_size": 64,
-                             "target_accuracy": 0.85,
-                             "target_status": "reached" if t else "not reached",
-                             "time_to_accuracy_s": (t + rep) if t else math.nan,
-                             "epochs_to_accuracy": 3 if t else math.nan,
-                             "energy_to_accuracy_j": math.nan})
+                rows.append(
+                    {
+                        "run_id": f"{framework}-{world}-{rep}",
+                        "status": "ok",
+                        "framework": framework,
+                        "world_size": world,
+                        "batch_size": 64,
+                        "target_accuracy": 0.85,
+                        "target_status": "reached" if t else "not reached",
+                        "time_to_accuracy_s": (t + rep) if t else math.nan,
+                        "epochs_to_accuracy": 3 if t else math.nan,
+                        "energy_to_accuracy_j": math.nan,
+                    }
+                )
     return pd.DataFrame(rows)
 
 

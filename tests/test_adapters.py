@@ -1,5 +1,6 @@
 """Each adapter really trains 2 processes: the loss goes down and every rank
 ends with the same weights."""
+
 import json
 
 import pandas as pd
@@ -17,8 +18,10 @@ def run_tiny(tmp_path, framework, **fixed):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("framework,controller", [
-    ("torch-ddp", "gloo"), ("horovod-torch", "gloo"), ("horovod-torch", "mpi")])
+@pytest.mark.parametrize(
+    "framework,controller",
+    [("torch-ddp", "gloo"), ("horovod-torch", "gloo"), ("horovod-torch", "mpi")],
+)
 def test_two_processes_train_and_agree(tmp_path, framework, controller):
     folder, done = run_tiny(tmp_path, framework, horovod_controller=controller)
     assert done["status"] == "ok", (folder / "train.log").read_text()[-3000:]
@@ -47,6 +50,7 @@ def test_frameworks_agree_on_the_same_run():
     compute the same first-epoch loss (to float tolerance)."""
     import tempfile
     from pathlib import Path
+
     losses = {}
     for framework in ("torch-ddp", "horovod-torch"):
         with tempfile.TemporaryDirectory() as tmp:
@@ -74,6 +78,7 @@ def test_phases_close_after_the_device_synchronises():
     import time
 
     from traces.phases import PHASES, PhaseRecorder
+
     phases = PhaseRecorder()
     phases.synchronize = lambda: time.sleep(0.02)  # stands for kernels still running
     phases.begin_step(1, 0)

@@ -1,5 +1,5 @@
 """Bottleneck analyses on constructed phase tables with known answers."""
-import numpy as np
+
 import pandas as pd
 import pytest
 
@@ -15,24 +15,52 @@ def constructed(world=4, steps=40, late_rank=2, late_every=2, extra_ms=20):
     steps, so it arrives last there and the others wait for it."""
     rows, clock = [], 0
     for step in range(steps):
-        load = {r: 5 * MS + (extra_ms * MS if r == late_rank and step % late_every == 0 else 0)
-                for r in range(world)}
+        load = {
+            r: 5 * MS + (extra_ms * MS if r == late_rank and step % late_every == 0 else 0)
+            for r in range(world)
+        }
         arrival = {r: clock + load[r] + 30 * MS for r in range(world)}
         done = max(arrival.values()) + 3 * MS  # the all-reduce itself
         for r in range(world):
             t = clock
-            for phase, dur in (("data_load", load[r]), ("forward", 10 * MS),
-                               ("backward", 20 * MS), ("grad_comm", done - arrival[r]),
-                               ("optimizer", 2 * MS)):
-                rows.append({"run_id": "r1", "rank": r, "epoch": 1, "step": step,
-                             "phase": phase, "start_ns": t, "end_ns": t + dur, "dur_ns": dur,
-                             "source": "test"})
+            for phase, dur in (
+                ("data_load", load[r]),
+                ("forward", 10 * MS),
+                ("backward", 20 * MS),
+                ("grad_comm", done - arrival[r]),
+                ("optimizer", 2 * MS),
+            ):
+                rows.append(
+                    {
+                        "run_id": "r1",
+                        "rank": r,
+                        "epoch": 1,
+                        "step": step,
+                        "phase": phase,
+                        "start_ns": t,
+                        "end_ns": t + dur,
+                        "dur_ns": dur,
+                        "source": "test",
+                    }
+                )
                 t += dur
         clock = done + 2 * MS
     phases = pd.DataFrame(rows)
-    runs = pd.DataFrame([{"run_id": "r1", "status": "ok", "framework": "horovod-torch",
-                          "world_size": world, "batch_size": 64, "warmup_steps": 0,
-                          "init_s": 1.0, "time_per_epoch_s": 9.0, "epochs": 1}])
+    runs = pd.DataFrame(
+        [
+            {
+                "run_id": "r1",
+                "status": "ok",
+                "framework": "horovod-torch",
+                "world_size": world,
+                "batch_size": 64,
+                "warmup_steps": 0,
+                "init_s": 1.0,
+                "time_per_epoch_s": 9.0,
+                "epochs": 1,
+            }
+        ]
+    )
     return phases, runs
 
 
@@ -67,23 +95,29 @@ def test_imbalance_and_shares():
 
 
 def test_waterfall_splits_the_scaling_gap_exactly():
-    cell = pd.DataFrame([
-        {"framework": "f", "world_size": 1, "phase": "forward", "mean": 0.010},
-        {"framework": "f", "world_size": 1, "phase": "grad_comm", "mean": 0.0},
-        {"framework": "f", "world_size": 4, "phase": "forward", "mean": 0.010},
-        {"framework": "f", "world_size": 4, "phase": "grad_comm", "mean": 0.010}])
+    cell = pd.DataFrame(
+        [
+            {"framework": "f", "world_size": 1, "phase": "forward", "mean": 0.010},
+            {"framework": "f", "world_size": 1, "phase": "grad_comm", "mean": 0.0},
+            {"framework": "f", "world_size": 4, "phase": "forward", "mean": 0.010},
+            {"framework": "f", "world_size": 4, "phase": "grad_comm", "mean": 0.010},
+        ]
+    )
     table = bottlenecks.waterfall(cell, ["framework"]).set_index("phase")
     # step 10 ms -> 20 ms at 4x: speedup 2 of ideal 4, all lost in grad_comm
     assert table.loc["grad_comm", "speedup_lost"] == pytest.approx(2.0)
     assert table.loc["forward", "speedup_lost"] == pytest.approx(0.0)
     assert table["speedup"].iloc[0] == pytest.approx(2.0)
-    assert table["ideal_speedup"].iloc[0] - table["speedup"].iloc[0] == \
-        pytest.approx(table["speedup_lost"].sum())
+    assert table["ideal_speedup"].iloc[0] - table["speedup"].iloc[0] == pytest.approx(
+        table["speedup_lost"].sum()
+    )
 
 
 def test_evaluation_that_does_not_scale_is_said():
-    info = pd.DataFrame({"framework": ["t"] * 2, "setting": ["batch_size 64"] * 2,
-                         "world_size": [1, 4]}, index=["a", "b"])
+    info = pd.DataFrame(
+        {"framework": ["t"] * 2, "setting": ["batch_size 64"] * 2, "world_size": [1, 4]},
+        index=["a", "b"],
+    )
     evals = pd.Series({"a": 2.0, "b": 1.9})
     found = bottlenecks.eval_scaling(evals, info).iloc[0]
     assert "does not scale" in found["finding"]
@@ -93,13 +127,17 @@ def test_evaluation_that_does_not_scale_is_said():
 
 def test_breakdown_has_intervals_over_replications():
     phases, runs = constructed()
-    second = phases.assign(run_id="r2", dur_ns=phases["dur_ns"] * 1.1,
-                           end_ns=phases["start_ns"] + phases["dur_ns"] * 1.1)
+    second = phases.assign(
+        run_id="r2",
+        dur_ns=phases["dur_ns"] * 1.1,
+        end_ns=phases["start_ns"] + phases["dur_ns"] * 1.1,
+    )
     both = pd.concat([phases, second])
     runs = pd.concat([runs, runs.assign(run_id="r2")])
     table = bottlenecks.breakdown(both, runs, ["framework", "world_size"]).set_index("phase")
     assert table.loc["forward", "replications"] == 2
     assert table.loc["forward", "mean"] == pytest.approx(0.0105)
     # two values 0.010 and 0.011: s = 0.000707, t(0.975, 1) = 12.706
-    assert table.loc["forward", "ci_half_width"] == pytest.approx(12.706 * 0.000707 / 2 ** 0.5,
-                                                                  rel=1e-3)
+    assert table.loc["forward", "ci_half_width"] == pytest.approx(
+        12.706 * 0.000707 / 2**0.5, rel=1e-3
+    )

@@ -1,5 +1,6 @@
 """What a run's job asks a cluster for, and the OAR commands' parsing and
 decisions on exact-format text (the real schedulers: test_slurm, test_oar)."""
+
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,15 @@ OAR_JOB_ID=4242123
 
 
 def row(**config) -> RunRow:
-    base = {"nodes": 1, "procs_per_node": 1, "threads": 1, "device": "cpu",
-            "timeout_s": 600, "dataset": "fashion-mnist", "epochs": 1}
+    base = {
+        "nodes": 1,
+        "procs_per_node": 1,
+        "threads": 1,
+        "device": "cpu",
+        "timeout_s": 600,
+        "dataset": "fashion-mnist",
+        "epochs": 1,
+    }
     return RunRow("id", "p", {}, 1, 0, {**base, **config})
 
 
@@ -51,22 +59,43 @@ def test_oarsub_job_id_after_admission_rules():
 
 
 def test_resource_request_cpu_gpu_whole_hosts_and_walltime():
-    assert oar.resource_request({"nodes": 2, "tasks_per_node": 2, "cpus_per_task": 3,
-                                 "runtime": 95}) == "host=2/core=6,walltime=1:35:00"
-    assert oar.resource_request({"nodes": 2, "gpus_per_node": 4, "runtime": 30}) == \
-        "host=2/gpu=4,walltime=0:30:00"
-    assert oar.resource_request({"nodes": 3, "oar_resources": "", "runtime": 5,
-                                 "oar_walltime": "0:00:20"}) == "host=3,walltime=0:00:20"
+    assert (
+        oar.resource_request({"nodes": 2, "tasks_per_node": 2, "cpus_per_task": 3, "runtime": 95})
+        == "host=2/core=6,walltime=1:35:00"
+    )
+    assert (
+        oar.resource_request({"nodes": 2, "gpus_per_node": 4, "runtime": 30})
+        == "host=2/gpu=4,walltime=0:30:00"
+    )
+    assert (
+        oar.resource_request(
+            {"nodes": 3, "oar_resources": "", "runtime": 5, "oar_walltime": "0:00:20"}
+        )
+        == "host=3,walltime=0:00:20"
+    )
     with pytest.raises(oar.OarError, match="oar_walltime"):
         oar.walltime({"oar_walltime": "ten minutes"})
 
 
 def test_submit_argv_properties_queue_logs_and_environment(tmp_path):
-    props = {"rule": "run", "jobid": 7, "output": ["results/x/done.json"],
-             "resources": {"nodes": 1, "gpus_per_node": 2, "runtime": 10,
-                           "oar_properties": "cluster='chifflot'", "oar_queue": "production"}}
-    argv = oar.submit_argv(props, tmp_path / "job.sh", tmp_path / "logs",
-                           {"DDLC_VENV": "/v", "PATH": "/bin", "SECRET": "no"})
+    props = {
+        "rule": "run",
+        "jobid": 7,
+        "output": ["results/x/done.json"],
+        "resources": {
+            "nodes": 1,
+            "gpus_per_node": 2,
+            "runtime": 10,
+            "oar_properties": "cluster='chifflot'",
+            "oar_queue": "production",
+        },
+    }
+    argv = oar.submit_argv(
+        props,
+        tmp_path / "job.sh",
+        tmp_path / "logs",
+        {"DDLC_VENV": "/v", "PATH": "/bin", "SECRET": "no"},
+    )
     assert argv[:5] == ["oarsub", "-n", "ddlc.run.7", "-l", "host=1/gpu=2,walltime=0:10:00"]
     assert argv[argv.index("-p") + 1] == "cluster='chifflot'"
     assert argv[argv.index("-q") + 1] == "production"
@@ -76,8 +105,10 @@ def test_submit_argv_properties_queue_logs_and_environment(tmp_path):
 
 def test_job_properties_from_a_snakemake_job_script(tmp_path):
     script = tmp_path / "snakejob.run.3.sh"
-    script.write_text('#!/bin/sh\n# properties = {"rule": "run", "output": '
-                      '["r/done.json"], "resources": {"nodes": 1}}\ncd /w && python -m x\n')
+    script.write_text(
+        '#!/bin/sh\n# properties = {"rule": "run", "output": '
+        '["r/done.json"], "resources": {"nodes": 1}}\ncd /w && python -m x\n'
+    )
     props = oar.job_properties(script)
     assert props["rule"] == "run" and oar.done_marker(props).endswith("r/done.json")
     script.write_text("#!/bin/sh\nhostname\n")
@@ -85,17 +116,20 @@ def test_job_properties_from_a_snakemake_job_script(tmp_path):
         oar.job_properties(script)
 
 
-@pytest.mark.parametrize("job, marker_exists, expected", [
-    ({"state": "Waiting"}, False, "running"),
-    ({"state": "Running"}, False, "running"),
-    ({"state": "Finishing"}, True, "running"),
-    ({"state": "Terminated", "exit_code": 0}, True, "success"),
-    ({"state": "Terminated", "exit_code": 0}, False, "failed"),   # no marker: not done
-    ({"state": "Terminated", "exit_code": 768}, True, "failed"),  # exit 3
-    ({"state": "Error", "exit_code": None}, False, "failed"),     # walltime, oardel
-    (None, True, "success"),                                      # forgotten by OAR
-    (None, False, "failed"),
-])
+@pytest.mark.parametrize(
+    "job, marker_exists, expected",
+    [
+        ({"state": "Waiting"}, False, "running"),
+        ({"state": "Running"}, False, "running"),
+        ({"state": "Finishing"}, True, "running"),
+        ({"state": "Terminated", "exit_code": 0}, True, "success"),
+        ({"state": "Terminated", "exit_code": 0}, False, "failed"),  # no marker: not done
+        ({"state": "Terminated", "exit_code": 768}, True, "failed"),  # exit 3
+        ({"state": "Error", "exit_code": None}, False, "failed"),  # walltime, oardel
+        (None, True, "success"),  # forgotten by OAR
+        (None, False, "failed"),
+    ],
+)
 def test_status_decision(tmp_path, job, marker_exists, expected):
     marker = tmp_path / "done.json"
     if marker_exists:
@@ -124,6 +158,7 @@ def test_cli_usage_and_bad_script_give_one_line_not_a_traceback(tmp_path, capsys
 
 def test_profiles_name_the_commands_that_exist():
     import yaml
+
     repo = Path(__file__).resolve().parent.parent
     g5k = yaml.safe_load((repo / "profiles" / "grid5000" / "config.yaml").read_text())
     assert g5k["executor"] == "cluster-generic"

@@ -1,6 +1,7 @@
 """Gradient compression: every codec within its stated error, the design's
 refusal of cells an adapter cannot run, comm_bytes per step, and real
 2-process runs that train while the bytes per step drop by the codec's factor."""
+
 import json
 import tempfile
 import zlib
@@ -39,7 +40,7 @@ def test_each_codec_round_trips_within_its_stated_error(name, data):
 def test_int8_uses_the_whole_range_and_its_bound_is_tight():
     x = INPUTS["normal"]
     payload = compression.encode("int8", x)
-    q = np.frombuffer(payload[compression.SCALE_BYTES:], dtype=np.int8)
+    q = np.frombuffer(payload[compression.SCALE_BYTES :], dtype=np.int8)
     assert len(payload) == x.size + compression.SCALE_BYTES
     assert q.max() == 127 or q.min() == -127
     assert q.min() >= -127  # -128 never used: the range is symmetric
@@ -60,18 +61,21 @@ def test_the_lossless_step_is_exact_and_variable_length():
 def test_numpy_casts_are_torchs_bit_for_bit():
     """The adapters use torch's casts for fp16 and bf16: the same rounding."""
     import torch
+
     x = np.concatenate([INPUTS["normal"], INPUTS["tiny"], INPUTS["heavy tails"]])
     t = torch.from_numpy(x)
-    assert (compression.bf16_encode(x) == t.to(torch.bfloat16).view(torch.int16).numpy()
-            .view(np.uint16)).all()
+    assert (
+        compression.bf16_encode(x) == t.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    ).all()
     assert (compression.fp16_encode(x) == t.to(torch.float16).numpy()).all()
 
 
 def test_average_of_payloads_is_the_mean_of_the_decoded():
     a, b = INPUTS["normal"], INPUTS["normal"][::-1].copy()
     for name in ("int8", "int8+lossless"):
-        mean = compression.average_payloads(name, [compression.encode(name, a),
-                                                   compression.encode(name, b)])
+        mean = compression.average_payloads(
+            name, [compression.encode(name, a), compression.encode(name, b)]
+        )
         expected = (compression.roundtrip(name, a) + compression.roundtrip(name, b)) / 2
         assert np.allclose(mean, expected, rtol=0, atol=1e-6)
 
@@ -87,13 +91,17 @@ def test_design_refuses_a_cell_the_adapter_cannot_run():
         design.parse(compressions_design("horovod-torch", ["none", "bf16"]), "d.yaml")
     assert caught.value.problems == [
         "framework horovod-torch cannot run compression bf16 (it supports: none, fp16, int8, "
-        "int8+lossless); add the exclude rule {framework: horovod-torch, compression: bf16}"]
+        "int8+lossless); add the exclude rule {framework: horovod-torch, compression: bf16}"
+    ]
     doc = tiny_design(["torch-ddp", "horovod-torch"])
     doc["factors"]["compression"] = ["none", "bf16"]
     doc["exclude"] = [{"framework": "horovod-torch", "compression": "bf16"}]
     runs = design.parse(doc, "d.yaml").runs()
     assert sorted((r.config["framework"], r.config["compression"]) for r in runs) == [
-        ("horovod-torch", "none"), ("torch-ddp", "bf16"), ("torch-ddp", "none")]
+        ("horovod-torch", "none"),
+        ("torch-ddp", "bf16"),
+        ("torch-ddp", "none"),
+    ]
     fixed = tiny_design(["tf-mwms"], compression="fp16")
     with pytest.raises(design.DesignError, match="set fixed.compression to one of none$"):
         design.parse(fixed, "d.yaml")
@@ -125,11 +133,20 @@ def test_recorder_counts_bytes_per_step_and_leaves_them_empty_when_unmeasured(tm
 
 
 def test_summary_divides_by_the_uncompressed_run_of_the_same_cell():
-    runs = pd.DataFrame({
-        "run_id": list("abcd"), "status": ["ok", "ok", "ok", "failed"],
-        "framework": "torch-ddp", "compression": ["none", "fp16", "int8", "bf16"],
-        "world_size": 2, "batch_size": 32, "comm_bytes_per_step": [400.0, 200.0, 104.0, None],
-        "step_mean_s_slowest_rank": 0.1, "images_per_s": 10.0, "final_test_accuracy": 0.8})
+    runs = pd.DataFrame(
+        {
+            "run_id": list("abcd"),
+            "status": ["ok", "ok", "ok", "failed"],
+            "framework": "torch-ddp",
+            "compression": ["none", "fp16", "int8", "bf16"],
+            "world_size": 2,
+            "batch_size": 32,
+            "comm_bytes_per_step": [400.0, 200.0, 104.0, None],
+            "step_mean_s_slowest_rank": 0.1,
+            "images_per_s": 10.0,
+            "final_test_accuracy": 0.8,
+        }
+    )
     table = compression_table.summary(runs).set_index("compression")
     assert list(table.index) == ["none", "fp16", "int8"]  # the codecs' order
     assert table["bytes_vs_none"].to_dict() == {"fp16": 0.5, "int8": 0.26, "none": 1.0}
@@ -161,8 +178,7 @@ def test_two_processes_train_while_bytes_per_step_drop(framework):
             assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
             ranks = [json.loads((folder / f"rank{r}.json").read_text()) for r in (0, 1)]
             assert ranks[0]["params_digest"] == ranks[1]["params_digest"]
-            steps = pd.concat(pd.read_csv(folder / f"steps.rank{r}.tsv", sep="\t")
-                              for r in (0, 1))
+            steps = pd.concat(pd.read_csv(folder / f"steps.rank{r}.tsv", sep="\t") for r in (0, 1))
             sent[row.config["compression"]] = steps["comm_bytes"]
     none = sent["none"].iloc[-1]
     assert none == 4 * cnn_parameters()  # every fp32 gradient once
@@ -174,21 +190,31 @@ def test_two_processes_train_while_bytes_per_step_drop(framework):
 
 def cnn_parameters() -> int:
     info = data.DATASETS["fashion-mnist"]
-    return sum(row["params"] for row in models.layer_shapes(models.MODELS["cnn"], info.shape,
-                                                            info.classes))
+    return sum(
+        row["params"] for row in models.layer_shapes(models.MODELS["cnn"], info.shape, info.classes)
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not envs.has_module("tensorflow", "horovod.tensorflow"),
-                    reason="the TensorFlow environment is not built; 'bash envs/setup.sh'")
+@pytest.mark.skipif(
+    not envs.has_module("tensorflow", "horovod.tensorflow"),
+    reason="the TensorFlow environment is not built; 'bash envs/setup.sh'",
+)
 def test_horovod_keras_sends_half_the_bytes_with_fp16(tmp_path):
-    doc = tiny_design(["horovod-keras"], compression="fp16", max_steps=6, train_images=1000,
-                      eval_every=2, tracer="none")
+    doc = tiny_design(
+        ["horovod-keras"],
+        compression="fp16",
+        max_steps=6,
+        train_images=1000,
+        eval_every=2,
+        tracer="none",
+    )
     row = design.parse(doc, "d.yaml").runs()[0]
     assert runner.execute(row, tmp_path) == 0
     folder = tmp_path / row.path
-    assert json.loads((folder / "done.json").read_text())["status"] == "ok", \
-        (folder / "train.log").read_text()[-3000:]
+    assert json.loads((folder / "done.json").read_text())["status"] == "ok", (
+        folder / "train.log"
+    ).read_text()[-3000:]
     epochs = pd.read_csv(folder / "epochs.tsv", sep="\t")
     assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
     steps = pd.read_csv(folder / "steps.rank1.tsv", sep="\t")

@@ -1,5 +1,6 @@
 """Critical path and root causes of waiting on traces whose answer is known
 by construction, and on real traces converted from the shared fixtures."""
+
 from pathlib import Path
 
 import pandas as pd
@@ -29,7 +30,8 @@ def test_injected_slow_phase_on_one_rank():
     # then 2 ms of optimizer in the next window, per step.
     path = found.path
     assert set(path[path["kind"] == "phase"]["rank"]) == {2} | set(
-        path[(path["join"] == 20)]["rank"])
+        path[(path["join"] == 20)]["rank"]
+    )
     totals = path.groupby("phase")["dur_ns"].sum() / MS
     assert totals["data_load"] == pytest.approx(20 * 25)
     assert totals["grad_comm"] == pytest.approx(20 * 3)
@@ -44,6 +46,7 @@ def test_two_alternating_stragglers():
         if rank == 3 and step % 2 == 1:
             return {"forward": 15}
         return {}
+
     found = cp.analyse(constructed(steps=40, extra=extra))
     late = found.joins[found.joins["last"]].set_index("step")["rank"]
     assert (late[late.index % 2 == 0] == 1).all() and (late[late.index % 2 == 1] == 3).all()
@@ -61,8 +64,9 @@ def test_two_alternating_stragglers():
 def test_a_collective_with_a_late_arrival():
     """DDP-like: no exposed grad_comm; rank 1 hands its last gradient over
     7 ms late at every step; the collective then takes 4 ms."""
-    phases = constructed(extra=lambda r, s: {"backward": 7} if r == 1 else {}, comm_ms=4,
-                         exposed=False)
+    phases = constructed(
+        extra=lambda r, s: {"backward": 7} if r == 1 else {}, comm_ms=4, exposed=False
+    )
     found = cp.analyse(phases)
     assert found.method == {"r1": "collective"}
     joins = found.joins
@@ -103,13 +107,16 @@ def test_warmup_and_incomplete_steps_are_left_out():
     assert sorted(found.joins["step"].unique()) == list(range(2, 9))
 
 
-@pytest.mark.skipif(not (REAL / "scorep-8.4-horovod-torch-mpi-np2").exists(),
-                    reason="shared fixtures absent")
+@pytest.mark.skipif(
+    not (REAL / "scorep-8.4-horovod-torch-mpi-np2").exists(), reason="shared fixtures absent"
+)
 def test_real_scorep_horovod_trace(tmp_path):
     from traces.convert import convert
     from traces.rules import PhaseRules, RULES_FILE
-    table, _, errors = convert([REAL / "scorep-8.4-horovod-torch-mpi-np2"],
-                               PhaseRules(RULES_FILE), "scorep")
+
+    table, _, errors = convert(
+        [REAL / "scorep-8.4-horovod-torch-mpi-np2"], PhaseRules(RULES_FILE), "scorep"
+    )
     assert not errors
     phases = table.to_pandas()
     found = cp.analyse(phases)
@@ -124,23 +131,43 @@ def test_real_scorep_horovod_trace(tmp_path):
     assert waited == pytest.approx(joins["wait_ns"].sum(), rel=1e-9)
     # The path covers the analysed span exactly.
     path = found.path
-    span = found.intervals.groupby("rank")["end_ns"].max().max() - \
-        joins.groupby("rank")["entry_ns"].min().min()
+    span = (
+        found.intervals.groupby("rank")["end_ns"].max().max()
+        - joins.groupby("rank")["entry_ns"].min().min()
+    )
     assert 0 < path["dur_ns"].sum()
     assert path["dur_ns"].sum() <= phases["end_ns"].max() - phases["start_ns"].min()
-    assert len(cp.section(pd.DataFrame([{"run_id": "scorep", "status": "ok",
-                                         "framework": "horovod-torch", "world_size": 2,
-                                         "setting": "imported"}]), phases).sentences) == 1
+    assert (
+        len(
+            cp.section(
+                pd.DataFrame(
+                    [
+                        {
+                            "run_id": "scorep",
+                            "status": "ok",
+                            "framework": "horovod-torch",
+                            "world_size": 2,
+                            "setting": "imported",
+                        }
+                    ]
+                ),
+                phases,
+            ).sentences
+        )
+        == 1
+    )
     assert span > 0
 
 
-@pytest.mark.skipif(not (REAL / "kineto-tb-resnet50-numworkers0").exists(),
-                    reason="shared fixtures absent")
+@pytest.mark.skipif(
+    not (REAL / "kineto-tb-resnet50-numworkers0").exists(), reason="shared fixtures absent"
+)
 def test_real_single_rank_profiler_trace():
     """One rank of a PyTorch profiler trace: no waiting, and the path is its
     steps end to end (the ProfilerStep intervals)."""
     from traces.convert import convert
     from traces.rules import PhaseRules, RULES_FILE
+
     trace = REAL / "kineto-tb-resnet50-numworkers0" / "worker0.pt.trace.json.gz"
     table, _, _ = convert([trace], PhaseRules(RULES_FILE), "k")
     phases = table.to_pandas()

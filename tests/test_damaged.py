@@ -3,6 +3,7 @@ ways a full disk, a cut copy or a careless edit damage them. Each damaged run
 is "damaged" in the tables with the file and the problem, never "ok"; nothing
 crashes; the tables are built again when files change and kept when the
 collect fails; damaged runs run again on request."""
+
 import json
 import shutil
 from pathlib import Path
@@ -40,24 +41,39 @@ DAMAGE = [
     ("metrics.json", lambda f: f.write_text('["a", "list"]'), "metrics.json: the file:"),
     ("metrics.json", lambda f: f.write_text(f.read_text()[:40]), "metrics.json: not valid JSON"),
     ("metrics.json", lambda f: f.write_text(""), "metrics.json: empty"),
-    ("metrics.json", lambda f: f.write_text(json.dumps({**json.loads(f.read_text()),
-                                                        "images_per_s": "fast"})),
-     "metrics.json: images_per_s: 'fast' is not of type"),
-    ("metrics.json", lambda f: f.write_text(f.read_text().replace('"images_per_s": ',
-                                                                   '"images_per_s": NaN, "x": ')),
-     "metrics.json: images_per_s is not a finite number"),
+    (
+        "metrics.json",
+        lambda f: f.write_text(json.dumps({**json.loads(f.read_text()), "images_per_s": "fast"})),
+        "metrics.json: images_per_s: 'fast' is not of type",
+    ),
+    (
+        "metrics.json",
+        lambda f: f.write_text(
+            f.read_text().replace('"images_per_s": ', '"images_per_s": NaN, "x": ')
+        ),
+        "metrics.json: images_per_s is not a finite number",
+    ),
     ("done.json", lambda f: f.write_text('"ok"'), "done.json: the file: 'ok' is not of type"),
     ("done.json", lambda f: f.write_text('["ok"]'), "done.json: the file:"),
     ("steps.rank1.tsv", lambda f: f.unlink(), "steps.rank1.tsv: missing"),
-    ("steps.rank0.tsv", lambda f: f.write_text(f.read_text().splitlines()[0] + "\n"),
-     "steps.rank0.tsv: no rows"),
-    ("epochs.tsv", lambda f: f.write_text(text_in_a_number(f.read_text())),
-     "epochs.tsv: row 2, column wall_s: 'fast' is not a number"),
+    (
+        "steps.rank0.tsv",
+        lambda f: f.write_text(f.read_text().splitlines()[0] + "\n"),
+        "steps.rank0.tsv: no rows",
+    ),
+    (
+        "epochs.tsv",
+        lambda f: f.write_text(text_in_a_number(f.read_text())),
+        "epochs.tsv: row 2, column wall_s: 'fast' is not a number",
+    ),
     ("epochs.tsv", lambda f: f.unlink(), "epochs.tsv: missing"),
     ("run.json", lambda f: f.write_text("{"), "run.json: not valid JSON"),
     ("rank1.json", lambda f: f.write_text("[]"), "rank1.json: the file:"),
-    ("energy.json", lambda f: f.write_text('{"status": 3, "joules": null}'),
-     "energy.json: status: 3 is not of type"),
+    (
+        "energy.json",
+        lambda f: f.write_text('{"status": 3, "joules": null}'),
+        "energy.json: status: 3 is not of type",
+    ),
 ]
 
 
@@ -65,6 +81,7 @@ DAMAGE = [
 @pytest.mark.parametrize("name,damage,message", DAMAGE, ids=[m for _, _, m in DAMAGE])
 def test_damaged_file_marks_the_run_damaged(trained, tmp_path, name, damage, message):
     from analysis import collect
+
     results, plan, folder = copy_of(trained, tmp_path)
     damage(folder / name)
     collect.write_tables(plan, results, tmp_path / "tables")
@@ -73,13 +90,13 @@ def test_damaged_file_marks_the_run_damaged(trained, tmp_path, name, damage, mes
     assert message in runs["reason"][0], runs["reason"][0]
     assert runs["images_per_s"].isna().all()
     assert len(pd.read_parquet(tmp_path / "tables" / "step_stats.parquet")) == 0
-    assert (runner.damaged_runs(plan.runs(), results)[0][1].split(":")[0]
-            == message.split(":")[0])
+    assert runner.damaged_runs(plan.runs(), results)[0][1].split(":")[0] == message.split(":")[0]
 
 
 @pytest.mark.slow
 def test_sound_copy_is_ok(trained, tmp_path):
     from analysis import collect
+
     results, plan, _ = copy_of(trained, tmp_path)
     collect.write_tables(plan, results, tmp_path / "tables")
     runs = pd.read_parquet(tmp_path / "tables" / "runs.parquet")

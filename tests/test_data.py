@@ -1,5 +1,6 @@
 """Loaders on the real Fashion-MNIST and on CIFAR-10 files made in the
 official python-pickle format; checksums; sharding."""
+
 import gzip
 import hashlib
 import pickle
@@ -115,6 +116,7 @@ def test_steps_per_epoch_drops_last_and_caps():
 
 def test_generated_files_verify_against_their_manifest_only(tmp_path):
     from conftest import generated_cifar
+
     folder = generated_cifar(tmp_path / "cifar", per_batch=20)
     assert data.load("cifar10", str(folder)).train_x.shape == (100, 3, 32, 32)
     (folder / "test_batch").write_bytes((folder / "data_batch_1").read_bytes())
@@ -131,15 +133,19 @@ def test_numpy1_environments_read_files_pickled_under_numpy2(tmp_path):
     import subprocess
     from conftest import REPO, generated_cifar
     from ddlcompare import envs
+
     python = envs.python_for("tensorflow")
     if not python.exists():
         pytest.skip(f"the TensorFlow environment is not built ({python}); envs/setup.sh")
     folder = generated_cifar(tmp_path / "cifar", per_batch=20)
-    probe = ("import numpy; from frameworks import data; "
-             f"d = data.load('cifar10', {str(folder)!r}); "
-             "print(numpy.__version__, d.train_x.shape, int(d.train_x.sum()))")
-    done = subprocess.run([str(python), "-c", probe], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    probe = (
+        "import numpy; from frameworks import data; "
+        f"d = data.load('cifar10', {str(folder)!r}); "
+        "print(numpy.__version__, d.train_x.shape, int(d.train_x.sum()))"
+    )
+    done = subprocess.run(
+        [str(python), "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     version, shape = done.stdout.split()[0], done.stdout.split(" ", 1)[1]
     assert version.startswith("1.")

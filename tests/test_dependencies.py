@@ -1,5 +1,6 @@
 """The dependencies declared in pyproject.toml (an extra per environment)
 are exactly the pinned files that envs/setup.sh installs."""
+
 import tomllib
 from pathlib import Path
 
@@ -17,6 +18,6 @@ def requirements(path: Path) -> list[str]:
 @pytest.mark.parametrize("extra", ENVIRONMENTS)
 def test_pinned_file_matches_the_extra(extra):
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert sorted(declared["optional-dependencies"][extra]) == \
-        requirements(REPO / ENVIRONMENTS[extra]), \
-        f"pyproject.toml's [{extra}] extra and {ENVIRONMENTS[extra]} differ: change both"
+    assert sorted(declared["optional-dependencies"][extra]) == requirements(
+        REPO / ENVIRONMENTS[extra]
+    ), f"pyproject.toml's [{extra}] extra and {ENVIRONMENTS[extra]} differ: change both"

@@ -1,4 +1,5 @@
 """Design expansion and validation: every problem named, never a traceback."""
+
 import gzip
 import os
 import shutil
@@ -12,9 +13,15 @@ from ddlcompare.design import DesignError
 
 
 def base(**over):
-    doc = {"factors": {"framework": ["torch-ddp", "horovod-torch"], "procs_per_node": [1, 2],
-                       "batch_size": [32, 64]},
-           "replications": 3, "seed": 7}
+    doc = {
+        "factors": {
+            "framework": ["torch-ddp", "horovod-torch"],
+            "procs_per_node": [1, 2],
+            "batch_size": [32, 64],
+        },
+        "replications": 3,
+        "seed": 7,
+    }
     doc.update(over)
     return doc
 
@@ -31,7 +38,13 @@ def test_paths_are_self_describing():
     parts = run.path.split("/")
     assert parts[0] == "design" and parts[1].startswith("cfg~")
     assert [p.split("~")[0] for p in parts[2:]] == [
-        "framework", "nodes", "procs_per_node", "batch_size", "dataset", "rep"]
+        "framework",
+        "nodes",
+        "procs_per_node",
+        "batch_size",
+        "dataset",
+        "rep",
+    ]
     assert f"batch_size~{run.config['batch_size']}" in run.path
 
 
@@ -44,10 +57,16 @@ def test_randomized_order_is_reproducible_and_differs_from_listing():
 
 
 def test_exclude_and_zip():
-    d = design.parse(base(exclude=[{"framework": "horovod-torch", "procs_per_node": 1}],
-                          zip=[["procs_per_node", "batch_size"]]))
-    cells = {(r.factors["framework"], r.factors["procs_per_node"], r.factors["batch_size"])
-             for r in d.runs()}
+    d = design.parse(
+        base(
+            exclude=[{"framework": "horovod-torch", "procs_per_node": 1}],
+            zip=[["procs_per_node", "batch_size"]],
+        )
+    )
+    cells = {
+        (r.factors["framework"], r.factors["procs_per_node"], r.factors["batch_size"])
+        for r in d.runs()
+    }
     assert cells == {("torch-ddp", 1, 32), ("torch-ddp", 2, 64), ("horovod-torch", 2, 64)}
 
 
@@ -62,8 +81,10 @@ def test_fixed_settings_key_results_but_new_levels_reuse_runs():
 
 def test_settings_at_their_default_leave_the_hash_alone():
     # What a new setting does to existing designs: nothing.
-    assert design.parse(base()).settings_hash == \
-        design.parse(base(fixed={"tracer": "otf2", "momentum": 0.9})).settings_hash
+    assert (
+        design.parse(base()).settings_hash
+        == design.parse(base(fixed={"tracer": "otf2", "momentum": 0.9})).settings_hash
+    )
 
 
 def test_target_accuracy_reanalyses_the_same_runs():
@@ -89,69 +110,154 @@ BAD = [
     ({"factors": {"framework": ["torch-ddp"], "colour": [1]}}, "factors.colour: unknown factor"),
     ({"factors": {"framework": []}}, "factors.framework: has no levels"),
     ({"factors": {"framework": ["torch-ddp", "torch-ddp"]}}, "listed twice"),
-    ({"factors": {"framework": ["torch-ddp"], "nodes": ["two"]}}, "factors.nodes: must be an integer"),
+    (
+        {"factors": {"framework": ["torch-ddp"], "nodes": ["two"]}},
+        "factors.nodes: must be an integer",
+    ),
     ({"factors": {"framework": ["torch-ddp"], "nodes": [0]}}, "factors.nodes: must be >= 1"),
     ({"factors": {"framework": ["torch-ddp"], "batch_size": [True]}}, "must be an integer"),
-    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"epochs": "2"}}, "fixed.epochs: must be an integer"),
-    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"epoch": 2}}, "fixed.epoch: unknown setting"),
-    ({"factors": {"framework": ["torch-ddp"], "epochs": [1]}, "fixed": {"epochs": 2}}, "also a factor"),
-    ({"factors": {"framework": ["torch-ddp"]}, "replications": 0}, "replications: must be an integer >= 1"),
-    ({"factors": {"framework": ["torch-ddp"]}, "randomize": "yes"}, "randomize: must be true or false"),
-    ({"factors": {"framework": ["torch-ddp"]}, "exclude": [{"framework": "horovod-torch"}]},
-     "exclude[0].framework: 'horovod-torch' is not a level"),
-    ({"factors": {"framework": ["torch-ddp", "horovod-torch"], "nodes": [1, 2]},
-      "zip": [["framework", "nodes"]], "exclude": [{"framework": "torch-ddp", "nodes": 2}]},
-     "exclude[0]: matches no run"),
-    ({"factors": {"framework": ["torch-ddp"]}, "exclude": [{"framework": "torch-ddp"}]}, "zero runs"),
-    ({"factors": {"framework": ["torch-ddp"], "nodes": [1, 2]}, "zip": [["nodes", "framework"]]},
-     "zipped factors need the same number of levels"),
-    ({"factors": {"framework": ["torch-ddp"]}, "zip": [["nodes", "framework"]]}, "nodes not among the factors"),
+    (
+        {"factors": {"framework": ["torch-ddp"]}, "fixed": {"epochs": "2"}},
+        "fixed.epochs: must be an integer",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"]}, "fixed": {"epoch": 2}},
+        "fixed.epoch: unknown setting",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"], "epochs": [1]}, "fixed": {"epochs": 2}},
+        "also a factor",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"]}, "replications": 0},
+        "replications: must be an integer >= 1",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"]}, "randomize": "yes"},
+        "randomize: must be true or false",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"]}, "exclude": [{"framework": "horovod-torch"}]},
+        "exclude[0].framework: 'horovod-torch' is not a level",
+    ),
+    (
+        {
+            "factors": {"framework": ["torch-ddp", "horovod-torch"], "nodes": [1, 2]},
+            "zip": [["framework", "nodes"]],
+            "exclude": [{"framework": "torch-ddp", "nodes": 2}],
+        },
+        "exclude[0]: matches no run",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"]}, "exclude": [{"framework": "torch-ddp"}]},
+        "zero runs",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"], "nodes": [1, 2]}, "zip": [["nodes", "framework"]]},
+        "zipped factors need the same number of levels",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"]}, "zip": [["nodes", "framework"]]},
+        "nodes not among the factors",
+    ),
     ({"factors": {"framework": ["torch-ddp"]}, "extra": 1}, "unknown key 'extra'"),
     ({"factors": {"nodes": [1]}}, "factors.framework: missing"),
     ({}, "factors: missing"),
     ([1, 2], "must be a mapping"),
-    ({"factors": {"framework": ["torch-ddp"], "dataset": ["imagenet"]}}, "factors.dataset: unknown value 'imagenet'"),
-    ({"factors": {"framework": ["torch-ddp"], "data_dir": ["/x"]}}, "factors.data_dir: cannot be a factor"),
+    (
+        {"factors": {"framework": ["torch-ddp"], "dataset": ["imagenet"]}},
+        "factors.dataset: unknown value 'imagenet'",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"], "data_dir": ["/x"]}},
+        "factors.data_dir: cannot be a factor",
+    ),
     ({"factors": {"framework": ["torch-ddp"], "device": ["tpu"]}}, "allowed: cpu, gpu"),
-    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"lr_scaling": "cubic"}}, "allowed: none, linear, sqrt"),
-    ({"factors": {"framework": ["torch-ddp"], "target_accuracy": [0.8, 0.9]}},
-     "factors.target_accuracy: cannot be a factor"),
+    (
+        {"factors": {"framework": ["torch-ddp"]}, "fixed": {"lr_scaling": "cubic"}},
+        "allowed: none, linear, sqrt",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"], "target_accuracy": [0.8, 0.9]}},
+        "factors.target_accuracy: cannot be a factor",
+    ),
     # Numbers that are not numbers, or too large for what reads them.
-    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"energy_interval_s": float("nan")}},
-     "fixed.energy_interval_s: must be a finite number, got nan"),
-    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"energy_interval_s": float("inf")}},
-     "fixed.energy_interval_s: must be a finite number, got inf"),
-    ({"factors": {"framework": ["torch-ddp"], "learning_rate": [float("nan")]}},
-     "factors.learning_rate: must be a finite number"),
-    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"momentum": -float("inf")}},
-     "fixed.momentum: must be a finite number"),
-    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"epochs": 10**30}}, "fixed.epochs: must be <="),
-    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"learning_rate": 1e300}},
-     "fixed.learning_rate: must be <= 100"),
+    (
+        {"factors": {"framework": ["torch-ddp"]}, "fixed": {"energy_interval_s": float("nan")}},
+        "fixed.energy_interval_s: must be a finite number, got nan",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"]}, "fixed": {"energy_interval_s": float("inf")}},
+        "fixed.energy_interval_s: must be a finite number, got inf",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"], "learning_rate": [float("nan")]}},
+        "factors.learning_rate: must be a finite number",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"]}, "fixed": {"momentum": -float("inf")}},
+        "fixed.momentum: must be a finite number",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"]}, "fixed": {"epochs": 10**30}},
+        "fixed.epochs: must be <=",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"]}, "fixed": {"learning_rate": 1e300}},
+        "fixed.learning_rate: must be <= 100",
+    ),
     ({"factors": {"framework": ["torch-ddp"]}, "seed": 2**64}, "seed: must be at most 2147483647"),
-    ({"factors": {"framework": ["torch-ddp"], "learning_rate": [1, 1.0]}},
-     "factors.learning_rate: level 1.0 is listed twice"),
-    ({"factors": {"framework": ["torch-ddp"]}, "replications": 10**7},
-     "10000000 runs, more than max_runs (10000)"),
-    ({"factors": {"framework": ["torch-ddp"], "batch_size": list(range(1, 200)),
-                  "epochs": list(range(1, 200))}}, "set max_runs: N"),
+    (
+        {"factors": {"framework": ["torch-ddp"], "learning_rate": [1, 1.0]}},
+        "factors.learning_rate: level 1.0 is listed twice",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"]}, "replications": 10**7},
+        "10000000 runs, more than max_runs (10000)",
+    ),
+    (
+        {
+            "factors": {
+                "framework": ["torch-ddp"],
+                "batch_size": list(range(1, 200)),
+                "epochs": list(range(1, 200)),
+            }
+        },
+        "set max_runs: N",
+    ),
     ({"factors": {"framework": ["torch-ddp"]}, "max_runs": 0}, "max_runs: must be an integer >= 1"),
     # What YAML reads differently from what the user meant.
     ({"name": False, "factors": {"framework": ["torch-ddp"]}}, "put it in quotes: name: 'no'"),
     ({"name": 2024, "factors": {"framework": ["torch-ddp"]}}, "put it in quotes: name: '2024'"),
-    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"learning_rate": "1e-3"}},
-     "write 1.0e-3"),
+    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"learning_rate": "1e-3"}}, "write 1.0e-3"),
     ({"factors": {"framework": ["torch-ddp"], "dataset": [False]}}, "put the value in quotes"),
-    ({"factors": {"framework": ["torch-ddp"], "nodes": [1, 2], "batch_size": [32, 64]},
-      "zip": [["nodes", ["batch_size"]]]}, "zip[0]: lists factor names only"),
-    ({"factors": {"framework": ["torch-ddp"], "nodes": [1, 2], "batch_size": [32, 64]},
-      "zip": [["nodes", {"batch_size": 1}]]}, "zip[0]: lists factor names only"),
-    ({"factors": {"framework": ["torch-ddp"], "nodes": [[1, 2]]}}, "factors.nodes: must be an integer"),
+    (
+        {
+            "factors": {"framework": ["torch-ddp"], "nodes": [1, 2], "batch_size": [32, 64]},
+            "zip": [["nodes", ["batch_size"]]],
+        },
+        "zip[0]: lists factor names only",
+    ),
+    (
+        {
+            "factors": {"framework": ["torch-ddp"], "nodes": [1, 2], "batch_size": [32, 64]},
+            "zip": [["nodes", {"batch_size": 1}]],
+        },
+        "zip[0]: lists factor names only",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"], "nodes": [[1, 2]]}},
+        "factors.nodes: must be an integer",
+    ),
     # Paths the file system would refuse.
-    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"data_dir": "/tmp/" + "x" * 300}},
-     "fixed.data_dir: has a folder name of 300 bytes"),
-    ({"factors": {"framework": ["torch-ddp"]}, "fixed": {"data_dir": "~nosuchuser/data"}},
-     "fixed.data_dir: '~nosuchuser': no such user here"),
+    (
+        {"factors": {"framework": ["torch-ddp"]}, "fixed": {"data_dir": "/tmp/" + "x" * 300}},
+        "fixed.data_dir: has a folder name of 300 bytes",
+    ),
+    (
+        {"factors": {"framework": ["torch-ddp"]}, "fixed": {"data_dir": "~nosuchuser/data"}},
+        "fixed.data_dir: '~nosuchuser': no such user here",
+    ),
 ]
 
 
@@ -168,10 +274,13 @@ def test_all_problems_reported_at_once():
     assert len(err.value.problems) == 3
 
 
-@pytest.mark.parametrize("text,message", [
-    ("factors: {framework: [torch-ddp]\n", "not valid YAML"),
-    ("factors:\n  framework: [torch-ddp]\n\tnodes: [1]\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("factors: {framework: [torch-ddp]\n", "not valid YAML"),
+        ("factors:\n  framework: [torch-ddp]\n\tnodes: [1]\n", "not valid YAML"),
+    ],
+)
 def test_yaml_syntax_errors_give_line(tmp_path, text, message):
     path = tmp_path / "d.yaml"
     path.write_text(text)
@@ -180,22 +289,41 @@ def test_yaml_syntax_errors_give_line(tmp_path, text, message):
     assert message in err.value.problems[0] and "line" in err.value.problems[0]
 
 
-BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
-    for p, c in zip("abcdefgh", "bcdefghi")) + "factors: {framework: *i}\n"
+BOMB = (
+    "a: &a [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi")
+    )
+    + "factors: {framework: *i}\n"
+)
 
 BAD_FILES = [
-    ("factors: {framework: [torch-ddp]}\nfactors: {nodes: [1]}\n", "line 2: key 'factors' appears twice"),
-    ("factors:\n  framework: [torch-ddp]\n  framework: [horovod-torch]\n", "key 'framework' appears twice"),
-    ("factors: {framework: [torch-ddp], dataset: [2024-01-01]}\n",
-     "factors.dataset[0]: '2024-01-01' is a date; put it in quotes"),
+    (
+        "factors: {framework: [torch-ddp]}\nfactors: {nodes: [1]}\n",
+        "line 2: key 'factors' appears twice",
+    ),
+    (
+        "factors:\n  framework: [torch-ddp]\n  framework: [horovod-torch]\n",
+        "key 'framework' appears twice",
+    ),
+    (
+        "factors: {framework: [torch-ddp], dataset: [2024-01-01]}\n",
+        "factors.dataset[0]: '2024-01-01' is a date; put it in quotes",
+    ),
     ("factors: {framework: [torch-ddp], dataset: !!set {a, b}}\n", "is a set"),
     ("factors: {framework: [torch-ddp], dataset: [!!binary aGVsbG8=]}\n", "is a binary value"),
     ("factors: {framework: [torch-ddp], dataset: [{? [a]: 1}]}\n", "a key must be a plain name"),
     ("name: no\nfactors: {framework: [torch-ddp]}\n", "name: 'no'"),
     ("factors: {framework: [torch-ddp]}\nfixed: {learning_rate: 1e-3}\n", "write 1.0e-3"),
-    ("factors: {framework: [torch-ddp]}\nfixed: {learning_rate: .nan}\n", "must be a finite number"),
-    ("factors: {framework: [torch-ddp]}\nfixed: {energy_interval_s: .inf}\n", "must be a finite number"),
+    (
+        "factors: {framework: [torch-ddp]}\nfixed: {learning_rate: .nan}\n",
+        "must be a finite number",
+    ),
+    (
+        "factors: {framework: [torch-ddp]}\nfixed: {energy_interval_s: .inf}\n",
+        "must be a finite number",
+    ),
     (BOMB, "expands to more than 100000 values"),
 ]
 
@@ -228,15 +356,20 @@ def test_non_utf8_design(tmp_path):
 
 @pytest.mark.parametrize("kind", ["fifo", "zero", "dir", "empty-name"])
 def test_design_that_is_not_a_file_is_refused_without_hanging(tmp_path, kind):
-    path = {"fifo": tmp_path / "d.yaml", "zero": "/dev/zero", "dir": tmp_path,
-            "empty-name": ""}[kind]
+    path = {"fifo": tmp_path / "d.yaml", "zero": "/dev/zero", "dir": tmp_path, "empty-name": ""}[
+        kind
+    ]
     if kind == "fifo":
         os.mkfifo(path)
     out = ddlc("plan", "--design", str(path))  # ddlc's timeout catches a hang
     assert out.returncode == 2, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
-    assert {"fifo": "not a regular file", "zero": "not a regular file",
-            "dir": "is a directory", "empty-name": "no design file given"}[kind] in out.stderr
+    assert {
+        "fifo": "not a regular file",
+        "zero": "not a regular file",
+        "dir": "is a directory",
+        "empty-name": "no design file given",
+    }[kind] in out.stderr
 
 
 def test_numbers_are_normalised_before_hashing():
@@ -270,8 +403,10 @@ def test_cli_missing_design_file(tmp_path):
 
 
 def test_cli_missing_dataset_names_path_and_fix(tmp_path):
-    path = write_design(tmp_path, {"factors": {"framework": ["torch-ddp"]},
-                                   "fixed": {"data_dir": str(tmp_path / "nodata")}})
+    path = write_design(
+        tmp_path,
+        {"factors": {"framework": ["torch-ddp"]}, "fixed": {"data_dir": str(tmp_path / "nodata")}},
+    )
     out = ddlc("plan", "--design", str(path))
     assert out.returncode == 2
     assert str(tmp_path / "nodata" / "train-images-idx3-ubyte.gz") in out.stderr
@@ -288,8 +423,10 @@ def test_plan_prints_table_and_count(tmp_path):
 
 # What the design alone says about its runs, said by the plan before any run.
 PLAN_REFUSED = [
-    ({"max_steps": 4, "warmup_steps": 10, "epochs": 2},
-     "warmup_steps: 10, but runs with batch_size 32 take only 8 steps"),
+    (
+        {"max_steps": 4, "warmup_steps": 10, "epochs": 2},
+        "warmup_steps: 10, but runs with batch_size 32 take only 8 steps",
+    ),
     ({"max_steps": 5, "warmup_steps": 5, "epochs": 1}, "raise max_steps or lower warmup_steps"),
     ({"device": "gpu"}, "device: gpu, but this machine has no NVIDIA GPU"),
 ]
@@ -305,9 +442,10 @@ def test_plan_refuses_runs_that_cannot_measure(tmp_path, fixed, message):
 
 
 def test_plan_warns_of_runs_without_a_step_and_of_too_many_processes(tmp_path):
-    doc = {"factors": {"framework": ["torch-ddp"], "batch_size": [32, 5000]},
-           "fixed": {"train_images": 6000, "warmup_steps": 0,
-                     "threads": 4 * (os.cpu_count() or 1)}}
+    doc = {
+        "factors": {"framework": ["torch-ddp"], "batch_size": [32, 5000]},
+        "fixed": {"train_images": 6000, "warmup_steps": 0, "threads": 4 * (os.cpu_count() or 1)},
+    }
     out = ddlc("plan", "--design", str(write_design(tmp_path, doc)))
     assert out.returncode == 0, out.stderr
     assert "batch_size 5000 x 1 processes exceeds the 6000 training images" not in out.stderr

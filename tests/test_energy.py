@@ -2,6 +2,7 @@
 "not available" path and power integration, Kwollect through a real local
 HTTP server speaking the Grid'5000 metrics API's JSON, and the run figures
 (energy.json, epochs, energy to a time)."""
+
 import json
 import math
 import os
@@ -24,8 +25,9 @@ from runfiles import energy
 MAX_UJ = 262143328850  # max_energy_range_uj of a real package zone
 
 
-def make_powercap(sys_root: Path, packages: dict[int, dict[str, int]],
-                  max_uj: int = MAX_UJ) -> Path:
+def make_powercap(
+    sys_root: Path, packages: dict[int, dict[str, int]], max_uj: int = MAX_UJ
+) -> Path:
     """A /sys tree as the intel_rapl driver makes it: zones are directories
     under devices/virtual/powercap/intel-rapl, subzones inside their
     package, and /sys/class/powercap holds one symlink per zone.
@@ -40,22 +42,29 @@ def make_powercap(sys_root: Path, packages: dict[int, dict[str, int]],
     for i, zones in packages.items():
         package = devices / f"intel-rapl:{i}"
         _zone(package, f"package-{i}", zones["package"], max_uj)
-        (links / package.name).symlink_to(f"../../devices/virtual/powercap/intel-rapl/"
-                                          f"{package.name}")
+        (links / package.name).symlink_to(
+            f"../../devices/virtual/powercap/intel-rapl/{package.name}"
+        )
         for j, name in enumerate(n for n in zones if n != "package"):
             sub = package / f"intel-rapl:{i}:{j}"
             _zone(sub, name, zones[name], max_uj)
-            (links / sub.name).symlink_to(f"../../devices/virtual/powercap/intel-rapl/"
-                                          f"{package.name}/{sub.name}")
+            (links / sub.name).symlink_to(
+                f"../../devices/virtual/powercap/intel-rapl/{package.name}/{sub.name}"
+            )
     return links
 
 
 def _zone(folder: Path, name: str, energy_uj: int, max_uj: int) -> None:
     folder.mkdir()
     (folder / "device").symlink_to("..")
-    for key, value in {"name": name, "enabled": 1, "max_energy_range_uj": max_uj,
-                       "max_power_range_uw": 200000000, "constraint_0_name": "long_term",
-                       "constraint_0_power_limit_uw": 150000000}.items():
+    for key, value in {
+        "name": name,
+        "enabled": 1,
+        "max_energy_range_uj": max_uj,
+        "max_power_range_uw": 200000000,
+        "constraint_0_name": "long_term",
+        "constraint_0_power_limit_uw": 150000000,
+    }.items():
         (folder / key).write_text(f"{value}\n")
     set_energy(folder, energy_uj)  # 0400: root only, as since the 2020 fix
 
@@ -73,9 +82,13 @@ def zone(links: Path, name: str) -> Path:
 
 
 def test_rapl_counts_packages_and_dram_not_core_or_uncore(tmp_path):
-    links = make_powercap(tmp_path, {
-        0: {"package": 1_000_000, "core": 500_000, "uncore": 100_000, "dram": 200_000},
-        1: {"package": 3_000_000, "core": 700_000, "dram": 400_000}})
+    links = make_powercap(
+        tmp_path,
+        {
+            0: {"package": 1_000_000, "core": 500_000, "uncore": 100_000, "dram": 200_000},
+            1: {"package": 3_000_000, "core": 700_000, "dram": 400_000},
+        },
+    )
     meter = energy.RaplMeter(links)
     meter.open()
     assert meter.read() == {"package-0": 0, "dram-0": 0, "package-1": 0, "dram-1": 0}
@@ -116,16 +129,24 @@ def test_rapl_unreadable_energy_is_a_reason():
         (top / "runfiles").mkdir()
         for name in ("__init__.py", "atomic.py", "names.py", "energy.py"):
             shutil.copy(REPO / "runfiles" / name, top / "runfiles" / name)
-        code = ("import sys; from runfiles import energy\n"
-                "try:\n    energy.RaplMeter(sys.argv[1]).open()\n"
-                "except energy.Unavailable as e:\n    print(e)\n")
+        code = (
+            "import sys; from runfiles import energy\n"
+            "try:\n    energy.RaplMeter(sys.argv[1]).open()\n"
+            "except energy.Unavailable as e:\n    print(e)\n"
+        )
         user = "nobody" if os.geteuid() == 0 else None
         if user is None:  # we own the files: take our own read right away too
             for path in top.rglob("energy_uj"):
                 path.chmod(0)
-        out = subprocess.run(["/usr/bin/python3", "-c", code, str(links)], cwd=top, user=user,
-                             env={"PYTHONPATH": str(top)}, capture_output=True, text=True,
-                             timeout=60)
+        out = subprocess.run(
+            ["/usr/bin/python3", "-c", code, str(links)],
+            cwd=top,
+            user=user,
+            env={"PYTHONPATH": str(top)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert "readable by root only" in out.stdout, out.stderr
         assert "intel-rapl:0/energy_uj" in out.stdout
     finally:
@@ -151,8 +172,9 @@ def test_power_integral_is_the_trapezoid_rule():
 
 def test_sampler_writes_samples_and_status(tmp_path):
     links = make_powercap(tmp_path / "sys", {0: {"package": 0, "dram": 0}})
-    sampler = energy.Sampler(tmp_path, rank=3, interval_s=0.05,
-                             meters=[energy.RaplMeter(links), energy.NvmlMeter()])
+    sampler = energy.Sampler(
+        tmp_path, rank=3, interval_s=0.05, meters=[energy.RaplMeter(links), energy.NvmlMeter()]
+    )
     sampler.start()
     for uj in range(1, 6):
         time.sleep(0.05)
@@ -172,11 +194,21 @@ def write_samples(folder: Path, name: str, rows: list[tuple]) -> None:
     (folder / f"energy_samples.{name}.tsv").write_text("\n".join(lines) + "\n")
 
 
-def write_sources(folder: Path, rank: int, host: str, start: float, end: float,
-                  sources: dict) -> None:
-    (folder / f"energy_sources.rank{rank}.json").write_text(json.dumps(
-        {"host": host, "rank": rank, "interval_s": 1.0, "start_unix": start, "end_unix": end,
-         "sources": sources}))
+def write_sources(
+    folder: Path, rank: int, host: str, start: float, end: float, sources: dict
+) -> None:
+    (folder / f"energy_sources.rank{rank}.json").write_text(
+        json.dumps(
+            {
+                "host": host,
+                "rank": rank,
+                "interval_s": 1.0,
+                "start_unix": start,
+                "end_unix": end,
+                "sources": sources,
+            }
+        )
+    )
 
 
 NVML_MISSING = {"available": False, "reason": "NVML cannot start: NVML Shared Library Not Found"}
@@ -187,11 +219,15 @@ def constructed_run(folder: Path, watts: dict[str, float], t0: float = 1000.0) -
     (package-0 at 3/4 of it, dram-0 at 1/4); a run clock starting at t0+2
     with epochs ending 6 s and 16 s later."""
     for rank, (host, power) in enumerate(watts.items()):
-        rows = [(host, "rapl", domain, t0 + s, share * power * s)
-                for s in range(21) for domain, share in (("package-0", 0.75), ("dram-0", 0.25))]
+        rows = [
+            (host, "rapl", domain, t0 + s, share * power * s)
+            for s in range(21)
+            for domain, share in (("package-0", 0.75), ("dram-0", 0.25))
+        ]
         write_samples(folder, f"rank{rank}", rows)
-        write_sources(folder, rank, host, t0, t0 + 20, {"rapl": {"available": True},
-                                                        "nvml": NVML_MISSING})
+        write_sources(
+            folder, rank, host, t0, t0 + 20, {"rapl": {"available": True}, "nvml": NVML_MISSING}
+        )
     (folder / "metrics.json").write_text(json.dumps({"clock_start_unix": t0 + 2}))
     (folder / "epochs.tsv").write_text("epoch\ttest_accuracy\telapsed_s\n1\t0.5\t6\n2\t0.7\t16\n")
 
@@ -203,11 +239,13 @@ def test_run_energy_over_the_run_clock_with_epochs(tmp_path):
     assert (doc["start_unix"], doc["end_unix"]) == (1002, 1018)
     assert doc["joules"] == pytest.approx(150 * 16)
     assert doc["sources"]["rapl"]["node-1"]["joules"] == pytest.approx(
-        {"package-0": 1200, "dram-0": 400})
+        {"package-0": 1200, "dram-0": 400}
+    )
     assert doc["sources"]["nvml"]["node-2"]["reason"] == NVML_MISSING["reason"]
     assert doc["epochs"] == [
         {"epoch": 1, "energy_j": pytest.approx(900), "energy_to_epoch_j": pytest.approx(900)},
-        {"epoch": 2, "energy_j": pytest.approx(1500), "energy_to_epoch_j": pytest.approx(2400)}]
+        {"epoch": 2, "energy_j": pytest.approx(1500), "energy_to_epoch_j": pytest.approx(2400)},
+    ]
 
 
 def test_energy_until_interpolates_and_refuses_times_outside(tmp_path):
@@ -221,20 +259,31 @@ def test_energy_until_interpolates_and_refuses_times_outside(tmp_path):
 
 def test_a_node_without_rapl_makes_rapl_not_available(tmp_path):
     constructed_run(tmp_path, {"node-1": 100.0})
-    write_sources(tmp_path, 1, "node-2", 1000, 1020, {
-        "rapl": {"available": False, "reason": "no /sys/class/powercap: ..."},
-        "nvml": NVML_MISSING})
+    write_sources(
+        tmp_path,
+        1,
+        "node-2",
+        1000,
+        1020,
+        {
+            "rapl": {"available": False, "reason": "no /sys/class/powercap: ..."},
+            "nvml": NVML_MISSING,
+        },
+    )
     doc = energy.summarize(tmp_path)
     assert doc["joules"] is None and doc["epochs"] == []
-    assert doc["status"] == ("not available: nvml: NVML cannot start: NVML Shared Library "
-                             "Not Found; rapl: no /sys/class/powercap: ...")
+    assert doc["status"] == (
+        "not available: nvml: NVML cannot start: NVML Shared Library "
+        "Not Found; rapl: no /sys/class/powercap: ..."
+    )
     assert doc["sources"]["rapl"]["node-1"]["joules"]["package-0"] == pytest.approx(1200)
 
 
 def test_two_samplers_on_one_host_count_once(tmp_path):
     constructed_run(tmp_path, {"node-1": 100.0})
-    write_samples(tmp_path, "rank1", [("node-1", "rapl", "package-0", 1000 + s, 999.0 * s)
-                                      for s in range(21)])
+    write_samples(
+        tmp_path, "rank1", [("node-1", "rapl", "package-0", 1000 + s, 999.0 * s) for s in range(21)]
+    )
     write_sources(tmp_path, 1, "node-1", 1000, 1020, {"rapl": {"available": True}})
     assert energy.summarize(tmp_path)["joules"] == pytest.approx(1600)
 
@@ -243,6 +292,7 @@ class KwollectAPI(BaseHTTPRequestHandler):
     """/sites/<site>/metrics as Grid'5000 serves it: a JSON list of
     {timestamp, device_id, metric_id, value, labels} for the nodes and
     metrics asked, in the time window asked."""
+
     records: list[dict] = []
     asked: list[str] = []
 
@@ -255,9 +305,15 @@ class KwollectAPI(BaseHTTPRequestHandler):
             return
         nodes, metrics = query["nodes"].split(","), query["metrics"].split(",")
         start, end = float(query["start_time"]), float(query["end_time"])
-        body = json.dumps([r for r in self.records if r["device_id"] in nodes
-                           and r["metric_id"] in metrics
-                           and start <= _unix(r["timestamp"]) <= end]).encode()
+        body = json.dumps(
+            [
+                r
+                for r in self.records
+                if r["device_id"] in nodes
+                and r["metric_id"] in metrics
+                and start <= _unix(r["timestamp"]) <= end
+            ]
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -270,15 +326,21 @@ class KwollectAPI(BaseHTTPRequestHandler):
 
 def _unix(timestamp: str) -> float:
     from datetime import datetime
+
     return datetime.fromisoformat(timestamp).timestamp()
 
 
 def _record(node: str, metric: str, unix_s: float, watts: float, origin=None) -> dict:
     from datetime import datetime, timedelta, timezone
+
     paris = timezone(timedelta(hours=2))
-    return {"timestamp": datetime.fromtimestamp(unix_s, paris).isoformat(),
-            "device_id": node, "metric_id": metric, "value": watts,
-            "labels": {"_device_orig": [origin]} if origin else {}}
+    return {
+        "timestamp": datetime.fromtimestamp(unix_s, paris).isoformat(),
+        "device_id": node,
+        "metric_id": metric,
+        "value": watts,
+        "labels": {"_device_orig": [origin]} if origin else {},
+    }
 
 
 @pytest.fixture
@@ -293,15 +355,21 @@ def kwollect_api():
 def test_kwollect_prefers_wattmeters_sums_ports_and_integrates(tmp_path, kwollect_api):
     start, end = 1_750_000_000.0, 1_750_000_010.0
     KwollectAPI.records = (
-        [_record("taurus-7", "wattmetre_power_watt", start - 6 + s * 0.5, 100.0, "wattmetre1-port6")
-         for s in range(46)]
+        [
+            _record(
+                "taurus-7", "wattmetre_power_watt", start - 6 + s * 0.5, 100.0, "wattmetre1-port6"
+            )
+            for s in range(46)
+        ]
         + [_record("taurus-7", "bmc_node_power_watt", start - 6 + s, 130.0) for s in range(23)]
-        + [_record("taurus-8", "wattmetre_power_watt", start - 6 + s * 0.5, w, port)
-           for s in range(46) for w, port in ((60.0, "wattmetre1-port7"),
-                                               (40.0, "wattmetre1-port8"))]
-        + [_record("taurus-9", "bmc_node_power_watt", start - 6 + s, 200.0) for s in range(23)])
-    hosts = ["taurus-7.lyon.grid5000.fr", "taurus-8.lyon.grid5000.fr",
-             "taurus-9.lyon.grid5000.fr"]
+        + [
+            _record("taurus-8", "wattmetre_power_watt", start - 6 + s * 0.5, w, port)
+            for s in range(46)
+            for w, port in ((60.0, "wattmetre1-port7"), (40.0, "wattmetre1-port8"))
+        ]
+        + [_record("taurus-9", "bmc_node_power_watt", start - 6 + s, 200.0) for s in range(23)]
+    )
+    hosts = ["taurus-7.lyon.grid5000.fr", "taurus-8.lyon.grid5000.fr", "taurus-9.lyon.grid5000.fr"]
     env = {"OAR_JOB_ID": "1234", "DDLC_KWOLLECT_API": kwollect_api}
     doc = energy.write_run_energy(tmp_path, hosts, start, end, env)
     query = parse_qs(urlparse(KwollectAPI.asked[0]).query)
@@ -311,15 +379,16 @@ def test_kwollect_prefers_wattmeters_sums_ports_and_integrates(tmp_path, kwollec
     assert doc["status"] == "measured: kwollect"
     assert doc["joules"] == pytest.approx((100 + 100 + 200) * 10)
     assert doc["sources"]["kwollect"]["taurus-8"]["joules"] == pytest.approx(
-        {"wattmetre_power_watt@wattmetre1-port7": 600,
-         "wattmetre_power_watt@wattmetre1-port8": 400})
+        {"wattmetre_power_watt@wattmetre1-port7": 600, "wattmetre_power_watt@wattmetre1-port8": 400}
+    )
     assert json.loads((tmp_path / "energy.json").read_text())["joules"] == doc["joules"]
 
 
 def test_kwollect_missing_node_and_failing_api_are_reasons(tmp_path, kwollect_api):
     start, end = 1_750_000_000.0, 1_750_000_010.0
-    KwollectAPI.records = [_record("taurus-7", "bmc_node_power_watt", start - 5 + s, 100.0)
-                           for s in range(21)]
+    KwollectAPI.records = [
+        _record("taurus-7", "bmc_node_power_watt", start - 5 + s, 100.0) for s in range(21)
+    ]
     hosts = ["taurus-7.lyon.grid5000.fr", "taurus-8.lyon.grid5000.fr"]
     env = {"OAR_JOB_ID": "1", "DDLC_KWOLLECT_API": kwollect_api}
     energy.query_kwollect(tmp_path, hosts, start, end, env, patience_s=0)
@@ -353,7 +422,8 @@ def test_real_run_says_why_energy_is_not_available(tmp_path):
     folder = tmp_path / row.path
     assert json.loads((folder / "done.json").read_text())["status"] == "ok"
     assert [p.name for p in folder.glob("energy_sources.rank*.json")] == [
-        "energy_sources.rank0.json"]  # local rank 0 only: one sampler per node
+        "energy_sources.rank0.json"
+    ]  # local rank 0 only: one sampler per node
     doc_energy = json.loads((folder / "energy.json").read_text())
     assert set(doc_energy["sources"]) == {"rapl", "nvml", "kwollect"}
     if doc_energy["counted"]:
@@ -411,23 +481,34 @@ def test_real_run_measures_a_powercap_counter(tmp_path, monkeypatch):
     # (target_accuracy only re-analyses: the same run, another table).
     doc["fixed"]["target_accuracy"] = 0.0
     targeted = collect.tables(design.parse(doc, "tiny.yaml"), tmp_path)
-    assert targeted["runs"]["energy_to_accuracy_j"].iloc[0] == \
-        pytest.approx(tables["epochs"]["energy_to_epoch_j"].iloc[0])
+    assert targeted["runs"]["energy_to_accuracy_j"].iloc[0] == pytest.approx(
+        tables["epochs"]["energy_to_epoch_j"].iloc[0]
+    )
 
 
 def runs_table(energy_j: list):
     import pandas as pd
-    return pd.DataFrame({
-        "run_id": [f"r{i}" for i in range(len(energy_j))], "status": "ok",
-        "framework": "torch-ddp", "world_size": [1, 2][:len(energy_j)], "batch_size": 32,
-        "energy_j": energy_j, "energy_per_epoch_j": [e / 2 for e in energy_j],
-        "energy_per_image_j": [e / 1000 for e in energy_j],
-        "energy_status": ["measured: rapl" if e == e else "not available: rapl: no powercap"
-                          for e in energy_j]})
+
+    return pd.DataFrame(
+        {
+            "run_id": [f"r{i}" for i in range(len(energy_j))],
+            "status": "ok",
+            "framework": "torch-ddp",
+            "world_size": [1, 2][: len(energy_j)],
+            "batch_size": 32,
+            "energy_j": energy_j,
+            "energy_per_epoch_j": [e / 2 for e in energy_j],
+            "energy_per_image_j": [e / 1000 for e in energy_j],
+            "energy_status": [
+                "measured: rapl" if e == e else "not available: rapl: no powercap" for e in energy_j
+            ],
+        }
+    )
 
 
 def test_report_energy_section_shows_figures_or_reasons(tmp_path):
     from analysis import figures, report
+
     plain = report.energy_section(runs_table([float("nan")]), tmp_path)
     assert "Energy was not measured" in plain and "rapl: no powercap" in plain
     figures.energy(runs_table([100.0, 150.0])).save(tmp_path / "energy.png", verbose=False)

@@ -3,6 +3,7 @@ reader's table: on every real OTF2 fixture, on our own archives, and on an
 archive made of the awkward cases (overlapping regions, unmatched Enter and
 Leave, non-blocking MPI messages, a collective's bytes, a clock that does not
 tick in nanoseconds, a metric location)."""
+
 import json
 from pathlib import Path
 
@@ -45,19 +46,30 @@ def test_the_c_reader_builds():
 
 
 @needs_fixtures
-@pytest.mark.parametrize("name", ["pipit-ping-pong-otf2", "scorep-8.4-horovod-torch-mpi-np2",
-                                  "fastotf2-simple-mi300"])
+@pytest.mark.parametrize(
+    "name", ["pipit-ping-pong-otf2", "scorep-8.4-horovod-torch-mpi-np2", "fastotf2-simple-mi300"]
+)
 def test_same_table_as_the_python_reader_on_real_traces(name):
     df, _ = assert_same(FIXTURES / name / "traces.otf2")
     assert df["phase"].notna().all()
 
 
 def test_same_table_on_our_own_archive(tmp_path):
-    part = {"rank": 0, "world": 1, "hostname": "h0", "run_id": "r", "offset_ns": 5,
-            "intervals": [("data_load", 1, 0, 10, 20), ("forward", 1, 0, 20, 40),
-                          ("backward", 1, 0, 40, 70), ("optimizer", 1, 0, 70, 80)],
-            "steps": [(1, 0, 10, 80)],
-            "collectives": [("allreduce", 4096, 45, 90), ("allreduce", 512, 50, 60)]}
+    part = {
+        "rank": 0,
+        "world": 1,
+        "hostname": "h0",
+        "run_id": "r",
+        "offset_ns": 5,
+        "intervals": [
+            ("data_load", 1, 0, 10, 20),
+            ("forward", 1, 0, 20, 40),
+            ("backward", 1, 0, 40, 70),
+            ("optimizer", 1, 0, 70, 80),
+        ],
+        "steps": [(1, 0, 10, 80)],
+        "collectives": [("allreduce", 4096, 45, 90), ("allreduce", 512, 50, 60)],
+    }
     df, problems = assert_same(write_archive([part], tmp_path / "trace"))
     assert problems == [] and len(df) == 7
     assert sorted(df.loc[df["collective"] == "allreduce", "bytes"]) == [512, 4096]
@@ -67,23 +79,41 @@ def test_same_table_on_our_own_archive(tmp_path):
 def awkward_archive(folder: Path) -> Path:
     import otf2
     from otf2.enums import CollectiveOp, GroupType, LocationType, Paradigm, Type
+
     with otf2.writer.open(str(folder), "traces", timer_resolution=1_000_000) as trace:
         defs = trace.definitions
         machine = defs.system_tree_node("machine", class_name="machine")
         node = defs.system_tree_node("n1", class_name="node", parent=machine)
-        region = {name: defs.region(name) for name in (
-            "step", "user:forward", "MPI_Isend", "MPI_Irecv", "MPI_Allreduce", "X", "Y", "Z",
-            "W", "cudaMemcpyHtoD")}
-        step, epoch = defs.attribute("step", "", Type.INT64), defs.attribute("epoch", "", Type.INT64)
+        region = {
+            name: defs.region(name)
+            for name in (
+                "step",
+                "user:forward",
+                "MPI_Isend",
+                "MPI_Irecv",
+                "MPI_Allreduce",
+                "X",
+                "Y",
+                "Z",
+                "W",
+                "cudaMemcpyHtoD",
+            )
+        }
+        step, epoch = (
+            defs.attribute("step", "", Type.INT64),
+            defs.attribute("epoch", "", Type.INT64),
+        )
         masters = []
         for rank in (0, 1):
             group = defs.location_group(f"MPI Rank {rank}", system_tree_parent=node)
             defs.location("metrics", type=LocationType.METRIC, group=group)
             masters.append(defs.location("Master thread", group=group))
-        defs.group("locations", group_type=GroupType.COMM_LOCATIONS, paradigm=Paradigm.MPI,
-                   members=masters)
-        world = defs.group("world", group_type=GroupType.COMM_GROUP, paradigm=Paradigm.MPI,
-                           members=[0, 1])
+        defs.group(
+            "locations", group_type=GroupType.COMM_LOCATIONS, paradigm=Paradigm.MPI, members=masters
+        )
+        world = defs.group(
+            "world", group_type=GroupType.COMM_GROUP, paradigm=Paradigm.MPI, members=[0, 1]
+        )
         comm = defs.comm("world", group=world)
         for rank, location in enumerate(masters):
             w, t = trace.event_writer_from_location(location), 1_000_000 + 3 * rank
@@ -126,7 +156,7 @@ def test_same_table_on_awkward_cases(tmp_path):
     assert set(allreduce["bytes"]) == {20} and set(allreduce["collective"]) == {"allreduce"}
     assert set(df.loc[df["depth"] == 2, "step"]) == {4}
     # microsecond ticks become nanoseconds
-    assert set((df.loc[df["region"] == "MPI_Isend", "dur_ns"])) == {2000}
+    assert set(df.loc[df["region"] == "MPI_Isend", "dur_ns"]) == {2000}
 
 
 @needs_fixtures
@@ -156,8 +186,10 @@ def test_converted_a_group_of_ranks_at_a_time(tmp_path, monkeypatch):
     parts = pq.read_table(out).to_pandas().sort_values(ORDER, kind="stable")
     expected = whole.to_pandas().sort_values(ORDER, kind="stable")
     for column in ("rank", "region", "phase", "step", "collective", "bytes", "parent"):
-        assert parts[column].astype(object).fillna("-").tolist() == \
-            expected[column].astype(object).fillna("-").tolist(), column
+        assert (
+            parts[column].astype(object).fillna("-").tolist()
+            == expected[column].astype(object).fillna("-").tolist()
+        ), column
     one = pq.read_table(out, columns=["rank", "phase", "dur_ns"], filters=[("rank", "=", 1)])
     assert one.num_rows == (expected["rank"] == 1).sum() and one.num_columns == 3
 

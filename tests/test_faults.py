@@ -1,5 +1,6 @@
 """Real faults, injected: a rank killed mid-epoch, Snakemake killed mid-run.
 Expected: runs lost 0, hangs 0, tracebacks 0."""
+
 import contextlib
 import json
 import os
@@ -38,14 +39,24 @@ def pids_of(pattern: str) -> list[int]:
 
 def run_one(design_file: Path, results, row) -> list[str]:
     """The command of one run, as a workflow job starts it."""
-    return [sys.executable, "-m", "ddlcompare.cli", "run-one", "--design", str(design_file),
-            "--results", str(results), "--path", row.path]
+    return [
+        sys.executable,
+        "-m",
+        "ddlcompare.cli",
+        "run-one",
+        "--design",
+        str(design_file),
+        "--results",
+        str(results),
+        "--path",
+        row.path,
+    ]
 
 
 def wait_for(predicate, seconds=60.0):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if (value := predicate()):
+        if value := predicate():
             return value
         time.sleep(0.2)
     raise AssertionError("timed out waiting")
@@ -58,8 +69,9 @@ def test_rank_killed_mid_epoch_is_a_failed_run(tmp_path, framework):
     path = write_design(tmp_path, doc)
     row = design.parse(doc, str(path)).runs()[0]
     folder = tmp_path / "res" / row.path
-    proc = subprocess.Popen(run_one(path, str(tmp_path / "res"), row),
-                            cwd=REPO, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        run_one(path, str(tmp_path / "res"), row), cwd=REPO, stderr=subprocess.PIPE, text=True
+    )
     try:
         wait_for(lambda: len(rank_pids(folder)) == 2, START_S)
         time.sleep(3)  # well into the first epoch
@@ -82,11 +94,24 @@ def test_rank_killed_mid_epoch_is_a_failed_run(tmp_path, framework):
 def test_snakemake_killed_mid_run_then_rerun_loses_nothing(tmp_path):
     doc = tiny_design(procs=(1, 2), **{**LONG, "epochs": 3, "train_images": 6000})
     write_design(tmp_path, doc)
-    cmd = ["timeout", "-k", "10", "600", str(Path(sys.executable).parent / "snakemake"),
-           "-s", str(REPO / "Snakefile"), "--profile", str(REPO / "profiles" / "local"),
-           "-d", str(tmp_path), "--config", f"design={tmp_path / 'design.yaml'}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    cmd = [
+        "timeout",
+        "-k",
+        "10",
+        "600",
+        str(Path(sys.executable).parent / "snakemake"),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--profile",
+        str(REPO / "profiles" / "local"),
+        "-d",
+        str(tmp_path),
+        "--config",
+        f"design={tmp_path / 'design.yaml'}",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     # Let the first run finish and the second start, then interrupt.
     wait_for(lambda: len(done_markers(tmp_path)) >= 1, START_S)
     wait_for(lambda: pids_of(f"frameworks.worker {tmp_path}") != [], START_S)
@@ -105,9 +130,22 @@ def test_snakemake_killed_mid_run_then_rerun_loses_nothing(tmp_path):
 
 
 def snakemake_cmd(workdir: Path, *extra: str) -> list[str]:
-    return ["timeout", "-k", "10", "600", str(Path(sys.executable).parent / "snakemake"),
-            "-s", str(REPO / "Snakefile"), "--profile", str(REPO / "profiles" / "local"),
-            "-d", str(workdir), "--config", f"design={workdir / 'design.yaml'}", *extra]
+    return [
+        "timeout",
+        "-k",
+        "10",
+        "600",
+        str(Path(sys.executable).parent / "snakemake"),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--profile",
+        str(REPO / "profiles" / "local"),
+        "-d",
+        str(workdir),
+        "--config",
+        f"design={workdir / 'design.yaml'}",
+        *extra,
+    ]
 
 
 def attempt_processes(workdir: Path) -> list[int]:
@@ -124,8 +162,12 @@ def test_snakemake_sigkilled_then_unlocked_and_rerun_trains_once(tmp_path):
     doc = tiny_design(**{**LONG, "epochs": 3, "train_images": 6000})
     path = write_design(tmp_path, doc)
     folder = tmp_path / "results" / design.parse(doc, str(path)).runs()[0].path
-    proc = subprocess.Popen(snakemake_cmd(tmp_path), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        snakemake_cmd(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     wait_for(lambda: len(rank_pids(folder)) == 2, START_S)
     time.sleep(2)
     snakemake_itself = psutil.Process(proc.pid).children()[0]  # under timeout(1)
@@ -153,8 +195,9 @@ def test_killed_runner_takes_its_workers_along_and_a_rerun_claims_the_folder(tmp
     path = write_design(tmp_path, doc)
     row = design.parse(doc, str(path)).runs()[0]
     folder = tmp_path / "res" / row.path
-    runner_proc = subprocess.Popen(run_one(path, tmp_path / "res", row), cwd=REPO,
-                                   stderr=subprocess.DEVNULL)
+    runner_proc = subprocess.Popen(
+        run_one(path, tmp_path / "res", row), cwd=REPO, stderr=subprocess.DEVNULL
+    )
     wait_for(lambda: len(rank_pids(folder)) == 2, START_S)
     runner_proc.kill()  # the runner dies without a word
     runner_proc.wait()
@@ -162,6 +205,7 @@ def test_killed_runner_takes_its_workers_along_and_a_rerun_claims_the_folder(tmp
     assert not (folder / "metrics.json").exists() and not (folder / "done.json").exists()
     # Its owner.json names a pid that is gone: a new attempt may take the folder.
     from runfiles import ownership
+
     ownership.release(folder, ownership.claim(folder))
 
 
@@ -171,8 +215,9 @@ def test_live_orphan_is_refused_then_killed_on_request(tmp_path):
     path = write_design(tmp_path, doc)
     row = design.parse(doc, str(path)).runs()[0]
     folder = tmp_path / "results" / row.path
-    orphan = subprocess.Popen(run_one(path, tmp_path / "results", row), cwd=REPO,
-                              stderr=subprocess.DEVNULL)
+    orphan = subprocess.Popen(
+        run_one(path, tmp_path / "results", row), cwd=REPO, stderr=subprocess.DEVNULL
+    )
     try:
         wait_for(lambda: len(rank_pids(folder)) == 2, START_S)
         refused = subprocess.run(snakemake_cmd(tmp_path), capture_output=True, text=True)
@@ -180,11 +225,13 @@ def test_live_orphan_is_refused_then_killed_on_request(tmp_path):
         assert "an earlier attempt is still running" in refused.stderr
         assert f"kill {orphan.pid}" in refused.stderr or "kill_orphans=1" in refused.stderr
         assert orphan.poll() is None  # left alone
-        direct = subprocess.run(run_one(path, tmp_path / "results", row), cwd=REPO,
-                                capture_output=True, text=True)
+        direct = subprocess.run(
+            run_one(path, tmp_path / "results", row), cwd=REPO, capture_output=True, text=True
+        )
         assert direct.returncode == 2 and "an earlier attempt is still running" in direct.stderr
-        done = subprocess.run(snakemake_cmd(tmp_path, "kill_orphans=1"), capture_output=True,
-                              text=True)
+        done = subprocess.run(
+            snakemake_cmd(tmp_path, "kill_orphans=1"), capture_output=True, text=True
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         assert orphan.wait(timeout=30) != 0
     finally:
@@ -198,8 +245,13 @@ def test_live_orphan_is_refused_then_killed_on_request(tmp_path):
 def small_filesystem(folder: Path, size: str):
     """A real filesystem of ``size`` (tmpfs; needs root)."""
     folder.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
-                      capture_output=True).returncode != 0:
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+            capture_output=True,
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a tmpfs needs root")
     try:
         yield folder
@@ -230,8 +282,13 @@ def test_a_full_disk_is_named_before_the_run(tmp_path):
     row = design.parse(doc, str(path)).runs()[0]
     with small_filesystem(tmp_path / "fs", "4m") as fs:
         fill(fs, leave=1 << 20)
-        out = subprocess.run(run_one(path, str(fs / "res"), row),
-                             cwd=REPO, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            run_one(path, str(fs / "res"), row),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         folder = fs / "res" / row.path
         assert "Traceback" not in out.stderr
         assert f"No space left on {fs} for {folder} (needs about" in out.stderr
@@ -248,8 +305,9 @@ def test_a_disk_that_fills_mid_run_ends_the_run_recorded(tmp_path):
     row = design.parse(doc, str(path)).runs()[0]
     with small_filesystem(tmp_path / "fs", "12m") as fs:
         folder = fs / "res" / row.path
-        proc = subprocess.Popen(run_one(path, str(fs / "res"), row),
-                                cwd=REPO, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            run_one(path, str(fs / "res"), row), cwd=REPO, stderr=subprocess.PIPE, text=True
+        )
         try:
             wait_for(lambda: len(rank_pids(folder)) == 2, START_S)
             time.sleep(2)
@@ -270,14 +328,21 @@ def test_a_disk_that_fills_mid_run_ends_the_run_recorded(tmp_path):
 @pytest.mark.slow
 def test_a_run_writes_only_inside_its_directory(tmp_path):
     from ddlcompare import runner
-    before = set(subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=REPO,
-                                capture_output=True, text=True).stdout.splitlines())
+
+    before = set(
+        subprocess.run(
+            ["git", "status", "--porcelain", "--ignored"], cwd=REPO, capture_output=True, text=True
+        ).stdout.splitlines()
+    )
     row = design.parse(tiny_design(), "tiny.yaml").runs()[0]
     runner.execute(row, tmp_path)
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert written and all(str(p).startswith(str(tmp_path / row.path)) for p in written)
-    after = set(subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=REPO,
-                               capture_output=True, text=True).stdout.splitlines())
+    after = set(
+        subprocess.run(
+            ["git", "status", "--porcelain", "--ignored"], cwd=REPO, capture_output=True, text=True
+        ).stdout.splitlines()
+    )
     assert {line for line in after - before if "__pycache__" not in line} == set()
 
 
@@ -306,19 +371,31 @@ def test_rank_stuck_in_a_collective_is_killed_by_the_timeout(tmp_path):
     assert wait_for(lambda: not rank_pids(folder), 30)
 
 
-SENTINEL_VALUES = ["$(touch {s})", "`touch {s}`", "x; touch {s}", "x' && touch '{s}", "x\ntouch {s}"]
+SENTINEL_VALUES = [
+    "$(touch {s})",
+    "`touch {s}`",
+    "x; touch {s}",
+    "x' && touch '{s}",
+    "x\ntouch {s}",
+]
 
 
 @pytest.mark.parametrize("template", SENTINEL_VALUES)
 def test_hostile_values_execute_nothing(tmp_path, template):
     sentinel = tmp_path / "pwned"
     value = template.format(s=sentinel)
-    for doc in ({"factors": {"framework": ["torch-ddp"], "dataset": [value]}},
-                {"factors": {"framework": ["torch-ddp"]}, "fixed": {"data_dir": value}},
-                {"name": value, "factors": {"framework": ["torch-ddp"]}}):
+    for doc in (
+        {"factors": {"framework": ["torch-ddp"], "dataset": [value]}},
+        {"factors": {"framework": ["torch-ddp"]}, "fixed": {"data_dir": value}},
+        {"name": value, "factors": {"framework": ["torch-ddp"]}},
+    ):
         path = write_design(tmp_path, doc)
-        out = subprocess.run([sys.executable, "-m", "ddlcompare.cli", "plan", "--design",
-                              str(path)], cwd=REPO, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "ddlcompare.cli", "plan", "--design", str(path)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
         assert out.returncode == 2 and "Traceback" not in out.stderr
         sm = snakemake(tmp_path, "-n")
         assert sm.returncode != 0 and "Traceback" not in sm.stderr
@@ -328,9 +405,11 @@ def test_hostile_values_execute_nothing(tmp_path, template):
 @pytest.mark.slow
 def test_hostile_data_dir_reaches_no_shell_at_run_time(tmp_path):
     from ddlcompare import runner
+
     sentinel = tmp_path / "pwned"
-    row = design.parse(tiny_design(data_dir=f"$(touch {sentinel}); `touch {sentinel}`"),
-                       "t.yaml").runs()[0]
+    row = design.parse(
+        tiny_design(data_dir=f"$(touch {sentinel}); `touch {sentinel}`"), "t.yaml"
+    ).runs()[0]
     runner.execute(row, tmp_path)
     done = json.loads((tmp_path / row.path / "done.json").read_text())
     assert done["status"] == "failed" and "DataError" in done["reason"]
@@ -339,9 +418,13 @@ def test_hostile_data_dir_reaches_no_shell_at_run_time(tmp_path):
 
 def test_unbuilt_environment_is_named(tmp_path):
     path = write_design(tmp_path, {"factors": {"framework": ["horovod-torch"]}})
-    out = subprocess.run([sys.executable, "-m", "ddlcompare.cli", "plan", "--design", str(path)],
-                         cwd=REPO, capture_output=True, text=True,
-                         env={**__import__("os").environ, "DDLC_VENV": str(tmp_path / "none")})
+    out = subprocess.run(
+        [sys.executable, "-m", "ddlcompare.cli", "plan", "--design", str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "DDLC_VENV": str(tmp_path / "none")},
+    )
     assert out.returncode == 2
     assert "framework horovod-torch: its environment 'torch' is not built here" in out.stderr
     assert "bash envs/setup.sh" in out.stderr and "Traceback" not in out.stderr
@@ -349,26 +432,42 @@ def test_unbuilt_environment_is_named(tmp_path):
 
 def test_missing_profile_is_a_clear_error(tmp_path):
     write_design(tmp_path, tiny_design())
-    out = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "-s",
-                          str(REPO / "Snakefile"), "--profile", str(tmp_path / "no-profile"),
-                          "-d", str(tmp_path), "-n"], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "snakemake"),
+            "-s",
+            str(REPO / "Snakefile"),
+            "--profile",
+            str(tmp_path / "no-profile"),
+            "-d",
+            str(tmp_path),
+            "-n",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode != 0
     assert "no-profile" in out.stderr and "Traceback" not in out.stderr
 
 
-@pytest.mark.parametrize("config,message", [
-    ("design=", "design= is empty"),
-    ("results=", "results= is empty"),
-    ("results=design.yaml", "is a file, not a folder"),
-    ("import_traces=nowhere.otf2", "import_traces: nowhere.otf2 not found"),
-])
+@pytest.mark.parametrize(
+    "config,message",
+    [
+        ("design=", "design= is empty"),
+        ("results=", "results= is empty"),
+        ("results=design.yaml", "is a file, not a folder"),
+        ("import_traces=nowhere.otf2", "import_traces: nowhere.otf2 not found"),
+    ],
+)
 def test_bad_workflow_config_is_one_line(tmp_path, config, message):
     write_design(tmp_path, tiny_design())
-    out = subprocess.run(snakemake_cmd(tmp_path, config, "-n"), capture_output=True,
-                         text=True, cwd=tmp_path)
+    out = subprocess.run(
+        snakemake_cmd(tmp_path, config, "-n"), capture_output=True, text=True, cwd=tmp_path
+    )
     assert out.returncode != 0 and message in out.stderr and "Traceback" not in out.stderr
     assert [line for line in out.stderr.splitlines() if line.startswith("error:")] == [
-        next(line for line in out.stderr.splitlines() if message in line)]
+        next(line for line in out.stderr.splitlines() if message in line)
+    ]
 
 
 @pytest.mark.slow
@@ -379,14 +478,14 @@ def test_rank_leaving_with_status_0_is_named_as_the_cause(tmp_path):
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
-        "import signal, sys\nsignal.signal(signal.SIGUSR1, lambda *_: sys.exit(0))\n")
+        "import signal, sys\nsignal.signal(signal.SIGUSR1, lambda *_: sys.exit(0))\n"
+    )
     doc = tiny_design(**LONG)
     path = write_design(tmp_path, doc)
     row = design.parse(doc, str(path)).runs()[0]
     folder = tmp_path / "res" / row.path
     env = {**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.Popen(run_one(path, str(tmp_path / "res"), row),
-                            cwd=REPO, env=env)
+    proc = subprocess.Popen(run_one(path, str(tmp_path / "res"), row), cwd=REPO, env=env)
     try:
         wait_for(lambda: len(rank_pids(folder)) == 2, START_S)
         time.sleep(4)
@@ -404,8 +503,9 @@ def test_rank_leaving_with_status_0_is_named_as_the_cause(tmp_path):
 def test_design_edited_mid_campaign_is_named(tmp_path):
     doc = tiny_design(procs=(1, 2), **{**LONG, "epochs": 2, "train_images": 6000})
     path = write_design(tmp_path, doc)
-    proc = subprocess.Popen(snakemake_cmd(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        snakemake_cmd(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     wait_for(lambda: pids_of(f"frameworks.worker {tmp_path}") != [], START_S)
     write_design(tmp_path, {**doc, "fixed": {**doc["fixed"], "epochs": 1}})
     _, stderr = proc.communicate(timeout=600)
@@ -424,8 +524,9 @@ def test_every_run_failing_ends_with_a_summary_and_exit_1(tmp_path):
     assert out.returncode == 1 and "Traceback" not in out.stderr
     report = next((tmp_path / "results").rglob("report.html")).resolve()
     assert f"2 failed: see {report}" in out.stderr
-    quiet = subprocess.run(snakemake_cmd(tmp_path, "allow_failures=1"), capture_output=True,
-                           text=True)
+    quiet = subprocess.run(
+        snakemake_cmd(tmp_path, "allow_failures=1"), capture_output=True, text=True
+    )
     assert quiet.returncode == 0 and "2 failed" in quiet.stderr
 
 
@@ -435,12 +536,18 @@ def test_two_campaigns_at_once_measure_one_after_the_other(tmp_path):
     measuring lock makes their training windows disjoint."""
     doc = tiny_design(procs=(2,), **{**LONG, "epochs": 1, "train_images": 6000})
     write_design(tmp_path, doc)
-    procs = [subprocess.Popen(snakemake_cmd(tmp_path, f"results=r{i}"), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in (1, 2)]
+    procs = [
+        subprocess.Popen(
+            snakemake_cmd(tmp_path, f"results=r{i}"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in (1, 2)
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
-    records = [json.loads(next((tmp_path / f"r{i}").rglob("run.json")).read_text())
-               for i in (1, 2)]
+    records = [json.loads(next((tmp_path / f"r{i}").rglob("run.json")).read_text()) for i in (1, 2)]
     assert [r["status"] for r in records] == ["ok", "ok"]
     (a0, a1), (b0, b1) = sorted(r["machine_held"] for r in records)
     assert a1 <= b0  # one after the other

@@ -2,6 +2,7 @@
 answer is known, the follow-up design it writes, and a real two-stage run
 of a tiny design (first stage, follow-up design, follow-up run, its report
 linking back with the tracing cost per cell)."""
+
 import subprocess
 import sys
 
@@ -14,27 +15,64 @@ from conftest import REPO, ddlc, tiny_design, write_design
 from ddlcompare import design
 
 # images/s per (framework, procs_per_node, batch_size)
-THROUGHPUT = {("torch-ddp", 1, 32): 100, ("torch-ddp", 2, 32): 190, ("torch-ddp", 4, 32): 300,
-              ("horovod-torch", 1, 32): 95, ("horovod-torch", 2, 32): 120,
-              ("horovod-torch", 4, 32): 310}
+THROUGHPUT = {
+    ("torch-ddp", 1, 32): 100,
+    ("torch-ddp", 2, 32): 190,
+    ("torch-ddp", 4, 32): 300,
+    ("horovod-torch", 1, 32): 95,
+    ("horovod-torch", 2, 32): 120,
+    ("horovod-torch", 4, 32): 310,
+}
 
 
 def constructed():
-    d = design.parse({"name": "study", "factors": {
-        "framework": ["torch-ddp", "horovod-torch"], "procs_per_node": [1, 2, 4],
-        "batch_size": [32]}, "replications": 2})
-    runs = pd.DataFrame([{"run_id": f"{f}-{p}-{r}", "status": "ok", "framework": f,
-                          "nodes": 1, "procs_per_node": p, "world_size": p, "batch_size": b,
-                          "dataset": "fashion-mnist", "images_per_s": y + r}
-                         for (f, p, b), y in THROUGHPUT.items() for r in (0, 1)])
-    found = pd.DataFrame([
-        {"framework": f, "world_size": p, "setting": "batch_size 32", "bottleneck": name,
-         "value": value, "finding": ""}
-        for (f, p), shares in {("horovod-torch", 2): (0.45, 0.01),
-                               ("torch-ddp", 4): (0.20, 0.02),
-                               ("horovod-torch", 4): (0.10, 0.30),
-                               ("torch-ddp", 2): (0.0, 0.0)}.items()
-        for name, value in zip(("exposed communication", "data loading"), shares)])
+    d = design.parse(
+        {
+            "name": "study",
+            "factors": {
+                "framework": ["torch-ddp", "horovod-torch"],
+                "procs_per_node": [1, 2, 4],
+                "batch_size": [32],
+            },
+            "replications": 2,
+        }
+    )
+    runs = pd.DataFrame(
+        [
+            {
+                "run_id": f"{f}-{p}-{r}",
+                "status": "ok",
+                "framework": f,
+                "nodes": 1,
+                "procs_per_node": p,
+                "world_size": p,
+                "batch_size": b,
+                "dataset": "fashion-mnist",
+                "images_per_s": y + r,
+            }
+            for (f, p, b), y in THROUGHPUT.items()
+            for r in (0, 1)
+        ]
+    )
+    found = pd.DataFrame(
+        [
+            {
+                "framework": f,
+                "world_size": p,
+                "setting": "batch_size 32",
+                "bottleneck": name,
+                "value": value,
+                "finding": "",
+            }
+            for (f, p), shares in {
+                ("horovod-torch", 2): (0.45, 0.01),
+                ("torch-ddp", 4): (0.20, 0.02),
+                ("horovod-torch", 4): (0.10, 0.30),
+                ("torch-ddp", 2): (0.0, 0.0),
+            }.items()
+            for name, value in zip(("exposed communication", "data loading"), shares)
+        ]
+    )
     return d, runs, found
 
 
@@ -57,7 +95,7 @@ def test_rule_picks_best_worst_most_different_and_strongest_bottleneck():
 
 def test_follow_up_design_keeps_exactly_the_chosen_cells(tmp_path):
     d, runs, found = constructed()
-    runs = runs[~((runs["procs_per_node"] == 2))]  # fewer cells chosen: 1 and 4 only
+    runs = runs[~(runs["procs_per_node"] == 2)]  # fewer cells chosen: 1 and 4 only
     found = found[found["world_size"] != 2]
     doc = followup.design_doc(d, runs, found, tmp_path)
     follow = design.parse(doc)
@@ -81,10 +119,22 @@ def test_follow_up_without_tables_is_one_clear_message(tmp_path):
 def test_two_stages_run_for_real(tmp_path):
     doc = tiny_design(frameworks=("torch-ddp",), procs=(1, 2))
     write_design(tmp_path, doc)
-    out = subprocess.run([sys.executable, "-m", "ddlcompare.cli", "two-stage", "--design",
-                          str(tmp_path / "design.yaml"), "--results",
-                          str(tmp_path / "results")],
-                         cwd=REPO, capture_output=True, text=True, timeout=1500)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddlcompare.cli",
+            "two-stage",
+            "--design",
+            str(tmp_path / "design.yaml"),
+            "--results",
+            str(tmp_path / "results"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     follow = yaml.safe_load((tmp_path / "design-follow-up.yaml").read_text())
     assert follow["follow_up"]["name"] == "tiny" and follow["replications"] == 3

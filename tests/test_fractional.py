@@ -1,6 +1,7 @@
 """Fractional factorial designs: Jain's 2^(7-4) example reproduced (the
 design, its sign table, its confoundings and the allocation of variation),
 the plan lists exactly the fraction's runs, bad input named in one line."""
+
 import itertools
 
 import pandas as pd
@@ -12,9 +13,15 @@ from ddlcompare import design
 from ddlcompare.design import DesignError
 
 # Seven two-level factors, A..G in this order; the first level is -1.
-FACTORS = {"framework": ["torch-ddp", "horovod-torch"], "procs_per_node": [1, 2],
-           "batch_size": [32, 64], "dataset": ["fashion-mnist", "cifar10"],
-           "lr_scaling": ["none", "linear"], "momentum": [0.0, 0.9], "eval_every": [1, 2]}
+FACTORS = {
+    "framework": ["torch-ddp", "horovod-torch"],
+    "procs_per_node": [1, 2],
+    "batch_size": [32, 64],
+    "dataset": ["fashion-mnist", "cifar10"],
+    "lr_scaling": ["none", "linear"],
+    "momentum": [0.0, 0.9],
+    "eval_every": [1, 2],
+}
 NAMES = list(FACTORS)
 JAIN = ["D = A B", "E = A C", "F = B C", "G = A B C"]
 # Jain, The Art of Computer Systems Performance Analysis, Table 19.2: the
@@ -32,8 +39,14 @@ def jain_rows():
 
 
 def doc(**over):
-    return {"name": "jain", "design": "fractional", "generators": JAIN, "factors": FACTORS,
-            "replications": 1, **over}
+    return {
+        "name": "jain",
+        "design": "fractional",
+        "generators": JAIN,
+        "factors": FACTORS,
+        "replications": 1,
+        **over,
+    }
 
 
 def level(name, sign):
@@ -58,27 +71,50 @@ def test_confoundings_and_defining_relation():
     for group in fraction.alias_groups():
         main = [t for t in group if len(t) == 1]
         if main:
-            chains[letter[main[0][0]]] = {"".join(letter[f] for f in t) for t in group
-                                          if len(t) == 2}
+            chains[letter[main[0][0]]] = {
+                "".join(letter[f] for f in t) for t in group if len(t) == 2
+            }
     # Each main effect is confounded with three two-factor interactions.
-    assert chains == {"A": {"BD", "CE", "FG"}, "B": {"AD", "CF", "EG"},
-                      "C": {"AE", "BF", "DG"}, "D": {"AB", "CG", "EF"},
-                      "E": {"AC", "BG", "DF"}, "F": {"BC", "AG", "DE"},
-                      "G": {"CD", "BE", "AF"}}
+    assert chains == {
+        "A": {"BD", "CE", "FG"},
+        "B": {"AD", "CF", "EG"},
+        "C": {"AE", "BF", "DG"},
+        "D": {"AB", "CG", "EF"},
+        "E": {"AC", "BG", "DF"},
+        "F": {"BC", "AG", "DE"},
+        "G": {"CD", "BE", "AF"},
+    }
 
 
 def test_sign_table_reproduces_jain_table_19_2():
     d = design.parse(doc())
     # Each y goes to the cell with its row's levels, whatever order pydoe used.
-    rows = [{**{f: level(f, s) for f, s in zip(NAMES, row)}, "images_per_s": y, "status": "ok"}
-            for row, y in zip(jain_rows(), JAIN_Y)]
+    rows = [
+        {**{f: level(f, s) for f, s in zip(NAMES, row)}, "images_per_s": y, "status": "ok"}
+        for row, y in zip(jain_rows(), JAIN_Y)
+    ]
     runs = pd.DataFrame(rows).sample(frac=1, random_state=3)
-    effects = stats.sign_table_2kr(runs, NAMES, "images_per_s", levels=FACTORS,
-                                   terms=d.fraction.estimable()).set_index("term")
-    totals = {"framework": 101, "procs_per_node": 35, "batch_size": 109, "dataset": 43,
-              "lr_scaling": 1, "momentum": 47, "eval_every": 3}
-    shares = {"framework": 37.26, "procs_per_node": 4.47, "batch_size": 43.40,
-              "dataset": 6.75, "lr_scaling": 0.01, "momentum": 8.06, "eval_every": 0.03}
+    effects = stats.sign_table_2kr(
+        runs, NAMES, "images_per_s", levels=FACTORS, terms=d.fraction.estimable()
+    ).set_index("term")
+    totals = {
+        "framework": 101,
+        "procs_per_node": 35,
+        "batch_size": 109,
+        "dataset": 43,
+        "lr_scaling": 1,
+        "momentum": 47,
+        "eval_every": 3,
+    }
+    shares = {
+        "framework": 37.26,
+        "procs_per_node": 4.47,
+        "batch_size": 43.40,
+        "dataset": 6.75,
+        "lr_scaling": 0.01,
+        "momentum": 8.06,
+        "eval_every": 0.03,
+    }
     assert effects.loc["mean", "effect"] == pytest.approx(317 / 8)
     for name, total in totals.items():
         row = effects[effects.index.str.startswith(name + " =")].iloc[0]
@@ -97,13 +133,16 @@ def test_resolution_picks_the_smallest_fraction():
     assert len(d4.runs()) == 8 and d4.fraction.resolution == 4
 
 
-@pytest.mark.parametrize("over, message", [
-    ({"generators": ["D = A Z"]}, "generators[0]: 'Z' is neither a letter A-G"),
-    ({"resolution": 3}, "needs exactly one of resolution: N or generators"),
-    ({"design": "half"}, "design: 'half' is not a design (use full or fractional)"),
-    ({"factors": {**FACTORS, "nodes": [1, 2, 4]}}, "needs two levels per varied factor"),
-    ({"zip": [["batch_size", "procs_per_node"]]}, "zip: cannot be combined with design"),
-])
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        ({"generators": ["D = A Z"]}, "generators[0]: 'Z' is neither a letter A-G"),
+        ({"resolution": 3}, "needs exactly one of resolution: N or generators"),
+        ({"design": "half"}, "design: 'half' is not a design (use full or fractional)"),
+        ({"factors": {**FACTORS, "nodes": [1, 2, 4]}}, "needs two levels per varied factor"),
+        ({"zip": [["batch_size", "procs_per_node"]]}, "zip: cannot be combined with design"),
+    ],
+)
 def test_bad_fractions_are_named(over, message):
     with pytest.raises(DesignError) as err:
         design.parse(doc(**over))
@@ -127,10 +166,20 @@ def test_plan_shows_the_alias_structure(tmp_path):
 
 def test_report_estimates_only_the_separable_effects():
     from analysis import report
+
     d = design.parse(doc())
-    runs = pd.DataFrame([{**{f: level(f, s) for f, s in zip(NAMES, row)}, "nodes": 1,
-                          "run_id": str(i), "images_per_s": y, "status": "ok"}
-                         for i, (row, y) in enumerate(zip(jain_rows(), JAIN_Y))])
+    runs = pd.DataFrame(
+        [
+            {
+                **{f: level(f, s) for f, s in zip(NAMES, row)},
+                "nodes": 1,
+                "run_id": str(i),
+                "images_per_s": y,
+                "status": "ok",
+            }
+            for i, (row, y) in enumerate(zip(jain_rows(), JAIN_Y))
+        ]
+    )
     html = report.statistics_section(d, runs)
     assert "fractional factorial 2^(7-4): 8 cells per replication, resolution III" in html
     assert "A = BD = CE = FG: framework = procs_per_node:dataset" in html

@@ -4,6 +4,7 @@ Skipped where torch sees none (CI, and every machine this project was
 developed on so far: no GPU was lent to it); run it on a GPU node with
 ``./ddlc test tests/test_gpu.py``.
 """
+
 import json
 import subprocess
 
@@ -17,6 +18,7 @@ from ddlcompare import design, runner
 def test_gpu_frameworks_are_planned_here(tmp_path):
     """A machine with GPUs plans torch-dp and hybrid cells without refusal."""
     from conftest import ddlc, write_design
+
     doc = tiny_design(["torch-dp", "torch-ddp"], procs=(1,), device="gpu")
     out = ddlc("plan", "--design", str(write_design(tmp_path, doc)))
     assert "GPU(s) and this machine has" not in out.stderr, out.stderr
@@ -24,11 +26,16 @@ def test_gpu_frameworks_are_planned_here(tmp_path):
 
 def gpu_count() -> int:
     import torch
+
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    gpu_count() == 0, reason="torch sees no CUDA GPU here (device: gpu needs one)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        gpu_count() == 0, reason="torch sees no CUDA GPU here (device: gpu needs one)"
+    ),
+]
 
 
 def train_ok(tmp_path, doc):
@@ -57,13 +64,13 @@ def test_data_parallel_over_the_local_gpus(tmp_path):
     """torch-dp: one process, DataParallel over min(GPUs, 2) GPUs; each
     replica takes what DDP's rank would, so the first epoch is DDP's."""
     procs = min(gpu_count(), 2)
-    folder, epochs = train_ok(tmp_path / "dp",
-                              tiny_design(["torch-dp"], procs=(procs,), device="gpu"))
+    folder, epochs = train_ok(
+        tmp_path / "dp", tiny_design(["torch-dp"], procs=(procs,), device="gpu")
+    )
     steps = pd.read_csv(folder / "steps.rank0.tsv", sep="\t")
     assert (steps["h2d_ns"] > 0).all() and not (folder / "rank1.json").exists()
     assert json.loads((folder / "metrics.json").read_text())["world_size"] == procs
-    _, ddp = train_ok(tmp_path / "ddp",
-                      tiny_design(["torch-ddp"], procs=(procs,), device="gpu"))
+    _, ddp = train_ok(tmp_path / "ddp", tiny_design(["torch-ddp"], procs=(procs,), device="gpu"))
     assert epochs["train_loss"][0] == pytest.approx(ddp["train_loss"][0], rel=1e-3)
 
 
@@ -71,8 +78,9 @@ def test_hybrid_gpu_and_cpu_ranks_in_one_job(tmp_path):
     """device: hybrid, 1 GPU process and 1 CPU process (gloo): shares from
     calibration, each device kind's share and idle time in balance.json, and
     the update of one process with the global batch."""
-    folder, epochs = train_ok(tmp_path / "hybrid", tiny_design(
-        ["torch-ddp"], procs=(2,), device="hybrid", hybrid_gpus=1))
+    folder, epochs = train_ok(
+        tmp_path / "hybrid", tiny_design(["torch-ddp"], procs=(2,), device="hybrid", hybrid_gpus=1)
+    )
     split = json.loads((folder / "balance.json").read_text())
     kinds = {k["device"]: k for k in split["by_device"]}
     assert set(kinds) == {"gpu", "cpu"}
@@ -87,12 +95,12 @@ def test_hybrid_gpu_and_cpu_ranks_in_one_job(tmp_path):
 
 def tensorflow_gpu_count() -> int:
     from ddlcompare import envs
+
     python = envs.python_for("tensorflow")
     if not python.exists():
         return 0
     probe = "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))"
-    done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=300)
     return int(done.stdout.split()[-1]) if done.returncode == 0 else 0
 
 
@@ -102,7 +110,8 @@ def test_mirrored_strategy_over_the_local_gpus(tmp_path):
     gpus = tensorflow_gpu_count()
     if gpus == 0:
         pytest.skip("the TensorFlow environment sees no GPU (a tensorflow-cpu build)")
-    folder, _ = train_ok(tmp_path, tiny_design(["tf-mirrored"], procs=(min(gpus, 2),),
-                                               device="gpu"))
+    folder, _ = train_ok(
+        tmp_path, tiny_design(["tf-mirrored"], procs=(min(gpus, 2),), device="gpu")
+    )
     replicas = json.loads((folder / "rank0.json").read_text())["replica_params_digests"]
     assert len(set(replicas)) == 1

@@ -1,5 +1,6 @@
 """Host lists from scheduler environments, and the launch commands built
 from them: argument lists, never shell strings."""
+
 import textwrap
 from pathlib import Path
 
@@ -9,8 +10,7 @@ from ddlcompare import launch, schedulers
 from ddlcompare.launchers.tf_workers import tf_worker_addresses
 from ddlcompare.schedulers import Host, oar, slurm
 
-CONFIG = {"threads": 1, "run_id": "abc123", "horovod_controller": "gloo",
-          "framework": "torch-ddp"}
+CONFIG = {"threads": 1, "run_id": "abc123", "horovod_controller": "gloo", "framework": "torch-ddp"}
 RUN = Path("/r/run")
 
 
@@ -35,8 +35,7 @@ def test_oar_environment(tmp_path):
 
 
 def test_slurm_nodelist_expansion():
-    assert slurm.expand("gpu[01-03,07],login5") == ["gpu01", "gpu02", "gpu03", "gpu07",
-                                                    "login5"]
+    assert slurm.expand("gpu[01-03,07],login5") == ["gpu01", "gpu02", "gpu03", "gpu07", "login5"]
 
 
 def test_slurm_bad_nodelist_is_named():
@@ -53,7 +52,8 @@ def test_a_new_scheduler_is_one_file(tmp_path, monkeypatch):
     """A scheduler module dropped into the package and named in BACKENDS is
     detected and drives the launchers, with no other change."""
     module = Path(schedulers.__file__).parent / "dummy_for_test.py"
-    module.write_text(textwrap.dedent('''
+    module.write_text(
+        textwrap.dedent('''
         from ddlcompare.schedulers import Scheduler, register
 
         @register
@@ -67,14 +67,17 @@ def test_a_new_scheduler_is_one_file(tmp_path, monkeypatch):
 
             def host_names(self, env):
                 return env["DUMMY_NODES"].split(",")
-        '''))
+        ''')
+    )
     try:
         monkeypatch.setattr(schedulers, "BACKENDS", ["dummy_for_test", *schedulers.BACKENDS])
         scheduler, found = schedulers.detect(2, 1, env={"DUMMY_NODES": "x,y"})
         assert scheduler.name == "dummy_for_test" and found == [Host("x", 1), Host("y", 1)]
         argv, _ = launch.command("torchrun", found, CONFIG, RUN, scheduler)
-        assert argv[:7] == ["mpirun", "--host", "x,y", "--npernode", "1", "--mca",
-                            "plm_rsh_agent"] and argv[7] == "dummysh"
+        assert (
+            argv[:7] == ["mpirun", "--host", "x,y", "--npernode", "1", "--mca", "plm_rsh_agent"]
+            and argv[7] == "dummysh"
+        )
     finally:
         module.unlink()
         schedulers.REGISTRY.pop("dummy_for_test", None)
@@ -82,15 +85,29 @@ def test_a_new_scheduler_is_one_file(tmp_path, monkeypatch):
 
 def test_torchrun_single_node():
     argv, env = launch.command("torchrun", [Host("localhost", 2)], CONFIG, RUN, "local")
-    assert argv[1:] == ["-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-                        "--nproc_per_node=2", "-m", "frameworks.worker", "/r/run"]
+    assert argv[1:] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        "--nproc_per_node=2",
+        "-m",
+        "frameworks.worker",
+        "/r/run",
+    ]
     assert env["OMP_NUM_THREADS"] == "1"
 
 
 def test_torchrun_multi_node_under_slurm():
     argv, _ = launch.command("torchrun", [Host("n1", 4), Host("n2", 4)], CONFIG, RUN, "slurm")
-    assert argv[:6] == ["srun", "--overlap", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
-                        "--nodelist=n1,n2"]
+    assert argv[:6] == [
+        "srun",
+        "--overlap",
+        "--nodes=2",
+        "--ntasks=2",
+        "--ntasks-per-node=1",
+        "--nodelist=n1,n2",
+    ]
     assert "--rdzv_endpoint=n1:29500" in argv and "--nproc_per_node=4" in argv
 
 
@@ -101,8 +118,13 @@ def test_torchrun_multi_node_under_oar_uses_oarsh():
 
 
 def test_horovodrun_hosts_and_controller():
-    argv, _ = launch.command("horovodrun", [Host("n1", 2), Host("n2", 2)],
-                             {**CONFIG, "horovod_controller": "mpi"}, RUN, "slurm")
+    argv, _ = launch.command(
+        "horovodrun",
+        [Host("n1", 2), Host("n2", 2)],
+        {**CONFIG, "horovod_controller": "mpi"},
+        RUN,
+        "slurm",
+    )
     assert argv[1:6] == ["-np", "4", "-H", "n1:2,n2:2", "--mpi"]
     assert argv[-3:] == ["-m", "frameworks.worker", "/r/run"]
 
@@ -116,4 +138,7 @@ def test_horovodrun_gloo_under_oar_reaches_nodes_with_oarsh():
 
 def test_tf_worker_addresses_one_per_process_in_rank_order():
     assert tf_worker_addresses([Host("n1", 2), Host("n2", 1)], port=7000) == [
-        "n1:7000", "n1:7001", "n2:7000"]
+        "n1:7000",
+        "n1:7001",
+        "n2:7000",
+    ]

@@ -5,6 +5,7 @@ phase recorder and trace formats (traces), the training side (frameworks),
 the harness (ddlcompare: design, runner, launchers, schedulers), the
 analysis, and the command line on top. Imports inside functions count too.
 """
+
 import ast
 from pathlib import Path
 
@@ -48,8 +49,11 @@ def edges_upward() -> list[str]:
         for path in sorted((REPO / package).rglob("*.py")):
             source = module_name(path)
             for target in imports(path):
-                if (mine := layer(source)) is not None and (theirs := layer(target)) is not None \
-                        and theirs > mine:
+                if (
+                    (mine := layer(source)) is not None
+                    and (theirs := layer(target)) is not None
+                    and theirs > mine
+                ):
                     wrong.append(f"{source} (layer {mine}) imports {target} (layer {theirs})")
     return wrong
 

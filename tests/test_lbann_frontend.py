@@ -9,6 +9,7 @@ DDLC_LBANN_SOURCE, or envs/build-lbann.sh's checkout, or an installed LBANN.
 launch script that LBANN's executable would be given; the prototext is
 parsed with protobuf's text format into lbann_pb2.LbannPB, and checked
 against the rules LBANN's C++ side enforces when it reads it."""
+
 from pathlib import Path
 
 import pytest
@@ -19,27 +20,40 @@ from frameworks import lbann as lbann_builder
 
 LBANN, ORIGIN = lbann_source.front_end()
 pytestmark = pytest.mark.skipif(
-    LBANN is None, reason=f"{ORIGIN}; build LBANN with envs/build-lbann.sh (its checkout is "
-                          f"found) or set {lbann_source.SOURCE_VARIABLE} to an LBANN source tree")
+    LBANN is None,
+    reason=f"{ORIGIN}; build LBANN with envs/build-lbann.sh (its checkout is "
+    f"found) or set {lbann_source.SOURCE_VARIABLE} to an LBANN source tree",
+)
 
 
 def config(**changes) -> dict:
     base = {name: param.default for name, param in PARAMS.items()}
-    return {**base, "epochs": 2, "warmup_steps": 5, "batch_size": 32, "nodes": 1,
-            "procs_per_node": 2, "run_id": "t1", "test_images": 1000, "seed": 7,
-            **changes}
+    return {
+        **base,
+        "epochs": 2,
+        "warmup_steps": 5,
+        "batch_size": 32,
+        "nodes": 1,
+        "procs_per_node": 2,
+        "run_id": "t1",
+        "test_images": 1000,
+        "seed": 7,
+        **changes,
+    }
 
 
 def prototext(tmp_path: Path, cfg: dict, dataset: str):
     """The experiment of one run, as LBANN's front end writes it, parsed
     against LBANN's schema; and the launch script."""
     from google.protobuf import text_format
+
     info = data.DATASETS[dataset]
     world = cfg["nodes"] * cfg["procs_per_node"]
     parts = lbann_builder.experiment(LBANN, cfg, info, tmp_path / "data", steps=20, world=world)
     work = tmp_path / "work"
-    status = LBANN.run(*parts, work_dir=str(work), setup_only=True,
-                       **lbann_builder.launch_args(cfg, "local", {}))
+    status = LBANN.run(
+        *parts, work_dir=str(work), setup_only=True, **lbann_builder.launch_args(cfg, "local", {})
+    )
     assert status == 0
     message = LBANN.lbann_pb2.LbannPB()
     text_format.Parse((work / "experiment.prototext").read_text(), message)
@@ -73,8 +87,11 @@ def test_experiment_parses_against_lbann_schema(tmp_path, dataset):
 
 def test_resnet_batchnorm_divides_by_n_like_pytorch(tmp_path):
     message, _ = prototext(tmp_path, config(model="resnet34"), "cifar10")
-    norms = [layer.batch_normalization for layer in message.model.layer
-             if layer.HasField("batch_normalization")]
+    norms = [
+        layer.batch_normalization
+        for layer in message.model.layer
+        if layer.HasField("batch_normalization")
+    ]
     assert len(norms) == 36  # ResNet-34: the stem, 32 in the blocks, 3 shortcuts
     assert all(n.no_bessel_correction for n in norms)
     assert all(n.statistics_group_size == 1 for n in norms)
@@ -86,4 +103,3 @@ def test_same_model_gate_checks_the_real_lbann_model(model):
         rows, checked_on = model_gate.builder_rows("lbann", model, dataset)
         assert "lbann.Model" in checked_on
         assert model_gate.compare(model_gate.reference_rows(model, dataset), rows) == []
-

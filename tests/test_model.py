@@ -1,4 +1,5 @@
 """The shared CNN: spec shapes, the PyTorch builder, identical initial weights."""
+
 import pytest
 import torch
 

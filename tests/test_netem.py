@@ -2,6 +2,7 @@
 joined by a bridge, each link limited by tc. Real namespaces, real links,
 real traffic and real training runs; they need root (CAP_NET_ADMIN and
 CAP_SYS_ADMIN) and iproute2, and are skipped with the reason without them."""
+
 import json
 import subprocess
 import sys
@@ -17,10 +18,17 @@ from frameworks import data, models
 
 CANNOT = netem.problems("local")
 needs_netns = pytest.mark.skipif(bool(CANNOT), reason="; ".join(CANNOT))
-CONFIG = {"run_id": "abcdef012345", "nodes": 2, "procs_per_node": 1, "net_rate_mbit": 100,
-          "net_delay_ms": 0}
-PARAM_BYTES = 4 * sum(r["params"] for r in models.layer_shapes(
-    models.MODELS["cnn"], data.DATASETS["fashion-mnist"].shape, 10))
+CONFIG = {
+    "run_id": "abcdef012345",
+    "nodes": 2,
+    "procs_per_node": 1,
+    "net_rate_mbit": 100,
+    "net_delay_ms": 0,
+}
+PARAM_BYTES = 4 * sum(
+    r["params"]
+    for r in models.layer_shapes(models.MODELS["cnn"], data.DATASETS["fashion-mnist"].shape, 10)
+)
 
 
 def ours(tag: str) -> list[str]:
@@ -31,13 +39,19 @@ def ours(tag: str) -> list[str]:
 
 def root_addresses() -> list:
     out = subprocess.run(["ip", "-j", "addr"], capture_output=True, text=True, check=True)
-    return sorted((i["ifname"], a["local"]) for i in json.loads(out.stdout)
-                  for a in i.get("addr_info", []))
+    return sorted(
+        (i["ifname"], a["local"]) for i in json.loads(out.stdout) for a in i.get("addr_info", [])
+    )
 
 
 def in_node(net, index: int, *argv: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(netem.enter_node(net.nodes[index], list(argv)), capture_output=True,
-                          text=True, timeout=60, **kw)
+    return subprocess.run(
+        netem.enter_node(net.nodes[index], list(argv)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        **kw,
+    )
 
 
 @needs_netns
@@ -51,15 +65,22 @@ def test_network_exists_for_the_block_only(tmp_path):
             assert root_addresses() == before  # nothing of it in the machine's namespace
             a, b = net.nodes
             assert in_node(net, 0, "hostname").stdout.strip() == a.hostname
-            resolved = in_node(net, 0, sys.executable, "-c",
-                               f"import socket; print(socket.gethostbyname('{b.hostname}'))")
+            resolved = in_node(
+                net,
+                0,
+                sys.executable,
+                "-c",
+                f"import socket; print(socket.gethostbyname('{b.hostname}'))",
+            )
             assert resolved.stdout.strip() == b.address
             # Stopped by a signal, as the runner's block is on SIGTERM.
             raise runner.Interrupted(15)
     assert ours(tag) == []
     recorded = json.loads((tmp_path / netem.RECORD).read_text())
-    assert recorded["rate_mbit"] == 100 and [n["address"] for n in recorded["nodes"]] == \
-        [a.address, b.address]
+    assert recorded["rate_mbit"] == 100 and [n["address"] for n in recorded["nodes"]] == [
+        a.address,
+        b.address,
+    ]
 
 
 SENDER = """
@@ -91,9 +112,11 @@ def test_rate_limit_holds_between_two_nodes(tmp_path):
     size = 100 * 1_000_000 // 8 * 2
     with netem.network(CONFIG, tmp_path) as net:
         a, b = net.nodes
-        receiver = subprocess.Popen(netem.enter_node(b, [sys.executable, "-c", RECEIVER,
-                                                         b.address]),
-                                    stdout=subprocess.PIPE, text=True)
+        receiver = subprocess.Popen(
+            netem.enter_node(b, [sys.executable, "-c", RECEIVER, b.address]),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert receiver.stdout.readline().strip() == "ready"
             sent = in_node(net, 0, sys.executable, "-c", SENDER, b.address, str(size))
@@ -124,9 +147,11 @@ def test_delay_is_applied_or_refused_with_the_reason(tmp_path):
     try:
         with netem.network({**CONFIG, "net_delay_ms": 20}, tmp_path) as net:
             a = net.nodes[0]
-            receiver = subprocess.Popen(netem.enter_node(a, [sys.executable, "-c", RECEIVER,
-                                                             a.address]),
-                                        stdout=subprocess.PIPE, text=True)
+            receiver = subprocess.Popen(
+                netem.enter_node(a, [sys.executable, "-c", RECEIVER, a.address]),
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             try:
                 assert receiver.stdout.readline().strip() == "ready"
                 connect = in_node(net, 1, sys.executable, "-c", CONNECTOR, a.address)
@@ -157,11 +182,17 @@ def test_stale_namespaces_of_a_dead_runner_are_removed():
 
 
 def emulated_design(framework: str, **fixed) -> dict:
-    return {"name": "netem", "replications": 1,
-            "factors": {"framework": [framework], "nodes": [2], "procs_per_node": [1],
-                        "batch_size": [32]},
-            "fixed": {**TINY_FIXED, "epochs": 1, "tracer": "none", "net_rate_mbit": 1000,
-                      **fixed}}
+    return {
+        "name": "netem",
+        "replications": 1,
+        "factors": {
+            "framework": [framework],
+            "nodes": [2],
+            "procs_per_node": [1],
+            "batch_size": [32],
+        },
+        "fixed": {**TINY_FIXED, "epochs": 1, "tracer": "none", "net_rate_mbit": 1000, **fixed},
+    }
 
 
 def run_emulated(doc: dict, results: Path):
@@ -188,8 +219,11 @@ def test_two_nodes_train_over_the_emulated_network(tmp_path, framework):
     network = json.loads((folder / netem.RECORD).read_text())
     steps = json.loads((folder / "metrics.json").read_text())["steps_per_epoch"]
     for node in network["nodes"]:
-        assert steps * PARAM_BYTES <= node["tx_bytes"] <= 1.2 * steps * PARAM_BYTES + 3 * \
-            PARAM_BYTES + 1e6, (node, steps, PARAM_BYTES)
+        assert (
+            steps * PARAM_BYTES
+            <= node["tx_bytes"]
+            <= 1.2 * steps * PARAM_BYTES + 3 * PARAM_BYTES + 1e6
+        ), (node, steps, PARAM_BYTES)
     runs = collect.tables(plan, tmp_path)["runs"].iloc[0]
     assert runs["net_tx_bytes"] == network["tx_bytes"]
     assert runs["net_tx_bytes_per_step"] == network["tx_bytes"] / steps
@@ -210,12 +244,26 @@ def test_failed_run_leaves_no_network(tmp_path):
 def test_without_privileges_the_run_fails_with_the_reason(tmp_path):
     """As an unprivileged user: the preflight message, and a run that
     records it instead of a traceback."""
-    if subprocess.run(["which", "setpriv"], capture_output=True).returncode or not Path(
-            "/proc/self/status").exists():
+    if (
+        subprocess.run(["which", "setpriv"], capture_output=True).returncode
+        or not Path("/proc/self/status").exists()
+    ):
         pytest.skip("setpriv (util-linux) not found")
-    code = ("from ddlcompare import netem; print(netem.problems('local'))")
-    out = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-                          sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    code = "from ddlcompare import netem; print(netem.problems('local'))"
+    out = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            code,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     if out.returncode:
         pytest.skip(f"cannot run as nobody here: {out.stderr.strip()[-200:]}")
     assert "needs CAP_NET_ADMIN and CAP_SYS_ADMIN" in out.stdout and "run as root" in out.stdout
@@ -230,8 +278,12 @@ def test_delay_without_rate_is_a_design_problem():
     doc = emulated_design("torch-ddp", net_rate_mbit=None, net_delay_ms=5)
     found = preflight.network_problems(design.parse(doc, "netem.yaml"))
     assert found and found[0].startswith("net_delay_ms:") and "net_rate_mbit" in found[0]
-    assert preflight.network_problems(design.parse(emulated_design(
-        "torch-ddp", net_rate_mbit=None), "netem.yaml")) == []
+    assert (
+        preflight.network_problems(
+            design.parse(emulated_design("torch-ddp", net_rate_mbit=None), "netem.yaml")
+        )
+        == []
+    )
 
 
 MAP = {"DDLC_NETNS_MAP": "10.213.0.1=ddlc-9-a-n0=vm-n0 10.213.0.2=ddlc-9-a-n1=vm-n1"}
@@ -244,19 +296,30 @@ def test_emulated_nodes_are_a_scheduler_of_their_own():
 
 def test_launchers_reach_emulated_nodes_through_the_shim():
     nodes = [Host("10.213.0.1", 1), Host("10.213.0.2", 1)]
-    config = {"threads": 1, "run_id": "abc", "framework": "torch-ddp",
-              "horovod_controller": "gloo"}
+    config = {"threads": 1, "run_id": "abc", "framework": "torch-ddp", "horovod_controller": "gloo"}
     argv, _ = launch.command("torchrun", nodes, config, Path("/r"), "netns")
-    assert argv[:7] == ["mpirun", "--host", "10.213.0.1,10.213.0.2", "--npernode", "1",
-                        "--mca", "plm_rsh_agent"]
+    assert argv[:7] == [
+        "mpirun",
+        "--host",
+        "10.213.0.1,10.213.0.2",
+        "--npernode",
+        "1",
+        "--mca",
+        "plm_rsh_agent",
+    ]
     assert argv[7] == str(netem.NETNS_SSH)
-    argv, env = launch.command("horovodrun", nodes, {**config, "framework": "horovod-torch"},
-                               Path("/r"), "netns")
+    argv, env = launch.command(
+        "horovodrun", nodes, {**config, "framework": "horovod-torch"}, Path("/r"), "netns"
+    )
     assert env["PATH"].startswith(f"{netem.NETNS_SSH.parent}:")
     assert argv[argv.index("--network-interface") + 1] == netem.IFACE
-    argv, _ = launch.command("horovodrun", nodes, {**config, "framework": "horovod-torch",
-                                                   "horovod_controller": "mpi"},
-                             Path("/r"), "netns")
+    argv, _ = launch.command(
+        "horovodrun",
+        nodes,
+        {**config, "framework": "horovod-torch", "horovod_controller": "mpi"},
+        Path("/r"),
+        "netns",
+    )
     assert f"--mpi-args=--mca plm_rsh_agent {netem.NETNS_SSH}" in argv
 
 
@@ -268,12 +331,23 @@ def test_shim_parses_destination_as_ssh_does(tmp_path):
     with netem.network(CONFIG, tmp_path) as net:
         env = {**net.env, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
         b = net.nodes[1]
-        shim = [str(netem.NETNS_SSH), "-o", "PasswordAuthentication=no", "-x", b.address,
-                "-p", "22", "hostname;", "ip -o -4 addr show", netem.IFACE]
+        shim = [
+            str(netem.NETNS_SSH),
+            "-o",
+            "PasswordAuthentication=no",
+            "-x",
+            b.address,
+            "-p",
+            "22",
+            "hostname;",
+            "ip -o -4 addr show",
+            netem.IFACE,
+        ]
         there = subprocess.run(shim, env=env, capture_output=True, text=True, timeout=30)
         assert there.returncode == 0, there.stderr
         name, link = there.stdout.splitlines()
         assert name == b.hostname and f"inet {b.address}/" in link
-        nowhere = subprocess.run([str(netem.NETNS_SSH), "10.9.9.9", "true"], env=env,
-                                 capture_output=True, text=True)
+        nowhere = subprocess.run(
+            [str(netem.NETNS_SSH), "10.9.9.9", "true"], env=env, capture_output=True, text=True
+        )
         assert nowhere.returncode == 255 and "10.9.9.9" in nowhere.stderr

@@ -3,6 +3,7 @@ OAR node's sshd) that tests/schedulers/oar.sh starts on localhost, submitting
 as an unprivileged user as on Grid'5000: a tiny design trains exactly as a
 local run; a walltime kill, a failing job and a job without its done marker
 come back `failed`; cancel works; launch commands from a real $OAR_NODEFILE."""
+
 import json
 import os
 import shutil
@@ -25,8 +26,7 @@ SCRIPT = REPO / "tests" / "schedulers" / "oar.sh"
 PROFILE = REPO / "profiles" / "grid5000"
 VENV = Path(sys.executable).parents[1]
 RUNUSER = shutil.which("runuser") or "/usr/sbin/runuser"
-DESIGN = tiny_design(frameworks=("torch-ddp", "horovod-torch"), procs=(2,), epochs=1,
-                     max_steps=6)
+DESIGN = tiny_design(frameworks=("torch-ddp", "horovod-torch"), procs=(2,), epochs=1, max_steps=6)
 pytestmark = [pytest.mark.slow, pytest.mark.schedulers]
 
 
@@ -36,9 +36,14 @@ class OarUser:
     def __init__(self, name: str):
         self.name = name
         self.home = Path(os.path.expanduser(f"~{name}"))
-        self.env = {"HOME": str(self.home), "USER": name, "LANG": "C.UTF-8",
-                    "PATH": f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin",
-                    "PYTHONPATH": str(REPO), "DDLC_VENV": str(VENV)}
+        self.env = {
+            "HOME": str(self.home),
+            "USER": name,
+            "LANG": "C.UTF-8",
+            "PATH": f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin",
+            "PYTHONPATH": str(REPO),
+            "DDLC_VENV": str(VENV),
+        }
 
     def workdir(self, label: str) -> Path:
         path = self.home / "ddlc-tests" / f"{label}-{uuid.uuid4().hex[:8]}"
@@ -48,8 +53,14 @@ class OarUser:
         return path
 
     def run(self, argv: list[str], cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([RUNUSER, "-u", self.name, "--", *argv], cwd=cwd, env=self.env,
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [RUNUSER, "-u", self.name, "--", *argv],
+            cwd=cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -62,9 +73,11 @@ def oar_user():
     name = subprocess.run([str(SCRIPT), "user"], capture_output=True, text=True).stdout.strip()
     # The user runs snakemake and the jobs: it must reach the environment
     # (its Python may live under /root) and this checkout.
-    granted = subprocess.run([str(SCRIPT), "grant", str(VENV / "bin" / "python"),
-                              str(REPO / "ddlcompare" / "oar.py")],
-                             capture_output=True, text=True)
+    granted = subprocess.run(
+        [str(SCRIPT), "grant", str(VENV / "bin" / "python"), str(REPO / "ddlcompare" / "oar.py")],
+        capture_output=True,
+        text=True,
+    )
     assert granted.returncode == 0, granted.stderr
     print(f"oar up in {time.monotonic() - started:.1f} s")
     user = OarUser(name)
@@ -74,12 +87,32 @@ def oar_user():
 
 
 def snakemake(user: OarUser, workdir: Path, profile: Path, *extra: str, limit: int = 300):
-    argv = ["timeout", "-k", "30", str(limit), str(VENV / "bin" / "python"), "-m", "snakemake",
-            "-s", str(REPO / "Snakefile"), "--profile", str(profile), "-d", str(workdir),
-            "--config", f"design={workdir / 'design.yaml'}"]
+    argv = [
+        "timeout",
+        "-k",
+        "30",
+        str(limit),
+        str(VENV / "bin" / "python"),
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "--profile",
+        str(profile),
+        "-d",
+        str(workdir),
+        "--config",
+        f"design={workdir / 'design.yaml'}",
+    ]
     if profile == PROFILE:  # test settings layered on the profile: poll often
-        argv += ["--seconds-between-status-checks", "1", "--max-status-checks-per-second", "10",
-                 "--latency-wait", "5"]
+        argv += [
+            "--seconds-between-status-checks",
+            "1",
+            "--max-status-checks-per-second",
+            "10",
+            "--latency-wait",
+            "5",
+        ]
     return user.run(argv + list(extra), workdir, timeout=limit + 60)
 
 
@@ -129,8 +162,9 @@ def test_walltime_kill_is_failed_and_the_workflow_ends(oar_user):
     workdir = oar_user.workdir("walltime")
     write_design(workdir, tiny_design(procs=(1,), epochs=1000, max_steps=None, timeout_s=3600))
     started = time.monotonic()
-    out = snakemake(oar_user, workdir, PROFILE, "--set-resources",
-                    "run:oar_walltime='0:00:10'", limit=180)
+    out = snakemake(
+        oar_user, workdir, PROFILE, "--set-resources", "run:oar_walltime='0:00:10'", limit=180
+    )
     print(f"walltime workflow: {time.monotonic() - started:.1f} s")
     assert out.returncode != 0
     assert "Error in rule run" in out.stderr, out.stderr[-3000:]
@@ -145,9 +179,18 @@ def handmade_job(workdir: Path, body: str, marker: bool = True, cores: int = 1) 
     done = workdir / "run" / "done.json"
     done.parent.mkdir(exist_ok=True)
     shutil.chown(done.parent, workdir.owner())
-    props = {"rule": "run", "jobid": 1, "output": [str(done)] if marker else [],
-             "resources": {"nodes": 1, "tasks_per_node": cores, "cpus_per_task": 1,
-                           "gpus_per_node": 0, "runtime": 2}}
+    props = {
+        "rule": "run",
+        "jobid": 1,
+        "output": [str(done)] if marker else [],
+        "resources": {
+            "nodes": 1,
+            "tasks_per_node": cores,
+            "cpus_per_task": 1,
+            "gpus_per_node": 0,
+            "runtime": 2,
+        },
+    }
     script = workdir / f"job-{uuid.uuid4().hex[:6]}.sh"
     script.write_text(f"#!/bin/sh\n# properties = {json.dumps(props)}\n{body}\n")
     shutil.chown(script, workdir.owner())
@@ -214,8 +257,9 @@ def test_launch_commands_from_a_real_oar_nodefile(oar_user):
     # The $OAR_NODEFILE OAR really writes: one line per core, host repeated.
     workdir = oar_user.workdir("nodefile")
     copy = workdir / "nodefile"
-    job_id = submit(oar_user, workdir, handmade_job(
-        workdir, f"cp $OAR_NODEFILE {copy}", marker=False, cores=2))
+    job_id = submit(
+        oar_user, workdir, handmade_job(workdir, f"cp $OAR_NODEFILE {copy}", marker=False, cores=2)
+    )
     assert wait_status(oar_user, workdir, job_id) == "success"
     text = copy.read_text()
     assert text.split() == ["localhost", "localhost"]
@@ -223,23 +267,36 @@ def test_launch_commands_from_a_real_oar_nodefile(oar_user):
     assert (scheduler.name, found) == ("oar", [Host("localhost", 2)])
     # Two hosts as OAR lists them: the same lines, once per host.
     two_hosts = text.replace("localhost", "node-1.site") + text.replace("localhost", "node-2.site")
-    scheduler, found = schedulers.detect(2, 2, env={"OAR_NODEFILE": _write(workdir / "nf2",
-                                                                           two_hosts)})
+    scheduler, found = schedulers.detect(
+        2, 2, env={"OAR_NODEFILE": _write(workdir / "nf2", two_hosts)}
+    )
     assert scheduler.name == "oar" and [h.name for h in found] == ["node-1.site", "node-2.site"]
-    config = {"threads": 1, "run_id": "r1", "horovod_controller": "gloo",
-              "framework": "torch-ddp"}
+    config = {"threads": 1, "run_id": "r1", "horovod_controller": "gloo", "framework": "torch-ddp"}
     argv, _ = launch.command("torchrun", found, config, Path("/r"), "oar")
-    assert argv[:8] == ["mpirun", "--host", "node-1.site,node-2.site", "--npernode", "1",
-                        "--mca", "plm_rsh_agent", "oarsh"]
+    assert argv[:8] == [
+        "mpirun",
+        "--host",
+        "node-1.site,node-2.site",
+        "--npernode",
+        "1",
+        "--mca",
+        "plm_rsh_agent",
+        "oarsh",
+    ]
     assert "--rdzv_endpoint=node-1.site:29500" in argv
     argv, env = launch.command("horovodrun", found, config, Path("/r"), "oar")
     assert argv[1:6] == ["-np", "4", "-H", "node-1.site:2,node-2.site:2", "--gloo"]
     assert env["PATH"].startswith(str(Oar.ssh_dir))
-    argv, _ = launch.command("horovodrun", found, {**config, "horovod_controller": "mpi"},
-                             Path("/r"), "oar")
+    argv, _ = launch.command(
+        "horovodrun", found, {**config, "horovod_controller": "mpi"}, Path("/r"), "oar"
+    )
     assert "--mpi-args=--mca plm_rsh_agent oarsh" in argv
     assert tf_worker_addresses(found) == [
-        "node-1.site:23456", "node-1.site:23457", "node-2.site:23456", "node-2.site:23457"]
+        "node-1.site:23456",
+        "node-1.site:23457",
+        "node-2.site:23456",
+        "node-2.site:23457",
+    ]
 
 
 def _write(path: Path, text: str) -> str:

@@ -1,6 +1,7 @@
 """The network's own limit: the mpi4py all-reduce probe run for real with
 two processes, its message sizes from the model specification, and the
 report's comparison of achieved gradient-exchange bandwidth against it."""
+
 import json
 import subprocess
 import sys
@@ -17,14 +18,31 @@ def test_sizes_are_the_cnn_gradients():
     # conv 32x1x3x3+32, conv 64x32x3x3+64, dense 3136x128+128, dense 128x10+10
     layers = [320, 18496, 401536, 1290]
     assert probe.gradient_sizes("cnn", "fashion-mnist") == sorted(
-        [4 * n for n in layers] + [4 * sum(layers)])
+        [4 * n for n in layers] + [4 * sum(layers)]
+    )
 
 
 def test_probe_runs_over_mpi(tmp_path):
     out = tmp_path / "probe-2.json"
-    done = subprocess.run([sys.executable, "-m", "ddlcompare.probe", "--nodes", "1",
-                           "--procs-per-node", "2", "--out", str(out), "--repeats", "3"],
-                          cwd=REPO, timeout=240, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddlcompare.probe",
+            "--nodes",
+            "1",
+            "--procs-per-node",
+            "2",
+            "--out",
+            str(out),
+            "--repeats",
+            "3",
+        ],
+        cwd=REPO,
+        timeout=240,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     doc = json.loads(out.read_text())
     assert doc["processes"] == 2 and doc["nodes"] == 1 and doc["mpi"].startswith("Open MPI")
@@ -37,16 +55,34 @@ def test_probe_runs_over_mpi(tmp_path):
 
 
 def test_achieved_bandwidth_against_the_probe():
-    runs = pd.DataFrame([
-        {"run_id": "h", "status": "ok", "framework": "horovod-torch", "world_size": 2,
-         "batch_size": 64},
-        {"run_id": "d", "status": "ok", "framework": "torch-ddp", "world_size": 2,
-         "batch_size": 64}])
-    steps = pd.DataFrame([
-        {"run_id": "h", "rank": r, "comm_bytes_mean": 2e6, "grad_comm_mean_s": 0.01}
-        for r in (0, 1)] + [
-        {"run_id": "d", "rank": r, "comm_bytes_mean": 2e6, "grad_comm_mean_s": 0.0}
-        for r in (0, 1)])
+    runs = pd.DataFrame(
+        [
+            {
+                "run_id": "h",
+                "status": "ok",
+                "framework": "horovod-torch",
+                "world_size": 2,
+                "batch_size": 64,
+            },
+            {
+                "run_id": "d",
+                "status": "ok",
+                "framework": "torch-ddp",
+                "world_size": 2,
+                "batch_size": 64,
+            },
+        ]
+    )
+    steps = pd.DataFrame(
+        [
+            {"run_id": "h", "rank": r, "comm_bytes_mean": 2e6, "grad_comm_mean_s": 0.01}
+            for r in (0, 1)
+        ]
+        + [
+            {"run_id": "d", "rank": r, "comm_bytes_mean": 2e6, "grad_comm_mean_s": 0.0}
+            for r in (0, 1)
+        ]
+    )
     found = {(1, 2, None): pd.DataFrame({"bytes": [1e6, 4e6], "algbw_bytes_per_s": [4e8, 8e8]})}
     table = network_limit.compare(runs, steps, found).set_index("framework")
     assert table.loc["horovod-torch", "achieved_mb_s"] == pytest.approx(200)
@@ -64,10 +100,27 @@ def test_probe_on_the_emulated_network_finds_its_rate(tmp_path):
     4.9-5.9 MB/s (40-47 %) for MPI's TCP transport, where a plain TCP stream
     reaches 80-100 % (test_netem); so the lower bound here is loose."""
     out = tmp_path / "probe.json"
-    done = subprocess.run([sys.executable, "-m", "ddlcompare.probe", "--nodes", "2",
-                           "--procs-per-node", "1", "--net-rate-mbit", "100", "--out", str(out),
-                           "--repeats", "3"], cwd=REPO, timeout=300, capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddlcompare.probe",
+            "--nodes",
+            "2",
+            "--procs-per-node",
+            "1",
+            "--net-rate-mbit",
+            "100",
+            "--out",
+            str(out),
+            "--repeats",
+            "3",
+        ],
+        cwd=REPO,
+        timeout=300,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     doc = json.loads(out.read_text())
     assert doc["nodes"] == 2 and doc["net_rate_mbit"] == 100 and len(doc["hosts"]) == 2

@@ -3,6 +3,7 @@ chromium, driven by Playwright): a screenshot, no console errors, every
 figure present and decoded, every section there and reachable from the
 table of contents, the summary above the fold at 1280x800, no `nan` and no
 exponent notation in what a reader sees."""
+
 import re
 import shutil
 import subprocess
@@ -14,17 +15,43 @@ import pytest
 from conftest import REPO, tiny_design, write_design
 
 FIXTURES = REPO.parent / "shared" / "fixtures" / "real-traces"
-IMPORTED = ["pipit-ping-pong-otf2", "scorep-8.4-horovod-torch-mpi-np2",
-            "horovod-timeline-IgorDavidyuk-cpu3/timeline.json"]
-SECTIONS = ["Summary", "Two stages", "Network bandwidth limit", "Design and provenance",
-            "Run status", "Throughput and scaling", "Where the speedup goes", "Phase breakdown",
-            "Bottlenecks", "Design statistics",
-            "Accuracy", "Frameworks and the phases they expose", "Traces", "Imported traces",
-            "Same model everywhere", "Energy", "Gradient compression",
-            "Critical path and causes of waiting", "What if: a calibrated model of the step",
-            "Trace diff: framework against framework, phase by phase"]
-FIGURES = ["throughput", "scaling", "waterfall", "phase breakdown", "timeline", "accuracy",
-           "time to accuracy", "Critical path and causes of waiting"]
+IMPORTED = [
+    "pipit-ping-pong-otf2",
+    "scorep-8.4-horovod-torch-mpi-np2",
+    "horovod-timeline-IgorDavidyuk-cpu3/timeline.json",
+]
+SECTIONS = [
+    "Summary",
+    "Two stages",
+    "Network bandwidth limit",
+    "Design and provenance",
+    "Run status",
+    "Throughput and scaling",
+    "Where the speedup goes",
+    "Phase breakdown",
+    "Bottlenecks",
+    "Design statistics",
+    "Accuracy",
+    "Frameworks and the phases they expose",
+    "Traces",
+    "Imported traces",
+    "Same model everywhere",
+    "Energy",
+    "Gradient compression",
+    "Critical path and causes of waiting",
+    "What if: a calibrated model of the step",
+    "Trace diff: framework against framework, phase by phase",
+]
+FIGURES = [
+    "throughput",
+    "scaling",
+    "waterfall",
+    "phase breakdown",
+    "timeline",
+    "accuracy",
+    "time to accuracy",
+    "Critical path and causes of waiting",
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +62,25 @@ def report(tmp_path_factory):
     doc["fixed"]["target_accuracy"] = 0.5
     write_design(workdir, doc)
     out = subprocess.run(
-        ["timeout", "-k", "10", "900", str(Path(sys.executable).parent / "snakemake"),
-         "-s", str(REPO / "Snakefile"), "--profile", str(REPO / "profiles" / "local"),
-         "-d", str(workdir), "--config", f"design={workdir / 'design.yaml'}",
-         "import_traces=" + ",".join(str(FIXTURES / name) for name in IMPORTED)],
-        capture_output=True, text=True)
+        [
+            "timeout",
+            "-k",
+            "10",
+            "900",
+            str(Path(sys.executable).parent / "snakemake"),
+            "-s",
+            str(REPO / "Snakefile"),
+            "--profile",
+            str(REPO / "profiles" / "local"),
+            "-d",
+            str(workdir),
+            "--config",
+            f"design={workdir / 'design.yaml'}",
+            "import_traces=" + ",".join(str(FIXTURES / name) for name in IMPORTED),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return next((workdir / "results").rglob("report.html"))
 
@@ -69,19 +110,29 @@ def test_report_has_every_section_and_finding(report):
 @pytest.mark.slow
 def test_report_renders_in_chromium_without_errors(report, tmp_path):
     from playwright.sync_api import sync_playwright
+
     chromium = shutil.which("chromium")
     assert chromium, "Debian's chromium is installed by envs/setup.sh"
     errors = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        browser = p.chromium.launch(
+            executable_path=chromium,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(report.as_uri())
         images = page.eval_on_selector_all(
-            "img", "imgs => imgs.map(i => [i.alt, i.complete && i.naturalWidth > 0])")
+            "img", "imgs => imgs.map(i => [i.alt, i.complete && i.naturalWidth > 0])"
+        )
         summary_top = page.eval_on_selector("#summary h2", "e => e.getBoundingClientRect().top")
         first_answer = page.eval_on_selector("#summary li", "e => e.getBoundingClientRect().bottom")
         toc = page.eval_on_selector_all("nav#contents a", "as => as.map(a => a.hash.slice(1))")
@@ -89,8 +140,10 @@ def test_report_renders_in_chromium_without_errors(report, tmp_path):
         reachable = [page.evaluate("id => !!document.getElementById(id)", i) for i in toc]
         text = page.inner_text("body")
         # the codecs' error bounds are formulas (6.1e-5 <= |x|): numbers elsewhere
-        figures = " ".join(page.inner_text(f"#{i}") for i in
-                           ("summary", "throughput", "phases", "bottlenecks", "statistics"))
+        figures = " ".join(
+            page.inner_text(f"#{i}")
+            for i in ("summary", "throughput", "phases", "bottlenecks", "statistics")
+        )
         page.screenshot(path=str(tmp_path / "fold.png"))
         page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         browser.close()

@@ -1,6 +1,7 @@
 """ResNet-34 in the shared spec: its shapes and counts, the PyTorch, Keras
 and LBANN builders against it, the same function in PyTorch and Keras, and
 a real (tiny) training run."""
+
 import json
 import subprocess
 import sys
@@ -48,8 +49,10 @@ def test_only_shape_changing_blocks_have_projection_shortcuts():
     assert nodes["stage2_block1_shortcut_conv"]["kernel"] == 1
     assert nodes["stage2_block1_shortcut_conv"]["stride"] == 2
     assert nodes["stage1_block1_add"]["inputs"] == ["stage1_block1_2_bn", "stem_relu"]
-    assert nodes["stage2_block1_add"]["inputs"] == ["stage2_block1_2_bn",
-                                                    "stage2_block1_shortcut_bn"]
+    assert nodes["stage2_block1_add"]["inputs"] == [
+        "stage2_block1_2_bn",
+        "stage2_block1_shortcut_bn",
+    ]
     assert not any(n.get("bias") for n in nodes.values() if n["type"] == "conv2d")
 
 
@@ -73,8 +76,10 @@ def test_lbann_graph_matches_spec(dataset):
     assert model_gate.compare(model_gate.reference_rows("resnet34", dataset), rows) == []
     graph = {n["name"]: n for n in lbann_builder.layer_graph(models.RESNET34, info)}
     assert graph["stage2_block1_add"] == {
-        "name": "stage2_block1_add", "layer": "Sum",
-        "parents": ["stage2_block1_2_bn", "stage2_block1_shortcut_bn"]}
+        "name": "stage2_block1_add",
+        "layer": "Sum",
+        "parents": ["stage2_block1_2_bn", "stage2_block1_shortcut_bn"],
+    }
     bn = graph["stem_bn"]
     assert (bn["decay"], bn["epsilon"], bn["statistics_group_size"]) == (0.9, 1e-5, 1)
     assert bn["no_bessel_correction"]  # divides by n, as PyTorch and Keras do
@@ -86,11 +91,14 @@ def test_gate_catches_a_missing_shortcut_and_running_statistics():
     reference = model_gate.reference_rows("resnet34", "cifar10")
     no_shortcut = [r for r in reference if not r["name"].startswith("stage3_block1_shortcut")]
     problems = model_gate.compare(reference, no_shortcut)
-    assert "layer stage3_block1_shortcut_conv: expected ('conv2d', (256, 8, 8), 32768, 0), " \
-           "built nothing" in problems
+    assert (
+        "layer stage3_block1_shortcut_conv: expected ('conv2d', (256, 8, 8), 32768, 0), "
+        "built nothing" in problems
+    )
     no_stats = [{**r, "running_stats": 0} for r in reference]
-    assert "0 BN running statistics built, 17024 in the spec" in \
-        model_gate.compare(reference, no_stats)
+    assert "0 BN running statistics built, 17024 in the spec" in model_gate.compare(
+        reference, no_stats
+    )
 
 
 # Runs in the TensorFlow environment: the Keras model with the PyTorch
@@ -127,8 +135,11 @@ def keras_weights(model) -> dict:
     return out
 
 
-@pytest.mark.skipif(not TF_BUILT, reason=f"the TensorFlow environment is not built "
-                    f"({envs.env_dir('tensorflow')}); 'bash envs/setup.sh' builds it")
+@pytest.mark.skipif(
+    not TF_BUILT,
+    reason=f"the TensorFlow environment is not built "
+    f"({envs.env_dir('tensorflow')}); 'bash envs/setup.sh' builds it",
+)
 def test_torch_and_keras_compute_the_same_function(tmp_path):
     """Same weights in, same logits out: same connections, same padding
     (symmetric at stride 2), same BN epsilon, momentum and statistics."""
@@ -148,19 +159,31 @@ def test_torch_and_keras_compute_the_same_function(tmp_path):
         logits_eval = model.eval()(x).numpy()
         logits_train = model.train()(x).numpy()
     moving_var = model.layers["stage4_block3_2_bn"].running_var.numpy()
-    done = subprocess.run([str(envs.python_for("tensorflow")), "-c", KERAS_SIDE, str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [str(envs.python_for("tensorflow")), "-c", KERAS_SIDE, str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     np.testing.assert_allclose(np.load(tmp_path / "eval.npy"), logits_eval, rtol=1e-3, atol=1e-4)
-    np.testing.assert_allclose(np.load(tmp_path / "train.npy"), logits_train,
-                               rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(np.load(tmp_path / "train.npy"), logits_train, rtol=1e-3, atol=1e-4)
     np.testing.assert_allclose(np.load(tmp_path / "moving_var.npy"), moving_var, rtol=1e-5)
 
 
 @pytest.mark.slow
 def test_resnet34_trains_in_a_real_run(tmp_path):
-    doc = tiny_design(["torch-ddp"], procs=(1,), model="resnet34", epochs=1, max_steps=3,
-                      train_images=200, test_images=64, warmup_steps=1)
+    doc = tiny_design(
+        ["torch-ddp"],
+        procs=(1,),
+        model="resnet34",
+        epochs=1,
+        max_steps=3,
+        train_images=200,
+        test_images=64,
+        warmup_steps=1,
+    )
     doc["factors"]["batch_size"] = [16]
     row = design.parse(doc, "tiny.yaml").runs()[0]
     assert runner.execute(row, tmp_path) == 0
@@ -186,6 +209,8 @@ def test_model_is_a_factor_like_any_other():
 
 def test_the_builder_module_imports_without_torch():
     # The registry imports every module of frameworks/, TensorFlow's env included.
-    check = "import sys, frameworks.torch_graph, frameworks.registry; assert 'torch' not in sys.modules"
+    check = (
+        "import sys, frameworks.torch_graph, frameworks.registry; assert 'torch' not in sys.modules"
+    )
     done = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

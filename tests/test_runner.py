@@ -1,5 +1,6 @@
 """Failed runs are results: recorded with their reason and a done marker;
 hung runs are killed; earlier attempts are kept."""
+
 import json
 import os
 import signal
@@ -49,9 +50,21 @@ def test_interrupted_run_leaves_no_done_marker(tmp_path):
     doc = tiny_design(epochs=50, max_steps=None, train_images=None, timeout_s=300)
     path = write_design(tmp_path, doc)
     row = row_of(doc)
-    proc = subprocess.Popen([sys.executable, "-m", "ddlcompare.cli", "run-one", "--design",
-                             str(path), "--results", str(tmp_path / "res"), "--path", row.path],
-                            cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ddlcompare.cli",
+            "run-one",
+            "--design",
+            str(path),
+            "--results",
+            str(tmp_path / "res"),
+            "--path",
+            row.path,
+        ],
+        cwd=REPO,
+    )
     record = tmp_path / "res" / row.path / "train.log"
     for _ in range(100):
         if record.exists() and record.stat().st_size > 0:
@@ -99,6 +112,7 @@ def test_processes_left_behind_by_the_launcher_are_stopped(tmp_path):
     import os
     import psutil
     from runfiles import ownership
+
     marker = tmp_path / "pid"
     argv = ["sh", "-c", f"sleep 300 & echo $! > {marker}; exit 3"]
     token = ownership.claim(tmp_path)
@@ -107,5 +121,7 @@ def test_processes_left_behind_by_the_launcher_are_stopped(tmp_path):
     finally:
         ownership.release(tmp_path, token)
     assert outcome["exit_status"] == 3
-    assert not psutil.pid_exists(int(marker.read_text())) or \
-        psutil.Process(int(marker.read_text())).status() == psutil.STATUS_ZOMBIE
+    assert (
+        not psutil.pid_exists(int(marker.read_text()))
+        or psutil.Process(int(marker.read_text())).status() == psutil.STATUS_ZOMBIE
+    )

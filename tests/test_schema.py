@@ -1,5 +1,6 @@
 """design.schema.json: generated from params.py, shipped current, and it
 agrees with the harness on good and bad designs."""
+
 import json
 from pathlib import Path
 
@@ -13,10 +14,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_shipped_schema_and_settings_doc_are_current():
-    assert schema.SCHEMA_FILE.read_text() == schema.text(), \
+    assert schema.SCHEMA_FILE.read_text() == schema.text(), (
         "design.schema.json is stale: run python -m ddlcompare.schema"
-    assert schema.SETTINGS_DOC.read_text() == schema.settings_doc(), \
+    )
+    assert schema.SETTINGS_DOC.read_text() == schema.settings_doc(), (
         "docs/settings.md is stale: run python -m ddlcompare.schema"
+    )
 
 
 def test_designs_of_the_repository_validate():
@@ -27,14 +30,17 @@ def test_designs_of_the_repository_validate():
         assert schema.errors(yaml.safe_load(path.read_text())) == []
 
 
-@pytest.mark.parametrize("bad", [
-    {"factors": {"framework": ["torch-ddp"], "nodes": [0]}},
-    {"factors": {"framework": ["torch-ddp"]}, "fixed": {"epochs": "two"}},
-    {"factors": {"framework": ["no-such-framework"]}},
-    {"factors": {"framework": ["torch-ddp"]}, "colour": "red"},
-    {"factors": {"framework": ["torch-ddp"], "nodes": [1.0]}},
-    {"factors": {"nodes": [1]}},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"factors": {"framework": ["torch-ddp"], "nodes": [0]}},
+        {"factors": {"framework": ["torch-ddp"]}, "fixed": {"epochs": "two"}},
+        {"factors": {"framework": ["no-such-framework"]}},
+        {"factors": {"framework": ["torch-ddp"]}, "colour": "red"},
+        {"factors": {"framework": ["torch-ddp"], "nodes": [1.0]}},
+        {"factors": {"nodes": [1]}},
+    ],
+)
 def test_schema_and_harness_refuse_the_same_designs(bad):
     assert schema.errors(bad)
     with pytest.raises(design.DesignError):
@@ -43,5 +49,6 @@ def test_schema_and_harness_refuse_the_same_designs(bad):
 
 def test_a_renamed_setting_names_its_new_name():
     with pytest.raises(design.DesignError, match="fixed.torch_threads: renamed; write threads"):
-        design.parse({"factors": {"framework": ["torch-ddp"]}, "fixed": {"torch_threads": 2}},
-                     "old.yaml")
+        design.parse(
+            {"factors": {"framework": ["torch-ddp"]}, "fixed": {"torch_threads": 2}}, "old.yaml"
+        )

@@ -3,6 +3,7 @@ slurmctld, slurmd) that tests/schedulers/slurm.sh starts on localhost: a
 tiny design runs through `snakemake --profile profiles/slurm` and trains
 exactly as a local run; a run past its time limit fails and the workflow
 ends; launch commands from the node list Slurm really gives."""
+
 import json
 import os
 import subprocess
@@ -27,8 +28,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.schedulers]
 
 def scheduler_env(**extra) -> dict:
     # Jobs import this checkout's code whatever the cwd (snakemake's workdir).
-    return {**os.environ, "PYTHONPATH": str(REPO), "DDLC_VENV": str(Path(sys.executable).parents[1]),
-            **extra}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "DDLC_VENV": str(Path(sys.executable).parents[1]),
+        **extra,
+    }
 
 
 @pytest.fixture(scope="session")
@@ -46,12 +51,31 @@ def slurm():
 
 
 def run_snakemake(workdir: Path, env: dict, profile: str, *extra: str, limit: int = 420):
-    argv = ["timeout", "-k", "30", str(limit), SNAKEMAKE, "-s", str(REPO / "Snakefile"),
-            "--profile", str(REPO / "profiles" / profile), "-d", str(workdir),
-            "--config", f"design={workdir / 'design.yaml'}", *extra]
+    argv = [
+        "timeout",
+        "-k",
+        "30",
+        str(limit),
+        SNAKEMAKE,
+        "-s",
+        str(REPO / "Snakefile"),
+        "--profile",
+        str(REPO / "profiles" / profile),
+        "-d",
+        str(workdir),
+        "--config",
+        f"design={workdir / 'design.yaml'}",
+        *extra,
+    ]
     if profile == "slurm":  # test settings layered on the profile: poll often
-        argv += ["--slurm-init-seconds-before-status-checks", "2",
-                 "--seconds-between-status-checks", "2", "--latency-wait", "5"]
+        argv += [
+            "--slurm-init-seconds-before-status-checks",
+            "2",
+            "--seconds-between-status-checks",
+            "2",
+            "--latency-wait",
+            "5",
+        ]
     return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=workdir)
 
 
@@ -76,12 +100,19 @@ def test_tiny_design_through_the_slurm_profile_matches_a_local_run(slurm, tmp_pa
     for record in records:
         assert record["status"] == "ok", record.get("reason")
         assert record["scheduler"] == "slurm"  # both routes saw the allocation
-        assert record["hosts"] == [{"name": os.uname().nodename.split(".")[0],
-                                    "slots": record["config"]["procs_per_node"]}]
-    jobs = subprocess.run(["sacct", "-n", "-X", "-S", since, "-o", "AllocCPUS,ReqMem,Timelimit"],
-                          capture_output=True, text=True, env=slurm).stdout
+        assert record["hosts"] == [
+            {"name": os.uname().nodename.split(".")[0], "slots": record["config"]["procs_per_node"]}
+        ]
+    jobs = subprocess.run(
+        ["sacct", "-n", "-X", "-S", since, "-o", "AllocCPUS,ReqMem,Timelimit"],
+        capture_output=True,
+        text=True,
+        env=slurm,
+    ).stdout
     assert sorted(line.split()[:2] for line in jobs.splitlines()) == [
-        ["1", "3000M"], ["2", "6000M"]]  # CPUs and memory sized per run
+        ["1", "3000M"],
+        ["2", "6000M"],
+    ]  # CPUs and memory sized per run
 
     local_out = run_snakemake(local, scheduler_env(), "local")
     assert local_out.returncode == 0, local_out.stderr[-3000:]
@@ -90,8 +121,7 @@ def test_tiny_design_through_the_slurm_profile_matches_a_local_run(slurm, tmp_pa
 
 def test_run_past_its_slurm_time_limit_fails_and_the_workflow_ends(slurm, tmp_path):
     # A run far longer than the 1-minute limit set on top of the profile.
-    write_design(tmp_path, tiny_design(procs=(1,), epochs=1000, max_steps=None,
-                                       timeout_s=3600))
+    write_design(tmp_path, tiny_design(procs=(1,), epochs=1000, max_steps=None, timeout_s=3600))
     started = time.monotonic()
     out = run_snakemake(tmp_path, slurm, "slurm", "--set-resources", "run:runtime=1", limit=300)
     print(f"time-limit workflow: {time.monotonic() - started:.1f} s")
@@ -104,9 +134,13 @@ def test_run_past_its_slurm_time_limit_fails_and_the_workflow_ends(slurm, tmp_pa
 
 def test_launch_commands_from_a_real_slurm_node_list(slurm):
     # The node list and job environment Slurm really gives a two-task job.
-    out = subprocess.run(["srun", "-N1", "-n2", "--mem=100", "sh", "-c",
-                          'echo "$SLURM_JOB_NODELIST $SLURM_JOB_ID"'],
-                         capture_output=True, text=True, env=slurm, timeout=120)
+    out = subprocess.run(
+        ["srun", "-N1", "-n2", "--mem=100", "sh", "-c", 'echo "$SLURM_JOB_NODELIST $SLURM_JOB_ID"'],
+        capture_output=True,
+        text=True,
+        env=slurm,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     nodelist, job_id = out.stdout.split("\n")[0].split()
     node = os.uname().nodename.split(".")[0]
@@ -117,11 +151,16 @@ def test_launch_commands_from_a_real_slurm_node_list(slurm):
     assert schedulers.detect(1, 2, env={"SLURM_JOB_ID": job_id})[1] == found
     # Two nodes (this one twice, as a two-node allocation would name two).
     two = [Host(node, 2), Host(node, 2)]
-    config = {"threads": 1, "run_id": "r1", "horovod_controller": "gloo",
-              "framework": "torch-ddp"}
+    config = {"threads": 1, "run_id": "r1", "horovod_controller": "gloo", "framework": "torch-ddp"}
     argv, _ = launch.command("torchrun", two, config, Path("/r"), "slurm")
-    assert argv[:6] == ["srun", "--overlap", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
-                        f"--nodelist={node},{node}"]
+    assert argv[:6] == [
+        "srun",
+        "--overlap",
+        "--nodes=2",
+        "--ntasks=2",
+        "--ntasks-per-node=1",
+        f"--nodelist={node},{node}",
+    ]
     assert f"--rdzv_endpoint={node}:29500" in argv and "--nnodes=2" in argv
     argv, _ = launch.command("horovodrun", two, config, Path("/r"), "slurm")
     assert argv[1:6] == ["-np", "4", "-H", f"{node}:2,{node}:2", "--gloo"]

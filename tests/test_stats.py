@@ -1,4 +1,5 @@
 """Design statistics on constructed tables with known answers."""
+
 import math
 
 import numpy as np
@@ -13,10 +14,17 @@ def jain_2x2():
     (A, B) = (-1,-1): 15 18 12; (+1,-1): 45 48 51; (-1,+1): 25 28 19;
     (+1,+1): 75 75 81. Effects: q0 41, qA 21.5, qB 9.5, qAB 5;
     SSA 5547, SSB 1083, SSAB 300, SSE 102 (SST 7032)."""
-    data = {(16, 1): [15, 18, 12], (64, 1): [45, 48, 51], (16, 2): [25, 28, 19],
-            (64, 2): [75, 75, 81]}
-    rows = [{"batch_size": a, "procs_per_node": b, "images_per_s": y, "status": "ok"}
-            for (a, b), ys in data.items() for y in ys]
+    data = {
+        (16, 1): [15, 18, 12],
+        (64, 1): [45, 48, 51],
+        (16, 2): [25, 28, 19],
+        (64, 2): [75, 75, 81],
+    }
+    rows = [
+        {"batch_size": a, "procs_per_node": b, "images_per_s": y, "status": "ok"}
+        for (a, b), ys in data.items()
+        for y in ys
+    ]
     return pd.DataFrame(rows)
 
 
@@ -50,15 +58,19 @@ def test_log_model_detected_when_effects_multiply():
     for a, fa in ((1, 1.0), (2, 10.0), (3, 100.0)):
         for b, fb in ((1, 1.0), (2, 10.0)):
             for _ in range(4):
-                rows.append({"a": a, "b": b, "status": "ok",
-                             "y": fa * fb * rng.lognormal(0, 0.05)})
+                rows.append({"a": a, "b": b, "status": "ok", "y": fa * fb * rng.lognormal(0, 0.05)})
     result = stats.log_model_fits_better(pd.DataFrame(rows), ["a", "b"], "y")
     assert result["log_fits_better"] and result["r_squared_log"] > 0.99
 
 
 def test_replicates_flagged_when_interval_is_wide():
-    runs = pd.DataFrame({"framework": ["x"] * 3 + ["y"] * 3, "status": "ok",
-                         "images_per_s": [100, 101, 99, 100, 150, 50]})
+    runs = pd.DataFrame(
+        {
+            "framework": ["x"] * 3 + ["y"] * 3,
+            "status": "ok",
+            "images_per_s": [100, 101, 99, 100, 150, 50],
+        }
+    )
     table = stats.replicate_table(runs, ["framework"], "images_per_s").set_index("framework")
     # x: s = 1, t(0.975, 2) = 4.303 -> half-width 2.48 = 2.5 % of 100
     assert table.loc["x", "ci_half_width"] == pytest.approx(4.3027 / math.sqrt(3), rel=1e-3)
@@ -67,10 +79,15 @@ def test_replicates_flagged_when_interval_is_wide():
 
 
 def test_scaling_gives_known_efficiencies():
-    runs = pd.DataFrame({
-        "framework": ["f"] * 6, "batch_size": [64] * 6, "status": "ok",
-        "world_size": [1, 1, 2, 2, 4, 4],
-        "images_per_s": [100, 100, 180, 180, 300, 300]})
+    runs = pd.DataFrame(
+        {
+            "framework": ["f"] * 6,
+            "batch_size": [64] * 6,
+            "status": "ok",
+            "world_size": [1, 1, 2, 2, 4, 4],
+            "images_per_s": [100, 100, 180, 180, 300, 300],
+        }
+    )
     table = stats.scaling(runs).set_index("world_size")
     assert table.loc[2, "speedup"] == pytest.approx(1.8)
     assert table.loc[2, "efficiency"] == pytest.approx(0.9)
@@ -84,13 +101,28 @@ def test_cells_keep_apart_every_varied_factor():
     names batch_size and each other varied factor, not the scale itself nor
     analysis-only or path settings."""
     from analysis import cells
-    runs = pd.DataFrame({"framework": ["a", "a", "b", "b"], "nodes": [1, 2, 1, 2],
-                         "procs_per_node": [1, 1, 2, 2], "batch_size": [64] * 4,
-                         "dataset": ["fashion-mnist", "cifar10"] * 2, "tracer": ["otf2"] * 4,
-                         "target_accuracy": [0.8, 0.9, 0.8, 0.9], "data_dir": ["/a", "/b"] * 2,
-                         "net_rate_mbit": [100.0, float("nan")] * 2})
+
+    runs = pd.DataFrame(
+        {
+            "framework": ["a", "a", "b", "b"],
+            "nodes": [1, 2, 1, 2],
+            "procs_per_node": [1, 1, 2, 2],
+            "batch_size": [64] * 4,
+            "dataset": ["fashion-mnist", "cifar10"] * 2,
+            "tracer": ["otf2"] * 4,
+            "target_accuracy": [0.8, 0.9, 0.8, 0.9],
+            "data_dir": ["/a", "/b"] * 2,
+            "net_rate_mbit": [100.0, float("nan")] * 2,
+        }
+    )
     labels = cells.with_setting(runs)["setting"].tolist()
-    assert labels == ["batch_size 64, dataset fashion-mnist, net_rate_mbit 100",
-                      "batch_size 64, dataset cifar10, net_rate_mbit null"] * 2
+    assert (
+        labels
+        == [
+            "batch_size 64, dataset fashion-mnist, net_rate_mbit 100",
+            "batch_size 64, dataset cifar10, net_rate_mbit null",
+        ]
+        * 2
+    )
     apart = cells.with_setting(runs, leave_out=("dataset",))["setting"].tolist()
     assert apart == ["batch_size 64, net_rate_mbit 100", "batch_size 64, net_rate_mbit null"] * 2

@@ -1,6 +1,7 @@
 """The answer-first summary on constructed tables where the answer is known:
 ranking, significance with Holm's correction, degenerate cells said in
 words, the bottleneck sentence, human numbers."""
+
 import math
 
 import numpy as np
@@ -15,23 +16,35 @@ def runs_table(cells: dict) -> pd.DataFrame:
     rows = []
     for (framework, procs), values in cells.items():
         for rep, value in enumerate(values, start=1):
-            rows.append({"run_id": f"{framework}-{procs}-{rep}", "status": "ok",
-                         "framework": framework, "nodes": 1, "procs_per_node": procs,
-                         "world_size": procs, "batch_size": 64, "images_per_s": value,
-                         "time_to_accuracy_s": np.nan, "rep": rep})
+            rows.append(
+                {
+                    "run_id": f"{framework}-{procs}-{rep}",
+                    "status": "ok",
+                    "framework": framework,
+                    "nodes": 1,
+                    "procs_per_node": procs,
+                    "world_size": procs,
+                    "batch_size": 64,
+                    "images_per_s": value,
+                    "time_to_accuracy_s": np.nan,
+                    "rep": rep,
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def test_ranking_neighbours_and_holm_correction():
     rng = np.random.default_rng(1)
-    runs = runs_table({
-        ("fast", 2): list(300 + rng.normal(0, 2, 5)),
-        ("middle", 2): list(200 + rng.normal(0, 2, 5)),
-        ("close", 2): list(199.5 + rng.normal(0, 2, 5)),  # within noise of middle
-        ("fast", 1): list(160 + rng.normal(0, 2, 5)),
-        ("middle", 1): list(110 + rng.normal(0, 2, 5)),
-        ("close", 1): list(108 + rng.normal(0, 2, 5)),
-    })
+    runs = runs_table(
+        {
+            ("fast", 2): list(300 + rng.normal(0, 2, 5)),
+            ("middle", 2): list(200 + rng.normal(0, 2, 5)),
+            ("close", 2): list(199.5 + rng.normal(0, 2, 5)),  # within noise of middle
+            ("fast", 1): list(160 + rng.normal(0, 2, 5)),
+            ("middle", 1): list(110 + rng.normal(0, 2, 5)),
+            ("close", 1): list(108 + rng.normal(0, 2, 5)),
+        }
+    )
     table = summary.ranking(runs, "images_per_s", higher_is_better=True)
     two = table[table["world_size"] == 2].set_index("rank")
     assert list(two["framework"][:1]) == ["fast"]
@@ -43,7 +56,8 @@ def test_ranking_neighbours_and_holm_correction():
     tested = table.dropna(subset=["p_raw"])
     smallest = tested["p_raw"].idxmin()
     assert tested.loc[smallest, "p_adjusted"] == pytest.approx(
-        min(1, tested.loc[smallest, "p_raw"] * len(tested)))
+        min(1, tested.loc[smallest, "p_raw"] * len(tested))
+    )
     # Speedup against the framework's smallest scale.
     scaled = summary.with_scaling(table, runs)
     fast2 = scaled[(scaled["framework"] == "fast") & (scaled["world_size"] == 2)].iloc[0]
@@ -52,15 +66,17 @@ def test_ranking_neighbours_and_holm_correction():
 
 
 def test_degenerate_cells_are_said_in_words():
-    runs = runs_table({("a", 2): [100.0, 100.0, 100.0], ("b", 2): [90.0, 90.0, 90.0],
-                       ("c", 2): [50.0]})
+    runs = runs_table(
+        {("a", 2): [100.0, 100.0, 100.0], ("b", 2): [90.0, 90.0, 90.0], ("c", 2): [50.0]}
+    )
     table = summary.ranking(runs, "images_per_s", True).set_index("framework")
     assert "no variance within either cell" in table.loc["a", "significant"]
     assert table.loc["b", "significant"] == "too few replications to test (n = 1)"
     result = summary.build(runs, pd.DataFrame())
     line = result.headlines[0]
-    assert line.startswith("Throughput, 1 node x 2 processes (2 in all), batch_size 64: "
-                           "a is fastest")
+    assert line.startswith(
+        "Throughput, 1 node x 2 processes (2 in all), batch_size 64: a is fastest"
+    )
     assert "100 images/s (identical in every replication)" in line
     assert "10 images/s (11.1 %) ahead of b" in line
     need = result.replications.set_index("framework")
@@ -70,21 +86,56 @@ def test_degenerate_cells_are_said_in_words():
 
 
 def test_bottleneck_sentence_names_the_dominant_share_and_the_wait():
-    found = pd.DataFrame([
-        {"framework": "horovod-torch", "world_size": 2, "setting": "batch_size 64",
-         "bottleneck": "exposed communication", "value": 0.32, "finding": ""},
-        {"framework": "horovod-torch", "world_size": 2, "setting": "batch_size 64",
-         "bottleneck": "data loading", "value": 0.04, "finding": ""},
-        {"framework": "horovod-torch", "world_size": 2, "setting": "batch_size 64",
-         "bottleneck": "wait at the collective", "value": 0.012, "finding": ""},
-        {"framework": "torch-ddp", "world_size": 1, "setting": "batch_size 64",
-         "bottleneck": "exposed communication", "value": 0.0, "finding": ""},
-        {"framework": "torch-ddp", "world_size": 1, "setting": "batch_size 64",
-         "bottleneck": "data loading", "value": 0.01, "finding": ""}])
+    found = pd.DataFrame(
+        [
+            {
+                "framework": "horovod-torch",
+                "world_size": 2,
+                "setting": "batch_size 64",
+                "bottleneck": "exposed communication",
+                "value": 0.32,
+                "finding": "",
+            },
+            {
+                "framework": "horovod-torch",
+                "world_size": 2,
+                "setting": "batch_size 64",
+                "bottleneck": "data loading",
+                "value": 0.04,
+                "finding": "",
+            },
+            {
+                "framework": "horovod-torch",
+                "world_size": 2,
+                "setting": "batch_size 64",
+                "bottleneck": "wait at the collective",
+                "value": 0.012,
+                "finding": "",
+            },
+            {
+                "framework": "torch-ddp",
+                "world_size": 1,
+                "setting": "batch_size 64",
+                "bottleneck": "exposed communication",
+                "value": 0.0,
+                "finding": "",
+            },
+            {
+                "framework": "torch-ddp",
+                "world_size": 1,
+                "setting": "batch_size 64",
+                "bottleneck": "data loading",
+                "value": 0.01,
+                "finding": "",
+            },
+        ]
+    )
     lines = summary.dominant_bottlenecks(found).set_index("framework")["sentence"]
-    assert lines["horovod-torch"] == ("horovod-torch, 2 processes (batch_size 64): 32 % of "
-                                      "the step is exposed gradient exchange; ranks wait "
-                                      "12 ms per all-reduce.")
+    assert lines["horovod-torch"] == (
+        "horovod-torch, 2 processes (batch_size 64): 32 % of "
+        "the step is exposed gradient exchange; ranks wait "
+        "12 ms per all-reduce."
+    )
     assert "compute dominates" in lines["torch-ddp"]
 
 
@@ -95,8 +146,16 @@ def test_human_numbers():
     assert humanize.number(2_500_000, "B") == "2.5 MB"
     assert humanize.number(float("nan")) == "not set"
     assert humanize.percent(0.3214) == "32.1 %"
-    frame = humanize.frame(pd.DataFrame({"sum_sq": [5547.0, 6.939e-18], "p": [1e-117, 0.2],
-                                         "variation": [0.789, 0.0], "unset": [None, None]}))
+    frame = humanize.frame(
+        pd.DataFrame(
+            {
+                "sum_sq": [5547.0, 6.939e-18],
+                "p": [1e-117, 0.2],
+                "variation": [0.789, 0.0],
+                "unset": [None, None],
+            }
+        )
+    )
     assert list(frame["sum_sq"]) == ["5550", "0"]  # a residue of 6.9e-18 is zero
     assert list(frame["p"]) == ["< 0.001", "0.200"]
     assert list(frame["variation"]) == ["78.9 %", "0 %"]

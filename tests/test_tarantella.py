@@ -2,6 +2,7 @@
 processes through the runner, and the same-model gate checks the real
 tnt.Model. Skipped where Tarantella is not built: 'bash
 envs/build-tarantella.sh' builds it (about 10 minutes on 2 cores)."""
+
 import json
 import tempfile
 from pathlib import Path
@@ -15,8 +16,10 @@ from ddlcompare import model_gate
 
 BUILT = envs.has_module("tarantella", "tarantella")
 pytestmark = pytest.mark.skipif(
-    not BUILT, reason=f"Tarantella is not built ({envs.env_dir('tarantella')}); "
-                      "'bash envs/build-tarantella.sh' builds it, or set DDLC_VENV_TARANTELLA")
+    not BUILT,
+    reason=f"Tarantella is not built ({envs.env_dir('tarantella')}); "
+    "'bash envs/build-tarantella.sh' builds it, or set DDLC_VENV_TARANTELLA",
+)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 every rank ends with the same weights, and the phases are timed one by one.
 Skipped only when the TensorFlow environment (.venv-tf) is not built;
 ./ddlc test builds it."""
+
 import json
 import tempfile
 from pathlib import Path
@@ -14,8 +15,10 @@ from ddlcompare import design, envs, runner
 
 TF_BUILT = envs.has_module("tensorflow", "horovod.tensorflow")
 needs_tf = pytest.mark.skipif(
-    not TF_BUILT, reason=f"the TensorFlow environment is not built ({envs.env_dir('tensorflow')}"
-                         "); 'bash envs/setup.sh' builds it (./ddlc test runs it first)")
+    not TF_BUILT,
+    reason=f"the TensorFlow environment is not built ({envs.env_dir('tensorflow')}"
+    "); 'bash envs/setup.sh' builds it (./ddlc test runs it first)",
+)
 CASES = [("horovod-keras", "gloo"), ("horovod-keras", "mpi"), ("tf-mwms", "gloo")]
 # One process mirroring over 2 logical CPU devices (no controller: one process).
 MIRRORED = ("tf-mirrored", "gloo")
@@ -64,7 +67,8 @@ def test_two_processes_train_and_agree(tiny_runs, framework, controller):
     assert (folder / "energy_sources.rank0.json").exists()  # one sampler: local rank 0
     assert not (folder / "energy_sources.rank1.json").exists()
     assert json.loads((folder / "energy.json").read_text())["status"].startswith(
-        ("measured: ", "not available: "))
+        ("measured: ", "not available: ")
+    )
 
 
 @needs_tf
@@ -72,8 +76,10 @@ def test_two_processes_train_and_agree(tiny_runs, framework, controller):
 def test_horovod_and_mwms_compute_the_same_run(tiny_runs):
     """Same seed, data, model, learning-rate rule and gradient average:
     Horovod and MultiWorkerMirroredStrategy agree on the first epoch."""
-    loss = {key: pd.read_csv(folder / "epochs.tsv", sep="\t")["train_loss"][0]
-            for key, folder in tiny_runs.items()}
+    loss = {
+        key: pd.read_csv(folder / "epochs.tsv", sep="\t")["train_loss"][0]
+        for key, folder in tiny_runs.items()
+    }
     assert loss["tf-mwms", "gloo"] == pytest.approx(loss["horovod-keras", "gloo"], rel=1e-4)
     assert loss["horovod-keras", "mpi"] == pytest.approx(loss["horovod-keras", "gloo"], rel=1e-4)
 
@@ -85,8 +91,9 @@ def test_mirrored_strategy_over_two_logical_cpus(tiny_runs):
     trains, both replicas end with the same weights, and its first epoch is
     Horovod's with 2 processes (same seed, images per replica, average)."""
     folder = tiny_runs[MIRRORED]
-    assert json.loads((folder / "done.json").read_text())["status"] == "ok", \
-        (folder / "train.log").read_text()[-3000:]
+    assert json.loads((folder / "done.json").read_text())["status"] == "ok", (
+        folder / "train.log"
+    ).read_text()[-3000:]
     epochs = pd.read_csv(folder / "epochs.tsv", sep="\t")
     assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
     assert epochs["test_accuracy"].iloc[-1] > 0.5
@@ -109,6 +116,7 @@ def test_keras_model_is_initialised_as_the_spec_says():
     """He-uniform (ReLU layers) and Glorot-uniform (output) bounds, zero
     biases, 'same' padding, in the TensorFlow environment itself."""
     import subprocess
+
     probe = """
 import math
 from frameworks import data, keras_models, models
@@ -126,8 +134,13 @@ for layer in m.layers:
     assert layer.get_config().get("padding", "same") == "same", layer.name
 print("ok", m.count_params())
 """
-    done = subprocess.run([str(envs.python_for("tensorflow")), "-c", probe], capture_output=True,
-                          text=True, timeout=300, cwd=Path(__file__).resolve().parent.parent)
+    done = subprocess.run(
+        [str(envs.python_for("tensorflow")), "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["ok", "421642"]
 
@@ -139,6 +152,7 @@ def test_fit_loop_of_frameworks_that_own_the_step(tmp_path):
     in place of tnt.Model's (one process): its tables, 'other' for whole
     steps, and training that works."""
     import subprocess
+
     probe = f"""
 import json
 import numpy as np
@@ -162,8 +176,13 @@ config.update(framework="tarantella", seed=42, epochs=2, max_steps=20, train_ima
               warmup_steps=2, batch_size=32)
 tf_family.train(KerasFit(), config, Path({str(tmp_path)!r}))
 """
-    done = subprocess.run([str(envs.python_for("tensorflow")), "-c", probe], capture_output=True,
-                          text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
+    done = subprocess.run(
+        [str(envs.python_for("tensorflow")), "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     epochs = pd.read_csv(tmp_path / "epochs.tsv", sep="\t")
     assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
@@ -183,21 +202,25 @@ def test_calibrated_shares_in_the_tensorflow_loop(tmp_path, monkeypatch):
     horovod-keras with rank 1 slowed on purpose gives it the smaller share
     and trains as one process with the whole global batch of 64."""
     from frameworks import balance
+
     monkeypatch.setenv(balance.SLOW_RANKS_ENV, "1:0.004")
-    split = design.parse(tiny_design(["horovod-keras"], batch_split="calibrated"),
-                         "tiny.yaml").runs()[0]
+    split = design.parse(
+        tiny_design(["horovod-keras"], batch_split="calibrated"), "tiny.yaml"
+    ).runs()[0]
     assert runner.execute(split, tmp_path) == 0
     monkeypatch.delenv(balance.SLOW_RANKS_ENV)
     alone = tiny_design(["horovod-keras"], procs=(1,))
     alone["factors"]["batch_size"] = [64]
     reference = design.parse(alone, "tiny.yaml").runs()[0]
     assert runner.execute(reference, tmp_path) == 0
-    epochs = [pd.read_csv(tmp_path / row.path / "epochs.tsv", sep="\t")
-              for row in (split, reference)]
+    epochs = [
+        pd.read_csv(tmp_path / row.path / "epochs.tsv", sep="\t") for row in (split, reference)
+    ]
     # the same updates up to float rounding, which training amplifies (test_devices)
     assert epochs[0]["train_loss"][0] == pytest.approx(epochs[1]["train_loss"][0], rel=1e-3)
-    assert epochs[0]["train_loss"].tolist() == pytest.approx(epochs[1]["train_loss"].tolist(),
-                                                             rel=1e-2)
+    assert epochs[0]["train_loss"].tolist() == pytest.approx(
+        epochs[1]["train_loss"].tolist(), rel=1e-2
+    )
     ranks = json.loads((tmp_path / split.path / balance.BALANCE).read_text())["ranks"]
     assert ranks[1]["images_per_step"] < ranks[0]["images_per_step"]
     assert ranks[0]["images_per_step"] + ranks[1]["images_per_step"] == 64

@@ -1,5 +1,6 @@
 """The same-model gate: PyTorch, Keras, LBANN and Tarantella builders make
 the network of the shared specification."""
+
 import pytest
 
 from ddlcompare import envs, model_gate
@@ -9,8 +10,11 @@ TF_BUILT = envs.has_module("tensorflow", "tensorflow")
 TNT_BUILT = envs.has_module("tarantella", "tarantella")
 
 
-@pytest.mark.skipif(not TF_BUILT, reason=f"the TensorFlow environment is not built "
-                    f"({envs.env_dir('tensorflow')}); 'bash envs/setup.sh' builds it")
+@pytest.mark.skipif(
+    not TF_BUILT,
+    reason=f"the TensorFlow environment is not built "
+    f"({envs.env_dir('tensorflow')}); 'bash envs/setup.sh' builds it",
+)
 def test_gate_passes_for_every_model_builder_and_dataset():
     result = model_gate.gate_all()
     # Tarantella's builder is checked where it is built (envs/build-tarantella.sh)

@@ -1,6 +1,7 @@
 """Launch generation for the TensorFlow family, Tarantella and LBANN, and
 the per-node spawner that gives each MultiWorkerMirroredStrategy worker its
 own TF_CONFIG (real processes)."""
+
 import json
 import subprocess
 import sys
@@ -14,8 +15,14 @@ from ddlcompare import design, envs, launch, preflight, runner, spawn
 from ddlcompare.launchers import tarantella as tarantella_launcher
 from ddlcompare.schedulers import Host
 
-CONFIG = {"threads": 1, "run_id": "abc123", "horovod_controller": "gloo",
-          "device": "cpu", "nodes": 1, "procs_per_node": 2}
+CONFIG = {
+    "threads": 1,
+    "run_id": "abc123",
+    "horovod_controller": "gloo",
+    "device": "cpu",
+    "nodes": 1,
+    "procs_per_node": 2,
+}
 RUN = Path("/r/run")
 
 
@@ -30,8 +37,12 @@ def test_tf_workers_locally_one_spawner_on_free_ports():
     workers = argv[argv.index("--workers") + 1].split(",")
     assert len(workers) == 2 and all(w.startswith("localhost:") for w in workers)
     assert len(set(workers)) == 2
-    assert argv[argv.index("--") + 1:] == [str(envs.python_for("tensorflow")), "-m",
-                                           "frameworks.worker", "/r/run"]
+    assert argv[argv.index("--") + 1 :] == [
+        str(envs.python_for("tensorflow")),
+        "-m",
+        "frameworks.worker",
+        "/r/run",
+    ]
     assert env["OMP_NUM_THREADS"] == "1"
 
 
@@ -43,8 +54,16 @@ def test_tf_workers_under_slurm_one_spawner_per_node():
 
 def test_tf_workers_under_oar_through_oarsh():
     argv, _ = tf_workers([Host("n1", 1), Host("n2", 1)], "oar")
-    assert argv[:8] == ["mpirun", "--host", "n1,n2", "--npernode", "1", "--mca",
-                        "plm_rsh_agent", "oarsh"]
+    assert argv[:8] == [
+        "mpirun",
+        "--host",
+        "n1,n2",
+        "--npernode",
+        "1",
+        "--mca",
+        "plm_rsh_agent",
+        "oarsh",
+    ]
     assert argv[argv.index("--workers") + 1] == "n1:23456,n2:23456"
 
 
@@ -52,7 +71,8 @@ def test_spawner_gives_each_process_its_place_in_the_cluster():
     workers = ["a:1", "a:2", "b:1", "b:2"]
     first = spawn.process_envs(workers, 2, {"SLURM_PROCID": "1"})
     assert [json.loads(e["TF_CONFIG"]) for e in first] == [
-        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}} for i in (2, 3)]
+        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}} for i in (2, 3)
+    ]
     assert [e["DDLC_LOCAL_RANK"] for e in first] == ["0", "1"]
     assert spawn.node_index({"OMPI_COMM_WORLD_RANK": "1"}) == 1
     assert spawn.node_index({}) == 0
@@ -61,16 +81,34 @@ def test_spawner_gives_each_process_its_place_in_the_cluster():
 
 
 def run_spawner(*command, timeout=60):
-    return subprocess.run([sys.executable, "-m", "ddlcompare.spawn", "--per-node", "2",
-                           "--workers", "localhost:1,localhost:2", "--", *command],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddlcompare.spawn",
+            "--per-node",
+            "2",
+            "--workers",
+            "localhost:1,localhost:2",
+            "--",
+            *command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_spawner_starts_every_local_process(tmp_path):
-    done = run_spawner(sys.executable, "-c", "import json, os, sys; "
-                       "index = json.loads(os.environ['TF_CONFIG'])['task']['index']; "
-                       "open(os.path.join(sys.argv[1], str(index)), 'w').write("
-                       "os.environ['DDLC_LOCAL_RANK'])", str(tmp_path))
+    done = run_spawner(
+        sys.executable,
+        "-c",
+        "import json, os, sys; "
+        "index = json.loads(os.environ['TF_CONFIG'])['task']['index']; "
+        "open(os.path.join(sys.argv[1], str(index)), 'w').write("
+        "os.environ['DDLC_LOCAL_RANK'])",
+        str(tmp_path),
+    )
     assert done.returncode == 0, done.stderr
     assert {p.name: p.read_text() for p in tmp_path.iterdir()} == {"0": "0", "1": "1"}
 
@@ -78,8 +116,12 @@ def test_spawner_starts_every_local_process(tmp_path):
 def test_spawner_stops_the_others_when_one_fails():
     """A failed worker must not leave its peer waiting in a collective."""
     start = time.monotonic()
-    done = run_spawner(sys.executable, "-c", "import os, sys, time; "
-                       "sys.exit(3) if os.environ['DDLC_LOCAL_RANK'] == '1' else time.sleep(120)")
+    done = run_spawner(
+        sys.executable,
+        "-c",
+        "import os, sys, time; "
+        "sys.exit(3) if os.environ['DDLC_LOCAL_RANK'] == '1' else time.sleep(120)",
+    )
     assert done.returncode == 3
     assert time.monotonic() - start < 30
 
@@ -96,8 +138,9 @@ def tarantella_env(tmp_path, monkeypatch):
 
 
 def tarantella(hosts, scheduler, run_dir=RUN, **config):
-    return launch.command("tarantella", hosts, {**CONFIG, "framework": "tarantella", **config},
-                          run_dir, scheduler)
+    return launch.command(
+        "tarantella", hosts, {**CONFIG, "framework": "tarantella", **config}, run_dir, scheduler
+    )
 
 
 def test_tarantella_on_one_node(tarantella_env):
@@ -105,15 +148,14 @@ def test_tarantella_on_one_node(tarantella_env):
     assert argv[:2] == ["flock", str(tarantella_launcher.GPI2_LOCK)]  # GPI-2's fixed ports: one job
     argv = argv[2:]
     assert argv[:4] == [str(tarantella_env / "tarantella"), "-n", "2", "--no-gpu"]
-    assert argv[4] == "-x" and "OMP_NUM_THREADS=1" in argv[5:argv.index("--")]
-    assert argv[argv.index("--"):] == ["--", "-m", "frameworks.worker", "/r/run"]
+    assert argv[4] == "-x" and "OMP_NUM_THREADS=1" in argv[5 : argv.index("--")]
+    assert argv[argv.index("--") :] == ["--", "-m", "frameworks.worker", "/r/run"]
     # gaspi_run's ssh to this host runs here; then its ranks run this env's python
     assert env["PATH"].startswith(f"{launch.LOCAL_SSH}:{tarantella_env}:")
 
 
 def test_tarantella_hostfile_from_the_scheduler_nodes(tarantella_env, tmp_path):
-    argv, env = tarantella([Host("n1", 4), Host("n2", 4)], "slurm", run_dir=tmp_path,
-                           device="gpu")
+    argv, env = tarantella([Host("n1", 4), Host("n2", 4)], "slurm", run_dir=tmp_path, device="gpu")
     assert argv[1:5] == ["--hostfile", str(tmp_path / "hostfile"), "--n-per-node", "4"]
     assert "--no-gpu" not in argv
     assert (tmp_path / "hostfile").read_text() == "n1\nn2\n"
@@ -126,14 +168,14 @@ def test_missing_tarantella_is_a_clear_failed_run(tmp_path, monkeypatch):
     assert runner.execute(row, tmp_path) == 0
     done = json.loads((tmp_path / row.path / "done.json").read_text())
     assert done["status"] == "failed"
-    assert "framework tarantella: its environment 'tarantella' is not built here" \
-        in done["reason"]
+    assert "framework tarantella: its environment 'tarantella' is not built here" in done["reason"]
     assert "bash envs/build-tarantella.sh" in done["reason"]
 
 
 def test_missing_tarantella_inside_a_worker_names_the_environment():
     from frameworks import tarantella as adapter
     from frameworks.common import RunError
+
     with pytest.raises(RunError, match="envs/tarantella.md"):
         adapter.import_tarantella()
 
@@ -143,16 +185,22 @@ def test_preflight_points_cluster_frameworks_to_their_build_notes(tmp_path, monk
     monkeypatch.setenv("DDLC_VENV_LBANN", str(tmp_path / "b"))
     found = preflight.problems(design.parse(tiny_design(["tarantella", "lbann"]), "t.yaml"))
     assert any("tarantella" in p and "bash envs/build-tarantella.sh" in p for p in found)
-    assert any("lbann" in p and "bash envs/build-lbann.sh" in p and "DDLC_VENV_LBANN" in p
-               for p in found)
+    assert any(
+        "lbann" in p and "bash envs/build-lbann.sh" in p and "DDLC_VENV_LBANN" in p for p in found
+    )
 
 
 def test_lbann_driver_is_one_process_here(tmp_path, monkeypatch):
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "python").write_text("")
     monkeypatch.setenv("DDLC_VENV_LBANN", str(tmp_path))
-    argv, _ = launch.command("lbann-driver", [Host("n1", 2), Host("n2", 2)],
-                             {**CONFIG, "framework": "lbann"}, RUN, "slurm")
+    argv, _ = launch.command(
+        "lbann-driver",
+        [Host("n1", 2), Host("n2", 2)],
+        {**CONFIG, "framework": "lbann"},
+        RUN,
+        "slurm",
+    )
     assert argv == [str(tmp_path / "bin" / "python"), "-m", "frameworks.worker", "/r/run"]
 
 
@@ -170,6 +218,7 @@ def test_missing_lbann_is_a_failed_run_naming_its_build_script(tmp_path, monkeyp
 
 def test_report_names_frameworks_left_out_with_their_build_command(tmp_path, monkeypatch):
     from analysis import report
+
     monkeypatch.setenv("DDLC_VENV_LBANN", str(tmp_path / "nowhere"))
     monkeypatch.setenv("DDLC_VENV_TARANTELLA", str(tmp_path / "nowhere"))
     section = report.frameworks_section(design.parse(tiny_design(["torch-ddp"]), "t.yaml"))
@@ -179,11 +228,14 @@ def test_report_names_frameworks_left_out_with_their_build_command(tmp_path, mon
     assert "bash envs/build-lbann.sh" in section and "bash envs/build-tarantella.sh" in section
 
 
-def test_tarantella_on_the_emulated_network_reaches_nodes_with_the_netns_ssh(tarantella_env,
-                                                                             tmp_path):
+def test_tarantella_on_the_emulated_network_reaches_nodes_with_the_netns_ssh(
+    tarantella_env, tmp_path
+):
     from ddlcompare import netem
-    argv, env = tarantella([Host("10.213.0.1", 1), Host("10.213.0.2", 1)], "netns",
-                           run_dir=tmp_path)
+
+    argv, env = tarantella(
+        [Host("10.213.0.1", 1), Host("10.213.0.2", 1)], "netns", run_dir=tmp_path
+    )
     assert argv[0] != "flock"  # the lock is for runs sharing one machine's ports
     assert env["PATH"].startswith(f"{netem.NETNS_SSH.parent}:")
     assert (tmp_path / "hostfile").read_text() == "10.213.0.1\n10.213.0.2\n"

@@ -1,8 +1,8 @@
 """LBANN, which cannot run here: its output parser on lines in LBANN's exact
 format (src/callbacks/print_statistics.cpp and timer.cpp), the launch
 arguments, the data files its readers take, the readers and the layer graph."""
+
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -85,12 +85,17 @@ def test_parsed_output_becomes_the_common_tables(tmp_path):
     assert epochs["wall_s"][0] == pytest.approx(12.0417 + 0.814406, abs=1e-4)
     assert epochs["test_accuracy"].tolist() == pytest.approx([0.8363, 0.8681])
     assert epochs["elapsed_s"][0] == pytest.approx(3.0 + 12.0417 + 0.814406, abs=1e-4)
-    assert epochs["elapsed_s"][1] == pytest.approx(epochs["elapsed_s"][0] + epochs["wall_s"][1],
-                                                   abs=1e-3)
+    assert epochs["elapsed_s"][1] == pytest.approx(
+        epochs["elapsed_s"][0] + epochs["wall_s"][1], abs=1e-3
+    )
     times = pd.read_csv(tmp_path / "lbann_batch_times.tsv", sep="\t")
     assert list(times.columns) == list(lbann.BATCH_COLUMNS)
-    assert times[["epoch", "mode"]].values.tolist() == [[1, "train"], [1, "test"],
-                                                        [2, "train"], [2, "test"]]
+    assert times[["epoch", "mode"]].values.tolist() == [
+        [1, "train"],
+        [1, "test"],
+        [2, "train"],
+        [2, "test"],
+    ]
     metrics = common.summary(rows, 2, 128, 0.04, 468, 1.0, common.RunClock())
     assert metrics["final_test_accuracy"] == pytest.approx(0.8681)
 
@@ -103,6 +108,7 @@ def test_launch_arguments_per_scheduler(monkeypatch):
 
     from ddlcompare import schedulers
     from ddlcompare.launchers.lbann_driver import LBANN_RUN_ARGS
+
     config = {"nodes": 2, "procs_per_node": 4, "run_id": "r1"}
     assert LBANN_RUN_ARGS == lbann.RUN_ARGS
 
@@ -111,12 +117,23 @@ def test_launch_arguments_per_scheduler(monkeypatch):
         return lbann.launch_args(config, {LBANN_RUN_ARGS: handed})
 
     assert args("slurm") == {
-        "nodes": 2, "procs_per_node": 4, "job_name": "ddlc-r1", "scheduler": "slurm"}
+        "nodes": 2,
+        "procs_per_node": 4,
+        "job_name": "ddlc-r1",
+        "scheduler": "slurm",
+    }
     monkeypatch.setenv("OAR_NODEFILE", "/var/lib/oar/123")
     oar = args("oar")
     assert oar["scheduler"] == "openmpi"
-    assert oar["launcher_args"] == ["--bind-to", "none", "--hostfile", "/var/lib/oar/123",
-                                    "--mca", "plm_rsh_agent", "oarsh"]
+    assert oar["launcher_args"] == [
+        "--bind-to",
+        "none",
+        "--hostfile",
+        "/var/lib/oar/123",
+        "--mca",
+        "plm_rsh_agent",
+        "oarsh",
+    ]
     local = args("local")
     assert local["scheduler"] == "openmpi" and "--oversubscribe" in local["launcher_args"]
 
@@ -124,14 +141,25 @@ def test_launch_arguments_per_scheduler(monkeypatch):
 def test_layer_graph_is_the_spec(tmp_path):
     for info in data.DATASETS.values():
         graph = lbann.layer_graph(models.CNN, info)
-        assert [n["layer"] for n in graph] == ["Convolution", "Relu", "Pooling", "Convolution",
-                                               "Relu", "Pooling", "FullyConnected", "Relu",
-                                               "FullyConnected"]
+        assert [n["layer"] for n in graph] == [
+            "Convolution",
+            "Relu",
+            "Pooling",
+            "Convolution",
+            "Relu",
+            "Pooling",
+            "FullyConnected",
+            "Relu",
+            "FullyConnected",
+        ]
         assert graph[0]["padding"] == 1 and graph[0]["weights"] == ["he_uniform", "zeros"]
         assert graph[-1]["weights"] == ["glorot_uniform", "zeros"]
         rows = lbann.graph_rows(graph, info.shape)
-        spec = [r for r in models.layer_shapes(models.CNN, info.shape, info.classes)
-                if r["type"] != "flatten"]
+        spec = [
+            r
+            for r in models.layer_shapes(models.CNN, info.shape, info.classes)
+            if r["type"] != "flatten"
+        ]
         assert rows == spec
 
 
@@ -149,26 +177,32 @@ def test_data_files_are_the_same_bytes(tmp_path):
 
 def test_cifar_binary_batches(tmp_path):
     import numpy as np
+
     x = np.arange(2 * 3 * 32 * 32, dtype=np.uint32).astype(np.uint8).reshape(2, 3, 32, 32)
     y = np.array([7, 2])
     lbann.write_cifar_bin(tmp_path / "b.bin", x, y)
     raw = (tmp_path / "b.bin").read_bytes()
     assert len(raw) == 2 * 3073
     assert raw[0] == 7 and raw[1:1025] == x[0, 0].tobytes()  # label, then the red plane
-    assert raw[3073] == 2 and raw[3074 + 2048:3074 + 3072] == x[1, 2].tobytes()
+    assert raw[3073] == 2 and raw[3074 + 2048 : 3074 + 3072] == x[1, 2].tobytes()
 
 
 def test_readers_train_validate_on_test_and_normalise_like_everyone(tmp_path):
     readers = lbann.reader_spec(data.FASHION_MNIST, tmp_path, train_samples=3200)
     assert [(r["name"], r["role"]) for r in readers] == [
-        ("mnist", "train"), ("mnist", "validate"), ("mnist", "test")]
+        ("mnist", "train"),
+        ("mnist", "validate"),
+        ("mnist", "test"),
+    ]
     assert readers[0]["absolute_sample_count"] == 3200 and readers[0]["shuffle"]
     # LBANN refuses a reader with both set (data_reader.cpp): exactly one is zero
     assert readers[0]["fraction_of_data_to_use"] == 0
     assert readers[1]["absolute_sample_count"] == 0 and readers[1]["fraction_of_data_to_use"] == 1
     assert readers[1]["data_filename"] == "t10k-images-idx3-ubyte"
-    assert readers[0]["transforms"] == [("scale", {"scale": 1 / 255}),
-                                        ("normalize", {"means": "0.286", "stddevs": "0.353"})]
+    assert readers[0]["transforms"] == [
+        ("scale", {"scale": 1 / 255}),
+        ("normalize", {"means": "0.286", "stddevs": "0.353"}),
+    ]
     cifar = lbann.reader_spec(data.CIFAR10, tmp_path, train_samples=100)
     # LBANN's cifar10 reader takes the roles train and test only
     assert [r["role"] for r in cifar] == ["train", "test"]
@@ -186,6 +220,7 @@ def test_cifar_images_reach_lbann_the_right_way_up():
     row + col * H; the files hold each image transposed, so the tensor LBANN
     builds is the image itself. The transform's index rule, applied here."""
     import numpy as np
+
     image = np.arange(3 * 32 * 32, dtype=np.uint32).astype(np.uint8).reshape(1, 3, 32, 32)
     stored = lbann.transposed(image)[0]  # what the file holds, plane by plane
     h = w = 32
@@ -199,8 +234,10 @@ def test_cifar_images_reach_lbann_the_right_way_up():
 
 def test_version_is_read_from_lbann_output():
     # src/utils/lbann_library.cpp prints it at the start of every run
-    header = ("Running: LLNL LBANN version: 0.105.0 (v0.104-412-g04c297bd)\n"
-              "         LLNL Hydrogen version: 1.5.2 (v1.5.2-d0d7f56)\n" + OUTPUT)
+    header = (
+        "Running: LLNL LBANN version: 0.105.0 (v0.104-412-g04c297bd)\n"
+        "         LLNL Hydrogen version: 1.5.2 (v1.5.2-d0d7f56)\n" + OUTPUT
+    )
     assert lbann.lbann_version(header) == "0.105.0 (v0.104-412-g04c297bd)"
     assert lbann.lbann_version("Running: LLNL LBANN version: 0.104.0\n") == "0.104.0"
     assert lbann.lbann_version(OUTPUT).startswith("unknown")

@@ -2,6 +2,7 @@
 event format's rules as a JSON Schema, and by Perfetto's trace processor
 where its binary is installed), with the right processes, slices and flows,
 the clock alignment written down, long runs cut to a window of steps."""
+
 import json
 import os
 import shutil
@@ -14,7 +15,7 @@ import pytest
 from analysis import critical_path as cp
 from analysis import timeline
 from conftest import ddlc
-from phase_tables import MS, constructed
+from phase_tables import constructed
 
 REAL = Path("/work/shared/fixtures/real-traces")
 
@@ -25,26 +26,50 @@ NUMBER = {"type": "number", "minimum": 0}
 EVENT = {
     "type": "object",
     "required": ["ph", "pid"],
-    "properties": {"ph": {"enum": ["X", "M", "s", "f"]}, "pid": {"type": "integer"},
-                   "tid": {"type": "integer"}, "name": {"type": "string"},
-                   "cat": {"type": "string"}, "args": {"type": "object"}},
+    "properties": {
+        "ph": {"enum": ["X", "M", "s", "f"]},
+        "pid": {"type": "integer"},
+        "tid": {"type": "integer"},
+        "name": {"type": "string"},
+        "cat": {"type": "string"},
+        "args": {"type": "object"},
+    },
     "allOf": [
-        {"if": {"properties": {"ph": {"const": "X"}}},
-         "then": {"required": ["name", "tid", "ts", "dur"],
-                  "properties": {"ts": NUMBER, "dur": NUMBER}}},
-        {"if": {"properties": {"ph": {"const": "M"}}},
-         "then": {"required": ["name", "args"],
-                  "properties": {"name": {"enum": ["process_name", "thread_name",
-                                                   "process_sort_index"]}}}},
-        {"if": {"properties": {"ph": {"enum": ["s", "f"]}}},
-         "then": {"required": ["name", "cat", "id", "tid", "ts"], "properties": {"ts": NUMBER}}},
-        {"if": {"properties": {"ph": {"const": "f"}}},
-         "then": {"required": ["bp"], "properties": {"bp": {"const": "e"}}}},
-    ]}
-TRACE = {"type": "object", "required": ["traceEvents"],
-         "properties": {"traceEvents": {"type": "array", "items": EVENT},
-                        "displayTimeUnit": {"enum": ["ms", "ns"]},
-                        "otherData": {"type": "object"}}}
+        {
+            "if": {"properties": {"ph": {"const": "X"}}},
+            "then": {
+                "required": ["name", "tid", "ts", "dur"],
+                "properties": {"ts": NUMBER, "dur": NUMBER},
+            },
+        },
+        {
+            "if": {"properties": {"ph": {"const": "M"}}},
+            "then": {
+                "required": ["name", "args"],
+                "properties": {
+                    "name": {"enum": ["process_name", "thread_name", "process_sort_index"]}
+                },
+            },
+        },
+        {
+            "if": {"properties": {"ph": {"enum": ["s", "f"]}}},
+            "then": {"required": ["name", "cat", "id", "tid", "ts"], "properties": {"ts": NUMBER}},
+        },
+        {
+            "if": {"properties": {"ph": {"const": "f"}}},
+            "then": {"required": ["bp"], "properties": {"bp": {"const": "e"}}},
+        },
+    ],
+}
+TRACE = {
+    "type": "object",
+    "required": ["traceEvents"],
+    "properties": {
+        "traceEvents": {"type": "array", "items": EVENT},
+        "displayTimeUnit": {"enum": ["ms", "ns"]},
+        "otherData": {"type": "object"},
+    },
+}
 
 
 def read_valid(path: Path) -> dict:
@@ -96,8 +121,12 @@ def test_collectives_go_out_with_their_bytes(tmp_path):
     events = read_valid(tmp_path / "t.json")["traceEvents"]
     coll = [e for e in events if e.get("cat") == "collective"]
     assert len(coll) == 4 * 4
-    assert coll[0]["args"] == {"step": coll[0]["args"]["step"], "region": "grad_comm",
-                               "collective": "allreduce", "bytes": 4_000_000}
+    assert coll[0]["args"] == {
+        "step": coll[0]["args"]["step"],
+        "region": "grad_comm",
+        "collective": "allreduce",
+        "bytes": 4_000_000,
+    }
     threads = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
     assert threads == {"Master thread", "comm 0"}
 
@@ -105,16 +134,20 @@ def test_collectives_go_out_with_their_bytes(tmp_path):
 def test_clocks_of_two_nodes_are_aligned_and_recorded(tmp_path):
     """Node 1's clock reads 5 s ahead: aligned at the joins, rank 2's slow
     data_load is found again, and the offsets are in the file."""
-    phases = constructed(extra=lambda r, s: {"data_load": 20} if r == 2 else {}, nodes=2,
-                         node_clock_ns=5_000_000_000)
+    phases = constructed(
+        extra=lambda r, s: {"data_load": 20} if r == 2 else {}, nodes=2, node_clock_ns=5_000_000_000
+    )
     phases.to_parquet(tmp_path / "p.parquet")
     info = timeline.export([tmp_path / "p.parquet"], tmp_path / "t.json")
     clock = read_valid(tmp_path / "t.json")["otherData"]["runs"]["r1"]["clock_alignment"]
     assert clock["method"] == "join" and clock["nodes"] == 2
     assert clock["offsets_ns"] == {"0": 0, "1": 0, "2": 5_000_000_000, "3": 5_000_000_000}
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
-    ends = {e["pid"]: e["ts"] + e["dur"] for e in events
-            if e["ph"] == "X" and e["name"] == "grad_comm" and e["args"]["step"] == 0}
+    ends = {
+        e["pid"]: e["ts"] + e["dur"]
+        for e in events
+        if e["ph"] == "X" and e["name"] == "grad_comm" and e["args"]["step"] == 0
+    }
     assert len(set(ends.values())) == 1  # every rank leaves the first join together
     starts = [e for e in events if e["ph"] == "s"]
     assert {e["pid"] for e in starts} == {1003}
@@ -135,12 +168,18 @@ def test_long_runs_go_out_as_a_window_of_steps(tmp_path):
     assert doc["otherData"]["downsampled"]["why"].startswith("more than 200 intervals")
 
 
-@pytest.mark.skipif(not (REAL / "scorep-8.4-horovod-torch-mpi-np2").exists(),
-                    reason="shared fixtures absent")
+@pytest.mark.skipif(
+    not (REAL / "scorep-8.4-horovod-torch-mpi-np2").exists(), reason="shared fixtures absent"
+)
 def test_real_and_imported_traces_through_the_command(tmp_path):
     out = tmp_path / "scorep.json"
-    done = ddlc("timeline", str(REAL / "scorep-8.4-horovod-torch-mpi-np2"),
-                str(REAL / "horovod-timeline-IgorDavidyuk-cpu3" / "timeline.json"), "-o", str(out))
+    done = ddlc(
+        "timeline",
+        str(REAL / "scorep-8.4-horovod-torch-mpi-np2"),
+        str(REAL / "horovod-timeline-IgorDavidyuk-cpu3" / "timeline.json"),
+        "-o",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     assert "critical-path flows" in done.stdout
     doc = read_valid(out)
@@ -152,6 +191,7 @@ def test_real_and_imported_traces_through_the_command(tmp_path):
     assert flows_bind_to_slices(doc["traceEvents"])
     if os.environ.get("PERFETTO_TP_BIN") or shutil.which("trace_processor_shell"):
         from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
+
         binary = os.environ.get("PERFETTO_TP_BIN") or shutil.which("trace_processor_shell")
         tp = TraceProcessor(trace=str(out), config=TraceProcessorConfig(bin_path=binary))
         count = next(iter(tp.query("select count(*) as n from slice"))).n
@@ -166,8 +206,7 @@ def test_bad_input_is_one_clear_line(tmp_path):
     done = ddlc("timeline", str(tmp_path / "empty"), "-o", str(tmp_path / "t.json"))
     assert done.returncode == 2 and "empty" in done.stderr and "Traceback" not in done.stderr
     # The workflow's way: what cannot be read is listed, the file is written.
-    done = ddlc("timeline", str(tmp_path / "empty"), "-o", str(tmp_path / "t.json"),
-                "--keep-going")
+    done = ddlc("timeline", str(tmp_path / "empty"), "-o", str(tmp_path / "t.json"), "--keep-going")
     assert done.returncode == 0 and "skipped" in done.stderr
     doc = read_valid(tmp_path / "t.json")
     assert doc["otherData"]["skipped"][0].startswith(str(tmp_path / "empty"))

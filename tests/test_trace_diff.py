@@ -1,5 +1,6 @@
 """Trace diff on built runs: a framework whose exchange is slower by a known
 amount, replicated with a known spread."""
+
 import pandas as pd
 import pytest
 
@@ -14,10 +15,26 @@ def pair_of_frameworks(reps=3):
     for fw, comm, fwd in (("torch-ddp", 3, 0), ("horovod-torch", 9, 1)):
         for rep in range(reps):
             run_id = f"{fw}-{rep}"
-            phases.append(constructed(world=2, steps=10, comm_ms=comm, run_id=run_id,
-                                      extra=lambda r, s, f=fwd, k=rep: {"forward": f + 0.5 * k}))
-            runs.append({"run_id": run_id, "status": "ok", "framework": fw, "world_size": 2,
-                         "batch_size": 64, "warmup_steps": 0, "rep": rep})
+            phases.append(
+                constructed(
+                    world=2,
+                    steps=10,
+                    comm_ms=comm,
+                    run_id=run_id,
+                    extra=lambda r, s, f=fwd, k=rep: {"forward": f + 0.5 * k},
+                )
+            )
+            runs.append(
+                {
+                    "run_id": run_id,
+                    "status": "ok",
+                    "framework": fw,
+                    "world_size": 2,
+                    "batch_size": 64,
+                    "warmup_steps": 0,
+                    "rep": rep,
+                }
+            )
     return pd.concat(phases, ignore_index=True), pd.DataFrame(runs)
 
 
@@ -34,8 +51,10 @@ def test_difference_per_phase_and_on_the_path():
     low, high = table.loc["step", "low_ms"], table.loc["step", "high_ms"]
     assert low < 7.0 < high and high - 7.0 == pytest.approx(7.0 - low)
     text = trace_diff.section(runs, phases).sentences[0]
-    assert text.startswith("2 processes, batch_size 64: horovod-torch spends 7.0 ms "
-                           "more per step than torch-ddp (95 % interval")
+    assert text.startswith(
+        "2 processes, batch_size 64: horovod-torch spends 7.0 ms "
+        "more per step than torch-ddp (95 % interval"
+    )
     assert text.endswith("6.0 ms of it in exposed grad_comm on the critical path.")
 
 

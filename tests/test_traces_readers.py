@@ -1,6 +1,7 @@
 """Every real trace in the shared fixtures converts, with counts checked
 against otf2-print (OTF2) or against the JSON itself; broken traces give a
 clear error naming the file."""
+
 import functools
 import gzip
 import json
@@ -23,8 +24,9 @@ from traces.table import COLUMNS, SCHEMA_VERSION
 # CI clones the repository next to a `shared` folder.
 FIXTURES = Path(REPO).parent / "shared" / "fixtures" / "real-traces"
 needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"no fixtures at {FIXTURES}")
-needs_otf2_print = pytest.mark.skipif(shutil.which("otf2-print") is None,
-                                      reason="otf2-print (Debian otf2-tools) not installed")
+needs_otf2_print = pytest.mark.skipif(
+    shutil.which("otf2-print") is None, reason="otf2-print (Debian otf2-tools) not installed"
+)
 RULES = PhaseRules()
 
 
@@ -33,7 +35,7 @@ def read(path: Path):
     return table.to_pandas(), problems
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def read_fixture(name: str):
     """Large fixtures are read once per test session."""
     return read(FIXTURES / name)
@@ -41,8 +43,9 @@ def read_fixture(name: str):
 
 def otf2_print_counts(anchor: Path) -> Counter:
     """(record kind, location) -> count, from otf2-print's event listing."""
-    out = subprocess.run(["otf2-print", str(anchor)], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["otf2-print", str(anchor)], capture_output=True, text=True, check=True
+    ).stdout
     counts = Counter()
     for line in out.splitlines():
         found = re.match(r"^([A-Z_]+)\s+(\d+)\s+\d+", line)
@@ -88,12 +91,26 @@ def test_scorep_84_horovod_user_regions_become_steps():
         mine = df[(df["rank"] == rank) & df["region"].str.startswith("user:")]
         assert len(mine) == 100 and mine["step"].nunique() == 20
         for _, step in mine.sort_values("start_ns").groupby("step"):
-            assert list(step["phase"]) == ["data_load", "forward", "backward", "grad_comm",
-                                           "optimizer"]
+            assert list(step["phase"]) == [
+                "data_load",
+                "forward",
+                "backward",
+                "grad_comm",
+                "optimizer",
+            ]
     allreduce = df[df["region"] == "MPI_Allreduce"]
     ends = sum(n for (kind, _), n in counts.items() if kind == "MPI_COLLECTIVE_END")
-    assert len(allreduce) + len(df[df["region"].str.startswith("MPI_") & df["collective"].notna()
-                                   & (df["region"] != "MPI_Allreduce")]) <= ends
+    assert (
+        len(allreduce)
+        + len(
+            df[
+                df["region"].str.startswith("MPI_")
+                & df["collective"].notna()
+                & (df["region"] != "MPI_Allreduce")
+            ]
+        )
+        <= ends
+    )
     assert set(allreduce["collective"]) == {"allreduce"}
     assert set(allreduce["phase"]) == {"grad_comm"}
     assert allreduce["bytes"].max() == 824872
@@ -146,8 +163,9 @@ def test_horovod_timeline_unterminated_array():
     nested = df[df["region"] == "MPI_ALLREDUCE"]
     assert set(nested["parent"]) == {"ALLREDUCE"} and set(nested["depth"]) == {1}
     assert nested["collective"].isna().all() and nested["op_id"].notna().all()
-    assert df["collective"].notna().sum() == len(top) + sum(r.get("name") == "BROADCAST"
-                                                             for r in records)
+    assert df["collective"].notna().sum() == len(top) + sum(
+        r.get("name") == "BROADCAST" for r in records
+    )
     assert df["op_id"].nunique() == df["collective"].notna().sum()
 
 
@@ -182,8 +200,7 @@ def test_horovod_timeline_gzipped_and_with_a_bad_record(tmp_path):
     assert problems == [] and len(df) == len(whole)
     # garbage in place of one record in the middle: every other record is kept
     lines = TIMELINE.read_text().splitlines(keepends=True)
-    middle = next(i for i in range(len(lines) // 2, len(lines))
-                  if '"ph": "i"' in lines[i])
+    middle = next(i for i in range(len(lines) // 2, len(lines)) if '"ph": "i"' in lines[i])
     lines[middle] = '{"ph": "i", "name": \x00\x07 garbage,\n'
     broken = tmp_path / "broken.json"
     broken.write_text("".join(lines))
@@ -196,12 +213,16 @@ def test_horovod_timeline_gzipped_and_with_a_bad_record(tmp_path):
 
 
 @needs_fixtures
-@pytest.mark.parametrize("name,steps", [
-    ("kineto-hta-ddp-ws2-v100-rank1/rank-1.json.gz", 5),
-    ("kineto-tb-resnet50-numworkers0/worker0.pt.trace.json.gz", 6),
-    ("kineto-hta-nccl-ws2-a100-rank0/rank-0.json.gz", 3),
-    ("kineto-hta-sampled-ws128-rank0-1/rank-0.json.gz", 2),
-    ("kineto-hta-sampled-ws128-rank0-1/rank-1.json.gz", 2)])
+@pytest.mark.parametrize(
+    "name,steps",
+    [
+        ("kineto-hta-ddp-ws2-v100-rank1/rank-1.json.gz", 5),
+        ("kineto-tb-resnet50-numworkers0/worker0.pt.trace.json.gz", 6),
+        ("kineto-hta-nccl-ws2-a100-rank0/rank-0.json.gz", 3),
+        ("kineto-hta-sampled-ws128-rank0-1/rank-0.json.gz", 2),
+        ("kineto-hta-sampled-ws128-rank0-1/rank-1.json.gz", 2),
+    ],
+)
 def test_kineto_old_and_new_schema(name, steps):
     path = FIXTURES / name
     doc = json.loads(gzip.open(path).read())
@@ -218,8 +239,11 @@ def test_kineto_old_and_new_schema(name, steps):
     assert set(df["rank"]) == {rank}
     # the model's forward is found in every trace: annotated or by its place
     assert (df["phase"] == "forward").sum() > 0.05 * len(df)
-    kernels = df[df["region"].str.contains("backward", case=False) & (df["depth"] > 0)
-                 & df["parent"].str.startswith("cuda", na=False)]
+    kernels = df[
+        df["region"].str.contains("backward", case=False)
+        & (df["depth"] > 0)
+        & df["parent"].str.startswith("cuda", na=False)
+    ]
     if name.startswith(("kineto-hta-ddp", "kineto-tb")):
         # a GPU kernel takes the phase of the code that launched it
         assert len(kernels) and (kernels["phase"] == "backward").mean() > 0.9
@@ -231,8 +255,9 @@ def test_kineto_nccl_allreduce_is_one_instance_per_collective():
     df, _ = read_fixture(name)
     events = kineto_events(FIXTURES / name)
     calls = sum(e.get("name") == "c10d::allreduce_" for e in events)
-    nccl = df[df["region"].str.startswith(("c10d::allreduce_", "nccl:all_reduce",
-                                           "ncclKernel_AllReduce"))]
+    nccl = df[
+        df["region"].str.startswith(("c10d::allreduce_", "nccl:all_reduce", "ncclKernel_AllReduce"))
+    ]
     assert len(nccl) == 3 * calls == 3 * 2020
     assert set(nccl["phase"]) == {"grad_comm"}
     instances = df[df["collective"].notna()]
@@ -273,13 +298,15 @@ def test_kineto_collective_bytes_dtypes_and_names():
 def test_kineto_steps_from_the_optimizer_without_profiler_steps(tmp_path):
     name = "kineto-tb-resnet50-numworkers0/worker0.pt.trace.json.gz"
     doc = json.loads(gzip.open(FIXTURES / name).read())
-    doc["traceEvents"] = [e for e in doc["traceEvents"]
-                          if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    doc["traceEvents"] = [
+        e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
     path = tmp_path / "worker0.pt.trace.json"
     path.write_text(json.dumps(doc))
     df, _ = read(path)
-    optimizer_steps = sum(str(e.get("name")).startswith("Optimizer.step#")
-                          for e in doc["traceEvents"])
+    optimizer_steps = sum(
+        str(e.get("name")).startswith("Optimizer.step#") for e in doc["traceEvents"]
+    )
     assert df["step"].nunique() == optimizer_steps == 6
     opt = df[df["region"].str.startswith("Optimizer.step#")]
     assert sorted(opt["step"]) == list(range(6))
@@ -318,10 +345,23 @@ def test_scorep_horovod_collectives_on_their_mpi_region():
 @needs_fixtures
 def test_convert_cli_writes_versioned_table(tmp_path):
     out = tmp_path / "phases.parquet"
-    done = subprocess.run([sys.executable, "-m", "traces.convert",
-                           str(FIXTURES / "pipit-ping-pong-otf2"), str(TIMELINE),
-                           "-o", str(out), "--run-id", "r9"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "traces.convert",
+            str(FIXTURES / "pipit-ping-pong-otf2"),
+            str(TIMELINE),
+            "-o",
+            str(out),
+            "--run-id",
+            "r9",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     table = pq.read_table(out)
     assert tuple(table.column_names) == COLUMNS
@@ -338,7 +378,7 @@ def test_convert_cli_writes_versioned_table(tmp_path):
 
 def truncated_copy(src: Path, dest: Path, keep: float) -> Path:
     data = src.read_bytes()
-    dest.write_bytes(data[:int(len(data) * keep)])
+    dest.write_bytes(data[: int(len(data) * keep)])
     return dest
 
 
@@ -352,10 +392,12 @@ def otf2_copy(tmp_path: Path) -> Path:
 
 @needs_fixtures
 @pytest.mark.parametrize("engine", ["fastotf2", "python"])
-@pytest.mark.parametrize("damage", ["cut_definitions", "no_definitions", "no_anchor",
-                                    "empty_anchor"])
-def test_broken_otf2_gives_clear_error_naming_the_file(tmp_path, monkeypatch, capfd, damage,
-                                                       engine):
+@pytest.mark.parametrize(
+    "damage", ["cut_definitions", "no_definitions", "no_anchor", "empty_anchor"]
+)
+def test_broken_otf2_gives_clear_error_naming_the_file(
+    tmp_path, monkeypatch, capfd, damage, engine
+):
     monkeypatch.setenv("DDLC_OTF2_READER", engine)
     archive = otf2_copy(tmp_path)
     if damage == "cut_definitions":
@@ -372,8 +414,9 @@ def test_broken_otf2_gives_clear_error_naming_the_file(tmp_path, monkeypatch, ca
     assert convert.main([str(archive), "-o", str(out)]) == 1
     err = capfd.readouterr().err
     # one error line; the OTF2 library's own report folded into it
-    assert [line for line in err.splitlines() if line.strip()] == \
-        [line for line in err.splitlines() if line.startswith("error: ")]
+    assert [line for line in err.splitlines() if line.strip()] == [
+        line for line in err.splitlines() if line.startswith("error: ")
+    ]
 
 
 @needs_fixtures
@@ -387,7 +430,7 @@ def test_broken_rank_file_costs_only_that_rank(tmp_path, capfd, damage):
         truncated_copy(events, events, 0.5)
     else:
         data = events.read_bytes()
-        events.write_bytes(data[:len(data) // 2] + b"\x07" * 64 + data[len(data) // 2 + 64:])
+        events.write_bytes(data[: len(data) // 2] + b"\x07" * 64 + data[len(data) // 2 + 64 :])
     df, problems = read(archive / "traces.otf2")
     assert (df["rank"] == 0).sum() == counts[0]  # the other rank whole
     assert 0 < (df["rank"] == 1).sum() < counts[1]  # this one up to the fault
@@ -411,7 +454,7 @@ def test_broken_json_traces_keep_every_readable_record(tmp_path):
     text = gzip.open(FIXTURES / name).read().decode()
     at = text.index('"ph": "X"', len(text) // 2)
     garbled = tmp_path / "g.pt.trace.json"
-    garbled.write_text(text[:at] + '"ph": \x07\x07 "X"' + text[at + 9:])
+    garbled.write_text(text[:at] + '"ph": \x07\x07 "X"' + text[at + 9 :])
     df, problems = read(garbled)
     assert len(df) == len(whole) - 1
     assert len(problems) == 1 and "1 record(s) could not be read" in problems[0]
@@ -426,8 +469,7 @@ def test_broken_json_traces_keep_every_readable_record(tmp_path):
 
 
 @needs_fixtures
-@pytest.mark.parametrize("name", ["timeline.json", "rank-0.json.gz", "rank-0.json",
-                                  "traces.otf2"])
+@pytest.mark.parametrize("name", ["timeline.json", "rank-0.json.gz", "rank-0.json", "traces.otf2"])
 def test_empty_trace_files_are_named(tmp_path, name):
     path = tmp_path / name
     path.write_bytes(gzip.compress(b"") if name.endswith(".gz") else b"")
@@ -509,11 +551,11 @@ def test_a_new_format_is_one_registered_class(tmp_path):
         out = tmp_path / "phases.parquet"
         assert convert.main([str(tmp_path), "-o", str(out)]) == 0
         df = pq.read_table(out).to_pandas()
-        assert list(df["phase"]) == ["step", "grad_comm"] and set(df["source"]) == {
-            "tsv_intervals"}
+        assert list(df["phase"]) == ["step", "grad_comm"] and set(df["source"]) == {"tsv_intervals"}
         rules = tmp_path / "rules.yaml"
-        rules.write_text("version: 1\nrules:\n  - {pattern: 'x', phase: forward, "
-                         "sources: [tsv_intervals]}\n")
+        rules.write_text(
+            "version: 1\nrules:\n  - {pattern: 'x', phase: forward, sources: [tsv_intervals]}\n"
+        )
         assert PhaseRules(rules).match("x", "tsv_intervals") == ("forward", None)
     finally:
         REGISTRY.pop("tsv_intervals")

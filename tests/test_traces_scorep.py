@@ -2,6 +2,7 @@
 at plan time otherwise), the commands and environments, the failures a run
 records, and real training runs under a real Score-P where one is installed
 (envs/build-scorep.sh builds it; those tests are skipped elsewhere)."""
+
 import json
 import re
 import shutil
@@ -21,16 +22,22 @@ BUILD = "envs/build-scorep.sh"
 
 
 def config_of(framework: str, **fixed) -> dict:
-    return design.parse(tiny_design([framework], tracer="scorep", **fixed),
-                        "t.yaml").runs()[0].config
+    return (
+        design.parse(tiny_design([framework], tracer="scorep", **fixed), "t.yaml").runs()[0].config
+    )
 
 
 def test_mpi_runs_trace_every_thread(tmp_path):
     config = config_of("horovod-torch", horovod_controller="mpi", horovod_timeline=True)
     argv, env = launch.command("horovodrun", [Host("localhost", 2)], config, tmp_path, "local")
     at = argv.index("-m", argv.index("--mpi"))
-    assert argv[at:at + 5] == ["-m", "scorep", "--mpp=mpi", "--thread=pthread",
-                               "--noinstrumenter"]
+    assert argv[at : at + 5] == [
+        "-m",
+        "scorep",
+        "--mpp=mpi",
+        "--thread=pthread",
+        "--noinstrumenter",
+    ]
     assert argv[at + 5].endswith("frameworks/worker.py") and Path(argv[at + 5]).is_file()
     assert argv[-1] == str(tmp_path)
     assert Path(env["SCOREP_FILTERING_FILE"]).read_text().count("SCOREP_REGION_NAMES") == 2
@@ -43,11 +50,14 @@ def test_mpi_runs_trace_every_thread(tmp_path):
     assert {"scorep/traces.otf2", "scorep/rank*/traces.otf2", "horovod_timeline.json"} <= patterns
 
 
-@pytest.mark.parametrize("framework,launcher,fixed", [
-    ("torch-ddp", "torchrun", {}),
-    ("tf-mwms", "tf-workers", {}),
-    ("horovod-torch", "horovodrun", {"horovod_controller": "gloo"}),
-])
+@pytest.mark.parametrize(
+    "framework,launcher,fixed",
+    [
+        ("torch-ddp", "torchrun", {}),
+        ("tf-mwms", "tf-workers", {}),
+        ("horovod-torch", "horovodrun", {"horovod_controller": "gloo"}),
+    ],
+)
 def test_runs_without_mpi_start_each_rank_under_scorep(tmp_path, framework, launcher, fixed):
     """Launchers that start no MPI: each rank goes through the per-rank
     starter, which gives it its own experiment folder."""
@@ -57,15 +67,25 @@ def test_runs_without_mpi_start_each_rank_under_scorep(tmp_path, framework, laun
     assert argv[at - 1] == "-m" and argv[at + 1] == str(tmp_path)
     assert env["SCOREP_ENABLE_TRACING"] == "true" and "PYTHONPATH" in env
     assert tracers.expected_traces(config, tmp_path) == [
-        tmp_path / "scorep" / f"rank{r}" / "traces.otf2" for r in (0, 1)]
+        tmp_path / "scorep" / f"rank{r}" / "traces.otf2" for r in (0, 1)
+    ]
 
 
-@pytest.mark.parametrize("env,rank", [
-    ({"RANK": "3", "LOCAL_RANK": "1"}, 3),
-    ({"HOROVOD_RANK": "2"}, 2),
-    ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:2"]},
-                               "task": {"type": "worker", "index": 1}})}, 1),
-])
+@pytest.mark.parametrize(
+    "env,rank",
+    [
+        ({"RANK": "3", "LOCAL_RANK": "1"}, 3),
+        ({"HOROVOD_RANK": "2"}, 2),
+        (
+            {
+                "TF_CONFIG": json.dumps(
+                    {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}
+                )
+            },
+            1,
+        ),
+    ],
+)
 def test_per_rank_starter_reads_the_launchers_rank(env, rank):
     assert tracers.rank_from_env(env) == rank
 
@@ -102,7 +122,8 @@ def test_a_tools_fatal_line_is_the_reason_never_a_separator(tmp_path):
         "[1,0]<stderr>:RuntimeError: later noise\n"
         "--------------------------------------------------------------------------\n"
         "Primary job  terminated normally, but 1 process returned\n"
-        "--------------------------------------------------------------------------\n")
+        "--------------------------------------------------------------------------\n"
+    )
     assert "Fatal: Bug 'timestamp" in runner._last_error(log)
     log.write_text("something\n----------\n")
     assert runner._last_error(log) == "something"
@@ -111,8 +132,9 @@ def test_a_tools_fatal_line_is_the_reason_never_a_separator(tmp_path):
 def test_a_run_that_left_no_trace_says_which(tmp_path):
     config = config_of("torch-ddp")
     reason = tracers.missing_trace(config, tmp_path)
-    assert reason == ("tracer: scorep was asked for, but the run left no "
-                      "scorep/rank0/traces.otf2 (and 1 more)")
+    assert reason == (
+        "tracer: scorep was asked for, but the run left no scorep/rank0/traces.otf2 (and 1 more)"
+    )
     for r in (0, 1):
         anchor = tmp_path / "scorep" / f"rank{r}" / "traces.otf2"
         anchor.parent.mkdir(parents=True)
@@ -122,6 +144,7 @@ def test_a_run_that_left_no_trace_says_which(tmp_path):
 
 # --- with a real Score-P ------------------------------------------------------
 
+
 def bindings_in(env: str) -> bool:
     return envs.has_module(env, "scorep")
 
@@ -130,7 +153,8 @@ def needs_scorep(env: str):
     return pytest.mark.skipif(
         tracers.scorep_bin() is None or not bindings_in(env),
         reason=f"Score-P and its Python bindings in the '{env}' environment are not installed "
-               f"here: build them with {BUILD}")
+        f"here: build them with {BUILD}",
+    )
 
 
 def run_all(tmp_path: Path, doc: dict) -> list[tuple[Path, dict]]:
@@ -146,10 +170,16 @@ def run_all(tmp_path: Path, doc: dict) -> list[tuple[Path, dict]]:
 def otf2_print_counts(anchor: Path) -> tuple[int, int]:
     """(enters, leaves), counted by the otf2-print that came with Score-P
     (Debian's is older than the archives Score-P 8.4 writes)."""
-    done = subprocess.run([str(tracers.scorep_bin() / "otf2-print"), str(anchor)],
-                          capture_output=True, text=True, check=True)
-    return (len(re.findall(r"^ENTER ", done.stdout, re.M)),
-            len(re.findall(r"^LEAVE ", done.stdout, re.M)))
+    done = subprocess.run(
+        [str(tracers.scorep_bin() / "otf2-print"), str(anchor)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return (
+        len(re.findall(r"^ENTER ", done.stdout, re.M)),
+        len(re.findall(r"^LEAVE ", done.stdout, re.M)),
+    )
 
 
 def converted(folder: Path) -> tuple[pd.DataFrame, list]:
@@ -179,27 +209,35 @@ def check_clean_mpi_trace(folder: Path, record: dict) -> None:
     assert not df.loc[df["region"].str.startswith("user:"), "bytes"].notna().any()
 
 
-@pytest.mark.parametrize("framework", [
-    pytest.param("horovod-torch", marks=needs_scorep("torch")),
-    pytest.param("horovod-keras", marks=needs_scorep("tensorflow")),
-])
+@pytest.mark.parametrize(
+    "framework",
+    [
+        pytest.param("horovod-torch", marks=needs_scorep("torch")),
+        pytest.param("horovod-keras", marks=needs_scorep("tensorflow")),
+    ],
+)
 @pytest.mark.slow
 def test_horovod_under_scorep_three_replications_in_a_row(tmp_path, framework):
-    doc = tiny_design([framework], tracer="scorep", horovod_controller="mpi", epochs=1,
-                      timeout_s=600)
+    doc = tiny_design(
+        [framework], tracer="scorep", horovod_controller="mpi", epochs=1, timeout_s=600
+    )
     doc["replications"] = 3
     for folder, record in run_all(tmp_path, doc):
         check_clean_mpi_trace(folder, record)
 
 
-@pytest.mark.parametrize("framework", [
-    pytest.param("torch-ddp", marks=needs_scorep("torch")),
-    pytest.param("tf-mwms", marks=needs_scorep("tensorflow")),
-])
+@pytest.mark.parametrize(
+    "framework",
+    [
+        pytest.param("torch-ddp", marks=needs_scorep("torch")),
+        pytest.param("tf-mwms", marks=needs_scorep("tensorflow")),
+    ],
+)
 @pytest.mark.slow
 def test_ranks_traced_without_mpi_make_one_table(tmp_path, framework):
-    [(folder, record)] = run_all(tmp_path, tiny_design([framework], tracer="scorep", epochs=1,
-                                                       timeout_s=600))
+    [(folder, record)] = run_all(
+        tmp_path, tiny_design([framework], tracer="scorep", epochs=1, timeout_s=600)
+    )
     assert record["status"] == "ok", record.get("reason")
     assert sorted(p.name for p in (folder / "scorep").iterdir()) == ["rank0", "rank1"]
     df, problems = converted(folder)
@@ -218,8 +256,9 @@ def test_a_run_whose_scorep_aborts_is_failed_with_its_line(tmp_path, monkeypatch
     # A memory pool too small for the run's events: Score-P aborts the rank.
     monkeypatch.setenv("SCOREP_TOTAL_MEMORY", "200k")
     monkeypatch.setenv("SCOREP_PAGE_SIZE", "8k")
-    [(folder, record)] = run_all(tmp_path, tiny_design(["torch-ddp"], tracer="scorep",
-                                                       epochs=1, timeout_s=600))
+    [(folder, record)] = run_all(
+        tmp_path, tiny_design(["torch-ddp"], tracer="scorep", epochs=1, timeout_s=600)
+    )
     assert record["status"] == "failed"
     assert "[Score-P]" in record["reason"], record["reason"]
 
@@ -233,7 +272,8 @@ def test_a_runs_scorep_steps_take_their_epoch_from_its_steps_table(tmp_path):
     shutil.copytree(FIXTURE, tmp_path / "scorep")
     for rank in (0, 1):  # 20 steps a rank: epoch 1 then 2
         (tmp_path / f"steps.rank{rank}.tsv").write_text(
-            "epoch\tstep\n" + "".join(f"{1 + s // 10}\t{s}\n" for s in range(20)))
+            "epoch\tstep\n" + "".join(f"{1 + s // 10}\t{s}\n" for s in range(20))
+        )
     table, _, errors = convert.convert([tmp_path], convert.PhaseRules())
     df = table.to_pandas()
     assert errors == [] and sorted(df["rank"].unique()) == [0, 1]

@@ -1,5 +1,6 @@
 """The workflow converts each run's traces after the run and collects them;
 a run whose trace is broken still gives a result, and the others go on."""
+
 import pandas as pd
 import pytest
 

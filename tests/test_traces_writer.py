@@ -1,5 +1,6 @@
 """Our OTF2 tracer: the archive otf2-print reads, what the converter gets
 back from it, and real traced training runs of 2 processes."""
+
 import json
 import re
 import shutil
@@ -11,16 +12,16 @@ import pandas as pd
 import pytest
 
 from conftest import tiny_design
-from ddlcompare import design, launch, runner
-from ddlcompare.schedulers import Host
+from ddlcompare import design, runner
 from frameworks import data, models
 from traces import convert, readers
 from traces.otf2_writer import PARTS_DIR, Otf2Sink, archive_anchor
 from traces.phases import STEP_PHASES, PhaseRecorder
 from traces.rules import PhaseRules
 
-needs_otf2_print = pytest.mark.skipif(shutil.which("otf2-print") is None,
-                                      reason="otf2-print (Debian otf2-tools) not installed")
+needs_otf2_print = pytest.mark.skipif(
+    shutil.which("otf2-print") is None, reason="otf2-print (Debian otf2-tools) not installed"
+)
 LOOP = ("data_load", "forward", "backward", "grad_comm", "optimizer")
 
 
@@ -79,6 +80,7 @@ def test_archive_is_written_by_the_last_rank_and_read_back(tmp_path):
 
 def test_tracing_off_attaches_nothing(tmp_path):
     from traces import tracing
+
     phases = PhaseRecorder()
     tracing.attach(phases, {"tracer": "none"}, tmp_path, 0, 1)
     assert phases.sinks == [] and phases.live == []
@@ -132,8 +134,9 @@ def test_traced_ddp_run(tmp_path):
     # each gradient bucket's all-reduce, from DDP's communication hook: per
     # rank and step, the buckets add up to the model's gradient bytes
     info = data.DATASETS["fashion-mnist"]
-    params = sum(r["params"] for r in models.layer_shapes(models.MODELS["cnn"], info.shape,
-                                                         info.classes))
+    params = sum(
+        r["params"] for r in models.layer_shapes(models.MODELS["cnn"], info.shape, info.classes)
+    )
     comm = df[df["collective"] == "allreduce"]
     per_step = comm.groupby(["rank", "step"])["bytes"].sum()
     assert len(per_step) == 2 * 24 and (per_step == params * 4).all()
@@ -143,8 +146,7 @@ def test_traced_ddp_run(tmp_path):
 @needs_otf2_print
 @pytest.mark.slow
 def test_traced_horovod_run_with_timeline_and_profiler(tmp_path):
-    folder, row = traced_run(tmp_path, "horovod-torch", horovod_timeline=True,
-                             torch_profiler=True)
+    folder, row = traced_run(tmp_path, "horovod-torch", horovod_timeline=True, torch_profiler=True)
     otf2_print(folder / "trace" / "traces.otf2")
     out = folder / "phases.parquet"
     assert convert.main([str(folder), "-o", str(out)]) == 0

@@ -1,6 +1,7 @@
 """The step-time model on studies built with known latency, bandwidth, batch
 scaling and stragglers: it recovers them, its held-out checks come out
 exact where the model holds, and the what-ifs replay the steps as built."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -22,11 +23,23 @@ def study(scales):
     phases, runs = [], []
     for n, (p, batch, rate) in enumerate(scales):
         run_id = f"r{n}"
-        phases.append(constructed(world=p, steps=10, comm_ms=ring_ms(p, rate), run_id=run_id,
-                                  scale=batch / 64))
-        runs.append({"run_id": run_id, "status": "ok", "framework": "horovod-torch",
-                     "world_size": p, "batch_size": batch, "net_rate_mbit": rate,
-                     "comm_bytes_per_step": NBYTES, "warmup_steps": 0})
+        phases.append(
+            constructed(
+                world=p, steps=10, comm_ms=ring_ms(p, rate), run_id=run_id, scale=batch / 64
+            )
+        )
+        runs.append(
+            {
+                "run_id": run_id,
+                "status": "ok",
+                "framework": "horovod-torch",
+                "world_size": p,
+                "batch_size": batch,
+                "net_rate_mbit": rate,
+                "comm_bytes_per_step": NBYTES,
+                "warmup_steps": 0,
+            }
+        )
     return pd.concat(phases, ignore_index=True), pd.DataFrame(runs)
 
 
@@ -49,8 +62,10 @@ def test_alpha_beta_recovered_and_largest_scale_predicted():
 def test_fit_at_one_rate_predicts_another():
     phases, runs = study([(2, 64, 1000), (4, 64, 1000), (2, 64, 100), (4, 64, 100)])
     checks = {c["check"]: c for c in whatif.held_out_network(measured_table(phases, runs))}
-    assert set(checks) == {"fit at 100 Mbit/s, predict 1000 Mbit/s",
-                           "fit at 1000 Mbit/s, predict 100 Mbit/s"}
+    assert set(checks) == {
+        "fit at 100 Mbit/s, predict 1000 Mbit/s",
+        "fit at 1000 Mbit/s, predict 100 Mbit/s",
+    }
     for check in checks.values():
         assert check["relative_error"] == pytest.approx(0, abs=1e-4)
 
@@ -102,14 +117,18 @@ def test_one_scale_takes_latency_and_bandwidth_from_the_probe(tmp_path):
     MPI probe's timings (issue 17's probe-<P>.json) give their ratio, the
     measured exchange their scale."""
     import json
+
     phases, runs = study([(2, 64, None)])
     table = measured_table(phases, runs)
     assert whatif.fit(table).alpha == 0  # no probe: latency taken as 0
     (tmp_path / "probe").mkdir()
-    sizes = [{"bytes": n, "seconds": 2 * 3 * ALPHA + 2 * 3 / 4 * n * BETA}
-             for n in (1_000, 100_000, 10_000_000)]
-    (tmp_path / "probe" / "probe-4.json").write_text(json.dumps(
-        {"processes": 4, "hosts": ["here"], "sizes": sizes}))
+    sizes = [
+        {"bytes": n, "seconds": 2 * 3 * ALPHA + 2 * 3 / 4 * n * BETA}
+        for n in (1_000, 100_000, 10_000_000)
+    ]
+    (tmp_path / "probe" / "probe-4.json").write_text(
+        json.dumps({"processes": 4, "hosts": ["here"], "sizes": sizes})
+    )
     probe = whatif.probe_points(tmp_path)
     model = whatif.fit(table, probe)
     assert model.alpha == pytest.approx(ALPHA, rel=1e-3)

@@ -1,5 +1,6 @@
 """The workflow end to end through snakemake on a tiny design: results
 tables and report; only new runs execute; failed runs run again; lint."""
+
 import json
 import subprocess
 import sys
@@ -15,15 +16,33 @@ SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
 def snakemake(workdir: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["timeout", "-k", "10", "600", SNAKEMAKE, "-s", str(REPO / "Snakefile"),
-         "--profile", str(REPO / "profiles" / "local"), "-d", str(workdir),
-         "--config", f"design={workdir / 'design.yaml'}", *extra],
-        capture_output=True, text=True)
+        [
+            "timeout",
+            "-k",
+            "10",
+            "600",
+            SNAKEMAKE,
+            "-s",
+            str(REPO / "Snakefile"),
+            "--profile",
+            str(REPO / "profiles" / "local"),
+            "-d",
+            str(workdir),
+            "--config",
+            f"design={workdir / 'design.yaml'}",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+    )
 
 
 def done_markers(workdir: Path) -> dict[str, float]:
-    return {str(p): p.stat().st_mtime_ns for p in (workdir / "results").rglob("done.json")
-            if "attempts" not in p.parts}
+    return {
+        str(p): p.stat().st_mtime_ns
+        for p in (workdir / "results").rglob("done.json")
+        if "attempts" not in p.parts
+    }
 
 
 @pytest.mark.slow
@@ -41,7 +60,9 @@ def test_end_to_end_then_add_a_level_then_rerun_failures(tmp_path):
     assert len(pd.read_parquet(tables / "epochs.parquet")) == 4
     assert len(pd.read_parquet(tables / "step_stats.parquet")) == 4
     page = report.read_text()
-    assert page.count("data:image/png;base64,") == 7 and "2 of 2 runs ok" in page  # 6 + critical path
+    assert (
+        page.count("data:image/png;base64,") == 7 and "2 of 2 runs ok" in page
+    )  # 6 + critical path
     before = done_markers(tmp_path)
 
     # A new level that cannot train (no step fits): it fails, the others are
@@ -81,7 +102,18 @@ def test_bad_design_stops_snakemake_with_the_message(tmp_path):
 
 def test_snakemake_lint_is_clean(tmp_path):
     write_design(tmp_path, tiny_design())
-    out = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
-                          "--config", f"design={tmp_path / 'design.yaml'}", "--lint"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            SNAKEMAKE,
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "--config",
+            f"design={tmp_path / 'design.yaml'}",
+            "--lint",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stdout + out.stderr

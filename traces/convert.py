@@ -17,6 +17,7 @@ Exit status: 0 when every record of every trace is in the table; 1 when a
 trace could not be read, records were lost, or nothing was converted (a
 folder with no trace, traces with no interval); 0 with --keep-going.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,9 @@ def with_rank(table: pa.Table, rank: int) -> pa.Table:
     """Every row on ``rank``: a per-rank experiment's one process, whatever
     Score-P numbered it, with all of its threads."""
     at = table.schema.get_field_index("rank")
-    return table.set_column(at, table.schema.field(at),
-                            pa.repeat(pa.scalar(rank, pa.int32()), table.num_rows))
+    return table.set_column(
+        at, table.schema.field(at), pa.repeat(pa.scalar(rank, pa.int32()), table.num_rows)
+    )
 
 
 def with_epochs_of_run(table: pa.Table, trace: Path) -> pa.Table:
@@ -68,17 +70,19 @@ def with_epochs_of_run(table: pa.Table, trace: Path) -> pa.Table:
     run = next((p.parent for p in trace.parents if p.name == SCOREP_DIR), None)
     if run is None or table.num_rows == 0:
         return table
-    epochs = [pd.read_csv(f, sep="\t", usecols=["epoch", "step"]).assign(
-              rank=int(f.name[len("steps.rank"):-len(".tsv")]))
-              for f in run.glob("steps.rank*.tsv")]
+    epochs = [
+        pd.read_csv(f, sep="\t", usecols=["epoch", "step"]).assign(
+            rank=int(f.name[len("steps.rank") : -len(".tsv")])
+        )
+        for f in run.glob("steps.rank*.tsv")
+    ]
     if not epochs:
         return table
     rows = table.select(["rank", "step"]).to_pandas()
     found = rows.merge(pd.concat(epochs), on=["rank", "step"], how="left")["epoch"]
     at = table.schema.get_field_index("epoch")
     filled = pa.array(found.to_numpy(dtype="float64"), from_pandas=True).cast(pa.int64())
-    return table.set_column(at, table.schema.field(at),
-                            pc.coalesce(table.column("epoch"), filled))
+    return table.set_column(at, table.schema.field(at), pc.coalesce(table.column("epoch"), filled))
 
 
 def of_run(table: pa.Table, trace: Path) -> pa.Table:
@@ -102,8 +106,7 @@ def run_id_of(path: Path) -> str:
     return folder.parent.name if folder.name in ("traces", "trace") else folder.name
 
 
-def parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: list,
-          errors: list):
+def parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: list, errors: list):
     """The tables of every readable trace, part by part (an OTF2 archive a
     group of ranks at a time), as they are read; fills ``sources`` and
     ``errors`` (the traces that could not be read and the records lost)."""
@@ -114,17 +117,21 @@ def parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: lis
             continue
         found = traces_in(path)
         if not found:
-            errors.append(f"{path}: no trace this converter knows in this folder (its "
-                          f"readers look for {', '.join(_patterns())})")
+            errors.append(
+                f"{path}: no trace this converter knows in this folder (its "
+                f"readers look for {', '.join(_patterns())})"
+            )
         for trace in found:
             source = {"path": str(trace), "format": None, "rows": 0, "problems": []}
             try:
                 source["format"] = readers.detect(trace)
-                for table, problems in readers.parts(trace, rules, run_id if run_id is not None
-                                                     else run_id_of(trace)):
+                for table, problems in readers.parts(
+                    trace, rules, run_id if run_id is not None else run_id_of(trace)
+                ):
                     errors += [str(p) for p in problems if getattr(p, "lost", False)]
-                    source["problems"] += [str(p) for p in problems
-                                           if not getattr(p, "lost", False)]
+                    source["problems"] += [
+                        str(p) for p in problems if not getattr(p, "lost", False)
+                    ]
                     reader = (table.schema.metadata or {}).get(otf2_reader.META_READER)
                     if reader:
                         source["reader"] = reader.decode()  # fastotf2, or python (fallback)
@@ -156,16 +163,21 @@ def write(paths: list[Path], out: Path, rules: PhaseRules, run_id: str | None = 
     Returns (rows, sources, errors), also kept in the file's metadata."""
     sources, errors = [], []
     meta = dict(empty_table().schema.metadata or {})
-    meta.update({b"ddlcompare.schema_version": str(SCHEMA_VERSION).encode(),
-                 b"ddlcompare.rules_version": str(rules.version).encode()})
+    meta.update(
+        {
+            b"ddlcompare.schema_version": str(SCHEMA_VERSION).encode(),
+            b"ddlcompare.rules_version": str(rules.version).encode(),
+        }
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = 0
     with replacing(out) as tmp, pq.ParquetWriter(tmp, SCHEMA.with_metadata(meta)) as writer:
         for table in parts(paths, rules, run_id, sources, errors):
             writer.write_table(table.replace_schema_metadata(meta))
             rows += table.num_rows
-        writer.add_key_value_metadata({"ddlcompare.sources": json.dumps(sources),
-                                       "ddlcompare.errors": json.dumps(errors)})
+        writer.add_key_value_metadata(
+            {"ddlcompare.sources": json.dumps(sources), "ddlcompare.errors": json.dumps(errors)}
+        )
     return rows, sources, errors
 
 
@@ -195,14 +207,16 @@ def errors_of(path: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m traces.convert",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m traces.convert", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("paths", nargs="+", type=Path, metavar="RUN_DIR_OR_TRACE")
     parser.add_argument("-o", "--out", type=Path, required=True, help="the Parquet file to write")
     parser.add_argument("--rules", type=Path, default=RULES_FILE, help="phase rules (YAML)")
     parser.add_argument("--run-id", default=None, help="run_id column (default: config.json's)")
-    parser.add_argument("--keep-going", action="store_true",
-                        help="exit 0 even when a trace could not be read")
+    parser.add_argument(
+        "--keep-going", action="store_true", help="exit 0 even when a trace could not be read"
+    )
     args = parser.parse_args(argv)
     try:
         rules = PhaseRules(args.rules)

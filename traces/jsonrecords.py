@@ -11,6 +11,7 @@ a record of the wrong shape), the records are read one by one from the
 positions where records start; each one that does not read is counted, and
 the caller reports how many and where.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,9 +60,12 @@ def salvage(text: str, start: int, record_type, path: Path):
             i += 1
     problems = []
     if bad:
-        problems.append(Problem(
-            f"{path}: {bad} record(s) could not be read (cut or corrupt; the first at "
-            f"character {first_bad:,}) and were skipped; {len(records):,} records were read"))
+        problems.append(
+            Problem(
+                f"{path}: {bad} record(s) could not be read (cut or corrupt; the first at "
+                f"character {first_bad:,}) and were skipped; {len(records):,} records were read"
+            )
+        )
     return records, problems
 
 
@@ -73,7 +77,7 @@ def _record_starts(text: str, start: int) -> list[int]:
     if first < 0:
         return []
     line = text.rfind("\n", 0, first)
-    indent = text[line + 1:first]
+    indent = text[line + 1 : first]
     if line >= 0 and not indent.strip():
         marker = "\n" + indent + "{"
         out, at = [first], text.find(marker, first)

@@ -1,5 +1,6 @@
 """Nesting of intervals and of begin/end records, in numpy: no Python loop
 per event, so that millions of events nest in a fraction of a second."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -47,8 +48,7 @@ def _stack_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     out = np.full(len(s), -1, dtype=np.int64)
     stack: list[int] = []
     for i in range(len(s)):
-        while stack and (e[stack[-1]] < s[i] or e[stack[-1]] == s[i] < e[i]
-                         or e[stack[-1]] < e[i]):
+        while stack and (e[stack[-1]] < s[i] or e[stack[-1]] == s[i] < e[i] or e[stack[-1]] < e[i]):
             stack.pop()
         if stack:
             out[i] = stack[-1]
@@ -66,7 +66,7 @@ def _closed(code, s, e, before) -> np.ndarray:
     else:
         times, inverse = np.unique(np.concatenate([s, e]), return_inverse=True)
         span = len(times) + 1
-        skey, ekey = code * span + inverse[:len(s)], code * span + inverse[len(s):]
+        skey, ekey = code * span + inverse[: len(s)], code * span + inverse[len(s) :]
     ends = np.sort(ekey)
     below = np.searchsorted(ends, skey, "left") - before
     at = np.searchsorted(ends, skey, "right") - before - below

@@ -21,6 +21,7 @@ directory. The rank that completes the set assembles the run's archive,
 The Python ``otf2`` writer cannot write one archive from several processes,
 hence the parts. ``otf2-print`` reads the result.
 """
+
 from __future__ import annotations
 
 import json
@@ -69,10 +70,16 @@ class Otf2Sink(Sink):
     def close(self) -> None:
         parts = self.run_dir / PARTS_DIR
         parts.mkdir(parents=True, exist_ok=True)
-        part = {"rank": self.rank, "world": self.world, "hostname": self.hostname,
-                "run_id": self.run_id, "offset_ns": self.offset_ns,
-                "intervals": self.intervals, "steps": self.steps,
-                "collectives": self.collectives}
+        part = {
+            "rank": self.rank,
+            "world": self.world,
+            "hostname": self.hostname,
+            "run_id": self.run_id,
+            "offset_ns": self.offset_ns,
+            "intervals": self.intervals,
+            "steps": self.steps,
+            "collectives": self.collectives,
+        }
         try:
             write_text(parts / f"rank{self.rank}.json", json.dumps(part))
         except OSError:
@@ -107,16 +114,20 @@ def write_archive(parts: list[dict], folder: Path) -> Path:
 
     if folder.exists():
         import shutil
+
         shutil.rmtree(folder)  # OTF2 refuses to write into an existing archive
     archive = otf2.writer.open(str(folder), ARCHIVE_NAME, timer_resolution=1_000_000_000)
     with archive as trace:
         defs = trace.definitions
         machine = defs.system_tree_node("machine", class_name="machine")
         nodes = {}
-        regions = {name: defs.region(name, region_role=RegionRole.CODE, paradigm=Paradigm.USER)
-                   for name in (*PHASES, STEP)}
-        allreduce = defs.region(COLLECTIVE_REGION, region_role=RegionRole.COLL_ALL2ALL,
-                                paradigm=Paradigm.USER)
+        regions = {
+            name: defs.region(name, region_role=RegionRole.CODE, paradigm=Paradigm.USER)
+            for name in (*PHASES, STEP)
+        }
+        allreduce = defs.region(
+            COLLECTIVE_REGION, region_role=RegionRole.COLL_ALL2ALL, paradigm=Paradigm.USER
+        )
         epoch_attr = defs.attribute("epoch", "training epoch (1-based)", Type.INT64)
         step_attr = defs.attribute("step", "training step (-1: outside steps)", Type.INT64)
         masters, comm_events = [], []
@@ -130,10 +141,18 @@ def write_archive(parts: list[dict], folder: Path) -> Path:
             with _Records(trace, master) as writer:
                 _write_master(writer, part, regions, epoch_attr, step_attr)
             comm_events.append((group, part))
-        defs.group("locations", group_type=GroupType.COMM_LOCATIONS, paradigm=Paradigm.USER,
-                   members=masters)
-        world = defs.group("world", group_type=GroupType.COMM_GROUP, paradigm=Paradigm.USER,
-                           members=list(range(len(masters))))
+        defs.group(
+            "locations",
+            group_type=GroupType.COMM_LOCATIONS,
+            paradigm=Paradigm.USER,
+            members=masters,
+        )
+        world = defs.group(
+            "world",
+            group_type=GroupType.COMM_GROUP,
+            paradigm=Paradigm.USER,
+            members=list(range(len(masters))),
+        )
         comm = defs.comm("world", group=world)
         for group, part in comm_events:
             _write_collectives(trace, defs, group, part, allreduce, comm, CollectiveOp)
@@ -151,6 +170,7 @@ class _Records:
     event object, an attribute list and the ctypes signature anew for every
     record: about 20 us a record, the most of handing a run's trace over.
     Records with attributes still go through the bindings."""
+
     _functions: dict = {}
 
     def __init__(self, trace, location):
@@ -170,11 +190,17 @@ class _Records:
             from _otf2.Events import CollectiveOp
             from _otf2.EvtWriter import EvtWriter
             from _otf2.GeneralDefinitions import CommRef, RegionRef, TimeStamp
+
             head = [ctypes.POINTER(EvtWriter), ctypes.POINTER(AttributeList), TimeStamp]
-            for name, rest in (("Enter", [RegionRef]), ("Leave", [RegionRef]),
-                               ("MpiCollectiveBegin", []),
-                               ("MpiCollectiveEnd", [CollectiveOp, CommRef, ctypes.c_uint32,
-                                                     ctypes.c_uint64, ctypes.c_uint64])):
+            for name, rest in (
+                ("Enter", [RegionRef]),
+                ("Leave", [RegionRef]),
+                ("MpiCollectiveBegin", []),
+                (
+                    "MpiCollectiveEnd",
+                    [CollectiveOp, CommRef, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint64],
+                ),
+            ):
                 function = getattr(_otf2.conf.lib, f"OTF2_EvtWriter_{name}")
                 function.argtypes = head + rest
                 function.restype = ErrorCode
@@ -204,8 +230,7 @@ class _Records:
         self._counted(time)
 
     def mpi_collective_end(self, time: int, op, comm, root: int, sent: int, received: int):
-        self.c["MpiCollectiveEnd"](self.handle, None, time, op, comm._ref, root, sent,
-                                   received)
+        self.c["MpiCollectiveEnd"](self.handle, None, time, op, comm._ref, root, sent, received)
         self._counted(time)
 
     def __enter__(self):
@@ -232,8 +257,9 @@ def _write_master(writer, part: dict, regions: dict, epoch_attr, step_attr) -> N
     """Enter/Leave records of the phases, nested in their steps."""
     offset = part["offset_ns"]
     spans = [(start, end, STEP, epoch, step) for epoch, step, start, end in part["steps"]]
-    spans += [(start, end, phase, epoch, step)
-              for phase, epoch, step, start, end in part["intervals"]]
+    spans += [
+        (start, end, phase, epoch, step) for phase, epoch, step, start, end in part["intervals"]
+    ]
     # Outer spans first at equal starts, so that a step encloses its first phase.
     spans.sort(key=lambda s: (s[0], -s[1], s[2] != STEP))
     open_spans: list[tuple] = []
@@ -244,8 +270,11 @@ def _write_master(writer, part: dict, regions: dict, epoch_attr, step_attr) -> N
         if open_spans and open_spans[-1][1] == STEP:
             writer.enter(start + offset, regions[name])  # its step's, read from the step
         else:
-            writer.enter(start + offset, regions[name],
-                         attributes={epoch_attr: int(epoch), step_attr: int(step)})
+            writer.enter(
+                start + offset,
+                regions[name],
+                attributes={epoch_attr: int(epoch), step_attr: int(step)},
+            )
         open_spans.append((end, name))
     while open_spans:
         closing_end, closing_name = open_spans.pop()
@@ -266,8 +295,9 @@ def _write_collectives(trace, defs, group, part, region, comm, CollectiveOp) -> 
         lanes[lane] = (writer, end)
         writer.enter(start + offset, region)
         writer.mpi_collective_begin(start + offset)
-        writer.mpi_collective_end(end + offset, getattr(CollectiveOp, op.upper()), comm,
-                                  0xFFFFFFFF, nbytes, nbytes)
+        writer.mpi_collective_end(
+            end + offset, getattr(CollectiveOp, op.upper()), comm, 0xFFFFFFFF, nbytes, nbytes
+        )
         writer.leave(end + offset, region)
     for writer, _ in lanes:
         writer.__exit__()

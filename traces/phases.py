@@ -12,6 +12,7 @@ handed to collectives during the step (what the adapter reports through
 :meth:`PhaseRecorder.collective` or :meth:`PhaseRecorder.count_bytes`),
 left empty in the table by adapters that cannot see their buffers.
 """
+
 from __future__ import annotations
 
 import csv
@@ -19,8 +20,17 @@ import threading
 import time
 from pathlib import Path
 
-PHASES = ("init", "data_load", "h2d", "forward", "backward", "grad_comm",
-          "optimizer", "eval", "other")
+PHASES = (
+    "init",
+    "data_load",
+    "h2d",
+    "forward",
+    "backward",
+    "grad_comm",
+    "optimizer",
+    "eval",
+    "other",
+)
 STEP_PHASES = ("data_load", "h2d", "forward", "backward", "grad_comm", "optimizer")
 # The region that encloses one training step's phases in traces and in the
 # phase table (phase column "step"); it is not a phase of its own.
@@ -33,6 +43,7 @@ class Sink:
 
     Times are ``time.perf_counter_ns()`` values of the process that records.
     """
+
     def interval(self, phase: str, epoch: int, step: int, start_ns: int, end_ns: int) -> None:
         raise NotImplementedError
 
@@ -50,6 +61,7 @@ class Sink:
 class LiveRegions:
     """Told as each phase opens and closes, for tools that time regions
     themselves (Score-P user regions, PyTorch profiler annotations)."""
+
     def begin(self, name: str) -> None:
         raise NotImplementedError
 
@@ -60,7 +72,7 @@ class LiveRegions:
 class _Span:
     __slots__ = ("recorder", "index", "start")
 
-    def __init__(self, recorder: "PhaseRecorder", index: int):
+    def __init__(self, recorder: PhaseRecorder, index: int):
         self.recorder, self.index = recorder, index
 
     def __enter__(self):
@@ -128,8 +140,9 @@ class PhaseRecorder:
         for live in self.live:
             live.end(STEP)
         comm_bytes = self._comm_bytes if self.measures_bytes else ""
-        self.steps.append((self.epoch, self.step, self._step_start, end, *self._current,
-                           comm_bytes))
+        self.steps.append(
+            (self.epoch, self.step, self._step_start, end, *self._current, comm_bytes)
+        )
         self._in_step = False
         for sink in self.sinks:
             sink.step(self.epoch, self.step, self._step_start, end)
@@ -156,15 +169,17 @@ class PhaseRecorder:
         else:
             self.intervals.append((PHASES[index], self.epoch, start, end))
         for sink in self.sinks:
-            sink.interval(PHASES[index], self.epoch, self.step if self._in_step else -1,
-                          start, end)
+            sink.interval(PHASES[index], self.epoch, self.step if self._in_step else -1, start, end)
 
     def write(self, folder: Path, rank: int) -> None:
         """``steps.rank<r>.tsv`` (one row per step) and ``intervals.rank<r>.tsv``."""
         with open(folder / f"steps.rank{rank}.tsv", "w", newline="") as f:
             out = csv.writer(f, delimiter="\t")
-            out.writerow(["epoch", "step", "start_ns", "end_ns"] + [f"{p}_ns" for p in PHASES]
-                         + ["comm_bytes"])
+            out.writerow(
+                ["epoch", "step", "start_ns", "end_ns"]
+                + [f"{p}_ns" for p in PHASES]
+                + ["comm_bytes"]
+            )
             out.writerows(self.steps)
         with open(folder / f"intervals.rank{rank}.tsv", "w", newline="") as f:
             out = csv.writer(f, delimiter="\t")

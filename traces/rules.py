@@ -1,4 +1,5 @@
 """Region name -> phase through the versioned rules file ``traces/rules.yaml``."""
+
 from __future__ import annotations
 
 import re
@@ -40,9 +41,14 @@ class PhaseRules:
         key = (region, source)
         found = self._cache.get(key)
         if found is None:
-            found = next(((r.phase, r.collective) for r in self.rules
-                          if (r.sources is None or source in r.sources)
-                          and r.pattern.search(region)), (None, None))
+            found = next(
+                (
+                    (r.phase, r.collective)
+                    for r in self.rules
+                    if (r.sources is None or source in r.sources) and r.pattern.search(region)
+                ),
+                (None, None),
+            )
             self._cache[key] = found
         return found
 
@@ -52,8 +58,11 @@ def _load(path: Path) -> dict:
         doc = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise RulesError(f"{path}: cannot read the phase rules: {exc}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("version"), int) \
-            or not isinstance(doc.get("rules"), list):
+    if (
+        not isinstance(doc, dict)
+        or not isinstance(doc.get("version"), int)
+        or not isinstance(doc.get("rules"), list)
+    ):
         raise RulesError(f"{path}: expected 'version: <integer>' and 'rules: [...]'")
     return doc
 
@@ -63,16 +72,19 @@ def _rule(path: Path, index: int, entry) -> Rule:
     if not isinstance(entry, dict) or "pattern" not in entry or "phase" not in entry:
         raise RulesError(f"{where}: each rule needs 'pattern' and 'phase'")
     if entry["phase"] not in (*PHASES, STEP):
-        raise RulesError(f"{where}: unknown phase {entry['phase']!r} "
-                         f"(allowed: {', '.join((*PHASES, STEP))})")
+        raise RulesError(
+            f"{where}: unknown phase {entry['phase']!r} (allowed: {', '.join((*PHASES, STEP))})"
+        )
     sources = entry.get("sources")
     if sources is not None:
         from traces.readers import names  # the registered readers (they import this module)
+
         if not isinstance(sources, list) or set(sources) - set(names()):
             raise RulesError(f"{where}: 'sources' must be a list of {', '.join(names())}")
     try:
         pattern = re.compile(entry["pattern"])
     except re.error as exc:
         raise RulesError(f"{where}: bad pattern {entry['pattern']!r}: {exc}") from None
-    return Rule(pattern, entry["phase"], entry.get("collective"),
-                tuple(sources) if sources else None)
+    return Rule(
+        pattern, entry["phase"], entry.get("collective"), tuple(sources) if sources else None
+    )

@@ -21,6 +21,7 @@ Columns (schema version in the Parquet metadata, key ``ddlcompare.schema_version
   every record nested in it, so that the kernel of an all-reduce finds its
   instance; null elsewhere.
 """
+
 from __future__ import annotations
 
 import re
@@ -35,14 +36,27 @@ from traces.phases import PHASES, STEP, STEP_PHASES
 from traces.rules import PhaseRules
 
 SCHEMA_VERSION = 2
-SCHEMA = pa.schema([
-    ("run_id", pa.string()), ("rank", pa.int32()), ("node", pa.string()),
-    ("location", pa.string()), ("step", pa.int64()), ("epoch", pa.int64()),
-    ("phase", pa.string()), ("region", pa.string()), ("start_ns", pa.int64()),
-    ("end_ns", pa.int64()), ("dur_ns", pa.int64()), ("depth", pa.int32()),
-    ("parent", pa.string()), ("collective", pa.string()), ("bytes", pa.int64()),
-    ("source", pa.string()), ("op_id", pa.int64()),
-])
+SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int32()),
+        ("node", pa.string()),
+        ("location", pa.string()),
+        ("step", pa.int64()),
+        ("epoch", pa.int64()),
+        ("phase", pa.string()),
+        ("region", pa.string()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("dur_ns", pa.int64()),
+        ("depth", pa.int32()),
+        ("parent", pa.string()),
+        ("collective", pa.string()),
+        ("bytes", pa.int64()),
+        ("source", pa.string()),
+        ("op_id", pa.int64()),
+    ]
+)
 COLUMNS = tuple(SCHEMA.names)
 META_VERSION = b"ddlcompare.schema_version"
 
@@ -54,15 +68,42 @@ class Rows:
     the interval it runs in (None at top level), so that unmatched regions can
     take their parent's phase and step."""
 
-    FIELDS = ("rank", "node", "location", "step", "epoch", "region", "start_ns", "end_ns",
-              "depth", "collective", "bytes", "row_id", "parent_id")
+    FIELDS = (
+        "rank",
+        "node",
+        "location",
+        "step",
+        "epoch",
+        "region",
+        "start_ns",
+        "end_ns",
+        "depth",
+        "collective",
+        "bytes",
+        "row_id",
+        "parent_id",
+    )
 
     def __init__(self):
         for name in self.FIELDS:
             setattr(self, name, [])
 
-    def add(self, rank, node, location, region, start_ns, end_ns, depth, row_id, parent_id,
-            step=None, epoch=None, collective=None, nbytes=None) -> None:
+    def add(
+        self,
+        rank,
+        node,
+        location,
+        region,
+        start_ns,
+        end_ns,
+        depth,
+        row_id,
+        parent_id,
+        step=None,
+        epoch=None,
+        collective=None,
+        nbytes=None,
+    ) -> None:
         self.rank.append(rank)
         self.node.append(node)
         self.location.append(location)
@@ -115,18 +156,29 @@ class Columns:
     bytes: np.ndarray
 
     @classmethod
-    def of_rows(cls, rows: Rows) -> "Columns":
+    def of_rows(cls, rows: Rows) -> Columns:
         node, node_names = _codes(rows.node)
         location, location_names = _codes(rows.location)
         region, region_names = _codes(rows.region)
         collective, collective_names = _codes(rows.collective)
-        return cls(np.asarray(rows.rank, dtype=np.int64), node, node_names, location,
-                   location_names, region, region_names,
-                   np.asarray(rows.start_ns, dtype=np.int64),
-                   np.asarray(rows.end_ns, dtype=np.int64),
-                   np.asarray(rows.depth, dtype=np.int64),
-                   _parent_rows(rows.row_id, rows.parent_id), _nullable(rows.step),
-                   _nullable(rows.epoch), collective, collective_names, _nullable(rows.bytes))
+        return cls(
+            np.asarray(rows.rank, dtype=np.int64),
+            node,
+            node_names,
+            location,
+            location_names,
+            region,
+            region_names,
+            np.asarray(rows.start_ns, dtype=np.int64),
+            np.asarray(rows.end_ns, dtype=np.int64),
+            np.asarray(rows.depth, dtype=np.int64),
+            _parent_rows(rows.row_id, rows.parent_id),
+            _nullable(rows.step),
+            _nullable(rows.epoch),
+            collective,
+            collective_names,
+            _nullable(rows.bytes),
+        )
 
 
 def _codes(values: list) -> tuple[np.ndarray, list]:
@@ -162,8 +214,14 @@ _PHASE = {name: code for code, name in enumerate(_PHASE_NAMES)}
 PHASE_CODE = _PHASE  # phase name -> its code in finish_columns' phase array
 
 
-def finish_columns(c: Columns, rules: PhaseRules, source: str, run_id: str = "",
-                   metadata: dict | None = None, place=None) -> pa.Table:
+def finish_columns(
+    c: Columns,
+    rules: PhaseRules,
+    source: str,
+    run_id: str = "",
+    metadata: dict | None = None,
+    place=None,
+) -> pa.Table:
     """Phases from the rules, then step and epoch: from the trace, from the
     enclosing interval, or from the step interval the row starts in.
     ``place(c, phase, is_step)``: a reader's own way to give phases (codes of
@@ -190,8 +248,9 @@ def finish_columns(c: Columns, rules: PhaseRules, source: str, run_id: str = "",
     for _, name in matched:
         if name and name not in collective_names:
             collective_names.append(name)
-    region_collective = np.array([collective_names.index(m) if m else -1 for _, m in matched],
-                                 dtype=np.int32)
+    region_collective = np.array(
+        [collective_names.index(m) if m else -1 for _, m in matched], dtype=np.int32
+    )
     collective = np.where(c.collective >= 0, c.collective, region_collective[c.region])
     op_id = _collective_instances(c, collective, levels)
 
@@ -217,21 +276,29 @@ def finish_columns(c: Columns, rules: PhaseRules, source: str, run_id: str = "",
     columns["collective"] = _strings(collective_names, collective)
     del collective
     c.collective = None
-    columns.update({
-        "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n),
-        "rank": pa.array(c.rank.astype(np.int32, copy=False)),
-        "step": _integers(step), "epoch": _integers(epoch),
-        "start_ns": pa.array(c.start_ns), "end_ns": pa.array(c.end_ns),
-        "dur_ns": pa.array(c.end_ns - c.start_ns),
-        "depth": pa.array(c.depth.astype(np.int32, copy=False)),
-        "bytes": _integers(c.bytes),
-        "source": pa.repeat(pa.scalar(source, pa.string()), n),
-        "op_id": _integers(op_id),
-    })
+    columns.update(
+        {
+            "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n),
+            "rank": pa.array(c.rank.astype(np.int32, copy=False)),
+            "step": _integers(step),
+            "epoch": _integers(epoch),
+            "start_ns": pa.array(c.start_ns),
+            "end_ns": pa.array(c.end_ns),
+            "dur_ns": pa.array(c.end_ns - c.start_ns),
+            "depth": pa.array(c.depth.astype(np.int32, copy=False)),
+            "bytes": _integers(c.bytes),
+            "source": pa.repeat(pa.scalar(source, pa.string()), n),
+            "op_id": _integers(op_id),
+        }
+    )
     table = pa.Table.from_arrays([columns[name] for name in COLUMNS], schema=SCHEMA)
-    return table.replace_schema_metadata({META_VERSION: str(SCHEMA_VERSION).encode(),
-                                          b"ddlcompare.rules_version": str(rules.version).encode(),
-                                          **(metadata or {})})
+    return table.replace_schema_metadata(
+        {
+            META_VERSION: str(SCHEMA_VERSION).encode(),
+            b"ddlcompare.rules_version": str(rules.version).encode(),
+            **(metadata or {}),
+        }
+    )
 
 
 def _collective_instances(c: Columns, collective: np.ndarray, levels: list) -> np.ndarray:
@@ -247,8 +314,11 @@ def _collective_instances(c: Columns, collective: np.ndarray, levels: list) -> n
     # Numbered by time (then place), not by row, so that the id does not
     # depend on the order a reader found the rows in.
     instances = np.flatnonzero(collective >= 0)
-    order = instances[np.lexsort((c.region[instances], c.location[instances],
-                                  c.end_ns[instances], c.start_ns[instances]))]
+    order = instances[
+        np.lexsort(
+            (c.region[instances], c.location[instances], c.end_ns[instances], c.start_ns[instances])
+        )
+    ]
     number = np.full(len(top), NULL, dtype=np.int64)
     number[order] = np.arange(order.size)
     op_id = np.where(top >= 0, number[np.maximum(top, 0)], NULL)
@@ -295,22 +365,31 @@ def _number_steps(c: Columns, is_step: np.ndarray, step: np.ndarray) -> None:
         return
     names = pd.Series(np.asarray(c.region_names, dtype=object)[c.region[rows]])
     from_name = names.str.extract(_STEP_NUMBER, expand=False)
-    frame = pd.DataFrame({"rank": c.rank[rows], "location": c.location[rows],
-                          "start": c.start_ns[rows]})
+    frame = pd.DataFrame(
+        {"rank": c.rank[rows], "location": c.location[rows], "start": c.start_ns[rows]}
+    )
     order = frame.sort_values("start", kind="stable").groupby(["rank", "location"]).cumcount()
-    step[rows] = np.where(from_name.notna(), from_name.astype("float").fillna(-1),
-                          order.sort_index()).astype(np.int64)
+    step[rows] = np.where(
+        from_name.notna(), from_name.astype("float").fillna(-1), order.sort_index()
+    ).astype(np.int64)
 
 
-def _step_windows(c: Columns, phase: np.ndarray, step: np.ndarray,
-                  epoch: np.ndarray) -> pd.DataFrame:
+def _step_windows(
+    c: Columns, phase: np.ndarray, step: np.ndarray, epoch: np.ndarray
+) -> pd.DataFrame:
     """(rank, start, end, step, epoch) of every step: the step intervals, or
     where a rank has none (Score-P user regions), each run of step phases
     from one data_load to the next."""
     is_step = phase == _PHASE[STEP]
-    windows = pd.DataFrame({"rank": c.rank[is_step], "start": c.start_ns[is_step],
-                            "end": c.end_ns[is_step], "step": step[is_step],
-                            "epoch": epoch[is_step]})
+    windows = pd.DataFrame(
+        {
+            "rank": c.rank[is_step],
+            "start": c.start_ns[is_step],
+            "end": c.end_ns[is_step],
+            "step": step[is_step],
+            "epoch": epoch[is_step],
+        }
+    )
     ranks_without = set(pd.unique(c.rank)) - set(windows["rank"])
     step_phases = [_PHASE[p] for p in STEP_PHASES]
     inferred = []
@@ -318,11 +397,15 @@ def _step_windows(c: Columns, phase: np.ndarray, step: np.ndarray,
     outermost = (c.parent_row < 0) | (phase[np.maximum(c.parent_row, 0)] != phase)
     for rank in sorted(ranks_without):
         rows = np.flatnonzero((c.rank == rank) & np.isin(phase, step_phases) & outermost)
-        mine = pd.DataFrame({
-            "phase": np.asarray(_PHASE_NAMES, dtype=object)[phase[rows]],
-            "region": np.asarray(c.region_names, dtype=object)[c.region[rows]],
-            "location": c.location[rows], "start_ns": c.start_ns[rows],
-            "end_ns": c.end_ns[rows]})
+        mine = pd.DataFrame(
+            {
+                "phase": np.asarray(_PHASE_NAMES, dtype=object)[phase[rows]],
+                "region": np.asarray(c.region_names, dtype=object)[c.region[rows]],
+                "location": c.location[rows],
+                "start_ns": c.start_ns[rows],
+                "end_ns": c.end_ns[rows],
+            }
+        )
         loads = mine[mine["phase"] == "data_load"].sort_values("start_ns", kind="stable")
         if loads.empty:
             continue
@@ -331,15 +414,22 @@ def _step_windows(c: Columns, phase: np.ndarray, step: np.ndarray,
         name = loads["region"].iloc[0]
         top = mine[mine["location"] == loads["location"].iloc[0]]
         if name.endswith("data_load"):
-            top = top[top["region"] == name[:-len("data_load")] + top["phase"]]
+            top = top[top["region"] == name[: -len("data_load")] + top["phase"]]
         top = top.sort_values("start_ns", kind="stable")
         number = (top["phase"] == "data_load").cumsum() - 1
         top = top[number >= 0]
         grouped = top.groupby(number[number >= 0])
-        inferred.append(pd.DataFrame({"rank": rank, "start": grouped["start_ns"].min(),
-                                      "end": grouped["end_ns"].max(),
-                                      "step": grouped["start_ns"].min().index.astype(np.int64),
-                                      "epoch": NULL}))
+        inferred.append(
+            pd.DataFrame(
+                {
+                    "rank": rank,
+                    "start": grouped["start_ns"].min(),
+                    "end": grouped["end_ns"].max(),
+                    "step": grouped["start_ns"].min().index.astype(np.int64),
+                    "epoch": NULL,
+                }
+            )
+        )
     found = set(windows["rank"]).union(*(set(w["rank"]) for w in inferred))
     for rank in sorted(set(pd.unique(c.rank)) - found):
         inferred.append(_optimizer_windows(c, phase, rank))
@@ -362,8 +452,15 @@ def _optimizer_windows(c: Columns, phase: np.ndarray, rank) -> pd.DataFrame:
     top = top[np.argsort(c.start_ns[top], kind="stable")]
     ends = c.end_ns[top]
     starts = np.r_[c.start_ns[mine].min(), ends[:-1]]
-    return pd.DataFrame({"rank": rank, "start": starts, "end": ends,
-                         "step": np.arange(top.size, dtype=np.int64), "epoch": NULL})
+    return pd.DataFrame(
+        {
+            "rank": rank,
+            "start": starts,
+            "end": ends,
+            "step": np.arange(top.size, dtype=np.int64),
+            "epoch": NULL,
+        }
+    )
 
 
 def _steps_by_time(c: Columns, phase: np.ndarray, step: np.ndarray, epoch: np.ndarray) -> None:

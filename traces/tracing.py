@@ -7,6 +7,7 @@ Framework-neutral: every family's loop makes its recorder with
 With ``tracer: none`` nothing is attached and a phase costs the recorder's
 bookkeeping alone.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,6 +21,7 @@ class ScorepRegions(LiveRegions):
 
     def __init__(self):
         import scorep.user
+
         self.user = scorep.user
 
     def begin(self, name: str) -> None:
@@ -42,4 +44,5 @@ def attach(recorder: PhaseRecorder, config: dict, run_dir: Path, rank: int, worl
     """Sinks that need the rank (our OTF2 tracer), once ``init`` is over."""
     if config.get("tracer", "none") == "otf2":
         from traces.otf2_writer import Otf2Sink
+
         recorder.attach([Otf2Sink(run_dir, rank, world, config.get("run_id", ""))])

@@ -35,13 +35,13 @@ rule collect:
         phases=update(TABLES / "phases.parquet"),
     log:
         TABLES / "logs" / "collect.log",
+    conda:
+        "../envs/torch.yaml"
     params:
         python=PYTHON,
         design=DESIGN_FILE,
         results=RESULTS,
         tables=TABLES,
-    conda:
-        "../envs/torch.yaml"
     shell:
         "{params.python:q} -m ddlcompare.cli collect --design {params.design:q}"
         " --results {params.results:q} --out {params.tables:q} > {log:q} 2>&1"
@@ -59,16 +59,17 @@ rule figures:
         timeline=report(TABLES / "figures" / "timeline.png", category="Phases"),
         waterfall=report(TABLES / "figures" / "waterfall.png", category="Scaling"),
         accuracy=report(TABLES / "figures" / "accuracy.png", category="Accuracy"),
-        time_to_accuracy=report(TABLES / "figures" / "time_to_accuracy.png",
-                                category="Accuracy"),
+        time_to_accuracy=report(
+            TABLES / "figures" / "time_to_accuracy.png", category="Accuracy"
+        ),
         energy=report(TABLES / "figures" / "energy.png", category="Energy"),
     log:
         TABLES / "logs" / "figures.log",
+    conda:
+        "../envs/torch.yaml"
     params:
         python=PYTHON,
         tables=TABLES,
-    conda:
-        "../envs/torch.yaml"
     shell:
         "{params.python:q} -m analysis.figures {params.tables:q} > {log:q} 2>&1"
 
@@ -78,10 +79,10 @@ rule model_gate:
         TABLES / "model_gate.json",
     log:
         TABLES / "logs" / "model_gate.log",
-    params:
-        python=PYTHON,
     conda:
         "../envs/torch.yaml"
+    params:
+        python=PYTHON,
     shell:
         "{params.python:q} -m ddlcompare.model_gate --out {output:q} > {log:q} 2>&1"
 
@@ -93,21 +94,23 @@ rule import_traces:
         TABLES / "imported.parquet",
     log:
         TABLES / "logs" / "import_traces.log",
-    params:
-        python=PYTHON,
     conda:
         "../envs/torch.yaml"
+    params:
+        python=PYTHON,
     shell:
         "{params.python:q} -m traces.convert {input:q} -o {output:q} --keep-going > {log:q} 2>&1"
 
 
 rule probe:
-    wildcard_constraints:
-        name=r"probe-[^/]+",
     output:
         TABLES / "probe" / "{name}.json",
     log:
         TABLES / "logs" / "{name}.log",
+    wildcard_constraints:
+        name=r"probe-[^/]+",
+    conda:
+        "../envs/torch.yaml"
     resources:
         benchmark_slot=1,  # not while a run measures
         nodes=lambda wc: ws.job_resources(PROBES[wc.name])["nodes"],
@@ -118,8 +121,6 @@ rule probe:
     params:
         python=PYTHON,
         options=lambda wc: probe.arguments(PROBES[wc.name]),
-    conda:
-        "../envs/torch.yaml"
     shell:
         "{params.python:q} -m ddlcompare.probe {params.options} --out {output:q}"
         " > {log:q} 2>&1"
@@ -139,11 +140,11 @@ rule timeline:
         TABLES / "timeline.json",
     log:
         TABLES / "logs" / "timeline.log",
+    conda:
+        "../envs/torch.yaml"
     params:
         python=PYTHON,
         runs=[RESULTS / r.path for r in LARGEST.values()],
-    conda:
-        "../envs/torch.yaml"
     shell:
         "{params.python:q} -m ddlcompare.cli timeline {params.runs:q} -o {output:q} --keep-going"
         " > {log:q} 2>&1"
@@ -161,12 +162,12 @@ rule report:
         REPORT,
     log:
         TABLES / "logs" / "report.log",
+    conda:
+        "../envs/torch.yaml"
     params:
         python=PYTHON,
         design=DESIGN_FILE,
         tables=TABLES,
-    conda:
-        "../envs/torch.yaml"
     shell:
         "{params.python:q} -m ddlcompare.cli report --design {params.design:q}"
         " --tables {params.tables:q} --out {output:q} > {log:q} 2>&1"

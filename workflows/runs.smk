@@ -12,10 +12,8 @@ rule run:
         RESULTS / "{path}" / "done.json",
     log:
         RESULTS / "{path}" / "runner.log",
-    params:
-        python=PYTHON,
-        design=DESIGN_FILE,
-        results=RESULTS,
+    conda:
+        "../envs/torch.yaml"
     resources:
         # Runs take the machine one at a time locally, so that no two
         # measurements share its cores; cluster profiles ignore this.
@@ -23,7 +21,9 @@ rule run:
         # What each run's job asks a cluster for (ws.job_resources explains);
         # partition, account and the like come from the cluster's profile.
         nodes=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["nodes"],
-        tasks_per_node=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["tasks_per_node"],
+        tasks_per_node=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])[
+            "tasks_per_node"
+        ],
         tasks=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["tasks"],
         mpi=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["mpi"],
         cpus_per_task=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["cpus_per_task"],
@@ -32,8 +32,10 @@ rule run:
         gpus_per_node=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["gpus_per_node"],
         gres=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["gres"],
         tasks_per_gpu=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["tasks_per_gpu"],
-    conda:
-        "../envs/torch.yaml"
+    params:
+        python=PYTHON,
+        design=DESIGN_FILE,
+        results=RESULTS,
     shell:
         "{params.python:q} -m ddlcompare.cli run-one --design {params.design:q}"
         " --results {params.results:q} --path {wildcards.path:q} > {log:q} 2>&1"

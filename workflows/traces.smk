@@ -17,11 +17,11 @@ rule phases:
         RESULTS / "{path}" / "phases.parquet",
     log:
         RESULTS / "{path}" / "phases.log",
+    conda:
+        "../envs/torch.yaml"
     params:
         python=PYTHON,
         run_dir=lambda wc: RESULTS / wc.path,
-    conda:
-        "../envs/torch.yaml"
     shell:
         "{params.python:q} -m traces.convert {params.run_dir:q} -o {output:q} --keep-going"
         " > {log:q} 2>&1"

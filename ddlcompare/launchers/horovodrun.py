@@ -1,4 +1,5 @@
 """horovodrun: Horovod's launcher, with Gloo or MPI as its controller."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,12 +7,19 @@ from pathlib import Path
 from ddlcompare.launch import base_env, python, ssh_path, tracing_env, worker_argv, launcher
 from ddlcompare.schedulers import Host, Scheduler
 
+
 @launcher("horovodrun")
 def horovodrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: Scheduler):
     world = sum(h.slots for h in hosts)
     host_arg = ",".join(f"{h.name}:{h.slots}" for h in hosts)
-    argv = [str(Path(python(config)).parent / "horovodrun"), "-np", str(world), "-H", host_arg,
-            f"--{config['horovod_controller']}"]
+    argv = [
+        str(Path(python(config)).parent / "horovodrun"),
+        "-np",
+        str(world),
+        "-H",
+        host_arg,
+        f"--{config['horovod_controller']}",
+    ]
     env = base_env(config)
     if scheduler.rsh_agent and config["horovod_controller"] == "mpi":
         argv += [f"--mpi-args=--mca plm_rsh_agent {scheduler.rsh_agent}"]

@@ -1,4 +1,5 @@
 """lbann-driver: one driver here; LBANN's lbann.run starts the ranks."""
+
 from __future__ import annotations
 
 import json
@@ -18,6 +19,5 @@ def lbann_driver(hosts: list[Host], config: dict, run_dir: Path, scheduler: Sche
     mpiexec with the OAR node file) starts the ranks on the hosts, as the
     scheduler's ``lbann_run_args`` (handed over as JSON) say."""
     refuse_untraceable(config)
-    env = {**base_env(config),
-           LBANN_RUN_ARGS: json.dumps(scheduler.lbann_run_args(os.environ))}
+    env = {**base_env(config), LBANN_RUN_ARGS: json.dumps(scheduler.lbann_run_args(os.environ))}
     return worker_argv(config, run_dir), env

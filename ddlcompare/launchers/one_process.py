@@ -1,10 +1,12 @@
 """one-process: one process that drives every local device itself."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from ddlcompare.launch import base_env, worker_argv, launcher
 from ddlcompare.schedulers import Host, Scheduler
+
 
 @launcher("one-process")
 def one_process(hosts: list[Host], config: dict, run_dir: Path, scheduler: Scheduler):

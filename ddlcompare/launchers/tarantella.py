@@ -1,4 +1,5 @@
 """tarantella: Tarantella's own launcher (gaspi_run underneath)."""
+
 from __future__ import annotations
 
 import os
@@ -18,9 +19,11 @@ def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: Schedu
     refuse_untraceable(config)
     executable = Path(python(config)).parent / "tarantella"
     if not executable.exists():
-        raise RuntimeError(f"{executable} not found: build the 'tarantella' environment "
-                           "with 'bash envs/build-tarantella.sh' (notes: envs/tarantella.md) "
-                           "or set DDLC_VENV_TARANTELLA")
+        raise RuntimeError(
+            f"{executable} not found: build the 'tarantella' environment "
+            "with 'bash envs/build-tarantella.sh' (notes: envs/tarantella.md) "
+            "or set DDLC_VENV_TARANTELLA"
+        )
     env = base_env(config)
     argv = [str(executable)]
     if len(hosts) == 1:

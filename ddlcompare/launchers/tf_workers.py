@@ -1,4 +1,5 @@
 """tf-workers: one process per rank, each with its own TF_CONFIG (tf-mwms)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,9 +26,20 @@ def tf_workers(hosts: list[Host], config: dict, run_dir: Path, scheduler: Schedu
     (ddlcompare.spawn) started by the per-node starter on several nodes.
     Locally the ports are whichever are free, so that runs never collide."""
     per_node = hosts[0].slots
-    workers = ([f"localhost:{port}" for port in free_ports(per_node)]
-               if scheduler.this_host else tf_worker_addresses(hosts))
-    spawn = [python(config), "-m", "ddlcompare.spawn", "--per-node", str(per_node),
-             "--workers", ",".join(workers), "--"] + worker_argv(config, run_dir)
+    workers = (
+        [f"localhost:{port}" for port in free_ports(per_node)]
+        if scheduler.this_host
+        else tf_worker_addresses(hosts)
+    )
+    spawn = [
+        python(config),
+        "-m",
+        "ddlcompare.spawn",
+        "--per-node",
+        str(per_node),
+        "--workers",
+        ",".join(workers),
+        "--",
+    ] + worker_argv(config, run_dir)
     starter = scheduler.per_node_starter(hosts) if len(hosts) > 1 else []
     return starter + spawn, {**base_env(config), **tracing_env(config, run_dir)}

@@ -1,4 +1,5 @@
 """torchrun: one per node, one rendezvous at the first host (torch-ddp)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,9 +18,13 @@ def torchrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: Schedule
     run = [python(config), "-m", "torch.distributed.run"]
     env = {**base_env(config), **tracing_env(config, run_dir)}
     if len(hosts) == 1:
-        return run + ["--standalone", "--nnodes=1", f"--nproc_per_node={per_node}",
-                      *worker], env
-    rendezvous = [f"--nnodes={len(hosts)}", f"--nproc_per_node={per_node}",
-                  "--rdzv_backend=c10d", f"--rdzv_endpoint={hosts[0].name}:{TORCHRUN_PORT}",
-                  f"--rdzv_id={config['run_id']}", *worker]
+        return run + ["--standalone", "--nnodes=1", f"--nproc_per_node={per_node}", *worker], env
+    rendezvous = [
+        f"--nnodes={len(hosts)}",
+        f"--nproc_per_node={per_node}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={hosts[0].name}:{TORCHRUN_PORT}",
+        f"--rdzv_id={config['run_id']}",
+        *worker,
+    ]
     return scheduler.per_node_starter(hosts) + run + rendezvous, env

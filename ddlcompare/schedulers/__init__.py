@@ -6,11 +6,12 @@ ReFrame's reframe/core/schedulers/). Launchers ask the scheduler object;
 nothing compares scheduler names. A new scheduler is one file in this
 folder plus its name in ``BACKENDS``.
 """
+
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Mapping
+from collections.abc import Mapping
 
 # The backend modules (each registers the scheduler of the same name), in
 # detection order: the first whose ``detected`` holds is the one this job
@@ -31,12 +32,13 @@ class SchedulerError(RuntimeError):
 
 class Scheduler:
     """What the launchers need to know of where a job runs."""
+
     name = ""
-    rsh_agent: str | None = None   # the remote shell mpirun should use (plm_rsh_agent)
-    ssh_dir = None                 # a folder whose ``ssh`` reaches the nodes, for launchers
+    rsh_agent: str | None = None  # the remote shell mpirun should use (plm_rsh_agent)
+    ssh_dir = None  # a folder whose ``ssh`` reaches the nodes, for launchers
     #                                that cannot be told which remote shell to use
-    one_machine = False            # every node is this machine (no real network between them)
-    this_host = False              # every host is this machine itself: launchers pick free
+    one_machine = False  # every node is this machine (no real network between them)
+    this_host = False  # every host is this machine itself: launchers pick free
     #                                ports and reach it without a remote shell
 
     @staticmethod
@@ -52,8 +54,10 @@ class Scheduler:
         counts (cores, GPUs)."""
         names = self.host_names(env)
         if len(names) < nodes:
-            raise SchedulerError(f"the {self.name} allocation has {len(names)} host(s) "
-                                 f"({', '.join(names)}), the design asks for nodes={nodes}")
+            raise SchedulerError(
+                f"the {self.name} allocation has {len(names)} host(s) "
+                f"({', '.join(names)}), the design asks for nodes={nodes}"
+            )
         return [Host(n, procs_per_node) for n in names[:nodes]]
 
     def per_node_starter(self, hosts: list[Host]) -> list[str]:
@@ -90,10 +94,12 @@ def get(name: str | Scheduler) -> Scheduler:
     return REGISTRY[name]()
 
 
-def detect(nodes: int, procs_per_node: int,
-           env: Mapping[str, str] | None = None) -> tuple[Scheduler, list[Host]]:
+def detect(
+    nodes: int, procs_per_node: int, env: Mapping[str, str] | None = None
+) -> tuple[Scheduler, list[Host]]:
     """The scheduler this job runs under and the hosts it was given."""
     import os
+
     env = os.environ if env is None else env
     _load_backends()
     for name in BACKENDS:

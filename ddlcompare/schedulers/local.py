@@ -1,4 +1,5 @@
 """No scheduler: every node of the design is this machine."""
+
 from __future__ import annotations
 
 from ddlcompare.schedulers import Host, Scheduler, register
@@ -23,5 +24,7 @@ class Local(Scheduler):
         # Root and oversubscription are normal in containers and on small
         # test machines (as base_env allows for the other launchers).
         args = super().lbann_run_args(env)
-        return {**args, "launcher_args": args["launcher_args"]
-                + ["--oversubscribe", "--allow-run-as-root"]}
+        return {
+            **args,
+            "launcher_args": args["launcher_args"] + ["--oversubscribe", "--allow-run-as-root"],
+        }

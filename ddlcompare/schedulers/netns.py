@@ -1,6 +1,7 @@
 """The emulated network of ddlcompare/netem.py: its nodes are network
 namespaces of this machine, named by their addresses, reached through the
 ``netns_as_ssh`` shim."""
+
 from __future__ import annotations
 
 from ddlcompare import netem

@@ -1,4 +1,5 @@
 """OAR (Grid'5000): $OAR_NODEFILE; nodes are reached with oarsh."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,8 +23,11 @@ class Oar(Scheduler):
 
     def lbann_run_args(self, env) -> dict:
         args = super().lbann_run_args(env)
-        return {**args, "launcher_args": args["launcher_args"]
-                + ["--hostfile", env["OAR_NODEFILE"], "--mca", "plm_rsh_agent", "oarsh"]}
+        return {
+            **args,
+            "launcher_args": args["launcher_args"]
+            + ["--hostfile", env["OAR_NODEFILE"], "--mca", "plm_rsh_agent", "oarsh"],
+        }
 
 
 def distinct_hosts(nodefile_text: str) -> list[str]:

@@ -1,4 +1,5 @@
 """Slurm: the job's node list; srun starts one process per node."""
+
 from __future__ import annotations
 
 import re
@@ -28,8 +29,14 @@ class Slurm(Scheduler):
         # --overlap: the run may itself be inside a one-task step holding the
         # CPUs (see workflow_support.job_resources); explicit counts override
         # the SLURM_NTASKS and the like that such a step leaves behind.
-        return ["srun", "--overlap", f"--nodes={len(hosts)}", f"--ntasks={len(hosts)}",
-                "--ntasks-per-node=1", f"--nodelist={','.join(h.name for h in hosts)}"]
+        return [
+            "srun",
+            "--overlap",
+            f"--nodes={len(hosts)}",
+            f"--ntasks={len(hosts)}",
+            "--ntasks-per-node=1",
+            f"--nodelist={','.join(h.name for h in hosts)}",
+        ]
 
     def lbann_run_args(self, env) -> dict:
         return {"scheduler": "slurm"}
@@ -46,8 +53,13 @@ def expand(nodelist: str) -> list[str]:
 def job_nodelist(job_id: str) -> str:
     """The compressed node list of a running job (``NodeList=n[1-2]``)."""
     try:
-        out = subprocess.run(["scontrol", "show", "job", "--oneliner", job_id],
-                             capture_output=True, text=True, check=True, timeout=30).stdout
+        out = subprocess.run(
+            ["scontrol", "show", "job", "--oneliner", job_id],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         raise SchedulerError(f"Slurm job {job_id}: cannot read its node list ({exc})") from None
     found = re.search(r"(?:^|\s)NodeList=(\S+)", out)

@@ -9,6 +9,7 @@ then reads the trace.
 
     python -m traces.fastotf2     # build it now; prints its path or why not
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -37,32 +38,55 @@ _why = ""
 
 class _Columns(ctypes.Structure):
     """Mirrors ``Columns`` in reader.c."""
-    _fields_ = [("capacity", ctypes.c_int64),
-                ("start", ctypes.c_void_p), ("end", ctypes.c_void_p),
-                ("location", ctypes.c_void_p), ("region", ctypes.c_void_p),
-                ("depth", ctypes.c_void_p), ("parent", ctypes.c_void_p),
-                ("step", ctypes.c_void_p), ("epoch", ctypes.c_void_p),
-                ("collective", ctypes.c_void_p), ("bytes", ctypes.c_void_p),
-                ("enter_row", ctypes.c_void_p), ("enter_capacity", ctypes.c_int64),
-                ("attribute_kind", ctypes.c_void_p), ("attribute_kinds", ctypes.c_uint32),
-                ("failed", ctypes.c_void_p),
-                ("rows", ctypes.c_int64), ("unbalanced", ctypes.c_int64),
-                ("overlapping", ctypes.c_int64), ("unclosed", ctypes.c_int64),
-                ("messages_outside", ctypes.c_int64), ("renamed", ctypes.c_int64),
-                ("overflowed", ctypes.c_int64),
-                ("error", ctypes.c_char * 1024)]
+
+    _fields_ = [
+        ("capacity", ctypes.c_int64),
+        ("start", ctypes.c_void_p),
+        ("end", ctypes.c_void_p),
+        ("location", ctypes.c_void_p),
+        ("region", ctypes.c_void_p),
+        ("depth", ctypes.c_void_p),
+        ("parent", ctypes.c_void_p),
+        ("step", ctypes.c_void_p),
+        ("epoch", ctypes.c_void_p),
+        ("collective", ctypes.c_void_p),
+        ("bytes", ctypes.c_void_p),
+        ("enter_row", ctypes.c_void_p),
+        ("enter_capacity", ctypes.c_int64),
+        ("attribute_kind", ctypes.c_void_p),
+        ("attribute_kinds", ctypes.c_uint32),
+        ("failed", ctypes.c_void_p),
+        ("rows", ctypes.c_int64),
+        ("unbalanced", ctypes.c_int64),
+        ("overlapping", ctypes.c_int64),
+        ("unclosed", ctypes.c_int64),
+        ("messages_outside", ctypes.c_int64),
+        ("renamed", ctypes.c_int64),
+        ("overflowed", ctypes.c_int64),
+        ("error", ctypes.c_char * 1024),
+    ]
 
 
 # column -> dtype, in the order of _Columns
-COLUMN_TYPES = {"start": np.int64, "end": np.int64, "location": np.int32,
-                "region": np.uint32, "depth": np.int32, "parent": np.int64,
-                "step": np.int64, "epoch": np.int64, "collective": np.int32,
-                "bytes": np.int64}
+COLUMN_TYPES = {
+    "start": np.int64,
+    "end": np.int64,
+    "location": np.int32,
+    "region": np.uint32,
+    "depth": np.int32,
+    "parent": np.int64,
+    "step": np.int64,
+    "epoch": np.int64,
+    "collective": np.int32,
+    "bytes": np.int64,
+}
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("DDLC_CACHE") or Path(os.environ.get("XDG_CACHE_HOME")
-                                                or Path.home() / ".cache") / "ddl-compare"
+    base = (
+        os.environ.get("DDLC_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddl-compare"
+    )
     return Path(base) / "fastotf2"
 
 
@@ -81,13 +105,15 @@ def build() -> Path:
     if compiler is None:
         raise RuntimeError("no C compiler (gcc) to build traces/fastotf2/reader.c")
     if not HEADER.is_file():
-        raise RuntimeError(f"{HEADER} missing: install Debian's libopen-trace-format2-dev "
-                           "(envs/setup.sh does)")
+        raise RuntimeError(
+            f"{HEADER} missing: install Debian's libopen-trace-format2-dev (envs/setup.sh does)"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".so.tmp")
     os.close(fd)
-    done = subprocess.run([compiler, *CFLAGS, str(SOURCE), *LIBS, "-o", tmp],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [compiler, *CFLAGS, str(SOURCE), *LIBS, "-o", tmp], capture_output=True, text=True
+    )
     if done.returncode != 0:
         os.unlink(tmp)
         raise RuntimeError(f"building {SOURCE} failed: {done.stderr.strip()[-2000:]}")
@@ -104,8 +130,12 @@ def library() -> ctypes.CDLL | None:
         except (RuntimeError, OSError) as exc:
             _why = str(exc)
             return None
-        lib.fastotf2_read.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int32,
-                                      ctypes.POINTER(_Columns)]
+        lib.fastotf2_read.argtypes = [
+            ctypes.c_char_p,
+            ctypes.c_void_p,
+            ctypes.c_int32,
+            ctypes.POINTER(_Columns),
+        ]
         lib.fastotf2_read.restype = ctypes.c_int
         _loaded = lib
     return _loaded
@@ -122,8 +152,14 @@ class ReadError(Exception):
 COUNTS = ("unbalanced", "overlapping", "unclosed", "messages_outside", "renamed")
 
 
-def read_intervals(anchor: Path, locations: list[int], attribute_kinds: dict[int, int],
-                   events: list[int], bounds: list[int], workers: int | None = None):
+def read_intervals(
+    anchor: Path,
+    locations: list[int],
+    attribute_kinds: dict[int, int],
+    events: list[int],
+    bounds: list[int],
+    workers: int | None = None,
+):
     """(columns, counts, failed): one entry per matched interval of the given
     locations (refs), in that order; ``failed``: per location, whether it
     could not be read to its end (its rows before the fault are kept).
@@ -141,8 +177,13 @@ def read_intervals(anchor: Path, locations: list[int], attribute_kinds: dict[int
         kinds[ref] = kind
 
     def read(chunk):
-        return _read_chunk(anchor, [locations[i] for i in chunk], kinds,
-                           [events[i] for i in chunk], [bounds[i] for i in chunk])
+        return _read_chunk(
+            anchor,
+            [locations[i] for i in chunk],
+            kinds,
+            [events[i] for i in chunk],
+            [bounds[i] for i in chunk],
+        )
 
     if len(chunks) == 1:
         parts = [read(chunks[0])]
@@ -170,8 +211,9 @@ def _chunks(n: int, events: list[int], workers: int) -> list[list[int]]:
     return chunks
 
 
-def _read_chunk(anchor: Path, refs: list[int], kinds: np.ndarray, events: list[int],
-                bounds: list[int]):
+def _read_chunk(
+    anchor: Path, refs: list[int], kinds: np.ndarray, events: list[int], bounds: list[int]
+):
     result = _call(anchor, refs, kinds, sum(events))
     if result is None:  # more events than announced: room for the files' bound
         result = _call(anchor, refs, kinds, sum(max(e, b) for e, b in zip(events, bounds)))
@@ -189,12 +231,18 @@ def _call(anchor: Path, refs: list[int], kinds: np.ndarray, events: int):
     enter_row = np.empty(events + 1, dtype=np.int64)
     failed = np.zeros(max(len(refs), 1), dtype=np.int8)
     array = np.asarray(refs, dtype=np.uint64)
-    out = _Columns(capacity=capacity, enter_row=enter_row.ctypes.data,
-                   enter_capacity=enter_row.size, attribute_kind=kinds.ctypes.data,
-                   attribute_kinds=kinds.size, failed=failed.ctypes.data,
-                   **{name: a.ctypes.data for name, a in columns.items()})
-    status = lib.fastotf2_read(str(anchor).encode(), array.ctypes.data, array.size,
-                               ctypes.byref(out))
+    out = _Columns(
+        capacity=capacity,
+        enter_row=enter_row.ctypes.data,
+        enter_capacity=enter_row.size,
+        attribute_kind=kinds.ctypes.data,
+        attribute_kinds=kinds.size,
+        failed=failed.ctypes.data,
+        **{name: a.ctypes.data for name, a in columns.items()},
+    )
+    status = lib.fastotf2_read(
+        str(anchor).encode(), array.ctypes.data, array.size, ctypes.byref(out)
+    )
     if out.overflowed:
         return None
     if status != 0:
@@ -205,7 +253,7 @@ def _call(anchor: Path, refs: list[int], kinds: np.ndarray, events: int):
     columns = {name: a[:rows] for name, a in columns.items()}
     counts = {name: getattr(out, name) for name in COUNTS}
     counts["error"] = out.error.decode(errors="replace")
-    return columns, counts, failed[:len(refs)].astype(bool)
+    return columns, counts, failed[: len(refs)].astype(bool)
 
 
 def _merge(parts: list, chunks: list[list[int]]):
@@ -237,4 +285,3 @@ def main() -> int:
         print(f"fastotf2: {exc}", file=sys.stderr)
         return 1
     return 0
-

@@ -19,6 +19,7 @@ file's name, never a traceback. What it read but had to leave out is a
 :class:`Problem`; ``lost`` marks records that were in the file and are not in
 the table (the converter then exits non-zero).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -35,6 +36,7 @@ class TraceError(Exception):
 class Problem(str):
     """One line about what a reader left out or could not place; ``lost``:
     records of the file are missing from the table."""
+
     lost: bool
 
     def __new__(cls, text: str, lost: bool = True):
@@ -51,6 +53,7 @@ def counted(path: Path, *counts: tuple) -> list[Problem]:
 
 class Reader:
     """One trace format; subclasses set the attributes and both methods."""
+
     name: str = ""
     patterns: tuple[str, ...] = ()
 
@@ -99,9 +102,11 @@ def detect(path: Path) -> str:
     for name, reader in readers().items():
         if reader.recognises(path, head):
             return name
-    raise TraceError(f"{path}: not a trace this converter knows (readers: "
-                     f"{', '.join(names())}; e.g. an OTF2 anchor file *.otf2, a Horovod "
-                     "Timeline JSON array or a PyTorch profiler JSON object)")
+    raise TraceError(
+        f"{path}: not a trace this converter knows (readers: "
+        f"{', '.join(names())}; e.g. an OTF2 anchor file *.otf2, a Horovod "
+        "Timeline JSON array or a PyTorch profiler JSON object)"
+    )
 
 
 def traces_in(folder: Path) -> list[Path]:
@@ -166,9 +171,11 @@ def read_bytes(path: Path) -> tuple[bytes, Problem | None]:
     inflate, parts = zlib.decompressobj(16 + zlib.MAX_WBITS), []
     for at in range(0, len(raw), 1 << 16):  # stop at the first corrupt block
         try:
-            parts.append(inflate.decompress(raw[at:at + (1 << 16)]))
+            parts.append(inflate.decompress(raw[at : at + (1 << 16)]))
         except zlib.error:
             break
     data = b"".join(parts)
-    return data, Problem(f"{path}: the gzip stream is cut or corrupt after "
-                         f"{len(data):,} bytes (truncated?); what came before was read")
+    return data, Problem(
+        f"{path}: the gzip stream is cut or corrupt after "
+        f"{len(data):,} bytes (truncated?); what came before was read"
+    )

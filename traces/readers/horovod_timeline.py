@@ -21,6 +21,7 @@ tensor's dtype and shape, hence its bytes.
 
 Timestamps are microseconds of Horovod's steady clock.
 """
+
 from __future__ import annotations
 
 import json
@@ -72,8 +73,11 @@ class HorovodTimelineReader(Reader):
 
 
 def _columns(records: list, path: Path):
-    tensors = {r.pid: r.args.name for r in records
-               if r.ph == "M" and r.name == "process_name" and r.args is not None}
+    tensors = {
+        r.pid: r.args.name
+        for r in records
+        if r.ph == "M" and r.name == "process_name" and r.args is not None
+    }
     untimed = sum(r.ts is None for r in records if r.ph in ("B", "E", "X"))
     timed = [r for r in records if r.ts is not None]
     ph = np.array([r.ph for r in timed], dtype=object)
@@ -83,19 +87,22 @@ def _columns(records: list, path: Path):
     edges = np.flatnonzero(is_begin | is_end)
     begins, ends, _, unmatched, unclosed = nesting.pair_begin_end(pid[edges], is_begin[edges])
     begins, ends = edges[begins], edges[ends]
-    ticks = np.flatnonzero((ph == "X") & pd.Series([r.name for r in timed]).str.isdigit()
-                           .to_numpy())
+    ticks = np.flatnonzero(
+        (ph == "X") & pd.Series([r.name for r in timed]).str.isdigit().to_numpy()
+    )
     rows = np.r_[begins, ticks]
     start = np.r_[ts[begins], ts[ticks]]
     end = np.r_[ts[ends], ts[ticks]]
     names = [timed[i].name for i in begins] + ["rank_ready"] * len(ticks)
-    rank = np.r_[np.zeros(len(begins), dtype=np.int64),
-                 [int(timed[i].name) for i in ticks]].astype(np.int64)
+    rank = np.r_[np.zeros(len(begins), dtype=np.int64), [int(timed[i].name) for i in ticks]].astype(
+        np.int64
+    )
     nbytes = np.r_[[_bytes(timed[i].args) for i in ends], np.full(len(ticks), NULL)]
     where = pid[rows].astype(np.int64)
     parent = nesting.enclosing(where, start, end)
-    cycles = np.sort(ts[ph == "i"][[timed[i].name == "CYCLE_START"
-                                    for i in np.flatnonzero(ph == "i")]])
+    cycles = np.sort(
+        ts[ph == "i"][[timed[i].name == "CYCLE_START" for i in np.flatnonzero(ph == "i")]]
+    )
     steps, row_step = _steps(names, where, start, end, parent, cycles)
     n_steps = len(steps)
     location_names = [f"tensor:{tensors.get(p) or p}" for p in pids] + ["steps"]
@@ -103,17 +110,22 @@ def _columns(records: list, path: Path):
     problems = _problems(path, untimed, unmatched, unclosed)
     columns = Columns(
         rank=np.r_[rank, np.zeros(n_steps, dtype=np.int64)],
-        node=np.zeros(len(rows) + n_steps, dtype=np.int32), node_names=[""],
+        node=np.zeros(len(rows) + n_steps, dtype=np.int32),
+        node_names=[""],
         location=np.r_[where, np.full(n_steps, len(pids))].astype(np.int32),
-        location_names=location_names, region=region.astype(np.int32),
-        region_names=list(region_names), start_ns=np.r_[start, steps["start"]],
+        location_names=location_names,
+        region=region.astype(np.int32),
+        region_names=list(region_names),
+        start_ns=np.r_[start, steps["start"]],
         end_ns=np.r_[end, steps["end"]],
         depth=np.r_[nesting.depths(parent), np.zeros(n_steps, dtype=np.int64)],
         parent_row=np.r_[parent, np.full(n_steps, -1)],
         step=np.r_[row_step, np.arange(n_steps)].astype(np.int64),
         epoch=np.full(len(rows) + n_steps, NULL, dtype=np.int64),
-        collective=np.full(len(rows) + n_steps, -1, dtype=np.int32), collective_names=[],
-        bytes=np.r_[nbytes, np.full(n_steps, NULL)].astype(np.int64))
+        collective=np.full(len(rows) + n_steps, -1, dtype=np.int32),
+        collective_names=[],
+        bytes=np.r_[nbytes, np.full(n_steps, NULL)].astype(np.int64),
+    )
     return columns, problems
 
 
@@ -136,8 +148,9 @@ def _steps(names: list, where, start, end, parent, cycles):
     k = top.groupby(["tensor", "name"]).cumcount()
     row_step[k.index.to_numpy()] = k.to_numpy()
     reduces = top[top["name"] == "ALLREDUCE"]
-    steps = reduces.groupby(k[reduces.index].to_numpy()).agg(start=("start", "min"),
-                                                            end=("end", "max"))
+    steps = reduces.groupby(k[reduces.index].to_numpy()).agg(
+        start=("start", "min"), end=("end", "max")
+    )
     if cycles.size:
         at = np.searchsorted(cycles, steps["start"].to_numpy(), side="right") - 1
         steps["start"] = np.where(at >= 0, cycles[np.maximum(at, 0)], steps["start"])
@@ -145,10 +158,12 @@ def _steps(names: list, where, start, end, parent, cycles):
 
 
 def _problems(path: Path, untimed: int, unmatched: int, unclosed: int) -> list[Problem]:
-    return counted(path, (untimed, "records without a valid 'ts' were skipped", True),
-                   (unclosed, "activities begun but never ended (run cut short?); left out",
-                    True),
-                   (unmatched, "end records without a begin; left out", True))
+    return counted(
+        path,
+        (untimed, "records without a valid 'ts' were skipped", True),
+        (unclosed, "activities begun but never ended (run cut short?); left out", True),
+        (unmatched, "end records without a begin; left out", True),
+    )
 
 
 def _bytes(args) -> int:

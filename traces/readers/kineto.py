@@ -20,6 +20,7 @@ instance of it (see ``op_id``). A ``wait`` is not a collective.
 The JSON is decoded by msgspec into typed records (traces/jsonrecords.py)
 and everything after that is numpy: no Python per event.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,35 +38,78 @@ from traces.table import NULL, PHASE_CODE, Columns, finish_columns
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
 RUNTIME_CATEGORIES = {"cuda_runtime", "Runtime", "cuda_driver"}
 GPU_ANNOTATION = "gpu_user_annotation"
-KINETO_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"',
-               b'"distributedInfo"', b'"displayTimeUnit"')
+KINETO_KEYS = (
+    b'"traceEvents"',
+    b'"schemaVersion"',
+    b'"deviceProperties"',
+    b'"distributedInfo"',
+    b'"displayTimeUnit"',
+)
 
 # Element sizes by dtype, as PyTorch spells them in different versions
 # (torch.float32, float32, Float, c10::Half ...), compared in lower case.
 DTYPE_BYTES = {
-    "uint8": 1, "int8": 1, "bool": 1, "byte": 1, "char": 1, "float8_e4m3fn": 1,
-    "float8_e5m2": 1, "float16": 2, "half": 2, "bfloat16": 2, "int16": 2, "short": 2,
-    "uint16": 2, "float32": 4, "float": 4, "int32": 4, "int": 4, "uint32": 4,
-    "float64": 8, "double": 8, "int64": 8, "long": 8, "uint64": 8, "complexfloat": 8,
-    "complex64": 8, "complexdouble": 16, "complex128": 16,
+    "uint8": 1,
+    "int8": 1,
+    "bool": 1,
+    "byte": 1,
+    "char": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "int16": 2,
+    "short": 2,
+    "uint16": 2,
+    "float32": 4,
+    "float": 4,
+    "int32": 4,
+    "int": 4,
+    "uint32": 4,
+    "float64": 8,
+    "double": 8,
+    "int64": 8,
+    "long": 8,
+    "uint64": 8,
+    "complexfloat": 8,
+    "complex64": 8,
+    "complexdouble": 16,
+    "complex128": 16,
 }
 
 # ``Collective name`` values -> the collective names of traces/rules.yaml;
 # None: not a collective (waits, coalescing markers).
 COLLECTIVE_NAMES = {
-    "allreduce": "allreduce", "all_reduce": "allreduce", "allreduce_coalesced": "allreduce",
-    "broadcast": "bcast", "bcast": "bcast",
-    "allgather": "allgather", "all_gather": "allgather", "_allgather_base": "allgather",
-    "allgather_into_tensor_coalesced": "allgather", "allgather_coalesced": "allgather",
+    "allreduce": "allreduce",
+    "all_reduce": "allreduce",
+    "allreduce_coalesced": "allreduce",
+    "broadcast": "bcast",
+    "bcast": "bcast",
+    "allgather": "allgather",
+    "all_gather": "allgather",
+    "_allgather_base": "allgather",
+    "allgather_into_tensor_coalesced": "allgather",
+    "allgather_coalesced": "allgather",
     "all_gather_into_tensor": "allgather",
-    "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
-    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_tensor_coalesced":
-        "reduce_scatter",
-    "all_to_all": "all_to_all", "alltoall": "all_to_all", "alltoall_base": "all_to_all",
+    "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "all_to_all": "all_to_all",
+    "alltoall": "all_to_all",
+    "alltoall_base": "all_to_all",
     "all_to_allv": "all_to_all",
-    "reduce": "reduce", "gather": "gather", "scatter": "scatter", "barrier": "barrier",
-    "send": "send", "recv": "recv", "wait": None, "coalesced": None,
-    "startcoalescing": None, "endcoalescing": None,
+    "reduce": "reduce",
+    "gather": "gather",
+    "scatter": "scatter",
+    "barrier": "barrier",
+    "send": "send",
+    "recv": "recv",
+    "wait": None,
+    "coalesced": None,
+    "startcoalescing": None,
+    "endcoalescing": None,
 }
 
 Id = int | str | None
@@ -73,6 +117,7 @@ Id = int | str | None
 
 class Args(msgspec.Struct, gc=False):
     """The few arguments a phase table needs; msgspec skips the others."""
+
     name: str | None = None  # of a process_name / thread_name metadata record
     correlation: Id = None
     external_id: Id = msgspec.field(name="External id", default=None)
@@ -95,6 +140,7 @@ class Event(msgspec.Struct, gc=False):
 
 class Document(msgspec.Struct):
     """The events stay raw bytes, decoded in chunks (bounded memory)."""
+
     traceEvents: msgspec.Raw
     distributedInfo: dict | None = None
 
@@ -106,8 +152,14 @@ RECORD_SEPARATORS = (b"},\n  {", b"}, {")  # between top-level records: Kineto's
 @register
 class KinetoReader(Reader):
     name = "kineto"
-    patterns = ("torch_profiler/*.json", "torch_profiler/*.json.gz", "*.pt.trace.json",
-                "*.pt.trace.json.gz", "*.json", "*.json.gz")
+    patterns = (
+        "torch_profiler/*.json",
+        "torch_profiler/*.json.gz",
+        "*.pt.trace.json",
+        "*.pt.trace.json.gz",
+        "*.json",
+        "*.json.gz",
+    )
 
     @classmethod
     def recognises(cls, path: Path, head: bytes) -> bool:
@@ -124,11 +176,13 @@ class KinetoReader(Reader):
         del data, batches
         problems = ([problem] if problem else []) + problems
         if events.untimed:
-            problems.append(Problem(f"{path}: {events.untimed} complete event(s) without a "
-                                    "valid 'ts' were skipped"))
+            problems.append(
+                Problem(
+                    f"{path}: {events.untimed} complete event(s) without a valid 'ts' were skipped"
+                )
+            )
         columns = events.columns(_rank(info, path))
-        return finish_columns(columns, rules, self.name, run_id, place=place_by_position), \
-            problems
+        return finish_columns(columns, rules, self.name, run_id, place=place_by_position), problems
 
 
 def _decode(data: bytes, path: Path):
@@ -152,8 +206,9 @@ def _batches(array: memoryview, path: Path, problems: list):
         try:
             yield decoder.decode(piece)
         except (msgspec.DecodeError, msgspec.ValidationError):
-            events, more = jsonrecords.salvage(piece.decode("utf-8", errors="replace"), 0,
-                                               Event, path)
+            events, more = jsonrecords.salvage(
+                piece.decode("utf-8", errors="replace"), 0, Event, path
+            )
             problems += more
             yield events
 
@@ -163,12 +218,12 @@ def _chunks(array: memoryview) -> list[tuple[int, int]]:
     one top-level record ends and the next begins (the layouts Kineto
     writes); the whole array when no such place is found."""
     size = len(array)
-    head = bytes(array[:1 << 16])
+    head = bytes(array[: 1 << 16])
     separator = next((sep for sep in RECORD_SEPARATORS if sep in head), None)
     chunks, begin = [], 1
     while separator is not None and begin + CHUNK_BYTES < size - 1:
         low = begin + CHUNK_BYTES
-        at = bytes(array[low:low + CHUNK_BYTES]).find(separator)
+        at = bytes(array[low : low + CHUNK_BYTES]).find(separator)
         if at < 0:
             break
         chunks.append((begin, low + at + 1))
@@ -180,8 +235,10 @@ def _salvaged(data: bytes, path: Path):
     text = data.decode("utf-8", errors="replace")
     found = re.search(r'"traceEvents"\s*:\s*\[', text)
     if found is None:
-        raise TraceError(f"{path}: not a PyTorch profiler trace, or cut before its events "
-                         "(truncated or corrupt?): no 'traceEvents' list")
+        raise TraceError(
+            f"{path}: not a PyTorch profiler trace, or cut before its events "
+            "(truncated or corrupt?): no 'traceEvents' list"
+        )
     events, problems = jsonrecords.salvage(text, found.end() - 1, Event, path)
     info = re.search(r'"distributedInfo"\s*:\s*(\{[^{}]*\})', text)
     try:
@@ -210,8 +267,9 @@ class _Codes:
 
     def of(self, values: list) -> np.ndarray:
         local, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
-        known = np.array([self.index.setdefault(u, len(self.index)) for u in uniques],
-                         dtype=np.int32)
+        known = np.array(
+            [self.index.setdefault(u, len(self.index)) for u in uniques], dtype=np.int32
+        )
         return known[local] if len(uniques) else np.zeros(0, dtype=np.int32)
 
     def names(self) -> list:
@@ -247,39 +305,71 @@ class _Events:
         dur = np.rint(np.array([e.dur for e in complete], dtype=np.float64) * 1000)
         args = [e.args for e in complete]
         collective, nbytes = _collectives(args)
-        self.parts.append({
-            "start": start, "end": start + dur.astype(np.int64),
-            "region": self.regions.of([e.name for e in complete]),
-            "category": self.categories.of([e.cat for e in complete]),
-            "where": (self.pids.of([e.pid for e in complete]).astype(np.int64) << 32)
-            | self.tids.of([e.tid for e in complete]),
-            "correlation": _ids([a.correlation if a is not None else None for a in args]),
-            "external": _ids([a.external_id if a is not None else None for a in args]),
-            "collective": collective, "bytes": nbytes})
+        self.parts.append(
+            {
+                "start": start,
+                "end": start + dur.astype(np.int64),
+                "region": self.regions.of([e.name for e in complete]),
+                "category": self.categories.of([e.cat for e in complete]),
+                "where": (self.pids.of([e.pid for e in complete]).astype(np.int64) << 32)
+                | self.tids.of([e.tid for e in complete]),
+                "correlation": _ids([a.correlation if a is not None else None for a in args]),
+                "external": _ids([a.external_id if a is not None else None for a in args]),
+                "collective": collective,
+                "bytes": nbytes,
+            }
+        )
 
     def columns(self, rank: int) -> Columns:
-        joined = {key: np.concatenate([p[key] for p in self.parts]) if self.parts else
-                  np.zeros(0, dtype=np.int64) for key in ("start", "end", "region", "category",
-                                                           "where", "correlation", "external",
-                                                           "bytes")}
+        joined = {
+            key: np.concatenate([p[key] for p in self.parts])
+            if self.parts
+            else np.zeros(0, dtype=np.int64)
+            for key in (
+                "start",
+                "end",
+                "region",
+                "category",
+                "where",
+                "correlation",
+                "external",
+                "bytes",
+            )
+        }
         collective = [c for p in self.parts for c in p["collective"]]
         self.parts = []
         n = len(joined["start"])
         where, keys = pd.factorize(joined["where"])
         parent = nesting.enclosing(where, joined["start"], joined["end"])
-        _link(parent, np.asarray(self.categories.names(), dtype=object)[joined["category"]]
-              if n else np.zeros(0, dtype=object), joined["correlation"], joined["external"])
+        _link(
+            parent,
+            np.asarray(self.categories.names(), dtype=object)[joined["category"]]
+            if n
+            else np.zeros(0, dtype=object),
+            joined["correlation"],
+            joined["external"],
+        )
         ops, op_names = pd.factorize(pd.Series(collective, dtype=object))
         pids, tids = self.pids.names(), self.tids.names()
         location_names = [self._name(pids[key >> 32], tids[key & 0xFFFFFFFF]) for key in keys]
         return Columns(
-            rank=np.full(n, rank, dtype=np.int64), node=np.zeros(n, dtype=np.int32),
-            node_names=[""], location=where.astype(np.int32), location_names=location_names,
-            region=joined["region"].astype(np.int32), region_names=self.regions.names(),
-            start_ns=joined["start"], end_ns=joined["end"], depth=nesting.depths(parent),
-            parent_row=parent, step=np.full(n, NULL, dtype=np.int64),
-            epoch=np.full(n, NULL, dtype=np.int64), collective=ops.astype(np.int32),
-            collective_names=list(op_names), bytes=joined["bytes"])
+            rank=np.full(n, rank, dtype=np.int64),
+            node=np.zeros(n, dtype=np.int32),
+            node_names=[""],
+            location=where.astype(np.int32),
+            location_names=location_names,
+            region=joined["region"].astype(np.int32),
+            region_names=self.regions.names(),
+            start_ns=joined["start"],
+            end_ns=joined["end"],
+            depth=nesting.depths(parent),
+            parent_row=parent,
+            step=np.full(n, NULL, dtype=np.int64),
+            epoch=np.full(n, NULL, dtype=np.int64),
+            collective=ops.astype(np.int32),
+            collective_names=list(op_names),
+            bytes=joined["bytes"],
+        )
 
     def _name(self, pid, tid) -> str:
         thread = self.thread.get((pid, tid))
@@ -291,16 +381,18 @@ class _Events:
 def _ids(values: list) -> np.ndarray:
     """Correlation or External ids as int64, NULL where absent; ids written
     as strings are coded by the string (they only need to match)."""
-    out = np.fromiter((v if v.__class__ is int else NULL for v in values), dtype=np.int64,
-                      count=len(values))
+    out = np.fromiter(
+        (v if v.__class__ is int else NULL for v in values), dtype=np.int64, count=len(values)
+    )
     text = [i for i, v in enumerate(values) if v.__class__ is str]
     if text:
         out[text] = [hash(values[i]) & 0x3FFFFFFFFFFFFFFF for i in text]
     return out
 
 
-def _link(parent: np.ndarray, category: np.ndarray, correlation: np.ndarray,
-          external: np.ndarray) -> None:
+def _link(
+    parent: np.ndarray, category: np.ndarray, correlation: np.ndarray, external: np.ndarray
+) -> None:
     """In place: a GPU activity without a parent on its stream runs in the
     runtime call with its correlation id, a GPU annotation in the CPU record
     with its External id."""
@@ -308,8 +400,7 @@ def _link(parent: np.ndarray, category: np.ndarray, correlation: np.ndarray,
     runtime = np.isin(category, list(RUNTIME_CATEGORIES))
     annotation = category == GPU_ANNOTATION
     on_cpu = ~(gpu | annotation | runtime)
-    for children, launchers, key in ((gpu, runtime, correlation),
-                                     (annotation, on_cpu, external)):
+    for children, launchers, key in ((gpu, runtime, correlation), (annotation, on_cpu, external)):
         has = key != NULL
         rows = np.flatnonzero(children & (parent < 0) & has)
         launch = np.flatnonzero(launchers & has)
@@ -334,8 +425,9 @@ def _collectives(args: list) -> tuple[list, np.ndarray]:
         names[i] = COLLECTIVE_NAMES.get(name, name)
         if names[i] is None:
             continue
-        size = DTYPE_BYTES.get(str(a.dtype or "").lower().removeprefix("torch.")
-                               .removeprefix("c10::"))
+        size = DTYPE_BYTES.get(
+            str(a.dtype or "").lower().removeprefix("torch.").removeprefix("c10::")
+        )
         elements = a.nelems if a.nelems is not None else a.size
         try:
             if size and elements is not None:
@@ -356,12 +448,14 @@ def place_by_position(c: Columns, phase: np.ndarray, is_step: np.ndarray) -> Non
     host-to-device transfer. Backward runs on autograd's thread and zero_grad
     and the optimizer have their own records."""
     parent = np.maximum(c.parent_row, 0)
-    rows = np.flatnonzero((c.parent_row >= 0) & is_step[parent]
-                          & (c.location == c.location[parent]))
+    rows = np.flatnonzero(
+        (c.parent_row >= 0) & is_step[parent] & (c.location == c.location[parent])
+    )
     if rows.size == 0:
         return
-    frame = pd.DataFrame({"step": c.parent_row[rows], "start": c.start_ns[rows],
-                          "phase": phase[rows], "row": rows})
+    frame = pd.DataFrame(
+        {"step": c.parent_row[rows], "start": c.start_ns[rows], "phase": phase[rows], "row": rows}
+    )
     by_step = frame.groupby("step")["start"]
     loaded = frame["start"].where(frame["phase"] == PHASE_CODE["data_load"])
     optimized = frame["start"].where(frame["phase"] == PHASE_CODE["optimizer"])

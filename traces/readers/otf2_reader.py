@@ -22,6 +22,7 @@ The table's metadata (``ddlcompare.otf2_reader``) names the one used.
 - location: ``<group name>/<location name>``;
 - times: ticks -> ns since the Unix epoch where the clock properties give it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -81,8 +82,10 @@ def read_parts(path: Path, rules, run_id: str = ""):
             except TraceError as exc:
                 raise TraceError(_with_library_line(str(exc), lines)) from None
         columns = separate_threads(columns)
-        yield finish_columns(columns, rules, "otf2", run_id,
-                             {META_READER: engine.encode()}), problems
+        yield (
+            finish_columns(columns, rules, "otf2", run_id, {META_READER: engine.encode()}),
+            problems,
+        )
 
 
 def _rank_groups(path: Path) -> list[set]:
@@ -112,11 +115,13 @@ def _rank_groups(path: Path) -> list[set]:
 
 def _open(path: Path):
     import otf2
+
     try:
         return otf2.reader.Reader(str(path))
     except Exception as exc:  # the bindings raise several types; all mean unreadable
-        raise TraceError(f"{path}: cannot read the OTF2 definitions (truncated or corrupt?): "
-                         f"{_reason(exc)}") from None
+        raise TraceError(
+            f"{path}: cannot read the OTF2 definitions (truncated or corrupt?): {_reason(exc)}"
+        ) from None
 
 
 def _close(reader) -> None:
@@ -238,11 +243,21 @@ class _State:
     def _emit(self, location, entry, end, depth):
         region, start, row_id, parent, step, epoch, collective, nbytes = entry
         rank, node, name = self.locations[location]
-        self.rows.add(rank, node, name, self.regions.get(region, f"region {region}"),
-                      self.ns(start), self.ns(end), depth, row_id, parent,
-                      step=None if step is None or step < 0 else step,
-                      epoch=None if epoch is None or epoch < 0 else epoch,
-                      collective=collective, nbytes=nbytes)
+        self.rows.add(
+            rank,
+            node,
+            name,
+            self.regions.get(region, f"region {region}"),
+            self.ns(start),
+            self.ns(end),
+            depth,
+            row_id,
+            parent,
+            step=None if step is None or step < 0 else step,
+            epoch=None if epoch is None or epoch < 0 else epoch,
+            collective=collective,
+            nbytes=nbytes,
+        )
 
     def message(self, location, nbytes):
         stack = self.stacks[location]
@@ -261,6 +276,7 @@ class _State:
 
     def _step_attributes(self, attribute_list):
         import _otf2
+
         found = {}
         for i in range(_otf2.AttributeList_GetNumberOfElements(attribute_list)):
             ref, kind, value = _otf2.AttributeList_GetAttributeByIndex(attribute_list, i)
@@ -279,6 +295,7 @@ def _locations(defs) -> dict:
     """ref -> (rank, node, 'group/location') for every location with events
     worth reading (metric locations only hold metric samples)."""
     import otf2
+
     groups = [g for g in defs.location_groups]
     process_index = {}
     for g in groups:
@@ -323,6 +340,7 @@ def _checked_locations(defs, path: Path):
 
 def _read_events(reader, path: Path):
     import _otf2
+
     defs = reader.definitions
     locations = _checked_locations(defs, path)
     state = _State(defs, locations)
@@ -342,6 +360,7 @@ def _read_events(reader, path: Path):
                 failures.append(_reason(exc))
                 return _otf2.CALLBACK_INTERRUPT
             return _otf2.CALLBACK_SUCCESS
+
         alive.append(callback)
         return callback
 
@@ -352,11 +371,21 @@ def _read_events(reader, path: Path):
         _otf2.GlobalEvtReaderCallbacks_SetLeaveCallback(callbacks, guarded(state.leave))
         for name in ("MpiSend", "MpiIsend", "MpiRecv", "MpiIrecv"):
             getattr(_otf2, f"GlobalEvtReaderCallbacks_Set{name}Callback")(
-                callbacks, guarded(lambda loc, t, attrs, peer, comm, tag, length, *request:
-                                   state.message(loc, length)))
+                callbacks,
+                guarded(
+                    lambda loc, t, attrs, peer, comm, tag, length, *request: state.message(
+                        loc, length
+                    )
+                ),
+            )
         _otf2.GlobalEvtReaderCallbacks_SetMpiCollectiveEndCallback(
-            callbacks, guarded(lambda loc, t, attrs, op, comm, root, sent, received:
-                               state.collective_end(loc, op, sent, received)))
+            callbacks,
+            guarded(
+                lambda loc, t, attrs, op, comm, root, sent, received: state.collective_end(
+                    loc, op, sent, received
+                )
+            ),
+        )
         _otf2.GlobalEvtReader_SetCallbacks(handle, callbacks, None)
         _otf2.GlobalEvtReaderCallbacks_Delete(callbacks)
         while _otf2.GlobalEvtReader_ReadEvents(handle, 1_000_000) == 1_000_000:
@@ -365,26 +394,43 @@ def _read_events(reader, path: Path):
         raise
     except Exception as exc:
         detail = failures[0] if failures else _reason(exc)
-        raise TraceError(f"{path}: cannot read the OTF2 events (truncated or corrupt?): "
-                         f"{detail}") from None
+        raise TraceError(
+            f"{path}: cannot read the OTF2 events (truncated or corrupt?): {detail}"
+        ) from None
     if failures:
         raise TraceError(f"{path}: cannot read the OTF2 events: {failures[0]}")
     unclosed = sum(len(s) for s in state.stacks.values())
-    return state.rows, _problems(path, unclosed, state.unbalanced, state.overlapping,
-                                 state.outside, state.renamed)
+    return state.rows, _problems(
+        path, unclosed, state.unbalanced, state.overlapping, state.outside, state.renamed
+    )
 
 
-def _problems(path: Path, unclosed: int, unbalanced: int, overlapping: int,
-              outside: int = 0, renamed: int = 0) -> list[Problem]:
+def _problems(
+    path: Path, unclosed: int, unbalanced: int, overlapping: int, outside: int = 0, renamed: int = 0
+) -> list[Problem]:
     return counted(
-        path, (unclosed, "regions entered but never left (trace cut short?); left out", True),
+        path,
+        (unclosed, "regions entered but never left (trace cut short?); left out", True),
         (unbalanced, "Leave records without a matching Enter; left out", True),
-        (overlapping, "regions overlap others without nesting (several threads recorded on "
-                      "one location); kept with their own times", False),
-        (outside, "MPI message or collective records outside any region; counted here, not "
-                  "in the table (no interval to hold them)", False),
-        (renamed, "Leave records naming no open region closed the innermost one (as OTF2 "
-                  "says; APEX renames HPX tasks while they run)", False))
+        (
+            overlapping,
+            "regions overlap others without nesting (several threads recorded on "
+            "one location); kept with their own times",
+            False,
+        ),
+        (
+            outside,
+            "MPI message or collective records outside any region; counted here, not "
+            "in the table (no interval to hold them)",
+            False,
+        ),
+        (
+            renamed,
+            "Leave records naming no open region closed the innermost one (as OTF2 "
+            "says; APEX renames HPX tasks while they run)",
+            False,
+        ),
+    )
 
 
 def _read_events_fast(reader, path: Path, only: set | None = None):
@@ -392,21 +438,32 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
     parallel; a location that cannot be read to its end costs its own rows
     after the fault, not the others'."""
     import otf2
+
     defs = reader.definitions
     locations = _checked_locations(defs, path)
-    selected = [loc for loc in defs.locations
-                if loc._ref in locations and (only is None or loc._ref in only)]
-    attribute_kinds = {a._ref: fastotf2.ATTR_STEP if a.name == "step" else fastotf2.ATTR_EPOCH
-                       for a in defs.attributes if a.name in STEP_ATTRIBUTES}
+    selected = [
+        loc
+        for loc in defs.locations
+        if loc._ref in locations and (only is None or loc._ref in only)
+    ]
+    attribute_kinds = {
+        a._ref: fastotf2.ATTR_STEP if a.name == "step" else fastotf2.ATTR_EPOCH
+        for a in defs.attributes
+        if a.name in STEP_ATTRIBUTES
+    }
     folder = path.with_suffix("")
     try:
         raw, counts, failed = fastotf2.read_intervals(
-            path, [loc._ref for loc in selected], attribute_kinds,
+            path,
+            [loc._ref for loc in selected],
+            attribute_kinds,
             [loc.number_of_events for loc in selected],
-            [_file_size(folder / f"{loc._ref}.evt") for loc in selected])
+            [_file_size(folder / f"{loc._ref}.evt") for loc in selected],
+        )
     except fastotf2.ReadError as exc:
-        raise TraceError(f"{path}: cannot read the OTF2 events (truncated or corrupt?): "
-                         f"{exc}") from None
+        raise TraceError(
+            f"{path}: cannot read the OTF2 events (truncated or corrupt?): {exc}"
+        ) from None
     clock = defs.clock_properties
     for name in ("start", "end"):
         _ticks_to_ns(raw[name], clock)
@@ -419,20 +476,42 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
     where = raw["location"]
     nbytes = raw["bytes"]
     nbytes[nbytes < 0] = NULL
-    columns = Columns(rank=rank_of[where], node=node_of[where], node_names=nodes,
-                      location=where, location_names=[name for _, _, name in described],
-                      region=region, region_names=region_names, start_ns=raw["start"],
-                      end_ns=raw["end"], depth=raw["depth"], parent_row=raw["parent"],
-                      step=raw["step"], epoch=raw["epoch"], collective=collective,
-                      collective_names=ops, bytes=nbytes)
-    problems = _problems(path, counts["unclosed"], counts["unbalanced"],
-                         counts["overlapping"], counts["messages_outside"], counts["renamed"])
+    columns = Columns(
+        rank=rank_of[where],
+        node=node_of[where],
+        node_names=nodes,
+        location=where,
+        location_names=[name for _, _, name in described],
+        region=region,
+        region_names=region_names,
+        start_ns=raw["start"],
+        end_ns=raw["end"],
+        depth=raw["depth"],
+        parent_row=raw["parent"],
+        step=raw["step"],
+        epoch=raw["epoch"],
+        collective=collective,
+        collective_names=ops,
+        bytes=nbytes,
+    )
+    problems = _problems(
+        path,
+        counts["unclosed"],
+        counts["unbalanced"],
+        counts["overlapping"],
+        counts["messages_outside"],
+        counts["renamed"],
+    )
     if failed.any():
         names = [described[i][2] for i in np.flatnonzero(failed)]
-        problems.insert(0, Problem(
-            f"{path}: {len(names)} of {len(selected)} locations could not be read to their end "
-            f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): "
-            f"{_library_words(counts['error'])}; their records up to the fault were kept"))
+        problems.insert(
+            0,
+            Problem(
+                f"{path}: {len(names)} of {len(selected)} locations could not be read to their end "
+                f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): "
+                f"{_library_words(counts['error'])}; their records up to the fault were kept"
+            ),
+        )
     return columns, problems
 
 
@@ -479,9 +558,15 @@ def _collective_codes(ops: np.ndarray, enum) -> tuple[list, np.ndarray]:
 class Otf2Reader(Reader):
     """OTF2 archives by their anchor file; in a run folder, our tracer's
     archive and Score-P's experiment."""
+
     name = "otf2"
-    patterns = ("*.otf2", "trace/traces.otf2", "scorep/traces.otf2", "scorep/rank*/traces.otf2",
-                "rank*/traces.otf2")
+    patterns = (
+        "*.otf2",
+        "trace/traces.otf2",
+        "scorep/traces.otf2",
+        "scorep/rank*/traces.otf2",
+        "rank*/traces.otf2",
+    )
 
     @classmethod
     def recognises(cls, path: Path, head: bytes) -> bool:
