@@ -540,7 +540,12 @@ def explained(ctx: Context, index: int) -> str:
     found = ctx.extra["explain"]
     if index >= len(found):
         return "<p><em>No phase table in these tables: nothing to explain.</em></p>"
-    part = found[index]
+    return section_body(found[index])
+
+
+def section_body(part) -> str:
+    """A module's section (sentences, figures, tables) as the body the
+    template frames with its title."""
     return "".join(
         [
             page.sentences(part.sentences),
