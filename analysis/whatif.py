@@ -498,6 +498,15 @@ def analyse(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None
     table = measures(found, ok, traced_bytes(phases))
     probe = probe_points(tables)
     keys = group_keys(ok)
+    if table.empty or "run_id" not in table:  # no run with usable steps: nothing to model
+        empty = pd.DataFrame()
+        return {
+            "checks": empty,
+            "predictions": empty,
+            "parameters": empty,
+            "what_ifs": empty,
+            "probe": probe,
+        }
     for key in keys:
         if key not in table:
             table[key] = table["run_id"].map(ok.set_index("run_id")[key])
