@@ -10,10 +10,12 @@ launch script that LBANN's executable would be given; the prototext is
 parsed with protobuf's text format into lbann_pb2.LbannPB, and checked
 against the rules LBANN's C++ side enforces when it reads it."""
 
+import json
 from pathlib import Path
 
 import pytest
 
+from ddlcompare import schedulers
 from ddlcompare.params import PARAMS
 from frameworks import data, lbann_source, model_gate
 from frameworks import lbann as lbann_builder
@@ -51,8 +53,9 @@ def prototext(tmp_path: Path, cfg: dict, dataset: str):
     world = cfg["nodes"] * cfg["procs_per_node"]
     parts = lbann_builder.experiment(LBANN, cfg, info, tmp_path / "data", steps=20, world=world)
     work = tmp_path / "work"
+    where = {lbann_builder.RUN_ARGS: json.dumps(schedulers.get("local").lbann_run_args({}))}
     status = LBANN.run(
-        *parts, work_dir=str(work), setup_only=True, **lbann_builder.launch_args(cfg, "local", {})
+        *parts, work_dir=str(work), setup_only=True, **lbann_builder.launch_args(cfg, where)
     )
     assert status == 0
     message = LBANN.lbann_pb2.LbannPB()
