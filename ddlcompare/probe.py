@@ -171,14 +171,13 @@ def launch(args) -> int:
             "PYTHONPATH": path,
         }
         scheduler, found = schedulers.detect(args.nodes, args.procs_per_node, env)
-        agent = ["--mca", "plm_rsh_agent", scheduler.rsh_agent] if scheduler.rsh_agent else []
         argv = [
             "mpirun",
             "-n",
             str(args.nodes * args.procs_per_node),
             "--host",
             ",".join(f"{h.name}:{h.slots}" for h in found),
-            *agent,
+            *scheduler.mpirun_args(),
             "-x",
             "PYTHONPATH",
             sys.executable,

@@ -171,6 +171,11 @@ def test_long_runs_go_out_as_a_window_of_steps(tmp_path):
 @pytest.mark.skipif(
     not (REAL / "scorep-8.4-horovod-torch-mpi-np2").exists(), reason="shared fixtures absent"
 )
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect (issue 18, open): in an imported Horovod Timeline, ranks that hold "
+    "only readiness ticks get 2 of 42 critical-path arrows outside any slice",
+)
 def test_real_and_imported_traces_through_the_command(tmp_path):
     out = tmp_path / "scorep.json"
     done = ddlc(

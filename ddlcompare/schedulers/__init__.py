@@ -66,6 +66,10 @@ class Scheduler:
         agent = ["--mca", "plm_rsh_agent", self.rsh_agent] if self.rsh_agent else []
         return ["mpirun", "--host", ",".join(h.name for h in hosts), "--npernode", "1", *agent]
 
+    def mpirun_args(self) -> list[str]:
+        """What mpirun needs to start ranks on hosts given with --host."""
+        return ["--mca", "plm_rsh_agent", self.rsh_agent] if self.rsh_agent else []
+
     def horovodrun_args(self) -> list[str]:
         """Extra horovodrun arguments this scheduler needs."""
         return []

@@ -38,6 +38,12 @@ class Slurm(Scheduler):
             f"--nodelist={','.join(h.name for h in hosts)}",
         ]
 
+    def mpirun_args(self) -> list[str]:
+        # The hosts are given with --host. Open MPI's Slurm support would read
+        # the allocation from SLURM_NODELIST, which a Snakemake job step that
+        # keeps only the job id lacks ("unable to find SLURM_NODELIST").
+        return ["--mca", "ras", "^slurm", "--mca", "plm", "^slurm"]
+
     def lbann_run_args(self, env) -> dict:
         return {"scheduler": "slurm"}
 
