@@ -190,7 +190,7 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
             record.update(
                 scheduler=scheduler.name, hosts=[h.__dict__ for h in host_list], command=argv
             )
-            watch = Watch(run_dir, token, derived_timeout(config))
+            watch = Watch(run_dir, token, derived_timeout(config), scheduler.one_machine)
             with watch.signals(), _machine(scheduler, row.path, watch) as waited:
                 record["waited_for_machine_s"] = round(waited, 1)
                 started = time.time()
@@ -250,8 +250,12 @@ class Watch:
     POLL_S = 1.0
     OVERLAP_EVERY_S = 5.0
 
-    def __init__(self, run_dir: Path, token: str, timeout: int):
+    def __init__(self, run_dir: Path, token: str, timeout: int, shared_machine: bool = True):
         self.run_dir, self.token, self.timeout = run_dir, token, timeout
+        # Overlapping training is looked for where runs share one machine by
+        # design (local, emulated network); a cluster scheduler gives each
+        # job its own cores.
+        self.shared_machine = shared_machine
         self.workflow = ownership.workflow_process()
         self.proc: subprocess.Popen | None = None
         self.overlap: list[str] = []
@@ -325,7 +329,7 @@ class Watch:
             if now - beat > ownership.HEARTBEAT_S:
                 ownership.heartbeat(self.run_dir, self.token)
                 beat = now
-            if now - probe > self.OVERLAP_EVERY_S:
+            if self.shared_machine and now - probe > self.OVERLAP_EVERY_S:
                 self._note_overlap()
                 probe = now
 
