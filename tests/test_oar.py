@@ -147,7 +147,7 @@ def test_tiny_design_through_the_grid5000_profile_matches_a_local_run(oar_user):
         assert record["scheduler"] == "oar"
         assert record["hosts"] == [{"name": "localhost", "slots": 2}]
     ids = job_ids(on_oar)
-    assert len(ids) == 2  # one OAR job per run; collect and report ran here
+    assert len(ids) == 3  # one OAR job per run and the probe; collect and report ran here
     job = oarstat(oar_user, ids[0], on_oar)
     assert job["state"] == "Terminated" and job["exit_code"] == 0
     assert job["owner"] == oar_user.name and job["name"].startswith("ddlc.run.")

@@ -111,8 +111,9 @@ def test_tiny_design_through_the_slurm_profile_matches_a_local_run(slurm, tmp_pa
     ).stdout
     assert sorted(line.split()[:2] for line in jobs.splitlines()) == [
         ["1", "3000M"],
+        ["2", "1000M"],
         ["2", "6000M"],
-    ]  # CPUs and memory sized per run
+    ]  # CPUs and memory sized per run; the 2-process scale's bandwidth probe (1000M)
 
     local_out = run_snakemake(local, scheduler_env(), "local")
     assert local_out.returncode == 0, local_out.stderr[-3000:]
