@@ -148,9 +148,11 @@ def test_tiny_design_through_the_grid5000_profile_matches_a_local_run(oar_user):
         assert record["hosts"] == [{"name": "localhost", "slots": 2}]
     ids = job_ids(on_oar)
     assert len(ids) == 3  # one OAR job per run and the probe; collect and report ran here
-    job = oarstat(oar_user, ids[0], on_oar)
+    jobs = [oarstat(oar_user, i, on_oar) for i in ids]
+    assert sorted(j["name"].split(".")[1] for j in jobs) == ["probe", "run", "run"]
+    job = next(j for j in jobs if j["name"].startswith("ddlc.run."))
     assert job["state"] == "Terminated" and job["exit_code"] == 0
-    assert job["owner"] == oar_user.name and job["name"].startswith("ddlc.run.")
+    assert job["owner"] == oar_user.name
     assert "-l host=1/core=2,walltime=0:" in job["initial_request"]
 
     local_out = snakemake(oar_user, local, REPO / "profiles" / "local")
