@@ -39,6 +39,27 @@ TINY_FIXED = {
 }
 
 
+def snakemake_cmd(workdir: Path, *extra: str, limit: int = 600) -> list[str]:
+    """Snakemake on the local profile over ``workdir``'s design.yaml, bounded
+    by ``limit`` seconds; ``extra``: more --config entries or options."""
+    return [
+        "timeout",
+        "-k",
+        "10",
+        str(limit),
+        str(Path(sys.executable).parent / "snakemake"),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--profile",
+        str(REPO / "profiles" / "local"),
+        "-d",
+        str(workdir),
+        "--config",
+        f"design={workdir / 'design.yaml'}",
+        *extra,
+    ]
+
+
 def tiny_design(frameworks=("torch-ddp",), procs=(2,), **fixed) -> dict:
     return {
         "name": "tiny",

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO, tiny_design, write_design
+from conftest import REPO, snakemake_cmd, tiny_design, write_design
 from ddlcompare import design
 from test_workflow import done_markers, snakemake
 
@@ -127,25 +127,6 @@ def test_snakemake_killed_mid_run_then_rerun_loses_nothing(tmp_path):
     assert all(final[p] == t for p, t in first.items())  # the finished run was kept
     statuses = [json.loads(Path(p).read_text())["status"] for p in final]
     assert statuses == ["ok", "ok"]
-
-
-def snakemake_cmd(workdir: Path, *extra: str) -> list[str]:
-    return [
-        "timeout",
-        "-k",
-        "10",
-        "600",
-        str(Path(sys.executable).parent / "snakemake"),
-        "-s",
-        str(REPO / "Snakefile"),
-        "--profile",
-        str(REPO / "profiles" / "local"),
-        "-d",
-        str(workdir),
-        "--config",
-        f"design={workdir / 'design.yaml'}",
-        *extra,
-    ]
 
 
 def attempt_processes(workdir: Path) -> list[int]:

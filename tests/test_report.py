@@ -7,12 +7,10 @@ exponent notation in what a reader sees."""
 import re
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, tiny_design, write_design
+from conftest import REPO, snakemake_cmd, tiny_design, write_design
 
 FIXTURES = REPO.parent / "shared" / "fixtures" / "real-traces"
 IMPORTED = [
@@ -61,25 +59,9 @@ def report(tmp_path_factory):
     doc["replications"] = 2
     doc["fixed"]["target_accuracy"] = 0.5
     write_design(workdir, doc)
+    imported = "import_traces=" + ",".join(str(FIXTURES / name) for name in IMPORTED)
     out = subprocess.run(
-        [
-            "timeout",
-            "-k",
-            "10",
-            "900",
-            str(Path(sys.executable).parent / "snakemake"),
-            "-s",
-            str(REPO / "Snakefile"),
-            "--profile",
-            str(REPO / "profiles" / "local"),
-            "-d",
-            str(workdir),
-            "--config",
-            f"design={workdir / 'design.yaml'}",
-            "import_traces=" + ",".join(str(FIXTURES / name) for name in IMPORTED),
-        ],
-        capture_output=True,
-        text=True,
+        snakemake_cmd(workdir, imported, limit=900), capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return next((workdir / "results").rglob("report.html"))

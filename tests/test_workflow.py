@@ -9,32 +9,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, tiny_design, write_design
+from conftest import REPO, snakemake_cmd, tiny_design, write_design
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
 
 def snakemake(workdir: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            "timeout",
-            "-k",
-            "10",
-            "600",
-            SNAKEMAKE,
-            "-s",
-            str(REPO / "Snakefile"),
-            "--profile",
-            str(REPO / "profiles" / "local"),
-            "-d",
-            str(workdir),
-            "--config",
-            f"design={workdir / 'design.yaml'}",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-    )
+    return subprocess.run(snakemake_cmd(workdir, *extra), capture_output=True, text=True)
 
 
 def done_markers(workdir: Path) -> dict[str, float]:
