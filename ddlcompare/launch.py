@@ -107,7 +107,8 @@ def free_ports(count: int) -> list[int]:
 
 
 def launchers() -> dict[str, Callable]:
-    """Every registered launcher, by name (its folder's modules loaded once)."""
+    """Every registered launcher, by name. The folder is listed on each call (so
+    a new file is found); each module is imported once."""
     from ddlcompare import launchers as folder
 
     for module in pkgutil.iter_modules(folder.__path__):
