@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds a CPU-only LBANN with LBANN's own CMake SuperBuild (scripts/superbuild)
 # into one cached prefix, part by part: Clara, cereal, zstr, Hydrogen,
-# DiHydrogen (with a checkout of Aluminum), then LBANN. Debian's (or the cluster's) MPI, OpenBLAS/LAPACK,
+# DiHydrogen (with a checkout of Aluminum), Conduit (with a checkout of BLT),
+# then LBANN. Debian's (or the cluster's) MPI, OpenBLAS/LAPACK, HDF5,
 # protobuf, hwloc and spdlog are used as they are; ccache when installed.
 #
 # Each part is one SuperBuild target; a part that finished is stamped and
@@ -15,7 +16,8 @@
 #   envs/build-lbann.sh                         clones from GitHub
 #   DDLC_SOURCES=/path envs/build-lbann.sh      local git copies, /path/<owner>+<name>/repo
 # Variables: DDLC_LBANN_PREFIX (default ~/.cache/ddl-compare/lbann), JOBS (default 2),
-#            LBANN_REF, HYDROGEN_REF, DIHYDROGEN_REF, CLARA_REF, CEREAL_REF, ZSTR_REF.
+#            LBANN_REF, HYDROGEN_REF, DIHYDROGEN_REF, CONDUIT_REF, CLARA_REF, CEREAL_REF, ZSTR_REF,
+#            HDF5_DIR (the HDF5 Conduit uses; default Debian's serial one).
 # Last, $PREFIX/venv: the environment the harness uses (found there, or set
 # DDLC_VENV_LBANN); docs: envs/lbann.md.
 set -euo pipefail
@@ -29,6 +31,11 @@ DIHYDROGEN_REF=${DIHYDROGEN_REF:-d7d6e9c704e4ae7dab7e006d8867db4748d1f303}
 CLARA_REF=${CLARA_REF:-v1.1.5}
 CEREAL_REF=${CEREAL_REF:-v1.3.0}
 ZSTR_REF=${ZSTR_REF:-22db00a933d887125f00385239afd24be8e39ecc}
+# LBANN cannot be built without Conduit (its data readers include it whatever
+# LBANN_WITH_CONDUIT says). v0.9.2 (2024-07) is the release of LBANN's time;
+# its BLT submodule is checked out with it.
+CONDUIT_REF=${CONDUIT_REF:-v0.9.2}
+HDF5_DIR=${HDF5_DIR:-/usr/lib/x86_64-linux-gnu/hdf5/serial}
 # DiHydrogen fetches Aluminum itself (FetchContent) at this commit; it gets a
 # checkout instead, as FETCHCONTENT_SOURCE_DIR_ALUMINUM.
 ALUMINUM_REF=${ALUMINUM_REF:-672bbb782dccf41e3db99d58ddbd2ad0de7e266a}
@@ -47,6 +54,7 @@ PACKAGES=(
   "zstr mateidavid/zstr $ZSTR_REF"
   "Hydrogen LLNL/Elemental $HYDROGEN_REF"
   "DiHydrogen LLNL/DiHydrogen $DIHYDROGEN_REF"
+  "Conduit LLNL/conduit $CONDUIT_REF"
   "LBANN LLNL/lbann $LBANN_REF"
 )
 
@@ -77,14 +85,6 @@ part() {
   log "$name: done in ${secs}s"
 }
 
-checkout_all() {
-  local entry pkg repo ref
-  for entry in "${PACKAGES[@]}"; do
-    read -r pkg repo ref <<< "$entry"
-    checkout "$repo" "$ref" "$SRC/$pkg"
-  done
-}
-
 configure_args() {
   local entry pkg repo ref
   for entry in "${PACKAGES[@]}"; do
@@ -98,9 +98,9 @@ configure_args() {
          "-DLBANN_SB_FWD_DiHydrogen_H2_DEVELOPER_BUILD=OFF"
          # Debian's protobuf has no CMake config file: LBANN's FindProtobuf path
          "-DLBANN_SB_FWD_LBANN_LBANN_USE_PROTOBUF_MODULE=ON"
+         # Conduit opts in to HDF5 only when HDF5_DIR is given
+         "-DLBANN_SB_FWD_Conduit_HDF5_DIR=$HDF5_DIR"
          # the NumPy readers; our mnist and cifar10 readers do not need them.
-         # (LBANN_WITH_CONDUIT=OFF does not work: data_utils/hdf5 links
-         # conduit::conduit anyway. Conduit is the next part to add.)
          "-DLBANN_SB_FWD_LBANN_LBANN_WITH_CNPY=OFF")
 }
 
@@ -143,11 +143,18 @@ make_venv() {
 trap write_versions EXIT
 args=()
 configure_args
-part sources checkout_all
+# One part per source, named with its ref: a new ref is checked out again,
+# and a tree that was built is never touched (that would rebuild it).
+for entry in "${PACKAGES[@]}"; do
+  read -r pkg repo ref <<< "$entry"
+  part "source-$pkg-$ref" checkout "$repo" "$ref" "$SRC/$pkg"
+done
 checkout_aluminum() {
   checkout LLNL/Aluminum "$ALUMINUM_REF" "$SRC/Aluminum" && submodules "$SRC/Aluminum"
 }
 part "aluminum-source-2" checkout_aluminum
+checkout_blt() { submodules "$SRC/Conduit" src/blt; }
+part conduit-blt-source checkout_blt
 # Re-run whenever the arguments change: their hash is in the part's name.
 part "configure-$(printf '%s\n' "${args[@]}" | sha256sum | cut -c1-12)" configure
 for entry in "${PACKAGES[@]}"; do

@@ -20,13 +20,14 @@ checkout() {
   git -C "$dest" rev-parse HEAD > "$dest.commit"
 }
 
-# submodules DEST: check out DEST's git submodules, from their local copies
-# under $DDLC_SOURCES when it is set (a build that runs `git submodule
-# update` itself, as Aluminum's CMake does, then finds them there).
+# submodules DEST [PATH...]: check out DEST's git submodules (only those at
+# PATH... when given), from their local copies under $DDLC_SOURCES when it is
+# set (a build that runs `git submodule update` itself, as Aluminum's CMake
+# does, then finds them there).
 submodules() {
-  local dest=$1 key url repo
+  local dest=$1 key url repo; shift
   [[ -f $dest/.gitmodules ]] || return 0
-  git -C "$dest" submodule init -q
+  git -C "$dest" submodule init -q "$@"
   if [[ -n ${DDLC_SOURCES:-} ]]; then
     while read -r key url; do
       repo=${url#https://github.com/}
@@ -34,5 +35,5 @@ submodules() {
       git -C "$dest" config "${key}" "$DDLC_SOURCES/${repo/\//+}/repo"
     done < <(git -C "$dest" config -f .gitmodules --get-regexp '^submodule\..*\.url$')
   fi
-  git -C "$dest" -c protocol.file.allow=always submodule update -q
+  git -C "$dest" -c protocol.file.allow=always submodule update -q "$@"
 }
