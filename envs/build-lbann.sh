@@ -100,6 +100,8 @@ configure_args() {
          "-DLBANN_SB_FWD_LBANN_LBANN_USE_PROTOBUF_MODULE=ON"
          # Conduit opts in to HDF5 only when HDF5_DIR is given
          "-DLBANN_SB_FWD_Conduit_HDF5_DIR=$HDF5_DIR"
+         # said outright: a SuperBuild tree configured once without it keeps OFF
+         "-DLBANN_SB_FWD_LBANN_LBANN_WITH_CONDUIT=ON"
          # the NumPy readers; our mnist and cifar10 readers do not need them.
          "-DLBANN_SB_FWD_LBANN_LBANN_WITH_CNPY=OFF")
 }
