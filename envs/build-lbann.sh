@@ -116,53 +116,83 @@ configure() {
     "${args[@]}"
 }
 
+# versions.json, flat as build-tarantella.sh writes it ("<part>": ref,
+# "<part>_commit": commit); make_venv links it into the environment, where
+# each run's rank record picks it up (frameworks/common.built_versions).
 write_versions() {
-  local entry pkg repo ref json="{" sep=""
-  for entry in "${PACKAGES[@]}"; do
+  local entry pkg repo ref name json="{" commit
+  for entry in "${PACKAGES[@]}" "Aluminum LLNL/Aluminum $ALUMINUM_REF"; do
     read -r pkg repo ref <<< "$entry"
-    json+="$sep\"$pkg\": {\"repo\": \"$repo\", \"ref\": \"$ref\", \"built\": $([[ -e $STAMPS/$pkg ]] && echo true || echo false)}"
-    sep=", "
+    name=${pkg,,}
+    commit=$(cat "$SRC/$pkg.commit" 2>/dev/null || echo unknown)
+    json+="\"$name\": \"$ref\", \"${name}_commit\": \"$commit\", "
   done
-  echo "$json, \"built_by\": \"envs/build-lbann.sh\"}" > "$PREFIX/versions.json"
+  echo "$json\"hdf5_dir\": \"$HDF5_DIR\", \"built_by\": \"envs/build-lbann.sh\"}" > "$PREFIX/versions.json"
 }
 
 # The environment the harness runs LBANN's driver in (DDLC_VENV_LBANN):
 # this Python with numpy and protobuf, LBANN's installed front end on its
-# path, LBANN's executable in its bin/. (Written before LBANN first finished
-# building here: not yet run.)
+# path, LBANN's executable in its bin/.
 make_venv() {
   local front_end site
-  front_end=$(find "$PREFIX" -path "$SRC" -prune -o -name lbann_pb2.py -print -quit)
+  # installed next to the lbann package (PYTHON_INSTALL_PREFIX/CMAKE_INSTALL_PYTHONDIR),
+  # never the copies in the source and build trees
+  front_end=$(find "$PREFIX"/lib* -name lbann_pb2.py -print -quit)
   [[ -n $front_end ]] || { echo "no lbann_pb2.py under $PREFIX: LBANN's front end was not installed" >&2; return 1; }
   python3 -m venv "$PREFIX/venv"
-  "$PREFIX/venv/bin/pip" install -q numpy 'protobuf==4.25.3' pyyaml psutil
+  # what the harness's worker imports (as in the other environments), and
+  # a protobuf whose runtime reads what Debian's protoc 3.21 generated
+  "$PREFIX/venv/bin/pip" install -q 'numpy==2.4.6' 'protobuf==4.25.3' 'pyyaml==6.0.3' \
+    'psutil==7.2.2' 'otf2==3.2' 'nvidia-ml-py==13.615.71'
   site=$("$PREFIX/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   dirname "$front_end" > "$site/ddlc-lbann.pth"
   ln -sf "$PREFIX/bin/lbann" "$PREFIX/venv/bin/lbann"
+  write_versions && ln -sf "$PREFIX/versions.json" "$PREFIX/venv/versions.json"
   "$PREFIX/venv/bin/python" -c 'import lbann; print("lbann front end:", lbann.__file__)'
 }
 
-trap write_versions EXIT
-args=()
-configure_args
-# One part per source, named with its ref: a new ref is checked out again,
-# and a tree that was built is never touched (that would rebuild it).
-for entry in "${PACKAGES[@]}"; do
-  read -r pkg repo ref <<< "$entry"
-  part "source-$pkg-$ref" checkout "$repo" "$ref" "$SRC/$pkg"
-done
+# LBANN takes "Aluminum found" (here: installed by DiHydrogen, which always
+# brings it) for "Hydrogen has Aluminum", and then calls Hydrogen's
+# Aluminum-only GetComm. Hydrogen is built without it (the SuperBuild's
+# default when it does not build Aluminum itself), so LBANN is told to use
+# Aluminum only when Hydrogen has it: its plain MPI path otherwise.
+patch_lbann_aluminum() {
+  local cmake=$SRC/LBANN/CMakeLists.txt
+  sed -i 's/^if (Aluminum_FOUND)$/if (Aluminum_FOUND AND _HYDROGEN_HAVE_ALUMINUM)/' "$cmake"
+  grep -q '^if (Aluminum_FOUND AND _HYDROGEN_HAVE_ALUMINUM)$' "$cmake"
+}
+
 checkout_aluminum() {
   checkout LLNL/Aluminum "$ALUMINUM_REF" "$SRC/Aluminum" && submodules "$SRC/Aluminum"
 }
-part "aluminum-source-2" checkout_aluminum
+
 checkout_blt() { submodules "$SRC/Conduit" src/blt; }
-part conduit-blt-source checkout_blt
-# Re-run whenever the arguments change: their hash is in the part's name.
-part "configure-$(printf '%s\n' "${args[@]}" | sha256sum | cut -c1-12)" configure
-for entry in "${PACKAGES[@]}"; do
-  read -r pkg _ <<< "$entry"
-  part "$pkg" make -C "$BUILD" -j"$JOBS" "$pkg"
-done
-part venv make_venv
-rm -f "$PREFIX/status.txt"
-log "LBANN built into $PREFIX: export DDLC_VENV_LBANN=$PREFIX/venv"
+
+main() {
+  trap write_versions EXIT
+  args=()
+  configure_args
+  # One part per source, named with its ref: a new ref is checked out again,
+  # and a tree that was built is never touched (that would rebuild it).
+  local entry pkg repo ref
+  for entry in "${PACKAGES[@]}"; do
+    read -r pkg repo ref <<< "$entry"
+    part "source-$pkg-$ref" checkout "$repo" "$ref" "$SRC/$pkg"
+  done
+  part "patch-aluminum-$LBANN_REF" patch_lbann_aluminum
+  part "aluminum-source-2" checkout_aluminum
+  part conduit-blt-source checkout_blt
+  # Re-run whenever the arguments change: their hash is in the part's name.
+  part "configure-$(printf '%s\n' "${args[@]}" | sha256sum | cut -c1-12)" configure
+  for entry in "${PACKAGES[@]}"; do
+    read -r pkg _ <<< "$entry"
+    part "$pkg" make -C "$BUILD" -j"$JOBS" "$pkg"
+  done
+  part venv make_venv
+  rm -f "$PREFIX/status.txt"
+  log "LBANN built into $PREFIX: export DDLC_VENV_LBANN=$PREFIX/venv"
+}
+
+# One line, read whole before it runs: editing this file during a build
+# cannot change what the running build does next.
+main "$@"; exit

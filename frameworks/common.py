@@ -11,6 +11,7 @@ The meaning of the figures is fixed here once:
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import socket
@@ -181,6 +182,17 @@ def finish(
     if dist.rank == 0:
         write_json(run_dir / METRICS, metrics)
     adapter.shutdown()
+
+
+def built_versions(label: str) -> dict:
+    """What an envs/build-*.sh script recorded next to the environment this
+    process runs in (``sys.prefix/versions.json``: its parts, refs and
+    commits), as ``<label>_<part>`` entries for the rank record."""
+    record = Path(sys.prefix) / "versions.json"
+    if not record.exists():
+        return {}
+    found = json.loads(record.read_text())
+    return {f"{label}_{k}": v for k, v in found.items() if k != "built_by"}
 
 
 def rank_record(dist: Dist, versions: dict) -> dict:

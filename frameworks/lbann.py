@@ -663,7 +663,9 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     common.write_epochs(run_dir, rows)
     write_batch_times(run_dir, parsed)
     dist = Dist(rank=0, world=world, local_rank=0)
-    record = common.rank_record(dist, {"lbann": lbann_version(output)})
+    record = common.rank_record(
+        dist, {"lbann": lbann_version(output), **common.built_versions("lbann_build")}
+    )
     record["params_digest"] = None  # LBANN keeps its weights to itself
     common.write_json(run_dir / "rank0.json", record)
     lr = models.scaled_learning_rate(config, global_batch)

@@ -8,9 +8,7 @@ GaspiCxx with pygpi, Tarantella): envs/build-tarantella.sh builds it
 
 from __future__ import annotations
 
-import json
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -81,16 +79,6 @@ def tarantella_version() -> str:
     return match.group(1) if match else "unknown (no tnt_version found)"
 
 
-def built_versions() -> dict:
-    """What envs/build-tarantella.sh recorded next to the environment
-    (GPI-2, GaspiCxx and the commits), when it built this one."""
-    record = Path(sys.prefix) / "versions.json"
-    if not record.exists():
-        return {}
-    found = json.loads(record.read_text())
-    return {f"tarantella_build_{k}": v for k, v in found.items() if k != "built_by"}
-
-
 class Adapter(TFAdapter):
     uses_fit = True
 
@@ -153,7 +141,7 @@ class Adapter(TFAdapter):
         return DirectTimer()
 
     def versions(self) -> dict:
-        return {"tarantella": tarantella_version(), **built_versions()}
+        return {"tarantella": tarantella_version(), **common.built_versions("tarantella_build")}
 
     def allreduce(self, values: np.ndarray, op: str) -> np.ndarray:
         if op == "sum":
