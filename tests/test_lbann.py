@@ -1,0 +1,77 @@
+"""Real LBANN (the executable envs/build-lbann.sh builds, driven by its
+installed Python front end) trains the shared CNN with 2 processes through
+the runner; its output parser reads what that run printed; the same-model
+gate checks the real lbann.Model. Skipped where LBANN is not built: 'bash
+envs/build-lbann.sh' builds it (hours on 2 cores)."""
+
+import json
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import tiny_design
+from ddlcompare import design, envs, model_gate, runner
+from frameworks import lbann
+
+BUILT = envs.has_module("lbann", "lbann") and (envs.env_dir("lbann") / "bin" / "lbann").exists()
+pytestmark = pytest.mark.skipif(
+    not BUILT,
+    reason=f"LBANN is not built ({envs.env_dir('lbann')}); "
+    "'bash envs/build-lbann.sh' builds it, or set DDLC_VENV_LBANN",
+)
+
+
+@pytest.fixture(scope="module")
+def two_ranks():
+    """2 processes, 2 epochs of 12 steps of Fashion-MNIST."""
+    with tempfile.TemporaryDirectory() as tmp:
+        row = design.parse(tiny_design(["lbann"], timeout_s=600), "tiny.yaml").runs()[0]
+        assert runner.execute(row, Path(tmp)) == 0
+        yield Path(tmp) / row.path
+
+
+@pytest.mark.slow
+def test_two_processes_train(two_ranks):
+    folder = two_ranks
+    done = json.loads((folder / "done.json").read_text())
+    assert done["status"] == "ok", (folder / "train.log").read_text()[-3000:]
+    epochs = pd.read_csv(folder / "epochs.tsv", sep="\t")
+    assert list(epochs["epoch"]) == [1, 2]
+    assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
+    assert epochs["test_accuracy"].iloc[-1] > 0.5
+    assert (epochs["images_per_s"] > 0).all()
+    batches = pd.read_csv(folder / "lbann_batch_times.tsv", sep="\t")
+    assert set(batches["mode"]) >= {"train"} and (batches["mean_s"] > 0).all()
+    record = json.loads((folder / "rank0.json").read_text())
+    assert record["world"] == 2
+    assert record["lbann"].startswith("0.10")  # read from LBANN's own banner
+    built = json.loads((envs.env_dir("lbann") / "versions.json").read_text())
+    assert record["lbann_build_lbann_commit"] == built["lbann_commit"]  # the build's record
+    assert len(record["lbann_build_hydrogen_commit"]) == 40
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["images_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_parser_reads_real_lbann_output(two_ranks):
+    """The lines LBANN printed in this very run, not ones written from its
+    source: every epoch, its loss, accuracy, run time and timer statistics."""
+    output = (two_ranks / "lbann" / "out.log").read_text()
+    parsed = lbann.parse_output(output)
+    assert [e["epoch"] for e in parsed] == [1, 2]
+    for entry in parsed:
+        assert entry["train_loss"] > 0 and 0 <= entry["train_accuracy"] <= 1
+        assert entry["train_run_time_s"] > 0 and entry["train_batch_mean_s"] > 0
+        assert 0 <= entry["test_accuracy"] <= 1
+    assert not lbann.lbann_version(output).startswith("unknown")
+
+
+@pytest.mark.slow
+def test_same_model_gate_on_the_installed_lbann_model():
+    (answer,) = model_gate.ask("lbann", "cnn", ("fashion-mnist",)).values()
+    assert "lbann.Model" in answer["checked_on"], answer
+    assert (
+        model_gate.compare(model_gate.reference_rows("cnn", "fashion-mnist"), answer["rows"]) == []
+    )
