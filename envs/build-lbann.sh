@@ -162,6 +162,15 @@ patch_lbann_aluminum() {
   grep -q '^if (Aluminum_FOUND AND _HYDROGEN_HAVE_ALUMINUM)$' "$cmake"
 }
 
+# LBANN adds -g to every compile, whatever the build type: debug information
+# for its template-heavy layers costs compile time and gigabytes on 2 cores,
+# for a build nobody debugs here.
+patch_lbann_debug_info() {
+  local flags=$SRC/LBANN/cmake/modules/SetupCXX.cmake
+  sed -i 's/^  -g -Wall -Wextra/  -Wall -Wextra/' "$flags"
+  ! grep -q '^  -g -Wall' "$flags"
+}
+
 checkout_aluminum() {
   checkout LLNL/Aluminum "$ALUMINUM_REF" "$SRC/Aluminum" && submodules "$SRC/Aluminum"
 }
@@ -180,6 +189,7 @@ main() {
     part "source-$pkg-$ref" checkout "$repo" "$ref" "$SRC/$pkg"
   done
   part "patch-aluminum-$LBANN_REF" patch_lbann_aluminum
+  part "patch-debug-info-$LBANN_REF" patch_lbann_debug_info
   part "aluminum-source-2" checkout_aluminum
   part conduit-blt-source checkout_blt
   # Re-run whenever the arguments change: their hash is in the part's name.
