@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import cells, stats
+from frameworks import registry
 from traces.phases import STEP_PHASES
 
 STRAGGLER_MARGIN = 0.05  # later than the others by 5 % of the median step time
@@ -200,16 +201,23 @@ def findings(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     evals = phases[(phases["phase"] == "eval")].groupby("run_id")["dur_ns"].mean() / 1e9
     inits = ok.set_index("run_id")
     for key, group in per_run.groupby(cell):
-        comm = group["grad_comm"].sum() / group["step_s"].sum()
-        add(
-            key,
-            "exposed communication",
-            comm,
-            f"{comm:.1%} of step time is exposed gradient communication (grad_comm).",
-        )
-        load = group["data_load"].sum() / group["step_s"].sum()
-        add(key, "data loading", load, f"{load:.1%} of step time is spent in data_load.")
-        if key[1] > 1:
+        # A share of a phase the framework does not time apart (Tarantella
+        # and LBANN own the step) would read as a measured 0 %.
+        exposes = registry.FRAMEWORKS[key[0]].exposes
+        # where ranks enter the gradient exchange (per_step's sync_entry_ns)
+        times_sync = "grad_comm" in exposes or "backward" in exposes
+        if times_sync:
+            comm = group["grad_comm"].sum() / group["step_s"].sum()
+            add(
+                key,
+                "exposed communication",
+                comm,
+                f"{comm:.1%} of step time is exposed gradient communication (grad_comm).",
+            )
+        if "data_load" in exposes:
+            load = group["data_load"].sum() / group["step_s"].sum()
+            add(key, "data loading", load, f"{load:.1%} of step time is spent in data_load.")
+        if key[1] > 1 and times_sync:
             add(
                 key,
                 "wait at the collective",
@@ -228,15 +236,18 @@ def findings(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
                     f"steps, losing most time in {worst['lost_in']} "
                     f"({worst['lost_s'] * 1e3:.2f} ms per late step).",
                 )
-            i = imb[imb.index.isin(group.index)]
-            worst_phase = i.groupby("phase")["imbalance"].mean().idxmax()
-            value = i.groupby("phase")["imbalance"].mean().max()
-            add(
-                key,
-                "load imbalance",
-                value,
-                f"Most imbalanced phase: {worst_phase} (max/mean across ranks {value:.2f}).",
-            )
+        if key[1] > 1:
+            # phases never timed on any rank have no imbalance (0 / 0)
+            by_phase = imb[imb.index.isin(group.index)].groupby("phase")["imbalance"].mean()
+            by_phase = by_phase.dropna()
+            if len(by_phase):
+                worst_phase, value = by_phase.idxmax(), by_phase.max()
+                add(
+                    key,
+                    "load imbalance",
+                    value,
+                    f"Most imbalanced phase: {worst_phase} (max/mean across ranks {value:.2f}).",
+                )
         init = inits.loc[group.index]
         share = (
             init["init_s"] / (init["init_s"] + init["time_per_epoch_s"] * init["epochs"])

@@ -141,3 +141,19 @@ def test_breakdown_has_intervals_over_replications():
     assert table.loc["forward", "ci_half_width"] == pytest.approx(
         12.706 * 0.000707 / 2**0.5, rel=1e-3
     )
+
+
+def test_whole_step_framework_gets_no_invented_shares():
+    """Tarantella times whole steps only (phase 'other'): its report must
+    neither crash on phases it never timed nor claim 0 % communication."""
+    phases, runs = constructed(world=2)
+    whole = (
+        phases.groupby(["run_id", "rank", "epoch", "step"])
+        .agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+        .reset_index()
+        .assign(phase="other", source="test")
+    )
+    whole["dur_ns"] = whole["end_ns"] - whole["start_ns"]
+    table = bottlenecks.findings(whole, runs.assign(framework="tarantella"))
+    found = set(table.dropna(subset=["world_size"])["bottleneck"])
+    assert found == {"initialisation"}, table
