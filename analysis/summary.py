@@ -220,7 +220,10 @@ def dominant_bottlenecks(found: pd.DataFrame) -> pd.DataFrame:
         name, share = max(shares.items(), key=lambda kv: kv[1]) if shares else (None, 0.0)
         framework, world, setting = key
         lead = f"{framework}, {int(world)} process{'es' if world != 1 else ''} ({setting}): "
-        if name is None or share < QUIET:
+        if not shares:  # the framework owns the step (Tarantella, LBANN)
+            text = "it times whole steps only, so no phase can be named the bottleneck"
+            name = "not timed"
+        elif share < QUIET:
             text = (
                 f"no exposed communication or data-loading bottleneck (each under "
                 f"{QUIET:.0%} of the step): compute dominates"

@@ -139,6 +139,28 @@ def test_bottleneck_sentence_names_the_dominant_share_and_the_wait():
     assert "compute dominates" in lines["torch-ddp"]
 
 
+def test_whole_step_framework_is_not_said_to_be_compute_bound():
+    """Tarantella's findings hold only its initialisation: no phase share
+    was measured, so none may be called small."""
+    found = pd.DataFrame(
+        [
+            {
+                "framework": "tarantella",
+                "world_size": 2,
+                "setting": "batch_size 64",
+                "bottleneck": "initialisation",
+                "value": 0.05,
+                "finding": "",
+            }
+        ]
+    )
+    (line,) = summary.dominant_bottlenecks(found)["sentence"]
+    assert line == (
+        "tarantella, 2 processes (batch_size 64): it times whole steps only, "
+        "so no phase can be named the bottleneck."
+    )
+
+
 def test_human_numbers():
     assert humanize.number(1234.5678, "images/s") == "1230 images/s"
     assert humanize.number(0.0000123, "s") == "1.23 x 10^-5 s"
