@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from ddlcompare import design, runner
 from frameworks import data
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,6 +72,14 @@ def tiny_design(frameworks=("torch-ddp",), procs=(2,), **fixed) -> dict:
         "replications": 1,
         "fixed": {**TINY_FIXED, **fixed},
     }
+
+
+def trained(doc: dict, root: Path) -> Path:
+    """The design's first run, trained through the runner under ``root``:
+    its run folder (whatever its status; done.json says)."""
+    row = design.parse(doc, "tiny.yaml").runs()[0]
+    assert runner.execute(row, root) == 0
+    return root / row.path
 
 
 def make_cifar(folder, per_batch=20, seed=0):

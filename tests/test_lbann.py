@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import tiny_design
-from ddlcompare import design, envs, model_gate, runner
+from conftest import tiny_design, trained
+from ddlcompare import envs, model_gate
 from frameworks import lbann
 
 BUILT = envs.has_module("lbann", "lbann") and (envs.env_dir("lbann") / "bin" / "lbann").exists()
@@ -27,9 +27,7 @@ pytestmark = pytest.mark.skipif(
 def two_ranks():
     """2 processes, 2 epochs of 12 steps of Fashion-MNIST."""
     with tempfile.TemporaryDirectory() as tmp:
-        row = design.parse(tiny_design(["lbann"], timeout_s=600), "tiny.yaml").runs()[0]
-        assert runner.execute(row, Path(tmp)) == 0
-        yield Path(tmp) / row.path
+        yield trained(tiny_design(["lbann"], timeout_s=600), Path(tmp))
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import tiny_design
+from conftest import tiny_design, trained
 from ddlcompare import design, envs, runner
 from ddlcompare import model_gate
 
@@ -28,9 +28,7 @@ def two_ranks():
     callbacks anew at each)."""
     with tempfile.TemporaryDirectory() as tmp:
         # GPI-2 start-up and graph building take a minute on a loaded machine
-        row = design.parse(tiny_design(["tarantella"], timeout_s=600), "tiny.yaml").runs()[0]
-        assert runner.execute(row, Path(tmp)) == 0
-        yield Path(tmp) / row.path
+        yield trained(tiny_design(["tarantella"], timeout_s=600), Path(tmp))
 
 
 @pytest.mark.slow

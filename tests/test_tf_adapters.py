@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import tiny_design
+from conftest import tiny_design, trained
 from ddlcompare import design, envs, runner
 
 TF_BUILT = envs.has_module("tensorflow", "horovod.tensorflow")
@@ -31,9 +31,7 @@ def tiny_runs():
         found = {}
         for framework, controller in CASES + [MIRRORED]:
             doc = tiny_design([framework], horovod_controller=controller)
-            row = design.parse(doc, "tiny.yaml").runs()[0]
-            assert runner.execute(row, Path(tmp)) == 0
-            found[framework, controller] = Path(tmp) / row.path
+            found[framework, controller] = trained(doc, Path(tmp))
         yield found
 
 
