@@ -198,8 +198,9 @@ def parse(raw: Any, source: str = "design.yaml") -> Design:
     follow_up = raw.get("follow_up")
     if follow_up is not None and not isinstance(follow_up, dict):
         problems.append("follow_up: must be a mapping (ddlc follow-up writes it); remove it")
-    if not problems and fraction is None:
-        _check_size(factors, zip_groups, replications, max_runs, problems)
+    if not problems:
+        cells = fraction.runs_per_replication if fraction else _full_cells(factors, zip_groups)
+        _check_size(cells, replications, max_runs, problems)
     if problems:
         raise DesignError(source, problems)
 
@@ -248,14 +249,9 @@ def _parse_name(raw: dict, source: str, problems: list[str]) -> str:
     return name
 
 
-def _check_size(
-    factors: dict,
-    zip_groups: list[list[str]],
-    replications: int,
-    max_runs: int,
-    problems: list[str],
-) -> None:
-    """Count the plan before expanding it: 10^7 runs would fill the memory."""
+def _full_cells(factors: dict, zip_groups: list[list[str]]) -> int:
+    """The full factorial's cells, counted before expanding them: 10^7 runs
+    would fill the memory."""
     zipped = {f for group in zip_groups for f in group}
     cells = 1
     for group in zip_groups:
@@ -263,6 +259,12 @@ def _check_size(
     for f, levels in factors.items():
         if f not in zipped:
             cells *= len(levels)
+    return cells
+
+
+def _check_size(cells: int, replications: int, max_runs: int, problems: list[str]) -> None:
+    """The cap counts the runs the plan lists: a fraction's, not the full
+    factorial's it is drawn from."""
     if cells * replications > max_runs:
         problems.append(
             f"the plan has {cells} cells x {replications} replications = "
