@@ -150,7 +150,7 @@ def test_max_runs_counts_the_fraction_not_the_full_factorial():
     [
         ({"generators": ["D = A Z"]}, "generators[0]: 'Z' is neither a letter A-G"),
         ({"resolution": 3}, "needs exactly one of resolution: N or generators"),
-        ({"design": "half"}, "design: 'half' is not a design (use full or fractional)"),
+        ({"design": "half"}, "design: 'half' is not a design (use full, fractional or latin-hypercube)"),
         ({"factors": {**FACTORS, "nodes": [1, 2, 4]}}, "needs two levels per varied factor"),
         ({"zip": [["batch_size", "procs_per_node"]]}, "zip: cannot be combined with design"),
     ],
