@@ -91,3 +91,25 @@ def test_plan_shows_the_sample(tmp_path):
         "framework: 16 cells per replication" in out.stdout
     )
     assert "32 runs (16 cells x 2 replications)" in out.stdout
+
+
+def test_report_allocates_no_variation_it_cannot_separate():
+    """Each learning rate is sampled once, so batch_size and learning_rate
+    are confounded: the full-factorial ANOVA would split the variation
+    between them at random; the report says so instead."""
+    import numpy as np
+    import pandas as pd
+
+    from analysis import report
+
+    d = design.parse(doc())
+    noise = np.random.default_rng(0).normal(size=len(d.runs()))
+    runs = pd.DataFrame(
+        [
+            {**r.factors, "run_id": r.run_id, "status": "ok", "images_per_s": 100 + e}
+            for r, e in zip(d.runs(), noise)
+        ]
+    )
+    html = report.statistics_section(d, runs)
+    assert "a Latin hypercube leaves most cells of the grid empty" in html
+    assert "Allocation of variation (full-factorial ANOVA" not in html
