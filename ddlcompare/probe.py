@@ -14,6 +14,12 @@ Bandwidths are reported as nccl-tests defines them: ``algbw`` = bytes /
 time, ``busbw`` = algbw x 2 (P - 1) / P, the bytes each rank actually moves
 in a ring all-reduce, comparable across process counts and with a link's
 rate.
+
+Open MPI's TCP transport is given TCP_LINKS connections per pair of
+processes: with its default of one, a pair that sends both ways at once
+(every all-reduce does) gets about half the link's rate in each direction,
+where plain TCP streams get all of it (docs/network.md, "The probe against
+the configured rate"). The probe measures the network, not that default.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ WARMUP = 3
 # (a 2 MB message at 100 Mbit/s is mostly slow start and handshakes).
 LINK_BYTES = 16 * 2**20
 LINK_REPEATS = 5
+# TCP connections per pair of processes (btl_tcp_links); see the docstring.
+TCP_LINKS = 4
 
 
 def gradient_sizes(model: str, dataset: str) -> list[int]:
@@ -178,6 +186,9 @@ def launch(args) -> int:
             "--host",
             ",".join(f"{h.name}:{h.slots}" for h in found),
             *scheduler.mpirun_args(),
+            "--mca",
+            "btl_tcp_links",
+            str(args.tcp_links),
             "-x",
             "PYTHONPATH",
             sys.executable,
@@ -213,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--net-rate-mbit", type=int, default=None)
     parser.add_argument("--net-delay-ms", type=float, default=0)
     parser.add_argument(
+        "--tcp-links",
+        type=int,
+        default=TCP_LINKS,
+        help=f"TCP connections per pair of processes (default {TCP_LINKS}; Open MPI's is 1)",
+    )
+    parser.add_argument(
         "--measure",
         action="store_true",
         help="(under mpirun) time the all-reduces; without it, start mpirun",
@@ -236,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
             "net_rate_mbit": args.net_rate_mbit,
             "hosts": hosts,
             "link_bytes_per_s": link,
+            # as mpirun handed it to the ranks (1: Open MPI's default)
+            "tcp_links": int(os.environ.get("OMPI_MCA_btl_tcp_links", 1)),
             "mpi": MPI.Get_library_version().splitlines()[0].rstrip("\x00"),
             "model": args.model,
             "dataset": args.dataset,

@@ -94,11 +94,12 @@ def test_achieved_bandwidth_against_the_probe():
 
 @pytest.mark.skipif(bool(netem.problems("local")), reason="; ".join(netem.problems("local")))
 def test_probe_on_the_emulated_network_finds_its_rate(tmp_path):
-    """Two emulated nodes at 100 Mbit/s: the links never carry more than
-    12.5 MB/s, nor does any all-reduce of the whole model's gradients
-    (1.69 MB). Measured on this 2-core machine under a load of about 14:
-    4.9-5.9 MB/s (40-47 %) for MPI's TCP transport, where a plain TCP stream
-    reaches 80-100 % (test_netem); so the lower bound here is loose."""
+    """Two emulated nodes at 100 Mbit/s: the probe's Sendrecv ring and its
+    all-reduce of the whole model's gradients (1.69 MB; busbw, what each
+    link carries each way) come out near the rate and never above it. Plain
+    TCP streams get 92-95 % of it each way with both ways busy; the probe
+    with Open MPI's default of one TCP connection per pair got 41-48 %, with
+    its four 79-86 % (bench/probe_network.py, docs/network.md)."""
     out = tmp_path / "probe.json"
     done = subprocess.run(
         [
@@ -124,5 +125,7 @@ def test_probe_on_the_emulated_network_finds_its_rate(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     doc = json.loads(out.read_text())
     assert doc["nodes"] == 2 and doc["net_rate_mbit"] == 100 and len(doc["hosts"]) == 2
-    assert 0.3 * 12.5e6 < doc["link_bytes_per_s"] < 1.05 * 12.5e6, doc["link_bytes_per_s"]
-    assert doc["sizes"][-1]["busbw_bytes_per_s"] < 1.05 * 12.5e6, doc["sizes"][-1]
+    assert doc["tcp_links"] == probe.TCP_LINKS
+    assert 0.65 * 12.5e6 < doc["link_bytes_per_s"] < 1.01 * 12.5e6, doc["link_bytes_per_s"]
+    whole = doc["sizes"][-1]["busbw_bytes_per_s"]
+    assert 0.65 * 12.5e6 < whole < 1.01 * 12.5e6, doc["sizes"][-1]
