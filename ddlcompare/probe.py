@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,9 @@ LINK_BYTES = 16 * 2**20
 LINK_REPEATS = 5
 # TCP connections per pair of processes (btl_tcp_links); see the docstring.
 TCP_LINKS = 4
+# At 10 Mbit/s the probe moves about 200 MB: some 3-4 minutes (estimated).
+TIMEOUT_S = 900
+STOP_S = 20  # for mpirun to stop what it started
 
 
 def gradient_sizes(model: str, dataset: str) -> list[int]:
@@ -210,7 +214,30 @@ def launch(args) -> int:
         ]
         if args.net_rate_mbit:
             argv += ["--net-rate-mbit", str(args.net_rate_mbit)]
-        return subprocess.run(net.enter(argv), env=env).returncode
+        return _run_or_stop(net.enter(argv), env, args.timeout)
+
+
+def _run_or_stop(argv: list[str], env: dict, timeout: float) -> int:
+    """Run mpirun; past ``timeout`` stop it with all it started. Open MPI
+    with several TCP connections per pair hung here twice (8 links; 2 links
+    without the put protocol), never with TCP_LINKS: a probe that hangs must
+    fail, not hold the workflow."""
+    with subprocess.Popen(argv, env=env, start_new_session=True) as mpirun:
+        try:
+            return mpirun.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            mpirun.terminate()  # mpirun stops its ranks (which have process groups of their own)
+            try:
+                mpirun.wait(timeout=STOP_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(mpirun.pid, signal.SIGKILL)
+                mpirun.wait()
+            print(
+                f"probe: no result after {timeout:g} s, stopped; rerun it with "
+                "--tcp-links 1 (Open MPI's default) or a larger --timeout",
+                file=sys.stderr,
+            )
+            return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,6 +255,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=TCP_LINKS,
         help=f"TCP connections per pair of processes (default {TCP_LINKS}; Open MPI's is 1)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=TIMEOUT_S,
+        help=f"seconds before a hung mpirun is stopped (default {TIMEOUT_S})",
     )
     parser.add_argument(
         "--measure",

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import psutil
 import pytest
 
 from analysis import network_limit
@@ -129,3 +130,23 @@ def test_probe_on_the_emulated_network_finds_its_rate(tmp_path):
     assert 0.65 * 12.5e6 < doc["link_bytes_per_s"] < 1.01 * 12.5e6, doc["link_bytes_per_s"]
     whole = doc["sizes"][-1]["busbw_bytes_per_s"]
     assert 0.65 * 12.5e6 < whole < 1.01 * 12.5e6, doc["sizes"][-1]
+
+
+def test_a_probe_past_its_timeout_is_stopped_with_all_it_started(tmp_path):
+    out = tmp_path / "probe.json"
+    # a hundred thousand repeats take minutes
+    options = f"--nodes 1 --procs-per-node 2 --repeats 100000 --timeout 2 --out {out}"
+    done = subprocess.run(
+        [sys.executable, "-m", "ddlcompare.probe", *options.split()],
+        cwd=REPO,
+        timeout=120,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1 and "no result after 2 s, stopped" in done.stderr
+    assert not out.exists()
+    ranks = [
+        p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])
+    ]
+    _, left = psutil.wait_procs(ranks, timeout=10)  # stopped, if not yet reaped
+    assert left == []
