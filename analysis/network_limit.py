@@ -130,7 +130,10 @@ def section(ctx) -> str:
     text = (
         "<p>The probe times MPI_Allreduce at the model's gradient sizes (each layer's and "
         "the whole model's), median of 20 after 3 warm-up calls; algbw = bytes / time, "
-        "busbw = algbw x 2(P-1)/P. Each framework's achieved bandwidth is its bytes per "
+        "busbw = algbw x 2(P-1)/P, what each link carries each way. Open MPI is given "
+        "several TCP connections per pair of processes (the probe file's tcp_links): with "
+        "its default of one, a pair sending both ways at once gets about half the link's "
+        "rate each way (docs/network.md). Each framework's achieved bandwidth is its bytes per "
         "step over its exposed grad_comm time per step; where the framework hides its "
         "exchange inside backward (DDP), there is no exposed time to divide by and the "
         "cell says not set.</p>"

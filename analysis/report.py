@@ -177,7 +177,14 @@ def _fraction_html(design: Design) -> str:
 def _anova_html(design: Design, runs: pd.DataFrame, factors: list[str], response: str) -> str:
     if not factors:
         return "<p>No factor varies among the successful runs: no allocation of variation.</p>"
-    text = "" if design.fraction else _anova_table(runs, factors, response)
+    if design.sample:
+        text = (
+            "<p>No allocation of variation: a Latin hypercube leaves most cells of the "
+            "grid empty, so a full-factorial ANOVA cannot tell its sampled factors apart "
+            "(docs/design.md).</p>"
+        )
+    else:
+        text = "" if design.fraction else _anova_table(runs, factors, response)
     ok = runs[runs["status"] == "ok"]
     if all(ok[f].nunique() == 2 for f in factors):
         levels = {f: _two_levels(design, f, ok) for f in factors}

@@ -56,6 +56,8 @@ def cmd_plan(args) -> int:
     cells = len({tuple(r.factors.values()) for r in runs})
     if design.fraction:
         print("\n".join(design.fraction.describe()))
+    if design.sample:
+        print("\n".join(design.sample.describe(design.factors)))
     print(
         f"{len(runs)} runs ({cells} cells x {design.replications} replications) "
         f"in results/{design.root}/"

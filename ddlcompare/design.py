@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from ddlcompare import fractional, yaml_safe
+from ddlcompare import fractional, sampling, yaml_safe
 from ddlcompare.params import CORE_FACTORS, PARAMS, RENAMED, SAFE_TEXT, RunRow
 
 # A plan larger than this is a typo more often than a campaign; a design
@@ -39,6 +39,7 @@ TOP_LEVEL_KEYS = {
     "zip": "a list of factor groups whose levels vary together",
     "max_runs": f"refuse a plan of more runs than this (default {MAX_RUNS})",
     **fractional.KEYS,
+    **sampling.KEYS,
     "follow_up": "the first-stage study this design follows up (written by ddlc follow-up)",
 }
 
@@ -67,6 +68,7 @@ class Design:
     zip_groups: list[list[str]]
     source: str = "design.yaml"
     fraction: fractional.Fraction | None = None  # None: the full factorial
+    sample: sampling.Sample | None = None  # a Latin hypercube's points
     follow_up: dict | None = None  # the first stage's design, tables and selection rule
 
     @functools.cached_property
@@ -110,6 +112,8 @@ class Design:
     def _cells(self) -> list[dict[str, Any]]:
         if self.fraction:
             return self.fraction.cells(self.factors)
+        if self.sample:
+            return self.sample.cells(self.factors)
         zipped = {f for group in self.zip_groups for f in group}
         axes: list[list[dict[str, Any]]] = []
         for group in self.zip_groups:
@@ -194,12 +198,19 @@ def parse(raw: Any, source: str = "design.yaml") -> Design:
         problems.append(f"randomize: must be true or false, got {randomize!r}")
     zip_groups = _parse_zip(raw.get("zip", []), factors, problems)
     exclude = _parse_exclude(raw.get("exclude", []), factors, problems)
-    fraction = fractional.parse(raw, factors, problems) if not problems else None
+    sample = sampling.parse(raw, factors, seed, problems) if not problems else None
+    fraction = None if sample or problems else fractional.parse(raw, factors, problems)
     follow_up = raw.get("follow_up")
     if follow_up is not None and not isinstance(follow_up, dict):
         problems.append("follow_up: must be a mapping (ddlc follow-up writes it); remove it")
-    if not problems and fraction is None:
-        _check_size(factors, zip_groups, replications, max_runs, problems)
+    if not problems:
+        if fraction:
+            cells = fraction.runs_per_replication
+        elif sample:
+            cells = sample.cells_per_replication(factors)
+        else:
+            cells = _full_cells(factors, zip_groups)
+        _check_size(cells, replications, max_runs, problems)
     if problems:
         raise DesignError(source, problems)
 
@@ -214,6 +225,7 @@ def parse(raw: Any, source: str = "design.yaml") -> Design:
         zip_groups=zip_groups,
         source=source,
         fraction=fraction,
+        sample=sample,
         follow_up=follow_up,
     )
     _check_cells(design, problems)
@@ -248,14 +260,9 @@ def _parse_name(raw: dict, source: str, problems: list[str]) -> str:
     return name
 
 
-def _check_size(
-    factors: dict,
-    zip_groups: list[list[str]],
-    replications: int,
-    max_runs: int,
-    problems: list[str],
-) -> None:
-    """Count the plan before expanding it: 10^7 runs would fill the memory."""
+def _full_cells(factors: dict, zip_groups: list[list[str]]) -> int:
+    """The full factorial's cells, counted before expanding them: 10^7 runs
+    would fill the memory."""
     zipped = {f for group in zip_groups for f in group}
     cells = 1
     for group in zip_groups:
@@ -263,6 +270,12 @@ def _check_size(
     for f, levels in factors.items():
         if f not in zipped:
             cells *= len(levels)
+    return cells
+
+
+def _check_size(cells: int, replications: int, max_runs: int, problems: list[str]) -> None:
+    """The cap counts the runs the plan lists: a fraction's, not the full
+    factorial's it is drawn from."""
     if cells * replications > max_runs:
         problems.append(
             f"the plan has {cells} cells x {replications} replications = "

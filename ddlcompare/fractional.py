@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 KEYS = {
-    "design": "full (every combination, the default) or fractional (a 2^(k-p) fraction)",
+    "design": "full (every combination, the default), fractional (a 2^(k-p) fraction) "
+    "or latin-hypercube (samples of the numeric factors)",
     "resolution": "with design: fractional, the smallest fraction of this resolution (>= 3)",
     "generators": "with design: fractional, e.g. [\"D = A B\", \"E = A C\"]",
 }
@@ -141,7 +142,9 @@ def parse(raw: dict, factors: dict[str, list[Any]], problems: list[str]) -> Frac
     Problems are appended as one line each, naming the key and the fix."""
     kind = raw.get("design", "full")
     if kind not in ("full", "fractional"):
-        problems.append(f"design: {kind!r} is not a design (use full or fractional)")
+        problems.append(
+            f"design: {kind!r} is not a design (use full, fractional or latin-hypercube)"
+        )
         return None
     if kind == "full":
         for key in ("resolution", "generators"):

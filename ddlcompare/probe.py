@@ -14,6 +14,12 @@ Bandwidths are reported as nccl-tests defines them: ``algbw`` = bytes /
 time, ``busbw`` = algbw x 2 (P - 1) / P, the bytes each rank actually moves
 in a ring all-reduce, comparable across process counts and with a link's
 rate.
+
+Open MPI's TCP transport is given TCP_LINKS connections per pair of
+processes: with its default of one, a pair that sends both ways at once
+(every all-reduce does) gets about half the link's rate in each direction,
+where plain TCP streams get all of it (docs/network.md, "The probe against
+the configured rate"). The probe measures the network, not that default.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +42,11 @@ WARMUP = 3
 # (a 2 MB message at 100 Mbit/s is mostly slow start and handshakes).
 LINK_BYTES = 16 * 2**20
 LINK_REPEATS = 5
+# TCP connections per pair of processes (btl_tcp_links); see the docstring.
+TCP_LINKS = 4
+# At 10 Mbit/s the probe moves about 200 MB: some 3-4 minutes (estimated).
+TIMEOUT_S = 900
+STOP_S = 20  # for mpirun to stop what it started
 
 
 def gradient_sizes(model: str, dataset: str) -> list[int]:
@@ -178,6 +190,9 @@ def launch(args) -> int:
             "--host",
             ",".join(f"{h.name}:{h.slots}" for h in found),
             *scheduler.mpirun_args(),
+            "--mca",
+            "btl_tcp_links",
+            str(args.tcp_links),
             "-x",
             "PYTHONPATH",
             sys.executable,
@@ -199,7 +214,30 @@ def launch(args) -> int:
         ]
         if args.net_rate_mbit:
             argv += ["--net-rate-mbit", str(args.net_rate_mbit)]
-        return subprocess.run(net.enter(argv), env=env).returncode
+        return _run_or_stop(net.enter(argv), env, args.timeout)
+
+
+def _run_or_stop(argv: list[str], env: dict, timeout: float) -> int:
+    """Run mpirun; past ``timeout`` stop it with all it started. Open MPI
+    with several TCP connections per pair hung here twice (8 links; 2 links
+    without the put protocol), never with TCP_LINKS: a probe that hangs must
+    fail, not hold the workflow."""
+    with subprocess.Popen(argv, env=env, start_new_session=True) as mpirun:
+        try:
+            return mpirun.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            mpirun.terminate()  # mpirun stops its ranks (which have process groups of their own)
+            try:
+                mpirun.wait(timeout=STOP_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(mpirun.pid, signal.SIGKILL)
+                mpirun.wait()
+            print(
+                f"probe: no result after {timeout:g} s, stopped; rerun it with "
+                "--tcp-links 1 (Open MPI's default) or a larger --timeout",
+                file=sys.stderr,
+            )
+            return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,6 +250,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--procs-per-node", type=int, default=2)
     parser.add_argument("--net-rate-mbit", type=int, default=None)
     parser.add_argument("--net-delay-ms", type=float, default=0)
+    parser.add_argument(
+        "--tcp-links",
+        type=int,
+        default=TCP_LINKS,
+        help=f"TCP connections per pair of processes (default {TCP_LINKS}; Open MPI's is 1)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=TIMEOUT_S,
+        help=f"seconds before a hung mpirun is stopped (default {TIMEOUT_S})",
+    )
     parser.add_argument(
         "--measure",
         action="store_true",
@@ -236,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
             "net_rate_mbit": args.net_rate_mbit,
             "hosts": hosts,
             "link_bytes_per_s": link,
+            # as mpirun handed it to the ranks (1: Open MPI's default)
+            "tcp_links": int(os.environ.get("OMPI_MCA_btl_tcp_links", 1)),
             "mpi": MPI.Get_library_version().splitlines()[0].rstrip("\x00"),
             "model": args.model,
             "dataset": args.dataset,

@@ -100,7 +100,45 @@ def design_schema() -> dict[str, Any]:
                 "description": "factor groups whose levels vary together",
                 "items": {"type": "array", "minItems": 2, "items": {"type": "string"}},
             },
+            **plan_keys(),
         },
+    }
+
+
+def plan_keys() -> dict[str, Any]:
+    """The keys that choose which cells run and how many (design.py checks
+    how they combine)."""
+    from ddlcompare import design, fractional, sampling
+
+    return {
+        "design": {
+            "enum": ["full", "fractional", sampling.KIND],
+            "default": "full",
+            "description": fractional.KEYS["design"],
+        },
+        "resolution": {
+            "type": "integer",
+            "minimum": 3,
+            "description": fractional.KEYS["resolution"],
+        },
+        "generators": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": fractional.KEYS["generators"],
+        },
+        "samples": {
+            "type": "integer",
+            "minimum": 2,
+            "maximum": sampling.MAX_SAMPLES,
+            "description": sampling.KEYS["samples"],
+        },
+        "max_runs": {
+            "type": "integer",
+            "minimum": 1,
+            "default": design.MAX_RUNS,
+            "description": design.TOP_LEVEL_KEYS["max_runs"],
+        },
+        "follow_up": {"type": "object", "description": design.TOP_LEVEL_KEYS["follow_up"]},
     }
 
 

@@ -133,12 +133,27 @@ def test_resolution_picks_the_smallest_fraction():
     assert len(d4.runs()) == 8 and d4.fraction.resolution == 4
 
 
+def test_max_runs_counts_the_fraction_not_the_full_factorial():
+    # the full 2^7 factorial (128 runs) is over the cap, its fraction (8) is not
+    assert len(design.parse(doc(max_runs=100)).runs()) == 8
+    with pytest.raises(DesignError) as err:
+        design.parse(doc(max_runs=15, replications=2))
+    assert err.value.problems == [
+        "the plan has 8 cells x 2 replications = 16 runs, more than max_runs (15); "
+        "fewer levels or replications, or set max_runs: N at the top of the design "
+        "if you mean it"
+    ]
+
+
 @pytest.mark.parametrize(
     "over, message",
     [
         ({"generators": ["D = A Z"]}, "generators[0]: 'Z' is neither a letter A-G"),
         ({"resolution": 3}, "needs exactly one of resolution: N or generators"),
-        ({"design": "half"}, "design: 'half' is not a design (use full or fractional)"),
+        (
+            {"design": "half"},
+            "design: 'half' is not a design (use full, fractional or latin-hypercube)",
+        ),
         ({"factors": {**FACTORS, "nodes": [1, 2, 4]}}, "needs two levels per varied factor"),
         ({"zip": [["batch_size", "procs_per_node"]]}, "zip: cannot be combined with design"),
     ],

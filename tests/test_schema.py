@@ -39,6 +39,12 @@ def test_designs_of_the_repository_validate():
         {"factors": {"framework": ["torch-ddp"]}, "colour": "red"},
         {"factors": {"framework": ["torch-ddp"], "nodes": [1.0]}},
         {"factors": {"nodes": [1]}},
+        {"factors": {"framework": ["torch-ddp"], "batch_size": [32, 64]}, "design": "random"},
+        {
+            "factors": {"framework": ["torch-ddp"], "batch_size": [32, 64]},
+            "design": "latin-hypercube",
+            "samples": 1,
+        },
     ],
 )
 def test_schema_and_harness_refuse_the_same_designs(bad):
@@ -52,3 +58,28 @@ def test_a_renamed_setting_names_its_new_name():
         design.parse(
             {"factors": {"framework": ["torch-ddp"]}, "fixed": {"torch_threads": 2}}, "old.yaml"
         )
+
+
+def test_every_top_level_key_is_in_the_schema():
+    assert set(schema.design_schema()["properties"]) == set(design.TOP_LEVEL_KEYS)
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        {"design": "fractional", "resolution": 3, "max_runs": 100},
+        {"design": "latin-hypercube", "samples": 4},
+    ],
+)
+def test_schema_and_harness_accept_the_same_plans(plan):
+    good = {
+        "factors": {
+            "framework": ["torch-ddp"],
+            "batch_size": [16, 32],
+            "epochs": [1, 2],
+            "momentum": [0.0, 0.9],
+        },
+        **plan,
+    }
+    assert schema.errors(good) == []
+    design.parse(good, "good.yaml")
