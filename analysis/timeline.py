@@ -334,10 +334,11 @@ def path_slices(found: cp.CriticalPath, pid_base: dict) -> tuple[pd.DataFrame, n
     return rows, rows["run_id"].map(pid_base).to_numpy() + PATH_PID
 
 
-def flows(found: cp.CriticalPath, pid_base: dict, tid_main: dict) -> pa.Array:
+def flows(found: cp.CriticalPath, pid_base: dict, tids: pd.DataFrame) -> pa.Array:
     """An arrow per join, from the last rank in to the rank whose work comes
     next, drawn at the middle of the communication proper: both ranks are
-    then inside their join's slice, which the viewers bind the arrow to."""
+    then inside the interval their join was read from, and each end goes on
+    that interval's thread (its location), which the viewers bind it to."""
     path = found.path
     comm = path[path["kind"].isin([cp.COMMUNICATION, cp.JOIN])].sort_values(["run_id", "join"])
     # The rank of each window's first piece is the rank the path goes on on.
@@ -351,8 +352,8 @@ def flows(found: cp.CriticalPath, pid_base: dict, tid_main: dict) -> pa.Array:
     leave = np.where(after.isna(), comm["rank"], after.fillna(-1)).astype(np.int64)
     base = comm["run_id"].map(pid_base).to_numpy()
     ts = (comm["start_ns"].to_numpy(np.int64) + comm["end_ns"].to_numpy(np.int64)) // 2
-    tid = [tid_main[(r, int(k))] for r, k in zip(comm["run_id"], comm["rank"])]
-    tid_out = [tid_main[(r, int(k))] for r, k in zip(comm["run_id"], leave)]
+    tid = _join_threads(found.joins, tids, comm["run_id"], comm["join"], comm["rank"])
+    tid_out = _join_threads(found.joins, tids, comm["run_id"], comm["join"], leave)
     ids = _ints(np.arange(len(comm)))
     head = ['{"name":"critical path","cat":"critical_path","id":', ids, ',"ts":', _micros(ts)]
     out = _join(
@@ -441,11 +442,10 @@ def export(
     tids = keys.merge(threads, on=["run_id", "rank", "location"], how="left")["tid"].to_numpy()
     run_codes, run_names = pd.factorize(phases["run_id"].astype(str))
     pids = np.array([pid_base[r] for r in run_names])[run_codes] + phases["rank"].to_numpy() + 1
-    tid_main = _main_threads(threads, phases, location)
 
     meta = _metadata(phases, threads, pid_base, found)
     pieces, piece_pids = path_slices(found, pid_base)
-    arrows = flows(found, pid_base, tid_main) if len(pieces) else pa.array([], pa.large_string())
+    arrows = flows(found, pid_base, threads) if len(pieces) else pa.array([], pa.large_string())
     other = {
         "generator": GENERATOR,
         "time_unit": "microseconds",
@@ -502,22 +502,17 @@ def _write(out: Path, other: dict, chunks: list, meta: list | None = None) -> di
     return other
 
 
-def _main_threads(threads: pd.DataFrame, phases: pd.DataFrame, location: pd.Series) -> dict:
-    """(run, rank) -> tid of its training loop (the location holding forward)."""
-    forward = phases["phase"].astype(str) == "forward"
-    counts = pd.DataFrame(
-        {
-            "run_id": phases["run_id"].astype(str)[forward],
-            "rank": phases["rank"][forward],
-            "location": location[forward],
-        }
+def _join_threads(joins, tids, run_id, join, rank) -> np.ndarray:
+    """The tid of the location each (run, join, rank)'s join was read from."""
+    where = joins.assign(location=joins["location"].astype("string").fillna("main"))
+    where = where.set_index(["run_id", "join", "rank"])["location"]
+    location = where.reindex(
+        pd.MultiIndex.from_arrays([np.asarray(run_id), np.asarray(join), np.asarray(rank)])
     )
-    best = counts.value_counts().reset_index().drop_duplicates(["run_id", "rank"])
-    best = best.merge(threads, on=["run_id", "rank", "location"])
-    out = {(r, int(k)): int(t) for r, k, t in zip(best["run_id"], best["rank"], best["tid"])}
-    for r, k in zip(threads["run_id"], threads["rank"]):
-        out.setdefault((r, int(k)), 0)
-    return out
+    found = tids.set_index(["run_id", "rank", "location"])["tid"].reindex(
+        pd.MultiIndex.from_arrays([np.asarray(run_id), np.asarray(rank), location.to_numpy()])
+    )
+    return found.fillna(0).to_numpy(np.int64)
 
 
 def _metadata(phases, threads, pid_base, found) -> dict:

@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import jsonschema
+import pandas as pd
 import pytest
 
 from analysis import critical_path as cp
@@ -154,6 +155,24 @@ def test_clocks_of_two_nodes_are_aligned_and_recorded(tmp_path):
     assert info["counts"]["flows"] == 20
 
 
+def test_flows_bind_to_the_thread_their_join_was_read_from(tmp_path):
+    """Imported traces put a rank's intervals on many locations (Horovod
+    Timeline: one per tensor), and the first one seen need not be where the
+    join was read from, nor hold a forward: each arrow's end goes on the
+    thread of its join's interval."""
+    phases = constructed(extra=lambda r, s: {"data_load": 20} if r == 2 else {})
+    phases = phases[phases["phase"] != "forward"]
+    ticks = phases[phases["phase"] == "grad_comm"].groupby("rank").head(1)
+    ticks = ticks.assign(location="tensor:conv_0", end_ns=ticks["start_ns"], dur_ns=0)
+    phases = pd.concat([ticks, phases], ignore_index=True)  # seen first: tid 0
+    phases.to_parquet(tmp_path / "p.parquet")
+    info = timeline.export([tmp_path / "p.parquet"], tmp_path / "t.json")
+    doc = read_valid(tmp_path / "t.json")
+    assert info["counts"]["flows"] == 20
+    assert {e["tid"] for e in doc["traceEvents"] if e["ph"] in "sf"} == {1}
+    assert flows_bind_to_slices(doc["traceEvents"])
+
+
 def test_long_runs_go_out_as_a_window_of_steps(tmp_path):
     phases = constructed(steps=50)
     phases.to_parquet(tmp_path / "p.parquet")
@@ -170,11 +189,6 @@ def test_long_runs_go_out_as_a_window_of_steps(tmp_path):
 
 @pytest.mark.skipif(
     not (REAL / "scorep-8.4-horovod-torch-mpi-np2").exists(), reason="shared fixtures absent"
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect (issue 18, open): in an imported Horovod Timeline, ranks that hold "
-    "only readiness ticks get 2 of 42 critical-path arrows outside any slice",
 )
 def test_real_and_imported_traces_through_the_command(tmp_path):
     out = tmp_path / "scorep.json"
