@@ -37,8 +37,8 @@ Size: above ``--max-intervals`` (default MAX_INTERVALS, a file of about
 80 MB that Perfetto's UI opens) a window of consecutive steps from the
 middle of the run is kept, and otherData says which.
 
-The slices are written as one Arrow string column (formatted in C by
-pyarrow's compute kernels, no Python per interval), so a million intervals
+The events are written as rows of bytes formatted by numpy
+(analysis/json_rows.py: no Python per interval), so a million intervals
 export in seconds.
 """
 
@@ -47,13 +47,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from runfiles.names import PHASE_TABLE
 from analysis import critical_path as cp
+from analysis import json_rows
 
 MAX_INTERVALS = 400_000
 CLOCK_VIOLATIONS = 0.1  # share of joins a rank seems to leave before the last arrives
@@ -225,75 +225,68 @@ def window(phases: pd.DataFrame, max_intervals: int, steps: tuple[int, int] | No
 # ------------------------------------------------------------------ events
 
 
-def _micros(ns: np.ndarray) -> pa.Array:
-    """Nanoseconds as microseconds with three decimals, exactly."""
-    whole = pa.array(ns // 1000).cast(pa.large_string())
-    frac = pc.utf8_lpad(pa.array(ns % 1000).cast(pa.large_string()), 3, "0")
-    return _join(whole, ".", frac)
+def _compact(value) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
-def _join(*parts) -> pa.Array:
-    """Arrays and strings joined element-wise into large strings."""
-    parts = [pa.scalar(p, pa.large_string()) if isinstance(p, str) else p for p in parts]
-    return pc.binary_join_element_wise(*parts, pa.scalar("", pa.large_string()))
+class Events:
+    """Rows of events of one shape: their number and their fields (see
+    analysis/json_rows.py), each row ending with a comma."""
+
+    def __init__(self, n: int, fields: list):
+        self.n, self.fields = n, fields
 
 
-def _ints(values) -> pa.Array:
-    return pa.array(np.asarray(values, dtype=np.int64)).cast(pa.large_string())
-
-
-def slices(phases: pd.DataFrame, pids: np.ndarray, tids: np.ndarray, t0: int) -> pa.Array:
-    """One JSON object per interval, each followed by ",\n". The text that
-    depends on names only (phase, region, collective) is formatted once per
-    distinct combination; numbers are formatted by Arrow's kernels."""
+def slices(phases: pd.DataFrame, pids: np.ndarray, tids: np.ndarray) -> Events:
+    """One complete slice per interval. The text that depends on names only
+    (phase, region, collective) is formatted once per distinct combination;
+    numbers are formatted by numpy (analysis/json_rows.py)."""
     start = phases["start_ns"].to_numpy(np.int64)
     region = phases["region"] if "region" in phases else phases["phase"]
     coll = phases["collective"] if "collective" in phases else pd.Series(None, index=phases.index)
-    # Each name column as codes, combined into one code per distinct triple.
-    parts = [
-        pd.factorize(column, use_na_sentinel=True) for column in (phases["phase"], region, coll)
-    ]
+    names = pd.DataFrame({"phase": phases["phase"], "region": region, "collective": coll})
+    names = names.astype("category")  # few distinct names: codes, compared as integers
+    codes = [names[c].cat.codes.to_numpy(np.int64) for c in names]
+    sizes = [len(names[c].cat.categories) + 1 for c in names]  # code -1 (missing) as 0
     combined = np.zeros(len(phases), dtype=np.int64)
-    for codes, uniques in parts:
-        combined = combined * (len(uniques) + 1) + (codes + 1)
-    triples, codes = np.unique(combined, return_inverse=True)
+    for code, size in zip(codes, sizes):
+        combined = combined * size + (code + 1)
+    triples, rows = np.unique(combined, return_inverse=True)
     heads = []
-    for triple in triples:
-        names = []
-        for _codes, uniques in reversed(parts):
-            triple, code = divmod(int(triple), len(uniques) + 1)
-            names.append(None if code == 0 else str(uniques[code - 1]))
-        phase, region_name, collective = reversed(names)
-        heads.append(_head(phase, region_name, collective))
-    head = pa.array(heads, pa.large_string()).take(pa.array(codes.ravel()))
+    for triple in triples.tolist():
+        found = []
+        for column, size in zip(reversed(names.columns), reversed(sizes)):
+            triple, code = divmod(triple, size)
+            found.append(None if code == 0 else str(names[column].cat.categories[code - 1]))
+        heads.append(_head(*reversed(found)))
     step = phases["step"]
-    parts = [
-        head,
-        '"step":',
-        pc.if_else(pa.array(step.isna().to_numpy()), "null", _ints(step.fillna(-1))),
+    fields = [
+        json_rows.Choice(heads, rows.ravel()),
+        json_rows.Text('"step":'),
+        json_rows.Ints(step.fillna(-1).to_numpy(np.int64), null=step.isna().to_numpy()),
     ]
     if "bytes" in phases and coll.notna().any():
         nbytes = phases["bytes"].astype("Float64")
-        sized = _join(',"bytes":', _ints(nbytes.fillna(-1).astype("int64")))
-        parts.append(
-            pc.if_else(
-                pa.array((coll.notna() & nbytes.notna()).to_numpy()),
+        sized = (coll.notna() & nbytes.notna()).to_numpy()
+        fields.append(
+            json_rows.When(
                 sized,
-                pa.scalar("", pa.large_string()),
+                json_rows.Text(',"bytes":'),
+                json_rows.Ints(nbytes.fillna(0).round().astype("int64").to_numpy()),
             )
         )
-    return _join(
-        *parts,
-        '},"pid":',
-        _ints(pids),
-        ',"tid":',
-        _ints(tids),
-        ',"ts":',
-        _micros(start - t0),
-        ',"dur":',
-        _micros(phases["end_ns"].to_numpy(np.int64) - start),
-        '},\n',
-    )
+    fields += [
+        json_rows.Text('},"pid":'),
+        json_rows.Ints(pids),
+        json_rows.Text(',"tid":'),
+        json_rows.Ints(tids),
+        json_rows.Text(',"ts":'),
+        json_rows.Micros(start),
+        json_rows.Text(',"dur":'),
+        json_rows.Micros(phases["end_ns"].to_numpy(np.int64) - start),
+        json_rows.Text("},\n"),
+    ]
+    return Events(len(phases), fields)
 
 
 def _head(phase: str, region: str | None, collective: str | None) -> str:
@@ -301,19 +294,7 @@ def _head(phase: str, region: str | None, collective: str | None) -> str:
     are valid JSON; the viewers read them by name)."""
     args = {"region": region or phase, **({"collective": collective} if collective else {})}
     category = "collective" if collective else "phase"
-    return (
-        f'{{"ph":"X","name":{json.dumps(phase)},"cat":"{category}","args":{json.dumps(args)[:-1]},'
-    )
-
-
-def _buffer(strings: pa.Array) -> memoryview:
-    """The bytes of a large_string array, all its values back to back."""
-    strings = pa.concat_arrays([strings]) if strings.offset else strings
-    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int64)
-    data = strings.buffers()[2]
-    if data is None:
-        return memoryview(b"")
-    return memoryview(data)[offsets[0] : offsets[len(strings)]]
+    return f'{{"ph":"X","name":{json.dumps(phase)},"cat":"{category}","args":{_compact(args)[:-1]},'
 
 
 def path_slices(found: cp.CriticalPath, pid_base: dict) -> tuple[pd.DataFrame, np.ndarray]:
@@ -334,7 +315,7 @@ def path_slices(found: cp.CriticalPath, pid_base: dict) -> tuple[pd.DataFrame, n
     return rows, rows["run_id"].map(pid_base).to_numpy() + PATH_PID
 
 
-def flows(found: cp.CriticalPath, pid_base: dict, tids: pd.DataFrame) -> pa.Array:
+def flows(found: cp.CriticalPath, pid_base: dict, tids: pd.DataFrame) -> Events:
     """An arrow per join, from the last rank in to the rank whose work comes
     next, drawn at the middle of the communication proper: both ranks are
     then inside the interval their join was read from, and each end goes on
@@ -354,25 +335,22 @@ def flows(found: cp.CriticalPath, pid_base: dict, tids: pd.DataFrame) -> pa.Arra
     ts = (comm["start_ns"].to_numpy(np.int64) + comm["end_ns"].to_numpy(np.int64)) // 2
     tid = _join_threads(found.joins, tids, comm["run_id"], comm["join"], comm["rank"])
     tid_out = _join_threads(found.joins, tids, comm["run_id"], comm["join"], leave)
-    ids = _ints(np.arange(len(comm)))
-    head = ['{"name":"critical path","cat":"critical_path","id":', ids, ',"ts":', _micros(ts)]
-    out = _join(
-        *head,
-        ',"ph":"s","pid":',
-        _ints(base + comm["rank"].to_numpy() + 1),
-        ',"tid":',
-        _ints(tid),
-        '},\n',
+    ids = np.arange(len(comm))
+    return Events(
+        2 * len(comm),
+        [
+            json_rows.Text('{"name":"critical path","cat":"critical_path","id":'),
+            json_rows.Ints(np.concatenate([ids, ids])),
+            json_rows.Text(',"ts":'),
+            json_rows.Micros(np.concatenate([ts, ts])),
+            json_rows.Choice([',"ph":"s",', ',"ph":"f","bp":"e",'], np.repeat([0, 1], len(comm))),
+            json_rows.Text('"pid":'),
+            json_rows.Ints(np.concatenate([base + comm["rank"].to_numpy() + 1, base + leave + 1])),
+            json_rows.Text(',"tid":'),
+            json_rows.Ints(np.concatenate([tid, tid_out])),
+            json_rows.Text("},\n"),
+        ],
     )
-    into = _join(
-        *head,
-        ',"ph":"f","bp":"e","pid":',
-        _ints(base + leave + 1),
-        ',"tid":',
-        _ints(tid_out),
-        '},\n',
-    )
-    return pa.concat_arrays([out, into])
 
 
 # ------------------------------------------------------------------ export
@@ -445,7 +423,7 @@ def export(
 
     meta = _metadata(phases, threads, pid_base, found)
     pieces, piece_pids = path_slices(found, pid_base)
-    arrows = flows(found, pid_base, threads) if len(pieces) else pa.array([], pa.large_string())
+    arrows = flows(found, pid_base, threads) if len(pieces) else Events(0, [])
     other = {
         "generator": GENERATOR,
         "time_unit": "microseconds",
@@ -463,7 +441,7 @@ def export(
         "counts": {
             "processes": len(meta["processes"]),
             "slices": int(len(phases) + len(pieces)),
-            "flows": int(len(arrows) // 2),
+            "flows": int(arrows.n // 2),
         },
     }
     other["skipped"] = skipped
@@ -471,32 +449,27 @@ def export(
         Path(out),
         other,
         [
-            slices(phases, pids, tids, 0),
-            slices(pieces, piece_pids, np.zeros(len(pieces), np.int64), 0),
+            slices(phases, pids, tids),
+            slices(pieces, piece_pids, np.zeros(len(pieces), np.int64)),
             arrows,
         ],
         meta["events"],
     )
 
 
-def _write(out: Path, other: dict, chunks: list, meta: list | None = None) -> dict:
-    """The file, atomically: otherData, then the events (each Arrow chunk
-    already ends every event with a comma), the metadata events last."""
+def _write(out: Path, other: dict, chunks: list[Events], meta: list | None = None) -> dict:
+    """The file, atomically: otherData, then the events (each row of each
+    chunk already ends with a comma), the metadata events last."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     with open(tmp, "wb") as f:
         f.write(b'{"displayTimeUnit":"ms","otherData":')
-        f.write(json.dumps(other).encode())
+        f.write(msgspec.json.encode(other))
         f.write(b',"traceEvents":[\n')
         for chunk in chunks:
-            f.write(_buffer(chunk))
-        f.write(
-            ",\n".join(
-                json.dumps(e)
-                for e in meta
-                or [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "empty"}}]
-            ).encode()
-        )
+            json_rows.write(f, chunk.n, chunk.fields)
+        empty = [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "empty"}}]
+        f.write(b",\n".join(msgspec.json.encode(e) for e in meta or empty))
         f.write(b"\n]}\n")
     tmp.replace(out)
     return other

@@ -3,18 +3,21 @@ event format's rules as a JSON Schema, and by Perfetto's trace processor
 where its binary is installed), with the right processes, slices and flows,
 the clock alignment written down, long runs cut to a window of steps."""
 
+import io
 import json
 import os
 import shutil
 from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pandas as pd
 import pytest
 
 from analysis import critical_path as cp
-from analysis import timeline
+from analysis import json_rows, timeline
 from conftest import ddlc
 from phase_tables import constructed
 
@@ -90,6 +93,46 @@ def flows_bind_to_slices(events: list[dict]) -> bool:
         if e["ph"] in "sf" and not any(a <= e["ts"] <= b for a, b in slices[(e["pid"], e["tid"])]):
             return False
     return True
+
+
+def test_rows_formatted_by_numpy_read_back_exactly():
+    """The writer's numbers, nulls, choices and optional fields, against
+    Python's own decimal text, edge cases included (0, negatives under a
+    microsecond, 19-digit integers, trailing zeros of the decimals)."""
+    rng = np.random.default_rng(1)
+    n = 5_000
+    ns = rng.integers(-(10**15), 10**15, n)
+    ns[:6] = [0, -500, 1000, 1500, -1_000_001, 999]
+    ints = rng.integers(-(2**62), 2**62, n)
+    ints[:3] = [0, -1, 7]
+    null, sized = rng.random(n) < 0.2, rng.random(n) < 0.5
+    texts = ['"a":"x"', '"a":"y\\"z"', '"a":null']
+    codes = rng.integers(0, 3, n)
+    out = io.BytesIO()
+    out.write(b"[")
+    json_rows.write(
+        out,
+        n,
+        [
+            json_rows.Text('{"t":'),
+            json_rows.Micros(ns),
+            json_rows.Text(',"i":'),
+            json_rows.Ints(ints, null=null),
+            json_rows.Text(","),
+            json_rows.Choice(texts, codes),
+            json_rows.When(sized, json_rows.Text(',"b":'), json_rows.Ints(ints)),
+            json_rows.Text("},"),
+        ],
+    )
+    text = out.getvalue()[:-1] + b"]"
+    rows = json.loads(text, parse_float=Decimal)
+    assert [r["t"] for r in rows] == [Decimal(int(v)) / 1000 for v in ns]
+    assert b'"t":0,' in text and b'"t":-0.5,' in text and b'"t":0.999,' in text  # no 0.500
+    assert [r["i"] for r in rows] == [None if z else int(v) for z, v in zip(null, ints)]
+    assert [r["a"] for r in rows] == [["x", 'y"z', None][c] for c in codes]
+    assert [r.get("b") for r in rows] == [int(v) if m else None for m, v in zip(sized, ints)]
+    empty = io.BytesIO()
+    assert json_rows.write(empty, 0, [json_rows.Ints(np.array([], np.int64))]) == 0
 
 
 def test_processes_slices_and_flows(tmp_path):
