@@ -50,6 +50,8 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from runfiles.names import PHASE_TABLE
 from analysis import critical_path as cp
@@ -75,9 +77,9 @@ def load(path: Path) -> pd.DataFrame:
     if not path.exists():
         raise TimelineError(f"{path}: no such file or directory")
     if path.suffix == ".parquet":
-        return pd.read_parquet(path)
+        return _read_parquet(path)
     if path.is_dir() and (path / PHASE_TABLE).is_file():
-        table = pd.read_parquet(path / PHASE_TABLE)
+        table = _read_parquet(path / PHASE_TABLE)
         if len(table) or not any(path.glob("steps.rank*.tsv")):
             return table
     if path.is_dir() and any(path.glob("steps.rank*.tsv")):  # a run without a trace
@@ -93,6 +95,18 @@ def load(path: Path) -> pd.DataFrame:
         why = "; ".join(errors) or "no phase table, recorder table or trace in it"
         raise TimelineError(f"{path}: {why}")
     return table.to_pandas()
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    """A phase table with its text columns as categories: a table has few
+    distinct names, kept dictionary-encoded from the file on (a third of
+    the time of decoding a million strings)."""
+    texts = [
+        f.name
+        for f in pq.read_schema(path)
+        if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+    ]
+    return pq.read_table(path, read_dictionary=texts).to_pandas()
 
 
 # ------------------------------------------------------------------ clocks
@@ -174,21 +188,33 @@ def _offsets(aligned: dict, origin: dict | None = None) -> dict:
     }
 
 
+def _text(values: pd.Series) -> pd.Series:
+    """Values as text; categories stay categories (renaming a few is cheaper
+    than writing a million strings)."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        return values.cat.rename_categories([str(c) for c in values.cat.categories])
+    return values if pd.api.types.is_string_dtype(values) else values.astype(str)
+
+
 def _shift(frame: pd.DataFrame, offsets: dict, columns: tuple[str, ...]) -> pd.DataFrame:
     """frame with ``columns`` moved back by each run's and rank's offset;
     run_id as text."""
-    frame = frame.assign(run_id=frame["run_id"].astype(str))
+    frame = frame.assign(run_id=_text(frame["run_id"]))
     if frame.empty:
         return frame
-    shift = np.zeros(len(frame), dtype=np.int64)
-    runs = frame["run_id"].to_numpy()
-    ranks = frame["rank"].to_numpy()
-    for run_id, per_rank in offsets.items():
-        mine = runs == run_id
-        shift[mine] = per_rank.get(None, 0)
+    runs, names = pd.factorize(frame["run_id"])
+    ranks = frame["rank"].to_numpy(np.int64)
+    # One offset per (run, rank), looked up by run code * ranks + rank.
+    width = int(ranks.max()) + 1
+    table = np.zeros(len(names) * width, dtype=np.int64)
+    for code, run_id in enumerate(names):
+        per_rank = offsets.get(run_id, {})
+        table[code * width : (code + 1) * width] = per_rank.get(None, 0)
         for rank, offset in per_rank.items():
-            if rank is not None:
-                shift[mine & (ranks == rank)] = offset
+            if rank is not None and 0 <= rank < width:
+                table[code * width + rank] = offset
+    shift = table[runs * width + ranks]
+    frame = frame.copy(deep=False)
     for column in columns:
         frame[column] = frame[column].to_numpy(np.int64) - shift
     return frame
@@ -391,35 +417,28 @@ def export(
             },
             [],
         )
-    phases = pd.concat(tables, ignore_index=True)
-    phases = phases[phases["end_ns"].notna() & phases["start_ns"].notna()]
+    phases = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
+    timed = phases["end_ns"].notna() & phases["start_ns"].notna()
+    phases = phases if timed.all() else phases[timed]  # a copy of a million rows saved
+    phases = phases.assign(run_id=_text(phases["run_id"]))
     phases, note = window(phases, max_intervals, steps)
     found = cp.analyse(phases)
     aligned = alignment(phases, found, align)
     phases = _shift(phases, _offsets(aligned), ("start_ns", "end_ns"))
     # Each run starts at 0, so that runs laid side by side compare.
-    run_ids = [str(r) for r in pd.unique(phases["run_id"].astype(str))]
+    run_codes, run_names = pd.factorize(phases["run_id"])
+    run_ids = [str(r) for r in run_names]
     pid_base = {r: PIDS_PER_RUN * (i + 1) for i, r in enumerate(run_ids)}
-    t0 = {r: int(phases.loc[phases["run_id"].astype(str) == r, "start_ns"].min()) for r in run_ids}
+    first = phases["start_ns"].groupby(run_codes).min()
+    t0 = {r: int(first[i]) for i, r in enumerate(run_ids)}
     phases = _shift(phases, {r: {None: t} for r, t in t0.items()}, ("start_ns", "end_ns"))
     moved = _offsets(aligned, t0)
     found.joins = _shift(found.joins, moved, ("entry_ns", "exit_ns"))
     timed = found.path[found.path["kind"] != cp.UNTIMED]
     found.path = _shift(timed, moved, ("start_ns", "end_ns"))
 
-    location = (
-        phases["location"].astype("string").fillna("main")
-        if "location" in phases
-        else pd.Series("main", index=phases.index, dtype="string")
-    )
-    keys = pd.DataFrame(
-        {"run_id": phases["run_id"].astype(str), "rank": phases["rank"], "location": location}
-    )
-    threads = keys.drop_duplicates().reset_index(drop=True)
-    threads["tid"] = threads.groupby(["run_id", "rank"]).cumcount()
-    tids = keys.merge(threads, on=["run_id", "rank", "location"], how="left")["tid"].to_numpy()
-    run_codes, run_names = pd.factorize(phases["run_id"].astype(str))
-    pids = np.array([pid_base[r] for r in run_names])[run_codes] + phases["rank"].to_numpy() + 1
+    threads, tids = _threads(phases)
+    pids = np.array([pid_base[r] for r in run_ids])[run_codes] + phases["rank"].to_numpy() + 1
 
     meta = _metadata(phases, threads, pid_base, found)
     pieces, piece_pids = path_slices(found, pid_base)
@@ -473,6 +492,27 @@ def _write(out: Path, other: dict, chunks: list[Events], meta: list | None = Non
         f.write(b"\n]}\n")
     tmp.replace(out)
     return other
+
+
+def _threads(phases: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """A thread per (run, rank, location), numbered per rank in order of
+    appearance (location "main" where the table has none), and each row's
+    thread."""
+    location = (
+        phases["location"].astype("string").fillna("main")
+        if "location" in phases
+        else pd.Series("main", index=phases.index, dtype="string")
+    )
+    keys = pd.DataFrame({"run_id": phases["run_id"], "rank": phases["rank"], "location": location})
+    combined = np.zeros(len(keys), dtype=np.int64)
+    for column in keys:  # one integer per (run, rank, location)
+        codes, uniques = pd.factorize(keys[column])
+        combined = combined * (len(uniques) + 1) + codes
+    row_thread, _ = pd.factorize(combined)  # numbered in order of appearance
+    _, first_rows = np.unique(row_thread, return_index=True)
+    threads = keys.iloc[first_rows].reset_index(drop=True)
+    threads["tid"] = threads.groupby(["run_id", "rank"]).cumcount()
+    return threads, threads["tid"].to_numpy()[row_thread]
 
 
 def _join_threads(joins, tids, run_id, join, rank) -> np.ndarray:
