@@ -62,6 +62,10 @@ CLOCK_VIOLATIONS = 0.1  # share of joins a rank seems to leave before the last a
 PATH_PID = 999  # the critical path's process within a run's block of pids
 PIDS_PER_RUN = 1000
 GENERATOR = "ddl-compare analysis/timeline.py"
+USED_COLUMNS = {
+    *("run_id", "rank", "node", "location", "step", "phase", "region"),
+    *("start_ns", "end_ns", "collective", "bytes"),
+}
 
 
 class TimelineError(Exception):
@@ -98,15 +102,13 @@ def load(path: Path) -> pd.DataFrame:
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
-    """A phase table with its text columns as categories: a table has few
-    distinct names, kept dictionary-encoded from the file on (a third of
-    the time of decoding a million strings)."""
-    texts = [
-        f.name
-        for f in pq.read_schema(path)
-        if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
-    ]
-    return pq.read_table(path, read_dictionary=texts).to_pandas()
+    """The columns of a phase table that the timeline uses, its text columns
+    as categories: a table has few distinct names, kept dictionary-encoded
+    from the file on (a third of the time of decoding a million strings)."""
+    schema = pq.read_schema(path)
+    used = [f for f in schema if f.name in USED_COLUMNS]
+    texts = [f.name for f in used if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    return pq.read_table(path, columns=[f.name for f in used], read_dictionary=texts).to_pandas()
 
 
 # ------------------------------------------------------------------ clocks

@@ -172,7 +172,8 @@ def main() -> None:
         started = time.perf_counter()
         info = timeline.export([source], Path(tmp) / "window.json")
         window_s = time.perf_counter() - started
-        window = info["downsampled"]
+        window_size = (Path(tmp) / "window.json").stat().st_size
+        window = info["downsampled"] or {"steps": [0, args.steps - 1], "intervals": len(phases)}
 
     print(table["finding"].iloc[0])
     print(
@@ -183,7 +184,8 @@ def main() -> None:
     print(
         f"timeline of all {len(phases)} intervals (with the critical path): {export_s:.2f} s, "
         f"{size / 2**20:.0f} MiB; default window (steps {window['steps'][0]}-"
-        f"{window['steps'][1]}, {window['intervals']} intervals): {window_s:.2f} s; "
+        f"{window['steps'][1]}, {window['intervals']} intervals): {window_s:.2f} s, "
+        f"{window_size / 2**20:.0f} MiB; "
         f"goal <= {TIMELINE_GOAL_S:.0f} s"
     )
     print(
@@ -196,7 +198,8 @@ def main() -> None:
         f"ratio_to_baseline={seconds / baseline:.2f} goal_met={seconds <= GOAL_S} "
         f"timeline_s={export_s:.2f} timeline_mib={size / 2**20:.0f} "
         f"timeline_baseline_s={flat_s:.2f} timeline_ratio={export_s / flat_s:.2f} "
-        f"timeline_window_s={window_s:.2f} timeline_goal_met={export_s <= TIMELINE_GOAL_S}"
+        f"timeline_window_s={window_s:.2f} timeline_window_mib={window_size / 2**20:.0f} "
+        f"timeline_goal_met={export_s <= TIMELINE_GOAL_S}"
     )
 
 
