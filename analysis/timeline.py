@@ -34,7 +34,7 @@ The offsets measured and the share of joins breaking causality are
 written either way.
 
 Size: above ``--max-intervals`` (default MAX_INTERVALS, a file of about
-80 MB that Perfetto's UI opens) a window of consecutive steps from the
+65 MB that Perfetto's UI and chrome://tracing open) a window of consecutive steps from the
 middle of the run is kept, and otherData says which.
 
 The events are written as rows of bytes formatted by numpy
