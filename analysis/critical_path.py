@@ -55,7 +55,10 @@ CAUSES = (*STEP_PHASES, UNTIMED, PROPAGATED)
 COMMUNICATION = "communication"  # kind of the path's pieces inside a join
 JOIN = "join"  # ... where the join is backward: compute and all-reduce, not told apart
 EMPTY = {
-    "joins": ["join", "step", "rank", "entry_ns", "exit_ns", "wait_ns", "comm_ns", "last"],
+    "joins": [
+        *("join", "step", "rank", "entry_ns", "exit_ns", "wait_ns", "comm_ns", "last"),
+        "location",
+    ],
     "windows": ["join", "rank", "cause", "ns"],
     "path": ["join", "step", "rank", "phase", "kind", "start_ns", "end_ns", "dur_ns"],
     "causes": ["join", "step", "late_rank", "cause", "waited_ns"],
@@ -73,7 +76,8 @@ class CriticalPath:
 
     - ``joins``: run, join (0, 1, ... in time), step, rank: entry_ns,
       exit_ns, wait_ns (last entry - own entry), comm_ns (own exit - last
-      entry), last (this rank arrived last);
+      entry), last (this rank arrived last), location (where the trace
+      holds the interval the join was read from; None without locations);
     - ``windows``: run, join, rank, cause: ns in the window before the join
       (join == number of joins: the tail after the last one);
     - ``path``: run, join, step, rank, phase, kind (phase, communication,
@@ -143,11 +147,12 @@ def _is_collective(rows: pd.DataFrame) -> pd.Series:
 def main_intervals(steps: pd.DataFrame) -> pd.DataFrame:
     """Each rank's step phases on its training loop's location, outermost
     only (a region inside a phase is part of it), overlaps cut: run_id,
-    rank, step, phase, start_ns, end_ns, in time order per rank."""
+    rank, step, phase, start_ns, end_ns (and location, where the table has
+    it), in time order per rank."""
     rows = steps[steps["phase"].isin(STEP_PHASES) & ~_is_collective(steps)]
     if "location" in rows and rows["location"].notna().any():
         rows = rows.merge(_loop_locations(steps), on=["run_id", "rank", "location"])
-    rows = rows[["run_id", "rank", "step", "phase", "start_ns", "end_ns"]]
+    rows = rows[["run_id", "rank", "step", "phase", "start_ns", "end_ns", *_located(rows)]]
     rows = rows.sort_values(
         ["run_id", "rank", "start_ns", "end_ns"], ascending=[True, True, True, False], kind="stable"
     )
@@ -155,6 +160,11 @@ def main_intervals(steps: pd.DataFrame) -> pd.DataFrame:
     rows = rows.copy()
     rows["start_ns"] = np.maximum(rows["start_ns"].to_numpy(), _previous_end(rows))
     return rows.reset_index(drop=True)
+
+
+def _located(rows: pd.DataFrame) -> list[str]:
+    """["location"] where the table has locations (a trace), else []."""
+    return ["location"] if "location" in rows else []
 
 
 def _loop_locations(steps: pd.DataFrame) -> pd.DataFrame:
@@ -235,15 +245,21 @@ def joins(
         ((kind == "grad_comm") & (intervals["phase"] == "grad_comm"))
         | ((kind == "backward") & (intervals["phase"] == "backward"))
     ]
-    found = [by_phase.groupby(keys).agg(entry_ns=("start_ns", "min"), exit_ns=("end_ns", "max"))]
+    where = {"location": ("location", "first")} if "location" in by_phase else {}
+    found = [
+        by_phase.groupby(keys, observed=True).agg(
+            entry_ns=("start_ns", "min"), exit_ns=("end_ns", "max"), **where
+        )
+    ]
     coll = collectives[collectives["run_id"].map(kinds) == "collective"]
     if len(coll):
-        last = coll.sort_values("start_ns", kind="stable").groupby(keys).tail(1)
+        last = coll.sort_values("start_ns", kind="stable").groupby(keys, observed=True).tail(1)
         found.append(
-            last.set_index(keys)[["start_ns", "end_ns"]].rename(
+            last.set_index(keys)[["start_ns", "end_ns", *_located(last)]].rename(
                 columns={"start_ns": "entry_ns", "end_ns": "exit_ns"}
             )
         )
+    found = [f.astype({"location": "object"}) if "location" in f else f for f in found]
     table = pd.concat(found).reset_index()
     ranks = intervals.groupby("run_id")["rank"].nunique()
     present = table.groupby(["run_id", "step"])["rank"].transform("nunique")
@@ -259,7 +275,7 @@ def analyse(phases: pd.DataFrame, runs: pd.DataFrame | None = None) -> CriticalP
     steps = measured(phases, runs)
     intervals = main_intervals(steps)
     coll_rows = steps[_is_collective(steps)]
-    collectives = coll_rows[["run_id", "rank", "step", "start_ns", "end_ns"]]
+    collectives = coll_rows[["run_id", "rank", "step", "start_ns", "end_ns", *_located(coll_rows)]]
     kinds = join_kind(intervals, collectives) if len(intervals) else {}
     table = (
         joins(intervals, collectives, kinds)
@@ -384,6 +400,7 @@ def _one_run(
             "wait_ns": wait.ravel(),
             "comm_ns": (exit_ - last_entry[:, None]).clip(0).ravel(),
             "last": (np.arange(len(ranks))[None, :] == late[:, None]).ravel(),
+            "location": _pivot(run_joins, "location").ravel(),
         }
     )
     windows = pd.DataFrame(
@@ -404,6 +421,14 @@ def _one_run(
             ("causes", causes),
         )
     }
+
+
+def _pivot(run_joins: pd.DataFrame, column: str) -> np.ndarray:
+    """(steps, ranks) of a column of the joins, None where the table lacks it."""
+    if column not in run_joins:
+        shape = (run_joins["step"].nunique(), run_joins["rank"].nunique())
+        return np.full(shape, None, dtype=object)
+    return run_joins.pivot(index="step", columns="rank", values=column).to_numpy(object)
 
 
 def _per_rank(values: pd.Series, ranks: np.ndarray, default: np.ndarray) -> np.ndarray:

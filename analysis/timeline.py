@@ -34,11 +34,11 @@ The offsets measured and the share of joins breaking causality are
 written either way.
 
 Size: above ``--max-intervals`` (default MAX_INTERVALS, a file of about
-80 MB that Perfetto's UI opens) a window of consecutive steps from the
+65 MB that Perfetto's UI and chrome://tracing open) a window of consecutive steps from the
 middle of the run is kept, and otherData says which.
 
-The slices are written as one Arrow string column (formatted in C by
-pyarrow's compute kernels, no Python per interval), so a million intervals
+The events are written as rows of bytes formatted by numpy
+(analysis/json_rows.py: no Python per interval), so a million intervals
 export in seconds.
 """
 
@@ -47,19 +47,25 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from runfiles.names import PHASE_TABLE
 from analysis import critical_path as cp
+from analysis import json_rows
 
 MAX_INTERVALS = 400_000
 CLOCK_VIOLATIONS = 0.1  # share of joins a rank seems to leave before the last arrives
 PATH_PID = 999  # the critical path's process within a run's block of pids
 PIDS_PER_RUN = 1000
 GENERATOR = "ddl-compare analysis/timeline.py"
+USED_COLUMNS = {
+    *("run_id", "rank", "node", "location", "step", "phase", "region"),
+    *("start_ns", "end_ns", "collective", "bytes"),
+}
 
 
 class TimelineError(Exception):
@@ -75,9 +81,9 @@ def load(path: Path) -> pd.DataFrame:
     if not path.exists():
         raise TimelineError(f"{path}: no such file or directory")
     if path.suffix == ".parquet":
-        return pd.read_parquet(path)
+        return _read_parquet(path)
     if path.is_dir() and (path / PHASE_TABLE).is_file():
-        table = pd.read_parquet(path / PHASE_TABLE)
+        table = _read_parquet(path / PHASE_TABLE)
         if len(table) or not any(path.glob("steps.rank*.tsv")):
             return table
     if path.is_dir() and any(path.glob("steps.rank*.tsv")):  # a run without a trace
@@ -93,6 +99,16 @@ def load(path: Path) -> pd.DataFrame:
         why = "; ".join(errors) or "no phase table, recorder table or trace in it"
         raise TimelineError(f"{path}: {why}")
     return table.to_pandas()
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    """The columns of a phase table that the timeline uses, its text columns
+    as categories: a table has few distinct names, kept dictionary-encoded
+    from the file on (a third of the time of decoding a million strings)."""
+    schema = pq.read_schema(path)
+    used = [f for f in schema if f.name in USED_COLUMNS]
+    texts = [f.name for f in used if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    return pq.read_table(path, columns=[f.name for f in used], read_dictionary=texts).to_pandas()
 
 
 # ------------------------------------------------------------------ clocks
@@ -174,21 +190,33 @@ def _offsets(aligned: dict, origin: dict | None = None) -> dict:
     }
 
 
+def _text(values: pd.Series) -> pd.Series:
+    """Values as text; categories stay categories (renaming a few is cheaper
+    than writing a million strings)."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        return values.cat.rename_categories([str(c) for c in values.cat.categories])
+    return values if pd.api.types.is_string_dtype(values) else values.astype(str)
+
+
 def _shift(frame: pd.DataFrame, offsets: dict, columns: tuple[str, ...]) -> pd.DataFrame:
     """frame with ``columns`` moved back by each run's and rank's offset;
     run_id as text."""
-    frame = frame.assign(run_id=frame["run_id"].astype(str))
+    frame = frame.assign(run_id=_text(frame["run_id"]))
     if frame.empty:
         return frame
-    shift = np.zeros(len(frame), dtype=np.int64)
-    runs = frame["run_id"].to_numpy()
-    ranks = frame["rank"].to_numpy()
-    for run_id, per_rank in offsets.items():
-        mine = runs == run_id
-        shift[mine] = per_rank.get(None, 0)
+    runs, names = pd.factorize(frame["run_id"])
+    ranks = frame["rank"].to_numpy(np.int64)
+    # One offset per (run, rank), looked up by run code * ranks + rank.
+    width = int(ranks.max()) + 1
+    table = np.zeros(len(names) * width, dtype=np.int64)
+    for code, run_id in enumerate(names):
+        per_rank = offsets.get(run_id, {})
+        table[code * width : (code + 1) * width] = per_rank.get(None, 0)
         for rank, offset in per_rank.items():
-            if rank is not None:
-                shift[mine & (ranks == rank)] = offset
+            if rank is not None and 0 <= rank < width:
+                table[code * width + rank] = offset
+    shift = table[runs * width + ranks]
+    frame = frame.copy(deep=False)
     for column in columns:
         frame[column] = frame[column].to_numpy(np.int64) - shift
     return frame
@@ -225,75 +253,68 @@ def window(phases: pd.DataFrame, max_intervals: int, steps: tuple[int, int] | No
 # ------------------------------------------------------------------ events
 
 
-def _micros(ns: np.ndarray) -> pa.Array:
-    """Nanoseconds as microseconds with three decimals, exactly."""
-    whole = pa.array(ns // 1000).cast(pa.large_string())
-    frac = pc.utf8_lpad(pa.array(ns % 1000).cast(pa.large_string()), 3, "0")
-    return _join(whole, ".", frac)
+def _compact(value) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
-def _join(*parts) -> pa.Array:
-    """Arrays and strings joined element-wise into large strings."""
-    parts = [pa.scalar(p, pa.large_string()) if isinstance(p, str) else p for p in parts]
-    return pc.binary_join_element_wise(*parts, pa.scalar("", pa.large_string()))
+class Events:
+    """Rows of events of one shape: their number and their fields (see
+    analysis/json_rows.py), each row ending with a comma."""
+
+    def __init__(self, n: int, fields: list):
+        self.n, self.fields = n, fields
 
 
-def _ints(values) -> pa.Array:
-    return pa.array(np.asarray(values, dtype=np.int64)).cast(pa.large_string())
-
-
-def slices(phases: pd.DataFrame, pids: np.ndarray, tids: np.ndarray, t0: int) -> pa.Array:
-    """One JSON object per interval, each followed by ",\n". The text that
-    depends on names only (phase, region, collective) is formatted once per
-    distinct combination; numbers are formatted by Arrow's kernels."""
+def slices(phases: pd.DataFrame, pids: np.ndarray, tids: np.ndarray) -> Events:
+    """One complete slice per interval. The text that depends on names only
+    (phase, region, collective) is formatted once per distinct combination;
+    numbers are formatted by numpy (analysis/json_rows.py)."""
     start = phases["start_ns"].to_numpy(np.int64)
     region = phases["region"] if "region" in phases else phases["phase"]
     coll = phases["collective"] if "collective" in phases else pd.Series(None, index=phases.index)
-    # Each name column as codes, combined into one code per distinct triple.
-    parts = [
-        pd.factorize(column, use_na_sentinel=True) for column in (phases["phase"], region, coll)
-    ]
+    names = pd.DataFrame({"phase": phases["phase"], "region": region, "collective": coll})
+    names = names.astype("category")  # few distinct names: codes, compared as integers
+    codes = [names[c].cat.codes.to_numpy(np.int64) for c in names]
+    sizes = [len(names[c].cat.categories) + 1 for c in names]  # code -1 (missing) as 0
     combined = np.zeros(len(phases), dtype=np.int64)
-    for codes, uniques in parts:
-        combined = combined * (len(uniques) + 1) + (codes + 1)
-    triples, codes = np.unique(combined, return_inverse=True)
+    for code, size in zip(codes, sizes):
+        combined = combined * size + (code + 1)
+    triples, rows = np.unique(combined, return_inverse=True)
     heads = []
-    for triple in triples:
-        names = []
-        for _codes, uniques in reversed(parts):
-            triple, code = divmod(int(triple), len(uniques) + 1)
-            names.append(None if code == 0 else str(uniques[code - 1]))
-        phase, region_name, collective = reversed(names)
-        heads.append(_head(phase, region_name, collective))
-    head = pa.array(heads, pa.large_string()).take(pa.array(codes.ravel()))
+    for triple in triples.tolist():
+        found = []
+        for column, size in zip(reversed(names.columns), reversed(sizes)):
+            triple, code = divmod(triple, size)
+            found.append(None if code == 0 else str(names[column].cat.categories[code - 1]))
+        heads.append(_head(*reversed(found)))
     step = phases["step"]
-    parts = [
-        head,
-        '"step":',
-        pc.if_else(pa.array(step.isna().to_numpy()), "null", _ints(step.fillna(-1))),
+    fields = [
+        json_rows.Choice(heads, rows.ravel()),
+        json_rows.Text('"step":'),
+        json_rows.Ints(step.fillna(-1).to_numpy(np.int64), null=step.isna().to_numpy()),
     ]
     if "bytes" in phases and coll.notna().any():
         nbytes = phases["bytes"].astype("Float64")
-        sized = _join(',"bytes":', _ints(nbytes.fillna(-1).astype("int64")))
-        parts.append(
-            pc.if_else(
-                pa.array((coll.notna() & nbytes.notna()).to_numpy()),
+        sized = (coll.notna() & nbytes.notna()).to_numpy()
+        fields.append(
+            json_rows.When(
                 sized,
-                pa.scalar("", pa.large_string()),
+                json_rows.Text(',"bytes":'),
+                json_rows.Ints(nbytes.fillna(0).round().astype("int64").to_numpy()),
             )
         )
-    return _join(
-        *parts,
-        '},"pid":',
-        _ints(pids),
-        ',"tid":',
-        _ints(tids),
-        ',"ts":',
-        _micros(start - t0),
-        ',"dur":',
-        _micros(phases["end_ns"].to_numpy(np.int64) - start),
-        '},\n',
-    )
+    fields += [
+        json_rows.Text('},"pid":'),
+        json_rows.Ints(pids),
+        json_rows.Text(',"tid":'),
+        json_rows.Ints(tids),
+        json_rows.Text(',"ts":'),
+        json_rows.Micros(start),
+        json_rows.Text(',"dur":'),
+        json_rows.Micros(phases["end_ns"].to_numpy(np.int64) - start),
+        json_rows.Text("},\n"),
+    ]
+    return Events(len(phases), fields)
 
 
 def _head(phase: str, region: str | None, collective: str | None) -> str:
@@ -301,19 +322,7 @@ def _head(phase: str, region: str | None, collective: str | None) -> str:
     are valid JSON; the viewers read them by name)."""
     args = {"region": region or phase, **({"collective": collective} if collective else {})}
     category = "collective" if collective else "phase"
-    return (
-        f'{{"ph":"X","name":{json.dumps(phase)},"cat":"{category}","args":{json.dumps(args)[:-1]},'
-    )
-
-
-def _buffer(strings: pa.Array) -> memoryview:
-    """The bytes of a large_string array, all its values back to back."""
-    strings = pa.concat_arrays([strings]) if strings.offset else strings
-    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int64)
-    data = strings.buffers()[2]
-    if data is None:
-        return memoryview(b"")
-    return memoryview(data)[offsets[0] : offsets[len(strings)]]
+    return f'{{"ph":"X","name":{json.dumps(phase)},"cat":"{category}","args":{_compact(args)[:-1]},'
 
 
 def path_slices(found: cp.CriticalPath, pid_base: dict) -> tuple[pd.DataFrame, np.ndarray]:
@@ -334,10 +343,11 @@ def path_slices(found: cp.CriticalPath, pid_base: dict) -> tuple[pd.DataFrame, n
     return rows, rows["run_id"].map(pid_base).to_numpy() + PATH_PID
 
 
-def flows(found: cp.CriticalPath, pid_base: dict, tid_main: dict) -> pa.Array:
+def flows(found: cp.CriticalPath, pid_base: dict, tids: pd.DataFrame) -> Events:
     """An arrow per join, from the last rank in to the rank whose work comes
     next, drawn at the middle of the communication proper: both ranks are
-    then inside their join's slice, which the viewers bind the arrow to."""
+    then inside the interval their join was read from, and each end goes on
+    that interval's thread (its location), which the viewers bind it to."""
     path = found.path
     comm = path[path["kind"].isin([cp.COMMUNICATION, cp.JOIN])].sort_values(["run_id", "join"])
     # The rank of each window's first piece is the rank the path goes on on.
@@ -351,27 +361,24 @@ def flows(found: cp.CriticalPath, pid_base: dict, tid_main: dict) -> pa.Array:
     leave = np.where(after.isna(), comm["rank"], after.fillna(-1)).astype(np.int64)
     base = comm["run_id"].map(pid_base).to_numpy()
     ts = (comm["start_ns"].to_numpy(np.int64) + comm["end_ns"].to_numpy(np.int64)) // 2
-    tid = [tid_main[(r, int(k))] for r, k in zip(comm["run_id"], comm["rank"])]
-    tid_out = [tid_main[(r, int(k))] for r, k in zip(comm["run_id"], leave)]
-    ids = _ints(np.arange(len(comm)))
-    head = ['{"name":"critical path","cat":"critical_path","id":', ids, ',"ts":', _micros(ts)]
-    out = _join(
-        *head,
-        ',"ph":"s","pid":',
-        _ints(base + comm["rank"].to_numpy() + 1),
-        ',"tid":',
-        _ints(tid),
-        '},\n',
+    tid = _join_threads(found.joins, tids, comm["run_id"], comm["join"], comm["rank"])
+    tid_out = _join_threads(found.joins, tids, comm["run_id"], comm["join"], leave)
+    ids = np.arange(len(comm))
+    return Events(
+        2 * len(comm),
+        [
+            json_rows.Text('{"name":"critical path","cat":"critical_path","id":'),
+            json_rows.Ints(np.concatenate([ids, ids])),
+            json_rows.Text(',"ts":'),
+            json_rows.Micros(np.concatenate([ts, ts])),
+            json_rows.Choice([',"ph":"s",', ',"ph":"f","bp":"e",'], np.repeat([0, 1], len(comm))),
+            json_rows.Text('"pid":'),
+            json_rows.Ints(np.concatenate([base + comm["rank"].to_numpy() + 1, base + leave + 1])),
+            json_rows.Text(',"tid":'),
+            json_rows.Ints(np.concatenate([tid, tid_out])),
+            json_rows.Text("},\n"),
+        ],
     )
-    into = _join(
-        *head,
-        ',"ph":"f","bp":"e","pid":',
-        _ints(base + leave + 1),
-        ',"tid":',
-        _ints(tid_out),
-        '},\n',
-    )
-    return pa.concat_arrays([out, into])
 
 
 # ------------------------------------------------------------------ export
@@ -412,40 +419,32 @@ def export(
             },
             [],
         )
-    phases = pd.concat(tables, ignore_index=True)
-    phases = phases[phases["end_ns"].notna() & phases["start_ns"].notna()]
+    phases = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
+    timed = phases["end_ns"].notna() & phases["start_ns"].notna()
+    phases = phases if timed.all() else phases[timed]  # a copy of a million rows saved
+    phases = phases.assign(run_id=_text(phases["run_id"]))
     phases, note = window(phases, max_intervals, steps)
     found = cp.analyse(phases)
     aligned = alignment(phases, found, align)
     phases = _shift(phases, _offsets(aligned), ("start_ns", "end_ns"))
     # Each run starts at 0, so that runs laid side by side compare.
-    run_ids = [str(r) for r in pd.unique(phases["run_id"].astype(str))]
+    run_codes, run_names = pd.factorize(phases["run_id"])
+    run_ids = [str(r) for r in run_names]
     pid_base = {r: PIDS_PER_RUN * (i + 1) for i, r in enumerate(run_ids)}
-    t0 = {r: int(phases.loc[phases["run_id"].astype(str) == r, "start_ns"].min()) for r in run_ids}
+    first = phases["start_ns"].groupby(run_codes).min()
+    t0 = {r: int(first[i]) for i, r in enumerate(run_ids)}
     phases = _shift(phases, {r: {None: t} for r, t in t0.items()}, ("start_ns", "end_ns"))
     moved = _offsets(aligned, t0)
     found.joins = _shift(found.joins, moved, ("entry_ns", "exit_ns"))
     timed = found.path[found.path["kind"] != cp.UNTIMED]
     found.path = _shift(timed, moved, ("start_ns", "end_ns"))
 
-    location = (
-        phases["location"].astype("string").fillna("main")
-        if "location" in phases
-        else pd.Series("main", index=phases.index, dtype="string")
-    )
-    keys = pd.DataFrame(
-        {"run_id": phases["run_id"].astype(str), "rank": phases["rank"], "location": location}
-    )
-    threads = keys.drop_duplicates().reset_index(drop=True)
-    threads["tid"] = threads.groupby(["run_id", "rank"]).cumcount()
-    tids = keys.merge(threads, on=["run_id", "rank", "location"], how="left")["tid"].to_numpy()
-    run_codes, run_names = pd.factorize(phases["run_id"].astype(str))
-    pids = np.array([pid_base[r] for r in run_names])[run_codes] + phases["rank"].to_numpy() + 1
-    tid_main = _main_threads(threads, phases, location)
+    threads, tids = _threads(phases)
+    pids = np.array([pid_base[r] for r in run_ids])[run_codes] + phases["rank"].to_numpy() + 1
 
     meta = _metadata(phases, threads, pid_base, found)
     pieces, piece_pids = path_slices(found, pid_base)
-    arrows = flows(found, pid_base, tid_main) if len(pieces) else pa.array([], pa.large_string())
+    arrows = flows(found, pid_base, threads) if len(pieces) else Events(0, [])
     other = {
         "generator": GENERATOR,
         "time_unit": "microseconds",
@@ -463,7 +462,7 @@ def export(
         "counts": {
             "processes": len(meta["processes"]),
             "slices": int(len(phases) + len(pieces)),
-            "flows": int(len(arrows) // 2),
+            "flows": int(arrows.n // 2),
         },
     }
     other["skipped"] = skipped
@@ -471,53 +470,64 @@ def export(
         Path(out),
         other,
         [
-            slices(phases, pids, tids, 0),
-            slices(pieces, piece_pids, np.zeros(len(pieces), np.int64), 0),
+            slices(phases, pids, tids),
+            slices(pieces, piece_pids, np.zeros(len(pieces), np.int64)),
             arrows,
         ],
         meta["events"],
     )
 
 
-def _write(out: Path, other: dict, chunks: list, meta: list | None = None) -> dict:
-    """The file, atomically: otherData, then the events (each Arrow chunk
-    already ends every event with a comma), the metadata events last."""
+def _write(out: Path, other: dict, chunks: list[Events], meta: list | None = None) -> dict:
+    """The file, atomically: otherData, then the events (each row of each
+    chunk already ends with a comma), the metadata events last."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     with open(tmp, "wb") as f:
         f.write(b'{"displayTimeUnit":"ms","otherData":')
-        f.write(json.dumps(other).encode())
+        f.write(msgspec.json.encode(other))
         f.write(b',"traceEvents":[\n')
         for chunk in chunks:
-            f.write(_buffer(chunk))
-        f.write(
-            ",\n".join(
-                json.dumps(e)
-                for e in meta
-                or [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "empty"}}]
-            ).encode()
-        )
+            json_rows.write(f, chunk.n, chunk.fields)
+        empty = [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "empty"}}]
+        f.write(b",\n".join(msgspec.json.encode(e) for e in meta or empty))
         f.write(b"\n]}\n")
     tmp.replace(out)
     return other
 
 
-def _main_threads(threads: pd.DataFrame, phases: pd.DataFrame, location: pd.Series) -> dict:
-    """(run, rank) -> tid of its training loop (the location holding forward)."""
-    forward = phases["phase"].astype(str) == "forward"
-    counts = pd.DataFrame(
-        {
-            "run_id": phases["run_id"].astype(str)[forward],
-            "rank": phases["rank"][forward],
-            "location": location[forward],
-        }
+def _threads(phases: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """A thread per (run, rank, location), numbered per rank in order of
+    appearance (location "main" where the table has none), and each row's
+    thread."""
+    location = (
+        phases["location"].astype("string").fillna("main")
+        if "location" in phases
+        else pd.Series("main", index=phases.index, dtype="string")
     )
-    best = counts.value_counts().reset_index().drop_duplicates(["run_id", "rank"])
-    best = best.merge(threads, on=["run_id", "rank", "location"])
-    out = {(r, int(k)): int(t) for r, k, t in zip(best["run_id"], best["rank"], best["tid"])}
-    for r, k in zip(threads["run_id"], threads["rank"]):
-        out.setdefault((r, int(k)), 0)
-    return out
+    keys = pd.DataFrame({"run_id": phases["run_id"], "rank": phases["rank"], "location": location})
+    combined = np.zeros(len(keys), dtype=np.int64)
+    for column in keys:  # one integer per (run, rank, location)
+        codes, uniques = pd.factorize(keys[column])
+        combined = combined * (len(uniques) + 1) + codes
+    row_thread, _ = pd.factorize(combined)  # numbered in order of appearance
+    _, first_rows = np.unique(row_thread, return_index=True)
+    threads = keys.iloc[first_rows].reset_index(drop=True)
+    threads["tid"] = threads.groupby(["run_id", "rank"]).cumcount()
+    return threads, threads["tid"].to_numpy()[row_thread]
+
+
+def _join_threads(joins, tids, run_id, join, rank) -> np.ndarray:
+    """The tid of the location each (run, join, rank)'s join was read from."""
+    where = joins.assign(location=joins["location"].astype("string").fillna("main"))
+    where = where.set_index(["run_id", "join", "rank"])["location"]
+    location = where.reindex(
+        pd.MultiIndex.from_arrays([np.asarray(run_id), np.asarray(join), np.asarray(rank)])
+    )
+    found = tids.set_index(["run_id", "rank", "location"])["tid"].reindex(
+        pd.MultiIndex.from_arrays([np.asarray(run_id), np.asarray(rank), location.to_numpy()])
+    )
+    return found.fillna(0).to_numpy(np.int64)
 
 
 def _metadata(phases, threads, pid_base, found) -> dict:

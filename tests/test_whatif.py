@@ -57,6 +57,11 @@ def test_alpha_beta_recovered_and_largest_scale_predicted():
     check = whatif.held_out_scale(table)
     assert check["check"] == "fit without 8 processes, predict 8"
     assert check["relative_error"] == pytest.approx(0, abs=1e-4)
+    # Beside it: "the step does not change" (4 processes' step), and the
+    # compute held fixed, which did not move.
+    four, eight = (table[table["world_size"] == p]["step_s"].mean() for p in (4, 8))
+    assert check["naive_error"] == pytest.approx(four / eight - 1, rel=1e-9) and four < eight
+    assert check["compute_drift"] == pytest.approx(0, abs=1e-9)
 
 
 def test_fit_at_one_rate_predicts_another():
@@ -106,6 +111,8 @@ def test_section_states_checks_and_assumptions():
     section = whatif.section(runs, phases)
     text = " ".join(section.sentences)
     assert "fit without 8 processes, predict 8" in text
+    assert "Held-out error over 1 check: median 0%, largest 0%" in text
+    assert "beats the naive guess (the step does not change) in 1 of them" in text
     assert "straggler removed" in text and "assuming" in text
     table = section.tables["predicted against measured (held-out error beside)"]
     assert table["held_out_error"].notna().all()
