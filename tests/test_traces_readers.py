@@ -421,8 +421,10 @@ def test_broken_otf2_gives_clear_error_naming_the_file(
 
 @needs_fixtures
 @needs_otf2_print
+@pytest.mark.parametrize("engine", ["fastotf2", "python"])
 @pytest.mark.parametrize("damage", ["cut", "garbage"])
-def test_broken_rank_file_costs_only_that_rank(tmp_path, capfd, damage):
+def test_broken_rank_file_costs_only_that_rank(tmp_path, monkeypatch, capfd, damage, engine):
+    monkeypatch.setenv("DDLC_OTF2_READER", engine)
     archive = otf2_copy(tmp_path)
     counts = leaves_per_location(otf2_print_counts(archive / "traces.otf2"))
     events = archive / "traces" / "1.evt"
@@ -431,7 +433,9 @@ def test_broken_rank_file_costs_only_that_rank(tmp_path, capfd, damage):
     else:
         data = events.read_bytes()
         events.write_bytes(data[: len(data) // 2] + b"\x07" * 64 + data[len(data) // 2 + 64 :])
-    df, problems = read(archive / "traces.otf2")
+    table, problems = readers.read(archive / "traces.otf2", RULES, "r1")
+    assert table.schema.metadata[b"ddlcompare.otf2_reader"] == engine.encode()
+    df = table.to_pandas()
     assert (df["rank"] == 0).sum() == counts[0]  # the other rank whole
     assert 0 < (df["rank"] == 1).sum() < counts[1]  # this one up to the fault
     assert any(p.lost and "1 of 2 locations" in p for p in problems)
