@@ -17,7 +17,7 @@ import pytest
 
 from conftest import REPO
 from traces import convert, readers
-from traces.readers import TraceError
+from traces.readers import TraceError, kineto
 from traces.rules import PhaseRules, RulesError
 from traces.table import COLUMNS, SCHEMA_VERSION
 
@@ -247,6 +247,25 @@ def test_kineto_old_and_new_schema(name, steps):
     if name.startswith(("kineto-hta-ddp", "kineto-tb")):
         # a GPU kernel takes the phase of the code that launched it
         assert len(kernels) and (kernels["phase"] == "backward").mean() > 0.9
+
+
+@needs_fixtures
+def test_kineto_read_in_chunks_gives_the_whole_table(tmp_path, monkeypatch):
+    """Kineto's events are decoded a chunk at a time: in chunks of 64 KiB a
+    real trace gives the table it gives in one, and garbage in one chunk
+    costs that one record, not its chunk."""
+    name = "kineto-hta-nccl-ws2-a100-rank0/rank-0.json.gz"
+    whole, _ = read_fixture(name)
+    monkeypatch.setattr(kineto, "CHUNK_BYTES", 1 << 16)
+    df, problems = read(FIXTURES / name)
+    assert problems == [] and df.equals(whole)
+    text = gzip.open(FIXTURES / name).read().decode()
+    at = text.index('"ph": "X"', len(text) // 3)
+    garbled = tmp_path / "rank-0.json"
+    garbled.write_text(text[:at] + '"ph": \x07\x07 "X"' + text[at + 9 :])
+    df, problems = read(garbled)
+    assert len(df) == len(whole) - 1
+    assert len(problems) == 1 and "1 record(s) could not be read" in problems[0]
 
 
 @needs_fixtures

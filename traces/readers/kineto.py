@@ -187,50 +187,75 @@ class KinetoReader(Reader):
         return finish_columns(columns, rules, self.name, run_id, place=place_by_position), problems
 
 
+_EVENTS_KEY = b'"traceEvents"'
+_EVENTS_OPEN = re.compile(rb'"traceEvents"\s*:\s*\[')
+
+
 def _decode(data: bytes, path: Path):
     """(batches of events, distributedInfo, problems), keeping every
-    readable event: the events array is decoded a chunk at a time."""
+    readable event: the events array is decoded a chunk at a time. Only the
+    document less all but the last chunk is decoded as a whole (for
+    distributedInfo and where the array ends): the chunks before need no
+    pass of their own."""
+    problems: list = []
+    key = data.find(_EVENTS_KEY)
+    opened = _EVENTS_OPEN.match(data, key) if key >= 0 else None
+    if opened is not None:
+        chunks, last = _chunks(data, opened.end())
+        rest = data[: opened.end()] + data[last:] if chunks else data
+        try:
+            doc = msgspec.json.decode(rest, type=Document)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            pass  # cut or damaged: read as a whole below
+        else:
+            pieces = _pieces(data, chunks, doc.traceEvents)
+            return _batches(pieces, path, problems), doc.distributedInfo, problems
     try:
         doc = msgspec.json.decode(data, type=Document)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return _salvaged(data, path)
-    problems: list = []
-    return _batches(memoryview(doc.traceEvents), path, problems), doc.distributedInfo, problems
+    return _batches([doc.traceEvents], path, problems), doc.distributedInfo, problems
 
 
-def _batches(array: memoryview, path: Path, problems: list):
-    """Lists of events from a JSON array's bytes, cut between top-level
-    records; a chunk that does not decode as a whole (a record of another
-    shape) is read record by record, its bad records counted in problems."""
+def _pieces(data: bytes, chunks: list[tuple[int, int]], last):
+    """JSON arrays of the chunks' records, then the last (``last``)."""
+    for begin, end in chunks:
+        yield b"[" + data[begin:end] + b"]"
+    yield last
+
+
+def _batches(pieces, path: Path, problems: list):
+    """Lists of events from JSON arrays of records; one that does not decode
+    as a whole (a record of another shape) is read record by record, its bad
+    records counted in problems."""
     decoder = msgspec.json.Decoder(list[Event])
-    for begin, end in _chunks(array):
-        piece = b"[" + array[begin:end] + b"]"
+    for piece in pieces:
         try:
             yield decoder.decode(piece)
         except (msgspec.DecodeError, msgspec.ValidationError):
             events, more = jsonrecords.salvage(
-                piece.decode("utf-8", errors="replace"), 0, Event, path
+                bytes(piece).decode("utf-8", errors="replace"), 0, Event, path
             )
             problems += more
             yield events
 
 
-def _chunks(array: memoryview) -> list[tuple[int, int]]:
-    """(begin, end) of runs of whole records of about CHUNK_BYTES, cut where
-    one top-level record ends and the next begins (the layouts Kineto
-    writes); the whole array when no such place is found."""
-    size = len(array)
-    head = bytes(array[: 1 << 16])
-    separator = next((sep for sep in RECORD_SEPARATORS if sep in head), None)
-    chunks, begin = [], 1
-    while separator is not None and begin + CHUNK_BYTES < size - 1:
-        low = begin + CHUNK_BYTES
-        at = bytes(array[low : low + CHUNK_BYTES]).find(separator)
+def _chunks(data: bytes, start: int) -> tuple[list[tuple[int, int]], int]:
+    """((begin, end) of runs of whole records of about CHUNK_BYTES from
+    ``start``, the first record of the events array, cut where one top-level
+    record ends and the next begins (the layouts Kineto writes); where the
+    last run begins)."""
+    separator = next(
+        (sep for sep in RECORD_SEPARATORS if data.find(sep, start, start + (1 << 16)) >= 0), None
+    )
+    chunks, begin = [], start
+    while separator is not None and begin + CHUNK_BYTES < len(data):
+        at = data.find(separator, begin + CHUNK_BYTES)
         if at < 0:
             break
-        chunks.append((begin, low + at + 1))
-        begin = low + at + len(separator) - 1
-    return chunks + [(begin, size - 1)]
+        chunks.append((begin, at + 1))
+        begin = at + len(separator) - 1
+    return chunks, begin
 
 
 def _salvaged(data: bytes, path: Path):
