@@ -259,11 +259,20 @@ def test_kineto_read_in_chunks_gives_the_whole_table(tmp_path, monkeypatch):
     monkeypatch.setattr(kineto, "CHUNK_BYTES", 1 << 16)
     df, problems = read(FIXTURES / name)
     assert problems == [] and df.equals(whole)
+    assert_one_record_lost(garbled_copy(name, tmp_path / "rank-0.json", 1 / 3), whole)
+
+
+def garbled_copy(name: str, dest: Path, where: float) -> Path:
+    """The fixture's JSON with garbage in one event's ``ph``, ``where``
+    (a fraction) into the text."""
     text = gzip.open(FIXTURES / name).read().decode()
-    at = text.index('"ph": "X"', len(text) // 3)
-    garbled = tmp_path / "rank-0.json"
-    garbled.write_text(text[:at] + '"ph": \x07\x07 "X"' + text[at + 9 :])
-    df, problems = read(garbled)
+    at = text.index('"ph": "X"', int(len(text) * where))
+    dest.write_text(text[:at] + '"ph": \x07\x07 "X"' + text[at + 9 :])
+    return dest
+
+
+def assert_one_record_lost(path: Path, whole) -> None:
+    df, problems = read(path)
     assert len(df) == len(whole) - 1
     assert len(problems) == 1 and "1 record(s) could not be read" in problems[0]
 
@@ -469,18 +478,12 @@ def test_broken_rank_file_costs_only_that_rank(tmp_path, monkeypatch, capfd, dam
 def test_broken_json_traces_keep_every_readable_record(tmp_path):
     name = "kineto-tb-resnet50-numworkers0/worker0.pt.trace.json.gz"
     whole, _ = read_fixture(name)
-    kineto = truncated_copy(FIXTURES / name, tmp_path / "w.pt.trace.json.gz", 0.5)
-    df, problems = read(kineto)
+    cut = truncated_copy(FIXTURES / name, tmp_path / "w.pt.trace.json.gz", 0.5)
+    df, problems = read(cut)
     assert 0 < len(df) < len(whole) and all(p.lost for p in problems)
     assert any("gzip stream is cut" in p for p in problems)
     # garbage in the middle of the events: that one event is lost, no other
-    text = gzip.open(FIXTURES / name).read().decode()
-    at = text.index('"ph": "X"', len(text) // 2)
-    garbled = tmp_path / "g.pt.trace.json"
-    garbled.write_text(text[:at] + '"ph": \x07\x07 "X"' + text[at + 9 :])
-    df, problems = read(garbled)
-    assert len(df) == len(whole) - 1
-    assert len(problems) == 1 and "1 record(s) could not be read" in problems[0]
+    assert_one_record_lost(garbled_copy(name, tmp_path / "g.pt.trace.json", 1 / 2), whole)
     plain = tmp_path / "k.json"
     plain.write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1')
     with pytest.raises(TraceError, match=re.escape(str(plain))):
