@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from test_traces_readers import FIXTURES, needs_fixtures
+from test_traces_readers import FIXTURES, needs_fixtures, otf2_copy
 from traces import convert, fastotf2
 from traces.otf2_writer import write_archive
 from traces.readers import otf2_reader
@@ -200,3 +200,23 @@ def test_same_table_on_apex_whose_definitions_undercount_events():
     makes room from the files' sizes and still gives the Python reader's table."""
     df, problems = assert_same(FIXTURES / "apex-hpx-test-archive" / "APEX.otf2")
     assert len(df) == 8062 and not any(p.lost for p in problems)
+
+
+@needs_fixtures
+def test_same_table_on_a_broken_rank_file(tmp_path):
+    """Garbage in one rank's events: both readers keep that rank's rows up to
+    the fault and the other rank whole, and name the location they lost."""
+    archive = otf2_copy(tmp_path)
+    events = archive / "traces" / "1.evt"
+    data = events.read_bytes()
+    events.write_bytes(data[: len(data) // 2] + b"\x07" * 64 + data[len(data) // 2 + 64 :])
+    (fast, fast_problems), (slow, slow_problems) = both_readers(archive / "traces.otf2")
+    assert 0 < len(fast) == len(slow) < 42
+    for column in slow.columns:
+        assert fast[column].equals(slow[column]), column
+    # the same problems; the reasons are the library's words (the C reader
+    # also has the library's detail)
+    lost = "1 of 2 locations could not be read to their end (MPI Rank 1/Master thread): "
+    for problems in (fast_problems, slow_problems):
+        assert lost in problems[0] and "INVALID_DATA" in problems[0] and problems[0].lost
+    assert fast_problems[1:] == slow_problems[1:]

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import REPO
 from traces import convert, readers
-from traces.readers import TraceError
+from traces.readers import TraceError, kineto
 from traces.rules import PhaseRules, RulesError
 from traces.table import COLUMNS, SCHEMA_VERSION
 
@@ -250,6 +250,34 @@ def test_kineto_old_and_new_schema(name, steps):
 
 
 @needs_fixtures
+def test_kineto_read_in_chunks_gives_the_whole_table(tmp_path, monkeypatch):
+    """Kineto's events are decoded a chunk at a time: in chunks of 64 KiB a
+    real trace gives the table it gives in one, and garbage in one chunk
+    costs that one record, not its chunk."""
+    name = "kineto-hta-nccl-ws2-a100-rank0/rank-0.json.gz"
+    whole, _ = read_fixture(name)
+    monkeypatch.setattr(kineto, "CHUNK_BYTES", 1 << 16)
+    df, problems = read(FIXTURES / name)
+    assert problems == [] and df.equals(whole)
+    assert_one_record_lost(garbled_copy(name, tmp_path / "rank-0.json", 1 / 3), whole)
+
+
+def garbled_copy(name: str, dest: Path, where: float) -> Path:
+    """The fixture's JSON with garbage in one event's ``ph``, ``where``
+    (a fraction) into the text."""
+    text = gzip.open(FIXTURES / name).read().decode()
+    at = text.index('"ph": "X"', int(len(text) * where))
+    dest.write_text(text[:at] + '"ph": \x07\x07 "X"' + text[at + 9 :])
+    return dest
+
+
+def assert_one_record_lost(path: Path, whole) -> None:
+    df, problems = read(path)
+    assert len(df) == len(whole) - 1
+    assert len(problems) == 1 and "1 record(s) could not be read" in problems[0]
+
+
+@needs_fixtures
 def test_kineto_nccl_allreduce_is_one_instance_per_collective():
     name = "kineto-hta-ddp-ws2-v100-rank1/rank-1.json.gz"
     df, _ = read_fixture(name)
@@ -421,8 +449,10 @@ def test_broken_otf2_gives_clear_error_naming_the_file(
 
 @needs_fixtures
 @needs_otf2_print
+@pytest.mark.parametrize("engine", ["fastotf2", "python"])
 @pytest.mark.parametrize("damage", ["cut", "garbage"])
-def test_broken_rank_file_costs_only_that_rank(tmp_path, capfd, damage):
+def test_broken_rank_file_costs_only_that_rank(tmp_path, monkeypatch, capfd, damage, engine):
+    monkeypatch.setenv("DDLC_OTF2_READER", engine)
     archive = otf2_copy(tmp_path)
     counts = leaves_per_location(otf2_print_counts(archive / "traces.otf2"))
     events = archive / "traces" / "1.evt"
@@ -431,7 +461,9 @@ def test_broken_rank_file_costs_only_that_rank(tmp_path, capfd, damage):
     else:
         data = events.read_bytes()
         events.write_bytes(data[: len(data) // 2] + b"\x07" * 64 + data[len(data) // 2 + 64 :])
-    df, problems = read(archive / "traces.otf2")
+    table, problems = readers.read(archive / "traces.otf2", RULES, "r1")
+    assert table.schema.metadata[b"ddlcompare.otf2_reader"] == engine.encode()
+    df = table.to_pandas()
     assert (df["rank"] == 0).sum() == counts[0]  # the other rank whole
     assert 0 < (df["rank"] == 1).sum() < counts[1]  # this one up to the fault
     assert any(p.lost and "1 of 2 locations" in p for p in problems)
@@ -446,18 +478,12 @@ def test_broken_rank_file_costs_only_that_rank(tmp_path, capfd, damage):
 def test_broken_json_traces_keep_every_readable_record(tmp_path):
     name = "kineto-tb-resnet50-numworkers0/worker0.pt.trace.json.gz"
     whole, _ = read_fixture(name)
-    kineto = truncated_copy(FIXTURES / name, tmp_path / "w.pt.trace.json.gz", 0.5)
-    df, problems = read(kineto)
+    cut = truncated_copy(FIXTURES / name, tmp_path / "w.pt.trace.json.gz", 0.5)
+    df, problems = read(cut)
     assert 0 < len(df) < len(whole) and all(p.lost for p in problems)
     assert any("gzip stream is cut" in p for p in problems)
     # garbage in the middle of the events: that one event is lost, no other
-    text = gzip.open(FIXTURES / name).read().decode()
-    at = text.index('"ph": "X"', len(text) // 2)
-    garbled = tmp_path / "g.pt.trace.json"
-    garbled.write_text(text[:at] + '"ph": \x07\x07 "X"' + text[at + 9 :])
-    df, problems = read(garbled)
-    assert len(df) == len(whole) - 1
-    assert len(problems) == 1 and "1 record(s) could not be read" in problems[0]
+    assert_one_record_lost(garbled_copy(name, tmp_path / "g.pt.trace.json", 1 / 2), whole)
     plain = tmp_path / "k.json"
     plain.write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1')
     with pytest.raises(TraceError, match=re.escape(str(plain))):

@@ -363,15 +363,17 @@ def _number_steps(c: Columns, is_step: np.ndarray, step: np.ndarray) -> None:
     rows = np.flatnonzero(is_step & (step == NULL))
     if rows.size == 0:
         return
-    names = pd.Series(np.asarray(c.region_names, dtype=object)[c.region[rows]])
-    from_name = names.str.extract(_STEP_NUMBER, expand=False)
-    frame = pd.DataFrame(
-        {"rank": c.rank[rows], "location": c.location[rows], "start": c.start_ns[rows]}
-    )
-    order = frame.sort_values("start", kind="stable").groupby(["rank", "location"]).cumcount()
-    step[rows] = np.where(
-        from_name.notna(), from_name.astype("float").fillna(-1), order.sort_index()
-    ).astype(np.int64)
+    # the number in the name, read once per region name, not once per row
+    in_name = pd.Series(c.region_names, dtype=object).str.extract(_STEP_NUMBER, expand=False)
+    number = in_name.astype("float").to_numpy()[c.region[rows]]
+    unnamed = np.isnan(number)
+    if unnamed.any():
+        frame = pd.DataFrame(
+            {"rank": c.rank[rows], "location": c.location[rows], "start": c.start_ns[rows]}
+        )
+        order = frame.sort_values("start", kind="stable").groupby(["rank", "location"]).cumcount()
+        number = np.where(unnamed, order.sort_index().to_numpy(), number)
+    step[rows] = number.astype(np.int64)
 
 
 def _step_windows(

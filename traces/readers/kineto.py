@@ -30,6 +30,8 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from traces import jsonrecords, nesting
 from traces.readers import Problem, Reader, TraceError, read_bytes, register
@@ -185,50 +187,75 @@ class KinetoReader(Reader):
         return finish_columns(columns, rules, self.name, run_id, place=place_by_position), problems
 
 
+_EVENTS_KEY = b'"traceEvents"'
+_EVENTS_OPEN = re.compile(rb'"traceEvents"\s*:\s*\[')
+
+
 def _decode(data: bytes, path: Path):
     """(batches of events, distributedInfo, problems), keeping every
-    readable event: the events array is decoded a chunk at a time."""
+    readable event: the events array is decoded a chunk at a time. Only the
+    document less all but the last chunk is decoded as a whole (for
+    distributedInfo and where the array ends): the chunks before need no
+    pass of their own."""
+    problems: list = []
+    key = data.find(_EVENTS_KEY)
+    opened = _EVENTS_OPEN.match(data, key) if key >= 0 else None
+    if opened is not None:
+        chunks, last = _chunks(data, opened.end())
+        rest = data[: opened.end()] + data[last:] if chunks else data
+        try:
+            doc = msgspec.json.decode(rest, type=Document)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            pass  # cut or damaged: read as a whole below
+        else:
+            pieces = _pieces(data, chunks, doc.traceEvents)
+            return _batches(pieces, path, problems), doc.distributedInfo, problems
     try:
         doc = msgspec.json.decode(data, type=Document)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return _salvaged(data, path)
-    problems: list = []
-    return _batches(memoryview(doc.traceEvents), path, problems), doc.distributedInfo, problems
+    return _batches([doc.traceEvents], path, problems), doc.distributedInfo, problems
 
 
-def _batches(array: memoryview, path: Path, problems: list):
-    """Lists of events from a JSON array's bytes, cut between top-level
-    records; a chunk that does not decode as a whole (a record of another
-    shape) is read record by record, its bad records counted in problems."""
+def _pieces(data: bytes, chunks: list[tuple[int, int]], last):
+    """JSON arrays of the chunks' records, then the last (``last``)."""
+    for begin, end in chunks:
+        yield b"[" + data[begin:end] + b"]"
+    yield last
+
+
+def _batches(pieces, path: Path, problems: list):
+    """Lists of events from JSON arrays of records; one that does not decode
+    as a whole (a record of another shape) is read record by record, its bad
+    records counted in problems."""
     decoder = msgspec.json.Decoder(list[Event])
-    for begin, end in _chunks(array):
-        piece = b"[" + array[begin:end] + b"]"
+    for piece in pieces:
         try:
             yield decoder.decode(piece)
         except (msgspec.DecodeError, msgspec.ValidationError):
             events, more = jsonrecords.salvage(
-                piece.decode("utf-8", errors="replace"), 0, Event, path
+                bytes(piece).decode("utf-8", errors="replace"), 0, Event, path
             )
             problems += more
             yield events
 
 
-def _chunks(array: memoryview) -> list[tuple[int, int]]:
-    """(begin, end) of runs of whole records of about CHUNK_BYTES, cut where
-    one top-level record ends and the next begins (the layouts Kineto
-    writes); the whole array when no such place is found."""
-    size = len(array)
-    head = bytes(array[: 1 << 16])
-    separator = next((sep for sep in RECORD_SEPARATORS if sep in head), None)
-    chunks, begin = [], 1
-    while separator is not None and begin + CHUNK_BYTES < size - 1:
-        low = begin + CHUNK_BYTES
-        at = bytes(array[low : low + CHUNK_BYTES]).find(separator)
+def _chunks(data: bytes, start: int) -> tuple[list[tuple[int, int]], int]:
+    """((begin, end) of runs of whole records of about CHUNK_BYTES from
+    ``start``, the first record of the events array, cut where one top-level
+    record ends and the next begins (the layouts Kineto writes); where the
+    last run begins)."""
+    separator = next(
+        (sep for sep in RECORD_SEPARATORS if data.find(sep, start, start + (1 << 16)) >= 0), None
+    )
+    chunks, begin = [], start
+    while separator is not None and begin + CHUNK_BYTES < len(data):
+        at = data.find(separator, begin + CHUNK_BYTES)
         if at < 0:
             break
-        chunks.append((begin, low + at + 1))
-        begin = low + at + len(separator) - 1
-    return chunks + [(begin, size - 1)]
+        chunks.append((begin, at + 1))
+        begin = at + len(separator) - 1
+    return chunks, begin
 
 
 def _salvaged(data: bytes, path: Path):
@@ -266,7 +293,19 @@ class _Codes:
         self.index: dict = {}
 
     def of(self, values: list) -> np.ndarray:
-        local, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+        """Codes of ``values``; strings (and None) through Arrow's dictionary
+        encoding, ints through numpy: either is a few times faster than
+        hashing Python objects one by one."""
+        kinds = set(map(type, values))
+        if kinds <= {str, type(None)}:
+            encoded = pc.dictionary_encode(pa.array(values, pa.string()), null_encoding="encode")
+            local = encoded.indices.to_numpy(zero_copy_only=False)
+            uniques = encoded.dictionary.to_pylist()
+        elif kinds == {int}:  # process and thread ids, mostly
+            local, uniques = pd.factorize(np.fromiter(values, np.int64, len(values)))
+            uniques = uniques.tolist()
+        else:
+            local, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
         known = np.array(
             [self.index.setdefault(u, len(self.index)) for u in uniques], dtype=np.int32
         )
@@ -282,39 +321,46 @@ class _Events:
 
     def __init__(self):
         self.regions, self.categories = _Codes(), _Codes()
-        self.pids, self.tids = _Codes(), _Codes()
+        self.pids, self.tids, self.collectives = _Codes(), _Codes(), _Codes()
         self.parts: list[dict] = []
         self.process, self.thread = {}, {}
         self.untimed = 0
 
     def add(self, batch: list) -> None:
-        for e in batch:
-            if e.ph == "M" and e.args is not None:
-                if e.name == "process_name":
-                    self.process[e.pid] = e.args.name
-                elif e.name == "thread_name":
-                    self.thread[(e.pid, e.tid)] = e.args.name
+        """One field at a time over the batch (a list comprehension each),
+        then numpy: the cheapest Python there is per event."""
+        for e in [e for e in batch if e.ph == "M" and e.args is not None]:
+            if e.name == "process_name":
+                self.process[e.pid] = e.args.name
+            elif e.name == "thread_name":
+                self.thread[(e.pid, e.tid)] = e.args.name
         complete = [e for e in batch if e.ph == "X"]
-        ts = np.array([e.ts for e in complete], dtype=np.float64)
+        ts = np.fromiter([e.ts for e in complete], dtype=np.float64, count=len(complete))
         timed = ~np.isnan(ts)
         if not timed.all():
             self.untimed += int((~timed).sum())
             complete = [e for e, ok in zip(complete, timed) if ok]
             ts = ts[timed]
         start = np.rint(ts * 1000).astype(np.int64)
-        dur = np.rint(np.array([e.dur for e in complete], dtype=np.float64) * 1000)
-        args = [e.args for e in complete]
-        collective, nbytes = _collectives(args)
+        n = len(complete)
+        dur = np.fromiter([e.dur for e in complete], dtype=np.float64, count=n)
+        with_args = np.array(
+            [i for i, e in enumerate(complete) if e.args is not None], dtype=np.int64
+        )
+        present = [e.args for e in complete if e.args is not None]
+        rows, names, nbytes = _collectives(present, with_args, n)
+        collective = np.full(n, -1, dtype=np.int32)
+        collective[rows] = self.collectives.of(names)
         self.parts.append(
             {
                 "start": start,
-                "end": start + dur.astype(np.int64),
+                "end": start + np.rint(dur * 1000).astype(np.int64),
                 "region": self.regions.of([e.name for e in complete]),
                 "category": self.categories.of([e.cat for e in complete]),
                 "where": (self.pids.of([e.pid for e in complete]).astype(np.int64) << 32)
                 | self.tids.of([e.tid for e in complete]),
-                "correlation": _ids([a.correlation if a is not None else None for a in args]),
-                "external": _ids([a.external_id if a is not None else None for a in args]),
+                "correlation": _ids([a.correlation for a in present], with_args, n),
+                "external": _ids([a.external_id for a in present], with_args, n),
                 "collective": collective,
                 "bytes": nbytes,
             }
@@ -334,22 +380,20 @@ class _Events:
                 "correlation",
                 "external",
                 "bytes",
+                "collective",
             )
         }
-        collective = [c for p in self.parts for c in p["collective"]]
         self.parts = []
         n = len(joined["start"])
         where, keys = pd.factorize(joined["where"])
         parent = nesting.enclosing(where, joined["start"], joined["end"])
         _link(
             parent,
-            np.asarray(self.categories.names(), dtype=object)[joined["category"]]
-            if n
-            else np.zeros(0, dtype=object),
+            self.categories.names(),
+            joined["category"],
             joined["correlation"],
             joined["external"],
         )
-        ops, op_names = pd.factorize(pd.Series(collective, dtype=object))
         pids, tids = self.pids.names(), self.tids.names()
         location_names = [self._name(pids[key >> 32], tids[key & 0xFFFFFFFF]) for key in keys]
         return Columns(
@@ -366,8 +410,8 @@ class _Events:
             parent_row=parent,
             step=np.full(n, NULL, dtype=np.int64),
             epoch=np.full(n, NULL, dtype=np.int64),
-            collective=ops.astype(np.int32),
-            collective_names=list(op_names),
+            collective=joined["collective"],
+            collective_names=self.collectives.names(),
             bytes=joined["bytes"],
         )
 
@@ -378,27 +422,40 @@ class _Events:
         return f"{self.process.get(pid, pid)}/{thread}"
 
 
-def _ids(values: list) -> np.ndarray:
-    """Correlation or External ids as int64, NULL where absent; ids written
-    as strings are coded by the string (they only need to match)."""
-    out = np.fromiter(
-        (v if v.__class__ is int else NULL for v in values), dtype=np.int64, count=len(values)
-    )
+def _ids(values: list, rows: np.ndarray, n: int) -> np.ndarray:
+    """Correlation or External ids (``values`` of the ``rows`` that have
+    arguments) as int64 of all ``n`` rows, NULL where absent; ids written as
+    strings are coded by the string (they only need to match)."""
+    out = np.full(n, NULL, dtype=np.int64)
+    kinds = set(map(type, values))
+    if str not in kinds:  # ints and None: numpy converts them
+        ids = np.array(values, dtype=object)
+        has = ids != None if type(None) in kinds else slice(None)  # noqa: E711 (elementwise)
+        out[rows[has]] = ids[has].astype(np.int64)
+        return out
+    out[rows] = [v if v.__class__ is int else NULL for v in values]
     text = [i for i, v in enumerate(values) if v.__class__ is str]
-    if text:
-        out[text] = [hash(values[i]) & 0x3FFFFFFFFFFFFFFF for i in text]
+    out[rows[text]] = [hash(values[i]) & 0x3FFFFFFFFFFFFFFF for i in text]
     return out
 
 
 def _link(
-    parent: np.ndarray, category: np.ndarray, correlation: np.ndarray, external: np.ndarray
+    parent: np.ndarray,
+    categories: list,
+    category: np.ndarray,
+    correlation: np.ndarray,
+    external: np.ndarray,
 ) -> None:
     """In place: a GPU activity without a parent on its stream runs in the
     runtime call with its correlation id, a GPU annotation in the CPU record
-    with its External id."""
-    gpu = np.isin(category, list(GPU_CATEGORIES))
-    runtime = np.isin(category, list(RUNTIME_CATEGORIES))
-    annotation = category == GPU_ANNOTATION
+    with its External id. ``category``: codes of ``categories``."""
+
+    def of(names) -> np.ndarray:
+        return np.array([c in names for c in categories], dtype=bool)[category]
+
+    gpu = of(GPU_CATEGORIES)
+    runtime = of(RUNTIME_CATEGORIES)
+    annotation = of({GPU_ANNOTATION})
     on_cpu = ~(gpu | annotation | runtime)
     for children, launchers, key in ((gpu, runtime, correlation), (annotation, on_cpu, external)):
         has = key != NULL
@@ -413,18 +470,19 @@ def _link(
         parent[rows[found]] = launch[at[found]]
 
 
-def _collectives(args: list) -> tuple[list, np.ndarray]:
-    """Per event: the collective its arguments name (or None) and its bytes
-    (NULL when unknown)."""
-    n = len(args)
+def _collectives(args: list, rows: np.ndarray, n: int) -> tuple[np.ndarray, list, np.ndarray]:
+    """(the rows whose arguments name a collective, its name for each, the
+    bytes of all ``n`` rows: NULL when unknown); ``args``: those of the
+    ``rows`` that have arguments."""
     nbytes = np.full(n, NULL, dtype=np.int64)
-    names = [None] * n
-    for i in [i for i, a in enumerate(args) if a is not None and a.collective is not None]:
-        a = args[i]
+    found, names = [], []
+    for i, a in [(i, a) for i, a in zip(rows.tolist(), args) if a.collective is not None]:
         name = str(a.collective).lower()
-        names[i] = COLLECTIVE_NAMES.get(name, name)
-        if names[i] is None:
+        name = COLLECTIVE_NAMES.get(name, name)
+        if name is None:
             continue
+        found.append(i)
+        names.append(name)
         size = DTYPE_BYTES.get(
             str(a.dtype or "").lower().removeprefix("torch.").removeprefix("c10::")
         )
@@ -434,7 +492,7 @@ def _collectives(args: list) -> tuple[list, np.ndarray]:
                 nbytes[i] = int(float(elements)) * size
         except ValueError:
             pass
-    return names, nbytes
+    return np.array(found, dtype=np.int64), names, nbytes
 
 
 COPIES = ("aten::to", "aten::_to_copy", "aten::copy_", "aten::pin_memory")

@@ -7,10 +7,15 @@ same table:
 
 - ``fastotf2`` (traces/fastotf2/reader.c, the OTF2 C library; millions of
   events/s), the default wherever it is built;
-- ``python``: the library's global event reader with a Python callback per
-  record (~0.1 M events/s), when the C reader cannot be built (no gcc or no
-  libopen-trace-format2-dev), when the definitions under-count a location's
-  events, or when ``DDLC_OTF2_READER=python`` asks for it.
+- ``python``: the library's event reader, location after location, with a
+  Python callback per record (~0.1 M events/s), when the C reader cannot be
+  built (no gcc or no libopen-trace-format2-dev), when the definitions
+  under-count a location's events, or when ``DDLC_OTF2_READER=python`` asks
+  for it.
+
+Both read location by location: a location that cannot be read to its end
+keeps its rows up to the fault and is named in a lost-data problem; the
+others are read whole.
 
 The table's metadata (``ddlcompare.otf2_reader``) names the one used.
 
@@ -339,6 +344,9 @@ def _checked_locations(defs, path: Path):
 
 
 def _read_events(reader, path: Path):
+    """(Rows, problems), location after location as the C reader does, so
+    that a location that cannot be read to its end costs its own rows after
+    the fault, not the others'."""
     import _otf2
 
     defs = reader.definitions
@@ -347,16 +355,84 @@ def _read_events(reader, path: Path):
     if not locations:
         return state.rows, []
     selected = [loc for loc in defs.locations if loc._ref in locations]
+    handle = reader.handle
+    try:
+        for location in selected:
+            _otf2.Reader_SelectLocation(handle, location._ref)
+        def_files = _opened(_otf2.Reader_OpenDefFiles, handle)
+        _opened(_otf2.Reader_OpenEvtFiles, handle)
+    except Exception as exc:
+        raise TraceError(
+            f"{path}: cannot read the OTF2 events (truncated or corrupt?): {_reason(exc)}"
+        ) from None
+    errors: dict[int, str] = {}  # location ref -> why it was not read to its end
+    if def_files:
+        for location in selected:
+            why = _read_local_definitions(handle, location._ref)
+            if why:
+                errors[location._ref] = why
+        _otf2.Reader_CloseDefFiles(handle)
+    callbacks, failures, _alive = _event_callbacks(state)
+    for location in selected:
+        if location._ref not in errors:
+            why = _read_location_events(handle, location._ref, callbacks, failures)
+            if why:
+                errors[location._ref] = why
+    _otf2.EvtReaderCallbacks_Delete(callbacks)
+    _opened(_otf2.Reader_CloseEvtFiles, handle)
+    unclosed = sum(len(s) for s in state.stacks.values())
+    problems = _problems(
+        path, unclosed, state.unbalanced, state.overlapping, state.outside, state.renamed
+    )
+    if errors:
+        names = [locations[ref][2] for ref in errors]
+        problems.insert(0, _lost_locations(path, names, len(selected), next(iter(errors.values()))))
+    return state.rows, problems
+
+
+def _opened(call, handle) -> bool:
+    """As the library's own readers do: a missing local definition or event
+    file is not an error here (reading the location says what is missing)."""
+    import _otf2
+
+    try:
+        call(handle)
+    except _otf2.Error:
+        return False
+    return True
+
+
+def _read_local_definitions(handle, ref: int) -> str:
+    """'' when read (or when the location has none), else why not."""
+    import _otf2
+
+    reader = _otf2.Reader_GetDefReader(handle, ref)
+    if not reader:
+        return ""
+    try:
+        _otf2.Reader_ReadAllLocalDefinitions(handle, reader)
+    except Exception as exc:
+        return f"cannot read its local definitions: {_library_reason(exc)}"
+    finally:
+        _otf2.Reader_CloseDefReader(handle, reader)
+    return ""
+
+
+def _event_callbacks(state: _State):
+    """(OTF2 local event callbacks into ``state``, the list that collects
+    their errors, the Python callbacks: the bindings attach each ctypes
+    function pointer to its Python callback only, so keep these alive while
+    the library may call them)."""
+    import _otf2
+
     failures: list[str] = []
-    # The bindings attach each ctypes function pointer to the Python callback
-    # only: keep the callbacks alive while the C reader may call them.
     alive: list = []
 
     def guarded(fn):
-        def callback(location, time, _user, attribute_list, *args):
+        def callback(location, time, _position, _user, attribute_list, *args):
             try:
                 fn(location, time, attribute_list, *args)
-            except Exception as exc:  # reported after reading; the C reader then stops
+            except Exception as exc:  # the location's reading then stops
                 failures.append(_reason(exc))
                 return _otf2.CALLBACK_INTERRUPT
             return _otf2.CALLBACK_SUCCESS
@@ -364,44 +440,57 @@ def _read_events(reader, path: Path):
         alive.append(callback)
         return callback
 
-    try:
-        handle = reader._get_global_evt_reader_handle(selected)
-        callbacks = _otf2.GlobalEvtReaderCallbacks_New()
-        _otf2.GlobalEvtReaderCallbacks_SetEnterCallback(callbacks, guarded(state.enter))
-        _otf2.GlobalEvtReaderCallbacks_SetLeaveCallback(callbacks, guarded(state.leave))
-        for name in ("MpiSend", "MpiIsend", "MpiRecv", "MpiIrecv"):
-            getattr(_otf2, f"GlobalEvtReaderCallbacks_Set{name}Callback")(
-                callbacks,
-                guarded(
-                    lambda loc, t, attrs, peer, comm, tag, length, *request: state.message(
-                        loc, length
-                    )
-                ),
-            )
-        _otf2.GlobalEvtReaderCallbacks_SetMpiCollectiveEndCallback(
-            callbacks,
-            guarded(
-                lambda loc, t, attrs, op, comm, root, sent, received: state.collective_end(
-                    loc, op, sent, received
-                )
-            ),
+    callbacks = _otf2.EvtReaderCallbacks_New()
+    _otf2.EvtReaderCallbacks_SetEnterCallback(callbacks, guarded(state.enter))
+    _otf2.EvtReaderCallbacks_SetLeaveCallback(callbacks, guarded(state.leave))
+    for name in ("MpiSend", "MpiIsend", "MpiRecv", "MpiIrecv"):
+        # one Python callback each: the bindings keep one pointer per callback
+        message = guarded(
+            lambda loc, t, attrs, peer, comm, tag, length, *request: state.message(loc, length)
         )
-        _otf2.GlobalEvtReader_SetCallbacks(handle, callbacks, None)
-        _otf2.GlobalEvtReaderCallbacks_Delete(callbacks)
-        while _otf2.GlobalEvtReader_ReadEvents(handle, 1_000_000) == 1_000_000:
-            pass
-    except TraceError:
-        raise
+        getattr(_otf2, f"EvtReaderCallbacks_Set{name}Callback")(callbacks, message)
+    _otf2.EvtReaderCallbacks_SetMpiCollectiveEndCallback(
+        callbacks,
+        guarded(
+            lambda loc, t, attrs, op, comm, root, sent, received: state.collective_end(
+                loc, op, sent, received
+            )
+        ),
+    )
+    return callbacks, failures, alive
+
+
+def _read_location_events(handle, ref: int, callbacks, failures: list) -> str:
+    """Reads one location's events into the callbacks' state: '' when read
+    to the end, else why not (its rows before the fault stay)."""
+    import _otf2
+
+    reader = _otf2.Reader_GetEvtReader(handle, ref)
+    if not reader:
+        return "cannot open its events"
+    seen = len(failures)
+    try:
+        _otf2.Reader_RegisterEvtCallbacks(handle, reader, callbacks, None)
+        _otf2.Reader_ReadAllLocalEvents(handle, reader)
     except Exception as exc:
-        detail = failures[0] if failures else _reason(exc)
-        raise TraceError(
-            f"{path}: cannot read the OTF2 events (truncated or corrupt?): {detail}"
-        ) from None
-    if failures:
-        raise TraceError(f"{path}: cannot read the OTF2 events: {failures[0]}")
-    unclosed = sum(len(s) for s in state.stacks.values())
-    return state.rows, _problems(
-        path, unclosed, state.unbalanced, state.overlapping, state.outside, state.renamed
+        return failures[seen] if len(failures) > seen else _library_reason(exc)
+    finally:
+        _otf2.Reader_CloseEvtReader(handle, reader)
+    return ""
+
+
+def _library_reason(exc: Exception) -> str:
+    """An OTF2 error as the C reader words it: name, then description."""
+    name, description = getattr(exc, "name", None), getattr(exc, "description", None)
+    return f"{name}: {description}" if name and description else _reason(exc)
+
+
+def _lost_locations(path: Path, names: list[str], total: int, reason: str) -> Problem:
+    """The problem of locations not read to their end (both readers)."""
+    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+    return Problem(
+        f"{path}: {len(names)} of {total} locations could not be read to their end "
+        f"({shown}): {reason}; their records up to the fault were kept"
     )
 
 
@@ -505,12 +594,7 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
     if failed.any():
         names = [described[i][2] for i in np.flatnonzero(failed)]
         problems.insert(
-            0,
-            Problem(
-                f"{path}: {len(names)} of {len(selected)} locations could not be read to their end "
-                f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): "
-                f"{_library_words(counts['error'])}; their records up to the fault were kept"
-            ),
+            0, _lost_locations(path, names, len(selected), _library_words(counts["error"]))
         )
     return columns, problems
 

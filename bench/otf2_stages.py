@@ -1,0 +1,82 @@
+"""Where an OTF2 conversion's time goes: the C reader against the Python
+after it (issue 16's 10 M events/s), each stage timed inside one conversion.
+
+    python bench/otf2_stages.py ANCHOR [--cores N]
+
+ANCHOR: an OTF2 anchor file, e.g. the trace ``bench/trace_read.py
+--c-generated`` leaves in ~/.cache/ddl-compare/bench/. Run it twice: the
+first run after writing the trace may read it from disk. Last line:
+key=value pairs (seconds of wall clock per stage, events/s in all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+STAGES = {
+    "c_reader": "the C reader (fastotf2.read_intervals)",
+    "separate_threads": "separate_threads",
+    "finish_columns": "finish_columns (phases, steps, collectives, the Arrow table)",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("anchor", type=Path)
+    parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)))
+    args = parser.parse_args()
+    os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.cores]))
+    import otf2
+    import pyarrow as pa
+
+    pa.set_cpu_count(args.cores)
+    from traces import fastotf2
+    from traces.readers import otf2_reader
+    from traces.rules import PhaseRules
+
+    if fastotf2.library() is None:
+        raise SystemExit(f"fastotf2 unavailable: {fastotf2.why_unavailable()}")
+    with otf2.reader.open(str(args.anchor)) as trace:
+        events = sum(loc.number_of_events for loc in trace.definitions.locations)
+    spent = dict.fromkeys(STAGES, 0.0)
+
+    def timed(stage, fn):
+        def wrapper(*a, **k):
+            started = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[stage] += time.perf_counter() - started
+
+        return wrapper
+
+    fastotf2.read_intervals = timed("c_reader", fastotf2.read_intervals)
+    otf2_reader.separate_threads = timed("separate_threads", otf2_reader.separate_threads)
+    otf2_reader.finish_columns = timed("finish_columns", otf2_reader.finish_columns)
+    started = time.perf_counter()
+    table, _ = otf2_reader.read(args.anchor, PhaseRules(), "bench", engine="fastotf2")
+    total = time.perf_counter() - started
+    spent["rest"] = total - sum(spent.values())
+    print(
+        f"{events} events -> {table.num_rows} rows on {args.cores} core(s): {total:.2f} s, "
+        f"{events / total / 1e6:.2f} M events/s"
+    )
+    for stage, seconds in spent.items():
+        what = STAGES.get(stage, "the rest (definitions, codes, columns)")
+        print(f"  {what}: {seconds:.2f} s ({events / seconds / 1e6:.1f} M events/s)")
+    print(
+        f"events={events} cores={args.cores} seconds={total:.3f} "
+        f"events_per_s={events / total:.0f} "
+        + " ".join(f"{stage}_s={seconds:.3f}" for stage, seconds in spent.items())
+    )
+
+
+if __name__ == "__main__":
+    main()
