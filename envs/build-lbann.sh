@@ -177,7 +177,23 @@ checkout_aluminum() {
 
 checkout_blt() { submodules "$SRC/Conduit" src/blt; }
 
+# What the SuperBuild takes from the system, said once before hours of work.
+check_prerequisites() {
+  local missing
+  missing=$(missing_debian_packages libopenmpi-dev libopenblas-dev liblapack-dev \
+    libprotobuf-dev protobuf-compiler libhwloc-dev libspdlog-dev libopencv-dev libhdf5-dev)
+  if [[ -n $missing ]]; then
+    echo "build-lbann: missing Debian packages; run: apt-get install -y $missing" >&2
+    exit 2
+  fi
+  if [[ ! -d $HDF5_DIR ]]; then
+    echo "build-lbann: HDF5_DIR=$HDF5_DIR does not exist; set HDF5_DIR to the HDF5 Conduit should use" >&2
+    exit 2
+  fi
+}
+
 main() {
+  check_prerequisites
   trap write_versions EXIT
   args=()
   configure_args

@@ -37,3 +37,13 @@ submodules() {
   fi
   git -C "$dest" -c protocol.file.allow=always submodule update -q "$@"
 }
+
+# missing_debian_packages PKG...: prints those of PKG not installed (nothing
+# where dpkg-query is not there: a cluster brings them as modules).
+missing_debian_packages() {
+  command -v dpkg-query >/dev/null || return 0
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || printf '%s ' "$p"
+  done
+}

@@ -35,6 +35,9 @@ configure_flags=(--with-mpi=openmpi --without-shmem --disable-cuda --with-libbfd
 # Extra flags for a cluster (e.g. --enable-cuda --with-libcudart=...), word-split on purpose.
 read -r -a extra_flags <<< "${SCOREP_CONFIGURE_EXTRA:-}"
 
+# shellcheck source=envs/build-lib.sh
+. "$(dirname "$0")/build-lib.sh"
+
 say() { printf 'build-scorep: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
 
@@ -62,12 +65,9 @@ step() {
 }
 
 check_packages() {
-  local missing=() p
-  for p in binutils-dev libunwind-dev libiberty-dev gfortran; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] || ! command -v dpkg-query >/dev/null ||
-    die "missing Debian packages; run: sudo apt-get install -y ${missing[*]}"
+  local missing
+  missing=$(missing_debian_packages binutils-dev libunwind-dev libiberty-dev gfortran)
+  [ -z "$missing" ] || die "missing Debian packages; run: sudo apt-get install -y $missing"
   command -v mpicc >/dev/null || die "mpicc not on PATH: Score-P is built against the MPI Horovod uses (module load openmpi, or apt-get install libopenmpi-dev)"
 }
 
