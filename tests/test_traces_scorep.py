@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 import pandas as pd
-import pyarrow.parquet as pq
 import pytest
 
 from conftest import ddlc, tiny_design, write_design
@@ -185,7 +184,7 @@ def otf2_print_counts(anchor: Path) -> tuple[int, int]:
 def converted(folder: Path) -> tuple[pd.DataFrame, list]:
     out = folder / "phases.parquet"
     assert convert.main([str(folder), "-o", str(out)]) == 0
-    sources = json.loads(pq.read_schema(out).metadata[b"ddlcompare.sources"])
+    sources = json.loads(convert.metadata_of(out)[b"ddlcompare.sources"])
     return pd.read_parquet(out), [p for s in sources for p in s.get("problems", [])]
 
 
