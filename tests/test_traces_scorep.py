@@ -26,7 +26,8 @@ def config_of(framework: str, **fixed) -> dict:
     )
 
 
-def test_mpi_runs_trace_every_thread(tmp_path):
+def test_mpi_runs_trace_every_thread(tmp_path, monkeypatch):
+    monkeypatch.delenv("SCOREP_TOTAL_MEMORY", raising=False)
     config = config_of("horovod-torch", horovod_controller="mpi", horovod_timeline=True)
     argv, env = launch.command("horovodrun", [Host("localhost", 2)], config, tmp_path, "local")
     at = argv.index("-m", argv.index("--mpi"))
@@ -42,6 +43,8 @@ def test_mpi_runs_trace_every_thread(tmp_path):
     assert Path(env["SCOREP_FILTERING_FILE"]).read_text().count("SCOREP_REGION_NAMES") == 2
     assert env["SCOREP_EXPERIMENT_DIRECTORY"] == str(tmp_path / "scorep")
     assert env["SCOREP_ENABLE_TRACING"] == "true"
+    # room for a location per thread (TensorFlow starts dozens)
+    assert env["SCOREP_TOTAL_MEMORY"] == tracers.TOTAL_MEMORY
     assert env["HOROVOD_TIMELINE"] == str(tmp_path / "horovod_timeline.json")
     assert Path(env["PYTHONPATH"], "frameworks", "worker.py").is_file()
     # where the converter looks for what these runs leave
