@@ -205,7 +205,7 @@ def check_clean_mpi_trace(folder: Path, record: dict) -> None:
     for rank in (0, 1):
         mine = df[df["rank"] == rank]
         assert mine["location"].nunique() >= 2
-        assert {"user:init", "user:step", "user:forward"} <= set(mine["region"])
+        assert {"user:init", "user:epoch", "user:step", "user:forward"} <= set(mine["region"])
     carrying = df[df["bytes"].notna() & (df["collective"] == "allreduce")]
     assert len(carrying) and carrying["region"].str.startswith("MPI_").all()
     assert not df.loc[df["region"].str.startswith("user:"), "bytes"].notna().any()
@@ -229,27 +229,35 @@ def test_horovod_under_scorep_three_replications_in_a_row(tmp_path, framework):
 
 
 @pytest.mark.parametrize(
-    "framework",
+    "framework,fixed",
     [
-        pytest.param("torch-ddp", marks=needs_scorep("torch")),
-        pytest.param("tf-mwms", marks=needs_scorep("tensorflow")),
+        pytest.param("torch-ddp", {}, marks=needs_scorep("torch")),
+        pytest.param("tf-mwms", {}, marks=needs_scorep("tensorflow")),
+        pytest.param("horovod-torch", {"horovod_controller": "gloo"}, marks=needs_scorep("torch")),
     ],
 )
 @pytest.mark.slow
-def test_ranks_traced_without_mpi_make_one_table(tmp_path, framework):
+def test_ranks_traced_without_mpi_make_one_table(tmp_path, framework, fixed):
     [(folder, record)] = run_all(
-        tmp_path, tiny_design([framework], tracer="scorep", epochs=1, timeout_s=600)
+        tmp_path, tiny_design([framework], tracer="scorep", epochs=2, timeout_s=600, **fixed)
     )
     assert record["status"] == "ok", record.get("reason")
     assert sorted(p.name for p in (folder / "scorep").iterdir()) == ["rank0", "rank1"]
     df, problems = converted(folder)
     assert problems == []
     assert sorted(df["rank"].unique()) == [0, 1]
+    # the trace alone, without the run's steps tables, says each step's epoch
+    shutil.copytree(folder / "scorep", tmp_path / "alone" / "scorep")
+    alone, _ = converted(tmp_path / "alone")
     for rank in (0, 1):
         mine = df[df["rank"] == rank]
         steps = pd.read_csv(folder / f"steps.rank{rank}.tsv", sep="\t")
         assert sorted(mine.loc[mine["phase"] == "step", "step"]) == list(steps["step"])
         assert {"init", "data_load", "forward", "backward", "optimizer"} <= set(mine["phase"])
+        epochs = mine[mine["phase"] == "epoch"]
+        assert list(epochs["region"]) == ["user:epoch"] * 2 and sorted(epochs["epoch"]) == [1, 2]
+        traced = alone[(alone["rank"] == rank) & (alone["phase"] == "step")]
+        assert traced.sort_values("step")["epoch"].tolist() == steps["epoch"].tolist()
 
 
 @needs_scorep("torch")
