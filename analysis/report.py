@@ -38,6 +38,7 @@ from analysis.page import Context, Section
 from runfiles.atomic import write_text
 from ddlcompare.design import Design
 from frameworks import registry
+from traces.phases import MARKERS
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -267,7 +268,7 @@ def traces_section(runs: pd.DataFrame, tables: Path) -> str:
     if imported.exists():
         table = pd.read_parquet(imported)
         totals = (
-            table[table["phase"] != "step"].pivot_table(
+            table[~table["phase"].isin(MARKERS)].pivot_table(
                 index=["run_id", "source"], columns="phase", values="dur_ns", aggfunc="sum"
             )
             / 1e9

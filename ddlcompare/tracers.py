@@ -35,6 +35,12 @@ WORKER_SCRIPT = REPO / "frameworks" / "worker.py"
 EXPERIMENT = "scorep"
 SCOREP_VERSION = "8.4"  # what envs/build-scorep.sh builds
 BUILD_HINT = "envs/build-scorep.sh (docs: envs/scorep.md)"
+# Score-P's memory pool per process. Every thread (a location of its own)
+# takes a 1 MiB trace chunk from it, and TensorFlow's thread pools and gRPC
+# start dozens: a tf-mwms rank of 2 epochs aborted with Score-P's default
+# (16000k, "No free memory page available"). The pool is one calloc, so the
+# pages no thread writes cost no memory. A value in the environment wins.
+TOTAL_MEMORY = "256M"
 
 # Launcher (and Horovod controller) -> how its ranks go under Score-P; a
 # string is the reason it cannot, with the fix.
@@ -161,6 +167,7 @@ def environment(config: dict, run_dir: Path) -> dict[str, str]:
         "SCOREP_EXPERIMENT_DIRECTORY": str(run_dir / EXPERIMENT),
         "SCOREP_OVERWRITE_EXPERIMENT_DIRECTORY": "true",
         "SCOREP_FILTERING_FILE": str(SCOREP_FILTER),
+        "SCOREP_TOTAL_MEMORY": os.environ.get("SCOREP_TOTAL_MEMORY", TOTAL_MEMORY),
         "PYTHONPATH": str(REPO),
     }
     folder = scorep_bin()

@@ -58,6 +58,7 @@ def run(
     rows, global_step, idle = [], 0, balance.IdleClock(plan, dist.rank)
     for epoch in range(1, config["epochs"] + 1):
         epoch_start = time.perf_counter()
+        phases.begin_epoch(epoch)
         batches = plan.epoch(n_train, epoch, steps)
         steps_of.begin_epoch()
         measured_start, measured_steps = None, 0
@@ -83,6 +84,7 @@ def run(
             with phases("eval"):
                 steps_of.evaluate(sums)
         rows.append(epoch_row(steps_of, epoch, epoch_start, sums, measured_s, clock))
+        phases.end_epoch()
         if dist.rank == 0:
             common.write_epochs(run_dir, rows)
     idle.write(run_dir, steps_of.device_kind, steps_of.allreduce)

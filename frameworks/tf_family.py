@@ -378,6 +378,7 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
     rows = []
     for epoch in range(1, config["epochs"] + 1):
         epoch_start = time.perf_counter()
+        phases.begin_epoch(epoch)
         order = np.random.default_rng([config["seed"], epoch]).permutation(n_train)
         take = order[: steps * global_batch]
         images = tf.data.Dataset.from_tensor_slices(
@@ -404,6 +405,7 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
             with phases("eval"):
                 _evaluate(evaluate, dataset, dist, sums, batch, n_test)
         rows.append(epoch_loop.epoch_row(adapter, epoch, epoch_start, sums, measured_s, clock))
+        phases.end_epoch()
         if dist.rank == 0:
             common.write_epochs(run_dir, rows)
     _finish(adapter, phases, run_dir, dist, keras_model, rows, plan, lr, steps, init_s, clock)

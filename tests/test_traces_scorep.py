@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 import pandas as pd
-import pyarrow.parquet as pq
 import pytest
 
 from conftest import ddlc, tiny_design, write_design
@@ -27,7 +26,8 @@ def config_of(framework: str, **fixed) -> dict:
     )
 
 
-def test_mpi_runs_trace_every_thread(tmp_path):
+def test_mpi_runs_trace_every_thread(tmp_path, monkeypatch):
+    monkeypatch.delenv("SCOREP_TOTAL_MEMORY", raising=False)
     config = config_of("horovod-torch", horovod_controller="mpi", horovod_timeline=True)
     argv, env = launch.command("horovodrun", [Host("localhost", 2)], config, tmp_path, "local")
     at = argv.index("-m", argv.index("--mpi"))
@@ -43,6 +43,8 @@ def test_mpi_runs_trace_every_thread(tmp_path):
     assert Path(env["SCOREP_FILTERING_FILE"]).read_text().count("SCOREP_REGION_NAMES") == 2
     assert env["SCOREP_EXPERIMENT_DIRECTORY"] == str(tmp_path / "scorep")
     assert env["SCOREP_ENABLE_TRACING"] == "true"
+    # room for a location per thread (TensorFlow starts dozens)
+    assert env["SCOREP_TOTAL_MEMORY"] == tracers.TOTAL_MEMORY
     assert env["HOROVOD_TIMELINE"] == str(tmp_path / "horovod_timeline.json")
     assert Path(env["PYTHONPATH"], "frameworks", "worker.py").is_file()
     # where the converter looks for what these runs leave
@@ -185,7 +187,7 @@ def otf2_print_counts(anchor: Path) -> tuple[int, int]:
 def converted(folder: Path) -> tuple[pd.DataFrame, list]:
     out = folder / "phases.parquet"
     assert convert.main([str(folder), "-o", str(out)]) == 0
-    sources = json.loads(pq.read_schema(out).metadata[b"ddlcompare.sources"])
+    sources = json.loads(convert.metadata_of(out)[b"ddlcompare.sources"])
     return pd.read_parquet(out), [p for s in sources for p in s.get("problems", [])]
 
 
@@ -203,7 +205,7 @@ def check_clean_mpi_trace(folder: Path, record: dict) -> None:
     for rank in (0, 1):
         mine = df[df["rank"] == rank]
         assert mine["location"].nunique() >= 2
-        assert {"user:init", "user:step", "user:forward"} <= set(mine["region"])
+        assert {"user:init", "user:epoch", "user:step", "user:forward"} <= set(mine["region"])
     carrying = df[df["bytes"].notna() & (df["collective"] == "allreduce")]
     assert len(carrying) and carrying["region"].str.startswith("MPI_").all()
     assert not df.loc[df["region"].str.startswith("user:"), "bytes"].notna().any()
@@ -227,27 +229,35 @@ def test_horovod_under_scorep_three_replications_in_a_row(tmp_path, framework):
 
 
 @pytest.mark.parametrize(
-    "framework",
+    "framework,fixed",
     [
-        pytest.param("torch-ddp", marks=needs_scorep("torch")),
-        pytest.param("tf-mwms", marks=needs_scorep("tensorflow")),
+        pytest.param("torch-ddp", {}, marks=needs_scorep("torch")),
+        pytest.param("tf-mwms", {}, marks=needs_scorep("tensorflow")),
+        pytest.param("horovod-torch", {"horovod_controller": "gloo"}, marks=needs_scorep("torch")),
     ],
 )
 @pytest.mark.slow
-def test_ranks_traced_without_mpi_make_one_table(tmp_path, framework):
+def test_ranks_traced_without_mpi_make_one_table(tmp_path, framework, fixed):
     [(folder, record)] = run_all(
-        tmp_path, tiny_design([framework], tracer="scorep", epochs=1, timeout_s=600)
+        tmp_path, tiny_design([framework], tracer="scorep", epochs=2, timeout_s=600, **fixed)
     )
     assert record["status"] == "ok", record.get("reason")
     assert sorted(p.name for p in (folder / "scorep").iterdir()) == ["rank0", "rank1"]
     df, problems = converted(folder)
     assert problems == []
     assert sorted(df["rank"].unique()) == [0, 1]
+    # the trace alone, without the run's steps tables, says each step's epoch
+    shutil.copytree(folder / "scorep", tmp_path / "alone" / "scorep")
+    alone, _ = converted(tmp_path / "alone")
     for rank in (0, 1):
         mine = df[df["rank"] == rank]
         steps = pd.read_csv(folder / f"steps.rank{rank}.tsv", sep="\t")
         assert sorted(mine.loc[mine["phase"] == "step", "step"]) == list(steps["step"])
         assert {"init", "data_load", "forward", "backward", "optimizer"} <= set(mine["phase"])
+        epochs = mine[mine["phase"] == "epoch"]
+        assert list(epochs["region"]) == ["user:epoch"] * 2 and sorted(epochs["epoch"]) == [1, 2]
+        traced = alone[(alone["rank"] == rank) & (alone["phase"] == "step")]
+        assert traced.sort_values("step")["epoch"].tolist() == steps["epoch"].tolist()
 
 
 @needs_scorep("torch")

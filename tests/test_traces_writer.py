@@ -16,7 +16,7 @@ from ddlcompare import design, runner
 from frameworks import data, models
 from traces import convert, readers
 from traces.otf2_writer import PARTS_DIR, Otf2Sink, archive_anchor
-from traces.phases import STEP_PHASES, PhaseRecorder
+from traces.phases import MARKERS, STEP_PHASES, PhaseRecorder
 from traces.rules import PhaseRules
 
 needs_otf2_print = pytest.mark.skipif(
@@ -90,7 +90,8 @@ def test_scorep_phases_are_user_regions_the_rules_map_back():
     rules = PhaseRules()
     for phase in (*STEP_PHASES, "init", "eval"):
         assert rules.match(f"user:{phase}", "otf2")[0] == phase
-    assert rules.match("user:step", "otf2")[0] == "step"
+    for marker in MARKERS:  # the regions around a step and an epoch
+        assert rules.match(f"user:{marker}", "otf2")[0] == marker
 
 
 def traced_run(tmp_path, framework, **fixed):

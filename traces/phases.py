@@ -35,6 +35,11 @@ STEP_PHASES = ("data_load", "h2d", "forward", "backward", "grad_comm", "optimize
 # The region that encloses one training step's phases in traces and in the
 # phase table (phase column "step"); it is not a phase of its own.
 STEP = "step"
+# The region that encloses one epoch: its steps, its evaluation and its
+# all-reduced epoch row (Score-P user regions and profiler annotations; the
+# phase column "epoch"). Not a phase either.
+EPOCH = "epoch"
+MARKERS = (STEP, EPOCH)
 _INDEX = {p: i for i, p in enumerate(PHASES)}
 
 
@@ -126,6 +131,16 @@ class PhaseRecorder:
 
     def __call__(self, phase: str) -> _Span:
         return _Span(self, _INDEX[phase])
+
+    def begin_epoch(self, epoch: int) -> None:
+        """Tools that time regions see the epoch open (steps take ``epoch``)."""
+        self.epoch = epoch
+        for live in self.live:
+            live.begin(EPOCH)
+
+    def end_epoch(self) -> None:
+        for live in self.live:
+            live.end(EPOCH)
 
     def begin_step(self, epoch: int, step: int) -> None:
         self.epoch, self.step, self._in_step = epoch, step, True

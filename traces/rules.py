@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from traces.phases import PHASES, STEP
+from traces.phases import MARKERS, PHASES
 
 RULES_FILE = Path(__file__).with_name("rules.yaml")
 
@@ -71,9 +71,9 @@ def _rule(path: Path, index: int, entry) -> Rule:
     where = f"{path}: rule {index + 1}"
     if not isinstance(entry, dict) or "pattern" not in entry or "phase" not in entry:
         raise RulesError(f"{where}: each rule needs 'pattern' and 'phase'")
-    if entry["phase"] not in (*PHASES, STEP):
+    if entry["phase"] not in (*PHASES, *MARKERS):
         raise RulesError(
-            f"{where}: unknown phase {entry['phase']!r} (allowed: {', '.join((*PHASES, STEP))})"
+            f"{where}: unknown phase {entry['phase']!r} (allowed: {', '.join((*PHASES, *MARKERS))})"
         )
     sources = entry.get("sources")
     if sources is not None:

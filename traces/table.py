@@ -32,7 +32,7 @@ import pandas as pd
 import pyarrow as pa
 
 from traces import nesting
-from traces.phases import PHASES, STEP, STEP_PHASES
+from traces.phases import EPOCH, MARKERS, PHASES, STEP, STEP_PHASES
 from traces.rules import PhaseRules
 
 SCHEMA_VERSION = 2
@@ -209,7 +209,7 @@ def finish(rows: Rows, rules: PhaseRules, source: str, run_id: str = "") -> pa.T
     return finish_columns(Columns.of_rows(rows), rules, source, run_id)
 
 
-_PHASE_NAMES = [*PHASES, STEP]
+_PHASE_NAMES = [*PHASES, *MARKERS]
 _PHASE = {name: code for code, name in enumerate(_PHASE_NAMES)}
 PHASE_CODE = _PHASE  # phase name -> its code in finish_columns' phase array
 
@@ -239,10 +239,13 @@ def finish_columns(
     is_step = phase == _PHASE[STEP]
     if place is not None:
         place(c, phase, is_step)
-    phase[is_step] = _PHASE["other"]  # what a step's unmatched children take
+    is_epoch = phase == _PHASE[EPOCH]
+    # what the unmatched rows inside a step or an epoch take
+    phase[is_step | is_epoch] = _PHASE["other"]
     _inherit(phase, c.parent_row, levels, -1)
     phase[phase < 0] = _PHASE["other"]
     phase[is_step] = _PHASE[STEP]
+    phase[is_epoch] = _PHASE[EPOCH]
 
     collective_names = list(c.collective_names)
     for _, name in matched:
@@ -256,6 +259,8 @@ def finish_columns(
 
     step, epoch = c.step, c.epoch  # filled in place
     _number_steps(c, is_step, step)
+    _number_epochs(c, is_epoch, epoch)
+    del is_epoch
     _inherit(step, c.parent_row, levels, NULL)
     _inherit(epoch, c.parent_row, levels, NULL)
     del levels
@@ -374,6 +379,20 @@ def _number_steps(c: Columns, is_step: np.ndarray, step: np.ndarray) -> None:
         order = frame.sort_values("start", kind="stable").groupby(["rank", "location"]).cumcount()
         number = np.where(unnamed, order.sort_index().to_numpy(), number)
     step[rows] = number.astype(np.int64)
+
+
+def _number_epochs(c: Columns, is_epoch: np.ndarray, epoch: np.ndarray) -> None:
+    """Epoch intervals without an epoch number (Score-P user regions carry
+    none) are numbered from 1 in their order on their location, as the
+    adapters count epochs; the rows inside them take their number."""
+    rows = np.flatnonzero(is_epoch & (epoch == NULL))
+    if rows.size == 0:
+        return
+    frame = pd.DataFrame(
+        {"rank": c.rank[rows], "location": c.location[rows], "start": c.start_ns[rows]}
+    )
+    order = frame.sort_values("start", kind="stable").groupby(["rank", "location"]).cumcount()
+    epoch[rows] = order.sort_index().to_numpy() + 1
 
 
 def _step_windows(
