@@ -303,3 +303,16 @@ def test_per_rank_experiments_are_joined_on_their_ranks(tmp_path):
     assert errors == [] and [s["path"].split("/")[-2] for s in sources] == ["rank3", "rank5"]
     assert sorted(df["rank"].unique()) == [3, 5]
     assert (df["rank"] == 3).sum() == (df["rank"] == 5).sum() == len(df) // 2
+
+
+def test_scorep_filter_keeps_exactly_our_phase_vocabulary():
+    """One vocabulary: the filter's region names are the markers and the
+    phases of traces/phases.py, no more (a removed phase lingers otherwise)."""
+    from traces.phases import MARKERS, PHASES
+
+    text = (Path(__file__).resolve().parent.parent / "traces" / "scorep_filter").read_text()
+    (include,) = [
+        line.split()[1:] for line in text.splitlines() if line.strip().startswith("INCLUDE")
+    ]
+    assert include[0] == "user:*"
+    assert set(include[1:]) == set(MARKERS) | set(PHASES)
