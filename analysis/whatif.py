@@ -351,13 +351,18 @@ def _errors(predicted: np.ndarray, test: pd.DataFrame, nearest: pd.DataFrame) ->
     def per_image(rows):
         return float((rows[fixed].sum(axis=1) / rows["batch_size"].astype(float)).mean())
 
-    return {
+    found = {
         "predicted_ms": float(np.mean(predicted) * 1e3),
         "measured_ms": measured * 1e3,
         "relative_error": float(np.mean(predicted / test["step_s"] - 1)),
         "naive_error": float(nearest["step_s"].mean() / measured - 1),
         "compute_drift": per_image(test) / per_image(nearest) - 1 if fixed else np.nan,
+        "why_not": None,
     }
+    if not np.isfinite(predicted).all():  # a model input the runs never measured
+        unknown = "bytes per step" if test["comm_bytes_per_step"].isna().any() else "model input"
+        found["why_not"] = f"not predicted: the runs to predict record no {unknown}"
+    return found
 
 
 def _rate(rate) -> str:
@@ -571,6 +576,8 @@ def section(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None
     found = analyse(runs, phases, tables)
     out = Section("What if: a calibrated model of the step")
     checks = found["checks"]
+    unpredicted = checks[checks["why_not"].notna()] if len(checks) else checks
+    checks = checks[checks["why_not"].isna()] if len(checks) else checks
     if len(checks):
         errors = checks["relative_error"].abs()
         better = int((errors < checks["naive_error"].abs()).sum())
@@ -588,6 +595,8 @@ def section(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None
             f"{c['naive_error']:+.0%}; the compute it holds fixed moved "
             f"{c['compute_drift']:+.0%} between the runs)."
         )
+    for c in unpredicted.to_dict("records"):
+        out.sentences.append(f"{c['framework']}: {c['check']}: {c['why_not']}.")
     whatifs = found["what_ifs"]
     if len(whatifs):
         mean = (

@@ -119,6 +119,20 @@ def test_section_states_checks_and_assumptions():
     assert len(section.tables["what-ifs"]) == 3 * 3
 
 
+def test_a_check_the_runs_cannot_feed_is_said_not_predicted():
+    """tf-mwms records no bytes per step: fitted on 1 process only, the
+    model cannot price 2 processes' exchange. That is said in words, never
+    'predicted nan ms', and kept out of the held-out statistics."""
+    phases, runs = study([(1, 64, None), (2, 64, None), (1, 64, None), (2, 64, None)])
+    runs["comm_bytes_per_step"] = np.nan
+    text = " ".join(whatif.section(runs, phases).sentences)
+    assert (
+        "horovod-torch: fit without 2 processes, predict 2: not predicted: the runs to "
+        "predict record no bytes per step."
+    ) in text
+    assert "nan" not in text and "Held-out error over" not in text
+
+
 def test_one_scale_takes_latency_and_bandwidth_from_the_probe(tmp_path):
     """With only 2 processes run, alpha and beta cannot be told apart: the
     MPI probe's timings (issue 17's probe-<P>.json) give their ratio, the
