@@ -72,7 +72,17 @@ class Adapter(TFAdapter):
         def allreduce(grads):
             return strategy.run(average, args=(grads,))
 
-        return allreduce
+        phases = self.phases
+
+        def allreduce_and_count(grads):
+            # what each replica hands to the collective: its gradients' sizes
+            # (one replica's part where a process drives several: tf-mirrored)
+            local = [strategy.experimental_local_results(g)[0] for g in grads]
+            phases.count_bytes(sum(g.shape.num_elements() * g.dtype.size for g in local))
+            return allreduce(grads)
+
+        phases.measures_bytes = True
+        return allreduce_and_count
 
     def apply_gradients(self, optimizer, variables: list):
         tf, strategy = self.tf, self.strategy

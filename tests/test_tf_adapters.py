@@ -58,6 +58,8 @@ def test_two_processes_train_and_agree(tiny_runs, framework, controller):
     assert len(steps) == 2 * 12
     for phase in ("data_load", "forward", "backward", "grad_comm", "optimizer"):
         assert (steps[f"{phase}_ns"] > 0).all(), phase
+    # the shared CNN's float32 gradients, handed to the all-reduce each step
+    assert (steps["comm_bytes"] == 421_642 * 4).all(), steps["comm_bytes"].unique()
     intervals = pd.read_csv(folder / "intervals.rank0.tsv", sep="\t")
     assert set(intervals["phase"]) == {"init", "eval"}
     record = json.loads((folder / "run.json").read_text())
@@ -107,6 +109,8 @@ def test_mirrored_strategy_over_two_logical_cpus(tiny_runs):
     steps = pd.read_csv(folder / "steps.rank0.tsv", sep="\t")
     for phase in ("data_load", "forward", "backward", "grad_comm", "optimizer"):
         assert (steps[f"{phase}_ns"] > 0).all(), phase
+    # the shared CNN's float32 gradients, handed to the all-reduce each step
+    assert (steps["comm_bytes"] == 421_642 * 4).all(), steps["comm_bytes"].unique()
 
 
 @needs_tf
