@@ -82,6 +82,23 @@ def trained(doc: dict, root: Path) -> Path:
     return root / row.path
 
 
+def assert_learned(folder: Path):
+    """The run ended ok, every epoch was measured and the loss went down
+    (2 epochs, at least half the test set right): its epochs table."""
+    import json
+
+    import pandas as pd
+
+    done = json.loads((folder / "done.json").read_text())
+    assert done["status"] == "ok", (folder / "train.log").read_text()[-3000:]
+    epochs = pd.read_csv(folder / "epochs.tsv", sep="\t")
+    assert list(epochs["epoch"]) == [1, 2]
+    assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
+    assert epochs["test_accuracy"].iloc[-1] > 0.5
+    assert (epochs["images_per_s"] > 0).all()
+    return epochs
+
+
 def make_cifar(folder, per_batch=20, seed=0):
     """CIFAR-10 in its official format: pickled dicts of bytes keys,
     uint8 data rows of 3072 (R, G, B planes), labels as a list."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import tiny_design, trained
+from conftest import assert_learned, tiny_design, trained
 from ddlcompare import envs, model_gate
 from frameworks import lbann
 
@@ -33,13 +33,7 @@ def two_ranks():
 @pytest.mark.slow
 def test_two_processes_train(two_ranks):
     folder = two_ranks
-    done = json.loads((folder / "done.json").read_text())
-    assert done["status"] == "ok", (folder / "train.log").read_text()[-3000:]
-    epochs = pd.read_csv(folder / "epochs.tsv", sep="\t")
-    assert list(epochs["epoch"]) == [1, 2]
-    assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
-    assert epochs["test_accuracy"].iloc[-1] > 0.5
-    assert (epochs["images_per_s"] > 0).all()
+    assert_learned(folder)
     batches = pd.read_csv(folder / "lbann_batch_times.tsv", sep="\t")
     assert set(batches["mode"]) >= {"train"} and (batches["mean_s"] > 0).all()
     record = json.loads((folder / "rank0.json").read_text())

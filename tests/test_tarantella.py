@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import tiny_design, trained
+from conftest import assert_learned, tiny_design, trained
 from ddlcompare import design, envs, runner
 from ddlcompare import model_gate
 
@@ -34,13 +34,7 @@ def two_ranks():
 @pytest.mark.slow
 def test_two_processes_train_and_agree(two_ranks):
     folder = two_ranks
-    done = json.loads((folder / "done.json").read_text())
-    assert done["status"] == "ok", (folder / "train.log").read_text()[-3000:]
-    epochs = pd.read_csv(folder / "epochs.tsv", sep="\t")
-    assert len(epochs) == 2
-    assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
-    assert epochs["test_accuracy"].iloc[-1] > 0.5
-    assert (epochs["images_per_s"] > 0).all()
+    assert_learned(folder)
     ranks = [json.loads((folder / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["params_digest"] == ranks[1]["params_digest"]  # one model, 2 replicas
     assert {r["world"] for r in ranks} == {2}
