@@ -146,10 +146,24 @@ build_fastotf2() {
   "$venv/bin/python" -m traces.fastotf2 >/dev/null
 }
 
+# Score-P, where envs/build-scorep.sh built it on this machine: its Python
+# bindings go into these environments too, so a fresh checkout (CI on a
+# machine that has the build) traces with it and runs its real tests.
+# Elsewhere nothing happens: tracer scorep is then refused, naming the script.
+add_scorep_bindings() {
+  [[ -x $cache/scorep-8.4/bin/scorep ]] || return 0
+  "$venv/bin/python" -c 'import scorep' 2>/dev/null &&
+    "$venv_tf/bin/python" -c 'import scorep' 2>/dev/null && return 0
+  say "Score-P is built in $cache/scorep-8.4: adding its Python bindings"
+  bash "$here/envs/build-scorep.sh" 2> "$cache/scorep-bindings.log" ||
+    say "Score-P's bindings failed (log: $cache/scorep-bindings.log); scorep runs stay refused"
+}
+
 install_debian_packages
 build_env "$venv" envs/torch.txt Python
 build_fastotf2
 install_horovod
 build_env "$venv_tf" envs/tensorflow.txt TensorFlow
 install_horovod_tf
+add_scorep_bindings
 say "ready: $venv $venv_tf"
