@@ -103,7 +103,11 @@ configure_args() {
          # said outright: a SuperBuild tree configured once without it keeps OFF
          "-DLBANN_SB_FWD_LBANN_LBANN_WITH_CONDUIT=ON"
          # the NumPy readers; our mnist and cifar10 readers do not need them.
-         "-DLBANN_SB_FWD_LBANN_LBANN_WITH_CNPY=OFF")
+         "-DLBANN_SB_FWD_LBANN_LBANN_WITH_CNPY=OFF"
+         # TensorBoard summaries: unused here, and this commit's
+         # summary_impl.hpp does not compile (reduce_scalar names an
+         # undeclared 'mat': summary_impl.hpp:132)
+         "-DLBANN_SB_FWD_LBANN_LBANN_WITH_TBINF=OFF")
 }
 
 configure() {
