@@ -94,21 +94,7 @@ def test_rank_killed_mid_epoch_is_a_failed_run(tmp_path, framework):
 def test_snakemake_killed_mid_run_then_rerun_loses_nothing(tmp_path):
     doc = tiny_design(procs=(1, 2), **{**LONG, "epochs": 3, "train_images": 6000})
     write_design(tmp_path, doc)
-    cmd = [
-        "timeout",
-        "-k",
-        "10",
-        "600",
-        str(Path(sys.executable).parent / "snakemake"),
-        "-s",
-        str(REPO / "Snakefile"),
-        "--profile",
-        str(REPO / "profiles" / "local"),
-        "-d",
-        str(tmp_path),
-        "--config",
-        f"design={tmp_path / 'design.yaml'}",
-    ]
+    cmd = snakemake_cmd(tmp_path)
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
