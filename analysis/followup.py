@@ -26,16 +26,23 @@ RULE = (
     "per framework, its best and worst cell by throughput; the scale and setting where "
     "the frameworks differ most (largest relative gap between the fastest and the "
     "slowest); the cells with the strongest bottleneck finding (largest share of the "
-    "step in exposed gradient exchange or data loading)"
+    "step in exposed gradient exchange or data loading). Over the run budget, cells "
+    "are kept in this order: best cells, strongest bottlenecks, largest differences, "
+    "worst cells; a cell with more reasons before one with fewer"
 )
+# The reasons' ranks when the budget keeps only some cells: the best cells
+# answer the question, the bottlenecks say why, the worst cells (mostly one
+# process, where nothing is exchanged) tell least.
+PRIORITY = ("best cell", "strongest bottleneck", "frameworks differ most", "worst cell")
 STRONGEST = 2  # cells taken for their bottleneck finding
-# The follow-up's replications: one more than the first stage's, at least 3,
-# so that both stages of the default study fit the main job's time.
+# The follow-up's replications: one more than the first stage's, at least 3.
 MIN_REPLICATIONS = 3
-# One epoch: the phases and the throughput of a step are what the second
-# stage looks at (throughput is per measured step, so it compares with the
-# first stage's); a second epoch would double its time and its traces.
+# One epoch of at most STEPS steps: the phases and the throughput of a step
+# are what the second stage looks at (throughput is per measured step, after
+# warmup_steps, so it compares with the first stage's), and short traced runs
+# let both stages of the default study fit the main job's time.
 EPOCHS = 1
+STEPS = 100
 
 
 def cell_means(design: Design, runs: pd.DataFrame) -> pd.DataFrame:
@@ -55,7 +62,8 @@ def cell_means(design: Design, runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def select(design: Design, runs: pd.DataFrame, found: pd.DataFrame) -> pd.DataFrame:
-    """The chosen cells, one row each, with the reasons they were chosen."""
+    """The chosen cells, one row each, with the reasons they were chosen,
+    the most telling first (PRIORITY)."""
     means = cell_means(design, runs)
     keys = [f for f in design.factors if f in means]
     reasons: dict[tuple, list[str]] = {}
@@ -85,8 +93,16 @@ def select(design: Design, runs: pd.DataFrame, found: pd.DataFrame) -> pd.DataFr
         ]
         for _, row in match.iterrows():
             take(row, f"strongest bottleneck: {finding['sentence']}")
-    rows = [{**dict(zip(keys, key)), "reasons": "; ".join(why)} for key, why in reasons.items()]
-    return pd.DataFrame(rows)
+    ranked = sorted(reasons.items(), key=lambda item: _rank(item[1]))  # stable
+    return pd.DataFrame(
+        [{**dict(zip(keys, key)), "reasons": "; ".join(why)} for key, why in ranked]
+    )
+
+
+def _rank(reasons: list[str]) -> tuple[int, int]:
+    """The cell's most important reason first, then how many reasons it has."""
+    first = min(i for i, rule in enumerate(PRIORITY) for why in reasons if why.startswith(rule))
+    return (first, -len(reasons))
 
 
 def instruments(frameworks: list[str]) -> dict:
@@ -112,11 +128,23 @@ def design_doc(
     found: pd.DataFrame,
     tables: Path,
     replications: int | None = None,
+    max_runs: int | None = None,
 ) -> dict:
-    """The follow-up design as design.yaml's mapping."""
+    """The follow-up design as design.yaml's mapping: at most ``max_runs``
+    runs (default: as many as the first stage planned, at least one cell;
+    each is a short one)."""
     chosen = select(design, runs, found)
     if chosen.empty:
         raise ValueError("no successful run in the first stage: nothing to follow up")
+    replications = replications or max(MIN_REPLICATIONS, design.replications + 1)
+    # by default as many runs as the first stage planned, and at least one cell
+    budget = max(len(design.runs()), replications) if max_runs is None else max_runs
+    if budget < replications:
+        raise ValueError(
+            f"a budget of {budget} runs is less than one cell's {replications} "
+            f"replications: raise --max-runs or lower --replications"
+        )
+    chosen, left_out = chosen.head(budget // replications), chosen.iloc[budget // replications :]
     keys = [c for c in chosen.columns if c != "reasons"]
     factors = {f: [lv for lv in design.factors[f] if lv in set(chosen[f])] for f in keys}
     picked = {tuple(row[f] for f in keys) for _, row in chosen.iterrows()}
@@ -129,11 +157,13 @@ def design_doc(
     fixed.update(instruments(factors["framework"]))
     if "epochs" not in factors:
         fixed["epochs"] = min(EPOCHS, design.fixed.get("epochs", EPOCHS))
+    if "max_steps" not in factors:
+        fixed["max_steps"] = min(STEPS, design.fixed.get("max_steps") or STEPS)
     return {
         "name": f"{design.name}-follow-up",
         "factors": factors,
         "fixed": _plain(fixed),
-        "replications": replications or max(MIN_REPLICATIONS, design.replications + 1),
+        "replications": replications,
         "seed": design.seed,
         "randomize": design.randomize,
         "exclude": _plain(exclude),
@@ -144,7 +174,9 @@ def design_doc(
             "settings_hash": design.settings_hash,
             "tables": str(tables.resolve()),
             "rule": RULE,
+            "max_runs": budget,
             "cells": _plain(chosen.to_dict("records")),
+            "left_out": _plain(left_out.to_dict("records")),
         },
     }
 
@@ -164,13 +196,19 @@ def _plain(value):
     return value.item() if hasattr(value, "item") else value
 
 
-def write(design: Design, tables: Path, out: Path, replications: int | None = None) -> dict:
+def write(
+    design: Design,
+    tables: Path,
+    out: Path,
+    replications: int | None = None,
+    max_runs: int | None = None,
+) -> dict:
     from analysis import bottlenecks
     from runfiles.atomic import write_text
 
     runs = pd.read_parquet(tables / "runs.parquet")
     found = bottlenecks.findings(pd.read_parquet(tables / "step_phases.parquet"), runs)
-    doc = design_doc(design, runs, found, tables, replications)
+    doc = design_doc(design, runs, found, tables, replications, max_runs)
     header = (
         f"# The follow-up of {design.name} (written by ddlc follow-up): the cells\n"
         f"# chosen by the rule in follow_up.rule, instrumented, with more replications.\n"
@@ -231,8 +269,9 @@ def section(ctx) -> str:
             f"{html.escape(ctx.design.source)}</code> writes the second: the cells chosen "
             f"by this rule, {html.escape(RULE)}; run instrumented (Score-P where "
             f"installed, else OTF2; Horovod Timeline and the PyTorch profiler where "
-            f"they apply) with more replications. <code>./ddlc two-stage</code> runs "
-            f"both.</p>"
+            f"they apply) with more replications, one epoch of at most {STEPS} steps "
+            f"each, and at most as many runs as this stage (<code>--max-runs</code>). "
+            f"<code>./ddlc two-stage</code> runs both.</p>"
         )
     first_tables = Path(origin["tables"])
     report = first_tables.parent / "report.html"
@@ -248,6 +287,11 @@ def section(ctx) -> str:
         f"the rule: {html.escape(origin['rule'])}.</p>"
     )
     text += page.table(pd.DataFrame(origin.get("cells", [])), caption="chosen cells")
+    if origin.get("left_out"):
+        text += page.table(
+            pd.DataFrame(origin["left_out"]),
+            caption=f"cells the rule chose but the budget of {origin['max_runs']} runs left out",
+        )
     if not (first_tables / "runs.parquet").exists():
         return text + "<p>The first stage's tables are gone: no tracing cost.</p>"
     first = pd.read_parquet(first_tables / "runs.parquet")

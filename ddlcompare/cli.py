@@ -129,15 +129,27 @@ def cmd_follow_up(args) -> int:
         )
     out = Path(args.out or Path(args.design).with_name(f"{Path(args.design).stem}-follow-up.yaml"))
     try:
-        doc = followup.write(design, tables, out, args.replications)
+        doc = followup.write(design, tables, out, args.replications, args.max_runs)
     except ValueError as exc:
         raise UserError(f"{tables}: {exc}") from None
+    origin = doc["follow_up"]
     print(
-        f"follow-up design: {out} ({len(doc['follow_up']['cells'])} cells x "
-        f"{doc['replications']} replications, tracer {doc['fixed']['tracer']})"
+        f"follow-up design: {out} ({len(origin['cells'])} cells x "
+        f"{doc['replications']} replications, tracer {doc['fixed']['tracer']}, "
+        f"at most {doc['fixed']['max_steps']} steps each)"
     )
+    if origin["left_out"]:
+        print(
+            f"left out for the budget of {origin['max_runs']} runs (--max-runs): "
+            + "; ".join(_cell_words(cell) for cell in origin["left_out"])
+        )
     print(f"rule: {followup.RULE}")
     return 0
+
+
+def _cell_words(cell: dict) -> str:
+    factors = ", ".join(f"{k} {v}" for k, v in cell.items() if k != "reasons")
+    return f"{factors} ({cell['reasons']})"
 
 
 def cmd_two_stage(args) -> int:
@@ -167,6 +179,7 @@ def cmd_two_stage(args) -> int:
             results=args.results,
             out=str(follow),
             replications=None,
+            max_runs=args.max_runs,
         )
     )
     return subprocess.run(
@@ -282,7 +295,14 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="runs per chosen cell (default: the first stage's + 1, at least 3)",
     )
+    budget = dict(
+        type=int,
+        default=None,
+        help="at most this many follow-up runs (default: as many as the first stage's, at least one cell)",
+    )
+    follow.add_argument("--max-runs", **budget)
     two = command("two-stage", cmd_two_stage, "run the design, then its follow-up")
+    two.add_argument("--max-runs", **budget)
     two.add_argument("--results", default="results")
     two.add_argument(
         "snakemake", nargs="*", help="options passed to snakemake, after -- (e.g. -- --cores 2)"

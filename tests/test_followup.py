@@ -102,10 +102,26 @@ def test_follow_up_design_keeps_exactly_the_chosen_cells(tmp_path):
     cells = {(r.factors["framework"], r.factors["procs_per_node"]) for r in follow.runs()}
     assert cells == {(f, p) for f in ("torch-ddp", "horovod-torch") for p in (1, 4)}
     assert follow.replications == 3 and doc["fixed"]["tracer"] in ("otf2", "scorep")
-    assert doc["fixed"]["epochs"] == 1
+    assert doc["fixed"]["epochs"] == 1 and doc["fixed"]["max_steps"] == followup.STEPS
     assert doc["fixed"]["horovod_timeline"] and doc["fixed"]["torch_profiler"]
     assert doc["follow_up"]["rule"] == followup.RULE
     assert doc["follow_up"]["name"] == "study" and len(doc["follow_up"]["cells"]) == 4
+
+
+def test_run_budget_keeps_the_most_telling_cells(tmp_path):
+    d, runs, found = constructed()
+    doc = followup.design_doc(d, runs, found, tmp_path, max_runs=10)  # 3 cells of 3 runs
+    kept = [(c["framework"], c["procs_per_node"]) for c in doc["follow_up"]["cells"]]
+    # best cells first (the one that is also a bottleneck before the other),
+    # then the strongest bottleneck; the largest difference and worst cells go
+    assert kept == [("horovod-torch", 4), ("torch-ddp", 4), ("horovod-torch", 2)]
+    left = {(c["framework"], c["procs_per_node"]) for c in doc["follow_up"]["left_out"]}
+    assert left == {("torch-ddp", 2), ("torch-ddp", 1), ("horovod-torch", 1)}
+    assert len(design.parse(doc).runs()) == 9 and doc["follow_up"]["max_runs"] == 10
+    # the default budget: as many runs as the first stage planned (12: 4 cells)
+    assert len(followup.design_doc(d, runs, found, tmp_path)["follow_up"]["cells"]) == 4
+    with pytest.raises(ValueError, match="raise --max-runs or lower --replications"):
+        followup.design_doc(d, runs, found, tmp_path, max_runs=2)
 
 
 def test_follow_up_without_tables_is_one_clear_message(tmp_path):

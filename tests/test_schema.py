@@ -25,7 +25,11 @@ def test_shipped_schema_and_settings_doc_are_current():
 def test_designs_of_the_repository_validate():
     """With the plain jsonschema package, as an editor would."""
     shipped = json.loads(schema.SCHEMA_FILE.read_text())
-    for path in [REPO / "design.yaml", *sorted((REPO / "bench").glob("*.yaml"))]:
+    for path in [
+        REPO / "design.yaml",
+        *sorted(REPO.glob("designs/*.yaml")),
+        *sorted(REPO.glob("bench/*.yaml")),
+    ]:
         jsonschema.validate(yaml.safe_load(path.read_text()), shipped)
         assert schema.errors(yaml.safe_load(path.read_text())) == []
 
