@@ -13,6 +13,7 @@ files, the reader description, the launch arguments and the output parser.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -337,9 +338,10 @@ def graph_of_model(model, names: frozenset = frozenset()) -> list[dict]:
 
 # --- data in the files LBANN's readers take --------------------------------
 
-# Bumped when the files' contents change (v2: CIFAR-10 stored transposed), so
-# that a cache written by an older version is not reused.
-DATA_FILES_VERSION = "v2"
+# Bumped when the files' contents change (v2: CIFAR-10 stored transposed;
+# v3: each CIFAR-10 file filled to LBANN's fixed size), so that a cache
+# written by an older version is not reused.
+DATA_FILES_VERSION = "v3"
 LBANN_FILES = {
     "fashion-mnist": {
         "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -350,6 +352,9 @@ LBANN_FILES = {
         "test": ("test_batch.bin",),
     },
 }
+# LBANN's cifar10 reader reads exactly this many images from each file
+# (readers/data_reader_cifar10.cpp, images_per_file), as in CIFAR-10 itself.
+CIFAR_FILE_IMAGES = 10000
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:
@@ -364,6 +369,27 @@ def write_cifar_bin(path: Path, x: np.ndarray, y: np.ndarray) -> None:
     the label byte then 3072 bytes, the red, green and blue planes."""
     records = np.concatenate([y.astype(np.uint8)[:, None], x.reshape(len(x), -1)], axis=1)
     write_bytes(path, records.tobytes())
+
+
+def cifar_files(x: np.ndarray, y: np.ndarray, files: int):
+    """(images, labels) of each of ``files`` files of CIFAR_FILE_IMAGES. A
+    set smaller than CIFAR-10 (a generated one) is repeated in order to fill
+    them; the readers then take only the first images of the test file, and
+    as many training images as the run trains on."""
+    index = np.resize(np.arange(len(x)), files * CIFAR_FILE_IMAGES)
+    for part in np.split(index, files):
+        yield transposed(x[part]), y[part]
+
+
+def data_folder(dataset: data.Dataset) -> Path:
+    """Where the data set's LBANN files are kept: named by a digest of the
+    arrays, so that another set of the same name (a generated CIFAR-10, or
+    the real one after it) gets files of its own."""
+    digest = hashlib.sha1()
+    for array in (dataset.train_x, dataset.train_y, dataset.test_x, dataset.test_y):
+        digest.update(np.ascontiguousarray(array).data)
+    name = f"{dataset.info.name}-{DATA_FILES_VERSION}-{digest.hexdigest()[:12]}"
+    return Path.home() / ".cache" / "ddl-compare" / "lbann-data" / name
 
 
 def write_data_files(dataset: data.Dataset, folder: Path) -> Path:
@@ -383,10 +409,12 @@ def write_data_files(dataset: data.Dataset, folder: Path) -> Path:
             write_idx(folder / images, x[:, 0])
             write_idx(folder / labels, y)
     else:
-        for i, name in enumerate(files["train"]):
-            take = slice(i * 10000, (i + 1) * 10000)
-            write_cifar_bin(folder / name, transposed(dataset.train_x[take]), dataset.train_y[take])
-        write_cifar_bin(folder / files["test"][0], transposed(dataset.test_x), dataset.test_y)
+        for part, (x, y) in {
+            "train": (dataset.train_x, dataset.train_y),
+            "test": (dataset.test_x, dataset.test_y),
+        }.items():
+            for name, (images, labels) in zip(files[part], cifar_files(x, y, len(files[part]))):
+                write_cifar_bin(folder / name, images, labels)
     return folder
 
 
@@ -636,12 +664,9 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     dataset = data.load(config["dataset"], config["data_dir"])
     info = dataset.info
     global_batch = config["batch_size"] * world
-    n_train, _, steps = common.epoch_sizes(config, dataset, world)
-    folder = write_data_files(
-        dataset,
-        Path.home() / ".cache" / "ddl-compare" / "lbann-data" / f"{info.name}-{DATA_FILES_VERSION}",
-    )
-    parts = experiment(lbann, config, info, folder, steps, world)
+    _, n_test, steps = common.epoch_sizes(config, dataset, world)
+    folder = write_data_files(dataset, data_folder(dataset))
+    parts = experiment(lbann, {**config, "test_images": n_test}, info, folder, steps, world)
     init_s = time.perf_counter() - init_start
     launch_s = clock.elapsed()
     work_dir = run_dir / "lbann"

@@ -187,6 +187,28 @@ def test_cifar_binary_batches(tmp_path):
     assert raw[3073] == 2 and raw[3074 + 2048 : 3074 + 3072] == x[1, 2].tobytes()
 
 
+def test_cifar_files_have_the_size_lbanns_reader_reads(tmp_path):
+    """LBANN's cifar10 reader reads exactly 10,000 images per file: a
+    smaller (generated) set fills them in order, its own images first."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 256, (30, 3, 32, 32), dtype="uint8")
+    y = rng.integers(0, 10, 30)
+    dataset = data.Dataset(data.CIFAR10, x, y, x[:7], y[:7])
+    lbann.write_data_files(dataset, tmp_path)
+    for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
+        assert (tmp_path / name).stat().st_size == lbann.CIFAR_FILE_IMAGES * 3073
+    test = (tmp_path / "test_batch.bin").read_bytes()
+    first = [test[i * 3073] for i in range(9)]
+    assert first == [*y[:7], y[0], y[1]]  # the 7 test images, then again from the start
+    assert test[1:3073] == lbann.transposed(x[:1]).tobytes()
+    # another set of the same name gets files of its own
+    other = data.Dataset(data.CIFAR10, x[::-1].copy(), y, x[:7], y[:7])
+    assert lbann.data_folder(other) != lbann.data_folder(dataset)
+    assert lbann.data_folder(dataset) == lbann.data_folder(dataset)
+
+
 def test_readers_train_validate_on_test_and_normalise_like_everyone(tmp_path):
     readers = lbann.reader_spec(data.FASHION_MNIST, tmp_path, train_samples=3200)
     assert [(r["name"], r["role"]) for r in readers] == [
