@@ -582,7 +582,9 @@ def _not_compared(names: list[str]) -> str:
         return ""
     return (
         "<h3>Frameworks not in this design</h3><p>Add them to the design's "
-        "<code>framework</code> factor to compare them.</p>" + page.table(pd.DataFrame(rows))
+        "<code>framework</code> factor to compare them; <code>designs/baselines.yaml</code> "
+        "compares every framework that <code>./ddlc run</code>'s set-up installs.</p>"
+        + page.table(pd.DataFrame(rows))
     )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tiny_design
+from conftest import REPO, tiny_design
 from ddlcompare import design, envs, launch, preflight, runner, spawn
 from ddlcompare.launchers import tarantella as tarantella_launcher
 from ddlcompare.schedulers import Host
@@ -226,6 +226,7 @@ def test_report_names_frameworks_left_out_with_their_build_command(tmp_path, mon
     for name in ("lbann", "tarantella", "horovod-torch"):
         assert f"<td>{name}</td>" in section
     assert "bash envs/build-lbann.sh" in section and "bash envs/build-tarantella.sh" in section
+    assert "designs/baselines.yaml" in section and (REPO / "designs" / "baselines.yaml").exists()
 
 
 def test_tarantella_on_the_emulated_network_reaches_nodes_with_the_netns_ssh(
