@@ -175,6 +175,17 @@ patch_lbann_debug_info() {
   ! grep -q '^  -g -Wall' "$flags"
 }
 
+# comm_nb_request.hpp names MPI_Request without including <mpi.h>; with
+# Aluminum, Al.hpp brought it. Without, l2.hpp (which includes it first)
+# does not compile: it includes <mpi.h> first now. Only l2.hpp is touched,
+# so the objects built before this patch stay valid.
+patch_lbann_mpi_request() {
+  local header=$SRC/LBANN/include/lbann/objective_functions/weight_regularization/l2.hpp
+  grep -q '^#include <mpi.h>$' "$header" && return
+  sed -i 's|^#include "lbann/comm_nb_request.hpp"$|#include <mpi.h>\n#include "lbann/comm_nb_request.hpp"|' "$header"
+  grep -q '^#include <mpi.h>$' "$header"
+}
+
 checkout_aluminum() {
   checkout LLNL/Aluminum "$ALUMINUM_REF" "$SRC/Aluminum" && submodules "$SRC/Aluminum"
 }
@@ -210,6 +221,7 @@ main() {
   done
   part "patch-aluminum-$LBANN_REF" patch_lbann_aluminum
   part "patch-debug-info-$LBANN_REF" patch_lbann_debug_info
+  part "patch-mpi-request-$LBANN_REF" patch_lbann_mpi_request
   part "aluminum-source-2" checkout_aluminum
   part conduit-blt-source checkout_blt
   # Re-run whenever the arguments change: their hash is in the part's name.
