@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import assert_learned, tiny_design, trained
+from conftest import assert_learned, generated_cifar, tiny_design, trained
 from ddlcompare import envs, model_gate
 from frameworks import lbann
 
@@ -44,6 +44,22 @@ def test_two_processes_train(two_ranks):
     assert len(record["lbann_build_hydrogen_commit"]) == 40
     metrics = json.loads((folder / "metrics.json").read_text())
     assert metrics["world_size"] == 2 and metrics["images_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_two_processes_train_on_cifar10_files(tmp_path):
+    """CIFAR-10 in its official format (generated: no download here), through
+    LBANN's cifar10 reader, which reads fixed-size files."""
+    folder = generated_cifar(tmp_path / "cifar-10-batches-py")
+    doc = tiny_design(
+        ["lbann"], dataset="cifar10", data_dir=str(folder), test_images=500, timeout_s=600
+    )
+    run = trained(doc, tmp_path / "results")
+    done = json.loads((run / "done.json").read_text())
+    assert done["status"] == "ok", (run / "train.log").read_text()[-3000:]
+    epochs = pd.read_csv(run / "epochs.tsv", sep="\t")
+    assert len(epochs) == 2 and (epochs["images_per_s"] > 0).all()
+    assert json.loads((run / "metrics.json").read_text())["world_size"] == 2
 
 
 @pytest.mark.slow
