@@ -22,12 +22,27 @@ step) and its steps tables (median step, slower rank). Each call is timed in
 CPU time of this thread (other jobs' preemption does not count), the minimum
 over repeats, with and without the sink alternately.
 
+Then the sum, measured whole: ``--pairs`` pairs of real training steps
+(torch-ddp's adapter with its communication hook, 2 processes over gloo, the
+CNN, batch 64 of Fashion-MNIST), one step of each pair with the OTF2 sink
+attached and one without, in an order drawn per pair (seeded, the same on
+both ranks). Both steps of a pair see the same machine, so the pair's ratio
+(traced / untraced, the slower rank's step) cancels the drift that whole
+runs cannot; the figure is the median ratio with its sign-test 95 %
+interval (bench/tracing_overhead.py), "cannot be shown at this noise" where
+the interval holds both sides of the goal.
+
     .venv/bin/python bench/otf2_parts.py [--calls 100000] [--steps 60] [--no-run]
+        [--pairs 1000] [--seed 1]
 Last line: key=value pairs (each part, its baseline, the share of a step).
 """
 
 import argparse
+import statistics
 import gc
+import json
+import os
+import random
 import sys
 import tempfile
 import time
@@ -164,12 +179,100 @@ def real_run(steps: int, warmup: int) -> dict:
     }
 
 
+def child_pairs(rank: int, world: int, pairs: int, seed: int, port: int, out: str) -> None:
+    """One rank of the interleaved run: its step times and which were traced."""
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
+    )
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from frameworks import data, models
+    from frameworks.torch_ddp import Adapter
+    from frameworks.torch_family import build_model
+
+    torch.set_num_threads(1)  # the harness's default (threads: 1)
+    adapter, phases = Adapter(), recorder(None)
+    adapter.phases = phases
+    adapter.init({"device": "cpu", "compression": "none"})
+    adapter.device = torch.device("cpu")
+    torch.manual_seed(0)
+    dataset = data.load("fashion-mnist")
+    model = build_model(models.MODELS["cnn"], dataset.info)
+    mean = torch.tensor(dataset.info.mean).view(1, -1, 1, 1)  # as the harness normalises
+    std = torch.tensor(dataset.info.std).view(1, -1, 1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    model, optimizer = adapter.wrap(model, optimizer)
+    sink = Otf2Sink(Path(out), rank, world, "pairs")
+    draw = random.Random(seed)  # the same draws on every rank
+    traced = [t for _ in range(pairs) for t in draw.sample([True, False], 2)]
+    batch, n = 64, len(dataset.train_y)
+    for step, on in enumerate(traced):
+        phases.sinks = [sink] if on else []
+        take = (
+            np.arange(batch) + (step * world + rank) * batch
+        ) % n  # a copy, as the harness takes
+        phases.begin_step(1, step)
+        with phases("data_load"):
+            x = (torch.from_numpy(dataset.train_x[take]).float().div_(255) - mean) / std
+            y = torch.from_numpy(dataset.train_y[take])
+        with phases("forward"):
+            loss = F.cross_entropy(model(x), y)
+        with phases("backward"):
+            adapter.backward(loss, optimizer)
+        with phases("grad_comm"):
+            adapter.sync_gradients(optimizer)
+        with phases("optimizer"):
+            adapter.step(optimizer)
+        phases.end_step()
+    times = [end - start for _, _, start, end, *_ in phases.steps]
+    Path(out, f"pairs.rank{rank}.json").write_text(json.dumps({"ns": times, "traced": traced}))
+    adapter.shutdown()
+
+
+def pairs_part(pairs: int, seed: int, warmup: int, tmp: Path) -> dict:
+    """Median traced/untraced ratio over the pairs, with its interval."""
+    import torch.multiprocessing as mp
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from ddlcompare.launch import free_ports
+    from tracing_overhead import sign_interval, verdict
+
+    [port] = free_ports(1)
+    mp.start_processes(
+        child_pairs, args=(2, pairs, seed, port, str(tmp)), nprocs=2, start_method="spawn"
+    )
+    ranks = [json.loads(Path(tmp, f"pairs.rank{r}.json").read_text()) for r in (0, 1)]
+    slower = [max(values) for values in zip(*(r["ns"] for r in ranks))]
+    traced = ranks[0]["traced"]
+    ratios = []
+    for i in range(2 * warmup, len(slower), 2):
+        on, off = (i, i + 1) if traced[i] else (i + 1, i)
+        ratios.append(slower[on] / slower[off] - 1)
+    interval = sign_interval(ratios) or (float("nan"), float("nan"))
+    return {
+        "pairs": len(ratios),
+        "overhead": statistics.median(ratios),
+        "low": interval[0],
+        "high": interval[1],
+        "verdict": verdict(sign_interval(ratios), GOAL),
+        "step_ms_untraced": statistics.median(
+            s for s, t in zip(slower[2 * warmup :], traced[2 * warmup :]) if not t
+        )
+        / 1e6,
+    }
+
+
 def main() -> None:
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=100000)
     parser.add_argument("--steps", type=int, default=60, help="of the real run")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--no-run", action="store_true", help="5 phases, 2 collectives, 32 ms")
+    parser.add_argument("--pairs", type=int, default=1000, help="interleaved step pairs; 0: none")
+    parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     if args.no_run:
         run = {"steps": 0, "phases_per_step": 5.0, "collectives_per_step": 2.0, "step_ms": 32.0}
@@ -228,6 +331,24 @@ def main() -> None:
         f"in the steps: {added / 1e3:.2f} us a step = {share * 100:.4f} % of a "
         f"{run['step_ms']:.1f} ms step (goal < {GOAL * 100:.0f} %)"
     )
+    if args.pairs:
+        with tempfile.TemporaryDirectory() as tmp:
+            whole = pairs_part(args.pairs + args.warmup, args.seed, args.warmup, Path(tmp))
+        print(
+            f"whole steps, interleaved ({whole['pairs']} pairs, torch-ddp, 2 processes): the "
+            f"traced step {whole['overhead']:+.2%} [{whole['low']:+.2%}, {whole['high']:+.2%}] "
+            f"over its untraced twin (untraced median {whole['step_ms_untraced']:.2f} ms), "
+            f"goal < {GOAL:.0%}: {whole['verdict']}",
+            flush=True,
+        )
+        figures.update(
+            pairs=whole["pairs"],
+            pair_step_ms_baseline=whole["step_ms_untraced"],
+            pair_overhead_otf2=whole["overhead"],
+            pair_overhead_otf2_low=whole["low"],
+            pair_overhead_otf2_high=whole["high"],
+            pair_verdict_otf2=whole["verdict"].replace(" ", "_"),
+        )
     figures.update(
         gc_ms_otf2=held["otf2"],
         gc_ms_baseline=held["none"],
