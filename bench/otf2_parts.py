@@ -33,7 +33,7 @@ interval (bench/tracing_overhead.py), "cannot be shown at this noise" where
 the interval holds both sides of the goal.
 
     .venv/bin/python bench/otf2_parts.py [--calls 100000] [--steps 60] [--no-run]
-        [--pairs 1000] [--seed 1]
+        [--pairs 1000] [--seed 1] [--pairs-framework torch-ddp --pairs-framework horovod-torch]
 Last line: key=value pairs (each part, its baseline, the share of a step).
 """
 
@@ -51,6 +51,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from frameworks import registry  # noqa: E402
 from traces import readers  # noqa: E402
 from traces.otf2_writer import Otf2Sink, archive_anchor  # noqa: E402
 from traces.phases import STEP, STEP_PHASES, PhaseRecorder  # noqa: E402
@@ -179,23 +180,21 @@ def real_run(steps: int, warmup: int) -> dict:
     }
 
 
-def child_pairs(rank: int, world: int, pairs: int, seed: int, port: int, out: str) -> None:
-    """One rank of the interleaved run: its step times and which were traced."""
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
-    )
+def child_pairs(framework: str, pairs: int, seed: int, out: str) -> None:
+    """One rank of the interleaved run (started by torchrun or horovodrun):
+    its step times and which were traced."""
     import numpy as np
     import torch
     import torch.nn.functional as F
 
     from frameworks import data, models
-    from frameworks.torch_ddp import Adapter
     from frameworks.torch_family import build_model
 
     torch.set_num_threads(1)  # the harness's default (threads: 1)
-    adapter, phases = Adapter(), recorder(None)
+    adapter, phases = registry.load_adapter(framework), recorder(None)
     adapter.phases = phases
-    adapter.init({"device": "cpu", "compression": "none"})
+    dist = adapter.init({"device": "cpu", "compression": "none"})
+    rank, world = dist.rank, dist.world
     adapter.device = torch.device("cpu")
     torch.manual_seed(0)
     dataset = data.load("fashion-mnist")
@@ -231,18 +230,26 @@ def child_pairs(rank: int, world: int, pairs: int, seed: int, port: int, out: st
     adapter.shutdown()
 
 
-def pairs_part(pairs: int, seed: int, warmup: int, tmp: Path) -> dict:
+LAUNCHERS = {
+    "torch-ddp": ["torchrun", "--standalone", "--nproc_per_node", "2", "--no-python"],
+    "horovod-torch": ["horovodrun", "--mpi", "-np", "2", "-H", "localhost:2"],
+}
+
+
+def pairs_part(framework: str, pairs: int, seed: int, warmup: int, tmp: Path) -> dict:
     """Median traced/untraced ratio over the pairs, with its interval."""
-    import torch.multiprocessing as mp
+    import subprocess
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from ddlcompare.launch import free_ports
     from tracing_overhead import sign_interval, verdict
 
-    [port] = free_ports(1)
-    mp.start_processes(
-        child_pairs, args=(2, pairs, seed, port, str(tmp)), nprocs=2, start_method="spawn"
-    )
+    launcher = LAUNCHERS[framework]
+    argv = [str(Path(sys.executable).parent / launcher[0]), *launcher[1:], sys.executable]
+    argv += [str(Path(__file__).resolve()), "child-pairs", framework, str(pairs), str(seed)]
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    done = subprocess.run([*argv, str(tmp)], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(argv)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
     ranks = [json.loads(Path(tmp, f"pairs.rank{r}.json").read_text()) for r in (0, 1)]
     slower = [max(values) for values in zip(*(r["ns"] for r in ranks))]
     traced = ranks[0]["traced"]
@@ -265,6 +272,10 @@ def pairs_part(pairs: int, seed: int, warmup: int, tmp: Path) -> dict:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "child-pairs":
+        framework, pairs, seed, out = sys.argv[2:6]
+        child_pairs(framework, int(pairs), int(seed), out)
+        return
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=100000)
@@ -273,6 +284,9 @@ def main() -> None:
     parser.add_argument("--no-run", action="store_true", help="5 phases, 2 collectives, 32 ms")
     parser.add_argument("--pairs", type=int, default=1000, help="interleaved step pairs; 0: none")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--pairs-framework", action="append", choices=sorted(LAUNCHERS), default=None
+    )
     args = parser.parse_args()
     if args.no_run:
         run = {"steps": 0, "phases_per_step": 5.0, "collectives_per_step": 2.0, "step_ms": 32.0}
@@ -331,23 +345,28 @@ def main() -> None:
         f"in the steps: {added / 1e3:.2f} us a step = {share * 100:.4f} % of a "
         f"{run['step_ms']:.1f} ms step (goal < {GOAL * 100:.0f} %)"
     )
-    if args.pairs:
+    for framework in (args.pairs_framework or ["torch-ddp"]) if args.pairs else []:
         with tempfile.TemporaryDirectory() as tmp:
-            whole = pairs_part(args.pairs + args.warmup, args.seed, args.warmup, Path(tmp))
+            whole = pairs_part(
+                framework, args.pairs + args.warmup, args.seed, args.warmup, Path(tmp)
+            )
         print(
-            f"whole steps, interleaved ({whole['pairs']} pairs, torch-ddp, 2 processes): the "
+            f"whole steps, interleaved ({whole['pairs']} pairs, {framework}, 2 processes): the "
             f"traced step {whole['overhead']:+.2%} [{whole['low']:+.2%}, {whole['high']:+.2%}] "
             f"over its untraced twin (untraced median {whole['step_ms_untraced']:.2f} ms), "
             f"goal < {GOAL:.0%}: {whole['verdict']}",
             flush=True,
         )
+        key = framework.replace("-", "_")
         figures.update(
-            pairs=whole["pairs"],
-            pair_step_ms_baseline=whole["step_ms_untraced"],
-            pair_overhead_otf2=whole["overhead"],
-            pair_overhead_otf2_low=whole["low"],
-            pair_overhead_otf2_high=whole["high"],
-            pair_verdict_otf2=whole["verdict"].replace(" ", "_"),
+            {
+                f"pairs_{key}": whole["pairs"],
+                f"pair_step_ms_baseline_{key}": whole["step_ms_untraced"],
+                f"pair_overhead_otf2_{key}": whole["overhead"],
+                f"pair_overhead_otf2_low_{key}": whole["low"],
+                f"pair_overhead_otf2_high_{key}": whole["high"],
+                f"pair_verdict_otf2_{key}": whole["verdict"].replace(" ", "_"),
+            }
         )
     figures.update(
         gc_ms_otf2=held["otf2"],
