@@ -183,6 +183,8 @@ def main() -> None:
         "--budget-s", type=float, default=0, help="start no round that would end past this"
     )
     args = parser.parse_args()
+    if args.rounds < 1:
+        sys.exit("--rounds must be at least 1 (6 or more for an interval)")
     rng = random.Random(args.seed)
     figures: dict = {"steps": args.steps, "seed": args.seed}
     for framework in args.framework or ["torch-ddp"]:
