@@ -1,22 +1,31 @@
-"""What tracing costs: step time with ``tracer: otf2`` and ``tracer: scorep``
-against ``tracer: none``, same configuration (2 processes), per framework, in
-alternating rounds (the order rotates each round) so that drift in the
-machine hits every tracer alike; the median over rounds of each run's median
-step and of its fast step (10th percentile, what is left when other jobs
-preempt some steps). Goals: otf2 <= 1 %, scorep <= 5 %.
+"""What tracing costs a whole run: step time with ``tracer: otf2`` and
+``tracer: scorep`` against ``tracer: none``, same configuration (2
+processes, the CNN, batch 64), per framework. Goals: otf2 < 1 %, scorep <= 5 %.
 
-Before the runs, it times in this process what our own tracer adds to a step
-(the recorder with and without the OTF2 sink) and what handing the trace over
-at the end of the run costs per step (parts written, archive assembled): the
-figures a run's noise cannot hide.
+Many short rounds; in each, every tracer runs once, in an order shuffled
+per round (seeded), so that drift in the machine hits every tracer alike.
+Each round gives a paired ratio per tracer, its run's step over the ``none``
+run's of the same round (median step and fast step, the 10th percentile:
+what is left when other jobs preempt some steps; the slower rank's). The
+figure is the median of those ratios with its 95 % interval from the sign
+test (distribution-free: the order statistics of the ratios; at least 6
+rounds). Where the interval holds both sides of the goal, the bench says
+"cannot be shown at this noise" and claims neither. ``--control`` adds a
+second ``none`` run per round (``none2``): its interval is the noise floor.
 
-    .venv/bin/python bench/tracing_overhead.py [--rounds 5] [--steps 200]
+Where the time goes inside a run, part by part: bench/otf2_parts.py (ours)
+and bench/scorep_parts.py (Score-P).
+
+    .venv/bin/python bench/tracing_overhead.py [--rounds 12] [--steps 60] [--seed 1]
         [--framework torch-ddp --framework horovod-torch ...] [--tracers none,otf2,scorep]
+        [--control] [--budget-s 540]
 Score-P is left out (and said so) where it is not installed (envs/build-scorep.sh).
-Last line: key=value pairs (figures, baselines, ratios).
+Last line: key=value pairs (figures, baselines, intervals, verdicts).
 """
 
 import argparse
+import math
+import random
 import statistics
 import sys
 import tempfile
@@ -30,18 +39,19 @@ sys.path.insert(0, str(REPO))
 
 from ddlcompare import design, envs, runner, tracers  # noqa: E402
 from frameworks import registry  # noqa: E402
-from traces.otf2_writer import Otf2Sink  # noqa: E402
-from traces.phases import PhaseRecorder  # noqa: E402
 
 STATS = {"median": 0.5, "fast": 0.1}  # step-time quantiles of a run
-LOOP = ("data_load", "forward", "backward", "grad_comm", "optimizer")
+GOALS = {"otf2": 0.01, "scorep": 0.05, "none2": 0.01}
+CONTROL = "none2"  # a second tracer-none run per round: the noise floor
+CONFIDENCE = 0.95
 
 
-def step_times(tracer: str, framework: str, steps: int, warmup: int) -> dict[str, float]:
-    """The run's median step and its fast step (10th percentile), seconds,
-    of its slower rank. Another job's burst that preempts a step moves the
-    mean of a run by several percent, the median less; the fast steps are
-    those the other jobs left alone, and a tracer's cost is in every step."""
+def traced_run(tracer: str, framework: str, steps: int, warmup: int, root: Path):
+    """One run under ``root``: its folder and its median and fast step
+    (seconds, the slower rank's, warm-up left out). Another job's burst that
+    preempts a step moves the mean of a run by several percent, the median
+    less; the fast steps are those the other jobs left alone, and a tracer's
+    cost is in every step."""
     fixed = {
         "epochs": 1,
         "max_steps": steps,
@@ -57,54 +67,54 @@ def step_times(tracer: str, framework: str, steps: int, warmup: int) -> dict[str
         "fixed": fixed,
     }
     row = design.parse(doc, "bench").runs()[0]
+    runner.execute(row, root)
+    folder = Path(root, row.path)
+    done = (folder / "done.json").read_text()
+    if '"ok"' not in done:
+        sys.exit(
+            f"{framework} with tracer {tracer} failed: {done}\n"
+            + (folder / "train.log").read_text()[-2000:]
+        )
+    ranks = []
+    for path in folder.glob("steps.rank*.tsv"):
+        table = pd.read_csv(path, sep="\t")
+        table = table[table["step"] >= warmup]
+        ranks.append((table["end_ns"] - table["start_ns"]) / 1e9)
+    # the slower rank sets the pace
+    return folder, {stat: max(s.quantile(q) for s in ranks) for stat, q in STATS.items()}
+
+
+def step_times(tracer: str, framework: str, steps: int, warmup: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        runner.execute(row, Path(tmp))
-        folder = Path(tmp, row.path)
-        done = (folder / "done.json").read_text()
-        if '"ok"' not in done:
-            sys.exit(
-                f"{framework} with tracer {tracer} failed: {done}\n"
-                + (folder / "train.log").read_text()[-2000:]
-            )
-        ranks = []
-        for path in folder.glob("steps.rank*.tsv"):
-            table = pd.read_csv(path, sep="\t")
-            table = table[table["step"] >= warmup]
-            ranks.append((table["end_ns"] - table["start_ns"]) / 1e9)
-        # the slower rank sets the pace
-        return {stat: max(s.quantile(q) for s in ranks) for stat, q in STATS.items()}
+        real = "none" if tracer == CONTROL else tracer
+        return traced_run(real, framework, steps, warmup, Path(tmp))[1]
 
 
-def recorder_cost(steps: int = 20000, buckets: int = 2) -> dict:
-    """Seconds per step our recorder spends with no sink and with the OTF2
-    sink (5 phases, ``buckets`` collectives), and the hand-over per step."""
+def sign_interval(values: list[float], confidence: float = CONFIDENCE):
+    """The median's distribution-free interval: (x_(k), x_(n+1-k)) for the
+    largest k whose coverage 1 - 2 P(Bin(n, 1/2) < k) is still >= confidence.
+    None when n is too small for any (n < 6 at 95 %)."""
+    ordered, n = sorted(values), len(values)
+    below, k = 0.0, 0
+    while k < n // 2:
+        below += math.comb(n, k) / 2**n  # P(Bin(n, 1/2) <= k)
+        if 1 - 2 * below < confidence:
+            break
+        k += 1
+    if k == 0:
+        return None
+    return ordered[k - 1], ordered[n - k]
 
-    def loop(recorder):
-        start = time.perf_counter()
-        for step in range(steps):
-            recorder.begin_step(1, step)
-            for name in LOOP:
-                with recorder(name):
-                    if name == "backward":
-                        for _ in range(buckets):
-                            now = time.perf_counter_ns()
-                            recorder.collective("allreduce", 4096, now, now + 1000)
-            recorder.end_step()
-        return (time.perf_counter() - start) / steps
 
-    out = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        out["none"] = min(loop(PhaseRecorder()) for _ in range(3))
-        traced = []
-        for _ in range(3):
-            recorder = PhaseRecorder()
-            recorder.attach([Otf2Sink(Path(tmp), 0, 1, "bench")])
-            traced.append(loop(recorder))
-        out["otf2"] = min(traced)
-        start = time.perf_counter()
-        recorder.write(Path(tmp), 0)  # this rank's part, then the archive (world 1)
-        out["handover"] = (time.perf_counter() - start) / steps
-    return out
+def verdict(interval, goal: float) -> str:
+    if interval is None:
+        return "too few rounds for an interval"
+    low, high = interval
+    if high < goal:
+        return "below the goal"
+    if low > goal:
+        return "above the goal"
+    return "cannot be shown at this noise"
 
 
 def scorep_ready(framework: str) -> bool:
@@ -112,58 +122,83 @@ def scorep_ready(framework: str) -> bool:
     return tracers.scorep_bin() is not None and envs.has_module(env, "scorep")
 
 
+def measure(framework: str, wanted: list[str], args, rng: random.Random) -> dict:
+    times = {t: {stat: [] for stat in STATS} for t in wanted}
+    started, rounds = time.monotonic(), 0
+    for r in range(args.rounds):
+        spent = time.monotonic() - started
+        if args.budget_s and r and spent / r * (r + 1) > args.budget_s:
+            print(f"{framework}: stopped after {r} rounds ({spent:.0f} s of --budget-s)")
+            break
+        rounds += 1
+        order = wanted[:]
+        rng.shuffle(order)
+        for tracer in order:
+            for stat, value in step_times(tracer, framework, args.steps, args.warmup).items():
+                times[tracer][stat].append(value)
+        print(
+            f"{framework} round {r + 1} (median / fast step): "
+            + ", ".join(
+                f"{t} {times[t]['median'][-1] * 1e3:.2f} / {times[t]['fast'][-1] * 1e3:.2f} ms"
+                for t in order
+            ),
+            flush=True,
+        )
+    key = framework.replace("-", "_")
+    figures = {f"rounds_{key}": rounds}
+    for stat in STATS:
+        base = times["none"][stat]
+        figures[f"step_s_{key}_none_{stat}"] = statistics.median(base)
+        for tracer in wanted:
+            if tracer == "none":
+                continue
+            ratios = [t / b - 1 for t, b in zip(times[tracer][stat], base)]
+            middle, interval = statistics.median(ratios), sign_interval(ratios)
+            said = verdict(interval, GOALS[tracer])
+            name = f"{key}_{tracer}_{stat}"
+            figures[f"step_s_{name}"] = statistics.median(times[tracer][stat])
+            figures[f"overhead_{name}"] = middle
+            if interval is not None:
+                figures[f"overhead_{name}_low"], figures[f"overhead_{name}_high"] = interval
+            figures[f"verdict_{name}"] = said.replace(" ", "_")
+            shown = "" if interval is None else f" [{interval[0]:+.2%}, {interval[1]:+.2%}]"
+            print(
+                f"{framework} {tracer} over none ({stat} step, {rounds} paired rounds): "
+                f"{middle:+.2%}{shown} against a goal of {GOALS[tracer]:.0%}: {said}",
+                flush=True,
+            )
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--framework", action="append", default=None)
     parser.add_argument("--tracers", default="none,otf2,scorep")
-    args = parser.parse_args()
-    micro = recorder_cost()
-    print(
-        f"recorder: {micro['none'] * 1e6:.1f} us/step without a sink, "
-        f"{micro['otf2'] * 1e6:.1f} us/step with the OTF2 sink; hand-over at the end "
-        f"{micro['handover'] * 1e6:.1f} us per step recorded",
-        flush=True,
+    parser.add_argument("--control", action="store_true", help="a second none run per round")
+    parser.add_argument(
+        "--budget-s", type=float, default=0, help="start no round that would end past this"
     )
-    figures = {
-        "recorder_us_none": micro["none"] * 1e6,
-        "recorder_us_otf2": micro["otf2"] * 1e6,
-        "handover_us_per_step": micro["handover"] * 1e6,
-    }
-    for framework in (args.framework or ["torch-ddp"]) if args.rounds else []:
+    args = parser.parse_args()
+    if args.rounds < 1:
+        sys.exit("--rounds must be at least 1 (6 or more for an interval)")
+    rng = random.Random(args.seed)
+    figures: dict = {"steps": args.steps, "seed": args.seed}
+    for framework in args.framework or ["torch-ddp"]:
         wanted = args.tracers.split(",")
+        if "none" not in wanted:
+            sys.exit("--tracers must hold none: it is every ratio's baseline")
         if "scorep" in wanted and not scorep_ready(framework):
             print(
                 f"{framework}: scorep left out: Score-P or its bindings are not installed "
                 "(envs/build-scorep.sh)"
             )
             wanted.remove("scorep")
-        times: dict[str, dict[str, list[float]]] = {stat: {t: [] for t in wanted} for stat in STATS}
-        for r in range(args.rounds):
-            order = wanted[r % len(wanted) :] + wanted[: r % len(wanted)]
-            for tracer in order:
-                for stat, value in step_times(tracer, framework, args.steps, args.warmup).items():
-                    times[stat][tracer].append(value)
-            print(
-                f"{framework} round {r + 1} (median / fast step): "
-                + ", ".join(
-                    f"{t} {times['median'][t][-1] * 1e3:.2f} / {times['fast'][t][-1] * 1e3:.2f} ms"
-                    for t in order
-                ),
-                flush=True,
-            )
-        for stat, of_tracer in times.items():
-            base = statistics.median(of_tracer["none"])
-            for tracer, values in of_tracer.items():
-                median = statistics.median(values)
-                key = f"{framework.replace('-', '_')}_{tracer}_{stat}"
-                figures[f"step_s_{key}"] = median
-                figures[f"spread_{key}"] = (max(values) - min(values)) / median
-                if tracer != "none":
-                    figures[f"overhead_{key}"] = median / base - 1
-    figures.update(goal_overhead_otf2=0.01, goal_overhead_scorep=0.05)
+        figures.update(measure(framework, wanted + [CONTROL] * args.control, args, rng))
+    figures.update({f"goal_overhead_{t}": g for t, g in GOALS.items() if t != CONTROL})
     print(
         " ".join(f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items())
     )

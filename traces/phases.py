@@ -16,9 +16,8 @@ left empty in the table by adapters that cannot see their buffers.
 from __future__ import annotations
 
 import csv
-import threading
-import time
 from pathlib import Path
+from time import perf_counter_ns
 
 PHASES = (
     "init",
@@ -46,18 +45,24 @@ _INDEX = {p: i for i, p in enumerate(PHASES)}
 class Sink:
     """Receives each interval as it closes (an event tracer).
 
-    Times are ``time.perf_counter_ns()`` values of the process that records.
+    Each call hands one row, a tuple, so that a sink that keeps rows can
+    make the method its list's ``append`` (no Python frame per event: these
+    calls are in the steps' time). Times are ``perf_counter_ns()`` values of
+    the process that records.
     """
 
-    def interval(self, phase: str, epoch: int, step: int, start_ns: int, end_ns: int) -> None:
+    def interval(self, row: tuple) -> None:
+        """``(phase, epoch, step, start_ns, end_ns)``; step -1 outside steps."""
         raise NotImplementedError
 
-    def step(self, epoch: int, step: int, start_ns: int, end_ns: int) -> None:
-        """One whole training step (it encloses that step's phase intervals)."""
+    def step(self, row: tuple) -> None:
+        """``(epoch, step, start_ns, end_ns)``: one whole training step (it
+        encloses that step's phase intervals)."""
 
-    def collective(self, op: str, nbytes: int, start_ns: int, end_ns: int) -> None:
-        """One collective operation (e.g. a gradient bucket's all-reduce),
-        possibly overlapping the phases and other collectives."""
+    def collective(self, row: tuple) -> None:
+        """``(op, nbytes, start_ns, end_ns)``: one collective operation (e.g. a
+        gradient bucket's all-reduce), possibly overlapping the phases and
+        other collectives."""
 
     def close(self) -> None:
         pass
@@ -80,19 +85,24 @@ class _Span:
     def __init__(self, recorder: PhaseRecorder, index: int):
         self.recorder, self.index = recorder, index
 
+    # The hot path of every phase, traced or not: module-level clock, no
+    # argument tuple, the tools' lists looked at only when they hold some.
     def __enter__(self):
-        for live in self.recorder.live:
-            live.begin(PHASES[self.index])
-        self.start = time.perf_counter_ns()
+        if self.recorder.live:
+            for live in self.recorder.live:
+                live.begin(PHASES[self.index])
+        self.start = perf_counter_ns()
         return self
 
-    def __exit__(self, *exc):
-        if self.recorder.synchronize is not None:
-            self.recorder.synchronize()
-        end = time.perf_counter_ns()
-        for live in self.recorder.live:
-            live.end(PHASES[self.index])
-        self.recorder._close(self.index, self.start, end)
+    def __exit__(self, exc_type, exc, tb):
+        recorder = self.recorder
+        if recorder.synchronize is not None:
+            recorder.synchronize()
+        end = perf_counter_ns()
+        if recorder.live:
+            for live in recorder.live:
+                live.end(PHASES[self.index])
+        recorder._close(self.index, self.start, end)
         return False
 
 
@@ -115,8 +125,9 @@ class PhaseRecorder:
         # A collective over one rank sends nothing, whatever it is handed
         # (DDP calls its hook even then, Horovod skips its all-reduce).
         self.one_rank = False
-        self._comm_bytes = 0
-        self._bytes_lock = threading.Lock()
+        # this step's buffers: list.append is atomic under the GIL, so the
+        # communication threads need no lock (summed when the step ends)
+        self._comm_bytes: list[int] = []
         # (epoch, step, start_ns, end_ns, *phase durations, comm_bytes)
         self.steps: list[tuple] = []
         self.intervals: list[tuple] = []  # (phase, epoch, start_ns, end_ns)
@@ -126,7 +137,7 @@ class PhaseRecorder:
         they receive the intervals recorded so far first."""
         for sink in sinks:
             for phase, epoch, start, end in self.intervals:
-                sink.interval(phase, epoch, -1, start, end)
+                sink.interval((phase, epoch, -1, start, end))
         self.sinks.extend(sinks)
 
     def __call__(self, phase: str) -> _Span:
@@ -145,46 +156,53 @@ class PhaseRecorder:
     def begin_step(self, epoch: int, step: int) -> None:
         self.epoch, self.step, self._in_step = epoch, step, True
         self._current = [0] * len(PHASES)
-        self._comm_bytes = 0
+        self._comm_bytes = []
         for live in self.live:
             live.begin(STEP)
-        self._step_start = time.perf_counter_ns()
+        self._step_start = perf_counter_ns()
 
     def end_step(self) -> None:
-        end = time.perf_counter_ns()
+        end = perf_counter_ns()
         for live in self.live:
             live.end(STEP)
-        comm_bytes = self._comm_bytes if self.measures_bytes else ""
+        comm_bytes = sum(self._comm_bytes) if self.measures_bytes else ""
         self.steps.append(
             (self.epoch, self.step, self._step_start, end, *self._current, comm_bytes)
         )
         self._in_step = False
-        for sink in self.sinks:
-            sink.step(self.epoch, self.step, self._step_start, end)
+        if self.sinks:
+            row = (self.epoch, self.step, self._step_start, end)
+            for sink in self.sinks:
+                sink.step(row)
 
     def count_bytes(self, nbytes: int) -> None:
         """Add a buffer handed to a collective to this step's comm_bytes.
-        May be called from communication threads, hence the lock."""
-        if self.one_rank:
-            return
-        with self._bytes_lock:
-            self._comm_bytes += nbytes
+        May be called from communication threads."""
+        if not self.one_rank:
+            self._comm_bytes.append(nbytes)
 
     def collective(self, op: str, nbytes: int, start_ns: int, end_ns: int) -> None:
         """Record one collective operation: its bytes count in the step's
         comm_bytes, and event tracers keep the operation.
         May be called from a communication thread."""
-        self.count_bytes(nbytes)
-        for sink in self.sinks:
-            sink.collective(op, nbytes, start_ns, end_ns)
+        if not self.one_rank:
+            self._comm_bytes.append(nbytes)
+        if self.sinks:
+            row = (op, nbytes, start_ns, end_ns)
+            for sink in self.sinks:
+                sink.collective(row)
 
     def _close(self, index: int, start: int, end: int) -> None:
         if self._in_step:
             self._current[index] += end - start
+            step = self.step
         else:
             self.intervals.append((PHASES[index], self.epoch, start, end))
-        for sink in self.sinks:
-            sink.interval(PHASES[index], self.epoch, self.step if self._in_step else -1, start, end)
+            step = -1
+        if self.sinks:
+            row = (PHASES[index], self.epoch, step, start, end)
+            for sink in self.sinks:
+                sink.interval(row)
 
     def write(self, folder: Path, rank: int) -> None:
         """``steps.rank<r>.tsv`` (one row per step) and ``intervals.rank<r>.tsv``."""
