@@ -24,7 +24,9 @@ Columns (schema version in the Parquet metadata, key ``ddlcompare.schema_version
 
 from __future__ import annotations
 
+import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -232,6 +234,35 @@ def finish_columns(
     n = len(c.start_ns)
     if n == 0:
         return empty_table()
+    # The text columns are most of the time (bytes written into new memory,
+    # row by row in Arrow): each is built on a thread of its own as soon as
+    # its codes are known, beside the numpy work below (both let go of the
+    # GIL), on as many threads as this process has cores.
+    with ThreadPoolExecutor(len(os.sched_getaffinity(0))) as pool:
+        columns = _columns(c, rules, source, run_id, pool, place)
+    table = pa.Table.from_arrays([columns[name] for name in COLUMNS], schema=SCHEMA)
+    return table.replace_schema_metadata(
+        {
+            META_VERSION: str(SCHEMA_VERSION).encode(),
+            b"ddlcompare.rules_version": str(rules.version).encode(),
+            **(metadata or {}),
+        }
+    )
+
+
+def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, place) -> dict:
+    """The table's columns by name (see :func:`finish_columns`); the text
+    columns built on ``pool``."""
+    n = len(c.start_ns)
+    strings = {
+        "region": pool.submit(_strings, c.region_names, c.region),
+        "location": pool.submit(_strings, c.location_names, c.location),
+        "node": pool.submit(_strings, c.node_names, c.node),
+    }
+    parent = c.region[np.maximum(c.parent_row, 0)]
+    parent[c.parent_row < 0] = -1
+    strings["parent"] = pool.submit(_strings, c.region_names, parent)
+    del parent
     levels = _levels(c.parent_row, c.depth)
     matched = [rules.match(name, source) for name in c.region_names]
     region_phase = np.array([_PHASE[p] if p else -1 for p, _ in matched], dtype=np.int8)
@@ -246,6 +277,7 @@ def finish_columns(
     phase[phase < 0] = _PHASE["other"]
     phase[is_step] = _PHASE[STEP]
     phase[is_epoch] = _PHASE[EPOCH]
+    strings["phase"] = pool.submit(_strings, _PHASE_NAMES, phase)
 
     collective_names = list(c.collective_names)
     for _, name in matched:
@@ -256,6 +288,7 @@ def finish_columns(
     )
     collective = np.where(c.collective >= 0, c.collective, region_collective[c.region])
     op_id = _collective_instances(c, collective, levels)
+    strings["collective"] = pool.submit(_strings, collective_names, collective)
 
     step, epoch = c.step, c.epoch  # filled in place
     _number_steps(c, is_step, step)
@@ -265,45 +298,20 @@ def finish_columns(
     _inherit(epoch, c.parent_row, levels, NULL)
     del levels
     _steps_by_time(c, phase, step, epoch)
-
-    # Each code array goes as soon as its column is built, so that the peak
-    # stays near the table's own size; integer columns share numpy's memory.
-    parent = c.region[np.maximum(c.parent_row, 0)]
-    parent[c.parent_row < 0] = -1
-    c.parent_row = None
-    columns = {"parent": _strings(c.region_names, parent)}
-    del parent
-    columns["region"], c.region = _strings(c.region_names, c.region), None
-    columns["location"], c.location = _strings(c.location_names, c.location), None
-    columns["node"], c.node = _strings(c.node_names, c.node), None
-    columns["phase"] = _strings(_PHASE_NAMES, phase)
-    del phase
-    columns["collective"] = _strings(collective_names, collective)
-    del collective
-    c.collective = None
-    columns.update(
-        {
-            "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n),
-            "rank": pa.array(c.rank.astype(np.int32, copy=False)),
-            "step": _integers(step),
-            "epoch": _integers(epoch),
-            "start_ns": pa.array(c.start_ns),
-            "end_ns": pa.array(c.end_ns),
-            "dur_ns": pa.array(c.end_ns - c.start_ns),
-            "depth": pa.array(c.depth.astype(np.int32, copy=False)),
-            "bytes": _integers(c.bytes),
-            "source": pa.repeat(pa.scalar(source, pa.string()), n),
-            "op_id": _integers(op_id),
-        }
-    )
-    table = pa.Table.from_arrays([columns[name] for name in COLUMNS], schema=SCHEMA)
-    return table.replace_schema_metadata(
-        {
-            META_VERSION: str(SCHEMA_VERSION).encode(),
-            b"ddlcompare.rules_version": str(rules.version).encode(),
-            **(metadata or {}),
-        }
-    )
+    columns = {
+        "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n),
+        "rank": pa.array(c.rank.astype(np.int32, copy=False)),
+        "step": _integers(step),
+        "epoch": _integers(epoch),
+        "start_ns": pa.array(c.start_ns),
+        "end_ns": pa.array(c.end_ns),
+        "dur_ns": pa.array(c.end_ns - c.start_ns),
+        "depth": pa.array(c.depth.astype(np.int32, copy=False)),
+        "bytes": _integers(c.bytes),
+        "source": pa.repeat(pa.scalar(source, pa.string()), n),
+        "op_id": _integers(op_id),
+    }
+    return columns | {name: built.result() for name, built in strings.items()}
 
 
 def _collective_instances(c: Columns, collective: np.ndarray, levels: list) -> np.ndarray:
@@ -333,9 +341,9 @@ def _collective_instances(c: Columns, collective: np.ndarray, levels: list) -> n
 
 def _strings(names: list, codes: np.ndarray) -> pa.Array:
     """names[code] per row, null where code is -1."""
-    missing = codes < 0
-    indices = pa.array(codes, mask=missing) if missing.any() else pa.array(codes)
-    return pa.array(names, pa.string()).take(indices)
+    # a null name at the end for the missing: no validity mask to build
+    indices = np.where(codes < 0, len(names), codes)
+    return pa.array([*names, None], pa.string()).take(indices)
 
 
 def _integers(values: np.ndarray) -> pa.Array:
