@@ -319,22 +319,24 @@ def _collective_instances(c: Columns, collective: np.ndarray, levels: list) -> n
     gives it its bytes (the largest known) and is no collective of its own.
     Returns op_id (in place, ``collective`` and ``c.bytes`` change)."""
     marked = collective >= 0
-    top = nesting.outermost(c.parent_row, marked)
-    nested = np.flatnonzero(marked & (top != np.arange(len(top))))
-    np.maximum.at(c.bytes, top[nested], c.bytes[nested])
+    rows = np.flatnonzero(marked)
+    top = nesting.outermost(c.parent_row, marked, rows)
+    inner = top != rows
+    nested, top_of_nested = rows[inner], top[inner]
+    np.maximum.at(c.bytes, top_of_nested, c.bytes[nested])
     collective[nested] = -1
     c.bytes[nested] = NULL
     # Numbered by time (then place), not by row, so that the id does not
     # depend on the order a reader found the rows in.
-    instances = np.flatnonzero(collective >= 0)
+    instances = rows[~inner]
     order = instances[
         np.lexsort(
             (c.region[instances], c.location[instances], c.end_ns[instances], c.start_ns[instances])
         )
     ]
-    number = np.full(len(top), NULL, dtype=np.int64)
-    number[order] = np.arange(order.size)
-    op_id = np.where(top >= 0, number[np.maximum(top, 0)], NULL)
+    op_id = np.full(len(collective), NULL, dtype=np.int64)
+    op_id[order] = np.arange(order.size)
+    op_id[nested] = op_id[top_of_nested]
     _inherit(op_id, c.parent_row, levels, NULL)
     return op_id
 
@@ -381,11 +383,7 @@ def _number_steps(c: Columns, is_step: np.ndarray, step: np.ndarray) -> None:
     number = in_name.astype("float").to_numpy()[c.region[rows]]
     unnamed = np.isnan(number)
     if unnamed.any():
-        frame = pd.DataFrame(
-            {"rank": c.rank[rows], "location": c.location[rows], "start": c.start_ns[rows]}
-        )
-        order = frame.sort_values("start", kind="stable").groupby(["rank", "location"]).cumcount()
-        number = np.where(unnamed, order.sort_index().to_numpy(), number)
+        number = np.where(unnamed, _order_on_location(c, rows), number)
     step[rows] = number.astype(np.int64)
 
 
@@ -396,11 +394,19 @@ def _number_epochs(c: Columns, is_epoch: np.ndarray, epoch: np.ndarray) -> None:
     rows = np.flatnonzero(is_epoch & (epoch == NULL))
     if rows.size == 0:
         return
-    frame = pd.DataFrame(
-        {"rank": c.rank[rows], "location": c.location[rows], "start": c.start_ns[rows]}
-    )
-    order = frame.sort_values("start", kind="stable").groupby(["rank", "location"]).cumcount()
-    epoch[rows] = order.sort_index().to_numpy() + 1
+    epoch[rows] = _order_on_location(c, rows) + 1
+
+
+def _order_on_location(c: Columns, rows: np.ndarray) -> np.ndarray:
+    """Each of ``rows``' place by start time (then row) among those of its
+    rank and location, from 0."""
+    order = np.lexsort((c.start_ns[rows], c.location[rows], c.rank[rows]))
+    rank, location = c.rank[rows[order]], c.location[rows[order]]
+    first = np.r_[True, (rank[1:] != rank[:-1]) | (location[1:] != location[:-1])]
+    at = np.arange(rows.size)
+    place = np.empty(rows.size, dtype=np.int64)
+    place[order] = at - np.maximum.accumulate(np.where(first, at, 0))
+    return place
 
 
 def _step_windows(
