@@ -337,7 +337,10 @@ def _collective_instances(c: Columns, collective: np.ndarray, levels: list) -> n
     op_id = np.full(len(collective), NULL, dtype=np.int64)
     op_id[order] = np.arange(order.size)
     op_id[nested] = op_id[top_of_nested]
-    _inherit(op_id, c.parent_row, levels, NULL)
+    if rows.size:  # only rows below the shallowest collective can inherit one
+        shallowest = c.depth[rows].min()
+        deeper = [level for level in levels if c.depth[level[0]] > shallowest]
+        _inherit(op_id, c.parent_row, deeper, NULL)
     return op_id
 
 
