@@ -24,6 +24,7 @@ Columns (schema version in the Parquet metadata, key ``ddlcompare.schema_version
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -368,15 +369,16 @@ def _strings(names: list, codes: np.ndarray) -> pa.Array:
     """names[code] per row, null where code is -1."""
     # a null name at the end for the missing: no validity mask to build
     indices = np.where(codes < 0, len(names), codes)
-    return pc.take(pa.array([*names, None], pa.string()), indices, memory_pool=_TEXT_POOL)
+    return pc.take(pa.array([*names, None], pa.string()), indices, memory_pool=_text_pool())
 
 
-# Arrow's jemalloc pool, where this pyarrow has it, for the text columns:
-# six columns of 3.75 M rows take 0.42 s in a fresh process against 0.61 s
-# from the default pool (mimalloc) on the machine of docs/tracing.md.
-_TEXT_POOL = (
-    pa.jemalloc_memory_pool() if "jemalloc" in pa.supported_memory_backends() else None
-)
+@functools.cache
+def _text_pool():
+    """Arrow's jemalloc pool, where this pyarrow has it (else the default):
+    six text columns of 3.75 M rows take 0.42 s from it in a fresh process
+    against 0.61 s from the default (mimalloc), on the machine of
+    docs/tracing.md. Taken on first use, not at import."""
+    return pa.jemalloc_memory_pool() if "jemalloc" in pa.supported_memory_backends() else None
 
 
 def _integers(values: np.ndarray) -> pa.Array:
