@@ -232,7 +232,7 @@ def finish_columns(
     PHASE_CODE) to rows no rule matched (-1), in place, before they pass to
     the rows inside them.
 
-    Consumes ``c``: its arrays become the table's or are released on the way."""
+    Consumes ``c``: its arrays become the table's or change in place."""
     n = len(c.start_ns)
     if n == 0:
         return empty_table()
