@@ -220,3 +220,22 @@ def test_same_table_on_a_broken_rank_file(tmp_path):
     for problems in (fast_problems, slow_problems):
         assert lost in problems[0] and "INVALID_DATA" in problems[0] and problems[0].lost
     assert fast_problems[1:] == slow_problems[1:]
+
+
+@needs_fixtures
+@pytest.mark.parametrize(
+    "anchor", ["scorep-8.4-horovod-torch-mpi-np2/traces.otf2", "apex-hpx-test-archive/APEX.otf2"]
+)
+def test_same_table_whatever_the_number_of_reading_threads(anchor, monkeypatch):
+    """Each reading thread writes into its own stretch of shared columns,
+    joined by moving rows down (or copied, where a chunk held more events
+    than announced, as APEX's do): the table does not depend on how many
+    threads read it."""
+    read_intervals = fastotf2.read_intervals
+    tables = {}
+    for workers in (1, 3):
+        monkeypatch.setattr(
+            fastotf2, "read_intervals", lambda *a, w=workers: read_intervals(*a, workers=w)
+        )
+        tables[workers], _ = otf2_reader.read(FIXTURES / anchor, RULES, "r1", engine="fastotf2")
+    assert tables[1].num_rows > 0 and tables[3].equals(tables[1])

@@ -102,18 +102,20 @@ def depths(parent: np.ndarray) -> np.ndarray:
     return depth
 
 
-def outermost(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
-    """For each marked row, the outermost marked row among itself and its
-    ancestors; -1 for unmarked rows."""
-    top = np.where(marked, np.arange(len(parent)), -1)
-    up = parent.copy()
-    active = np.flatnonzero(marked & (up >= 0))
+def outermost(parent: np.ndarray, marked: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """For each of the marked ``rows``, the outermost marked row among itself
+    and its ancestors: a walk up from those rows alone, one level a pass (a
+    few passes: nesting is shallow), so the cost follows the marked rows,
+    not the table."""
+    top = rows.copy()
+    at = parent[rows]
+    active = np.flatnonzero(at >= 0)
     while active.size:
-        above = up[active]
-        higher = top[above] >= 0
-        top[active[higher]] = top[above[higher]]
-        up[active] = up[above]
-        active = active[up[active] >= 0]
+        here = at[active]
+        hit = marked[here]
+        top[active[hit]] = here[hit]
+        at[active] = parent[here]
+        active = active[at[active] >= 0]
     return top
 
 

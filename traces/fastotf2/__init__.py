@@ -176,21 +176,31 @@ def read_intervals(
     for ref, kind in attribute_kinds.items():
         kinds[ref] = kind
 
-    def read(chunk):
+    # One set of columns for all chunks, each chunk's rows written into its
+    # own stretch of them: joined afterwards by moving rows down, in memory
+    # already touched, not by copying every column into new memory.
+    capacities = [sum(events[i] for i in chunk) // 2 + 1 for chunk in chunks]
+    shared = _empty_columns(sum(capacities))
+    bases = np.cumsum([0, *capacities])
+
+    def read(k):
+        chunk = chunks[k]
+        into = {name: a[bases[k] : bases[k + 1]] for name, a in shared.items()}
         return _read_chunk(
             anchor,
             [locations[i] for i in chunk],
             kinds,
             [events[i] for i in chunk],
             [bounds[i] for i in chunk],
+            into,
         )
 
     if len(chunks) == 1:
-        parts = [read(chunks[0])]
+        parts = [read(0)]
     else:
         with ThreadPoolExecutor(len(chunks)) as pool:
-            parts = list(pool.map(read, chunks))
-    return _merge(parts, chunks)
+            parts = list(pool.map(read, range(len(chunks))))
+    return _merge(parts, chunks, shared, bases)
 
 
 def _chunks(n: int, events: list[int], workers: int) -> list[list[int]]:
@@ -212,9 +222,14 @@ def _chunks(n: int, events: list[int], workers: int) -> list[list[int]]:
 
 
 def _read_chunk(
-    anchor: Path, refs: list[int], kinds: np.ndarray, events: list[int], bounds: list[int]
+    anchor: Path,
+    refs: list[int],
+    kinds: np.ndarray,
+    events: list[int],
+    bounds: list[int],
+    into: dict,
 ):
-    result = _call(anchor, refs, kinds, sum(events))
+    result = _call(anchor, refs, kinds, sum(events), into)
     if result is None:  # more events than announced: room for the files' bound
         result = _call(anchor, refs, kinds, sum(max(e, b) for e, b in zip(events, bounds)))
     if result is None:
@@ -222,12 +237,20 @@ def _read_chunk(
     return result
 
 
-def _call(anchor: Path, refs: list[int], kinds: np.ndarray, events: int):
-    """(columns, counts, failed) of one call of the C reader; None on overflow."""
+def _empty_columns(capacity: int) -> dict:
+    # np.empty: pages the reader never writes cost no memory
+    return {name: np.empty(capacity, dtype=dtype) for name, dtype in COLUMN_TYPES.items()}
+
+
+def _call(anchor: Path, refs: list[int], kinds: np.ndarray, events: int, into: dict | None = None):
+    """(columns, counts, failed) of one call of the C reader; None on
+    overflow. ``into``: columns to write into, if they hold enough rows."""
     lib = library()
     capacity = events // 2 + 1
-    # np.empty: pages the reader never writes cost no memory
-    columns = {name: np.empty(capacity, dtype=dtype) for name, dtype in COLUMN_TYPES.items()}
+    if into is not None and len(into["start"]) >= capacity:
+        columns = into
+    else:
+        columns = _empty_columns(capacity)
     enter_row = np.empty(events + 1, dtype=np.int64)
     failed = np.zeros(max(len(refs), 1), dtype=np.int8)
     array = np.asarray(refs, dtype=np.uint64)
@@ -256,23 +279,33 @@ def _call(anchor: Path, refs: list[int], kinds: np.ndarray, events: int):
     return columns, counts, failed[: len(refs)].astype(bool)
 
 
-def _merge(parts: list, chunks: list[list[int]]):
+def _merge(parts: list, chunks: list[list[int]], shared: dict, bases: np.ndarray):
     """One set of columns from the chunks': location indices and parent rows
-    shifted to the whole."""
+    shifted to the whole. When every chunk was read into its stretch of
+    ``shared``, the rows are moved down into place; else (a chunk held more
+    events than announced and was read again) they are copied into new
+    columns."""
     if len(parts) == 1:
         return parts[0]
-    rows_before = np.cumsum([0] + [len(p[0]["start"]) for p in parts[:-1]])
-    columns = {}
-    for name in COLUMN_TYPES:
-        pieces = []
-        for (cols, _, _), chunk, offset in zip(parts, chunks, rows_before):
-            piece = cols[name]
-            if name == "location":
-                piece = piece + np.int32(chunk[0]) if len(chunk) else piece
-            elif name == "parent":
-                piece = np.where(piece >= 0, piece + offset, -1)
-            pieces.append(piece)
-        columns[name] = np.concatenate(pieces)
+    sizes = [len(p[0]["start"]) for p in parts]
+    in_place = all(
+        cols["start"].ctypes.data == shared["start"][base:].ctypes.data
+        for (cols, _, _), base in zip(parts, bases)
+    )
+    if not in_place:
+        shared = _empty_columns(sum(sizes))
+    at = 0
+    for (cols, _, _), chunk, size in zip(parts, chunks, sizes):
+        for name, column in shared.items():
+            piece = column[at : at + size]
+            if at or not in_place:
+                piece[:] = cols[name]  # numpy moves overlapping rows right
+            if name == "location" and chunk and chunk[0]:
+                piece += np.int32(chunk[0])
+            elif name == "parent" and at:
+                piece[piece >= 0] += at
+        at += size
+    columns = {name: column[:at] for name, column in shared.items()}
     counts = {name: sum(p[1][name] for p in parts) for name in COUNTS}
     counts["error"] = next((p[1]["error"] for p in parts if p[1]["error"]), "")
     return columns, counts, np.concatenate([p[2] for p in parts])
