@@ -186,6 +186,25 @@ patch_lbann_mpi_request() {
   grep -q '^#include <mpi.h>$' "$header"
 }
 
+# K-FAC (an optimizer the harness does not use) calls Aluminum without the
+# LBANN_HAS_ALUMINUM guard that the rest of LBANN has (::Al::MPIBackend in
+# kfac_block.hpp, GetComm in kfac_block_gru.cpp): without Aluminum it is left
+# out of the build and of the training-algorithm factory. Only sources not
+# compiled yet are touched.
+patch_lbann_without_kfac() {
+  local algorithms=$SRC/LBANN/src/execution_algorithms
+  if ! grep -q 'LBANN_HAS_ALUMINUM' "$algorithms/CMakeLists.txt"; then
+    sed -i -e '/^  kfac\.cpp$/d' -e 's/^add_subdirectory(kfac)$/if (LBANN_HAS_ALUMINUM)\n  list(APPEND THIS_DIR_SOURCES "${CMAKE_CURRENT_SOURCE_DIR}\/kfac.cpp")\n  add_subdirectory(kfac)\nendif ()/' "$algorithms/CMakeLists.txt"
+  fi
+  if ! grep -q 'LBANN_HAS_ALUMINUM' "$algorithms/factory.cpp"; then
+    sed -i -e 's|^#include "lbann/execution_algorithms/kfac.hpp"$|#ifdef LBANN_HAS_ALUMINUM\n#include "lbann/execution_algorithms/kfac.hpp"\n#endif|' \
+      -e 's|^  fact.register_builder("KFAC", lbann::make<lbann::KFAC>);$|#ifdef LBANN_HAS_ALUMINUM\n  fact.register_builder("KFAC", lbann::make<lbann::KFAC>);\n#endif|' \
+      "$algorithms/factory.cpp"
+  fi
+  grep -q 'if (LBANN_HAS_ALUMINUM)' "$algorithms/CMakeLists.txt" &&
+    [[ $(grep -c 'LBANN_HAS_ALUMINUM' "$algorithms/factory.cpp") == 2 ]]
+}
+
 checkout_aluminum() {
   checkout LLNL/Aluminum "$ALUMINUM_REF" "$SRC/Aluminum" && submodules "$SRC/Aluminum"
 }
@@ -222,6 +241,7 @@ main() {
   part "patch-aluminum-$LBANN_REF" patch_lbann_aluminum
   part "patch-debug-info-$LBANN_REF" patch_lbann_debug_info
   part "patch-mpi-request-$LBANN_REF" patch_lbann_mpi_request
+  part "patch-without-kfac-$LBANN_REF" patch_lbann_without_kfac
   part "aluminum-source-2" checkout_aluminum
   part conduit-blt-source checkout_blt
   # Re-run whenever the arguments change: their hash is in the part's name.
