@@ -205,6 +205,16 @@ patch_lbann_without_kfac() {
     [[ $(grep -c 'LBANN_HAS_ALUMINUM' "$algorithms/factory.cpp") == 2 ]]
 }
 
+# LTFB (a training algorithm the harness does not use) asks Hydrogen for
+# Collective::SEND and RECV communicators, which the Hydrogen built here does
+# not name (it has SENDRECV). Without Aluminum, EnsureComm is a no-op for any
+# collective, so SENDRECV there changes nothing that runs.
+patch_lbann_ltfb_sendrecv() {
+  local source=$SRC/LBANN/src/execution_algorithms/ltfb/truncation_selection_exchange.cpp
+  sed -i -E 's/El::Collective::(SEND|RECV)>/El::Collective::SENDRECV>/' "$source"
+  ! grep -Eq 'El::Collective::(SEND|RECV)>' "$source"
+}
+
 checkout_aluminum() {
   checkout LLNL/Aluminum "$ALUMINUM_REF" "$SRC/Aluminum" && submodules "$SRC/Aluminum"
 }
@@ -242,6 +252,7 @@ main() {
   part "patch-debug-info-$LBANN_REF" patch_lbann_debug_info
   part "patch-mpi-request-$LBANN_REF" patch_lbann_mpi_request
   part "patch-without-kfac-$LBANN_REF" patch_lbann_without_kfac
+  part "patch-ltfb-sendrecv-$LBANN_REF" patch_lbann_ltfb_sendrecv
   part "aluminum-source-2" checkout_aluminum
   part conduit-blt-source checkout_blt
   # Re-run whenever the arguments change: their hash is in the part's name.
