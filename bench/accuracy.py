@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,7 +40,8 @@ def main() -> None:
         cwd=REPO,
         check=True,
     )
-    runs = pd.read_parquet(next(Path(args.results, "accuracy").glob("cfg~*/tables/runs.parquet")))
+    name = yaml.safe_load(Path(REPO, args.design).read_text())["name"]
+    runs = pd.read_parquet(next(Path(args.results, name).glob("cfg~*/tables/runs.parquet")))
     pairs = []
     for row in runs.sort_values(["framework", "world_size"]).itertuples():
         key = f"{row.framework.replace('-', '_')}_np{row.world_size}"
