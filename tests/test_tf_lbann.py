@@ -136,6 +136,13 @@ def test_launch_arguments_per_scheduler(monkeypatch):
     ]
     local = args("local")
     assert local["scheduler"] == "openmpi" and "--oversubscribe" in local["launcher_args"]
+    # the emulated network's nodes: its namespaces, through the ssh shim
+    from ddlcompare import netem
+
+    monkeypatch.setenv(netem.HOSTS_MAP, "10.77.0.1=ns-a 10.77.0.2=ns-b")
+    netns = args("netns")["launcher_args"]
+    assert "--oversubscribe" in netns and netns[netns.index("--host") + 1] == "10.77.0.1,10.77.0.2"
+    assert netns[netns.index("plm_rsh_agent") + 1] == str(netem.NETNS_SSH)
 
 
 def test_layer_graph_is_the_spec(tmp_path):

@@ -15,7 +15,6 @@ class Netns(Scheduler):
     rsh_agent = str(netem.NETNS_SSH)
     ssh_dir = netem.NETNS_SSH.parent
     one_machine = True
-    lbann_run_args = Local.lbann_run_args
 
     @staticmethod
     def detected(env) -> bool:
@@ -23,6 +22,13 @@ class Netns(Scheduler):
 
     def host_names(self, env) -> list[str]:
         return [pair.split("=")[0] for pair in env[netem.HOSTS_MAP].split()]
+
+    def lbann_run_args(self, env) -> dict:
+        # Local's (root, oversubscription), started on the namespaces
+        # through the shim; LBANN's mpiexec maps ppr:N:node over these hosts.
+        args = Local().lbann_run_args(env)
+        hosts = ["--host", ",".join(self.host_names(env)), *self.mpirun_args()]
+        return {**args, "launcher_args": args["launcher_args"] + hosts}
 
     def horovodrun_args(self) -> list[str]:
         return ["--network-interface", netem.IFACE]  # else Horovod probes every node's NICs
