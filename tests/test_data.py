@@ -151,3 +151,15 @@ def test_numpy1_environments_read_files_pickled_under_numpy2(tmp_path):
     assert version.startswith("1.")
     expected = data.load("cifar10", str(folder)).train_x
     assert shape.strip() == f"(100, 3, 32, 32) {int(expected.sum())}"
+
+
+def test_the_planners_check_takes_a_generated_sets_manifest(tmp_path):
+    """What a run accepts (load), the planner's check accepts too; a changed
+    generated file is refused by both."""
+    from conftest import generated_cifar
+
+    folder = generated_cifar(tmp_path / "cifar", per_batch=20)
+    data.verify("cifar10", str(folder))
+    (folder / "test_batch").write_bytes((folder / "test_batch").read_bytes()[:-1] + b"x")
+    with pytest.raises(data.DataError, match="test_batch fails its checksum"):
+        data.verify("cifar10", str(folder))
