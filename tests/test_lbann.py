@@ -5,6 +5,7 @@ gate checks the real lbann.Model. Skipped where LBANN is not built: 'bash
 envs/build-lbann.sh' builds it (hours on 2 cores)."""
 
 import json
+import math
 import tempfile
 from pathlib import Path
 
@@ -46,20 +47,37 @@ def test_two_processes_train(two_ranks):
     assert metrics["world_size"] == 2 and metrics["images_per_s"] > 0
 
 
+@pytest.fixture(scope="module")
+def cifar_run():
+    """2 processes on CIFAR-10 in its official format (generated: no download
+    here), through LBANN's cifar10 reader, which reads fixed-size files."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = generated_cifar(Path(tmp) / "cifar-10-batches-py")
+        doc = tiny_design(
+            ["lbann"], dataset="cifar10", data_dir=str(folder), test_images=500, timeout_s=600
+        )
+        yield trained(doc, Path(tmp) / "results")
+
+
 @pytest.mark.slow
-def test_two_processes_train_on_cifar10_files(tmp_path):
-    """CIFAR-10 in its official format (generated: no download here), through
-    LBANN's cifar10 reader, which reads fixed-size files."""
-    folder = generated_cifar(tmp_path / "cifar-10-batches-py")
-    doc = tiny_design(
-        ["lbann"], dataset="cifar10", data_dir=str(folder), test_images=500, timeout_s=600
-    )
-    run = trained(doc, tmp_path / "results")
-    done = json.loads((run / "done.json").read_text())
-    assert done["status"] == "ok", (run / "train.log").read_text()[-3000:]
-    epochs = pd.read_csv(run / "epochs.tsv", sep="\t")
+def test_two_processes_train_on_cifar10_files(cifar_run):
+    done = json.loads((cifar_run / "done.json").read_text())
+    assert done["status"] == "ok", (cifar_run / "train.log").read_text()[-3000:]
+    epochs = pd.read_csv(cifar_run / "epochs.tsv", sep="\t")
     assert len(epochs) == 2 and (epochs["images_per_s"] > 0).all()
-    assert json.loads((run / "metrics.json").read_text())["world_size"] == 2
+    assert json.loads((cifar_run / "metrics.json").read_text())["world_size"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="LBANN reports an infinite objective on the generated CIFAR-10 files "
+    "(accuracy at chance, as random labels give; Tarantella's loss on the same files "
+    "is 2.3): not explained yet (docs/frameworks.md)",
+)
+def test_cifar10_loss_is_finite(cifar_run):
+    epochs = pd.read_csv(cifar_run / "epochs.tsv", sep="\t")
+    assert epochs["train_loss"].map(math.isfinite).all()
 
 
 @pytest.mark.slow
