@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import psutil
@@ -207,6 +208,13 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
         return 128 + stop.signum if stop.signum else 1
     except (RuntimeError, OSError) as exc:
         outcome = {"exit_status": None, "reason": f"could not start: {exc}"}
+    except Exception as exc:  # noqa: BLE001 (a harness defect: the run is failed, not lost)
+        traceback.print_exc()  # into the run's runner.log, for whoever fixes it
+        outcome = {
+            "exit_status": None,
+            "reason": f"could not start, a defect of the harness ({type(exc).__name__}: {exc}; "
+            "the traceback is in runner.log): please report it",
+        }
     status = "ok" if outcome["exit_status"] == 0 and (run_dir / METRICS).exists() else "failed"
     if status == "failed" and not outcome.get("reason"):
         outcome["reason"] = "exited 0 but wrote no metrics.json"

@@ -519,3 +519,21 @@ def test_two_campaigns_at_once_measure_one_after_the_other(tmp_path):
     (a0, a1), (b0, b1) = sorted(r["machine_held"] for r in records)
     assert a1 <= b0  # one after the other
     assert max(r["waited_for_machine_s"] for r in records) > 0
+
+
+def test_a_harness_defect_at_launch_is_a_failed_run_not_a_lost_one(tmp_path, monkeypatch, capsys):
+    """A defect of ours where the launch command is built (as a 2-node LBANN
+    run once met: a TypeError) fails the run with its name, keeps the
+    traceback in the log, and leaves the done marker; it does not escape."""
+    from ddlcompare import launch, runner
+
+    def defect(*args, **kwargs):
+        raise TypeError("super(type, obj): obj must be an instance or subtype of type")
+
+    monkeypatch.setattr(launch, "command", defect)
+    row = design.parse(tiny_design(), "tiny.yaml").runs()[0]
+    assert runner.execute(row, tmp_path) == 0
+    done = json.loads((tmp_path / row.path / "done.json").read_text())
+    assert done["status"] == "failed"
+    assert "a defect of the harness (TypeError: super(type, obj)" in done["reason"]
+    assert "Traceback" in capsys.readouterr().err  # kept for runner.log
