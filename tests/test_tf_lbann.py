@@ -139,8 +139,9 @@ def test_launch_arguments_per_scheduler(monkeypatch):
     # the emulated network's nodes: its namespaces, through the ssh shim
     from ddlcompare import netem
 
-    monkeypatch.setenv(netem.HOSTS_MAP, "10.77.0.1=ns-a 10.77.0.2=ns-b")
-    netns = args("netns")["launcher_args"]
+    hosts = [schedulers.Host("10.77.0.1", 1), schedulers.Host("10.77.0.2", 1)]
+    handed = json.dumps(schedulers.get("netns").lbann_run_args(os.environ, hosts))
+    netns = lbann.launch_args(config, {LBANN_RUN_ARGS: handed})["launcher_args"]
     assert "--oversubscribe" in netns and netns[netns.index("--host") + 1] == "10.77.0.1,10.77.0.2"
     assert netns[netns.index("plm_rsh_agent") + 1] == str(netem.NETNS_SSH)
 

@@ -19,5 +19,8 @@ def lbann_driver(hosts: list[Host], config: dict, run_dir: Path, scheduler: Sche
     mpiexec with the OAR node file) starts the ranks on the hosts, as the
     scheduler's ``lbann_run_args`` (handed over as JSON) say."""
     refuse_untraceable(config)
-    env = {**base_env(config), LBANN_RUN_ARGS: json.dumps(scheduler.lbann_run_args(os.environ))}
+    env = {
+        **base_env(config),
+        LBANN_RUN_ARGS: json.dumps(scheduler.lbann_run_args(os.environ, hosts)),
+    }
     return worker_argv(config, run_dir), env

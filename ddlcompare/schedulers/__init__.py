@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 # The backend modules (each registers the scheduler of the same name), in
 # detection order: the first whose ``detected`` holds is the one this job
@@ -74,9 +74,9 @@ class Scheduler:
         """Extra horovodrun arguments this scheduler needs."""
         return []
 
-    def lbann_run_args(self, env: Mapping[str, str]) -> dict:
+    def lbann_run_args(self, env: Mapping[str, str], hosts: Sequence[Host] = ()) -> dict:
         """The keyword arguments of LBANN's ``lbann.run`` that say where it
-        launches: its own scheduler name and the mpiexec arguments."""
+        launches (on ``hosts``): its own scheduler name and the mpiexec arguments."""
         return {"scheduler": "openmpi", "launcher_args": ["--bind-to", "none"]}
 
 

@@ -20,10 +20,10 @@ class Local(Scheduler):
         # start them all here.
         return [Host("localhost", procs_per_node * nodes)]
 
-    def lbann_run_args(self, env) -> dict:
+    def lbann_run_args(self, env, hosts=()) -> dict:
         # Root and oversubscription are normal in containers and on small
         # test machines (as base_env allows for the other launchers).
-        args = super().lbann_run_args(env)
+        args = super().lbann_run_args(env, hosts)
         return {
             **args,
             "launcher_args": args["launcher_args"] + ["--oversubscribe", "--allow-run-as-root"],

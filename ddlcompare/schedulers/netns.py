@@ -23,12 +23,12 @@ class Netns(Scheduler):
     def host_names(self, env) -> list[str]:
         return [pair.split("=")[0] for pair in env[netem.HOSTS_MAP].split()]
 
-    def lbann_run_args(self, env) -> dict:
+    def lbann_run_args(self, env, hosts=()) -> dict:
         # Local's (root, oversubscription), started on the namespaces
         # through the shim; LBANN's mpiexec maps ppr:N:node over these hosts.
-        args = Local().lbann_run_args(env)
-        hosts = ["--host", ",".join(self.host_names(env)), *self.mpirun_args()]
-        return {**args, "launcher_args": args["launcher_args"] + hosts}
+        args = Local().lbann_run_args(env, hosts)
+        where = ["--host", ",".join(h.name for h in hosts), *self.mpirun_args()]
+        return {**args, "launcher_args": args["launcher_args"] + where}
 
     def horovodrun_args(self) -> list[str]:
         return ["--network-interface", netem.IFACE]  # else Horovod probes every node's NICs

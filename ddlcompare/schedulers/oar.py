@@ -21,8 +21,8 @@ class Oar(Scheduler):
     def host_names(self, env) -> list[str]:
         return distinct_hosts(Path(env["OAR_NODEFILE"]).read_text())
 
-    def lbann_run_args(self, env) -> dict:
-        args = super().lbann_run_args(env)
+    def lbann_run_args(self, env, hosts=()) -> dict:
+        args = super().lbann_run_args(env, hosts)
         return {
             **args,
             "launcher_args": args["launcher_args"]

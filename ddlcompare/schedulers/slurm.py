@@ -44,7 +44,7 @@ class Slurm(Scheduler):
         # keeps only the job id lacks ("unable to find SLURM_NODELIST").
         return ["--mca", "ras", "^slurm", "--mca", "plm", "^slurm"]
 
-    def lbann_run_args(self, env) -> dict:
+    def lbann_run_args(self, env, hosts=()) -> dict:
         return {"scheduler": "slurm"}
 
 
