@@ -122,6 +122,13 @@ def test_run_budget_keeps_the_most_telling_cells(tmp_path):
     assert len(followup.design_doc(d, runs, found, tmp_path)["follow_up"]["cells"]) == 4
     with pytest.raises(ValueError, match="raise --max-runs or lower --replications"):
         followup.design_doc(d, runs, found, tmp_path, max_runs=2)
+    # the follow-up's report names the cells the budget left out
+    from types import SimpleNamespace
+
+    follow = design.parse(doc, str(tmp_path / "study-follow-up.yaml"))
+    html = followup.section(SimpleNamespace(design=follow, runs=runs))
+    assert "cells the rule chose but the budget of 10 runs left out" in html
+    assert "worst cell of torch-ddp" in html
 
 
 def test_follow_up_without_tables_is_one_clear_message(tmp_path):
