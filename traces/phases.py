@@ -185,8 +185,7 @@ class PhaseRecorder:
         """Record one collective operation: its bytes count in the step's
         comm_bytes, and event tracers keep the operation.
         May be called from a communication thread."""
-        if not self.one_rank:
-            self._comm_bytes.append(nbytes)
+        self.count_bytes(nbytes)
         if self.sinks:
             row = (op, nbytes, start_ns, end_ns)
             for sink in self.sinks:
