@@ -87,6 +87,9 @@ def collective_wait(steps: pd.DataFrame) -> pd.DataFrame:
     return steps.assign(wait_s=(latest - steps["sync_entry_ns"]) / 1e9)
 
 
+STRAGGLER_COLUMNS = ["run_id", "rank", "late_steps", "late_share", "lost_in", "lost_s"]
+
+
 def stragglers(steps: pd.DataFrame) -> pd.DataFrame:
     """Per run: the rank most often last at the synchronisation (by more than
     STRAGGLER_MARGIN of the median step), how often, and the phase in which
@@ -127,7 +130,8 @@ def stragglers(steps: pd.DataFrame) -> pd.DataFrame:
                 "lost_s": float(lost.max()),
             }
         )
-    return pd.DataFrame(rows)
+    # named columns: a study whose runs all have one rank has no rows
+    return pd.DataFrame(rows, columns=STRAGGLER_COLUMNS)
 
 
 def imbalance(steps: pd.DataFrame) -> pd.DataFrame:
@@ -196,7 +200,7 @@ def findings(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
             {**dict(zip(cell, key)), "bottleneck": name, "value": value, "finding": sentence}
         )
 
-    strag = stragglers(steps).set_index("run_id").join(info) if len(steps) else pd.DataFrame()
+    strag = stragglers(steps).set_index("run_id").join(info)
     imb = imbalance(steps).set_index("run_id").join(info)
     evals = phases[(phases["phase"] == "eval")].groupby("run_id")["dur_ns"].mean() / 1e9
     inits = ok.set_index("run_id")

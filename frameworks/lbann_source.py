@@ -29,6 +29,7 @@ import tarfile
 from pathlib import Path
 
 SOURCE_VARIABLE = "DDLC_LBANN_SOURCE"
+CONFIG_VARIABLE = "LBANN_PYTHON_CONFIG_FILE"
 CACHE = Path.home() / ".cache" / "ddl-compare" / "lbann-frontend"
 
 
@@ -143,8 +144,19 @@ def import_lbann(source: Path | None = None):
     path = str(prepare(source))
     if path not in sys.path:
         sys.path.insert(0, path)
-    os.environ["LBANN_PYTHON_CONFIG_FILE"] = str(Path(path) / "lbann" / "python_config.ini")
-    return importlib.import_module("lbann")
+    # lbann reads its config once, at import. Left in os.environ, this
+    # config (executable: a bare 'lbann') would reach every process started
+    # later, and a built LBANN's front end there would no longer find its
+    # executable.
+    before = os.environ.get(CONFIG_VARIABLE)
+    os.environ[CONFIG_VARIABLE] = str(Path(path) / "lbann" / "python_config.ini")
+    try:
+        return importlib.import_module("lbann")
+    finally:
+        if before is None:
+            del os.environ[CONFIG_VARIABLE]
+        else:
+            os.environ[CONFIG_VARIABLE] = before
 
 
 @functools.cache

@@ -157,3 +157,13 @@ def test_whole_step_framework_gets_no_invented_shares():
     table = bottlenecks.findings(whole, runs.assign(framework="tarantella"))
     found = set(table.dropna(subset=["world_size"])["bottleneck"])
     assert found == {"initialisation"}, table
+
+
+def test_study_of_single_rank_runs_has_findings_without_stragglers():
+    """A follow-up may keep only one-process cells: no rank can be last at
+    a synchronisation, and the findings must still be built."""
+    phases, runs = constructed(world=1)
+    assert bottlenecks.stragglers(bottlenecks.per_step(phases, runs)).empty
+    table = bottlenecks.findings(phases, runs)
+    assert "straggler" not in set(table["bottleneck"])
+    assert "initialisation" in set(table["bottleneck"])

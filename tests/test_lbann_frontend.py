@@ -1,8 +1,8 @@
 """LBANN's real Python front end builds our experiment, and LBANN's real
 protobuf schema accepts it.
 
-LBANN is not built here (envs/build-lbann.sh takes longer than a session),
-so the front end comes from an LBANN source tree (frameworks/lbann_source.py:
+Where LBANN is not built (envs/build-lbann.sh takes hours), the front end
+comes from an LBANN source tree (frameworks/lbann_source.py:
 its .proto files compiled by protoc, as LBANN's CMake build does): the one in
 DDLC_LBANN_SOURCE, or envs/build-lbann.sh's checkout, or an installed LBANN.
 ``lbann.run(..., setup_only=True)`` writes the experiment.prototext and the
@@ -11,6 +11,7 @@ parsed with protobuf's text format into lbann_pb2.LbannPB, and checked
 against the rules LBANN's C++ side enforces when it reads it."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,15 @@ def test_same_model_gate_checks_the_real_lbann_model(model):
         rows, checked_on = model_gate.builder_rows("lbann", model, dataset)
         assert "lbann.Model" in checked_on
         assert model_gate.compare(model_gate.reference_rows(model, dataset), rows) == []
+
+
+def test_source_front_end_leaves_the_environment_alone(monkeypatch):
+    """Its config names a bare 'lbann' executable: left in os.environ, it
+    would reach the processes of later runs, whose built LBANN front end
+    would then no longer find its executable."""
+    source = lbann_source.source_tree()
+    if source is None:
+        pytest.skip(f"no LBANN source tree ({lbann_source.SOURCE_VARIABLE})")
+    monkeypatch.delenv(lbann_source.CONFIG_VARIABLE, raising=False)
+    lbann_source.import_lbann(source)
+    assert lbann_source.CONFIG_VARIABLE not in os.environ
