@@ -50,6 +50,10 @@ class RunClock:
     def elapsed(self) -> float:
         return time.perf_counter() - self._start
 
+    def at(self, perf_counter_s: float) -> float:
+        """A ``time.perf_counter()`` value of this process on the run clock."""
+        return perf_counter_s - self._start
+
 
 class RunError(Exception):
     """A run that cannot go on for a reason the user can fix; the worker

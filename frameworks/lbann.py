@@ -5,10 +5,9 @@ OAR node file as hostfile) and turns LBANN's output into the common tables.
 
 LBANN owns its processes and its training loop: the harness starts one
 driver process (launcher 'lbann-driver') and LBANN's launcher starts the
-ranks. It cannot run on the development machines (no LBANN there): build
-its environment on a cluster (envs/lbann.md). Everything up to the call of
-``lbann.run`` is plain Python and tested here: the layer graph, the data
-files, the reader description, the launch arguments and the output parser.
+ranks. Its environment comes from envs/build-lbann.sh (or Spack on a
+cluster, envs/lbann.md). Each rank's per-step phases come from LBANN's
+timeline callback (frameworks/lbann_timeline.py).
 """
 
 from __future__ import annotations
@@ -26,9 +25,10 @@ import numpy as np
 
 from runfiles.atomic import write_bytes
 from runfiles.names import METRICS
-from frameworks import common, data, models
+from frameworks import common, data, lbann_timeline, models
 from frameworks.common import Dist
 from frameworks.registry import AdapterInfo
+from traces.phases import PhaseRecorder
 
 ADAPTER = AdapterInfo(
     name="lbann",
@@ -37,11 +37,13 @@ ADAPTER = AdapterInfo(
     launcher="lbann-driver",
     env="lbann",
     probe="lbann",
-    exposes=(),
-    notes="LBANN runs its own training loop and reports, per epoch and on its master "
-    "rank only, the run time and mini-batch time statistics (mean, median, max, "
-    "min, stdev): they fill epochs.tsv and lbann_batch_times.tsv. No per-step "
-    "phases, no warm-up exclusion (epoch 1 includes it), no weights to compare.",
+    exposes=("init", "data_load", "forward", "backward", "optimizer", "eval"),
+    notes="LBANN runs its own training loop. Its timeline callback times every "
+    "layer's forward and backward pass and every weight update on every rank: "
+    "data_load is the input layers' forward pass. The gradient all-reduces have no "
+    "phase of their own: LBANN keeps one in flight, so most of their time is in "
+    "backward and the last one's wait in optimizer. Its timer's epoch run times and mini-batch statistics fill "
+    "epochs.tsv and lbann_batch_times.tsv; LBANN keeps its weights to itself.",
 )
 
 HOW_TO_BUILD = (
@@ -235,13 +237,23 @@ INITIALISERS = {"he_uniform": "HeUniformInitializer", "glorot_uniform": "GlorotU
 CONSTANTS = {"zeros": 0.0, "ones": 1.0}
 
 
-def build_model(lbann, spec: dict, info: data.DatasetInfo, epochs: int, warmup_steps: int = 0):
+def build_model(
+    lbann,
+    spec: dict,
+    info: data.DatasetInfo,
+    epochs: int,
+    warmup_steps: int = 0,
+    timeline_dir: Path | None = None,
+):
     """The LBANN model of the shared spec: its layer graph, softmax
     cross-entropy, and accuracy as the metric named 'accuracy' (in %). The
     timer leaves the first ``warmup_steps`` training steps out of its
-    mini-batch statistics (epoch run times still include them)."""
-    images = lbann.Input(data_field="samples")
-    labels = lbann.Input(data_field="labels")
+    mini-batch statistics (epoch run times still include them). With
+    ``timeline_dir``, every rank writes its steps' phases there
+    (frameworks/lbann_timeline.py)."""
+    samples_name, labels_name = lbann_timeline.INPUT_LAYERS
+    images = lbann.Input(data_field="samples", name=samples_name)
+    labels = lbann.Input(data_field="labels", name=labels_name)
     x = images
     built = {"input": images}
     for index, node in enumerate(layer_graph(spec, info)):
@@ -261,12 +273,15 @@ def build_model(lbann, spec: dict, info: data.DatasetInfo, epochs: int, warmup_s
     probs = lbann.Softmax(x)
     loss = lbann.CrossEntropy(probs, labels)
     accuracy = lbann.CategoricalAccuracy(probs, labels)
+    callbacks = [lbann.CallbackPrint(), lbann.CallbackTimer(skip_steps=warmup_steps)]
+    if timeline_dir is not None:
+        callbacks.append(lbann.CallbackTimeline(directory=str(timeline_dir)))
     return lbann.Model(
         epochs,
         layers=lbann.traverse_layer_graph([images, labels]),
         objective_function=loss,
         metrics=[lbann.Metric(accuracy, name="accuracy", unit="%")],
-        callbacks=[lbann.CallbackPrint(), lbann.CallbackTimer(skip_steps=warmup_steps)],
+        callbacks=callbacks,
     )
 
 
@@ -528,7 +543,8 @@ def parse_output(text: str) -> list[dict]:
     """LBANN's per-epoch report lines (instance 0) as one dict per training
     epoch: train_* from 'training epoch N', test_* from the 'validation'
     lines that follow it (the validate reader reads the test set) and, for
-    the last epoch, from the final 'test' lines. Epochs count from 1."""
+    the last epoch, the scores of the final 'test' lines (and their times
+    where that epoch was not validated). Epochs count from 1."""
     epochs: list[dict] = []
     final_test: dict = {}
     for line in text.splitlines():
@@ -548,8 +564,15 @@ def parse_output(text: str) -> list[dict]:
         else:
             continue
         target.update(_values(prefix, key, value))
-    if epochs and final_test:
-        epochs[-1].update(final_test)
+    if epochs:
+        # The final test's scores stand; its times only where the last epoch
+        # was not validated (cifar10), so that the last epoch's evaluation
+        # time is the one inside training, as for the other epochs.
+        for key, value in final_test.items():
+            if key.endswith("_loss") or key.endswith("_accuracy"):
+                epochs[-1][key] = value
+            else:
+                epochs[-1].setdefault(key, value)
     return epochs
 
 
@@ -581,10 +604,9 @@ def epoch_rows(
     wall time. The measured time: with ``global_batch``, the mini-batches
     LBANN's timer timed (CallbackTimer(skip_steps=warmup_steps) leaves the
     warm-up steps out) times their mean; else the whole run time (warm-up
-    included). LBANN reports no clock of its own: an epoch's elapsed time is
-    the time to its launch (``launch_s`` on the run clock) plus the epochs'
-    wall times so far, which leaves out LBANN's own start-up and so flatters
-    it a little."""
+    included). An epoch's elapsed time is when training began on the run
+    clock (``launch_s``: from LBANN's timeline, else the launch) plus the
+    epochs' wall times so far."""
     nan = float("nan")
     rows = []
     elapsed, steps_before = launch_s, 0
@@ -635,15 +657,79 @@ def write_batch_times(folder: Path, parsed: list[dict]) -> None:
 # --- the driver -------------------------------------------------------------
 
 
+def write_step_tables(
+    run_dir: Path,
+    work_dir: Path,
+    parsed: list[dict],
+    steps_per_epoch: int,
+    world: int,
+    validated: bool,
+    init_start: float,
+) -> float | None:
+    """steps.rank<r>.tsv of every rank from LBANN's timeline, and rank 0's
+    intervals: ``init`` from the driver's start to training's, ``eval``
+    after each epoch that LBANN evaluated (its timer's run time). Returns
+    when training began (a perf_counter value), or None, writing nothing,
+    when a rank left no readable timeline."""
+    files = lbann_timeline.rank_files(work_dir)
+    if sorted(files) != list(range(world)):
+        return None
+    try:
+        timelines = {rank: lbann_timeline.read(path.read_text()) for rank, path in files.items()}
+    except (OSError, lbann_timeline.TimelineError):
+        return None
+    if not all(timelines.values()):
+        return None
+    # a mnist run's last epoch ends with its evaluation, inside training
+    after_s = parsed[-1].get("test_run_time_s", 0.0) if validated else 0.0
+    began_ns = lbann_timeline.training_began_ns(
+        files[0], lbann_timeline.last_end_s(timelines[0]), after_s
+    )
+    began_ns = max(began_ns, round(init_start * 1e9))
+    for rank, intervals in timelines.items():
+        recorder = PhaseRecorder()
+        recorder.steps = lbann_timeline.step_rows(intervals, steps_per_epoch, began_ns)
+        if rank == 0:
+            recorder.intervals = [("init", 0, round(init_start * 1e9), began_ns)]
+            recorder.intervals += eval_intervals(recorder.steps, parsed)
+        recorder.write(run_dir, rank)
+    return began_ns / 1e9
+
+
+def eval_intervals(step_rows: list[tuple], parsed: list[dict]) -> list[tuple]:
+    """(eval, epoch, start_ns, end_ns) right after each epoch's last step,
+    as long as LBANN's timer says the evaluation took."""
+    last_end = {}
+    for row in step_rows:
+        last_end[row[0]] = row[3]
+    return [
+        ("eval", entry["epoch"], last_end[entry["epoch"]],
+         last_end[entry["epoch"]] + round(entry["test_run_time_s"] * 1e9))
+        for entry in parsed
+        if entry["epoch"] in last_end and "test_run_time_s" in entry
+    ]
+
+
 def experiment(
-    lbann, config: dict, info: data.DatasetInfo, folder: Path, steps: int, world: int
+    lbann,
+    config: dict,
+    info: data.DatasetInfo,
+    folder: Path,
+    steps: int,
+    world: int,
+    timeline_dir: Path | None = None,
 ) -> tuple:
     """(trainer, model, data readers, optimizer) of one run: the global
     batch as LBANN's mini-batch, ``steps`` of it per epoch, the design's seed
     and the shared learning-rate rule."""
     global_batch = config["batch_size"] * world
     model = build_model(
-        lbann, models.MODELS[config["model"]], info, config["epochs"], config["warmup_steps"]
+        lbann,
+        models.MODELS[config["model"]],
+        info,
+        config["epochs"],
+        config["warmup_steps"],
+        timeline_dir,
     )
     trainer = lbann.Trainer(mini_batch_size=global_batch, random_seed=config["seed"])
     readers = reader_message(
@@ -666,10 +752,11 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     global_batch = config["batch_size"] * world
     _, n_test, steps = common.epoch_sizes(config, dataset, world)
     folder = write_data_files(dataset, data_folder(dataset))
-    parts = experiment(lbann, {**config, "test_images": n_test}, info, folder, steps, world)
-    init_s = time.perf_counter() - init_start
-    launch_s = clock.elapsed()
     work_dir = run_dir / "lbann"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    parts = experiment(
+        lbann, {**config, "test_images": n_test}, info, folder, steps, world, work_dir
+    )
     status = lbann.run(
         *parts, work_dir=str(work_dir), overwrite_script=True, **launch_args(config, os.environ)
     )
@@ -684,7 +771,15 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
             f"lbann: the experiment exited with status {status} and "
             f"{len(parsed)} epoch(s) reported; see {work_dir}/err.log"
         )
-    rows = epoch_rows(parsed, steps * global_batch, launch_s, global_batch, config["warmup_steps"])
+    validated = any(role == "validate" for role, _ in reader_roles(info))
+    began = write_step_tables(run_dir, work_dir, parsed, steps, world, validated, init_start)
+    # Without its timeline, LBANN's start-up cannot be told from training:
+    # the run clock then reads training as starting at the launch.
+    train_start = began if began is not None else time.perf_counter()
+    init_s = train_start - init_start
+    rows = epoch_rows(
+        parsed, steps * global_batch, clock.at(train_start), global_batch, config["warmup_steps"]
+    )
     common.write_epochs(run_dir, rows)
     write_batch_times(run_dir, parsed)
     dist = Dist(rank=0, world=world, local_rank=0)
@@ -692,6 +787,7 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
         dist, {"lbann": lbann_version(output), **common.built_versions("lbann_build")}
     )
     record["params_digest"] = None  # LBANN keeps its weights to itself
+    record["lbann_timeline"] = "per-step phases" if began is not None else "missing"
     common.write_json(run_dir / "rank0.json", record)
     lr = models.scaled_learning_rate(config, global_batch)
     common.write_json(

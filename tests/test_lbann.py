@@ -47,6 +47,33 @@ def test_two_processes_train(two_ranks):
     assert metrics["world_size"] == 2 and metrics["images_per_s"] > 0
 
 
+@pytest.mark.slow
+def test_timeline_gives_every_rank_its_steps_and_phases(two_ranks):
+    """Per-step phases from LBANN's own timeline callback: every step of
+    both ranks, phases within the step, and step times that agree with what
+    LBANN's timer itself printed for the same epoch."""
+    parsed = lbann.parse_output((two_ranks / "lbann" / "out.log").read_text())
+    for rank in (0, 1):
+        steps = pd.read_csv(two_ranks / f"steps.rank{rank}.tsv", sep="\t")
+        assert steps["step"].tolist() == list(range(24))  # 2 epochs of 12
+        assert steps["epoch"].tolist() == [1] * 12 + [2] * 12
+        wall = steps["end_ns"] - steps["start_ns"]
+        timed = steps[[f"{p}_ns" for p in ("data_load", "forward", "backward", "optimizer")]]
+        assert (timed["forward_ns"] > 0).all() and (timed["backward_ns"] > 0).all()
+        assert (timed.sum(axis=1) <= wall + 1000).all()  # the rounding of LBANN's times
+        assert (steps["grad_comm_ns"] == 0).all()  # LBANN has none apart
+        # epoch 2 has no warm-up step, so LBANN's timer timed all of it
+        mean_s = wall[steps["epoch"] == 2].mean() / 1e9
+        assert mean_s == pytest.approx(parsed[1]["train_batch_mean_s"], rel=0.05)
+    spans = pd.read_csv(two_ranks / "intervals.rank0.tsv", sep="\t")
+    first = pd.read_csv(two_ranks / "steps.rank0.tsv", sep="\t")["start_ns"].min()
+    init = spans[spans["phase"] == "init"].iloc[0]
+    assert init["start_ns"] < init["end_ns"] <= first  # LBANN's start-up is init
+    assert spans[spans["phase"] == "eval"]["epoch"].tolist() == [1, 2]
+    record = json.loads((two_ranks / "rank0.json").read_text())
+    assert record["lbann_timeline"] == "per-step phases"
+
+
 @pytest.fixture(scope="module")
 def cifar_run():
     """2 processes on CIFAR-10 in its official format (generated: no download

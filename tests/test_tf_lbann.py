@@ -63,7 +63,8 @@ def test_parser_turns_lbann_output_into_epochs():
     assert first["test_loss"] == 0.456312 and first["test_accuracy"] == pytest.approx(0.8363)
     assert last["train_loss"] == 0.380417  # instance 1 and global lines are not instance 0's
     assert math.isnan(last["train_batch_median_s"]) and math.isnan(last["train_batch_stdev_s"])
-    assert last["test_loss"] == 0.370091  # the final test replaces the last validation
+    assert last["test_loss"] == 0.370091  # the final test's scores replace the last validation's
+    assert last["test_run_time_s"] == 0.80221  # its time does not: it ran after training
     assert last["test_accuracy"] == pytest.approx(0.8681)
 
 
@@ -282,3 +283,54 @@ def test_measured_time_leaves_the_timers_skipped_steps_out():
     assert first["images_per_s"] == pytest.approx(128 / 0.0254837)
     assert second["measured_images"] == 468 * 128  # nothing skipped after epoch 1
     assert first["wall_s"] == pytest.approx(12.0417 + 0.814406, abs=1e-4)
+
+
+# LBANN's timeline callback writes 'kind-name:start:end' per interval,
+# in seconds since training began (src/callbacks/timeline.cpp).
+TIMELINE = """fp-input_samples:0.001:0.002
+fp-input_samples:0.1:0.1005
+fp-input_labels:0.002:0.0025
+fp-input_labels:0.1005:0.101
+fp-conv1:0.0025:0.0125
+fp-conv1:0.101:0.111
+bp-conv1:0.013:0.043
+bp-conv1:0.112:0.142
+opt-w0_kernel:0.043:0.045
+opt-w0_kernel:0.142:0.145
+"""
+
+
+def test_timeline_becomes_step_rows_with_the_common_phases():
+    from frameworks import lbann_timeline
+    from traces.phases import PHASES
+
+    rows = lbann_timeline.step_rows(lbann_timeline.read(TIMELINE), steps_per_epoch=1, origin_ns=10**9)
+    assert [(r[0], r[1]) for r in rows] == [(1, 0), (2, 1)]  # epoch, step
+    first = dict(zip(["epoch", "step", "start_ns", "end_ns", *PHASES], rows[0]))
+    assert first["start_ns"] == 10**9 + 1_000_000 and first["end_ns"] == 10**9 + 45_000_000
+    assert first["data_load"] == 1_500_000  # both input layers' forward
+    assert first["forward"] == 10_000_000
+    assert first["backward"] == 30_000_000 and first["optimizer"] == 2_000_000
+    assert first["other"] == 44_000_000 - 43_500_000  # the gaps between them
+    assert first["grad_comm"] == 0
+
+
+def test_a_step_missing_from_one_series_is_not_counted():
+    from frameworks import lbann_timeline
+
+    cut = TIMELINE.replace("opt-w0_kernel:0.142:0.145\n", "")
+    assert len(lbann_timeline.step_rows(lbann_timeline.read(cut), 1, 0)) == 1
+
+
+def test_a_damaged_timeline_is_named_and_leaves_no_steps(tmp_path):
+    from frameworks import lbann_timeline
+
+    with pytest.raises(lbann_timeline.TimelineError, match="line 2"):
+        lbann_timeline.read("fp-a:0.1:0.2\nfp-a:0.3:garbage\n")
+    (tmp_path / "timeline.m0.0.txt").write_text(TIMELINE)
+    # rank 1 wrote nothing: no rank gets steps, and the run says so
+    began = lbann.write_step_tables(tmp_path, tmp_path, [{"epoch": 1}], 1, 2, False, 0.0)
+    assert began is None and not list(tmp_path.glob("steps.rank*.tsv"))
+    (tmp_path / "timeline.m0.1.txt").write_text(TIMELINE)
+    began = lbann.write_step_tables(tmp_path, tmp_path, [{"epoch": 1}], 1, 2, False, 0.0)
+    assert began is not None and len(list(tmp_path.glob("steps.rank*.tsv"))) == 2
