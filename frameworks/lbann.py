@@ -703,8 +703,12 @@ def eval_intervals(step_rows: list[tuple], parsed: list[dict]) -> list[tuple]:
     for row in step_rows:
         last_end[row[0]] = row[3]
     return [
-        ("eval", entry["epoch"], last_end[entry["epoch"]],
-         last_end[entry["epoch"]] + round(entry["test_run_time_s"] * 1e9))
+        (
+            "eval",
+            entry["epoch"],
+            last_end[entry["epoch"]],
+            last_end[entry["epoch"]] + round(entry["test_run_time_s"] * 1e9),
+        )
         for entry in parsed
         if entry["epoch"] in last_end and "test_run_time_s" in entry
     ]

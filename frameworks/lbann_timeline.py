@@ -59,7 +59,9 @@ def read(text: str) -> dict[tuple[str, str], np.ndarray]:
         try:
             intervals.setdefault((kind, name), []).append((float(start), float(end)))
         except ValueError:
-            raise TimelineError(f"line {number} has a time that is no number: {line[:80]!r}")
+            raise TimelineError(
+                f"line {number} has a time that is no number: {line[:80]!r}"
+            ) from None
     return {key: np.asarray(values, dtype=float) for key, values in intervals.items()}
 
 
@@ -110,7 +112,14 @@ def step_rows(
     zeros = np.zeros(steps, dtype=np.int64)
     columns = [ns.get(phase, zeros) for phase in PHASES]
     return [
-        (k // steps_per_epoch + 1, k, int(start_ns[k]), int(end_ns[k]), *(int(c[k]) for c in columns), "")
+        (
+            k // steps_per_epoch + 1,
+            k,
+            int(start_ns[k]),
+            int(end_ns[k]),
+            *(int(c[k]) for c in columns),
+            "",
+        )
         for k in range(steps)
     ]
 

@@ -304,7 +304,9 @@ def test_timeline_becomes_step_rows_with_the_common_phases():
     from frameworks import lbann_timeline
     from traces.phases import PHASES
 
-    rows = lbann_timeline.step_rows(lbann_timeline.read(TIMELINE), steps_per_epoch=1, origin_ns=10**9)
+    rows = lbann_timeline.step_rows(
+        lbann_timeline.read(TIMELINE), steps_per_epoch=1, origin_ns=10**9
+    )
     assert [(r[0], r[1]) for r in rows] == [(1, 0), (2, 1)]  # epoch, step
     first = dict(zip(["epoch", "step", "start_ns", "end_ns", *PHASES], rows[0]))
     assert first["start_ns"] == 10**9 + 1_000_000 and first["end_ns"] == 10**9 + 45_000_000
