@@ -564,28 +564,30 @@ def section_body(part) -> str:
 
 
 def _not_compared(names: list[str]) -> str:
-    """Every registered framework this design leaves out, and whether it is
-    installed here: none is dropped without a word."""
-    from ddlcompare import envs
-
-    rows = [
-        {
-            "framework": n,
-            "environment here": "built"
-            if envs.has_module(info.env, info.probe)
-            else f"not built: {envs.how_to_build(info.env)}",
-        }
-        for n, info in registry.FRAMEWORKS.items()
-        if n not in names
-    ]
+    """Every registered framework this design leaves out, told apart:
+    installed here (add it to the design) or not (the command that builds
+    it). None is dropped without a word."""
+    rows = [_how_to_compare(n, info) for n, info in registry.FRAMEWORKS.items() if n not in names]
     if not rows:
         return ""
     return (
-        "<h3>Frameworks not in this design</h3><p>Add them to the design's "
-        "<code>framework</code> factor to compare them; <code>designs/baselines.yaml</code> "
-        "compares every framework that <code>./ddlc run</code>'s set-up installs.</p>"
-        + page.table(pd.DataFrame(rows))
+        "<h3>Frameworks not in this design</h3><p>Every other framework here: installed "
+        "or not, and how to compare it (add it to the design's <code>framework</code> "
+        "factor).</p>" + page.table(pd.DataFrame(rows).sort_values("installed here", kind="stable"))
     )
+
+
+def _how_to_compare(name: str, info: registry.AdapterInfo) -> dict:
+    from ddlcompare import envs
+
+    command = envs.how_to_build(info.env)
+    if envs.has_module(info.env, info.probe):
+        installed, how = "yes", "add it to the design"
+    elif envs.set_up_by_setup_sh(info.env):  # ./ddlc run sets up what its design needs
+        installed, how = "no", f"add it to the design: ./ddlc run sets it up; or {command}"
+    else:
+        installed, how = "no", f"{command}; then add it to the design"
+    return {"framework": name, "installed here": installed, "to compare it": how}
 
 
 def build(design: Design, tables: Path, out: Path) -> Path:

@@ -8,6 +8,7 @@ ddlc two-stage                       run the design, then its follow-up (one com
 ddlc timeline RUN_DIR... -o F.json   one merged Chrome/Perfetto trace of all ranks
 ddlc check [--rerun]                 damaged run files, listed (and queued again)
 ddlc fetch-data cifar10              download CIFAR-10 (needs internet)
+ddlc envs [--design design.yaml]     the environments envs/setup.sh sets up for it
 """
 
 from __future__ import annotations
@@ -255,6 +256,17 @@ def cmd_fetch_data(args) -> int:
     return 0
 
 
+def cmd_envs(args) -> int:
+    """The environments ./ddlc run sets up for the design, for envs/setup.sh."""
+    from ddlcompare import envs
+    from frameworks import registry
+
+    design = load_design(args.design, check_ready=False)
+    needed = {registry.FRAMEWORKS[n].env for n in preflight.levels(design, "framework")}
+    print(" ".join(envs.for_setup(needed)))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ddlc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -332,6 +344,7 @@ def parser() -> argparse.ArgumentParser:
     chk = command("check", cmd_check, "check every finished run's files; list the damaged")
     chk.add_argument("--results", default="results")
     chk.add_argument("--rerun", action="store_true", help="queue the damaged runs again")
+    command("envs", cmd_envs, "the environments envs/setup.sh sets up for the design")
     fetch = sub.add_parser("fetch-data", help="download and verify CIFAR-10")
     fetch.add_argument("dataset", choices=["cifar10"])
     fetch.add_argument("--data-dir", default=None)

@@ -64,10 +64,23 @@ def has_module(env: str, module: str) -> bool:
         return False
 
 
+def set_up_by_setup_sh(env: str) -> bool:
+    """envs/setup.sh builds the environments that have an envs/<env>.txt;
+    the others have build scripts of their own."""
+    return (REPO / "envs" / f"{env}.txt").exists()
+
+
+def for_setup(needed: set[str]) -> list[str]:
+    """What envs/setup.sh sets up for a design whose frameworks run in
+    ``needed``: torch always (it holds Snakemake and the harness), then each
+    other one it builds. A missing Tarantella or LBANN is named at plan time."""
+    return ["torch", *sorted(e for e in needed - {"torch"} if set_up_by_setup_sh(e))]
+
+
 def how_to_build(env: str) -> str:
     """The fix to name when an environment is missing."""
-    if (REPO / "envs" / f"{env}.txt").exists():
-        return f"run 'bash envs/setup.sh' (envs/{env}.txt)"
+    if set_up_by_setup_sh(env):
+        return f"run 'bash envs/setup.sh {env}' (envs/{env}.txt)"
     if (REPO / "envs" / f"build-{env}.sh").exists():
         return (
             f"build it with 'bash envs/build-{env}.sh' (or as envs/{env}.md says) and set "

@@ -5,6 +5,10 @@
 #   the TensorFlow environment (.venv-tf) with its own Horovod build (cached).
 # Each step is skipped when its result is already there, so a second call
 # takes about a second.
+#   bash envs/setup.sh                    all of it (./ddlc setup, ./ddlc test)
+#   bash envs/setup.sh torch [tensorflow] only the environments named, each
+#                                         from envs/<name>.txt (./ddlc run: the
+#                                         ones its design needs)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -14,6 +18,20 @@ cache=${DDLC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddl-compare}
 mkdir -p "$cache/wheels"
 
 say() { printf 'setup: %s\n' "$*" >&2; }
+
+declare -A env_dirs=([torch]=$venv [tensorflow]=$venv_tf)
+wanted=("$@")
+[ $# -gt 0 ] || wanted=(torch tensorflow)
+for name in "${wanted[@]}"; do
+  case $name in
+    torch | tensorflow) ;;
+    *)
+      say "envs/setup.sh sets up torch and tensorflow, not '$name'$(
+        [ -f "envs/build-$name.sh" ] && echo ": 'bash envs/build-$name.sh' builds it")"
+      exit 2 ;;
+  esac
+done
+wants() { [[ " ${wanted[*]} " == *" $1 "* ]]; }
 
 # pip, with its chatter in a log that is shown only when it fails.
 pip_in() {
@@ -152,18 +170,27 @@ build_fastotf2() {
 # Elsewhere nothing happens: tracer scorep is then refused, naming the script.
 add_scorep_bindings() {
   [[ -x $cache/scorep-8.4/bin/scorep ]] || return 0
-  "$venv/bin/python" -c 'import scorep' 2>/dev/null &&
-    "$venv_tf/bin/python" -c 'import scorep' 2>/dev/null && return 0
+  local name missing=no
+  for name in "${wanted[@]}"; do
+    "${env_dirs[$name]}/bin/python" -c 'import scorep' 2>/dev/null || missing=yes
+  done
+  [ $missing = yes ] || return 0
   say "Score-P is built in $cache/scorep-8.4: adding its Python bindings"
   bash "$here/envs/build-scorep.sh" 2> "$cache/scorep-bindings.log" ||
     say "Score-P's bindings failed (log: $cache/scorep-bindings.log); scorep runs stay refused"
 }
 
 install_debian_packages
-build_env "$venv" envs/torch.txt Python
-build_fastotf2
-install_horovod
-build_env "$venv_tf" envs/tensorflow.txt TensorFlow
-install_horovod_tf
+if wants torch; then
+  build_env "$venv" envs/torch.txt Python
+  build_fastotf2
+  install_horovod
+fi
+if wants tensorflow; then
+  build_env "$venv_tf" envs/tensorflow.txt TensorFlow
+  install_horovod_tf
+fi
 add_scorep_bindings
-say "ready: $venv $venv_tf"
+ready=()
+for name in "${wanted[@]}"; do ready+=("${env_dirs[$name]}"); done
+say "ready: ${ready[*]}"

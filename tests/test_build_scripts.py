@@ -4,7 +4,7 @@ when what they take from the system is missing: before hours of work."""
 import os
 import subprocess
 
-from conftest import REPO
+from conftest import REPO, tiny_design, write_design
 
 
 def test_lbann_build_names_a_missing_hdf5_and_does_nothing(tmp_path):
@@ -38,3 +38,60 @@ def test_missing_debian_packages_are_listed():
         timeout=60,
     )
     assert found.stdout.split() == ["no-such-package-ddlc"]
+
+
+VENV = os.environ.get("DDLC_VENV", str(REPO / ".venv"))
+
+
+def front_door(*args, tmp_path, **env):
+    """The real envs/setup.sh or ./ddlc in this checkout (idempotent: about a
+    second once .venv is built), the TensorFlow env pointed at a folder that
+    must stay absent."""
+    return subprocess.run(
+        list(args),
+        cwd=REPO,
+        env={**os.environ, "DDLC_VENV_TENSORFLOW": str(tmp_path / "venv-tf"), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_setup_of_torch_alone_leaves_the_tensorflow_environment_alone(tmp_path):
+    done = front_door("bash", "envs/setup.sh", "torch", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == f"setup: ready: {VENV}"
+    assert not (tmp_path / "venv-tf").exists()
+
+
+def test_setup_refuses_an_environment_it_does_not_build_naming_its_script(tmp_path):
+    done = front_door("bash", "envs/setup.sh", "torch", "lbann", tmp_path=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "setup: envs/setup.sh sets up torch and tensorflow, not 'lbann': "
+        "'bash envs/build-lbann.sh' builds it"
+    )
+
+
+def test_ddlc_run_sets_up_only_what_its_design_needs(tmp_path):
+    """A design of PyTorch frameworks: ./ddlc run (a dry run) sets up .venv
+    and plans it, and never builds the TensorFlow environment."""
+    path = write_design(tmp_path, tiny_design(["torch-ddp", "horovod-torch"]))
+    done = front_door(
+        "./ddlc", "run", "-n", "-d", str(tmp_path), "--config", f"design={path}", tmp_path=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"setup: ready: {VENV}\n" in done.stderr
+    assert "This was a dry-run" in done.stdout
+    assert not (tmp_path / "venv-tf").exists()
+
+
+def test_ddlc_run_with_a_missing_design_says_so_in_one_line(tmp_path):
+    missing = tmp_path / "none.yaml"
+    done = front_door("./ddlc", "run", "-n", "--config", f"design={missing}", tmp_path=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: {missing}: file not found; copy design.yaml from the repository or "
+        "pass --config design=PATH"
+    )
+    assert "Traceback" not in done.stderr and not done.stdout

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FASHION, ddlc, write_design
+from conftest import FASHION, REPO, ddlc, write_design
 from ddlcompare import design
 from ddlcompare.design import DesignError
 
@@ -400,6 +400,49 @@ def test_cli_prints_problems_without_traceback(tmp_path):
 def test_cli_missing_design_file(tmp_path):
     out = ddlc("plan", "--design", str(tmp_path / "none.yaml"))
     assert out.returncode == 2 and "file not found" in out.stderr and "Traceback" not in out.stderr
+
+
+ENVS_FOR_SETUP = [
+    (["torch-ddp", "horovod-torch"], "torch"),
+    (["horovod-keras"], "torch tensorflow"),
+    (["torch-ddp", "tf-mwms", "tf-mirrored"], "torch tensorflow"),
+    # built by their own scripts, named at plan time when missing
+    (["lbann", "tarantella"], "torch"),
+]
+
+
+@pytest.mark.parametrize("frameworks,needed", ENVS_FOR_SETUP)
+def test_cli_envs_names_what_setup_builds_for_the_design(tmp_path, frameworks, needed):
+    """./ddlc run sets up these (and no others) before it runs the design."""
+    out = ddlc(
+        "envs", "--design", str(write_design(tmp_path, base(factors={"framework": frameworks})))
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"{needed}\n"
+
+
+def test_shipped_design_compares_every_framework_its_set_up_installs():
+    """Issue 13: ./ddlc run sets up only .venv for design.yaml, and design.yaml
+    names every framework of .venv that runs on its device."""
+    from frameworks import registry
+
+    shipped = design.load(str(REPO / "design.yaml"))
+    out = ddlc("envs", "--design", "design.yaml")
+    assert out.stdout.split() == ["torch"], out.stderr
+    runnable = {
+        name
+        for name, info in registry.FRAMEWORKS.items()
+        if info.env == "torch" and shipped.fixed["device"] in info.devices
+    }
+    assert set(shipped.factors["framework"]) == runnable
+
+
+def test_cli_envs_of_a_bad_design_is_one_message(tmp_path):
+    path = write_design(tmp_path, {"factors": {"framework": ["nope"]}})
+    out = ddlc("envs", "--design", str(path))
+    assert out.returncode == 2 and not out.stdout
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith(f"error: {path}: factors.framework: unknown value 'nope' (allowed: ")
 
 
 def test_cli_missing_dataset_names_path_and_fix(tmp_path):

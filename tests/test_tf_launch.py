@@ -3,6 +3,7 @@ the per-node spawner that gives each MultiWorkerMirroredStrategy worker its
 own TF_CONFIG (real processes)."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, tiny_design
+from conftest import tiny_design
 from ddlcompare import design, envs, launch, preflight, runner, spawn
 from ddlcompare.launchers import tarantella as tarantella_launcher
 from ddlcompare.schedulers import Host
@@ -216,17 +217,35 @@ def test_missing_lbann_is_a_failed_run_naming_its_build_script(tmp_path, monkeyp
     assert "bash envs/build-lbann.sh" in done["reason"]
 
 
-def test_report_names_frameworks_left_out_with_their_build_command(tmp_path, monkeypatch):
+def test_report_tells_frameworks_left_out_installed_or_not_with_their_build_command(
+    tmp_path, monkeypatch
+):
+    """Issue 13: a framework not in the design is never dropped silently; one
+    not installed here is named with the command that builds it."""
     from analysis import report
+    from frameworks import registry
 
-    monkeypatch.setenv("DDLC_VENV_LBANN", str(tmp_path / "nowhere"))
-    monkeypatch.setenv("DDLC_VENV_TARANTELLA", str(tmp_path / "nowhere"))
+    for env in ("LBANN", "TARANTELLA", "TENSORFLOW"):
+        monkeypatch.setenv(f"DDLC_VENV_{env}", str(tmp_path / "nowhere"))
     section = report.frameworks_section(design.parse(tiny_design(["torch-ddp"]), "t.yaml"))
-    assert "Frameworks not in this design" in section
-    for name in ("lbann", "tarantella", "horovod-torch"):
-        assert f"<td>{name}</td>" in section
-    assert "bash envs/build-lbann.sh" in section and "bash envs/build-tarantella.sh" in section
-    assert "designs/baselines.yaml" in section and (REPO / "designs" / "baselines.yaml").exists()
+    left_out = section.split("<h3>Frameworks not in this design</h3>")[1]
+    rows = {
+        name: (installed, how)
+        for name, installed, how in re.findall(
+            r"<tr>\s*<td>(.*?)</td>\s*<td>(.*?)</td>\s*<td>(.*?)</td>", left_out
+        )
+    }
+    assert set(rows) == set(registry.FRAMEWORKS) - {"torch-ddp"}
+    assert rows["horovod-torch"] == ("yes", "add it to the design")  # this checkout's .venv
+    assert rows["horovod-keras"] == (
+        "no",
+        "add it to the design: ./ddlc run sets it up; "
+        "or run 'bash envs/setup.sh tensorflow' (envs/tensorflow.txt)",
+    )
+    for name in ("lbann", "tarantella"):
+        installed, how = rows[name]
+        assert installed == "no" and how.startswith(f"build it with 'bash envs/build-{name}.sh'")
+        assert how.endswith("; then add it to the design")
 
 
 def test_tarantella_on_the_emulated_network_reaches_nodes_with_the_netns_ssh(
