@@ -270,9 +270,18 @@ def build_model(
         x = getattr(lbann, node["layer"])(*parents, **args)
         if "name" in node:
             built[node["name"]] = x
-    probs = lbann.Softmax(x)
-    loss = lbann.CrossEntropy(probs, labels)
-    accuracy = lbann.CategoricalAccuracy(probs, labels)
+    # Cross-entropy as -sum(labels * log_softmax(logits)), as PyTorch fuses
+    # it: its gradient is softmax - labels, finite whatever the logits.
+    # LBANN's CrossEntropy layer takes -log of Softmax probabilities, with
+    # gradient -labels / p: where a diverging step drives p to 0 in float32,
+    # the loss is inf and the weights NaN from the next step on.
+    log_probs = lbann.LogSoftmax(x)
+    loss = lbann.Negative(lbann.Reduction(lbann.Multiply(log_probs, labels), mode="sum"))
+    # The accuracy takes the log-probabilities (same argmax), not a Softmax
+    # beside LogSoftmax: LBANN would run both in place on the logits' one
+    # buffer, and LogSoftmax's backward would read Softmax's output
+    # (Layer::setup_pointers checks a layer's parents, not its siblings).
+    accuracy = lbann.CategoricalAccuracy(log_probs, labels)
     callbacks = [lbann.CallbackPrint(), lbann.CallbackTimer(skip_steps=warmup_steps)]
     if timeline_dir is not None:
         callbacks.append(lbann.CallbackTimeline(directory=str(timeline_dir)))
