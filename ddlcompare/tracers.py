@@ -178,13 +178,9 @@ def environment(config: dict, run_dir: Path) -> dict[str, str]:
 
 def expected_traces(config: dict, run_dir: Path) -> list[Path]:
     """The trace anchors a run with this tracer must leave."""
-    from frameworks import registry
-
     tracer = config.get("tracer", "none")
-    if tracer == "otf2":
-        # LBANN's loop is its C++ executable: our tracer sees none of it
-        family = registry.FRAMEWORKS[config["framework"]].family
-        return [run_dir / "trace" / "traces.otf2"] if family != "lbann" else []
+    if tracer == "otf2":  # LBANN's driver writes it from LBANN's timeline
+        return [run_dir / "trace" / "traces.otf2"]
     if tracer != "scorep":
         return []
     if mode(config) == "mpi":

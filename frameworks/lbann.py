@@ -28,6 +28,7 @@ from runfiles.names import METRICS
 from frameworks import common, data, lbann_timeline, models
 from frameworks.common import Dist
 from frameworks.registry import AdapterInfo
+from traces.otf2_writer import Otf2Sink
 from traces.phases import PhaseRecorder
 
 ADAPTER = AdapterInfo(
@@ -665,21 +666,37 @@ def write_batch_times(folder: Path, parsed: list[dict]) -> None:
 
 # --- the driver -------------------------------------------------------------
 
+WORLD_LINE = re.compile(r"Total number of processes\s*:\s*(\d+)")
+
+
+def check_world(output: str, world: int) -> None:
+    """LBANN's banner says how many processes its MPI world holds. Ranks
+    started without their launcher's MPI support (srun with no PMI plugin)
+    each train alone, as a world of one: not the run that was asked for."""
+    found = WORLD_LINE.search(output)
+    if found and int(found[1]) != world:
+        raise common.RunError(
+            f"lbann: its MPI world held {found[1]} process(es) where {world} were "
+            "launched, so each trained on its own; under Slurm, set DDLC_SRUN_MPI to "
+            "the srun MPI plugin that LBANN's MPI needs (srun --mpi=list)"
+        )
+
 
 def write_step_tables(
     run_dir: Path,
     work_dir: Path,
     parsed: list[dict],
     steps_per_epoch: int,
-    world: int,
-    validated: bool,
+    config: dict,
     init_start: float,
 ) -> float | None:
-    """steps.rank<r>.tsv of every rank from LBANN's timeline, and rank 0's
+    """steps.rank<r>.tsv of every rank from LBANN's timeline; rank 0's
     intervals: ``init`` from the driver's start to training's, ``eval``
-    after each epoch that LBANN evaluated (its timer's run time). Returns
-    when training began (a perf_counter value), or None, writing nothing,
-    when a rank left no readable timeline."""
+    after each epoch that LBANN evaluated (its timer's run time); and, with
+    ``tracer: otf2``, the run's trace of every layer's interval. Returns when
+    training began (a perf_counter value), or None, writing nothing, when a
+    rank left no readable timeline."""
+    world = config["nodes"] * config["procs_per_node"]
     files = lbann_timeline.rank_files(work_dir)
     if sorted(files) != list(range(world)):
         return None
@@ -689,7 +706,9 @@ def write_step_tables(
         return None
     if not all(timelines.values()):
         return None
-    # a mnist run's last epoch ends with its evaluation, inside training
+    info = data.DATASETS[config["dataset"]]
+    validated = any(role == "validate" for role, _ in reader_roles(info))
+    # a validated run's last epoch ends with its evaluation, inside training
     after_s = parsed[-1].get("test_run_time_s", 0.0) if validated else 0.0
     began_ns = lbann_timeline.training_began_ns(
         files[0], lbann_timeline.last_end_s(timelines[0]), after_s
@@ -701,26 +720,32 @@ def write_step_tables(
         if rank == 0:
             recorder.intervals = [("init", 0, round(init_start * 1e9), began_ns)]
             recorder.intervals += eval_intervals(recorder.steps, parsed)
+        if config.get("tracer") == "otf2":
+            sink = Otf2Sink(run_dir, rank, world, config.get("run_id", ""))
+            sink.steps += [row[:4] for row in recorder.steps]
+            sink.intervals += lbann_timeline.phase_intervals(intervals, steps_per_epoch, began_ns)
+            sink.intervals += [(p, e, -1, start, end) for p, e, start, end in recorder.intervals]
+            recorder.sinks.append(sink)
         recorder.write(run_dir, rank)
     return began_ns / 1e9
 
 
 def eval_intervals(step_rows: list[tuple], parsed: list[dict]) -> list[tuple]:
     """(eval, epoch, start_ns, end_ns) right after each epoch's last step,
-    as long as LBANN's timer says the evaluation took."""
-    last_end = {}
-    for row in step_rows:
-        last_end[row[0]] = row[3]
-    return [
-        (
-            "eval",
-            entry["epoch"],
-            last_end[entry["epoch"]],
-            last_end[entry["epoch"]] + round(entry["test_run_time_s"] * 1e9),
-        )
-        for entry in parsed
-        if entry["epoch"] in last_end and "test_run_time_s" in entry
-    ]
+    as long as LBANN's timer says the evaluation took, and never past the
+    next epoch's first step (the timeline's times are rounded)."""
+    last_end, first_start = {}, {}
+    for epoch, _, start, end, *_ in step_rows:
+        last_end[epoch] = end
+        first_start.setdefault(epoch, start)
+    rows = []
+    for entry in parsed:
+        epoch = entry["epoch"]
+        if epoch in last_end and "test_run_time_s" in entry:
+            start = last_end[epoch]
+            end = start + round(entry["test_run_time_s"] * 1e9)
+            rows.append(("eval", epoch, start, min(end, first_start.get(epoch + 1, end))))
+    return rows
 
 
 def experiment(
@@ -784,8 +809,8 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
             f"lbann: the experiment exited with status {status} and "
             f"{len(parsed)} epoch(s) reported; see {work_dir}/err.log"
         )
-    validated = any(role == "validate" for role, _ in reader_roles(info))
-    began = write_step_tables(run_dir, work_dir, parsed, steps, world, validated, init_start)
+    check_world(output, world)
+    began = write_step_tables(run_dir, work_dir, parsed, steps, config, init_start)
     # Without its timeline, LBANN's start-up cannot be told from training:
     # the run clock then reads training as starting at the launch.
     train_start = began if began is not None else time.perf_counter()

@@ -124,6 +124,29 @@ def step_rows(
     ]
 
 
+def phase_of(kind: str, name: str) -> str:
+    if kind == "fp":
+        return "data_load" if name in INPUT_LAYERS else "forward"
+    return "backward" if kind == "bp" else "optimizer"
+
+
+def phase_intervals(
+    intervals: dict[tuple[str, str], np.ndarray], steps_per_epoch: int, origin_ns: int
+) -> list[tuple]:
+    """Every layer's and weight tensor's interval of the counted steps as
+    (phase, epoch, step, start_ns, end_ns), what an event tracer keeps."""
+    steps = min((len(a) for a in intervals.values()), default=0)
+    rows = []
+    for (kind, name), times in intervals.items():
+        phase = phase_of(kind, name)
+        ns = origin_ns + np.round(times[:steps] * 1e9).astype(np.int64)
+        rows += [
+            (phase, k // steps_per_epoch + 1, k, int(start), int(end))
+            for k, (start, end) in enumerate(ns)
+        ]
+    return rows
+
+
 def training_began_ns(path: Path, last_s: float, after_s: float) -> int:
     """When training began, on this host's perf_counter_ns clock. LBANN
     gives its times only relative to that moment, and writes the file when

@@ -15,6 +15,8 @@ import pytest
 from conftest import assert_learned, generated_cifar, tiny_design, trained
 from ddlcompare import envs, model_gate
 from frameworks import lbann
+from traces import readers
+from traces.rules import PhaseRules
 
 BUILT = envs.has_module("lbann", "lbann") and (envs.env_dir("lbann") / "bin" / "lbann").exists()
 pytestmark = pytest.mark.skipif(
@@ -72,6 +74,11 @@ def test_timeline_gives_every_rank_its_steps_and_phases(two_ranks):
     assert spans[spans["phase"] == "eval"]["epoch"].tolist() == [1, 2]
     record = json.loads((two_ranks / "rank0.json").read_text())
     assert record["lbann_timeline"] == "per-step phases"
+    # tracer: otf2 (the default): the same archive as every framework's
+    table, problems = readers.read(two_ranks / "trace" / "traces.otf2", PhaseRules(), "r")
+    table = table.to_pandas()
+    assert problems == [] and sorted(table["rank"].unique()) == [0, 1]
+    assert (table[table["phase"] == "step"].groupby("rank").size() == 24).all()
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, tiny_design, write_design
-from ddlcompare import launch, schedulers
+from ddlcompare import envs, launch, schedulers
 from ddlcompare.schedulers import Host, slurm as slurm_scheduler
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
@@ -131,6 +131,27 @@ def test_run_past_its_slurm_time_limit_fails_and_the_workflow_ends(slurm, tmp_pa
     assert not list((tmp_path / "results").rglob("done.json"))  # no done marker: runs again
     record = json.loads(next((tmp_path / "results").rglob("run.json")).read_text())
     assert record["status"] == "interrupted"
+
+
+@pytest.mark.skipif(
+    not (envs.has_module("lbann", "lbann") and (envs.env_dir("lbann") / "bin" / "lbann").exists()),
+    reason="LBANN is not built: 'bash envs/build-lbann.sh' builds it",
+)
+def test_lbann_trains_through_the_slurm_profile_with_its_own_srun(slurm, tmp_path):
+    """LBANN launches its ranks itself, with srun inside the job: they must
+    form one MPI world (an srun without an MPI plugin would start two
+    worlds of one, each training alone) and each time its steps."""
+    write_design(tmp_path, tiny_design(["lbann"], procs=(2,), epochs=1, max_steps=6))
+    out = run_snakemake(tmp_path, slurm, "slurm")
+    assert out.returncode == 0, out.stderr[-4000:]
+    folder = next((tmp_path / "results").rglob("run.json")).parent
+    record = json.loads((folder / "run.json").read_text())
+    assert record["status"] == "ok" and record["scheduler"] == "slurm", record.get("reason")
+    script = (folder / "lbann" / "batch.sh").read_text()
+    assert "srun --overlap --mpi=pmix" in script
+    assert "Total number of processes  : 2" in (folder / "lbann" / "out.log").read_text()
+    for rank in (0, 1):
+        assert len(pd.read_csv(folder / f"steps.rank{rank}.tsv", sep="\t")) == 6
 
 
 def test_launch_commands_from_a_real_slurm_node_list(slurm):

@@ -117,12 +117,16 @@ def test_launch_arguments_per_scheduler(monkeypatch):
         handed = json.dumps(schedulers.get(scheduler).lbann_run_args(os.environ))
         return lbann.launch_args(config, {LBANN_RUN_ARGS: handed})
 
+    monkeypatch.delenv("DDLC_SRUN_MPI", raising=False)
     assert args("slurm") == {
         "nodes": 2,
         "procs_per_node": 4,
         "job_name": "ddlc-r1",
         "scheduler": "slurm",
+        "launcher_args": ["--overlap", "--mpi=pmix"],  # inside the job; ranks share one world
     }
+    monkeypatch.setenv("DDLC_SRUN_MPI", "")  # slurm.conf's MpiDefault
+    assert args("slurm")["launcher_args"] == ["--overlap"]
     monkeypatch.setenv("OAR_NODEFILE", "/var/lib/oar/123")
     oar = args("oar")
     assert oar["scheduler"] == "openmpi"
@@ -329,10 +333,53 @@ def test_a_damaged_timeline_is_named_and_leaves_no_steps(tmp_path):
 
     with pytest.raises(lbann_timeline.TimelineError, match="line 2"):
         lbann_timeline.read("fp-a:0.1:0.2\nfp-a:0.3:garbage\n")
+    config = {"nodes": 1, "procs_per_node": 2, "dataset": "cifar10", "tracer": "none"}
     (tmp_path / "timeline.m0.0.txt").write_text(TIMELINE)
     # rank 1 wrote nothing: no rank gets steps, and the run says so
-    began = lbann.write_step_tables(tmp_path, tmp_path, [{"epoch": 1}], 1, 2, False, 0.0)
-    assert began is None and not list(tmp_path.glob("steps.rank*.tsv"))
+    assert lbann.write_step_tables(tmp_path, tmp_path, [{"epoch": 1}], 1, config, 0.0) is None
+    assert not list(tmp_path.glob("steps.rank*.tsv"))
     (tmp_path / "timeline.m0.1.txt").write_text(TIMELINE)
-    began = lbann.write_step_tables(tmp_path, tmp_path, [{"epoch": 1}], 1, 2, False, 0.0)
-    assert began is not None and len(list(tmp_path.glob("steps.rank*.tsv"))) == 2
+    assert lbann.write_step_tables(tmp_path, tmp_path, [{"epoch": 1}], 1, config, 0.0)
+    assert len(list(tmp_path.glob("steps.rank*.tsv"))) == 2
+
+
+def test_timeline_becomes_the_runs_otf2_trace(tmp_path):
+    """With tracer: otf2, every layer's interval becomes a phase region in
+    its step, on its rank, in the same archive the other frameworks write;
+    the converter reads back what went in."""
+    from traces import readers
+    from traces.rules import PhaseRules
+
+    for rank in (0, 1):
+        (tmp_path / f"timeline.m0.{rank}.txt").write_text(TIMELINE)
+    config = {
+        "nodes": 1,
+        "procs_per_node": 2,
+        "dataset": "cifar10",
+        "tracer": "otf2",
+        "run_id": "t1",
+    }
+    parsed = [{"epoch": 1}, {"epoch": 2, "test_run_time_s": 0.5}]
+    assert lbann.write_step_tables(tmp_path, tmp_path, parsed, 1, config, 0.0)
+    assert (tmp_path / "trace" / "traces.otf2").exists()
+    table, problems = readers.read(tmp_path / "trace" / "traces.otf2", PhaseRules(), "t1")
+    assert problems == []
+    table = table.to_pandas()
+    in_steps = table[table["step"] >= 0]
+    assert sorted(in_steps["rank"].unique()) == [0, 1]
+    per_phase = in_steps[in_steps["rank"] == 0].groupby("phase")["dur_ns"].sum()
+    # the two steps of TIMELINE: 1.5 + 1 ms loading, 20 ms forward, 60 ms
+    # backward, 5 ms optimizer (to the rounding of ns)
+    assert per_phase["data_load"] == pytest.approx(2_500_000, abs=10)
+    assert per_phase["forward"] == pytest.approx(20_000_000, abs=10)
+    assert per_phase["backward"] == pytest.approx(60_000_000, abs=10)
+    assert per_phase["optimizer"] == pytest.approx(5_000_000, abs=10)
+    assert set(table[table["step"].isna()]["phase"]) == {"init", "eval"}  # outside steps
+
+
+def test_a_world_smaller_than_launched_is_refused():
+    """Ranks that srun started without MPI support each train alone."""
+    banner = "  Processes on node          : 1\n  Total number of processes  : 1\n"
+    lbann.check_world(banner, 1)
+    with pytest.raises(common.RunError, match="DDLC_SRUN_MPI"):
+        lbann.check_world(banner, 2)

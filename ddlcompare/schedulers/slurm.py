@@ -45,7 +45,16 @@ class Slurm(Scheduler):
         return ["--mca", "ras", "^slurm", "--mca", "plm", "^slurm"]
 
     def lbann_run_args(self, env, hosts=()) -> dict:
-        return {"scheduler": "slurm"}
+        # LBANN's own srun line, inside this job: --overlap as for
+        # per_node_starter; and an MPI plugin, since slurm.conf's usual
+        # MpiDefault (none) would start each rank as an MPI world of its own.
+        # pmix fits an Open MPI build (Debian's, envs/build-lbann.sh);
+        # DDLC_SRUN_MPI names another (pmi2, cray_shasta), or '' for slurm.conf's.
+        mpi = env.get("DDLC_SRUN_MPI", "pmix")
+        args = ["--overlap", *([f"--mpi={mpi}"] if mpi else [])]
+        if hosts:
+            args.append(f"--nodelist={','.join(h.name for h in hosts)}")
+        return {"scheduler": "slurm", "launcher_args": args}
 
 
 def expand(nodelist: str) -> list[str]:
