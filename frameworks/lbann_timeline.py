@@ -161,3 +161,49 @@ def training_began_ns(path: Path, last_s: float, after_s: float) -> int:
 
 def last_end_s(intervals: dict[tuple[str, str], np.ndarray]) -> float:
     return max(float(a[:, 1].max()) for a in intervals.values() if len(a))
+
+
+def layer_means(intervals: dict[tuple[str, str], np.ndarray], skip: int = 0) -> list[tuple]:
+    """(mean seconds per step, kind, name) of every series after the first
+    ``skip`` steps, longest first: where an LBANN step's time goes."""
+    rows = [
+        (float((a[skip:, 1] - a[skip:, 0]).mean()), kind, name)
+        for (kind, name), a in intervals.items()
+        if len(a) > skip
+    ]
+    return sorted(rows, reverse=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m frameworks.lbann_timeline RUN_DIR [WARMUP_STEPS]: each
+    rank's layers and weight updates by their mean time per step."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        print("usage: python -m frameworks.lbann_timeline RUN_DIR [WARMUP_STEPS]", file=sys.stderr)
+        return 2
+    run_dir, skip = Path(argv[0]), int(argv[1]) if len(argv) > 1 else 0
+    files = rank_files(run_dir / "lbann")
+    if not files:
+        print(
+            f"error: {run_dir / 'lbann'}: no timeline.m0.<rank>.txt (an LBANN run's)",
+            file=sys.stderr,
+        )
+        return 1
+    for rank, path in sorted(files.items()):
+        try:
+            means = layer_means(read(path.read_text()), skip)
+        except TimelineError as exc:
+            print(f"error: {path}: {exc}", file=sys.stderr)
+            return 1
+        print(
+            f"rank {rank}: {sum(m for m, _, _ in means) * 1e3:.2f} ms per step in layers and updates"
+        )
+        for seconds, kind, name in means:
+            print(f"  {kind:3s} {name:24s} {seconds * 1e3:9.3f} ms  {phase_of(kind, name)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

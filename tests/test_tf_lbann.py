@@ -383,3 +383,15 @@ def test_a_world_smaller_than_launched_is_refused():
     lbann.check_world(banner, 1)
     with pytest.raises(common.RunError, match="DDLC_SRUN_MPI"):
         lbann.check_world(banner, 2)
+
+
+def test_layer_listing_of_a_run(tmp_path, capsys):
+    from frameworks import lbann_timeline
+
+    (tmp_path / "lbann").mkdir()
+    (tmp_path / "lbann" / "timeline.m0.0.txt").write_text(TIMELINE)
+    assert lbann_timeline.main([str(tmp_path), "1"]) == 0  # the second step only
+    out = capsys.readouterr().out
+    assert "rank 0: 45.00 ms per step" in out
+    assert out.splitlines()[1].split() == ["bp", "conv1", "30.000", "ms", "backward"]
+    assert lbann_timeline.main([str(tmp_path / "elsewhere")]) == 1
