@@ -30,7 +30,9 @@ def both(path: Path, monkeypatch):
 
 def events_file(path: Path, events: list, raw: str = "") -> Path:
     """A Kineto trace of ``events`` (and ``raw`` JSON records after them)."""
-    body = ",\n  ".join([json.dumps(e, ensure_ascii=False) for e in events] + ([raw] if raw else []))
+    body = ",\n  ".join(
+        [json.dumps(e, ensure_ascii=False) for e in events] + ([raw] if raw else [])
+    )
     path.write_text('{\n  "schemaVersion": 1,\n  "traceEvents": [\n  ' + body + "\n  ]\n}\n")
     return path
 
