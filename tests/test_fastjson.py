@@ -6,10 +6,11 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from test_traces_readers import FIXTURES, RULES, garbled_copy, needs_fixtures
-from traces import fastjson
+from traces import fastjson, nesting
 from traces.readers import kineto
 
 KINETO = sorted(p.relative_to(FIXTURES).as_posix() for p in FIXTURES.glob("kineto-*/*.json*"))
@@ -132,3 +133,20 @@ def test_a_damaged_chunk_costs_only_its_bad_record(tmp_path, monkeypatch):
     assert table.equals(expected) and [str(p) for p in problems] == expected_problems
     assert len(problems) == 1 and "1 record(s) could not be read" in problems[0]
     assert sum(s is None for s in scans) == 1 and len(scans) > 10
+
+
+@needs_scanner
+@pytest.mark.parametrize("seed", range(6))
+def test_nesting_in_c_is_the_numpy_nesting(seed, monkeypatch):
+    """traces.nesting.enclosing gives the same parents with the C stack as
+    with numpy alone: nested, overlapping, tied and empty intervals."""
+    rng = np.random.default_rng(seed)
+    n = 20_000
+    group = rng.integers(0, 1 + seed * 7, n)
+    start = rng.integers(0, 10 ** (2 + seed % 3), n)
+    end = start + rng.choice([0, 0, 1, 5, 50, 500], n) * rng.integers(0, 3, n)
+    fast = nesting.enclosing(group, start, end)
+    monkeypatch.setenv("DDLC_JSON_SCANNER", "msgspec")
+    slow = nesting.enclosing(group, start, end)
+    assert np.array_equal(fast, slow)
+    assert (fast >= 0).sum() > n // 10

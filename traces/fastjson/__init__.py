@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,7 @@ RECORD_BYTES = 40  # fewer bytes than any trace's records take, on average
 SCAN_FULL = 2  # kineto_scan: more records than the capacity
 
 _loaded: ctypes.CDLL | None = None
+_workspace = threading.local()
 _why = ""
 
 
@@ -146,6 +148,10 @@ def library() -> ctypes.CDLL | None:
         lib.kineto_scan.restype = ctypes.c_int
         lib.count_byte.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32]
         lib.count_byte.restype = ctypes.c_int64
+        lib.stack_parents.argtypes = (
+            [ctypes.c_void_p] * 3 + [ctypes.c_int64] + [ctypes.c_void_p] * 2
+        )
+        lib.stack_parents.restype = None
         _loaded = lib
     return _loaded
 
@@ -176,22 +182,32 @@ def scan(data, begin: int = 0, end: int | None = None, bracketed: bool = True):
     if done != 0:
         return None
     rows, strings, spans = arrays
-    n = out.rows
+    n, spans = out.rows, spans[: out.n_spans].copy()
     return Scanned(
         data=data,
         strings={
             key: _string_array(n, *(strings.get(k) for k in parts))
             for key, parts in STRING_COLUMNS.items()
         },
-        columns={key: array[:n] for key, array in rows.items()},
-        spans=spans[: out.n_spans, :2],
-        span_rows=spans[: out.n_spans, 2],
+        columns={key: array[:n].copy() for key, array in rows.items()},
+        spans=spans[:, :2],
+        span_rows=spans[:, 2],
         escaped=bool(out.escaped),
     )
 
 
 def _output(capacity: int, size: int):
-    """(_Scan, its arrays) for ``capacity`` records of ``size`` bytes."""
+    """(_Scan, its arrays) for at least ``capacity`` records of ``size``
+    bytes: this thread's, kept from call to call (the columns are copied out
+    of them), so that their memory is not mapped and faulted in anew for
+    every chunk."""
+    kept = getattr(_workspace, "kept", None)
+    if kept is None or kept[0].capacity < capacity or kept[0].names_capacity < size:
+        _workspace.kept = kept = _arrays(capacity, size)
+    return kept
+
+
+def _arrays(capacity: int, size: int):
     rows = {key: np.empty(capacity, dtype=dtype) for key, dtype in ROW_COLUMNS.items()}
     strings = {}
     for offsets, data_key, valid in STRING_COLUMNS.values():
@@ -213,10 +229,25 @@ def _string_array(n: int, offsets: np.ndarray, data: np.ndarray, valid) -> pa.St
         nulls = pa.py_buffer(np.packbits(valid, bitorder="little"))
     return pa.StringArray.from_buffers(
         n,
-        pa.py_buffer(offsets[: n + 1]),
+        pa.py_buffer(offsets[: n + 1].copy()),
         pa.py_buffer(data[: offsets[n]].copy()),
         nulls,
     )
+
+
+def stack_parents(group: np.ndarray, start: np.ndarray, end: np.ndarray):
+    """Parent (sorted row, -1: none) of each row sorted by (group, start,
+    longest first), by a stack in C (traces/nesting.py's rule), or None
+    when there is no compiled library."""
+    lib = library()
+    if lib is None:
+        return None
+    columns = [np.ascontiguousarray(a, dtype=np.int64) for a in (group, start, end)]
+    parent, stack = np.empty(len(start), dtype=np.int64), np.empty(len(start), dtype=np.int64)
+    lib.stack_parents(
+        *(a.ctypes.data for a in columns), len(start), parent.ctypes.data, stack.ctypes.data
+    )
+    return parent
 
 
 def main() -> int:

@@ -21,6 +21,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define SCAN_OK 0
 #define SCAN_FALLBACK 1
@@ -79,9 +82,9 @@ static inline void skip_ws(Cursor *c) {
         c->p++;
 }
 
-static int utf8_tail(Cursor *c) {
-    /* c->p at a byte >= 0x80: a whole, shortest-form UTF-8 sequence, no surrogate */
-    const uint8_t *p = c->p;
+/* The length of the whole, shortest-form UTF-8 sequence (no surrogate) at
+ * p, a byte >= 0x80; 0 if there is none. */
+static int utf8_length(const uint8_t *p, const uint8_t *end) {
     uint8_t b = *p;
     int n;
     uint32_t cp;
@@ -89,7 +92,7 @@ static int utf8_tail(Cursor *c) {
     else if (b >= 0xE0 && b <= 0xEF) n = 2, cp = b & 0x0F;
     else if (b >= 0xF0 && b <= 0xF4) n = 3, cp = b & 0x07;
     else return 0;
-    if (c->end - p <= n) return 0;
+    if (end - p <= n) return 0;
     for (int i = 1; i <= n; i++) {
         if ((p[i] & 0xC0) != 0x80) return 0;
         cp = (cp << 6) | (p[i] & 0x3F);
@@ -97,69 +100,77 @@ static int utf8_tail(Cursor *c) {
     if ((n == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
         (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
         return 0;
-    c->p += n + 1;
-    return 1;
+    return n + 1;
 }
 
 static inline int hex(uint8_t b) {
     return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
 }
 
-#define ONES 0x0101010101010101ULL
-#define HIGHS 0x8080808080808080ULL
-
-/* Whether none of 8 bytes ends or escapes a string, or needs a UTF-8 check:
- * no '"', no '\\', no control character, no byte >= 0x80 (bit tricks on
- * a word; a zero byte in x ^ c is a byte equal to c). */
-static inline int plain8(uint64_t x) {
-    uint64_t quote = x ^ (ONES * '"'), backslash = x ^ (ONES * '\\');
-    uint64_t special = ((quote - ONES) & ~quote) | ((backslash - ONES) & ~backslash) |
-                       ((x - ONES * 0x20) & ~x) | x;
-    return (special & HIGHS) == 0;
+/* The first byte from p that ends or escapes a string or needs a UTF-8
+ * check ('"', '\\', a control character, a byte >= 0x80), 16 bytes at a
+ * time; end - p < 16 when none was found. */
+static inline const uint8_t *plain_run(const uint8_t *p, const uint8_t *end) {
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
+    const __m128i space = _mm_set1_epi8(0x20);
+    while (end - p >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)p);
+        /* signed: bytes >= 0x80 are negative, so below 0x20 too */
+        __m128i special = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote),
+                                                    _mm_cmpeq_epi8(x, backslash)),
+                                       _mm_cmplt_epi8(x, space));
+        int mask = _mm_movemask_epi8(special);
+        if (mask) return p + __builtin_ctz(mask);
+        p += 16;
+    }
+#endif
+    return p;
 }
 
 /* A string from its opening quote; t: its raw bytes between the quotes.
  * allow_u: \uXXXX accepted (only in values that are skipped). */
 static int string(Cursor *c, Text *t, int allow_u) {
-    if (c->p >= c->end || *c->p != '"') return 0;
-    c->p++;
-    const uint8_t *start = c->p;
+    const uint8_t *p = c->p, *end = c->end;
+    if (p >= end || *p != '"') return 0;
+    const uint8_t *start = ++p;
     int escaped = 0;
     for (;;) {
-        uint64_t word;
-        while (c->end - c->p >= 8 && (memcpy(&word, c->p, 8), plain8(word))) c->p += 8;
-        if (c->p >= c->end) return 0;
-        uint8_t b = *c->p;
+        p = plain_run(p, end);
+        if (p >= end) return 0;
+        uint8_t b = *p;
         if (b == '"') break;
         if (b < 0x20) return 0;
         if (b == '\\') {
-            if (c->end - c->p < 2) return 0;
-            uint8_t e = c->p[1];
+            if (end - p < 2) return 0;
+            uint8_t e = p[1];
             escaped = 1;
             if (e == 'u') {
-                if (!allow_u || c->end - c->p < 6 || !hex(c->p[2]) || !hex(c->p[3]) ||
-                    !hex(c->p[4]) || !hex(c->p[5]))
+                if (!allow_u || end - p < 6 || !hex(p[2]) || !hex(p[3]) || !hex(p[4]) ||
+                    !hex(p[5]))
                     return 0;
-                c->p += 6;
-            } else if (strchr("\"\\/bfnrt", e) != NULL && e != 0) {
-                c->p += 2;
+                p += 6;
+            } else if (e != 0 && strchr("\"\\/bfnrt", e) != NULL) {
+                p += 2;
             } else {
                 return 0;
             }
         } else if (b >= 0x80) {
-            if (!utf8_tail(c)) return 0;
+            int n = utf8_length(p, end);
+            if (!n) return 0;
+            p += n;
         } else {
-            c->p++;
+            p++; /* an ordinary byte in the last 16 */
         }
     }
     if (t) {
         t->at = start;
-        t->len = c->p - start;
+        t->len = p - start;
         t->present = 1;
         t->null = 0;
         t->escaped = escaped;
     }
-    c->p++;
+    c->p = p + 1;
     return 1;
 }
 
@@ -207,37 +218,6 @@ static int int64_of(const uint8_t *p, const uint8_t *end, int64_t *out) {
 static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
                                1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
                                1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-
-/* The double nearest a validated number: exact arithmetic when its digits
- * make an integer below 2^53 and the power of ten is exact (one rounding:
- * correctly rounded), else strtod (correctly rounded too). */
-static double double_of(const uint8_t *p, const uint8_t *end) {
-    const uint64_t exact = (uint64_t)1 << 53;
-    const uint8_t *q = p;
-    int negative = *q == '-';
-    uint64_t m = 0;
-    int scale = 0, fraction = 0;
-    for (q += negative; q < end; q++) {
-        if (*q == '.' && !fraction) {
-            fraction = 1;
-            continue;
-        }
-        if (*q < '0' || *q > '9') goto slow; /* an exponent */
-        uint64_t digit = *q - '0';
-        if (m > (exact - 1 - digit) / 10) goto slow;
-        m = m * 10 + digit;
-        scale += fraction;
-        if (scale > 22) goto slow;
-    }
-    double v = scale ? (double)m / POW10[scale] : (double)m;
-    return negative ? -v : v;
-slow:;
-    char buffer[64];
-    if (end - p >= (int64_t)sizeof buffer) return NAN; /* the caller refuses NaN */
-    memcpy(buffer, p, end - p);
-    buffer[end - p] = 0;
-    return strtod(buffer, NULL);
-}
 
 static int value(Cursor *c);
 
@@ -331,12 +311,52 @@ static int id_value(Cursor *c, int64_t *out, uint8_t *kind) {
     return int64_of(start, c->p, out);
 }
 
+/* A number as the double nearest it, in one pass: exact arithmetic when
+ * its digits make an integer below 2^53 and the power of ten is exact (one
+ * rounding: correctly rounded), else strtod (correctly rounded too). */
 static int real(Cursor *c, double *out) {
     skip_ws(c);
-    const uint8_t *start;
-    int is_int;
-    if (!number(c, &start, &is_int)) return 0;
-    *out = double_of(start, c->p);
+    const uint64_t below = (uint64_t)1 << 53;
+    const uint8_t *p = c->p, *end = c->end, *start = p;
+    int negative = 0, scale = 0, exact = 1;
+    uint64_t m = 0;
+    if (p < end && *p == '-') negative = 1, p++;
+    if (p >= end) return 0;
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9')
+        for (; p < end && *p >= '0' && *p <= '9'; p++) {
+            uint64_t digit = *p - '0';
+            if (m > (below - 1 - digit) / 10) exact = 0;
+            else if (exact) m = m * 10 + digit;
+        }
+    else return 0;
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || *p < '0' || *p > '9') return 0;
+        for (; p < end && *p >= '0' && *p <= '9'; p++) {
+            uint64_t digit = *p - '0';
+            if (m > (below - 1 - digit) / 10 || ++scale > 22) exact = 0;
+            else if (exact) m = m * 10 + digit;
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        exact = 0;
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || *p < '0' || *p > '9') return 0;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    }
+    c->p = p;
+    if (exact) {
+        double v = scale ? (double)m / POW10[scale] : (double)m;
+        *out = negative ? -v : v;
+    } else {
+        char buffer[64];
+        if (p - start >= (int64_t)sizeof buffer) return 0;
+        memcpy(buffer, start, p - start);
+        buffer[p - start] = 0;
+        *out = strtod(buffer, NULL);
+    }
     return isfinite(*out);
 }
 
@@ -541,4 +561,25 @@ int64_t count_byte(const uint8_t *data, int64_t begin, int64_t end, int32_t b) {
         p++;
     }
     return n;
+}
+
+/* traces/nesting.py's enclosing(), its last step: over rows sorted by
+ * (group, start, longest first), each row's parent is the nearest open row
+ * of its group that encloses it (starts no later, ends no later than it
+ * ends, and does not end where it starts unless it has no length). The
+ * rows on the stack are the open ones, innermost last; parent: sorted row
+ * numbers, -1 for none; stack: n int64 of scratch. */
+void stack_parents(const int64_t *group, const int64_t *s, const int64_t *e, int64_t n,
+                   int64_t *parent, int64_t *stack) {
+    int64_t open = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i > 0 && group[i] != group[i - 1]) open = 0;
+        while (open) {
+            int64_t top = stack[open - 1];
+            if (e[top] < s[i] || (e[top] == s[i] && s[i] < e[i]) || e[top] < e[i]) open--;
+            else break;
+        }
+        parent[i] = open ? stack[open - 1] : -1;
+        stack[open++] = i;
+    }
 }
