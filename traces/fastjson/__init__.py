@@ -10,10 +10,13 @@ JSON of the shapes the reader's msgspec structs accept; on anything else it
 returns None and the reader decodes the chunk with msgspec, as it would
 without it.
 
+``stack_parents()`` is traces/nesting.py's nesting rule in one C pass.
+
 The library is built on first use with gcc into
 ``~/.cache/ddl-compare/fastjson/`` (one file per hash of the source); with
-no compiler, or with ``DDLC_JSON_SCANNER=msgspec``, ``scan()`` is None
-always and msgspec reads everything.
+no compiler, or with ``DDLC_JSON_SCANNER=msgspec``, ``scan()`` and
+``stack_parents()`` give None always: msgspec reads everything and numpy
+nests (the reader before; bench/trace_read_json.py measures both).
 
     python -m traces.fastjson     # build it now; prints its path or why not
 """
@@ -163,9 +166,9 @@ def why_unavailable() -> str:
 def scan(data, begin: int = 0, end: int | None = None, bracketed: bool = True):
     """Scanned columns of the records in ``data[begin:end]`` (``data``: bytes
     or any buffer, such as msgspec.Raw; a JSON array when ``bracketed``, else
-    the comma-separated records inside one), or
-    None: no scanner here, or the chunk is not of the plain shapes it takes
-    (the caller then decodes it with msgspec)."""
+    the comma-separated records inside one), or None: no scanner here, or
+    the chunk is not of the plain shapes it takes (the caller then decodes
+    it with msgspec)."""
     lib = library()
     if lib is None:
         return None

@@ -17,8 +17,11 @@ bytes. One real collective shows as several nested records (c10d call,
 ``record_param_comms``, ``nccl:*``, the kernel); traces/table.py keeps one
 instance of it (see ``op_id``). A ``wait`` is not a collective.
 
-The JSON is decoded by msgspec into typed records (traces/jsonrecords.py)
-and everything after that is numpy: no Python per event.
+The events array is read a chunk at a time by the C scanner of
+traces/fastjson straight into columns; a chunk it does not take (damaged,
+or of shapes it leaves to msgspec), and every chunk where no C compiler is,
+is decoded by msgspec into typed records (traces/jsonrecords.py). Either
+way everything after that is numpy: no Python per event.
 """
 
 from __future__ import annotations
