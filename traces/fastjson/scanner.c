@@ -273,6 +273,15 @@ static int value(Cursor *c) {
     return number(c, &start, &is_int);
 }
 
+/* After an object's member, past what follows it: 1 a ',' (another member
+ * follows), 0 the object's closing '}', -1 anything else. */
+static int after_member(Cursor *c) {
+    skip_ws(c);
+    if (c->p >= c->end) return -1;
+    uint8_t b = *c->p++;
+    return b == ',' ? 1 : b == '}' ? 0 : -1;
+}
+
 static inline int key_is(const Text *k, const char *name) {
     size_t n = strlen(name);
     return (size_t)k->len == n && memcmp(k->at, name, n) == 0;
@@ -404,16 +413,8 @@ static int args(Cursor *c, Args *a) {
         else if (key_is(&k, "In msg nelems")) ok = number_or_null(c, &a->nelems);
         else if (key_is(&k, "In msg size")) ok = number_or_null(c, &a->size);
         else ok = value(c);
-        if (!ok) return 0;
-        skip_ws(c);
-        if (c->p >= c->end) return 0;
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p != '}') return 0;
-        c->p++;
-        return 1;
+        int more = ok ? after_member(c) : -1;
+        if (more <= 0) return more == 0;
     }
 }
 
@@ -458,16 +459,9 @@ static int record(Cursor *c, Scan *s) {
             a = (Args)NO_ARGS;
             ok = args(c, &a);
         } else ok = value(c);
-        if (!ok) return 0;
-        skip_ws(c);
-        if (c->p >= c->end) return 0;
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p != '}') return 0;
-        c->p++;
-        break;
+        int more = ok ? after_member(c) : -1;
+        if (more < 0) return 0;
+        if (!more) break;
     }
     int kind = !ph.present ? PH_NONE
                : ph.len == 1 && ph.at[0] == 'X' ? PH_X
