@@ -287,7 +287,8 @@ static inline int key_is(const Text *k, const char *name) {
     return (size_t)k->len == n && memcmp(k->at, name, n) == 0;
 }
 
-/* A string or null (t->null); bare: no escapes at all. */
+/* A string (no \\u escape: the reader would have to undo it) or, when
+ * nullable, null (t->null). */
 static int text_or_null(Cursor *c, Text *t, int nullable) {
     skip_ws(c);
     if (nullable && c->p < c->end && *c->p == 'n') {
