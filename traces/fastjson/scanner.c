@@ -287,7 +287,7 @@ static inline int key_is(const Text *k, const char *name) {
     return (size_t)k->len == n && memcmp(k->at, name, n) == 0;
 }
 
-/* A string (no \\u escape: the reader would have to undo it) or, when
+/* A string (no \u escape: the reader would have to undo it) or, when
  * nullable, null (t->null). */
 static int text_or_null(Cursor *c, Text *t, int nullable) {
     skip_ws(c);
