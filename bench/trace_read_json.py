@@ -263,11 +263,12 @@ def ours(folder: Path) -> None:
 
     pa.set_cpu_count(1)
     from trace_read import reset_peak_rss, status_bytes
-    from traces import convert, readers
+    from traces import convert, fastjson, readers
     from traces.rules import PhaseRules
 
     rules = PhaseRules()
     readers.readers()  # the readers' modules imported before the clock starts
+    fastjson.library()  # and the C scanner built, if it is to be used
     before = reset_peak_rss()
     started, cpu = time.perf_counter(), cpu_seconds()
     table, _, errors = convert.convert([folder], rules, "bench")
