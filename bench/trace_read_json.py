@@ -14,6 +14,9 @@ into ~/.cache/ddl-compare/bench/, one uncompressed file per rank.
 - ours: traces.convert over the folder (every rank's file -> one phase
   table in memory), in a fresh process pinned to one core; peak resident
   memory above the process's before it (VmHWM, reset just before);
+- the reader before, as baseline: the same with ``DDLC_JSON_SCANNER=msgspec``
+  (no C scanner nor C nesting: msgspec's typed records, then numpy), which
+  is also what runs where no C compiler is;
 - HTA: ``TraceAnalysis(trace_dir=...)`` from ``holistictraceanalysis``,
   installed in a separate virtual environment (it pins its own pandas and
   numpy), in a fresh process pinned to the same one core; its peak is the
@@ -241,10 +244,13 @@ def count_events(folder: Path) -> int:
     )
 
 
-def run_child(python: str, args: list[str]) -> dict:
+def run_child(python: str, args: list[str], env: dict | None = None) -> dict:
     core = str(sorted(os.sched_getaffinity(0))[0])
     done = subprocess.run(
-        ["taskset", "-c", core, python, __file__, *args], capture_output=True, text=True
+        ["taskset", "-c", core, python, __file__, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
     )
     if done.returncode != 0:
         raise SystemExit(f"{python} {' '.join(args)} failed:\n{done.stderr[-3000:]}")
@@ -257,11 +263,12 @@ def ours(folder: Path) -> None:
 
     pa.set_cpu_count(1)
     from trace_read import reset_peak_rss, status_bytes
-    from traces import convert, readers
+    from traces import convert, fastjson, readers
     from traces.rules import PhaseRules
 
     rules = PhaseRules()
     readers.readers()  # the readers' modules imported before the clock starts
+    fastjson.library()  # and the C scanner built, if it is to be used
     before = reset_peak_rss()
     started, cpu = time.perf_counter(), cpu_seconds()
     table, _, errors = convert.convert([folder], rules, "bench")
@@ -358,9 +365,12 @@ def main() -> None:
     folder = cached_trace(args.events, args.ranks)
     events = count_events(folder)
     size = sum(p.stat().st_size for p in folder.glob("rank-*.json"))
-    mine = run_child(sys.executable, ["--child", "ours", "--folder", str(folder)])
+    child = ["--child", "ours", "--folder", str(folder)]
+    mine = run_child(sys.executable, child)
     rate = events / mine["cpu"]
     print(summary(f"this reader, {args.ranks} ranks", mine, events, size), flush=True)
+    before = run_child(sys.executable, child, {"DDLC_JSON_SCANNER": "msgspec"})
+    print(summary("the reader before (msgspec alone)", before, events, size), flush=True)
     if not Path(args.hta_python).is_file():
         raise SystemExit(
             f"{args.hta_python}: no such Python; install HTA in a venv of its own:"
@@ -378,7 +388,9 @@ def main() -> None:
         f"ratio_vs_hta={rate / hta_rate:.1f} peak_bytes_per_event={mine['peak'] / events:.1f} "
         f"file_bytes_per_event={size / events:.1f} peak_vs_file={mine['peak'] / size:.2f} "
         f"hta_events={hta_events} hta_peak_bytes_per_event={theirs['peak'] / hta_events:.1f} "
-        f"target_events_per_s={TARGET_EVENTS_PER_S} target_peak_vs_file={TARGET_MEMORY_RATIO}"
+        f"target_events_per_s={TARGET_EVENTS_PER_S} target_peak_vs_file={TARGET_MEMORY_RATIO} "
+        f"before_events_per_s={events / before['cpu']:.0f} "
+        f"before_peak_bytes_per_event={before['peak'] / events:.1f}"
     )
 
 

@@ -159,9 +159,11 @@ install_horovod_tf() {
   pip_in "$venv_tf" install -q --no-deps "$wheel_dir"/horovod-*.whl
 }
 
-# The C reader of OTF2 traces, cached per source hash (~1 s to build).
+# The C reader of OTF2 traces and the C scanner of Kineto JSON, cached per
+# source hash (~1 s each to build).
 build_fastotf2() {
   "$venv/bin/python" -m traces.fastotf2 >/dev/null
+  "$venv/bin/python" -m traces.fastjson >/dev/null
 }
 
 # Score-P, where envs/build-scorep.sh built it on this machine: its Python

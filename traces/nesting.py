@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from traces import fastjson
+
 
 def enclosing(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Parent row of each interval: the latest-starting interval of the same
@@ -23,6 +25,10 @@ def enclosing(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
         return parent
     order = np.lexsort((-end, start, group))
     g, s, e = group[order], start[order], end[order]
+    stacked = fastjson.stack_parents(g, s, e)  # the rule below in one pass, where built
+    if stacked is not None:
+        parent[order] = np.where(stacked >= 0, order[np.maximum(stacked, 0)], -1)
+        return parent
     first = np.r_[True, g[1:] != g[:-1]]
     code = np.cumsum(first) - 1
     before = np.maximum.accumulate(np.where(first, np.arange(n), 0))  # rows of earlier groups

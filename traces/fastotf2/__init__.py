@@ -82,41 +82,52 @@ COLUMN_TYPES = {
 }
 
 
-def cache_dir() -> Path:
+def cache_dir(name: str = "fastotf2") -> Path:
     base = (
         os.environ.get("DDLC_CACHE")
         or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddl-compare"
     )
-    return Path(base) / "fastotf2"
+    return Path(base) / name
 
 
 def library_path() -> Path:
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(CFLAGS + LIBS).encode())
-    return cache_dir() / f"libfastotf2-{digest.hexdigest()[:16]}.so"
+    return _built_path(SOURCE, "fastotf2", CFLAGS, LIBS)
+
+
+def _built_path(source: Path, name: str, cflags, libs) -> Path:
+    digest = hashlib.sha256(source.read_bytes() + " ".join(cflags + libs).encode())
+    return cache_dir(name) / f"lib{name}-{digest.hexdigest()[:16]}.so"
 
 
 def build() -> Path:
     """Compile reader.c unless this version is built already; RuntimeError
     saying what is missing otherwise."""
-    target = library_path()
+    if not library_path().is_file() and not HEADER.is_file():
+        raise RuntimeError(
+            f"{HEADER} missing: install Debian's libopen-trace-format2-dev (envs/setup.sh does)"
+        )
+    return compile_library(SOURCE, "fastotf2", CFLAGS, LIBS)
+
+
+def compile_library(source: Path, name: str, cflags, libs) -> Path:
+    """The shared library of ``source`` in the cache (``~/.cache/ddl-compare/
+    <name>/``), compiled with gcc unless this version (hash of the source and
+    flags) is built already; RuntimeError saying why not."""
+    target = _built_path(source, name, cflags, libs)
     if target.is_file():
         return target
     compiler = shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
-        raise RuntimeError("no C compiler (gcc) to build traces/fastotf2/reader.c")
-    if not HEADER.is_file():
-        raise RuntimeError(
-            f"{HEADER} missing: install Debian's libopen-trace-format2-dev (envs/setup.sh does)"
-        )
+        raise RuntimeError(f"no C compiler (gcc) to build {source}")
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".so.tmp")
     os.close(fd)
     done = subprocess.run(
-        [compiler, *CFLAGS, str(SOURCE), *LIBS, "-o", tmp], capture_output=True, text=True
+        [compiler, *cflags, str(source), *libs, "-o", tmp], capture_output=True, text=True
     )
     if done.returncode != 0:
         os.unlink(tmp)
-        raise RuntimeError(f"building {SOURCE} failed: {done.stderr.strip()[-2000:]}")
+        raise RuntimeError(f"building {source} failed: {done.stderr.strip()[-2000:]}")
     os.replace(tmp, target)  # atomic: concurrent builds of one version agree
     return target
 

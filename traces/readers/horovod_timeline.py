@@ -24,6 +24,7 @@ Timestamps are microseconds of Horovod's steady clock.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -171,9 +172,17 @@ def _bytes(args) -> int:
     End; NULL when it does not say."""
     if args is None or args.shape is None:
         return NULL
-    size = DTYPE_BYTES.get(str(args.dtype or "").lower().replace("torch.", ""))
+    shape = args.shape if isinstance(args.shape, str) else json.dumps(args.shape)
+    return _tensor_bytes(args.dtype, shape)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _tensor_bytes(dtype, shape: str) -> int:
+    """Bytes of a tensor of ``dtype`` and ``shape`` (JSON text): each tensor's
+    pair recurs every step, so each is worked out once."""
+    size = DTYPE_BYTES.get(str(dtype or "").lower().replace("torch.", ""))
     try:
-        shape = json.loads(args.shape) if isinstance(args.shape, str) else args.shape
+        shape = json.loads(shape)
     except ValueError:
         return NULL
     if size is None or not isinstance(shape, list):

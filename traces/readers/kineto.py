@@ -17,12 +17,16 @@ bytes. One real collective shows as several nested records (c10d call,
 ``record_param_comms``, ``nccl:*``, the kernel); traces/table.py keeps one
 instance of it (see ``op_id``). A ``wait`` is not a collective.
 
-The JSON is decoded by msgspec into typed records (traces/jsonrecords.py)
-and everything after that is numpy: no Python per event.
+The events array is read a chunk at a time by the C scanner of
+traces/fastjson straight into columns; a chunk it does not take (damaged,
+or of shapes it leaves to msgspec), and every chunk where no C compiler is,
+is decoded by msgspec into typed records (traces/jsonrecords.py). Either
+way everything after that is numpy: no Python per event.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -33,7 +37,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traces import jsonrecords, nesting
+from traces import fastjson, jsonrecords, nesting
 from traces.readers import Problem, Reader, TraceError, read_bytes, register
 from traces.table import NULL, PHASE_CODE, Columns, finish_columns
 
@@ -147,6 +151,7 @@ class Document(msgspec.Struct):
     distributedInfo: dict | None = None
 
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 CHUNK_BYTES = 16 << 20  # of JSON decoded into event objects at a time
 RECORD_SEPARATORS = (b"},\n  {", b"}, {")  # between top-level records: Kineto's layouts
 
@@ -214,22 +219,31 @@ def _decode(data: bytes, path: Path):
         doc = msgspec.json.decode(data, type=Document)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return _salvaged(data, path)
-    return _batches([doc.traceEvents], path, problems), doc.distributedInfo, problems
+    pieces = [(doc.traceEvents, 0, None, True)]
+    return _batches(pieces, path, problems), doc.distributedInfo, problems
 
 
 def _pieces(data: bytes, chunks: list[tuple[int, int]], last):
-    """JSON arrays of the chunks' records, then the last (``last``)."""
+    """(buffer, begin, end, bracketed) of the chunks' records (inside the
+    array), then of the last chunk (``last``, a whole JSON array)."""
     for begin, end in chunks:
-        yield b"[" + data[begin:end] + b"]"
-    yield last
+        yield data, begin, end, False
+    yield last, 0, None, True
 
 
 def _batches(pieces, path: Path, problems: list):
-    """Lists of events from JSON arrays of records; one that does not decode
-    as a whole (a record of another shape) is read record by record, its bad
-    records counted in problems."""
+    """Batches of events from runs of records: scanned into columns in C
+    (traces/fastjson) where the scanner is built and the run is of the plain
+    shapes it takes, else decoded by msgspec into a list of events; a run
+    that does not decode as a whole (a record of another shape) is read
+    record by record, its bad records counted in problems."""
     decoder = msgspec.json.Decoder(list[Event])
-    for piece in pieces:
+    for buffer, begin, end, bracketed in pieces:
+        scanned = fastjson.scan(buffer, begin, end, bracketed)
+        if scanned is not None:
+            yield scanned
+            continue
+        piece = buffer if bracketed else b"[" + buffer[begin:end] + b"]"
         try:
             yield decoder.decode(piece)
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -298,18 +312,47 @@ class _Codes:
         hashing Python objects one by one."""
         kinds = set(map(type, values))
         if kinds <= {str, type(None)}:
-            encoded = pc.dictionary_encode(pa.array(values, pa.string()), null_encoding="encode")
-            local = encoded.indices.to_numpy(zero_copy_only=False)
-            uniques = encoded.dictionary.to_pylist()
-        elif kinds == {int}:  # process and thread ids, mostly
-            local, uniques = pd.factorize(np.fromiter(values, np.int64, len(values)))
-            uniques = uniques.tolist()
-        else:
-            local, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+            return self.of_strings(pa.array(values, pa.string()))
+        if kinds == {int} and INT64_MIN < min(values) and max(values) <= INT64_MAX:
+            return self.of_ints(np.fromiter(values, np.int64, len(values)))  # pids and tids
+        local, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+        return self._known(local, [None if u != u else u for u in uniques])  # None, not NaN
+
+    def of_strings(self, array: pa.StringArray, escaped: bool = False) -> np.ndarray:
+        """Codes of an Arrow string array (null: None); ``escaped``: its
+        strings may still hold JSON escapes (the scanner's raw bytes)."""
+        encoded = pc.dictionary_encode(array, null_encoding="encode")
+        local = encoded.indices.to_numpy(zero_copy_only=False)
+        uniques = encoded.dictionary.to_pylist()
+        if escaped:
+            uniques = [json.loads(f'"{u}"') if u and "\\" in u else u for u in uniques]
+        return self._known(local, uniques)
+
+    def of_ints(self, values: np.ndarray) -> np.ndarray:
+        local, uniques = pd.factorize(values)
+        return self._known(local, uniques.tolist())
+
+    def of_ids(self, values: np.ndarray, kinds: np.ndarray, text_rows, texts) -> np.ndarray:
+        """Codes of the scanner's ids: int64 ``values`` where ``kinds`` says
+        an int, None where absent, ``texts`` at ``text_rows``."""
+        local = np.full(len(values), -1, dtype=np.int64)
+        ints = kinds == fastjson.ID_INT
+        local[ints], uniques = pd.factorize(values[ints])
+        uniques = uniques.tolist()
+        absent = kinds == fastjson.ID_ABSENT
+        if absent.any():
+            local[absent] = len(uniques)
+            uniques.append(None)
+        codes = self._known(local, uniques)
+        if len(text_rows):
+            codes[text_rows] = self.of(texts)
+        return codes
+
+    def _known(self, local: np.ndarray, uniques) -> np.ndarray:
         known = np.array(
             [self.index.setdefault(u, len(self.index)) for u in uniques], dtype=np.int32
         )
-        return known[local] if len(uniques) else np.zeros(0, dtype=np.int32)
+        return known[local] if len(uniques) else np.zeros(len(local), dtype=np.int32)
 
     def names(self) -> list:
         return list(self.index)
@@ -326,14 +369,17 @@ class _Events:
         self.process, self.thread = {}, {}
         self.untimed = 0
 
-    def add(self, batch: list) -> None:
+    def add(self, batch) -> None:
+        """One batch: a list of events (msgspec) or scanned columns."""
+        if isinstance(batch, fastjson.Scanned):
+            self._add_scanned(batch)
+        else:
+            self._add_events(batch)
+
+    def _add_events(self, batch: list) -> None:
         """One field at a time over the batch (a list comprehension each),
         then numpy: the cheapest Python there is per event."""
-        for e in [e for e in batch if e.ph == "M" and e.args is not None]:
-            if e.name == "process_name":
-                self.process[e.pid] = e.args.name
-            elif e.name == "thread_name":
-                self.thread[(e.pid, e.tid)] = e.args.name
+        self._metadata(batch)
         complete = [e for e in batch if e.ph == "X"]
         ts = np.fromiter([e.ts for e in complete], dtype=np.float64, count=len(complete))
         timed = ~np.isnan(ts)
@@ -341,26 +387,86 @@ class _Events:
             self.untimed += int((~timed).sum())
             complete = [e for e, ok in zip(complete, timed) if ok]
             ts = ts[timed]
-        start = np.rint(ts * 1000).astype(np.int64)
         n = len(complete)
         dur = np.fromiter([e.dur for e in complete], dtype=np.float64, count=n)
         with_args = np.array(
             [i for i, e in enumerate(complete) if e.args is not None], dtype=np.int64
         )
         present = [e.args for e in complete if e.args is not None]
-        rows, names, nbytes = _collectives(present, with_args, n)
-        collective = np.full(n, -1, dtype=np.int32)
+        self._append(
+            ts,
+            dur,
+            region=self.regions.of([e.name for e in complete]),
+            category=self.categories.of([e.cat for e in complete]),
+            pid=self.pids.of([e.pid for e in complete]),
+            tid=self.tids.of([e.tid for e in complete]),
+            correlation=_ids([a.correlation for a in present], with_args, n),
+            external=_ids([a.external_id for a in present], with_args, n),
+            collectives=_collectives(present, with_args, n),
+        )
+
+    def _add_scanned(self, scanned: fastjson.Scanned) -> None:
+        """The scanner's columns; the few records it spans (metadata, and
+        complete events with an id written as a string) decoded by msgspec."""
+        decode = msgspec.json.Decoder(Event).decode
+        data = memoryview(scanned.data)
+        spanned = [decode(data[begin:end]) for begin, end in scanned.spans.tolist()]
+        self._metadata(spanned)
+        decoded = [(row, e) for row, e in zip(scanned.span_rows.tolist(), spanned) if row >= 0]
+        c = scanned.columns
+        pid = self.pids.of_ids(c["pid"], c["pid_kind"], *_texts(decoded, lambda e: e.pid))
+        tid = self.tids.of_ids(c["tid"], c["tid_kind"], *_texts(decoded, lambda e: e.tid))
+        for key, field in (("correlation", "correlation"), ("external", "external_id")):
+            at, texts = _texts(decoded, lambda e, f=field: getattr(e.args, f, None))
+            c[key][at] = [_text_id(t) for t in texts]
+        strings = scanned.strings
+        timed = ~np.isnan(c["ts"])
+        keep = slice(None)
+        if not timed.all():
+            self.untimed += int((~timed).sum())
+            keep = np.flatnonzero(timed)
+            strings = {key: array.take(keep) for key, array in strings.items()}
+        self._append(
+            c["ts"][keep],
+            c["dur"][keep],
+            region=self.regions.of_strings(strings["names"], scanned.escaped),
+            category=self.categories.of_strings(strings["cats"], scanned.escaped),
+            pid=pid[keep],
+            tid=tid[keep],
+            correlation=c["correlation"][keep],
+            external=c["external"][keep],
+            collectives=_scanned_collectives(
+                strings["collectives"],
+                strings["dtypes"],
+                np.where(np.isnan(c["nelems"]), c["msg_size"], c["nelems"])[keep],
+                scanned.escaped,
+            ),
+        )
+
+    def _metadata(self, batch: list) -> None:
+        """Process and thread names from the metadata records of ``batch``."""
+        for e in [e for e in batch if e.ph == "M" and e.args is not None]:
+            if e.name == "process_name":
+                self.process[e.pid] = e.args.name
+            elif e.name == "thread_name":
+                self.thread[(e.pid, e.tid)] = e.args.name
+
+    def _append(self, ts, dur, *, region, category, pid, tid, correlation, external, collectives):
+        """One batch's columns; ``ts``, ``dur``: microseconds; the others
+        codes; ``collectives``: what _collectives gives."""
+        rows, names, nbytes = collectives
+        collective = np.full(len(ts), -1, dtype=np.int32)
         collective[rows] = self.collectives.of(names)
+        start = np.rint(ts * 1000).astype(np.int64)
         self.parts.append(
             {
                 "start": start,
                 "end": start + np.rint(dur * 1000).astype(np.int64),
-                "region": self.regions.of([e.name for e in complete]),
-                "category": self.categories.of([e.cat for e in complete]),
-                "where": (self.pids.of([e.pid for e in complete]).astype(np.int64) << 32)
-                | self.tids.of([e.tid for e in complete]),
-                "correlation": _ids([a.correlation for a in present], with_args, n),
-                "external": _ids([a.external_id for a in present], with_args, n),
+                "region": region,
+                "category": category,
+                "where": (pid.astype(np.int64) << 32) | tid,
+                "correlation": correlation,
+                "external": external,
                 "collective": collective,
                 "bytes": nbytes,
             }
@@ -422,6 +528,17 @@ class _Events:
         return f"{self.process.get(pid, pid)}/{thread}"
 
 
+def _texts(decoded: list, field) -> tuple[np.ndarray, list]:
+    """(rows, values) of the decoded records whose ``field`` is a string."""
+    found = [(row, v) for row, e in decoded if isinstance(v := field(e), str)]
+    return np.array([r for r, _ in found], dtype=np.int64), [v for _, v in found]
+
+
+def _text_id(value: str) -> int:
+    """An id written as a string, as an int64 (it only needs to match)."""
+    return hash(value) & 0x3FFFFFFFFFFFFFFF
+
+
 def _ids(values: list, rows: np.ndarray, n: int) -> np.ndarray:
     """Correlation or External ids (``values`` of the ``rows`` that have
     arguments) as int64 of all ``n`` rows, NULL where absent; ids written as
@@ -431,11 +548,15 @@ def _ids(values: list, rows: np.ndarray, n: int) -> np.ndarray:
     if str not in kinds:  # ints and None: numpy converts them
         ids = np.array(values, dtype=object)
         has = ids != None if type(None) in kinds else slice(None)  # noqa: E711 (elementwise)
-        out[rows[has]] = ids[has].astype(np.int64)
-        return out
-    out[rows] = [v if v.__class__ is int else NULL for v in values]
-    text = [i for i, v in enumerate(values) if v.__class__ is str]
-    out[rows[text]] = [hash(values[i]) & 0x3FFFFFFFFFFFFFFF for i in text]
+        try:
+            out[rows[has]] = ids[has].astype(np.int64)
+            return out
+        except OverflowError:  # an id beyond int64: coded by its text, as below
+            pass
+    fits = [v.__class__ is int and INT64_MIN < v <= INT64_MAX for v in values]
+    out[rows] = [v if ok else NULL for v, ok in zip(values, fits)]
+    text = [i for i, v in enumerate(values) if v is not None and not fits[i]]
+    out[rows[text]] = [_text_id(str(values[i])) for i in text]
     return out
 
 
@@ -493,6 +614,39 @@ def _collectives(args: list, rows: np.ndarray, n: int) -> tuple[np.ndarray, list
         except ValueError:
             pass
     return np.array(found, dtype=np.int64), names, nbytes
+
+
+def _scanned_collectives(names: pa.StringArray, dtypes: pa.StringArray, elements, escaped: bool):
+    """What _collectives gives, from the scanner's columns: the rows whose
+    ``Collective name`` names a collective (null: none), their names, the
+    bytes of every row (``elements`` NaN: unknown); the same rules, applied
+    to each distinct name and dtype instead of each event."""
+    nbytes = np.full(len(names), NULL, dtype=np.int64)
+    rows = np.flatnonzero(names.is_valid().to_numpy(zero_copy_only=False))
+    if rows.size == 0:
+        return rows, [], nbytes
+    encoded = pc.dictionary_encode(names.take(rows))
+    named = [COLLECTIVE_NAMES.get(n, n) for n in _lower(encoded.dictionary.to_pylist(), escaped)]
+    is_collective = np.array([n is not None for n in named], dtype=bool)
+    local = encoded.indices.to_numpy(zero_copy_only=False)
+    rows, local = rows[is_collective[local]], local[is_collective[local]]
+    encoded = pc.dictionary_encode(dtypes.take(rows), null_encoding="encode")
+    sizes = [
+        DTYPE_BYTES.get(d.removeprefix("torch.").removeprefix("c10::"), 0)
+        for d in _lower([d or "" for d in encoded.dictionary.to_pylist()], escaped)
+    ]
+    size = np.array(sizes, dtype=np.int64)[encoded.indices.to_numpy(zero_copy_only=False)]
+    count = elements[rows]
+    known = (size > 0) & ~np.isnan(count)
+    nbytes[rows[known]] = np.trunc(count[known]).astype(np.int64) * size[known]
+    return rows, [named[i] for i in local.tolist()], nbytes
+
+
+def _lower(texts: list, escaped: bool) -> list:
+    """Lower case, JSON escapes undone where the scanner left them."""
+    if escaped:
+        texts = [json.loads(f'"{t}"') if "\\" in t else t for t in texts]
+    return [t.lower() for t in texts]
 
 
 COPIES = ("aten::to", "aten::_to_copy", "aten::copy_", "aten::pin_memory")

@@ -1,0 +1,152 @@
+"""The C scanner of Kineto's events array (traces/fastjson) gives the table
+that msgspec gives, and refuses (so that msgspec reads it) whatever it does
+not take exactly as msgspec does."""
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_traces_readers import FIXTURES, RULES, garbled_copy, needs_fixtures
+from traces import fastjson, nesting
+from traces.readers import kineto
+
+KINETO = sorted(p.relative_to(FIXTURES).as_posix() for p in FIXTURES.glob("kineto-*/*.json*"))
+needs_scanner = pytest.mark.skipif(
+    fastjson.library() is None, reason=f"no C scanner: {fastjson.why_unavailable()}"
+)
+
+
+def both(path: Path, monkeypatch):
+    """(table, problems) read with the scanner, then with msgspec alone."""
+    out = []
+    for engine in ("c", "msgspec"):
+        monkeypatch.setenv("DDLC_JSON_SCANNER", engine)
+        table, problems = kineto.KinetoReader().read(path, RULES, "r1")
+        out.append((table, [str(p) for p in problems]))
+    return out
+
+
+def events_file(path: Path, events: list, raw: str = "") -> Path:
+    """A Kineto trace of ``events`` (and ``raw`` JSON records after them)."""
+    body = ",\n  ".join(
+        [json.dumps(e, ensure_ascii=False) for e in events] + ([raw] if raw else [])
+    )
+    path.write_text('{\n  "schemaVersion": 1,\n  "traceEvents": [\n  ' + body + "\n  ]\n}\n")
+    return path
+
+
+def x(name, ts, dur=1.0):
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 2, "ts": ts, "dur": dur}
+
+
+@needs_scanner
+@needs_fixtures
+@pytest.mark.parametrize("name", KINETO)
+def test_every_kineto_fixture_scanned_as_msgspec_reads_it(name, monkeypatch):
+    """Each fixture (old schema with string thread ids, new with NCCL
+    collectives) is taken by the scanner, into the very same table."""
+    data = gzip.open(FIXTURES / name).read()
+    scanned = fastjson.scan(kineto.msgspec.json.decode(data, type=kineto.Document).traceEvents)
+    assert scanned is not None
+    events = json.loads(data)["traceEvents"]
+    assert scanned.rows == sum(e.get("ph") == "X" for e in events)
+    (table, problems), (expected, expected_problems) = both(FIXTURES / name, monkeypatch)
+    assert table.equals(expected) and problems == expected_problems == []
+
+
+@needs_scanner
+def test_odd_but_valid_records_read_as_msgspec_reads_them(tmp_path, monkeypatch):
+    """Escapes, nulls, string ids, missing fields, a collective's bytes from
+    ``In msg size``, an event without ts: the scanner's table is msgspec's."""
+    collective = x("record_param_comms", 5.5, 1.0)
+    collective["args"] = {"Collective name": "AllReduce", "In msg nelems": None}
+    collective["args"].update({"In msg size": 1e3, "dtype": "c10::Half", "correlation": None})
+    events = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": 'loop "a"'}},
+        x('aten::mm "quoted" \\ back\nslash', 1.25, 8.0),
+        {**x("ProfilerStep#1", 0.5, 20), "cat": None, "args": {"External id": "e-1"}},
+        {**x("kernel", 3.0), "pid": "Spans", "tid": "stream 7", "args": {"correlation": 9}},
+        collective,
+        {"ph": "X", "name": "untimed"},
+        {"ph": "X", "name": "only ts", "ts": 7},
+        {"ph": "i", "name": "instant", "ts": 1.5, "pid": "", "tid": "", "s": "t"},
+        {"ph": "X", "name": "caf\u00e9 \u2014 \U0001f600", "ts": 2e0, "dur": 1.5e-3, "pid": 1},
+        {**x("nccl:all_reduce", 5.6, 0.5), "args": {"Collective name": "wait"}},
+    ]
+    path = events_file(tmp_path / "rank-3.json", events)
+    assert fastjson.scan(path.read_bytes(), *_array(path.read_bytes())) is not None
+    (table, problems), (expected, expected_problems) = both(path, monkeypatch)
+    assert table.equals(expected) and problems == expected_problems
+    df = table.to_pandas()
+    assert 'aten::mm "quoted" \\ back\nslash' in set(df["region"])
+    assert df.loc[df["collective"].notna(), "bytes"].tolist() == [2000]
+    assert any("without a valid 'ts'" in p for p in problems)
+
+
+def _array(data: bytes) -> tuple[int, int]:
+    """(begin, end) of the events array's JSON in ``data``."""
+    begin = data.index(b"[")
+    return begin, data.rindex(b"]") + 1
+
+
+@needs_scanner
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"ph": "X", "name": "\\u0041", "ts": 1}',  # a \u escape in a name
+        '{"ph": "X", "name": "a", "ts": 1, "pid": 1.5}',  # a float pid
+        '{"ph": "X", "name": "a", "ts": NaN}',
+        '{"ph": "X", "name": "a", "ts": 1, "args": {"correlation": 99999999999999999999}}',
+        '{"ph": "X", "name": "a", "ts": 1, "pid": -9223372036854775809}',  # beyond int64
+        '{"ph": "X", "name": "a", "ts": 1, "args": {"In msg nelems": "12"}}',
+        '{"ph": "X", "name": "a", "ts": 1, "dur": null}',  # msgspec refuses it: a bad record
+        '{"ph": "X", "name": "a", "ts": 1,}',
+        '{"ph": "X", "name": "a\x07", "ts": 1}',
+    ],
+)
+def test_what_the_scanner_does_not_take_msgspec_reads(tmp_path, monkeypatch, raw):
+    """Each of these makes the scanner give up the chunk: the reader's result
+    is then msgspec's, records that msgspec cannot read counted."""
+    path = events_file(tmp_path / "rank-0.json", [x("a", 1.0), x("b", 2.0)], raw)
+    assert fastjson.scan(path.read_bytes(), *_array(path.read_bytes())) is None
+    (table, problems), (expected, expected_problems) = both(path, monkeypatch)
+    assert table.equals(expected) and problems == expected_problems
+    assert table.num_rows >= 2
+
+
+@needs_scanner
+@needs_fixtures
+def test_a_damaged_chunk_costs_only_its_bad_record(tmp_path, monkeypatch):
+    """In chunks of 64 KiB, garbage in one chunk sends that chunk to msgspec
+    (one record lost and named) and the scanner reads every other."""
+    name = "kineto-hta-nccl-ws2-a100-rank0/rank-0.json.gz"
+    monkeypatch.setattr(kineto, "CHUNK_BYTES", 1 << 16)
+    path = garbled_copy(name, tmp_path / "rank-0.json", 1 / 3)
+    (expected, expected_problems) = both(path, monkeypatch)[1]
+    monkeypatch.setenv("DDLC_JSON_SCANNER", "c")
+    scans, scan = [], fastjson.scan
+    monkeypatch.setattr(fastjson, "scan", lambda *a: scans.append(s := scan(*a)) or s)
+    table, problems = kineto.KinetoReader().read(path, RULES, "r1")
+    assert table.equals(expected) and [str(p) for p in problems] == expected_problems
+    assert len(problems) == 1 and "1 record(s) could not be read" in problems[0]
+    assert sum(s is None for s in scans) == 1 and len(scans) > 10
+
+
+@needs_scanner
+@pytest.mark.parametrize("seed", range(6))
+def test_nesting_in_c_is_the_numpy_nesting(seed, monkeypatch):
+    """traces.nesting.enclosing gives the same parents with the C stack as
+    with numpy alone: nested, overlapping, tied and empty intervals."""
+    rng = np.random.default_rng(seed)
+    n = 20_000
+    group = rng.integers(0, 1 + seed * 7, n)
+    start = rng.integers(0, 10 ** (2 + seed % 3), n)
+    end = start + rng.choice([0, 0, 1, 5, 50, 500], n) * rng.integers(0, 3, n)
+    fast = nesting.enclosing(group, start, end)
+    monkeypatch.setenv("DDLC_JSON_SCANNER", "msgspec")
+    slow = nesting.enclosing(group, start, end)
+    assert np.array_equal(fast, slow)
+    assert (fast >= 0).sum() > n // 10

@@ -1,0 +1,259 @@
+"""Kineto's events array straight into columns, in C (scanner.c).
+
+msgspec builds a Python object per event and per field, and taking the
+fields back out of them costs more than the decoding: together about 1.3 µs
+an event, most of the Kineto reader's time. ``scan()`` reads a chunk of the
+array in one pass into numpy columns (Arrow string offsets for names and
+categories), and hands back only the few records a reader still needs as
+objects (metadata, collectives) as byte spans. It takes only well-formed
+JSON of the shapes the reader's msgspec structs accept; on anything else it
+returns None and the reader decodes the chunk with msgspec, as it would
+without it.
+
+``stack_parents()`` is traces/nesting.py's nesting rule in one C pass.
+
+The library is built on first use with gcc into
+``~/.cache/ddl-compare/fastjson/`` (one file per hash of the source); with
+no compiler, or with ``DDLC_JSON_SCANNER=msgspec``, ``scan()`` and
+``stack_parents()`` give None always: msgspec reads everything and numpy
+nests (the reader before; bench/trace_read_json.py measures both).
+
+    python -m traces.fastjson     # build it now; prints its path or why not
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from traces.fastotf2 import compile_library
+
+SOURCE = Path(__file__).with_name("scanner.c")
+CFLAGS = ("-O2", "-shared", "-fPIC", "-Wall")
+
+RECORD_BYTES = 40  # fewer bytes than any trace's records take, on average
+SCAN_FULL = 2  # kineto_scan: more records than the capacity
+
+_loaded: ctypes.CDLL | None = None
+_workspace = threading.local()
+_why = ""
+
+
+class _Scan(ctypes.Structure):
+    """Mirrors ``Scan`` in scanner.c."""
+
+    _fields_ = [
+        ("capacity", ctypes.c_int64),
+        ("names_capacity", ctypes.c_int64),
+        *(
+            (field, ctypes.c_void_p)
+            for field in (
+                "name_offsets",
+                "names",
+                "cat_offsets",
+                "cats",
+                "cat_valid",
+                "collective_offsets",
+                "collectives",
+                "collective_valid",
+                "dtype_offsets",
+                "dtypes",
+                "dtype_valid",
+                "nelems",
+                "msg_size",
+                "pid",
+                "pid_kind",
+                "tid",
+                "tid_kind",
+                "ts",
+                "dur",
+                "correlation",
+                "external",
+                "spans",
+            )
+        ),
+        ("rows", ctypes.c_int64),
+        ("n_spans", ctypes.c_int64),
+        ("escaped", ctypes.c_int32),
+        ("failed_at", ctypes.c_int64),
+    ]
+
+
+ID_ABSENT, ID_INT, ID_TEXT = 0, 1, 2  # the kinds of an id in pid_kind, tid_kind
+
+# row column -> dtype
+ROW_COLUMNS = {
+    "nelems": np.float64,
+    "msg_size": np.float64,
+    "pid": np.int64,
+    "pid_kind": np.uint8,
+    "tid": np.int64,
+    "tid_kind": np.uint8,
+    "ts": np.float64,
+    "dur": np.float64,
+    "correlation": np.int64,
+    "external": np.int64,
+}
+
+
+# string column -> its offsets, bytes and (but the name) validity in _Scan
+STRING_COLUMNS = {
+    "names": ("name_offsets", "names", None),
+    "cats": ("cat_offsets", "cats", "cat_valid"),
+    "collectives": ("collective_offsets", "collectives", "collective_valid"),
+    "dtypes": ("dtype_offsets", "dtypes", "dtype_valid"),
+}
+
+
+@dataclass
+class Scanned:
+    """The complete events (ph "X") of a chunk as columns, and the byte
+    spans in ``data`` of its metadata records (``span_rows`` -1) and of the
+    complete events with an id written as a string (their row)."""
+
+    data: object  # the buffer the spans are in
+    strings: dict[str, pa.StringArray]  # STRING_COLUMNS; null: absent
+    columns: dict[str, np.ndarray]
+    spans: np.ndarray  # (n, 2) start, end
+    span_rows: np.ndarray
+    escaped: bool  # some name or cat is still JSON-escaped
+
+    @property
+    def rows(self) -> int:
+        return len(self.strings["names"])
+
+
+def library() -> ctypes.CDLL | None:
+    """The compiled scanner, built on first use; None when it cannot be or
+    when DDLC_JSON_SCANNER=msgspec."""
+    global _loaded, _why
+    if os.environ.get("DDLC_JSON_SCANNER") == "msgspec":
+        return None
+    if _loaded is None and not _why:
+        try:
+            lib = ctypes.CDLL(str(compile_library(SOURCE, "fastjson", CFLAGS, ())))
+        except (RuntimeError, OSError) as exc:
+            _why = str(exc)
+            return None
+        lib.kineto_scan.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            ctypes.c_int32,
+            ctypes.POINTER(_Scan),
+        ]
+        lib.kineto_scan.restype = ctypes.c_int
+        lib.count_byte.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32]
+        lib.count_byte.restype = ctypes.c_int64
+        lib.stack_parents.argtypes = (
+            [ctypes.c_void_p] * 3 + [ctypes.c_int64] + [ctypes.c_void_p] * 2
+        )
+        lib.stack_parents.restype = None
+        _loaded = lib
+    return _loaded
+
+
+def why_unavailable() -> str:
+    return _why
+
+
+def scan(data, begin: int = 0, end: int | None = None, bracketed: bool = True):
+    """Scanned columns of the records in ``data[begin:end]`` (``data``: bytes
+    or any buffer, such as msgspec.Raw; a JSON array when ``bracketed``, else
+    the comma-separated records inside one), or None: no scanner here, or
+    the chunk is not of the plain shapes it takes (the caller then decodes
+    it with msgspec)."""
+    lib = library()
+    if lib is None:
+        return None
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    address = buffer.ctypes.data
+    end = len(buffer) if end is None else end
+    capacity = (end - begin) // RECORD_BYTES + 16
+    for _ in range(2):
+        out, arrays = _output(capacity, end - begin)
+        done = lib.kineto_scan(address, begin, end, int(bracketed), ctypes.byref(out))
+        if done != SCAN_FULL:
+            break
+        capacity = lib.count_byte(address, begin, end, ord("{")) + 1  # each record opens one
+    if done != 0:
+        return None
+    rows, strings, spans = arrays
+    n, spans = out.rows, spans[: out.n_spans].copy()
+    return Scanned(
+        data=data,
+        strings={
+            key: _string_array(n, *(strings.get(k) for k in parts))
+            for key, parts in STRING_COLUMNS.items()
+        },
+        columns={key: array[:n].copy() for key, array in rows.items()},
+        spans=spans[:, :2],
+        span_rows=spans[:, 2],
+        escaped=bool(out.escaped),
+    )
+
+
+def _output(capacity: int, size: int):
+    """(_Scan, its arrays) for at least ``capacity`` records of ``size``
+    bytes: this thread's, kept from call to call (the columns are copied out
+    of them), so that their memory is not mapped and faulted in anew for
+    every chunk."""
+    kept = getattr(_workspace, "kept", None)
+    if kept is None or kept[0].capacity < capacity or kept[0].names_capacity < size:
+        _workspace.kept = kept = _arrays(capacity, size)
+    return kept
+
+
+def _arrays(capacity: int, size: int):
+    rows = {key: np.empty(capacity, dtype=dtype) for key, dtype in ROW_COLUMNS.items()}
+    strings = {}
+    for offsets, data_key, valid in STRING_COLUMNS.values():
+        strings[offsets] = np.empty(capacity + 1, dtype=np.int32)
+        strings[data_key] = np.empty(size, dtype=np.uint8)
+        if valid:
+            strings[valid] = np.empty(capacity, dtype=np.uint8)
+    spans = np.empty((capacity, 3), dtype=np.int64)
+    out = _Scan(capacity=capacity, names_capacity=size)
+    for key, array in (*rows.items(), *strings.items(), ("spans", spans)):
+        setattr(out, key, array.ctypes.data)
+    return out, (rows, strings, spans)
+
+
+def _string_array(n: int, offsets: np.ndarray, data: np.ndarray, valid) -> pa.StringArray:
+    """The first ``n`` strings the scanner wrote (null where not valid)."""
+    nulls = None
+    if valid is not None and not (valid := valid[:n].astype(bool)).all():
+        nulls = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.StringArray.from_buffers(
+        n,
+        pa.py_buffer(offsets[: n + 1].copy()),
+        pa.py_buffer(data[: offsets[n]].copy()),
+        nulls,
+    )
+
+
+def stack_parents(group: np.ndarray, start: np.ndarray, end: np.ndarray):
+    """Parent (sorted row, -1: none) of each row sorted by (group, start,
+    longest first), by a stack in C (traces/nesting.py's rule), or None
+    when there is no compiled library."""
+    lib = library()
+    if lib is None:
+        return None
+    columns = [np.ascontiguousarray(a, dtype=np.int64) for a in (group, start, end)]
+    parent, stack = np.empty(len(start), dtype=np.int64), np.empty(len(start), dtype=np.int64)
+    lib.stack_parents(
+        *(a.ctypes.data for a in columns), len(start), parent.ctypes.data, stack.ctypes.data
+    )
+    return parent
+
+
+def main() -> int:
+    lib = library()
+    print(lib._name if lib is not None else f"unavailable: {why_unavailable()}")
+    return 0 if lib is not None else 1

@@ -1,0 +1,5 @@
+import sys
+
+from traces.fastjson import main
+
+sys.exit(main())

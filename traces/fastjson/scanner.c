@@ -1,0 +1,580 @@
+/* The records of a Chrome-trace events array (PyTorch profiler / Kineto)
+ * straight into columns: one pass over the bytes, no object per event.
+ *
+ * traces/fastjson/__init__.py calls kineto_scan() on a chunk of the
+ * traceEvents array (traces/readers/kineto.py cuts it). Only what the
+ * Kineto reader uses is taken, checked as msgspec checks it against the
+ * reader's Event/Args structs (traces/readers/kineto.py):
+ *   complete events (ph "X"): name, cat, pid, tid, ts, dur and the args
+ *     correlation, "External id", "Collective name", dtype, "In msg nelems"
+ *     and "In msg size" as columns;
+ *   metadata (ph "M") and complete events whose ids are strings: their
+ *     byte spans, for the reader to decode with msgspec (few, in the traces
+ *     of today's PyTorch).
+ * Every other value is validated as JSON and skipped. Whenever the chunk is
+ * not plain valid JSON of the shapes above (a cut or damaged record, a
+ * \u escape in a name, an integer that does not fit ...), it
+ * returns SCAN_FALLBACK and the reader decodes that chunk with msgspec as
+ * before: this pass is only ever a faster way to the same result.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+#define SCAN_OK 0
+#define SCAN_FALLBACK 1
+#define SCAN_FULL 2 /* more records than capacity: call again with more */
+#define MAX_DEPTH 512
+#define ID_NULL INT64_MIN /* traces.table.NULL */
+enum { ID_ABSENT, ID_INT, ID_TEXT }; /* the kinds of an id (pid, tid, correlation) */
+
+typedef struct {
+    int64_t capacity;      /* rows the row arrays hold */
+    int64_t names_capacity; /* bytes of names (and of cats) */
+    int32_t *name_offsets;  /* capacity + 1, Arrow string offsets */
+    uint8_t *names;
+    int32_t *cat_offsets;
+    uint8_t *cats;
+    uint8_t *cat_valid;
+    int32_t *collective_offsets; /* args."Collective name" */
+    uint8_t *collectives;
+    uint8_t *collective_valid;
+    int32_t *dtype_offsets; /* args.dtype */
+    uint8_t *dtypes;
+    uint8_t *dtype_valid;
+    double *nelems; /* args."In msg nelems", NaN: none */
+    double *msg_size; /* args."In msg size" */
+    int64_t *pid;
+    uint8_t *pid_kind; /* ID_* */
+    int64_t *tid;
+    uint8_t *tid_kind;
+    double *ts; /* NaN: no ts */
+    double *dur;
+    int64_t *correlation; /* ID_NULL: none, or a string (a span) */
+    int64_t *external;
+    int64_t *spans; /* 3 per span: start, end (bytes), row (-1: metadata) */
+    int64_t rows;
+    int64_t n_spans;
+    int32_t escaped; /* some name or cat holds a backslash escape */
+    int64_t failed_at; /* byte where the pass gave up (SCAN_FALLBACK) */
+} Scan;
+
+typedef struct {
+    const uint8_t *p, *end, *base;
+    int depth;
+} Cursor;
+
+/* A field's value as the record's pass found it. */
+typedef struct {
+    const uint8_t *at;
+    int64_t len;
+    int present, null, escaped;
+} Text;
+
+enum { PH_NONE, PH_X, PH_M, PH_OTHER };
+
+static inline void skip_ws(Cursor *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t'))
+        c->p++;
+}
+
+/* The length of the whole, shortest-form UTF-8 sequence (no surrogate) at
+ * p, a byte >= 0x80; 0 if there is none. */
+static int utf8_length(const uint8_t *p, const uint8_t *end) {
+    uint8_t b = *p;
+    int n;
+    uint32_t cp;
+    if (b >= 0xC2 && b <= 0xDF) n = 1, cp = b & 0x1F;
+    else if (b >= 0xE0 && b <= 0xEF) n = 2, cp = b & 0x0F;
+    else if (b >= 0xF0 && b <= 0xF4) n = 3, cp = b & 0x07;
+    else return 0;
+    if (end - p <= n) return 0;
+    for (int i = 1; i <= n; i++) {
+        if ((p[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    if ((n == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+        return 0;
+    return n + 1;
+}
+
+static inline int hex(uint8_t b) {
+    return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
+}
+
+/* The first byte from p that ends or escapes a string or needs a UTF-8
+ * check ('"', '\\', a control character, a byte >= 0x80), 16 bytes at a
+ * time; end - p < 16 when none was found. */
+static inline const uint8_t *plain_run(const uint8_t *p, const uint8_t *end) {
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
+    const __m128i space = _mm_set1_epi8(0x20);
+    while (end - p >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)p);
+        /* signed: bytes >= 0x80 are negative, so below 0x20 too */
+        __m128i special = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote),
+                                                    _mm_cmpeq_epi8(x, backslash)),
+                                       _mm_cmplt_epi8(x, space));
+        int mask = _mm_movemask_epi8(special);
+        if (mask) return p + __builtin_ctz(mask);
+        p += 16;
+    }
+#endif
+    return p;
+}
+
+/* A string from its opening quote; t: its raw bytes between the quotes.
+ * allow_u: \uXXXX accepted (only in values that are skipped). */
+static int string(Cursor *c, Text *t, int allow_u) {
+    const uint8_t *p = c->p, *end = c->end;
+    if (p >= end || *p != '"') return 0;
+    const uint8_t *start = ++p;
+    int escaped = 0;
+    for (;;) {
+        p = plain_run(p, end);
+        if (p >= end) return 0;
+        uint8_t b = *p;
+        if (b == '"') break;
+        if (b < 0x20) return 0;
+        if (b == '\\') {
+            if (end - p < 2) return 0;
+            uint8_t e = p[1];
+            escaped = 1;
+            if (e == 'u') {
+                if (!allow_u || end - p < 6 || !hex(p[2]) || !hex(p[3]) || !hex(p[4]) ||
+                    !hex(p[5]))
+                    return 0;
+                p += 6;
+            } else if (e != 0 && strchr("\"\\/bfnrt", e) != NULL) {
+                p += 2;
+            } else {
+                return 0;
+            }
+        } else if (b >= 0x80) {
+            int n = utf8_length(p, end);
+            if (!n) return 0;
+            p += n;
+        } else {
+            p++; /* an ordinary byte in the last 16 */
+        }
+    }
+    if (t) {
+        t->at = start;
+        t->len = p - start;
+        t->present = 1;
+        t->null = 0;
+        t->escaped = escaped;
+    }
+    c->p = p + 1;
+    return 1;
+}
+
+/* A JSON number; *is_int: no fraction nor exponent. */
+static int number(Cursor *c, const uint8_t **start, int *is_int) {
+    const uint8_t *p = c->p;
+    *start = p;
+    *is_int = 1;
+    if (p < c->end && *p == '-') p++;
+    if (p >= c->end) return 0;
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9')
+        while (p < c->end && *p >= '0' && *p <= '9') p++;
+    else return 0;
+    if (p < c->end && *p == '.') {
+        *is_int = 0;
+        p++;
+        if (p >= c->end || *p < '0' || *p > '9') return 0;
+        while (p < c->end && *p >= '0' && *p <= '9') p++;
+    }
+    if (p < c->end && (*p == 'e' || *p == 'E')) {
+        *is_int = 0;
+        p++;
+        if (p < c->end && (*p == '+' || *p == '-')) p++;
+        if (p >= c->end || *p < '0' || *p > '9') return 0;
+        while (p < c->end && *p >= '0' && *p <= '9') p++;
+    }
+    c->p = p;
+    return 1;
+}
+
+static int int64_of(const uint8_t *p, const uint8_t *end, int64_t *out) {
+    int negative = *p == '-';
+    uint64_t v = 0, limit = negative ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    for (p += negative; p < end; p++) {
+        uint64_t digit = *p - '0';
+        if (v > (limit - digit) / 10) return 0;
+        v = v * 10 + digit;
+    }
+    if (negative && v == (uint64_t)INT64_MAX + 1) return 0; /* INT64_MIN: our NULL */
+    *out = negative ? -(int64_t)v : (int64_t)v;
+    return 1;
+}
+
+static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                               1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                               1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+static int value(Cursor *c);
+
+static int literal(Cursor *c, const char *word) {
+    size_t n = strlen(word);
+    if ((size_t)(c->end - c->p) < n || memcmp(c->p, word, n) != 0) return 0;
+    c->p += n;
+    return 1;
+}
+
+/* Any value, validated and skipped. */
+static int value(Cursor *c) {
+    skip_ws(c);
+    if (c->p >= c->end) return 0;
+    uint8_t b = *c->p;
+    if (b == '"') return string(c, NULL, 1);
+    if (b == '{' || b == '[') {
+        uint8_t close = b == '{' ? '}' : ']';
+        if (++c->depth > MAX_DEPTH) return 0;
+        c->p++;
+        skip_ws(c);
+        if (c->p < c->end && *c->p == close) {
+            c->p++;
+            c->depth--;
+            return 1;
+        }
+        for (;;) {
+            if (b == '{') {
+                skip_ws(c);
+                if (!string(c, NULL, 1)) return 0;
+                skip_ws(c);
+                if (c->p >= c->end || *c->p != ':') return 0;
+                c->p++;
+            }
+            if (!value(c)) return 0;
+            skip_ws(c);
+            if (c->p >= c->end) return 0;
+            if (*c->p == ',') {
+                c->p++;
+                continue;
+            }
+            if (*c->p != close) return 0;
+            c->p++;
+            c->depth--;
+            return 1;
+        }
+    }
+    if (b == 't') return literal(c, "true");
+    if (b == 'f') return literal(c, "false");
+    if (b == 'n') return literal(c, "null");
+    const uint8_t *start;
+    int is_int;
+    return number(c, &start, &is_int);
+}
+
+/* After an object's member, past what follows it: 1 a ',' (another member
+ * follows), 0 the object's closing '}', -1 anything else. */
+static int after_member(Cursor *c) {
+    skip_ws(c);
+    if (c->p >= c->end) return -1;
+    uint8_t b = *c->p++;
+    return b == ',' ? 1 : b == '}' ? 0 : -1;
+}
+
+static inline int key_is(const Text *k, const char *name) {
+    size_t n = strlen(name);
+    return (size_t)k->len == n && memcmp(k->at, name, n) == 0;
+}
+
+/* A string (no \u escape: the reader would have to undo it) or, when
+ * nullable, null (t->null). */
+static int text_or_null(Cursor *c, Text *t, int nullable) {
+    skip_ws(c);
+    if (nullable && c->p < c->end && *c->p == 'n') {
+        if (!literal(c, "null")) return 0;
+        t->present = 1;
+        t->null = 1;
+        return 1;
+    }
+    return string(c, t, 0);
+}
+
+/* An ``int | str | None`` field as msgspec reads it: *kind ID_INT with
+ * the integer in *out, ID_ABSENT (null) or ID_TEXT (the reader decodes the
+ * record itself). */
+static int id_value(Cursor *c, int64_t *out, uint8_t *kind) {
+    skip_ws(c);
+    *out = ID_NULL;
+    if (c->p < c->end && *c->p == 'n') {
+        *kind = ID_ABSENT;
+        return literal(c, "null");
+    }
+    if (c->p < c->end && *c->p == '"') {
+        *kind = ID_TEXT;
+        return string(c, NULL, 1);
+    }
+    const uint8_t *start;
+    int is_int;
+    if (!number(c, &start, &is_int) || !is_int) return 0;
+    *kind = ID_INT;
+    return int64_of(start, c->p, out);
+}
+
+/* A number as the double nearest it, in one pass: exact arithmetic when
+ * its digits make an integer below 2^53 and the power of ten is exact (one
+ * rounding: correctly rounded), else strtod (correctly rounded too). */
+static int real(Cursor *c, double *out) {
+    skip_ws(c);
+    const uint64_t below = (uint64_t)1 << 53;
+    const uint8_t *p = c->p, *end = c->end, *start = p;
+    int negative = 0, scale = 0, exact = 1;
+    uint64_t m = 0;
+    if (p < end && *p == '-') negative = 1, p++;
+    if (p >= end) return 0;
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9')
+        for (; p < end && *p >= '0' && *p <= '9'; p++) {
+            uint64_t digit = *p - '0';
+            if (m > (below - 1 - digit) / 10) exact = 0;
+            else if (exact) m = m * 10 + digit;
+        }
+    else return 0;
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || *p < '0' || *p > '9') return 0;
+        for (; p < end && *p >= '0' && *p <= '9'; p++) {
+            uint64_t digit = *p - '0';
+            if (m > (below - 1 - digit) / 10 || ++scale > 22) exact = 0;
+            else if (exact) m = m * 10 + digit;
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        exact = 0;
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || *p < '0' || *p > '9') return 0;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    }
+    c->p = p;
+    if (exact) {
+        double v = scale ? (double)m / POW10[scale] : (double)m;
+        *out = negative ? -v : v;
+    } else {
+        char buffer[64];
+        if (p - start >= (int64_t)sizeof buffer) return 0;
+        memcpy(buffer, start, p - start);
+        buffer[p - start] = 0;
+        *out = strtod(buffer, NULL);
+    }
+    return isfinite(*out);
+}
+
+typedef struct {
+    int64_t correlation, external;
+    uint8_t correlation_kind, external_kind;
+    Text collective, dtype;
+    double nelems, size;
+} Args;
+
+#define NO_ARGS {ID_NULL, ID_NULL, ID_ABSENT, ID_ABSENT, {0}, {0}, NAN, NAN}
+
+/* A value that msgspec reads as ``int | float | str | None``: a number or
+ * null (NaN) here; a string falls back. */
+static int number_or_null(Cursor *c, double *out) {
+    skip_ws(c);
+    *out = NAN;
+    if (c->p < c->end && *c->p == 'n') return literal(c, "null");
+    return real(c, out);
+}
+
+static int args(Cursor *c, Args *a) {
+    skip_ws(c);
+    if (c->p < c->end && *c->p == 'n') return literal(c, "null");
+    if (c->p >= c->end || *c->p != '{') return 0;
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        return 1;
+    }
+    for (;;) {
+        Text k = {0};
+        skip_ws(c);
+        if (!string(c, &k, 0)) return 0;
+        skip_ws(c);
+        if (c->p >= c->end || *c->p != ':') return 0;
+        c->p++;
+        int ok;
+        if (key_is(&k, "correlation")) ok = id_value(c, &a->correlation, &a->correlation_kind);
+        else if (key_is(&k, "External id")) ok = id_value(c, &a->external, &a->external_kind);
+        else if (key_is(&k, "Collective name")) ok = text_or_null(c, &a->collective, 1);
+        else if (key_is(&k, "dtype")) ok = text_or_null(c, &a->dtype, 1);
+        else if (key_is(&k, "name")) ok = text_or_null(c, &(Text){0}, 1);
+        else if (key_is(&k, "In msg nelems")) ok = number_or_null(c, &a->nelems);
+        else if (key_is(&k, "In msg size")) ok = number_or_null(c, &a->size);
+        else ok = value(c);
+        int more = ok ? after_member(c) : -1;
+        if (more <= 0) return more == 0;
+    }
+}
+
+static int put_text(uint8_t *data, int32_t *offsets, int64_t row, const Text *t, int64_t cap) {
+    int64_t at = offsets[row];
+    int64_t len = t->present && !t->null ? t->len : 0;
+    if (at + len > cap || at + len > INT32_MAX) return 0;
+    if (len) memcpy(data + at, t->at, len);
+    offsets[row + 1] = (int32_t)(at + len);
+    return 1;
+}
+
+static int record(Cursor *c, Scan *s) {
+    const uint8_t *begin = c->p;
+    if (c->p >= c->end || *c->p != '{') return 0;
+    c->p++;
+    Text ph = {0}, name = {0}, cat = {0}, k;
+    int64_t pid = 0, tid = 0;
+    uint8_t pid_kind = ID_ABSENT, tid_kind = ID_ABSENT;
+    double ts = NAN, dur = 0.0;
+    Args a = NO_ARGS;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        return 1; /* {}: ph "" */
+    }
+    for (;;) {
+        skip_ws(c);
+        if (!string(c, &k, 0) || k.escaped) return 0;
+        skip_ws(c);
+        if (c->p >= c->end || *c->p != ':') return 0;
+        c->p++;
+        int ok;
+        if (key_is(&k, "ph")) ok = text_or_null(c, &ph, 0) && !ph.escaped;
+        else if (key_is(&k, "name")) ok = text_or_null(c, &name, 0);
+        else if (key_is(&k, "cat")) ok = text_or_null(c, &cat, 1);
+        else if (key_is(&k, "pid")) ok = id_value(c, &pid, &pid_kind);
+        else if (key_is(&k, "tid")) ok = id_value(c, &tid, &tid_kind);
+        else if (key_is(&k, "ts")) ok = real(c, &ts);
+        else if (key_is(&k, "dur")) ok = real(c, &dur);
+        else if (key_is(&k, "args")) {
+            a = (Args)NO_ARGS;
+            ok = args(c, &a);
+        } else ok = value(c);
+        int more = ok ? after_member(c) : -1;
+        if (more < 0) return 0;
+        if (!more) break;
+    }
+    int kind = !ph.present ? PH_NONE
+               : ph.len == 1 && ph.at[0] == 'X' ? PH_X
+               : ph.len == 1 && ph.at[0] == 'M' ? PH_M
+                                                : PH_OTHER;
+    /* what the reader takes from a msgspec decoding of the record */
+    int decode = pid_kind == ID_TEXT || tid_kind == ID_TEXT ||
+                 a.correlation_kind == ID_TEXT || a.external_kind == ID_TEXT;
+    if (kind == PH_M || (kind == PH_X && decode)) {
+        int64_t *span = s->spans + 3 * s->n_spans++;
+        span[0] = begin - c->base;
+        span[1] = c->p - c->base;
+        span[2] = kind == PH_X ? s->rows : -1;
+    }
+    if (kind != PH_X) return 1;
+    int64_t r = s->rows;
+    if (r >= s->capacity) return 0;
+    if (!put_text(s->names, s->name_offsets, r, &name, s->names_capacity) ||
+        !put_text(s->cats, s->cat_offsets, r, &cat, s->names_capacity) ||
+        !put_text(s->collectives, s->collective_offsets, r, &a.collective, s->names_capacity) ||
+        !put_text(s->dtypes, s->dtype_offsets, r, &a.dtype, s->names_capacity))
+        return 0;
+    s->escaped |= name.escaped | cat.escaped | a.collective.escaped | a.dtype.escaped;
+    s->cat_valid[r] = cat.present && !cat.null;
+    s->collective_valid[r] = a.collective.present && !a.collective.null;
+    s->dtype_valid[r] = a.dtype.present && !a.dtype.null;
+    s->nelems[r] = a.nelems;
+    s->msg_size[r] = a.size;
+    s->pid[r] = pid;
+    s->pid_kind[r] = pid_kind;
+    s->tid[r] = tid;
+    s->tid_kind[r] = tid_kind;
+    s->ts[r] = ts;
+    s->dur[r] = dur;
+    s->correlation[r] = a.correlation;
+    s->external[r] = a.external;
+    s->rows = r + 1;
+    return 1;
+}
+
+/* The records of data[begin:end]: a whole JSON array when bracketed, else
+ * the records between its brackets (comma-separated). */
+int kineto_scan(const uint8_t *data, int64_t begin, int64_t end, int32_t bracketed, Scan *s) {
+    Cursor c = {data + begin, data + end, data, 0};
+    s->rows = s->n_spans = 0;
+    s->escaped = 0;
+    s->name_offsets[0] = s->cat_offsets[0] = s->collective_offsets[0] = s->dtype_offsets[0] = 0;
+    skip_ws(&c);
+    if (bracketed) {
+        if (c.p >= c.end || *c.p != '[') goto fail;
+        c.p++;
+        skip_ws(&c);
+        if (c.p < c.end && *c.p == ']') {
+            c.p++;
+            goto done;
+        }
+    } else if (c.p >= c.end) {
+        return SCAN_OK;
+    }
+    for (;;) {
+        skip_ws(&c);
+        if (s->n_spans >= s->capacity || s->rows >= s->capacity) return SCAN_FULL;
+        if (!record(&c, s)) goto fail;
+        skip_ws(&c);
+        if (c.p < c.end && *c.p == ',') {
+            c.p++;
+            continue;
+        }
+        if (bracketed) {
+            if (c.p >= c.end || *c.p != ']') goto fail;
+            c.p++;
+        }
+        break;
+    }
+done:
+    skip_ws(&c);
+    if (c.p != c.end) goto fail;
+    return SCAN_OK;
+fail:
+    s->failed_at = c.p - data;
+    return SCAN_FALLBACK;
+}
+
+/* How many bytes of data[begin:end] are b (an upper bound of the records:
+ * each opens a brace). */
+int64_t count_byte(const uint8_t *data, int64_t begin, int64_t end, int32_t b) {
+    int64_t n = 0;
+    const uint8_t *p = data + begin, *stop = data + end;
+    while ((p = memchr(p, b, stop - p)) != NULL) {
+        n++;
+        p++;
+    }
+    return n;
+}
+
+/* traces/nesting.py's enclosing(), its last step: over rows sorted by
+ * (group, start, longest first), each row's parent is the nearest open row
+ * of its group that encloses it (starts no later, ends no later than it
+ * ends, and does not end where it starts unless it has no length). The
+ * rows on the stack are the open ones, innermost last; parent: sorted row
+ * numbers, -1 for none; stack: n int64 of scratch. */
+void stack_parents(const int64_t *group, const int64_t *s, const int64_t *e, int64_t n,
+                   int64_t *parent, int64_t *stack) {
+    int64_t open = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i > 0 && group[i] != group[i - 1]) open = 0;
+        while (open) {
+            int64_t top = stack[open - 1];
+            if (e[top] < s[i] || (e[top] == s[i] && s[i] < e[i]) || e[top] < e[i]) open--;
+            else break;
+        }
+        parent[i] = open ? stack[open - 1] : -1;
+        stack[open++] = i;
+    }
+}
