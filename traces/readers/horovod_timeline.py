@@ -79,8 +79,13 @@ def _columns(records: list, path: Path):
         for r in records
         if r.ph == "M" and r.name == "process_name" and r.args is not None
     }
-    untimed = sum(r.ts is None for r in records if r.ph in ("B", "E", "X"))
     timed = [r for r in records if r.ts is not None]
+    # counted only where some record has no time (a second pass otherwise)
+    untimed = (
+        sum(r.ts is None for r in records if r.ph in ("B", "E", "X"))
+        if len(timed) < len(records)
+        else 0
+    )
     ph = np.array([r.ph for r in timed], dtype=object)
     ts = np.rint(np.array([r.ts for r in timed], dtype=np.float64) * 1000).astype(np.int64)
     pid, pids = pd.factorize(pd.Series([r.pid for r in timed], dtype=object))
@@ -88,9 +93,8 @@ def _columns(records: list, path: Path):
     edges = np.flatnonzero(is_begin | is_end)
     begins, ends, _, unmatched, unclosed = nesting.pair_begin_end(pid[edges], is_begin[edges])
     begins, ends = edges[begins], edges[ends]
-    ticks = np.flatnonzero(
-        (ph == "X") & pd.Series([r.name for r in timed]).str.isdigit().to_numpy()
-    )
+    complete = np.flatnonzero(ph == "X")
+    ticks = complete[np.array([timed[i].name.isdigit() for i in complete], dtype=bool)]
     rows = np.r_[begins, ticks]
     start = np.r_[ts[begins], ts[ticks]]
     end = np.r_[ts[ends], ts[ticks]]
