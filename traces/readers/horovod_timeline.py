@@ -73,6 +73,9 @@ class HorovodTimelineReader(Reader):
         return finish_columns(columns, rules, self.name, run_id), problems + more
 
 
+INTERVAL_PHASES = frozenset(("B", "E", "X"))
+
+
 def _columns(records: list, path: Path):
     tensors = {
         r.pid: r.args.name
@@ -80,12 +83,8 @@ def _columns(records: list, path: Path):
         if r.ph == "M" and r.name == "process_name" and r.args is not None
     }
     timed = [r for r in records if r.ts is not None]
-    # counted only where some record has no time (a second pass otherwise)
-    untimed = (
-        sum(r.ts is None for r in records if r.ph in ("B", "E", "X"))
-        if len(timed) < len(records)
-        else 0
-    )
+    # metadata has no time of its own; an activity without one is lost
+    untimed = sum(ph in INTERVAL_PHASES for ph in [r.ph for r in records if r.ts is None])
     ph = np.array([r.ph for r in timed], dtype=object)
     ts = np.rint(np.array([r.ts for r in timed], dtype=np.float64) * 1000).astype(np.int64)
     pid, pids = pd.factorize(pd.Series([r.pid for r in timed], dtype=object))
@@ -94,15 +93,15 @@ def _columns(records: list, path: Path):
     begins, ends, _, unmatched, unclosed = nesting.pair_begin_end(pid[edges], is_begin[edges])
     begins, ends = edges[begins], edges[ends]
     complete = np.flatnonzero(ph == "X")
-    ticks = complete[np.array([timed[i].name.isdigit() for i in complete], dtype=bool)]
+    ticks = complete[np.array([timed[i].name.isdigit() for i in complete.tolist()], dtype=bool)]
     rows = np.r_[begins, ticks]
     start = np.r_[ts[begins], ts[ticks]]
     end = np.r_[ts[ends], ts[ticks]]
-    names = [timed[i].name for i in begins] + ["rank_ready"] * len(ticks)
-    rank = np.r_[np.zeros(len(begins), dtype=np.int64), [int(timed[i].name) for i in ticks]].astype(
-        np.int64
-    )
-    nbytes = np.r_[[_bytes(timed[i].args) for i in ends], np.full(len(ticks), NULL)]
+    names = [timed[i].name for i in begins.tolist()] + ["rank_ready"] * len(ticks)
+    rank = np.r_[
+        np.zeros(len(begins), dtype=np.int64), [int(timed[i].name) for i in ticks.tolist()]
+    ].astype(np.int64)
+    nbytes = np.r_[[_bytes(timed[i].args) for i in ends.tolist()], np.full(len(ticks), NULL)]
     where = pid[rows].astype(np.int64)
     parent = nesting.enclosing(where, start, end)
     cycles = np.sort(
