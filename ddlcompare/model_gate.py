@@ -8,6 +8,7 @@ against the shared specification.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -30,9 +31,48 @@ from frameworks.model_gate import (
 from runfiles.atomic import write_text
 
 
-def ask(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
-    """One builder's answer per data set, from the interpreter of its
-    environment (one start-up for all data sets)."""
+# Builders' answers, kept by what they depend on (answer_key): each
+# workflow gates every builder, and starting TensorFlow or Tarantella again
+# for the same code and the same environments only costs time.
+CACHE = Path.home() / ".cache" / "ddl-compare" / "model-gate"
+
+
+def answer_key(builder: str, model: str, datasets: tuple[str, ...]) -> str:
+    """The training side's code, the builder's environment (its interpreter,
+    when its packages last changed, the versions its build recorded) and
+    the question."""
+    digest = hashlib.sha256(f"{builder}|{model}|{','.join(datasets)}".encode())
+    for path in sorted((REPO / "frameworks").glob("*.py")):
+        digest.update(path.read_bytes())
+    env_dir = envs.env_dir(BUILDERS[builder])
+    python = envs.python_for(BUILDERS[builder])
+    digest.update(str(python.resolve() if python.exists() else python).encode())
+    for site in sorted(env_dir.glob("lib/python*/site-packages")):
+        digest.update(str(site.stat().st_mtime_ns).encode())
+    for record in (env_dir / "versions.json", env_dir.parent / "versions.json"):
+        if record.is_file():
+            digest.update(record.read_bytes())
+    return digest.hexdigest()[:24]
+
+
+def ask(builder: str, model: str, datasets: tuple[str, ...], cache: bool = True) -> dict:
+    """One builder's answer per data set: from the cache where the same
+    question met the same code and environment, else from the interpreter of
+    its environment (one start-up for all data sets)."""
+    kept = CACHE / f"{answer_key(builder, model, datasets)}.json" if cache else None
+    if kept is not None and kept.is_file():
+        try:
+            return json.loads(kept.read_text())
+        except ValueError:
+            pass  # a damaged entry: asked again, and written anew
+    answer = _ask_builder(builder, model, datasets)
+    if kept is not None and not any("error" in a for a in answer.values()):
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        write_text(kept, json.dumps(answer))
+    return answer
+
+
+def _ask_builder(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
     env = BUILDERS[builder]
     python = envs.python_for(env)
     if not python.exists():
@@ -73,23 +113,27 @@ def ask(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
 
 
 def gate_all(
-    names: tuple[str, ...] = tuple(models.MODELS), datasets: tuple[str, ...] = tuple(data.DATASETS)
+    names: tuple[str, ...] = tuple(models.MODELS),
+    datasets: tuple[str, ...] = tuple(data.DATASETS),
+    cache: bool = True,
 ) -> dict:
     """The gate of every model: each model's ``gate`` result under
     ``models``; ``status`` is the worst of theirs (fail, incomplete, pass)."""
-    results = {name: gate(name, datasets) for name in names}
+    results = {name: gate(name, datasets, cache) for name in names}
     statuses = {r["status"] for r in results.values()}
     status = next(s for s in ("fail", "incomplete", "pass") if s in statuses)
     return {"status": status, "compared": list(COMPARED), "models": results}
 
 
-def gate(model: str = "cnn", datasets: tuple[str, ...] = tuple(data.DATASETS)) -> dict:
+def gate(
+    model: str = "cnn", datasets: tuple[str, ...] = tuple(data.DATASETS), cache: bool = True
+) -> dict:
     """The gate's result for one model: per data set, per builder, what was
     checked and what differs; ``status`` is 'pass' only when every builder
     was checked and none differs."""
     result = {"model": model, "compared": list(COMPARED), "datasets": {}}
     status = "pass"
-    answers = {builder: ask(builder, model, datasets) for builder in BUILDERS}
+    answers = {builder: ask(builder, model, datasets, cache) for builder in BUILDERS}
     for dataset in datasets:
         reference = reference_rows(model, dataset)
         entry = {

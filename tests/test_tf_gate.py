@@ -16,7 +16,7 @@ TNT_BUILT = envs.has_module("tarantella", "tarantella")
     f"({envs.env_dir('tensorflow')}); 'bash envs/setup.sh' builds it",
 )
 def test_gate_passes_for_every_model_builder_and_dataset():
-    result = model_gate.gate_all()
+    result = model_gate.gate_all(cache=False)  # every builder asked, none remembered
     # Tarantella's builder is checked where it is built (envs/build-tarantella.sh)
     assert result["status"] == ("pass" if TNT_BUILT else "incomplete"), result
     assert set(result["models"]) == {"cnn", "resnet34"}
@@ -65,3 +65,19 @@ def test_every_framework_is_gated_through_its_family_builder():
     assert {"horovod-keras", "tf-mwms", "tf-mirrored"} <= set(model_gate.frameworks_of("keras"))
     named = [f for builder in model_gate.BUILDERS for f in model_gate.frameworks_of(builder)]
     assert sorted(named) == sorted(registry.FRAMEWORKS)
+
+
+def test_answers_are_kept_for_the_same_code_and_environment(tmp_path, monkeypatch):
+    """Each workflow gates every builder: a second ask with nothing changed
+    is read back, not asked of TensorFlow again; another environment is
+    another question; an answer that could not be had is not kept."""
+    monkeypatch.setattr(model_gate, "CACHE", tmp_path / "cache")
+    first = model_gate.ask("pytorch", "cnn", ("fashion-mnist",))
+    (kept,) = (tmp_path / "cache").glob("*.json")
+    assert kept.name == model_gate.answer_key("pytorch", "cnn", ("fashion-mnist",)) + ".json"
+    assert model_gate.ask("pytorch", "cnn", ("fashion-mnist",)) == first
+    assert model_gate.answer_key("pytorch", "cnn", ("cifar10",)) != kept.stem
+    monkeypatch.setenv("DDLC_VENV", str(tmp_path / "elsewhere"))
+    assert model_gate.answer_key("pytorch", "cnn", ("fashion-mnist",)) != kept.stem
+    (answer,) = model_gate.ask("pytorch", "cnn", ("fashion-mnist",)).values()
+    assert "error" in answer and len(list((tmp_path / "cache").glob("*.json"))) == 1
