@@ -139,8 +139,8 @@ def test_run_past_its_slurm_time_limit_fails_and_the_workflow_ends(slurm, tmp_pa
 )
 def test_lbann_trains_through_the_slurm_profile_with_its_own_srun(slurm, tmp_path):
     """LBANN launches its ranks itself, with srun inside the job: they must
-    form one MPI world (an srun without an MPI plugin would start two
-    worlds of one, each training alone) and each time its steps."""
+    form one MPI world (without srun's MPI plugin, Open MPI refuses to start
+    here; other MPIs may start worlds of one) and each time its steps."""
     write_design(tmp_path, tiny_design(["lbann"], procs=(2,), epochs=1, max_steps=6))
     out = run_snakemake(tmp_path, slurm, "slurm")
     assert out.returncode == 0, out.stderr[-4000:]

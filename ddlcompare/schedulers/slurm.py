@@ -46,8 +46,9 @@ class Slurm(Scheduler):
 
     def lbann_run_args(self, env, hosts=()) -> dict:
         # LBANN's own srun line, inside this job: --overlap as for
-        # per_node_starter; and an MPI plugin, since slurm.conf's usual
-        # MpiDefault (none) would start each rank as an MPI world of its own.
+        # per_node_starter; and an MPI plugin, since under slurm.conf's usual
+        # MpiDefault (none) Open MPI refuses to start, and other MPIs may
+        # start each rank as a world of its own (frameworks/lbann.check_world).
         # pmix fits an Open MPI build (Debian's, envs/build-lbann.sh);
         # DDLC_SRUN_MPI names another (pmi2, cray_shasta), or '' for slurm.conf's.
         mpi = env.get("DDLC_SRUN_MPI", "pmix")
