@@ -46,7 +46,7 @@ def answer_key(builder: str, model: str, datasets: tuple[str, ...]) -> str:
         digest.update(path.read_bytes())
     env_dir = envs.env_dir(BUILDERS[builder])
     python = envs.python_for(BUILDERS[builder])
-    digest.update(str(python.resolve() if python.exists() else python).encode())
+    digest.update(f"{python}|{python.resolve() if python.exists() else ''}".encode())
     for site in sorted(env_dir.glob("lib/python*/site-packages")):
         digest.update(str(site.stat().st_mtime_ns).encode())
     for record in (env_dir / "versions.json", env_dir.parent / "versions.json"):
