@@ -75,42 +75,37 @@ def rank_files(folder: Path) -> dict[int, Path]:
     return found
 
 
+def counted_steps(intervals: dict[tuple[str, str], np.ndarray]) -> dict:
+    """Every series cut to the steps that every layer and every weight
+    tensor has an interval of."""
+    steps = min((len(a) for a in intervals.values()), default=0)
+    return {key: a[:steps] for key, a in intervals.items()}
+
+
+def phase_of(kind: str, name: str) -> str:
+    if kind == "fp":
+        return "data_load" if name in INPUT_LAYERS else "forward"
+    return "backward" if kind == "bp" else "optimizer"
+
+
 def step_rows(
     intervals: dict[tuple[str, str], np.ndarray], steps_per_epoch: int, origin_ns: int
 ) -> list[tuple]:
     """The rows of steps.rank<r>.tsv (traces.phases.PhaseRecorder.steps:
     epoch, step, start_ns, end_ns, a duration per phase, comm_bytes), on a
-    clock where training began at ``origin_ns``. A step is counted only where
-    every layer and every weight tensor has its interval."""
-    fp = {name: a for (kind, name), a in intervals.items() if kind == "fp"}
-    if not fp:
+    clock where training began at ``origin_ns``, for the counted steps."""
+    cut = counted_steps(intervals)
+    if not any(kind == "fp" for kind, _ in cut):
         return []
-    steps = min(len(a) for a in intervals.values())
-    cut = {key: a[:steps] for key, a in intervals.items()}
-
-    def total(kind, inputs=None):
-        chosen = [
-            a[:, 1] - a[:, 0]
-            for (k, name), a in cut.items()
-            if k == kind and (inputs is None or (name in INPUT_LAYERS) == inputs)
-        ]
-        return np.sum(chosen, axis=0) if chosen else np.zeros(steps)
-
-    every = np.stack([a for a in cut.values()])  # (series, steps, 2)
+    every = np.stack(list(cut.values()))  # (series, steps, 2)
     start, end = every[:, :, 0].min(axis=0), every[:, :, 1].max(axis=0)
-    durations = {
-        "data_load": total("fp", inputs=True),
-        "forward": total("fp", inputs=False),
-        "backward": total("bp"),
-        "optimizer": total("opt"),
-    }
-    timed = sum(durations.values())
-    durations["other"] = np.clip((end - start) - timed, 0, None)
-    ns = {phase: np.round(d * 1e9).astype(np.int64) for phase, d in durations.items()}
+    durations = {phase: np.zeros(len(start)) for phase in PHASES}
+    for (kind, name), a in cut.items():
+        durations[phase_of(kind, name)] += a[:, 1] - a[:, 0]
+    durations["other"] = np.clip((end - start) - sum(durations.values()), 0, None)
+    columns = [np.round(durations[phase] * 1e9).astype(np.int64) for phase in PHASES]
     start_ns = origin_ns + np.round(start * 1e9).astype(np.int64)
     end_ns = origin_ns + np.round(end * 1e9).astype(np.int64)
-    zeros = np.zeros(steps, dtype=np.int64)
-    columns = [ns.get(phase, zeros) for phase in PHASES]
     return [
         (
             k // steps_per_epoch + 1,
@@ -120,14 +115,8 @@ def step_rows(
             *(int(c[k]) for c in columns),
             "",
         )
-        for k in range(steps)
+        for k in range(len(start))
     ]
-
-
-def phase_of(kind: str, name: str) -> str:
-    if kind == "fp":
-        return "data_load" if name in INPUT_LAYERS else "forward"
-    return "backward" if kind == "bp" else "optimizer"
 
 
 def phase_intervals(
@@ -135,11 +124,10 @@ def phase_intervals(
 ) -> list[tuple]:
     """Every layer's and weight tensor's interval of the counted steps as
     (phase, epoch, step, start_ns, end_ns), what an event tracer keeps."""
-    steps = min((len(a) for a in intervals.values()), default=0)
     rows = []
-    for (kind, name), times in intervals.items():
+    for (kind, name), times in counted_steps(intervals).items():
         phase = phase_of(kind, name)
-        ns = origin_ns + np.round(times[:steps] * 1e9).astype(np.int64)
+        ns = origin_ns + np.round(times * 1e9).astype(np.int64)
         rows += [
             (phase, k // steps_per_epoch + 1, k, int(start), int(end))
             for k, (start, end) in enumerate(ns)
