@@ -8,6 +8,7 @@ against the shared specification.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -42,8 +43,7 @@ def answer_key(builder: str, model: str, datasets: tuple[str, ...]) -> str:
     when its packages last changed, the versions its build recorded) and
     the question."""
     digest = hashlib.sha256(f"{builder}|{model}|{','.join(datasets)}".encode())
-    for path in sorted((REPO / "frameworks").glob("*.py")):
-        digest.update(path.read_bytes())
+    digest.update(_training_code_digest())
     env_dir = envs.env_dir(BUILDERS[builder])
     python = envs.python_for(BUILDERS[builder])
     digest.update(f"{python}|{python.resolve() if python.exists() else ''}".encode())
@@ -53,6 +53,15 @@ def answer_key(builder: str, model: str, datasets: tuple[str, ...]) -> str:
         if record.is_file():
             digest.update(record.read_bytes())
     return digest.hexdigest()[:24]
+
+
+@functools.cache
+def _training_code_digest() -> bytes:
+    """The builders' code, read once per gate (every question asks it)."""
+    digest = hashlib.sha256()
+    for path in sorted((REPO / "frameworks").glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.digest()
 
 
 def ask(builder: str, model: str, datasets: tuple[str, ...], cache: bool = True) -> dict:
