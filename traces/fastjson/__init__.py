@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from traces.fastotf2 import compile_library
+from traces.fastotf2 import CompiledLibrary, compile_library
 
 SOURCE = Path(__file__).with_name("scanner.c")
 CFLAGS = ("-O2", "-shared", "-fPIC", "-Wall")
@@ -40,9 +40,7 @@ CFLAGS = ("-O2", "-shared", "-fPIC", "-Wall")
 RECORD_BYTES = 40  # fewer bytes than any trace's records take, on average
 SCAN_FULL = 2  # kineto_scan: more records than the capacity
 
-_loaded: ctypes.CDLL | None = None
 _workspace = threading.local()
-_why = ""
 
 
 class _Scan(ctypes.Structure):
@@ -129,38 +127,34 @@ class Scanned:
         return len(self.strings["names"])
 
 
+def _declare(lib: ctypes.CDLL) -> None:
+    lib.kineto_scan.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int32,
+        ctypes.POINTER(_Scan),
+    ]
+    lib.kineto_scan.restype = ctypes.c_int
+    lib.count_byte.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32]
+    lib.count_byte.restype = ctypes.c_int64
+    lib.stack_parents.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] + [ctypes.c_void_p] * 2
+    lib.stack_parents.restype = None
+
+
+_LIBRARY = CompiledLibrary(lambda: compile_library(SOURCE, "fastjson", CFLAGS, ()), _declare)
+
+
 def library() -> ctypes.CDLL | None:
     """The compiled scanner, built on first use; None when it cannot be or
     when DDLC_JSON_SCANNER=msgspec."""
-    global _loaded, _why
     if os.environ.get("DDLC_JSON_SCANNER") == "msgspec":
         return None
-    if _loaded is None and not _why:
-        try:
-            lib = ctypes.CDLL(str(compile_library(SOURCE, "fastjson", CFLAGS, ())))
-        except (RuntimeError, OSError) as exc:
-            _why = str(exc)
-            return None
-        lib.kineto_scan.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_int64,
-            ctypes.c_int64,
-            ctypes.c_int32,
-            ctypes.POINTER(_Scan),
-        ]
-        lib.kineto_scan.restype = ctypes.c_int
-        lib.count_byte.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32]
-        lib.count_byte.restype = ctypes.c_int64
-        lib.stack_parents.argtypes = (
-            [ctypes.c_void_p] * 3 + [ctypes.c_int64] + [ctypes.c_void_p] * 2
-        )
-        lib.stack_parents.restype = None
-        _loaded = lib
-    return _loaded
+    return _LIBRARY.get()
 
 
 def why_unavailable() -> str:
-    return _why
+    return _LIBRARY.why
 
 
 def scan(data, begin: int = 0, end: int | None = None, bracketed: bool = True):

@@ -32,9 +32,6 @@ ATTR_STEP, ATTR_EPOCH = 1, 2
 NULL = np.iinfo(np.int64).min  # same as traces.table.NULL
 OVERFLOW = "more events than the definitions announce"
 
-_loaded: ctypes.CDLL | None = None
-_why = ""
-
 
 class _Columns(ctypes.Structure):
     """Mirrors ``Columns`` in reader.c."""
@@ -132,28 +129,48 @@ def compile_library(source: Path, name: str, cflags, libs) -> Path:
     return target
 
 
+class CompiledLibrary:
+    """A C library built on first use and loaded once (``build`` gives its
+    path, ``declare`` sets its functions' types); ``why`` says why it could
+    not be."""
+
+    def __init__(self, build, declare):
+        self._build, self._declare = build, declare
+        self._lib: ctypes.CDLL | None = None
+        self.why = ""
+
+    def get(self) -> ctypes.CDLL | None:
+        if self._lib is None and not self.why:
+            try:
+                lib = ctypes.CDLL(str(self._build()))
+            except (RuntimeError, OSError) as exc:
+                self.why = str(exc)
+                return None
+            self._declare(lib)
+            self._lib = lib
+        return self._lib
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    lib.fastotf2_read.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_void_p,
+        ctypes.c_int32,
+        ctypes.POINTER(_Columns),
+    ]
+    lib.fastotf2_read.restype = ctypes.c_int
+
+
+_LIBRARY = CompiledLibrary(build, _declare)
+
+
 def library() -> ctypes.CDLL | None:
     """The compiled reader, built on first use; None when it cannot be."""
-    global _loaded, _why
-    if _loaded is None and not _why:
-        try:
-            lib = ctypes.CDLL(str(build()))
-        except (RuntimeError, OSError) as exc:
-            _why = str(exc)
-            return None
-        lib.fastotf2_read.argtypes = [
-            ctypes.c_char_p,
-            ctypes.c_void_p,
-            ctypes.c_int32,
-            ctypes.POINTER(_Columns),
-        ]
-        lib.fastotf2_read.restype = ctypes.c_int
-        _loaded = lib
-    return _loaded
+    return _LIBRARY.get()
 
 
 def why_unavailable() -> str:
-    return _why
+    return _LIBRARY.why
 
 
 class ReadError(Exception):
