@@ -128,8 +128,19 @@ def outermost(parent: np.ndarray, marked: np.ndarray, rows: np.ndarray) -> np.nd
 def pair_begin_end(key: np.ndarray, is_begin: np.ndarray):
     """Match begin and end records in file order per key (a stack per key).
 
-    Returns (begin_index, end_index, depth) of each matched pair, and the
-    counts of ends without a begin and of begins never ended."""
+    Returns (begin_index, end_index, depth) of each matched pair, in the
+    order of the begins, and the counts of ends without a begin and of
+    begins never ended."""
+    paired = fastjson.pair_edges(key, is_begin)  # the rule below in one pass, where built
+    if paired is not None:
+        return paired
+    begins, ends, depth, unmatched, unclosed = _paired(key, is_begin)
+    order = np.argsort(begins)
+    return begins[order], ends[order], depth[order], unmatched, unclosed
+
+
+def _paired(key: np.ndarray, is_begin: np.ndarray):
+    """pair_begin_end() in numpy, its pairs in no particular order."""
     order = np.argsort(key, kind="stable")
     k, b = key[order], is_begin[order]
     step = np.where(b, 1, -1)
@@ -144,7 +155,7 @@ def pair_begin_end(key: np.ndarray, is_begin: np.ndarray):
         keep = np.ones(len(key), dtype=bool)
         keep[order[_unmatched_ends(k, b)]] = False
         kept = np.flatnonzero(keep)
-        begins, ends, depth, _, unclosed = pair_begin_end(key[kept], is_begin[kept])
+        begins, ends, depth, _, unclosed = _paired(key[kept], is_begin[kept])
         return kept[begins], kept[ends], depth, len(key) - kept.size, unclosed
     # Within a key and a stack height, records alternate begin, end.
     height = np.where(b, level, level + 1)

@@ -1,4 +1,5 @@
-"""Kineto's events array straight into columns, in C (scanner.c).
+"""Chrome-trace events arrays (Kineto's, the Horovod Timeline) straight into
+columns, in C (scanner.c).
 
 msgspec builds a Python object per event and per field, and taking the
 fields back out of them costs more than the decoding: together about 1.3 µs
@@ -63,6 +64,10 @@ class _Scan(ctypes.Structure):
                 "dtype_offsets",
                 "dtypes",
                 "dtype_valid",
+                "shape_offsets",
+                "shapes",
+                "shape_valid",
+                "ph",
                 "nelems",
                 "msg_size",
                 "pid",
@@ -80,6 +85,7 @@ class _Scan(ctypes.Structure):
         ("n_spans", ctypes.c_int64),
         ("escaped", ctypes.c_int32),
         ("failed_at", ctypes.c_int64),
+        ("all_records", ctypes.c_int32),
     ]
 
 
@@ -87,6 +93,7 @@ ID_ABSENT, ID_INT, ID_TEXT = 0, 1, 2  # the kinds of an id in pid_kind, tid_kind
 
 # row column -> dtype
 ROW_COLUMNS = {
+    "ph": np.uint8,  # its one character; 0: none, '?': longer
     "nelems": np.float64,
     "msg_size": np.float64,
     "pid": np.int64,
@@ -106,14 +113,16 @@ STRING_COLUMNS = {
     "cats": ("cat_offsets", "cats", "cat_valid"),
     "collectives": ("collective_offsets", "collectives", "collective_valid"),
     "dtypes": ("dtype_offsets", "dtypes", "dtype_valid"),
+    "shapes": ("shape_offsets", "shapes", "shape_valid"),
 }
 
 
 @dataclass
 class Scanned:
-    """The complete events (ph "X") of a chunk as columns, and the byte
-    spans in ``data`` of its metadata records (``span_rows`` -1) and of the
-    complete events with an id written as a string (their row)."""
+    """The complete events (ph "X") of a chunk, or all its records, as
+    columns, and the byte spans in ``data`` of its metadata records
+    (``span_rows`` -1) and of the complete events with an id written as a
+    string (their row)."""
 
     data: object  # the buffer the spans are in
     strings: dict[str, pa.StringArray]  # STRING_COLUMNS; null: absent
@@ -140,6 +149,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.count_byte.restype = ctypes.c_int64
     lib.stack_parents.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] + [ctypes.c_void_p] * 2
     lib.stack_parents.restype = None
+    lib.pair_edges.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 5
+    lib.pair_edges.restype = ctypes.c_int64
 
 
 _LIBRARY = CompiledLibrary(lambda: compile_library(SOURCE, "fastjson", CFLAGS, ()), _declare)
@@ -157,12 +168,20 @@ def why_unavailable() -> str:
     return _LIBRARY.why
 
 
-def scan(data, begin: int = 0, end: int | None = None, bracketed: bool = True):
+def scan(
+    data,
+    begin: int = 0,
+    end: int | None = None,
+    bracketed: bool = True,
+    all_records: bool = False,
+):
     """Scanned columns of the records in ``data[begin:end]`` (``data``: bytes
     or any buffer, such as msgspec.Raw; a JSON array when ``bracketed``, else
     the comma-separated records inside one), or None: no scanner here, or
     the chunk is not of the plain shapes it takes (the caller then decodes
-    it with msgspec)."""
+    it with msgspec). The rows: the complete events (Kineto), or every
+    record when ``all_records`` (the Horovod Timeline, whose ids are never
+    strings: a string id falls back)."""
     lib = library()
     if lib is None:
         return None
@@ -172,6 +191,7 @@ def scan(data, begin: int = 0, end: int | None = None, bracketed: bool = True):
     capacity = (end - begin) // RECORD_BYTES + 16
     for _ in range(2):
         out, arrays = _output(capacity, end - begin)
+        out.all_records = int(all_records)
         done = lib.kineto_scan(address, begin, end, int(bracketed), ctypes.byref(out))
         if done != SCAN_FULL:
             break
@@ -245,6 +265,37 @@ def stack_parents(group: np.ndarray, start: np.ndarray, end: np.ndarray):
         *(a.ctypes.data for a in columns), len(start), parent.ctypes.data, stack.ctypes.data
     )
     return parent
+
+
+def pair_edges(key: np.ndarray, is_begin: np.ndarray):
+    """(begin rows in file order, the end row of each, their depth, ends
+    without a begin, begins never ended): Begin and End records matched by a
+    stack per key in C (traces/nesting.py's rule), or None when there is no
+    compiled library."""
+    lib = library()
+    if lib is None:
+        return None
+    n = len(key)
+    key = np.ascontiguousarray(key, dtype=np.int64)
+    keys = int(key.max()) + 1 if n else 0
+    if n and (key.min() < 0 or keys > 4 * n + 1024):
+        return None  # not dense codes: numpy pairs them
+    is_begin = np.ascontiguousarray(is_begin, dtype=np.uint8)
+    end_of, depth, below = (np.empty(n, dtype=np.int64) for _ in range(3))
+    top, unclosed = np.empty(keys, dtype=np.int64), ctypes.c_int64()
+    unmatched = lib.pair_edges(
+        key.ctypes.data,
+        is_begin.ctypes.data,
+        n,
+        keys,
+        end_of.ctypes.data,
+        depth.ctypes.data,
+        top.ctypes.data,
+        below.ctypes.data,
+        ctypes.byref(unclosed),
+    )
+    begins = np.flatnonzero(end_of >= 0)
+    return begins, end_of[begins], depth[begins], int(unmatched), unclosed.value
 
 
 def main() -> int:

@@ -1,16 +1,19 @@
-/* The records of a Chrome-trace events array (PyTorch profiler / Kineto)
- * straight into columns: one pass over the bytes, no object per event.
+/* The records of a Chrome-trace events array (PyTorch profiler / Kineto,
+ * Horovod Timeline) straight into columns: one pass over the bytes, no
+ * object per event.
  *
  * traces/fastjson/__init__.py calls kineto_scan() on a chunk of the
- * traceEvents array (traces/readers/kineto.py cuts it). Only what the
- * Kineto reader uses is taken, checked as msgspec checks it against the
- * reader's Event/Args structs (traces/readers/kineto.py):
- *   complete events (ph "X"): name, cat, pid, tid, ts, dur and the args
- *     correlation, "External id", "Collective name", dtype, "In msg nelems"
- *     and "In msg size" as columns;
+ * array (traces/jsonrecords.py cuts it). Only what the readers use is
+ * taken, checked as msgspec checks it against the readers' structs
+ * (traces/readers/kineto.py, horovod_timeline.py):
+ *   the rows: complete events (ph "X"), or every record when
+ *     Scan.all_records (the Timeline: its Begin/End pairs and instants);
+ *     their ph, name, cat, pid, tid, ts, dur and the args correlation,
+ *     "External id", "Collective name", dtype, "In msg nelems", "In msg
+ *     size" and (all_records) shape as columns;
  *   metadata (ph "M") and complete events whose ids are strings: their
  *     byte spans, for the reader to decode with msgspec (few, in the traces
- *     of today's PyTorch).
+ *     of today's PyTorch and Horovod).
  * Every other value is validated as JSON and skipped. Whenever the chunk is
  * not plain valid JSON of the shapes above (a cut or damaged record, a
  * \u escape in a name, an integer that does not fit ...), it
@@ -46,6 +49,10 @@ typedef struct {
     int32_t *dtype_offsets; /* args.dtype */
     uint8_t *dtypes;
     uint8_t *dtype_valid;
+    int32_t *shape_offsets; /* args.shape, a string (all_records only) */
+    uint8_t *shapes;
+    uint8_t *shape_valid;
+    uint8_t *ph; /* its one character; 0: no ph, '?': a longer one */
     double *nelems; /* args."In msg nelems", NaN: none */
     double *msg_size; /* args."In msg size" */
     int64_t *pid;
@@ -61,6 +68,7 @@ typedef struct {
     int64_t n_spans;
     int32_t escaped; /* some name or cat holds a backslash escape */
     int64_t failed_at; /* byte where the pass gave up (SCAN_FALLBACK) */
+    int32_t all_records; /* every record a row, not only complete events */
 } Scan;
 
 typedef struct {
@@ -373,11 +381,11 @@ static int real(Cursor *c, double *out) {
 typedef struct {
     int64_t correlation, external;
     uint8_t correlation_kind, external_kind;
-    Text collective, dtype;
+    Text collective, dtype, shape;
     double nelems, size;
 } Args;
 
-#define NO_ARGS {ID_NULL, ID_NULL, ID_ABSENT, ID_ABSENT, {0}, {0}, NAN, NAN}
+#define NO_ARGS {ID_NULL, ID_NULL, ID_ABSENT, ID_ABSENT, {0}, {0}, {0}, NAN, NAN}
 
 /* A value that msgspec reads as ``int | float | str | None``: a number or
  * null (NaN) here; a string falls back. */
@@ -388,7 +396,8 @@ static int number_or_null(Cursor *c, double *out) {
     return real(c, out);
 }
 
-static int args(Cursor *c, Args *a) {
+/* shape_too: args.shape is taken (a string; a list falls back), not skipped */
+static int args(Cursor *c, Args *a, int shape_too) {
     skip_ws(c);
     if (c->p < c->end && *c->p == 'n') return literal(c, "null");
     if (c->p >= c->end || *c->p != '{') return 0;
@@ -413,6 +422,7 @@ static int args(Cursor *c, Args *a) {
         else if (key_is(&k, "name")) ok = text_or_null(c, &(Text){0}, 1);
         else if (key_is(&k, "In msg nelems")) ok = number_or_null(c, &a->nelems);
         else if (key_is(&k, "In msg size")) ok = number_or_null(c, &a->size);
+        else if (shape_too && key_is(&k, "shape")) ok = text_or_null(c, &a->shape, 1);
         else ok = value(c);
         int more = ok ? after_member(c) : -1;
         if (more <= 0) return more == 0;
@@ -458,7 +468,7 @@ static int record(Cursor *c, Scan *s) {
         else if (key_is(&k, "dur")) ok = real(c, &dur);
         else if (key_is(&k, "args")) {
             a = (Args)NO_ARGS;
-            ok = args(c, &a);
+            ok = args(c, &a, s->all_records);
         } else ok = value(c);
         int more = ok ? after_member(c) : -1;
         if (more < 0) return 0;
@@ -471,24 +481,29 @@ static int record(Cursor *c, Scan *s) {
     /* what the reader takes from a msgspec decoding of the record */
     int decode = pid_kind == ID_TEXT || tid_kind == ID_TEXT ||
                  a.correlation_kind == ID_TEXT || a.external_kind == ID_TEXT;
+    if (s->all_records && decode) return 0; /* the Timeline's ids: never strings */
     if (kind == PH_M || (kind == PH_X && decode)) {
         int64_t *span = s->spans + 3 * s->n_spans++;
         span[0] = begin - c->base;
         span[1] = c->p - c->base;
         span[2] = kind == PH_X ? s->rows : -1;
     }
-    if (kind != PH_X) return 1;
+    if (kind != PH_X && !s->all_records) return 1;
     int64_t r = s->rows;
     if (r >= s->capacity) return 0;
     if (!put_text(s->names, s->name_offsets, r, &name, s->names_capacity) ||
         !put_text(s->cats, s->cat_offsets, r, &cat, s->names_capacity) ||
         !put_text(s->collectives, s->collective_offsets, r, &a.collective, s->names_capacity) ||
-        !put_text(s->dtypes, s->dtype_offsets, r, &a.dtype, s->names_capacity))
+        !put_text(s->dtypes, s->dtype_offsets, r, &a.dtype, s->names_capacity) ||
+        !put_text(s->shapes, s->shape_offsets, r, &a.shape, s->names_capacity))
         return 0;
-    s->escaped |= name.escaped | cat.escaped | a.collective.escaped | a.dtype.escaped;
+    s->escaped |= name.escaped | cat.escaped | a.collective.escaped | a.dtype.escaped |
+                  a.shape.escaped;
+    s->ph[r] = !ph.present ? 0 : ph.len == 1 ? ph.at[0] : '?';
     s->cat_valid[r] = cat.present && !cat.null;
     s->collective_valid[r] = a.collective.present && !a.collective.null;
     s->dtype_valid[r] = a.dtype.present && !a.dtype.null;
+    s->shape_valid[r] = a.shape.present && !a.shape.null;
     s->nelems[r] = a.nelems;
     s->msg_size[r] = a.size;
     s->pid[r] = pid;
@@ -509,7 +524,8 @@ int kineto_scan(const uint8_t *data, int64_t begin, int64_t end, int32_t bracket
     Cursor c = {data + begin, data + end, data, 0};
     s->rows = s->n_spans = 0;
     s->escaped = 0;
-    s->name_offsets[0] = s->cat_offsets[0] = s->collective_offsets[0] = s->dtype_offsets[0] = 0;
+    s->name_offsets[0] = s->cat_offsets[0] = s->collective_offsets[0] = s->dtype_offsets[0] =
+        s->shape_offsets[0] = 0;
     skip_ws(&c);
     if (bracketed) {
         if (c.p >= c.end || *c.p != '[') goto fail;
@@ -577,4 +593,34 @@ void stack_parents(const int64_t *group, const int64_t *s, const int64_t *e, int
         parent[i] = open ? stack[open - 1] : -1;
         stack[open++] = i;
     }
+}
+
+/* traces/nesting.py's pair_begin_end(): Begin and End records matched in
+ * file order by a stack per key (keys 0 .. keys-1). end_of[i]: for a Begin
+ * i, the End that closes it (-1: never closed); depth[i]: how many Begins
+ * of its key were open under it. top (keys) and below (n) are scratch.
+ * Returns the Ends with no open Begin; *unclosed: the Begins left open. */
+int64_t pair_edges(const int64_t *key, const uint8_t *is_begin, int64_t n, int64_t keys,
+                   int64_t *end_of, int64_t *depth, int64_t *top, int64_t *below,
+                   int64_t *unclosed) {
+    int64_t unmatched = 0, open = 0;
+    for (int64_t k = 0; k < keys; k++) top[k] = -1;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = key[i];
+        end_of[i] = -1;
+        if (is_begin[i]) {
+            below[i] = top[k];
+            depth[i] = top[k] >= 0 ? depth[top[k]] + 1 : 0;
+            top[k] = i;
+            open++;
+        } else if (top[k] < 0) {
+            unmatched++;
+        } else {
+            end_of[top[k]] = i;
+            top[k] = below[top[k]];
+            open--;
+        }
+    }
+    *unclosed = open;
+    return unmatched;
 }
