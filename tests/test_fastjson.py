@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from test_traces_readers import FIXTURES, RULES, garbled_copy, needs_fixtures
-from traces import fastjson, nesting
+from traces import fastjson, jsonrecords, nesting
 from traces.readers import kineto
 
 KINETO = sorted(p.relative_to(FIXTURES).as_posix() for p in FIXTURES.glob("kineto-*/*.json*"))
@@ -123,7 +123,7 @@ def test_a_damaged_chunk_costs_only_its_bad_record(tmp_path, monkeypatch):
     """In chunks of 64 KiB, garbage in one chunk sends that chunk to msgspec
     (one record lost and named) and the scanner reads every other."""
     name = "kineto-hta-nccl-ws2-a100-rank0/rank-0.json.gz"
-    monkeypatch.setattr(kineto, "CHUNK_BYTES", 1 << 16)
+    monkeypatch.setattr(jsonrecords, "CHUNK_BYTES", 1 << 16)
     path = garbled_copy(name, tmp_path / "rank-0.json", 1 / 3)
     (expected, expected_problems) = both(path, monkeypatch)[1]
     monkeypatch.setenv("DDLC_JSON_SCANNER", "c")

@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import REPO
-from traces import convert, readers
-from traces.readers import TraceError, kineto
+from traces import convert, jsonrecords, readers
+from traces.readers import TraceError
 from traces.rules import PhaseRules, RulesError
 from traces.table import COLUMNS, SCHEMA_VERSION
 
@@ -256,7 +256,7 @@ def test_kineto_read_in_chunks_gives_the_whole_table(tmp_path, monkeypatch):
     costs that one record, not its chunk."""
     name = "kineto-hta-nccl-ws2-a100-rank0/rank-0.json.gz"
     whole, _ = read_fixture(name)
-    monkeypatch.setattr(kineto, "CHUNK_BYTES", 1 << 16)
+    monkeypatch.setattr(jsonrecords, "CHUNK_BYTES", 1 << 16)
     df, problems = read(FIXTURES / name)
     assert problems == [] and df.equals(whole)
     assert_one_record_lost(garbled_copy(name, tmp_path / "rank-0.json", 1 / 3), whole)

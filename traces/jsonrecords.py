@@ -1,5 +1,8 @@
-"""Chrome-trace JSON (PyTorch profiler, Horovod Timeline) decoded into typed
-records with msgspec, keeping every readable record of a damaged file.
+"""Chrome-trace JSON arrays (PyTorch profiler, Horovod Timeline) read a run of
+records at a time, keeping every readable record of a damaged file.
+
+Each run is scanned into columns in C where it can be (traces/fastjson),
+else decoded with msgspec into typed records.
 
 msgspec decodes straight into small typed structs and skips the fields a
 reader does not ask for, so it parses and holds a trace several times faster
@@ -24,25 +27,121 @@ from traces.readers import Problem
 
 _RECORD_START = re.compile(r"[\[,]\s*\{")
 
+CHUNK_BYTES = 16 << 20  # of JSON decoded at a time: memory stays a few times this
 
-def decode_array(data: bytes, record_type, path: Path, *, unterminated: bool = False):
-    """(records, problems) of a JSON array of records. ``unterminated``: the
-    array may lack its closing ``]`` (Horovod leaves it open)."""
-    body = data.rstrip()
-    if unterminated and not body.endswith(b"]"):
-        body = body.rstrip(b",") + b"]"
+
+def chunks(data: bytes, first: int) -> tuple[list[tuple[int, int]], int]:
+    """((begin, end) of runs of whole records of about CHUNK_BYTES from
+    ``first``, the array's first record, cut where one record ends and the
+    next begins in the layout the file is written in; where the last run
+    begins). A cut that falls inside a nested value (the same bytes can
+    appear there) is mended by batches()."""
+    separator = _separator(data, first)
+    runs, begin = [], first
+    while separator is not None and begin + CHUNK_BYTES < len(data):
+        at = data.find(separator, begin + CHUNK_BYTES)
+        if at < 0:
+            break
+        runs.append((begin, at + 1))
+        begin = at + len(separator) - 1
+    return runs, begin
+
+
+def _separator(data: bytes, first: int) -> bytes | None:
+    """What lies between two records: a newline and the first record's
+    indentation (Kineto's two spaces, Horovod's none), or ", " / "," when
+    the records share a line; None when there is no second record near."""
+    line = data.rfind(b"\n", 0, first)
+    indent = data[line + 1 : first]
+    if line >= 0 and not indent.strip():
+        newline = b"\r\n" if data[line - 1 : line] == b"\r" else b"\n"
+        candidates = (b"}," + newline + indent + b"{",)
+    else:
+        candidates = (b"}, {", b"},{")
+    near = first + (1 << 16)
+    return next((sep for sep in candidates if data.find(sep, first, near) >= 0), None)
+
+
+def batches(runs, scan, decoder, record_type, path: Path, problems: list):
+    """A batch of records for each run (buffer, begin, end, bracketed): what
+    ``scan`` gives (columns; None where it does not take the run), else the
+    run decoded by ``decoder`` (msgspec, typed records). A run that ends
+    inside a record (a cut inside a nested value, where the separator's
+    bytes appear too) is joined to the runs after it until it ends between
+    records; a damaged run is read record by record, the records that do
+    not read counted in ``problems``."""
+    runs = list(runs)
+    i, bad, first_bad = 0, 0, 0
+    while i < len(runs):
+        run = runs[i]
+        batch, cut = _decoded(run, scan, decoder)
+        while batch is None and cut and i + 1 < len(runs):
+            joined = _joined(run, runs[i + 1])
+            if joined is None:
+                break
+            run, i = joined, i + 1
+            batch, cut = _decoded(run, scan, decoder)
+        if batch is None:
+            buffer, begin, end, bracketed = run
+            piece = buffer if bracketed else b"[" + buffer[begin:end] + b"]"
+            text = bytes(piece).decode("utf-8", errors="replace")
+            batch, lost, at = _salvaged(text, 0, record_type)
+            if lost and not bad:  # bytes of the file before the bad record
+                first_bad = len(text[:at].encode()) + (0 if bracketed else begin - 1)
+            bad += lost
+        yield batch
+        i += 1
+    problems += _lost(path, bad, first_bad)
+
+
+_ERROR_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
+def _decoded(run, scan, decoder):
+    """(the run's batch or None, whether it failed only for ending inside a
+    record: msgspec stopped at the very end, at the ``]`` added after it)."""
+    buffer, begin, end, bracketed = run
+    scanned = scan(buffer, begin, end, bracketed)
+    if scanned is not None:
+        return scanned, False
+    piece = buffer if bracketed else b"[" + buffer[begin:end] + b"]"
     try:
-        return msgspec.json.decode(body, type=list[record_type]), []
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        pass
-    text = data.decode("utf-8", errors="replace")
-    start = text.find("[")
-    return salvage(text, start if start >= 0 else 0, record_type, path)
+        return decoder.decode(piece), False
+    except msgspec.ValidationError:
+        return None, False
+    except msgspec.DecodeError as error:
+        at = _ERROR_BYTE.search(str(error))
+        cut = "truncated" in str(error) or (at is not None and int(at.group(1)) >= len(piece) - 1)
+        return None, cut and not bracketed
+
+
+def _joined(run, after):
+    """The two runs as one, where they are consecutive records of one buffer."""
+    if run[0] is not after[0] or run[3] or after[3] or after[1] < run[2]:
+        return None
+    return run[0], run[1], after[2], False
 
 
 def salvage(text: str, start: int, record_type, path: Path):
     """(records, problems): the array's records that read, from ``start``
     (the position of its ``[``) to the end of the text."""
+    records, bad, first_bad = _salvaged(text, start, record_type)
+    return records, _lost(path, bad, len(text[:first_bad].encode()) if bad else 0)
+
+
+def _lost(path: Path, bad: int, first_byte: int) -> list[Problem]:
+    if not bad:
+        return []
+    return [
+        Problem(
+            f"{path}: {bad:,} record(s) could not be read (cut or corrupt; the first at "
+            f"byte {first_byte:,}) and were skipped; the others were read"
+        )
+    ]
+
+
+def _salvaged(text: str, start: int, record_type):
+    """(records that read, how many did not, where the first of those is)."""
     decoder = json.JSONDecoder()
     starts = _record_starts(text, start)
     records, bad, first_bad, i = [], 0, None, 0
@@ -58,15 +157,7 @@ def salvage(text: str, start: int, record_type, path: Path):
             continue
         while i < len(starts) and starts[i] < end:  # objects nested in this record
             i += 1
-    problems = []
-    if bad:
-        problems.append(
-            Problem(
-                f"{path}: {bad} record(s) could not be read (cut or corrupt; the first at "
-                f"character {first_bad:,}) and were skipped; {len(records):,} records were read"
-            )
-        )
-    return records, problems
+    return records, bad, first_bad
 
 
 def _record_starts(text: str, start: int) -> list[int]:

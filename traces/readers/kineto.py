@@ -152,8 +152,6 @@ class Document(msgspec.Struct):
 
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
-CHUNK_BYTES = 16 << 20  # of JSON decoded into event objects at a time
-RECORD_SEPARATORS = (b"},\n  {", b"}, {")  # between top-level records: Kineto's layouts
 
 
 @register
@@ -206,14 +204,14 @@ def _decode(data: bytes, path: Path):
     key = data.find(_EVENTS_KEY)
     opened = _EVENTS_OPEN.match(data, key) if key >= 0 else None
     if opened is not None:
-        chunks, last = _chunks(data, opened.end())
+        chunks, last = jsonrecords.chunks(data, _first_record(data, opened.end()))
         rest = data[: opened.end()] + data[last:] if chunks else data
         try:
             doc = msgspec.json.decode(rest, type=Document)
         except (msgspec.DecodeError, msgspec.ValidationError):
             pass  # cut or damaged: read as a whole below
         else:
-            pieces = _pieces(data, chunks, doc.traceEvents)
+            pieces = _pieces(data, chunks, last, doc.traceEvents)
             return _batches(pieces, path, problems), doc.distributedInfo, problems
     try:
         doc = msgspec.json.decode(data, type=Document)
@@ -223,53 +221,30 @@ def _decode(data: bytes, path: Path):
     return _batches(pieces, path, problems), doc.distributedInfo, problems
 
 
-def _pieces(data: bytes, chunks: list[tuple[int, int]], last):
+def _pieces(data: bytes, chunks: list[tuple[int, int]], last: int, tail):
     """(buffer, begin, end, bracketed) of the chunks' records (inside the
-    array), then of the last chunk (``last``, a whole JSON array)."""
+    array), then of the last chunk, from ``last`` to the array's end: the
+    ``]`` that ends ``tail``, the array as decoded from the document less
+    the chunks before (so it lies ``len(tail) - 2`` bytes after ``last``)."""
     for begin, end in chunks:
         yield data, begin, end, False
-    yield last, 0, None, True
+    end = last + len(tail) - 2
+    yield (data, last, end, False) if data[end : end + 1] == b"]" else (tail, 0, None, True)
 
 
 def _batches(pieces, path: Path, problems: list):
-    """Batches of events from runs of records: scanned into columns in C
-    (traces/fastjson) where the scanner is built and the run is of the plain
-    shapes it takes, else decoded by msgspec into a list of events; a run
-    that does not decode as a whole (a record of another shape) is read
-    record by record, its bad records counted in problems."""
+    """Batches of events: scanned into columns in C (traces/fastjson) where
+    the scanner is built and the run is of the plain shapes it takes, else
+    decoded by msgspec into a list of events (traces/jsonrecords)."""
     decoder = msgspec.json.Decoder(list[Event])
-    for buffer, begin, end, bracketed in pieces:
-        scanned = fastjson.scan(buffer, begin, end, bracketed)
-        if scanned is not None:
-            yield scanned
-            continue
-        piece = buffer if bracketed else b"[" + buffer[begin:end] + b"]"
-        try:
-            yield decoder.decode(piece)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            events, more = jsonrecords.salvage(
-                bytes(piece).decode("utf-8", errors="replace"), 0, Event, path
-            )
-            problems += more
-            yield events
+    return jsonrecords.batches(pieces, fastjson.scan, decoder, Event, path, problems)
 
 
-def _chunks(data: bytes, start: int) -> tuple[list[tuple[int, int]], int]:
-    """((begin, end) of runs of whole records of about CHUNK_BYTES from
-    ``start``, the first record of the events array, cut where one top-level
-    record ends and the next begins (the layouts Kineto writes); where the
-    last run begins)."""
-    separator = next(
-        (sep for sep in RECORD_SEPARATORS if data.find(sep, start, start + (1 << 16)) >= 0), None
-    )
-    chunks, begin = [], start
-    while separator is not None and begin + CHUNK_BYTES < len(data):
-        at = data.find(separator, begin + CHUNK_BYTES)
-        if at < 0:
-            break
-        chunks.append((begin, at + 1))
-        begin = at + len(separator) - 1
-    return chunks, begin
+def _first_record(data: bytes, at: int) -> int:
+    """Where the first record of the array opened before ``at`` begins."""
+    while data[at : at + 1].isspace():
+        at += 1
+    return at
 
 
 def _salvaged(data: bytes, path: Path):
@@ -607,13 +582,23 @@ def _collectives(args: list, rows: np.ndarray, n: int) -> tuple[np.ndarray, list
         size = DTYPE_BYTES.get(
             str(a.dtype or "").lower().removeprefix("torch.").removeprefix("c10::")
         )
-        elements = a.nelems if a.nelems is not None else a.size
-        try:
-            if size and elements is not None:
-                nbytes[i] = int(float(elements)) * size
-        except ValueError:
-            pass
+        elements = element_count(a.nelems if a.nelems is not None else a.size)
+        if size and elements is not None:
+            nbytes[i] = elements * size
     return np.array(found, dtype=np.int64), names, nbytes
+
+
+MAX_ELEMENTS = 2**53  # more is no real message: a damaged or nonsense count
+
+
+def element_count(value) -> int | None:
+    """An element count as written (a number or its text); None where it is
+    not one: not a number, not finite, negative, or too large."""
+    try:
+        count = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(count) if 0 <= count < MAX_ELEMENTS else None
 
 
 def _scanned_collectives(names: pa.StringArray, dtypes: pa.StringArray, elements, escaped: bool):
@@ -637,7 +622,7 @@ def _scanned_collectives(names: pa.StringArray, dtypes: pa.StringArray, elements
     ]
     size = np.array(sizes, dtype=np.int64)[encoded.indices.to_numpy(zero_copy_only=False)]
     count = elements[rows]
-    known = (size > 0) & ~np.isnan(count)
+    known = (size > 0) & (count >= 0) & (count < MAX_ELEMENTS)  # NaN: unknown
     nbytes[rows[known]] = np.trunc(count[known]).astype(np.int64) * size[known]
     return rows, [named[i] for i in local.tolist()], nbytes
 
