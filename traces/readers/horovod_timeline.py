@@ -19,6 +19,11 @@ tensor's dtype and shape, hence its bytes.
   has marks. Each step is a ``step`` row on location ``steps``; other
   activities take the step they fall in.
 
+The array is read a run of records at a time (traces/jsonrecords): scanned
+into columns in C (traces/fastjson) where it can be, else decoded by msgspec
+into records, which become the same columns. Everything after is numpy and
+Arrow over those columns, with no Python per record.
+
 Timestamps are microseconds of Horovod's steady clock.
 """
 
@@ -26,15 +31,19 @@ from __future__ import annotations
 
 import functools
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from traces import jsonrecords, nesting
+from traces import fastjson, jsonrecords, nesting
 from traces.readers import Problem, Reader, TraceError, counted, read_bytes, register
-from traces.readers.kineto import DTYPE_BYTES
+from traces.readers.kineto import DTYPE_BYTES, element_count
 from traces.table import NULL, Columns, finish_columns
 
 
@@ -64,101 +73,293 @@ class HorovodTimelineReader(Reader):
 
     def read(self, path: Path, rules, run_id: str = ""):
         data, problem = read_bytes(path)
-        records, problems = jsonrecords.decode_array(data, Record, path, unterminated=True)
+        problems = [problem] if problem else []
+        records, reading = _read_records(data, path, problems)
         del data
-        problems = ([problem] if problem else []) + problems
-        if not records:
+        if not (len(records.edge_ns) or len(records.tick_ns) or len(records.mark_ns)):
             raise TraceError(f"{path}: not a Horovod Timeline: no readable record")
-        columns, more = _columns(records, path)
+        columns, more = _columns(records, reading, path)
+        del records  # before the table is built: the peak of memory is there
         return finish_columns(columns, rules, self.name, run_id), problems + more
 
 
-INTERVAL_PHASES = frozenset(("B", "E", "X"))
+# the record kinds (ph) the reader uses, as the scanner's byte codes
+BEGIN, END, COMPLETE, INSTANT = (ord(c) for c in "BEXi")
+OTHER_PH = ord("?")  # a ph of more than one character
+TICK_NAME = r"^[0-9]{1,9}$"  # a readiness tick is named by the rank
+CYCLE_MARK = "CYCLE_START"
+
+SCAN = functools.partial(fastjson.scan, all_records=True)
+DECODER = msgspec.json.Decoder(list[Record])
+METADATA_DECODER = msgspec.json.Decoder(Record)
 
 
-def _columns(records: list, path: Path):
-    tensors = {
-        r.pid: r.args.name
-        for r in records
-        if r.ph == "M" and r.name == "process_name" and r.args is not None
-    }
-    timed = [r for r in records if r.ts is not None]
-    # metadata has no time of its own; an activity without one is lost
-    untimed = sum(ph in INTERVAL_PHASES for ph in [r.ph for r in records if r.ts is None])
-    ph = np.array([r.ph for r in timed], dtype=object)
-    ts = np.rint(np.array([r.ts for r in timed], dtype=np.float64) * 1000).astype(np.int64)
-    pid, pids = pd.factorize(pd.Series([r.pid for r in timed], dtype=object))
-    is_begin, is_end = ph == "B", ph == "E"
-    edges = np.flatnonzero(is_begin | is_end)
-    begins, ends, _, unmatched, unclosed = nesting.pair_begin_end(pid[edges], is_begin[edges])
-    begins, ends = edges[begins], edges[ends]
-    complete = np.flatnonzero(ph == "X")
-    ticks = complete[np.array([timed[i].name.isdigit() for i in complete.tolist()], dtype=bool)]
-    rows = np.r_[begins, ticks]
-    start = np.r_[ts[begins], ts[ticks]]
-    end = np.r_[ts[ends], ts[ticks]]
-    names = [timed[i].name for i in begins.tolist()] + ["rank_ready"] * len(ticks)
-    rank = np.r_[
-        np.zeros(len(begins), dtype=np.int64), [int(timed[i].name) for i in ticks.tolist()]
-    ].astype(np.int64)
-    nbytes = np.r_[[_bytes(timed[i].args) for i in ends.tolist()], np.full(len(ticks), NULL)]
-    where = pid[rows].astype(np.int64)
-    parent = nesting.enclosing(where, start, end)
-    cycles = np.sort(
-        ts[ph == "i"][[timed[i].name == "CYCLE_START" for i in np.flatnonzero(ph == "i")]]
+@dataclass
+class Records:
+    """What the reader takes from a Timeline's records, in file order:
+    Begin/End records (``edge_*``; ``edge_region`` -1 on an End,
+    ``edge_bytes`` NULL on a Begin), readiness ticks (``tick_*``) and cycle
+    marks, times in ns; ``edge_pid``/``tick_pid`` are location codes."""
+
+    edge_begin: np.ndarray
+    edge_ns: np.ndarray
+    edge_pid: np.ndarray
+    edge_region: np.ndarray
+    edge_bytes: np.ndarray
+    tick_ns: np.ndarray
+    tick_pid: np.ndarray
+    tick_rank: np.ndarray
+    mark_ns: np.ndarray
+    untimed: int = 0
+
+    @classmethod
+    def joined(cls, parts: list[Records]) -> Records:
+        fields = [f for f in cls.__dataclass_fields__ if f != "untimed"]
+        return cls(
+            **{f: np.concatenate([getattr(p, f) for p in parts]) for f in fields},
+            untimed=sum(p.untimed for p in parts),
+        )
+
+
+class _Reading:
+    """The codes a Timeline's runs share: locations (pids: int, text or
+    none, in the order first seen, each named by its process_name
+    metadata) and activity names (regions)."""
+
+    def __init__(self):
+        self.pids: dict = {}
+        self.tensors: dict = {}
+        self.regions: dict = {}
+
+    def part(self, batch) -> Records:
+        """The run's records the reader uses (from the scanner's columns or
+        msgspec's records)."""
+        if isinstance(batch, fastjson.Scanned):
+            return self._records(*self._scanned(batch))
+        return self._records(*self._decoded(batch))
+
+    def location_names(self) -> list[str]:
+        return [f"tensor:{self.tensors.get(k) or k[1]}" for k in self.pids]
+
+    def region_names(self) -> list[str]:
+        return list(self.regions)
+
+    def _codes(self, table: dict, keys) -> np.ndarray:
+        return np.array([table.setdefault(k, len(table)) for k in keys], dtype=np.int64)
+
+    def _metadata(self, record: Record) -> None:
+        if record.ph == "M" and record.name == "process_name" and record.args is not None:
+            self.tensors[_key(record.pid)] = record.args.name
+
+    def _scanned(self, scanned: fastjson.Scanned) -> tuple:
+        for begin, end in scanned.spans[scanned.span_rows < 0].tolist():
+            self._metadata(METADATA_DECODER.decode(scanned.data[begin:end]))
+        columns, strings = scanned.columns, scanned.strings
+        pid = np.full(scanned.rows, self._codes(self.pids, [_key(None)])[0])
+        ints = columns["pid_kind"] == fastjson.ID_INT  # else none: text falls back
+        inverse, uniques = pd.factorize(columns["pid"][ints])
+        pid[ints] = self._codes(self.pids, (("int", v) for v in uniques.tolist()))[inverse]
+        names, dtypes, shapes = strings["names"], strings["dtypes"], strings["shapes"]
+        return columns["ph"], names, columns["ts"], pid, dtypes, shapes
+
+    def _decoded(self, records: list) -> tuple:
+        for record in records:
+            self._metadata(record)
+        args = [r.args or Args() for r in records]
+        shapes = [a.shape if not isinstance(a.shape, list) else json.dumps(a.shape) for a in args]
+        return (
+            np.array([_ph_code(r.ph) for r in records], dtype=np.uint8),
+            pa.array([r.name for r in records], pa.string()),
+            np.array([np.nan if r.ts is None else r.ts for r in records], dtype=np.float64),
+            self._codes(self.pids, (_key(r.pid) for r in records)),
+            pa.array([a.dtype for a in args], pa.string()),
+            pa.array(shapes, pa.string()),
+        )
+
+    def _records(self, ph, names, ts, pid, dtypes, shapes) -> Records:
+        timed = ~np.isnan(ts)
+        # metadata has no time of its own; an activity without one is lost
+        untimed = int((~timed & ((ph == BEGIN) | (ph == END) | (ph == COMPLETE))).sum())
+        edges = np.flatnonzero(timed & ((ph == BEGIN) | (ph == END)))
+        begin = ph[edges] == BEGIN
+        region = np.full(len(edges), -1, dtype=np.int32)
+        region[begin] = self._region_codes(names.take(edges[begin]))
+        nbytes = np.full(len(edges), NULL, dtype=np.int64)
+        ends = edges[~begin]
+        nbytes[~begin] = _bytes(dtypes.take(ends), shapes.take(ends))
+        complete = np.flatnonzero(timed & (ph == COMPLETE))
+        tick_names = names.take(complete)
+        is_tick = pc.match_substring_regex(tick_names, TICK_NAME)
+        ticks = complete[is_tick.to_numpy(zero_copy_only=False)]
+        instants = np.flatnonzero(timed & (ph == INSTANT))
+        marks = instants[pc.equal(names.take(instants), CYCLE_MARK).to_numpy(zero_copy_only=False)]
+        return Records(
+            edge_begin=begin,
+            edge_ns=_ns(ts[edges]),
+            edge_pid=pid[edges].astype(np.int32),
+            edge_region=region,
+            edge_bytes=nbytes,
+            tick_ns=_ns(ts[ticks]),
+            tick_pid=pid[ticks].astype(np.int32),
+            tick_rank=pc.cast(tick_names.filter(is_tick), pa.int64()).to_numpy(),
+            mark_ns=_ns(ts[marks]),
+            untimed=untimed,
+        )
+
+    def _region_codes(self, names: pa.StringArray) -> np.ndarray:
+        encoded = names.dictionary_encode()
+        codes = self._codes(self.regions, encoded.dictionary.to_pylist())
+        return codes[encoded.indices.to_numpy(zero_copy_only=False)]
+
+
+def _key(pid) -> tuple:
+    """A pid as a location key: 1 and "1" are different locations."""
+    return ("int" if isinstance(pid, int) else "text", pid)
+
+
+def _ph_code(ph: str) -> int:
+    encoded = ph.encode()
+    return encoded[0] if len(encoded) == 1 else 0 if not encoded else OTHER_PH
+
+
+def _ns(microseconds: np.ndarray) -> np.ndarray:
+    return np.rint(microseconds * 1000).astype(np.int64)
+
+
+def _read_records(data: bytes, path: Path, problems: list) -> tuple[Records, _Reading]:
+    """Every readable record of the array in ``data`` that the reader uses,
+    run by run; unreadable records counted in ``problems``."""
+    opened = data.find(b"[")
+    if opened < 0:
+        raise TraceError(f"{path}: not a Horovod Timeline: no JSON array of records")
+    first = opened + 1
+    while data[first : first + 1].isspace():
+        first += 1
+    runs, last = jsonrecords.chunks(data, first)
+    runs.append((last, _records_end(data, last)))
+    reading = _Reading()
+    batches = jsonrecords.batches(
+        ((data, b, e, False) for b, e in runs), _scan, DECODER, Record, path, problems
     )
-    steps, row_step = _steps(names, where, start, end, parent, cycles)
-    n_steps = len(steps)
-    location_names = [f"tensor:{tensors.get(p) or p}" for p in pids] + ["steps"]
-    region, region_names = pd.factorize(pd.Series(names + ["step"] * n_steps, dtype=object))
-    problems = _problems(path, untimed, unmatched, unclosed)
+    return Records.joined([reading.part(batch) for batch in batches]), reading
+
+
+def _records_end(data: bytes, begin: int) -> int:
+    """Where the array's last record ends: before the closing ``]`` Horovod
+    may leave out, and the ``,`` it leaves after every record."""
+    end = len(data)
+    for closing in (b"]", b","):
+        while end > begin and data[end - 1 : end].isspace():
+            end -= 1
+        if data[end - 1 : end] == closing:
+            end -= 1
+    while end > begin and data[end - 1 : end].isspace():
+        end -= 1
+    return end
+
+
+def _scan(buffer, begin, end, bracketed):
+    """The scanner's columns of a run, or None for msgspec to decode it: no
+    scanner, or a name the scanner leaves JSON-escaped."""
+    scanned = SCAN(buffer, begin, end, bracketed)
+    return None if scanned is None or scanned.escaped else scanned
+
+
+def _columns(records: Records, reading: _Reading, path: Path):
+    begins, ends, _, unmatched, unclosed = nesting.pair_begin_end(
+        records.edge_pid, records.edge_begin
+    )
+    n_ticks = len(records.tick_ns)
+    start = np.r_[records.edge_ns[begins], records.tick_ns]
+    end = np.r_[records.edge_ns[ends], records.tick_ns]
+    where = np.r_[records.edge_pid[begins], records.tick_pid]
+    rank = np.r_[np.zeros(len(begins), dtype=np.int64), records.tick_rank]
+    nbytes = np.r_[records.edge_bytes[ends], np.full(n_ticks, NULL)]
+    parent = nesting.enclosing(where, start, end)
+    region, region_names = _regions(records.edge_region[begins], reading.region_names(), n_ticks)
+    steps, row_step = _steps(
+        region, region_names, where, start, end, parent, np.sort(records.mark_ns)
+    )
+    n_steps = len(steps["start"])
+    if n_steps and "step" not in region_names:
+        region_names.append("step")
+    step_region = region_names.index("step") if n_steps else 0
+    locations = reading.location_names()
+    n = len(start) + n_steps
     columns = Columns(
         rank=np.r_[rank, np.zeros(n_steps, dtype=np.int64)],
-        node=np.zeros(len(rows) + n_steps, dtype=np.int32),
+        node=np.zeros(n, dtype=np.int32),
         node_names=[""],
-        location=np.r_[where, np.full(n_steps, len(pids))].astype(np.int32),
-        location_names=location_names,
-        region=region.astype(np.int32),
-        region_names=list(region_names),
+        location=np.r_[where, np.full(n_steps, len(locations))].astype(np.int32),
+        location_names=locations + ["steps"],
+        region=np.r_[region, np.full(n_steps, step_region)].astype(np.int32),
+        region_names=region_names,
         start_ns=np.r_[start, steps["start"]],
         end_ns=np.r_[end, steps["end"]],
         depth=np.r_[nesting.depths(parent), np.zeros(n_steps, dtype=np.int64)],
         parent_row=np.r_[parent, np.full(n_steps, -1)],
         step=np.r_[row_step, np.arange(n_steps)].astype(np.int64),
-        epoch=np.full(len(rows) + n_steps, NULL, dtype=np.int64),
-        collective=np.full(len(rows) + n_steps, -1, dtype=np.int32),
+        epoch=np.full(n, NULL, dtype=np.int64),
+        collective=np.full(n, -1, dtype=np.int32),
         collective_names=[],
         bytes=np.r_[nbytes, np.full(n_steps, NULL)].astype(np.int64),
     )
-    return columns, problems
+    return columns, _problems(path, records.untimed, unmatched, unclosed)
 
 
-def _steps(names: list, where, start, end, parent, cycles):
-    """((start, end) of each step, the step of each row or NULL).
+def _regions(codes: np.ndarray, names: list[str], ticks: int) -> tuple[np.ndarray, list[str]]:
+    """Region codes of the matched activities, then of the ticks
+    (``rank_ready``), among the names of those activities only."""
+    used, codes = np.unique(codes, return_inverse=True)
+    region_names = [names[i] for i in used.tolist()]
+    if ticks and "rank_ready" not in region_names:
+        region_names.append("rank_ready")
+    tick = region_names.index("rank_ready") if ticks else 0
+    return np.r_[codes.astype(np.int64), np.full(ticks, tick, dtype=np.int64)], region_names
+
+
+def _steps(region, region_names: list, where, start, end, parent, cycles):
+    """({start, end} of each step, the step of each row or NULL).
 
     The tensors all-reduced most often are the gradients: step k is their
     k-th top-level ALLREDUCE (and its NEGOTIATE_ALLREDUCE), from the cycle
     mark before the first of them where the trace has marks."""
-    row_step = np.full(len(names), NULL, dtype=np.int64)
-    names = np.asarray(names, dtype=object)
-    top = pd.DataFrame({"tensor": where, "start": start, "end": end, "name": names})
-    top = top[(parent < 0) & np.isin(names, ["ALLREDUCE", "NEGOTIATE_ALLREDUCE"])]
-    reduces = top[top["name"] == "ALLREDUCE"]
-    if reduces.empty:
-        return pd.DataFrame({"start": [], "end": []}, dtype=np.int64), row_step
-    counts = reduces.groupby("tensor").size()
-    top = top[top["tensor"].isin(counts.index[counts == counts.max()])]
-    top = top.sort_values("start", kind="stable")
-    k = top.groupby(["tensor", "name"]).cumcount()
-    row_step[k.index.to_numpy()] = k.to_numpy()
-    reduces = top[top["name"] == "ALLREDUCE"]
-    steps = reduces.groupby(k[reduces.index].to_numpy()).agg(
-        start=("start", "min"), end=("end", "max")
-    )
+    row_step = np.full(len(region), NULL, dtype=np.int64)
+    code = {name: i for i, name in enumerate(region_names)}
+    top = parent < 0
+    is_reduce = top & (region == code.get("ALLREDUCE", -1))
+    if not is_reduce.any():
+        return {"start": np.zeros(0, np.int64), "end": np.zeros(0, np.int64)}, row_step
+    counts = np.bincount(where[is_reduce])
+    gradient = np.zeros(max(len(counts), int(where.max()) + 1), dtype=bool)
+    gradient[: len(counts)] = counts == counts.max()
+    negotiate = top & (region == code.get("NEGOTIATE_ALLREDUCE", -1))
+    rows = np.flatnonzero((is_reduce | negotiate) & gradient[where])
+    rows = rows[np.argsort(start[rows], kind="stable")]
+    k = _cumcount(where[rows] * 2 + is_reduce[rows])
+    row_step[rows] = k
+    reduces = is_reduce[rows]
+    k, first, last = k[reduces], start[rows][reduces], end[rows][reduces]
+    n = int(k.max()) + 1
+    steps = {
+        "start": pd.Series(first).groupby(k).min().reindex(range(n)).to_numpy(np.int64),
+        "end": pd.Series(last).groupby(k).max().reindex(range(n)).to_numpy(np.int64),
+    }
     if cycles.size:
-        at = np.searchsorted(cycles, steps["start"].to_numpy(), side="right") - 1
+        at = np.searchsorted(cycles, steps["start"], side="right") - 1
         steps["start"] = np.where(at >= 0, cycles[np.maximum(at, 0)], steps["start"])
-    return steps.reset_index(drop=True), row_step
+    return steps, row_step
+
+
+def _cumcount(key: np.ndarray) -> np.ndarray:
+    """How many earlier entries have the same key, for each entry."""
+    order = np.argsort(key, kind="stable")
+    sorted_key = key[order]
+    group_start = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])
+    sizes = np.diff(np.r_[group_start, len(key)])
+    counts = np.empty(len(key), dtype=np.int64)
+    counts[order] = np.arange(len(key)) - np.repeat(group_start, sizes)
+    return counts
 
 
 def _problems(path: Path, untimed: int, unmatched: int, unclosed: int) -> list[Problem]:
@@ -170,24 +371,28 @@ def _problems(path: Path, untimed: int, unmatched: int, unclosed: int) -> list[P
     )
 
 
-def _bytes(args) -> int:
+def _bytes(dtypes: pa.StringArray, shapes: pa.StringArray) -> np.ndarray:
     """Tensor bytes from the dtype and shape Horovod writes on an activity's
-    End; NULL when it does not say."""
-    if args is None or args.shape is None:
-        return NULL
-    shape = args.shape if isinstance(args.shape, str) else json.dumps(args.shape)
-    return _tensor_bytes(args.dtype, shape)
+    End (NULL when it does not say), worked out once per distinct pair."""
+    dtypes = pc.fill_null(dtypes, "")
+    pairs = pc.binary_join_element_wise(dtypes, shapes, "\x1f").dictionary_encode()
+    sizes = [_tensor_bytes(*pair.split("\x1f", 1)) for pair in pairs.dictionary.to_pylist()]
+    codes = pc.fill_null(pairs.indices, -1).to_numpy()  # -1: no shape, the NULL last
+    return np.array(sizes + [NULL], dtype=np.int64)[codes]
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def _tensor_bytes(dtype, shape: str) -> int:
-    """Bytes of a tensor of ``dtype`` and ``shape`` (JSON text): each tensor's
-    pair recurs every step, so each is worked out once."""
-    size = DTYPE_BYTES.get(str(dtype or "").lower().replace("torch.", ""))
+def _tensor_bytes(dtype: str, shape: str) -> int:
+    """Bytes of a tensor of ``dtype`` and ``shape`` (JSON text: a list of
+    sizes); NULL where either is not one."""
+    size = DTYPE_BYTES.get(dtype.lower().replace("torch.", ""))
     try:
         shape = json.loads(shape)
     except ValueError:
         return NULL
     if size is None or not isinstance(shape, list):
         return NULL
-    return int(np.prod(shape, dtype=np.int64)) * size
+    if not all(type(d) is int and d >= 0 for d in shape):
+        return NULL
+    elements = element_count(math.prod(shape))
+    return NULL if elements is None else elements * size
