@@ -1,8 +1,10 @@
-"""PyTorch profiler (Kineto) JSON -> phase table: speed and memory, beside
-HTA's own loader on the same folder in the same run.
+"""PyTorch profiler (Kineto) JSON and Horovod Timeline -> phase table: speed
+and memory, beside the reader before and (Kineto) HTA's own loader on the
+same folder in the same run.
 
     python bench/trace_read_json.py [--events 5000000] [--ranks 8]
                                     [--hta-python .venv-hta/bin/python]
+    python bench/trace_read_json.py --format horovod [--events 5000000]
 
 A multi-rank Kineto trace shaped like real ones (ProfilerStep, DataLoader,
 DDP forward with nested aten ops, autograd's backward thread, CUDA runtime
@@ -17,7 +19,8 @@ into ~/.cache/ddl-compare/bench/, one uncompressed file per rank.
 - the reader before, as baseline: the same with ``DDLC_JSON_SCANNER=msgspec``
   (no C scanner nor C nesting: msgspec's typed records, then numpy), which
   is also what runs where no C compiler is;
-- HTA: ``TraceAnalysis(trace_dir=...)`` from ``holistictraceanalysis``,
+- HTA (Kineto only: it has no Horovod Timeline loader):
+  ``TraceAnalysis(trace_dir=...)`` from ``holistictraceanalysis``,
   installed in a separate virtual environment (it pins its own pandas and
   numpy), in a fresh process pinned to the same one core; its peak is the
   larger of its own and its parsing workers'.
@@ -214,34 +217,93 @@ def events_per_step() -> int:
     return sum(1 for _ in rank_events(0, 1, 1)) - 2
 
 
-def cached_trace(events: int, ranks: int) -> Path:
-    digest = hashlib.sha256(
-        inspect.getsource(rank_events).encode() + inspect.getsource(write_rank).encode()
-    )
+GRADIENTS = tuple(f"{layer}.{part}" for layer in LAYERS for part in ("weight", "bias")) * 2
+TICKED_STEPS = 3  # steps before Horovod's response cache stops the negotiation ticks
+
+
+def timeline_records(ranks: int, steps: int):
+    """A Horovod Timeline's records (what rank 0 writes), as JSON text."""
+    t = 546_174_382_480
+    for pid, tensor in enumerate(GRADIENTS, start=1):
+        name = f"DistributedOptimizer_Allreduce/{tensor}_{pid}"
+        yield f'{{"name": "process_name", "ph": "M", "pid": {pid}, "args": {{"name": "{name}"}}}}'
+        yield f'{{"name": "process_sort_index", "ph": "M", "pid": {pid}, "args": {{"sort_index": {pid}}}}}'
+        yield f'{{"ph": "B", "name": "NEGOTIATE_BROADCAST", "ts": {t}, "pid": {pid}}}'
+        yield f'{{"ph": "E", "ts": {t + 3}, "pid": {pid}}}'
+        yield f'{{"ph": "B", "name": "BROADCAST", "ts": {t + 4}, "pid": {pid}}}'
+        yield f'{{"ph": "E", "ts": {t + 40}, "pid": {pid}, "args": {{"dtype": "float32", "shape": "[64, 32]"}}}}'
+        t += 50
+    for step in range(steps):
+        yield f'{{"ph": "i", "name": "CYCLE_START", "ts": {t}, "s": "g"}}'
+        for pid, tensor in enumerate(GRADIENTS, start=1):
+            shape = "[64, 32, 3, 3]" if tensor.endswith("weight") else "[64]"
+            yield f'{{"ph": "B", "name": "NEGOTIATE_ALLREDUCE", "ts": {t + 1}, "pid": {pid}}}'
+            if step < TICKED_STEPS:
+                for rank in range(ranks):
+                    yield f'{{"ph": "X", "name": "{rank}", "ts": {t + 2 + rank}, "pid": {pid}, "dur": 0}}'
+            t += ranks + 3
+            yield f'{{"ph": "E", "ts": {t}, "pid": {pid}}}'
+            yield f'{{"ph": "B", "name": "ALLREDUCE", "ts": {t + 1}, "pid": {pid}}}'
+            for i, activity in enumerate(
+                ("MEMCPY_IN_FUSION_BUFFER", "MPI_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER")
+            ):
+                yield f'{{"ph": "B", "name": "{activity}", "ts": {t + 2 + 30 * i}, "pid": {pid}}}'
+                yield f'{{"ph": "E", "ts": {t + 30 + 30 * i}, "pid": {pid}}}'
+            t += 95
+            yield f'{{"ph": "E", "ts": {t}, "pid": {pid}, "args": {{"dtype": "float32", "shape": "{shape}"}}}}'
+            if pid % 8 == 0:
+                yield f'{{"ph": "i", "name": "CYCLE_START", "ts": {t + 1}, "s": "g"}}'
+        t += 2000
+
+
+def write_timeline(path: Path, ranks: int, steps: int) -> None:
+    """A Horovod Timeline file: one record a line, the array left open."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        f.write("[\n")
+        for line in timeline_records(ranks, steps):
+            f.write(line + ",\n")
+    tmp.replace(path)
+
+
+def cached_trace(events: int, ranks: int, form: str = "kineto") -> Path:
+    """The folder of a generated trace of about ``events`` events, made once."""
+    writers = (rank_events, write_rank) if form == "kineto" else (timeline_records, write_timeline)
+    digest = hashlib.sha256(b"".join(inspect.getsource(f).encode() for f in writers))
     base = Path(
         os.environ.get("DDLC_CACHE")
         or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddl-compare"
     )
-    folder = base / "bench" / f"kineto-{events}ev-{ranks}r-{digest.hexdigest()[:12]}"
+    folder = base / "bench" / f"{form}-{events}ev-{ranks}r-{digest.hexdigest()[:12]}"
     if (folder / "complete").is_file():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    steps = max(1, events // (events_per_step() * ranks))
     print(
-        f"generating a {ranks}-rank Kineto trace of about {events} events in {folder} (once)",
+        f"generating a {ranks}-rank {form} trace of about {events} events in {folder} (once)",
         flush=True,
     )
-    for rank in range(ranks):
-        write_rank(folder / f"rank-{rank}.json", rank, ranks, steps)
+    if form == "kineto":
+        steps = max(1, events // (events_per_step() * ranks))
+        for rank in range(ranks):
+            write_rank(folder / f"rank-{rank}.json", rank, ranks, steps)
+    else:
+        per_step = 1 + len(GRADIENTS) * 10 + len(GRADIENTS) // 8
+        write_timeline(folder / "horovod_timeline.json", ranks, max(1, events // per_step))
     (folder / "complete").touch()
     return folder
 
 
+def trace_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("rank-*.json")) or [folder / "horovod_timeline.json"]
+
+
 def count_events(folder: Path) -> int:
-    """Independent count: the records of every rank's traceEvents list."""
-    return sum(
-        len(json.loads(p.read_bytes())["traceEvents"]) for p in sorted(folder.glob("rank-*.json"))
-    )
+    """Independent count: the records of every rank's traceEvents list, or
+    of the Timeline's array (closed here, as Horovod does not)."""
+    if (folder / "horovod_timeline.json").is_file():
+        text = (folder / "horovod_timeline.json").read_text().rstrip().rstrip(",")
+        return len(json.loads(text + "]"))
+    return sum(len(json.loads(p.read_bytes())["traceEvents"]) for p in trace_files(folder))
 
 
 def run_child(python: str, args: list[str], env: dict | None = None) -> dict:
@@ -343,6 +405,7 @@ def summary(who: str, result: dict, events: int, size: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--format", choices=("kineto", "horovod"), default="kineto")
     parser.add_argument("--events", type=int, default=5_000_000)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument(
@@ -362,15 +425,29 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         return {"ours": ours, "hta": hta}[args.child](args.folder)
-    folder = cached_trace(args.events, args.ranks)
+    folder = cached_trace(args.events, args.ranks, args.format)
     events = count_events(folder)
-    size = sum(p.stat().st_size for p in folder.glob("rank-*.json"))
+    size = sum(p.stat().st_size for p in trace_files(folder))
     child = ["--child", "ours", "--folder", str(folder)]
     mine = run_child(sys.executable, child)
     rate = events / mine["cpu"]
-    print(summary(f"this reader, {args.ranks} ranks", mine, events, size), flush=True)
+    print(
+        summary(f"this reader, {args.format}, {args.ranks} ranks", mine, events, size), flush=True
+    )
     before = run_child(sys.executable, child, {"DDLC_JSON_SCANNER": "msgspec"})
     print(summary("the reader before (msgspec alone)", before, events, size), flush=True)
+    figures = (
+        f"events={events} events_per_s={rate:.0f} "
+        f"before_events_per_s={events / before['cpu']:.0f} "
+        f"ratio_vs_before={before['cpu'] / mine['cpu']:.2f} "
+        f"peak_bytes_per_event={mine['peak'] / events:.1f} "
+        f"file_bytes_per_event={size / events:.1f} peak_vs_file={mine['peak'] / size:.2f} "
+        f"before_peak_bytes_per_event={before['peak'] / events:.1f} "
+        f"target_events_per_s={TARGET_EVENTS_PER_S} target_peak_vs_file={TARGET_MEMORY_RATIO}"
+    )
+    if args.format == "horovod":
+        print(f"format=horovod {figures}")  # HTA has no Horovod Timeline loader
+        return
     if not Path(args.hta_python).is_file():
         raise SystemExit(
             f"{args.hta_python}: no such Python; install HTA in a venv of its own:"
@@ -379,18 +456,14 @@ def main() -> None:
         )
     hta_folder = cached_trace(args.hta_events, args.ranks) if args.hta_events else folder
     hta_events = count_events(hta_folder) if args.hta_events else events
-    hta_size = sum(p.stat().st_size for p in hta_folder.glob("rank-*.json"))
+    hta_size = sum(p.stat().st_size for p in trace_files(hta_folder))
     theirs = run_child(args.hta_python, ["--child", "hta", "--folder", str(hta_folder)])
     hta_rate = hta_events / theirs["cpu"]
     print(summary("HTA TraceAnalysis", theirs, hta_events, hta_size), flush=True)
     print(
-        f"events={events} events_per_s={rate:.0f} hta_events_per_s={hta_rate:.0f} "
-        f"ratio_vs_hta={rate / hta_rate:.1f} peak_bytes_per_event={mine['peak'] / events:.1f} "
-        f"file_bytes_per_event={size / events:.1f} peak_vs_file={mine['peak'] / size:.2f} "
-        f"hta_events={hta_events} hta_peak_bytes_per_event={theirs['peak'] / hta_events:.1f} "
-        f"target_events_per_s={TARGET_EVENTS_PER_S} target_peak_vs_file={TARGET_MEMORY_RATIO} "
-        f"before_events_per_s={events / before['cpu']:.0f} "
-        f"before_peak_bytes_per_event={before['peak'] / events:.1f}"
+        f"format=kineto {figures} hta_events_per_s={hta_rate:.0f} "
+        f"ratio_vs_hta={rate / hta_rate:.1f} hta_events={hta_events} "
+        f"hta_peak_bytes_per_event={theirs['peak'] / hta_events:.1f}"
     )
 
 
