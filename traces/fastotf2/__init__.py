@@ -323,10 +323,12 @@ def _merge(parts: list, chunks: list[list[int]], shared: dict, bases: np.ndarray
     if not in_place:
         shared = _empty_columns(sum(sizes))
     at = 0
-    for (cols, _, _), chunk, size in zip(parts, chunks, sizes):
+    for (cols, _, _), chunk, size, base in zip(parts, chunks, sizes, bases):
         for name, column in shared.items():
             piece = column[at : at + size]
-            if at or not in_place:
+            # a chunk's rows are in place only where every chunk before it
+            # filled its whole stretch (chunks of no rows included)
+            if at != base or not in_place:
                 piece[:] = cols[name]  # numpy moves overlapping rows right
             if name == "location" and chunk and chunk[0]:
                 piece += np.int32(chunk[0])
