@@ -5,15 +5,17 @@ otf2-print, and what was lost exits non-zero with one line, no traceback."""
 
 import gzip
 import json
+import math
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
 from test_traces_readers import FIXTURES, needs_fixtures, otf2_copy
-from traces import fastotf2
+from traces import fastotf2, readers
 from traces.readers import otf2_reader
 from traces.rules import PhaseRules
 
@@ -56,3 +58,116 @@ def test_a_first_rank_with_no_interval_keeps_the_others(tmp_path, monkeypatch, w
     done = convert_cli(anchor, out=tmp_path / "phases.parquet")
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.startswith("error: ") and "21 rows" in done.stdout
+
+
+def json_of(path: Path):
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
+
+def read_df(path: Path):
+    table, problems = readers.read(path, RULES, "r1")
+    return table.to_pandas(), problems
+
+
+# Independent of the reader's tables: what the backend records say.
+BACKEND_COLLECTIVES = {
+    "all_reduce": "allreduce",
+    "all_to_all": "all_to_all",
+    "_all_gather_base": "allgather",
+    "broadcast": "bcast",
+}
+ELEMENT_BYTES = {"float": 4, "int": 4, "long": 8, "signed char": 1, "unsigned char": 1}
+
+
+def shaped_collectives(path: Path) -> tuple[Counter, Counter]:
+    """(records, bytes) per collective, from the ``nccl:``/``gloo:``
+    records' Input Dims and Input type."""
+    records, nbytes = Counter(), Counter()
+    for e in json_of(path)["traceEvents"]:
+        backend, _, op = str(e.get("name")).partition(":")
+        if e.get("ph") != "X" or backend not in ("nccl", "gloo"):
+            continue
+        op = BACKEND_COLLECTIVES[op]
+        records[op] += 1
+        args = e["args"]
+        for dims, dtype in zip(args["Input Dims"], args["Input type"]):
+            nbytes[op] += math.prod(dims) * ELEMENT_BYTES[dtype]
+    return records, nbytes
+
+
+KINETO_WITH_SHAPES = [
+    REAL / "hta" / "rank-34.cpu-only-gloo.pt.trace.json.gz",
+    REAL / "hta" / "rank-1.trace-compare-base.json.gz",
+    REAL / "hta" / "no-distributed-info-alltoall.json.gz",
+    FIXTURES / "kineto-hta-sampled-ws128-rank0-1" / "rank-0.json.gz",
+    FIXTURES / "kineto-hta-sampled-ws128-rank0-1" / "rank-1.json.gz",
+]
+
+
+@pytest.mark.parametrize("path", KINETO_WITH_SHAPES, ids=lambda p: p.name)
+def test_kineto_collective_bytes_from_input_shapes(path):
+    """PyTorch before 2.1 writes no ``In msg nelems``: a collective's size
+    is its backend record's input shape times its dtype's size (``float``,
+    ``long``, ``signed char``); every byte count was lost."""
+    if not path.is_file():
+        pytest.skip(f"no {path}")
+    doc = json_of(path)
+    df, problems = read_df(path)
+    assert problems == []
+    assert len(df) == sum(e.get("ph") == "X" for e in doc["traceEvents"])
+    assert set(df["rank"]) == {(doc.get("distributedInfo") or {}).get("rank", 0)}
+    records, nbytes = shaped_collectives(path)
+    instances = df[df["collective"].notna()]
+    assert Counter(instances["collective"]) == records and sum(records.values()) > 0
+    assert instances["bytes"].notna().all()
+    assert instances.groupby("collective")["bytes"].sum().to_dict() == nbytes
+    assert set(df.loc[df["region"].str.match(r"(nccl|gloo):"), "phase"]) == {"grad_comm"}
+
+
+def record_starts(text: str, fractions) -> list[int]:
+    """Where a complete event begins, near each fraction of the text (its
+    ``{``: Kineto writes ``ph`` first)."""
+    return [text.rfind("{", 0, text.index('"ph": "X"', int(len(text) * f))) for f in fractions]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        REAL / "hta" / "rank-1.trace-compare-base.json.gz",  # one line, records ", "-separated
+        REAL / "hta" / "no-distributed-info-alltoall.json.gz",
+        FIXTURES / "kineto-hta-nccl-ws2-a100-rank0" / "rank-0.json.gz",
+    ],
+    ids=lambda p: p.name,
+)
+def test_kineto_cut_between_two_events_is_data_lost(tmp_path, path):
+    """A trace cut where one event ends and the next begins has no bad
+    record to count; it still lost every event after the cut (it exited 0
+    with the table short)."""
+    if not path.is_file():
+        pytest.skip(f"no {path}")
+    text = gzip.decompress(path.read_bytes()).decode()
+    for k, at in enumerate(record_starts(text, (0.2, 0.6, 0.97))):
+        for end in (",", ""):  # after the separator, or on the event's "}"
+            cut = text[:at].rstrip().rstrip(",") + end
+            copy = tmp_path / f"cut{k}{end and 'comma'}.json"
+            copy.write_text(cut)
+            df, problems = read_df(copy)
+            assert len(df) == cut.count('"ph": "X"') > 0
+            assert len(problems) == 1 and problems[0].lost and "cut" in problems[0]
+    done = convert_cli(copy, out=tmp_path / "phases.parquet")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    df, problems = read_df(path)  # the whole trace: nothing said
+    assert problems == [] and len(df) == text.count('"ph": "X"')
+
+
+@pytest.mark.parametrize("path", sorted((REAL / "hta").glob("*.gz")), ids=lambda p: p.name)
+def test_kineto_from_hta_counts(path):
+    """Every complete event a row, each ProfilerStep a step, the rank from
+    distributedInfo (0 without it)."""
+    events = json_of(path)["traceEvents"]
+    df, problems = read_df(path)
+    assert problems == [] and len(df) == sum(e.get("ph") == "X" for e in events)
+    steps = {e["name"] for e in events if str(e.get("name")).startswith("ProfilerStep#")}
+    assert df["step"].nunique() == len(steps)
+    assert df["phase"].notna().all() and (df["dur_ns"] >= 0).all()

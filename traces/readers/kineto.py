@@ -82,6 +82,21 @@ DTYPE_BYTES = {
     "complex64": 8,
     "complexdouble": 16,
     "complex128": 16,
+    # C++ spellings of ``Input type`` (record_shapes)
+    "signed char": 1,
+    "unsigned char": 1,
+    "short int": 2,
+    "unsigned short": 2,
+    "unsigned int": 4,
+    "long int": 8,
+    "long long": 8,
+    "long long int": 8,
+    "unsigned long": 8,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
+    "complex<c10::half>": 4,
+    "complex<float>": 8,
+    "complex<double>": 16,
 }
 
 # ``Collective name`` values -> the collective names of traces/rules.yaml;
@@ -180,16 +195,92 @@ class KinetoReader(Reader):
         events = _Events()
         for batch in batches:
             events.add(batch)
-        del data, batches
+        del batches
         problems = ([problem] if problem else []) + problems
+        if not any(p.lost for p in problems) and _cut_between_records(data):
+            problems.append(
+                Problem(
+                    f"{path}: the trace ends between two of its events (cut?): the events "
+                    "array and the document are not closed, so the events after the cut "
+                    "are lost; those before it were read"
+                )
+            )
         if events.untimed:
             problems.append(
                 Problem(
                     f"{path}: {events.untimed} complete event(s) without a valid 'ts' were skipped"
                 )
             )
+        events.sizes_from_shapes(data)
+        del data
         columns = events.columns(_rank(info, path))
         return finish_columns(columns, rules, self.name, run_id, place=place_by_position), problems
+
+
+TAIL_BYTES = 1 << 20  # of a document looked at for how it ends
+# The record a process group's backend writes for each collective
+# (``nccl:all_reduce``, ``gloo:broadcast``, ``hccl:allgather`` ...).
+BACKEND_RECORD = re.compile(r"^(nccl|gloo|hccl|mpi|ucc|xccl|rccl|mccl|ccl):", re.IGNORECASE)
+RECORD_BYTES = 1 << 16  # the most one backend record is looked for in
+
+
+def _record_at(data: bytes, name_at: int):
+    """The JSON record whose ``name`` value starts at ``name_at`` (Kineto
+    writes ``name`` before ``args``: the record opens at the ``{`` before
+    it), or None."""
+    start = data.rfind(b"{", max(0, name_at - RECORD_BYTES), name_at)
+    if start < 0:
+        return None
+    text = data[start : start + RECORD_BYTES].decode("utf-8", errors="replace")
+    try:
+        return json.JSONDecoder().raw_decode(text)[0]
+    except ValueError:
+        return None
+
+
+def _shape_bytes(args) -> int | None:
+    """Bytes of the tensors a record's ``Input Dims`` and ``Input type``
+    describe (scalars and tensor lists, shown as ``[]``, are not counted);
+    None when no tensor of a known dtype is there."""
+    if not isinstance(args, dict):
+        return None
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    total, known = 0, False
+    for shape, dtype in zip(dims, types):
+        size = _dtype_size(dtype) if isinstance(dtype, str) else None
+        if size and isinstance(shape, list) and shape and all(type(n) is int for n in shape):
+            total += math.prod(shape) * size
+            known = True
+    return total if known else None
+
+
+def _dtype_size(dtype: str) -> int | None:
+    return DTYPE_BYTES.get(dtype.lower().removeprefix("torch.").removeprefix("c10::"))
+
+
+def _cut_between_records(data: bytes) -> bool:
+    """Whether the document ends where one of its records does, not with the
+    ``}`` that closes it: a cut there leaves every record whole, so reading
+    them record by record finds no bad one, yet the events after the cut are
+    lost. Only the tail is looked at: the first ``{`` from the end whose
+    text decodes to the end is the last value, a record when it has ``ph``."""
+    tail = data[-TAIL_BYTES:].rstrip().decode("utf-8", errors="replace")
+    if not tail.endswith("}"):
+        return bool(tail)  # cut inside a value or after a separator
+    decoder, at = json.JSONDecoder(), len(tail)
+    for _ in range(256):  # the last record's nested objects come first
+        at = tail.rfind("{", 0, at)
+        if at < 0:
+            return False
+        try:
+            last, end = decoder.raw_decode(tail, at)
+        except ValueError:
+            continue
+        if end == len(tail):
+            return isinstance(last, dict) and "ph" in last
+    return False
 
 
 _EVENTS_KEY = b'"traceEvents"'
@@ -368,6 +459,7 @@ class _Events:
         self.parts: list[dict] = []
         self.process, self.thread = {}, {}
         self.untimed = 0
+        self.shaped: dict = {}  # (region, start, where) -> bytes, from shapes
 
     def add(self, batch) -> None:
         """One batch: a list of events (msgspec) or scanned columns."""
@@ -443,6 +535,50 @@ class _Events:
             ),
         )
 
+    def sizes_from_shapes(self, data: bytes) -> None:
+        """PyTorch before 2.1 names no collective's size: where no record
+        gives one (``In msg nelems``), the backend record of each collective
+        (``nccl:all_reduce`` ...) gives it as its input's shape and dtype
+        (``Input Dims``: [[19618307]], ``Input type``: ["float"]). Only those
+        records are looked for in the text and decoded, a few per step."""
+        if any((p["bytes"] != NULL).any() for p in self.parts):
+            return
+        backends = [
+            (code, name)
+            for code, name in enumerate(self.regions.names())
+            if isinstance(name, str) and BACKEND_RECORD.match(name)
+        ]
+        if not backends or data.find(b'"Input Dims"') < 0:
+            return
+        pids, tids = self.pids.index, self.tids.index
+        for code, name in backends:
+            needle = json.dumps(name).encode()
+            at = data.find(needle)
+            while at >= 0:
+                record = _record_at(data, at)
+                at = data.find(needle, at + len(needle))
+                if not isinstance(record, dict) or record.get("name") != name:
+                    continue
+                nbytes = _shape_bytes(record.get("args"))
+                pid, tid = pids.get(record.get("pid")), tids.get(record.get("tid"))
+                ts = record.get("ts")
+                if nbytes is None or pid is None or tid is None or not isinstance(ts, int | float):
+                    continue
+                self.shaped[(code, int(np.rint(ts * 1000)), (pid << 32) | tid)] = nbytes
+
+    def _shaped_bytes(self, joined: dict) -> None:
+        """In place: the bytes sizes_from_shapes found, on their rows."""
+        if not self.shaped:
+            return
+        codes = np.unique([key[0] for key in self.shaped])
+        rows = np.flatnonzero(np.isin(joined["region"], codes) & (joined["bytes"] == NULL))
+        region, start, where = joined["region"], joined["start"], joined["where"]
+        for row in rows.tolist():
+            found = self.shaped.get((int(region[row]), int(start[row]), int(where[row])))
+            if found is not None:
+                joined["bytes"][row] = found
+        self.shaped = {}
+
     def _metadata(self, batch: list) -> None:
         """Process and thread names from the metadata records of ``batch``."""
         for e in [e for e in batch if e.ph == "M" and e.args is not None]:
@@ -490,6 +626,7 @@ class _Events:
             )
         }
         self.parts = []
+        self._shaped_bytes(joined)
         n = len(joined["start"])
         where, keys = pd.factorize(joined["where"])
         parent = nesting.enclosing(where, joined["start"], joined["end"])
