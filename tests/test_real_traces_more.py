@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from test_traces_readers import FIXTURES, needs_fixtures, otf2_copy
+from test_traces_readers import (
+    FIXTURES,
+    needs_fixtures,
+    needs_otf2_print,
+    otf2_copy,
+    otf2_print_counts,
+)
 from traces import fastotf2, readers
 from traces.readers import otf2_reader
 from traces.rules import PhaseRules
@@ -171,3 +177,59 @@ def test_kineto_from_hta_counts(path):
     steps = {e["name"] for e in events if str(e.get("name")).startswith("ProfilerStep#")}
     assert df["step"].nunique() == len(steps)
     assert df["phase"].notna().all() and (df["dur_ns"] >= 0).all()
+
+
+SCOREP_PTHREAD = REAL / "scorep-8.4-mpi-pthread-np3" / "traces.otf2"
+HANDLES = ("CREATE_HANDLE", "DESTROY_HANDLE")
+VOCABULARY = {"ALLREDUCE": "allreduce", "ALLTOALL": "all_to_all", "BCAST": "bcast"}
+VOCABULARY |= {"REDUCE_SCATTER_BLOCK": "reduce_scatter", "ALLGATHER": "allgather"}
+
+
+def otf2_print_collectives(anchor: Path) -> tuple[Counter, Counter, int]:
+    """From otf2-print: (collectives, bytes) per operation, blocking and
+    non-blocking, communicator management (*_HANDLE) left out; its count."""
+    listing = subprocess.run(
+        ["otf2-print", str(anchor)], capture_output=True, text=True, check=True
+    ).stdout
+    ops, nbytes, handles = Counter(), Counter(), 0
+    for line in listing.splitlines():
+        if not line.startswith(("MPI_COLLECTIVE_END ", "NON_BLOCKING_COLLECTIVE_COMPLETE ")):
+            continue
+        op = line.split("Operation: ")[1].split(",")[0]
+        if op in HANDLES:
+            handles += 1
+            continue
+        sent = int(line.split("Sent: ")[1].split(",")[0])
+        received = int(line.split("Received: ")[1].split(",")[0])
+        ops[VOCABULARY[op]] += 1
+        nbytes[VOCABULARY[op]] += max(sent, received)
+    return ops, nbytes, handles
+
+
+@needs_otf2_print
+@pytest.mark.parametrize("engine", ["fastotf2", "python"])
+def test_scorep_nonblocking_collectives_and_one_vocabulary(engine):
+    """A non-blocking collective's operation and bytes (Score-P's
+    NonBlockingCollectiveComplete, in MPI_Wait) were dropped; OTF2's
+    operation names (ALLTOALL, REDUCE_SCATTER_BLOCK) were not the names of
+    the other traces; MPI_Init_thread, MPI_Comm_dup and MPI_Finalize
+    (CREATE/DESTROY_HANDLE) counted as collectives."""
+    table, problems = otf2_reader.read(SCOREP_PTHREAD, RULES, "r1", engine=engine)
+    df = table.to_pandas()
+    counts = otf2_print_counts(SCOREP_PTHREAD)
+    assert problems == []
+    assert len(df) == sum(n for (kind, _), n in counts.items() if kind == "LEAVE") == 171
+    assert sorted(df["rank"].unique()) == [0, 1, 2]
+    assert df.groupby("rank")["step"].nunique().tolist() == [5, 5, 5]
+    ops, nbytes, handles = otf2_print_collectives(SCOREP_PTHREAD)
+    instances = df[df["collective"].notna()]
+    assert Counter(instances["collective"]) == ops and handles == 3 * 2
+    assert df.loc[df["region"].isin(["MPI_Init_thread", "MPI_Finalize"]), "collective"].isna().all()
+    assert instances.groupby("collective")["bytes"].sum().to_dict() == nbytes
+    iallreduce = df[df["region"] == "MPI_Iallreduce"]
+    assert len(iallreduce) == 15 and set(iallreduce["bytes"]) == {4096 * 4 * 2}
+    assert df.loc[df["region"] == "MPI_Wait", "collective"].isna().all()
+    background = df[df["location"].str.endswith("Pthread thread 1")]
+    assert set(background["region"]) == {"MPI_Allreduce"} and len(background) == 15
+    for phase in ("forward", "backward", "optimizer"):
+        assert (df.loc[df["region"] == phase, "phase"] == phase).all()

@@ -200,6 +200,10 @@ class _State:
         self.overlapping = 0
         self.outside = 0  # message and collective records outside any region
         self.renamed = 0  # Leaves that closed an open region of another name
+        # Non-blocking collectives in flight: (location, request) -> the open
+        # entry that requested it; its row once that region has ended.
+        self.requested: dict = {}
+        self.row_of: dict = {}
         clock = defs.clock_properties
         self.offset = clock.global_offset
         self.scale = 1e9 / clock.timer_resolution
@@ -248,6 +252,8 @@ class _State:
     def _emit(self, location, entry, end, depth):
         region, start, row_id, parent, step, epoch, collective, nbytes = entry
         rank, node, name = self.locations[location]
+        if row_id in self.row_of:
+            self.row_of[row_id] = len(self.rows.row_id)
         self.rows.add(
             rank,
             node,
@@ -274,10 +280,39 @@ class _State:
     def collective_end(self, location, op, sent, received):
         stack = self.stacks[location]
         if stack:
-            stack[-1][6] = _collective_name(op)
-            stack[-1][7] = max(sent, received)
+            self._collective_on(stack[-1], op, sent, received)
         else:
             self.outside += 1
+
+    def collective_request(self, location, request):
+        """A non-blocking collective (MPI_Iallreduce ...) completes in another
+        region (MPI_Wait ...): its operation and bytes go to the region that
+        requested it, as a blocking collective's go to its own."""
+        stack = self.stacks[location]
+        if stack:
+            self.requested[(location, request)] = stack[-1]
+            self.row_of[stack[-1][2]] = None
+        else:
+            self.outside += 1
+
+    def collective_complete(self, location, op, sent, received, request):
+        entry = self.requested.pop((location, request), None)
+        if entry is None:  # no request seen: where it completes
+            self.collective_end(location, op, sent, received)
+            return
+        row = self.row_of.get(entry[2])
+        if row is None:  # the requesting region is still open
+            self._collective_on(entry, op, sent, received)
+        else:
+            name = _collective_name(op)
+            self.rows.collective[row] = name
+            self.rows.bytes[row] = max(sent, received) if name else None
+
+    @staticmethod
+    def _collective_on(entry, op, sent, received):
+        """Communicator management (CREATE_HANDLE ...) is no collective."""
+        entry[6] = _collective_name(op)
+        entry[7] = max(sent, received) if entry[6] else None
 
     def _step_attributes(self, attribute_list):
         import _otf2
@@ -291,9 +326,39 @@ class _State:
         return found.get("step"), found.get("epoch")
 
 
-def _collective_name(op) -> str:
-    name = getattr(op, "name", None) or str(op)
-    return name.rsplit(".", 1)[-1].lower()
+# OTF2's collective operations -> the collective names of every trace
+# (traces/rules.yaml, the Kineto and Horovod readers); None: communicator
+# and window management, no data moved.
+COLLECTIVE_OPS = {
+    "BARRIER": "barrier",
+    "BCAST": "bcast",
+    "GATHER": "gather",
+    "GATHERV": "gather",
+    "SCATTER": "scatter",
+    "SCATTERV": "scatter",
+    "ALLGATHER": "allgather",
+    "ALLGATHERV": "allgather",
+    "ALLTOALL": "all_to_all",
+    "ALLTOALLV": "all_to_all",
+    "ALLTOALLW": "all_to_all",
+    "ALLREDUCE": "allreduce",
+    "REDUCE": "reduce",
+    "REDUCE_SCATTER": "reduce_scatter",
+    "REDUCE_SCATTER_BLOCK": "reduce_scatter",
+    "SCAN": "scan",
+    "EXSCAN": "exscan",
+    "CREATE_HANDLE": None,
+    "DESTROY_HANDLE": None,
+    "ALLOCATE": None,
+    "DEALLOCATE": None,
+    "CREATE_HANDLE_AND_ALLOCATE": None,
+    "DESTROY_HANDLE_AND_DEALLOCATE": None,
+}
+
+
+def _collective_name(op) -> str | None:
+    name = (getattr(op, "name", None) or str(op)).rsplit(".", 1)[-1]
+    return COLLECTIVE_OPS.get(name, name.lower())
 
 
 def _locations(defs) -> dict:
@@ -457,6 +522,17 @@ def _event_callbacks(state: _State):
             )
         ),
     )
+    _otf2.EvtReaderCallbacks_SetNonBlockingCollectiveRequestCallback(
+        callbacks, guarded(lambda loc, t, attrs, request: state.collective_request(loc, request))
+    )
+    _otf2.EvtReaderCallbacks_SetNonBlockingCollectiveCompleteCallback(
+        callbacks,
+        guarded(
+            lambda loc, t, attrs, op, comm, root, sent, received, request: (
+                state.collective_complete(loc, op, sent, received, request)
+            )
+        ),
+    )
     return callbacks, failures, alive
 
 
@@ -557,14 +633,15 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
     for name in ("start", "end"):
         _ticks_to_ns(raw[name], clock)
     region_names, region = _region_codes(raw.pop("region"), {r._ref: r.name for r in defs.regions})
-    ops, collective = _collective_codes(raw.pop("collective"), otf2.CollectiveOp)
+    raw_ops = raw.pop("collective")
+    ops, collective = _collective_codes(raw_ops, otf2.CollectiveOp)
     described = [locations[loc._ref] for loc in selected]  # (rank, node, name)
     nodes = list(dict.fromkeys(node for _, node, _ in described))
     node_of = np.array([nodes.index(node) for _, node, _ in described], dtype=np.int32)
     rank_of = np.array([rank for rank, _, _ in described], dtype=np.int32)
     where = raw["location"]
     nbytes = raw["bytes"]
-    nbytes[nbytes < 0] = NULL
+    nbytes[(nbytes < 0) | ((raw_ops >= 0) & (collective < 0))] = NULL  # none, or no collective
     columns = Columns(
         rank=rank_of[where],
         node=node_of[where],
@@ -630,12 +707,15 @@ def _region_codes(refs: np.ndarray, names: dict) -> tuple[list, np.ndarray]:
 
 
 def _collective_codes(ops: np.ndarray, enum) -> tuple[list, np.ndarray]:
-    """OTF2 collective ops (-1: none) -> (names, codes)."""
+    """OTF2 collective ops (-1: none) -> (names, codes); ops that are no
+    collective (communicator management) take -1 as well."""
     present = np.flatnonzero(np.bincount(ops + 1)) - 1 if ops.size else np.array([], dtype=int)
     present = present[present >= 0]
+    named = [_collective_name(enum(int(op))) for op in present]
+    names = list(dict.fromkeys(n for n in named if n))
     code_of = np.full(int(present[-1]) + 2 if present.size else 1, -1, dtype=np.int32)
-    code_of[present + 1] = np.arange(present.size, dtype=np.int32)
-    return [_collective_name(enum(int(op))) for op in present], code_of[ops + 1]
+    code_of[present + 1] = [names.index(n) if n else -1 for n in named]
+    return names, code_of[ops + 1]
 
 
 @register
