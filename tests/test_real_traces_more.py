@@ -233,3 +233,23 @@ def test_scorep_nonblocking_collectives_and_one_vocabulary(engine):
     assert set(background["region"]) == {"MPI_Allreduce"} and len(background) == 15
     for phase in ("forward", "backward", "optimizer"):
         assert (df.loc[df["region"] == phase, "phase"] == phase).all()
+
+
+@needs_otf2_print
+def test_scorep_openmp_workers_take_their_masters_phase():
+    """An OpenMP team's regions on the worker threads (their own locations,
+    at top level there) were ``other``: they run in the phase the master
+    forked them in, as the master's copies of them do."""
+    anchor = REAL / "scorep-8.4-mpi-openmp-np2" / "traces.otf2"
+    df, problems = read_df(anchor)
+    counts = otf2_print_counts(anchor)
+    assert problems == []
+    leaves = {loc: n for (kind, loc), n in counts.items() if kind == "LEAVE"}
+    assert len(df) == sum(leaves.values()) == 58
+    assert sorted(df["rank"].unique()) == [0, 1]
+    workers = df[df["location"].str.endswith("OMP thread 1")]
+    assert len(workers) == 2 * 9 and workers["region"].str.startswith("!$omp").all()
+    assert set(workers["phase"]) == {"forward"}
+    assert df.groupby("rank")["step"].nunique().tolist() == [3, 3]
+    assert workers.groupby("rank")["step"].nunique().tolist() == [3, 3]
+    assert set(df.loc[df["region"] == "MPI_Allreduce", "phase"]) == {"grad_comm"}

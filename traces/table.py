@@ -295,6 +295,8 @@ def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, plac
     # what the unmatched rows inside a step or an epoch take
     phase[is_step | is_epoch] = _PHASE["other"]
     _inherit(phase, c.parent_row, levels, -1)
+    if source == "otf2" and _phases_of_teams(c, phase):
+        _inherit(phase, c.parent_row, levels, -1)
     phase[phase < 0] = _PHASE["other"]
     phase[is_step] = _PHASE[STEP]
     phase[is_epoch] = _PHASE[EPOCH]
@@ -393,6 +395,36 @@ def _levels(parent_row: np.ndarray, depth: np.ndarray) -> list[np.ndarray]:
         return []
     present = np.flatnonzero(np.bincount(depth[has]))
     return [np.flatnonzero(has & (depth == d)) for d in present]
+
+
+def _phases_of_teams(c: Columns, phase: np.ndarray) -> bool:
+    """In place: a thread's top-level region that no rule names takes the
+    phase of the same region on another thread of its rank that overlaps it
+    in time (the one starting nearest): an OpenMP team's ``!$omp parallel``
+    region, recorded on every thread of the team (a worker's may start
+    before its master's), belongs to the phase the master thread forked it
+    in (it was ``other`` on the workers). Whether any row changed."""
+    loose = np.flatnonzero((c.parent_row < 0) & (phase < 0))
+    if loose.size == 0:
+        return False
+    donors = np.flatnonzero((phase >= 0) & np.isin(c.region, np.unique(c.region[loose])))
+    if donors.size == 0:
+        return False
+    frame = {"rank": c.rank, "region": c.region, "start": c.start_ns}
+    found = pd.merge_asof(
+        pd.DataFrame({k: v[loose] for k, v in frame.items()} | {"row": loose}).sort_values("start"),
+        pd.DataFrame({k: v[donors] for k, v in frame.items()} | {"donor": donors}).sort_values(
+            "start"
+        ),
+        on="start",
+        by=["rank", "region"],
+        direction="nearest",
+    ).dropna(subset=["donor"])
+    row, donor = found["row"].to_numpy(), found["donor"].to_numpy(dtype=np.int64)
+    overlap = (c.start_ns[donor] <= c.end_ns[row]) & (c.end_ns[donor] >= c.start_ns[row])
+    team = overlap & (c.location[donor] != c.location[row])
+    phase[row[team]] = phase[donor[team]]
+    return bool(team.any())
 
 
 def _inherit(values: np.ndarray, parent_row: np.ndarray, levels: list, missing) -> None:
