@@ -253,3 +253,25 @@ def test_scorep_openmp_workers_take_their_masters_phase():
     assert df.groupby("rank")["step"].nunique().tolist() == [3, 3]
     assert workers.groupby("rank")["step"].nunique().tolist() == [3, 3]
     assert set(df.loc[df["region"] == "MPI_Allreduce", "phase"]) == {"grad_comm"}
+
+
+@needs_otf2_print
+@pytest.mark.parametrize("engine", ["fastotf2", "python"])
+def test_scorep_with_unwinding_calling_contexts_are_their_regions(engine):
+    """With unwinding (or sampling), Score-P writes CallingContextEnter and
+    CallingContextLeave instead of Enter and Leave: the trace gave no row
+    at all. Each context stands for its region."""
+    anchor = REAL / "scorep-8.4-unwinding-np2" / "traces.otf2"
+    table, problems = otf2_reader.read(anchor, RULES, "r1", engine=engine)
+    df = table.to_pandas()
+    counts = otf2_print_counts(anchor)
+    assert problems == []
+    leaves = sum(n for (kind, _), n in counts.items() if kind == "CALLING_CONTEXT_LEAVE")
+    assert len(df) == leaves == 114 and not any(k == "LEAVE" for k, _ in counts)
+    ops, nbytes, _ = otf2_print_collectives(anchor)
+    instances = df[df["collective"].notna()]
+    assert Counter(instances["collective"]) == ops
+    assert instances.groupby("collective")["bytes"].sum().to_dict() == nbytes
+    assert df.groupby("rank")["step"].nunique().tolist() == [5, 5]
+    for phase in ("forward", "backward", "optimizer"):
+        assert (df.loc[df["region"] == phase, "phase"] == phase).sum() == 10

@@ -10,6 +10,8 @@
  *   the innermost one (several threads on one location) it is counted as
  *   overlapping and closed all the same, the others staying open; when no
  *   open region has its name, it closes the innermost (counted as renamed);
+ * - a calling context's Enter and Leave (Score-P with unwinding) are its
+ *   region's;
  * - an Enter's step and epoch come from its `step`/`epoch` attributes, else
  *   from the enclosing region;
  * - MPI message sizes add up on the innermost open region; a collective's
@@ -48,6 +50,8 @@ typedef struct {
     int64_t enter_capacity;
     const uint8_t *attribute_kind; /* ATTR_* by global attribute ref */
     uint32_t attribute_kinds;
+    const uint32_t *context_region; /* global region ref by calling context ref */
+    uint32_t context_regions;
     /* results */
     int8_t *failed;            /* per location given: 1 when not read to its end */
     int64_t rows, unbalanced, overlapping, unclosed, messages_outside, renamed, overflowed;
@@ -175,6 +179,37 @@ static OTF2_CallbackCode leave(OTF2_LocationRef location, OTF2_TimeStamp time, u
     out->collective[row] = e.collective;
     out->bytes[row] = e.bytes;
     return OTF2_CALLBACK_SUCCESS;
+}
+
+/* With unwinding (SCOREP_ENABLE_UNWINDING, sampling), Score-P records a
+ * region's Enter and Leave as those of its calling context: the same
+ * intervals, each context standing for its region. */
+static int context_region(State *s, OTF2_CallingContextRef context, uint32_t *region) {
+    if (context >= s->out->context_regions || s->out->context_region[context] == UINT32_MAX) {
+        s->out->unbalanced++; /* a context the definitions do not have */
+        return 0;
+    }
+    *region = s->out->context_region[context];
+    return 1;
+}
+
+static OTF2_CallbackCode context_enter(OTF2_LocationRef location, OTF2_TimeStamp time,
+                                       uint64_t position, void *user,
+                                       OTF2_AttributeList *attributes,
+                                       OTF2_CallingContextRef context, uint32_t unwound) {
+    uint32_t region;
+    (void)unwound;
+    if (!context_region(user, context, &region)) return OTF2_CALLBACK_SUCCESS;
+    return enter(location, time, position, user, attributes, region);
+}
+
+static OTF2_CallbackCode context_leave(OTF2_LocationRef location, OTF2_TimeStamp time,
+                                       uint64_t position, void *user,
+                                       OTF2_AttributeList *attributes,
+                                       OTF2_CallingContextRef context) {
+    uint32_t region;
+    if (!context_region(user, context, &region)) return OTF2_CALLBACK_SUCCESS;
+    return leave(location, time, position, user, attributes, region);
 }
 
 static void add_bytes(State *s, uint64_t length) {
@@ -327,6 +362,8 @@ int fastotf2_read(const char *anchor, const uint64_t *locations, int32_t n_locat
     callbacks = OTF2_EvtReaderCallbacks_New();
     OTF2_EvtReaderCallbacks_SetEnterCallback(callbacks, enter);
     OTF2_EvtReaderCallbacks_SetLeaveCallback(callbacks, leave);
+    OTF2_EvtReaderCallbacks_SetCallingContextEnterCallback(callbacks, context_enter);
+    OTF2_EvtReaderCallbacks_SetCallingContextLeaveCallback(callbacks, context_leave);
     OTF2_EvtReaderCallbacks_SetMpiSendCallback(callbacks, mpi_send);
     OTF2_EvtReaderCallbacks_SetMpiRecvCallback(callbacks, mpi_send);
     OTF2_EvtReaderCallbacks_SetMpiIsendCallback(callbacks, mpi_isend);

@@ -191,6 +191,7 @@ class _State:
     def __init__(self, defs, locations: dict):
         self.defs = defs
         self.regions = {r._ref: r.name for r in defs.regions}
+        self.context_regions = _context_regions(defs)
         self.attributes = {a._ref: a.name for a in defs.attributes}
         self.locations = locations  # ref -> (rank, node, name)
         self.stacks: dict[int, list] = {ref: [] for ref in locations}
@@ -227,6 +228,17 @@ class _State:
         # [region, start, id, parent, step, epoch, collective, bytes]
         stack.append([region, time, self.next_id, parent, step, epoch, None, None])
         self.next_id += 1
+
+    def context(self, location, time, attribute_list, context, leave=False):
+        """A calling context's Enter or Leave (Score-P with unwinding): its
+        region's."""
+        region = self.context_regions.get(context)
+        if region is None:
+            self.unbalanced += 1  # a context the definitions do not have
+        elif leave:
+            self.leave(location, time, attribute_list, region)
+        else:
+            self.enter(location, time, attribute_list, region)
 
     def leave(self, location, time, attribute_list, region):
         stack = self.stacks[location]
@@ -508,6 +520,14 @@ def _event_callbacks(state: _State):
     callbacks = _otf2.EvtReaderCallbacks_New()
     _otf2.EvtReaderCallbacks_SetEnterCallback(callbacks, guarded(state.enter))
     _otf2.EvtReaderCallbacks_SetLeaveCallback(callbacks, guarded(state.leave))
+    _otf2.EvtReaderCallbacks_SetCallingContextEnterCallback(
+        callbacks,
+        guarded(lambda loc, t, attrs, context, _unwound: state.context(loc, t, attrs, context)),
+    )
+    _otf2.EvtReaderCallbacks_SetCallingContextLeaveCallback(
+        callbacks,
+        guarded(lambda loc, t, attrs, context: state.context(loc, t, attrs, context, leave=True)),
+    )
     for name in ("MpiSend", "MpiIsend", "MpiRecv", "MpiIrecv"):
         # one Python callback each: the bindings keep one pointer per callback
         message = guarded(
@@ -624,6 +644,7 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
             attribute_kinds,
             [loc.number_of_events for loc in selected],
             [_file_size(folder / f"{loc._ref}.evt") for loc in selected],
+            _context_regions(defs),
         )
     except fastotf2.ReadError as exc:
         raise TraceError(
@@ -674,6 +695,12 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
             0, _lost_locations(path, names, len(selected), _library_words(counts["error"]))
         )
     return columns, problems
+
+
+def _context_regions(defs) -> dict[int, int]:
+    """Calling context ref -> its region's ref (Score-P with unwinding
+    records Enter and Leave as those of calling contexts)."""
+    return {context._ref: context.region._ref for context in defs.calling_contexts}
 
 
 def _file_size(path: Path) -> int:
