@@ -231,11 +231,13 @@ def _record_at(data: bytes, name_at: int):
     start = data.rfind(b"{", max(0, name_at - RECORD_BYTES), name_at)
     if start < 0:
         return None
-    text = data[start : start + RECORD_BYTES].decode("utf-8", errors="replace")
-    try:
-        return json.JSONDecoder().raw_decode(text)[0]
-    except ValueError:
-        return None
+    for size in (4096, RECORD_BYTES):  # most records are far shorter than the most
+        text = data[start : start + size].decode("utf-8", errors="replace")
+        try:
+            return json.JSONDecoder().raw_decode(text)[0]
+        except ValueError:
+            continue
+    return None
 
 
 def _shape_bytes(args) -> int | None:
