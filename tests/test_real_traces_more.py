@@ -6,6 +6,7 @@ otf2-print, and what was lost exits non-zero with one line, no traceback."""
 import gzip
 import json
 import math
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -275,3 +276,63 @@ def test_scorep_with_unwinding_calling_contexts_are_their_regions(engine):
     assert df.groupby("rank")["step"].nunique().tolist() == [5, 5]
     for phase in ("forward", "backward", "optimizer"):
         assert (df.loc[df["region"] == phase, "phase"] == phase).sum() == 10
+
+
+def damaged_copy(src: Path, dest: Path, name: str, damage: str) -> Path:
+    """A copy of the archive folder ``src`` with its file ``name`` damaged."""
+    shutil.copytree(src, dest)
+    target = dest / name
+    data = target.read_bytes()
+    if damage == "cut":
+        target.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        middle = len(data) // 2
+        target.write_bytes(data[:middle] + b"\xff" * 32 + data[middle + 32 :])
+    elif damage == "empty":
+        target.write_bytes(b"")
+    else:
+        target.unlink()
+    return dest
+
+
+@needs_otf2_print
+@pytest.mark.parametrize("engine", ["fastotf2", "python"])
+@pytest.mark.parametrize("damage", ["cut", "garbage", "empty", "missing"])
+def test_scorep_damaged_rank_file_costs_that_location(tmp_path, engine, damage):
+    """One master thread's event file damaged: the other five locations
+    whole, that one's records up to the fault, the loss named."""
+    archive = damaged_copy(SCOREP_PTHREAD.parent, tmp_path / "a", "traces/1.evt", damage)
+    table, problems = otf2_reader.read(archive / "traces.otf2", RULES, "r1", engine=engine)
+    df = table.to_pandas()
+    whole = otf2_print_counts(SCOREP_PTHREAD)
+    others = sum(n for (kind, loc), n in whole.items() if kind == "LEAVE" and loc != 1)
+    assert len(df[df["location"] != "MPI Rank 1/Master thread"]) == others
+    assert others <= len(df) < 171
+    assert problems[0].lost and "MPI Rank 1/Master thread" in problems[0]
+    assert all("\n" not in p for p in problems)
+
+
+@pytest.mark.parametrize("damage", ["cut", "garbage", "empty", "missing"])
+def test_scorep_damaged_definitions_name_the_archive(tmp_path, damage):
+    archive = damaged_copy(SCOREP_PTHREAD.parent, tmp_path / "a", "traces.def", damage)
+    done = convert_cli(archive, out=tmp_path / "phases.parquet")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {archive / 'traces.otf2'}: ")
+
+
+@pytest.mark.parametrize("path", sorted((REAL / "hta").glob("*.gz")), ids=lambda p: p.name)
+def test_kineto_gzip_cut_keeps_what_came_before(tmp_path, path):
+    whole, _ = read_df(path)
+    cut = tmp_path / path.name
+    raw = path.read_bytes()
+    cut.write_bytes(raw[: len(raw) * 2 // 3])
+    text = gzip.decompress(raw).decode()
+    try:
+        df, problems = read_df(cut)
+    except readers.TraceError as exc:  # cut before its first event
+        assert str(cut) in str(exc)
+        return
+    assert len(df) < len(whole) and problems and all(p.lost for p in problems)
+    assert "gzip stream is cut" in problems[0]
+    assert len(df) <= text.count('"ph": "X"')
