@@ -336,3 +336,50 @@ def test_kineto_gzip_cut_keeps_what_came_before(tmp_path, path):
     assert len(df) < len(whole) and problems and all(p.lost for p in problems)
     assert "gzip stream is cut" in problems[0]
     assert len(df) <= text.count('"ph": "X"')
+
+
+TB = REAL / "kineto-tb"
+
+
+def test_kineto_bare_array_of_events_is_kineto(tmp_path):
+    """PyTorch 1.8 wrote its traces as a bare JSON array (no ``traceEvents``
+    object): taken for a Horovod Timeline, it gave no row at all."""
+    path = TB / "array-format-resnet50-first-step.pt.trace.json.gz"
+    text = gzip.decompress(path.read_bytes()).decode()
+    assert text.lstrip().startswith("[") and "traceEvents" not in text
+    assert readers.detect(path) == "kineto"
+    df, problems = read_df(path)
+    assert problems == [] and len(df) == text.count('"ph": "X"') == 7073
+    assert df["step"].nunique() == 1 and (df["phase"] == "forward").sum() > 0.1 * len(df)
+    assert set(df.loc[df["region"] == "Optimizer.step#SGD.step", "phase"]) == {"optimizer"}
+    # cut: the array is not closed (between two events, or inside one)
+    for cut in (text.rstrip()[:-1], text[: len(text) // 2]):
+        copy = tmp_path / "worker0.pt.trace.json"
+        copy.write_text(cut)
+        df, problems = read_df(copy)
+        assert 0 < len(df) <= cut.count('"ph": "X"') and len(problems) == 1
+        assert problems[0].lost
+
+
+def test_kineto_without_profiler_step_finds_the_forward():
+    """torch.autograd.profiler writes no ProfilerStep: the model's ops, at
+    top level on the loop's thread after the data loading, were ``other``.
+    A step runs from one data load to the next; copies right after the
+    load are h2d, calls before the first load no step's."""
+    path = TB / "autograd-api-resnet50-first-step.json.gz"
+    events = json_of(path)["traceEvents"]
+    df, problems = read_df(path)
+    assert problems == [] and len(df) == sum(e.get("ph") == "X" for e in events)
+    assert not df["region"].str.startswith("ProfilerStep").any()
+    load = df[df["region"].str.startswith("enumerate(DataLoader)")]
+    loop = df[(df["location"] == load["location"].iloc[0]) & (df["depth"] == 0)]
+    loop = loop.sort_values("start_ns")
+    after = loop[loop["start_ns"] > load["end_ns"].iloc[0]]
+    optimizer = after[after["region"].str.startswith("Optimizer.step")]
+    model = after[after["start_ns"] < optimizer["start_ns"].iloc[0]]
+    assert (model["region"] == "aten::conv2d").sum() > 10
+    calls = model[~model["region"].str.contains("zero_grad")]
+    assert set(calls.iloc[:2]["region"]) == {"aten::to"} and set(calls.iloc[:2]["phase"]) == {"h2d"}
+    assert set(calls.iloc[2:]["phase"]) == {"forward"}
+    assert set(loop[loop["start_ns"] < load["start_ns"].iloc[0]]["phase"]) == {"other"}
+    assert df["step"].nunique() == 1

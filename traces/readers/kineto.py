@@ -186,18 +186,24 @@ class KinetoReader(Reader):
     @classmethod
     def recognises(cls, path: Path, head: bytes) -> bool:
         """A JSON object with Kineto's keys near its start (not any JSON file
-        of a run folder)."""
-        return head.lstrip().startswith(b"{") and any(key in head for key in KINETO_KEYS)
+        of a run folder), or a bare array of Kineto's events (PyTorch 1.8
+        wrote its traces in Chrome's array format; a Horovod Timeline's
+        records have no ``cat``)."""
+        body = head.lstrip()
+        if body.startswith(b"["):
+            return b'"cat"' in body and any(mark in body for mark in ARRAY_MARKS)
+        return body.startswith(b"{") and any(key in head for key in KINETO_KEYS)
 
     def read(self, path: Path, rules, run_id: str = ""):
         data, problem = read_bytes(path)
+        data, unclosed = _as_document(data)
         batches, info, problems = _decode(data, path)
         events = _Events()
         for batch in batches:
             events.add(batch)
         del batches
         problems = ([problem] if problem else []) + problems
-        if not any(p.lost for p in problems) and _cut_between_records(data):
+        if not any(p.lost for p in problems) and (unclosed or _cut_between_records(data)):
             problems.append(
                 Problem(
                     f"{path}: the trace ends between two of its events (cut?): the events "
@@ -215,6 +221,23 @@ class KinetoReader(Reader):
         del data
         columns = events.columns(_rank(info, path))
         return finish_columns(columns, rules, self.name, run_id, place=place_by_position), problems
+
+
+# What a bare array of events shows near its start when Kineto wrote it.
+ARRAY_MARKS = (b'"External id"', b'"Trace name": "PyTorch Profiler"', b'"cat": "Operator"')
+
+
+def _as_document(data: bytes) -> tuple[bytes, bool]:
+    """(the trace as Kineto's document, whether it was an array left open):
+    a bare array of events (PyTorch 1.8) becomes ``{"traceEvents": [...]}``;
+    an array without its ``]`` was cut (PyTorch closed it)."""
+    body = data.strip()
+    if not body.startswith(b"["):
+        return data, False
+    closed = body.endswith(b"]")
+    if not closed:
+        body = body.rstrip(b",").rstrip() + b"]"
+    return b'{"traceEvents": ' + body + b"}", not closed
 
 
 TAIL_BYTES = 1 << 20  # of a document looked at for how it ends
@@ -797,15 +820,14 @@ def place_by_position(c: Columns, phase: np.ndarray, is_step: np.ndarray) -> Non
     after the data loading and before the optimizer step are the forward
     (the model's ops, its loss), copies right after the data loading the
     host-to-device transfer. Backward runs on autograd's thread and zero_grad
-    and the optimizer have their own records."""
-    parent = np.maximum(c.parent_row, 0)
-    rows = np.flatnonzero(
-        (c.parent_row >= 0) & is_step[parent] & (c.location == c.location[parent])
-    )
+    and the optimizer have their own records. A trace without ProfilerStep
+    (torch.autograd.profiler, a profiler without schedule) has its steps
+    from one data load, else one optimizer step, to the next."""
+    rows, step = _loop_calls(c, phase, is_step)
     if rows.size == 0:
         return
     frame = pd.DataFrame(
-        {"step": c.parent_row[rows], "start": c.start_ns[rows], "phase": phase[rows], "row": rows}
+        {"step": step, "start": c.start_ns[rows], "phase": phase[rows], "row": rows}
     )
     by_step = frame.groupby("step")["start"]
     loaded = frame["start"].where(frame["phase"] == PHASE_CODE["data_load"])
@@ -819,3 +841,31 @@ def place_by_position(c: Columns, phase: np.ndarray, is_step: np.ndarray) -> Non
     h2d = free & copy & (frame["start"] < first_other.fillna(np.inf))
     phase[rows[(free & ~h2d).to_numpy()]] = PHASE_CODE["forward"]
     phase[rows[h2d.to_numpy()]] = PHASE_CODE["h2d"]
+
+
+def _loop_calls(c: Columns, phase: np.ndarray, is_step: np.ndarray):
+    """(rows, the step of each): the calls right inside each ProfilerStep,
+    on its thread; without any ProfilerStep, the top-level calls of the
+    thread that loads the data (else the one that steps the optimizer),
+    numbered by the data loads (optimizer steps) before them."""
+    if is_step.any():
+        parent = np.maximum(c.parent_row, 0)
+        rows = np.flatnonzero(
+            (c.parent_row >= 0) & is_step[parent] & (c.location == c.location[parent])
+        )
+        return rows, c.parent_row[rows]
+    top = c.parent_row < 0
+    for anchor in ("data_load", "optimizer"):
+        marks = np.flatnonzero(top & (phase == PHASE_CODE[anchor]))
+        if marks.size:
+            break
+    else:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    loop = c.location[marks[np.argmin(c.start_ns[marks])]]
+    marks = marks[c.location[marks] == loop]
+    rows = np.flatnonzero(top & (c.location == loop))
+    if anchor == "data_load":  # a step from its data load (before the first: none)
+        step = np.searchsorted(np.sort(c.start_ns[marks]), c.start_ns[rows], side="right") - 1
+    else:  # a step up to the end of its optimizer step
+        step = np.searchsorted(np.sort(c.end_ns[marks]), c.start_ns[rows], side="left")
+    return rows[step >= 0], step[step >= 0]
