@@ -231,9 +231,9 @@ def _as_document(data: bytes) -> tuple[bytes, bool]:
     """(the trace as Kineto's document, whether it was an array left open):
     a bare array of events (PyTorch 1.8) becomes ``{"traceEvents": [...]}``;
     an array without its ``]`` was cut (PyTorch closed it)."""
-    body = data.strip()
-    if not body.startswith(b"["):
+    if not data[:4096].lstrip().startswith(b"["):  # no copy of a whole document
         return data, False
+    body = data.strip()
     closed = body.endswith(b"]")
     if not closed:
         body = body.rstrip(b",").rstrip() + b"]"
