@@ -12,6 +12,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from conftest import REPO
@@ -383,3 +384,33 @@ def test_kineto_without_profiler_step_finds_the_forward():
     assert set(calls.iloc[2:]["phase"]) == {"forward"}
     assert set(loop[loop["start_ns"] < load["start_ns"].iloc[0]]["phase"]) == {"other"}
     assert df["step"].nunique() == 1
+
+
+@needs_otf2_print
+def test_scorep_python_functions_give_phases_and_steps():
+    """Score-P's Python bindings with the instrumenter on and no user
+    regions: every region is a Python function (``module.Class:method``);
+    all rows were ``other``, with no step. The loader's ``__next__``, the
+    module calls, ``Tensor.backward``, the optimizer's step and
+    ``zero_grad`` name the phases; a step runs from one data load to the
+    next, the loader's last call (its StopIteration) is no step."""
+    anchor = REAL / "scorep-8.4-python-torch-loop" / "traces.otf2"
+    df, problems = read_df(anchor)
+    counts = otf2_print_counts(anchor)
+    assert problems == []
+    assert len(df) == sum(n for (kind, _), n in counts.items() if kind == "LEAVE") == 2120
+    top = df[df["depth"] == 0].sort_values("start_ns")
+    loads = top[top["region"].str.endswith("DataLoaderIter:__next__")]
+    assert len(loads) == 5 and set(loads["phase"]) == {"data_load"}
+    assert loads["step"].tolist()[:4] == [0, 1, 2, 3] and pd.isna(loads["step"].iloc[4])
+    assert df["step"].nunique() == 4
+    for name, phase in (
+        ("torch.nn.modules.module.Sequential:_wrapped_call_impl", "forward"),
+        ("torch._tensor.Tensor:backward", "backward"),
+        ("torch.optim.sgd.SGD:step", "optimizer"),
+        ("torch.optim.optimizer.SGD:zero_grad", "backward"),
+    ):
+        rows = df[df["region"] == name]
+        assert len(rows) >= 4 and set(rows["phase"]) == {phase}, name
+    inside = df[df["step"].notna()]
+    assert (inside["phase"] == "other").mean() < 0.1

@@ -517,6 +517,10 @@ def _step_windows(
             top = top[top["region"] == name[: -len("data_load")] + top["phase"]]
         top = top.sort_values("start_ns", kind="stable")
         number = (top["phase"] == "data_load").cumsum() - 1
+        # the loader's last call, that ends the epoch (StopIteration), is
+        # no step: a last window of nothing but data loading
+        if (top.loc[number == number.max(), "phase"] == "data_load").all():
+            number[number == number.max()] = -1
         top = top[number >= 0]
         grouped = top.groupby(number[number >= 0])
         inferred.append(
