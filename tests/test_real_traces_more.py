@@ -320,6 +320,10 @@ def test_scorep_damaged_definitions_name_the_archive(tmp_path, damage):
     assert done.returncode == 1 and "Traceback" not in done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {archive / 'traces.otf2'}: ")
+    # the library's own report, folded in (it was collected, then dropped)
+    assert "(OTF2: " in lines[0] or "Error: " in lines[0]
+    if damage == "missing":
+        assert "traces.def" in lines[0].split("(OTF2: ")[1]
 
 
 @pytest.mark.parametrize("path", sorted((REAL / "hta").glob("*.gz")), ids=lambda p: p.name)

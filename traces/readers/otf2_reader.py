@@ -54,14 +54,22 @@ def read(path: Path, rules, run_id: str = "", engine: str | None = None):
     fast one when it is built, unless DDLC_OTF2_READER says otherwise). The
     OTF2 library's own error lines are kept off the terminal: the first one
     becomes part of the error or problem that reports it."""
-    with _library_lines() as lines:
-        try:
-            columns, problems, engine = _read_columns(path, engine)
-        except TraceError as exc:
-            raise TraceError(_with_library_line(str(exc), lines)) from None
+    columns, problems, engine = _quietly(_read_columns, path, engine)
     columns = separate_threads(columns)
     table = finish_columns(columns, rules, "otf2", run_id, {META_READER: engine.encode()})
     return table, problems
+
+
+def _quietly(call, *args):
+    """``call(*args)`` with the OTF2 library's error lines kept off the
+    terminal; a TraceError it raises gets the first of them as its reason
+    (they are only known once the call has returned)."""
+    with _library_lines() as lines:
+        try:
+            return call(*args)
+        except TraceError as exc:
+            failure = exc
+    raise TraceError(_with_library_line(str(failure), lines)) from None
 
 
 PART_EVENTS = 4_000_000  # events of the ranks read and converted together (~0.5 GB)
@@ -75,17 +83,8 @@ def read_parts(path: Path, rules, run_id: str = ""):
     if engine == "python" or fastotf2.library() is None:
         yield read(path, rules, run_id)
         return
-    with _library_lines() as lines:
-        try:
-            groups = _rank_groups(path)
-        except TraceError as exc:
-            raise TraceError(_with_library_line(str(exc), lines)) from None
-    for group in groups:
-        with _library_lines() as lines:
-            try:
-                columns, problems, engine = _read_columns(path, engine, group)
-            except TraceError as exc:
-                raise TraceError(_with_library_line(str(exc), lines)) from None
+    for group in _quietly(_rank_groups, path):
+        columns, problems, engine = _quietly(_read_columns, path, engine, group)
         columns = separate_threads(columns)
         yield (
             finish_columns(columns, rules, "otf2", run_id, {META_READER: engine.encode()}),
@@ -171,7 +170,19 @@ def _library_lines():
 
 
 def _with_library_line(message: str, lines: list[str]) -> str:
-    """The error, with the library's first report where it adds a reason."""
+    """The error, with the library's first report where it adds a reason
+    (or, where the ``otf2`` bindings' definition callback raised, what it
+    raised: a KeyError is a reference to a definition the archive lacks)."""
+    raised = [line for line in lines if re.match(r"^\w+(Error|Exception): ", line)]
+    if raised and any("DefReaderCallback" in line for line in lines):
+        kind, _, detail = raised[-1].partition(": ")
+        reason = (
+            f"a definition refers to one the archive does not define (reference {detail}; "
+            "missing definitions?)"
+            if kind == "KeyError"
+            else raised[-1]
+        )
+        return f"{message} ({reason})"
     reports = [line for line in lines if line.strip()]
     if not reports:
         return message
