@@ -418,3 +418,13 @@ def test_scorep_python_functions_give_phases_and_steps():
         assert len(rows) >= 4 and set(rows["phase"]) == {phase}, name
     inside = df[df["step"].notna()]
     assert (inside["phase"] == "other").mean() < 0.1
+
+
+@pytest.mark.parametrize("name", ["rank3.json.gz", "rank-3.json.gz", "job_rank_3.pt.trace.json.gz"])
+def test_kineto_rank_from_the_file_name_without_distributed_info(tmp_path, name):
+    """Without distributedInfo the rank is the one in the file's name,
+    written rank3, rank-3 or rank_3 (the last gave rank 0)."""
+    copy = tmp_path / name
+    copy.write_bytes((REAL / "hta" / "no-distributed-info-alltoall.json.gz").read_bytes())
+    df, _ = read_df(copy)
+    assert set(df["rank"]) == {3}

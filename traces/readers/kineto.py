@@ -412,7 +412,7 @@ def _rank(info, path: Path) -> int:
     file name (our runs write torch_profiler/rank<r>.json), else 0."""
     if isinstance(info, dict) and isinstance(info.get("rank"), int):
         return info["rank"]
-    found = re.search(r"rank-?(\d+)", path.name)
+    found = re.search(r"rank[-_]?(\d+)", path.name)
     return int(found.group(1)) if found else 0
 
 
