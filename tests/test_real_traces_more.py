@@ -428,3 +428,27 @@ def test_kineto_rank_from_the_file_name_without_distributed_info(tmp_path, name)
     copy.write_bytes((REAL / "hta" / "no-distributed-info-alltoall.json.gz").read_bytes())
     df, _ = read_df(copy)
     assert set(df["rank"]) == {3}
+
+
+@needs_fixtures
+def test_kineto_times_from_base_time_are_unix_time():
+    """Kineto since 2024 writes ts relative to baseTimeNanoseconds (the
+    start of the quarter): the rows' times were ~50 days after 1970, not
+    when the trace was taken, which its own log lines say (local time,
+    here 7 hours behind UTC: 2024-05-22 17:15:22 to 17:15:23)."""
+    path = FIXTURES / "kineto-hta-nccl-ws2-a100-rank0" / "rank-0.json.gz"
+    doc = json_of(path)
+    df, _ = read_df(path)
+    base = doc["baseTimeNanoseconds"]
+    first = min(e["ts"] for e in doc["traceEvents"] if e.get("ph") == "X")
+    assert df["start_ns"].min() == base + round(first * 1000)
+    logged = pd.to_datetime([line[5:24] for line in doc["INFO"]])
+    start = pd.to_datetime(df["start_ns"].min(), unit="ns")
+    end = pd.to_datetime(df["end_ns"].max(), unit="ns")
+    offset = round((start - logged.min()).total_seconds() / 3600)
+    assert 0 <= abs(offset) <= 14
+    hour = pd.Timedelta(hours=offset)
+    assert logged.min() <= start - hour and end - hour <= logged.max() + pd.Timedelta(seconds=1)
+    # a trace without the base: ts is already Unix time
+    old, _ = read_df(REAL / "hta" / "rank-1.trace-compare-base.json.gz")
+    assert str(pd.to_datetime(old["start_ns"].min(), unit="ns").year) == "2022"

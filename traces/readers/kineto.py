@@ -218,8 +218,11 @@ class KinetoReader(Reader):
                 )
             )
         events.sizes_from_shapes(data)
+        base = _base_time_ns(data)
         del data
         columns = events.columns(_rank(info, path))
+        columns.start_ns += base
+        columns.end_ns += base
         return finish_columns(columns, rules, self.name, run_id, place=place_by_position), problems
 
 
@@ -241,6 +244,19 @@ def _as_document(data: bytes) -> tuple[bytes, bool]:
 
 
 TAIL_BYTES = 1 << 20  # of a document looked at for how it ends
+BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
+
+
+def _base_time_ns(data: bytes) -> int:
+    """Kineto since 2024 writes every ``ts`` relative to
+    ``baseTimeNanoseconds`` (the Unix time at the start of the quarter, so
+    that ``ts`` fits a double; written at the document's end): Unix time is
+    the base plus ``ts``. 0 where there is none (``ts`` is Unix time)."""
+    for part in (data[-TAIL_BYTES:], data[:TAIL_BYTES]):
+        found = BASE_TIME.search(part)
+        if found:
+            return int(found.group(1))
+    return 0
 # The record a process group's backend writes for each collective
 # (``nccl:all_reduce``, ``gloo:broadcast``, ``hccl:allgather`` ...).
 BACKEND_RECORD = re.compile(r"^(nccl|gloo|hccl|mpi|ucc|xccl|rccl|mccl|ccl):", re.IGNORECASE)
