@@ -279,6 +279,21 @@ def _record_at(data: bytes, name_at: int):
     return None
 
 
+def _shaped(data: bytes, needle: bytes, at: int, looks: int = 8) -> bool:
+    """Whether the first records named ``needle`` (from ``at``) carry
+    ``Input Dims``: a trace is recorded with shapes or without, so a few
+    tell (a GPU-side copy of the record has no arguments), and a trace
+    without them costs no pass over all of its text."""
+    for _ in range(looks):
+        if at < 0:
+            return False
+        record = _record_at(data, at)
+        if isinstance(record, dict) and "Input Dims" in (record.get("args") or {}):
+            return True
+        at = data.find(needle, at + len(needle))
+    return False
+
+
 def _shape_bytes(args) -> int | None:
     """Bytes of the tensors a record's ``Input Dims`` and ``Input type``
     describe (scalars and tensor lists, shown as ``[]``, are not counted);
@@ -589,12 +604,12 @@ class _Events:
             for code, name in enumerate(self.regions.names())
             if isinstance(name, str) and BACKEND_RECORD.match(name)
         ]
-        if not backends or data.find(b'"Input Dims"') < 0:
-            return
         pids, tids = self.pids.index, self.tids.index
         for code, name in backends:
             needle = json.dumps(name).encode()
             at = data.find(needle)
+            if not _shaped(data, needle, at):
+                continue
             while at >= 0:
                 record = _record_at(data, at)
                 at = data.find(needle, at + len(needle))
