@@ -452,3 +452,44 @@ def test_kineto_times_from_base_time_are_unix_time():
     # a trace without the base: ts is already Unix time
     old, _ = read_df(REAL / "hta" / "rank-1.trace-compare-base.json.gz")
     assert str(pd.to_datetime(old["start_ns"].min(), unit="ns").year) == "2022"
+
+
+def test_kineto_backend_record_outliving_its_call_is_the_same_collective():
+    """``hccl:allgather`` starts inside its ``c10d::allgather_`` and ends a
+    few microseconds after it: not nested, it was a second collective."""
+    path = REAL / "hta" / "mtia-allgathers-window.json.gz"
+    events = json_of(path)["traceEvents"]
+    df, problems = read_df(path)
+    assert problems == [] and len(df) == sum(e.get("ph") == "X" for e in events)
+    calls = [e for e in events if e.get("name") == "c10d::allgather_"]
+    backend = [e for e in events if e.get("name") == "hccl:allgather"]
+    assert len(calls) == len(backend) == 6
+    assert all(c["ts"] < b["ts"] < c["ts"] + c["dur"] < b["ts"] + b["dur"] for c, b in zip(
+        sorted(calls, key=lambda e: e["ts"]), sorted(backend, key=lambda e: e["ts"])
+    ))
+    instances = df[df["collective"].notna()]
+    assert Counter(instances["collective"]) == {"allgather": 6}
+    assert set(instances["region"]) == {"c10d::allgather_"}
+    hccl = df[df["region"] == "hccl:allgather"]
+    assert sorted(hccl["op_id"]) == sorted(instances["op_id"])
+
+
+def test_kineto_microseconds_since_1970_keep_their_nesting():
+    """Times of µs since 1970 (1.66e15) times 1000 are beyond a double's
+    precision: rounded to 256 ns, a record ending with its parent seemed to
+    outlive it and lost its place (and its collective was counted twice)."""
+    path = REAL / "hta" / "no-distributed-info-alltoall.json.gz"
+    events = [e for e in json_of(path)["traceEvents"] if e.get("ph") == "X"]
+    assert {e["cat"] for e in events} <= {"cpu_op", "user_annotation"}
+    assert min(e["ts"] for e in events) > 1e15
+    by_thread = {}
+    for e in events:
+        by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    inside = 0  # records lying within another record of their thread
+    for spans in by_thread.values():
+        for (b, f), k in Counter(spans).items():  # of k equal spans, k - 1 nest
+            held = any(s <= b and f <= t and (s, t) != (b, f) for s, t in spans)
+            inside += k if held else k - 1
+    df, _ = read_df(path)
+    assert (df["depth"] > 0).sum() == inside
+    assert (df["start_ns"] % 1000 == 0).all()  # whole microseconds stay whole

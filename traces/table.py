@@ -310,7 +310,7 @@ def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, plac
         [collective_names.index(m) if m else -1 for _, m in matched], dtype=np.int32
     )
     collective = np.where(c.collective >= 0, c.collective, region_collective[c.region])
-    op_id = _collective_instances(c, collective, levels)
+    op_id = _collective_instances(c, collective, levels, joined=source == "kineto")
     strings["collective"] = pool.submit(_strings, collective_names, collective)
 
     step, epoch = c.step, c.epoch  # filled in place
@@ -337,13 +337,19 @@ def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, plac
     return columns | {name: built.result() for name, built in strings.items()}
 
 
-def _collective_instances(c: Columns, collective: np.ndarray, levels: list) -> np.ndarray:
+def _collective_instances(
+    c: Columns, collective: np.ndarray, levels: list, joined: bool = False
+) -> np.ndarray:
     """One instance per real collective: a collective row nested in another
-    gives it its bytes (the largest known) and is no collective of its own.
+    gives it its bytes (the largest known) and is no collective of its own;
+    ``joined``: so does one that starts inside an earlier one of the same
+    collective on its location (see :func:`_overlapping`).
     Returns op_id (in place, ``collective`` and ``c.bytes`` change)."""
     marked = collective >= 0
     rows = np.flatnonzero(marked)
     top = nesting.outermost(c.parent_row, marked, rows)
+    if joined:
+        top = _overlapping(c, collective, rows, top)
     inner = top != rows
     nested, top_of_nested = rows[inner], top[inner]
     np.maximum.at(c.bytes, top_of_nested, c.bytes[nested])
@@ -365,6 +371,31 @@ def _collective_instances(c: Columns, collective: np.ndarray, levels: list) -> n
         deeper = [level for level in levels if c.depth[level[0]] > shallowest]
         _inherit(op_id, c.parent_row, deeper, NULL)
     return op_id
+
+
+def _overlapping(c: Columns, collective: np.ndarray, rows: np.ndarray, top: np.ndarray):
+    """``top`` with every collective instance that starts inside the one
+    before it on its location, of the same collective, moved under that one:
+    a PyTorch profiler's backend record (``hccl:allgather`` ...) can outlive
+    the c10d call that issued it by a few microseconds, so that it does not
+    nest in it, yet it is the same collective (it was counted twice)."""
+    instances = rows[top == rows]  # sorted, as rows are
+    if instances.size < 2:
+        return top
+    order = instances[np.lexsort((c.start_ns[instances], c.location[instances]))]
+    location, start, end = c.location[order], c.start_ns[order], c.end_ns[order]
+    same = (
+        (location[1:] == location[:-1])
+        & (collective[order][1:] == collective[order][:-1])
+        & (start[1:] < end[:-1])
+    )
+    if not same.any():
+        return top
+    first = np.r_[True, ~same]
+    head = order[first][np.cumsum(first) - 1]  # each instance's first of its run
+    head_of = np.empty(instances.size, dtype=np.int64)
+    head_of[np.searchsorted(instances, order)] = head
+    return head_of[np.searchsorted(instances, top)]
 
 
 def _strings(names: list, codes: np.ndarray) -> pa.Array:

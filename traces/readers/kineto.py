@@ -620,7 +620,7 @@ class _Events:
                 ts = record.get("ts")
                 if nbytes is None or pid is None or tid is None or not isinstance(ts, int | float):
                     continue
-                self.shaped[(code, int(np.rint(ts * 1000)), (pid << 32) | tid)] = nbytes
+                self.shaped[(code, int(_ns(np.array([ts]))[0]), (pid << 32) | tid)] = nbytes
 
     def _shaped_bytes(self, joined: dict) -> None:
         """In place: the bytes sizes_from_shapes found, on their rows."""
@@ -649,7 +649,7 @@ class _Events:
         rows, names, nbytes = collectives
         collective = np.full(len(ts), -1, dtype=np.int32)
         collective[rows] = self.collectives.of(names)
-        start = np.rint(ts * 1000).astype(np.int64)
+        start = _ns(ts)
         self.parts.append(
             {
                 "start": start,
@@ -719,6 +719,16 @@ class _Events:
         if thread is None:
             return f"{pid}/{tid}"
         return f"{self.process.get(pid, pid)}/{thread}"
+
+
+def _ns(us: np.ndarray) -> np.ndarray:
+    """Microseconds since the epoch (up to 1.7e15, exact in a double) as
+    integer nanoseconds: whole microseconds times 1000 plus the rounded
+    fraction. ``rint(us * 1000)`` would round to 256 ns (1.7e18 is beyond a
+    double's 53 bits), so that a record ending with its parent seemed to
+    outlive it and no longer nested in it."""
+    whole = np.floor(us)
+    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
 
 
 def _texts(decoded: list, field) -> tuple[np.ndarray, list]:
