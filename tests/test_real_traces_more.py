@@ -493,3 +493,27 @@ def test_kineto_microseconds_since_1970_keep_their_nesting():
     df, _ = read_df(path)
     assert (df["depth"] > 0).sum() == inside
     assert (df["start_ns"] % 1000 == 0).all()  # whole microseconds stay whole
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_kineto_gloo_record_on_its_own_thread_is_the_calls_collective(rank):
+    """Gloo runs a collective on a thread of its own: the ``gloo:*`` record
+    there and the c10d call on the training thread were two collectives
+    (DDP over Gloo, as CPU runs of this project are, counted twice)."""
+    path = REAL / "kineto-gloo-ddp-np2" / f"rank{rank}.json.gz"
+    events = [e for e in json_of(path)["traceEvents"] if e.get("ph") == "X"]
+    calls = Counter(e["name"] for e in events if e["name"].startswith("c10d::"))
+    records = [e for e in events if e["name"].startswith("gloo:")]
+    assert calls == {"c10d::allreduce_": 4, "c10d::broadcast_": 2}
+    assert {e["tid"] for e in records}.isdisjoint(
+        e["tid"] for e in events if e["name"].startswith("c10d::")
+    )
+    df, problems = read_df(path)
+    assert problems == [] and set(df["rank"]) == {rank}
+    instances = df[df["collective"].notna()]
+    assert Counter(instances["collective"]) == {"allreduce": 4, "bcast": 2}
+    assert set(instances["region"]) == set(calls)
+    gloo = df[df["region"].str.startswith("gloo:")]
+    assert gloo["op_id"].isin(instances["op_id"]).all() and gloo["op_id"].is_unique
+    float_bytes = sum(math.prod(e["args"]["Input Dims"][0]) * 4 for e in records)
+    assert instances["bytes"].sum() == float_bytes

@@ -225,12 +225,15 @@ def finish_columns(
     run_id: str = "",
     metadata: dict | None = None,
     place=None,
+    join=None,
 ) -> pa.Table:
     """Phases from the rules, then step and epoch: from the trace, from the
     enclosing interval, or from the step interval the row starts in.
     ``place(c, phase, is_step)``: a reader's own way to give phases (codes of
     PHASE_CODE) to rows no rule matched (-1), in place, before they pass to
-    the rows inside them.
+    the rows inside them. ``join(c, collective, rows, top)``: a reader's own
+    way to tell records of one collective that do not nest (``top``: the
+    instance each collective row belongs to; returns it changed).
 
     Consumes ``c``: its arrays become the table's or change in place."""
     n = len(c.start_ns)
@@ -242,7 +245,7 @@ def finish_columns(
     # let go of the GIL); on one core, one after the other at the end.
     cores = len(os.sched_getaffinity(0))
     with ThreadPoolExecutor(cores) if cores > 1 else _Later() as pool:
-        columns = _columns(c, rules, source, run_id, pool, place)
+        columns = _columns(c, rules, source, run_id, pool, place, join)
     table = pa.Table.from_arrays([columns[name] for name in COLUMNS], schema=SCHEMA)
     return table.replace_schema_metadata(
         {
@@ -271,7 +274,9 @@ class _Deferred:
         self.result = call
 
 
-def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, place) -> dict:
+def _columns(
+    c: Columns, rules: PhaseRules, source: str, run_id: str, pool, place, join
+) -> dict:
     """The table's columns by name (see :func:`finish_columns`); the text
     columns built on ``pool``."""
     n = len(c.start_ns)
@@ -310,7 +315,7 @@ def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, plac
         [collective_names.index(m) if m else -1 for _, m in matched], dtype=np.int32
     )
     collective = np.where(c.collective >= 0, c.collective, region_collective[c.region])
-    op_id = _collective_instances(c, collective, levels, joined=source == "kineto")
+    op_id = _collective_instances(c, collective, levels, join)
     strings["collective"] = pool.submit(_strings, collective_names, collective)
 
     step, epoch = c.step, c.epoch  # filled in place
@@ -338,18 +343,17 @@ def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, plac
 
 
 def _collective_instances(
-    c: Columns, collective: np.ndarray, levels: list, joined: bool = False
+    c: Columns, collective: np.ndarray, levels: list, join=None
 ) -> np.ndarray:
     """One instance per real collective: a collective row nested in another
     gives it its bytes (the largest known) and is no collective of its own;
-    ``joined``: so does one that starts inside an earlier one of the same
-    collective on its location (see :func:`_overlapping`).
+    so does one that ``join`` (a reader's) puts under another.
     Returns op_id (in place, ``collective`` and ``c.bytes`` change)."""
     marked = collective >= 0
     rows = np.flatnonzero(marked)
     top = nesting.outermost(c.parent_row, marked, rows)
-    if joined:
-        top = _overlapping(c, collective, rows, top)
+    if join is not None and rows.size:
+        top = join(c, collective, rows, top)
     inner = top != rows
     nested, top_of_nested = rows[inner], top[inner]
     np.maximum.at(c.bytes, top_of_nested, c.bytes[nested])
@@ -371,31 +375,6 @@ def _collective_instances(
         deeper = [level for level in levels if c.depth[level[0]] > shallowest]
         _inherit(op_id, c.parent_row, deeper, NULL)
     return op_id
-
-
-def _overlapping(c: Columns, collective: np.ndarray, rows: np.ndarray, top: np.ndarray):
-    """``top`` with every collective instance that starts inside the one
-    before it on its location, of the same collective, moved under that one:
-    a PyTorch profiler's backend record (``hccl:allgather`` ...) can outlive
-    the c10d call that issued it by a few microseconds, so that it does not
-    nest in it, yet it is the same collective (it was counted twice)."""
-    instances = rows[top == rows]  # sorted, as rows are
-    if instances.size < 2:
-        return top
-    order = instances[np.lexsort((c.start_ns[instances], c.location[instances]))]
-    location, start, end = c.location[order], c.start_ns[order], c.end_ns[order]
-    same = (
-        (location[1:] == location[:-1])
-        & (collective[order][1:] == collective[order][:-1])
-        & (start[1:] < end[:-1])
-    )
-    if not same.any():
-        return top
-    first = np.r_[True, ~same]
-    head = order[first][np.cumsum(first) - 1]  # each instance's first of its run
-    head_of = np.empty(instances.size, dtype=np.int64)
-    head_of[np.searchsorted(instances, order)] = head
-    return head_of[np.searchsorted(instances, top)]
 
 
 def _strings(names: list, codes: np.ndarray) -> pa.Array:

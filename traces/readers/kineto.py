@@ -223,7 +223,10 @@ class KinetoReader(Reader):
         columns = events.columns(_rank(info, path))
         columns.start_ns += base
         columns.end_ns += base
-        return finish_columns(columns, rules, self.name, run_id, place=place_by_position), problems
+        table = finish_columns(
+            columns, rules, self.name, run_id, place=place_by_position, join=join_collectives
+        )
+        return table, problems
 
 
 # What a bare array of events shows near its start when Kineto wrote it.
@@ -910,3 +913,70 @@ def _loop_calls(c: Columns, phase: np.ndarray, is_step: np.ndarray):
     else:  # a step up to the end of its optimizer step
         step = np.searchsorted(np.sort(c.end_ns[marks]), c.start_ns[rows], side="left")
     return rows[step >= 0], step[step >= 0]
+
+
+def join_collectives(c: Columns, collective: np.ndarray, rows: np.ndarray, top: np.ndarray):
+    """``top`` (each collective row's instance) with the records of one
+    collective that do not nest joined: a backend record (``hccl:allgather``)
+    that starts inside the c10d call before it on its thread and outlives
+    it, and one that runs on the backend's own thread (Gloo's), paired with
+    the c10d calls of its collective in the order they were made."""
+    top = _overlapping(c, collective, rows, top)
+    names = np.asarray(c.region_names, dtype=object)
+    backend = np.array([bool(BACKEND_RECORD.match(str(n))) for n in names], dtype=bool)
+    call = np.array([str(n).startswith("c10d::") for n in names], dtype=bool)
+    instances = rows[top == rows]
+    head = {}
+    for op in np.unique(collective[instances]):
+        mine = instances[collective[instances] == op]
+        calls = mine[call[c.region[mine]]]
+        records = mine[backend[c.region[mine]]]
+        records = records[~np.isin(c.location[records], c.location[calls])]
+        head.update(_in_order(c, calls, records))
+    if not head:
+        return top
+    moved = np.fromiter(head.keys(), np.int64, len(head))
+    heads = np.fromiter(head.values(), np.int64, len(head))
+    order = np.argsort(moved)
+    moved, heads = moved[order], heads[order]
+    at = np.minimum(np.searchsorted(moved, top), moved.size - 1)
+    return np.where(moved[at] == top, heads[at], top)
+
+
+def _in_order(c: Columns, calls: np.ndarray, records: np.ndarray) -> dict:
+    """{record row: call row}: each record on another thread goes to the
+    oldest call not yet taken that started before it (the backend runs a
+    process group's collectives in the order they were called)."""
+    calls = calls[np.argsort(c.start_ns[calls], kind="stable")]
+    records = records[np.argsort(c.start_ns[records], kind="stable")]
+    paired, next_call = {}, 0
+    for record in records.tolist():
+        if next_call < calls.size and c.start_ns[calls[next_call]] <= c.start_ns[record]:
+            paired[record] = int(calls[next_call])
+            next_call += 1
+    return paired
+
+
+def _overlapping(c: Columns, collective: np.ndarray, rows: np.ndarray, top: np.ndarray):
+    """``top`` with every collective instance that starts inside the one
+    before it on its location, of the same collective, moved under that one:
+    a backend record (``hccl:allgather`` ...) can outlive the c10d call that
+    issued it by a few microseconds, so that it does not nest in it, yet it
+    is the same collective (it was counted twice)."""
+    instances = rows[top == rows]  # sorted, as rows are
+    if instances.size < 2:
+        return top
+    order = instances[np.lexsort((c.start_ns[instances], c.location[instances]))]
+    location, start, end = c.location[order], c.start_ns[order], c.end_ns[order]
+    same = (
+        (location[1:] == location[:-1])
+        & (collective[order][1:] == collective[order][:-1])
+        & (start[1:] < end[:-1])
+    )
+    if not same.any():
+        return top
+    first = np.r_[True, ~same]
+    head = order[first][np.cumsum(first) - 1]  # each instance's first of its run
+    head_of = np.empty(instances.size, dtype=np.int64)
+    head_of[np.searchsorted(instances, order)] = head
+    return head_of[np.searchsorted(instances, top)]
