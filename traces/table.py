@@ -225,12 +225,15 @@ def finish_columns(
     run_id: str = "",
     metadata: dict | None = None,
     place=None,
+    join=None,
 ) -> pa.Table:
     """Phases from the rules, then step and epoch: from the trace, from the
     enclosing interval, or from the step interval the row starts in.
     ``place(c, phase, is_step)``: a reader's own way to give phases (codes of
     PHASE_CODE) to rows no rule matched (-1), in place, before they pass to
-    the rows inside them.
+    the rows inside them. ``join(c, collective, rows, top)``: a reader's own
+    way to tell records of one collective that do not nest (``top``: the
+    instance each collective row belongs to; returns it changed).
 
     Consumes ``c``: its arrays become the table's or change in place."""
     n = len(c.start_ns)
@@ -242,7 +245,7 @@ def finish_columns(
     # let go of the GIL); on one core, one after the other at the end.
     cores = len(os.sched_getaffinity(0))
     with ThreadPoolExecutor(cores) if cores > 1 else _Later() as pool:
-        columns = _columns(c, rules, source, run_id, pool, place)
+        columns = _columns(c, rules, source, run_id, pool, place, join)
     table = pa.Table.from_arrays([columns[name] for name in COLUMNS], schema=SCHEMA)
     return table.replace_schema_metadata(
         {
@@ -271,7 +274,9 @@ class _Deferred:
         self.result = call
 
 
-def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, place) -> dict:
+def _columns(
+    c: Columns, rules: PhaseRules, source: str, run_id: str, pool, place, join
+) -> dict:
     """The table's columns by name (see :func:`finish_columns`); the text
     columns built on ``pool``."""
     n = len(c.start_ns)
@@ -295,6 +300,8 @@ def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, plac
     # what the unmatched rows inside a step or an epoch take
     phase[is_step | is_epoch] = _PHASE["other"]
     _inherit(phase, c.parent_row, levels, -1)
+    if source == "otf2" and _phases_of_teams(c, phase):
+        _inherit(phase, c.parent_row, levels, -1)
     phase[phase < 0] = _PHASE["other"]
     phase[is_step] = _PHASE[STEP]
     phase[is_epoch] = _PHASE[EPOCH]
@@ -308,7 +315,7 @@ def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, plac
         [collective_names.index(m) if m else -1 for _, m in matched], dtype=np.int32
     )
     collective = np.where(c.collective >= 0, c.collective, region_collective[c.region])
-    op_id = _collective_instances(c, collective, levels)
+    op_id = _collective_instances(c, collective, levels, join)
     strings["collective"] = pool.submit(_strings, collective_names, collective)
 
     step, epoch = c.step, c.epoch  # filled in place
@@ -335,13 +342,18 @@ def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, plac
     return columns | {name: built.result() for name, built in strings.items()}
 
 
-def _collective_instances(c: Columns, collective: np.ndarray, levels: list) -> np.ndarray:
+def _collective_instances(
+    c: Columns, collective: np.ndarray, levels: list, join=None
+) -> np.ndarray:
     """One instance per real collective: a collective row nested in another
-    gives it its bytes (the largest known) and is no collective of its own.
+    gives it its bytes (the largest known) and is no collective of its own;
+    so does one that ``join`` (a reader's) puts under another.
     Returns op_id (in place, ``collective`` and ``c.bytes`` change)."""
     marked = collective >= 0
     rows = np.flatnonzero(marked)
     top = nesting.outermost(c.parent_row, marked, rows)
+    if join is not None and rows.size:
+        top = join(c, collective, rows, top)
     inner = top != rows
     nested, top_of_nested = rows[inner], top[inner]
     np.maximum.at(c.bytes, top_of_nested, c.bytes[nested])
@@ -393,6 +405,36 @@ def _levels(parent_row: np.ndarray, depth: np.ndarray) -> list[np.ndarray]:
         return []
     present = np.flatnonzero(np.bincount(depth[has]))
     return [np.flatnonzero(has & (depth == d)) for d in present]
+
+
+def _phases_of_teams(c: Columns, phase: np.ndarray) -> bool:
+    """In place: a thread's top-level region that no rule names takes the
+    phase of the same region on another thread of its rank that overlaps it
+    in time (the one starting nearest): an OpenMP team's ``!$omp parallel``
+    region, recorded on every thread of the team (a worker's may start
+    before its master's), belongs to the phase the master thread forked it
+    in (it was ``other`` on the workers). Whether any row changed."""
+    loose = np.flatnonzero((c.parent_row < 0) & (phase < 0))
+    if loose.size == 0:
+        return False
+    donors = np.flatnonzero((phase >= 0) & np.isin(c.region, np.unique(c.region[loose])))
+    if donors.size == 0:
+        return False
+    frame = {"rank": c.rank, "region": c.region, "start": c.start_ns}
+    found = pd.merge_asof(
+        pd.DataFrame({k: v[loose] for k, v in frame.items()} | {"row": loose}).sort_values("start"),
+        pd.DataFrame({k: v[donors] for k, v in frame.items()} | {"donor": donors}).sort_values(
+            "start"
+        ),
+        on="start",
+        by=["rank", "region"],
+        direction="nearest",
+    ).dropna(subset=["donor"])
+    row, donor = found["row"].to_numpy(), found["donor"].to_numpy(dtype=np.int64)
+    overlap = (c.start_ns[donor] <= c.end_ns[row]) & (c.end_ns[donor] >= c.start_ns[row])
+    team = overlap & (c.location[donor] != c.location[row])
+    phase[row[team]] = phase[donor[team]]
+    return bool(team.any())
 
 
 def _inherit(values: np.ndarray, parent_row: np.ndarray, levels: list, missing) -> None:
@@ -485,6 +527,10 @@ def _step_windows(
             top = top[top["region"] == name[: -len("data_load")] + top["phase"]]
         top = top.sort_values("start_ns", kind="stable")
         number = (top["phase"] == "data_load").cumsum() - 1
+        # the loader's last call, that ends the epoch (StopIteration), is
+        # no step: a last window of nothing but data loading
+        if (top.loc[number == number.max(), "phase"] == "data_load").all():
+            number[number == number.max()] = -1
         top = top[number >= 0]
         grouped = top.groupby(number[number >= 0])
         inferred.append(

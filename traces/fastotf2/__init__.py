@@ -31,6 +31,7 @@ LIBS = ("-lopen-trace-format2",)
 ATTR_STEP, ATTR_EPOCH = 1, 2
 NULL = np.iinfo(np.int64).min  # same as traces.table.NULL
 OVERFLOW = "more events than the definitions announce"
+UNKNOWN = np.iinfo(np.uint32).max  # a calling context without a region
 
 
 class _Columns(ctypes.Structure):
@@ -52,6 +53,8 @@ class _Columns(ctypes.Structure):
         ("enter_capacity", ctypes.c_int64),
         ("attribute_kind", ctypes.c_void_p),
         ("attribute_kinds", ctypes.c_uint32),
+        ("context_region", ctypes.c_void_p),
+        ("context_regions", ctypes.c_uint32),
         ("failed", ctypes.c_void_p),
         ("rows", ctypes.c_int64),
         ("unbalanced", ctypes.c_int64),
@@ -186,6 +189,7 @@ def read_intervals(
     attribute_kinds: dict[int, int],
     events: list[int],
     bounds: list[int],
+    context_regions: dict[int, int] | None = None,
     workers: int | None = None,
 ):
     """(columns, counts, failed): one entry per matched interval of the given
@@ -194,7 +198,9 @@ def read_intervals(
 
     ``events``: the events each location announces, ``bounds``: the most it
     can hold (its file's size); a location that holds more than it announces
-    is read again with room for its bound. Locations are read in parallel,
+    is read again with room for its bound. ``context_regions``: the region
+    of each calling context (Score-P with unwinding records its regions'
+    Enter and Leave as their contexts'). Locations are read in parallel,
     ``workers`` at a time (default: the cores this process may use); ctypes
     lets go of the GIL while the C reader runs. Raises ReadError when the
     archive cannot be read at all."""
@@ -203,6 +209,10 @@ def read_intervals(
     kinds = np.zeros(max(attribute_kinds, default=-1) + 1, dtype=np.uint8)
     for ref, kind in attribute_kinds.items():
         kinds[ref] = kind
+    contexts = np.full(max(context_regions or {}, default=-1) + 1, UNKNOWN, dtype=np.uint32)
+    for ref, region in (context_regions or {}).items():
+        contexts[ref] = region
+    tables = (kinds, contexts)
 
     # One set of columns for all chunks, each chunk's rows written into its
     # own stretch of them: joined afterwards by moving rows down, in memory
@@ -217,7 +227,7 @@ def read_intervals(
         return _read_chunk(
             anchor,
             [locations[i] for i in chunk],
-            kinds,
+            tables,
             [events[i] for i in chunk],
             [bounds[i] for i in chunk],
             into,
@@ -252,14 +262,14 @@ def _chunks(n: int, events: list[int], workers: int) -> list[list[int]]:
 def _read_chunk(
     anchor: Path,
     refs: list[int],
-    kinds: np.ndarray,
+    tables: tuple,
     events: list[int],
     bounds: list[int],
     into: dict,
 ):
-    result = _call(anchor, refs, kinds, sum(events), into)
+    result = _call(anchor, refs, tables, sum(events), into)
     if result is None:  # more events than announced: room for the files' bound
-        result = _call(anchor, refs, kinds, sum(max(e, b) for e, b in zip(events, bounds)))
+        result = _call(anchor, refs, tables, sum(max(e, b) for e, b in zip(events, bounds)))
     if result is None:
         raise ReadError(OVERFLOW)
     return result
@@ -270,10 +280,12 @@ def _empty_columns(capacity: int) -> dict:
     return {name: np.empty(capacity, dtype=dtype) for name, dtype in COLUMN_TYPES.items()}
 
 
-def _call(anchor: Path, refs: list[int], kinds: np.ndarray, events: int, into: dict | None = None):
+def _call(anchor: Path, refs: list[int], tables: tuple, events: int, into: dict | None = None):
     """(columns, counts, failed) of one call of the C reader; None on
-    overflow. ``into``: columns to write into, if they hold enough rows."""
+    overflow. ``tables``: attribute kinds and calling contexts' regions, by
+    ref. ``into``: columns to write into, if they hold enough rows."""
     lib = library()
+    kinds, contexts = tables
     capacity = events // 2 + 1
     if into is not None and len(into["start"]) >= capacity:
         columns = into
@@ -288,6 +300,8 @@ def _call(anchor: Path, refs: list[int], kinds: np.ndarray, events: int, into: d
         enter_capacity=enter_row.size,
         attribute_kind=kinds.ctypes.data,
         attribute_kinds=kinds.size,
+        context_region=contexts.ctypes.data,
+        context_regions=contexts.size,
         failed=failed.ctypes.data,
         **{name: a.ctypes.data for name, a in columns.items()},
     )
@@ -323,10 +337,12 @@ def _merge(parts: list, chunks: list[list[int]], shared: dict, bases: np.ndarray
     if not in_place:
         shared = _empty_columns(sum(sizes))
     at = 0
-    for (cols, _, _), chunk, size in zip(parts, chunks, sizes):
+    for (cols, _, _), chunk, size, base in zip(parts, chunks, sizes, bases):
         for name, column in shared.items():
             piece = column[at : at + size]
-            if at or not in_place:
+            # a chunk's rows are in place only where every chunk before it
+            # filled its whole stretch (chunks of no rows included)
+            if at != base or not in_place:
                 piece[:] = cols[name]  # numpy moves overlapping rows right
             if name == "location" and chunk and chunk[0]:
                 piece += np.int32(chunk[0])

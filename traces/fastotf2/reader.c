@@ -10,10 +10,13 @@
  *   the innermost one (several threads on one location) it is counted as
  *   overlapping and closed all the same, the others staying open; when no
  *   open region has its name, it closes the innermost (counted as renamed);
+ * - a calling context's Enter and Leave (Score-P with unwinding) are its
+ *   region's;
  * - an Enter's step and epoch come from its `step`/`epoch` attributes, else
  *   from the enclosing region;
  * - MPI message sizes add up on the innermost open region; a collective's
- *   end gives it its operation and max(sent, received) bytes.
+ *   end gives it its operation and max(sent, received) bytes, a
+ *   non-blocking collective's completion the region that requested it.
  * Times stay in clock ticks: Python converts them.
  * A location that cannot be read to its end keeps the rows read before the
  * fault and is marked in `failed`; the others are read all the same. Calls
@@ -47,6 +50,8 @@ typedef struct {
     int64_t enter_capacity;
     const uint8_t *attribute_kind; /* ATTR_* by global attribute ref */
     uint32_t attribute_kinds;
+    const uint32_t *context_region; /* global region ref by calling context ref */
+    uint32_t context_regions;
     /* results */
     int8_t *failed;            /* per location given: 1 when not read to its end */
     int64_t rows, unbalanced, overlapping, unclosed, messages_outside, renamed, overflowed;
@@ -62,10 +67,17 @@ typedef struct {
 } Open;
 
 typedef struct {
+    uint64_t request;
+    int64_t enter;             /* of the region the request was made in */
+} Pending;
+
+typedef struct {
     Columns *out;
     int32_t location;
     Open *stack;
     int64_t depth, room, enters;
+    Pending *pending;          /* this location's non-blocking collectives in flight */
+    int64_t in_flight, pending_room;
 } State;
 
 static void fail(Columns *out, const char *fmt, ...) {
@@ -169,6 +181,37 @@ static OTF2_CallbackCode leave(OTF2_LocationRef location, OTF2_TimeStamp time, u
     return OTF2_CALLBACK_SUCCESS;
 }
 
+/* With unwinding (SCOREP_ENABLE_UNWINDING, sampling), Score-P records a
+ * region's Enter and Leave as those of its calling context: the same
+ * intervals, each context standing for its region. */
+static int context_region(State *s, OTF2_CallingContextRef context, uint32_t *region) {
+    if (context >= s->out->context_regions || s->out->context_region[context] == UINT32_MAX) {
+        s->out->unbalanced++; /* a context the definitions do not have */
+        return 0;
+    }
+    *region = s->out->context_region[context];
+    return 1;
+}
+
+static OTF2_CallbackCode context_enter(OTF2_LocationRef location, OTF2_TimeStamp time,
+                                       uint64_t position, void *user,
+                                       OTF2_AttributeList *attributes,
+                                       OTF2_CallingContextRef context, uint32_t unwound) {
+    uint32_t region;
+    (void)unwound;
+    if (!context_region(user, context, &region)) return OTF2_CALLBACK_SUCCESS;
+    return enter(location, time, position, user, attributes, region);
+}
+
+static OTF2_CallbackCode context_leave(OTF2_LocationRef location, OTF2_TimeStamp time,
+                                       uint64_t position, void *user,
+                                       OTF2_AttributeList *attributes,
+                                       OTF2_CallingContextRef context) {
+    uint32_t region;
+    if (!context_region(user, context, &region)) return OTF2_CALLBACK_SUCCESS;
+    return leave(location, time, position, user, attributes, region);
+}
+
 static void add_bytes(State *s, uint64_t length) {
     if (!s->depth) { s->out->messages_outside++; return; }
     Open *top = &s->stack[s->depth - 1];
@@ -206,6 +249,52 @@ static OTF2_CallbackCode collective_end(OTF2_LocationRef l, OTF2_TimeStamp t, ui
     return OTF2_CALLBACK_SUCCESS;
 }
 
+/* A non-blocking collective (MPI_Iallreduce ...) is requested in one region
+ * and completed in another (MPI_Wait ...): its operation and bytes go to the
+ * region that requested it, as a blocking collective's go to its own. */
+static OTF2_CallbackCode collective_request(OTF2_LocationRef l, OTF2_TimeStamp t, uint64_t p,
+                                            void *user, OTF2_AttributeList *a, uint64_t request) {
+    State *s = user;
+    (void)l; (void)t; (void)p; (void)a;
+    if (!s->depth) { s->out->messages_outside++; return OTF2_CALLBACK_SUCCESS; }
+    if (s->in_flight == s->pending_room) {
+        s->pending_room = s->pending_room ? 2 * s->pending_room : 16;
+        Pending *grown = realloc(s->pending, s->pending_room * sizeof *grown);
+        if (!grown) { fail(s->out, "out of memory"); return OTF2_CALLBACK_INTERRUPT; }
+        s->pending = grown;
+    }
+    s->pending[s->in_flight++] = (Pending){request, s->stack[s->depth - 1].enter};
+    return OTF2_CALLBACK_SUCCESS;
+}
+
+static OTF2_CallbackCode collective_complete(OTF2_LocationRef l, OTF2_TimeStamp t, uint64_t p,
+                                             void *user, OTF2_AttributeList *a,
+                                             OTF2_CollectiveOp op, OTF2_CommRef comm,
+                                             uint32_t root, uint64_t sent, uint64_t received,
+                                             uint64_t request) {
+    State *s = user;
+    Columns *out = s->out;
+    int64_t at = s->in_flight - 1;
+    while (at >= 0 && s->pending[at].request != request) at--;
+    if (at < 0) /* no request seen: where it completes, as a blocking one */
+        return collective_end(l, t, p, user, a, op, comm, root, sent, received);
+    int64_t enter = s->pending[at].enter;
+    s->pending[at] = s->pending[--s->in_flight];
+    int64_t nbytes = (int64_t)(sent > received ? sent : received);
+    int64_t row = out->enter_row[enter];
+    if (row >= 0) { /* the requesting region has ended (the usual case) */
+        out->collective[row] = op;
+        out->bytes[row] = nbytes;
+        return OTF2_CALLBACK_SUCCESS;
+    }
+    for (int64_t i = s->depth - 1; i >= 0; i--)
+        if (s->stack[i].enter == enter) {
+            s->stack[i].collective = op;
+            s->stack[i].bytes = nbytes;
+        }
+    return OTF2_CALLBACK_SUCCESS;
+}
+
 #define CHECK(call, what) do { OTF2_ErrorCode code_ = (call); if (code_ != OTF2_SUCCESS) { \
     fail(out, "%s: %s", what, OTF2_Error_GetDescription(code_)); goto done; } } while (0)
 
@@ -217,6 +306,7 @@ static void read_location(OTF2_Reader *reader, OTF2_EvtReaderCallbacks *callback
     uint64_t events = 0;
     s->location = index;
     s->depth = 0;
+    s->in_flight = 0;
     OTF2_EvtReader *evt = OTF2_Reader_GetEvtReader(reader, ref);
     if (!evt) {
         fail(out, "location %llu: cannot open its events", (unsigned long long)ref);
@@ -272,11 +362,17 @@ int fastotf2_read(const char *anchor, const uint64_t *locations, int32_t n_locat
     callbacks = OTF2_EvtReaderCallbacks_New();
     OTF2_EvtReaderCallbacks_SetEnterCallback(callbacks, enter);
     OTF2_EvtReaderCallbacks_SetLeaveCallback(callbacks, leave);
+    OTF2_EvtReaderCallbacks_SetCallingContextEnterCallback(callbacks, context_enter);
+    OTF2_EvtReaderCallbacks_SetCallingContextLeaveCallback(callbacks, context_leave);
     OTF2_EvtReaderCallbacks_SetMpiSendCallback(callbacks, mpi_send);
     OTF2_EvtReaderCallbacks_SetMpiRecvCallback(callbacks, mpi_send);
     OTF2_EvtReaderCallbacks_SetMpiIsendCallback(callbacks, mpi_isend);
     OTF2_EvtReaderCallbacks_SetMpiIrecvCallback(callbacks, mpi_isend);
     OTF2_EvtReaderCallbacks_SetMpiCollectiveEndCallback(callbacks, collective_end);
+    OTF2_EvtReaderCallbacks_SetNonBlockingCollectiveRequestCallback(callbacks,
+                                                                    collective_request);
+    OTF2_EvtReaderCallbacks_SetNonBlockingCollectiveCompleteCallback(callbacks,
+                                                                     collective_complete);
     for (int32_t i = 0; i < n_locations; i++) {
         if (!out->failed[i]) read_location(reader, callbacks, locations[i], i, &state);
         if (out->overflowed) goto done;
@@ -289,6 +385,7 @@ done:
     if (callbacks) OTF2_EvtReaderCallbacks_Delete(callbacks);
     if (reader) OTF2_Reader_Close(reader);
     free(state.stack);
+    free(state.pending);
     current = NULL;
     return status;
 }

@@ -82,6 +82,21 @@ DTYPE_BYTES = {
     "complex64": 8,
     "complexdouble": 16,
     "complex128": 16,
+    # C++ spellings of ``Input type`` (record_shapes)
+    "signed char": 1,
+    "unsigned char": 1,
+    "short int": 2,
+    "unsigned short": 2,
+    "unsigned int": 4,
+    "long int": 8,
+    "long long": 8,
+    "long long int": 8,
+    "unsigned long": 8,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
+    "complex<c10::half>": 4,
+    "complex<float>": 8,
+    "complex<double>": 16,
 }
 
 # ``Collective name`` values -> the collective names of traces/rules.yaml;
@@ -169,25 +184,160 @@ class KinetoReader(Reader):
     @classmethod
     def recognises(cls, path: Path, head: bytes) -> bool:
         """A JSON object with Kineto's keys near its start (not any JSON file
-        of a run folder)."""
-        return head.lstrip().startswith(b"{") and any(key in head for key in KINETO_KEYS)
+        of a run folder), or a bare array of Kineto's events (PyTorch 1.8
+        wrote its traces in Chrome's array format; a Horovod Timeline's
+        records have no ``cat``)."""
+        body = head.lstrip()
+        if body.startswith(b"["):
+            return b'"cat"' in body and any(mark in body for mark in ARRAY_MARKS)
+        return body.startswith(b"{") and any(key in head for key in KINETO_KEYS)
 
     def read(self, path: Path, rules, run_id: str = ""):
         data, problem = read_bytes(path)
+        data, unclosed = _as_document(data)
         batches, info, problems = _decode(data, path)
         events = _Events()
         for batch in batches:
             events.add(batch)
-        del data, batches
+        del batches
         problems = ([problem] if problem else []) + problems
+        if not any(p.lost for p in problems) and (unclosed or _cut_between_records(data)):
+            problems.append(
+                Problem(
+                    f"{path}: the trace ends between two of its events (cut?): the events "
+                    "array and the document are not closed, so the events after the cut "
+                    "are lost; those before it were read"
+                )
+            )
         if events.untimed:
             problems.append(
                 Problem(
                     f"{path}: {events.untimed} complete event(s) without a valid 'ts' were skipped"
                 )
             )
+        events.sizes_from_shapes(data)
+        base = _base_time_ns(data)
+        del data
         columns = events.columns(_rank(info, path))
-        return finish_columns(columns, rules, self.name, run_id, place=place_by_position), problems
+        columns.start_ns += base
+        columns.end_ns += base
+        table = finish_columns(
+            columns, rules, self.name, run_id, place=place_by_position, join=join_collectives
+        )
+        return table, problems
+
+
+# What a bare array of events shows near its start when Kineto wrote it.
+ARRAY_MARKS = (b'"External id"', b'"Trace name": "PyTorch Profiler"', b'"cat": "Operator"')
+
+
+def _as_document(data: bytes) -> tuple[bytes, bool]:
+    """(the trace as Kineto's document, whether it was an array left open):
+    a bare array of events (PyTorch 1.8) becomes ``{"traceEvents": [...]}``;
+    an array without its ``]`` was cut (PyTorch closed it)."""
+    if not data[:4096].lstrip().startswith(b"["):  # no copy of a whole document
+        return data, False
+    body = data.strip()
+    closed = body.endswith(b"]")
+    if not closed:
+        body = body.rstrip(b",").rstrip() + b"]"
+    return b'{"traceEvents": ' + body + b"}", not closed
+
+
+TAIL_BYTES = 1 << 20  # of a document looked at for how it ends
+BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
+
+
+def _base_time_ns(data: bytes) -> int:
+    """Kineto since 2024 writes every ``ts`` relative to
+    ``baseTimeNanoseconds`` (the Unix time at the start of the quarter, so
+    that ``ts`` fits a double; written at the document's end): Unix time is
+    the base plus ``ts``. 0 where there is none (``ts`` is Unix time)."""
+    for part in (data[-TAIL_BYTES:], data[:TAIL_BYTES]):
+        found = BASE_TIME.search(part)
+        if found:
+            return int(found.group(1))
+    return 0
+# The record a process group's backend writes for each collective
+# (``nccl:all_reduce``, ``gloo:broadcast``, ``hccl:allgather`` ...).
+BACKEND_RECORD = re.compile(r"^(nccl|gloo|hccl|mpi|ucc|xccl|rccl|mccl|ccl):", re.IGNORECASE)
+RECORD_BYTES = 1 << 16  # the most one backend record is looked for in
+
+
+def _record_at(data: bytes, name_at: int):
+    """The JSON record whose ``name`` value starts at ``name_at`` (Kineto
+    writes ``name`` before ``args``: the record opens at the ``{`` before
+    it), or None."""
+    start = data.rfind(b"{", max(0, name_at - RECORD_BYTES), name_at)
+    if start < 0:
+        return None
+    for size in (4096, RECORD_BYTES):  # most records are far shorter than the most
+        text = data[start : start + size].decode("utf-8", errors="replace")
+        try:
+            return json.JSONDecoder().raw_decode(text)[0]
+        except ValueError:
+            continue
+    return None
+
+
+def _shaped(data: bytes, needle: bytes, at: int, looks: int = 8) -> bool:
+    """Whether the first records named ``needle`` (from ``at``) carry
+    ``Input Dims``: a trace is recorded with shapes or without, so a few
+    tell (a GPU-side copy of the record has no arguments), and a trace
+    without them costs no pass over all of its text."""
+    for _ in range(looks):
+        if at < 0:
+            return False
+        record = _record_at(data, at)
+        if isinstance(record, dict) and "Input Dims" in (record.get("args") or {}):
+            return True
+        at = data.find(needle, at + len(needle))
+    return False
+
+
+def _shape_bytes(args) -> int | None:
+    """Bytes of the tensors a record's ``Input Dims`` and ``Input type``
+    describe (scalars and tensor lists, shown as ``[]``, are not counted);
+    None when no tensor of a known dtype is there."""
+    if not isinstance(args, dict):
+        return None
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    total, known = 0, False
+    for shape, dtype in zip(dims, types):
+        size = _dtype_size(dtype) if isinstance(dtype, str) else None
+        if size and isinstance(shape, list) and shape and all(type(n) is int for n in shape):
+            total += math.prod(shape) * size
+            known = True
+    return total if known else None
+
+
+def _dtype_size(dtype: str) -> int | None:
+    return DTYPE_BYTES.get(dtype.lower().removeprefix("torch.").removeprefix("c10::"))
+
+
+def _cut_between_records(data: bytes) -> bool:
+    """Whether the document ends where one of its records does, not with the
+    ``}`` that closes it: a cut there leaves every record whole, so reading
+    them record by record finds no bad one, yet the events after the cut are
+    lost. Only the tail is looked at: the first ``{`` from the end whose
+    text decodes to the end is the last value, a record when it has ``ph``."""
+    tail = data[-TAIL_BYTES:].rstrip().decode("utf-8", errors="replace")
+    if not tail.endswith("}"):
+        return bool(tail)  # cut inside a value or after a separator
+    decoder, at = json.JSONDecoder(), len(tail)
+    for _ in range(256):  # the last record's nested objects come first
+        at = tail.rfind("{", 0, at)
+        if at < 0:
+            return False
+        try:
+            last, end = decoder.raw_decode(tail, at)
+        except ValueError:
+            continue
+        if end == len(tail):
+            return isinstance(last, dict) and "ph" in last
+    return False
 
 
 _EVENTS_KEY = b'"traceEvents"'
@@ -271,7 +421,7 @@ def _rank(info, path: Path) -> int:
     file name (our runs write torch_profiler/rank<r>.json), else 0."""
     if isinstance(info, dict) and isinstance(info.get("rank"), int):
         return info["rank"]
-    found = re.search(r"rank-?(\d+)", path.name)
+    found = re.search(r"rank[-_]?(\d+)", path.name)
     return int(found.group(1)) if found else 0
 
 
@@ -343,6 +493,7 @@ class _Events:
         self.parts: list[dict] = []
         self.process, self.thread = {}, {}
         self.untimed = 0
+        self.shaped: dict = {}  # (region, start, where) -> bytes, from shapes
 
     def add(self, batch) -> None:
         """One batch: a list of events (msgspec) or scanned columns."""
@@ -418,6 +569,50 @@ class _Events:
             ),
         )
 
+    def sizes_from_shapes(self, data: bytes) -> None:
+        """PyTorch before 2.1 names no collective's size: where no record
+        gives one (``In msg nelems``), the backend record of each collective
+        (``nccl:all_reduce`` ...) gives it as its input's shape and dtype
+        (``Input Dims``: [[19618307]], ``Input type``: ["float"]). Only those
+        records are looked for in the text and decoded, a few per step."""
+        if any((p["bytes"] != NULL).any() for p in self.parts):
+            return
+        backends = [
+            (code, name)
+            for code, name in enumerate(self.regions.names())
+            if isinstance(name, str) and BACKEND_RECORD.match(name)
+        ]
+        pids, tids = self.pids.index, self.tids.index
+        for code, name in backends:
+            needle = json.dumps(name).encode()
+            at = data.find(needle)
+            if not _shaped(data, needle, at):
+                continue
+            while at >= 0:
+                record = _record_at(data, at)
+                at = data.find(needle, at + len(needle))
+                if not isinstance(record, dict) or record.get("name") != name:
+                    continue
+                nbytes = _shape_bytes(record.get("args"))
+                pid, tid = pids.get(record.get("pid")), tids.get(record.get("tid"))
+                ts = record.get("ts")
+                if nbytes is None or pid is None or tid is None or not isinstance(ts, int | float):
+                    continue
+                self.shaped[(code, int(_ns(np.array([ts]))[0]), (pid << 32) | tid)] = nbytes
+
+    def _shaped_bytes(self, joined: dict) -> None:
+        """In place: the bytes sizes_from_shapes found, on their rows."""
+        if not self.shaped:
+            return
+        codes = np.unique([key[0] for key in self.shaped])
+        rows = np.flatnonzero(np.isin(joined["region"], codes) & (joined["bytes"] == NULL))
+        region, start, where = joined["region"], joined["start"], joined["where"]
+        for row in rows.tolist():
+            found = self.shaped.get((int(region[row]), int(start[row]), int(where[row])))
+            if found is not None:
+                joined["bytes"][row] = found
+        self.shaped = {}
+
     def _metadata(self, batch: list) -> None:
         """Process and thread names from the metadata records of ``batch``."""
         for e in [e for e in batch if e.ph == "M" and e.args is not None]:
@@ -432,7 +627,7 @@ class _Events:
         rows, names, nbytes = collectives
         collective = np.full(len(ts), -1, dtype=np.int32)
         collective[rows] = self.collectives.of(names)
-        start = np.rint(ts * 1000).astype(np.int64)
+        start = _ns(ts)
         self.parts.append(
             {
                 "start": start,
@@ -465,6 +660,7 @@ class _Events:
             )
         }
         self.parts = []
+        self._shaped_bytes(joined)
         n = len(joined["start"])
         where, keys = pd.factorize(joined["where"])
         parent = nesting.enclosing(where, joined["start"], joined["end"])
@@ -501,6 +697,16 @@ class _Events:
         if thread is None:
             return f"{pid}/{tid}"
         return f"{self.process.get(pid, pid)}/{thread}"
+
+
+def _ns(us: np.ndarray) -> np.ndarray:
+    """Microseconds since the epoch (up to 1.7e15, exact in a double) as
+    integer nanoseconds: whole microseconds times 1000 plus the rounded
+    fraction. ``rint(us * 1000)`` would round to 256 ns (1.7e18 is beyond a
+    double's 53 bits), so that a record ending with its parent seemed to
+    outlive it and no longer nested in it."""
+    whole = np.floor(us)
+    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
 
 
 def _texts(decoded: list, field) -> tuple[np.ndarray, list]:
@@ -643,15 +849,14 @@ def place_by_position(c: Columns, phase: np.ndarray, is_step: np.ndarray) -> Non
     after the data loading and before the optimizer step are the forward
     (the model's ops, its loss), copies right after the data loading the
     host-to-device transfer. Backward runs on autograd's thread and zero_grad
-    and the optimizer have their own records."""
-    parent = np.maximum(c.parent_row, 0)
-    rows = np.flatnonzero(
-        (c.parent_row >= 0) & is_step[parent] & (c.location == c.location[parent])
-    )
+    and the optimizer have their own records. A trace without ProfilerStep
+    (torch.autograd.profiler, a profiler without schedule) has its steps
+    from one data load, else one optimizer step, to the next."""
+    rows, step = _loop_calls(c, phase, is_step)
     if rows.size == 0:
         return
     frame = pd.DataFrame(
-        {"step": c.parent_row[rows], "start": c.start_ns[rows], "phase": phase[rows], "row": rows}
+        {"step": step, "start": c.start_ns[rows], "phase": phase[rows], "row": rows}
     )
     by_step = frame.groupby("step")["start"]
     loaded = frame["start"].where(frame["phase"] == PHASE_CODE["data_load"])
@@ -665,3 +870,98 @@ def place_by_position(c: Columns, phase: np.ndarray, is_step: np.ndarray) -> Non
     h2d = free & copy & (frame["start"] < first_other.fillna(np.inf))
     phase[rows[(free & ~h2d).to_numpy()]] = PHASE_CODE["forward"]
     phase[rows[h2d.to_numpy()]] = PHASE_CODE["h2d"]
+
+
+def _loop_calls(c: Columns, phase: np.ndarray, is_step: np.ndarray):
+    """(rows, the step of each): the calls right inside each ProfilerStep,
+    on its thread; without any ProfilerStep, the top-level calls of the
+    thread that loads the data (else the one that steps the optimizer),
+    numbered by the data loads (optimizer steps) before them."""
+    if is_step.any():
+        parent = np.maximum(c.parent_row, 0)
+        rows = np.flatnonzero(
+            (c.parent_row >= 0) & is_step[parent] & (c.location == c.location[parent])
+        )
+        return rows, c.parent_row[rows]
+    top = c.parent_row < 0
+    for anchor in ("data_load", "optimizer"):
+        marks = np.flatnonzero(top & (phase == PHASE_CODE[anchor]))
+        if marks.size:
+            break
+    else:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    loop = c.location[marks[np.argmin(c.start_ns[marks])]]
+    marks = marks[c.location[marks] == loop]
+    rows = np.flatnonzero(top & (c.location == loop))
+    if anchor == "data_load":  # a step from its data load (before the first: none)
+        step = np.searchsorted(np.sort(c.start_ns[marks]), c.start_ns[rows], side="right") - 1
+    else:  # a step up to the end of its optimizer step
+        step = np.searchsorted(np.sort(c.end_ns[marks]), c.start_ns[rows], side="left")
+    return rows[step >= 0], step[step >= 0]
+
+
+def join_collectives(c: Columns, collective: np.ndarray, rows: np.ndarray, top: np.ndarray):
+    """``top`` (each collective row's instance) with the records of one
+    collective that do not nest joined: a backend record (``hccl:allgather``)
+    that starts inside the c10d call before it on its thread and outlives
+    it, and one that runs on the backend's own thread (Gloo's), paired with
+    the c10d calls of its collective in the order they were made."""
+    top = _overlapping(c, collective, rows, top)
+    names = np.asarray(c.region_names, dtype=object)
+    backend = np.array([bool(BACKEND_RECORD.match(str(n))) for n in names], dtype=bool)
+    call = np.array([str(n).startswith("c10d::") for n in names], dtype=bool)
+    instances = rows[top == rows]
+    head = {}
+    for op in np.unique(collective[instances]):
+        mine = instances[collective[instances] == op]
+        calls = mine[call[c.region[mine]]]
+        records = mine[backend[c.region[mine]]]
+        records = records[~np.isin(c.location[records], c.location[calls])]
+        head.update(_in_order(c, calls, records))
+    if not head:
+        return top
+    moved = np.fromiter(head.keys(), np.int64, len(head))
+    heads = np.fromiter(head.values(), np.int64, len(head))
+    order = np.argsort(moved)
+    moved, heads = moved[order], heads[order]
+    at = np.minimum(np.searchsorted(moved, top), moved.size - 1)
+    return np.where(moved[at] == top, heads[at], top)
+
+
+def _in_order(c: Columns, calls: np.ndarray, records: np.ndarray) -> dict:
+    """{record row: call row}: each record on another thread goes to the
+    oldest call not yet taken that started before it (the backend runs a
+    process group's collectives in the order they were called)."""
+    calls = calls[np.argsort(c.start_ns[calls], kind="stable")]
+    records = records[np.argsort(c.start_ns[records], kind="stable")]
+    paired, next_call = {}, 0
+    for record in records.tolist():
+        if next_call < calls.size and c.start_ns[calls[next_call]] <= c.start_ns[record]:
+            paired[record] = int(calls[next_call])
+            next_call += 1
+    return paired
+
+
+def _overlapping(c: Columns, collective: np.ndarray, rows: np.ndarray, top: np.ndarray):
+    """``top`` with every collective instance that starts inside the one
+    before it on its location, of the same collective, moved under that one:
+    a backend record (``hccl:allgather`` ...) can outlive the c10d call that
+    issued it by a few microseconds, so that it does not nest in it, yet it
+    is the same collective (it was counted twice)."""
+    instances = rows[top == rows]  # sorted, as rows are
+    if instances.size < 2:
+        return top
+    order = instances[np.lexsort((c.start_ns[instances], c.location[instances]))]
+    location, start, end = c.location[order], c.start_ns[order], c.end_ns[order]
+    same = (
+        (location[1:] == location[:-1])
+        & (collective[order][1:] == collective[order][:-1])
+        & (start[1:] < end[:-1])
+    )
+    if not same.any():
+        return top
+    first = np.r_[True, ~same]
+    head = order[first][np.cumsum(first) - 1]  # each instance's first of its run
+    head_of = np.empty(instances.size, dtype=np.int64)
+    head_of[np.searchsorted(instances, order)] = head
+    return head_of[np.searchsorted(instances, top)]

@@ -54,14 +54,22 @@ def read(path: Path, rules, run_id: str = "", engine: str | None = None):
     fast one when it is built, unless DDLC_OTF2_READER says otherwise). The
     OTF2 library's own error lines are kept off the terminal: the first one
     becomes part of the error or problem that reports it."""
-    with _library_lines() as lines:
-        try:
-            columns, problems, engine = _read_columns(path, engine)
-        except TraceError as exc:
-            raise TraceError(_with_library_line(str(exc), lines)) from None
+    columns, problems, engine = _quietly(_read_columns, path, engine)
     columns = separate_threads(columns)
     table = finish_columns(columns, rules, "otf2", run_id, {META_READER: engine.encode()})
     return table, problems
+
+
+def _quietly(call, *args):
+    """``call(*args)`` with the OTF2 library's error lines kept off the
+    terminal; a TraceError it raises gets the first of them as its reason
+    (they are only known once the call has returned)."""
+    with _library_lines() as lines:
+        try:
+            return call(*args)
+        except TraceError as exc:
+            failure = exc
+    raise TraceError(_with_library_line(str(failure), lines)) from None
 
 
 PART_EVENTS = 4_000_000  # events of the ranks read and converted together (~0.5 GB)
@@ -75,17 +83,8 @@ def read_parts(path: Path, rules, run_id: str = ""):
     if engine == "python" or fastotf2.library() is None:
         yield read(path, rules, run_id)
         return
-    with _library_lines() as lines:
-        try:
-            groups = _rank_groups(path)
-        except TraceError as exc:
-            raise TraceError(_with_library_line(str(exc), lines)) from None
-    for group in groups:
-        with _library_lines() as lines:
-            try:
-                columns, problems, engine = _read_columns(path, engine, group)
-            except TraceError as exc:
-                raise TraceError(_with_library_line(str(exc), lines)) from None
+    for group in _quietly(_rank_groups, path):
+        columns, problems, engine = _quietly(_read_columns, path, engine, group)
         columns = separate_threads(columns)
         yield (
             finish_columns(columns, rules, "otf2", run_id, {META_READER: engine.encode()}),
@@ -171,7 +170,19 @@ def _library_lines():
 
 
 def _with_library_line(message: str, lines: list[str]) -> str:
-    """The error, with the library's first report where it adds a reason."""
+    """The error, with the library's first report where it adds a reason
+    (or, where the ``otf2`` bindings' definition callback raised, what it
+    raised: a KeyError is a reference to a definition the archive lacks)."""
+    raised = [line for line in lines if re.match(r"^\w+(Error|Exception): ", line)]
+    if raised and any("DefReaderCallback" in line for line in lines):
+        kind, _, detail = raised[-1].partition(": ")
+        reason = (
+            f"a definition refers to one the archive does not define (reference {detail}; "
+            "missing definitions?)"
+            if kind == "KeyError"
+            else raised[-1]
+        )
+        return f"{message} ({reason})"
     reports = [line for line in lines if line.strip()]
     if not reports:
         return message
@@ -191,6 +202,7 @@ class _State:
     def __init__(self, defs, locations: dict):
         self.defs = defs
         self.regions = {r._ref: r.name for r in defs.regions}
+        self.context_regions = _context_regions(defs)
         self.attributes = {a._ref: a.name for a in defs.attributes}
         self.locations = locations  # ref -> (rank, node, name)
         self.stacks: dict[int, list] = {ref: [] for ref in locations}
@@ -200,6 +212,10 @@ class _State:
         self.overlapping = 0
         self.outside = 0  # message and collective records outside any region
         self.renamed = 0  # Leaves that closed an open region of another name
+        # Non-blocking collectives in flight: (location, request) -> the open
+        # entry that requested it; its row once that region has ended.
+        self.requested: dict = {}
+        self.row_of: dict = {}
         clock = defs.clock_properties
         self.offset = clock.global_offset
         self.scale = 1e9 / clock.timer_resolution
@@ -223,6 +239,17 @@ class _State:
         # [region, start, id, parent, step, epoch, collective, bytes]
         stack.append([region, time, self.next_id, parent, step, epoch, None, None])
         self.next_id += 1
+
+    def context(self, location, time, attribute_list, context, leave=False):
+        """A calling context's Enter or Leave (Score-P with unwinding): its
+        region's."""
+        region = self.context_regions.get(context)
+        if region is None:
+            self.unbalanced += 1  # a context the definitions do not have
+        elif leave:
+            self.leave(location, time, attribute_list, region)
+        else:
+            self.enter(location, time, attribute_list, region)
 
     def leave(self, location, time, attribute_list, region):
         stack = self.stacks[location]
@@ -248,6 +275,8 @@ class _State:
     def _emit(self, location, entry, end, depth):
         region, start, row_id, parent, step, epoch, collective, nbytes = entry
         rank, node, name = self.locations[location]
+        if row_id in self.row_of:
+            self.row_of[row_id] = len(self.rows.row_id)
         self.rows.add(
             rank,
             node,
@@ -274,10 +303,39 @@ class _State:
     def collective_end(self, location, op, sent, received):
         stack = self.stacks[location]
         if stack:
-            stack[-1][6] = _collective_name(op)
-            stack[-1][7] = max(sent, received)
+            self._collective_on(stack[-1], op, sent, received)
         else:
             self.outside += 1
+
+    def collective_request(self, location, request):
+        """A non-blocking collective (MPI_Iallreduce ...) completes in another
+        region (MPI_Wait ...): its operation and bytes go to the region that
+        requested it, as a blocking collective's go to its own."""
+        stack = self.stacks[location]
+        if stack:
+            self.requested[(location, request)] = stack[-1]
+            self.row_of[stack[-1][2]] = None
+        else:
+            self.outside += 1
+
+    def collective_complete(self, location, op, sent, received, request):
+        entry = self.requested.pop((location, request), None)
+        if entry is None:  # no request seen: where it completes
+            self.collective_end(location, op, sent, received)
+            return
+        row = self.row_of.get(entry[2])
+        if row is None:  # the requesting region is still open
+            self._collective_on(entry, op, sent, received)
+        else:
+            name = _collective_name(op)
+            self.rows.collective[row] = name
+            self.rows.bytes[row] = max(sent, received) if name else None
+
+    @staticmethod
+    def _collective_on(entry, op, sent, received):
+        """Communicator management (CREATE_HANDLE ...) is no collective."""
+        entry[6] = _collective_name(op)
+        entry[7] = max(sent, received) if entry[6] else None
 
     def _step_attributes(self, attribute_list):
         import _otf2
@@ -291,9 +349,39 @@ class _State:
         return found.get("step"), found.get("epoch")
 
 
-def _collective_name(op) -> str:
-    name = getattr(op, "name", None) or str(op)
-    return name.rsplit(".", 1)[-1].lower()
+# OTF2's collective operations -> the collective names of every trace
+# (traces/rules.yaml, the Kineto and Horovod readers); None: communicator
+# and window management, no data moved.
+COLLECTIVE_OPS = {
+    "BARRIER": "barrier",
+    "BCAST": "bcast",
+    "GATHER": "gather",
+    "GATHERV": "gather",
+    "SCATTER": "scatter",
+    "SCATTERV": "scatter",
+    "ALLGATHER": "allgather",
+    "ALLGATHERV": "allgather",
+    "ALLTOALL": "all_to_all",
+    "ALLTOALLV": "all_to_all",
+    "ALLTOALLW": "all_to_all",
+    "ALLREDUCE": "allreduce",
+    "REDUCE": "reduce",
+    "REDUCE_SCATTER": "reduce_scatter",
+    "REDUCE_SCATTER_BLOCK": "reduce_scatter",
+    "SCAN": "scan",
+    "EXSCAN": "exscan",
+    "CREATE_HANDLE": None,
+    "DESTROY_HANDLE": None,
+    "ALLOCATE": None,
+    "DEALLOCATE": None,
+    "CREATE_HANDLE_AND_ALLOCATE": None,
+    "DESTROY_HANDLE_AND_DEALLOCATE": None,
+}
+
+
+def _collective_name(op) -> str | None:
+    name = (getattr(op, "name", None) or str(op)).rsplit(".", 1)[-1]
+    return COLLECTIVE_OPS.get(name, name.lower())
 
 
 def _locations(defs) -> dict:
@@ -443,6 +531,14 @@ def _event_callbacks(state: _State):
     callbacks = _otf2.EvtReaderCallbacks_New()
     _otf2.EvtReaderCallbacks_SetEnterCallback(callbacks, guarded(state.enter))
     _otf2.EvtReaderCallbacks_SetLeaveCallback(callbacks, guarded(state.leave))
+    _otf2.EvtReaderCallbacks_SetCallingContextEnterCallback(
+        callbacks,
+        guarded(lambda loc, t, attrs, context, _unwound: state.context(loc, t, attrs, context)),
+    )
+    _otf2.EvtReaderCallbacks_SetCallingContextLeaveCallback(
+        callbacks,
+        guarded(lambda loc, t, attrs, context: state.context(loc, t, attrs, context, leave=True)),
+    )
     for name in ("MpiSend", "MpiIsend", "MpiRecv", "MpiIrecv"):
         # one Python callback each: the bindings keep one pointer per callback
         message = guarded(
@@ -454,6 +550,17 @@ def _event_callbacks(state: _State):
         guarded(
             lambda loc, t, attrs, op, comm, root, sent, received: state.collective_end(
                 loc, op, sent, received
+            )
+        ),
+    )
+    _otf2.EvtReaderCallbacks_SetNonBlockingCollectiveRequestCallback(
+        callbacks, guarded(lambda loc, t, attrs, request: state.collective_request(loc, request))
+    )
+    _otf2.EvtReaderCallbacks_SetNonBlockingCollectiveCompleteCallback(
+        callbacks,
+        guarded(
+            lambda loc, t, attrs, op, comm, root, sent, received, request: (
+                state.collective_complete(loc, op, sent, received, request)
             )
         ),
     )
@@ -548,6 +655,7 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
             attribute_kinds,
             [loc.number_of_events for loc in selected],
             [_file_size(folder / f"{loc._ref}.evt") for loc in selected],
+            _context_regions(defs),
         )
     except fastotf2.ReadError as exc:
         raise TraceError(
@@ -557,14 +665,15 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
     for name in ("start", "end"):
         _ticks_to_ns(raw[name], clock)
     region_names, region = _region_codes(raw.pop("region"), {r._ref: r.name for r in defs.regions})
-    ops, collective = _collective_codes(raw.pop("collective"), otf2.CollectiveOp)
+    raw_ops = raw.pop("collective")
+    ops, collective = _collective_codes(raw_ops, otf2.CollectiveOp)
     described = [locations[loc._ref] for loc in selected]  # (rank, node, name)
     nodes = list(dict.fromkeys(node for _, node, _ in described))
     node_of = np.array([nodes.index(node) for _, node, _ in described], dtype=np.int32)
     rank_of = np.array([rank for rank, _, _ in described], dtype=np.int32)
     where = raw["location"]
     nbytes = raw["bytes"]
-    nbytes[nbytes < 0] = NULL
+    nbytes[(nbytes < 0) | ((raw_ops >= 0) & (collective < 0))] = NULL  # none, or no collective
     columns = Columns(
         rank=rank_of[where],
         node=node_of[where],
@@ -599,6 +708,12 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
     return columns, problems
 
 
+def _context_regions(defs) -> dict[int, int]:
+    """Calling context ref -> its region's ref (Score-P with unwinding
+    records Enter and Leave as those of calling contexts)."""
+    return {context._ref: context.region._ref for context in defs.calling_contexts}
+
+
 def _file_size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -630,12 +745,15 @@ def _region_codes(refs: np.ndarray, names: dict) -> tuple[list, np.ndarray]:
 
 
 def _collective_codes(ops: np.ndarray, enum) -> tuple[list, np.ndarray]:
-    """OTF2 collective ops (-1: none) -> (names, codes)."""
+    """OTF2 collective ops (-1: none) -> (names, codes); ops that are no
+    collective (communicator management) take -1 as well."""
     present = np.flatnonzero(np.bincount(ops + 1)) - 1 if ops.size else np.array([], dtype=int)
     present = present[present >= 0]
+    named = [_collective_name(enum(int(op))) for op in present]
+    names = list(dict.fromkeys(n for n in named if n))
     code_of = np.full(int(present[-1]) + 2 if present.size else 1, -1, dtype=np.int32)
-    code_of[present + 1] = np.arange(present.size, dtype=np.int32)
-    return [_collective_name(enum(int(op))) for op in present], code_of[ops + 1]
+    code_of[present + 1] = [names.index(n) if n else -1 for n in named]
+    return names, code_of[ops + 1]
 
 
 @register
