@@ -52,9 +52,7 @@ def test_a_first_rank_with_no_interval_keeps_the_others(tmp_path, monkeypatch, w
     (archive / "traces" / "0.evt").write_bytes(b"")
     anchor = archive / "traces.otf2"
     read_intervals = fastotf2.read_intervals
-    monkeypatch.setattr(
-        fastotf2, "read_intervals", lambda *a: read_intervals(*a, workers=workers)
-    )
+    monkeypatch.setattr(fastotf2, "read_intervals", lambda *a: read_intervals(*a, workers=workers))
     fast, fast_problems = otf2_reader.read(anchor, RULES, "r1", engine="fastotf2")
     slow, slow_problems = otf2_reader.read(anchor, RULES, "r1", engine="python")
     fast, slow = fast.to_pandas(), slow.to_pandas()
@@ -464,9 +462,12 @@ def test_kineto_backend_record_outliving_its_call_is_the_same_collective():
     calls = [e for e in events if e.get("name") == "c10d::allgather_"]
     backend = [e for e in events if e.get("name") == "hccl:allgather"]
     assert len(calls) == len(backend) == 6
-    assert all(c["ts"] < b["ts"] < c["ts"] + c["dur"] < b["ts"] + b["dur"] for c, b in zip(
-        sorted(calls, key=lambda e: e["ts"]), sorted(backend, key=lambda e: e["ts"])
-    ))
+    assert all(
+        c["ts"] < b["ts"] < c["ts"] + c["dur"] < b["ts"] + b["dur"]
+        for c, b in zip(
+            sorted(calls, key=lambda e: e["ts"]), sorted(backend, key=lambda e: e["ts"])
+        )
+    )
     instances = df[df["collective"].notna()]
     assert Counter(instances["collective"]) == {"allgather": 6}
     assert set(instances["region"]) == {"c10d::allgather_"}

@@ -274,9 +274,7 @@ class _Deferred:
         self.result = call
 
 
-def _columns(
-    c: Columns, rules: PhaseRules, source: str, run_id: str, pool, place, join
-) -> dict:
+def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, place, join) -> dict:
     """The table's columns by name (see :func:`finish_columns`); the text
     columns built on ``pool``."""
     n = len(c.start_ns)

@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 
 from traces import fastjson, jsonrecords, nesting
 from traces.readers import Problem, Reader, TraceError, counted, read_bytes, register
-from traces.readers.kineto import DTYPE_BYTES, element_count
+from traces.readers.kineto import DTYPE_BYTES, element_count, ns_of_microseconds
 from traces.table import NULL, Columns, finish_columns
 
 
@@ -195,14 +195,14 @@ class _Reading:
         marks = instants[pc.equal(names.take(instants), CYCLE_MARK).to_numpy(zero_copy_only=False)]
         return Records(
             edge_begin=begin,
-            edge_ns=_ns(ts[edges]),
+            edge_ns=ns_of_microseconds(ts[edges]),
             edge_pid=pid[edges].astype(np.int32),
             edge_region=region,
             edge_bytes=nbytes,
-            tick_ns=_ns(ts[ticks]),
+            tick_ns=ns_of_microseconds(ts[ticks]),
             tick_pid=pid[ticks].astype(np.int32),
             tick_rank=pc.cast(tick_names.filter(is_tick), pa.int64()).to_numpy(),
-            mark_ns=_ns(ts[marks]),
+            mark_ns=ns_of_microseconds(ts[marks]),
             untimed=untimed,
         )
 
@@ -220,10 +220,6 @@ def _key(pid) -> tuple:
 def _ph_code(ph: str) -> int:
     encoded = ph.encode()
     return encoded[0] if len(encoded) == 1 else 0 if not encoded else OTHER_PH
-
-
-def _ns(microseconds: np.ndarray) -> np.ndarray:
-    return np.rint(microseconds * 1000).astype(np.int64)
 
 
 def _read_records(data: bytes, path: Path, problems: list) -> tuple[Records, _Reading]:

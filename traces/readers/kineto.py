@@ -258,6 +258,8 @@ def _base_time_ns(data: bytes) -> int:
         if found:
             return int(found.group(1))
     return 0
+
+
 # The record a process group's backend writes for each collective
 # (``nccl:all_reduce``, ``gloo:broadcast``, ``hccl:allgather`` ...).
 BACKEND_RECORD = re.compile(r"^(nccl|gloo|hccl|mpi|ucc|xccl|rccl|mccl|ccl):", re.IGNORECASE)
@@ -598,7 +600,9 @@ class _Events:
                 ts = record.get("ts")
                 if nbytes is None or pid is None or tid is None or not isinstance(ts, int | float):
                     continue
-                self.shaped[(code, int(_ns(np.array([ts]))[0]), (pid << 32) | tid)] = nbytes
+                self.shaped[
+                    (code, int(ns_of_microseconds(np.array([ts]))[0]), (pid << 32) | tid)
+                ] = nbytes
 
     def _shaped_bytes(self, joined: dict) -> None:
         """In place: the bytes sizes_from_shapes found, on their rows."""
@@ -627,7 +631,7 @@ class _Events:
         rows, names, nbytes = collectives
         collective = np.full(len(ts), -1, dtype=np.int32)
         collective[rows] = self.collectives.of(names)
-        start = _ns(ts)
+        start = ns_of_microseconds(ts)
         self.parts.append(
             {
                 "start": start,
@@ -699,7 +703,7 @@ class _Events:
         return f"{self.process.get(pid, pid)}/{thread}"
 
 
-def _ns(us: np.ndarray) -> np.ndarray:
+def ns_of_microseconds(us: np.ndarray) -> np.ndarray:
     """Microseconds since the epoch (up to 1.7e15, exact in a double) as
     integer nanoseconds: whole microseconds times 1000 plus the rounded
     fraction. ``rint(us * 1000)`` would round to 256 ns (1.7e18 is beyond a

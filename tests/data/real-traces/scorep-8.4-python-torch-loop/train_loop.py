@@ -1,5 +1,6 @@
 """A small PyTorch training loop, traced by Score-P's Python bindings with
 the instrumenter on for the loop only (python -m scorep --noinstrumenter)."""
+
 import scorep.instrumenter
 import torch
 from torch.utils.data import DataLoader, TensorDataset
