@@ -322,8 +322,9 @@ def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, plac
     del is_epoch
     _inherit(step, c.parent_row, levels, NULL)
     _inherit(epoch, c.parent_row, levels, NULL)
-    del levels
     _steps_by_time(c, phase, step, epoch)
+    _steps_of_launches(c, levels, step, epoch)
+    del levels
     columns = {
         "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n),
         "rank": pa.array(c.rank.astype(np.int32, copy=False)),
@@ -575,6 +576,23 @@ def _optimizer_windows(c: Columns, phase: np.ndarray, rank) -> pd.DataFrame:
     )
 
 
+def _steps_of_launches(c: Columns, levels: list, step: np.ndarray, epoch: np.ndarray) -> None:
+    """In place: a row whose parent is on another location (GPU work under
+    the runtime call that launched it, found by correlation id), and every
+    row inside it, is in its launch's step, not in the one its own start
+    falls in: backward's kernels, launched from autograd's thread, run after
+    the launch, often in the next step or after the last."""
+    parent = np.maximum(c.parent_row, 0)
+    launched = (c.parent_row >= 0) & (c.location != c.location[parent])
+    if not launched.any():
+        return
+    for rows in levels:  # top level first: a parent is final before its rows
+        mine = rows[launched[rows] | launched[parent[rows]]]
+        launched[mine] = True
+        step[mine] = step[parent[mine]]
+        epoch[mine] = epoch[parent[mine]]
+
+
 def _steps_by_time(c: Columns, phase: np.ndarray, step: np.ndarray, epoch: np.ndarray) -> None:
     """Rows still without a step take the step window they start in, on their rank."""
     need_all = step == NULL
@@ -583,6 +601,12 @@ def _steps_by_time(c: Columns, phase: np.ndarray, step: np.ndarray, epoch: np.nd
     windows = _step_windows(c, phase, step, epoch)
     if windows.empty:
         return
+    # One window per step: a step's GPU-side copy (gpu_user_annotation
+    # ProfilerStep#1, on its stream, shorter) would otherwise hide the
+    # CPU-side window it starts inside.
+    windows = windows.groupby(["rank", "step", "epoch"], as_index=False).agg(
+        start=("start", "min"), end=("end", "max")
+    )
     for rank, mine in windows.groupby("rank"):
         mine = mine.sort_values(["start", "end"], kind="stable")
         need = np.flatnonzero(need_all & (c.rank == rank))

@@ -1,0 +1,76 @@
+"""Classes of input that real tools write and the readers once got wrong
+(issue 30), each on a small file made to show it: GPU work in the step
+that launched it, collectives of every library, detection by structure,
+hostile input that costs only its own trace, refusals with their reason."""
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from traces import convert, readers
+from traces.rules import PhaseRules
+
+RULES = PhaseRules()
+REAL = Path(__file__).parent / "data" / "real-traces"
+
+
+def kineto(path: Path, events: list, **document) -> Path:
+    """A PyTorch profiler trace of ``events`` (complete events by default)."""
+    records = [{"ph": "X", "pid": 1, "tid": 1, **e} for e in events]
+    doc = {"schemaVersion": 1, "traceEvents": records, **document}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def read(path: Path):
+    table, problems = readers.read(path, RULES, "r1")
+    return table.to_pandas(), problems
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "traces.convert", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_gpu_work_takes_the_step_of_its_launch(tmp_path):
+    """Backward runs on autograd's thread (no ProfilerStep there): a kernel
+    it launches late in step 1 that runs on the GPU during step 2, or after
+    the last step, is step 1's, as the launch is."""
+    main, autograd, stream = {"tid": 1}, {"tid": 2}, {"pid": 0, "tid": 7}
+    events = [
+        {**main, "name": "ProfilerStep#1", "cat": "user_annotation", "ts": 0, "dur": 100},
+        {**main, "name": "ProfilerStep#2", "cat": "user_annotation", "ts": 100, "dur": 100},
+        {**autograd, "name": "MulBackward0", "cat": "cpu_op", "ts": 50, "dur": 40},
+        {**autograd, "name": "cudaLaunchKernel", "cat": "cuda_runtime", "ts": 60, "dur": 1,
+         "args": {"correlation": 7}},
+        {**stream, "name": "mul_kernel", "cat": "kernel", "ts": 150, "dur": 30,
+         "args": {"correlation": 7}},
+        {**autograd, "name": "MulBackward0", "cat": "cpu_op", "ts": 150, "dur": 40},
+        {**autograd, "name": "cudaLaunchKernel", "cat": "cuda_runtime", "ts": 160, "dur": 1,
+         "args": {"correlation": 8}},
+        {**stream, "name": "mul_kernel", "cat": "kernel", "ts": 250, "dur": 30,
+         "args": {"correlation": 8}},
+    ]
+    df, problems = read(kineto(tmp_path / "rank0.json", events))
+    kernels = df[df["region"] == "mul_kernel"].sort_values("start_ns")
+    assert kernels["step"].tolist() == [1, 2]
+    assert set(kernels["phase"]) == {"backward"}
+
+
+def test_real_rocm_trace_backward_kernels_are_in_their_step():
+    """HTA's MI250 trace: the GPU-side copy of ProfilerStep#1 is shorter
+    than the CPU one, and backward's kernels run after it: all of them are
+    in step 1, with their launches."""
+    df, _ = read(REAL / "hta" / "mi250-rocm6.2-minitoy-train.json.gz")
+    gpu = df[df["location"].str.contains("stream")]
+    assert len(gpu) == 18 and gpu["step"].notna().all() and set(gpu["step"]) == {1}
