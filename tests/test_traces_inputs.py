@@ -74,3 +74,44 @@ def test_real_rocm_trace_backward_kernels_are_in_their_step():
     df, _ = read(REAL / "hta" / "mi250-rocm6.2-minitoy-train.json.gz")
     gpu = df[df["location"].str.contains("stream")]
     assert len(gpu) == 18 and gpu["step"].notna().all() and set(gpu["step"]) == {1}
+
+
+def test_collectives_of_every_library_are_collectives(tmp_path):
+    """Symmetric-memory, custom and vendor all-reduces (an inference run's
+    forward, record_shapes on) are all-reduces with their bytes, the kernel
+    each launches inside it; a name that only looks like communication is
+    reported, not silently counted as compute."""
+    cpu, stream = {"tid": 1}, {"pid": 0, "tid": 7}
+    shapes = {"Input Dims": [[1024, 64]], "Input type": ["c10::BFloat16"]}
+    ops = [
+        ("symm_mem::one_shot_all_reduce", "one_shot_all_reduce_kernel<bf16>"),
+        ("_C_custom_ar::all_reduce", "void vllm::cross_device_reduce_1stage<bf16, 8>"),
+        ("trtllm::allreduce", "oneShotAllReduceKernel"),
+        ("oneccl_bindings_for_pytorch::allgather", "ccl_kernel"),
+        ("hccl:broadcast", "hccl_kernel"),
+        ("mylib::fancy_multimem_exchange", "exchange_kernel"),
+    ]
+    events = [{**cpu, "name": "## forward ##", "cat": "user_annotation", "ts": 0, "dur": 1000}]
+    for i, (op, kernel) in enumerate(ops):
+        at = 10 + 100 * i
+        events += [
+            {**cpu, "name": op, "cat": "cpu_op", "ts": at, "dur": 50, "args": dict(shapes)},
+            {**cpu, "name": "cudaLaunchKernel", "cat": "cuda_runtime", "ts": at + 10, "dur": 5,
+             "args": {"correlation": i + 1}},
+            {**stream, "name": kernel, "cat": "kernel", "ts": at + 20, "dur": 200,
+             "args": {"correlation": i + 1}},
+        ]
+    df, problems = read(kineto(tmp_path / "inference.json", events))
+    found = df[df["collective"].notna()].set_index("region")
+    assert found["collective"].to_dict() == {
+        "symm_mem::one_shot_all_reduce": "allreduce",
+        "_C_custom_ar::all_reduce": "allreduce",
+        "trtllm::allreduce": "allreduce",
+        "oneccl_bindings_for_pytorch::allgather": "allgather",
+        "hccl:broadcast": "bcast",
+    }
+    assert set(found["bytes"]) == {1024 * 64 * 2}
+    kernels = df[df["location"].str.endswith("/7") & ~df["region"].isin(["exchange_kernel"])]
+    assert kernels["op_id"].notna().all() and set(kernels["phase"]) == {"grad_comm"}
+    [note] = [p for p in problems if "look like communication" in p]
+    assert not note.lost and "'mylib::fancy_multimem_exchange' (1)" in note

@@ -25,6 +25,7 @@ Columns (schema version in the Parquet metadata, key ``ddlcompare.schema_version
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -244,16 +245,54 @@ def finish_columns(
     # its own as soon as its codes are known, beside the numpy work (both
     # let go of the GIL); on one core, one after the other at the end.
     cores = len(os.sched_getaffinity(0))
+    notes: dict = {}
     with ThreadPoolExecutor(cores) if cores > 1 else _Later() as pool:
-        columns = _columns(c, rules, source, run_id, pool, place, join)
+        columns = _columns(c, rules, source, run_id, pool, place, join, notes)
     table = pa.Table.from_arrays([columns[name] for name in COLUMNS], schema=SCHEMA)
     return table.replace_schema_metadata(
         {
             META_VERSION: str(SCHEMA_VERSION).encode(),
             b"ddlcompare.rules_version": str(rules.version).encode(),
+            **notes,
             **(metadata or {}),
         }
     )
+
+
+META_UNRECOGNISED = b"ddlcompare.unrecognised_communication"
+# Words of communication in a region's name: what a collective of a library
+# the rules do not know yet would likely be called.
+LOOKS_LIKE_COMMUNICATION = re.compile(
+    r"(?i)nccl|rccl|hccl|ccl[:_]|gloo|mscclpp|nvshmem|symm_mem|multimem|all_?reduce|"
+    r"all_?gather|reduce_?scatter|all_?to_?all|broadcast|bcast|custom_?ar\b|lamport"
+)
+NOT_COMMUNICATION = re.compile(r"(?i)^aten::|wait|init|destroy|abort|copy|unique_?id")
+
+
+def _unrecognised_communication(
+    c: Columns, matched: list, collective: np.ndarray, op_id: np.ndarray
+) -> dict:
+    """{META_UNRECOGNISED: JSON [[name, rows], ...]} of the regions whose
+    name looks like communication but that no rule knows (``matched``: the
+    rules' (phase, collective) per region name) and that are no collective
+    and in none (most rows first); {} when there is none."""
+    suspects = [
+        code
+        for code, name in enumerate(c.region_names)
+        if isinstance(name, str)
+        and matched[code][0] is None
+        and LOOKS_LIKE_COMMUNICATION.search(name)
+        and not NOT_COMMUNICATION.search(name)
+    ]
+    if not suspects:
+        return {}
+    loose = np.isin(c.region, suspects) & (collective < 0) & (op_id == NULL)
+    counts = np.bincount(c.region[loose], minlength=len(c.region_names))
+    found = sorted(
+        ((c.region_names[code], int(counts[code])) for code in suspects if counts[code]),
+        key=lambda item: -item[1],
+    )
+    return {META_UNRECOGNISED: json.dumps(found).encode()} if found else {}
 
 
 class _Later:
@@ -274,9 +313,11 @@ class _Deferred:
         self.result = call
 
 
-def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, place, join) -> dict:
+def _columns(
+    c: Columns, rules: PhaseRules, source: str, run_id: str, pool, place, join, notes: dict
+) -> dict:
     """The table's columns by name (see :func:`finish_columns`); the text
-    columns built on ``pool``."""
+    columns built on ``pool``; ``notes``: metadata for the table, filled."""
     n = len(c.start_ns)
     strings = {
         "region": pool.submit(_strings, c.region_names, c.region),
@@ -314,6 +355,7 @@ def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, plac
     )
     collective = np.where(c.collective >= 0, c.collective, region_collective[c.region])
     op_id = _collective_instances(c, collective, levels, join)
+    notes.update(_unrecognised_communication(c, matched, collective, op_id))
     strings["collective"] = pool.submit(_strings, collective_names, collective)
 
     step, epoch = c.step, c.epoch  # filled in place

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gzip
 import importlib
+import json
 import pkgutil
 import zlib
 from pathlib import Path
@@ -132,13 +133,38 @@ def _known(path: Path) -> bool:
 def read(path: Path, rules, run_id: str = "", source: str | None = None):
     """(table, problems) of one trace file."""
     reader = readers()[source or detect(path)]
-    return reader().read(Path(path), rules, run_id)
+    table, problems = reader().read(Path(path), rules, run_id)
+    return table, problems + _noted(path, table)
 
 
 def parts(path: Path, rules, run_id: str = "", source: str | None = None):
     """(table, problems) of one trace file, part by part."""
     reader = readers()[source or detect(path)]
-    return reader().parts(Path(path), rules, run_id)
+    for table, problems in reader().parts(Path(path), rules, run_id):
+        yield table, problems + _noted(path, table)
+
+
+def _noted(path: Path, table) -> list[Problem]:
+    """What the phase table noted of the trace: regions that look like
+    communication but that no rule names a collective (they count as the
+    phase they run in, compute most likely)."""
+    from traces.table import META_UNRECOGNISED  # the table imports this package
+
+    found = (table.schema.metadata or {}).get(META_UNRECOGNISED)
+    if not found:
+        return []
+    regions = json.loads(found)
+    named = ", ".join(f"{name!r} ({rows:,})" for name, rows in regions[:5])
+    more = f" and {len(regions) - 5} more" if len(regions) > 5 else ""
+    return [
+        Problem(
+            f"{path}: {sum(rows for _, rows in regions):,} intervals of {len(regions)} "
+            f"region(s) look like communication but are no collective the rules know: "
+            f"{named}{more}; they count as the phase they run in (add a rule with "
+            "'collective:' to traces/rules.yaml if they are)",
+            lost=False,
+        )
+    ]
 
 
 def _head(path: Path, size: int = 4096) -> bytes:

@@ -215,7 +215,7 @@ class KinetoReader(Reader):
                     f"{path}: {events.untimed} complete event(s) without a valid 'ts' were skipped"
                 )
             )
-        events.sizes_from_shapes(data)
+        events.sizes_from_shapes(data, rules)
         base = _base_time_ns(data)
         del data
         columns = events.columns(_rank(info, path))
@@ -571,18 +571,24 @@ class _Events:
             ),
         )
 
-    def sizes_from_shapes(self, data: bytes) -> None:
+    def sizes_from_shapes(self, data: bytes, rules) -> None:
         """PyTorch before 2.1 names no collective's size: where no record
         gives one (``In msg nelems``), the backend record of each collective
         (``nccl:all_reduce`` ...) gives it as its input's shape and dtype
-        (``Input Dims``: [[19618307]], ``Input type``: ["float"]). Only those
-        records are looked for in the text and decoded, a few per step."""
-        if any((p["bytes"] != NULL).any() for p in self.parts):
-            return
+        (``Input Dims``: [[19618307]], ``Input type``: ["float"]); so does a
+        collective outside c10d (``symm_mem::one_shot_all_reduce``, a custom
+        all-reduce op) that no record sizes. Only those records are looked
+        for in the text and decoded, a few per step."""
+        sized = set()
+        for p in self.parts:
+            sized.update(np.unique(p["region"][p["bytes"] != NULL]).tolist())
         backends = [
             (code, name)
             for code, name in enumerate(self.regions.names())
-            if isinstance(name, str) and BACKEND_RECORD.match(name)
+            if isinstance(name, str)
+            and code not in sized
+            and (rules.match(name, KinetoReader.name)[1] is not None or BACKEND_RECORD.match(name))
+            and not (sized and BACKEND_RECORD.match(name))  # in a sized c10d call
         ]
         pids, tids = self.pids.index, self.tids.index
         for code, name in backends:
