@@ -115,3 +115,28 @@ def test_collectives_of_every_library_are_collectives(tmp_path):
     assert kernels["op_id"].notna().all() and set(kernels["phase"]) == {"grad_comm"}
     [note] = [p for p in problems if "look like communication" in p]
     assert not note.lost and "'mylib::fancy_multimem_exchange' (1)" in note
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_a_trace_opening_with_large_metadata_is_recognised(tmp_path, gzipped):
+    """Detection walks the document's top-level keys to its events array,
+    whatever comes before it (brackets and the key's name inside strings
+    included): not the first 4 KiB."""
+    meta = {"notes": "]}" * 40000 + '"traceEvents": [', "nested": [[{"a": "{["}]] * 3000}
+    events = [{"ph": "X", "pid": 1, "tid": 1, "name": "aten::mm", "cat": "cpu_op", "ts": 1,
+               "dur": 2}]
+    text = json.dumps({"metadata": meta, "traceEvents": events}).encode()
+    assert len(text) > 64 * 1024
+    path = tmp_path / ("big.json.gz" if gzipped else "big.json")
+    path.write_bytes(gzip.compress(text) if gzipped else text)
+    assert readers.detect(path) == "kineto"
+    assert convert.traces_in(tmp_path) == [path]
+    df, problems = read(path)
+    assert df["region"].tolist() == ["aten::mm"] and problems == []
+
+
+def test_a_json_document_without_events_is_still_refused(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"run_id": "x", "nested": {"traceEvents": [{"ph": "X"}]}}))
+    with pytest.raises(readers.TraceError, match="not a trace this converter knows"):
+        readers.detect(path)

@@ -269,13 +269,12 @@ LOOKS_LIKE_COMMUNICATION = re.compile(
 NOT_COMMUNICATION = re.compile(r"(?i)^aten::|wait|init|destroy|abort|copy|unique_?id")
 
 
-def _unrecognised_communication(
-    c: Columns, matched: list, collective: np.ndarray, op_id: np.ndarray
-) -> dict:
+def _unrecognised_communication(c: Columns, matched: list, op_id: np.ndarray, levels) -> dict:
     """{META_UNRECOGNISED: JSON [[name, rows], ...]} of the regions whose
     name looks like communication but that no rule knows (``matched``: the
-    rules' (phase, collective) per region name) and that are no collective
-    and in none (most rows first); {} when there is none."""
+    rules' (phase, collective) per region name), that are no collective
+    and neither in one nor around one (a user's annotation of it), most
+    rows first; {} when there is none."""
     suspects = [
         code
         for code, name in enumerate(c.region_names)
@@ -286,7 +285,10 @@ def _unrecognised_communication(
     ]
     if not suspects:
         return {}
-    loose = np.isin(c.region, suspects) & (collective < 0) & (op_id == NULL)
+    near = op_id != NULL  # in a collective (or one), then around one
+    for rows in reversed(levels):
+        near[c.parent_row[rows[near[rows]]]] = True
+    loose = np.isin(c.region, suspects) & ~near
     counts = np.bincount(c.region[loose], minlength=len(c.region_names))
     found = sorted(
         ((c.region_names[code], int(counts[code])) for code in suspects if counts[code]),
@@ -355,7 +357,7 @@ def _columns(
     )
     collective = np.where(c.collective >= 0, c.collective, region_collective[c.region])
     op_id = _collective_instances(c, collective, levels, join)
-    notes.update(_unrecognised_communication(c, matched, collective, op_id))
+    notes.update(_unrecognised_communication(c, matched, op_id, levels))
     strings["collective"] = pool.submit(_strings, collective_names, collective)
 
     step, epoch = c.step, c.epoch  # filled in place

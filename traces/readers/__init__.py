@@ -26,6 +26,7 @@ import gzip
 import importlib
 import json
 import pkgutil
+import re
 import zlib
 from pathlib import Path
 
@@ -167,18 +168,83 @@ def _noted(path: Path, table) -> list[Problem]:
     ]
 
 
-def _head(path: Path, size: int = 4096) -> bytes:
+HEAD_BYTES = 4096
+WALK_LIMIT = 1 << 30  # bytes of a JSON document's start walked for its events
+
+
+def _head(path: Path, size: int = HEAD_BYTES) -> bytes:
+    """The first ``size`` bytes of a file (gzip undone), or, for a JSON
+    object, its structure: the top-level keys up to ``traceEvents`` and the
+    first ``size`` bytes of that array, however large the values before it
+    (a profiler trace may open with megabytes of metadata)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(size)
+        with open(path, "rb") as raw:
+            f = gzip.GzipFile(fileobj=raw) if raw.read(2) == b"\x1f\x8b" else raw
+            raw.seek(0)
+            data = _upto(f, size)
+            return _walked(f, data, size) if data.lstrip()[:1] == b"{" else data
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc}") from None
-    if data[:2] == b"\x1f\x8b":  # gzip: what a partial decompression gives
+
+
+def _upto(f, size: int) -> bytes:
+    """Up to ``size`` bytes of ``f``: fewer at its end, or where a gzip
+    stream is cut or corrupt (what came before it)."""
+    pieces, got = [], 0
+    while got < size:
         try:
-            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, size)
-        except zlib.error:
-            return b""
-    return data
+            piece = f.read(min(512, size - got))
+        except (EOFError, zlib.error, gzip.BadGzipFile):
+            break
+        if not piece:
+            break
+        pieces.append(piece)
+        got += len(piece)
+    return b"".join(pieces)
+
+
+_EVENTS = b'"traceEvents"'
+_STRUCTURE = re.compile(rb'[{}\[\]:,"]')
+_STRING_REST = re.compile(rb'(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+def _walked(f, data: bytes, size: int) -> bytes:
+    """``{"<key>": 0, ..., "traceEvents": [<first bytes of the array>``, from
+    a JSON object's top-level keys, read on from ``f`` (``data``: what was
+    read of it) until the events array opens; without one (in the first
+    WALK_LIMIT bytes), the keys alone: a key's name inside a value counts
+    for nothing."""
+    keys, depth, at, read, last, key = [], 0, 0, len(data), None, None
+    buffer = data
+    while read <= WALK_LIMIT:
+        found = _STRUCTURE.search(buffer, at)
+        if found is None or (found.group() == b'"' and not _STRING_REST.match(buffer, found.end())):
+            more = _upto(f, 1 << 20)
+            if not more:
+                break
+            buffer, at, read = buffer[found.start() if found else len(buffer) :] + more, 0, read + len(more)
+            continue
+        token, at = found.group(), found.end()
+        if token == b'"':
+            end = _STRING_REST.match(buffer, at).end()
+            if depth == 1 and last in (b"{", b","):
+                key = buffer[at - 1 : end]
+            at, token = end, b'"'
+        elif token in b"{[":
+            if depth == 1 and last == b":" and key == _EVENTS and token == b"[":
+                rest = buffer[at : at + size]
+                if len(rest) < size:
+                    rest += _upto(f, size - len(rest))
+                return b"{" + b"".join(k + b": 0, " for k in keys[:-1]) + _EVENTS + b": [" + rest
+            depth += 1
+        elif token in b"}]":
+            depth -= 1
+            if depth <= 0:
+                break
+        elif token == b":" and depth == 1 and key is not None:
+            keys.append(key)
+        last = token
+    return b"{" + b"".join(k + b": 0, " for k in keys)
 
 
 def read_bytes(path: Path) -> tuple[bytes, Problem | None]:

@@ -587,8 +587,14 @@ class _Events:
             for code, name in enumerate(self.regions.names())
             if isinstance(name, str)
             and code not in sized
-            and (rules.match(name, KinetoReader.name)[1] is not None or BACKEND_RECORD.match(name))
-            and not (sized and BACKEND_RECORD.match(name))  # in a sized c10d call
+            and (
+                (BACKEND_RECORD.match(name) and not sized)  # else in a sized c10d call
+                or (
+                    rules.match(name, KinetoReader.name)[1] is not None
+                    and not BACKEND_RECORD.match(name)
+                    and not name.startswith("c10d::")  # its inputs: the output too
+                )
+            )
         ]
         pids, tids = self.pids.index, self.tids.index
         for code, name in backends:
