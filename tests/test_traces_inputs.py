@@ -140,3 +140,87 @@ def test_a_json_document_without_events_is_still_refused(tmp_path):
     path.write_text(json.dumps({"run_id": "x", "nested": {"traceEvents": [{"ph": "X"}]}}))
     with pytest.raises(readers.TraceError, match="not a trace this converter knows"):
         readers.detect(path)
+
+
+def hostile(folder: Path) -> dict:
+    """One trace of each kind of hostile input, and a good one beside them."""
+    good = {"ph": "X", "pid": 1, "tid": 1, "name": "aten::mm", "cat": "cpu_op", "ts": 1, "dur": 2}
+    timeline = b'[\n{"name": "ALLREDUCE", "ph": "B", "ts": 10, "pid": 0, "args": %s},\n'
+    files = {
+        "good.json": json.dumps({"schemaVersion": 1, "traceEvents": [good]}).encode(),
+        "utf8-timeline.json": b'[\n{"name": "process_name", "ph": "M", "pid": 0, "args": '
+        b'{"name": "grad\xff\xfe"}},\n{"name": "ALLREDUCE", "ph": "B", "ts": 10, "pid": 0},\n'
+        b'{"name": "", "ph": "E", "ts": 20, "pid": 0},\n',
+        "deep-timeline.json": timeline % (b"[" * 100_000 + b"]" * 100_000),
+        "deep-kineto.json": json.dumps(
+            {"schemaVersion": 1, "traceEvents": [dict(good, args="@")]}
+        ).encode().replace(b'"@"', b"[" * 100_000 + b"]" * 100_000),
+        "base-time.json": json.dumps(
+            {"schemaVersion": 1, "traceEvents": [good], "baseTimeNanoseconds": 10**23}
+        ).encode(),
+        "text-numbers.json": json.dumps(
+            {"schemaVersion": 1, "traceEvents": [dict(good, ts=str(i)) for i in range(7)]}
+        ).encode(),
+    }
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    return files
+
+
+EXPECTED = {
+    "deep-timeline.json": "nested too deeply to read",
+    "deep-kineto.json": "nested too deeply to read",
+    "base-time.json": "baseTimeNanoseconds 1e+23 puts its events beyond the year 2262",
+    "text-numbers.json": "7 record(s) could not be read (7 with a number written as text",
+}
+
+
+@pytest.mark.parametrize("keep_going", [False, True])
+def test_hostile_input_costs_only_its_own_trace(tmp_path, keep_going):
+    """Invalid UTF-8, 100,000-deep nesting (Timeline and Kineto), a base
+    time of 10^23, numbers written as text: one clear line each, no
+    traceback, and the good trace of the same call is converted."""
+    hostile(tmp_path)
+    out = tmp_path / "phases.parquet"
+    done = run_cli(str(tmp_path), "-o", str(out), *(["--keep-going"] if keep_going else []))
+    assert "Traceback" not in done.stderr
+    assert done.returncode == (0 if keep_going else 1)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    for name, reason in EXPECTED.items():
+        mine = [line for line in errors if f"/{name}:" in line]
+        assert mine and reason in mine[0], (name, errors)
+    assert not [line for line in errors if "good.json" in line or "utf8" in line]
+    [utf8] = [line for line in done.stderr.splitlines() if "utf8-timeline.json: " in line]
+    assert utf8.startswith("warning:") and "invalid UTF-8 sequence(s), read as U+FFFD" in utf8
+    sources = {Path(s["path"]).name: s["rows"] for s in json.loads(
+        convert.metadata_of(out)[b"ddlcompare.sources"])}
+    assert sources["good.json"] == 1 and sources["utf8-timeline.json"] >= 1
+
+
+def test_a_gzip_bomb_is_refused_in_bounded_memory(tmp_path):
+    """256 MiB of blanks in 0.25 MB of gzip: refused once it inflates past
+    its bound (64 MiB here), never inflated whole; the good trace beside it
+    converts."""
+    import zlib
+
+    pack = zlib.compressobj(1, zlib.DEFLATED, 31)
+    parts = [pack.compress(b'{"schemaVersion": 1, "traceEvents": [')]
+    parts += [pack.compress(b" " * (1 << 24)) for _ in range(16)]
+    (tmp_path / "bomb.json.gz").write_bytes(b"".join([*parts, pack.compress(b"]}"), pack.flush()]))
+    hostile(tmp_path)
+    out = tmp_path / "phases.parquet"
+    probe = (
+        "import resource, sys; from traces import convert; code = convert.main(sys.argv[1:]); "
+        "print('peak', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(code)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path / "bomb.json.gz"), str(tmp_path / "good.json"),
+         "-o", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    [bomb] = [line for line in done.stderr.splitlines() if "bomb.json.gz" in line]
+    assert bomb.startswith("error:") and "a gzip bomb or not a trace; refused" in bomb
+    assert "good.json: 1 intervals" in done.stdout
+    peak_kib = int(done.stdout.split("peak ")[1].split()[0])
+    assert peak_kib < 400 * 1024  # the bound (64 MiB) and the interpreter, not 256 MiB more

@@ -247,27 +247,67 @@ def _walked(f, data: bytes, size: int) -> bytes:
     return b"{" + b"".join(k + b": 0, " for k in keys)
 
 
+# A gzip stream may inflate to this many times its size, at most: JSON traces
+# compress 10 to 30 times; a gzip bomb a thousand times.
+MAX_INFLATION = 200
+INFLATE_FLOOR = 64 << 20  # bytes any compressed trace may inflate to
+
+
 def read_bytes(path: Path) -> tuple[bytes, Problem | None]:
     """A file's bytes, gzip undone: (data, problem) where the problem says the
-    compressed stream was cut or corrupt (the data then is what came before)."""
+    compressed stream was cut or corrupt (the data then is what came before).
+    The stream is inflated a piece at a time, and no further than
+    MAX_INFLATION times the file (nor than the memory there is): a gzip bomb
+    is refused, not inflated into memory."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc}") from None
     if raw[:2] != b"\x1f\x8b":
         return raw, None
-    try:
-        return gzip.decompress(raw), None
-    except (OSError, EOFError, zlib.error):
-        pass
-    inflate, parts = zlib.decompressobj(16 + zlib.MAX_WBITS), []
-    for at in range(0, len(raw), 1 << 16):  # stop at the first corrupt block
+    bound = min(max(INFLATE_FLOOR, MAX_INFLATION * len(raw)), _memory_for_data())
+    inflate, parts, size, at = zlib.decompressobj(16 + zlib.MAX_WBITS), [], 0, 0
+    while at < len(raw) or inflate.unconsumed_tail:
+        piece = inflate.unconsumed_tail or raw[at : at + (1 << 16)]
+        if not inflate.unconsumed_tail:
+            at += len(piece)
         try:
-            parts.append(inflate.decompress(raw[at : at + (1 << 16)]))
+            out = inflate.decompress(piece, 1 << 24)
         except zlib.error:
-            break
+            return _cut(path, parts)
+        size += len(out)
+        if size > bound:
+            raise TraceError(
+                f"{path}: inflates to more than {bound:,} bytes from {len(raw):,} "
+                f"({size // len(raw):,} times its size before it was stopped; JSON traces "
+                f"compress at most some tens of times): a gzip bomb or not a trace; refused"
+            )
+        parts.append(out)
+        if inflate.eof:
+            if inflate.unused_data[:2] == b"\x1f\x8b":  # another member follows
+                raw, at = inflate.unused_data, 0
+                inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                continue
+            return b"".join(parts), None
+    return _cut(path, parts)
+
+
+def _cut(path: Path, parts: list) -> tuple[bytes, Problem]:
     data = b"".join(parts)
     return data, Problem(
         f"{path}: the gzip stream is cut or corrupt after "
         f"{len(data):,} bytes (truncated?); what came before was read"
     )
+
+
+def _memory_for_data() -> int:
+    """Half the memory available now: what one trace's bytes may take (its
+    reading takes about as much again)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 62

@@ -77,7 +77,12 @@ class HorovodTimelineReader(Reader):
         records, reading = _read_records(data, path, problems)
         del data
         if not (len(records.edge_ns) or len(records.tick_ns) or len(records.mark_ns)):
-            raise TraceError(f"{path}: not a Horovod Timeline: no readable record")
+            why = next((p.split(": ", 1)[1] for p in problems if p.lost), None)
+            raise TraceError(
+                f"{path}: no readable record: {why}"
+                if why
+                else f"{path}: not a Horovod Timeline: no readable record"
+            )
         columns, more = _columns(records, reading, path)
         del records  # before the table is built: the peak of memory is there
         return finish_columns(columns, rules, self.name, run_id), problems + more

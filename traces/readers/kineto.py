@@ -167,6 +167,7 @@ class Document(msgspec.Struct):
 
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+MAX_MICROSECONDS = 9.2e15  # of a time in nanoseconds that an int64 holds
 
 
 @register
@@ -212,13 +213,28 @@ class KinetoReader(Reader):
         if events.untimed:
             problems.append(
                 Problem(
-                    f"{path}: {events.untimed} complete event(s) without a valid 'ts' were skipped"
+                    f"{path}: {events.untimed:,} complete event(s) without a valid 'ts' or "
+                    "'dur' (none, not a number, or beyond the year 2262) were skipped"
+                )
+            )
+        if events.backwards:
+            problems.append(
+                Problem(
+                    f"{path}: {events.backwards:,} complete event(s) of negative 'dur' (they "
+                    "end before they begin) were skipped"
                 )
             )
         events.sizes_from_shapes(data, rules)
         base = _base_time_ns(data)
         del data
         columns = events.columns(_rank(info, path))
+        if columns.end_ns.size and not (
+            0 <= base and base + max(int(columns.end_ns.max()), 0) <= INT64_MAX
+        ):
+            raise TraceError(
+                f"{path}: baseTimeNanoseconds {base:.4g} puts its events beyond the year "
+                "2262 (what nanoseconds since 1970 can hold): not a time; the trace is damaged"
+            )
         columns.start_ns += base
         columns.end_ns += base
         table = finish_columns(
@@ -277,7 +293,7 @@ def _record_at(data: bytes, name_at: int):
         text = data[start : start + size].decode("utf-8", errors="replace")
         try:
             return json.JSONDecoder().raw_decode(text)[0]
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
     return None
 
@@ -335,7 +351,7 @@ def _cut_between_records(data: bytes) -> bool:
             return False
         try:
             last, end = decoder.raw_decode(tail, at)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if end == len(tail):
             return isinstance(last, dict) and "ph" in last
@@ -360,14 +376,14 @@ def _decode(data: bytes, path: Path):
         rest = data[: opened.end()] + data[last:] if chunks else data
         try:
             doc = msgspec.json.decode(rest, type=Document)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except UNREADABLE:
             pass  # cut or damaged: read as a whole below
         else:
             pieces = _pieces(data, chunks, last, doc.traceEvents)
             return _batches(pieces, path, problems), doc.distributedInfo, problems
     try:
         doc = msgspec.json.decode(data, type=Document)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except UNREADABLE:
         return _salvaged(data, path)
     pieces = [(doc.traceEvents, 0, None, True)]
     return _batches(pieces, path, problems), doc.distributedInfo, problems
@@ -399,22 +415,30 @@ def _first_record(data: bytes, at: int) -> int:
     return at
 
 
+# What a document that does not decode at once raises: it is then read
+# record by record, and each record that does not read is counted with why.
+UNREADABLE = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
+
+
 def _salvaged(data: bytes, path: Path):
-    text = data.decode("utf-8", errors="replace")
+    problems = []
+    text = jsonrecords.text_of(data, path, problems)
     found = re.search(r'"traceEvents"\s*:\s*\[', text)
     if found is None:
         raise TraceError(
             f"{path}: not a PyTorch profiler trace, or cut before its events "
             "(truncated or corrupt?): no 'traceEvents' list"
         )
-    events, problems = jsonrecords.salvage(text, found.end() - 1, Event, path)
+    events, lost = jsonrecords.salvage(text, found.end() - 1, Event, path)
+    problems += lost
     info = re.search(r'"distributedInfo"\s*:\s*(\{[^{}]*\})', text)
     try:
         info = msgspec.json.decode(info.group(1)) if info else None
     except msgspec.DecodeError:
         info = None
     if not events:
-        raise TraceError(f"{path}: no readable event (truncated or corrupt?)")
+        why = f": {lost[0].split(': ', 1)[1]}" if lost else " (truncated or corrupt?)"
+        raise TraceError(f"{path}: no readable event{why}")
     return [events], info, problems
 
 
@@ -495,6 +519,7 @@ class _Events:
         self.parts: list[dict] = []
         self.process, self.thread = {}, {}
         self.untimed = 0
+        self.backwards = 0  # events of negative duration
         self.shaped: dict = {}  # (region, start, where) -> bytes, from shapes
 
     def add(self, batch) -> None:
@@ -510,13 +535,12 @@ class _Events:
         self._metadata(batch)
         complete = [e for e in batch if e.ph == "X"]
         ts = np.fromiter([e.ts for e in complete], dtype=np.float64, count=len(complete))
-        timed = ~np.isnan(ts)
+        dur = np.fromiter([e.dur for e in complete], dtype=np.float64, count=len(complete))
+        timed = self._timed(ts, dur)
         if not timed.all():
-            self.untimed += int((~timed).sum())
             complete = [e for e, ok in zip(complete, timed) if ok]
-            ts = ts[timed]
+            ts, dur = ts[timed], dur[timed]
         n = len(complete)
-        dur = np.fromiter([e.dur for e in complete], dtype=np.float64, count=n)
         with_args = np.array(
             [i for i, e in enumerate(complete) if e.args is not None], dtype=np.int64
         )
@@ -548,10 +572,9 @@ class _Events:
             at, texts = _texts(decoded, lambda e, f=field: getattr(e.args, f, None))
             c[key][at] = [_text_id(t) for t in texts]
         strings = scanned.strings
-        timed = ~np.isnan(c["ts"])
+        timed = self._timed(c["ts"], c["dur"])
         keep = slice(None)
         if not timed.all():
-            self.untimed += int((~timed).sum())
             keep = np.flatnonzero(timed)
             strings = {key: array.take(keep) for key, array in strings.items()}
         self._append(
@@ -570,6 +593,17 @@ class _Events:
                 scanned.escaped,
             ),
         )
+
+    def _timed(self, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+        """Which events have a time: a ``ts`` and ``dur`` that are numbers
+        of microseconds nanoseconds can hold, and no negative duration (an
+        interval that ends before it begins); the others are counted."""
+        with np.errstate(invalid="ignore"):
+            timed = (np.abs(ts) < MAX_MICROSECONDS) & (np.abs(dur) < MAX_MICROSECONDS)
+            backwards = timed & (dur < 0)
+        self.untimed += int((~timed).sum())
+        self.backwards += int(backwards.sum())
+        return timed & ~backwards
 
     def sizes_from_shapes(self, data: bytes, rules) -> None:
         """PyTorch before 2.1 names no collective's size: where no record
