@@ -203,7 +203,7 @@ def test_a_gzip_bomb_is_refused_in_bounded_memory(tmp_path):
     converts."""
     import zlib
 
-    pack = zlib.compressobj(1, zlib.DEFLATED, 31)
+    pack = zlib.compressobj(9, zlib.DEFLATED, 31)
     parts = [pack.compress(b'{"schemaVersion": 1, "traceEvents": [')]
     parts += [pack.compress(b" " * (1 << 24)) for _ in range(16)]
     (tmp_path / "bomb.json.gz").write_bytes(b"".join([*parts, pack.compress(b"]}"), pack.flush()]))
