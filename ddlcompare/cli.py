@@ -6,6 +6,7 @@ ddlc collect / ddlc report           results tables; the HTML report
 ddlc follow-up                       the second stage's design from the first's tables
 ddlc two-stage                       run the design, then its follow-up (one command)
 ddlc timeline RUN_DIR... -o F.json   one merged Chrome/Perfetto trace of all ranks
+ddlc import TRACE_OR_FOLDER... -o F   traces from elsewhere into one phase table (Parquet)
 ddlc check [--rerun]                 damaged run files, listed (and queued again)
 ddlc fetch-data cifar10              download CIFAR-10 (needs internet)
 ddlc envs [--design design.yaml]     the environments envs/setup.sh sets up for it
@@ -222,6 +223,15 @@ def cmd_timeline(args) -> int:
     return 0
 
 
+def cmd_import(args) -> int:
+    """Traces written elsewhere (OTF2, PyTorch profiler, Horovod Timeline)
+    into one phase table: what ``python -m traces.convert`` does."""
+    from traces import convert
+
+    keep = ["--keep-going"] if args.keep_going else []
+    return convert.main([*map(str, args.paths), "-o", args.out, *keep])
+
+
 def cmd_check(args) -> int:
     """Every finished run's files checked; --rerun moves the damaged ones'
     files to attempts/ so that the next workflow run does them again."""
@@ -341,6 +351,13 @@ def parser() -> argparse.ArgumentParser:
         help="skip an input that cannot be read (listed in the file), exit 0",
     )
     line.set_defaults(fn=cmd_timeline)
+    imp = sub.add_parser("import", help="traces from elsewhere into one phase table (Parquet)")
+    imp.add_argument("paths", nargs="+", type=Path, metavar="TRACE_OR_FOLDER")
+    imp.add_argument("-o", "--out", required=True, help="the Parquet file to write")
+    imp.add_argument(
+        "--keep-going", action="store_true", help="exit 0 even when a trace could not be read"
+    )
+    imp.set_defaults(fn=cmd_import)
     chk = command("check", cmd_check, "check every finished run's files; list the damaged")
     chk.add_argument("--results", default="results")
     chk.add_argument("--rerun", action="store_true", help="queue the damaged runs again")

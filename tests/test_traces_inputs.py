@@ -224,3 +224,29 @@ def test_a_gzip_bomb_is_refused_in_bounded_memory(tmp_path):
     assert "good.json: 1 intervals" in done.stdout
     peak_kib = int(done.stdout.split("peak ")[1].split()[0])
     assert peak_kib < 400 * 1024  # the bound (64 MiB) and the interpreter, not 256 MiB more
+
+
+def test_ddlc_import_converts_traces_from_elsewhere(tmp_path):
+    """``ddlc import`` is the converter as a user command: folders and
+    files, one table, one error line per trace that cannot be read."""
+    from conftest import ddlc
+
+    (tmp_path / "in").mkdir()
+    hostile(tmp_path / "in")
+    out = tmp_path / "phases.parquet"
+    done = ddlc("import", str(REAL / "hta"), str(tmp_path / "in" / "good.json"), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert f"{out}: 2935 rows" in done.stdout
+    done = ddlc("import", str(tmp_path / "in"), "-o", str(out))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert ddlc("import", str(tmp_path / "in"), "-o", str(out), "--keep-going").returncode == 0
+
+
+def test_timeline_refusal_names_the_file_once(tmp_path):
+    from conftest import ddlc
+
+    hostile(tmp_path)
+    done = ddlc("timeline", str(tmp_path / "text-numbers.json"), "-o", str(tmp_path / "t.json"))
+    path = tmp_path / "text-numbers.json"
+    assert done.returncode == 2 and "number written as text" in done.stderr
+    assert done.stderr.startswith(f"error: {path}: 7 record(s)")  # not "{path}: {path}: ..."
