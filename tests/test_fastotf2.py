@@ -273,15 +273,16 @@ def test_memory_follows_the_definitions_present_not_the_largest_ref(tmp_path):
     import sys
 
     from conftest import REPO
+    from test_traces_inputs import PEAK_KIB
 
     anchor = sparse_archive(tmp_path / "sparse")
     df, problems = assert_same(anchor)
     assert problems == [] and len(df) == 200 and sorted(df["step"].unique()) == list(range(100))
     probe = (
-        "import resource, sys; from pathlib import Path; from traces.readers import otf2_reader; "
+        PEAK_KIB + "import sys; from pathlib import Path; from traces.readers import otf2_reader; "
         "from traces.rules import PhaseRules; "
         "t, _ = otf2_reader.read(Path(sys.argv[1]), PhaseRules(), 'r', engine='fastotf2'); "
-        "print(t.num_rows, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        "print(t.num_rows, PEAK())"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe, str(anchor)], cwd=REPO, capture_output=True, text=True,

@@ -269,6 +269,21 @@ LOOKS_LIKE_COMMUNICATION = re.compile(
 NOT_COMMUNICATION = re.compile(r"(?i)^aten::|wait|init|destroy|abort|copy|unique_?id")
 
 
+META_UNSIZED = b"ddlcompare.unsized_collectives"
+
+
+def _unsized(collective: np.ndarray, names: list, nbytes: np.ndarray) -> dict:
+    """{META_UNSIZED: JSON {"bcast": count}} of the broadcasts whose bytes
+    the trace does not give (the start-up broadcast of the parameters, a
+    Horovod Timeline's, often has none): their bytes are unknown, not 0,
+    and a table summed over them would say less than was sent; {} when
+    every one has."""
+    if "bcast" not in names:
+        return {}
+    unsized = int(((collective == names.index("bcast")) & (nbytes == NULL)).sum())
+    return {META_UNSIZED: json.dumps({"bcast": unsized}).encode()} if unsized else {}
+
+
 def _unrecognised_communication(c: Columns, matched: list, op_id: np.ndarray, levels) -> dict:
     """{META_UNRECOGNISED: JSON [[name, rows], ...]} of the regions whose
     name looks like communication but that no rule knows (``matched``: the
@@ -358,6 +373,7 @@ def _columns(
     collective = np.where(c.collective >= 0, c.collective, region_collective[c.region])
     op_id = _collective_instances(c, collective, levels, join)
     notes.update(_unrecognised_communication(c, matched, op_id, levels))
+    notes.update(_unsized(collective, collective_names, c.bytes))
     strings["collective"] = pool.submit(_strings, collective_names, collective)
 
     step, epoch = c.step, c.epoch  # filled in place

@@ -146,26 +146,35 @@ def parts(path: Path, rules, run_id: str = "", source: str | None = None):
 
 
 def _noted(path: Path, table) -> list[Problem]:
-    """What the phase table noted of the trace: regions that look like
-    communication but that no rule names a collective (they count as the
-    phase they run in, compute most likely)."""
-    from traces.table import META_UNRECOGNISED  # the table imports this package
+    """What the phase table noted of the trace: collectives without a byte
+    count, and regions that look like communication but that no rule names
+    a collective (they count as the phase they run in, compute most
+    likely)."""
+    from traces.table import META_UNRECOGNISED, META_UNSIZED  # the table imports this package
 
-    found = (table.schema.metadata or {}).get(META_UNRECOGNISED)
-    if not found:
-        return []
-    regions = json.loads(found)
-    named = ", ".join(f"{name!r} ({rows:,})" for name, rows in regions[:5])
-    more = f" and {len(regions) - 5} more" if len(regions) > 5 else ""
-    return [
-        Problem(
-            f"{path}: {sum(rows for _, rows in regions):,} intervals of {len(regions)} "
-            f"region(s) look like communication but are no collective the rules know: "
-            f"{named}{more}; they count as the phase they run in (add a rule with "
-            "'collective:' to traces/rules.yaml if they are)",
-            lost=False,
+    meta, problems = table.schema.metadata or {}, []
+    if unsized := json.loads(meta.get(META_UNSIZED, b"{}")):
+        problems.append(
+            Problem(
+                f"{path}: {sum(unsized.values()):,} broadcast(s) without a byte count in the "
+                "trace (the start-up broadcast of the parameters often has none): their bytes "
+                "are unknown, not 0",
+                lost=False,
+            )
         )
-    ]
+    if regions := json.loads(meta.get(META_UNRECOGNISED, b"[]")):
+        named = ", ".join(f"{name!r} ({rows:,})" for name, rows in regions[:5])
+        more = f" and {len(regions) - 5} more" if len(regions) > 5 else ""
+        problems.append(
+            Problem(
+                f"{path}: {sum(rows for _, rows in regions):,} intervals of {len(regions)} "
+                f"region(s) look like communication but are no collective the rules know: "
+                f"{named}{more}; they count as the phase they run in (add a rule with "
+                "'collective:' to traces/rules.yaml if they are)",
+                lost=False,
+            )
+        )
+    return problems
 
 
 HEAD_BYTES = 4096

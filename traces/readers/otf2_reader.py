@@ -610,8 +610,9 @@ def _problems(
         (unbalanced, "Leave records without a matching Enter; left out", True),
         (
             overlapping,
-            "regions overlap others without nesting (several threads recorded on "
-            "one location); kept with their own times",
+            "Leave records close a region that is not the innermost one open (exits "
+            "out of order: a region left before one entered inside it); kept with "
+            "their own times, overlapping without nesting",
             False,
         ),
         (
