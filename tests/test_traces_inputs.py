@@ -256,3 +256,18 @@ def test_timeline_refusal_names_the_file_once(tmp_path):
     path = tmp_path / "text-numbers.json"
     assert done.returncode == 2 and "number written as text" in done.stderr
     assert done.stderr.startswith(f"error: {path}: 7 record(s)")  # not "{path}: {path}: ..."
+
+
+def test_smaller_classes(tmp_path):
+    """An interval ending before it begins is left out and counted; the
+    forward's save_for_backward stays forward."""
+    events = [
+        {"name": "## forward ##", "cat": "user_annotation", "ts": 0, "dur": 100},
+        {"name": "MyFn.save_for_backward", "cat": "python_function", "ts": 10, "dur": 5},
+        {"name": "aten::mm", "cat": "cpu_op", "ts": 20, "dur": -5},
+    ]
+    df, problems = read(kineto(tmp_path / "t.json", events))
+    assert df["region"].tolist() == ["## forward ##", "MyFn.save_for_backward"]
+    assert set(df["phase"]) == {"forward"}
+    [negative] = problems
+    assert negative.lost and "1 complete event(s) of negative 'dur'" in negative
