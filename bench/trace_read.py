@@ -168,7 +168,9 @@ def floor(anchor: Path) -> tuple[int, float]:
         )
     core = str(sorted(os.sched_getaffinity(0))[0])
     out = subprocess.run(
-        ["taskset", "-c", core, str(program), str(anchor)], capture_output=True, text=True,
+        ["taskset", "-c", core, str(program), str(anchor)],
+        capture_output=True,
+        text=True,
         check=True,
     ).stdout.split()
     return int(out[0]), float(out[2])

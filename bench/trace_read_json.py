@@ -463,8 +463,10 @@ def measure(folder: Path, args) -> None:
     size = sum(p.stat().st_size for p in trace_files(folder))
     child = ["--child", "ours", "--folder", str(folder)]
     if args.format == "kineto":
-        print(f"{events} events, {steps_of(folder)} ProfilerSteps a rank; every tool reads this "
-              "same folder, timed the same way: in-process CPU on one core, imports excluded")
+        print(
+            f"{events} events, {steps_of(folder)} ProfilerSteps a rank; every tool reads this "
+            "same folder, timed the same way: in-process CPU on one core, imports excluded"
+        )
     mine = run_child(sys.executable, child)
     rate = events / mine["cpu"]
     print(

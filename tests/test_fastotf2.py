@@ -285,8 +285,12 @@ def test_memory_follows_the_definitions_present_not_the_largest_ref(tmp_path):
         "print(t.num_rows, PEAK())"
     )
     done = subprocess.run(
-        [sys.executable, "-c", probe, str(anchor)], cwd=REPO, capture_output=True, text=True,
-        check=True, timeout=120,
+        [sys.executable, "-c", probe, str(anchor)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     rows, peak_kib = map(int, done.stdout.split())
     assert rows == 200 and peak_kib < 400 * 1024

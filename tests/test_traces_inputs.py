@@ -57,15 +57,39 @@ def test_gpu_work_takes_the_step_of_its_launch(tmp_path):
         {**main, "name": "ProfilerStep#1", "cat": "user_annotation", "ts": 0, "dur": 100},
         {**main, "name": "ProfilerStep#2", "cat": "user_annotation", "ts": 100, "dur": 100},
         {**autograd, "name": "MulBackward0", "cat": "cpu_op", "ts": 50, "dur": 40},
-        {**autograd, "name": "cudaLaunchKernel", "cat": "cuda_runtime", "ts": 60, "dur": 1,
-         "args": {"correlation": 7}},
-        {**stream, "name": "mul_kernel", "cat": "kernel", "ts": 150, "dur": 30,
-         "args": {"correlation": 7}},
+        {
+            **autograd,
+            "name": "cudaLaunchKernel",
+            "cat": "cuda_runtime",
+            "ts": 60,
+            "dur": 1,
+            "args": {"correlation": 7},
+        },
+        {
+            **stream,
+            "name": "mul_kernel",
+            "cat": "kernel",
+            "ts": 150,
+            "dur": 30,
+            "args": {"correlation": 7},
+        },
         {**autograd, "name": "MulBackward0", "cat": "cpu_op", "ts": 150, "dur": 40},
-        {**autograd, "name": "cudaLaunchKernel", "cat": "cuda_runtime", "ts": 160, "dur": 1,
-         "args": {"correlation": 8}},
-        {**stream, "name": "mul_kernel", "cat": "kernel", "ts": 250, "dur": 30,
-         "args": {"correlation": 8}},
+        {
+            **autograd,
+            "name": "cudaLaunchKernel",
+            "cat": "cuda_runtime",
+            "ts": 160,
+            "dur": 1,
+            "args": {"correlation": 8},
+        },
+        {
+            **stream,
+            "name": "mul_kernel",
+            "cat": "kernel",
+            "ts": 250,
+            "dur": 30,
+            "args": {"correlation": 8},
+        },
     ]
     df, problems = read(kineto(tmp_path / "rank0.json", events))
     kernels = df[df["region"] == "mul_kernel"].sort_values("start_ns")
@@ -102,10 +126,22 @@ def test_collectives_of_every_library_are_collectives(tmp_path):
         at = 10 + 100 * i
         events += [
             {**cpu, "name": op, "cat": "cpu_op", "ts": at, "dur": 50, "args": dict(shapes)},
-            {**cpu, "name": "cudaLaunchKernel", "cat": "cuda_runtime", "ts": at + 10, "dur": 5,
-             "args": {"correlation": i + 1}},
-            {**stream, "name": kernel, "cat": "kernel", "ts": at + 20, "dur": 200,
-             "args": {"correlation": i + 1}},
+            {
+                **cpu,
+                "name": "cudaLaunchKernel",
+                "cat": "cuda_runtime",
+                "ts": at + 10,
+                "dur": 5,
+                "args": {"correlation": i + 1},
+            },
+            {
+                **stream,
+                "name": kernel,
+                "cat": "kernel",
+                "ts": at + 20,
+                "dur": 200,
+                "args": {"correlation": i + 1},
+            },
         ]
     df, problems = read(kineto(tmp_path / "inference.json", events))
     found = df[df["collective"].notna()].set_index("region")
@@ -129,8 +165,9 @@ def test_a_trace_opening_with_large_metadata_is_recognised(tmp_path, gzipped):
     whatever comes before it (brackets and the key's name inside strings
     included): not the first 4 KiB."""
     meta = {"notes": "]}" * 40000 + '"traceEvents": [', "nested": [[{"a": "{["}]] * 3000}
-    events = [{"ph": "X", "pid": 1, "tid": 1, "name": "aten::mm", "cat": "cpu_op", "ts": 1,
-               "dur": 2}]
+    events = [
+        {"ph": "X", "pid": 1, "tid": 1, "name": "aten::mm", "cat": "cpu_op", "ts": 1, "dur": 2}
+    ]
     text = json.dumps({"metadata": meta, "traceEvents": events}).encode()
     assert len(text) > 64 * 1024
     path = tmp_path / ("big.json.gz" if gzipped else "big.json")
@@ -158,9 +195,9 @@ def hostile(folder: Path) -> dict:
         b'{"name": "grad\xff\xfe"}},\n{"name": "ALLREDUCE", "ph": "B", "ts": 10, "pid": 0},\n'
         b'{"name": "", "ph": "E", "ts": 20, "pid": 0},\n',
         "deep-timeline.json": timeline % (b"[" * 100_000 + b"]" * 100_000),
-        "deep-kineto.json": json.dumps(
-            {"schemaVersion": 1, "traceEvents": [dict(good, args="@")]}
-        ).encode().replace(b'"@"', b"[" * 100_000 + b"]" * 100_000),
+        "deep-kineto.json": json.dumps({"schemaVersion": 1, "traceEvents": [dict(good, args="@")]})
+        .encode()
+        .replace(b'"@"', b"[" * 100_000 + b"]" * 100_000),
         "base-time.json": json.dumps(
             {"schemaVersion": 1, "traceEvents": [good], "baseTimeNanoseconds": 10**23}
         ).encode(),
@@ -198,8 +235,10 @@ def test_hostile_input_costs_only_its_own_trace(tmp_path, keep_going):
     assert not [line for line in errors if "good.json" in line or "utf8" in line]
     [utf8] = [line for line in done.stderr.splitlines() if "UTF-8" in line]
     assert utf8.startswith("warning:") and "utf8-timeline.json: 2 invalid UTF-8 sequence" in utf8
-    sources = {Path(s["path"]).name: s["rows"] for s in json.loads(
-        convert.metadata_of(out)[b"ddlcompare.sources"])}
+    sources = {
+        Path(s["path"]).name: s["rows"]
+        for s in json.loads(convert.metadata_of(out)[b"ddlcompare.sources"])
+    }
     assert sources["good.json"] == 1 and sources["utf8-timeline.json"] >= 1
 
 
@@ -220,9 +259,19 @@ def test_a_gzip_bomb_is_refused_in_bounded_memory(tmp_path):
         "print('peak', PEAK()); sys.exit(code)"
     )
     done = subprocess.run(
-        [sys.executable, "-c", probe, str(tmp_path / "bomb.json.gz"), str(tmp_path / "good.json"),
-         "-o", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            probe,
+            str(tmp_path / "bomb.json.gz"),
+            str(tmp_path / "good.json"),
+            "-o",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     [bomb] = [line for line in done.stderr.splitlines() if "bomb.json.gz" in line]

@@ -128,9 +128,7 @@ def text_of(data: bytes, path: Path, problems: list) -> str:
     and a warning says how many."""
     reasons = Counter()
     text = _text(data, reasons)
-    problems += [
-        Problem(f"{path}: {n:,} {reason}", lost=False) for reason, n in reasons.items()
-    ]
+    problems += [Problem(f"{path}: {n:,} {reason}", lost=False) for reason, n in reasons.items()]
     return text
 
 

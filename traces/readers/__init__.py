@@ -231,7 +231,11 @@ def _walked(f, data: bytes, size: int) -> bytes:
             more = _upto(f, 1 << 20)
             if not more:
                 break
-            buffer, at, read = buffer[found.start() if found else len(buffer) :] + more, 0, read + len(more)
+            buffer, at, read = (
+                buffer[found.start() if found else len(buffer) :] + more,
+                0,
+                read + len(more),
+            )
             continue
         token, at = found.group(), found.end()
         if token == b'"':
