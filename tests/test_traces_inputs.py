@@ -320,3 +320,17 @@ def test_smaller_classes(tmp_path):
     assert set(df["phase"]) == {"forward"}
     [negative] = problems
     assert negative.lost and "1 complete event(s) of negative 'dur'" in negative
+
+
+def test_timeline_activity_ending_before_it_begins_is_left_out(tmp_path):
+    path = tmp_path / "horovod_timeline.json"
+    path.write_text(
+        '[\n{"name": "ALLREDUCE", "ph": "B", "ts": 20, "pid": 0},\n'
+        '{"name": "", "ph": "E", "ts": 10, "pid": 0},\n'
+        '{"name": "ALLREDUCE", "ph": "B", "ts": 30, "pid": 0},\n'
+        '{"name": "", "ph": "E", "ts": 40, "pid": 0},\n'
+    )
+    df, problems = read(path)
+    assert (df["dur_ns"] >= 0).all() and (df["region"] == "ALLREDUCE").sum() == 1
+    [backwards] = [p for p in problems if "end before they begin" in p]
+    assert backwards.lost and ": 1 activities" in backwards

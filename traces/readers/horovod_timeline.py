@@ -270,6 +270,9 @@ def _columns(records: Records, reading: _Reading, path: Path):
     begins, ends, _, unmatched, unclosed = nesting.pair_begin_end(
         records.edge_pid, records.edge_begin
     )
+    forward = records.edge_ns[ends] >= records.edge_ns[begins]  # else it ends before it begins
+    backwards = int((~forward).sum())
+    begins, ends = begins[forward], ends[forward]
     n_ticks = len(records.tick_ns)
     start = np.r_[records.edge_ns[begins], records.tick_ns]
     end = np.r_[records.edge_ns[ends], records.tick_ns]
@@ -305,7 +308,7 @@ def _columns(records: Records, reading: _Reading, path: Path):
         collective_names=[],
         bytes=np.r_[nbytes, np.full(n_steps, NULL)].astype(np.int64),
     )
-    return columns, _problems(path, records.untimed, unmatched, unclosed)
+    return columns, _problems(path, records.untimed, unmatched, unclosed, backwards)
 
 
 def _regions(codes: np.ndarray, names: list[str], ticks: int) -> tuple[np.ndarray, list[str]]:
@@ -363,12 +366,15 @@ def _cumcount(key: np.ndarray) -> np.ndarray:
     return counts
 
 
-def _problems(path: Path, untimed: int, unmatched: int, unclosed: int) -> list[Problem]:
+def _problems(
+    path: Path, untimed: int, unmatched: int, unclosed: int, backwards: int = 0
+) -> list[Problem]:
     return counted(
         path,
         (untimed, "records without a valid 'ts' were skipped", True),
         (unclosed, "activities begun but never ended (run cut short?); left out", True),
         (unmatched, "end records without a begin; left out", True),
+        (backwards, "activities that end before they begin (negative duration); left out", True),
     )
 
 
