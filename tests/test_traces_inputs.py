@@ -334,3 +334,37 @@ def test_timeline_activity_ending_before_it_begins_is_left_out(tmp_path):
     assert (df["dur_ns"] >= 0).all() and (df["region"] == "ALLREDUCE").sum() == 1
     [backwards] = [p for p in problems if "end before they begin" in p]
     assert backwards.lost and ": 1 activities" in backwards
+
+
+def test_gpu_work_without_correlation_is_linked_by_its_flow(tmp_path):
+    """A kernel without a correlation id is still its launch's, by the
+    ``ac2g`` flow Kineto draws from the launch to it: step and phase too."""
+    main, autograd, stream = {"tid": 1}, {"tid": 2}, {"pid": 0, "tid": 7}
+    events = [
+        {**main, "name": "ProfilerStep#1", "cat": "user_annotation", "ts": 0, "dur": 100},
+        {**main, "name": "ProfilerStep#2", "cat": "user_annotation", "ts": 100, "dur": 100},
+        {**autograd, "name": "MulBackward0", "cat": "cpu_op", "ts": 50, "dur": 40},
+        {**autograd, "name": "cudaLaunchKernel", "cat": "cuda_runtime", "ts": 60, "dur": 1},
+        {**stream, "name": "mul_kernel", "cat": "kernel", "ts": 150, "dur": 30},
+    ]
+    flows = [
+        {"ph": "s", "id": 9, "pid": 1, "tid": 2, "ts": 60, "cat": "ac2g", "name": "ac2g"},
+        {
+            "ph": "f",
+            "id": 9,
+            "pid": 0,
+            "tid": 7,
+            "ts": 150,
+            "cat": "ac2g",
+            "name": "ac2g",
+            "bp": "e",
+        },
+    ]
+    path = kineto(tmp_path / "t.json", events)
+    doc = json.loads(path.read_text())
+    doc["traceEvents"] += flows
+    path.write_text(json.dumps(doc))
+    df, problems = read(path)
+    kernel = df[df["region"] == "mul_kernel"].iloc[0]
+    assert kernel["parent"] == "cudaLaunchKernel" and kernel["step"] == 1
+    assert kernel["phase"] == "backward"

@@ -225,6 +225,7 @@ class KinetoReader(Reader):
                 )
             )
         events.sizes_from_shapes(data, rules)
+        events.flows_of_unlinked(data)
         base = _base_time_ns(data)
         del data
         columns = events.columns(_rank(info, path))
@@ -280,6 +281,7 @@ def _base_time_ns(data: bytes) -> int:
 # (``nccl:all_reduce``, ``gloo:broadcast``, ``hccl:allgather`` ...).
 BACKEND_RECORD = re.compile(r"^(nccl|gloo|hccl|mpi|ucc|xccl|rccl|mccl|ccl):", re.IGNORECASE)
 RECORD_BYTES = 1 << 16  # the most one backend record is looked for in
+FLOW_RECORD = re.compile(rb'"ph"\s*:\s*"[sf]"')
 
 
 def _record_at(data: bytes, name_at: int):
@@ -521,6 +523,7 @@ class _Events:
         self.untimed = 0
         self.backwards = 0  # events of negative duration
         self.shaped: dict = {}  # (region, start, where) -> bytes, from shapes
+        self.flows: dict = {}  # (where, start) -> flow id, of unlinked launches and GPU work
 
     def add(self, batch) -> None:
         """One batch: a list of events (msgspec) or scanned columns."""
@@ -604,6 +607,42 @@ class _Events:
         self.untimed += int((~timed).sum())
         self.backwards += int(backwards.sum())
         return timed & ~backwards
+
+    def flows_of_unlinked(self, data: bytes) -> None:
+        """Where GPU work carries no correlation id, the launch's flow events
+        link it: Kineto draws an ``ac2g`` flow from the runtime call (its
+        start, ``ph: s``) to the GPU activity (its start, ``ph: f``), the
+        flow's id the correlation id. Only then are those records looked
+        for in the text (most traces give every activity its id)."""
+        gpu = [c for c, name in enumerate(self.categories.names()) if name in GPU_CATEGORIES]
+        if not any(
+            (np.isin(p["category"], gpu) & (p["correlation"] == NULL)).any() for p in self.parts
+        ):
+            return
+        pids, tids = self.pids.index, self.tids.index
+        for found in FLOW_RECORD.finditer(data):
+            record = _record_at(data, found.start())
+            if not isinstance(record, dict) or record.get("cat") != "ac2g":
+                continue
+            pid, tid = pids.get(record.get("pid")), tids.get(record.get("tid"))
+            ts, flow = record.get("ts"), record.get("id")
+            if pid is None or tid is None or not isinstance(ts, int | float):
+                continue
+            if isinstance(flow, int) and INT64_MIN < flow <= INT64_MAX:
+                start = int(ns_of_microseconds(np.array([float(ts)]))[0])
+                self.flows[((pid << 32) | tid, start)] = flow
+
+    def _flow_ids(self, joined: dict) -> None:
+        """In place: the flow ids flows_of_unlinked found, as the correlation
+        of the rows that had none."""
+        if not self.flows:
+            return
+        correlation, where, start = joined["correlation"], joined["where"], joined["start"]
+        for row in np.flatnonzero(correlation == NULL).tolist():
+            flow = self.flows.get((int(where[row]), int(start[row])))
+            if flow is not None:
+                correlation[row] = flow
+        self.flows = {}
 
     def sizes_from_shapes(self, data: bytes, rules) -> None:
         """PyTorch before 2.1 names no collective's size: where no record
@@ -711,6 +750,7 @@ class _Events:
         }
         self.parts = []
         self._shaped_bytes(joined)
+        self._flow_ids(joined)
         n = len(joined["start"])
         where, keys = pd.factorize(joined["where"])
         parent = nesting.enclosing(where, joined["start"], joined["end"])
