@@ -202,7 +202,12 @@ def hostile(folder: Path) -> dict:
             {"schemaVersion": 1, "traceEvents": [good], "baseTimeNanoseconds": 10**23}
         ).encode(),
         "text-numbers.json": json.dumps(
-            {"schemaVersion": 1, "traceEvents": [dict(good, ts=str(i)) for i in range(7)]}
+            {
+                "schemaVersion": 1,
+                "traceEvents": [
+                    dict(good, ts=str(i), args={"l": [{"ts": "1"}, {"ts": "2"}]}) for i in range(7)
+                ],
+            }
         ).encode(),
     }
     for name, data in files.items():

@@ -187,7 +187,7 @@ def _salvaged(text: str, start: int, record_type, reasons: Counter):
     starts = _record_starts(text, start)
     records, bad, first_bad, i = [], 0, None, 0
     while i < len(starts):
-        at = starts[i]
+        at, end = starts[i], None
         try:
             record, end = decoder.raw_decode(text, at)
             records.append(msgspec.convert(record, record_type))
@@ -195,9 +195,12 @@ def _salvaged(text: str, start: int, record_type, reasons: Counter):
             reasons[_reason(error)] += 1
             bad += 1
             first_bad = first_bad if first_bad is not None else at
-            i += 1
-            continue
-        while i < len(starts) and starts[i] < end:  # objects nested in this record
+            if end is None:  # not even JSON: where it ends is unknown
+                i += 1
+                continue
+        # objects nested in this record (a record of the wrong shape
+        # included: they are not records, and not more bad ones)
+        while i < len(starts) and starts[i] < end:
             i += 1
     return records, bad, first_bad
 
