@@ -22,8 +22,8 @@ PROBES = probe.scales(RUNS)
 # update(): a collect that fails leaves the previous tables in place.
 rule collect:
     input:
-        [RESULTS / r.path / "done.json" for r in RUNS],
-        [RESULTS / r.path / "phases.parquet" for r in RUNS],
+        lambda wc: [RESULTS / r.path / "done.json" for r in planned_runs()],
+        lambda wc: [RESULTS / r.path / "phases.parquet" for r in planned_runs()],
         # run files changed since the tables were built (ws.note_changed_results)
         [p for p in [TABLES / ws.CHANGED] if p.exists()],
     output:
