@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis import cells, stats
+from analysis import cells, critical_path, humanize, stats
 from frameworks import registry
 from traces.phases import STEP_PHASES
 
@@ -82,7 +82,9 @@ def breakdown(phases: pd.DataFrame, runs: pd.DataFrame, cell: list[str]) -> pd.D
 
 def collective_wait(steps: pd.DataFrame) -> pd.DataFrame:
     """Scalasca's wait at an N x N collective, per instance (one per step):
-    latest entry across ranks minus the rank's own entry."""
+    latest entry across ranks minus the rank's own entry. The report quotes
+    the critical path's (critical_path.WAIT_NAME); bench/critical_path.py
+    times this one as its baseline."""
     latest = steps.groupby(["run_id", "step"])["sync_entry_ns"].transform("max")
     return steps.assign(wait_s=(latest - steps["sync_entry_ns"]) / 1e9)
 
@@ -177,20 +179,34 @@ def waterfall(breakdown_table: pd.DataFrame, cell_keys: list[str]) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
-def findings(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """The report's bottleneck list: per design cell, a number and a sentence."""
+WAIT = critical_path.WAIT_NAME
+
+
+def findings(
+    phases: pd.DataFrame, runs: pd.DataFrame, path_cells: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """The report's bottleneck list: per design cell, a number and a sentence.
+    The wait at the gradient exchange is the critical path's figure
+    (``path_cells``: critical_path.cell_table, computed from ``phases``
+    when not given), so that every section quotes the same one."""
     ok = runs[runs["status"] == "ok"]
     if ok.empty or phases.empty:
         return pd.DataFrame(columns=[*cells.CELL, "bottleneck", "value", "finding"])
+    if path_cells is None:
+        mine = phases[phases["run_id"].isin(ok["run_id"])]
+        path_cells = critical_path.cell_table(critical_path.analyse(mine, ok), ok)
+    waits = (
+        path_cells.set_index(cells.CELL)["waiting_ms_per_step"]
+        if len(path_cells) and "waiting_ms_per_step" in path_cells
+        else pd.Series(dtype=float)
+    )
     steps = per_step(phases[phases["run_id"].isin(ok["run_id"])], ok)
-    steps = collective_wait(steps)
     cell = cells.CELL
     info = cells.with_setting(ok).set_index("run_id")[cell]
     per_run = steps.groupby("run_id").agg(
         step_s=("step_s", "sum"),
         grad_comm=("grad_comm", "sum"),
         data_load=("data_load", "sum"),
-        wait=("wait_s", "mean"),
     )
     per_run = per_run.join(info)
     rows = []
@@ -223,14 +239,15 @@ def findings(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
         if "data_load" in exposes:
             load = group["data_load"].sum() / group["step_s"].sum()
             add(key, "data loading", load, f"{load:.1%} of step time is spent in data_load.")
-        if key[1] > 1 and times_sync:
+        if key[1] > 1 and pd.notna(waits.get(key)):
             add(
                 key,
-                "wait at the collective",
-                group["wait"].mean(),
-                f"Ranks wait {group['wait'].mean() * 1e3:.2f} ms on average per all-reduce "
-                f"for the last rank to arrive (Scalasca's rule).",
+                WAIT,
+                waits[key] / 1e3,
+                f"The {WAIT} is {humanize.number(waits[key], 'ms')}: "
+                f"{critical_path.WAIT_DEFINITION}.",
             )
+        if key[1] > 1 and times_sync:
             s = strag[strag.index.isin(group.index)]
             if len(s) and s["late_steps"].sum() > 0:
                 worst = s.sort_values("late_share").iloc[-1]

@@ -237,7 +237,7 @@ def scaling(runs: pd.DataFrame):
         + geom_line(aes(y="ideal_speedup"), linetype="dashed", color="grey")
         + geom_line(size=1)
         + geom_point(size=2)
-        + geom_errorbar(aes(ymin="speedup - speedup_ci", ymax="speedup + speedup_ci"), width=0.1)
+        + geom_errorbar(aes(ymin="speedup_low", ymax="speedup_high"), width=0.1)
         + facet_wrap("~setting")
         + scale_x_continuous(breaks=sorted(table["world_size"].unique()))
         + labs(

@@ -98,7 +98,8 @@ def p_value(p) -> str:
 
 
 def unit_of(column: str) -> str:
-    name = re.sub(r"_ci(_half_width)?$", "", column.lower())  # an interval has its mean's unit
+    # an interval (its half-width or its ends) has its mean's unit
+    name = re.sub(r"_(ci(_half_width)?|low|high)$", "", column.lower())
     for ending, unit in UNITS:
         if name.endswith(ending) or name == ending.lstrip("_"):
             return unit

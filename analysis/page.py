@@ -42,10 +42,24 @@ class Context:
         return self.tables / "figures"
 
     @functools.cached_property
-    def findings(self) -> pd.DataFrame:
-        from analysis import bottlenecks
+    def critical_path(self):
+        """The critical path of the ok runs, computed once for every section
+        that quotes it (analysis/critical_path.py)."""
+        from analysis import critical_path
 
-        return bottlenecks.findings(self.step_phases, self.runs)
+        ok = self.runs[self.runs["status"] == "ok"]
+        phases = critical_path.phase_table(self.tables)
+        phases = phases[phases["run_id"].isin(ok["run_id"])]
+        return critical_path.analyse(phases, ok) if len(phases) else None
+
+    @functools.cached_property
+    def findings(self) -> pd.DataFrame:
+        from analysis import bottlenecks, critical_path
+
+        ok = self.runs[self.runs["status"] == "ok"]
+        found = self.critical_path
+        cells = critical_path.cell_table(found, ok) if found is not None else pd.DataFrame()
+        return bottlenecks.findings(self.step_phases, self.runs, cells)
 
 
 @dataclass

@@ -444,7 +444,11 @@ def frameworks_section(design: Design) -> str:
 
 def summary_section(ctx: Context) -> str:
     """The answer first; its own template (sections/summary.html.j2) lays it out."""
-    result = summary.build(ctx.runs, ctx.findings)
+    rule = ctx.design.adaptive
+    if rule:
+        result = summary.build(ctx.runs, ctx.findings, rule.target_half_width, rule.most)
+    else:
+        result = summary.build(ctx.runs, ctx.findings)
     ctx.extra["summary"] = result
     return ""
 
@@ -516,7 +520,9 @@ def _caption(name: str) -> str:
     return {
         "summary-images_per_s": "throughput ranking per scale and setting",
         "summary-time_to_accuracy_s": "time-to-accuracy ranking per scale and setting",
-        "summary-replications": "cells that need more replications",
+        "summary-replications": "replications per cell: mean throughput, its 95 % interval, "
+        "the olympic mean (best and worst dropped, from 5 replications), run-to-run variation "
+        "(coefficient of variation) and whether the interval met the target",
     }.get(name, name)
 
 
@@ -544,7 +550,7 @@ def explained(ctx: Context, index: int) -> str:
     path and causes of waiting, the calibrated what-if, the trace diff),
     computed once for the three."""
     if "explain" not in ctx.extra:
-        ctx.extra["explain"] = explain.sections(ctx.runs, ctx.tables)
+        ctx.extra["explain"] = explain.sections(ctx.runs, ctx.tables, ctx.critical_path)
     found = ctx.extra["explain"]
     if index >= len(found):
         return "<p><em>No phase table in these tables: nothing to explain.</em></p>"
