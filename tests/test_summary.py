@@ -216,7 +216,16 @@ def test_whole_step_framework_is_not_said_to_be_compute_bound():
 
 def test_human_numbers():
     assert humanize.number(1234.5678, "images/s") == "1230 images/s"
-    assert humanize.number(0.0000123, "s") == "1.23 x 10^-5 s"
+    assert humanize.number(0.0000123, "s") == "12.3 µs"
+    assert humanize.number(0.0000123) == "0.0000123"
+    assert humanize.number(4.56e-4, "ms") == "456 ns"
+    assert humanize.number(0.0123, "s") == "0.0123 s"
+    assert humanize.number(1e-12, "s") == "0.001 ns"
+    assert humanize.number(-0.00002, "J") == "-20 µJ"
+    assert humanize.percent(3.2e-7) == "< 0.01 %"
+    assert humanize.percent(-3.2e-7) == "> -0.01 %"
+    assert humanize.percent(0.0012) == "0.12 %"
+    assert humanize.percent(0.5) == "50 %"
     assert humanize.number(123.456, "images/s") == "123 images/s"
     assert humanize.number(2_500_000, "B") == "2.5 MB"
     assert humanize.number(float("nan")) == "not set"
