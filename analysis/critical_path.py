@@ -639,7 +639,7 @@ def cell_table(found: CriticalPath, runs: pd.DataFrame) -> pd.DataFrame:
             )
         row["finding"] = sentence(row)
         rows.append(row)
-    return pd.DataFrame(rows)
+    return cells.in_order(pd.DataFrame(rows), cells.CELL)
 
 
 def processes(n) -> str:

@@ -73,6 +73,7 @@ def nothing_to_show(title: str, why: str = "no successful run to show"):
 def against_processes(table: pd.DataFrame, response: str, title: str, y_label: str):
     """A response against processes for every framework: each run a point,
     the mean a line, one panel per setting."""
+    table = table.assign(setting=cells.natural(table["setting"]))
     return (
         ggplot(table, aes("world_size", response, color="framework"))
         + geom_point(alpha=0.6, size=2)
@@ -232,6 +233,7 @@ def scaling(runs: pd.DataFrame):
     table = stats.scaling(runs)
     if table.empty:
         return nothing_to_show("Speedup against processes")
+    table = table.assign(setting=cells.natural(table["setting"]))
     return (
         ggplot(table, aes("world_size", "speedup", color="framework"))
         + geom_line(aes(y="ideal_speedup"), linetype="dashed", color="grey")
@@ -257,7 +259,8 @@ def phase_breakdown(table: pd.DataFrame):
     # One horizontal bar per processes x setting, so that any number of
     # settings stays readable.
     table = table.assign(
-        ms=table["mean"] * 1e3, cell=table["world_size"].astype(str) + " proc., " + table["setting"]
+        ms=table["mean"] * 1e3,
+        cell=cells.natural(table["world_size"].astype(str) + " proc., " + table["setting"]),
     )
     bars = table.groupby("framework")["cell"].nunique().sum()
     return (
@@ -334,11 +337,9 @@ def waterfall(table: pd.DataFrame):
     if table.empty:
         return nothing_to_show("Scaling loss by phase")
     table = table.assign(
-        cell=table["framework"]
-        + ", "
-        + table["world_size"].astype(str)
-        + " proc., "
-        + table["setting"]
+        cell=cells.natural(
+            table["framework"] + ", " + table["world_size"].astype(str) + " proc., " + table["setting"]
+        )
     )
     return (
         ggplot(table, aes("phase", "speedup_lost", fill="phase"))

@@ -104,6 +104,7 @@ def phases_section(runs: pd.DataFrame, phases: pd.DataFrame, figures: Path) -> s
     )
     if len(table):
         table = table.pivot_table(index=cell, columns="phase", values="mean").reset_index()
+        table = cells.in_order(table, cell)
     return (
         f"{page.figure(figures / 'phases.png', 'phase breakdown')}"
         f"<p>Seconds per measured step in each phase, mean over ranks and "
@@ -114,7 +115,7 @@ def phases_section(runs: pd.DataFrame, phases: pd.DataFrame, figures: Path) -> s
 
 def bottlenecks_section(found: pd.DataFrame) -> str:
     if len(found):
-        found = found.sort_values([*cells.CELL, "bottleneck"])
+        found = cells.in_order(found, [*cells.CELL, "bottleneck"])
     return (
         f"<p>One number and one sentence per finding and design "
         f"cell (framework, processes, setting: batch_size and the other factors that "

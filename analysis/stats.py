@@ -146,7 +146,7 @@ def scaling(runs: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
                     "efficiency_high": speedup * factor / ideal,
                 }
             )
-    return pd.DataFrame(rows)
+    return cells.in_order(pd.DataFrame(rows), [*by, "world_size"])
 
 
 def ratio_factor(a: pd.Series, b: pd.Series, confidence: float = CONFIDENCE) -> float:

@@ -161,7 +161,7 @@ def ranking(runs: pd.DataFrame, response: str, higher_is_better: bool) -> pd.Dat
                 row["p_raw"], row["untested"] = compare(values, other[4])
             rows.append(row)
     table = pd.DataFrame(rows)
-    return _correct(table)
+    return cells.in_order(_correct(table), [*SCALE, "setting", "rank"])
 
 
 def _correct(table: pd.DataFrame) -> pd.DataFrame:
@@ -349,7 +349,7 @@ def replication_table(
         "relative_half_width",
         "met_target",
     ]
-    return table[keep].drop(columns=["nodes", "procs_per_node"])
+    return cells.in_order(table[keep], cell).drop(columns=["nodes", "procs_per_node"])
 
 
 def build(
@@ -372,7 +372,7 @@ def build(
         if response == "images_per_s":
             table = with_scaling(table, runs)
         rankings[response] = table
-        for _, group in table.groupby([*SCALE, "setting"], sort=True):
+        for _, group in table.groupby([*SCALE, "setting"], sort=False):
             headlines.append(headline(group.sort_values("rank"), response, unit, higher))
     dominant = dominant_bottlenecks(found)
     return Summary(

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import humanize, summary
+from analysis import cells, humanize, summary
 
 
 def runs_table(cells: dict) -> pd.DataFrame:
@@ -253,3 +253,19 @@ def test_units_keep_their_own_prefixes():
     assert humanize.percent(18300) == "1830000 %"
     bytes_column = humanize.frame(pd.DataFrame({"bytes": [1280, 1686568]}))["bytes"]
     assert list(bytes_column) == ["1.28 kB", "1.69 MB"]
+
+
+def test_levels_in_numeric_order():
+    """batch_size 64 before 256 (and 1024), in the headlines and every table."""
+    rows = []
+    for batch in (1024, 256, 64):
+        part = runs_table({("a", 1): [100.0 + batch, 101.0 + batch], ("b", 1): [90.0, 91.0]})
+        rows.append(part.assign(batch_size=batch, run_id=part["run_id"] + f"-{batch}"))
+    runs = pd.concat(rows, ignore_index=True)
+    result = summary.build(runs, pd.DataFrame())
+    order = [line.split("batch_size ")[1].split(" ")[0].rstrip(":") for line in result.headlines]
+    assert order == ["64", "256", "1024"]
+    for table in (result.rankings["images_per_s"], result.replications):
+        settings = list(dict.fromkeys(table["setting"]))
+        assert settings == ["batch_size 64", "batch_size 256", "batch_size 1024"]
+    assert sorted(["x 10", "x 9", "x 9.5"], key=cells.natural_key) == ["x 9", "x 9.5", "x 10"]
