@@ -732,7 +732,7 @@ def section(
         if run in info.index
     ]
     out.tables = {
-        "per cell": table,
+        "per cell": table.drop(columns="finding"),  # the sentences above say it
         "causes of waiting": cause_table(found).join(info, on="run_id"),
         "ranks on the critical path": rank_table(found).join(info, on="run_id"),
         "share of the critical path and of the mean step": phase_shares(found).join(

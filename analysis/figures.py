@@ -6,6 +6,7 @@ names and units on the axes are the columns' names in the tables.
 
 from __future__ import annotations
 
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -34,9 +35,10 @@ from plotnine import (
     element_text,
 )
 
-from analysis import accuracy, bottlenecks, cells, stats
+from analysis import accuracy, bottlenecks, cells, page, spread, stats
 from analysis import compression as compression_table
 from frameworks import compression as codecs
+from runfiles.atomic import write_text
 from traces.phases import PHASES
 
 FIGURE_SIZE = (8, 4.5)
@@ -60,14 +62,20 @@ PHASE_COLORS = dict(
 
 
 def nothing_to_show(title: str, why: str = "no successful run to show"):
-    """A figure that says why it is empty, instead of no figure at all."""
-    return (
+    """A small figure that says why it is empty; draw_all records ``why`` so
+    that the report says it in one line instead of showing the figure."""
+    plot = (
         ggplot()
         + annotate("text", x=0, y=0, label=why)
         + labs(title=title, x="", y="")
         + theme_bw()
-        + theme(figure_size=FIGURE_SIZE)
+        + theme(figure_size=(6, 1.5))
     )
+    plot.why = why
+    return plot
+
+
+SINGLE_SCALE = "every framework ran at one scale only: no speedup to show"
 
 
 def against_processes(table: pd.DataFrame, response: str, title: str, y_label: str):
@@ -233,6 +241,8 @@ def scaling(runs: pd.DataFrame):
     table = stats.scaling(runs)
     if table.empty:
         return nothing_to_show("Speedup against processes")
+    if table.groupby(["framework", "setting"])["world_size"].nunique().max() < 2:
+        return nothing_to_show("Speedup against processes", SINGLE_SCALE)
     table = table.assign(setting=cells.natural(table["setting"]))
     return (
         ggplot(table, aes("world_size", "speedup", color="framework"))
@@ -333,9 +343,9 @@ def timeline(phases: pd.DataFrame, runs: pd.DataFrame, window: int = 12):
     return plot
 
 
-def waterfall(table: pd.DataFrame):
+def waterfall(table: pd.DataFrame, why: str = "no successful run to show"):
     if table.empty:
-        return nothing_to_show("Scaling loss by phase")
+        return nothing_to_show("Scaling loss by phase", why)
     table = table.assign(
         cell=cells.natural(
             table["framework"] + ", " + table["world_size"].astype(str) + " proc., " + table["setting"]
@@ -376,18 +386,22 @@ def draw_all(tables: Path) -> dict[str, Path]:
         "scaling": scaling(runs),
         "phases": phase_breakdown(table),
         "timeline": timeline(phases, runs),
-        "waterfall": waterfall(gap),
+        "waterfall": waterfall(gap, SINGLE_SCALE if len(table) else "no phase table"),
         "accuracy": accuracy_per_epoch(runs, epochs),
         "time_to_accuracy": time_to_accuracy(runs),
         "energy": energy(runs),
         "compression": compression(runs),
+        "step_times": spread.figure(runs, phases),
     }
-    paths = {}
+    paths, empty = {}, {}
     for name, plot in plots.items():
+        if why := getattr(plot, "why", None):
+            empty[name] = why
         paths[name] = folder / f"{name}.png"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # plotnine's notes on saving
             plot.save(paths[name], dpi=110, verbose=False)
+    write_text(folder / page.EMPTY_FIGURES, json.dumps(empty, indent=1) + "\n")
     return paths
 
 

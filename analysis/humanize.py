@@ -71,7 +71,7 @@ def number(value, unit: str = "", digits: int = 3) -> str:
         if magnitude >= scale:
             value, prefix = value / scale, name
             break
-    if magnitude < SMALL and unit in SMALLER:  # 1.23e-05 s -> 12.3 µs
+    if magnitude < 1 and unit in SMALLER:  # 0.0201 s -> 20.1 ms, 1.23e-05 s -> 12.3 µs
         for scale, name in SMALLER[unit]:
             if magnitude >= scale or scale == SMALLER[unit][-1][0]:
                 value, unit = value / scale, name
@@ -81,7 +81,7 @@ def number(value, unit: str = "", digits: int = 3) -> str:
     return f"{text} {suffix}".strip() if suffix else text
 
 
-SMALL = 1e-3  # below it, a unit that has smaller ones takes the smaller
+# Below 1, a unit that has smaller ones takes the largest that reads >= 1.
 SMALLER = {
     "s": ((1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")),
     "ms": ((1e-3, "µs"), (1e-6, "ns")),

@@ -78,7 +78,7 @@ def replicate_table(runs: pd.DataFrame, cell: list[str], response: str) -> pd.Da
     """Per cell: replications, mean with its positive 95 % interval (low,
     high), the t interval's relative half-width (what replications: auto
     meets), the olympic mean from 5 replications on, and the run-to-run
-    coefficient of variation."""
+    coefficient of variation (cv_share: standard deviation over mean)."""
     ok = runs[runs["status"] == "ok"]
     rows = []
     for key, group in ok.groupby(cell, sort=True):
@@ -95,7 +95,7 @@ def replicate_table(runs: pd.DataFrame, cell: list[str], response: str) -> pd.Da
                 "ci_half_width": half,
                 "relative_half_width": half / mean if mean else math.nan,
                 "olympic_mean": olympic_mean(values),
-                "run_to_run_cv_share": values.std(ddof=1) / mean if n > 1 and mean else math.nan,
+                "cv_share": values.std(ddof=1) / mean if n > 1 and mean else math.nan,
             }
         )
     table = pd.DataFrame(rows)

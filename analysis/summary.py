@@ -45,7 +45,7 @@ class Summary:
     correction: str = (
         f"Welch's t-test between neighbours, p-values corrected with "
         f"{CORRECTION}'s method over all neighbour pairs of a response "
-        f"(family-wise error {ALPHA:.0%})"
+        f"(family-wise error {ALPHA * 100:g} %)"
     )
 
     @property
@@ -285,7 +285,7 @@ def dominant_bottlenecks(found: pd.DataFrame) -> pd.DataFrame:
         elif share < QUIET:
             text = (
                 f"no exposed communication or data-loading bottleneck (each under "
-                f"{QUIET:.0%} of the step): compute dominates"
+                f"{QUIET * 100:g} % of the step): compute dominates"
             )
             name = "compute"
         elif name == EXPOSED:
@@ -336,6 +336,7 @@ def replication_table(
             "low": "images_per_s_low",
             "high": "images_per_s_high",
             "olympic_mean": "olympic_images_per_s",
+            "cv_share": "throughput_cv_share",
         }
     )
     keep = [
@@ -345,7 +346,7 @@ def replication_table(
         "images_per_s_low",
         "images_per_s_high",
         "olympic_images_per_s",
-        "run_to_run_cv_share",
+        "throughput_cv_share",
         "relative_half_width",
         "met_target",
     ]

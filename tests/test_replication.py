@@ -2,6 +2,7 @@
 does not, the cap holds, and the decisions are files a new start reads."""
 
 import json
+import subprocess
 import random
 
 import pytest
@@ -157,3 +158,42 @@ def test_plan_command_shows_least_and_most(tmp_path):
     path.write_text(json.dumps({**_doc(), "replications": "auto"}))
     out = ddlc("plan", "--design", str(path), "--no-check")
     assert "at least 12 runs (4 cells x 3), at most 40 (4 cells x 10)" in out.stdout
+
+
+@pytest.mark.slow
+def test_workflow_adds_a_round_and_redoes_nothing(tmp_path):
+    """Through snakemake: round 0 runs both replications, its decision adds
+    the third (a target no real timing meets), round 1 stops at the cap; a
+    second start finds nothing to do."""
+    from conftest import TINY_FIXED, snakemake_cmd, write_design
+
+    doc = {
+        "name": "tiny",
+        "factors": {"framework": ["torch-ddp"], "procs_per_node": [1], "batch_size": [32]},
+        "replications": "auto",
+        "target_half_width": 1e-6,
+        "min_replications": 2,
+        "max_replications": 3,
+        "fixed": {**TINY_FIXED, "epochs": 1, "max_steps": 4, "train_images": 1000},
+    }
+    write_design(tmp_path, doc)
+    plan = design.parse(doc)
+    last = replication.round_file(plan, tmp_path / "results", 1).relative_to(tmp_path)
+
+    def snakemake(*extra):
+        command = snakemake_cmd(tmp_path)
+        at = command.index("--config")
+        return subprocess.run(
+            [*command[:at], *extra, str(last), *command[at:]], capture_output=True, text=True
+        )
+
+    first = snakemake()
+    assert first.returncode == 0, first.stderr[-3000:]
+    rounds = replication.rounds(plan, tmp_path / "results")
+    assert [len(r["add"]) for r in rounds] == [1, 0]
+    assert rounds[-1]["cells"][0]["replications"] == 3 and not rounds[-1]["cells"][0]["met"]
+    done = [r for r in plan.runs(most=True) if (tmp_path / "results" / r.path / "done.json").exists()]
+    assert sorted(r.rep for r in done) == [1, 2, 3]
+    again = snakemake("-n")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Nothing to be done" in again.stdout + again.stderr

@@ -63,6 +63,7 @@ rule figures:
             TABLES / "figures" / "time_to_accuracy.png", category="Accuracy"
         ),
         energy=report(TABLES / "figures" / "energy.png", category="Energy"),
+        step_times=report(TABLES / "figures" / "step_times.png", category="Spread"),
     log:
         TABLES / "logs" / "figures.log",
     conda:
