@@ -348,7 +348,11 @@ def waterfall(table: pd.DataFrame, why: str = "no successful run to show"):
         return nothing_to_show("Scaling loss by phase", why)
     table = table.assign(
         cell=cells.natural(
-            table["framework"] + ", " + table["world_size"].astype(str) + " proc., " + table["setting"]
+            table["framework"]
+            + ", "
+            + table["world_size"].astype(str)
+            + " proc., "
+            + table["setting"]
         )
     )
     return (

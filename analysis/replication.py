@@ -76,7 +76,10 @@ def decide(design: Design, planned: dict[str, int], values: dict[str, list[float
         rel = relative_half_width(n, sd, mean)
         extra = 0
         if n >= 2:
-            extra = max(0, min(rule.most, count + needed(got, rule.target_half_width, rule.most) - n) - count)
+            extra = max(
+                0,
+                min(rule.most, count + needed(got, rule.target_half_width, rule.most) - n) - count,
+            )
         more[cell] = extra
         rows.append(
             {
@@ -92,7 +95,9 @@ def decide(design: Design, planned: dict[str, int], values: dict[str, list[float
     add = [
         row.path
         for row in design.runs(most=True)
-        if planned.get(cell_of(row), 0) < row.rep <= planned.get(cell_of(row), 0) + more.get(cell_of(row), 0)
+        if planned.get(cell_of(row), 0)
+        < row.rep
+        <= planned.get(cell_of(row), 0) + more.get(cell_of(row), 0)
     ]
     return {"rule": rule_of(design), "cells": rows, "add": add}
 

@@ -70,7 +70,10 @@ def figure(runs: pd.DataFrame, phases: pd.DataFrame):
     if steps.empty:
         return figures.nothing_to_show("Step time per cell", "no measured step in the phase tables")
     label = (
-        steps["framework"] + ", " + steps["world_size"].astype(int).astype(str) + " proc., "
+        steps["framework"]
+        + ", "
+        + steps["world_size"].astype(int).astype(str)
+        + " proc., "
         + steps["setting"]
     )
     steps = steps.assign(cell=cells.natural(label), step_ms=steps["step_s"] * 1e3)

@@ -182,7 +182,14 @@ def _correct(table: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns="untested")
 
 
-SCALING = ["speedup", "speedup_low", "speedup_high", "efficiency", "efficiency_low", "efficiency_high"]
+SCALING = [
+    "speedup",
+    "speedup_low",
+    "speedup_high",
+    "efficiency",
+    "efficiency_low",
+    "efficiency_high",
+]
 
 
 def with_scaling(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:

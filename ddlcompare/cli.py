@@ -88,7 +88,9 @@ def cmd_replicate(args) -> int:
     design = load_design(args.design, check_ready=False)
     if not design.adaptive:
         raise UserError(f"{args.design}: replications is not auto; nothing to decide")
-    doc = replication.write_round(design, Path(args.results), args.round, Path(args.out) if args.out else None)
+    doc = replication.write_round(
+        design, Path(args.results), args.round, Path(args.out) if args.out else None
+    )
     more = [c for c in doc["cells"] if c["add"]]
     print(
         f"round {args.round}: {len(doc['add'])} more run(s) for {len(more)} cell(s)"

@@ -282,11 +282,7 @@ def _parse_adaptive(raw: dict, problems: list[str]) -> Adaptive | None:
             )
         return None
     target = raw.get("target_half_width", Adaptive.target_half_width)
-    if (
-        not isinstance(target, (int, float))
-        or isinstance(target, bool)
-        or not 0 < target < 1
-    ):
+    if not isinstance(target, (int, float)) or isinstance(target, bool) or not 0 < target < 1:
         problems.append(
             f"target_half_width: must be a number between 0 and 1 (0.05: the 95 % interval "
             f"within 5 % of the mean), got {target!r}"
@@ -295,9 +291,7 @@ def _parse_adaptive(raw: dict, problems: list[str]) -> Adaptive | None:
     least = _integer(raw, "min_replications", Adaptive.least, 2, problems, 1000)
     most = _integer(raw, "max_replications", Adaptive.most, 2, problems, 1000)
     if most < least:
-        problems.append(
-            f"max_replications ({most}) is below min_replications ({least}); raise it"
-        )
+        problems.append(f"max_replications ({most}) is below min_replications ({least}); raise it")
         most = least
     return Adaptive(float(target), least, most)
 

@@ -105,7 +105,11 @@ def test_wide_cell_gets_more_tight_cell_none_and_the_cap_holds(tmp_path):
     rounds = [first, second]
     while rounds[-1]["add"]:
         added = rounds[-1]["add"]
-        finish(tmp_path, [r for r in replication.planned(plan, tmp_path) if r.path in added], throughput)
+        finish(
+            tmp_path,
+            [r for r in replication.planned(plan, tmp_path) if r.path in added],
+            throughput,
+        )
         rounds.append(replication.write_round(plan, tmp_path, len(rounds)))
     assert replication.finished(plan, tmp_path)
     final = {c["cell"]: c for c in rounds[-1]["cells"]}
@@ -192,7 +196,9 @@ def test_workflow_adds_a_round_and_redoes_nothing(tmp_path):
     rounds = replication.rounds(plan, tmp_path / "results")
     assert [len(r["add"]) for r in rounds] == [1, 0]
     assert rounds[-1]["cells"][0]["replications"] == 3 and not rounds[-1]["cells"][0]["met"]
-    done = [r for r in plan.runs(most=True) if (tmp_path / "results" / r.path / "done.json").exists()]
+    done = [
+        r for r in plan.runs(most=True) if (tmp_path / "results" / r.path / "done.json").exists()
+    ]
     assert sorted(r.rep for r in done) == [1, 2, 3]
     again = snakemake("-n")
     assert again.returncode == 0, again.stderr[-3000:]

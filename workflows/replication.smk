@@ -48,6 +48,8 @@ def planned_runs(wildcards=None):
     if not DESIGN.adaptive:
         return RUNS
     k = 0
-    while json.loads(Path(checkpoints.replicate.get(round=k).output[0]).read_text())["add"]:
+    while json.loads(Path(checkpoints.replicate.get(round=k).output[0]).read_text())[
+        "add"
+    ]:
         k += 1
     return replication.planned(DESIGN, RESULTS)
