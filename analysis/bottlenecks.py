@@ -234,11 +234,16 @@ def findings(
                 key,
                 "exposed communication",
                 comm,
-                f"{comm:.1%} of step time is exposed gradient communication (grad_comm).",
+                f"{humanize.percent(comm)} of the step is exposed gradient communication (grad_comm).",
             )
         if "data_load" in exposes:
             load = group["data_load"].sum() / group["step_s"].sum()
-            add(key, "data loading", load, f"{load:.1%} of step time is spent in data_load.")
+            add(
+                key,
+                "data loading",
+                load,
+                f"{humanize.percent(load)} of the step is spent in data_load.",
+            )
         if key[1] > 1 and pd.notna(waits.get(key)):
             add(
                 key,
@@ -255,9 +260,9 @@ def findings(
                     key,
                     "straggler",
                     worst["late_share"],
-                    f"Rank {int(worst['rank'])} arrives last in {worst['late_share']:.0%} of "
+                    f"Rank {int(worst['rank'])} arrives last in {humanize.percent(worst['late_share'])} of "
                     f"steps, losing most time in {worst['lost_in']} "
-                    f"({worst['lost_s'] * 1e3:.2f} ms per late step).",
+                    f"({humanize.number(worst['lost_s'], 's')} per late step).",
                 )
         if key[1] > 1:
             # phases never timed on any rank have no imbalance (0 / 0)
@@ -269,7 +274,8 @@ def findings(
                     key,
                     "load imbalance",
                     value,
-                    f"Most imbalanced phase: {worst_phase} (max/mean across ranks {value:.2f}).",
+                    f"Most imbalanced phase: {worst_phase} (max/mean across ranks "
+                    f"{humanize.number(value)}).",
                 )
         init = inits.loc[group.index]
         share = (
@@ -279,7 +285,8 @@ def findings(
             key,
             "initialisation",
             share,
-            f"Initialisation takes {init['init_s'].mean():.2f} s, {share:.1%} of the run.",
+            f"Initialisation takes {humanize.number(init['init_s'].mean(), 's')}, "
+            f"{humanize.percent(share)} of the run.",
         )
     result = pd.DataFrame(rows)
     return pd.concat([result, eval_scaling(evals, info)], ignore_index=True)
@@ -305,9 +312,10 @@ def eval_scaling(evals: pd.Series, info: pd.DataFrame) -> pd.DataFrame:
                 "setting": setting,
                 "bottleneck": "evaluation scaling",
                 "value": speedup / ideal,
-                "finding": f"Evaluation {verdict} with ranks: {means.iloc[0]:.2f} s at "
-                f"{base_n} against {means.iloc[-1]:.2f} s at {largest} "
-                f"(speedup {speedup:.2f} of an ideal {ideal:.0f}).",
+                "finding": f"Evaluation {verdict} with ranks: "
+                f"{humanize.number(means.iloc[0], 's')} at {base_n} against "
+                f"{humanize.number(means.iloc[-1], 's')} at {largest} "
+                f"(speedup {humanize.number(speedup)} of an ideal {ideal:.0f}).",
             }
         )
     return pd.DataFrame(rows)

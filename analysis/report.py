@@ -152,11 +152,23 @@ def phases_section(runs: pd.DataFrame, phases: pd.DataFrame, figures: Path) -> s
 def bottlenecks_section(found: pd.DataFrame) -> str:
     if len(found):
         found = cells.in_order(found, [*cells.CELL, "bottleneck"])
+        found = found.assign(
+            value=[_figure(b, v) for b, v in zip(found["bottleneck"], found["value"])]
+        )
     return (
         f"<p>One number and one sentence per finding and design "
         f"cell (framework, processes, setting: batch_size and the other factors that "
         f"vary).</p>{page.table(found)}"
     )
+
+
+def _figure(bottleneck: str, value: float) -> str:
+    """A finding's number in its own unit (the column holds several)."""
+    if bottleneck == bottlenecks.WAIT:
+        return humanize.number(value, "s")
+    if bottleneck == "load imbalance":
+        return f"{humanize.number(value)} (max/mean)"
+    return humanize.percent(value)
 
 
 def statistics_section(design: Design, runs: pd.DataFrame) -> str:
