@@ -23,6 +23,8 @@ checkpoint replicate:
         RESULTS / DESIGN.root / replication.FOLDER / "round-{round}.log",
     wildcard_constraints:
         round=r"\d+",
+    conda:
+        "../envs/torch.yaml"
     params:
         python=PYTHON,
         design=DESIGN_FILE,
