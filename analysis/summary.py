@@ -79,8 +79,8 @@ class Summary:
     def tables(self) -> dict[str, pd.DataFrame]:
         """The tables written as CSV next to the report."""
         return {
-            "summary-replications": self.replications,
             **{f"summary-{name}": t for name, t in self.rankings.items()},
+            "summary-replications": self.replications,
         }
 
 
