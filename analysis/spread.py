@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 
-from analysis import bottlenecks, cells
+from analysis import bottlenecks, cells, stats
 
 # The merged Chrome/Perfetto trace the workflow writes (workflows/analysis.smk's
 # timeline rule): each framework's largest run, its first replication.
@@ -32,32 +32,30 @@ def step_times(runs: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
 def table(runs: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
     """Per cell: runs, measured steps, step time median, p95 and slowest,
     p95 over the median (the tail), and the run-to-run coefficient of
-    variation of throughput."""
+    variation of throughput (stats.replicate_table's, as the summary's)."""
     steps = step_times(runs, phases)
-    ok = cells.with_setting(runs[runs["status"] == "ok"])
-    rows = []
-    for key, group in steps.groupby(cells.CELL):
-        seconds = group["step_s"]
-        mine = ok.set_index(cells.CELL).loc[[key]] if len(ok) else ok
-        throughput = mine["images_per_s"].dropna()
-        median = seconds.median()
-        rows.append(
-            {
-                **dict(zip(cells.CELL, key)),
-                "runs": int(group["run_id"].nunique()),
-                "steps": len(seconds),
-                "step_median_s": median,
-                "step_p95_s": seconds.quantile(0.95),
-                "step_slowest_s": seconds.max(),
-                "p95_over_median": seconds.quantile(0.95) / median if median else math.nan,
-                "throughput_cv_share": (
-                    throughput.std(ddof=1) / throughput.mean() if len(throughput) > 1 else math.nan
-                ),
-            }
-        )
     columns = [*cells.CELL, "runs", "steps", "step_median_s", "step_p95_s", "step_slowest_s"]
     columns += ["p95_over_median", "throughput_cv_share"]
-    return cells.in_order(pd.DataFrame(rows, columns=columns), cells.CELL)
+    if steps.empty:
+        return pd.DataFrame(columns=columns)
+    grouped = steps.groupby(cells.CELL)["step_s"]
+    found = pd.DataFrame(
+        {
+            "runs": steps.groupby(cells.CELL)["run_id"].nunique(),
+            "steps": grouped.size(),
+            "step_median_s": grouped.median(),
+            "step_p95_s": grouped.quantile(0.95),
+            "step_slowest_s": grouped.max(),
+        }
+    )
+    found["p95_over_median"] = found["step_p95_s"] / found["step_median_s"]
+    variation = stats.replicate_table(cells.with_setting(runs), cells.CELL, "images_per_s")
+    if len(variation):
+        cv = variation.set_index(cells.CELL)["cv_share"].rename("throughput_cv_share")
+        found = found.join(cv)
+    else:
+        found["throughput_cv_share"] = math.nan
+    return cells.in_order(found.reset_index()[columns], cells.CELL)
 
 
 def figure(runs: pd.DataFrame, phases: pd.DataFrame):
