@@ -76,7 +76,7 @@ def test_report_has_every_section_and_finding(report):
     for section in SECTIONS:
         assert f">{section}<" in page, section
     assert "8 of 8 runs ok" in page
-    assert "of step time is spent in data_load" in page
+    assert "of the step is spent in data_load" in page
     assert "Allocation of variation" in page
     assert "-1 = torch-ddp, +1 = horovod-torch" in page  # the design's order, stated
     assert "framework horovod-torch over torch-ddp: " in page
