@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import NoReturn
 
+from analysis import replication
 from ddlcompare import diskspace, runner, validate, yaml_safe
 from runfiles import ownership
 from ddlcompare.cli import UserError, load_design
@@ -32,7 +33,7 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool, options: 
         design = load_design(design_file, check_ready=main)
     except UserError as exc:
         _stop(str(exc))
-    runs = design.runs()
+    runs = replication.planned(design, results)
     if main:
         os.environ[ownership.WORKFLOW_ENV] = ownership.workflow_mark()
         os.environ[yaml_safe.DIGEST_ENV] = yaml_safe.file_digest(design_file) or ""
