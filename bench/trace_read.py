@@ -41,6 +41,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from runfiles import variables  # noqa: E402
+
 LOOP = ("data_load", "forward", "backward", "grad_comm", "optimizer")
 TARGET_EVENTS_PER_S = 3_000_000
 TARGET_RATIO = 10
@@ -88,10 +90,7 @@ def cached_trace(events: int, ranks: int) -> Path:
         (REPO / "traces" / "otf2_writer.py").read_bytes()
         + inspect.getsource(synthetic_parts).encode()
     )
-    base = Path(
-        os.environ.get("DDLC_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddl-compare"
-    )
+    base = variables.cache_root()
     folder = base / "bench" / f"otf2-{events}ev-{ranks}r-{digest.hexdigest()[:12]}"
     anchor = folder / "trace" / "traces.otf2"
     if (folder / "complete").is_file():
@@ -129,10 +128,7 @@ def c_generated_trace(events: int, ranks: int) -> Path:
 
 
 def bench_cache() -> Path:
-    base = Path(
-        os.environ.get("DDLC_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddl-compare"
-    )
+    base = variables.cache_root()
     (base / "bench").mkdir(parents=True, exist_ok=True)
     return base / "bench"
 

@@ -47,6 +47,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from runfiles import variables  # noqa: E402
+
 TARGET_EVENTS_PER_S = 1_000_000
 TARGET_MEMORY_RATIO = 3.0
 LAYERS = ("conv1", "bn1", "relu", "conv2", "bn2", "fc")
@@ -270,10 +272,7 @@ def cached_trace(events: int, ranks: int, form: str = "kineto") -> Path:
     """The folder of a generated trace of about ``events`` events, made once."""
     writers = (rank_events, write_rank) if form == "kineto" else (timeline_records, write_timeline)
     digest = hashlib.sha256(b"".join(inspect.getsource(f).encode() for f in writers))
-    base = Path(
-        os.environ.get("DDLC_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddl-compare"
-    )
+    base = variables.cache_root()
     folder = base / "bench" / f"{form}-{events}ev-{ranks}r-{digest.hexdigest()[:12]}"
     if (folder / "complete").is_file():
         return folder

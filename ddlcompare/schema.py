@@ -180,7 +180,26 @@ def settings_doc() -> str:
         note = " (fixed only)" if p.path_like or p.analysis_only else ""
         default = "null" if p.default is None else json.dumps(p.default)
         lines.append(f"| `{p.name}` | {p.describe()} | `{default}` | {p.help}{note} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + variables_doc()) + "\n"
+
+
+def variables_doc() -> list[str]:
+    """The environment variables (declared in runfiles/variables.py)."""
+    from runfiles.variables import VARIABLES
+
+    lines = [
+        "",
+        "# Environment variables (generated from runfiles/variables.py)",
+        "",
+        "None is needed: each has a default that works on a machine set up by "
+        "`envs/setup.sh`. The harness passes them on to the jobs it starts.",
+        "",
+        "| variable | default | meaning | read by |",
+        "| --- | --- | --- | --- |",
+    ]
+    for v in VARIABLES.values():
+        lines.append(f"| `{v.name}` | {v.described_default()} | {v.meaning} | {v.readers} |")
+    return lines
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from runfiles import variables
 
 REPO = Path(__file__).resolve().parent.parent
 SCOREP_FILTER = REPO / "traces" / "scorep_filter"
@@ -82,10 +83,7 @@ def scorep_bin() -> Path | None:
     found = shutil.which("scorep")
     if found:
         return Path(found).parent
-    cache = Path(
-        os.environ.get("DDLC_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddl-compare"
-    )
+    cache = variables.cache_root()
     built = cache / f"scorep-{SCOREP_VERSION}" / "bin"
     return built if (built / "scorep").exists() else None
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runfiles import variables
 from runfiles.atomic import write_bytes
 from runfiles.names import METRICS
 from frameworks import common, data, lbann_timeline, models
@@ -414,7 +415,7 @@ def data_folder(dataset: data.Dataset) -> Path:
     for array in (dataset.train_x, dataset.train_y, dataset.test_x, dataset.test_y):
         digest.update(np.ascontiguousarray(array).data)
     name = f"{dataset.info.name}-{DATA_FILES_VERSION}-{digest.hexdigest()[:12]}"
-    return Path.home() / ".cache" / "ddl-compare" / "lbann-data" / name
+    return variables.cache("lbann-data", name)
 
 
 def write_data_files(dataset: data.Dataset, folder: Path) -> Path:

@@ -42,13 +42,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from runfiles import variables
 from runfiles.names import ENERGY, EPOCHS, METRICS
 from runfiles.atomic import write_json
 
 SAMPLE_COLUMNS = ("host", "source", "domain", "unix_s", "joules")
 SAMPLES_GLOB = "energy_samples.*.tsv"
 SOURCES_GLOB = "energy_sources.*.json"
-POWERCAP = Path(os.environ.get("DDLC_POWERCAP_DIR", "/sys/class/powercap"))
+POWERCAP = Path(variables.get("DDLC_POWERCAP_DIR"))
 KWOLLECT_API = "https://api.grid5000.fr/stable"
 # Whole-node power metrics, best first: the wattmeters measure at the plug;
 # the BMC's figure comes from the power supplies.
@@ -366,7 +367,7 @@ def query_kwollect(
         status = {n: {"available": False, "reason": reason} for n in nodes}
     else:
         url = kwollect_url(
-            env.get("DDLC_KWOLLECT_API", KWOLLECT_API), site, nodes, start - 5, end + 5
+            variables.get("DDLC_KWOLLECT_API", env), site, nodes, start - 5, end + 5
         )
         series, problem = _fetch_covering(url, nodes, end, patience_s)
         for node in nodes:
