@@ -8,7 +8,6 @@ families live apart and a run starts its workers with its own env's Python.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 

@@ -42,15 +42,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from runfiles import variables
+from runfiles import names, variables
 from runfiles.names import ENERGY, EPOCHS, METRICS
 from runfiles.atomic import write_json
 
 SAMPLE_COLUMNS = ("host", "source", "domain", "unix_s", "joules")
-SAMPLES_GLOB = "energy_samples.*.tsv"
-SOURCES_GLOB = "energy_sources.*.json"
+SAMPLES_GLOB = names.ENERGY_SAMPLES_GLOB
+SOURCES_GLOB = names.ENERGY_SOURCES_GLOB
 POWERCAP = Path(variables.get("DDLC_POWERCAP_DIR"))
-KWOLLECT_API = "https://api.grid5000.fr/stable"
 # Whole-node power metrics, best first: the wattmeters measure at the plug;
 # the BMC's figure comes from the power supplies.
 KWOLLECT_METRICS = ("wattmetre_power_watt", "bmc_node_power_watt")
@@ -236,7 +235,7 @@ class Sampler:
             except (Unavailable, OSError) as exc:
                 self.status[meter.name] = {"available": False, "reason": str(exc)}
         self.meters = live
-        self.file = open(self.run_dir / f"energy_samples.rank{self.rank}.tsv", "w")
+        self.file = open(self.run_dir / names.energy_samples(f"rank{self.rank}"), "w")
         self.file.write("\t".join(SAMPLE_COLUMNS) + "\n")
         self.start_unix = time.time()
         self._sample()
@@ -269,7 +268,7 @@ class Sampler:
         for meter in self.meters:
             meter.close()
         write_json(
-            self.run_dir / f"energy_sources.rank{self.rank}.json",
+            self.run_dir / names.energy_sources(f"rank{self.rank}"),
             {
                 "host": self.host,
                 "rank": self.rank,
@@ -366,9 +365,7 @@ def query_kwollect(
         reason = "not a Grid'5000 job (no OAR job on <node>.<site>.grid5000.fr hosts)"
         status = {n: {"available": False, "reason": reason} for n in nodes}
     else:
-        url = kwollect_url(
-            variables.get("DDLC_KWOLLECT_API", env), site, nodes, start - 5, end + 5
-        )
+        url = kwollect_url(variables.get("DDLC_KWOLLECT_API", env), site, nodes, start - 5, end + 5)
         series, problem = _fetch_covering(url, nodes, end, patience_s)
         for node in nodes:
             if problem:
@@ -381,13 +378,13 @@ def query_kwollect(
                 }
             else:
                 status[node] = {"available": True}
-    with open(run_dir / "energy_samples.kwollect.tsv", "w") as out:
+    with open(run_dir / names.energy_samples("kwollect"), "w") as out:
         out.write("\t".join(SAMPLE_COLUMNS) + "\n")
         for (node, domain), points in sorted(series.items()):
             for t, joules in points:
                 out.write(f"{node}\tkwollect\t{domain}\t{t:.3f}\t{joules:.6f}\n")
     write_json(
-        run_dir / "energy_sources.kwollect.json",
+        run_dir / names.energy_sources("kwollect"),
         {"source": "kwollect", "start_unix": start, "end_unix": end, "hosts": status},
     )
 

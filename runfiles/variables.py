@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
 
 @dataclass(frozen=True)
@@ -193,8 +193,7 @@ _ALL = [
     Variable(
         "DDLC_DESIGN_DIGEST",
         None,
-        "set by the workflow: its design file's digest, to tell a design edited "
-        "mid-campaign",
+        "set by the workflow: its design file's digest, to tell a design edited mid-campaign",
         "ddlcompare/yaml_safe.py",
     ),
     # --- the test schedulers (tests/schedulers/) -------------------------------
@@ -214,9 +213,7 @@ _ALL = [
     ),
     Variable("DDLC_OAR_USER", None, "the test OAR's user", "tests/schedulers/oar.sh", "ddlcoar"),
     Variable("DDLC_OAR_UID", None, "that user's uid", "tests/schedulers/oar.sh", "64321"),
-    Variable(
-        "DDLC_OAR_CORES", None, "cores the test OAR offers", "tests/schedulers/oar.sh", "4"
-    ),
+    Variable("DDLC_OAR_CORES", None, "cores the test OAR offers", "tests/schedulers/oar.sh", "4"),
 ]
 
 VARIABLES = {v.name: v for v in _ALL}

@@ -36,6 +36,8 @@ def needs_shared(*names: str) -> pytest.MarkDecorator:
     shared data (all of them, without names) are there."""
     missing = [p for p in [REAL_TRACES / n for n in names] or [REAL_TRACES] if not p.exists()]
     return pytest.mark.skipif(bool(missing), reason=_absent(missing[0]) if missing else "")
+
+
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 
 

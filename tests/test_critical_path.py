@@ -1,8 +1,6 @@
 """Critical path and root causes of waiting on traces whose answer is known
 by construction, and on real traces converted from the shared fixtures."""
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
@@ -10,7 +8,6 @@ from analysis import critical_path as cp
 
 from conftest import REAL_TRACES as REAL, needs_shared
 from phase_tables import MS, constructed, run_table
-
 
 
 def test_injected_slow_phase_on_one_rank():

@@ -17,8 +17,14 @@ ENVIRONMENTS = {"torch": "envs/torch.txt", "tensorflow": "envs/tensorflow.txt"}
 DIFFERENT = {
     ("envs/build-tarantella.sh", "numpy"): "TensorFlow 2.7's numpy, on Python 3.9",
     ("envs/build-tarantella.sh", "protobuf"): "TensorFlow 2.7 breaks with protobuf >= 3.20",
-    ("envs/build-tarantella.sh", "pyyaml"): "Tarantella's environment was pinned and tested as one set",
-    ("envs/build-lbann.sh", "numpy"): "numpy 2, as envs/torch.txt: the 1.23 pin is TensorFlow 2.12's",
+    (
+        "envs/build-tarantella.sh",
+        "pyyaml",
+    ): "Tarantella's environment was pinned and tested as one set",
+    (
+        "envs/build-lbann.sh",
+        "numpy",
+    ): "numpy 2, as envs/torch.txt: the 1.23 pin is TensorFlow 2.12's",
 }
 
 

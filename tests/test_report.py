@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, shared_trace, snakemake_cmd, tiny_design, write_design
+from conftest import shared_trace, snakemake_cmd, tiny_design, write_design
 
 IMPORTED = [
     "pipit-ping-pong-otf2",

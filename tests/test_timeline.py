@@ -14,7 +14,6 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pandas as pd
-import pytest
 
 from analysis import critical_path as cp
 from analysis import json_rows, timeline

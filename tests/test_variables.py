@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from conftest import REPO
-from runfiles import variables
+from runfiles import names, variables
 
 NAME = re.compile(r"DDLC_[A-Z0-9_]*")
 
@@ -51,7 +51,7 @@ def test_the_settings_doc_lists_every_variable():
 
 def test_an_undeclared_name_is_refused():
     try:
-        variables.get("DDLC_NO_SUCH_THING")
+        variables.get("DDLC_" + "NOT_DECLARED")
     except KeyError:
         return
     raise AssertionError("an undeclared variable was read")
@@ -101,3 +101,24 @@ def test_no_code_works_out_a_cache_folder_of_its_own():
             if "${DDLC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddl-compare}" not in text:
                 own.append(name)
     assert own == []
+
+
+def test_run_folder_file_names_are_spelled_once():
+    """A run folder's file names live in runfiles/names.py; code uses them
+    from there (words such as 'scorep' or 'lbann' also name other things,
+    so only names with a dot are looked for)."""
+    spelled = {
+        value
+        for value in vars(names).values()
+        if isinstance(value, str) and "." in value and not value.startswith("_")
+    }
+    elsewhere = {}
+    for name in tracked_files():
+        if name.endswith(".py") and not name.startswith(("tests/", "bench/")):
+            if name == "runfiles/names.py":
+                continue
+            code = re.sub(r'"""[\s\S]*?"""', "", (REPO / name).read_text())
+            found = [v for v in spelled if f'"{v}"' in code or f"'{v}'" in code]
+            if found:
+                elsewhere[name] = found
+    assert elsewhere == {}, "use runfiles/names.py"

@@ -41,6 +41,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from runfiles.names import HOROVOD_TIMELINE
 from traces import fastjson, jsonrecords, nesting
 from traces.readers import Problem, Reader, TraceError, counted, read_bytes, register
 from traces.readers.kineto import DTYPE_BYTES, element_count, ns_of_microseconds
@@ -65,7 +66,7 @@ class Record(msgspec.Struct, gc=False):
 @register
 class HorovodTimelineReader(Reader):
     name = "horovod_timeline"
-    patterns = ("horovod_timeline.json", "horovod_timeline.json.gz", "*.json", "*.json.gz")
+    patterns = (HOROVOD_TIMELINE, f"{HOROVOD_TIMELINE}.gz", "*.json", "*.json.gz")
 
     @classmethod
     def recognises(cls, path: Path, head: bytes) -> bool:
