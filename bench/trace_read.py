@@ -13,14 +13,14 @@ written once by traces/otf2_writer.py and cached in
   core, with its peak resident memory above the process's before it (VmHWM,
   reset just before);
 - the same with every core this process may use: the C reader reads the
-  locations in parallel threads (issue 16: >= 10 M events/s);
+  locations in parallel threads (goal: >= 10 M events/s);
 - with --streamed, ``python -m traces.convert`` into a Parquet file, a group
-  of ranks at a time (bounded memory: issue 16 asks < 2 GB on >= 50 M events);
+  of ranks at a time (bounded memory: the goal is < 2 GB on >= 50 M events);
 - a plain loop over the ``otf2`` Python reader's events (every event, or the
   first N with --loop-events), the baseline it must beat 10x;
 - ``otf2-print`` (the OTF2 C library's own reader) writing to /dev/null.
 
-Targets (issue 3): >= 3 M events/s, >= 10x the Python loop, <= 100 bytes of
+Targets: >= 3 M events/s, >= 10x the Python loop, <= 100 bytes of
 peak memory per event. Last line: key=value pairs.
 """
 

@@ -1,5 +1,5 @@
 """PyTorch profiler (Kineto) JSON and Horovod Timeline -> phase table: speed
-and memory, beside the reader before and (Kineto) HTA's own loader on the
+and memory, beside the same reader without its C parts and (Kineto) HTA's own loader on the
 same folder in the same run.
 
     python bench/trace_read_json.py [--events 5000000] [--ranks 8]
@@ -16,7 +16,7 @@ into ~/.cache/ddl-compare/bench/, one uncompressed file per rank.
 - ours: traces.convert over the folder (every rank's file -> one phase
   table in memory), in a fresh process pinned to one core; peak resident
   memory above the process's before it (VmHWM, reset just before);
-- the reader before, as baseline: the same with ``DDLC_JSON_SCANNER=msgspec``
+- msgspec alone, as baseline: the same with ``DDLC_JSON_SCANNER=msgspec``
   (no C scanner nor C nesting: msgspec's typed records, then numpy), which
   is also what runs where no C compiler is;
 - HTA (Kineto only: it has no Horovod Timeline loader):
@@ -25,7 +25,7 @@ into ~/.cache/ddl-compare/bench/, one uncompressed file per rank.
   numpy), in a fresh process pinned to the same one core; its peak is the
   larger of its own and its parsing workers'.
 
-Targets (issue 16): >= 1 M events/s on one core, peak memory <= 3x the
+Targets: >= 1 M events/s on one core, peak memory <= 3x the
 uncompressed files. Rates are events per second of CPU time (the child's
 and its workers'): on a shared, loaded machine the wall clock also counts
 the time spent waiting for the core. Last line: key=value pairs.
@@ -434,7 +434,7 @@ def main() -> None:
         summary(f"this reader, {args.format}, {args.ranks} ranks", mine, events, size), flush=True
     )
     before = run_child(sys.executable, child, {"DDLC_JSON_SCANNER": "msgspec"})
-    print(summary("the reader before (msgspec alone)", before, events, size), flush=True)
+    print(summary("msgspec alone", before, events, size), flush=True)
     figures = (
         f"events={events} events_per_s={rate:.0f} "
         f"before_events_per_s={events / before['cpu']:.0f} "

@@ -17,7 +17,7 @@ The library is built on first use with gcc into
 ``~/.cache/ddl-compare/fastjson/`` (one file per hash of the source); with
 no compiler, or with ``DDLC_JSON_SCANNER=msgspec``, ``scan()`` and
 ``stack_parents()`` give None always: msgspec reads everything and numpy
-nests (the reader before; bench/trace_read_json.py measures both).
+nests (slower: bench/trace_read_json.py measures both).
 
     python -m traces.fastjson     # build it now; prints its path or why not
 """

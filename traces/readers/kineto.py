@@ -951,7 +951,7 @@ def _overlapping(c: Columns, collective: np.ndarray, rows: np.ndarray, top: np.n
     before it on its location, of the same collective, moved under that one:
     a backend record (``hccl:allgather`` ...) can outlive the c10d call that
     issued it by a few microseconds, so that it does not nest in it, yet it
-    is the same collective (it was counted twice)."""
+    is the same collective, to be counted once."""
     instances = rows[top == rows]  # sorted, as rows are
     if instances.size < 2:
         return top
