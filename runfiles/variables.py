@@ -226,6 +226,14 @@ def get(name: str, env: Mapping[str, str] | None = None) -> str | None:
     return (os.environ if env is None else env).get(name, variable.default)
 
 
+def value(name: str, env: Mapping[str, str] | None = None) -> str:
+    """``get`` for a variable whose default is declared: never None."""
+    found = get(name, env)
+    if found is None:
+        raise KeyError(f"{name} has no declared default")
+    return found
+
+
 def cache_root(env: Mapping[str, str] | None = None) -> Path:
     """The one folder every cache lives under (DDLC_CACHE)."""
     env = os.environ if env is None else env
