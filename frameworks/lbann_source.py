@@ -58,7 +58,7 @@ def _is_git_dir(path: Path) -> bool:
 def _stage(source: Path, folder: Path) -> None:
     """python/ and src/proto/ of the source tree, into folder."""
     if _is_git_dir(source):
-        ref = variables.get("DDLC_LBANN_REF")
+        ref = variables.value("DDLC_LBANN_REF")
         archive = subprocess.run(
             ["git", "-C", str(source), "archive", "--format=tar", ref, "python", "src/proto"],
             capture_output=True,
@@ -78,7 +78,7 @@ def _stage(source: Path, folder: Path) -> None:
 
 def _key(source: Path) -> str:
     """The cache folder's name: which tree, which commit."""
-    ref = variables.get("DDLC_LBANN_REF")
+    ref = variables.value("DDLC_LBANN_REF")
     if _is_git_dir(source) or (source / ".git").exists():
         found = subprocess.run(
             ["git", "-C", str(source), "rev-parse", ref], capture_output=True, text=True
