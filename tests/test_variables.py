@@ -122,3 +122,17 @@ def test_run_folder_file_names_are_spelled_once():
             if found:
                 elsewhere[name] = found
     assert elsewhere == {}, "use runfiles/names.py"
+
+
+def test_no_development_machines_paths():
+    """Code, tests, scripts and configuration name no folder of one machine:
+    shared data is found beside the checkout or through DDLC_SHARED."""
+    machine = re.compile(r"(?<![\w.~$])/(work|root)/")
+    found = [
+        name
+        for name in tracked_files()
+        if not name.endswith(".md")
+        and (REPO / name).is_file()
+        and machine.search((REPO / name).read_text(errors="replace"))
+    ]
+    assert found == []
