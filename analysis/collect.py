@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 from runfiles.names import EPOCHS, METRICS, PHASE_TABLE
 from analysis import accuracy, cells, devices, replication
 from ddlcompare import netem, runner, validate
-from runfiles import energy
+from runfiles import energy, names
 from runfiles.atomic import replacing, write_text
 from ddlcompare.design import Design
 from traces.phases import PHASES, STEP_PHASES
@@ -191,7 +191,7 @@ def epoch_energy(folder: Path, epochs: pd.DataFrame) -> pd.DataFrame:
 
 def step_stats(folder: Path, warmup: int) -> list[dict]:
     rows = []
-    for path in sorted(folder.glob("steps.rank*.tsv")):
+    for path in sorted(folder.glob(names.STEPS_GLOB)):
         rank = int(path.name.split("rank")[1].split(".")[0])
         steps = pd.read_csv(path, sep="\t")
         steps = steps[steps["step"] >= warmup]
@@ -218,7 +218,7 @@ def _rank_of(path: Path) -> int:
 
 def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
     frames = []
-    for path in sorted(folder.glob("steps.rank*.tsv")):
+    for path in sorted(folder.glob(names.STEPS_GLOB)):
         steps = pd.read_csv(path, sep="\t")
         offset = steps["start_ns"].copy()
         for phase in STEP_PHASES:
@@ -237,7 +237,7 @@ def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
                 )
             )
             offset = offset + dur
-    for path in sorted(folder.glob("intervals.rank*.tsv")):
+    for path in sorted(folder.glob(names.INTERVALS_GLOB)):
         spans = pd.read_csv(path, sep="\t")
         frames.append(
             spans.assign(rank=_rank_of(path), step=-1, dur_ns=spans["end_ns"] - spans["start_ns"])

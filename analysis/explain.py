@@ -1,4 +1,4 @@
-"""Why a step took as long as it did: the report's sections of issue 18
+"""Why a step took as long as it did: the report's explaining sections
 (critical path and causes of waiting, the calibrated what-if, the trace
 diff), read from the tables folder once."""
 

@@ -13,9 +13,9 @@ written once by traces/otf2_writer.py and cached in
   core, with its peak resident memory above the process's before it (VmHWM,
   reset just before);
 - the same with every core this process may use: the C reader reads the
-  locations in parallel threads (issue 16: >= 10 M events/s);
+  locations in parallel threads (goal: >= 10 M events/s);
 - with --streamed, ``python -m traces.convert`` into a Parquet file, a group
-  of ranks at a time (bounded memory: issue 16 asks < 2 GB on >= 50 M events);
+  of ranks at a time (bounded memory: the goal is < 2 GB on >= 50 M events);
 - a plain loop over the ``otf2`` Python reader's events (every event, or the
   first N with --loop-events), the baseline it must beat 10x;
 - the floor: bench/otf2_count.c, the OTF2 library reading every event of
@@ -28,7 +28,7 @@ definitions only declare them) and must match the declared count. The
 whole bench holds the host-wide measuring lock, and each figure has the
 load average beside it.
 
-Targets (issues 3, 30): >= 3 M events/s, >= 10x the Python loop, <= 2x the
+Targets: >= 3 M events/s, >= 10x the Python loop, <= 2x the
 floor's CPU, <= 100 bytes of peak memory per event. Last line: key=value
 pairs.
 """
@@ -52,6 +52,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from measuring import holding_the_machine, load, load_fields  # noqa: E402
+
+from runfiles import variables  # noqa: E402
 
 LOOP = ("data_load", "forward", "backward", "grad_comm", "optimizer")
 TARGET_EVENTS_PER_S = 3_000_000
@@ -100,10 +102,7 @@ def cached_trace(events: int, ranks: int) -> Path:
         (REPO / "traces" / "otf2_writer.py").read_bytes()
         + inspect.getsource(synthetic_parts).encode()
     )
-    base = Path(
-        os.environ.get("DDLC_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddl-compare"
-    )
+    base = variables.cache_root()
     folder = base / "bench" / f"otf2-{events}ev-{ranks}r-{digest.hexdigest()[:12]}"
     anchor = folder / "trace" / "traces.otf2"
     if (folder / "complete").is_file():
@@ -141,10 +140,7 @@ def c_generated_trace(events: int, ranks: int) -> Path:
 
 
 def bench_cache() -> Path:
-    base = Path(
-        os.environ.get("DDLC_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddl-compare"
-    )
+    base = variables.cache_root()
     (base / "bench").mkdir(parents=True, exist_ok=True)
     return base / "bench"
 

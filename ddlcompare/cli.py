@@ -187,23 +187,29 @@ def _cell_words(cell: dict) -> str:
     return f"{factors} ({cell['reasons']})"
 
 
-def cmd_two_stage(args) -> int:
-    """The study plan's two stages: the designed experiment, then its
-    telling cells instrumented, each through the workflow."""
-    import subprocess
-
+def workflow_argv(design, results, *options: str) -> list[str]:
+    """Snakemake on this checkout's workflow and local profile, for one
+    design and results folder (what `./ddlc run` runs; the benches too)."""
     repo = Path(__file__).resolve().parent.parent
-    snakemake = [
+    return [
         str(Path(sys.executable).parent / "snakemake"),
         "-s",
         str(repo / "Snakefile"),
         "--profile",
         str(repo / "profiles" / "local"),
-        *args.snakemake,
+        *options,
+        "--config",
+        f"design={design}",
+        f"results={results}",
     ]
-    first = subprocess.run(
-        [*snakemake, "--config", f"design={args.design}", f"results={args.results}"]
-    )
+
+
+def cmd_two_stage(args) -> int:
+    """The study plan's two stages: the designed experiment, then its
+    telling cells instrumented, each through the workflow."""
+    import subprocess
+
+    first = subprocess.run(workflow_argv(args.design, args.results, *args.snakemake))
     if first.returncode:
         return first.returncode
     follow = Path(args.design).with_name(f"{Path(args.design).stem}-follow-up.yaml")
@@ -217,9 +223,7 @@ def cmd_two_stage(args) -> int:
             max_runs=args.max_runs,
         )
     )
-    return subprocess.run(
-        [*snakemake, "--config", f"design={follow}", f"results={args.results}"]
-    ).returncode
+    return subprocess.run(workflow_argv(follow, args.results, *args.snakemake)).returncode
 
 
 def cmd_timeline(args) -> int:

@@ -33,7 +33,7 @@ from ddlcompare import (
     tracers,
     validate,
 )
-from runfiles import energy, ownership
+from runfiles import energy, names, ownership
 from runfiles.atomic import write_json
 from ddlcompare.params import RunRow
 from frameworks import balance, data, registry
@@ -48,24 +48,24 @@ ATTEMPT_FILES = (
     EPOCHS,
     METRICS,
     PHASE_TABLE,
-    "phases.log",
-    "horovod_timeline.json",
-    "trace",
-    "trace.parts",
-    "torch_profiler",
-    "scorep",
-    "lbann_batch_times.tsv",
-    "lbann",
+    names.PHASES_LOG,
+    names.HOROVOD_TIMELINE,
+    names.OTF2_DIR,
+    names.OTF2_PARTS_DIR,
+    names.TORCH_PROFILER_DIR,
+    names.SCOREP_DIR,
+    names.LBANN_BATCH_TIMES,
+    names.LBANN_DIR,
     netem.RECORD,
     energy.ENERGY,
     balance.BALANCE,
 )
 ATTEMPT_GLOBS = (
-    "steps.rank*.tsv",
-    "intervals.rank*.tsv",
-    "rank*.json",
-    energy.SAMPLES_GLOB,
-    energy.SOURCES_GLOB,
+    names.STEPS_GLOB,
+    names.INTERVALS_GLOB,
+    names.RANK_RECORD_GLOB,
+    names.ENERGY_SAMPLES_GLOB,
+    names.ENERGY_SOURCES_GLOB,
 )
 
 
@@ -437,7 +437,7 @@ def _last_error(log: Path) -> str:
 def _ranks(run_dir: Path) -> list[dict]:
     """Each rank's record; one cut short (a full disk) is left out."""
     ranks = []
-    for path in sorted(run_dir.glob("rank*.json")):
+    for path in sorted(run_dir.glob(names.RANK_RECORD_GLOB)):
         try:
             ranks.append(validate.read_json(path, "rank.json"))
         except validate.Damaged:

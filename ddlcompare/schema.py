@@ -219,7 +219,26 @@ def settings_doc() -> str:
     ]
     for key, spec in adaptive_keys().items():
         lines.append(f"| `{key}` | `{json.dumps(spec['default'])}` | {spec['description']} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + variables_doc()) + "\n"
+
+
+def variables_doc() -> list[str]:
+    """The environment variables (declared in runfiles/variables.py)."""
+    from runfiles.variables import VARIABLES
+
+    lines = [
+        "",
+        "# Environment variables (generated from runfiles/variables.py)",
+        "",
+        "None is needed: each has a default that works on a machine set up by "
+        "`envs/setup.sh`. The harness passes them on to the jobs it starts.",
+        "",
+        "| variable | default | meaning | read by |",
+        "| --- | --- | --- | --- |",
+    ]
+    for v in VARIABLES.values():
+        lines.append(f"| `{v.name}` | {v.described_default()} | {v.meaning} | {v.readers} |")
+    return lines
 
 
 def main() -> None:

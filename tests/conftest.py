@@ -5,12 +5,39 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 from ddlcompare import design, runner
 from frameworks import data
+from runfiles import variables
 
 REPO = Path(__file__).resolve().parent.parent
+# Real traces too large to commit: the shared folder beside the checkout.
+SHARED = Path(variables.get("DDLC_SHARED") or REPO.parent / "shared")
+REAL_TRACES = SHARED / "fixtures" / "real-traces"
+
+
+def _absent(path: Path) -> str:
+    return f"needs the shared data {path} (../shared beside the checkout, or set DDLC_SHARED)"
+
+
+def shared_trace(name: str) -> Path:
+    """A real trace of the shared data; skips the test, saying where it was
+    looked for and how to point at it, when it is not there."""
+    path = REAL_TRACES / name
+    if not path.exists():
+        pytest.skip(_absent(path))
+    return path
+
+
+def needs_shared(*names: str) -> pytest.MarkDecorator:
+    """A mark that skips a test, saying why, unless these real traces of the
+    shared data (all of them, without names) are there."""
+    missing = [p for p in [REAL_TRACES / n for n in names] or [REAL_TRACES] if not p.exists()]
+    return pytest.mark.skipif(bool(missing), reason=_absent(missing[0]) if missing else "")
+
+
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 
 

@@ -10,9 +10,8 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, snakemake_cmd, tiny_design, write_design
+from conftest import shared_trace, snakemake_cmd, tiny_design, write_design
 
-FIXTURES = REPO.parent / "shared" / "fixtures" / "real-traces"
 IMPORTED = [
     "pipit-ping-pong-otf2",
     "scorep-8.4-horovod-torch-mpi-np2",
@@ -62,7 +61,7 @@ def report(tmp_path_factory):
     doc["replications"] = 2
     doc["fixed"]["target_accuracy"] = 0.5
     write_design(workdir, doc)
-    imported = "import_traces=" + ",".join(str(FIXTURES / name) for name in IMPORTED)
+    imported = "import_traces=" + ",".join(str(shared_trace(name)) for name in IMPORTED)
     out = subprocess.run(
         snakemake_cmd(workdir, imported, limit=900), capture_output=True, text=True
     )

@@ -15,15 +15,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import REPO
+from conftest import REAL_TRACES, REPO, needs_shared
 from traces import convert, jsonrecords, readers
 from traces.readers import TraceError
 from traces.rules import PhaseRules, RulesError
 from traces.table import COLUMNS, SCHEMA_VERSION
 
-# CI clones the repository next to a `shared` folder.
-FIXTURES = Path(REPO).parent / "shared" / "fixtures" / "real-traces"
-needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"no fixtures at {FIXTURES}")
+FIXTURES = REAL_TRACES
+needs_fixtures = needs_shared()
 needs_otf2_print = pytest.mark.skipif(
     shutil.which("otf2-print") is None, reason="otf2-print (Debian otf2-tools) not installed"
 )

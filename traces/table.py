@@ -472,7 +472,7 @@ def _phases_of_teams(c: Columns, phase: np.ndarray) -> bool:
     in time (the one starting nearest): an OpenMP team's ``!$omp parallel``
     region, recorded on every thread of the team (a worker's may start
     before its master's), belongs to the phase the master thread forked it
-    in (it was ``other`` on the workers). Whether any row changed."""
+    in, not ``other`` on the workers. Whether any row changed."""
     loose = np.flatnonzero((c.parent_row < 0) & (phase < 0))
     if loose.size == 0:
         return False

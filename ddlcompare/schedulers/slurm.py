@@ -8,6 +8,7 @@ import subprocess
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 from ddlcompare.schedulers import Scheduler, SchedulerError, register
+from runfiles import variables
 
 
 @register
@@ -51,7 +52,7 @@ class Slurm(Scheduler):
         # start each rank as a world of its own (frameworks/lbann.check_world).
         # pmix fits an Open MPI build (Debian's, envs/build-lbann.sh);
         # DDLC_SRUN_MPI names another (pmi2, cray_shasta), or '' for slurm.conf's.
-        mpi = env.get("DDLC_SRUN_MPI", "pmix")
+        mpi = variables.value("DDLC_SRUN_MPI", env)
         args = ["--overlap", *([f"--mpi={mpi}"] if mpi else [])]
         if hosts:
             args.append(f"--nodelist={','.join(h.name for h in hosts)}")

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from runfiles import variables
+
 SOURCE = Path(__file__).with_name("reader.c")
 HEADER = Path("/usr/include/otf2/otf2.h")
 CFLAGS = ("-O2", "-shared", "-fPIC", "-Wall")
@@ -84,11 +86,7 @@ COLUMN_TYPES = {
 
 
 def cache_dir(name: str = "fastotf2") -> Path:
-    base = (
-        os.environ.get("DDLC_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddl-compare"
-    )
-    return Path(base) / name
+    return variables.cache(name)
 
 
 def library_path() -> Path:

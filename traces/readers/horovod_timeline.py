@@ -41,9 +41,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from runfiles.names import HOROVOD_TIMELINE
 from traces import fastjson, jsonrecords, nesting
 from traces.readers import Problem, Reader, TraceError, counted, read_bytes, register
-from traces.readers.kineto import DTYPE_BYTES, element_count, ns_of_microseconds
+from traces.readers.kineto import dtype_bytes, element_count, ns_of_microseconds
 from traces.table import NULL, Columns, finish_columns
 
 
@@ -65,7 +66,7 @@ class Record(msgspec.Struct, gc=False):
 @register
 class HorovodTimelineReader(Reader):
     name = "horovod_timeline"
-    patterns = ("horovod_timeline.json", "horovod_timeline.json.gz", "*.json", "*.json.gz")
+    patterns = (HOROVOD_TIMELINE, f"{HOROVOD_TIMELINE}.gz", "*.json", "*.json.gz")
 
     @classmethod
     def recognises(cls, path: Path, head: bytes) -> bool:
@@ -392,7 +393,7 @@ def _bytes(dtypes: pa.StringArray, shapes: pa.StringArray) -> np.ndarray:
 def _tensor_bytes(dtype: str, shape: str) -> int:
     """Bytes of a tensor of ``dtype`` and ``shape`` (JSON text: a list of
     sizes); NULL where either is not one."""
-    size = DTYPE_BYTES.get(dtype.lower().replace("torch.", ""))
+    size = dtype_bytes(dtype)
     try:
         shape = json.loads(shape)
     except ValueError:

@@ -326,14 +326,16 @@ def _shape_bytes(args) -> int | None:
         return None
     total, known = 0, False
     for shape, dtype in zip(dims, types):
-        size = _dtype_size(dtype) if isinstance(dtype, str) else None
+        size = dtype_bytes(dtype) if isinstance(dtype, str) else None
         if size and isinstance(shape, list) and shape and all(type(n) is int for n in shape):
             total += math.prod(shape) * size
             known = True
     return total if known else None
 
 
-def _dtype_size(dtype: str) -> int | None:
+def dtype_bytes(dtype: str) -> int | None:
+    """An element's bytes, by its dtype as any reader's trace spells it
+    (torch.float32, float32, Float, c10::Half ...); None for one unknown."""
     return DTYPE_BYTES.get(dtype.lower().removeprefix("torch.").removeprefix("c10::"))
 
 
@@ -875,9 +877,7 @@ def _collectives(args: list, rows: np.ndarray, n: int) -> tuple[np.ndarray, list
             continue
         found.append(i)
         names.append(name)
-        size = DTYPE_BYTES.get(
-            str(a.dtype or "").lower().removeprefix("torch.").removeprefix("c10::")
-        )
+        size = dtype_bytes(str(a.dtype or ""))
         elements = element_count(a.nelems if a.nelems is not None else a.size)
         if size and elements is not None:
             nbytes[i] = elements * size
@@ -913,7 +913,7 @@ def _scanned_collectives(names: pa.StringArray, dtypes: pa.StringArray, elements
     rows, local = rows[is_collective[local]], local[is_collective[local]]
     encoded = pc.dictionary_encode(dtypes.take(rows), null_encoding="encode")
     sizes = [
-        DTYPE_BYTES.get(d.removeprefix("torch.").removeprefix("c10::"), 0)
+        dtype_bytes(d) or 0
         for d in _lower([d or "" for d in encoded.dictionary.to_pylist()], escaped)
     ]
     size = np.array(sizes, dtype=np.int64)[encoded.indices.to_numpy(zero_copy_only=False)]
@@ -1037,7 +1037,7 @@ def _overlapping(c: Columns, collective: np.ndarray, rows: np.ndarray, top: np.n
     before it on its location, of the same collective, moved under that one:
     a backend record (``hccl:allgather`` ...) can outlive the c10d call that
     issued it by a few microseconds, so that it does not nest in it, yet it
-    is the same collective (it was counted twice)."""
+    is the same collective, to be counted once."""
     instances = rows[top == rows]  # sorted, as rows are
     if instances.size < 2:
         return top

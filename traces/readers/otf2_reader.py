@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runfiles import variables
 from traces import fastotf2, nesting
 from traces.readers import Problem, Reader, TraceError, counted, register
 from traces.table import NULL, Columns, Rows, finish_columns
@@ -79,7 +80,7 @@ def read_parts(path: Path, rules, run_id: str = ""):
     """(table, problems) a group of ranks at a time (about PART_EVENTS
     events each), so that converting a trace of any number of ranks holds
     one group in memory; one part where the C reader is not built."""
-    engine = os.environ.get(READER_ENV) or "fastotf2"
+    engine = variables.get(READER_ENV) or "fastotf2"
     if engine == "python" or fastotf2.library() is None:
         yield read(path, rules, run_id)
         return
@@ -137,7 +138,7 @@ def _close(reader) -> None:
 
 def _read_columns(path: Path, engine: str | None, only: set | None = None):
     """(Columns, problems, engine) of the locations ``only`` (all: None)."""
-    engine = engine or os.environ.get(READER_ENV) or "fastotf2"
+    engine = engine or variables.get(READER_ENV) or "fastotf2"
     reader = _open(path)
     try:
         if engine != "python" and fastotf2.library() is not None:
