@@ -12,6 +12,7 @@ import math
 import pandas as pd
 
 from analysis import bottlenecks, cells, stats
+from runfiles import names
 
 # The merged Chrome/Perfetto trace the workflow writes (workflows/analysis.smk's
 # timeline rule): each framework's largest run, its first replication.
@@ -111,7 +112,7 @@ def links(runs: pd.DataFrame, root: str, base) -> str:
             relative = row.path.removeprefix(root + "/")
             folder = html.escape(relative + "/")
             text = f'<a href="{folder}">rep {row.rep}</a> ({html.escape(row.status)}'
-            for name, what in (("trace", "trace"), ("phases.parquet", "phase table")):
+            for name, what in ((names.OTF2_DIR, "trace"), (names.PHASE_TABLE, "phase table")):
                 if (base / relative / name).exists():
                     text += f', <a href="{folder}{name}">{what}</a>'
             if row.run_id in in_timeline and (base / TIMELINE).exists():

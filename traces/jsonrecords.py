@@ -72,7 +72,8 @@ def batches(runs, scan, decoder, record_type, path: Path, problems: list):
     records; a damaged run is read record by record, the records that do
     not read counted in ``problems``."""
     runs = list(runs)
-    i, bad, first_bad, reasons = 0, 0, 0, Counter()
+    reasons: Counter[str] = Counter()
+    i, bad, first_bad = 0, 0, 0
     while i < len(runs):
         run = runs[i]
         batch, cut = _decoded(run, scan, decoder)
@@ -126,7 +127,7 @@ def _joined(run, after):
 def text_of(data: bytes, path: Path, problems: list) -> str:
     """The text of bytes that should be UTF-8; invalid bytes become U+FFFD,
     and a warning says how many."""
-    reasons = Counter()
+    reasons: Counter[str] = Counter()
     text = _text(data, reasons)
     problems += [Problem(f"{path}: {n:,} {reason}", lost=False) for reason, n in reasons.items()]
     return text
@@ -147,7 +148,7 @@ INVALID_UTF8 = "invalid UTF-8 sequence(s), read as U+FFFD (the names holding the
 def salvage(text: str, start: int, record_type, path: Path):
     """(records, problems): the array's records that read, from ``start``
     (the position of its ``[``) to the end of the text."""
-    reasons = Counter()
+    reasons: Counter[str] = Counter()
     records, bad, first_bad = _salvaged(text, start, record_type, reasons)
     return records, _lost(path, bad, len(text[:first_bad].encode()) if bad else 0, reasons)
 

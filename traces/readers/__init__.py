@@ -223,7 +223,8 @@ def _walked(f, data: bytes, size: int) -> bytes:
     read of it) until the events array opens; without one (in the first
     WALK_LIMIT bytes), the keys alone: a key's name inside a value counts
     for nothing."""
-    keys, depth, at, read, last, key = [], 0, 0, len(data), None, None
+    keys: list[bytes] = []
+    depth, at, read, last, key = 0, 0, len(data), None, None
     buffer = data
     while read <= WALK_LIMIT:
         found = _STRUCTURE.search(buffer, at)
@@ -239,7 +240,9 @@ def _walked(f, data: bytes, size: int) -> bytes:
             continue
         token, at = found.group(), found.end()
         if token == b'"':
-            end = _STRING_REST.match(buffer, at).end()
+            string = _STRING_REST.match(buffer, at)
+            assert string is not None  # the read above ends only past a whole string
+            end = string.end()
             if depth == 1 and last in (b"{", b","):
                 key = buffer[at - 1 : end]
             at, token = end, b'"'
@@ -279,7 +282,8 @@ def read_bytes(path: Path) -> tuple[bytes, Problem | None]:
     if raw[:2] != b"\x1f\x8b":
         return raw, None
     bound = min(max(INFLATE_FLOOR, MAX_INFLATION * len(raw)), _memory_for_data())
-    inflate, parts, size, at = zlib.decompressobj(16 + zlib.MAX_WBITS), [], 0, 0
+    parts: list[bytes] = []
+    inflate, size, at = zlib.decompressobj(16 + zlib.MAX_WBITS), 0, 0
     while at < len(raw) or inflate.unconsumed_tail:
         piece = inflate.unconsumed_tail or raw[at : at + (1 << 16)]
         if not inflate.unconsumed_tail:

@@ -425,7 +425,7 @@ UNREADABLE = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, 
 
 
 def _salvaged(data: bytes, path: Path):
-    problems = []
+    problems: list[Problem] = []
     text = jsonrecords.text_of(data, path, problems)
     found = re.search(r'"traceEvents"\s*:\s*\[', text)
     if found is None:
