@@ -1,0 +1,202 @@
+"""A measurement has the machine to itself: workflow jobs hold the
+host-wide lock shared and wait while a measurement holds it; the overlap
+check knows training processes by their attempt, not by their command
+line; a run measured beside a CPU hog is marked loaded."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, tiny_design, write_design
+from ddlcompare import design, machine_load, machine_lock, workflow_support
+
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+
+
+def job(journal: Path, command: str, lock: Path) -> subprocess.Popen:
+    """A workflow job as Snakemake starts it: bash with the Snakefile's prefix."""
+    prefix = workflow_support.job_prefix(journal).replace("{{", "{").replace("}}", "}")
+    return subprocess.Popen(
+        ["bash", "-c", prefix + command],
+        env={**os.environ, machine_lock.LOCK_ENV: str(lock)},
+        cwd=REPO,
+    )
+
+
+def journal_lines(journal: Path) -> list[tuple[float, float, str]]:
+    rows = []
+    for line in journal.read_text().splitlines():
+        start, end, command = line.split(" ", 2)
+        rows.append((float(start), float(end), command))
+    return rows
+
+
+def test_a_job_waits_while_a_measurement_holds_the_machine(tmp_path, monkeypatch):
+    lock, journal = tmp_path / "lock", tmp_path / "jobs.log"
+    monkeypatch.setenv(machine_lock.LOCK_ENV, str(lock))
+    with machine_lock.measuring("test", lambda text: None):
+        waiting = job(journal, "true", lock)
+        time.sleep(1.5)
+        assert waiting.poll() is None  # still waiting for the machine
+        assert [mode for _, mode in machine_lock.holders(lock)] == ["exclusive"]
+        released = time.time()
+    assert waiting.wait(timeout=30) == 0
+    [(start, end, command)] = journal_lines(journal)
+    assert start >= released and command == "true"
+
+
+def test_a_measuring_job_turns_its_own_hold_exclusive(tmp_path):
+    """The job's shell holds the machine shared; the measurement in it takes
+    that same hold exclusive (it does not wait for itself), other jobs wait
+    for it, and the job holds it shared again afterwards."""
+    lock, journal = tmp_path / "lock", tmp_path / "jobs.log"
+    measure = (
+        f"{sys.executable} -c 'import time; from ddlcompare import machine_lock as m\n"
+        f"with m.measuring(\"probe\", print): print(\"held\", time.time(), flush=True); "
+        f"time.sleep(2)\nprint(\"released\", time.time(), flush=True); time.sleep(1)'"
+        f" > {tmp_path / 'out'}"
+    )
+    measuring = job(journal, measure, lock)
+    out = tmp_path / "out"
+    deadline = time.time() + 30
+    while not (out.exists() and "held" in out.read_text()):
+        assert time.time() < deadline and measuring.poll() is None
+        time.sleep(0.1)
+    other = job(journal, "true", lock)
+    assert measuring.wait(timeout=30) == 0 and other.wait(timeout=30) == 0
+    said = dict(line.split() for line in out.read_text().splitlines())
+    [(other_start, _)] = [(a, b) for a, b, command in journal_lines(journal) if command == "true"]
+    [(_, measuring_end)] = [(a, b) for a, b, command in journal_lines(journal) if command != "true"]
+    assert other_start >= float(said["released"])  # waited for the measurement alone
+    assert other_start < measuring_end  # not for the rest of the measuring job
+
+
+def test_every_rule_must_run_through_the_shell_prefix(tmp_path):
+    """A rule that runs Python in Snakemake (run:) would skip the shared
+    hold: the workflow refuses it, naming the rule."""
+    copy = tmp_path / "wf"
+    shutil.copytree(REPO / "workflows", copy / "workflows")
+    shutil.copy(REPO / "Snakefile", copy / "Snakefile")
+    with open(copy / "workflows" / "analysis.smk", "a") as f:
+        f.write('\n\nrule sneaky:\n    output:\n        "x"\n    run:\n        print("hi")\n')
+    write_design(tmp_path, tiny_design())
+    out = subprocess.run(
+        [SNAKEMAKE, "-s", str(copy / "Snakefile"), "-d", str(tmp_path), "-n"]
+        + ["--config", f"design={tmp_path / 'design.yaml'}"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert out.returncode != 0
+    assert "rule(s) sneaky: every job must be a shell: command" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def measured_windows(results: Path) -> list[tuple[float, float, str]]:
+    """Every measured window a workflow recorded: each run's and each
+    probe's machine_held, with what names its own job."""
+    windows = []
+    for path in results.rglob("run.json"):
+        if "attempts" not in path.parts:
+            doc = json.loads(path.read_text())
+            windows.append((*doc["machine_held"], doc["path"]))
+    for path in results.rglob("probe-*.json"):
+        windows.append((*json.loads(path.read_text())["machine_held"], path.name))
+    return windows
+
+
+def assert_alone_while_measuring(workdir: Path, log: str) -> None:
+    """No workflow job ran inside another job's measured window (the jobs'
+    journal against the runs' and probes' machine_held), and every job
+    Snakemake ran is in the journal."""
+    results = workdir / "results"
+    [journal] = results.rglob("logs/jobs.log")
+    jobs = journal_lines(journal)
+    ran = log.count("\nrule ") + log.count("\nlocalrule ") - log.count("\nlocalrule all:")
+    assert len(jobs) == ran, log[-3000:]
+    windows = measured_windows(results)
+    assert windows
+    for w_start, w_end, owner in windows:
+        for start, end, command in jobs:
+            if owner not in command:
+                assert end <= w_start or start >= w_end, (owner, command)
+
+
+@pytest.mark.slow
+def test_two_runs_and_the_analysis_never_share_a_measured_window(tmp_path):
+    write_design(tmp_path, tiny_design(procs=(1, 2)))
+    out = subprocess.run(
+        [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--profile", str(REPO / "profiles" / "local")]
+        + ["-d", str(tmp_path), "--config", f"design={tmp_path / 'design.yaml'}"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert_alone_while_measuring(tmp_path, out.stdout + out.stderr)
+
+
+def busy_loops(n: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+@pytest.mark.slow
+def test_a_run_beside_a_cpu_hog_is_loaded_and_a_name_is_not_training(tmp_path):
+    """While a run trains: processes that only name the worker module (a
+    tail on its file, a sleeper with its module name in its arguments,
+    started in the checkout) are not training; the run's own training is.
+    The run, measured beside busy loops on every core, is ok but loaded,
+    with the loops among the busiest foreign processes."""
+    doc = tiny_design(procs=(1,), epochs=1, max_steps=60, warmup_steps=2)
+    write_design(tmp_path, doc)
+    decoys = [
+        subprocess.Popen(["tail", "-f", "frameworks/worker.py"], cwd=REPO),
+        subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(600)", "-m", "frameworks.worker"]
+            + [str(tmp_path / "results")],
+            cwd=REPO,
+        ),
+    ]
+    hogs = busy_loops(os.cpu_count() or 1)
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen.extend(machine_lock.other_training(tmp_path / "elsewhere", REPO))
+            time.sleep(0.5)
+
+    row = design.parse(doc, "tiny.yaml").runs()[0]
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ddlcompare.cli", "run-one", "--design"]
+            + [str(tmp_path / "design.yaml"), "--results", str(tmp_path), "--path", row.path],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        stop.set()
+        watcher.join()
+        for p in hogs + decoys:
+            p.kill()
+            p.wait()
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((tmp_path / row.path / "run.json").read_text())
+    assert record["status"] == "ok", record.get("reason")  # the decoys are not training
+    assert seen and all(s.endswith(f"training {(tmp_path / row.path).resolve()}") for s in seen)
+    load = record["machine_load"]
+    assert load["window"] == "measured steps" and load["loaded"]
+    assert load["foreign_cpu_share"] >= machine_load.LOADED_SHARE
+    busiest = {p["pid"] for p in load["busiest_foreign"]}
+    assert busiest & {p.pid for p in hogs}, load

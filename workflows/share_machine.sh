@@ -1,0 +1,30 @@
+# Sourced at the start of every workflow job (the Snakefile's shell prefix):
+# the job holds the host-wide measuring lock shared until it ends, so it
+# waits while a measurement holds the machine, and no measurement starts
+# while it runs (ddlcompare/machine_lock.py). A measuring job's command turns
+# this same hold exclusive while it measures.
+#   source share_machine.sh JOURNAL
+# JOURNAL: a file that gets one line per job, "<start> <end> <command>"
+# (unix seconds: from the moment the job held the machine to its end), to
+# check afterwards that no job ran inside a measured window.
+ddlc_lock=${DDLC_MEASURE_LOCK:-/tmp/ddl-compare.measure.lock}
+ddlc_journal=$1
+if command -v flock >/dev/null; then
+  [ -e "$ddlc_lock" ] || { : >>"$ddlc_lock"; chmod 0666 "$ddlc_lock"; } 2>/dev/null || true
+  exec 9<"$ddlc_lock"  # read-only is enough to lock, whoever made the file
+  if ! flock -s -n 9; then
+    echo "waiting for the machine: a measurement holds $ddlc_lock ($(head -c 200 "$ddlc_lock"))" >&2
+    flock -s 9
+  fi
+else
+  echo "warning: no flock command: this job does not wait for measurements (install util-linux)" >&2
+fi
+ddlc_job_start=${EPOCHREALTIME:-$(date +%s.%N)}
+mkdir -p "$(dirname "$ddlc_journal")"
+# The job's own command: what follows the prefix's last word.
+ddlc_job=${BASH_EXECUTION_STRING##*: ddlc-job; }
+ddlc_job_ended() {
+  printf '%s %s %s\n' "$ddlc_job_start" "${EPOCHREALTIME:-$(date +%s.%N)}" "${ddlc_job//$'\n'/ }" \
+    >>"$ddlc_journal" 2>/dev/null || true
+}
+trap ddlc_job_ended EXIT
