@@ -43,6 +43,10 @@ from runfiles.atomic import write_json
 
 LOCK_ENV = "DDLC_MEASURE_LOCK"
 DEFAULT_LOCK = "/tmp/ddl-compare.measure.lock"
+# Set while a measurement holds the machine: the pid holding it. What that
+# measurement starts (a bench's runs, their workflow jobs) is part of it
+# and takes no lock of its own (it would wait for its own ancestor).
+HELD_ENV = "DDLC_MACHINE_HELD"
 ATTEMPTS_ENV = "DDLC_ATTEMPTS"
 DEFAULT_ATTEMPTS = "/tmp/ddl-compare.attempts"
 
@@ -116,6 +120,9 @@ def measuring(
     """Hold the machine exclusively while the block runs; yield the seconds
     waited. ``on_wait`` hears once who holds it; ``check`` runs each second
     of the wait (it raises to give up, e.g. when the workflow is gone)."""
+    if _held_by_ancestor():
+        yield 0.0
+        return
     path = lock_path()
     started = time.monotonic()
     fd = inherited_hold(path)
@@ -135,12 +142,34 @@ def measuring(
                 check()
                 time.sleep(1)
         _say_who(path, what)
+        os.environ[HELD_ENV] = str(os.getpid())
         yield time.monotonic() - started
-    finally:
+    except BaseException:
+        if inherited:  # leaving early (stopped, the workflow gone): no waiting
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        raise
+    else:
         if inherited:
-            fcntl.flock(fd, fcntl.LOCK_SH)  # the job's own hold again
-        else:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # the job's own hold again, for its last steps
+    finally:
+        os.environ.pop(HELD_ENV, None)
+        if not inherited:
             os.close(fd)  # releases the lock
+
+
+def _held_by_ancestor() -> bool:
+    """Whether this process or one it descends from holds the machine alone
+    (HELD_ENV names it)."""
+    held = os.environ.get(HELD_ENV, "")
+    if not held.isdigit():
+        return False
+    if int(held) == os.getpid():
+        return True
+    try:
+        return int(held) in {p.pid for p in psutil.Process().parents()}
+    except psutil.Error:
+        return False
 
 
 def _say_who(path: Path, what: str) -> None:
@@ -178,7 +207,9 @@ def training(run_dir: Path, session: int, checkout: Path) -> Iterator[None]:
     try:
         write_json(entry, doc)
     except OSError as exc:  # the run goes on; only others' overlap checks miss it
-        print(f"warning: could not register this run's training in {folder}: {exc}", file=sys.stderr)
+        print(
+            f"warning: could not register this run's training in {folder}: {exc}", file=sys.stderr
+        )
     try:
         yield
     finally:
@@ -233,9 +264,7 @@ def other_training(own_dir: Path, checkout: Path) -> list[str]:
     """Training of this harness checkout on this machine that is not this
     run's: live registered attempts with processes under way."""
     mine = str(Path(own_dir).resolve())
-    others = [
-        a for a in live_attempts() if a["run_dir"] != mine and a["checkout"] == str(checkout)
-    ]
+    others = [a for a in live_attempts() if a["run_dir"] != mine and a["checkout"] == str(checkout)]
     if not others:
         return []
     table = list(psutil.process_iter())

@@ -5,6 +5,7 @@ line; a run measured beside a CPU hog is marked loaded."""
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,28 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, tiny_design, write_design
+from conftest import REPO, journal_lines, tiny_design, write_design
 from ddlcompare import design, machine_load, machine_lock, workflow_support
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
 
 def job(journal: Path, command: str, lock: Path) -> subprocess.Popen:
-    """A workflow job as Snakemake starts it: bash with the Snakefile's prefix."""
+    """A workflow job as another invocation's Snakemake starts it: bash with
+    the Snakefile's prefix (not part of this process's measurement)."""
     prefix = workflow_support.job_prefix(journal).replace("{{", "{").replace("}}", "}")
+    env = {k: v for k, v in os.environ.items() if k != machine_lock.HELD_ENV}
     return subprocess.Popen(
-        ["bash", "-c", prefix + command],
-        env={**os.environ, machine_lock.LOCK_ENV: str(lock)},
-        cwd=REPO,
+        ["bash", "-c", prefix + command], env={**env, machine_lock.LOCK_ENV: str(lock)}, cwd=REPO
     )
-
-
-def journal_lines(journal: Path) -> list[tuple[float, float, str]]:
-    rows = []
-    for line in journal.read_text().splitlines():
-        start, end, command = line.split(" ", 2)
-        rows.append((float(start), float(end), command))
-    return rows
 
 
 def test_a_job_waits_while_a_measurement_holds_the_machine(tmp_path, monkeypatch):
@@ -99,50 +92,6 @@ def test_every_rule_must_run_through_the_shell_prefix(tmp_path):
     assert "Traceback" not in out.stderr
 
 
-def measured_windows(results: Path) -> list[tuple[float, float, str]]:
-    """Every measured window a workflow recorded: each run's and each
-    probe's machine_held, with what names its own job."""
-    windows = []
-    for path in results.rglob("run.json"):
-        if "attempts" not in path.parts:
-            doc = json.loads(path.read_text())
-            windows.append((*doc["machine_held"], doc["path"]))
-    for path in results.rglob("probe-*.json"):
-        windows.append((*json.loads(path.read_text())["machine_held"], path.name))
-    return windows
-
-
-def assert_alone_while_measuring(workdir: Path, log: str) -> None:
-    """No workflow job ran inside another job's measured window (the jobs'
-    journal against the runs' and probes' machine_held), and every job
-    Snakemake ran is in the journal."""
-    results = workdir / "results"
-    [journal] = results.rglob("logs/jobs.log")
-    jobs = journal_lines(journal)
-    ran = log.count("\nrule ") + log.count("\nlocalrule ") - log.count("\nlocalrule all:")
-    assert len(jobs) == ran, log[-3000:]
-    windows = measured_windows(results)
-    assert windows
-    for w_start, w_end, owner in windows:
-        for start, end, command in jobs:
-            if owner not in command:
-                assert end <= w_start or start >= w_end, (owner, command)
-
-
-@pytest.mark.slow
-def test_two_runs_and_the_analysis_never_share_a_measured_window(tmp_path):
-    write_design(tmp_path, tiny_design(procs=(1, 2)))
-    out = subprocess.run(
-        [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--profile", str(REPO / "profiles" / "local")]
-        + ["-d", str(tmp_path), "--config", f"design={tmp_path / 'design.yaml'}"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert_alone_while_measuring(tmp_path, out.stdout + out.stderr)
-
-
 def busy_loops(n: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
@@ -154,7 +103,7 @@ def test_a_run_beside_a_cpu_hog_is_loaded_and_a_name_is_not_training(tmp_path):
     started in the checkout) are not training; the run's own training is.
     The run, measured beside busy loops on every core, is ok but loaded,
     with the loops among the busiest foreign processes."""
-    doc = tiny_design(procs=(1,), epochs=1, max_steps=60, warmup_steps=2)
+    doc = tiny_design(procs=(1,), epochs=1, max_steps=300, train_images=12000, warmup_steps=2)
     write_design(tmp_path, doc)
     decoys = [
         subprocess.Popen(["tail", "-f", "frameworks/worker.py"], cwd=REPO),
@@ -164,7 +113,6 @@ def test_a_run_beside_a_cpu_hog_is_loaded_and_a_name_is_not_training(tmp_path):
             cwd=REPO,
         ),
     ]
-    hogs = busy_loops(os.cpu_count() or 1)
     seen: list[str] = []
     stop = threading.Event()
 
@@ -174,24 +122,29 @@ def test_a_run_beside_a_cpu_hog_is_loaded_and_a_name_is_not_training(tmp_path):
             time.sleep(0.5)
 
     row = design.parse(doc, "tiny.yaml").runs()[0]
+    run = subprocess.Popen(
+        [sys.executable, "-m", "ddlcompare.cli", "run-one", "--design"]
+        + [str(tmp_path / "design.yaml"), "--results", str(tmp_path), "--path", row.path],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # The hogs start once the run holds the machine: other measurements
+    # on this host are not to be disturbed while it waits.
+    while (run.pid, "exclusive") not in machine_lock.holders() and run.poll() is None:
+        time.sleep(0.2)
+    hogs = busy_loops(os.cpu_count() or 1)
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "ddlcompare.cli", "run-one", "--design"]
-            + [str(tmp_path / "design.yaml"), "--results", str(tmp_path), "--path", row.path],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        _, err = run.communicate(timeout=600)
     finally:
         stop.set()
         watcher.join()
         for p in hogs + decoys:
             p.kill()
             p.wait()
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert run.returncode == 0, err[-3000:]
     record = json.loads((tmp_path / row.path / "run.json").read_text())
     assert record["status"] == "ok", record.get("reason")  # the decoys are not training
     assert seen and all(s.endswith(f"training {(tmp_path / row.path).resolve()}") for s in seen)
@@ -200,3 +153,26 @@ def test_a_run_beside_a_cpu_hog_is_loaded_and_a_name_is_not_training(tmp_path):
     assert load["foreign_cpu_share"] >= machine_load.LOADED_SHARE
     busiest = {p["pid"] for p in load["busiest_foreign"]}
     assert busiest & {p.pid for p in hogs}, load
+
+
+def test_what_a_measurement_starts_is_part_of_it(tmp_path):
+    """A bench run under `machine_lock measure` holds the machine alone; the
+    runs and workflow jobs it starts do not wait for their own ancestor."""
+    lock, journal = tmp_path / "lock", tmp_path / "jobs.log"
+    prefix = workflow_support.job_prefix(journal).replace("{{", "{").replace("}}", "}")
+    inner = (
+        f"{sys.executable} -c 'from ddlcompare import machine_lock as m\n"
+        "with m.measuring(\"run\", print) as waited: print(waited)'"
+    )
+    bench = f"bash -c {shlex.quote(prefix + inner)}"
+    out = subprocess.run(
+        [sys.executable, "-m", "ddlcompare.machine_lock", "measure", "--", "bash", "-c", bench],
+        env={**os.environ, machine_lock.LOCK_ENV: str(lock)},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0.0"]  # no wait for the bench's own hold
+    assert len(journal_lines(journal)) == 1
