@@ -320,6 +320,8 @@ class Watch:
                     if self.shared_machine:
                         self.meter = machine_load.Meter(os.getpid(), self.proc.pid)
                     timed_out = self._wait()
+                    if self.meter:
+                        self.meter.sample()  # up to the end, however short the run
             finally:
                 _stop_leftovers(self.proc.pid)
                 self.held_ns = (start, time.perf_counter_ns())
