@@ -108,7 +108,9 @@ def describe_holders(path: Path | None = None) -> str:
         try:
             what = " ".join(psutil.Process(pid).cmdline())[:100]
         except psutil.Error:
-            what = "gone"
+            # the kernel names who locked: for a job, the flock command its
+            # shell ran, which has ended while the job holds on
+            what = "a workflow job"
         shown.append(f"pid {pid} {mode} ({what})")
     return "; ".join(shown) or "nobody now"
 
