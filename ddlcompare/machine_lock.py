@@ -47,6 +47,7 @@ DEFAULT_LOCK = "/tmp/ddl-compare.measure.lock"
 # measurement starts (a bench's runs, their workflow jobs) is part of it
 # and takes no lock of its own (it would wait for its own ancestor).
 HELD_ENV = "DDLC_MACHINE_HELD"
+JOB_WAITED_ENV = "DDLC_JOB_WAITED_S"
 ATTEMPTS_ENV = "DDLC_ATTEMPTS"
 DEFAULT_ATTEMPTS = "/tmp/ddl-compare.attempts"
 
@@ -145,7 +146,9 @@ def measuring(
                 time.sleep(1)
         _say_who(path, what)
         os.environ[HELD_ENV] = str(os.getpid())
-        yield time.monotonic() - started
+        # a job's shell waited for its shared hold first (workflows/share_machine.sh)
+        before = float(os.environ.get(JOB_WAITED_ENV) or 0) if inherited else 0.0
+        yield before + time.monotonic() - started
     except BaseException:
         if inherited:  # leaving early (stopped, the workflow gone): no waiting
             with contextlib.suppress(OSError):

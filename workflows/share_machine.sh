@@ -9,6 +9,8 @@
 # check afterwards that no job ran inside a measured window.
 ddlc_lock=${DDLC_MEASURE_LOCK:-/tmp/ddl-compare.measure.lock}
 ddlc_journal=$1
+ddlc_now() { date +%s.%N; }
+ddlc_queued=$(ddlc_now)
 if [ -n "${DDLC_MACHINE_HELD:-}" ]; then
   :  # started by a measurement (a bench's workflow): part of it, no lock of its own
 elif command -v flock >/dev/null; then
@@ -21,12 +23,15 @@ elif command -v flock >/dev/null; then
 else
   echo "warning: no flock command: this job does not wait for measurements (install util-linux)" >&2
 fi
-ddlc_job_start=${EPOCHREALTIME:-$(date +%s.%N)}
+ddlc_job_start=$(ddlc_now)
+# What a measurement in this job waited for the machine, counting this wait.
+export DDLC_JOB_WAITED_S
+DDLC_JOB_WAITED_S=$(awk "BEGIN { print $ddlc_job_start - $ddlc_queued }")
 mkdir -p "$(dirname "$ddlc_journal")"
 # The job's own command: what follows the prefix's last word.
 ddlc_job=${BASH_EXECUTION_STRING##*: ddlc-job; }
 ddlc_job_ended() {
-  printf '%s %s %s\n' "$ddlc_job_start" "${EPOCHREALTIME:-$(date +%s.%N)}" "${ddlc_job//$'\n'/ }" \
+  printf '%s %s %s\n' "$ddlc_job_start" "$(ddlc_now)" "${ddlc_job//$'\n'/ }" \
     >>"$ddlc_journal" 2>/dev/null || true
 }
 trap ddlc_job_ended EXIT
