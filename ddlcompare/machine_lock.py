@@ -133,17 +133,7 @@ def measuring(
     if not inherited:
         fd = _open(path)
     try:
-        told = False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if not told:
-                    on_wait(f"waiting for the machine: {path} is held by {describe_holders(path)}")
-                    told = True
-                check()
-                time.sleep(1)
+        _take_alone(fd, path, on_wait, check)
         _say_who(path, what)
         os.environ[HELD_ENV] = str(os.getpid())
         # a job's shell waited for its shared hold first (workflows/share_machine.sh)
@@ -161,6 +151,39 @@ def measuring(
         os.environ.pop(HELD_ENV, None)
         if not inherited:
             os.close(fd)  # releases the lock
+
+
+def turnstile(path: Path) -> Path:
+    """Where a waiting measurement stops new jobs from taking the machine."""
+    return path.with_name(path.name + ".turn")
+
+
+def _take_alone(fd: int, path: Path, on_wait: Callable[[str], None], check) -> None:
+    """Lock ``fd`` exclusively. While it waits, the measurement holds the
+    turnstile, which each job passes before its shared hold: jobs already
+    under way finish, new ones wait behind the measurement, so a stream of
+    jobs cannot keep it waiting for ever. An inherited shared hold is let
+    go first: two measuring jobs must not each hold it while waiting for
+    the turnstile."""
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    gate = _open(turnstile(path))
+    try:
+        told = passed = False
+        while True:
+            try:
+                if not passed:
+                    fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    passed = True
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if not told:
+                    on_wait(f"waiting for the machine: {path} is held by {describe_holders(path)}")
+                    told = True
+                check()
+                time.sleep(1)
+    finally:
+        os.close(gate)  # lets the jobs waiting behind it queue on the lock
 
 
 def _held_by_ancestor() -> bool:

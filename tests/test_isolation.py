@@ -181,3 +181,30 @@ def test_what_a_measurement_starts_is_part_of_it(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["0.0"]  # no wait for the bench's own hold
     assert len(journal_lines(journal)) == 1
+
+
+def test_a_waiting_measurement_goes_before_jobs_that_come_later(tmp_path, monkeypatch):
+    """Jobs under way finish first; a job that comes while a measurement
+    waits starts after it: a stream of jobs cannot starve a measurement."""
+    lock, journal = tmp_path / "lock", tmp_path / "jobs.log"
+    monkeypatch.setenv(machine_lock.LOCK_ENV, str(lock))
+    first = job(journal, "sleep 3", lock)
+    while not machine_lock.holders(lock):  # the job holds the machine shared
+        time.sleep(0.05)
+    held = []
+
+    def measure():
+        with machine_lock.measuring("test", lambda text: None):
+            held.append(time.time())
+            time.sleep(1)
+            held.append(time.time())
+
+    measurer = threading.Thread(target=measure)
+    measurer.start()
+    time.sleep(1)
+    later = job(journal, "true", lock)
+    measurer.join(timeout=60)
+    assert first.wait(timeout=30) == 0 and later.wait(timeout=30) == 0
+    rows = {command: (start, end) for start, end, command in journal_lines(journal)}
+    assert rows["sleep 3"][1] <= held[0]  # the job under way finished first
+    assert rows["true"][0] >= held[1]  # the later one waited behind the measurement

@@ -16,6 +16,9 @@ if [ -n "${DDLC_MACHINE_HELD:-}" ]; then
 elif command -v flock >/dev/null; then
   [ -e "$ddlc_lock" ] || { : >>"$ddlc_lock"; chmod 0666 "$ddlc_lock"; } 2>/dev/null || true
   exec 9<"$ddlc_lock"  # read-only is enough to lock, whoever made the file
+  # A measurement waiting for the machine holds the turnstile: queue behind it.
+  [ -e "$ddlc_lock.turn" ] || { : >>"$ddlc_lock.turn"; chmod 0666 "$ddlc_lock.turn"; } 2>/dev/null || true
+  flock -s "$ddlc_lock.turn" true 2>/dev/null || true
   if ! flock -s -n 9; then
     echo "waiting for the machine: a measurement holds $ddlc_lock ($(head -c 200 "$ddlc_lock"))" >&2
     flock -s 9
