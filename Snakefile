@@ -22,6 +22,11 @@ PYTHON = sys.executable
 # Traces from elsewhere to convert and show in the report (a list, or a
 # comma-separated string): --config import_traces=path/a,path/b
 IMPORTED = ws.imported_traces(config)
+# Every job holds the machine shared while it runs, measurements hold it
+# alone (ddlcompare/machine_lock.py); each job's held interval goes to
+# JOBS_JOURNAL.
+JOBS_JOURNAL = TABLES / "logs" / "jobs.log"
+shell.prefix(ws.job_prefix(JOBS_JOURNAL))
 
 
 rule all:
@@ -34,6 +39,9 @@ include: "workflows/runs.smk"
 include: "workflows/traces.smk"
 include: "workflows/replication.smk"
 include: "workflows/analysis.smk"
+
+
+ws.check_rules(workflow.rules)
 
 
 onsuccess:

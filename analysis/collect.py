@@ -21,6 +21,8 @@
   ``energy_status`` ("measured: rapl+nvml" or "not available: <reasons>");
   epochs get ``energy_j`` (that epoch) and ``energy_to_epoch_j`` (since the
   run clock's start, for energy to accuracy). NaN where not measured.
+- load: runs get ``foreign_cpu_share``, ``loaded`` and ``busiest_foreign``
+  (what else the machine did while they measured; see load_figures).
 - ``balance.parquet``: one row per run and rank of calibrated runs
   (balance.json: device kind, images per step, share, speed, idle time;
   analysis/devices.py).
@@ -42,7 +44,7 @@ import pyarrow.parquet as pq
 
 from runfiles.names import EPOCHS, METRICS, PHASE_TABLE
 from analysis import accuracy, cells, devices, replication
-from ddlcompare import netem, runner, validate
+from ddlcompare import machine_load, netem, runner, validate
 from runfiles import energy, names
 from runfiles.atomic import replacing, write_text
 from ddlcompare.design import Design
@@ -140,7 +142,26 @@ def run_row(design: Design, row, results: Path) -> dict:
     out["world_size"] = row.world_size
     out.update(network_figures(folder, metrics))
     out.update(energy_figures(folder, metrics))
+    out.update(load_figures(record))
     return out
+
+
+def load_figures(record: dict) -> dict:
+    """What else the machine did while the run measured (run.json's
+    machine_load, ddlcompare/machine_load.py): ``foreign_cpu_share``,
+    ``loaded`` (measured beside heavy foreign load: not clean) and
+    ``busiest_foreign``; empty where the run did not sample it (a cluster
+    job, an older run)."""
+    load = record.get(machine_load.RECORD) or {}
+    busiest = "; ".join(
+        f"{p['command'][:60]} (pid {p['pid']}): {p['cores']:.2f} cores"
+        for p in load.get("busiest_foreign", [])[:3]
+    )
+    return {
+        "foreign_cpu_share": load.get("foreign_cpu_share"),
+        "loaded": load.get("loaded"),
+        "busiest_foreign": busiest or None,
+    }
 
 
 def network_figures(folder: Path, metrics: dict | None) -> dict:

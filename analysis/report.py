@@ -36,6 +36,7 @@ from analysis import (
 from analysis import compression as compression_table
 from analysis import page
 from analysis.page import Context, Section
+from ddlcompare import machine_load
 from runfiles.atomic import write_text
 from ddlcompare.design import Design
 from frameworks import registry
@@ -78,7 +79,10 @@ def _replication_words(design: Design) -> str:
 
 def status_section(design: Design, runs: pd.DataFrame) -> str:
     cell = [f for f in design.path_factors()]
-    counts = runs.groupby(cell + ["status"]).size().unstack(fill_value=0).reset_index()
+    counts = runs.groupby(cell + ["status"]).size().unstack(fill_value=0)
+    loaded = runs["loaded"].eq(True) if "loaded" in runs else pd.Series(False, index=runs.index)
+    counts["measured beside foreign load"] = loaded.groupby([runs[c] for c in cell]).sum()
+    counts = counts.reset_index()
     problems = runs[runs["status"] != "ok"][["run_id", *cell, "rep", "status", "reason"]]
     ok = int((runs["status"] == "ok").sum())
     text = (
@@ -87,6 +91,13 @@ def status_section(design: Design, runs: pd.DataFrame) -> str:
     )
     if not problems.empty:
         text += f"<h3>Runs that did not succeed</h3>{page.table(problems)}"
+    if loaded.any():
+        beside = runs[loaded][["run_id", *cell, "rep", "foreign_cpu_share", "busiest_foreign"]]
+        text += (
+            "<h3>Runs measured beside foreign load</h3><p>Not clean: other processes took "
+            f"at least {machine_load.LOADED_SHARE:.0%} of the machine's CPU time during their "
+            f"measured steps.</p>{page.table(beside)}"
+        )
     return text
 
 

@@ -26,6 +26,7 @@ from runfiles.names import CONFIG, DONE, EPOCHS, METRICS, PHASE_TABLE, RUN_RECOR
 from ddlcompare import (
     diskspace,
     launch,
+    machine_load,
     machine_lock,
     netem,
     provenance,
@@ -197,6 +198,10 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
                 started = time.time()
                 outcome = watch.run(argv, {**os.environ, **net.env, **env})
                 record["machine_held"] = [started, time.time()]  # unix seconds
+                if watch.meter:
+                    record[machine_load.RECORD] = machine_load.summarize(
+                        watch.meter, run_dir, config, row.world_size, watch.held_ns
+                    )
                 energy.write_run_energy(run_dir, [h.name for h in host_list], started, time.time())
     except Interrupted as stop:
         record.update(
@@ -255,7 +260,7 @@ class Watch:
     an attempt training), the folder's ownership, and other training that
     shares the machine."""
 
-    POLL_S = 1.0
+    POLL_S = 1.0  # also how often the machine's load is sampled
     OVERLAP_EVERY_S = 5.0
 
     def __init__(self, run_dir: Path, token: str, timeout: int, shared_machine: bool = True):
@@ -267,6 +272,8 @@ class Watch:
         self.workflow = ownership.workflow_process()
         self.proc: subprocess.Popen | None = None
         self.overlap: list[str] = []
+        self.meter: machine_load.Meter | None = None
+        self.held_ns = (0, 0)  # perf_counter ns: the launcher's start and end
 
     def check_workflow(self) -> None:
         if self.workflow and not ownership.alive(*self.workflow):
@@ -307,10 +314,17 @@ class Watch:
                 start_new_session=True,
                 preexec_fn=ownership.die_with_parent,
             )
+            start = time.perf_counter_ns()
             try:
-                timed_out = self._wait()
+                with machine_lock.training(self.run_dir, self.proc.pid, provenance.REPO):
+                    if self.shared_machine:
+                        self.meter = machine_load.Meter(os.getpid(), self.proc.pid)
+                    timed_out = self._wait()
+                    if self.meter:
+                        self.meter.sample()  # up to the end, however short the run
             finally:
                 _stop_leftovers(self.proc.pid)
+                self.held_ns = (start, time.perf_counter_ns())
         outcome = self._outcome(timed_out)
         if self.overlap:
             outcome["overlap"] = self.overlap
@@ -321,6 +335,8 @@ class Watch:
         deadline = time.monotonic() + self.timeout
         beat = probe = time.monotonic()
         while True:
+            if self.meter:
+                self.meter.sample()
             try:
                 self.proc.wait(timeout=self.POLL_S)
                 return False

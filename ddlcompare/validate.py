@@ -50,6 +50,26 @@ SCHEMAS = {
             "exit_status": {"type": ["integer", "null"]},
             "reason": TEXT_OR_NULL,
             "harness_commit": TEXT_OR_NULL,
+            "machine_load": {  # ddlcompare/machine_load.py
+                "type": "object",
+                "required": ["foreign_cpu_share", "loaded", "busiest_foreign"],
+                "properties": {
+                    "foreign_cpu_share": {"type": ["number", "null"], "minimum": 0},
+                    "loaded": {"type": "boolean"},
+                    "busiest_foreign": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["pid", "command", "cores"],
+                            "properties": {
+                                "pid": COUNT,
+                                "command": {"type": "string"},
+                                "cores": NUMBER,
+                            },
+                        },
+                    },
+                },
+            },
             "ranks": {
                 "type": "array",
                 "items": {

@@ -140,6 +140,26 @@ _ALL = [
         "/tmp/ddl-compare.measure.lock",
     ),
     Variable(
+        "DDLC_MACHINE_HELD",
+        None,
+        "set by a measurement while it holds the machine (its pid): what it starts "
+        "is part of it and takes no lock of its own",
+        "ddlcompare/machine_lock.py, workflows/share_machine.sh",
+    ),
+    Variable(
+        "DDLC_JOB_WAITED_S",
+        None,
+        "seconds a workflow job's shell waited for the machine before its command began",
+        "ddlcompare/machine_lock.py (set by workflows/share_machine.sh)",
+    ),
+    Variable(
+        "DDLC_ATTEMPTS",
+        None,
+        "the folder where live run attempts register (the overlap check reads it)",
+        "ddlcompare/machine_lock.py",
+        "/tmp/ddl-compare.attempts",
+    ),
+    Variable(
         "DDLC_POWERCAP_DIR",
         "/sys/class/powercap",
         "the powercap tree RAPL energy is read from",

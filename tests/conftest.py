@@ -1,4 +1,5 @@
 import hashlib
+import json
 import pickle
 import subprocess
 import sys
@@ -156,3 +157,43 @@ def generated_cifar(folder, per_batch=1000, seed=0):
         json.dumps({"generated_by": "tests/conftest.py generated_cifar", "files": sums})
     )
     return folder
+
+
+def journal_lines(journal: Path) -> list[tuple[float, float, str]]:
+    """The workflow's jobs journal (workflows/share_machine.sh): each job's
+    held interval (unix seconds) and command."""
+    rows = []
+    for line in journal.read_text().splitlines():
+        start, end, command = line.split(" ", 2)
+        rows.append((float(start), float(end), command))
+    return rows
+
+
+def measured_windows(results: Path) -> list[tuple[float, float, str]]:
+    """Every measured window a workflow recorded: each run's and each
+    probe's machine_held, with what names its own job."""
+    windows = []
+    for path in results.rglob("run.json"):
+        if "attempts" not in path.parts:
+            doc = json.loads(path.read_text())
+            windows.append((*doc["machine_held"], doc["path"]))
+    for path in results.rglob("probe-*.json"):
+        windows.append((*json.loads(path.read_text())["machine_held"], path.name))
+    return windows
+
+
+def assert_alone_while_measuring(workdir: Path, log: str) -> None:
+    """No workflow job ran inside another job's measured window (the jobs'
+    journal against the runs' and probes' machine_held), and every job
+    Snakemake ran is in the journal."""
+    results = workdir / "results"
+    [journal] = results.rglob("logs/jobs.log")
+    jobs = journal_lines(journal)
+    ran = log.count("\nrule ") + log.count("\nlocalrule ") - log.count("\nlocalrule all:")
+    assert len(jobs) == ran, log[-3000:]
+    windows = measured_windows(results)
+    assert windows
+    for w_start, w_end, owner in windows:
+        for start, end, command in jobs:
+            if owner not in command:
+                assert end <= w_start or start >= w_end, (owner, command)

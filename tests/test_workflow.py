@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, snakemake_cmd, tiny_design, write_design
+from conftest import REPO, assert_alone_while_measuring, snakemake_cmd, tiny_design, write_design
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
@@ -32,6 +32,7 @@ def test_end_to_end_then_add_a_level_then_rerun_failures(tmp_path):
     write_design(tmp_path, doc)
     first = snakemake(tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
+    assert_alone_while_measuring(tmp_path, first.stdout + first.stderr)  # runs, probe, analysis
     report = next((tmp_path / "results").rglob("report.html"))
     assert f"report: {report.resolve()}" in first.stdout + first.stderr
     tables = report.parent / "tables"
