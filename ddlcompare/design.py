@@ -143,6 +143,24 @@ class Design:
         return RunRow(run_id=run_id, path=path, factors=factors, rep=rep, order=0, config=config)
 
 
+# Keys of a run's config that say where it is filed, not what it runs.
+BOOKKEEPING = ("run_id", "design", "settings_hash")
+
+
+def identity(config: dict[str, Any]) -> str:
+    """What a run is: its resolved settings (those at their default left out,
+    as in settings_hash, and those the analysis alone reads), its seed and
+    replication. Folder names follow the design's layout, which changes when
+    a fixed setting becomes a factor; this does not."""
+    settings = {
+        k: v
+        for k, v in config.items()
+        if k in PARAMS and not PARAMS[k].analysis_only and v != PARAMS[k].default
+    }
+    blob = {"settings": settings, "seed": config.get("seed"), "rep": config.get("rep")}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _path_value(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
