@@ -39,7 +39,7 @@ from runfiles.atomic import write_text
 from ddlcompare.design import Design
 from frameworks import registry
 from traces.phases import MARKERS
-from ddlcompare.validate import read_table
+from ddlcompare.validate import check_table, read_table
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -233,9 +233,7 @@ def traces_section(runs: pd.DataFrame, tables: Path) -> str:
     """What the converted traces hold: our runs' (collectives and their bytes)
     and any imported ones (phase totals per trace)."""
     parts = [""]
-    ours = (
-        read_table(tables / PHASE_TABLE) if (tables / PHASE_TABLE).exists() else pd.DataFrame()
-    )
+    ours = read_table(tables / PHASE_TABLE) if (tables / PHASE_TABLE).exists() else pd.DataFrame()
     if len(ours):
         info = runs.set_index("run_id")[[*cells.CELL, "tracer"]]
         coll = (
@@ -592,6 +590,8 @@ def _how_to_compare(name: str, info: registry.AdapterInfo) -> dict:
 
 
 def build(design: Design, tables: Path, out: Path) -> Path:
+    for path in sorted(Path(tables).glob("*.parquet")):  # any a section may read
+        check_table(path)
     ctx = Context(
         design=design,
         runs=read_table(tables / "runs.parquet"),

@@ -249,10 +249,10 @@ def window(phases: pd.DataFrame, max_intervals: int, steps: tuple[int, int] | No
         steps = (int(counts.index[middle]), int(counts.index[middle + n_steps - 1]))
     kept = phases[(step >= steps[0]) & (step <= steps[1])]
     if kept.empty:
-        have = (
-            f"steps {int(step.min())} to {int(step.max())}" if step.notna().any() else "no steps"
+        have = f"steps {int(step.min())} to {int(step.max())}" if step.notna().any() else "no steps"
+        raise TimelineError(
+            f"--steps {steps[0]}:{steps[1]}: no step in that range; the runs have {have}"
         )
-        raise TimelineError(f"--steps {steps[0]}:{steps[1]}: no step in that range; the runs have {have}")
     note = {
         "steps": list(steps),
         "of_steps": [int(step.min()), int(step.max())],

@@ -277,7 +277,9 @@ def _parse_name(raw: dict, source: str, problems: list[str]) -> str:
             f"name: YAML reads {name} as a number, not text; put it in quotes: name: '{name}'"
         )
     elif not isinstance(name, str) or not is_safe_text(name):
-        problems.append(f"name: {shown(name)} must be a short name of letters, digits, '.', '_', '-'")
+        problems.append(
+            f"name: {shown(name)} must be a short name of letters, digits, '.', '_', '-'"
+        )
     return name
 
 
@@ -447,7 +449,10 @@ def _parse_exclude(raw: Any, factors: dict[str, list[Any]], problems: list[str])
         if not isinstance(rule, dict) or not rule:
             problems.append(f"{key}: must be a non-empty mapping of factor -> level(s)")
             continue
-        parsed = {f: _exclude_levels(f"{key}.{shown_key(f)}", f, v, factors, problems) for f, v in rule.items()}
+        parsed = {
+            f: _exclude_levels(f"{key}.{shown_key(f)}", f, v, factors, problems)
+            for f, v in rule.items()
+        }
         if all(levels is not None for levels in parsed.values()):
             rules.append(parsed)
     return rules

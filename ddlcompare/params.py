@@ -199,7 +199,9 @@ def yaml_hint(value: Any, kind: type) -> str:
         import yaml
 
         if isinstance(yaml.safe_load(value), (int, float)):
-            return f"; it is in quotes, so YAML reads it as text: write {value.strip()} without quotes"
+            return (
+                f"; it is in quotes, so YAML reads it as text: write {value.strip()} without quotes"
+            )
         if "e" not in value.lower() or "inf" in value.lower():
             return ""
         return (

@@ -503,11 +503,7 @@ def _last_error(log: Path) -> str:
     text = log.read_text(errors="replace")
     if killed := _rank_killed(text):
         return killed
-    lines = [
-        ln.strip()
-        for ln in text.splitlines()
-        if ln.strip() and not SEPARATOR_LINE.match(ln)
-    ]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not SEPARATOR_LINE.match(ln)]
     for pattern in (FATAL_LINE.search, EXCEPTION_LINE.match):
         for line in lines:
             if pattern(line):

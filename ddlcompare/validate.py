@@ -215,6 +215,23 @@ def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
         ) from None
 
 
+def check_table(path: Path) -> None:
+    """A Parquet table's footer and schema, read without its data (cheap: a
+    file cut short or overwritten fails here); Damaged when unreadable."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pq.read_schema(path)
+    except FileNotFoundError:
+        raise Damaged(f"{path}: missing") from None
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise Damaged(
+            f"{path}: damaged table ({str(exc).splitlines()[0][:120]}); delete it and run "
+            "the workflow again (./ddlc run), which builds it again"
+        ) from None
+
+
 def check_run(folder: Path, config: dict) -> list[str]:
     """The problems of a finished ok (or suspect) run's files; [] when sound:
     each file alone, then the files against each other and the design."""
@@ -273,9 +290,7 @@ def _check_config(folder: Path, config: dict) -> None:
     except (OSError, ValueError) as exc:
         raise Damaged(f"config.json: not valid JSON, cut short or edited? ({exc})") from None
     if not isinstance(written, dict) or identity(written) != identity(config):
-        raise Damaged(
-            "config.json: not this run's settings (the folder was copied or edited?)"
-        )
+        raise Damaged("config.json: not this run's settings (the folder was copied or edited?)")
 
 
 def _check_epochs(epochs: pd.DataFrame, metrics: dict) -> None:
@@ -296,7 +311,9 @@ def _check_steps(name: str, steps: pd.DataFrame, metrics: dict) -> None:
     found = per_epoch.reindex(expected.index, fill_value=0)
     short = found[found != expected]
     if len(short) or len(per_epoch) != len(expected):
-        epoch = short.index[0] if len(short) else sorted(set(per_epoch.index) - set(expected.index))[0]
+        epoch = (
+            short.index[0] if len(short) else sorted(set(per_epoch.index) - set(expected.index))[0]
+        )
         raise Damaged(
             f"{name}: {per_epoch.get(epoch, 0)} step rows in epoch {epoch}, but metrics.json "
             f"says {metrics['steps_per_epoch']} steps per epoch for {metrics['epochs_done']} "

@@ -35,7 +35,9 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool, options: 
     runs = design.runs()
     if main and not dryrun:
         try:
-            diskspace.check_temp(4 * len(runs))  # a run's jobs: run, phases, and a share of the rest
+            diskspace.check_temp(
+                4 * len(runs)
+            )  # a run's jobs: run, phases, and a share of the rest
         except diskspace.NoSpace as exc:
             _stop(str(exc))
     if main:
@@ -56,9 +58,30 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool, options: 
                 f"{len(failed)} failed run(s) queued again; earlier attempts kept under attempts/",
                 file=sys.stderr,
             )
+        _drop_damaged_tables(runs, results, results / design.root / "tables", dryrun)
         note_changed_results(runs, results, results / design.root / "tables", dryrun)
         _warn_of_space(runs, results)
     return design, runs
+
+
+def _drop_damaged_tables(runs: list[RunRow], results: Path, tables: Path, dryrun: bool) -> None:
+    """Tables are built from the run files: one that cannot be read (cut
+    short, overwritten) is deleted, so that the workflow builds it again,
+    instead of failing the analysis that reads it."""
+    paths = [results / r.path / validate.PHASE_TABLE for r in runs] + sorted(
+        tables.glob("*.parquet")
+    )
+    for path in paths:
+        if not path.exists():
+            continue
+        try:
+            validate.check_table(path)
+        except validate.Damaged:
+            if not dryrun:
+                path.unlink()
+            print(
+                f"warning: {path}: damaged table; built again from the run files", file=sys.stderr
+            )
 
 
 def _warn_of_space(runs: list[RunRow], results: Path) -> None:

@@ -619,7 +619,12 @@ def test_a_quoted_number_is_told_to_lose_its_quotes(level):
         },
         {"max_runs": design.MAX_PLANNABLE, "replications": 10**8},
     ],
-    ids=["huge max_runs and replications", "max_runs above the cap", "four factors", "replications"],
+    ids=[
+        "huge max_runs and replications",
+        "max_runs above the cap",
+        "four factors",
+        "replications",
+    ],
 )
 def test_an_enormous_plan_is_refused_at_once(over):
     import time
