@@ -13,7 +13,7 @@ from typing import NoReturn
 from ddlcompare import diskspace, runner, validate, yaml_safe
 from runfiles import ownership
 from ddlcompare.cli import UserError, load_design
-from ddlcompare.params import RunRow, shown
+from ddlcompare.params import RunRow, shown_key
 
 # Run paths are built from validated values only (see params.SAFE_TEXT).
 PATH_PATTERN = r"[A-Za-z0-9._+~/-]+"
@@ -118,7 +118,7 @@ def check_options(options: dict) -> None:
         if key not in CONFIG_KEYS:
             close = difflib.get_close_matches(str(key), CONFIG_KEYS, n=1)
             _stop(
-                f"--config {shown(key)}: not a setting of the workflow"
+                f"--config {shown_key(key)}: not a setting of the workflow"
                 + (f"; did you mean {close[0]}=?" if close else "")
                 + f" (known: {', '.join(CONFIG_KEYS)})"
             )

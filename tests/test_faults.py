@@ -85,6 +85,9 @@ def test_rank_killed_mid_epoch_is_a_failed_run(tmp_path, framework):
     assert "Traceback" not in proc.stderr.read()
     done = json.loads((folder / "done.json").read_text())
     assert done["status"] == "failed" and done["exit_status"] != 0, done
+    assert re.fullmatch(
+        r"exit status \d+: rank [01] killed by SIGKILL \(signal 9\)", done["reason"]
+    ), done
     assert not (folder / "metrics.json").exists()
     assert json.loads((folder / "run.json").read_text())["status"] == "failed"
     assert wait_for(lambda: not pids_of(f"frameworks.worker {folder}"), 30)  # no orphans
@@ -424,6 +427,17 @@ def test_missing_profile_is_a_clear_error(tmp_path):
         ("results=", "results= is empty"),
         ("results=design.yaml", "is a file, not a folder"),
         ("import_traces=nowhere.otf2", "import_traces: nowhere.otf2 not found"),
+        (
+            "desing=other.yaml",
+            "--config desing: not a setting of the workflow; did you mean design=?",
+        ),
+        (
+            "result=elsewhere",
+            "--config result: not a setting of the workflow; did you mean results=?",
+        ),
+        ("allow_failures=maybe", "--config allow_failures=maybe: must be 1 or 0"),
+        ("rerun_damaged=2", "--config rerun_damaged=2: must be 1 or 0"),
+        ("des\u0456gn=d.yaml", "--config 'des\\u0456gn' (odd: U+0456 CYRILLIC SMALL LETTER"),
     ],
 )
 def test_bad_workflow_config_is_one_line(tmp_path, config, message):
