@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import NoReturn
 
-from ddlcompare import diskspace, runner, validate, yaml_safe
+from ddlcompare import diskspace, refile, runner, validate, yaml_safe
 from runfiles import ownership
 from ddlcompare.cli import UserError, load_design
 from ddlcompare.params import RunRow, shown_key
@@ -44,6 +44,7 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool, options: 
         os.environ[ownership.WORKFLOW_ENV] = ownership.workflow_mark()
         os.environ[yaml_safe.DIGEST_ENV] = yaml_safe.file_digest(design_file) or ""
         _check_occupants(runs, results, _flag(options, "kill_orphans"), dryrun)
+        _refile_finished(runs, results, results / design.name, dryrun)
         _requeue_damaged(runs, results, _flag(options, "rerun_damaged"), dryrun)
         failed = runner.failed_runs(runs, results)
         if failed and dryrun:
@@ -62,6 +63,28 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool, options: 
         note_changed_results(runs, results, results / design.root / "tables", dryrun)
         _warn_of_space(runs, results)
     return design, runs
+
+
+def _refile_finished(runs: list[RunRow], results: Path, root: Path, dryrun: bool) -> None:
+    """Planned runs that finished under another folder name (a fixed setting
+    made a factor) move to their planned folders instead of running again."""
+    found = refile.moves(runs, results, root)
+    if not found:
+        return
+    if dryrun:
+        print(
+            f"{len(found)} finished run(s) found under earlier folder names (same settings): "
+            f"they move to their folders, not run again (first: {found[0][1]})",
+            file=sys.stderr,
+        )
+        return
+    moved = [row for row, source in found if refile.move(row, source, results)]
+    if moved:
+        print(
+            f"{len(moved)} finished run(s) found under earlier folder names (same settings): "
+            f"moved to their folders, not run again (first: {moved[0].path})",
+            file=sys.stderr,
+        )
 
 
 def _drop_damaged_tables(runs: list[RunRow], results: Path, tables: Path, dryrun: bool) -> None:

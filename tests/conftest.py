@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 from ddlcompare import design, runner
@@ -80,6 +81,16 @@ def trained(doc: dict, root: Path) -> Path:
     row = design.parse(doc, "tiny.yaml").runs()[0]
     assert runner.execute(row, root) == 0
     return root / row.path
+
+
+@pytest.fixture(scope="session")
+def tiny_trained(tmp_path_factory) -> tuple[Path, "design.Design"]:
+    """tiny_design()'s one real 2-rank torch-ddp run, trained once for the
+    whole session: (results folder, plan). Read it, or copy it to damage it."""
+    results = tmp_path_factory.mktemp("tiny-trained")
+    plan = design.parse(tiny_design(), "tiny.yaml")
+    assert runner.execute(plan.runs()[0], results) == 0
+    return results, plan
 
 
 def assert_learned(folder: Path):

@@ -18,13 +18,10 @@ from ddlcompare import design, runner
 from test_workflow import snakemake
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> tuple[Path, design.Design]:
-    """One real 2-rank run, trained once for the whole module."""
-    results = tmp_path_factory.mktemp("trained")
-    plan = design.parse(tiny_design(), "tiny.yaml")
-    assert runner.execute(plan.runs()[0], results) == 0
-    return results, plan
+@pytest.fixture
+def trained(tiny_trained) -> tuple[Path, design.Design]:
+    """One real 2-rank run, trained once for the whole session (conftest)."""
+    return tiny_trained
 
 
 def copy_of(trained, tmp_path) -> tuple[Path, design.Design, Path]:
@@ -248,3 +245,38 @@ def test_a_damaged_table_is_one_line_for_its_readers_and_check(trained, tmp_path
 
 
 DDLC = [sys.executable, "-m", "ddlcompare.cli"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "factors",
+    [{"epochs": [2]}, {"compression": ["none"]}, {"epochs": [2, 3], "compression": ["none"]}],
+    ids=["a fixed setting made a factor", "a default made a factor", "and a new level"],
+)
+def test_a_finished_run_is_found_again_by_its_settings(trained, tmp_path, monkeypatch, factors):
+    """The folder names change when a setting becomes a factor; the run is
+    what it ran: the workflow moves it to its new folder instead of training
+    it again, and only the new level is left to run."""
+    from ddlcompare import workflow_support as ws, yaml_safe
+    from runfiles import ownership
+
+    for name in (ownership.WORKFLOW_ENV, yaml_safe.DIGEST_ENV):  # prepare sets them
+        monkeypatch.setenv(name, "")
+    results, plan, old = copy_of(trained, tmp_path)
+    log = (old / "train.log").stat().st_mtime_ns
+    doc = tiny_design()
+    doc["factors"].update(factors)
+    doc["fixed"] = {k: v for k, v in doc["fixed"].items() if k not in factors}
+    path = write_design(tmp_path, doc)
+    new = design.parse(doc, str(path))
+    assert new.runs()[0].path != plan.runs()[0].path
+    ws.prepare(str(path), results, main=True, dryrun=False)
+    same = next(r for r in new.runs() if r.config["epochs"] == 2)
+    folder = results / same.path
+    assert (folder / "train.log").stat().st_mtime_ns == log and not old.exists()
+    assert runner.damaged_runs(new.runs(), results) == []
+    assert json.loads((folder / "config.json").read_text())["run_id"] == same.run_id
+    record = json.loads((folder / "run.json").read_text())
+    assert record["moved_from"] == plan.runs()[0].path and record["run_id"] == same.run_id
+    left = [r for r in new.runs() if not (results / r.path / "done.json").exists()]
+    assert [r.config["epochs"] for r in left] == ([3] if len(new.runs()) == 2 else [])
