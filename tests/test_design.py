@@ -650,3 +650,30 @@ def test_a_deeply_nested_file_is_refused_in_one_line(tmp_path, opener, closer):
         f"line {err.value.problems[0].split()[1].rstrip(':')}: lists or mappings nested more "
         f"than {50} deep; a design needs a few levels: is this the right file?"
     ]
+
+
+@pytest.mark.parametrize("where", ["missing/lock", "file/lock", "folder"])
+def test_a_measuring_lock_that_cannot_be_opened_is_named_at_plan_time(tmp_path, where):
+    import subprocess
+    import sys
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "folder").mkdir()
+    lock = tmp_path / where
+    doc = {"factors": {"framework": ["torch-ddp"]}}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddlcompare.cli",
+            "plan",
+            "--design",
+            str(write_design(tmp_path, doc)),
+        ],
+        env={**os.environ, "DDLC_MEASURE_LOCK": str(lock)},
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"DDLC_MEASURE_LOCK={lock}: cannot be opened (" in out.stderr

@@ -268,6 +268,27 @@ def test_a_full_disk_is_named_before_the_run(tmp_path):
         assert temporaries(fs) == []
 
 
+@pytest.mark.parametrize("leave", [0, 1 << 20], ids=["full", "1 MB left"])
+def test_a_full_temporary_folder_is_named_before_any_job(tmp_path, leave):
+    """Snakemake's scheduler writes its problem to TMPDIR: a full one is named,
+    with the room it needs, before the workflow starts (no traceback, no run)."""
+    write_design(tmp_path, tiny_design())
+    with small_filesystem(tmp_path / "tmp", "4m") as tmp:
+        fill(tmp, leave)
+        out = subprocess.run(
+            snakemake_cmd(tmp_path),
+            env={**os.environ, "TMPDIR": str(tmp)},
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert f"for temporary files in {tmp} (" in out.stderr and "point TMPDIR at" in out.stderr
+    assert not (tmp_path / "results").exists() or not list(
+        (tmp_path / "results").rglob("train.log")
+    )
+
+
 @pytest.mark.slow
 def test_a_disk_that_fills_mid_run_ends_the_run_recorded(tmp_path):
     doc = tiny_design(**{**LONG, "epochs": 3, "train_images": 6000})  # fits the estimate
