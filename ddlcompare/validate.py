@@ -201,28 +201,24 @@ def read_tsv(path: Path, columns: tuple[str, ...], min_rows: int = 1) -> pd.Data
 def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
     """A Parquet table (a run's phases.parquet, the tables the analysis
     reads), read whole; Damaged, naming the file and the fix, when it cannot be."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    try:
-        return pq.read_table(path, columns=columns).to_pandas()
-    except FileNotFoundError:
-        raise Damaged(f"{path}: missing") from None
-    except (OSError, ValueError, pa.ArrowException) as exc:
-        raise Damaged(
-            f"{path}: damaged table ({str(exc).splitlines()[0][:120]}); delete it and run "
-            "the workflow again (./ddlc run), which builds it again"
-        ) from None
+    return _parquet(path, lambda: pq.read_table(path, columns=columns).to_pandas())
 
 
 def check_table(path: Path) -> None:
     """A Parquet table's footer and schema, read without its data (cheap: a
     file cut short or overwritten fails here); Damaged when unreadable."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    _parquet(path, lambda: pq.read_schema(path))
+
+
+def _parquet(path: Path, read):
+    import pyarrow as pa
+
     try:
-        pq.read_schema(path)
+        return read()
     except FileNotFoundError:
         raise Damaged(f"{path}: missing") from None
     except (OSError, ValueError, pa.ArrowException) as exc:

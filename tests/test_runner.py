@@ -144,34 +144,18 @@ def test_the_next_attempt_is_above_every_attempt_kept(tmp_path, present):
 def test_a_rank_killed_by_a_signal_is_named_with_it(tmp_path):
     """Our spawner (tf-workers), for real: its rank 1 is SIGKILLed; the
     reason names the rank and the signal, not the exception it led to."""
-    log = tmp_path / "train.log"
+    from test_tf_launch import run_spawner
+
     worker = (
         "import json, os, signal, sys, time;"
         "rank = json.loads(os.environ['TF_CONFIG'])['task']['index'];"
         "rank == 1 and os.kill(os.getpid(), signal.SIGKILL);"
         "time.sleep(30)"
     )
-    with open(log, "w") as out:
-        code = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "ddlcompare.spawn",
-                "--per-node",
-                "2",
-                "--workers",
-                "a:1,a:2",
-                "--",
-                sys.executable,
-                "-c",
-                worker,
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-            timeout=60,
-        ).returncode
-        out.write("RuntimeError: the peer is gone\n")  # what the other ranks say after
+    done = run_spawner(sys.executable, "-c", worker)
+    log = tmp_path / "train.log"  # what the other ranks say after it
+    log.write_text(done.stdout + done.stderr + "RuntimeError: the peer is gone\n")
+    code = done.returncode
     assert code == 128 + signal.SIGKILL
     assert runner._last_error(log) == "rank 1 killed by SIGKILL (signal 9)"
 
