@@ -280,3 +280,22 @@ def test_a_finished_run_is_found_again_by_its_settings(trained, tmp_path, monkey
     assert record["moved_from"] == plan.runs()[0].path and record["run_id"] == same.run_id
     left = [r for r in new.runs() if not (results / r.path / "done.json").exists()]
     assert [r.config["epochs"] for r in left] == ([3] if len(new.runs()) == 2 else [])
+
+
+@pytest.mark.parametrize("workflow_ok", [True, False])
+def test_the_last_line_says_when_the_workflow_stopped(tmp_path, capsys, workflow_ok):
+    """Every run ok, but an analysis job failed: the last line does not read
+    as a success."""
+    from ddlcompare import workflow_support as ws
+
+    rows = design.parse(tiny_design(procs=(1, 2)), "tiny.yaml").runs()
+    for row in rows:
+        (tmp_path / row.path).mkdir(parents=True)
+        marker = {"status": "ok", "exit_status": 0, "reason": None, "run_id": row.run_id}
+        (tmp_path / row.path / "done.json").write_text(json.dumps(marker))
+    ws.finish(rows, tmp_path, tmp_path / "tables", tmp_path / "report.html", {}, workflow_ok)
+    last = capsys.readouterr().err.splitlines()[-1]
+    if workflow_ok:
+        assert last == "2 ok"
+    else:
+        assert last.startswith("2 ok, but the workflow stopped before its end")
