@@ -14,7 +14,8 @@ DESIGN, RUNS = ws.prepare(
     dryrun=workflow.dryrun,
     options=config,
 )
-RUN_BY_PATH = {r.path: r for r in RUNS}
+# Every run the plan may hold (replications: auto adds some as it goes).
+RUN_BY_PATH = {r.path: r for r in DESIGN.runs(most=True)}
 TABLES = RESULTS / DESIGN.root / "tables"
 REPORT = RESULTS / DESIGN.root / "report.html"
 PYTHON = sys.executable
@@ -31,6 +32,7 @@ rule all:
 
 include: "workflows/runs.smk"
 include: "workflows/traces.smk"
+include: "workflows/replication.smk"
 include: "workflows/analysis.smk"
 
 

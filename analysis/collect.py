@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from runfiles.names import EPOCHS, METRICS, PHASE_TABLE
-from analysis import accuracy, cells, devices
+from analysis import accuracy, cells, devices, replication
 from ddlcompare import netem, runner, validate
 from runfiles import energy
 from runfiles.atomic import replacing, write_text
@@ -251,7 +251,7 @@ def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
 
 def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
     runs, epochs, stats, step_phases, balance = [], [], [], [], []
-    for row in design.runs():
+    for row in replication.planned(design, results):
         info = run_row(design, row, results)
         runs.append(info)
         if info["status"] != "ok":
@@ -312,7 +312,7 @@ def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
 def phase_tables(design: Design, results: Path) -> tuple[pa.Table, dict[str, str]]:
     """Every run's phase table stacked, and each run's trace errors."""
     parts, errors, versions = [], {}, {}
-    for row in design.runs():
+    for row in replication.planned(design, results):
         path = results / row.path / PHASE_TABLE
         if not path.exists():
             continue
@@ -349,5 +349,5 @@ def write_tables(design: Design, results: Path, out: Path) -> None:
     write_text(out / "runs.csv", found["runs"].to_csv(index=False))
     # What the tables were built from: the workflow builds them again when
     # any run's files change (workflow_support.note_changed_results).
-    folders = [results / row.path for row in design.runs()]
+    folders = [results / row.path for row in replication.planned(design, results)]
     write_text(out / validate.INPUTS, json.dumps({"fingerprint": validate.fingerprint(folders)}))

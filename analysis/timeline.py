@@ -95,9 +95,10 @@ def load(path: Path) -> pd.DataFrame:
     from traces.rules import RULES_FILE, PhaseRules
 
     table, _, errors = convert([path], PhaseRules(RULES_FILE))
-    if table.num_rows == 0:
-        why = "; ".join(errors) or "no phase table, recorder table or trace in it"
-        raise TimelineError(f"{path}: {why}")
+    if table.num_rows == 0:  # the converter's errors name their file
+        raise TimelineError(
+            "; ".join(errors) or f"{path}: no phase table, recorder table or trace in it"
+        )
     return table.to_pandas()
 
 

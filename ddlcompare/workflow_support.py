@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import NoReturn
 
+from analysis import replication
 from ddlcompare import diskspace, refile, runner, validate, yaml_safe
 from runfiles import ownership
 from ddlcompare.cli import UserError, load_design
@@ -32,12 +33,10 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool, options: 
         design = load_design(design_file, check_ready=main)
     except UserError as exc:
         _stop(str(exc))
-    runs = design.runs()
+    runs = replication.planned(design, results)
     if main and not dryrun:
-        try:
-            diskspace.check_temp(
-                4 * len(runs)
-            )  # a run's jobs: run, phases, and a share of the rest
+        try:  # a run's jobs: run, phases, and a share of the rest
+            diskspace.check_temp(4 * len(runs))
         except diskspace.NoSpace as exc:
             _stop(str(exc))
     if main:

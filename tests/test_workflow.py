@@ -41,9 +41,10 @@ def test_end_to_end_then_add_a_level_then_rerun_failures(tmp_path):
     assert len(pd.read_parquet(tables / "epochs.parquet")) == 4
     assert len(pd.read_parquet(tables / "step_stats.parquet")) == 4
     page = report.read_text()
-    assert (
-        page.count("data:image/png;base64,") == 7 and "2 of 2 runs ok" in page
-    )  # 6 + critical path
+    # throughput, step times, phases, timeline, accuracy, critical path; one
+    # scale: speedup and its waterfall say so in a line
+    assert page.count("data:image/png;base64,") == 6 and "2 of 2 runs ok" in page
+    assert "scaling: every framework ran at one scale only" in page
     before = done_markers(tmp_path)
 
     # A new level that cannot train (no step fits): it fails, the others are

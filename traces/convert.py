@@ -142,6 +142,13 @@ def parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: lis
                 errors.append(str(exc))
                 if not source["rows"]:
                     continue
+            except Exception as exc:  # noqa: BLE001 (one trace's fault costs only that trace)
+                errors.append(
+                    f"{trace}: could not be read ({type(exc).__name__}: {exc}); input this "
+                    "reader does not expect: please report it with the file"
+                )
+                if not source["rows"]:
+                    continue
             if source["rows"] == 0:
                 errors.append(f"{trace}: no interval in this trace (nothing to convert)")
             sources.append(source)

@@ -77,7 +77,12 @@ class HorovodTimelineReader(Reader):
         records, reading = _read_records(data, path, problems)
         del data
         if not (len(records.edge_ns) or len(records.tick_ns) or len(records.mark_ns)):
-            raise TraceError(f"{path}: not a Horovod Timeline: no readable record")
+            why = next((p.split(": ", 1)[1] for p in problems if p.lost), None)
+            raise TraceError(
+                f"{path}: no readable record: {why}"
+                if why
+                else f"{path}: not a Horovod Timeline: no readable record"
+            )
         columns, more = _columns(records, reading, path)
         del records  # before the table is built: the peak of memory is there
         return finish_columns(columns, rules, self.name, run_id), problems + more
@@ -265,6 +270,9 @@ def _columns(records: Records, reading: _Reading, path: Path):
     begins, ends, _, unmatched, unclosed = nesting.pair_begin_end(
         records.edge_pid, records.edge_begin
     )
+    forward = records.edge_ns[ends] >= records.edge_ns[begins]  # else it ends before it begins
+    backwards = int((~forward).sum())
+    begins, ends = begins[forward], ends[forward]
     n_ticks = len(records.tick_ns)
     start = np.r_[records.edge_ns[begins], records.tick_ns]
     end = np.r_[records.edge_ns[ends], records.tick_ns]
@@ -300,7 +308,7 @@ def _columns(records: Records, reading: _Reading, path: Path):
         collective_names=[],
         bytes=np.r_[nbytes, np.full(n_steps, NULL)].astype(np.int64),
     )
-    return columns, _problems(path, records.untimed, unmatched, unclosed)
+    return columns, _problems(path, records.untimed, unmatched, unclosed, backwards)
 
 
 def _regions(codes: np.ndarray, names: list[str], ticks: int) -> tuple[np.ndarray, list[str]]:
@@ -358,12 +366,15 @@ def _cumcount(key: np.ndarray) -> np.ndarray:
     return counts
 
 
-def _problems(path: Path, untimed: int, unmatched: int, unclosed: int) -> list[Problem]:
+def _problems(
+    path: Path, untimed: int, unmatched: int, unclosed: int, backwards: int = 0
+) -> list[Problem]:
     return counted(
         path,
         (untimed, "records without a valid 'ts' were skipped", True),
         (unclosed, "activities begun but never ended (run cut short?); left out", True),
         (unmatched, "end records without a begin; left out", True),
+        (backwards, "activities that end before they begin (negative duration); left out", True),
     )
 
 
