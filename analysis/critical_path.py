@@ -47,6 +47,7 @@ from runfiles.names import PHASE_TABLE
 from analysis import cells, humanize
 from analysis.section import Section
 from traces.phases import STEP_PHASES
+from ddlcompare.validate import read_table
 
 EXPOSED_SHARE = 0.02  # grad_comm is the join where it holds 2 % of the step or more
 UNTIMED = "untimed"  # time in a window outside every phase
@@ -693,12 +694,12 @@ def phase_table(tables) -> pd.DataFrame:
     phase recorder's intervals (step_phases.parquet)."""
     tables = Path(tables)
     recorder = (
-        pd.read_parquet(tables / "step_phases.parquet")
+        read_table(tables / "step_phases.parquet")
         if (tables / "step_phases.parquet").exists()
         else pd.DataFrame(columns=["run_id"])
     )
     traced = (
-        pd.read_parquet(tables / PHASE_TABLE)
+        read_table(tables / PHASE_TABLE)
         if (tables / PHASE_TABLE).exists()
         else pd.DataFrame(columns=["run_id"])
     )

@@ -40,6 +40,7 @@ from analysis import compression as compression_table
 from frameworks import compression as codecs
 from runfiles.atomic import write_text
 from traces.phases import PHASES
+from ddlcompare.validate import read_table
 
 FIGURE_SIZE = (8, 4.5)
 # One colour per phase in every figure (ColorBrewer Set3 and Dark2 hues).
@@ -373,9 +374,9 @@ def waterfall(table: pd.DataFrame, why: str = "no successful run to show"):
 
 
 def draw_all(tables: Path) -> dict[str, Path]:
-    runs = pd.read_parquet(tables / "runs.parquet")
-    epochs = pd.read_parquet(tables / "epochs.parquet")
-    phases = pd.read_parquet(tables / "step_phases.parquet")
+    runs = read_table(tables / "runs.parquet")
+    epochs = read_table(tables / "epochs.parquet")
+    phases = read_table(tables / "step_phases.parquet")
     ok = runs[runs["status"] == "ok"]
     table = (
         bottlenecks.breakdown(phases[phases["run_id"].isin(ok["run_id"])], ok, cells.CELL)
@@ -410,4 +411,10 @@ def draw_all(tables: Path) -> dict[str, Path]:
 
 
 if __name__ == "__main__":
-    draw_all(Path(sys.argv[1]))
+    from ddlcompare.validate import Damaged
+
+    try:
+        draw_all(Path(sys.argv[1]))
+    except Damaged as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -21,6 +21,7 @@ import yaml
 from analysis import summary
 from ddlcompare.design import Design
 from frameworks import registry
+from ddlcompare.validate import read_table
 
 RULE = (
     "per framework, its best and worst cell by throughput; the scale and setting where "
@@ -206,8 +207,8 @@ def write(
     from analysis import bottlenecks
     from runfiles.atomic import write_text
 
-    runs = pd.read_parquet(tables / "runs.parquet")
-    found = bottlenecks.findings(pd.read_parquet(tables / "step_phases.parquet"), runs)
+    runs = read_table(tables / "runs.parquet")
+    found = bottlenecks.findings(read_table(tables / "step_phases.parquet"), runs)
     doc = design_doc(design, runs, found, tables, replications, max_runs)
     header = (
         f"# The follow-up of {design.name} (written by ddlc follow-up): the cells\n"
@@ -294,7 +295,7 @@ def section(ctx) -> str:
         )
     if not (first_tables / "runs.parquet").exists():
         return text + "<p>The first stage's tables are gone: no tracing cost.</p>"
-    first = pd.read_parquet(first_tables / "runs.parquet")
+    first = read_table(first_tables / "runs.parquet")
     first_tracer = (
         first["tracer"].dropna().iloc[0]
         if "tracer" in first and first["tracer"].notna().any()

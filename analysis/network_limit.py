@@ -19,6 +19,7 @@ import pandas as pd
 
 from analysis import cells, humanize, page
 from frameworks import registry
+from ddlcompare.validate import read_table
 
 PROBES = "probe"  # folder under the tables
 
@@ -125,7 +126,7 @@ def section(ctx) -> str:
                 f"{humanize.number(link, 'MB/s')} (Sendrecv ring)",
             )
         )
-    steps = pd.read_parquet(ctx.tables / "step_stats.parquet")
+    steps = read_table(ctx.tables / "step_stats.parquet")
     table = compare(ctx.runs, steps, found)
     text = (
         "<p>The probe times MPI_Allreduce at the model's gradient sizes (each layer's and "

@@ -41,6 +41,7 @@ from runfiles.atomic import write_text
 from ddlcompare.design import Design
 from frameworks import registry
 from traces.phases import MARKERS
+from ddlcompare.validate import check_table, read_table
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -294,9 +295,7 @@ def traces_section(runs: pd.DataFrame, tables: Path) -> str:
     """What the converted traces hold: our runs' (collectives and their bytes)
     and any imported ones (phase totals per trace)."""
     parts = [""]
-    ours = (
-        pd.read_parquet(tables / PHASE_TABLE) if (tables / PHASE_TABLE).exists() else pd.DataFrame()
-    )
+    ours = read_table(tables / PHASE_TABLE) if (tables / PHASE_TABLE).exists() else pd.DataFrame()
     if len(ours):
         info = runs.set_index("run_id")[[*cells.CELL, "tracer"]]
         coll = (
@@ -328,7 +327,7 @@ def traces_section(runs: pd.DataFrame, tables: Path) -> str:
         parts.append("<h3>Unreadable traces</h3>" + page.table(errors[["run_id", "trace_errors"]]))
     imported = tables / "imported.parquet"
     if imported.exists():
-        table = pd.read_parquet(imported)
+        table = read_table(imported)
         totals = (
             table[~table["phase"].isin(MARKERS)].pivot_table(
                 index=["run_id", "source"], columns="phase", values="dur_ns", aggfunc="sum"
@@ -477,7 +476,7 @@ def devices_section(runs: pd.DataFrame, tables: Path) -> str:
     """Calibrated runs: each device kind's share of the global batch and its
     idle time (does the CPU help or hold back?)."""
     path = tables / "balance.parquet"
-    table = devices.by_device(pd.read_parquet(path), runs) if path.exists() else pd.DataFrame()
+    table = devices.by_device(read_table(path), runs) if path.exists() else pd.DataFrame()
     if table.empty:
         return (
             "<p class='empty'>No calibrated run (batch_split: calibrated, or device: hybrid): "
@@ -666,10 +665,12 @@ def _how_to_compare(name: str, info: registry.AdapterInfo) -> dict:
 
 
 def build(design: Design, tables: Path, out: Path) -> Path:
+    for path in sorted(Path(tables).glob("*.parquet")):  # any a section may read
+        check_table(path)
     ctx = Context(
         design=design,
-        runs=pd.read_parquet(tables / "runs.parquet"),
-        step_phases=pd.read_parquet(tables / "step_phases.parquet"),
+        runs=read_table(tables / "runs.parquet"),
+        step_phases=read_table(tables / "step_phases.parquet"),
         tables=tables,
     )
     text, _ = render(ctx)

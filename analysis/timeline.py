@@ -107,10 +107,19 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     """The columns of a phase table that the timeline uses, its text columns
     as categories: a table has few distinct names, kept dictionary-encoded
     from the file on (a third of the time of decoding a million strings)."""
-    schema = pq.read_schema(path)
-    used = [f for f in schema if f.name in USED_COLUMNS]
-    texts = [f.name for f in used if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-    return pq.read_table(path, columns=[f.name for f in used], read_dictionary=texts).to_pandas()
+    try:
+        schema = pq.read_schema(path)
+        used = [f for f in schema if f.name in USED_COLUMNS]
+        texts = [
+            f.name for f in used if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+        ]
+        table = pq.read_table(path, columns=[f.name for f in used], read_dictionary=texts)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise TimelineError(
+            f"{path}: damaged table ({str(exc).splitlines()[0][:120]}); delete it and run "
+            "the workflow again (./ddlc run), which builds it again"
+        ) from None
+    return table.to_pandas()
 
 
 # ------------------------------------------------------------------ clocks
@@ -241,6 +250,11 @@ def window(phases: pd.DataFrame, max_intervals: int, steps: tuple[int, int] | No
         middle = max(0, (len(counts) - n_steps) // 2)
         steps = (int(counts.index[middle]), int(counts.index[middle + n_steps - 1]))
     kept = phases[(step >= steps[0]) & (step <= steps[1])]
+    if kept.empty:
+        have = f"steps {int(step.min())} to {int(step.max())}" if step.notna().any() else "no steps"
+        raise TimelineError(
+            f"--steps {steps[0]}:{steps[1]}: no step in that range; the runs have {have}"
+        )
     note = {
         "steps": list(steps),
         "of_steps": [int(step.min()), int(step.max())],

@@ -235,6 +235,11 @@ def cmd_timeline(args) -> int:
             first, last = (int(v) for v in args.steps.split(":"))
         except ValueError:
             raise UserError(f"--steps {args.steps}: give two step numbers, A:B") from None
+        if not 0 <= first <= last:
+            raise UserError(
+                f"--steps {args.steps}: the first step must be >= 0 and at most the last "
+                f"(e.g. --steps {min(first, last)}:{max(first, last)})"
+            )
         steps = (first, last)
     try:
         info = timeline.export(
@@ -270,12 +275,13 @@ def cmd_import(args) -> int:
 
 
 def cmd_check(args) -> int:
-    """Every finished run's files checked; --rerun moves the damaged ones'
-    files to attempts/ so that the next workflow run does them again."""
-    from ddlcompare import runner
+    """Every finished run's files checked, each alone and against each other,
+    and the design's tables; --rerun moves the damaged runs' files to
+    attempts/ so that the next workflow run does them again."""
+    from ddlcompare import runner, validate
 
     design = load_design(args.design, check_ready=False)
-    results = Path(args.results)
+    results = existing_folder(args.results, "--results")
     from analysis import replication
 
     planned = replication.planned(design, results)
@@ -284,18 +290,48 @@ def cmd_check(args) -> int:
         print(f"damaged: {row.path}: {problem}")
         if args.rerun:
             runner.archive_attempt(results / row.path)
+    tables = default_tables(design, str(results))
+    bad_tables = []
+    for path in sorted(tables.glob("*.parquet")):
+        try:
+            validate.read_table(path)
+        except validate.Damaged as exc:
+            bad_tables.append(path)
+            print(f"damaged: {exc}")
+            if args.rerun:
+                path.unlink()
     done = sum((results / r.path / runner.DONE).exists() for r in planned)
     print(
         f"{done} finished run(s) checked, {len(damaged)} damaged"
+        + (f"; {len(bad_tables)} damaged table(s) in {tables}" if bad_tables else "")
         + (
-            "; moved to attempts/, the next workflow run does them again"
-            if args.rerun and damaged
+            "; moved to attempts/ (tables deleted): the next workflow run does them again"
+            if args.rerun and (damaged or bad_tables)
             else "; ddlc check --rerun queues them again"
-            if damaged
+            if damaged or bad_tables
             else ""
         )
     )
-    return 1 if damaged and not args.rerun else 0
+    return 1 if (damaged or bad_tables) and not args.rerun else 0
+
+
+def existing_folder(text: str, option: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        what = "is a file" if path.exists() else "does not exist"
+        raise UserError(f"{option} {text}: {what}; give the folder the workflow wrote (results=)")
+    return path
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def cmd_fetch_data(args) -> int:
@@ -357,12 +393,12 @@ def parser() -> argparse.ArgumentParser:
     follow.add_argument("--out", help="the follow-up design (default: <design>-follow-up.yaml)")
     follow.add_argument(
         "--replications",
-        type=int,
+        type=positive_int,
         default=None,
         help="runs per chosen cell (default: the first stage's + 1, at least 3)",
     )
     budget = dict(
-        type=int,
+        type=positive_int,
         default=None,
         help="at most this many follow-up runs (default: as many as the first stage's, at least one cell)",
     )
@@ -378,7 +414,7 @@ def parser() -> argparse.ArgumentParser:
     line.add_argument("-o", "--out", required=True, help="the JSON file to write")
     line.add_argument(
         "--max-intervals",
-        type=int,
+        type=positive_int,
         default=400_000,
         help="above this, keep a window of steps (default 400000)",
     )
@@ -414,10 +450,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ddlcompare.validate import Damaged
+
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
-    except UserError as exc:
+    except (UserError, Damaged) as exc:  # Damaged: a table the analysis reads
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -21,11 +21,14 @@ from typing import Any
 import yaml
 
 from ddlcompare import fractional, sampling, yaml_safe
-from ddlcompare.params import CORE_FACTORS, PARAMS, RENAMED, SAFE_TEXT, RunRow
+from ddlcompare.params import CORE_FACTORS, PARAMS, RENAMED, RunRow, is_safe_text, shown, shown_key
 
 # A plan larger than this is a typo more often than a campaign; a design
 # that means it says so with max_runs.
 MAX_RUNS = 10_000
+# The most runs max_runs may allow: the plan, its checks and the workflow's
+# jobs are held in memory (the plan alone takes about 1.5 kB a run).
+MAX_PLANNABLE = 100_000
 # One problem is one line: a value repeated by YAML aliases is cut short.
 MAX_PROBLEM_CHARS = 1000
 TOP_LEVEL_KEYS = {
@@ -170,6 +173,24 @@ class Design:
         return RunRow(run_id=run_id, path=path, factors=factors, rep=rep, order=0, config=config)
 
 
+# Keys of a run's config that say where it is filed, not what it runs.
+BOOKKEEPING = ("run_id", "design", "settings_hash")
+
+
+def identity(config: dict[str, Any]) -> str:
+    """What a run is: its resolved settings (those at their default left out,
+    as in settings_hash, and those the analysis alone reads), its seed and
+    replication. Folder names follow the design's layout, which changes when
+    a fixed setting becomes a factor; this does not."""
+    settings = {
+        k: v
+        for k, v in config.items()
+        if k in PARAMS and not PARAMS[k].analysis_only and v != PARAMS[k].default
+    }
+    blob = {"settings": settings, "seed": config.get("seed"), "rep": config.get("rep")}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _path_value(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
@@ -214,12 +235,12 @@ def parse(raw: Any, source: str = "design.yaml") -> Design:
         )
     for key in raw:
         if key not in TOP_LEVEL_KEYS:
-            problems.append(f"unknown key {key!r} (allowed: {', '.join(TOP_LEVEL_KEYS)})")
+            problems.append(f"unknown key {shown(key)} (allowed: {', '.join(TOP_LEVEL_KEYS)})")
 
     name = _parse_name(raw, source, problems)
     factors = _parse_factors(raw.get("factors"), problems)
     fixed = _parse_fixed(raw.get("fixed", {}), factors, problems)
-    max_runs = _integer(raw, "max_runs", MAX_RUNS, 1, problems, 10**9)
+    max_runs = _integer(raw, "max_runs", MAX_RUNS, 1, problems, MAX_PLANNABLE)
     adaptive = _parse_adaptive(raw, problems)
     if adaptive:
         replications = adaptive.least
@@ -299,7 +320,7 @@ def _parse_adaptive(raw: dict, problems: list[str]) -> Adaptive | None:
 def _parse_name(raw: dict, source: str, problems: list[str]) -> str:
     if "name" not in raw:
         name = Path(source).stem
-        if not SAFE_TEXT.match(name):
+        if not is_safe_text(name):
             problems.append(
                 f"name: not set, so it would be the file's name {name!r}, which "
                 "has characters not allowed in a folder name; add a line "
@@ -317,8 +338,10 @@ def _parse_name(raw: dict, source: str, problems: list[str]) -> str:
         problems.append(
             f"name: YAML reads {name} as a number, not text; put it in quotes: name: '{name}'"
         )
-    elif not isinstance(name, str) or not SAFE_TEXT.match(name):
-        problems.append(f"name: {name!r} must be a short name of letters, digits, '.', '_', '-'")
+    elif not isinstance(name, str) or not is_safe_text(name):
+        problems.append(
+            f"name: {shown(name)} must be a short name of letters, digits, '.', '_', '-'"
+        )
     return name
 
 
@@ -362,7 +385,7 @@ def _parse_factors(raw: Any, problems: list[str]) -> dict[str, list[Any]]:
         return {}
     factors: dict[str, list[Any]] = {}
     for name, levels in raw.items():
-        key = f"factors.{name}"
+        key = f"factors.{shown_key(name)}"
         param = PARAMS.get(name)
         if param is None:
             problems.append(_unknown(key, name, "factor"))
@@ -404,7 +427,7 @@ def _parse_fixed(raw: Any, factors: dict[str, list[Any]], problems: list[str]) -
         problems.append("fixed: must be a mapping of setting -> value")
         return {}
     for name, value in raw.items():
-        key = f"fixed.{name}"
+        key = f"fixed.{shown_key(name)}"
         param = PARAMS.get(name)
         if param is None:
             problems.append(_unknown(key, name, "setting"))
@@ -427,9 +450,18 @@ def _integer(
         problems.append(f"{key}: must be an integer >= {minimum}, got {value!r}")
         return default
     if value > maximum:
-        problems.append(f"{key}: must be at most {maximum}, got {value}")
+        problems.append(f"{key}: must be at most {maximum}, got {value}" + _why_at_most(key))
         return default
     return value
+
+
+def _why_at_most(key: str) -> str:
+    if key == "max_runs":
+        return (
+            " (the plan and the workflow's jobs are held in memory); split the campaign "
+            "into designs of fewer runs"
+        )
+    return ""
 
 
 def _parse_zip(raw: Any, factors: dict[str, list[Any]], problems: list[str]) -> list[list[str]]:
@@ -447,7 +479,7 @@ def _parse_zip(raw: Any, factors: dict[str, list[Any]], problems: list[str]) -> 
             continue
         unknown = [f for f in group if f not in factors]
         if unknown:
-            problems.append(f"{key}: {', '.join(map(str, unknown))} not among the factors")
+            problems.append(f"{key}: {', '.join(map(shown_key, unknown))} not among the factors")
             continue
         if len(group) < 2:
             problems.append(f"{key}: needs at least two factors")
@@ -479,22 +511,36 @@ def _parse_exclude(raw: Any, factors: dict[str, list[Any]], problems: list[str])
         if not isinstance(rule, dict) or not rule:
             problems.append(f"{key}: must be a non-empty mapping of factor -> level(s)")
             continue
-        parsed, ok = {}, True
-        for f, levels in rule.items():
-            levels = levels if isinstance(levels, list) else [levels]
-            if f not in factors:
-                problems.append(f"{key}.{f}: not a factor of this design")
-                ok = False
-            elif missing := [lv for lv in levels if lv not in factors[f]]:
-                problems.append(
-                    f"{key}.{f}: {', '.join(map(repr, missing))} is not a level "
-                    f"(levels: {', '.join(map(str, factors[f]))})"
-                )
-                ok = False
-            parsed[f] = levels
-        if ok:
+        parsed = {
+            f: _exclude_levels(f"{key}.{shown_key(f)}", f, v, factors, problems)
+            for f, v in rule.items()
+        }
+        if all(levels is not None for levels in parsed.values()):
             rules.append(parsed)
     return rules
+
+
+def _exclude_levels(
+    key: str, factor: Any, levels: Any, factors: dict[str, list[Any]], problems: list[str]
+) -> list[Any] | None:
+    """A rule's levels of one factor, checked as the factor's levels are
+    (true is not 1, '2' is not 2) and spelt as they are (1 is 1.0)."""
+    if factor not in factors:
+        problems.append(f"{key}: not a factor of this design (factors: {', '.join(factors)})")
+        return None
+    levels = levels if isinstance(levels, list) else [levels]
+    param = PARAMS[factor]
+    if bad := next((p for p in map(param.check, levels) if p), None):
+        problems.append(f"{key}: {bad}")
+        return None
+    levels = [param.normalise(lv) for lv in levels]
+    if missing := [lv for lv in levels if lv not in factors[factor]]:
+        problems.append(
+            f"{key}: {', '.join(map(shown, missing))} is not a level "
+            f"(levels: {', '.join(map(str, factors[factor]))})"
+        )
+        return None
+    return levels
 
 
 def _check_cells(design: Design, problems: list[str]) -> None:
@@ -506,30 +552,31 @@ def _check_cells(design: Design, problems: list[str]) -> None:
                 f"exclude[{i}]: matches no run; the combination "
                 f"{rule} never occurs (check zip groups)"
             )
-    if all_cells and not design._cells():
+    cells = design._cells()
+    if all_cells and not cells:
         problems.append("exclude: removes every run; the design has zero runs")
-    _check_compressions(design, problems)
+    configs = [{**design.fixed, **cell} for cell in cells]
+    _check_compressions(design, configs, problems)
     from ddlcompare import devices
 
-    problems += devices.cell_problems([{**design.fixed, **cell} for cell in design._cells()])
-    _check_tracers(design, problems)
+    problems += devices.cell_problems(configs)
+    _check_tracers(configs, problems)
 
 
-def _check_tracers(design: Design, problems: list[str]) -> None:
+def _check_tracers(configs: list[dict], problems: list[str]) -> None:
     """Every run asked for a Score-P trace must be one Score-P can trace."""
     from ddlcompare import tracers
 
-    reasons = dict.fromkeys(tracers.refusal({**design.fixed, **cell}) for cell in design._cells())
+    reasons = dict.fromkeys(tracers.refusal(config) for config in configs)
     problems.extend(r for r in reasons if r)
 
 
-def _check_compressions(design: Design, problems: list[str]) -> None:
+def _check_compressions(design: Design, configs: list[dict], problems: list[str]) -> None:
     """Every framework x compression cell left must be one its adapter can run."""
     from frameworks import registry
 
     refused = {}
-    for cell in design._cells():
-        config = {**design.fixed, **cell}
+    for config in configs:
         framework, compression = config["framework"], config["compression"]
         supported = registry.FRAMEWORKS[framework].compressions
         if compression not in supported:

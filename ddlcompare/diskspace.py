@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from frameworks import data
@@ -27,6 +28,10 @@ PER_STEP_RANK = {
     "horovod_timeline": 16 << 10,
 }
 SAFETY = 2
+# Snakemake's job scheduler writes its problem to the temporary folder
+# (TMPDIR) before any job runs, and dies with a traceback when it cannot.
+TEMP_BASE = 4 << 20
+TEMP_PER_JOB = 4 << 10
 
 
 class NoSpace(Exception):
@@ -60,6 +65,19 @@ def check(folder: Path, needed: int) -> None:
             f"No space left on {mount_point(folder)} for {folder} (needs about "
             f"{_mb(needed)} MB, {_mb(free)} MB free); free some space or pass "
             "--config results=ELSEWHERE"
+        )
+
+
+def check_temp(jobs: int) -> None:
+    """Room in the temporary folder for the workflow's scheduler."""
+    folder = Path(tempfile.gettempdir())
+    needed = TEMP_BASE + jobs * TEMP_PER_JOB
+    free = free_bytes(folder)
+    if free < needed:
+        raise NoSpace(
+            f"No space left on {mount_point(folder)} for temporary files in {folder} "
+            f"(the workflow's scheduler writes there; needs about {_mb(needed)} MB, "
+            f"{_mb(free)} MB free); free some space or point TMPDIR at a folder with room"
         )
 
 

@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -33,8 +34,35 @@ def strict_validator(schema_json: str):
 
 
 # Values end up in directory names and process arguments: keep them to a
-# character set that needs no quoting anywhere.
+# character set that needs no quoting anywhere. Match it with fullmatch (or
+# is_safe_text): "$" alone lets a trailing newline through.
 SAFE_TEXT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
+
+
+def is_safe_text(value: str) -> bool:
+    return SAFE_TEXT.fullmatch(value) is not None
+
+
+def shown(value: Any) -> str:
+    """A value echoed in a message: quoted and escaped, and each character
+    that looks like another or like nothing named (a trailing space, a
+    Cyrillic letter, a zero-width space, a non-ASCII hyphen), so that the
+    message never names what looks like a known key."""
+    if not isinstance(value, str):
+        return repr(value)
+    text = ascii(value)
+    odd = [c for c in dict.fromkeys(value) if not (c.isascii() and c.isprintable())]
+    notes = [f"U+{ord(c):04X} {unicodedata.name(c, 'a control character')}" for c in odd]
+    if value != value.strip():
+        notes.append("a space at the start or end")
+    return text + (f" (odd: {', '.join(notes)})" if notes else "")
+
+
+def shown_key(name: Any) -> str:
+    """A key in a message's 'where' part: as it is when plain, else shown()."""
+    if isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9_.+-]+", name):
+        return name
+    return shown(name)
 
 
 @dataclass(frozen=True)
@@ -98,20 +126,20 @@ class Param:
     def _check_choice(self, value) -> str | None:
         allowed = self.allowed()
         if allowed is not None and value not in allowed:
-            return f"unknown value {value!r} (allowed: {', '.join(allowed)})"
+            return f"unknown value {shown(value)} (allowed: {', '.join(allowed)})"
         if self.path_like:
             return path_problem(value)
-        if self.kind is str and not SAFE_TEXT.match(value):
+        if self.kind is str and not is_safe_text(value):
             return (
-                f"{value!r} has characters that are not allowed "
+                f"{shown(value)} has characters that are not allowed "
                 "(use letters, digits, '.', '_', '+', '-'; at most 64)"
             )
         return None
 
     def normalise(self, value: Any) -> Any:
         """One spelling per value, so that 1 and 1.0 are one level and hash alike."""
-        if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
+        if self.kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value) + 0.0  # + 0.0: -0.0 is 0.0, one level and one folder
         return value
 
     def describe(self) -> str:
@@ -134,6 +162,11 @@ def path_problem(text: str) -> str | None:
     """What the file system would refuse in a path, said before any run."""
     if "\0" in text:
         return "has a NUL character; give a plain path"
+    if control := next((c for c in text if not c.isprintable()), None):
+        return (
+            f"{shown(text)} has a control character (U+{ord(control):04X}, a line "
+            "break?); give the path on one line"
+        )
     try:
         path = Path(text).expanduser()
     except RuntimeError:
@@ -162,6 +195,14 @@ def yaml_hint(value: Any, kind: type) -> str:
         try:
             float(value)
         except ValueError:
+            return ""
+        import yaml
+
+        if isinstance(yaml.safe_load(value), (int, float)):
+            return (
+                f"; it is in quotes, so YAML reads it as text: write {value.strip()} without quotes"
+            )
+        if "e" not in value.lower() or "inf" in value.lower():
             return ""
         return (
             "; YAML 1.1 reads a number like 1e-3 as text: write 1.0e-3 (a dot before the exponent)"

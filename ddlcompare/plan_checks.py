@@ -60,7 +60,30 @@ def problems(design: Design) -> list[str]:
             "the local profile runs here; use device: cpu, or a cluster profile"
         )
     found += _damaged_data(design, configs)
+    if _local() and (problem := measure_lock_problem()):
+        found.append(problem)
     return found
+
+
+def measure_lock_problem() -> str | None:
+    """Every local run takes the host-wide measuring lock: a lock file that
+    cannot be opened would fail each run, so it is named here, once."""
+    from ddlcompare import machine_lock
+
+    path = machine_lock.lock_path()
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o666))
+    except OSError as exc:
+        where = (
+            f"{machine_lock.LOCK_ENV}={path}"
+            if os.environ.get(machine_lock.LOCK_ENV)
+            else f"the measuring lock {path}"
+        )
+        return (
+            f"{where}: cannot be opened ({exc.strerror}); point {machine_lock.LOCK_ENV} at a "
+            f"file in a folder that exists and you may write (default {machine_lock.DEFAULT_LOCK})"
+        )
+    return None
 
 
 def has_gpu() -> bool:

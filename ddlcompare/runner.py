@@ -36,6 +36,7 @@ from ddlcompare import (
 )
 from runfiles import energy, names, ownership
 from runfiles.atomic import write_json
+from ddlcompare.design import identity as design_identity
 from ddlcompare.params import RunRow
 from frameworks import balance, data, registry
 
@@ -109,6 +110,8 @@ def execute(row: RunRow, results: Path, kill_orphans: bool = False) -> int:
         return _no_space(row, run_dir, str(exc), earlier_attempt=True)
     token = ownership.claim(run_dir, kill=kill_orphans)
     try:
+        if _finished_ok(row, run_dir):
+            return 0
         return _attempt(row, run_dir, token)
     except LostOwnership:
         print(
@@ -128,6 +131,42 @@ def execute(row: RunRow, results: Path, kill_orphans: bool = False) -> int:
         )
     finally:
         ownership.release(run_dir, token)
+
+
+def _finished_ok(row: RunRow, run_dir: Path) -> bool:
+    """A run that finished ok whose done marker is gone: Snakemake removes
+    the output of a job it interrupted (Ctrl-C) even when the run had just
+    finished, and reruns a job it never saw end. Its sound files are kept
+    and its done marker written again from run.json: a finished run is
+    never trained twice."""
+    if (run_dir / DONE).exists() or not (run_dir / RECORD).exists():
+        return False
+    try:
+        record = validate.read_json(run_dir / RECORD)
+    except validate.Damaged:
+        return False
+    config = record.get("config")
+    if record["status"] != "ok" or not isinstance(config, dict):
+        return False
+    if design_identity(config) != design_identity(row.config):
+        return False
+    if validate.check_run(run_dir, row.config):
+        return False
+    write_json(
+        run_dir / DONE,
+        {
+            "status": "ok",
+            "exit_status": record.get("exit_status", 0),
+            "reason": record.get("reason"),
+            "run_id": record["run_id"],
+        },
+    )
+    print(
+        f"{run_dir}: finished ok before (its done marker was lost to an interrupted "
+        "workflow); kept, not trained again",
+        file=sys.stderr,
+    )
+    return True
 
 
 def _no_space(row: RunRow, run_dir: Path, reason: str, earlier_attempt: bool = False) -> int:
@@ -435,14 +474,52 @@ FATAL_LINE = re.compile(r"\bFatal:|\[Score-P\].*\bError:")
 SEPARATOR_LINE = re.compile(r"^[\W_]*$")
 
 
+# How each launcher says that a rank died of a signal: (rank, what the code
+# is, code, [node]). torchrun's failure summary, Horovod's Gloo runner (a
+# shell's 128 + signal), mpirun, and our spawner (tf-workers).
+RANK_SIGNAL = (
+    re.compile(r"^\s*rank\s*:\s*(?P<rank>\d+).*\n\s*exitcode\s*:\s*-(?P<signal>\d+)", re.M),
+    re.compile(
+        r"Terminating remaining workers after failure of Process (?P<rank>\d+)\.(?:.|\n)*?"
+        r"Process (?P=rank) exit with status code (?P<shell>1[3-9]\d)\b"
+    ),
+    re.compile(
+        r"Process (?P<rank>\d+) exit with status code (?P<shell>1[3-9]\d)\b(?:.|\n)*?"
+        r"Terminating remaining workers after failure of Process (?P=rank)\."
+    ),
+    re.compile(
+        r"process rank (?P<rank>\d+) with PID \d+ on node (?P<node>\S+) exited on signal "
+        r"(?P<signal>\d+)"
+    ),
+    re.compile(r"spawn: rank (?P<rank>\d+) \(pid \d+\) killed by signal (?P<signal>\d+)"),
+)
+
+
+def _rank_killed(text: str) -> str | None:
+    """'rank R killed by SIGNAME (signal N)': the cause of a run whose rank
+    a signal ended (its peers' errors and the launcher's follow from it)."""
+    root = text.find("Root Cause")  # torchrun lists the first failure there
+    for pattern in RANK_SIGNAL:
+        if found := pattern.search(text, max(root, 0)) or pattern.search(text):
+            fields = found.groupdict()
+            number = int(fields["signal"]) if fields.get("signal") else int(fields["shell"]) - 128
+            try:
+                name = signal.Signals(number).name
+            except ValueError:
+                continue
+            node = f" on {fields['node']}" if fields.get("node") else ""
+            return f"rank {fields['rank']}{node} killed by {name} (signal {number})"
+    return None
+
+
 def _last_error(log: Path) -> str:
-    """The most telling line of a failed run's log: the first exception a
-    rank raised (launchers report their own wrapper errors after it)."""
-    lines = [
-        ln.strip()
-        for ln in log.read_text(errors="replace").splitlines()
-        if ln.strip() and not SEPARATOR_LINE.match(ln)
-    ]
+    """The most telling line of a failed run's log: a rank killed by a
+    signal, else the first exception a rank raised (launchers report their
+    own wrapper errors after it)."""
+    text = log.read_text(errors="replace")
+    if killed := _rank_killed(text):
+        return killed
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not SEPARATOR_LINE.match(ln)]
     for pattern in (FATAL_LINE.search, EXCEPTION_LINE.match):
         for line in lines:
             if pattern(line):
@@ -467,12 +544,23 @@ def archive_attempt(run_dir: Path) -> None:
     leftovers += [p for g in ATTEMPT_GLOBS for p in run_dir.glob(g)]
     if not leftovers:
         return
-    attempts = run_dir / "attempts"
-    attempts.mkdir(exist_ok=True)
-    target = attempts / str(len(list(attempts.iterdir())) + 1)
-    target.mkdir()
+    target = _next_attempt(run_dir / "attempts")
     for path in leftovers:
         shutil.move(str(path), target / path.name)
+
+
+def _next_attempt(attempts: Path) -> Path:
+    """A new attempts/<n>/, n one above the highest number there (folders
+    may be missing or named otherwise: counting them would reuse a number)."""
+    attempts.mkdir(exist_ok=True)
+    numbers = [int(p.name) for p in attempts.iterdir() if p.name.isdigit()]
+    n = max(numbers, default=0) + 1
+    while True:
+        try:
+            (attempts / str(n)).mkdir()
+            return attempts / str(n)
+        except FileExistsError:  # a file named so, or another attempt's
+            n += 1
 
 
 def failed_runs(rows: list[RunRow], results: Path) -> list[RunRow]:

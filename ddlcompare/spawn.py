@@ -54,6 +54,7 @@ def process_envs(workers: list[str], per_node: int, env: dict) -> list[dict]:
 
 def run(command: list[str], envs: list[dict]) -> int:
     children = [subprocess.Popen(command, env=e) for e in envs]
+    ranks = {c.pid: json.loads(e["TF_CONFIG"])["task"]["index"] for c, e in zip(children, envs)}
 
     def stop(signum, _frame):
         _terminate(children)
@@ -68,6 +69,12 @@ def run(command: list[str], envs: list[dict]) -> int:
             continue
         pending.pop(pid)
         code = os.waitstatus_to_exitcode(status)
+        if code < 0:
+            print(
+                f"spawn: rank {ranks[pid]} (pid {pid}) killed by signal {-code}",
+                file=sys.stderr,
+                flush=True,
+            )
         if code != 0:
             _terminate(list(pending.values()))
             return code if code > 0 else 128 - code

@@ -54,6 +54,15 @@ REFUSED = {
 }
 
 
+# Frameworks whose one process drives every local device (DataParallel,
+# MirroredStrategy): the per-rank starter below finds no rank to name its
+# experiment after, and the trace it would leave is not one per replica.
+ONE_PROCESS = (
+    "it runs as one process driving every device, which has no rank for Score-P's "
+    "per-rank starter; use tracer: otf2"
+)
+
+
 def mode(config: dict) -> str:
     """``mpi`` or ``per-rank`` for a Score-P run (see the module's doc)."""
     from frameworks import registry
@@ -70,11 +79,10 @@ def refusal(config: dict) -> str | None:
         return None
     from frameworks import registry
 
-    launcher = registry.FRAMEWORKS[config["framework"]].launcher
-    if launcher in REFUSED:
-        return (
-            f"framework {config['framework']} cannot run with tracer: scorep: {REFUSED[launcher]}"
-        )
+    info = registry.FRAMEWORKS[config["framework"]]
+    reason = REFUSED.get(info.launcher) or (ONE_PROCESS if info.one_process else None)
+    if reason:
+        return f"framework {config['framework']} cannot run with tracer: scorep: {reason}"
     return None
 
 

@@ -19,7 +19,17 @@ import jsonschema
 import pandas as pd
 
 from runfiles import names
-from runfiles.names import DONE, ENERGY, EPOCHS, METRICS, NETWORK, OWNER, PHASE_TABLE, RUN_RECORD
+from runfiles.names import (
+    CONFIG,
+    DONE,
+    ENERGY,
+    EPOCHS,
+    METRICS,
+    NETWORK,
+    OWNER,
+    PHASE_TABLE,
+    RUN_RECORD,
+)
 from frameworks import registry
 from frameworks.common import EPOCH_COLUMNS
 from traces.phases import PHASES
@@ -209,23 +219,61 @@ def read_tsv(path: Path, columns: tuple[str, ...], min_rows: int = 1) -> pd.Data
     return table
 
 
+def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
+    """A Parquet table (a run's phases.parquet, the tables the analysis
+    reads), read whole; Damaged, naming the file and the fix, when it cannot be."""
+    import pyarrow.parquet as pq
+
+    return _parquet(path, lambda: pq.read_table(path, columns=columns).to_pandas())
+
+
+def check_table(path: Path) -> None:
+    """A Parquet table's footer and schema, read without its data (cheap: a
+    file cut short or overwritten fails here); Damaged when unreadable."""
+    import pyarrow.parquet as pq
+
+    _parquet(path, lambda: pq.read_schema(path))
+
+
+def _parquet(path: Path, read):
+    import pyarrow as pa
+
+    try:
+        return read()
+    except FileNotFoundError:
+        raise Damaged(f"{path}: missing") from None
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise Damaged(
+            f"{path}: damaged table ({str(exc).splitlines()[0][:120]}); delete it and run "
+            "the workflow again (./ddlc run), which builds it again"
+        ) from None
+
+
 def check_run(folder: Path, config: dict) -> list[str]:
-    """The problems of a finished ok (or suspect) run's files; [] when sound."""
+    """The problems of a finished ok (or suspect) run's files; [] when sound:
+    each file alone, then the files against each other and the design."""
     problems = []
 
     def attempt(check):
         try:
-            check()
+            return check()
         except Damaged as exc:
             problems.append(str(exc))
+            return None
 
     world = config["nodes"] * config["procs_per_node"]
-    attempt(lambda: _check_metrics(folder, world))
+    metrics = attempt(lambda: _check_metrics(folder, world))
     attempt(lambda: read_json(folder / RUN_RECORD))
-    attempt(lambda: read_tsv(folder / EPOCHS, EPOCH_COLUMNS))
+    attempt(lambda: _check_config(folder, config))
+    epochs = attempt(lambda: read_tsv(folder / EPOCHS, EPOCH_COLUMNS))
+    if metrics and epochs is not None:
+        attempt(lambda: _check_epochs(epochs, metrics))
     if registry.FRAMEWORKS[config["framework"]].family != "lbann":
         for rank in range(world):
-            attempt(lambda r=rank: read_tsv(folder / names.steps(r), STEP_COLUMNS))
+            name = names.steps(rank)
+            steps = attempt(lambda n=name: read_tsv(folder / n, STEP_COLUMNS))
+            if metrics and steps is not None:
+                attempt(lambda n=name, t=steps: _check_steps(n, t, metrics))
     for path in sorted(folder.glob(names.INTERVALS_GLOB)):
         attempt(lambda p=path: read_tsv(p, INTERVAL_COLUMNS, min_rows=0))
     for path in sorted(folder.glob(names.RANK_RECORD_GLOB)):
@@ -233,15 +281,75 @@ def check_run(folder: Path, config: dict) -> list[str]:
     for name in (ENERGY, NETWORK):
         if (folder / name).exists():
             attempt(lambda n=name: read_json(folder / n))
+    if (folder / PHASE_TABLE).exists():
+        attempt(lambda: _check_phase_table(folder / PHASE_TABLE))
     return problems
 
 
-def _check_metrics(folder: Path, world: int) -> None:
+def _check_metrics(folder: Path, world: int) -> dict:
     metrics = read_json(folder / METRICS)
     if metrics["world_size"] != world:
         raise Damaged(
             f"metrics.json: world_size {metrics['world_size']}, but the run has {world} processes"
         )
+    return metrics
+
+
+def _check_config(folder: Path, config: dict) -> None:
+    """config.json is the run's settings: another run's (a folder copied or
+    moved by hand) or an edited one is not this run's result."""
+    from ddlcompare.design import identity
+
+    if not (folder / CONFIG).exists():
+        return  # runs of older harnesses: run.json holds the config
+    try:
+        written = json.loads((folder / CONFIG).read_text())
+    except (OSError, ValueError) as exc:
+        raise Damaged(f"config.json: not valid JSON, cut short or edited? ({exc})") from None
+    if not isinstance(written, dict) or identity(written) != identity(config):
+        raise Damaged("config.json: not this run's settings (the folder was copied or edited?)")
+
+
+def _check_epochs(epochs: pd.DataFrame, metrics: dict) -> None:
+    done = metrics["epochs_done"]
+    if list(epochs["epoch"]) != list(range(1, done + 1)):
+        raise Damaged(
+            f"epochs.tsv: epochs {_listed(epochs['epoch'])}, but metrics.json says "
+            f"{done} epoch(s) done (cut short?)"
+        )
+
+
+def _check_steps(name: str, steps: pd.DataFrame, metrics: dict) -> None:
+    """Every epoch done has steps_per_epoch rows in each rank's steps file."""
+    per_epoch = steps.groupby("epoch").size()
+    expected = pd.Series(
+        metrics["steps_per_epoch"], index=range(1, metrics["epochs_done"] + 1), dtype="int64"
+    )
+    found = per_epoch.reindex(expected.index, fill_value=0)
+    short = found[found != expected]
+    if len(short) or len(per_epoch) != len(expected):
+        epoch = (
+            short.index[0] if len(short) else sorted(set(per_epoch.index) - set(expected.index))[0]
+        )
+        raise Damaged(
+            f"{name}: {per_epoch.get(epoch, 0)} step rows in epoch {epoch}, but metrics.json "
+            f"says {metrics['steps_per_epoch']} steps per epoch for {metrics['epochs_done']} "
+            "epoch(s) (cut short?)"
+        )
+
+
+def _check_phase_table(path: Path) -> None:
+    """The run's converted traces must read whole (the workflow converts
+    them again when the file is deleted)."""
+    try:
+        read_table(path)
+    except Damaged as exc:
+        raise Damaged(f"{PHASE_TABLE}: {str(exc).split(': ', 1)[1]}") from None
+
+
+def _listed(values) -> str:
+    values = list(values)
+    return ", ".join(map(str, values[:5])) + (", ..." if len(values) > 5 else "") or "none"
 
 
 def done_status(folder: Path) -> tuple[str | None, str | None]:

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from analysis import replication
-from ddlcompare import diskspace, runner, validate, yaml_safe
+from ddlcompare import diskspace, refile, runner, validate, yaml_safe
 from runfiles import ownership
 from ddlcompare.cli import UserError, load_design
-from ddlcompare.params import RunRow
+from ddlcompare.params import RunRow, shown_key
 
 # Run paths are built from validated values only (see params.SAFE_TEXT).
 PATH_PATTERN = r"[A-Za-z0-9._+~/-]+"
@@ -35,10 +35,16 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool, options: 
     except UserError as exc:
         _stop(str(exc))
     runs = replication.planned(design, results)
+    if main and not dryrun:
+        try:  # a run's jobs: run, phases, and a share of the rest
+            diskspace.check_temp(4 * len(runs))
+        except diskspace.NoSpace as exc:
+            _stop(str(exc))
     if main:
         os.environ[ownership.WORKFLOW_ENV] = ownership.workflow_mark()
         os.environ[yaml_safe.DIGEST_ENV] = yaml_safe.file_digest(design_file) or ""
         _check_occupants(runs, results, _flag(options, "kill_orphans"), dryrun)
+        _refile_finished(runs, results, results / design.name, dryrun)
         _requeue_damaged(runs, results, _flag(options, "rerun_damaged"), dryrun)
         failed = runner.failed_runs(runs, results)
         if failed and dryrun:
@@ -53,9 +59,52 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool, options: 
                 f"{len(failed)} failed run(s) queued again; earlier attempts kept under attempts/",
                 file=sys.stderr,
             )
+        _drop_damaged_tables(runs, results, results / design.root / "tables", dryrun)
         note_changed_results(runs, results, results / design.root / "tables", dryrun)
         _warn_of_space(runs, results)
     return design, runs
+
+
+def _refile_finished(runs: list[RunRow], results: Path, root: Path, dryrun: bool) -> None:
+    """Planned runs that finished under another folder name (a fixed setting
+    made a factor) move to their planned folders instead of running again."""
+    found = refile.moves(runs, results, root)
+    if not found:
+        return
+    if dryrun:
+        print(
+            f"{len(found)} finished run(s) found under earlier folder names (same settings): "
+            f"they move to their folders, not run again (first: {found[0][1]})",
+            file=sys.stderr,
+        )
+        return
+    moved = [row for row, source in found if refile.move(row, source, results)]
+    if moved:
+        print(
+            f"{len(moved)} finished run(s) found under earlier folder names (same settings): "
+            f"moved to their folders, not run again (first: {moved[0].path})",
+            file=sys.stderr,
+        )
+
+
+def _drop_damaged_tables(runs: list[RunRow], results: Path, tables: Path, dryrun: bool) -> None:
+    """Tables are built from the run files: one that cannot be read (cut
+    short, overwritten) is deleted, so that the workflow builds it again,
+    instead of failing the analysis that reads it."""
+    paths = [results / r.path / validate.PHASE_TABLE for r in runs] + sorted(
+        tables.glob("*.parquet")
+    )
+    for path in paths:
+        if not path.exists():
+            continue
+        try:
+            validate.check_table(path)
+        except validate.Damaged:
+            if not dryrun:
+                path.unlink()
+            print(
+                f"warning: {path}: damaged table; built again from the run files", file=sys.stderr
+            )
 
 
 def _warn_of_space(runs: list[RunRow], results: Path) -> None:
@@ -69,9 +118,45 @@ def _warn_of_space(runs: list[RunRow], results: Path) -> None:
         print(f"warning: {len(todo)} run(s) to do: {exc}", file=sys.stderr)
 
 
+# Every --config key the workflow reads, with what it takes: a key not here
+# is refused (a misspelt design= would run the default design).
+CONFIG_KEYS = {
+    "design": "the design file (default design.yaml)",
+    "results": "the results folder (default results)",
+    "import_traces": "trace files or folders to convert and show in the report, comma-separated",
+    "kill_orphans": "1: stop training processes of earlier attempts still in the run folders",
+    "rerun_damaged": "1: run the runs with damaged files again",
+    "allow_failures": "1: exit 0 even when some run is not ok",
+}
+FLAGS = ("kill_orphans", "rerun_damaged", "allow_failures")
+FLAG_VALUES = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
+def check_options(options: dict) -> None:
+    """Refuse --config keys the workflow does not read, and flags that are
+    not a yes or a no."""
+    import difflib
+
+    for key in options:
+        if key not in CONFIG_KEYS:
+            close = difflib.get_close_matches(str(key), CONFIG_KEYS, n=1)
+            _stop(
+                f"--config {shown_key(key)}: not a setting of the workflow"
+                + (f"; did you mean {close[0]}=?" if close else "")
+                + f" (known: {', '.join(CONFIG_KEYS)})"
+            )
+    for name in FLAGS:
+        if name in options and str(options[name]).strip().lower() not in FLAG_VALUES:
+            _stop(
+                f"--config {name}={options[name]}: must be 1 or 0 (true/false, yes/no): "
+                f"{CONFIG_KEYS[name]}"
+            )
+
+
 def workflow_paths(options: dict) -> tuple[str, Path]:
     """design= and results= from Snakemake's config (an empty value arrives
-    as None)."""
+    as None), once every key is known."""
+    check_options(options)
     design = options.get("design", "design.yaml")
     results = options.get("results", "results")
     if design is None or not str(design).strip():
@@ -111,7 +196,7 @@ def _stop(message: str) -> NoReturn:
 
 
 def _flag(options: dict, name: str) -> bool:
-    return str(options.get(name, "0")).lower() in ("1", "true", "yes")
+    return FLAG_VALUES.get(str(options.get(name, "0")).strip().lower(), False)
 
 
 def _requeue_damaged(runs: list[RunRow], results: Path, rerun: bool, dryrun: bool) -> None:
@@ -270,19 +355,22 @@ def finish(
     order = ["ok", "failed", "damaged", "suspect", "interrupted", "running", "missing"]
     parts = [f"{counts[s]} {s}" for s in order + sorted(set(counts) - set(order)) if counts[s]]
     bad = sum(n for s, n in counts.items() if s != "ok")
-    where = (
-        f": see {report.resolve()}"
-        if workflow_ok and report.exists()
-        else ": see the failed jobs' logs above"
-    )
+    if not workflow_ok:
+        parts.append(
+            "but the workflow stopped before its end (the failed jobs' logs are above): "
+            "the tables and the report are not up to date"
+        )
+        print(", ".join(parts), file=sys.stderr)
+        return
+    where = f": see {report.resolve()}" if report.exists() else ": see the runs' logs"
     print(", ".join(parts) + (where if bad else ""), file=sys.stderr)
-    if workflow_ok and (loaded := _loaded_runs(tables)):
+    if loaded := _loaded_runs(tables):
         print(
             f"{loaded} run(s) measured beside heavy foreign load, not clean: see "
             f"{report.resolve()} (run status)",
             file=sys.stderr,
         )
-    if bad and workflow_ok and not _flag(options, "allow_failures"):
+    if bad and not _flag(options, "allow_failures"):
         print(
             "exit status 1: not every run is ok (--config allow_failures=1 to exit 0 all the same)",
             file=sys.stderr,

@@ -21,6 +21,9 @@ import yaml
 
 MAX_BYTES = 1 << 20  # a design is a page of YAML
 MAX_VALUES = 100_000  # values after expanding aliases
+# Lists and mappings inside each other: a design needs four levels; PyYAML's
+# composer and the checks below recurse once per level.
+MAX_DEPTH = 50
 # The workflow records its design file's digest here; a job started later
 # tells a design edited mid-campaign apart from a wrong run path.
 DIGEST_ENV = "DDLC_DESIGN_DIGEST"
@@ -97,12 +100,30 @@ class _Loader(yaml.SafeLoader):
 
 def load(text: str) -> Any:
     """Parse the YAML; yaml.YAMLError for syntax, YamlProblem for the rest."""
+    _check_depth(text)
     data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
     _check_size(data)
     problem = _not_json(data, "")
     if problem:
         raise YamlProblem(problem)
     return data
+
+
+def _check_depth(text: str) -> None:
+    """Refuse lists and mappings nested deeper than MAX_DEPTH, from the
+    parser's events (which do not recurse), before anything recurses."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):  # noqa: S506
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise YamlProblem(
+                    f"line {event.start_mark.line + 1}: lists or mappings nested more "
+                    f"than {MAX_DEPTH} deep; a design needs a few levels: is this the "
+                    "right file?"
+                )
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def _check_size(data: Any) -> None:

@@ -15,6 +15,7 @@
 # LBANN_SB_<PKG>_SOURCE_DIR, so it never needs the network itself:
 #   envs/build-lbann.sh                         clones from GitHub
 #   DDLC_SOURCES=/path envs/build-lbann.sh      local git copies, /path/<owner>+<name>/repo
+#   envs/build-lbann.sh --missing-packages      only lists the Debian packages it lacks here
 # Variables: DDLC_LBANN_PREFIX (default ~/.cache/ddl-compare/lbann), JOBS (default 2),
 #            LBANN_REF, HYDROGEN_REF, DIHYDROGEN_REF, CONDUIT_REF, CLARA_REF, CEREAL_REF, ZSTR_REF,
 #            HDF5_DIR (the HDF5 Conduit uses; default Debian's serial one).
@@ -221,19 +222,24 @@ checkout_aluminum() {
 
 checkout_blt() { submodules "$SRC/Conduit" src/blt; }
 
-# What the SuperBuild takes from the system, said once before hours of work.
+# The Debian packages the SuperBuild takes from the system.
+LBANN_DEBIAN_PACKAGES=(libopenmpi-dev libopenblas-dev liblapack-dev libprotobuf-dev protobuf-compiler
+                       libhwloc-dev libspdlog-dev libopencv-dev libhdf5-dev)
+
+# What the SuperBuild takes from the system, every problem said at once
+# before hours of work.
 check_prerequisites() {
-  local missing
-  missing=$(missing_debian_packages libopenmpi-dev libopenblas-dev liblapack-dev \
-    libprotobuf-dev protobuf-compiler libhwloc-dev libspdlog-dev libopencv-dev libhdf5-dev)
+  local missing problems=0
+  missing=$(missing_debian_packages "${LBANN_DEBIAN_PACKAGES[@]}")
   if [[ -n $missing ]]; then
     echo "build-lbann: missing Debian packages; run: apt-get install -y $missing" >&2
-    exit 2
+    problems=1
   fi
   if [[ ! -d $HDF5_DIR ]]; then
     echo "build-lbann: HDF5_DIR=$HDF5_DIR does not exist; set HDF5_DIR to the HDF5 Conduit should use" >&2
-    exit 2
+    problems=1
   fi
+  (( problems == 0 )) || exit 2
 }
 
 main() {
@@ -268,4 +274,6 @@ main() {
 
 # One line, read whole before it runs: editing this file during a build
 # cannot change what the running build does next.
+# --missing-packages: only list the Debian packages the build lacks here.
+if [[ ${1:-} == --missing-packages ]]; then missing_debian_packages "${LBANN_DEBIAN_PACKAGES[@]}"; exit 0; fi
 main "$@"; exit

@@ -71,12 +71,33 @@ build_env() {
   local env=$1 requirements=$2 label=$3 want stamp="$1/.ddlc-requirements"
   want=$( (sha256sum "$requirements"; echo "$here") | sha256sum | cut -d' ' -f1)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
+  check_owner "$env"
   say "building the $label environment in $env (a few minutes the first time)"
   [ -x "$env/bin/python" ] || python3 -m venv "$env"
   pip_in "$env" install -q --upgrade pip
   pip_in "$env" install -q -r "$requirements"
   pip_in "$env" install -q --no-deps -e .
   echo "$want" > "$stamp"
+}
+
+# An environment holds one checkout's editable install. Two checkouts that
+# share one (DDLC_VENV, a symlinked .venv) would re-point it at whichever set
+# up last, each then running the other's code: refused, unless the other
+# checkout is gone or DDLC_TAKE_OVER_ENV=1. An environment inside this
+# checkout (a copy of another's included) is this checkout's own.
+check_owner() {
+  local env=$1 owner place url
+  url=$(cat "$env"/lib/python3*/site-packages/ddl_compare-*.dist-info/direct_url.json 2>/dev/null |
+        sed -n 's#.*"url": *"file://\([^"]*\)".*#\1#p' | head -n 1)
+  owner=${url:-$here}; place=$(realpath "$env")
+  [ "$(realpath "$owner" 2>/dev/null || echo "$owner")" != "$(realpath "$here")" ] && [ -d "$owner" ] &&
+    [[ $place != "$(realpath "$here")"/* ]] || return 0
+  if [ "${DDLC_TAKE_OVER_ENV:-0}" = 1 ]; then
+    say "$env: taken over from the checkout $owner (DDLC_TAKE_OVER_ENV=1); it runs this checkout's code now"
+    return 0
+  fi
+  say "error: $env is the environment of the checkout $owner; setting it up here would re-point it at $here, and $owner would run this checkout's code. Give this checkout its own environment (unset DDLC_VENV, or remove the .venv link), or take it over with DDLC_TAKE_OVER_ENV=1"
+  exit 2
 }
 
 # GPU machines: torch from PyPI is a CUDA build there, and Horovod needs

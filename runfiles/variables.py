@@ -64,6 +64,12 @@ _ALL = [
         ".venv in the checkout",
     ),
     Variable(
+        "DDLC_TAKE_OVER_ENV",
+        None,
+        "1: set-up may re-point an environment another checkout set up (it refuses otherwise)",
+        "envs/setup.sh",
+    ),
+    Variable(
         "DDLC_VENV_TENSORFLOW",
         None,
         "the TensorFlow environment",

@@ -110,6 +110,16 @@ def trained(doc: dict, root: Path) -> Path:
     return root / row.path
 
 
+@pytest.fixture(scope="session")
+def tiny_trained(tmp_path_factory) -> tuple[Path, "design.Design"]:
+    """tiny_design()'s one real 2-rank torch-ddp run, trained once for the
+    whole session: (results folder, plan). Read it, or copy it to damage it."""
+    results = tmp_path_factory.mktemp("tiny-trained")
+    plan = design.parse(tiny_design(), "tiny.yaml")
+    assert runner.execute(plan.runs()[0], results) == 0
+    return results, plan
+
+
 def assert_learned(folder: Path):
     """The run ended ok, every epoch was measured and the loss went down
     (2 epochs, at least half the test set right): its epochs table."""

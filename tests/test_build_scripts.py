@@ -1,8 +1,14 @@
 """The framework build scripts stop at once, with one line naming the fix,
 when what they take from the system is missing: before hours of work."""
 
+import json
 import os
+import shutil
 import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from conftest import REPO, tiny_design, write_design
 
@@ -18,10 +24,21 @@ def test_lbann_build_names_a_missing_hdf5_and_does_nothing(tmp_path):
         timeout=60,
     )
     assert done.returncode == 2
-    assert done.stderr.strip() == (
+    # Where LBANN's Debian packages are missing too (a fresh machine), they are named first.
+    missing = subprocess.run(
+        ["bash", str(REPO / "envs" / "build-lbann.sh"), "--missing-packages"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.split()
+    expected = [
+        f"build-lbann: missing Debian packages; run: apt-get install -y {' '.join(missing)} "
+    ]
+    assert done.stderr.splitlines() == expected[: bool(missing)] + [
         f"build-lbann: HDF5_DIR={tmp_path / 'no-hdf5'} does not exist; "
         "set HDF5_DIR to the HDF5 Conduit should use"
-    )
+    ]
     assert not list((prefix / "src").iterdir())  # nothing checked out
     assert not (prefix / "build-times.tsv").exists()
 
@@ -95,3 +112,47 @@ def test_ddlc_run_with_a_missing_design_says_so_in_one_line(tmp_path):
         "pass --config design=PATH"
     )
     assert "Traceback" not in done.stderr and not done.stdout
+
+
+@pytest.mark.parametrize("how", ["a symlinked .venv", "DDLC_VENV"])
+def test_a_second_checkout_sharing_the_environment_is_refused(tmp_path, how):
+    """Set-up in another checkout would re-point this one's environment (its
+    editable install) there: it refuses, naming both, and changes nothing."""
+    venv = Path(sys.prefix)
+    owner = Path(_editable_checkout(venv))
+    other = tmp_path / "other"
+    (other / "envs").mkdir(parents=True)
+    for name in ("envs/setup.sh", "envs/torch.txt"):
+        shutil.copy(REPO / name, other / name)
+    env = {**os.environ}
+    env.pop("DDLC_TAKE_OVER_ENV", None)
+    if how == "DDLC_VENV":
+        env["DDLC_VENV"] = str(venv)
+    else:
+        env.pop("DDLC_VENV", None)
+        (other / ".venv").symlink_to(venv)
+    done = subprocess.run(
+        ["bash", str(other / "envs" / "setup.sh"), "torch"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"is the environment of the checkout {owner}" in done.stderr
+    assert "DDLC_TAKE_OVER_ENV=1" in done.stderr
+    assert _editable_checkout(venv) == str(owner)
+
+
+def _editable_checkout(venv: Path) -> str:
+    [record] = venv.glob("lib/python3*/site-packages/ddl_compare-*.dist-info/direct_url.json")
+    return json.loads(record.read_text())["url"].removeprefix("file://")
+
+
+def test_ddlc_with_ddlc_venv_naming_nothing_says_so(tmp_path):
+    env = {**os.environ, "DDLC_VENV": str(tmp_path / "nowhere")}
+    done = subprocess.run(
+        [str(REPO / "ddlc"), "plan"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: DDLC_VENV={tmp_path / 'nowhere'}: no Python environment")

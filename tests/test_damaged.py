@@ -6,23 +6,22 @@ collect fails; damaged runs run again on request."""
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import ddlc, tiny_design, write_design
+from conftest import REPO, ddlc, tiny_design, write_design
 from ddlcompare import design, runner
 from test_workflow import snakemake
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> tuple[Path, design.Design]:
-    """One real 2-rank run, trained once for the whole module."""
-    results = tmp_path_factory.mktemp("trained")
-    plan = design.parse(tiny_design(), "tiny.yaml")
-    assert runner.execute(plan.runs()[0], results) == 0
-    return results, plan
+@pytest.fixture
+def trained(tiny_trained) -> tuple[Path, design.Design]:
+    """One real 2-rank run, trained once for the whole session (conftest)."""
+    return tiny_trained
 
 
 def copy_of(trained, tmp_path) -> tuple[Path, design.Design, Path]:
@@ -74,7 +73,34 @@ DAMAGE = [
         lambda f: f.write_text('{"status": 3, "joules": null}'),
         "energy.json: status: 3 is not of type",
     ),
+    # Each file sound alone, but not with the others: cut at a line boundary,
+    # a row dropped, a figure or a setting edited.
+    ("steps.rank1.tsv", lambda f: keep_lines(f, 3), "steps.rank1.tsv: 2 step rows in epoch 1"),
+    ("steps.rank0.tsv", lambda f: keep_lines(f, -1), "steps.rank0.tsv: 11 step rows in epoch 2"),
+    ("epochs.tsv", lambda f: keep_lines(f, 2), "epochs.tsv: epochs 1, but metrics.json says 2"),
+    (
+        "metrics.json",
+        lambda f: f.write_text(json.dumps({**json.loads(f.read_text()), "epochs_done": 3})),
+        "epochs.tsv: epochs 1, 2, but metrics.json says 3",
+    ),
+    (
+        "metrics.json",
+        lambda f: f.write_text(json.dumps({**json.loads(f.read_text()), "steps_per_epoch": 5})),
+        "steps.rank0.tsv: 12 step rows in epoch 1, but metrics.json says 5 steps per epoch",
+    ),
+    (
+        "config.json",
+        lambda f: f.write_text(json.dumps({**json.loads(f.read_text()), "batch_size": 64})),
+        "config.json: not this run's settings",
+    ),
+    ("phases.parquet", lambda f: f.write_bytes(b"PAR1" + bytes(100)), "phases.parquet: damaged"),
 ]
+
+
+def keep_lines(path: Path, n: int) -> None:
+    """The file cut at a line boundary: its first n lines (n < 0: all but -n)."""
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:n]))
 
 
 @pytest.mark.slow
@@ -136,6 +162,24 @@ def test_workflow_reports_damage_rebuilds_tables_and_reruns_on_request(tmp_path)
 
 
 @pytest.mark.slow
+def test_a_finished_run_whose_done_marker_was_lost_is_not_trained_again(trained, tmp_path):
+    """Snakemake removes the output of a job it interrupted, even one whose
+    run had just finished: the runner finds the finished run and keeps it."""
+    results, plan, folder = copy_of(trained, tmp_path)
+    done = json.loads((folder / "done.json").read_text())
+    log = (folder / "train.log").stat().st_mtime_ns
+    (folder / "done.json").unlink()
+    assert runner.execute(plan.runs()[0], results) == 0
+    assert json.loads((folder / "done.json").read_text()) == done
+    assert (folder / "train.log").stat().st_mtime_ns == log and not (folder / "attempts").exists()
+    (folder / "done.json").unlink()  # a damaged one is trained again
+    keep_lines(folder / "steps.rank1.tsv", 3)
+    other = design.parse(tiny_design(epochs=1), "tiny.yaml").runs()[0]
+    assert runner._finished_ok(other, folder) is False  # another run's settings
+    assert runner._finished_ok(plan.runs()[0], folder) is False
+
+
+@pytest.mark.slow
 def test_ddlc_check_lists_and_requeues_damaged_runs(trained, tmp_path):
     results, plan, folder = copy_of(trained, tmp_path)
     path = write_design(tmp_path, tiny_design())
@@ -146,3 +190,112 @@ def test_ddlc_check_lists_and_requeues_damaged_runs(trained, tmp_path):
     queued = ddlc("check", "--design", str(path), "--results", str(results), "--rerun")
     assert queued.returncode == 0 and not (folder / "done.json").exists()
     assert (folder / "attempts" / "1" / "metrics.json").read_text() == "[]"
+
+
+@pytest.mark.parametrize("where", ["missing", "a file"])
+def test_ddlc_check_of_no_results_folder_is_an_error(tmp_path, where):
+    path = write_design(tmp_path, tiny_design())
+    results = tmp_path / "res"
+    if where == "a file":
+        results.write_text("x")
+    out = ddlc("check", "--design", str(path), "--results", str(results))
+    assert out.returncode == 2 and out.stderr.startswith(f"error: --results {results}: ")
+    assert "0 checked" not in out.stdout
+
+
+# Each table of the tables folder, and the commands that read it.
+READERS = {
+    "runs": "report figures",
+    "step_phases": "report figures",
+    "phases": "report",
+    "epochs": "figures",
+    "step_stats": "report",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("table", READERS)
+def test_a_damaged_table_is_one_line_for_its_readers_and_check(trained, tmp_path, table):
+    from analysis import collect
+
+    results, plan, _ = copy_of(trained, tmp_path)
+    path = write_design(tmp_path, tiny_design())
+    tables = results / plan.root / "tables"
+    collect.write_tables(plan, results, tables)
+    (tables / f"{table}.parquet").write_bytes((tables / f"{table}.parquet").read_bytes()[:-30])
+    commands = {
+        "report": [
+            *DDLC,
+            "report",
+            "--design",
+            str(path),
+            "--tables",
+            str(tables),
+            "--out",
+            str(tmp_path / "r.html"),
+        ],
+        "figures": [sys.executable, "-m", "analysis.figures", str(tables)],
+    }
+    for reader in READERS[table].split():
+        done = subprocess.run(commands[reader], capture_output=True, text=True, cwd=REPO)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (reader, done.stderr)
+        assert done.stderr.count("\n") == 1 and f"{table}.parquet: damaged table" in done.stderr
+    checked = ddlc("check", "--design", str(path), "--results", str(results))
+    assert checked.returncode == 1 and f"{table}.parquet: damaged table" in checked.stdout
+
+
+DDLC = [sys.executable, "-m", "ddlcompare.cli"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "factors",
+    [{"epochs": [2]}, {"compression": ["none"]}, {"epochs": [2, 3], "compression": ["none"]}],
+    ids=["a fixed setting made a factor", "a default made a factor", "and a new level"],
+)
+def test_a_finished_run_is_found_again_by_its_settings(trained, tmp_path, monkeypatch, factors):
+    """The folder names change when a setting becomes a factor; the run is
+    what it ran: the workflow moves it to its new folder instead of training
+    it again, and only the new level is left to run."""
+    from ddlcompare import workflow_support as ws, yaml_safe
+    from runfiles import ownership
+
+    for name in (ownership.WORKFLOW_ENV, yaml_safe.DIGEST_ENV):  # prepare sets them
+        monkeypatch.setenv(name, "")
+    results, plan, old = copy_of(trained, tmp_path)
+    log = (old / "train.log").stat().st_mtime_ns
+    doc = tiny_design()
+    doc["factors"].update(factors)
+    doc["fixed"] = {k: v for k, v in doc["fixed"].items() if k not in factors}
+    path = write_design(tmp_path, doc)
+    new = design.parse(doc, str(path))
+    assert new.runs()[0].path != plan.runs()[0].path
+    ws.prepare(str(path), results, main=True, dryrun=False)
+    same = next(r for r in new.runs() if r.config["epochs"] == 2)
+    folder = results / same.path
+    assert (folder / "train.log").stat().st_mtime_ns == log and not old.exists()
+    assert runner.damaged_runs(new.runs(), results) == []
+    assert json.loads((folder / "config.json").read_text())["run_id"] == same.run_id
+    record = json.loads((folder / "run.json").read_text())
+    assert record["moved_from"] == plan.runs()[0].path and record["run_id"] == same.run_id
+    left = [r for r in new.runs() if not (results / r.path / "done.json").exists()]
+    assert [r.config["epochs"] for r in left] == ([3] if len(new.runs()) == 2 else [])
+
+
+@pytest.mark.parametrize("workflow_ok", [True, False])
+def test_the_last_line_says_when_the_workflow_stopped(tmp_path, capsys, workflow_ok):
+    """Every run ok, but an analysis job failed: the last line does not read
+    as a success."""
+    from ddlcompare import workflow_support as ws
+
+    rows = design.parse(tiny_design(procs=(1, 2)), "tiny.yaml").runs()
+    for row in rows:
+        (tmp_path / row.path).mkdir(parents=True)
+        marker = {"status": "ok", "exit_status": 0, "reason": None, "run_id": row.run_id}
+        (tmp_path / row.path / "done.json").write_text(json.dumps(marker))
+    ws.finish(rows, tmp_path, tmp_path / "tables", tmp_path / "report.html", {}, workflow_ok)
+    last = capsys.readouterr().err.splitlines()[-1]
+    if workflow_ok:
+        assert last == "2 ok"
+    else:
+        assert last.startswith("2 ok, but the workflow stopped before its end")

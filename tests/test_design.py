@@ -507,3 +507,173 @@ def test_damaged_data_file_is_caught_at_plan_time(tmp_path):
     out = ddlc("plan", "--design", str(write_design(tmp_path, doc)))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert f"{victim} fails its checksum" in out.stderr
+
+
+# Look-alike and invisible characters in any name a design echoes: each is
+# quoted, escaped and named, wherever the name stands.
+LOOK_ALIKES = {
+    "a trailing space": ("fixed ", "a space at the start or end"),
+    "a Cyrillic letter": ("fr\u0430mework", "U+0430 CYRILLIC SMALL LETTER A"),
+    "a zero-width space": ("epochs\u200b", "U+200B ZERO WIDTH SPACE"),
+    "a non-ASCII hyphen": ("torch\u2010ddp", "U+2010 HYPHEN"),
+}
+PLACES = {
+    "top-level key": lambda n: {"factors": {"framework": ["torch-ddp"]}, n: 1},
+    "factor": lambda n: {"factors": {"framework": ["torch-ddp"], n: [1]}},
+    "setting": lambda n: {"factors": {"framework": ["torch-ddp"]}, "fixed": {n: 1}},
+    "level": lambda n: {"factors": {"framework": [n]}},
+    "exclude": lambda n: {"factors": {"framework": ["torch-ddp"]}, "exclude": [{n: 1}]},
+    "name": lambda n: {"name": n, "factors": {"framework": ["torch-ddp"]}},
+}
+
+
+@pytest.mark.parametrize("place", PLACES)
+@pytest.mark.parametrize("what", LOOK_ALIKES)
+def test_an_odd_character_is_quoted_escaped_and_named(place, what):
+    name, note = LOOK_ALIKES[what]
+    with pytest.raises(DesignError) as err:
+        design.parse(PLACES[place](name), "d.yaml")
+    message = "\n".join(err.value.problems)
+    assert ascii(name) in message and note in message, message
+
+
+@pytest.mark.parametrize(
+    "name", ["ok\n", "ok\r\n", "a\tb", "x\x00"], ids=["newline", "crlf", "tab", "nul"]
+)
+def test_a_control_character_in_any_text_is_refused(name):
+    for doc in (
+        {"name": name, "factors": {"framework": ["torch-ddp"]}},
+        {"factors": {"framework": ["torch-ddp"], "dataset": [name]}},
+        {"factors": {"framework": ["torch-ddp"]}, "fixed": {"data_dir": f"/tmp/{name}"}},
+    ):
+        with pytest.raises(DesignError):
+            design.parse(doc, "d.yaml")
+
+
+@pytest.mark.parametrize(
+    "factor,levels,rule",
+    [
+        ("procs_per_node", [1, 2], True),  # True == 1 in Python
+        ("procs_per_node", [1, 2], "1"),
+        ("procs_per_node", [1, 2], 1.0),
+        ("horovod_timeline", [True, False], 1),
+        ("learning_rate", [0.5, 1.0], "0.5"),
+    ],
+)
+def test_exclude_levels_are_checked_as_the_factors_levels(factor, levels, rule):
+    doc = {"factors": {"framework": ["torch-ddp"], factor: levels}, "exclude": [{factor: rule}]}
+    with pytest.raises(DesignError) as err:
+        design.parse(doc, "d.yaml")
+    assert any(p.startswith(f"exclude[0].{factor}: must be") for p in err.value.problems)
+
+
+def test_exclude_levels_are_spelt_as_the_factors():
+    doc = {
+        "factors": {"framework": ["torch-ddp"], "learning_rate": [1, 2]},
+        "exclude": [{"learning_rate": 1}],
+    }
+    assert [r.config["learning_rate"] for r in design.parse(doc).runs()] == [2.0]
+
+
+@pytest.mark.parametrize("zero", [-0.0, -0, "-0.0"])
+def test_negative_zero_is_zero(zero):
+    factors = {"framework": ["torch-ddp"], "net_delay_ms": [0.0]}
+    if zero == "-0.0":  # as a second level: one level listed twice
+        with pytest.raises(DesignError, match="listed twice"):
+            design.parse({"factors": {**factors, "net_delay_ms": [0.0, -0.0]}})
+        return
+    fixed = design.parse({"factors": {"framework": ["torch-ddp"]}, "fixed": {"net_delay_ms": zero}})
+    assert json_text(fixed.fixed["net_delay_ms"]) == "0.0"
+    level = design.parse({"factors": {**factors, "net_delay_ms": [zero]}}).runs()[0]
+    assert "-0" not in level.path
+
+
+def json_text(value):
+    import json
+
+    return json.dumps(value)
+
+
+@pytest.mark.parametrize("level", ["3", "0.5", " 2 "])
+def test_a_quoted_number_is_told_to_lose_its_quotes(level):
+    doc = {"factors": {"framework": ["torch-ddp"], "learning_rate": [level]}}
+    with pytest.raises(DesignError) as err:
+        design.parse(doc)
+    assert "without quotes" in err.value.problems[0] and "exponent" not in err.value.problems[0]
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"max_runs": 10**9, "replications": 10**8},
+        {"max_runs": design.MAX_PLANNABLE + 1},
+        {
+            "max_runs": design.MAX_PLANNABLE,
+            "factors": {
+                "framework": ["torch-ddp"],
+                "batch_size": list(range(1, 101)),
+                "epochs": list(range(1, 101)),
+                "warmup_steps": list(range(100)),
+                "eval_every": list(range(1, 101)),
+            },
+        },
+        {"max_runs": design.MAX_PLANNABLE, "replications": 10**8},
+    ],
+    ids=[
+        "huge max_runs and replications",
+        "max_runs above the cap",
+        "four factors",
+        "replications",
+    ],
+)
+def test_an_enormous_plan_is_refused_at_once(over):
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(DesignError) as err:
+        design.parse({**base(), **over})
+    assert time.monotonic() - start < 2
+    assert any("max_runs" in p for p in err.value.problems)
+
+
+@pytest.mark.parametrize("opener,closer", [("[", "]"), ("{a: ", "}"), ("- ", "")])
+def test_a_deeply_nested_file_is_refused_in_one_line(tmp_path, opener, closer):
+    path = tmp_path / "deep.yaml"
+    depth = 20_000 if closer else 200
+    if closer:
+        path.write_text(opener * depth + "1" + closer * depth)
+    else:
+        path.write_text("".join("  " * i + "-\n" for i in range(depth)))
+    with pytest.raises(DesignError) as err:
+        design.load(path)
+    assert err.value.problems == [
+        f"line {err.value.problems[0].split()[1].rstrip(':')}: lists or mappings nested more "
+        f"than {50} deep; a design needs a few levels: is this the right file?"
+    ]
+
+
+@pytest.mark.parametrize("where", ["missing/lock", "file/lock", "folder"])
+def test_a_measuring_lock_that_cannot_be_opened_is_named_at_plan_time(tmp_path, where):
+    import subprocess
+    import sys
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "folder").mkdir()
+    lock = tmp_path / where
+    doc = {"factors": {"framework": ["torch-ddp"]}}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddlcompare.cli",
+            "plan",
+            "--design",
+            str(write_design(tmp_path, doc)),
+        ],
+        env={**os.environ, "DDLC_MEASURE_LOCK": str(lock)},
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"DDLC_MEASURE_LOCK={lock}: cannot be opened (" in out.stderr

@@ -85,6 +85,9 @@ def test_rank_killed_mid_epoch_is_a_failed_run(tmp_path, framework):
     assert "Traceback" not in proc.stderr.read()
     done = json.loads((folder / "done.json").read_text())
     assert done["status"] == "failed" and done["exit_status"] != 0, done
+    assert re.fullmatch(
+        r"exit status \d+: rank [01] killed by SIGKILL \(signal 9\)", done["reason"]
+    ), done
     assert not (folder / "metrics.json").exists()
     assert json.loads((folder / "run.json").read_text())["status"] == "failed"
     assert wait_for(lambda: not pids_of(f"frameworks.worker {folder}"), 30)  # no orphans
@@ -265,6 +268,27 @@ def test_a_full_disk_is_named_before_the_run(tmp_path):
         assert temporaries(fs) == []
 
 
+@pytest.mark.parametrize("leave", [0, 1 << 20], ids=["full", "1 MB left"])
+def test_a_full_temporary_folder_is_named_before_any_job(tmp_path, leave):
+    """Snakemake's scheduler writes its problem to TMPDIR: a full one is named,
+    with the room it needs, before the workflow starts (no traceback, no run)."""
+    write_design(tmp_path, tiny_design())
+    with small_filesystem(tmp_path / "tmp", "4m") as tmp:
+        fill(tmp, leave)
+        out = subprocess.run(
+            snakemake_cmd(tmp_path),
+            env={**os.environ, "TMPDIR": str(tmp)},
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert f"for temporary files in {tmp} (" in out.stderr and "point TMPDIR at" in out.stderr
+    assert not (tmp_path / "results").exists() or not list(
+        (tmp_path / "results").rglob("train.log")
+    )
+
+
 @pytest.mark.slow
 def test_a_disk_that_fills_mid_run_ends_the_run_recorded(tmp_path):
     doc = tiny_design(**{**LONG, "epochs": 3, "train_images": 6000})  # fits the estimate
@@ -424,6 +448,17 @@ def test_missing_profile_is_a_clear_error(tmp_path):
         ("results=", "results= is empty"),
         ("results=design.yaml", "is a file, not a folder"),
         ("import_traces=nowhere.otf2", "import_traces: nowhere.otf2 not found"),
+        (
+            "desing=other.yaml",
+            "--config desing: not a setting of the workflow; did you mean design=?",
+        ),
+        (
+            "result=elsewhere",
+            "--config result: not a setting of the workflow; did you mean results=?",
+        ),
+        ("allow_failures=maybe", "--config allow_failures=maybe: must be 1 or 0"),
+        ("rerun_damaged=2", "--config rerun_damaged=2: must be 1 or 0"),
+        ("des\u0456gn=d.yaml", "--config 'des\\u0456gn' (odd: U+0456 CYRILLIC SMALL LETTER"),
     ],
 )
 def test_bad_workflow_config_is_one_line(tmp_path, config, message):

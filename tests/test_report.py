@@ -69,6 +69,19 @@ def report(tmp_path_factory):
     return next((workdir / "results").rglob("report.html"))
 
 
+def expected_gate() -> str:
+    """The gate passes where every builder's environment is built (LBANN's
+    graph is checked without LBANN); elsewhere (a fresh machine) it is
+    incomplete, never failed."""
+    from ddlcompare import envs
+    from frameworks.model_gate import BUILDERS
+
+    unbuilt = [
+        b for b, env in BUILDERS.items() if b != "lbann" and not envs.python_for(env).exists()
+    ]
+    return "incomplete" if unbuilt else "pass"
+
+
 @pytest.mark.slow
 def test_report_has_every_section_and_finding(report):
     page = report.read_text()
@@ -83,7 +96,7 @@ def test_report_has_every_section_and_finding(report):
     assert "MPI all-reduce probe, 2 processes" in page
     assert (report.parent / "summary.md").read_text().startswith("# ddl-compare: tiny")
     assert (report.parent / "summary-images_per_s.csv").exists()
-    assert "Same-model gate: <b>pass</b>" in page
+    assert f"Same-model gate: <b>{expected_gate()}</b>" in page
     assert ">Time to accuracy<" in page and "time_to_accuracy_s</th>" in page
     assert "Energy was not measured" in page or "measured: " in page
     assert "http://" not in page and "https://" not in page  # nothing fetched

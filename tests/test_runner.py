@@ -125,3 +125,70 @@ def test_processes_left_behind_by_the_launcher_are_stopped(tmp_path):
         not psutil.pid_exists(int(marker.read_text()))
         or psutil.Process(int(marker.read_text())).status() == psutil.STATUS_ZOMBIE
     )
+
+
+@pytest.mark.parametrize(
+    "present", [["2"], ["1", "3"], ["notes", "7"], ["1", "2"]], ids=lambda p: "+".join(p)
+)
+def test_the_next_attempt_is_above_every_attempt_kept(tmp_path, present):
+    for name in present:
+        (tmp_path / "attempts" / name).mkdir(parents=True)
+        (tmp_path / "attempts" / name / "kept").write_text(name)
+    (tmp_path / "done.json").write_text("{}")
+    runner.archive_attempt(tmp_path)
+    numbers = [int(n) for n in present if n.isdigit()]
+    assert (tmp_path / "attempts" / str(max(numbers) + 1) / "done.json").exists()
+    assert all((tmp_path / "attempts" / n / "kept").read_text() == n for n in present)
+
+
+def test_a_rank_killed_by_a_signal_is_named_with_it(tmp_path):
+    """Our spawner (tf-workers), for real: its rank 1 is SIGKILLed; the
+    reason names the rank and the signal, not the exception it led to."""
+    from test_tf_launch import run_spawner
+
+    worker = (
+        "import json, os, signal, sys, time;"
+        "rank = json.loads(os.environ['TF_CONFIG'])['task']['index'];"
+        "rank == 1 and os.kill(os.getpid(), signal.SIGKILL);"
+        "time.sleep(30)"
+    )
+    done = run_spawner(sys.executable, "-c", worker)
+    log = tmp_path / "train.log"  # what the other ranks say after it
+    log.write_text(done.stdout + done.stderr + "RuntimeError: the peer is gone\n")
+    code = done.returncode
+    assert code == 128 + signal.SIGKILL
+    assert runner._last_error(log) == "rank 1 killed by SIGKILL (signal 9)"
+
+
+LAUNCHER_SUMMARIES = {
+    "torchrun": (
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+        "Failures:\n  <NO_OTHER_FAILURES>\n"
+        "Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-24_19:50:00\n"
+        "  host      : node1\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 4242)\n"
+        "  error_file: <N/A>\n  traceback : Signal 9 (SIGKILL) received by PID 4242\n",
+        "rank 1 killed by SIGKILL (signal 9)",
+    ),
+    "horovodrun": (
+        "[0]<stderr>:RuntimeError: Gloo: connection closed by peer\n"
+        "Process 1 exit with status code 137.\n"
+        "Terminating remaining workers after failure of Process 1.\n"
+        "Process 0 exit with status code 1.\n",
+        "rank 1 killed by SIGKILL (signal 9)",
+    ),
+    "mpirun": (
+        "[1,0]<stderr>:RuntimeError: connection reset\n"
+        "mpirun noticed that process rank 1 with PID 4242 on node node2 exited on signal 15 "
+        "(Terminated).\n",
+        "rank 1 on node2 killed by SIGTERM (signal 15)",
+    ),
+}
+
+
+@pytest.mark.parametrize("launcher", LAUNCHER_SUMMARIES)
+def test_each_launchers_word_for_a_killed_rank_is_read(tmp_path, launcher):
+    """Each launcher's summary as it prints it (the real torchrun and Horovod
+    runs are in test_faults: test_rank_killed_mid_epoch_is_a_failed_run)."""
+    text, reason = LAUNCHER_SUMMARIES[launcher]
+    (tmp_path / "train.log").write_text(text)
+    assert runner._last_error(tmp_path / "train.log") == reason

@@ -14,6 +14,7 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pandas as pd
+import pytest
 
 from analysis import critical_path as cp
 from analysis import json_rows, timeline
@@ -268,3 +269,24 @@ def test_bad_input_is_one_clear_line(tmp_path):
     doc = read_valid(tmp_path / "t.json")
     assert doc["otherData"]["skipped"][0].startswith(str(tmp_path / "empty"))
     assert doc["otherData"]["counts"]["slices"] == 0
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (["--steps", "9:2"], "--steps 9:2: the first step must be >= 0 and at most the last"),
+        (["--steps=-3:2"], "--steps -3:2: the first step must be >= 0"),
+        (
+            ["--steps", "100:200"],
+            "--steps 100:200: no step in that range; the runs have steps 0 to 9",
+        ),
+        (["--max-intervals", "-1"], "argument --max-intervals: must be at least 1, got -1"),
+        (["--max-intervals", "0"], "argument --max-intervals: must be at least 1, got 0"),
+    ],
+)
+def test_a_window_that_keeps_nothing_is_refused(tmp_path, options, message):
+    constructed(steps=10).to_parquet(tmp_path / "p.parquet")
+    out = tmp_path / "t.json"
+    done = ddlc("timeline", str(tmp_path / "p.parquet"), "-o", str(out), *options)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+    assert not out.exists()

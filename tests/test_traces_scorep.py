@@ -97,9 +97,14 @@ def test_per_rank_starter_without_a_rank_says_so():
         tracers.rank_from_env({"OMPI_COMM_WORLD_RANK": "0"})
 
 
-@pytest.mark.parametrize("framework", ["lbann", "tarantella"])
+# What Score-P cannot trace: LBANN's C++ ranks, Tarantella's GPI-2 ranks,
+# and the one-process frameworks (no rank for the per-rank starter).
+SCOREP_REFUSED = ["lbann", "tarantella", "tf-mirrored", "torch-dp"]
+
+
+@pytest.mark.parametrize("framework", SCOREP_REFUSED)
 def test_plan_refuses_what_scorep_cannot_trace(tmp_path, framework):
-    path = write_design(tmp_path, tiny_design([framework], tracer="scorep"))
+    path = write_design(tmp_path, tiny_design([framework], procs=(1,), tracer="scorep"))
     done = ddlc("plan", "--design", str(path), "--no-check")
     assert done.returncode != 0
     assert f"framework {framework} cannot run with tracer: scorep" in done.stderr
@@ -107,7 +112,11 @@ def test_plan_refuses_what_scorep_cannot_trace(tmp_path, framework):
 
 
 def test_plan_accepts_every_other_framework(tmp_path):
-    frameworks = ["torch-ddp", "horovod-torch", "horovod-keras", "tf-mwms"]
+    """Every framework the registry knows is refused above or accepted here."""
+    from frameworks import registry
+
+    frameworks = sorted(set(registry.FRAMEWORKS) - set(SCOREP_REFUSED))
+    assert frameworks and set(SCOREP_REFUSED) <= set(registry.FRAMEWORKS)
     doc = tiny_design(frameworks, tracer="scorep")
     doc["factors"]["horovod_controller"] = ["mpi", "gloo"]
     path = write_design(tmp_path, doc)

@@ -122,8 +122,11 @@ def check_steps(df: pd.DataFrame, folder: Path, ranks=(0, 1)) -> None:
 
 @needs_otf2_print
 @pytest.mark.slow
-def test_traced_ddp_run(tmp_path):
-    folder, row = traced_run(tmp_path, "torch-ddp")
+def test_traced_ddp_run(tmp_path, tiny_trained):
+    results, plan = tiny_trained  # tiny_design()'s run is traced with otf2, the default
+    row = plan.runs()[0]
+    shutil.copytree(results, tmp_path / "r")
+    folder = tmp_path / "r" / row.path
     anchor = folder / "trace" / "traces.otf2"
     listing = otf2_print(anchor)
     out = folder / "phases.parquet"
