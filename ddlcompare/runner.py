@@ -36,7 +36,7 @@ from ddlcompare import (
 from runfiles import energy, ownership
 from runfiles.atomic import write_json
 from ddlcompare.params import RunRow
-from frameworks import balance, data, registry
+from frameworks import balance, data, knobs, registry
 
 RECORD = RUN_RECORD
 LOG = TRAIN_LOG
@@ -50,6 +50,7 @@ ATTEMPT_FILES = (
     PHASE_TABLE,
     "phases.log",
     "horovod_timeline.json",
+    knobs.KNOBS_TIMELINE_FILE,
     "trace",
     "trace.parts",
     "torch_profiler",

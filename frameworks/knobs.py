@@ -11,6 +11,9 @@ silently ignored.
 
 from __future__ import annotations
 
+import json
+import re
+
 from frameworks import registry
 from frameworks.common import RunError
 
@@ -32,6 +35,10 @@ UNSET = {
     "lbann_io_threads": None,
 }
 KIB = 1024
+# Where Horovod's adapter writes the short timeline it reads its knobs from
+# (the run folder's file, named to the adapter by this variable).
+KNOBS_TIMELINE = "DDLC_KNOBS_TIMELINE"
+KNOBS_TIMELINE_FILE = "knobs.horovod_timeline.json"
 
 
 def asked(config: dict) -> dict:
@@ -100,7 +107,7 @@ def confirm(config: dict, found: dict, where: str) -> dict:
     return found
 
 
-def horovod_env(config: dict) -> dict[str, str]:
+def horovod_env(config: dict, run_dir) -> dict[str, str]:
     """Horovod reads its knobs from the environment at hvd.init(). With a
     knob set, the adapter records a short timeline of its own to read them
     back (HOROVOD_TIMELINE=DYNAMIC lets it start and stop one), unless the
@@ -113,6 +120,95 @@ def horovod_env(config: dict) -> dict[str, str]:
         env["HOROVOD_CYCLE_TIME"] = f"{set_['horovod_cycle_time_ms']:g}"
     if set_.get("horovod_hierarchical_allreduce"):
         env["HOROVOD_HIERARCHICAL_ALLREDUCE"] = "1"
-    if set_ and not config.get("horovod_timeline"):
+    if set_ and config.get("horovod_timeline"):
+        env["HOROVOD_TIMELINE_MARK_CYCLES"] = "1"
+    elif set_:
         env["HOROVOD_TIMELINE"] = "DYNAMIC"
+        env[KNOBS_TIMELINE] = str(run_dir / KNOBS_TIMELINE_FILE)
     return env
+
+
+# --- Horovod: its knobs read back from its own timeline ----------------------
+
+TIMELINE_EVENT = re.compile(r"\{[^{}]*(?:\{[^{}]*\}[^{}]*)?\}")
+
+
+def timeline_events(text: str) -> list[dict]:
+    """Horovod Timeline's events, in the order written; a file still open
+    (no closing bracket, a last event cut) gives those complete so far."""
+    events = []
+    for match in TIMELINE_EVENT.finditer(text):
+        try:
+            events.append(json.loads(match.group()))
+        except ValueError:
+            continue
+    return events
+
+
+def fused_responses(events: list[dict]) -> list[list[str]]:
+    """The tensors of each all-reduce response Horovod executed: it starts
+    (writes the ALLREDUCE begin of) every tensor of one response in a row,
+    before any of its activities, so a run of those begins is one response."""
+    names = {
+        e.get("pid"): e.get("args", {}).get("name")
+        for e in events
+        if e.get("name") == "process_name"
+    }
+    responses: list[list[str]] = []
+    run: list[str] = []
+    for event in events:
+        if event.get("ph") == "B" and event.get("name") == "ALLREDUCE":
+            run.append(names.get(event.get("pid"), "?"))
+        elif event.get("ph") in ("B", "E", "X"):
+            if run:
+                responses.append(run)
+            run = []
+    return responses + ([run] if run else [])
+
+
+def cycle_ms(events: list[dict]) -> float | None:
+    """The 10th percentile of the times between Horovod's cycle starts
+    (HOROVOD_TIMELINE_MARK_CYCLES): its background loop sleeps until one
+    cycle time has passed since the last start, so idle cycles (most of
+    them) are spaced by the cycle time, busy ones by more."""
+    starts = [e["ts"] for e in events if e.get("name") == "CYCLE_START"]
+    gaps = sorted(b - a for a, b in zip(starts, starts[1:]))
+    return gaps[len(gaps) // 10] / 1000 if len(gaps) >= 10 else None
+
+
+def horovod_threshold_bytes(kib: int, local_size: int) -> int:
+    """The threshold Horovod 0.28 applies (Controller::TensorFusionThresholdBytes):
+    rounded up to a multiple of local_size x 8 bytes x 64 on a homogeneous cluster."""
+    div = local_size * 8 * 64
+    return -(-kib * KIB // div) * div
+
+
+def horovod_evidence(
+    events: list[dict], sizes: dict[str, int], config: dict, local_size: int
+) -> dict:
+    """What Horovod's timeline says of the knobs asked: the largest fused
+    response and the cycle spacing, and each asked knob's value where the
+    timeline agrees with it (else what the timeline shows instead)."""
+    set_ = asked(config)
+    found: dict = {}
+    fused = [sum(sizes.get(n, 0) for n in r) for r in fused_responses(events) if len(r) > 1]
+    found["horovod_fused_responses"] = len(fused)
+    found["horovod_largest_fused_bytes"] = max(fused, default=0)
+    if "fusion_threshold_kib" in set_:
+        kib = set_["fusion_threshold_kib"]
+        limit = horovod_threshold_bytes(kib, local_size) if kib else 0
+        over = [b for b in fused if b > limit]
+        found["fusion_threshold_kib"] = (
+            kib if not over else f"a fused response of {max(over)} bytes (over {limit})"
+        )
+    if set_.get("horovod_hierarchical_allreduce"):
+        # NCCLHierarchicalAllreduce's own activities (a flat one is NCCL_ALLREDUCE)
+        steps = {e.get("name") for e in events} & {"NCCL_REDUCESCATTER", "NCCL_REDUCE"}
+        found["horovod_hierarchical_allreduce"] = bool(steps)
+    spacing = cycle_ms(events)
+    found["horovod_cycle_p10_ms"] = spacing
+    if "horovod_cycle_time_ms" in set_:
+        ms = set_["horovod_cycle_time_ms"]
+        agrees = spacing is not None and 0.9 * ms <= spacing <= 1.5 * ms + 0.3
+        found["horovod_cycle_time_ms"] = ms if agrees else f"cycles every {spacing} ms"
+    return found
