@@ -107,6 +107,19 @@ def confirm(config: dict, found: dict, where: str) -> dict:
     return found
 
 
+def packs(sizes: list[int], limit: int) -> list[int]:
+    """Bytes of each pack when tensors of ``sizes`` are packed in order and
+    a pack closes once it holds ``limit`` bytes or more (TensorFlow's
+    group_by_size, DDP's buckets)."""
+    found, pack = [], 0
+    for size in sizes:
+        pack += size
+        if pack >= limit:
+            found.append(pack)
+            pack = 0
+    return found + ([pack] if pack else [])
+
+
 def horovod_env(config: dict, run_dir) -> dict[str, str]:
     """Horovod reads its knobs from the environment at hvd.init(). With a
     knob set, the adapter records a short timeline of its own to read them

@@ -117,3 +117,18 @@ def test_horovod_timeline_contradicting_a_knob_is_caught():
 def built(env: str, script: str):
     if not envs.python_for(env).exists():
         pytest.skip(f"the {env} environment is not built here: bash envs/{script}")
+
+
+@pytest.mark.slow
+def test_mwms_implementation_and_packing_take_effect(tmp_path):
+    _, record = run_tiny(tmp_path, "tf-mwms", mwms_implementation="auto", fusion_threshold_kib=64)
+    for rank in record["ranks"]:
+        found = rank["knobs"]
+        assert found["mwms_implementation"] == "auto" and found["fusion_threshold_kib"] == 64
+        assert len(found["mwms_pack_bytes"]) >= 3
+
+
+@pytest.mark.slow
+def test_mwms_records_its_defaults(tmp_path):
+    _, record = run_tiny(tmp_path, "tf-mwms")
+    assert record["ranks"][0]["knobs"]["mwms_implementation"] == "ring"
