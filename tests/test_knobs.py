@@ -132,3 +132,14 @@ def test_mwms_implementation_and_packing_take_effect(tmp_path):
 def test_mwms_records_its_defaults(tmp_path):
     _, record = run_tiny(tmp_path, "tf-mwms")
     assert record["ranks"][0]["knobs"]["mwms_implementation"] == "ring"
+
+
+@pytest.mark.slow
+def test_tarantella_fusion_threshold_takes_effect(tmp_path):
+    built("tarantella", "build-tarantella.sh")
+    _, record = run_tiny(tmp_path, "tarantella", fusion_threshold_kib=256)
+    for rank in record["ranks"]:
+        assert rank["knobs"]["fusion_threshold_kib"] == 256
+        assert rank["knobs"]["tarantella_config_fusion_kib"] == 256
+    _, record = run_tiny(tmp_path / "default", "tarantella")
+    assert record["ranks"][0]["knobs"]["fusion_threshold_kib"] == 32  # Tarantella's own
