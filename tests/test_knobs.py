@@ -143,3 +143,36 @@ def test_tarantella_fusion_threshold_takes_effect(tmp_path):
         assert rank["knobs"]["tarantella_config_fusion_kib"] == 256
     _, record = run_tiny(tmp_path / "default", "tarantella")
     assert record["ranks"][0]["knobs"]["fusion_threshold_kib"] == 32  # Tarantella's own
+
+
+BANNER = """Hardware properties (for master process)
+  Processes on node          : 2
+  Total number of processes  : 2
+  OpenMP threads per process : 2
+  I/O threads per process (+offset) : 3 (+0)
+"""
+
+
+def test_lbann_cpu_settings_are_read_from_its_banner():
+    """LBANN is not built here (bash envs/build-lbann.sh, hours): its
+    banner's lines, as print_lbann_configuration writes them, are read back
+    and a disagreement fails the run naming the setting."""
+    from frameworks import lbann
+
+    config = {"framework": "lbann", "threads": 2, "lbann_io_threads": 3}
+    assert lbann.knobs_in_effect(BANNER, config) == {"threads": 2, "lbann_io_threads": 3}
+    with pytest.raises(knobs.RunError, match="lbann_io_threads: asked 4, LBANN's banner says 3"):
+        lbann.knobs_in_effect(BANNER, {**config, "lbann_io_threads": 4})
+    with pytest.raises(knobs.RunError, match="threads: asked 1, LBANN's banner says 2"):
+        lbann.knobs_in_effect(BANNER, {**config, "threads": 1})
+    args = lbann.launch_args(
+        {**config, "nodes": 1, "procs_per_node": 2, "run_id": "r"}, {lbann.RUN_ARGS: "{}"}
+    )
+    assert args["lbann_args"] == ["--num_io_threads=3"]
+
+
+@pytest.mark.slow
+def test_lbann_cpu_settings_take_effect(tmp_path):
+    built("lbann", "build-lbann.sh")
+    _, record = run_tiny(tmp_path, "lbann", threads=1, lbann_io_threads=2)
+    assert record["ranks"][0]["knobs"] == {"threads": 1, "lbann_io_threads": 2}
