@@ -4,6 +4,8 @@ when what they take from the system is missing: before hours of work."""
 import os
 import subprocess
 
+import pytest
+
 from conftest import REPO, tiny_design, write_design
 
 
