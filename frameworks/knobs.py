@@ -12,6 +12,7 @@ silently ignored.
 from __future__ import annotations
 
 import json
+import math
 import re
 
 from frameworks import registry
@@ -225,3 +226,18 @@ def horovod_evidence(
         agrees = spacing is not None and 0.9 * ms <= spacing <= 1.5 * ms + 0.3
         found["horovod_cycle_time_ms"] = ms if agrees else f"cycles every {spacing} ms"
     return found
+
+
+# --- a rule for the fusion threshold and bucket size --------------------------
+
+
+def fusion_rule_kib(gradient_bytes: int, nodes: int, procs_per_node: int) -> int:
+    """A fusion threshold (bucket size) for a model of ``gradient_bytes``:
+    on one node, every gradient in one message (a collective's fixed cost
+    outweighs what overlapping it with backward could hide when the
+    processes share the node's memory and cores); across nodes, a quarter
+    of the gradients, so that the first buckets travel while backward
+    computes the rest. A power of two KiB. bench/fusion_rule.py measures it
+    against the grid of bench/fusion_grid.yaml (docs/measurements.md)."""
+    share = gradient_bytes if nodes == 1 or procs_per_node * nodes == 1 else gradient_bytes / 4
+    return 1 << max(0, math.ceil(math.log2(share / KIB)))
