@@ -77,7 +77,7 @@ class Adapter(TFAdapter):
             # (one replica's part where a process drives several: tf-mirrored)
             local = [strategy.experimental_local_results(g)[0] for g in grads]
             phases.count_bytes(sum(g.shape.num_elements() * g.dtype.size for g in local))
-            if self.collectives is None:  # the knobs' evidence: the traced graph
+            if self.config is not None and self.collectives is None:  # the knobs' evidence
                 self.grad_bytes = [g.shape.num_elements() * g.dtype.size for g in local]
                 self.collectives = _collectives(allreduce.get_concrete_function(grads).graph)
             return allreduce(grads)
@@ -101,6 +101,7 @@ class Adapter(TFAdapter):
         return apply_all
 
     collectives: list | None = None
+    config: dict | None = None  # set by this adapter's init (tf-mirrored has its own)
 
     def knobs_in_effect(self) -> dict:
         """The all-reduce TensorFlow compiled for the gradients: the
