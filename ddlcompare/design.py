@@ -558,8 +558,10 @@ def _check_cells(design: Design, problems: list[str]) -> None:
     configs = [{**design.fixed, **cell} for cell in cells]
     _check_compressions(design, configs, problems)
     from ddlcompare import devices
+    from frameworks import knobs
 
     problems += devices.cell_problems(configs)
+    problems += knobs.cell_problems(configs, design.factors)
     _check_tracers(configs, problems)
 
 

@@ -34,6 +34,11 @@ BUILT_DIRS = {
 }
 
 
+# Built by envs/setup.sh through their own build script, in minutes (Tarantella:
+# about 7); LBANN's build takes hours and stays a step of its own.
+BUILT_BY_SETUP = {"tarantella"}
+
+
 def env_dir(env: str) -> Path:
     override = variables.get("DDLC_VENV" if env == "torch" else f"DDLC_VENV_{env.upper()}")
     if override:
@@ -65,20 +70,23 @@ def has_module(env: str, module: str) -> bool:
 
 
 def set_up_by_setup_sh(env: str) -> bool:
-    """envs/setup.sh builds the environments that have an envs/<env>.txt;
-    the others have build scripts of their own."""
-    return (REPO / "envs" / f"{env}.txt").exists()
+    """envs/setup.sh builds the environments that have an envs/<env>.txt,
+    and those of BUILT_BY_SETUP with their build script; LBANN has a build
+    script of its own."""
+    return (REPO / "envs" / f"{env}.txt").exists() or env in BUILT_BY_SETUP
 
 
 def for_setup(needed: set[str]) -> list[str]:
     """What envs/setup.sh sets up for a design whose frameworks run in
     ``needed``: torch always (it holds Snakemake and the harness), then each
-    other one it builds. A missing Tarantella or LBANN is named at plan time."""
+    other one it builds. A missing LBANN is named at plan time."""
     return ["torch", *sorted(e for e in needed - {"torch"} if set_up_by_setup_sh(e))]
 
 
 def how_to_build(env: str) -> str:
     """The fix to name when an environment is missing."""
+    if env in BUILT_BY_SETUP:
+        return f"run 'bash envs/setup.sh {env}' (envs/build-{env}.sh, minutes)"
     if set_up_by_setup_sh(env):
         return f"run 'bash envs/setup.sh {env}' (envs/{env}.txt)"
     if (REPO / "envs" / f"build-{env}.sh").exists():

@@ -38,7 +38,7 @@ from runfiles import energy, names, ownership
 from runfiles.atomic import write_json
 from ddlcompare.design import identity as design_identity
 from ddlcompare.params import RunRow
-from frameworks import balance, data, registry
+from frameworks import balance, data, knobs, registry
 
 RECORD = RUN_RECORD
 LOG = TRAIN_LOG
@@ -52,6 +52,7 @@ ATTEMPT_FILES = (
     PHASE_TABLE,
     names.PHASES_LOG,
     names.HOROVOD_TIMELINE,
+    knobs.KNOBS_TIMELINE_FILE,
     names.OTF2_DIR,
     names.OTF2_PARTS_DIR,
     names.TORCH_PROFILER_DIR,

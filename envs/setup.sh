@@ -6,9 +6,11 @@
 # Each step is skipped when its result is already there, so a second call
 # takes about a second.
 #   bash envs/setup.sh                    all of it (./ddlc setup, ./ddlc test)
-#   bash envs/setup.sh torch [tensorflow] only the environments named, each
-#                                         from envs/<name>.txt (./ddlc run: the
-#                                         ones its design needs)
+#   bash envs/setup.sh torch [tensorflow] [tarantella]
+#                                         only the environments named, each
+#                                         from envs/<name>.txt, Tarantella by
+#                                         envs/build-tarantella.sh (about 7 min;
+#                                         ./ddlc run: the ones its design needs)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -19,14 +21,15 @@ mkdir -p "$cache/wheels"
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 
-declare -A env_dirs=([torch]=$venv [tensorflow]=$venv_tf)
+tarantella=${DDLC_VENV_TARANTELLA:-${DDLC_TARANTELLA_PREFIX:-${DDLC_CACHE:-$HOME/.cache/ddl-compare}/tarantella-v0.8.0}}
+declare -A env_dirs=([torch]=$venv [tensorflow]=$venv_tf [tarantella]=$tarantella)
 wanted=("$@")
 [ $# -gt 0 ] || wanted=(torch tensorflow)
 for name in "${wanted[@]}"; do
   case $name in
-    torch | tensorflow) ;;
+    torch | tensorflow | tarantella) ;;
     *)
-      say "envs/setup.sh sets up torch and tensorflow, not '$name'$(
+      say "envs/setup.sh sets up torch, tensorflow and tarantella, not '$name'$(
         [ -f "envs/build-$name.sh" ] && echo ": 'bash envs/build-$name.sh' builds it")"
       exit 2 ;;
   esac
@@ -47,6 +50,11 @@ pip_in() {
 # protobuf-compiler: protoc compiles LBANN's .proto files for its front end (frameworks/lbann_source.py).
 debian_packages=(openmpi-bin libopenmpi-dev dataset-fashion-mnist cmake g++ make python3-dev python3-venv
                  otf2-tools chromium libopen-trace-format2-dev iproute2 protobuf-compiler)
+
+# Tarantella's build (envs/build-tarantella.sh): GPI-2's autotools, and gawk,
+# which gaspi_run needs (mawk fails with "Not enough hosts").
+wants_tarantella() { [[ " ${wanted[*]} " == *" tarantella "* ]]; }
+wants_tarantella && debian_packages+=(git gawk autoconf automake libtool)
 
 install_debian_packages() {
   local missing=()
@@ -195,6 +203,7 @@ add_scorep_bindings() {
   [[ -x $cache/scorep-8.4/bin/scorep ]] || return 0
   local name missing=no
   for name in "${wanted[@]}"; do
+    [ "$name" = tarantella ] && continue  # Score-P cannot trace gaspi_run's ranks
     "${env_dirs[$name]}/bin/python" -c 'import scorep' 2>/dev/null || missing=yes
   done
   [ $missing = yes ] || return 0
@@ -212,6 +221,11 @@ fi
 if wants tensorflow; then
   build_env "$venv_tf" envs/tensorflow.txt TensorFlow
   install_horovod_tf
+fi
+if wants tarantella; then
+  # stamped per part: seconds when it is built, about 7 minutes when not
+  DDLC_TARANTELLA_PREFIX=$tarantella bash envs/build-tarantella.sh > "$cache/tarantella-build.log" 2>&1 ||
+    { tail -n 20 "$cache/tarantella-build.log" >&2; say "Tarantella's build failed; log: $cache/tarantella-build.log"; exit 1; }
 fi
 add_scorep_bindings
 ready=()

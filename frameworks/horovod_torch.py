@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from frameworks import compression
+import os
+from pathlib import Path
+
+from frameworks import compression, knobs
 from frameworks.common import RunError
 from frameworks.registry import AdapterInfo
 from frameworks.torch_family import Dist, TorchAdapter
@@ -25,6 +28,7 @@ ADAPTER = AdapterInfo(
     "all of it is in 'grad_comm'.",
     compressions=("none", "fp16", "int8", "int8+lossless"),
     batch_splits=("even", "calibrated"),
+    knobs=("fusion_threshold_kib", "horovod_cycle_time_ms", "horovod_hierarchical_allreduce"),
 )
 
 
@@ -40,6 +44,7 @@ class Adapter(TorchAdapter):
                 "built without it: run envs/setup.sh where nvcc is on PATH "
                 "(e.g. after 'module load cuda'), which rebuilds it with NCCL"
             )
+        self.config = config
         self.compression = config["compression"]
         self.gathers = compression.CODECS[self.compression].gathers
         return Dist(rank=hvd.rank(), world=hvd.size(), local_rank=hvd.local_rank())
@@ -49,6 +54,10 @@ class Adapter(TorchAdapter):
 
         hvd = self.hvd
         self.phases.measures_bytes = True
+        self.grad_bytes = {
+            f"allreduce.{name}": p.numel() * p.element_size()
+            for name, p in model.named_parameters()
+        }
         if self.gathers:
             self.params = list(model.parameters())
         else:
@@ -70,7 +79,45 @@ class Adapter(TorchAdapter):
         else:
             optimizer.synchronize()
 
+    # The steps whose Horovod timeline shows the knobs: after the first (its
+    # negotiations are not typical), within the warm-up left out of throughput.
+    KNOB_STEPS = range(2, 7)
+
     def step(self, optimizer) -> None:
+        self._knob_window(self.steps_done)
+        self.steps_done += 1
+        self._step(optimizer)
+
+    steps_done = 0
+    window_open = False
+
+    def _knob_window(self, index: int) -> None:
+        window = os.environ.get(knobs.KNOBS_TIMELINE)
+        if window and index == self.KNOB_STEPS.start:
+            self.hvd.start_timeline(window, mark_cycles=True)
+            self.window_open = True
+        elif self.window_open and index == self.KNOB_STEPS.stop:
+            self.hvd.stop_timeline()
+            self.window_open = False
+
+    def knobs_in_effect(self) -> dict:
+        """Horovod reads its knobs from the environment at init; its
+        timeline (a window of warm-up steps, or the run's own with
+        horovod_timeline) shows whether its fused responses and cycles obey them."""
+        set_ = knobs.asked(self.config)
+        if not set_:
+            return {}
+        window = os.environ.get(knobs.KNOBS_TIMELINE)
+        if self.window_open:  # a run shorter than the window
+            self.hvd.stop_timeline()
+        if self.hvd.rank() != 0:  # rank 0 alone writes Horovod's timeline
+            return {}
+        path = Path(window or os.environ["HOROVOD_TIMELINE"])
+        events = knobs.timeline_events(path.read_text()) if path.exists() else []
+        found = knobs.horovod_evidence(events, self.grad_bytes, self.config, self.hvd.local_size())
+        return knobs.confirm(self.config, found, f"Horovod's timeline ({path.name})")
+
+    def _step(self, optimizer) -> None:
         if self.gathers:
             optimizer.step()
             return

@@ -26,7 +26,7 @@ import numpy as np
 from runfiles import names, variables
 from runfiles.atomic import write_bytes
 from runfiles.names import METRICS
-from frameworks import common, data, lbann_timeline, models
+from frameworks import common, data, knobs, lbann_timeline, models
 from frameworks.common import Dist
 from frameworks.registry import AdapterInfo
 from traces.otf2_writer import Otf2Sink
@@ -46,6 +46,7 @@ ADAPTER = AdapterInfo(
     "phase of their own: LBANN keeps one in flight, so most of their time is in "
     "backward and the last one's wait in optimizer. Its timer's epoch run times and mini-batch statistics fill "
     "epochs.tsv and lbann_batch_times.tsv; LBANN keeps its weights to itself.",
+    knobs=("lbann_io_threads",),
 )
 
 HOW_TO_BUILD = (
@@ -529,12 +530,36 @@ RUN_ARGS = "DDLC_LBANN_RUN_ARGS"  # ddlcompare/launchers/lbann_driver.py sets it
 
 def launch_args(config: dict, env: dict) -> dict:
     """The keyword arguments of ``lbann.run`` for this run and where it runs."""
+    io_threads = config.get("lbann_io_threads")
     return {
         "nodes": config["nodes"],
         "procs_per_node": config["procs_per_node"],
         "job_name": f"ddlc-{config['run_id']}",
+        **({"lbann_args": [f"--num_io_threads={io_threads}"]} if io_threads else {}),
         **json.loads(env[RUN_ARGS]),
     }
+
+
+# LBANN's banner (src/utils/lbann_library.cpp, print_lbann_configuration)
+OMP_LINE = re.compile(r"OpenMP threads per process\s*:\s*(\d+)")
+IO_LINE = re.compile(r"I/O threads per process \(\+offset\)\s*:\s*(\d+)")
+
+
+def knobs_in_effect(output: str, config: dict) -> dict:
+    """The CPU settings LBANN's banner says its processes run with: OpenMP
+    threads (the design's threads) and I/O threads (lbann_io_threads);
+    a run whose banner disagrees fails, naming the setting."""
+    omp, io = OMP_LINE.search(output), IO_LINE.search(output)
+    found = {
+        "threads": int(omp[1]) if omp else None,
+        "lbann_io_threads": int(io[1]) if io else None,
+    }
+    if found["threads"] != config["threads"]:
+        raise common.RunError(
+            f"lbann: threads: asked {config['threads']}, LBANN's banner says "
+            f"{found['threads']} OpenMP threads per process"
+        )
+    return knobs.confirm(config, found, "LBANN's banner")
 
 
 # --- LBANN's output ---------------------------------------------------------
@@ -811,6 +836,7 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
             f"{len(parsed)} epoch(s) reported; see {work_dir}/err.log"
         )
     check_world(output, world)
+    in_effect = knobs_in_effect(output, config)
     began = write_step_tables(run_dir, work_dir, parsed, steps, config, init_start)
     # Without its timeline, LBANN's start-up cannot be told from training:
     # the run clock then reads training as starting at the launch.
@@ -827,6 +853,7 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     )
     record["params_digest"] = None  # LBANN keeps its weights to itself
     record["lbann_timeline"] = "per-step phases" if began is not None else "missing"
+    record["knobs"] = in_effect
     common.write_json(run_dir / names.rank_record(0), record)
     lr = models.scaled_learning_rate(config, global_batch)
     common.write_json(

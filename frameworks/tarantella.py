@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from frameworks import common
+from frameworks import common, knobs
 from frameworks.registry import AdapterInfo
 from frameworks.tf_family import Dist, TFAdapter
 
@@ -29,6 +29,7 @@ ADAPTER = AdapterInfo(
     "all-reduce and optimizer are fused in one step, timed whole as 'other'. "
     "Tarantella does not distribute evaluation, so the harness scores each "
     "rank's test shard with the Keras model itself.",
+    knobs=("fusion_threshold_kib",),
 )
 
 HOW_TO_BUILD = (
@@ -89,14 +90,31 @@ class Adapter(TFAdapter):
         if config["device"] == "gpu":
             require_gpus(config["procs_per_node"])
         tnt = import_tarantella()
-        self.tnt = tnt
+        self.tnt, self.config = tnt, config
         rank = tnt.get_rank()
         return Dist(rank=rank, world=tnt.get_size(), local_rank=rank % config["procs_per_node"])
 
     def wrap_for_fit(self, model, optimizer, loss, metrics):
         model = self.tnt.Model(model)
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
+        self.tnt_model = model
         return model
+
+    def knobs_in_effect(self) -> dict:
+        """The fusion threshold Tarantella's configuration holds (from its
+        launcher's --fusion-threshold) and the one its distributed optimizer
+        built the gradient communicator with (SynchCommunicator.threshold,
+        handed to GPICommLib.SynchDistCommunicator), in KiB."""
+        optimizer = getattr(getattr(self, "tnt_model", None), "dist_optimizer", None)
+        communicator = getattr(optimizer, "comm", None)
+        if communicator is None or communicator.comm is None:
+            found = {"fusion_threshold_kib": "no gradient communicator was built"}
+        else:
+            found = {"fusion_threshold_kib": communicator.threshold // knobs.KIB}
+        found["tarantella_config_fusion_kib"] = (
+            self.tnt.global_tnt_config.fusion_threshold // knobs.KIB
+        )
+        return knobs.confirm(self.config, found, "Tarantella's gradient communicator")
 
     def fit_callback(self, timer):
         """Tarantella wraps a plain Keras callback so that every batch's logs

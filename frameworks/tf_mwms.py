@@ -9,7 +9,7 @@ import os
 import numpy as np
 
 from runfiles import variables
-from frameworks import common
+from frameworks import common, knobs
 from frameworks.registry import AdapterInfo
 from frameworks.tf_family import Dist, TFAdapter, pin_device
 
@@ -26,6 +26,7 @@ ADAPTER = AdapterInfo(
     "NCCL on GPU) and the optimizer are compiled strategy.run calls of their own. "
     "Keras' fused fit step would hide all four phases in one.",
     batch_splits=("even", "calibrated"),
+    knobs=("fusion_threshold_kib", "mwms_implementation"),
 )
 
 
@@ -36,17 +37,14 @@ class Adapter(TFAdapter):
         cluster = _tf_config()
         local_rank = int(variables.get("DDLC_LOCAL_RANK") or 0)
         pin_device(tf, config, local_rank)
-        implementation = (
-            tf.distribute.experimental.CommunicationImplementation.NCCL
-            if config["device"] == "gpu"
-            else tf.distribute.experimental.CommunicationImplementation.RING
+        self.config = config
+        kib = config["fusion_threshold_kib"]
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=_implementation(tf, config),
+            bytes_per_pack=0 if kib is None else kib * knobs.KIB,
         )
         # The strategy must exist before any other TensorFlow op.
-        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
-            communication_options=tf.distribute.experimental.CommunicationOptions(
-                implementation=implementation
-            )
-        )
+        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         self.tf = tf
         return Dist(
             rank=cluster["task"]["index"],
@@ -80,6 +78,9 @@ class Adapter(TFAdapter):
             # (one replica's part where a process drives several: tf-mirrored)
             local = [strategy.experimental_local_results(g)[0] for g in grads]
             phases.count_bytes(sum(g.shape.num_elements() * g.dtype.size for g in local))
+            if self.config is not None and self.collectives is None:  # the knobs' evidence
+                self.grad_bytes = [g.shape.num_elements() * g.dtype.size for g in local]
+                self.collectives = _collectives(allreduce.get_concrete_function(grads).graph)
             return allreduce(grads)
 
         phases.measures_bytes = True
@@ -100,6 +101,30 @@ class Adapter(TFAdapter):
 
         return apply_all
 
+    collectives: list | None = None
+    config: dict | None = None  # set by this adapter's init (tf-mirrored has its own)
+
+    def knobs_in_effect(self) -> dict:
+        """The all-reduce TensorFlow compiled for the gradients: the
+        implementation each collective op is hinted with, and its packs,
+        which must be the groups that bytes_per_pack gives the gradients."""
+        if not self.collectives:
+            return {}
+        hints = sorted({hint for hint, _ in self.collectives})
+        packs = [size for _, size in self.collectives]
+        found = {
+            "mwms_implementation": hints[0] if len(hints) == 1 else ",".join(hints),
+            "mwms_pack_bytes": packs,
+        }
+        kib = self.config["fusion_threshold_kib"]
+        if kib is not None:
+            # TensorFlow packs the gradients last first (as backward makes them)
+            expected = knobs.packs(self.grad_bytes[::-1], kib * knobs.KIB)
+            found["fusion_threshold_kib"] = (
+                kib if packs == expected else f"packs {packs}, not {expected}"
+            )
+        return knobs.confirm(self.config, found, "the compiled all-reduce")
+
     def allreduce(self, values: np.ndarray, op: str) -> np.ndarray:
         tf = self.tf
 
@@ -108,6 +133,27 @@ class Adapter(TFAdapter):
 
         gathered = self.strategy.run(gather, args=(tf.constant(values),)).numpy()
         return {"sum": gathered.sum, "max": gathered.max}[op](axis=0)
+
+
+def _implementation(tf, config: dict):
+    """mwms_implementation, or (null) NCCL on GPUs and RING on CPUs."""
+    name = config["mwms_implementation"] or ("nccl" if config["device"] == "gpu" else "ring")
+    return getattr(tf.distribute.experimental.CommunicationImplementation, name.upper())
+
+
+def _collectives(graph) -> list[tuple[str, int]]:
+    """(communication hint, bytes) of every all-reduce op in a traced graph
+    and in the functions it calls."""
+    found = []
+    for op in graph.get_operations():
+        if op.type.startswith("CollectiveReduce"):
+            tensor = op.inputs[0]
+            size = tensor.shape.num_elements() * tensor.dtype.size
+            found.append((op.get_attr("communication_hint").decode(), size))
+    for function in graph._functions.values():  # noqa: SLF001 (nested functions)
+        if getattr(function, "graph", None) is not None:
+            found += _collectives(function.graph)
+    return found
 
 
 def _tf_config() -> dict:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import pytest
+
 from conftest import REPO, tiny_design, write_design
 
 
@@ -85,8 +87,22 @@ def test_setup_refuses_an_environment_it_does_not_build_naming_its_script(tmp_pa
     done = front_door("bash", "envs/setup.sh", "torch", "lbann", tmp_path=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        "setup: envs/setup.sh sets up torch and tensorflow, not 'lbann': "
+        "setup: envs/setup.sh sets up torch, tensorflow and tarantella, not 'lbann': "
         "'bash envs/build-lbann.sh' builds it"
+    )
+
+
+def test_setup_builds_tarantella_when_asked(tmp_path):
+    """envs/setup.sh tarantella runs envs/build-tarantella.sh (seconds where
+    it is built: each part is stamped) into the prefix the harness finds."""
+    from ddlcompare import envs
+
+    if not envs.python_for("tarantella").exists():
+        pytest.skip("Tarantella is not built here: bash envs/setup.sh tarantella (about 7 minutes)")
+    done = front_door("bash", "envs/setup.sh", "torch", "tarantella", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"setup: ready: {VENV} {envs.env_dir('tarantella')}"
     )
 
 

@@ -1,0 +1,185 @@
+"""The frameworks' knobs: refused where a framework does not take them, and
+read back from each framework's own API, trace or log in real small runs
+(skipped, naming the build script, where the framework is not built)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import tiny_design
+from ddlcompare import design, envs, runner
+from frameworks import knobs
+
+TIMELINES = Path(__file__).parent / "data" / "knobs"
+
+
+def run_tiny(tmp_path, framework, **fixed):
+    row = design.parse(tiny_design([framework], **fixed), "tiny.yaml").runs()[0]
+    assert runner.execute(row, tmp_path) == 0
+    folder = tmp_path / row.path
+    record = json.loads((folder / "run.json").read_text())
+    assert record["status"] == "ok", (folder / "train.log").read_text()[-3000:]
+    return folder, record
+
+
+def refusals(framework, **fixed):
+    with pytest.raises(design.DesignError) as caught:
+        design.parse(tiny_design([framework], **fixed), "tiny.yaml")
+    return caught.value.problems
+
+
+def test_a_knob_for_another_framework_is_refused_naming_the_field():
+    (problem,) = refusals("torch-ddp", horovod_cycle_time_ms=5.0)
+    assert problem.startswith("horovod_cycle_time_ms: 5.0 is set for framework torch-ddp")
+    assert "horovod-torch" in problem and "remove it from fixed" in problem
+    doc = tiny_design(["torch-ddp", "horovod-torch"])
+    doc["factors"]["fusion_threshold_kib"] = [64]
+    doc["fixed"]["ddp_gradient_as_bucket_view"] = True
+    with pytest.raises(design.DesignError) as caught:
+        design.parse(doc, "tiny.yaml")
+    (problem,) = caught.value.problems
+    assert "ddp_gradient_as_bucket_view: True is set for framework horovod-torch" in problem
+    # a knob's own default (null, false) is no setting: every framework runs it
+    design.parse(tiny_design(["torch-dp"], device="gpu", fusion_threshold_kib=None), "t.yaml")
+
+
+def test_a_knob_the_framework_would_ignore_here_is_refused():
+    (problem,) = refusals("horovod-torch", horovod_hierarchical_allreduce=True)
+    assert "device: gpu and horovod_controller: mpi" in problem
+    (problem,) = refusals("tf-mwms", mwms_implementation="nccl")
+    assert problem.startswith("mwms_implementation: 'nccl' for framework tf-mwms")
+    (problem,) = refusals("tf-mwms", fusion_threshold_kib=0)
+    assert "bytes_per_pack of 0" in problem
+
+
+def test_confirm_names_each_knob_not_in_effect():
+    config = {"framework": "torch-ddp", "fusion_threshold_kib": 64}
+    with pytest.raises(knobs.RunError, match="fusion_threshold_kib: asked 64, DDP's .* says 25600"):
+        knobs.confirm(config, {"fusion_threshold_kib": 25600}, "DDP's logging data")
+    assert knobs.confirm(config, {"fusion_threshold_kib": 64}, "x") == {"fusion_threshold_kib": 64}
+
+
+def test_horovod_threshold_is_rounded_as_horovod_rounds_it():
+    assert knobs.horovod_threshold_bytes(64, 1) == 65536
+    assert knobs.horovod_threshold_bytes(1, 2) == 1024
+    assert knobs.horovod_threshold_bytes(3, 4) == 4096
+
+
+@pytest.mark.slow
+def test_ddp_bucket_cap_and_gradient_view_take_effect(tmp_path):
+    folder, record = run_tiny(
+        tmp_path, "torch-ddp", fusion_threshold_kib=64, ddp_gradient_as_bucket_view=True
+    )
+    for rank in record["ranks"]:
+        found = rank["knobs"]
+        assert found["fusion_threshold_kib"] == 64 and found["ddp_gradient_as_bucket_view"]
+        # the shared CNN's 1.7 MB of gradients in several buckets, not DDP's one
+        assert len(found["ddp_bucket_bytes"]) >= 3
+    assert record["config"]["fusion_threshold_kib"] == 64
+
+
+@pytest.mark.slow
+def test_ddp_records_its_defaults_when_no_knob_is_set(tmp_path):
+    _, record = run_tiny(tmp_path, "torch-ddp")
+    found = record["ranks"][0]["knobs"]
+    assert found["fusion_threshold_kib"] == 25 * 1024
+    assert found["ddp_gradient_as_bucket_view"] is False
+
+
+@pytest.mark.slow
+def test_horovod_fusion_threshold_and_cycle_time_take_effect(tmp_path):
+    folder, record = run_tiny(
+        tmp_path, "horovod-torch", fusion_threshold_kib=64, horovod_cycle_time_ms=5.0
+    )
+    found = record["ranks"][0]["knobs"]
+    assert found["fusion_threshold_kib"] == 64 and found["horovod_cycle_time_ms"] == 5.0
+    assert 0 < found["horovod_largest_fused_bytes"] <= 65536
+    assert 4.5 <= found["horovod_cycle_p10_ms"] < 8
+    assert (folder / knobs.KNOBS_TIMELINE_FILE).exists()
+
+
+def test_horovod_timeline_contradicting_a_knob_is_caught():
+    """A real Horovod timeline of 2 ranks run with its defaults (128 MB, 1 ms):
+    read as if 64 KiB and 5 ms had been asked, both are caught."""
+    events = knobs.timeline_events((TIMELINES / "horovod-defaults.json").read_text())
+    sizes = json.loads((TIMELINES / "cnn-gradient-bytes.json").read_text())
+    config = {"framework": "horovod-torch", "fusion_threshold_kib": 64}
+    config["horovod_cycle_time_ms"] = 5.0
+    found = knobs.horovod_evidence(events, sizes, config, local_size=2)
+    assert found["horovod_largest_fused_bytes"] > 65536
+    assert "over 65536" in found["fusion_threshold_kib"]
+    assert found["horovod_cycle_p10_ms"] < 2
+    with pytest.raises(knobs.RunError, match="horovod_cycle_time_ms: asked 5.0"):
+        knobs.confirm(config, found, "Horovod's timeline")
+
+
+def built(env: str, script: str):
+    if not envs.python_for(env).exists():
+        pytest.skip(f"the {env} environment is not built here: bash envs/{script}")
+
+
+@pytest.mark.slow
+def test_mwms_implementation_and_packing_take_effect(tmp_path):
+    _, record = run_tiny(tmp_path, "tf-mwms", mwms_implementation="auto", fusion_threshold_kib=64)
+    for rank in record["ranks"]:
+        found = rank["knobs"]
+        assert found["mwms_implementation"] == "auto" and found["fusion_threshold_kib"] == 64
+        assert len(found["mwms_pack_bytes"]) >= 3
+
+
+@pytest.mark.slow
+def test_mwms_records_its_defaults(tmp_path):
+    _, record = run_tiny(tmp_path, "tf-mwms")
+    assert record["ranks"][0]["knobs"]["mwms_implementation"] == "ring"
+
+
+@pytest.mark.slow
+def test_tarantella_fusion_threshold_takes_effect(tmp_path):
+    built("tarantella", "build-tarantella.sh")
+    _, record = run_tiny(tmp_path, "tarantella", fusion_threshold_kib=256)
+    for rank in record["ranks"]:
+        assert rank["knobs"]["fusion_threshold_kib"] == 256
+        assert rank["knobs"]["tarantella_config_fusion_kib"] == 256
+    _, record = run_tiny(tmp_path / "default", "tarantella")
+    assert record["ranks"][0]["knobs"]["fusion_threshold_kib"] == 32  # Tarantella's own
+
+
+BANNER = """Hardware properties (for master process)
+  Processes on node          : 2
+  Total number of processes  : 2
+  OpenMP threads per process : 2
+  I/O threads per process (+offset) : 3 (+0)
+"""
+
+
+def test_lbann_cpu_settings_are_read_from_its_banner():
+    """LBANN is not built here (bash envs/build-lbann.sh, hours): its
+    banner's lines, as print_lbann_configuration writes them, are read back
+    and a disagreement fails the run naming the setting."""
+    from frameworks import lbann
+
+    config = {"framework": "lbann", "threads": 2, "lbann_io_threads": 3}
+    assert lbann.knobs_in_effect(BANNER, config) == {"threads": 2, "lbann_io_threads": 3}
+    with pytest.raises(knobs.RunError, match="lbann_io_threads: asked 4, LBANN's banner says 3"):
+        lbann.knobs_in_effect(BANNER, {**config, "lbann_io_threads": 4})
+    with pytest.raises(knobs.RunError, match="threads: asked 1, LBANN's banner says 2"):
+        lbann.knobs_in_effect(BANNER, {**config, "threads": 1})
+    args = lbann.launch_args(
+        {**config, "nodes": 1, "procs_per_node": 2, "run_id": "r"}, {lbann.RUN_ARGS: "{}"}
+    )
+    assert args["lbann_args"] == ["--num_io_threads=3"]
+
+
+@pytest.mark.slow
+def test_lbann_cpu_settings_take_effect(tmp_path):
+    built("lbann", "build-lbann.sh")
+    _, record = run_tiny(tmp_path, "lbann", threads=1, lbann_io_threads=2)
+    assert record["ranks"][0]["knobs"] == {"threads": 1, "lbann_io_threads": 2}
+
+
+def test_fusion_rule_is_a_quarter_of_the_gradients():
+    cnn = sum(json.loads((TIMELINES / "cnn-gradient-bytes.json").read_text()).values())
+    assert knobs.fusion_rule_kib(cnn, nodes=1, procs_per_node=2) == 512  # >= 1.6 MiB / 4
+    assert knobs.fusion_rule_kib(cnn, nodes=2, procs_per_node=1) == 512
+    assert knobs.packs([40, 5120, 512, 1605632, 256, 73728], 512 * 1024) == [1611304, 73984]
