@@ -5,6 +5,7 @@ ddlc run-one --path P                one run (what each workflow job does)
 ddlc collect / ddlc report           results tables; the HTML report
 ddlc follow-up                       the second stage's design from the first's tables
 ddlc two-stage                       run the design, then its follow-up (one command)
+ddlc improve                         run the design, then the test of its top hypotheses
 ddlc timeline RUN_DIR... -o F.json   one merged Chrome/Perfetto trace of all ranks
 ddlc check [--rerun]                 damaged run files, listed (and queued again)
 ddlc fetch-data cifar10              download CIFAR-10 (needs internet)
@@ -158,15 +159,7 @@ def cmd_two_stage(args) -> int:
     telling cells instrumented, each through the workflow."""
     import subprocess
 
-    repo = Path(__file__).resolve().parent.parent
-    snakemake = [
-        str(Path(sys.executable).parent / "snakemake"),
-        "-s",
-        str(repo / "Snakefile"),
-        "--profile",
-        str(repo / "profiles" / "local"),
-        *args.snakemake,
-    ]
+    snakemake = _snakemake(args.snakemake)
     first = subprocess.run(
         [*snakemake, "--config", f"design={args.design}", f"results={args.results}"]
     )
@@ -186,6 +179,57 @@ def cmd_two_stage(args) -> int:
     return subprocess.run(
         [*snakemake, "--config", f"design={follow}", f"results={args.results}"]
     ).returncode
+
+
+def cmd_improve(args) -> int:
+    """The study plan's outcome: the hypotheses the first stage's evidence
+    ranks highest, tested before and after as a second stage."""
+    import subprocess
+
+    from analysis import improve
+
+    snakemake = _snakemake(args.snakemake)
+    if not args.no_run:
+        first = subprocess.run(
+            [*snakemake, "--config", f"design={args.design}", f"results={args.results}"]
+        )
+        if first.returncode:
+            return first.returncode
+    design = load_design(args.design, check_ready=False)
+    tables = Path(args.tables) if args.tables else default_tables(design, args.results)
+    if not (tables / "runs.parquet").exists():
+        raise UserError(f"{tables}: no runs.parquet; run the first stage (./ddlc run) first")
+    out = Path(args.out or Path(args.design).with_name(f"{Path(args.design).stem}-improve.yaml"))
+    try:
+        doc = improve.write(design, tables, out, args.top or improve.TOP, args.replications)
+    except ValueError as exc:
+        raise UserError(f"{tables}: {exc}") from None
+    for h in doc["follow_up"]["hypotheses"]:
+        gains = ", ".join(
+            f"{p['world_size']} process(es): {p['predicted_gain']:.0%}" for p in h["predictions"]
+        )
+        print(
+            f"testing {h['framework']}: {h['change']} (acts on {h['phase']}), "
+            f"{h['factor']} {h['before']} -> {h['after']}; predicted gain {gains}"
+        )
+    print(f"improve design: {out} ({doc['replications']} replications, randomized)")
+    if args.no_run:
+        return 0
+    return subprocess.run(
+        [*snakemake, "--config", f"design={out}", f"results={args.results}"]
+    ).returncode
+
+
+def _snakemake(options: list[str]) -> list[str]:
+    repo = Path(__file__).resolve().parent.parent
+    return [
+        str(Path(sys.executable).parent / "snakemake"),
+        "-s",
+        str(repo / "Snakefile"),
+        "--profile",
+        str(repo / "profiles" / "local"),
+        *options,
+    ]
 
 
 def cmd_timeline(args) -> int:
@@ -319,6 +363,18 @@ def parser() -> argparse.ArgumentParser:
     two.add_argument(
         "snakemake", nargs="*", help="options passed to snakemake, after -- (e.g. -- --cores 2)"
     )
+    imp = command("improve", cmd_improve, "run the design, then test its top hypotheses")
+    imp.add_argument("--results", default="results")
+    imp.add_argument("--tables", help="the first stage's tables (default: its results)")
+    imp.add_argument("--out", help="the test's design (default: <design>-improve.yaml)")
+    imp.add_argument("--top", type=int, default=None, help="hypotheses to test (default 3)")
+    imp.add_argument(
+        "--replications", type=int, default=None, help="runs per level and cell (at least 5)"
+    )
+    imp.add_argument(
+        "--no-run", action="store_true", help="only write the test's design from finished tables"
+    )
+    imp.add_argument("snakemake", nargs="*", help="options passed to snakemake, after --")
     line = sub.add_parser("timeline", help="one clock-aligned Chrome trace JSON of all ranks")
     line.add_argument("paths", nargs="+", type=Path, metavar="RUN_DIR_OR_TRACE")
     line.add_argument("-o", "--out", required=True, help="the JSON file to write")
