@@ -448,8 +448,11 @@ def _check_cells(design: Design, problems: list[str]) -> None:
         problems.append("exclude: removes every run; the design has zero runs")
     _check_compressions(design, problems)
     from ddlcompare import devices
+    from frameworks import knobs
 
-    problems += devices.cell_problems([{**design.fixed, **cell} for cell in design._cells()])
+    cells = [{**design.fixed, **cell} for cell in design._cells()]
+    problems += devices.cell_problems(cells)
+    problems += knobs.cell_problems(cells, design.factors)
     _check_tracers(design, problems)
 
 

@@ -329,6 +329,60 @@ PARAMS: dict[str, Param] = {
             nullable=True,
             analysis_only=True,
         ),
+        # Each framework's own knobs (docs/knobs.md): null is the framework's own
+        # default; a knob set for a framework it does not apply to is refused at
+        # plan time, and each run reads back that its knobs took effect.
+        Param(
+            "fusion_threshold_kib",
+            int,
+            None,
+            "gradient fusion buffer or bucket, in KiB: Horovod's HOROVOD_FUSION_THRESHOLD "
+            "(default 131072), DDP's bucket_cap_mb (25600), Tarantella's --fusion-threshold "
+            "(32), MWMS's bytes_per_pack (automatic); null: the framework's default",
+            minimum=0,
+            maximum=4194304,
+            nullable=True,
+        ),
+        Param(
+            "horovod_cycle_time_ms",
+            float,
+            None,
+            "Horovod's cycle time, HOROVOD_CYCLE_TIME (null: its default, 1 ms)",
+            minimum=0.01,
+            maximum=10000,
+            nullable=True,
+        ),
+        Param(
+            "horovod_hierarchical_allreduce",
+            bool,
+            False,
+            "Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE (Horovod 0.28 has one for NCCL "
+            "with MPI only: device gpu, horovod_controller mpi)",
+        ),
+        Param(
+            "ddp_gradient_as_bucket_view",
+            bool,
+            False,
+            "DDP's gradient_as_bucket_view: gradients are views into its buckets",
+        ),
+        Param(
+            "mwms_implementation",
+            str,
+            None,
+            "MultiWorkerMirroredStrategy's all-reduce (CommunicationOptions.implementation; "
+            "null: ring on CPU, nccl on GPU)",
+            choices=("auto", "ring", "nccl"),
+            nullable=True,
+        ),
+        Param(
+            "lbann_io_threads",
+            int,
+            None,
+            "LBANN's I/O threads per process, --num_io_threads (null: its default)",
+            minimum=1,
+            maximum=1024,
+            nullable=True,
+        ),
         # Slow-network emulation between the nodes of one machine (ddlcompare/netem.py).
         Param(
             "net_rate_mbit",

@@ -178,9 +178,11 @@ def finish(
     """What every loop does last: stop the energy sampler, write this rank's
     phases and record, rank 0 the run's figures, and leave the framework."""
     energy.stop_sampling()
+    in_effect = adapter.knobs_in_effect()  # a knob not in effect fails the run here
     ownership.guard_worker_write(run_dir)  # an orphaned attempt writes nothing
     phases.write(run_dir, dist.rank)
     record = rank_record(dist, versions)
+    record["knobs"] = in_effect
     record["params_digest"] = params_digest
     write_json(run_dir / f"rank{dist.rank}.json", record)
     if dist.rank == 0:

@@ -25,6 +25,7 @@ ADAPTER = AdapterInfo(
     "all of it is in 'grad_comm'.",
     compressions=("none", "fp16", "int8", "int8+lossless"),
     batch_splits=("even", "calibrated"),
+    knobs=("fusion_threshold_kib", "horovod_cycle_time_ms", "horovod_hierarchical_allreduce"),
 )
 
 

@@ -45,6 +45,7 @@ ADAPTER = AdapterInfo(
     "phase of their own: LBANN keeps one in flight, so most of their time is in "
     "backward and the last one's wait in optimizer. Its timer's epoch run times and mini-batch statistics fill "
     "epochs.tsv and lbann_batch_times.tsv; LBANN keeps its weights to itself.",
+    knobs=("lbann_io_threads",),
 )
 
 HOW_TO_BUILD = (

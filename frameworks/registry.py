@@ -33,6 +33,8 @@ class AdapterInfo:
     # one process drives every local device (DataParallel, MirroredStrategy):
     # procs_per_node counts its replicas, and it runs on one node
     one_process: bool = False
+    # the framework knobs (params declared in ddlcompare/knobs.py) it honours
+    knobs: tuple[str, ...] = ()
 
 
 def _discover() -> dict[str, AdapterInfo]:

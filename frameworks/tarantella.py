@@ -29,6 +29,7 @@ ADAPTER = AdapterInfo(
     "all-reduce and optimizer are fused in one step, timed whole as 'other'. "
     "Tarantella does not distribute evaluation, so the harness scores each "
     "rank's test shard with the Keras model itself.",
+    knobs=("fusion_threshold_kib",),
 )
 
 HOW_TO_BUILD = (

@@ -92,6 +92,11 @@ class TFAdapter:
         """train_fit only: the step timer as the framework's fit should get it."""
         return timer
 
+    def knobs_in_effect(self) -> dict:
+        """The framework knobs in effect, read back from the framework
+        (frameworks/knobs.py); adapters that take knobs override it."""
+        return {}
+
     def shutdown(self) -> None:
         pass
 

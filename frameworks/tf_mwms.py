@@ -25,6 +25,7 @@ ADAPTER = AdapterInfo(
     "NCCL on GPU) and the optimizer are compiled strategy.run calls of their own. "
     "Keras' fused fit step would hide all four phases in one.",
     batch_splits=("even", "calibrated"),
+    knobs=("fusion_threshold_kib", "mwms_implementation"),
 )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from frameworks import compression
+from frameworks import compression, knobs
 from frameworks.registry import AdapterInfo
 from frameworks.torch_family import Dist, TorchAdapter
 
@@ -23,6 +23,7 @@ ADAPTER = AdapterInfo(
     compressions=compression.NAMES,
     devices=("cpu", "gpu", "hybrid"),
     batch_splits=("even", "calibrated"),
+    knobs=("fusion_threshold_kib", "ddp_gradient_as_bucket_view"),
 )
 
 
@@ -36,6 +37,7 @@ class Adapter(TorchAdapter):
         dist.init_process_group(backend=backend)
         self.dist = dist
         self.compression = config["compression"]
+        self.config = config
         return self.local_dist(dist.get_rank(), dist.get_world_size())
 
     def wrap(self, model, optimizer):
@@ -45,7 +47,14 @@ class Adapter(TorchAdapter):
 
         # DDP broadcasts rank 0's parameters when it wraps the model.
         ids = [self.device.index] if self.device.type == "cuda" else None
-        model = DistributedDataParallel(model, device_ids=ids)
+        kib = self.config["fusion_threshold_kib"]
+        model = DistributedDataParallel(
+            model,
+            device_ids=ids,
+            gradient_as_bucket_view=self.config["ddp_gradient_as_bucket_view"],
+            **({} if kib is None else {"bucket_cap_mb": kib / knobs.KIB}),
+        )
+        self.ddp = model
         # One hook, always: it compresses (or not), exchanges each gradient
         # bucket and reports its bytes, start and end to the phase recorder.
         model.register_comm_hook(*ddp_hook(self.compression, self.phases))
@@ -59,6 +68,27 @@ class Adapter(TorchAdapter):
             on_device, op={"sum": self.dist.ReduceOp.SUM, "max": self.dist.ReduceOp.MAX}[op]
         )
         return on_device.cpu()
+
+    def knobs_in_effect(self) -> dict:
+        """The bucket cap and gradient view from DDP's own logging data, and
+        the buckets its reducer built after the first steps, which must obey
+        that cap: a bucket closes at the first gradient that fills it."""
+        logged = self.ddp._get_ddp_logging_data()
+        cap = logged["bucket_cap_bytes"]
+        found = {
+            "fusion_threshold_kib": cap // knobs.KIB if cap % knobs.KIB == 0 else cap / knobs.KIB,
+            "ddp_gradient_as_bucket_view": bool(logged["gradient_as_bucket_view"]),
+        }
+        if "rebuilt_per_bucket_param_indices" in logged:
+            sizes = [p.numel() * p.element_size() for p in self.ddp.module.parameters()]
+            buckets = [
+                [sizes[int(i)] for i in group.split()]
+                for group in logged["rebuilt_per_bucket_param_indices"].split(",")
+            ]
+            found["ddp_bucket_bytes"] = [sum(b) for b in buckets]
+            if any(sum(b[:-1]) >= cap for b in buckets):
+                found["fusion_threshold_kib"] = f"buckets {found['ddp_bucket_bytes']} overrun it"
+        return knobs.confirm(self.config, found, "DDP's logging data")
 
     def shutdown(self) -> None:
         self.dist.destroy_process_group()

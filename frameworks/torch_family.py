@@ -54,6 +54,11 @@ class TorchAdapter:
     def allreduce(self, tensor, op: str):
         raise NotImplementedError
 
+    def knobs_in_effect(self) -> dict:
+        """The framework knobs in effect, read back from the framework
+        (frameworks/knobs.py); adapters that take knobs override it."""
+        return {}
+
     def shutdown(self) -> None:
         pass
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ddlcompare.launch import base_env, python, ssh_path, tracing_env, worker_argv, launcher
 from ddlcompare.schedulers import Host, Scheduler
+from frameworks import knobs
 
 
 @launcher("horovodrun")
@@ -20,7 +21,7 @@ def horovodrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: Schedu
         host_arg,
         f"--{config['horovod_controller']}",
     ]
-    env = base_env(config)
+    env = {**base_env(config), **knobs.horovod_env(config)}
     if scheduler.rsh_agent and config["horovod_controller"] == "mpi":
         argv += [f"--mpi-args=--mca plm_rsh_agent {scheduler.rsh_agent}"]
     elif scheduler.ssh_dir:

@@ -34,6 +34,8 @@ def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: Schedu
         argv += ["--hostfile", str(hostfile), "--n-per-node", str(hosts[0].slots)]
     if config["device"] == "cpu":
         argv.append("--no-gpu")
+    if config.get("fusion_threshold_kib") is not None:
+        argv.append(f"--fusion-threshold={config['fusion_threshold_kib']}")
     # gaspi_run's ranks see only PATH, PYTHONPATH, LD_LIBRARY_PATH, TF_* and
     # TNT_* from here: the rest of the run's environment goes through -x.
     argv += ["-x", *(f"{k}={v}" for k, v in env.items())]
