@@ -69,10 +69,15 @@ def remedy(change: str, framework: str) -> Remedy | None:
         return Remedy("compression", "none", "fp16")
     if change == "straggler removed" and "calibrated" in info.batch_splits:
         return Remedy("batch_split", "even", "calibrated")
+    if change == HIDDEN and "fusion_threshold_kib" in getattr(info, "knobs", ()):
+        # Smaller buckets than the whole gradient: the first ones start
+        # during backward instead of after it.
+        return Remedy("fusion_threshold_kib", None, OVERLAP_BUCKET_KIB)
     return None
 
 
 CONTENTION = "contention removed"
+OVERLAP_BUCKET_KIB = 256  # a seventh of the shared CNN's 1.7 MB of gradients
 HIDDEN = "exposed exchange hidden"
 # The what-if replays' changes (whatif.ASSUMPTIONS) and the phase each acts on.
 REPLAYED = {

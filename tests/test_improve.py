@@ -35,6 +35,7 @@ def test_long_exchange_ranks_first():
     ranked = ranked_for(slow)
     best = top(ranked)
     assert (best["change"], best["phase"]) == ("exposed exchange hidden", "grad_comm")
+    assert (best["factor"], best["after"]) == ("fusion_threshold_kib", 256)  # smaller buckets
     assert best["predicted_gain"] == pytest.approx(40 / 77, rel=0.02)
     # fp16 halves the same exchange: second, at half the gain
     second = ranked[ranked["rank"] == 2].iloc[0]
