@@ -229,13 +229,22 @@ def _contention(ok: pd.DataFrame) -> list[dict]:
 
 
 def _wire_s(cell: pd.DataFrame) -> float:
-    """A ring all-reduce's seconds on the emulated link (0 on the machine's own)."""
+    """Seconds a node's share of the exchange takes on the emulated link (0
+    on the machine's own): what the link counters saw each node send per
+    step (net_tx_bytes_per_step over the nodes), else a ring all-reduce of
+    the bytes a rank hands to collectives."""
     rate = cell["net_rate"].mean()
-    p = cell["world_size"].iloc[0]
-    nbytes = cell["comm_bytes_per_step"].mean() if "comm_bytes_per_step" in cell else math.nan
-    if not (np.isfinite(rate) and np.isfinite(nbytes)):
+    if not np.isfinite(rate):
         return 0.0
-    return 2 * (p - 1) / p * nbytes * 8 / (rate * 1e6)
+    p = cell["world_size"].iloc[0]
+    sent = _mean(cell, "net_tx_bytes_per_step") / cell["nodes"].iloc[0]
+    if not np.isfinite(sent):
+        sent = 2 * (p - 1) / p * _mean(cell, "comm_bytes_per_step")
+    return sent * 8 / (rate * 1e6) if np.isfinite(sent) else 0.0
+
+
+def _mean(cell: pd.DataFrame, column: str) -> float:
+    return float(cell[column].mean()) if column in cell else math.nan
 
 
 # ------------------------------------------------------------------ design
@@ -266,7 +275,8 @@ def design_doc(
         runs = ok[ok["framework"] == h["framework"]].drop_duplicates(keys)
         for level in (h["before"], h["after"]):
             combos += [
-                {**{k: run[k] for k in keys}, h["factor"]: level} for _, run in runs.iterrows()
+                {**{k: _level(k, run[k]) for k in keys}, h["factor"]: level}
+                for _, run in runs.iterrows()
             ]
         same = ranked[(ranked["framework"] == h["framework"]) & (ranked["change"] == h["change"])]
         predictions = same[["world_size", "net_rate_mbit", "predicted_gain", "low", "high"]]
@@ -323,6 +333,19 @@ def design_doc(
     )
 
 
+def _level(name: str, value):
+    """A runs-table value as the design writes the level: null for a missing
+    one, an int for an int setting (parquet stores them as floats beside NaN)."""
+    from ddlcompare.params import PARAMS
+
+    value = _plain(value)
+    if value is None:
+        return None
+    if PARAMS[name].kind is int and float(value).is_integer():
+        return int(value)
+    return value
+
+
 def _default(name: str, design: Design):
     from ddlcompare.params import PARAMS
 
@@ -341,9 +364,8 @@ def _plain(value):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_plain(v) for v in value]
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value.item() if hasattr(value, "item") else value
+    value = value.item() if hasattr(value, "item") else value
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def write(design: Design, tables: Path, out: Path, top: int = TOP, replications=None) -> dict:

@@ -154,3 +154,10 @@ def test_proof_finds_the_built_change_and_holds_accuracy():
     one = found.loc["1 node x 1 process (1 in all)"]
     assert not one["significant"]  # the same steps before and after
     assert np.isnan(one["predicted_step_change"])
+
+
+def test_levels_from_the_runs_table_are_the_design_levels():
+    # parquet holds an int setting beside NaN as floats: the design wants 1000 and null
+    assert improve._level("net_rate_mbit", np.float64(1000.0)) == 1000
+    assert type(improve._level("net_rate_mbit", np.float64(1000.0))) is int
+    assert improve._level("net_rate_mbit", np.float64("nan")) is None
