@@ -37,6 +37,7 @@ from scipy import stats as scipy_stats
 from statsmodels.stats.multitest import multipletests
 
 from analysis import cells, stats, summary
+from analysis.followup import _plain, _product, origin
 from ddlcompare.design import Design
 from frameworks import registry
 
@@ -316,17 +317,17 @@ def design_doc(
             "exclude": exclude,
             "zip": [],
             "follow_up": {
-                "design": str(Path(design.source).resolve()),
-                "name": design.name,
-                "settings_hash": design.settings_hash,
-                "tables": str(tables.resolve()),
-                "rule": RULE,
-                "max_runs": len(combos) * replications,
-                "cells": [
-                    {k: h[k] for k in ("framework", "change", "factor", "before", "after")}
-                    for h in tested
-                ],
-                "left_out": [],
+                **origin(
+                    design,
+                    tables,
+                    RULE,
+                    len(combos) * replications,
+                    [
+                        {k: h[k] for k in ("framework", "change", "factor", "before", "after")}
+                        for h in tested
+                    ],
+                    [],
+                ),
                 "hypotheses": tested,
             },
         }
@@ -350,22 +351,6 @@ def _default(name: str, design: Design):
     from ddlcompare.params import PARAMS
 
     return design.fixed.get(name, PARAMS[name].default)
-
-
-def _product(factors: dict, keys: list[str]):
-    import itertools
-
-    return itertools.product(*(factors[k] for k in keys))
-
-
-def _plain(value):
-    """numpy scalars as Python values, so that YAML writes plain numbers."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    value = value.item() if hasattr(value, "item") else value
-    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def write(design: Design, tables: Path, out: Path, top: int = TOP, replications=None) -> dict:
