@@ -29,7 +29,9 @@ def pinned_source(dest: Path) -> Path:
     """A fresh tree of GaspiCxx at the pinned tag, from a local git copy."""
     for copy in COPIES:
         if (copy / ".git").exists() or (copy / "HEAD").exists():
-            subprocess.run(["git", "clone", "-q", "--no-checkout", str(copy), str(dest)], check=True)
+            subprocess.run(
+                ["git", "clone", "-q", "--no-checkout", str(copy), str(dest)], check=True
+            )
             subprocess.run(["git", "-C", str(dest), "checkout", "-q", PINNED], check=True)
             return dest
     pytest.skip(
@@ -85,4 +87,6 @@ def test_patched_build_trains_two_processes():
         assert ranks[0]["params_digest"] == ranks[1]["params_digest"]
         assert {r["world"] for r in ranks} == {2}
         # the run's record names the patch the build applied
-        assert ranks[0]["tarantella_build_patch"].startswith("envs/patches/tarantella/GaspiCxx.json")
+        assert ranks[0]["tarantella_build_patch"].startswith(
+            "envs/patches/tarantella/GaspiCxx.json"
+        )
