@@ -169,16 +169,28 @@ def design_doc(
         "randomize": design.randomize,
         "exclude": _plain(exclude),
         "zip": [],
-        "follow_up": {
-            "design": str(Path(design.source).resolve()),
-            "name": design.name,
-            "settings_hash": design.settings_hash,
-            "tables": str(tables.resolve()),
-            "rule": RULE,
-            "max_runs": budget,
-            "cells": _plain(chosen.to_dict("records")),
-            "left_out": _plain(left_out.to_dict("records")),
-        },
+        "follow_up": origin(
+            design,
+            tables,
+            RULE,
+            budget,
+            _plain(chosen.to_dict("records")),
+            _plain(left_out.to_dict("records")),
+        ),
+    }
+
+
+def origin(design: Design, tables: Path, rule: str, max_runs: int, chosen, left_out) -> dict:
+    """A second stage's ``follow_up`` record: where it came from and why."""
+    return {
+        "design": str(Path(design.source).resolve()),
+        "name": design.name,
+        "settings_hash": design.settings_hash,
+        "tables": str(tables.resolve()),
+        "rule": rule,
+        "max_runs": max_runs,
+        "cells": chosen,
+        "left_out": left_out,
     }
 
 
@@ -194,7 +206,8 @@ def _plain(value):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_plain(v) for v in value]
-    return value.item() if hasattr(value, "item") else value
+    value = value.item() if hasattr(value, "item") else value
+    return None if isinstance(value, float) and math.isnan(value) else value  # YAML's null
 
 
 def write(

@@ -28,6 +28,7 @@ from analysis import (
     explain,
     followup,
     humanize,
+    improve,
     network_limit,
     spread,
     stats,
@@ -521,6 +522,7 @@ def summary_section(ctx: Context) -> str:
 # A new section is one line here.
 SECTIONS = [
     Section("summary", "Summary", summary_section),
+    Section("improve", "How to make it faster", improve.section),
     Section("stages", "Two stages", followup.section),
     Section("design", "Design and provenance", lambda c: design_section(c.design, c.runs)),
     Section("status", "Run status", lambda c: status_section(c.design, c.runs)),

@@ -359,7 +359,10 @@ def _errors(predicted: np.ndarray, test: pd.DataFrame, nearest: pd.DataFrame) ->
         "measured_ms": measured * 1e3,
         "relative_error": float(np.mean(predicted / test["step_s"] - 1)),
         "naive_error": float(nearest["step_s"].mean() / measured - 1),
-        "compute_drift": per_image(test) / per_image(nearest) - 1 if fixed else np.nan,
+        # nan where those phases are not timed apart (Tarantella owns its step)
+        "compute_drift": per_image(test) / per_image(nearest) - 1
+        if fixed and per_image(nearest) > 0
+        else np.nan,
         "why_not": None,
     }
     if not np.isfinite(predicted).all():  # a model input the runs never measured

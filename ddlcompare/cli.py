@@ -6,6 +6,7 @@ ddlc replicate --round K             replications: auto: the next round's runs
 ddlc collect / ddlc report           results tables; the HTML report
 ddlc follow-up                       the second stage's design from the first's tables
 ddlc two-stage                       run the design, then its follow-up (one command)
+ddlc improve                         run the design, then the test of its top hypotheses
 ddlc timeline RUN_DIR... -o F.json   one merged Chrome/Perfetto trace of all ranks
 ddlc import TRACE_OR_FOLDER... -o F   traces from elsewhere into one phase table (Parquet)
 ddlc check [--rerun]                 damaged run files, listed (and queued again)
@@ -226,6 +227,40 @@ def cmd_two_stage(args) -> int:
     return subprocess.run(workflow_argv(follow, args.results, *args.snakemake)).returncode
 
 
+def cmd_improve(args) -> int:
+    """The study plan's outcome: the hypotheses the first stage's evidence
+    ranks highest, tested before and after as a second stage."""
+    import subprocess
+
+    from analysis import improve
+
+    if not args.no_run:
+        first = subprocess.run(workflow_argv(args.design, args.results, *args.snakemake))
+        if first.returncode:
+            return first.returncode
+    design = load_design(args.design, check_ready=False)
+    tables = Path(args.tables) if args.tables else default_tables(design, args.results)
+    if not (tables / "runs.parquet").exists():
+        raise UserError(f"{tables}: no runs.parquet; run the first stage (./ddlc run) first")
+    out = Path(args.out or Path(args.design).with_name(f"{Path(args.design).stem}-improve.yaml"))
+    try:
+        doc = improve.write(design, tables, out, args.top or improve.TOP, args.replications)
+    except ValueError as exc:
+        raise UserError(f"{tables}: {exc}") from None
+    for h in doc["follow_up"]["hypotheses"]:
+        gains = ", ".join(
+            f"{p['world_size']} process(es): {p['predicted_gain']:.0%}" for p in h["predictions"]
+        )
+        print(
+            f"testing {h['framework']}: {h['change']} (acts on {h['phase']}), "
+            f"{h['factor']} {h['before']} -> {h['after']}; predicted gain {gains}"
+        )
+    print(f"improve design: {out} ({doc['replications']} replications, randomized)")
+    if args.no_run:
+        return 0
+    return subprocess.run(workflow_argv(out, args.results, *args.snakemake)).returncode
+
+
 def cmd_timeline(args) -> int:
     from analysis import timeline
 
@@ -409,6 +444,18 @@ def parser() -> argparse.ArgumentParser:
     two.add_argument(
         "snakemake", nargs="*", help="options passed to snakemake, after -- (e.g. -- --cores 2)"
     )
+    imp = command("improve", cmd_improve, "run the design, then test its top hypotheses")
+    imp.add_argument("--results", default="results")
+    imp.add_argument("--tables", help="the first stage's tables (default: its results)")
+    imp.add_argument("--out", help="the test's design (default: <design>-improve.yaml)")
+    imp.add_argument("--top", type=int, default=None, help="hypotheses to test (default 3)")
+    imp.add_argument(
+        "--replications", type=int, default=None, help="runs per level and cell (at least 5)"
+    )
+    imp.add_argument(
+        "--no-run", action="store_true", help="only write the test's design from finished tables"
+    )
+    imp.add_argument("snakemake", nargs="*", help="options passed to snakemake, after --")
     line = sub.add_parser("timeline", help="one clock-aligned Chrome trace JSON of all ranks")
     line.add_argument("paths", nargs="+", type=Path, metavar="RUN_DIR_OR_TRACE")
     line.add_argument("-o", "--out", required=True, help="the JSON file to write")

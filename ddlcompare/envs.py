@@ -22,6 +22,7 @@ ENV_DIRS = {
     "torch": ".venv",
     "tensorflow": ".venv-tf",
     "tarantella": ".venv-tarantella",
+    "tarantella-patched": ".venv-tarantella-patched",
     "lbann": ".venv-lbann",
 }
 
@@ -30,6 +31,7 @@ ENV_DIRS = {
 # repository has none of its own and no variable names one.
 BUILT_DIRS = {
     "tarantella": variables.cache("tarantella-v0.8.0"),
+    "tarantella-patched": variables.cache("tarantella-v0.8.0-patched"),
     "lbann": variables.cache("lbann", "venv"),
 }
 
@@ -40,7 +42,7 @@ BUILT_BY_SETUP = {"tarantella"}
 
 
 def env_dir(env: str) -> Path:
-    override = variables.get("DDLC_VENV" if env == "torch" else f"DDLC_VENV_{env.upper()}")
+    override = variables.get("DDLC_VENV" if env == "torch" else variable(env))
     if override:
         return Path(override)
     local = REPO / ENV_DIRS[env]
@@ -48,6 +50,11 @@ def env_dir(env: str) -> Path:
     if not local.exists() and built is not None and (built / "bin" / "python").exists():
         return built
     return local
+
+
+def variable(env: str) -> str:
+    """The variable that names an environment's folder: DDLC_VENV_<NAME>."""
+    return f"DDLC_VENV_{env.upper().replace('-', '_')}"
 
 
 def python_for(env: str) -> Path:
@@ -92,9 +99,15 @@ def how_to_build(env: str) -> str:
     if (REPO / "envs" / f"build-{env}.sh").exists():
         return (
             f"build it with 'bash envs/build-{env}.sh' (or as envs/{env}.md says) and set "
-            f"DDLC_VENV_{env.upper()} to its folder (the one holding bin/python)"
+            f"{variable(env)} to its folder (the one holding bin/python)"
+        )
+    base, _, variant = env.partition("-")  # a variant of a build: its script's argument
+    if variant and (REPO / "envs" / f"build-{base}.sh").exists():
+        return (
+            f"build it with 'bash envs/build-{base}.sh {variant}' (docs/improvements.md); "
+            f"{variable(env)} names another folder"
         )
     return (
-        f"build it as envs/{env}.md says and set DDLC_VENV_{env.upper()} "
+        f"build it as envs/{env}.md says and set {variable(env)} "
         "to its folder (the one holding bin/python)"
     )

@@ -12,6 +12,11 @@
 # (2.0-2.7; TF 2.7 wheels exist for Python 3.7-3.9).
 #
 # Usage: envs/build-tarantella.sh            clones from the public repositories
+#        envs/build-tarantella.sh patched    the same with our patch to GaspiCxx
+#            (envs/patches/tarantella: its progress thread sleeps while no
+#            collective runs; docs/improvements.md) in a prefix of its own,
+#            ~/.cache/ddl-compare/tarantella-v0.8.0-patched (the framework
+#            level tarantella-patched; DDLC_VENV_TARANTELLA_PATCHED)
 #        DDLC_SOURCES=/path envs/build-tarantella.sh
 #            takes local git copies instead: /path/<owner>+<name>/repo (or
 #            /path/<owner>+<name>), e.g. /path/cc-hpc-itwm+GPI-2/repo
@@ -34,7 +39,18 @@ TF_SPEC=${TF_SPEC:-tensorflow-cpu==2.7.4}
 PY_DEPS=("$TF_SPEC" 'protobuf==3.19.6' 'numpy==1.21.6' 'pybind11==2.10.4' 'pyyaml==6.0.1'
          'psutil==5.9.8' 'otf2==3.2' 'nvidia-ml-py==13.615.71')
 CACHE=${DDLC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddl-compare}
-PREFIX=${DDLC_TARANTELLA_PREFIX:-$CACHE/tarantella-$TNT_REF}
+here=$(cd "$(dirname "$0")" && pwd)
+VARIANT=${1:-}
+case $VARIANT in
+  "") PATCH_SPEC= ; PREFIX=${DDLC_TARANTELLA_PREFIX:-$CACHE/tarantella-$TNT_REF} ;;
+  patched)
+    PATCH_SPEC=$here/patches/tarantella/GaspiCxx.json
+    PREFIX=${DDLC_TARANTELLA_PATCHED_PREFIX:-$CACHE/tarantella-$TNT_REF-patched} ;;
+  *) echo "build-tarantella: '$VARIANT': the only variant is 'patched'" >&2; exit 2 ;;
+esac
+# A change to our patch rebuilds GaspiCxx and Tarantella (its hash is in their parts' names).
+PATCH_ID=
+[[ -n $PATCH_SPEC ]] && PATCH_ID=-patch-$(cat "$PATCH_SPEC" "$here"/patches/tarantella/GaspiCxx/* | sha256sum | cut -c1-12)
 JOBS=${JOBS:-2}
 SRC=$PREFIX/src
 STAMPS=$PREFIX/stamps
@@ -55,7 +71,6 @@ if (( ${#missing[@]} )); then
   echo "build-tarantella: missing ${missing[*]}; on Debian: apt-get install git gawk autoconf automake libtool cmake g++ make" >&2
   exit 2
 fi
-here=$(cd "$(dirname "$0")" && pwd)
 
 # shellcheck source=envs/build-lib.sh
 . "$(dirname "$0")/build-lib.sh"
@@ -120,6 +135,9 @@ cmake_build() {  # cmake_build SOURCE_DIR extra cmake args...
 
 build_gaspicxx() {
   checkout cc-hpc-itwm/GaspiCxx "$GASPICXX_REF" "$SRC/GaspiCxx"
+  if [[ -n $PATCH_SPEC ]]; then
+    python3 "$here/patches/apply.py" "$PATCH_SPEC" "$SRC/GaspiCxx"
+  fi
   # Without the Python bindings `import tarantella` fails at `import pygpi`.
   cmake_build "$SRC/GaspiCxx" -DBUILD_SHARED_LIBS=ON -DBUILD_PYTHON_BINDINGS=ON
 }
@@ -136,11 +154,13 @@ import tensorflow as tf
 prefix, tnt, gpi2, gaspicxx = sys.argv[1:]
 commit = lambda name: (pathlib.Path(prefix, "src", name + ".commit").read_text().strip()
                        if pathlib.Path(prefix, "src", name + ".commit").exists() else None)
+patch = pathlib.Path(prefix, "patch.txt")
 versions = {"tarantella": tnt, "tarantella_commit": commit("tarantella"),
             "gpi2": gpi2, "gpi2_commit": commit("GPI-2"),
             "gaspicxx": gaspicxx, "gaspicxx_commit": commit("GaspiCxx"),
             "tensorflow": tf.__version__, "python": platform.python_version(),
-            "built_by": "envs/build-tarantella.sh"}
+            "built_by": "envs/build-tarantella.sh",
+            "patch": patch.read_text().strip() if patch.exists() else None}
 pathlib.Path(prefix, "versions.json").write_text(json.dumps(versions, indent=1) + "\n")
 print(json.dumps(versions))
 EOF
@@ -179,9 +199,12 @@ part venv build_venv
 # Re-run whenever the list changes: its hash is in the part's name.
 part "python-deps-$(printf '%s\n' "${PY_DEPS[@]}" | sha256sum | cut -c1-12)" install_deps
 part gpi2 build_gpi2
-part gaspicxx build_gaspicxx
-part tarantella build_tarantella
+if [[ -n $PATCH_SPEC ]]; then
+  echo "envs/patches/tarantella/GaspiCxx.json ${PATCH_ID#-patch-}" > "$PREFIX/patch.txt"
+fi
+part "gaspicxx$PATCH_ID" build_gaspicxx
+part "tarantella$PATCH_ID" build_tarantella
 part paths add_paths
 write_versions
 part check check
-log "ready: export DDLC_VENV_TARANTELLA=$PREFIX"
+log "ready: export DDLC_VENV_TARANTELLA${VARIANT:+_PATCHED}=$PREFIX"

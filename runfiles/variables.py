@@ -98,6 +98,26 @@ _ALL = [
         "$DDLC_CACHE/tarantella-v0.8.0",
     ),
     Variable(
+        "DDLC_TARANTELLA_PATCHED_PREFIX",
+        None,
+        "where `envs/build-tarantella.sh patched` installs Tarantella with our patch",
+        "envs/build-tarantella.sh",
+        "$DDLC_CACHE/tarantella-v0.8.0-patched",
+    ),
+    Variable(
+        "DDLC_VENV_TARANTELLA_PATCHED",
+        None,
+        "the patched Tarantella's environment",
+        "ddlcompare/envs.py",
+        ".venv-tarantella-patched in the checkout, else `envs/build-tarantella.sh patched`'s",
+    ),
+    Variable(
+        "DDLC_KNOBS_TIMELINE",
+        None,
+        "the file Horovod's adapter writes its short knob-checking timeline to (set by the runner)",
+        "frameworks/knobs.py, frameworks/horovod_torch.py",
+    ),
+    Variable(
         "DDLC_PYTHON39",
         None,
         "the python3.9 that envs/build-tarantella.sh uses",

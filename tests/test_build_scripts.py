@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import pytest
-
 from conftest import REPO, tiny_design, write_design
 
 

@@ -19,6 +19,7 @@ IMPORTED = [
 ]
 SECTIONS = [
     "Summary",
+    "How to make it faster",
     "Two stages",
     "Network bandwidth limit",
     "Design and provenance",

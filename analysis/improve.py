@@ -1,0 +1,539 @@
+"""How to make it faster: hypotheses from the evidence, ranked per framework;
+the design that tests the top ones; and, once it ran, the proof.
+
+Each hypothesis is one change, the phase it acts on and its predicted gain
+(the share of the step it saves) with a 95 % interval, from:
+
+- the what-if replays of the critical path (analysis/whatif.py): data
+  loading twice as fast (data_load), the straggler removed (the wait at
+  the join), fp16 gradients (the exchange on the wire);
+- the critical path's communication proper (analysis/critical_path.py):
+  the exposed exchange hidden behind backward (an upper bound);
+- the runs table: contention removed, each rank's step back to the one
+  process step of the same framework and setting, plus the exchange's
+  wire time where the network is emulated (for frameworks that own their
+  step, Tarantella and LBANN, this needs no trace).
+
+Intervals: the t interval over a cell's runs for the replayed changes; a
+bootstrap of both cells' runs for contention removed. Where a design factor
+can test the change (REMEDIES), the hypothesis names its two levels:
+``ddlc improve`` writes a design that runs those before and after, at
+least MIN_REPLICATIONS times each, in one randomized order (so the two
+levels interleave in time), and the report's section compares what was
+predicted with what was measured.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+from scipy import stats as scipy_stats
+from statsmodels.stats.multitest import multipletests
+
+from analysis import cells, stats, summary
+from analysis.followup import _plain, _product, origin
+from ddlcompare.design import Design
+from frameworks import registry
+
+MIN_REPLICATIONS = 5
+TOP = 3  # hypotheses tested by ddlc improve (--top)
+BOOTSTRAP = 2000
+ALPHA = 0.05
+RULE = (
+    "per framework and cell, every change the evidence predicts a gain for, largest "
+    "predicted gain first; ddlc improve tests the top ones that a design factor can test "
+    "(before and after, in one randomized, interleaved order)"
+)
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """How a design tests a change: its factor, and the level before and after."""
+
+    factor: str
+    before: object
+    after: object
+
+
+def remedy(change: str, framework: str) -> Remedy | None:
+    """The design factor that tests ``change`` for ``framework``, if any."""
+    info = registry.FRAMEWORKS[framework]
+    if change == CONTENTION and f"{framework}-patched" in registry.FRAMEWORKS:
+        return Remedy("framework", framework, f"{framework}-patched")
+    if change == "compression fp16" and "fp16" in info.compressions:
+        return Remedy("compression", "none", "fp16")
+    if change == "straggler removed" and "calibrated" in info.batch_splits:
+        return Remedy("batch_split", "even", "calibrated")
+    if change == HIDDEN and "fusion_threshold_kib" in getattr(info, "knobs", ()):
+        # Smaller buckets than the whole gradient: the first ones start
+        # during backward instead of after it.
+        return Remedy("fusion_threshold_kib", None, OVERLAP_BUCKET_KIB)
+    return None
+
+
+CONTENTION = "contention removed"
+OVERLAP_BUCKET_KIB = 256  # a seventh of the shared CNN's 1.7 MB of gradients
+HIDDEN = "exposed exchange hidden"
+# The what-if replays' changes (whatif.ASSUMPTIONS) and the phase each acts on.
+REPLAYED = {
+    "data loading twice as fast": "data_load",
+    "straggler removed": "wait at the join",
+    "compression fp16": "grad_comm",
+}
+
+
+# ------------------------------------------------------------- hypotheses
+
+
+def hypotheses(runs: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
+    """Every hypothesis, ranked per framework (largest predicted gain first):
+    framework, world_size, setting, change, phase, predicted_gain, low, high,
+    runs, evidence, and the factor and levels that test it."""
+    ok = summary.ok_runs(runs)
+    rows = _replayed(ok, phases) + _contention(ok)
+    columns = [
+        *cells.CELL,
+        "change",
+        "phase",
+        "predicted_gain",
+        "low",
+        "high",
+        "runs",
+        "evidence",
+        "factor",
+        "before",
+        "after",
+    ]
+    if not rows:
+        return pd.DataFrame(columns=[*columns, "rank"])
+    table = pd.DataFrame(rows)
+    tests = [remedy(r.change, r.framework) for r in table.itertuples()]
+    table["factor"] = [t.factor if t else None for t in tests]
+    table["before"] = [t.before if t else None for t in tests]
+    table["after"] = [t.after if t else None for t in tests]
+    rate = ok.groupby(cells.CELL)["net_rate_mbit"].first() if "net_rate_mbit" in ok else None
+    table["net_rate_mbit"] = (
+        [rate.get(tuple(r[c] for c in cells.CELL)) for _, r in table.iterrows()]
+        if rate is not None
+        else None
+    )
+    columns.insert(3, "net_rate_mbit")
+    table = table[table["predicted_gain"] > 0][columns]
+    table = table.sort_values(
+        ["framework", "predicted_gain"], ascending=[True, False], kind="stable"
+    ).reset_index(drop=True)
+    table["rank"] = table.groupby("framework").cumcount() + 1
+    return table
+
+
+def _replayed(ok: pd.DataFrame, phases: pd.DataFrame) -> list[dict]:
+    """The what-if replays and the hidden exchange, per cell, from the runs
+    with a phase table."""
+    from analysis import critical_path as cp
+    from analysis import whatif
+
+    traced = phases[phases["run_id"].isin(ok["run_id"])] if len(phases) else phases
+    if traced.empty:
+        return []
+    found = cp.analyse(traced, ok)
+    table = whatif.measures(found, ok, whatif.traced_bytes(traced))
+    if table.empty:
+        return []
+    info = ok.set_index("run_id")[cells.CELL]
+    replays = whatif.what_ifs(found, table, {}, info, ["framework"])
+    per_run = [replays.assign(gain=-replays["change"])[[*cells.CELL, "what_if", "gain"]]]
+    hidden = table.set_index("run_id")
+    hidden = hidden.drop(columns=[c for c in cells.CELL if c in hidden]).join(info)
+    hidden = hidden.assign(what_if=HIDDEN, gain=hidden["comm_s"] / hidden["step_s"])
+    exposing = hidden["framework"].map(lambda f: "grad_comm" in registry.FRAMEWORKS[f].exposes)
+    per_run.append(hidden[exposing & (hidden["world_size"] > 1)][[*cells.CELL, "what_if", "gain"]])
+    rows = []
+    for key, group in pd.concat(per_run).groupby([*cells.CELL, "what_if"]):
+        mean, half, n = stats.mean_ci(group["gain"])
+        change = key[-1]
+        rows.append(
+            {
+                **dict(zip(cells.CELL, key)),
+                "change": change,
+                "phase": REPLAYED.get(change, "grad_comm"),
+                "predicted_gain": mean,
+                "low": mean - half,
+                "high": mean + half,
+                "runs": n,
+                "evidence": _replay_words(change, mean),
+            }
+        )
+    return rows
+
+
+def _replay_words(change: str, gain: float) -> str:
+    if change == HIDDEN:
+        return (
+            f"the exchange on the critical path (the last arrival at the join to its "
+            f"exit) is {gain:.0%} of the step; hiding it behind backward is the most "
+            "any overlap can save"
+        )
+    return f"the critical path replayed with {change} is {gain:.0%} shorter"
+
+
+def _contention(ok: pd.DataFrame) -> list[dict]:
+    """Per framework and setting with runs of one process and of more: the
+    step each multi-process cell would have at the one-process step (same
+    per-process batch) plus the exchange's wire time."""
+    ok = ok.assign(step_s=ok["world_size"] * ok["batch_size"] / ok["images_per_s"])
+    rate = pd.to_numeric(ok.get("net_rate_mbit", pd.Series(np.nan, index=ok.index)), "coerce")
+    ok = ok.assign(net_rate=rate.where(rate > 0))
+    by = ["framework", "batch_size", *[c for c in cells.varied(ok) if c != "batch_size"]]
+    by = [c for c in dict.fromkeys(by) if c in ok and c != "net_rate_mbit"]
+    rows = []
+    rng = np.random.default_rng(0)
+    for _, group in ok.groupby(by, dropna=False):
+        alone = group[group["world_size"] == 1]["step_s"].to_numpy()
+        if not len(alone):
+            continue
+        for key, cell in group[group["world_size"] > 1].groupby(cells.CELL):
+            wire = _wire_s(cell)
+            steps = cell["step_s"].to_numpy()
+            gain = 1 - (alone.mean() + wire) / steps.mean()
+            draws = [
+                1
+                - (rng.choice(alone, len(alone)).mean() + wire)
+                / rng.choice(steps, len(steps)).mean()
+                for _ in range(BOOTSTRAP)
+            ]
+            low, high = np.quantile(draws, [0.025, 0.975])
+            exposes = registry.FRAMEWORKS[key[0]].exposes
+            compute = [p for p in ("forward", "backward", "other") if p in exposes]
+            rows.append(
+                {
+                    **dict(zip(cells.CELL, key)),
+                    "change": CONTENTION,
+                    "phase": "compute (" + ", ".join(compute) + ")",
+                    "predicted_gain": gain,
+                    "low": low,
+                    "high": high,
+                    "runs": len(steps),
+                    "evidence": (
+                        f"one process steps in {alone.mean() * 1e3:.0f} ms, {int(key[1])} in "
+                        f"{steps.mean() * 1e3:.0f} ms of which the wire needs "
+                        f"{wire * 1e3:.0f} ms: the rest is ranks slowing each other"
+                    ),
+                }
+            )
+    return rows
+
+
+def _wire_s(cell: pd.DataFrame) -> float:
+    """Seconds a node's share of the exchange takes on the emulated link (0
+    on the machine's own): what the link counters saw each node send per
+    step (net_tx_bytes_per_step over the nodes), else a ring all-reduce of
+    the bytes a rank hands to collectives."""
+    rate = cell["net_rate"].mean()
+    if not np.isfinite(rate):
+        return 0.0
+    p = cell["world_size"].iloc[0]
+    sent = _mean(cell, "net_tx_bytes_per_step") / cell["nodes"].iloc[0]
+    if not np.isfinite(sent):
+        sent = 2 * (p - 1) / p * _mean(cell, "comm_bytes_per_step")
+    return sent * 8 / (rate * 1e6) if np.isfinite(sent) else 0.0
+
+
+def _mean(cell: pd.DataFrame, column: str) -> float:
+    return float(cell[column].mean()) if column in cell else math.nan
+
+
+# ------------------------------------------------------------------ design
+
+
+def design_doc(
+    design: Design,
+    ranked: pd.DataFrame,
+    tables: Path,
+    top: int = TOP,
+    replications: int | None = None,
+) -> dict:
+    """The design that tests the ``top`` testable hypotheses: each one's
+    cell at its factor's level before and after."""
+    testable = ranked[ranked["factor"].notna()].sort_values("predicted_gain", ascending=False)
+    chosen = testable.drop_duplicates(["framework", "change"]).head(top)
+    if chosen.empty:
+        raise ValueError(
+            "no hypothesis that a design factor can test (see the report's 'How to make it "
+            "faster'): nothing to run"
+        )
+    ok = summary.ok_runs(pd.read_parquet(tables / "runs.parquet"))
+    keys = [f for f in design.factors if f in ok]
+    combos, tested = [], []
+    for h in chosen.to_dict("records"):
+        # Every cell of the framework, so that the change is measured at each
+        # scale and network of the first stage (predicted where it predicts).
+        runs = ok[ok["framework"] == h["framework"]].drop_duplicates(keys)
+        for level in (h["before"], h["after"]):
+            combos += [
+                {**{k: _level(k, run[k]) for k in keys}, h["factor"]: level}
+                for _, run in runs.iterrows()
+            ]
+        same = ranked[(ranked["framework"] == h["framework"]) & (ranked["change"] == h["change"])]
+        predictions = same[["world_size", "net_rate_mbit", "predicted_gain", "low", "high"]]
+        tested.append(
+            _plain(
+                {
+                    **{
+                        k: h[k]
+                        for k in ("framework", "change", "phase", "factor", "before", "after")
+                    },
+                    "predictions": predictions.to_dict("records"),
+                }
+            )
+        )
+    factors = {}
+    for combo in combos:
+        for k, v in combo.items():
+            factors.setdefault(k, [])
+            if v not in factors[k]:
+                factors[k].append(v)
+    keys = list(factors)
+    full = [dict(zip(keys, c)) for c in _product(factors, keys)]
+    wanted = [tuple(c.get(k, _default(k, design)) for k in keys) for c in combos]
+    exclude = [c for c in full if tuple(c[k] for k in keys) not in set(wanted)]
+    from ddlcompare.params import PARAMS
+
+    fixed = {k: v for k, v in design.fixed.items() if k not in factors and v != PARAMS[k].default}
+    replications = max(MIN_REPLICATIONS, replications or 0, design.replications)
+    return _plain(
+        {
+            "name": f"{design.name}-improve",
+            "factors": factors,
+            "fixed": fixed,
+            "replications": replications,
+            "seed": design.seed,
+            "randomize": True,  # before and after interleave in one shuffled order
+            "exclude": exclude,
+            "zip": [],
+            "follow_up": {
+                **origin(
+                    design,
+                    tables,
+                    RULE,
+                    len(combos) * replications,
+                    [
+                        {k: h[k] for k in ("framework", "change", "factor", "before", "after")}
+                        for h in tested
+                    ],
+                    [],
+                ),
+                "hypotheses": tested,
+            },
+        }
+    )
+
+
+def _level(name: str, value):
+    """A runs-table value as the design writes the level: null for a missing
+    one, an int for an int setting (parquet stores them as floats beside NaN)."""
+    from ddlcompare.params import PARAMS
+
+    value = _plain(value)
+    if value is None:
+        return None
+    if PARAMS[name].kind is int and float(value).is_integer():
+        return int(value)
+    return value
+
+
+def _default(name: str, design: Design):
+    from ddlcompare.params import PARAMS
+
+    return design.fixed.get(name, PARAMS[name].default)
+
+
+def write(design: Design, tables: Path, out: Path, top: int = TOP, replications=None) -> dict:
+    from analysis import critical_path as cp
+    from runfiles.atomic import write_text
+
+    runs = pd.read_parquet(tables / "runs.parquet")
+    ranked = hypotheses(runs, cp.phase_table(tables))
+    doc = design_doc(design, ranked, tables, top, replications)
+    header = (
+        f"# The test of {design.name}'s top hypotheses (written by ddlc improve): each\n"
+        f"# change's cell before and after, replications interleaved in a random order.\n"
+    )
+    write_text(out, header + yaml.safe_dump(doc, sort_keys=False))
+    return doc
+
+
+# ------------------------------------------------------------------- proof
+
+
+def proof(runs: pd.DataFrame, tested: list[dict]) -> pd.DataFrame:
+    """Per tested hypothesis and scale: the predicted and measured change in
+    step time and throughput (after over before, 95 % intervals), Welch's
+    p-value on log step time, Holm-adjusted over every comparison, and the
+    final test accuracy before and after."""
+    ok = summary.ok_runs(runs)
+    ok = ok.assign(step_s=ok["world_size"] * ok["batch_size"] / ok["images_per_s"])
+    rows = []
+    for h in tested:
+        factor = h["factor"]
+        if factor not in ok:
+            continue
+        same = [c for c in cells.varied(ok) if c not in (factor, "setting")]
+        scope = ok[ok["framework"].isin({h["framework"], h["before"], h["after"]})]
+        for key, group in scope.groupby(["nodes", "procs_per_node", *same], dropna=False):
+            before = group[group[factor] == h["before"]]
+            after = group[group[factor] == h["after"]]
+            if before.empty or after.empty:
+                continue
+            rows.append(_compare(h, key, before, after))
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    tested_rows = table["p_raw"].notna()
+    table["p_holm"] = np.nan
+    if tested_rows.any():
+        table.loc[tested_rows, "p_holm"] = multipletests(
+            table.loc[tested_rows, "p_raw"], alpha=ALPHA, method="holm"
+        )[1]
+    table["significant"] = table["p_holm"] < ALPHA
+    return table
+
+
+def _compare(h: dict, key: tuple, before: pd.DataFrame, after: pd.DataFrame) -> dict:
+    step_change, step_low, step_high = _ratio_ci(before["step_s"], after["step_s"])
+    thr_change, thr_low, thr_high = _ratio_ci(before["images_per_s"], after["images_per_s"])
+    a, b = np.log(before["step_s"]), np.log(after["step_s"])
+    p = (
+        float(scipy_stats.ttest_ind(a, b, equal_var=False).pvalue)
+        if min(len(a), len(b)) >= 2 and (a.std() > 0 or b.std() > 0)
+        else math.nan
+    )
+    predicted = _prediction(h, before)
+    acc_b, acc_b_half, _ = stats.mean_ci(before.get("final_test_accuracy", pd.Series(dtype=float)))
+    acc_a, acc_a_half, _ = stats.mean_ci(after.get("final_test_accuracy", pd.Series(dtype=float)))
+    return {
+        "change": h["change"],
+        "test": f"{h['factor']}: {h['before']} -> {h['after']}",
+        "scale": summary.scale_label(key[0], key[1]),
+        "net_rate_mbit": before["net_rate_mbit"].iloc[0] if "net_rate_mbit" in before else None,
+        "runs_before": len(before),
+        "runs_after": len(after),
+        "predicted_step_change": -predicted.get("predicted_gain", math.nan),
+        "predicted_low": -predicted.get("high", math.nan),
+        "predicted_high": -predicted.get("low", math.nan),
+        "step_before_ms": before["step_s"].mean() * 1e3,
+        "step_after_ms": after["step_s"].mean() * 1e3,
+        "step_change": step_change,
+        "step_change_low": step_low,
+        "step_change_high": step_high,
+        "throughput_change": thr_change,
+        "throughput_change_low": thr_low,
+        "throughput_change_high": thr_high,
+        "p_raw": p,
+        "accuracy_before": acc_b,
+        "accuracy_before_ci": acc_b_half,
+        "accuracy_after": acc_a,
+        "accuracy_after_ci": acc_a_half,
+    }
+
+
+def _prediction(h: dict, runs: pd.DataFrame) -> dict:
+    """The hypothesis's prediction at these runs' scale and network, if any."""
+    rate = runs["net_rate_mbit"].iloc[0] if "net_rate_mbit" in runs else None
+    for p in h.get("predictions", []):
+        same_rate = _same(p.get("net_rate_mbit"), rate)
+        if p["world_size"] == runs["world_size"].iloc[0] and same_rate:
+            return {k: v if v is not None else math.nan for k, v in p.items()}
+    return {}
+
+
+def _same(a, b) -> bool:
+    missing = [v is None or (isinstance(v, float) and math.isnan(v)) for v in (a, b)]
+    return all(missing) or (not any(missing) and float(a) == float(b))
+
+
+def _ratio_ci(before: pd.Series, after: pd.Series) -> tuple[float, float, float]:
+    """after / before - 1 and its 95 % interval (Fieller's, by the delta
+    method on the log of the means' ratio)."""
+    mb, ma = before.mean(), after.mean()
+    change = ma / mb - 1
+    if min(len(before), len(after)) < 2:
+        return change, math.nan, math.nan
+    var = before.var(ddof=1) / len(before) / mb**2 + after.var(ddof=1) / len(after) / ma**2
+    dof = max(min(len(before), len(after)) - 1, 1)
+    half = scipy_stats.t.ppf(0.975, dof) * math.sqrt(var)
+    ratio = math.log(ma / mb)
+    return change, math.exp(ratio - half) - 1, math.exp(ratio + half) - 1
+
+
+# ----------------------------------------------------------------- section
+
+
+def section(ctx) -> str:
+    """The report's "How to make it faster": the ranked hypotheses; in a
+    design written by ddlc improve, the proof of those it tested."""
+    from analysis import critical_path as cp
+    from analysis import page
+
+    origin = ctx.design.follow_up or {}
+    text = ""
+    if origin.get("hypotheses"):
+        found = proof(ctx.runs, origin["hypotheses"])
+        text += (
+            "<p>This design tests the hypotheses below, each before and after in one "
+            "randomized order. Changes are after over before: negative step change, "
+            "positive throughput change is faster. Intervals 95 %; p-values Welch's on "
+            "log step time, Holm-adjusted over every row.</p>"
+        )
+        text += page.sentences([_proof_words(r) for r in found.to_dict("records")])
+        text += page.table(found, caption="predicted against measured")
+    ranked = hypotheses(ctx.runs, cp.phase_table(ctx.tables))
+    if ranked.empty:
+        return text + (
+            "<p>No hypothesis: no run of more than one process, or no phase table, "
+            "from which to predict a gain.</p>"
+        )
+    best = ranked[ranked["rank"] == 1]
+    text += page.sentences(
+        [
+            f"{r['framework']}, {r['world_size']} process(es), {r['setting']}: "
+            f"{r['change']} (acts on {r['phase']}) would save {_interval(r)} of the step: "
+            f"{r['evidence']}."
+            + (f" Tested by {r['factor']}: {r['before']} -> {r['after']}." if r["factor"] else "")
+            for r in best.to_dict("records")
+        ]
+    )
+    text += (
+        f"<p><code>./ddlc improve --design {html.escape(ctx.design.source)}</code> writes and "
+        f"runs the design that tests the top {TOP} testable hypotheses ({html.escape(RULE)}; "
+        f"at least {MIN_REPLICATIONS} replications).</p>"
+    )
+    return text + page.table(ranked, caption="every hypothesis, ranked per framework")
+
+
+def _interval(row: dict) -> str:
+    if not np.isfinite(row["low"]):
+        return f"{row['predicted_gain']:.0%} (one run: no interval)"
+    return f"{row['predicted_gain']:.0%} [{row['low']:.0%}, {row['high']:.0%}]"
+
+
+def _proof_words(r: dict) -> str:
+    predicted = (
+        f"predicted {r['predicted_step_change']:+.0%} [{r['predicted_low']:+.0%}, "
+        f"{r['predicted_high']:+.0%}], "
+        if np.isfinite(r["predicted_step_change"])
+        else "no prediction at this scale, "
+    )
+    verdict = "significant" if r["significant"] else "not significant"
+    return (
+        f"{r['test']} at {r['scale']}: step {predicted}measured {r['step_change']:+.0%} "
+        f"[{r['step_change_low']:+.0%}, {r['step_change_high']:+.0%}] "
+        f"({r['step_before_ms']:.0f} -> {r['step_after_ms']:.0f} ms; p = {r['p_holm']:.2g} "
+        f"after Holm, {verdict}); throughput {r['throughput_change']:+.0%}; test accuracy "
+        f"{r['accuracy_before']:.3f} -> {r['accuracy_after']:.3f}."
+    )

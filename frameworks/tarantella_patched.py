@@ -1,0 +1,35 @@
+"""Tarantella with our patch to GaspiCxx (envs/patches/tarantella): its
+progress thread sleeps while no collective runs instead of sweeping them
+without pause (docs/improvements.md). Everything else is the tarantella
+adapter's; its environment is the patched build's own prefix, so both can
+run in one design."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from frameworks import common, tarantella
+
+ADAPTER = replace(
+    tarantella.ADAPTER,
+    name="tarantella-patched",
+    module=__name__,
+    env="tarantella-patched",
+    notes=tarantella.ADAPTER.notes
+    + " Built by 'bash envs/build-tarantella.sh patched': GaspiCxx's progress "
+    "thread sleeps while no collective runs (docs/improvements.md).",
+)
+
+
+class Adapter(tarantella.Adapter):
+    def init(self, config: dict):
+        # The build records its patch next to the environment: a run of this
+        # level on an unpatched Tarantella would compare it with itself.
+        if not (Path(sys.prefix) / "patch.txt").exists():
+            raise common.RunError(
+                f"tarantella-patched: {sys.prefix} is not the patched build (no patch.txt); "
+                "build it with 'bash envs/build-tarantella.sh patched'"
+            )
+        return super().init(config)

@@ -1,0 +1,163 @@
+"""How to make it faster: on phase tables built with a known bottleneck the
+hypothesis acting on it ranks first; the design that tests the top ones
+runs before and after, interleaved, at least 5 times; the proof finds a
+change built into the runs, and none where there is none."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from analysis import improve
+from ddlcompare import design as design_mod
+from phase_tables import constructed, run_table
+
+
+def ranked_for(phases, world=4, framework="horovod-torch"):
+    runs = run_table(world=world, framework=framework, images_per_s=1000.0)
+    return improve.hypotheses(runs, phases)
+
+
+def top(ranked):
+    return ranked[ranked["rank"] == 1].iloc[0]
+
+
+def test_slow_data_loading_ranks_first():
+    slow = constructed(extra=lambda rank, step: {"data_load": 40})
+    best = top(ranked_for(slow))
+    assert (best["change"], best["phase"]) == ("data loading twice as fast", "data_load")
+    # 45 of 80 ms per step is data loading: halving it saves 22.5 ms
+    assert best["predicted_gain"] == pytest.approx(22.5 / 80, rel=0.02)
+
+
+def test_long_exchange_ranks_first():
+    slow = constructed(comm_ms=40)
+    ranked = ranked_for(slow)
+    best = top(ranked)
+    assert (best["change"], best["phase"]) == ("exposed exchange hidden", "grad_comm")
+    assert (best["factor"], best["after"]) == ("fusion_threshold_kib", 256)  # smaller buckets
+    assert best["predicted_gain"] == pytest.approx(40 / 77, rel=0.02)
+    # fp16 halves the same exchange: second, at half the gain
+    second = ranked[ranked["rank"] == 2].iloc[0]
+    assert second["change"] == "compression fp16"
+    assert second["predicted_gain"] == pytest.approx(20 / 77, rel=0.02)
+
+
+def test_straggler_ranks_first():
+    late = constructed(extra=lambda rank, step: {"backward": 30} if rank == 2 else {})
+    best = top(ranked_for(late))
+    assert best["change"] == "straggler removed"
+    assert best["predicted_gain"] == pytest.approx(30 / 70, rel=0.02)
+
+
+def contention_runs(alone_ms=100.0, together_ms=200.0, n=5, framework="tarantella"):
+    """Runs of one and two processes (batch 64 each), n each, whose steps
+    are known: two ranks slow each other from alone_ms to together_ms."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for world, step_ms in ((1, alone_ms), (2, together_ms)):
+        for rep in range(n):
+            step = step_ms * (1 + rng.normal(0, 0.02)) / 1e3
+            rows.append(
+                {
+                    "run_id": f"w{world}r{rep}",
+                    "status": "ok",
+                    "framework": framework,
+                    "nodes": 1,
+                    "procs_per_node": world,
+                    "world_size": world,
+                    "batch_size": 64,
+                    "dataset": "fashion-mnist",
+                    "rep": rep + 1,
+                    "images_per_s": world * 64 / step,
+                    "final_test_accuracy": 0.9,
+                    "warmup_steps": 0,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_contention_needs_no_trace_and_names_the_patched_build():
+    ranked = improve.hypotheses(contention_runs(), pd.DataFrame(columns=["run_id"]))
+    best = top(ranked)
+    assert best["change"] == improve.CONTENTION
+    assert best["predicted_gain"] == pytest.approx(0.5, abs=0.02)
+    assert best["low"] < best["predicted_gain"] < best["high"]
+    assert (best["factor"], best["before"], best["after"]) == (
+        "framework",
+        "tarantella",
+        "tarantella-patched",
+    )
+
+
+def test_improve_design_tests_before_and_after_interleaved(tmp_path):
+    first = tmp_path / "first.yaml"
+    first.write_text(
+        yaml.safe_dump(
+            {
+                "name": "first",
+                "factors": {"framework": ["tarantella"], "procs_per_node": [1, 2]},
+                "fixed": {"epochs": 1},
+                "replications": 2,
+            }
+        )
+    )
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    contention_runs().to_parquet(tables / "runs.parquet")
+    design = design_mod.load(str(first))
+    out = tmp_path / "first-improve.yaml"
+    doc = improve.write(design, tables, out)
+    assert doc["replications"] >= improve.MIN_REPLICATIONS and doc["randomize"] is True
+    test = design_mod.load(str(out))
+    planned = test.runs()
+    levels = {(r.factors["framework"], r.factors["procs_per_node"]) for r in planned}
+    assert levels == {(f, p) for f in ("tarantella", "tarantella-patched") for p in (1, 2)}
+    assert len(planned) == 4 * doc["replications"]
+    order = [r.factors["framework"] for r in sorted(planned, key=lambda r: r.order)]
+    assert order != sorted(order)  # interleaved, not one level's block then the other's
+    hypothesis = doc["follow_up"]["hypotheses"][0]
+    assert hypothesis["change"] == improve.CONTENTION
+    assert [p["world_size"] for p in hypothesis["predictions"]] == [2]
+
+
+def test_proof_finds_the_built_change_and_holds_accuracy():
+    before = contention_runs(together_ms=200.0)
+    after = contention_runs(together_ms=150.0, framework="tarantella-patched")
+    after["run_id"] = "p" + after["run_id"]
+    tested = [
+        {
+            "framework": "tarantella",
+            "change": improve.CONTENTION,
+            "factor": "framework",
+            "before": "tarantella",
+            "after": "tarantella-patched",
+            "predictions": [
+                {
+                    "world_size": 2,
+                    "net_rate_mbit": None,
+                    "predicted_gain": 0.5,
+                    "low": 0.45,
+                    "high": 0.55,
+                }
+            ],
+        }
+    ]
+    found = improve.proof(pd.concat([before, after], ignore_index=True), tested).set_index("scale")
+    two = found.loc["1 node x 2 processes (2 in all)"]
+    assert two["step_change"] == pytest.approx(-0.25, abs=0.02)
+    assert two["step_change_low"] < two["step_change"] < two["step_change_high"]
+    assert two["throughput_change"] == pytest.approx(1 / 0.75 - 1, abs=0.03)
+    assert two["significant"] and two["p_holm"] >= two["p_raw"]
+    assert two["predicted_step_change"] == pytest.approx(-0.5)
+    assert two["accuracy_before"] == two["accuracy_after"] == 0.9
+    one = found.loc["1 node x 1 process (1 in all)"]
+    assert not one["significant"]  # the same steps before and after
+    assert np.isnan(one["predicted_step_change"])
+
+
+def test_levels_from_the_runs_table_are_the_design_levels():
+    # parquet holds an int setting beside NaN as floats: the design wants 1000 and null
+    assert improve._level("net_rate_mbit", np.float64(1000.0)) == 1000
+    assert type(improve._level("net_rate_mbit", np.float64(1000.0))) is int
+    assert improve._level("net_rate_mbit", np.float64("nan")) is None

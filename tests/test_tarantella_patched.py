@@ -1,0 +1,98 @@
+"""Our patch to GaspiCxx (envs/patches/tarantella) applies to the commit
+that envs/build-tarantella.sh pins, and only to it; the patched build
+(framework tarantella-patched) trains the shared CNN with 2 real
+processes. Skipped where no GaspiCxx source or no patched build is here:
+'bash envs/build-tarantella.sh patched' makes both."""
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, assert_learned, tiny_design, trained
+from ddlcompare import envs
+from runfiles import variables
+
+SPEC = REPO / "envs" / "patches" / "tarantella" / "GaspiCxx.json"
+PINNED = re.search(r"GASPICXX_REF:-([^}]+)", (REPO / "envs" / "build-tarantella.sh").read_text())[1]
+# git copies of GaspiCxx that the build script checked out or reads from
+# (DDLC_SOURCES, as the build script takes it)
+COPIES = [
+    envs.BUILT_DIRS[env] / "src" / "GaspiCxx" for env in ("tarantella", "tarantella-patched")
+] + [
+    Path(sources) / "cc-hpc-itwm+GaspiCxx" / "repo"
+    for sources in [variables.get("DDLC_SOURCES")]
+    if sources
+]
+BUILT = envs.has_module("tarantella-patched", "tarantella")
+
+
+def pinned_source(dest: Path) -> Path:
+    """A fresh tree of GaspiCxx at the pinned tag, from a local git copy."""
+    for copy in COPIES:
+        if (copy / ".git").exists() or (copy / "HEAD").exists():
+            subprocess.run(
+                ["git", "clone", "-q", "--no-checkout", str(copy), str(dest)], check=True
+            )
+            subprocess.run(["git", "-C", str(dest), "checkout", "-q", PINNED], check=True)
+            return dest
+    pytest.skip(
+        f"no git copy of GaspiCxx here ({', '.join(map(str, COPIES))}); "
+        "'bash envs/build-tarantella.sh' checks one out"
+    )
+
+
+def apply(source: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "envs" / "patches" / "apply.py"), str(SPEC), str(source)],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_patch_applies_to_the_pinned_commit_once(tmp_path):
+    source = pinned_source(tmp_path / "GaspiCxx")
+    first = apply(source)
+    assert first.returncode == 0, first.stderr
+    hooks = json.loads(SPEC.read_text())["hooks"]
+    assert first.stdout.count("hooked at") == len(hooks)
+    diff = subprocess.run(
+        ["git", "-C", str(source), "diff", "--numstat"], capture_output=True, text=True
+    ).stdout
+    added = sum(int(line.split()[0]) for line in diff.splitlines())
+    assert added == len(hooks)  # one line per hook: the smallest edits
+    again = apply(source)  # a build that resumes applies it again: no change
+    assert again.returncode == 0 and again.stdout.count("already hooked") == len(hooks)
+
+
+def test_patch_refuses_a_source_it_was_not_written_for(tmp_path):
+    source = pinned_source(tmp_path / "GaspiCxx")
+    engine = source / "src" / "progress_engine" / "RoundRobinDedicatedThread.cpp"
+    engine.write_text(engine.read_text().replace("if (!terminate_man_thread)", "if (!stop)"))
+    found = apply(source)
+    assert found.returncode == 1
+    assert "RoundRobinDedicatedThread.cpp" in found.stderr and "found 0 times" in found.stderr
+    assert "Traceback" not in found.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not BUILT,
+    reason=f"the patched Tarantella is not built ({envs.env_dir('tarantella-patched')}); "
+    "'bash envs/build-tarantella.sh patched' builds it",
+)
+def test_patched_build_trains_two_processes():
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = trained(tiny_design(["tarantella-patched"], timeout_s=600), Path(tmp))
+        assert_learned(folder)
+        ranks = [json.loads((folder / f"rank{r}.json").read_text()) for r in (0, 1)]
+        assert ranks[0]["params_digest"] == ranks[1]["params_digest"]
+        assert {r["world"] for r in ranks} == {2}
+        # the run's record names the patch the build applied
+        assert ranks[0]["tarantella_build_patch"].startswith(
+            "envs/patches/tarantella/GaspiCxx.json"
+        )
