@@ -100,6 +100,8 @@ def test_torchrun_single_node():
 
 def test_torchrun_multi_node_under_slurm():
     argv, _ = launch.command("torchrun", [Host("n1", 4), Host("n2", 4)], CONFIG, RUN, "slurm")
+    assert argv[0] == "env"  # without a one-task step's own size (schedulers/slurm.py)
+    argv = argv[argv.index("srun") :]
     assert argv[:6] == [
         "srun",
         "--overlap",

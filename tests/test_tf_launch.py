@@ -49,7 +49,7 @@ def test_tf_workers_locally_one_spawner_on_free_ports():
 
 def test_tf_workers_under_slurm_one_spawner_per_node():
     argv, _ = tf_workers([Host("n1", 2), Host("n2", 2)], "slurm")
-    assert argv[0] == "srun" and "--ntasks-per-node=1" in argv and "--nodelist=n1,n2" in argv
+    assert "srun" in argv and "--ntasks-per-node=1" in argv and "--nodelist=n1,n2" in argv
     assert argv[argv.index("--workers") + 1] == "n1:23456,n1:23457,n2:23456,n2:23457"
 
 
