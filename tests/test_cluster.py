@@ -1,0 +1,175 @@
+"""The cluster on one machine (./ddlc cluster, ddlcompare/cluster.py): nodes
+in network and UTS namespaces of their own, a real Slurm across them. Every
+installed multi-process framework trains on 2 nodes through the slurm
+profile, its ranks really on different nodes; scheduler faults (a node
+lost, a time limit, a cancel) leave the run recorded with Slurm's reason
+and a rerun does only what is left. Also: the profiles by name, as the
+card writes them, from the project root."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, write_design
+from ddlcompare import cluster, envs, netem
+from frameworks import registry
+
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+DDLC = str(REPO / "ddlc")
+# Every framework whose processes a launcher spreads over nodes.
+SPREAD = [n for n, f in registry.FRAMEWORKS.items() if f.launcher != "one-process"]
+INSTALLED = [
+    n for n in SPREAD if envs.has_module(registry.FRAMEWORKS[n].env, registry.FRAMEWORKS[n].probe)
+]
+TINY = {"epochs": 1, "max_steps": 4, "train_images": 2000, "warmup_steps": 1, "timeout_s": 240}
+
+
+def design(frameworks, nodes=2, **fixed) -> dict:
+    return {
+        "name": "cluster",
+        "factors": {"framework": list(frameworks), "procs_per_node": [1], "batch_size": [32]},
+        "replications": 1,
+        "fixed": {**TINY, "nodes": nodes, **fixed},
+    }
+
+
+@pytest.mark.parametrize("name", ["grid5000", "slurm", "local"])
+def test_profiles_by_bare_name_from_the_project_root(name, tmp_path):
+    """`snakemake --profile grid5000`, as the card writes it: Snakemake
+    looks a bare name up in the working directory first (the project root
+    holds a link to each of profiles/)."""
+    write_design(tmp_path, design(["torch-ddp"], nodes=1))
+    out = subprocess.run(
+        [SNAKEMAKE, "--profile", name, "--dry-run", "-d", str(tmp_path), "--config",
+         f"design={tmp_path / 'design.yaml'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"Using profile {name} " in out.stdout + out.stderr
+    executor = yaml.safe_load((REPO / name / "config.yaml").read_text()).get("executor")
+    assert executor == {"grid5000": "cluster-generic", "slurm": "slurm", "local": None}[name]
+
+
+def test_ddlc_help_lists_every_command_and_run_help_sets_nothing_up(tmp_path):
+    out = subprocess.run([DDLC, "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    for command in (
+        "./ddlc run",
+        "./ddlc test",
+        "./ddlc setup",
+        "./ddlc cluster",
+        "plan",
+        "report",
+    ):
+        assert command in out.stdout, command
+    # No environment at all: help still answers, and nothing is built.
+    env = {**os.environ, "DDLC_VENV": str(tmp_path / "none")}
+    for argv in ([DDLC, "run", "--help"], [DDLC, "test", "-h"]):
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30)
+        assert out.returncode == 0 and "setup:" not in out.stderr, out.stderr
+        assert "./ddlc" in out.stdout
+    assert not (tmp_path / "none").exists()
+
+
+# ---- the cluster --------------------------------------------------------------------
+
+
+def _namespaces_allowed() -> str | None:
+    if os.geteuid() != 0:
+        return "the cluster on one machine needs root (network namespaces, daemons)"
+    if not Path("/usr/bin/apt-get").exists():
+        return "the cluster installs Debian's Slurm: apt-get not found"
+    if found := netem.problems("local"):
+        return "; ".join(found)
+    try_ns = subprocess.run(["ip", "netns", "add", "ddlc-probe-ns"], capture_output=True, text=True)
+    subprocess.run(["ip", "netns", "del", "ddlc-probe-ns"], capture_output=True)
+    if try_ns.returncode != 0:
+        return f"network namespaces are not allowed here: {try_ns.stderr.strip()}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    if why := _namespaces_allowed():
+        pytest.skip(why)
+    if cluster.RECORD.exists():
+        pytest.skip(f"a cluster is already up ({cluster.RECORD}); the tests start their own")
+    started = time.monotonic()
+    up = subprocess.run([DDLC, "cluster", "up"], capture_output=True, text=True, timeout=900)
+    assert up.returncode == 0, up.stderr[-3000:]
+    print(f"cluster up in {time.monotonic() - started:.1f} s")
+    record = cluster.status()
+    env = {
+        **cluster.client_env(),
+        "PYTHONPATH": str(REPO),
+        "DDLC_VENV": str(Path(sys.executable).parents[1]),
+    }
+    yield record, env
+    down = subprocess.run([DDLC, "cluster", "down"], capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert not [n for n in netem.namespaces() if n.startswith(f"{netem.PREFIX}{cluster.TAG}-")]
+    assert cluster.HOSTS_BEGIN not in Path("/etc/hosts").read_text()
+
+
+def slurm_snakemake(workdir: Path, env: dict, *extra: str, limit: int = 420):
+    """`snakemake --profile slurm` from the project root, as the card writes
+    it; squeue for status (the cluster keeps no accounting), polled often."""
+    argv = [
+        "timeout", "-k", "30", str(limit), SNAKEMAKE, "--profile", "slurm",
+        "-d", str(workdir), "--config", f"design={workdir / 'design.yaml'}",
+        "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
+        "--seconds-between-status-checks", "2", "--latency-wait", "5", *extra,
+    ]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
+
+
+def records(workdir: Path) -> dict[str, dict]:
+    found = [json.loads(p.read_text()) for p in (workdir / "results").rglob("run.json")]
+    return {r["config"]["framework"]: r for r in found}
+
+
+def test_a_second_up_is_refused(slurm_cluster):
+    out = subprocess.run([DDLC, "cluster", "up"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "already up" in out.stderr
+    status = subprocess.run([DDLC, "cluster", "status"], capture_output=True, text=True)
+    assert status.returncode == 0 and status.stdout.count("idle") == 3, status.stdout
+
+
+def test_nodes_have_their_own_names_addresses_and_a_shaped_link(slurm_cluster):
+    record, env = slurm_cluster
+    out = subprocess.run(
+        ["srun", "-N3", "-n3", "--mem=50", "sh", "-c",
+         'echo "$(hostname) $(ip -4 -o addr show ddlc0 | cut -d" " -f7)"; tc qdisc show dev ddlc0'],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    seen = sorted(line.split() for line in out.stdout.splitlines() if "/" in line)
+    expected = sorted([n["hostname"], f"{n['address']}/24"] for n in record["nodes"])
+    assert seen == expected
+    assert out.stdout.count("qdisc tbf") == 3 and "rate 1Gbit" in out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+def test_every_installed_framework_trains_across_two_nodes_through_slurm(slurm_cluster, tmp_path):
+    _, env = slurm_cluster
+    write_design(tmp_path, design(INSTALLED))
+    started = time.monotonic()
+    out = slurm_snakemake(tmp_path, env)
+    print(f"{len(INSTALLED)} frameworks on 2 nodes: {time.monotonic() - started:.1f} s")
+    found = records(tmp_path)
+    assert sorted(found) == sorted(INSTALLED), out.stderr[-3000:]
+    for name, record in found.items():
+        assert record["status"] == "ok", (name, record.get("reason"), out.stderr[-2000:])
+        assert record["scheduler"] == "slurm"
+        hosts = [h["name"] for h in record["hosts"]]
+        ranks = sorted(r["hostname"] for r in record["ranks"])
+        assert len(set(hosts)) == 2 and ranks == sorted(hosts), (name, hosts, ranks)
+    assert out.returncode == 0, out.stderr[-3000:]
