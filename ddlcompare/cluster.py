@@ -36,6 +36,7 @@ from pathlib import Path
 
 from ddlcompare import netem
 
+REPO = Path(__file__).resolve().parent.parent
 STATE = Path(os.environ.get("DDLC_CLUSTER_DIR", "/var/lib/ddlc-cluster"))
 RECORD = STATE / "cluster.json"
 TAG = "cluster"  # namespaces ddlc-cluster-sw, ddlc-cluster-n0...: never a runner's (netem.STALE)
@@ -43,10 +44,13 @@ FRONTEND_LINK = "ddlcfe"  # this machine's end of its link into the bridge
 MUNGE_SOCKET = Path("/run/munge/ddlc-cluster.socket")
 SLURMCTLD_PORT, SLURMD_PORT = 6917, 6918  # not Slurm's defaults: a test Slurm may hold those
 HOSTS_BEGIN, HOSTS_END = "# ddlc cluster: begin", "# ddlc cluster: end"
-PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge", "iproute2"]
+PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge", "iproute2", "socat"]
+OAR_SCRIPT = REPO / "tests" / "schedulers" / "oar.sh"  # installs OAR, then as the test OAR
+OAR_SERVER_PORT = 6666  # Almighty; one OAR server per machine (/etc/oar is global)
+POSTGRES_PORT = 5432
+OAR_CORES_PER_NODE = 2
 CPUS_PER_NODE = 2
 MEMORY_MB_PER_NODE = 8000
-REPO = Path(__file__).resolve().parent.parent
 
 
 class ClusterError(RuntimeError):
@@ -92,6 +96,7 @@ def up(nodes: int = 3, rate_mbit: int = 1000) -> dict:
         join_frontend(net, frontend)
         write_hosts(net.nodes, frontend)
         start_slurm(net.nodes, frontend)
+        start_oar(net.nodes)
     except BaseException:
         down()
         raise
@@ -272,6 +277,48 @@ def _wait(seconds: float, what: str, ready, logs: Path) -> None:
         time.sleep(0.3)
 
 
+def oar_env(nodes: list[dict] | list[netem.Node]) -> dict:
+    """tests/schedulers/oar.sh's settings for this cluster's OAR."""
+    entries = [n if isinstance(n, dict) else n.__dict__ for n in nodes]
+    return {
+        **os.environ,
+        "DDLC_OAR_DIR": str(STATE / "oar"),
+        "DDLC_OAR_NODES": " ".join(
+            f"{n['hostname']}={n['namespace']}={n['address']}" for n in entries
+        ),
+        "DDLC_OAR_CORES": str(OAR_CORES_PER_NODE),
+    }
+
+
+def start_oar(nodes: list[netem.Node]) -> None:
+    """OAR's server here, a node sshd in each node (oar.sh). What a node
+    asks of the server's machine (oarsh and oarstat read PostgreSQL; a job's
+    end is told to Almighty) goes to localhost, as on a one-machine OAR:
+    each node's localhost ports are forwarded to this machine's."""
+    if _listening(OAR_SERVER_PORT):
+        raise ClusterError(
+            f"an OAR server already listens on port {OAR_SERVER_PORT} (the test OAR? "
+            "'tests/schedulers/oar.sh stop' stops it): OAR's configuration is one per machine"
+        )
+    for node in nodes:
+        for port in (POSTGRES_PORT, OAR_SERVER_PORT):
+            to_here = f"exec nsenter --net=/proc/1/ns/net socat - TCP:127.0.0.1:{port}"
+            argv = ["ip", "netns", "exec", node.namespace, "socat",
+                    f"TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork", f"SYSTEM:{to_here}"]  # fmt: skip
+            proc = subprocess.Popen(argv, start_new_session=True, stderr=subprocess.DEVNULL)
+            (STATE / "run" / f"forward-{node.hostname}-{port}.pid").write_text(str(proc.pid))
+    out = subprocess.run(
+        [str(OAR_SCRIPT), "start"], env=oar_env(nodes), capture_output=True, text=True, timeout=900
+    )
+    if out.returncode != 0:
+        raise ClusterError(f"OAR did not start: {out.stderr.strip()[-1500:]}")
+
+
+def _listening(port: int) -> bool:
+    out = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True)
+    return bool(out.stdout.strip())
+
+
 # ---- down -------------------------------------------------------------------
 
 
@@ -281,6 +328,8 @@ def down() -> bool:
     if not RECORD.exists():
         return False
     record = json.loads(RECORD.read_text())
+    if (STATE / "oar").exists():
+        subprocess.run([str(OAR_SCRIPT), "stop"], env=oar_env(record["nodes"]), timeout=120)
     for pidfile in sorted((STATE / "run").glob("*.pid")):
         _stop(pidfile)
     for node in record["nodes"]:  # whatever still runs in a node: its jobs

@@ -8,7 +8,7 @@ card writes them, from the project root."""
 
 import json
 import os
-import signal
+import shutil
 import subprocess
 import sys
 import time
@@ -169,6 +169,59 @@ def test_every_installed_framework_trains_across_two_nodes_through_slurm(slurm_c
     for name, record in found.items():
         assert record["status"] == "ok", (name, record.get("reason"), out.stderr[-2000:])
         assert record["scheduler"] == "slurm"
+        hosts = [h["name"] for h in record["hosts"]]
+        ranks = sorted(r["hostname"] for r in record["ranks"])
+        assert len(set(hosts)) == 2 and ranks == sorted(hosts), (name, hosts, ranks)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+# ---- OAR on the same nodes ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def oar_cluster(slurm_cluster):
+    """The cluster's OAR, and its unprivileged user (OAR refuses root's jobs)
+    able to reach this checkout and every environment's Python."""
+    from test_oar import OarUser
+
+    script = str(cluster.OAR_SCRIPT)
+    env = cluster.oar_env(slurm_cluster[0]["nodes"])
+    pythons = [envs.python_for(e) for e in {registry.FRAMEWORKS[n].env for n in INSTALLED}]
+    granted = subprocess.run(
+        [script, "grant", *map(str, pythons), str(REPO / "ddlcompare" / "oar.py")],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert granted.returncode == 0, granted.stderr
+    name = subprocess.run([script, "user"], env=env, capture_output=True, text=True).stdout.strip()
+    user = OarUser(name)
+    yield user
+    shutil.rmtree(user.home / "ddlc-tests", ignore_errors=True)
+
+
+def oar_snakemake(user, workdir: Path, *extra: str, limit: int = 420):
+    """`snakemake --profile grid5000` from the project root, as the submitting user."""
+    argv = [
+        "timeout", "-k", "30", str(limit), str(Path(sys.executable).parent / "python"),
+        "-m", "snakemake", "--profile", "grid5000", "-d", str(workdir),
+        "--config", f"design={workdir / 'design.yaml'}", "--seconds-between-status-checks", "1",
+        "--max-status-checks-per-second", "10", "--latency-wait", "5", *extra,
+    ]  # fmt: skip
+    return user.run(argv, REPO, timeout=limit + 60)
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+def test_every_installed_framework_trains_across_two_nodes_through_oar(oar_cluster):
+    workdir = oar_cluster.workdir("frameworks")
+    write_design(workdir, design(INSTALLED))
+    started = time.monotonic()
+    out = oar_snakemake(oar_cluster, workdir)
+    print(f"{len(INSTALLED)} frameworks on 2 OAR nodes: {time.monotonic() - started:.1f} s")
+    found = records(workdir)
+    assert sorted(found) == sorted(INSTALLED), out.stderr[-3000:]
+    for name, record in found.items():
+        assert record["status"] == "ok", (name, record.get("reason"), out.stderr[-2000:])
+        assert record["scheduler"] == "oar"
         hosts = [h["name"] for h in record["hosts"]]
         ranks = sorted(r["hostname"] for r in record["ranks"])
         assert len(set(hosts)) == 2 and ranks == sorted(hosts), (name, hosts, ranks)
