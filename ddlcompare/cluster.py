@@ -48,6 +48,7 @@ PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge", "iproute2", "socat"]
 OAR_SCRIPT = REPO / "tests" / "schedulers" / "oar.sh"  # installs OAR, then as the test OAR
 OAR_SERVER_PORT = 6666  # Almighty; one OAR server per machine (/etc/oar is global)
 POSTGRES_PORT = 5432
+FORWARD_OFFSET = 20000  # the relays' ports on the bridge: 25432, 26666
 OAR_CORES_PER_NODE = 2
 CPUS_PER_NODE = 2
 MEMORY_MB_PER_NODE = 8000
@@ -96,7 +97,7 @@ def up(nodes: int = 3, rate_mbit: int = 1000) -> dict:
         join_frontend(net, frontend)
         write_hosts(net.nodes, frontend)
         start_slurm(net.nodes, frontend)
-        start_oar(net.nodes)
+        start_oar(net.nodes, frontend)
     except BaseException:
         down()
         raise
@@ -290,28 +291,39 @@ def oar_env(nodes: list[dict] | list[netem.Node]) -> dict:
     }
 
 
-def start_oar(nodes: list[netem.Node]) -> None:
+def start_oar(nodes: list[netem.Node], frontend: netem.Node) -> None:
     """OAR's server here, a node sshd in each node (oar.sh). What a node
     asks of the server's machine (oarsh and oarstat read PostgreSQL; a job's
     end is told to Almighty) goes to localhost, as on a one-machine OAR:
-    each node's localhost ports are forwarded to this machine's."""
+    each node's localhost ports are relayed to this machine's (socat), which
+    see the connections come from localhost, as their configuration expects."""
     if _listening(OAR_SERVER_PORT):
         raise ClusterError(
             f"an OAR server already listens on port {OAR_SERVER_PORT} (the test OAR? "
             "'tests/schedulers/oar.sh stop' stops it): OAR's configuration is one per machine"
         )
-    for node in nodes:
-        for port in (POSTGRES_PORT, OAR_SERVER_PORT):
-            to_here = f"exec nsenter --net=/proc/1/ns/net socat - TCP:127.0.0.1:{port}"
-            argv = ["ip", "netns", "exec", node.namespace, "socat",
-                    f"TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork", f"SYSTEM:{to_here}"]  # fmt: skip
-            proc = subprocess.Popen(argv, start_new_session=True, stderr=subprocess.DEVNULL)
-            (STATE / "run" / f"forward-{node.hostname}-{port}.pid").write_text(str(proc.pid))
+    for port in (POSTGRES_PORT, OAR_SERVER_PORT):
+        relay = port + FORWARD_OFFSET  # this machine's relay on its bridge address
+        _forward("here", None, f"{frontend.address}:{relay}", f"127.0.0.1:{port}")
+        for node in nodes:
+            _forward(
+                node.hostname, node.namespace, f"127.0.0.1:{port}", f"{frontend.address}:{relay}"
+            )
     out = subprocess.run(
         [str(OAR_SCRIPT), "start"], env=oar_env(nodes), capture_output=True, text=True, timeout=900
     )
     if out.returncode != 0:
         raise ClusterError(f"OAR did not start: {out.stderr.strip()[-1500:]}")
+
+
+def _forward(where: str, namespace: str | None, listen: str, to: str) -> None:
+    """A socat that relays ``listen`` (in ``namespace``, else here) to ``to``."""
+    address, port = listen.split(":")
+    argv = ["socat", f"TCP-LISTEN:{port},bind={address},reuseaddr,fork", f"TCP:{to}"]
+    if namespace:
+        argv = ["ip", "netns", "exec", namespace, *argv]
+    proc = subprocess.Popen(argv, start_new_session=True, stderr=subprocess.DEVNULL)
+    (STATE / "run" / f"forward-{where}-{port}.pid").write_text(str(proc.pid))
 
 
 def _listening(port: int) -> bool:

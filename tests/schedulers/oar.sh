@@ -51,6 +51,12 @@ configure() {
   setting SCHEDULER_MIN_TIME_BETWEEN_2_CALLS 0  # else each job waits ~11 s
   # No cgroups or cpusets here.
   sed -i 's|^JOB_RESOURCE_MANAGER_PROPERTY_DB_FIELD=|#&|; s|^CPUSET_PATH=|#&|' /etc/oar/oar.conf
+  if [ "$nodes" != localhost ]; then
+    # Several nodes: oarsh finds a job by its cpuset name (its field), and
+    # with no CPUSET_PATH no cpuset is made.
+    sed -i 's|^#JOB_RESOURCE_MANAGER_PROPERTY_DB_FIELD=|JOB_RESOURCE_MANAGER_PROPERTY_DB_FIELD=|' \
+      /etc/oar/oar.conf
+  fi
   sed -i "s|^my @Tmp_dir_to_clear = (.*);|my @Tmp_dir_to_clear = ();|" \
     /etc/oar/job_resource_manager_cgroups.pl
   grep -q '^my @Tmp_dir_to_clear = ();' /etc/oar/job_resource_manager_cgroups.pl
