@@ -309,11 +309,20 @@ def start_oar(nodes: list[netem.Node], frontend: netem.Node) -> None:
             _forward(
                 node.hostname, node.namespace, f"127.0.0.1:{port}", f"{frontend.address}:{relay}"
             )
-    out = subprocess.run(
-        [str(OAR_SCRIPT), "start"], env=oar_env(nodes), capture_output=True, text=True, timeout=900
-    )
-    if out.returncode != 0:
-        raise ClusterError(f"OAR did not start: {out.stderr.strip()[-1500:]}")
+    _oar_script("start", nodes)
+
+
+def _oar_script(action: str, nodes: list) -> None:
+    """tests/schedulers/oar.sh, its output in a log file: the daemons it
+    starts keep what they inherit, and a pipe would never close."""
+    log = STATE / "log" / "oar.sh.log"
+    with open(log, "a") as out:
+        done = subprocess.run(
+            [str(OAR_SCRIPT), action], env=oar_env(nodes), stdin=subprocess.DEVNULL,
+            stdout=out, stderr=out, timeout=900,
+        )  # fmt: skip
+    if done.returncode != 0:
+        raise ClusterError(f"OAR {action} failed: {log.read_text().strip()[-1500:]}")
 
 
 def _forward(where: str, namespace: str | None, listen: str, to: str) -> None:
@@ -322,13 +331,47 @@ def _forward(where: str, namespace: str | None, listen: str, to: str) -> None:
     argv = ["socat", f"TCP-LISTEN:{port},bind={address},reuseaddr,fork", f"TCP:{to}"]
     if namespace:
         argv = ["ip", "netns", "exec", namespace, *argv]
-    proc = subprocess.Popen(argv, start_new_session=True, stderr=subprocess.DEVNULL)
+    # No stream of ours: a caller that reads our output would wait on it forever.
+    quiet = subprocess.DEVNULL
+    proc = subprocess.Popen(argv, start_new_session=True, stdin=quiet, stdout=quiet, stderr=quiet)
     (STATE / "run" / f"forward-{where}-{port}.pid").write_text(str(proc.pid))
 
 
 def _listening(port: int) -> bool:
     out = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True)
     return bool(out.stdout.strip())
+
+
+# ---- faults -----------------------------------------------------------------
+
+
+def lose_node(hostname: str) -> None:
+    """The node fails as a crashed machine does: everything in it is killed
+    (its slurmd, its OAR sshd, the jobs' processes)."""
+    node = _node(hostname)
+    _kill_namespace(node["namespace"])
+    for pidfile in (STATE / "run").glob(f"*{hostname}*.pid"):
+        pidfile.unlink()
+
+
+def restore_node(hostname: str) -> None:
+    """Start a lost node's daemons again; Slurm takes it back (ReturnToService=2)."""
+    record = json.loads(RECORD.read_text())
+    node, frontend = netem.Node(**_node(hostname)), netem.Node(**record["frontend"])
+    _daemon(in_node(node, ["/usr/sbin/slurmd", "-f", "/etc/slurm/slurm.conf"]), "slurmd")
+    if (STATE / "oar").exists():
+        for port in (POSTGRES_PORT, OAR_SERVER_PORT):
+            relay = f"{frontend.address}:{port + FORWARD_OFFSET}"
+            _forward(node.hostname, node.namespace, f"127.0.0.1:{port}", relay)
+        _oar_script("start", record["nodes"])
+
+
+def _node(hostname: str) -> dict:
+    record = json.loads(RECORD.read_text())
+    found = [n for n in record["nodes"] if n["hostname"] == hostname]
+    if not found:
+        raise ClusterError(f"{hostname}: no node of the cluster")
+    return found[0]
 
 
 # ---- down -------------------------------------------------------------------
@@ -341,7 +384,7 @@ def down() -> bool:
         return False
     record = json.loads(RECORD.read_text())
     if (STATE / "oar").exists():
-        subprocess.run([str(OAR_SCRIPT), "stop"], env=oar_env(record["nodes"]), timeout=120)
+        _oar_script("stop", record["nodes"])
     for pidfile in sorted((STATE / "run").glob("*.pid")):
         _stop(pidfile)
     for node in record["nodes"]:  # whatever still runs in a node: its jobs

@@ -199,10 +199,11 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
                 record["machine_held"] = [started, time.time()]  # unix seconds
                 energy.write_run_energy(run_dir, [h.name for h in host_list], started, time.time())
     except Interrupted as stop:
+        said = schedulers.current().stop_reason(os.environ)  # e.g. Slurm's TIMEOUT, NODE_FAIL
         record.update(
             status="interrupted",
             end=_now(),
-            reason=f"{stop.reason}; the next workflow run starts it again",
+            reason=f"{stop.reason}{f' ({said})' if said else ''}; the next workflow run starts it again",
         )
         save(RECORD, record)
         return 128 + stop.signum if stop.signum else 1

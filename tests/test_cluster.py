@@ -226,3 +226,117 @@ def test_every_installed_framework_trains_across_two_nodes_through_oar(oar_clust
         ranks = sorted(r["hostname"] for r in record["ranks"])
         assert len(set(hosts)) == 2 and ranks == sorted(hosts), (name, hosts, ranks)
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+# ---- scheduler faults (Slurm) -----------------------------------------------------------
+
+
+def fault_design(workdir: Path) -> None:
+    """Two 2-node runs: one of 1 epoch that finishes, one of 500 to be stopped."""
+    doc = design(["torch-ddp"], timeout_s=3600)
+    doc["factors"]["epochs"] = [1, 500]
+    write_design(workdir, doc)
+
+
+def start_snakemake(workdir: Path, env: dict, *extra: str) -> subprocess.Popen:
+    argv = [
+        "timeout", "-k", "30", "600", SNAKEMAKE, "--profile", "slurm", "-d", str(workdir),
+        "--config", f"design={workdir / 'design.yaml'}", "--slurm-status-command", "squeue",
+        "--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2",
+        "--latency-wait", "5", *extra,
+    ]  # fmt: skip
+    log = open(workdir / "snakemake.log", "w")
+    return subprocess.Popen(argv, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+
+def by_epochs(workdir: Path) -> dict[int, dict]:
+    found = [json.loads(p.read_text()) for p in (workdir / "results").rglob("run.json")]
+    return {r["config"]["epochs"]: r for r in found}
+
+
+def wait_for(what: str, check, limit: float = 300):
+    deadline = time.monotonic() + limit
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"{what}: not after {limit} s"
+        time.sleep(1)
+    return found
+
+
+def long_run_training(workdir: Path) -> str:
+    """The long run's Slurm job id, once the short run is done and the long
+    one trains (its epochs table has begun)."""
+
+    def training():
+        done = list((workdir / "results").rglob("done.json"))
+        steps = [p for p in (workdir / "results").rglob("epochs.tsv") if "epochs~500" in str(p)]
+        return len(done) == 1 and steps
+
+    wait_for("the short run done and the long one training", training)
+    logs = (workdir / ".snakemake" / "slurm_logs" / "rule_run").glob("*epochs~500*/*.log")
+    return next(logs).stem  # the plugin names each job's log by its Slurm job id
+
+
+def stopped_with(workdir: Path, proc: subprocess.Popen, said: str) -> dict:
+    """Snakemake ends failed; the long run is recorded interrupted, in Slurm's words."""
+    assert proc.wait(timeout=300) != 0
+    record = wait_for(
+        "the long run's record",
+        lambda: by_epochs(workdir)[500]["status"] != "running" and by_epochs(workdir)[500],
+    )
+    assert record["status"] == "interrupted", record
+    assert said in record["reason"], record["reason"]
+    return record
+
+
+def only_the_stopped_run_is_left(workdir: Path, env: dict) -> None:
+    """Nothing finished is lost: a rerun (dry) does the long run alone."""
+    out = subprocess.run(
+        [SNAKEMAKE, "--profile", "slurm", "-d", str(workdir), "--config",
+         f"design={workdir / 'design.yaml'}", "--dry-run"],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    jobs = [line.split() for line in out.stdout.splitlines() if line.startswith("run ")]
+    assert jobs == [["run", "1"]], out.stdout[-2000:]
+    assert by_epochs(workdir)[1]["status"] == "ok"
+    assert len(list((workdir / "results").rglob("done.json"))) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+def test_a_job_cancelled_by_slurm_is_recorded_and_rerun_alone(slurm_cluster, tmp_path):
+    _, env = slurm_cluster
+    fault_design(tmp_path)
+    proc = start_snakemake(tmp_path, env)
+    job = long_run_training(tmp_path)
+    subprocess.run(["scancel", job], env=env, check=True)
+    stopped_with(tmp_path, proc, f"Slurm job {job}: CANCELLED")
+    only_the_stopped_run_is_left(tmp_path, env)
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+def test_a_node_lost_mid_job_is_recorded_and_rerun_alone(slurm_cluster, tmp_path):
+    record, env = slurm_cluster
+    fault_design(tmp_path)
+    proc = start_snakemake(tmp_path, env)
+    job = long_run_training(tmp_path)
+    hosts = [h["name"] for h in by_epochs(tmp_path)[500]["hosts"]]
+    cluster.lose_node(hosts[1])  # the second node: the runner lives on the first
+    try:
+        stopped_with(tmp_path, proc, f"Slurm job {job}: NODE_FAIL")
+    finally:
+        cluster.restore_node(hosts[1])
+    only_the_stopped_run_is_left(tmp_path, env)
+    wait_for("the node back", lambda: cluster._sinfo(env).count("idle") == 3, 60)
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+def test_a_job_past_its_slurm_time_limit_is_recorded_and_rerun_alone(slurm_cluster, tmp_path):
+    _, env = slurm_cluster
+    fault_design(tmp_path)
+    proc = start_snakemake(tmp_path, env, "--set-resources", "run:runtime=1")
+    job = long_run_training(tmp_path)
+    stopped_with(tmp_path, proc, f"Slurm job {job}: TIMEOUT")
+    only_the_stopped_run_is_left(tmp_path, env)

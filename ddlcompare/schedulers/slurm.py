@@ -60,6 +60,24 @@ class Slurm(Scheduler):
         # keeps only the job id lacks ("unable to find SLURM_NODELIST").
         return ["--mca", "ras", "^slurm", "--mca", "plm", "^slurm", *super().mpirun_args()]
 
+    def stop_reason(self, env) -> str | None:
+        # Slurm sets the job's state (TIMEOUT, CANCELLED, NODE_FAIL) before
+        # it signals the job's processes.
+        job = env.get("SLURM_JOB_ID")
+        try:
+            out = subprocess.run(
+                ["scontrol", "show", "job", "--oneliner", job],
+                capture_output=True, text=True, timeout=10,
+            ).stdout if job else ""  # fmt: skip
+        except (OSError, subprocess.SubprocessError):
+            return None
+        state = re.search(r"(?:^|\s)JobState=(\S+)", out)
+        reason = re.search(r"(?:^|\s)Reason=(\S+)", out)
+        if not state:
+            return None
+        said = f"Slurm job {job}: {state.group(1)}"
+        return said + (f", {reason.group(1)}" if reason and reason.group(1) != "None" else "")
+
     def lbann_run_args(self, env, hosts=()) -> dict:
         # LBANN's own srun line, inside this job: --overlap as for
         # per_node_starter; and an MPI plugin, since under slurm.conf's usual
