@@ -194,15 +194,20 @@ def oar_cluster(slurm_cluster):
     assert granted.returncode == 0, granted.stderr
     name = subprocess.run([script, "user"], env=env, capture_output=True, text=True).stdout.strip()
     user = OarUser(name)
+    for env_name in {registry.FRAMEWORKS[n].env for n in INSTALLED} - {"torch"}:
+        # Found in root's ~/.cache by default: named for a user whose home is elsewhere.
+        user.env[f"DDLC_VENV_{env_name.upper()}"] = str(envs.env_dir(env_name))
     yield user
     shutil.rmtree(user.home / "ddlc-tests", ignore_errors=True)
 
 
 def oar_snakemake(user, workdir: Path, *extra: str, limit: int = 420):
-    """`snakemake --profile grid5000` from the project root, as the submitting user."""
+    """`snakemake --profile grid5000` from the project root, as the submitting
+    user. By path: with -d, a profile found by its bare name in the working
+    directory gives its scripts relative to it (docs/clusters.md)."""
     argv = [
         "timeout", "-k", "30", str(limit), str(Path(sys.executable).parent / "python"),
-        "-m", "snakemake", "--profile", "grid5000", "-d", str(workdir),
+        "-m", "snakemake", "--profile", str(REPO / "grid5000"), "-d", str(workdir),
         "--config", f"design={workdir / 'design.yaml'}", "--seconds-between-status-checks", "1",
         "--max-status-checks-per-second", "10", "--latency-wait", "5", *extra,
     ]  # fmt: skip
