@@ -405,6 +405,8 @@ def _send(process: psutil.Process, sig: int) -> None:
         process.send_signal(sig)
     except psutil.NoSuchProcess:
         pass
+    except psutil.AccessDenied:
+        pass  # another user's (OAR's setuid oarsh): it ends with its connection
 
 
 # "[rank1]: KeyError: 0" (torchrun), "[0]<stderr>:TypeError: ..." (horovodrun),

@@ -135,6 +135,19 @@ def records(workdir: Path) -> dict[str, dict]:
     return {r["config"]["framework"]: r for r in found}
 
 
+def each_on_its_own_node(workdir: Path, scheduler: str, out) -> None:
+    """Every installed framework ran ok, its ranks on 2 different nodes."""
+    found = records(workdir)
+    assert sorted(found) == sorted(INSTALLED), out.stderr[-3000:]
+    for name, record in found.items():
+        assert record["status"] == "ok", (name, record.get("reason"), out.stderr[-2000:])
+        assert record["scheduler"] == scheduler
+        hosts = [h["name"] for h in record["hosts"]]
+        ranks = sorted(r["hostname"] for r in record["ranks"])
+        assert len(set(hosts)) == 2 and ranks == sorted(hosts), (name, hosts, ranks)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
 def test_a_second_up_is_refused(slurm_cluster):
     out = subprocess.run([DDLC, "cluster", "up"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "already up" in out.stderr
@@ -164,15 +177,7 @@ def test_every_installed_framework_trains_across_two_nodes_through_slurm(slurm_c
     started = time.monotonic()
     out = slurm_snakemake(tmp_path, env)
     print(f"{len(INSTALLED)} frameworks on 2 nodes: {time.monotonic() - started:.1f} s")
-    found = records(tmp_path)
-    assert sorted(found) == sorted(INSTALLED), out.stderr[-3000:]
-    for name, record in found.items():
-        assert record["status"] == "ok", (name, record.get("reason"), out.stderr[-2000:])
-        assert record["scheduler"] == "slurm"
-        hosts = [h["name"] for h in record["hosts"]]
-        ranks = sorted(r["hostname"] for r in record["ranks"])
-        assert len(set(hosts)) == 2 and ranks == sorted(hosts), (name, hosts, ranks)
-    assert out.returncode == 0, out.stderr[-3000:]
+    each_on_its_own_node(tmp_path, "slurm", out)
 
 
 # ---- OAR on the same nodes ------------------------------------------------------------
@@ -222,15 +227,7 @@ def test_every_installed_framework_trains_across_two_nodes_through_oar(oar_clust
     started = time.monotonic()
     out = oar_snakemake(oar_cluster, workdir)
     print(f"{len(INSTALLED)} frameworks on 2 OAR nodes: {time.monotonic() - started:.1f} s")
-    found = records(workdir)
-    assert sorted(found) == sorted(INSTALLED), out.stderr[-3000:]
-    for name, record in found.items():
-        assert record["status"] == "ok", (name, record.get("reason"), out.stderr[-2000:])
-        assert record["scheduler"] == "oar"
-        hosts = [h["name"] for h in record["hosts"]]
-        ranks = sorted(r["hostname"] for r in record["ranks"])
-        assert len(set(hosts)) == 2 and ranks == sorted(hosts), (name, hosts, ranks)
-    assert out.returncode == 0, out.stderr[-3000:]
+    each_on_its_own_node(workdir, "oar", out)
 
 
 # ---- scheduler faults (Slurm) -----------------------------------------------------------
