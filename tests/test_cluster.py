@@ -236,6 +236,7 @@ def test_every_installed_framework_trains_across_two_nodes_through_oar(oar_clust
 def fault_design(workdir: Path) -> None:
     """Two 2-node runs: one of 1 epoch that finishes, one of 500 to be stopped."""
     doc = design(["torch-ddp"], timeout_s=3600)
+    del doc["fixed"]["epochs"]
     doc["factors"]["epochs"] = [1, 500]
     write_design(workdir, doc)
 
