@@ -19,6 +19,7 @@ import yaml
 
 from conftest import REPO, write_design
 from ddlcompare import cluster, envs, netem
+from ddlcompare.schedulers import slurm
 from frameworks import registry
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
@@ -233,11 +234,11 @@ def test_every_installed_framework_trains_across_two_nodes_through_oar(oar_clust
 # ---- scheduler faults (Slurm) -----------------------------------------------------------
 
 
-def fault_design(workdir: Path) -> None:
-    """Two 2-node runs: one of 1 epoch that finishes, one of 500 to be stopped."""
+def fault_design(workdir: Path, epochs=(1, 500)) -> None:
+    """2-node runs: one of 1 epoch that finishes, one of 500 to be stopped."""
     doc = design(["torch-ddp"], timeout_s=3600)
     del doc["fixed"]["epochs"]
-    doc["factors"]["epochs"] = [1, 500]
+    doc["factors"]["epochs"] = list(epochs)
     write_design(workdir, doc)
 
 
@@ -265,18 +266,36 @@ def wait_for(what: str, check, limit: float = 300):
     return found
 
 
-def long_run_training(workdir: Path) -> str:
+def long_run_training(workdir: Path, short_too: bool = True) -> str:
     """The long run's Slurm job id, once the short run is done and the long
     one trains (its epochs table has begun)."""
 
     def training():
         done = list((workdir / "results").rglob("done.json"))
         steps = [p for p in (workdir / "results").rglob("epochs.tsv") if "epochs~500" in str(p)]
-        return len(done) == 1 and steps
+        return len(done) == int(short_too) and steps
 
-    wait_for("the short run done and the long one training", training)
+    wait_for("the long run training", training)
     logs = (workdir / ".snakemake" / "slurm_logs" / "rule_run").glob("*epochs~500*/*.log")
     return next(logs).stem  # the plugin names each job's log by its Slurm job id
+
+
+@pytest.fixture
+def workflow(slurm_cluster, tmp_path):
+    """A workflow started in the background; whatever happens, it and its
+    jobs end with the test."""
+    started = []
+
+    def start(*extra):
+        started.append(start_snakemake(tmp_path, slurm_cluster[1], *extra))
+        return started[-1]
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=60)
+    subprocess.run(["scancel", "--user", "root"], env=slurm_cluster[1])  # the test cluster's own
 
 
 def stopped_with(workdir: Path, proc: subprocess.Popen, said: str) -> dict:
@@ -309,10 +328,10 @@ def only_the_stopped_run_is_left(workdir: Path, env: dict) -> None:
 
 @pytest.mark.slow
 @pytest.mark.schedulers
-def test_a_job_cancelled_by_slurm_is_recorded_and_rerun_alone(slurm_cluster, tmp_path):
+def test_a_job_cancelled_by_slurm_is_recorded_and_rerun_alone(slurm_cluster, workflow, tmp_path):
     _, env = slurm_cluster
     fault_design(tmp_path)
-    proc = start_snakemake(tmp_path, env)
+    proc = workflow()
     job = long_run_training(tmp_path)
     subprocess.run(["scancel", job], env=env, check=True)
     stopped_with(tmp_path, proc, f"Slurm job {job}: CANCELLED")
@@ -321,27 +340,32 @@ def test_a_job_cancelled_by_slurm_is_recorded_and_rerun_alone(slurm_cluster, tmp
 
 @pytest.mark.slow
 @pytest.mark.schedulers
-def test_a_node_lost_mid_job_is_recorded_and_rerun_alone(slurm_cluster, tmp_path):
-    record, env = slurm_cluster
+def test_a_node_lost_mid_job_is_recorded_and_rerun_alone(slurm_cluster, workflow, tmp_path):
+    _, env = slurm_cluster
     fault_design(tmp_path)
-    proc = start_snakemake(tmp_path, env)
+    proc = workflow()
     job = long_run_training(tmp_path)
-    hosts = [h["name"] for h in by_epochs(tmp_path)[500]["hosts"]]
-    cluster.lose_node(hosts[1])  # the second node: the runner lives on the first
+    nodes = subprocess.run(
+        ["squeue", "-h", "-j", job, "-o", "%N"], capture_output=True, text=True, env=env
+    ).stdout.strip()
+    lost = slurm.expand(nodes)[1]  # the second node: the runner lives on the first
+    cluster.lose_node(lost)
     try:
         stopped_with(tmp_path, proc, f"Slurm job {job}: NODE_FAIL")
     finally:
-        cluster.restore_node(hosts[1])
+        cluster.restore_node(lost)
     only_the_stopped_run_is_left(tmp_path, env)
     wait_for("the node back", lambda: cluster._sinfo(env).count("idle") == 3, 60)
 
 
 @pytest.mark.slow
 @pytest.mark.schedulers
-def test_a_job_past_its_slurm_time_limit_is_recorded_and_rerun_alone(slurm_cluster, tmp_path):
+def test_a_job_past_its_slurm_time_limit_is_recorded_and_rerun_alone(
+    slurm_cluster, workflow, tmp_path
+):
     _, env = slurm_cluster
-    fault_design(tmp_path)
-    proc = start_snakemake(tmp_path, env, "--set-resources", "run:runtime=1")
-    job = long_run_training(tmp_path)
+    fault_design(tmp_path, epochs=(500,))
+    proc = workflow("--set-resources", "run:runtime=1")
+    job = long_run_training(tmp_path, short_too=False)
     stopped_with(tmp_path, proc, f"Slurm job {job}: TIMEOUT")
-    only_the_stopped_run_is_left(tmp_path, env)
+    assert not list((tmp_path / "results").rglob("done.json"))  # the next invocation reruns it
