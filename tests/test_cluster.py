@@ -340,22 +340,45 @@ def test_a_job_cancelled_by_slurm_is_recorded_and_rerun_alone(slurm_cluster, wor
 
 @pytest.mark.slow
 @pytest.mark.schedulers
-def test_a_node_lost_mid_job_is_recorded_and_rerun_alone(slurm_cluster, workflow, tmp_path):
+def test_a_node_lost_mid_job_is_recorded_and_slurm_runs_it_again(slurm_cluster, workflow, tmp_path):
+    """Slurm requeues a batch job whose node failed (JobRequeue=1, its
+    default): the attempt is recorded interrupted with the node Slurm holds
+    down, and the run starts again on the nodes left; the finished run is
+    not touched."""
     _, env = slurm_cluster
     fault_design(tmp_path)
-    proc = workflow()
+    workflow()
     job = long_run_training(tmp_path)
-    nodes = subprocess.run(
-        ["squeue", "-h", "-j", job, "-o", "%N"], capture_output=True, text=True, env=env
-    ).stdout.strip()
-    lost = slurm.expand(nodes)[1]  # the second node: the runner lives on the first
+
+    def job_nodes():
+        out = subprocess.run(
+            ["squeue", "-h", "-j", job, "-o", "%T %N"], capture_output=True, text=True, env=env
+        ).stdout.split()
+        return (out[0], slurm.expand(out[1])) if len(out) == 2 else ("", [])
+
+    lost = job_nodes()[1][1]  # the second node: the runner lives on the first
     cluster.lose_node(lost)
     try:
-        stopped_with(tmp_path, proc, f"Slurm job {job}: NODE_FAIL")
+
+        def interrupted():
+            found = [json.loads(p.read_text()) for p in (tmp_path / "results").rglob("run.json")]
+            stopped = [
+                r for r in found if r["config"]["epochs"] == 500 and r["status"] == "interrupted"
+            ]
+            return stopped and stopped[0]
+
+        record = wait_for("the attempt recorded", interrupted, 120)
+        assert f"Slurm job {job}:" in record["reason"], record["reason"]
+        assert f"node down: {lost} (Not responding)" in record["reason"], record["reason"]
+        state, nodes = wait_for(
+            "the job again", lambda: job_nodes()[0] == "RUNNING" and job_nodes(), 120
+        )
+        assert lost not in nodes and len(nodes) == 2
+        assert by_epochs(tmp_path)[1]["status"] == "ok"
+        assert len(list((tmp_path / "results").rglob("done.json"))) == 1
     finally:
         cluster.restore_node(lost)
-    only_the_stopped_run_is_left(tmp_path, env)
-    wait_for("the node back", lambda: cluster._sinfo(env).count("idle") == 3, 60)
+    wait_for("the node back", lambda: "down" not in cluster._sinfo(env), 60)
 
 
 @pytest.mark.slow

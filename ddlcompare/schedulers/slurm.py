@@ -61,22 +61,22 @@ class Slurm(Scheduler):
         return ["--mca", "ras", "^slurm", "--mca", "plm", "^slurm", *super().mpirun_args()]
 
     def stop_reason(self, env) -> str | None:
-        # Slurm sets the job's state (TIMEOUT, CANCELLED, NODE_FAIL) before
-        # it signals the job's processes.
+        # Slurm sets the job's state (TIMEOUT, CANCELLED) before it signals
+        # the job's processes; a node failure shows as COMPLETING, and the
+        # job's nodes say which one is down.
         job = env.get("SLURM_JOB_ID")
-        try:
-            out = subprocess.run(
-                ["scontrol", "show", "job", "--oneliner", job],
-                capture_output=True, text=True, timeout=10,
-            ).stdout if job else ""  # fmt: skip
-        except (OSError, subprocess.SubprocessError):
-            return None
+        out = _ask(["scontrol", "show", "job", "--oneliner", job]) if job else ""
         state = re.search(r"(?:^|\s)JobState=(\S+)", out)
         reason = re.search(r"(?:^|\s)Reason=(\S+)", out)
+        nodes = re.search(r"(?:^|\s)NodeList=(\S+)", out)
         if not state:
             return None
         said = f"Slurm job {job}: {state.group(1)}"
-        return said + (f", {reason.group(1)}" if reason and reason.group(1) != "None" else "")
+        if reason and reason.group(1) != "None":
+            said += f", {reason.group(1)}"
+        if nodes and (down := _down_nodes(nodes.group(1))):
+            said += f"; node down: {down}"
+        return said
 
     def lbann_run_args(self, env, hosts=()) -> dict:
         # LBANN's own srun line, inside this job: --overlap as for
@@ -90,6 +90,22 @@ class Slurm(Scheduler):
         if hosts:
             args.append(f"--nodelist={','.join(h.name for h in hosts)}")
         return {"scheduler": "slurm", "launcher_args": args}
+
+
+def _ask(argv: list[str]) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _down_nodes(nodelist: str) -> str:
+    """Those of the nodes Slurm holds down or not responding, with its reason."""
+    out = _ask(["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N|%t|%E"])
+    down = [line.split("|") for line in out.splitlines() if line.count("|") == 2]
+    return ", ".join(
+        f"{name} ({why})" for name, state, why in down if "down" in state or state.endswith("*")
+    )
 
 
 def expand(nodelist: str) -> list[str]:
