@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from pathlib import Path
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
@@ -74,8 +75,11 @@ class Slurm(Scheduler):
         said = f"Slurm job {job}: {state.group(1)}"
         if reason and reason.group(1) != "None":
             said += f", {reason.group(1)}"
-        if nodes and (down := _down_nodes(nodes.group(1))):
-            said += f"; node down: {down}"
+        # Slurm may signal the job a moment before it marks the node down.
+        for _ in range(3 if nodes and state.group(1) == "COMPLETING" else 0):
+            if down := _down_nodes(nodes.group(1)):
+                return f"{said}; node down: {down}"
+            time.sleep(1)
         return said
 
     def lbann_run_args(self, env, hosts=()) -> dict:
