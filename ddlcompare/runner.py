@@ -199,7 +199,8 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
                 record["machine_held"] = [started, time.time()]  # unix seconds
                 energy.write_run_energy(run_dir, [h.name for h in host_list], started, time.time())
     except Interrupted as stop:
-        said = schedulers.current().stop_reason(os.environ)  # e.g. Slurm's TIMEOUT, NODE_FAIL
+        hosts = [h["name"] for h in record.get("hosts", [])]
+        said = schedulers.current().stop_reason(os.environ, hosts)  # e.g. Slurm's TIMEOUT
         record.update(
             status="interrupted",
             end=_now(),

@@ -74,10 +74,10 @@ class Scheduler:
         """Extra horovodrun arguments this scheduler needs."""
         return []
 
-    def stop_reason(self, env: Mapping[str, str]) -> str | None:
-        """Why the scheduler is stopping this job (its time limit, a lost
-        node, a cancel), in its own words, for the run's record; None when
-        it says nothing."""
+    def stop_reason(self, env: Mapping[str, str], hosts: Sequence[str] = ()) -> str | None:
+        """Why the scheduler is stopping this job on ``hosts`` (its time
+        limit, a lost node, a cancel), in its own words, for the run's
+        record; None when it says nothing."""
         return None
 
     def lbann_run_args(self, env: Mapping[str, str], hosts: Sequence[Host] = ()) -> dict:

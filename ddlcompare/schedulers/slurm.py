@@ -61,7 +61,7 @@ class Slurm(Scheduler):
         # keeps only the job id lacks ("unable to find SLURM_NODELIST").
         return ["--mca", "ras", "^slurm", "--mca", "plm", "^slurm", *super().mpirun_args()]
 
-    def stop_reason(self, env) -> str | None:
+    def stop_reason(self, env, hosts=()) -> str | None:
         # Slurm sets the job's state (TIMEOUT, CANCELLED) before it signals
         # the job's processes; a node failure shows as COMPLETING, and the
         # job's nodes say which one is down.
@@ -69,7 +69,9 @@ class Slurm(Scheduler):
         out = _ask(["scontrol", "show", "job", "--oneliner", job]) if job else ""
         state = re.search(r"(?:^|\s)JobState=(\S+)", out)
         reason = re.search(r"(?:^|\s)Reason=(\S+)", out)
-        nodes = re.search(r"(?:^|\s)NodeList=(\S+)", out)
+        found = re.search(r"(?:^|\s)NodeList=(\S+)", out)
+        # A job requeued after a node failure has lost its node list: the run's hosts.
+        nodes = found.group(1) if found and found.group(1) != "(null)" else ",".join(hosts)
         if not state:
             return None
         said = f"Slurm job {job}: {state.group(1)}"
@@ -77,7 +79,7 @@ class Slurm(Scheduler):
             said += f", {reason.group(1)}"
         # Slurm may signal the job a moment before it marks the node down.
         for _ in range(3 if nodes and state.group(1) == "COMPLETING" else 0):
-            if down := _down_nodes(nodes.group(1)):
+            if down := _down_nodes(nodes):
                 return f"{said}; node down: {down}"
             time.sleep(1)
         return said
