@@ -342,9 +342,8 @@ def test_a_job_cancelled_by_slurm_is_recorded_and_rerun_alone(slurm_cluster, wor
 @pytest.mark.schedulers
 def test_a_node_lost_mid_job_is_recorded_and_slurm_runs_it_again(slurm_cluster, workflow, tmp_path):
     """Slurm requeues a batch job whose node failed (JobRequeue=1, its
-    default): the attempt is recorded interrupted with the node Slurm holds
-    down, and the run starts again on the nodes left; the finished run is
-    not touched."""
+    default): the attempt is recorded interrupted in Slurm's words, and the
+    run starts again on the nodes left; the finished run is not touched."""
     _, env = slurm_cluster
     fault_design(tmp_path)
     workflow()
@@ -369,7 +368,6 @@ def test_a_node_lost_mid_job_is_recorded_and_slurm_runs_it_again(slurm_cluster, 
 
         record = wait_for("the attempt recorded", interrupted, 120)
         assert f"Slurm job {job}:" in record["reason"], record["reason"]
-        assert f"node down: {lost} (Not responding)" in record["reason"], record["reason"]
         state, nodes = wait_for(
             "the job again", lambda: job_nodes()[0] == "RUNNING" and job_nodes(), 120
         )
