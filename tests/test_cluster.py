@@ -353,7 +353,7 @@ def test_a_node_lost_mid_job_is_recorded_and_slurm_runs_it_again(slurm_cluster, 
         out = subprocess.run(
             ["squeue", "-h", "-j", job, "-o", "%T %N"], capture_output=True, text=True, env=env
         ).stdout.split()
-        return (out[0], slurm.expand(out[1])) if len(out) == 2 else ("", [])
+        return (out[0], slurm.expand(out[1]) if len(out) == 2 else []) if out else ("", [])
 
     lost = job_nodes()[1][1]  # the second node: the runner lives on the first
     cluster.lose_node(lost)
