@@ -14,13 +14,19 @@ DESIGN, RUNS = ws.prepare(
     dryrun=workflow.dryrun,
     options=config,
 )
-RUN_BY_PATH = {r.path: r for r in RUNS}
+# Every run the plan may hold (replications: auto adds some as it goes).
+RUN_BY_PATH = {r.path: r for r in DESIGN.runs(most=True)}
 TABLES = RESULTS / DESIGN.root / "tables"
 REPORT = RESULTS / DESIGN.root / "report.html"
 PYTHON = sys.executable
 # Traces from elsewhere to convert and show in the report (a list, or a
 # comma-separated string): --config import_traces=path/a,path/b
 IMPORTED = ws.imported_traces(config)
+# Every job holds the machine shared while it runs, measurements hold it
+# alone (ddlcompare/machine_lock.py); each job's held interval goes to
+# JOBS_JOURNAL.
+JOBS_JOURNAL = TABLES / "logs" / "jobs.log"
+shell.prefix(ws.job_prefix(JOBS_JOURNAL))
 
 
 rule all:
@@ -31,7 +37,11 @@ rule all:
 
 include: "workflows/runs.smk"
 include: "workflows/traces.smk"
+include: "workflows/replication.smk"
 include: "workflows/analysis.smk"
+
+
+ws.check_rules(workflow.rules)
 
 
 onsuccess:

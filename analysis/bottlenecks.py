@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis import cells, stats
+from analysis import cells, critical_path, humanize, stats
 from frameworks import registry
 from traces.phases import STEP_PHASES
 
@@ -82,7 +82,9 @@ def breakdown(phases: pd.DataFrame, runs: pd.DataFrame, cell: list[str]) -> pd.D
 
 def collective_wait(steps: pd.DataFrame) -> pd.DataFrame:
     """Scalasca's wait at an N x N collective, per instance (one per step):
-    latest entry across ranks minus the rank's own entry."""
+    latest entry across ranks minus the rank's own entry. The report quotes
+    the critical path's (critical_path.WAIT_NAME); bench/critical_path.py
+    times this one as its baseline."""
     latest = steps.groupby(["run_id", "step"])["sync_entry_ns"].transform("max")
     return steps.assign(wait_s=(latest - steps["sync_entry_ns"]) / 1e9)
 
@@ -177,20 +179,34 @@ def waterfall(breakdown_table: pd.DataFrame, cell_keys: list[str]) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
-def findings(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """The report's bottleneck list: per design cell, a number and a sentence."""
+WAIT = critical_path.WAIT_NAME
+
+
+def findings(
+    phases: pd.DataFrame, runs: pd.DataFrame, path_cells: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """The report's bottleneck list: per design cell, a number and a sentence.
+    The wait at the gradient exchange is the critical path's figure
+    (``path_cells``: critical_path.cell_table, computed from ``phases``
+    when not given), so that every section quotes the same one."""
     ok = runs[runs["status"] == "ok"]
     if ok.empty or phases.empty:
         return pd.DataFrame(columns=[*cells.CELL, "bottleneck", "value", "finding"])
+    if path_cells is None:
+        mine = phases[phases["run_id"].isin(ok["run_id"])]
+        path_cells = critical_path.cell_table(critical_path.analyse(mine, ok), ok)
+    waits = (
+        path_cells.set_index(cells.CELL)["waiting_ms_per_step"]
+        if len(path_cells) and "waiting_ms_per_step" in path_cells
+        else pd.Series(dtype=float)
+    )
     steps = per_step(phases[phases["run_id"].isin(ok["run_id"])], ok)
-    steps = collective_wait(steps)
     cell = cells.CELL
     info = cells.with_setting(ok).set_index("run_id")[cell]
     per_run = steps.groupby("run_id").agg(
         step_s=("step_s", "sum"),
         grad_comm=("grad_comm", "sum"),
         data_load=("data_load", "sum"),
-        wait=("wait_s", "mean"),
     )
     per_run = per_run.join(info)
     rows = []
@@ -218,19 +234,25 @@ def findings(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
                 key,
                 "exposed communication",
                 comm,
-                f"{comm:.1%} of step time is exposed gradient communication (grad_comm).",
+                f"{humanize.percent(comm)} of the step is exposed gradient communication (grad_comm).",
             )
         if "data_load" in exposes:
             load = group["data_load"].sum() / group["step_s"].sum()
-            add(key, "data loading", load, f"{load:.1%} of step time is spent in data_load.")
-        if key[1] > 1 and times_sync:
             add(
                 key,
-                "wait at the collective",
-                group["wait"].mean(),
-                f"Ranks wait {group['wait'].mean() * 1e3:.2f} ms on average per all-reduce "
-                f"for the last rank to arrive (Scalasca's rule).",
+                "data loading",
+                load,
+                f"{humanize.percent(load)} of the step is spent in data_load.",
             )
+        if key[1] > 1 and pd.notna(waits.get(key)):
+            add(
+                key,
+                WAIT,
+                waits[key] / 1e3,
+                f"The {WAIT} is {humanize.number(waits[key], 'ms')}: "
+                f"{critical_path.WAIT_DEFINITION}.",
+            )
+        if key[1] > 1 and times_sync:
             s = strag[strag.index.isin(group.index)]
             if len(s) and s["late_steps"].sum() > 0:
                 worst = s.sort_values("late_share").iloc[-1]
@@ -238,9 +260,9 @@ def findings(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
                     key,
                     "straggler",
                     worst["late_share"],
-                    f"Rank {int(worst['rank'])} arrives last in {worst['late_share']:.0%} of "
+                    f"Rank {int(worst['rank'])} arrives last in {humanize.percent(worst['late_share'])} of "
                     f"steps, losing most time in {worst['lost_in']} "
-                    f"({worst['lost_s'] * 1e3:.2f} ms per late step).",
+                    f"({humanize.number(worst['lost_s'], 's')} per late step).",
                 )
         if key[1] > 1:
             # phases never timed on any rank have no imbalance (0 / 0)
@@ -252,7 +274,8 @@ def findings(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
                     key,
                     "load imbalance",
                     value,
-                    f"Most imbalanced phase: {worst_phase} (max/mean across ranks {value:.2f}).",
+                    f"Most imbalanced phase: {worst_phase} (max/mean across ranks "
+                    f"{humanize.number(value)}).",
                 )
         init = inits.loc[group.index]
         share = (
@@ -262,7 +285,8 @@ def findings(phases: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
             key,
             "initialisation",
             share,
-            f"Initialisation takes {init['init_s'].mean():.2f} s, {share:.1%} of the run.",
+            f"Initialisation takes {humanize.number(init['init_s'].mean(), 's')}, "
+            f"{humanize.percent(share)} of the run.",
         )
     result = pd.DataFrame(rows)
     return pd.concat([result, eval_scaling(evals, info)], ignore_index=True)
@@ -288,9 +312,10 @@ def eval_scaling(evals: pd.Series, info: pd.DataFrame) -> pd.DataFrame:
                 "setting": setting,
                 "bottleneck": "evaluation scaling",
                 "value": speedup / ideal,
-                "finding": f"Evaluation {verdict} with ranks: {means.iloc[0]:.2f} s at "
-                f"{base_n} against {means.iloc[-1]:.2f} s at {largest} "
-                f"(speedup {speedup:.2f} of an ideal {ideal:.0f}).",
+                "finding": f"Evaluation {verdict} with ranks: "
+                f"{humanize.number(means.iloc[0], 's')} at {base_n} against "
+                f"{humanize.number(means.iloc[-1], 's')} at {largest} "
+                f"(speedup {humanize.number(speedup)} of an ideal {ideal:.0f}).",
             }
         )
     return pd.DataFrame(rows)

@@ -9,6 +9,7 @@ Processes (nodes x procs_per_node, as world_size) are the x axis instead.
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 
@@ -52,3 +53,39 @@ def _text(value) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
+
+
+NUMBER = re.compile(r"(-?\d+(?:\.\d+)?)")
+
+
+def natural_key(text) -> tuple:
+    """A label's sort key with its numbers read as numbers, so that
+    "batch_size 64" comes before "batch_size 256"."""
+    return tuple(
+        (0, float(part), "") if NUMBER.fullmatch(part) else (1, 0.0, part)
+        for part in NUMBER.split(str(text))
+        if part
+    )
+
+
+def natural(series: pd.Series) -> pd.Categorical:
+    """Labels as an ordered categorical in natural order (plots facet and
+    stack in the categories' order)."""
+    return pd.Categorical(
+        series, categories=sorted(series.dropna().unique(), key=natural_key), ordered=True
+    )
+
+
+def in_order(table: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Rows sorted by ``by``: numbers as numbers, labels in natural order."""
+    by = [c for c in by if c in table.columns]
+    if table.empty or not by:
+        return table
+
+    def key(column: pd.Series) -> pd.Series:
+        if pd.api.types.is_numeric_dtype(column):
+            return column
+        ranks = {v: i for i, v in enumerate(sorted(column.dropna().unique(), key=natural_key))}
+        return column.map(ranks)
+
+    return table.sort_values(by, key=key, kind="stable").reset_index(drop=True)

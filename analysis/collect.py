@@ -21,6 +21,8 @@
   ``energy_status`` ("measured: rapl+nvml" or "not available: <reasons>");
   epochs get ``energy_j`` (that epoch) and ``energy_to_epoch_j`` (since the
   run clock's start, for energy to accuracy). NaN where not measured.
+- load: runs get ``foreign_cpu_share``, ``loaded`` and ``busiest_foreign``
+  (what else the machine did while they measured; see load_figures).
 - ``balance.parquet``: one row per run and rank of calibrated runs
   (balance.json: device kind, images per step, share, speed, idle time;
   analysis/devices.py).
@@ -41,9 +43,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from runfiles.names import EPOCHS, METRICS, PHASE_TABLE
-from analysis import accuracy, cells, devices
-from ddlcompare import netem, runner, validate
-from runfiles import energy
+from analysis import accuracy, cells, devices, replication
+from ddlcompare import machine_load, netem, runner, validate
+from runfiles import energy, names
 from runfiles.atomic import replacing, write_text
 from ddlcompare.design import Design
 from traces.phases import PHASES, STEP_PHASES
@@ -140,7 +142,26 @@ def run_row(design: Design, row, results: Path) -> dict:
     out["world_size"] = row.world_size
     out.update(network_figures(folder, metrics))
     out.update(energy_figures(folder, metrics))
+    out.update(load_figures(record))
     return out
+
+
+def load_figures(record: dict) -> dict:
+    """What else the machine did while the run measured (run.json's
+    machine_load, ddlcompare/machine_load.py): ``foreign_cpu_share``,
+    ``loaded`` (measured beside heavy foreign load: not clean) and
+    ``busiest_foreign``; empty where the run did not sample it (a cluster
+    job, an older run)."""
+    load = record.get(machine_load.RECORD) or {}
+    busiest = "; ".join(
+        f"{p['command'][:60]} (pid {p['pid']}): {p['cores']:.2f} cores"
+        for p in load.get("busiest_foreign", [])[:3]
+    )
+    return {
+        "foreign_cpu_share": load.get("foreign_cpu_share"),
+        "loaded": load.get("loaded"),
+        "busiest_foreign": busiest or None,
+    }
 
 
 def network_figures(folder: Path, metrics: dict | None) -> dict:
@@ -191,7 +212,7 @@ def epoch_energy(folder: Path, epochs: pd.DataFrame) -> pd.DataFrame:
 
 def step_stats(folder: Path, warmup: int) -> list[dict]:
     rows = []
-    for path in sorted(folder.glob("steps.rank*.tsv")):
+    for path in sorted(folder.glob(names.STEPS_GLOB)):
         rank = int(path.name.split("rank")[1].split(".")[0])
         steps = pd.read_csv(path, sep="\t")
         steps = steps[steps["step"] >= warmup]
@@ -218,7 +239,7 @@ def _rank_of(path: Path) -> int:
 
 def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
     frames = []
-    for path in sorted(folder.glob("steps.rank*.tsv")):
+    for path in sorted(folder.glob(names.STEPS_GLOB)):
         steps = pd.read_csv(path, sep="\t")
         offset = steps["start_ns"].copy()
         for phase in STEP_PHASES:
@@ -237,7 +258,7 @@ def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
                 )
             )
             offset = offset + dur
-    for path in sorted(folder.glob("intervals.rank*.tsv")):
+    for path in sorted(folder.glob(names.INTERVALS_GLOB)):
         spans = pd.read_csv(path, sep="\t")
         frames.append(
             spans.assign(rank=_rank_of(path), step=-1, dur_ns=spans["end_ns"] - spans["start_ns"])
@@ -251,7 +272,7 @@ def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
 
 def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
     runs, epochs, stats, step_phases, balance = [], [], [], [], []
-    for row in design.runs():
+    for row in replication.planned(design, results):
         info = run_row(design, row, results)
         runs.append(info)
         if info["status"] != "ok":
@@ -312,7 +333,7 @@ def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
 def phase_tables(design: Design, results: Path) -> tuple[pa.Table, dict[str, str]]:
     """Every run's phase table stacked, and each run's trace errors."""
     parts, errors, versions = [], {}, {}
-    for row in design.runs():
+    for row in replication.planned(design, results):
         path = results / row.path / PHASE_TABLE
         if not path.exists():
             continue
@@ -349,5 +370,5 @@ def write_tables(design: Design, results: Path, out: Path) -> None:
     write_text(out / "runs.csv", found["runs"].to_csv(index=False))
     # What the tables were built from: the workflow builds them again when
     # any run's files change (workflow_support.note_changed_results).
-    folders = [results / row.path for row in design.runs()]
+    folders = [results / row.path for row in replication.planned(design, results)]
     write_text(out / validate.INPUTS, json.dumps({"fingerprint": validate.fingerprint(folders)}))

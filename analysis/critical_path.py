@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from runfiles.names import PHASE_TABLE
-from analysis import cells
+from analysis import cells, humanize
 from analysis.section import Section
 from traces.phases import STEP_PHASES
 
@@ -63,6 +63,14 @@ EMPTY = {
     "path": ["join", "step", "rank", "phase", "kind", "start_ns", "end_ns", "dur_ns"],
     "causes": ["join", "step", "late_rank", "cause", "waited_ns"],
 }
+# The one figure of waiting the report quotes, everywhere under this name:
+# cell_table's waiting_ms_per_step (the summary and the bottlenecks take it
+# from there).
+WAIT_NAME = "wait per step at the gradient exchange"
+WAIT_DEFINITION = (
+    "the last rank's entry into the step's gradient exchange minus a rank's own, "
+    "mean over ranks and measured steps (Scalasca's Wait at N x N)"
+)
 JOIN_NAMES = {
     "grad_comm": "the gradient exchange",
     "collective": "the last gradient all-reduce",
@@ -631,7 +639,7 @@ def cell_table(found: CriticalPath, runs: pd.DataFrame) -> pd.DataFrame:
             )
         row["finding"] = sentence(row)
         rows.append(row)
-    return pd.DataFrame(rows)
+    return cells.in_order(pd.DataFrame(rows), cells.CELL)
 
 
 def processes(n) -> str:
@@ -653,18 +661,21 @@ def sentence(row: dict) -> str:
         text = (
             f"{_cause_words(row['main_cause_rank'], row['main_cause'])} "
             f"{row['main_cause_share']:.0%} of the waiting at {where} "
-            f"({row['main_cause_ms_per_step']:.2f} ms per step, all ranks' together); "
+            f"({humanize.number(row['main_cause_ms_per_step'], 'ms')} per step, all ranks' together); "
         )
     else:
         text = f"No rank waits at {where}; "
     text += (
-        f"a rank waits {row['waiting_ms_per_step']:.2f} ms per step on average "
+        f"the {WAIT_NAME} is {humanize.number(row['waiting_ms_per_step'], 'ms')} "
         f"(synchronisation skew)"
     )
     if pd.isna(row["communication_ms_per_step"]):
         text += ", its all-reduce not seen apart from backward (no trace of the collectives)"
     else:
-        text += f" against {row['communication_ms_per_step']:.2f} ms of communication proper"
+        text += (
+            f" against {humanize.number(row['communication_ms_per_step'], 'ms')} per step "
+            f"of communication proper"
+        )
     if "path_top_phase" in row:
         text += (
             f", and {row['path_top_phase']} is {row['path_top_share']:.0%} of the "
@@ -698,12 +709,15 @@ def phase_table(tables) -> pd.DataFrame:
     return pd.concat([traced, recorder], ignore_index=True) if len(traced) else recorder
 
 
-def section(runs: pd.DataFrame, phases: pd.DataFrame, figures=None) -> Section:
+def section(
+    runs: pd.DataFrame, phases: pd.DataFrame, figures=None, found: CriticalPath | None = None
+) -> Section:
     """The report's section: a sentence and a row per design cell, the
     causes of waiting, the ranks on the path, the phases' shares; with
     ``figures`` (a folder), the per-rank timeline with the path marked."""
     ok = runs[runs["status"] == "ok"] if "status" in runs else runs
-    found = analyse(phases[phases["run_id"].isin(ok["run_id"])], ok)
+    if found is None:
+        found = analyse(phases[phases["run_id"].isin(ok["run_id"])], ok)
     table = cell_table(found, ok)
     info = cells.with_setting(ok).set_index("run_id")[cells.CELL]
     out = Section("Critical path and causes of waiting")
@@ -718,7 +732,7 @@ def section(runs: pd.DataFrame, phases: pd.DataFrame, figures=None) -> Section:
         if run in info.index
     ]
     out.tables = {
-        "per cell": table,
+        "per cell": table.drop(columns="finding"),  # the sentences above say it
         "causes of waiting": cause_table(found).join(info, on="run_id"),
         "ranks on the critical path": rank_table(found).join(info, on="run_id"),
         "share of the critical path and of the mean step": phase_shares(found).join(

@@ -1,4 +1,4 @@
-"""Why a step took as long as it did: the report's sections of issue 18
+"""Why a step took as long as it did: the report's explaining sections
 (critical path and causes of waiting, the calibrated what-if, the trace
 diff), read from the tables folder once."""
 
@@ -12,9 +12,10 @@ from analysis import critical_path, trace_diff, whatif
 from analysis.section import Section
 
 
-def sections(runs: pd.DataFrame, tables: Path) -> list[Section]:
+def sections(runs: pd.DataFrame, tables: Path, found=None) -> list[Section]:
     """The sections, each from the runs' converted traces where they have
-    step phases, else their phase recorder's intervals."""
+    step phases, else their phase recorder's intervals; ``found``: their
+    critical path where the caller has it already."""
     tables = Path(tables)
     phases = critical_path.phase_table(tables)
     if phases.empty:
@@ -25,7 +26,7 @@ def sections(runs: pd.DataFrame, tables: Path) -> list[Section]:
             )
         ]
     return [
-        critical_path.section(runs, phases, tables / "figures"),
+        critical_path.section(runs, phases, tables / "figures", found),
         whatif.section(runs, phases, tables),
         trace_diff.section(runs, phases),
     ]

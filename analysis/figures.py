@@ -6,6 +6,7 @@ names and units on the axes are the columns' names in the tables.
 
 from __future__ import annotations
 
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -34,9 +35,10 @@ from plotnine import (
     element_text,
 )
 
-from analysis import accuracy, bottlenecks, cells, stats
+from analysis import accuracy, bottlenecks, cells, page, spread, stats
 from analysis import compression as compression_table
 from frameworks import compression as codecs
+from runfiles.atomic import write_text
 from traces.phases import PHASES
 
 FIGURE_SIZE = (8, 4.5)
@@ -60,19 +62,26 @@ PHASE_COLORS = dict(
 
 
 def nothing_to_show(title: str, why: str = "no successful run to show"):
-    """A figure that says why it is empty, instead of no figure at all."""
-    return (
+    """A small figure that says why it is empty; draw_all records ``why`` so
+    that the report says it in one line instead of showing the figure."""
+    plot = (
         ggplot()
         + annotate("text", x=0, y=0, label=why)
         + labs(title=title, x="", y="")
         + theme_bw()
-        + theme(figure_size=FIGURE_SIZE)
+        + theme(figure_size=(6, 1.5))
     )
+    plot.why = why
+    return plot
+
+
+SINGLE_SCALE = "every framework ran at one scale only: no speedup to show"
 
 
 def against_processes(table: pd.DataFrame, response: str, title: str, y_label: str):
     """A response against processes for every framework: each run a point,
     the mean a line, one panel per setting."""
+    table = table.assign(setting=cells.natural(table["setting"]))
     return (
         ggplot(table, aes("world_size", response, color="framework"))
         + geom_point(alpha=0.6, size=2)
@@ -232,12 +241,15 @@ def scaling(runs: pd.DataFrame):
     table = stats.scaling(runs)
     if table.empty:
         return nothing_to_show("Speedup against processes")
+    if table.groupby(["framework", "setting"])["world_size"].nunique().max() < 2:
+        return nothing_to_show("Speedup against processes", SINGLE_SCALE)
+    table = table.assign(setting=cells.natural(table["setting"]))
     return (
         ggplot(table, aes("world_size", "speedup", color="framework"))
         + geom_line(aes(y="ideal_speedup"), linetype="dashed", color="grey")
         + geom_line(size=1)
         + geom_point(size=2)
-        + geom_errorbar(aes(ymin="speedup - speedup_ci", ymax="speedup + speedup_ci"), width=0.1)
+        + geom_errorbar(aes(ymin="speedup_low", ymax="speedup_high"), width=0.1)
         + facet_wrap("~setting")
         + scale_x_continuous(breaks=sorted(table["world_size"].unique()))
         + labs(
@@ -257,7 +269,8 @@ def phase_breakdown(table: pd.DataFrame):
     # One horizontal bar per processes x setting, so that any number of
     # settings stays readable.
     table = table.assign(
-        ms=table["mean"] * 1e3, cell=table["world_size"].astype(str) + " proc., " + table["setting"]
+        ms=table["mean"] * 1e3,
+        cell=cells.natural(table["world_size"].astype(str) + " proc., " + table["setting"]),
     )
     bars = table.groupby("framework")["cell"].nunique().sum()
     return (
@@ -330,15 +343,17 @@ def timeline(phases: pd.DataFrame, runs: pd.DataFrame, window: int = 12):
     return plot
 
 
-def waterfall(table: pd.DataFrame):
+def waterfall(table: pd.DataFrame, why: str = "no successful run to show"):
     if table.empty:
-        return nothing_to_show("Scaling loss by phase")
+        return nothing_to_show("Scaling loss by phase", why)
     table = table.assign(
-        cell=table["framework"]
-        + ", "
-        + table["world_size"].astype(str)
-        + " proc., "
-        + table["setting"]
+        cell=cells.natural(
+            table["framework"]
+            + ", "
+            + table["world_size"].astype(str)
+            + " proc., "
+            + table["setting"]
+        )
     )
     return (
         ggplot(table, aes("phase", "speedup_lost", fill="phase"))
@@ -375,18 +390,22 @@ def draw_all(tables: Path) -> dict[str, Path]:
         "scaling": scaling(runs),
         "phases": phase_breakdown(table),
         "timeline": timeline(phases, runs),
-        "waterfall": waterfall(gap),
+        "waterfall": waterfall(gap, SINGLE_SCALE if len(table) else "no phase table"),
         "accuracy": accuracy_per_epoch(runs, epochs),
         "time_to_accuracy": time_to_accuracy(runs),
         "energy": energy(runs),
         "compression": compression(runs),
+        "step_times": spread.figure(runs, phases),
     }
-    paths = {}
+    paths, empty = {}, {}
     for name, plot in plots.items():
+        if why := getattr(plot, "why", None):
+            empty[name] = why
         paths[name] = folder / f"{name}.png"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # plotnine's notes on saving
             plot.save(paths[name], dpi=110, verbose=False)
+    write_text(folder / page.EMPTY_FIGURES, json.dumps(empty, indent=1) + "\n")
     return paths
 
 

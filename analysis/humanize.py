@@ -71,24 +71,46 @@ def number(value, unit: str = "", digits: int = 3) -> str:
         if magnitude >= scale:
             value, prefix = value / scale, name
             break
-    text = f"{value:.{digits}g}"
-    if "e" in text and magnitude >= 1:  # 1234.5 -> 1230, not 1.23e+03
-        text = f"{float(text):.0f}"
-    elif "e" in text:  # tiny but real: keep the mantissa readable
-        mantissa, exponent = text.split("e")
-        text = f"{mantissa} x 10^{int(exponent)}"
+    if magnitude < 1 and unit in SMALLER:  # 0.0201 s -> 20.1 ms, 1.23e-05 s -> 12.3 µs
+        for scale, name in SMALLER[unit]:
+            if magnitude >= scale or scale == SMALLER[unit][-1][0]:
+                value, unit = value / scale, name
+                break
     suffix = f"{prefix}{unit}"
+    text = plain(value, digits)
     return f"{text} {suffix}".strip() if suffix else text
+
+
+# Below 1, a unit that has smaller ones takes the largest that reads >= 1.
+SMALLER = {
+    "s": ((1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")),
+    "ms": ((1e-3, "µs"), (1e-6, "ns")),
+    "J": ((1e-3, "mJ"), (1e-6, "µJ"), (1e-9, "nJ")),
+}
+
+
+def plain(value: float, digits: int = 3) -> str:
+    """``digits`` significant digits, never in exponent notation: 1234.5 ->
+    1230, 0.0000123 -> 0.0000123, 10.0 -> 10."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    exponent = math.floor(math.log10(abs(float(f"{value:.{digits}g}"))))
+    if exponent >= digits - 1:
+        return f"{float(f'{value:.{digits}g}'):.0f}"
+    text = f"{value:.{digits - 1 - exponent}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text  # as %g: 10, not 10.0
 
 
 def percent(share, digits: int = 3) -> str:
     if share is None or (isinstance(share, float) and not math.isfinite(share)):
         return NOT_SET
     value = float(share) * 100
-    if abs(value) >= 10**digits:
-        return f"{value:.0f} %"
-    text = f"{value:.{digits}g}" if abs(value) >= 1 or value == 0 else f"{value:.2g}"
-    return f"{text} %"
+    if 0 < abs(value) < TINY_PERCENT:  # 3.2e-05 %: nothing a reader can use
+        return f"< {TINY_PERCENT:g} %" if value > 0 else f"> -{TINY_PERCENT:g} %"
+    return f"{plain(value, digits if abs(value) >= 1 else 2)} %"
+
+
+TINY_PERCENT = 0.01
 
 
 def p_value(p) -> str:
@@ -98,7 +120,8 @@ def p_value(p) -> str:
 
 
 def unit_of(column: str) -> str:
-    name = re.sub(r"_ci(_half_width)?$", "", column.lower())  # an interval has its mean's unit
+    # an interval (its half-width or its ends) has its mean's unit
+    name = re.sub(r"_(ci(_half_width)?|low|high)$", "", column.lower())
     for ending, unit in UNITS:
         if name.endswith(ending) or name == ending.lstrip("_"):
             return unit

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import functools
 import html
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -42,10 +43,24 @@ class Context:
         return self.tables / "figures"
 
     @functools.cached_property
-    def findings(self) -> pd.DataFrame:
-        from analysis import bottlenecks
+    def critical_path(self):
+        """The critical path of the ok runs, computed once for every section
+        that quotes it (analysis/critical_path.py)."""
+        from analysis import critical_path
 
-        return bottlenecks.findings(self.step_phases, self.runs)
+        ok = self.runs[self.runs["status"] == "ok"]
+        phases = critical_path.phase_table(self.tables)
+        phases = phases[phases["run_id"].isin(ok["run_id"])]
+        return critical_path.analyse(phases, ok) if len(phases) else None
+
+    @functools.cached_property
+    def findings(self) -> pd.DataFrame:
+        from analysis import bottlenecks, critical_path
+
+        ok = self.runs[self.runs["status"] == "ok"]
+        found = self.critical_path
+        cells = critical_path.cell_table(found, ok) if found is not None else pd.DataFrame()
+        return bottlenecks.findings(self.step_phases, self.runs, cells)
 
 
 @dataclass
@@ -63,6 +78,9 @@ def table(df: pd.DataFrame, caption: str = "", fold: bool | None = None) -> str:
         return "<p><em>No rows.</em></p>"
     shown = humanize.frame(df.reset_index(drop=True))
     body = shown.to_html(index=False, escape=True, border=0, na_rep=humanize.NOT_SET)
+    for name in shown.columns:  # long names may wrap after an underscore
+        label = html.escape(str(name))
+        body = body.replace(f"<th>{label}</th>", f"<th>{label.replace('_', '_<wbr>')}</th>", 1)
     if "status" in shown:  # colour the run status cells
         for value in shown["status"].unique():
             body = body.replace(
@@ -77,10 +95,24 @@ def table(df: pd.DataFrame, caption: str = "", fold: bool | None = None) -> str:
 
 
 def figure(path: Path, alt: str) -> str:
+    """A figure embedded, or one line saying why there is none (analysis/
+    figures.py records why a figure has nothing to show)."""
     if not path.exists():
-        return f"<p><em>{html.escape(alt)}: no figure (no successful run).</em></p>"
+        return f"<p class='empty'><em>{html.escape(alt)}: no figure (no successful run).</em></p>"
+    if why := empty_figures(path.parent).get(path.stem):
+        return f"<p class='empty'><em>{html.escape(alt)}: {html.escape(why)}.</em></p>"
     data = base64.b64encode(path.read_bytes()).decode()
     return f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}"></figure>'
+
+
+EMPTY_FIGURES = "empty.json"  # figure name -> why it has nothing to show
+
+
+def empty_figures(folder: Path) -> dict:
+    try:
+        return json.loads((folder / EMPTY_FIGURES).read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def sentences(lines: list[str], ordered: bool = False) -> str:

@@ -29,12 +29,14 @@ from analysis import (
     followup,
     humanize,
     network_limit,
+    spread,
     stats,
     summary,
 )
 from analysis import compression as compression_table
 from analysis import page
 from analysis.page import Context, Section
+from ddlcompare import machine_load
 from runfiles.atomic import write_text
 from ddlcompare.design import Design
 from frameworks import registry
@@ -55,7 +57,7 @@ def design_section(design: Design, runs: pd.DataFrame) -> str:
         f"<p>Design <code>{html.escape(design.name)}</code> "
         f"from <code>{html.escape(design.source)}</code>, settings hash "
         f"<code>{design.settings_hash}</code>, seed {design.seed}, "
-        f"{design.replications} replication(s), run order "
+        f"{_replication_words(design)}, run order "
         f"{'randomized' if design.randomize else 'as listed'}. "
         f"batch_size is per process; global_batch = batch_size x processes.</p>"
         f"<h3>Factors</h3>{page.table(factors)}<h3>Fixed settings</h3>{page.table(fixed)}"
@@ -65,9 +67,22 @@ def design_section(design: Design, runs: pd.DataFrame) -> str:
     )
 
 
+def _replication_words(design: Design) -> str:
+    rule = design.adaptive
+    if not rule:
+        return f"{design.replications} replication(s)"
+    return (
+        f"replications auto ({rule.least} to {rule.most} per cell, until the 95 % interval "
+        f"of throughput is within {rule.target_half_width * 100:g} % of the mean)"
+    )
+
+
 def status_section(design: Design, runs: pd.DataFrame) -> str:
     cell = [f for f in design.path_factors()]
-    counts = runs.groupby(cell + ["status"]).size().unstack(fill_value=0).reset_index()
+    counts = runs.groupby(cell + ["status"]).size().unstack(fill_value=0)
+    loaded = runs["loaded"].eq(True) if "loaded" in runs else pd.Series(False, index=runs.index)
+    counts["measured beside foreign load"] = loaded.groupby([runs[c] for c in cell]).sum()
+    counts = counts.reset_index()
     problems = runs[runs["status"] != "ok"][["run_id", *cell, "rep", "status", "reason"]]
     ok = int((runs["status"] == "ok").sum())
     text = (
@@ -76,6 +91,13 @@ def status_section(design: Design, runs: pd.DataFrame) -> str:
     )
     if not problems.empty:
         text += f"<h3>Runs that did not succeed</h3>{page.table(problems)}"
+    if loaded.any():
+        beside = runs[loaded][["run_id", *cell, "rep", "foreign_cpu_share", "busiest_foreign"]]
+        text += (
+            "<h3>Runs measured beside foreign load</h3><p>Not clean: other processes took "
+            f"at least {machine_load.LOADED_SHARE:.0%} of the machine's CPU time during their "
+            f"measured steps.</p>{page.table(beside)}"
+        )
     return text
 
 
@@ -94,6 +116,28 @@ def results_section(runs: pd.DataFrame, figures: Path) -> str:
     )
 
 
+def spread_section(ctx: Context) -> str:
+    """Step-time distributions, run-to-run variation, and where each cell's
+    runs, traces and the merged timeline are."""
+    found = spread.table(ctx.runs, ctx.step_phases)
+    if found.empty:
+        text = "<p>No measured step in the phase tables: no step-time distribution.</p>"
+    else:
+        text = (
+            f"{page.figure(ctx.figures / 'step_times.png', 'step time per cell')}"
+            f"<p>Time of each measured step (warm-up left out), over all ranks and "
+            f"replications of a cell; p95_over_median is the tail's length. "
+            f"throughput_cv is the run-to-run variation: the standard deviation of "
+            f"images_per_s over replications divided by its mean.</p>{page.table(found)}"
+        )
+    return (
+        text + "<h3>Runs, traces and the merged timeline</h3><p>Each cell's run folders "
+        "(status, converted phase table, trace where one was written); the merged "
+        "Perfetto timeline (open it in ui.perfetto.dev) holds each framework's largest "
+        "run.</p>" + spread.links(ctx.runs, ctx.design.root, ctx.tables.parent)
+    )
+
+
 def phases_section(runs: pd.DataFrame, phases: pd.DataFrame, figures: Path) -> str:
     ok = runs[runs["status"] == "ok"]
     cell = cells.CELL
@@ -103,10 +147,14 @@ def phases_section(runs: pd.DataFrame, phases: pd.DataFrame, figures: Path) -> s
         else pd.DataFrame()
     )
     if len(table):
-        table = table.pivot_table(index=cell, columns="phase", values="mean").reset_index()
+        table = (table.assign(mean=table["mean"] * 1e3)).pivot_table(
+            index=cell, columns="phase", values="mean"
+        )
+        table.columns = [f"{phase}_ms" for phase in table.columns]
+        table = cells.in_order(table.reset_index(), cell)
     return (
         f"{page.figure(figures / 'phases.png', 'phase breakdown')}"
-        f"<p>Seconds per measured step in each phase, mean over ranks and "
+        f"<p>Time per measured step in each phase, mean over ranks and "
         f"replications; 'other' is step time outside the named phases.</p>{page.table(table)}"
         f"{page.figure(figures / 'timeline.png', 'timeline')}"
     )
@@ -114,12 +162,24 @@ def phases_section(runs: pd.DataFrame, phases: pd.DataFrame, figures: Path) -> s
 
 def bottlenecks_section(found: pd.DataFrame) -> str:
     if len(found):
-        found = found.sort_values([*cells.CELL, "bottleneck"])
+        found = cells.in_order(found, [*cells.CELL, "bottleneck"])
+        found = found.assign(
+            value=[_figure(b, v) for b, v in zip(found["bottleneck"], found["value"])]
+        )
     return (
         f"<p>One number and one sentence per finding and design "
         f"cell (framework, processes, setting: batch_size and the other factors that "
         f"vary).</p>{page.table(found)}"
     )
+
+
+def _figure(bottleneck: str, value: float) -> str:
+    """A finding's number in its own unit (the column holds several)."""
+    if bottleneck == bottlenecks.WAIT:
+        return humanize.number(value, "s")
+    if bottleneck == "load imbalance":
+        return f"{humanize.number(value)} (max/mean)"
+    return humanize.percent(value)
 
 
 def statistics_section(design: Design, runs: pd.DataFrame) -> str:
@@ -142,8 +202,10 @@ def statistics_section(design: Design, runs: pd.DataFrame) -> str:
         single = int((reps["n"] < 2).sum()) if len(reps) else 0
         few = f", or {single} with one replication: too few for an interval" if single else ""
         parts.append(
-            f"<p>Mean +- t s / sqrt(n) per cell (95 %). {flagged} cell(s) need "
-            f"more replications (half-width over 5 % of the mean{few}).</p>"
+            f"<p>Mean and its 95 % interval per cell (low and high: the t interval on the "
+            f"log scale, positive; ci_half_width: t s / sqrt(n)). {flagged} cell(s) need "
+            f"more replications (half-width over {stats.NEEDS_MORE_REPLICATIONS * 100:g} % "
+            f"of the mean{few}).</p>"
         )
         parts.append(page.table(reps, caption=f"{response} per cell"))
         if _deterministic(ok, listed, response):
@@ -417,7 +479,10 @@ def devices_section(runs: pd.DataFrame, tables: Path) -> str:
     path = tables / "balance.parquet"
     table = devices.by_device(pd.read_parquet(path), runs) if path.exists() else pd.DataFrame()
     if table.empty:
-        return ""
+        return (
+            "<p class='empty'>No calibrated run (batch_split: calibrated, or device: hybrid): "
+            "every rank took an even share of the batch.</p>"
+        )
     return (
         "<p>Calibrated runs (batch_split: "
         "calibrated, device: hybrid): each device kind's share of the global batch, from "
@@ -444,7 +509,11 @@ def frameworks_section(design: Design) -> str:
 
 def summary_section(ctx: Context) -> str:
     """The answer first; its own template (sections/summary.html.j2) lays it out."""
-    result = summary.build(ctx.runs, ctx.findings)
+    rule = ctx.design.adaptive
+    if rule:
+        result = summary.build(ctx.runs, ctx.findings, rule.target_half_width, rule.most)
+    else:
+        result = summary.build(ctx.runs, ctx.findings)
     ctx.extra["summary"] = result
     return ""
 
@@ -457,6 +526,7 @@ SECTIONS = [
     Section("design", "Design and provenance", lambda c: design_section(c.design, c.runs)),
     Section("status", "Run status", lambda c: status_section(c.design, c.runs)),
     Section("throughput", "Throughput and scaling", lambda c: results_section(c.runs, c.figures)),
+    Section("spread", "Spread: step times and run-to-run variation", spread_section),
     Section(
         "phases", "Phase breakdown", lambda c: phases_section(c.runs, c.step_phases, c.figures)
     ),
@@ -491,7 +561,10 @@ SECTIONS = [
 def render(ctx: Context, sections: list[Section] = SECTIONS) -> tuple[str, list[Section]]:
     built = []
     for spec in sections:
-        built.append(Section(spec.id, spec.title, spec.build, body=spec.build(ctx)))
+        body = spec.build(ctx)
+        if not body.strip() and spec.id != "summary":
+            body = "<p class='empty'><em>Nothing to show for these runs.</em></p>"
+        built.append(Section(spec.id, spec.title, spec.build, body=body))
     result = ctx.extra.get("summary")
     for section in built:
         if section.id == "summary" and result is not None:
@@ -516,7 +589,9 @@ def _caption(name: str) -> str:
     return {
         "summary-images_per_s": "throughput ranking per scale and setting",
         "summary-time_to_accuracy_s": "time-to-accuracy ranking per scale and setting",
-        "summary-replications": "cells that need more replications",
+        "summary-replications": "replications per cell: mean throughput, its 95 % interval, "
+        "the olympic mean (best and worst dropped, from 5 replications), run-to-run variation "
+        "(coefficient of variation) and whether the interval met the target",
     }.get(name, name)
 
 
@@ -544,7 +619,7 @@ def explained(ctx: Context, index: int) -> str:
     path and causes of waiting, the calibrated what-if, the trace diff),
     computed once for the three."""
     if "explain" not in ctx.extra:
-        ctx.extra["explain"] = explain.sections(ctx.runs, ctx.tables)
+        ctx.extra["explain"] = explain.sections(ctx.runs, ctx.tables, ctx.critical_path)
     found = ctx.extra["explain"]
     if index >= len(found):
         return "<p><em>No phase table in these tables: nothing to explain.</em></p>"

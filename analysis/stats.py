@@ -47,18 +47,55 @@ def mean_ci(values: pd.Series, confidence: float = CONFIDENCE) -> tuple[float, f
     return mean, t * values.std(ddof=1) / math.sqrt(n), n
 
 
+def positive_interval(
+    values: pd.Series, confidence: float = CONFIDENCE
+) -> tuple[float, float, float, int]:
+    """Mean, and the ends of its 95 % interval, of a positive quantity: the
+    t interval's half-width taken on the log scale (mean x exp(-+ t se /
+    mean), the log-transformed interval), so both ends stay positive and
+    its width is the t interval's to first order. nan ends for n < 2; a
+    mean that is not positive gets the t interval."""
+    mean, half, n = mean_ci(values, confidence)
+    if not math.isfinite(half):
+        return mean, math.nan, math.nan, n
+    if mean <= 0:
+        return mean, mean - half, mean + half, n
+    factor = math.exp(half / mean)
+    return mean, mean / factor, mean * factor, n
+
+
+OLYMPIC_FROM = 5  # MLPerf drops the best and the worst of 5 or more runs
+
+
+def olympic_mean(values: pd.Series) -> float:
+    """MLPerf's olympic mean: the mean without the best and the worst run
+    (nan below OLYMPIC_FROM runs)."""
+    values = values.dropna().sort_values()
+    return float(values.iloc[1:-1].mean()) if len(values) >= OLYMPIC_FROM else math.nan
+
+
 def replicate_table(runs: pd.DataFrame, cell: list[str], response: str) -> pd.DataFrame:
+    """Per cell: replications, mean with its positive 95 % interval (low,
+    high), the t interval's relative half-width (what replications: auto
+    meets), the olympic mean from 5 replications on, and the run-to-run
+    coefficient of variation (cv_share: standard deviation over mean)."""
     ok = runs[runs["status"] == "ok"]
     rows = []
-    for key, group in ok.groupby(cell):
-        mean, half, n = mean_ci(group[response])
+    for key, group in ok.groupby(cell, sort=True):
+        values = group[response]
+        mean, half, n = mean_ci(values)
+        _, low, high, _ = positive_interval(values)
         rows.append(
             {
                 **dict(zip(cell, key if isinstance(key, tuple) else (key,))),
                 "n": n,
                 "mean": mean,
+                "low": low,
+                "high": high,
                 "ci_half_width": half,
                 "relative_half_width": half / mean if mean else math.nan,
+                "olympic_mean": olympic_mean(values),
+                "cv_share": values.std(ddof=1) / mean if n > 1 and mean else math.nan,
             }
         )
     table = pd.DataFrame(rows)
@@ -75,23 +112,22 @@ def scaling(runs: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
 
     batch_size is per process, so this is weak scaling: ideal throughput
     grows with the process count. Speedup = T_N / T_base; efficiency =
-    speedup / (N / N_base). Intervals propagate the relative half-widths of
-    both means (first order).
+    speedup / (N / N_base). Their 95 % intervals are taken on the log scale,
+    where a ratio's error is the sum of its means' (relative standard errors
+    added in quadrature, Welch-Satterthwaite degrees of freedom), so they
+    stay positive; the throughput's is :func:`positive_interval`.
     """
     by = ["framework"] + [b for b in (by or ["setting"]) if b != "framework"]
     ok = cells.with_setting(runs[runs["status"] == "ok"])
     rows = []
     for key, group in ok.groupby(by):
         base_n = group["world_size"].min()
-        base_mean, base_half, _ = mean_ci(group[group["world_size"] == base_n]["images_per_s"])
+        base = group[group["world_size"] == base_n]["images_per_s"].dropna()
         for n, cell in group.groupby("world_size"):
-            mean, half, reps = mean_ci(cell["images_per_s"])
-            speedup = mean / base_mean
-            rel = (
-                math.sqrt(np.nansum([(half / mean) ** 2, (base_half / base_mean) ** 2]))
-                if n != base_n
-                else (half / mean if reps > 1 else math.nan)
-            )
+            values = cell["images_per_s"].dropna()
+            mean, low, high, reps = positive_interval(values)
+            speedup = mean / base.mean()
+            factor = ratio_factor(values, base) if n != base_n else math.nan
             ideal = n / base_n
             rows.append(
                 {
@@ -99,15 +135,32 @@ def scaling(runs: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
                     "world_size": n,
                     "replications": reps,
                     "images_per_s": mean,
-                    "images_per_s_ci": half,
+                    "images_per_s_low": low,
+                    "images_per_s_high": high,
                     "speedup": speedup,
-                    "speedup_ci": speedup * rel,
+                    "speedup_low": speedup / factor,
+                    "speedup_high": speedup * factor,
                     "ideal_speedup": ideal,
                     "efficiency": speedup / ideal,
-                    "efficiency_ci": speedup * rel / ideal,
+                    "efficiency_low": speedup / factor / ideal,
+                    "efficiency_high": speedup * factor / ideal,
                 }
             )
-    return pd.DataFrame(rows)
+    return cells.in_order(pd.DataFrame(rows), [*by, "world_size"])
+
+
+def ratio_factor(a: pd.Series, b: pd.Series, confidence: float = CONFIDENCE) -> float:
+    """The multiplicative half-width of the 95 % interval of mean(a) /
+    mean(b): the ratio's interval is [ratio / f, ratio x f] (nan when either
+    has fewer than two values; 1 without spread)."""
+    if min(len(a), len(b)) < 2:
+        return math.nan
+    parts = [x.var(ddof=1) / len(x) / x.mean() ** 2 for x in (a, b)]
+    total = sum(parts)
+    if total == 0:
+        return 1.0
+    dof = total**2 / sum(v**2 / (len(x) - 1) for v, x in zip(parts, (a, b)))
+    return math.exp(stats.t.ppf((1 + confidence) / 2, dof) * math.sqrt(total))
 
 
 def varied_factors(runs: pd.DataFrame, factors: list[str]) -> list[str]:

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from analysis import cells, humanize, stats
+from analysis import cells, critical_path, humanize, stats
 
 ALPHA = 0.05
 CORRECTION = "Holm"  # statsmodels' multipletests method "holm"
@@ -30,7 +30,7 @@ RANKED = (("images_per_s", True, "images/s"), ("time_to_accuracy_s", False, "s")
 LABELS = {"images_per_s": "Throughput", "time_to_accuracy_s": "Time to accuracy"}
 EXPOSED = "exposed communication"
 DATA = "data loading"
-WAIT = "wait at the collective"
+WAIT = critical_path.WAIT_NAME
 QUIET = 0.05  # below this share of the step, no phase is called a bottleneck
 
 
@@ -41,11 +41,40 @@ class Summary:
     bottlenecks: list[str]
     replications: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    target: float = stats.NEEDS_MORE_REPLICATIONS  # relative half-width each cell should meet
     correction: str = (
         f"Welch's t-test between neighbours, p-values corrected with "
         f"{CORRECTION}'s method over all neighbour pairs of a response "
-        f"(family-wise error {ALPHA:.0%})"
+        f"(family-wise error {ALPHA * 100:g} %)"
     )
+
+    @property
+    def definitions(self) -> list[str]:
+        """What the figures of the "why" sentences are."""
+        said = ["shares are of the mean measured step"]
+        if any(WAIT in line for line in self.bottlenecks):
+            said.append(f"the {WAIT}: {critical_path.WAIT_DEFINITION}")
+        return said
+
+    @property
+    def replication_words(self) -> str:
+        """The replications in one sentence: how many cells met the target."""
+        table = self.replications
+        if table is None or table.empty:
+            return "no successful run yet."
+        met = int((table["met_target"] == "yes").sum())
+        target = f"{self.target * 100:g} %"
+        if met == len(table):
+            return (
+                f"every cell's 95 % interval of throughput is within {target} of its mean "
+                f"({_span(table['replications'])} replications per cell)."
+            )
+        return (
+            f"{met} of {len(table)} cells met the target of a 95 % interval of throughput "
+            f"within {target} of the mean ({_span(table['replications'])} replications per "
+            f"cell); the table says which and why not. Where a cell did not, its differences "
+            f"to the others are less sure than the target."
+        )
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """The tables written as CSV next to the report."""
@@ -53,6 +82,11 @@ class Summary:
             **{f"summary-{name}": t for name, t in self.rankings.items()},
             "summary-replications": self.replications,
         }
+
+
+def _span(counts: pd.Series) -> str:
+    low, high = int(counts.min()), int(counts.max())
+    return str(low) if low == high else f"{low} to {high}"
 
 
 def ok_runs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -96,17 +130,18 @@ def ranking(runs: pd.DataFrame, response: str, higher_is_better: bool) -> pd.Dat
     for key, group in ok.groupby([*SCALE, "setting"]):
         per = []
         for framework, cell in group.groupby("framework"):
-            mean, half, n = stats.mean_ci(cell[response])
+            mean, low, high, n = stats.positive_interval(cell[response])
             if n:
-                per.append((framework, mean, half, n, cell[response]))
+                per.append((framework, mean, (low, high), n, cell[response]))
         per.sort(key=lambda f: f[1], reverse=higher_is_better)
-        for rank, (framework, mean, half, n, values) in enumerate(per, start=1):
+        for rank, (framework, mean, (low, high), n, values) in enumerate(per, start=1):
             row = {
                 **dict(zip([*SCALE, "setting"], key)),
                 "rank": rank,
                 "framework": framework,
                 response: mean,
-                f"{response}_ci": half,
+                f"{response}_low": low,
+                f"{response}_high": high,
                 "replications": n,
                 "next": None,
                 f"gap_{response}": math.nan,
@@ -126,7 +161,7 @@ def ranking(runs: pd.DataFrame, response: str, higher_is_better: bool) -> pd.Dat
                 row["p_raw"], row["untested"] = compare(values, other[4])
             rows.append(row)
     table = pd.DataFrame(rows)
-    return _correct(table)
+    return cells.in_order(_correct(table), [*SCALE, "setting", "rank"])
 
 
 def _correct(table: pd.DataFrame) -> pd.DataFrame:
@@ -147,36 +182,59 @@ def _correct(table: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns="untested")
 
 
+SCALING = [
+    "speedup",
+    "speedup_low",
+    "speedup_high",
+    "efficiency",
+    "efficiency_low",
+    "efficiency_high",
+]
+
+
 def with_scaling(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """Speedup and efficiency against the framework's smallest scale."""
+    """Speedup and efficiency against the framework's smallest scale, each
+    with its own 95 % interval."""
     if table.empty:
         return table
     scaling = stats.scaling(ok_runs(runs))
     if scaling.empty:
         return table
-    keep = scaling[["framework", "setting", "world_size", "speedup", "efficiency"]]
+    keep = scaling[["framework", "setting", "world_size", *SCALING]]
     return table.merge(keep, on=["framework", "setting", "world_size"], how="left")
 
 
 def headline(group: pd.DataFrame, response: str, unit: str, higher_is_better: bool) -> str:
-    """One sentence per scale and setting: who leads, by how much, how sure."""
+    """One sentence per scale and setting that claims only what the test
+    supports: where the gap between the first two is not significant (or
+    cannot be tested) it says so first and names no leader."""
     first = group.iloc[0]
-    where = (
-        f"{LABELS[response]}, {scale_label(first['nodes'], first['procs_per_node'])}, "
-        f"{first['setting']}"
-    )
-    value = _with_interval(first[response], first[f"{response}_ci"], unit)
-    word = "fastest" if higher_is_better else "first to accuracy"
-    scaled = _scaling_words(first)
+    label = LABELS[response]
+    where = f"{scale_label(first['nodes'], first['procs_per_node'])}, {first['setting']}"
+    value = _with_interval(first, response, unit)
     if len(group) == 1:
-        return f"{where}: only {first['framework']} ran: {value}{scaled}."
+        return f"{label} at {where}: only {first['framework']} ran: {value}{_scaling_words(first)}."
+    second = group.iloc[1]
+    both = f"{first['framework']} {value}, {second['framework']} {_with_interval(second, response, unit)}"
+    verdict = first["significant"]
+    if verdict == "no":
+        return (
+            f"No significant difference in {label.lower()} between {first['framework']} and "
+            f"{second['framework']} at {where} ({CORRECTION}-adjusted p "
+            f"{humanize.p_value(first['p_adjusted'])}): {both}."
+        )
+    if verdict != "yes" and not verdict.startswith("no variance"):
+        return (
+            f"{label} at {where}: {first['framework']} and {second['framework']} cannot be "
+            f"told apart ({verdict}): {both}."
+        )
     gap = humanize.number(abs(first[f"gap_{response}"]), unit)
     share = humanize.percent(first["gap_share"])
     better = "ahead of" if higher_is_better else "sooner than"
-    verdict = _verdict(first)
+    word = "leads" if higher_is_better else "reaches the target first"
     return (
-        f"{where}: {first['framework']} is {word} with {value}, {gap} ({share}) "
-        f"{better} {first['next']} ({verdict}){scaled}."
+        f"{label} at {where}: {first['framework']} {word} with {value}, {gap} ({share}) "
+        f"{better} {second['framework']} ({_verdict(first)}){_scaling_words(first)}."
     )
 
 
@@ -185,25 +243,33 @@ def _scaling_words(row) -> str:
     if speedup is None or not math.isfinite(speedup) or row.get("efficiency") == 1:
         return ""
     return (
-        f"; speedup {humanize.number(speedup)} over its smallest scale "
-        f"(efficiency {humanize.percent(row['efficiency'])})"
+        f"; speedup {_number_between(row, 'speedup', '')} over its smallest scale, "
+        f"efficiency {_number_between(row, 'efficiency', '%')}"
     )
 
 
-def _with_interval(mean, half, unit: str) -> str:
-    text = humanize.number(mean, unit)
-    if half is None or not math.isfinite(half):
-        return f"{text} (no interval: one replication)"
-    if half == 0:
+def _number_between(row, name: str, unit: str) -> str:
+    """A figure and its interval's ends, or the figure alone without them."""
+    show = humanize.percent if unit == "%" else (lambda v: humanize.number(v, unit))
+    low, high = row.get(f"{name}_low"), row.get(f"{name}_high")
+    if low is None or not (math.isfinite(low) and math.isfinite(high)):
+        return show(row[name])
+    return f"{show(row[name])} (95 % interval {show(low)} to {show(high)})"
+
+
+def _with_interval(row, response: str, unit: str) -> str:
+    text = humanize.number(row[response], unit)
+    low, high = row[f"{response}_low"], row[f"{response}_high"]
+    if row["replications"] < 2:
+        return f"{text} (one replication: no interval)"
+    if low == high:
         return f"{text} (identical in every replication)"
-    return f"{text} +- {humanize.number(half, unit)} (95 %)"
+    return f"{text} (95 % interval {humanize.number(low, unit)} to {humanize.number(high, unit)})"
 
 
 def _verdict(row) -> str:
     if row["significant"] == "yes":
         return f"significant, {CORRECTION}-adjusted p {humanize.p_value(row['p_adjusted'])}"
-    if row["significant"] == "no":
-        return f"not significant, {CORRECTION}-adjusted p {humanize.p_value(row['p_adjusted'])}"
     return row["significant"]
 
 
@@ -226,7 +292,7 @@ def dominant_bottlenecks(found: pd.DataFrame) -> pd.DataFrame:
         elif share < QUIET:
             text = (
                 f"no exposed communication or data-loading bottleneck (each under "
-                f"{QUIET:.0%} of the step): compute dominates"
+                f"{QUIET * 100:g} % of the step): compute dominates"
             )
             name = "compute"
         elif name == EXPOSED:
@@ -234,7 +300,7 @@ def dominant_bottlenecks(found: pd.DataFrame) -> pd.DataFrame:
         else:
             text = f"{humanize.percent(share)} of the step is data loading"
         if WAIT in value and math.isfinite(value[WAIT]):
-            text += f"; ranks wait {humanize.number(value[WAIT] * 1e3, 'ms')} per all-reduce"
+            text += f"; the {WAIT} is {humanize.number(value[WAIT] * 1e3, 'ms')}"
         rows.append(
             {
                 **dict(zip(cells.CELL, key)),
@@ -246,24 +312,62 @@ def dominant_bottlenecks(found: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def replication_needs(runs: pd.DataFrame) -> pd.DataFrame:
-    """Cells whose throughput interval is wider than 5 % of the mean, or
-    that have too few replications for an interval at all."""
+def replication_table(
+    runs: pd.DataFrame, target: float = stats.NEEDS_MORE_REPLICATIONS, most: int | None = None
+) -> pd.DataFrame:
+    """Per cell: the replications it took, its mean throughput with the
+    positive 95 % interval, MLPerf's olympic mean (best and worst dropped)
+    from 5 replications on, the run-to-run variation, and whether the
+    interval's relative half-width met ``target`` (capped at ``most``
+    replications under replications: auto)."""
     ok = ok_runs(runs)
     cell = ["framework", *SCALE, "setting"]
     table = stats.replicate_table(ok, cell, "images_per_s")
     if table.empty:
         return table
-    need = table[table["needs_more_replications"]].copy()
-    need["why"] = np.where(
-        need["n"] < 2, "one replication: no interval", "95 % interval wider than 5 % of the mean"
+
+    def met(row) -> str:
+        if row["n"] < 2:
+            return "no: one replication, no interval"
+        if row["relative_half_width"] <= target:
+            return "yes"
+        if most is not None and row["n"] >= most:
+            return f"no: the cap of {most} replications reached"
+        return "no: needs more replications"
+
+    table["met_target"] = table.apply(met, axis=1)
+    table = table.rename(
+        columns={
+            "n": "replications",
+            "mean": "images_per_s",
+            "low": "images_per_s_low",
+            "high": "images_per_s_high",
+            "olympic_mean": "olympic_images_per_s",
+            "cv_share": "throughput_cv_share",
+        }
     )
-    return need[[*cell, "n", "mean", "relative_half_width", "why"]].rename(
-        columns={"mean": "images_per_s"}
-    )
+    keep = [
+        *cell,
+        "replications",
+        "images_per_s",
+        "images_per_s_low",
+        "images_per_s_high",
+        "olympic_images_per_s",
+        "throughput_cv_share",
+        "relative_half_width",
+        "met_target",
+    ]
+    return cells.in_order(table[keep], cell).drop(columns=["nodes", "procs_per_node"])
 
 
-def build(runs: pd.DataFrame, found: pd.DataFrame) -> Summary:
+def build(
+    runs: pd.DataFrame,
+    found: pd.DataFrame,
+    target: float = stats.NEEDS_MORE_REPLICATIONS,
+    most: int | None = None,
+) -> Summary:
+    """The summary; ``target`` and ``most``: the design's replications
+    rule (the relative half-width to meet, and the cap under auto)."""
     rankings, headlines, notes = {}, [], []
     for response, higher, unit in RANKED:
         table = ranking(runs, response, higher)
@@ -276,13 +380,14 @@ def build(runs: pd.DataFrame, found: pd.DataFrame) -> Summary:
         if response == "images_per_s":
             table = with_scaling(table, runs)
         rankings[response] = table
-        for _, group in table.groupby([*SCALE, "setting"], sort=True):
+        for _, group in table.groupby([*SCALE, "setting"], sort=False):
             headlines.append(headline(group.sort_values("rank"), response, unit, higher))
     dominant = dominant_bottlenecks(found)
     return Summary(
         headlines=headlines,
         rankings=rankings,
         bottlenecks=dominant["sentence"].tolist(),
-        replications=replication_needs(runs),
+        replications=replication_table(runs, target, most),
+        target=target,
         notes=notes,
     )

@@ -53,6 +53,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from runfiles import names
 from runfiles.names import PHASE_TABLE
 from analysis import critical_path as cp
 from analysis import json_rows
@@ -84,9 +85,9 @@ def load(path: Path) -> pd.DataFrame:
         return _read_parquet(path)
     if path.is_dir() and (path / PHASE_TABLE).is_file():
         table = _read_parquet(path / PHASE_TABLE)
-        if len(table) or not any(path.glob("steps.rank*.tsv")):
+        if len(table) or not any(path.glob(names.STEPS_GLOB)):
             return table
-    if path.is_dir() and any(path.glob("steps.rank*.tsv")):  # a run without a trace
+    if path.is_dir() and any(path.glob(names.STEPS_GLOB)):  # a run without a trace
         from analysis.collect import phase_intervals
         from traces.convert import run_id_of
 
@@ -95,9 +96,10 @@ def load(path: Path) -> pd.DataFrame:
     from traces.rules import RULES_FILE, PhaseRules
 
     table, _, errors = convert([path], PhaseRules(RULES_FILE))
-    if table.num_rows == 0:
-        why = "; ".join(errors) or "no phase table, recorder table or trace in it"
-        raise TimelineError(f"{path}: {why}")
+    if table.num_rows == 0:  # the converter's errors name their file
+        raise TimelineError(
+            "; ".join(errors) or f"{path}: no phase table, recorder table or trace in it"
+        )
     return table.to_pandas()
 
 

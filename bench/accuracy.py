@@ -9,11 +9,12 @@ Last line: key=value pairs, one accuracy per framework and process count.
 
 import argparse
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import yaml
+
+from ddlcompare import cli
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -27,19 +28,7 @@ def main() -> None:
         help="a design in bench/accuracy.yaml's form (e.g. fewer frameworks)",
     )
     args = parser.parse_args()
-    snakemake = str(Path(sys.executable).parent / "snakemake")
-    subprocess.run(
-        [
-            snakemake,
-            "--profile",
-            "profiles/local",
-            "--config",
-            f"design={args.design}",
-            f"results={args.results}",
-        ],
-        cwd=REPO,
-        check=True,
-    )
+    subprocess.run(cli.workflow_argv(args.design, args.results), cwd=REPO, check=True)
     name = yaml.safe_load(Path(REPO, args.design).read_text())["name"]
     runs = pd.read_parquet(next(Path(args.results, name).glob("cfg~*/tables/runs.parquet")))
     pairs = []

@@ -13,10 +13,11 @@ Last line: key=value pairs, one speedup per framework, rate and codec.
 
 import argparse
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
+
+from ddlcompare import cli
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -25,18 +26,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--results", default=str(REPO / "results"))
     args = parser.parse_args()
-    snakemake = str(Path(sys.executable).parent / "snakemake")
     subprocess.run(
-        [
-            snakemake,
-            "--profile",
-            "profiles/local",
-            "--config",
-            "design=bench/compression_network.yaml",
-            f"results={args.results}",
-        ],
-        cwd=REPO,
-        check=True,
+        cli.workflow_argv("bench/compression_network.yaml", args.results), cwd=REPO, check=True
     )
     runs = pd.read_parquet(
         next(Path(args.results, "compression-network").glob("cfg~*/tables/runs.parquet"))

@@ -18,7 +18,7 @@ It also times the merged timeline (analysis/timeline.py) of the same
 table: all of it, and the default window of steps; baseline: pandas'
 to_json (C) writing the same rows as flat records.
 
-Goal (issue 18): at most 10 s on one core; the timeline in a few seconds
+Goal: at most 10 s on one core; the timeline in a few seconds
 (TIMELINE_GOAL_S, critical path included). Last line: key=value pairs.
 """
 

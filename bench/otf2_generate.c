@@ -2,8 +2,10 @@
  * bench/trace_read.py --streamed (the Python writer is too slow for 10^8
  * events): RANKS ranks, one location each ("MPI Rank r" / "Master thread"),
  * steps of user:step > user:data_load, user:forward, user:backward >
- * MPI_Allreduce (with its MpiCollectiveEnd and bytes), user:optimizer,
- * nanosecond ticks. 16 events per step.
+ * MPI_Allreduce (with its MpiCollectiveBegin/End and bytes), user:optimizer,
+ * nanosecond ticks: 14 events a step. Each location declares the events
+ * written to it, counted as they are written (bench/otf2_count.c counts
+ * them again through the library).
  *
  *     otf2_generate ARCHIVE_DIR RANKS STEPS_PER_RANK
  */
@@ -30,6 +32,8 @@ static const char *names[REGIONS] = {"user:step", "user:data_load", "user:forwar
 
 #define CHECK(call) do { if ((call) != OTF2_SUCCESS) { \
     fprintf(stderr, "otf2_generate: %s failed\n", #call); return 1; } } while (0)
+/* An event record, counted on its location. */
+#define EVENT(call) do { CHECK(call); written[r]++; } while (0)
 
 int main(int argc, char **argv) {
     if (argc != 4) {
@@ -46,27 +50,28 @@ int main(int argc, char **argv) {
     CHECK(OTF2_Archive_SetSerialCollectiveCallbacks(archive));
     CHECK(OTF2_Archive_OpenEvtFiles(archive));
     uint64_t end = 0;
+    uint64_t *written = calloc((size_t)ranks, sizeof *written);
     for (int r = 0; r < ranks; r++) {
         OTF2_EvtWriter *w = OTF2_Archive_GetEvtWriter(archive, r);
         uint64_t t = 1000 + (uint64_t)r * 7;
         for (long s = 0; s < steps; s++) {
-            CHECK(OTF2_EvtWriter_Enter(w, NULL, t, STEP));
+            EVENT(OTF2_EvtWriter_Enter(w, NULL, t, STEP));
             for (int phase = DATA_LOAD; phase <= OPTIMIZER; phase++) {
-                CHECK(OTF2_EvtWriter_Enter(w, NULL, t + 10, phase));
+                EVENT(OTF2_EvtWriter_Enter(w, NULL, t + 10, phase));
                 if (phase == BACKWARD) {
-                    CHECK(OTF2_EvtWriter_Enter(w, NULL, t + 100, ALLREDUCE));
-                    CHECK(OTF2_EvtWriter_MpiCollectiveBegin(w, NULL, t + 101));
-                    CHECK(OTF2_EvtWriter_MpiCollectiveEnd(w, NULL, t + 500,
+                    EVENT(OTF2_EvtWriter_Enter(w, NULL, t + 100, ALLREDUCE));
+                    EVENT(OTF2_EvtWriter_MpiCollectiveBegin(w, NULL, t + 101));
+                    EVENT(OTF2_EvtWriter_MpiCollectiveEnd(w, NULL, t + 500,
                                                           OTF2_COLLECTIVE_OP_ALLREDUCE, 0,
                                                           OTF2_UNDEFINED_UINT32, 4 << 20,
                                                           4 << 20));
-                    CHECK(OTF2_EvtWriter_Leave(w, NULL, t + 501, ALLREDUCE));
+                    EVENT(OTF2_EvtWriter_Leave(w, NULL, t + 501, ALLREDUCE));
                 }
                 t += 1000;
-                CHECK(OTF2_EvtWriter_Leave(w, NULL, t, phase));
+                EVENT(OTF2_EvtWriter_Leave(w, NULL, t, phase));
             }
             t += 100;
-            CHECK(OTF2_EvtWriter_Leave(w, NULL, t, STEP));
+            EVENT(OTF2_EvtWriter_Leave(w, NULL, t, STEP));
         }
         if (t > end) end = t;
         CHECK(OTF2_Archive_CloseEvtWriter(archive, w));
@@ -99,7 +104,7 @@ int main(int argc, char **argv) {
                                                       OTF2_LOCATION_GROUP_TYPE_PROCESS, 0,
                                                       OTF2_UNDEFINED_LOCATION_GROUP));
         CHECK(OTF2_GlobalDefWriter_WriteLocation(d, r, next + 2, OTF2_LOCATION_TYPE_CPU_THREAD,
-                                                 (uint64_t)steps * 16, r));
+                                                 written[r], r));
     }
     /* MPI_COMM_WORLD: the communicator the collective records name. */
     uint64_t *members = malloc(sizeof *members * (size_t)ranks);
@@ -114,6 +119,10 @@ int main(int argc, char **argv) {
     CHECK(OTF2_GlobalDefWriter_WriteComm(d, 0, strings + ranks, 1, OTF2_UNDEFINED_COMM,
                                          OTF2_COMM_FLAG_NONE));
     free(members);
+    uint64_t total = 0;
+    for (int r = 0; r < ranks; r++) total += written[r];
+    free(written);
+    printf("%llu events written\n", (unsigned long long)total);
     CHECK(OTF2_Archive_CloseGlobalDefWriter(archive, d));
     CHECK(OTF2_Archive_Close(archive));
     return 0;

@@ -1,5 +1,5 @@
 """Where an OTF2 conversion's time goes: the C reader against the Python
-after it (issue 16's 10 M events/s), each stage timed inside one conversion.
+after it (the goal: 10 M events/s), each stage timed inside one conversion.
 
     python bench/otf2_stages.py ANCHOR [--cores N]
 

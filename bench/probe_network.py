@@ -8,8 +8,8 @@ as a share of the rate:
   connection per pair of processes, and with the probe's own setting
   (probe.TCP_LINKS): its Sendrecv ring (link) and its all-reduce of the
   whole model's gradients (busbw, the bytes per direction over time).
-Needs root for the network namespaces; run it under
-``flock /work/logs/netem.lock`` where others use the emulation too.
+Needs root for the network namespaces; where others use the emulation too,
+run it under ``flock LOCKFILE``, the lock file all of them take.
 
     .venv/bin/python bench/probe_network.py [--rate 100]
 Last line: key=value pairs, each a share of the configured rate.

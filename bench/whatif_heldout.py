@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from analysis import critical_path, whatif  # noqa: E402
+from ddlcompare import cli  # noqa: E402
 
 
 def main() -> None:
@@ -39,19 +40,7 @@ def main() -> None:
     parser.add_argument("--no-run", action="store_true", help="only analyse the tables")
     args = parser.parse_args()
     if not args.no_run:
-        snakemake = str(Path(sys.executable).parent / "snakemake")
-        subprocess.run(
-            [
-                snakemake,
-                "--profile",
-                "profiles/local",
-                "--config",
-                f"design={args.design}",
-                f"results={args.results}",
-            ],
-            cwd=REPO,
-            check=True,
-        )
+        subprocess.run(cli.workflow_argv(args.design, args.results), cwd=REPO, check=True)
     import yaml
 
     name = yaml.safe_load(Path(REPO, args.design).read_text())["name"]

@@ -2,10 +2,12 @@
 
 ddlc plan [--design design.yaml]     the run table and its size
 ddlc run-one --path P                one run (what each workflow job does)
+ddlc replicate --round K             replications: auto: the next round's runs
 ddlc collect / ddlc report           results tables; the HTML report
 ddlc follow-up                       the second stage's design from the first's tables
 ddlc two-stage                       run the design, then its follow-up (one command)
 ddlc timeline RUN_DIR... -o F.json   one merged Chrome/Perfetto trace of all ranks
+ddlc import TRACE_OR_FOLDER... -o F   traces from elsewhere into one phase table (Parquet)
 ddlc check [--rerun]                 damaged run files, listed (and queued again)
 ddlc fetch-data cifar10              download CIFAR-10 (needs internet)
 ddlc envs [--design design.yaml]     the environments envs/setup.sh sets up for it
@@ -60,9 +62,41 @@ def cmd_plan(args) -> int:
         print("\n".join(design.fraction.describe()))
     if design.sample:
         print("\n".join(design.sample.describe(design.factors)))
+    if design.adaptive:
+        print(adaptive_words(design, cells))
     print(
         f"{len(runs)} runs ({cells} cells x {design.replications} replications) "
         f"in results/{design.root}/"
+    )
+    return 0
+
+
+def adaptive_words(design: design_mod.Design, cells: int) -> str:
+    """replications: auto's least and most runs, and the rule between."""
+    rule = design.adaptive
+    return (
+        f"replications auto: at least {cells * rule.least} runs ({cells} cells x "
+        f"{rule.least}), at most {cells * rule.most} ({cells} cells x {rule.most}); "
+        f"a cell gets more while the 95 % interval of its mean images_per_s is wider "
+        f"than {rule.target_half_width * 100:g} % of the mean. The table lists the first "
+        f"{rule.least} of each cell"
+    )
+
+
+def cmd_replicate(args) -> int:
+    """One round's decision of replications: auto (the workflow's checkpoint)."""
+    from analysis import replication
+
+    design = load_design(args.design, check_ready=False)
+    if not design.adaptive:
+        raise UserError(f"{args.design}: replications is not auto; nothing to decide")
+    doc = replication.write_round(
+        design, Path(args.results), args.round, Path(args.out) if args.out else None
+    )
+    more = [c for c in doc["cells"] if c["add"]]
+    print(
+        f"round {args.round}: {len(doc['add'])} more run(s) for {len(more)} cell(s)"
+        + "".join(f"\n  {c['cell']}: +{c['add']}" for c in more)
     )
     return 0
 
@@ -75,7 +109,7 @@ def cmd_run_one(args) -> int:
         design = load_design(args.design, check_ready=False)
     except UserError as exc:
         raise UserError(design_changed(args.design) or str(exc)) from None
-    by_path = {r.path: r for r in design.runs()}
+    by_path = {r.path: r for r in design.runs(most=True)}
     if args.path not in by_path:
         raise UserError(design_changed(args.design) or f"{args.path}: not a run of {args.design}")
     try:
@@ -154,23 +188,29 @@ def _cell_words(cell: dict) -> str:
     return f"{factors} ({cell['reasons']})"
 
 
-def cmd_two_stage(args) -> int:
-    """The study plan's two stages: the designed experiment, then its
-    telling cells instrumented, each through the workflow."""
-    import subprocess
-
+def workflow_argv(design, results, *options: str) -> list[str]:
+    """Snakemake on this checkout's workflow and local profile, for one
+    design and results folder (what `./ddlc run` runs; the benches too)."""
     repo = Path(__file__).resolve().parent.parent
-    snakemake = [
+    return [
         str(Path(sys.executable).parent / "snakemake"),
         "-s",
         str(repo / "Snakefile"),
         "--profile",
         str(repo / "profiles" / "local"),
-        *args.snakemake,
+        *options,
+        "--config",
+        f"design={design}",
+        f"results={results}",
     ]
-    first = subprocess.run(
-        [*snakemake, "--config", f"design={args.design}", f"results={args.results}"]
-    )
+
+
+def cmd_two_stage(args) -> int:
+    """The study plan's two stages: the designed experiment, then its
+    telling cells instrumented, each through the workflow."""
+    import subprocess
+
+    first = subprocess.run(workflow_argv(args.design, args.results, *args.snakemake))
     if first.returncode:
         return first.returncode
     follow = Path(args.design).with_name(f"{Path(args.design).stem}-follow-up.yaml")
@@ -184,9 +224,7 @@ def cmd_two_stage(args) -> int:
             max_runs=args.max_runs,
         )
     )
-    return subprocess.run(
-        [*snakemake, "--config", f"design={follow}", f"results={args.results}"]
-    ).returncode
+    return subprocess.run(workflow_argv(follow, args.results, *args.snakemake)).returncode
 
 
 def cmd_timeline(args) -> int:
@@ -223,6 +261,15 @@ def cmd_timeline(args) -> int:
     return 0
 
 
+def cmd_import(args) -> int:
+    """Traces written elsewhere (OTF2, PyTorch profiler, Horovod Timeline)
+    into one phase table: what ``python -m traces.convert`` does."""
+    from traces import convert
+
+    keep = ["--keep-going"] if args.keep_going else []
+    return convert.main([*map(str, args.paths), "-o", args.out, *keep])
+
+
 def cmd_check(args) -> int:
     """Every finished run's files checked; --rerun moves the damaged ones'
     files to attempts/ so that the next workflow run does them again."""
@@ -230,12 +277,15 @@ def cmd_check(args) -> int:
 
     design = load_design(args.design, check_ready=False)
     results = Path(args.results)
-    damaged = runner.damaged_runs(design.runs(), results)
+    from analysis import replication
+
+    planned = replication.planned(design, results)
+    damaged = runner.damaged_runs(planned, results)
     for row, problem in damaged:
         print(f"damaged: {row.path}: {problem}")
         if args.rerun:
             runner.archive_attempt(results / row.path)
-    done = sum((results / r.path / runner.DONE).exists() for r in design.runs())
+    done = sum((results / r.path / runner.DONE).exists() for r in planned)
     print(
         f"{done} finished run(s) checked, {len(damaged)} damaged"
         + (
@@ -296,6 +346,10 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="stop an earlier attempt still training in the run folder",
     )
+    rnd = command("replicate", cmd_replicate, "decide a round of replications: auto")
+    rnd.add_argument("--results", default="results")
+    rnd.add_argument("--round", type=int, required=True, help="the round just done (0: the first)")
+    rnd.add_argument("--out", help="the decision's file (default: results/<design>/replication/)")
     col = command("collect", cmd_collect, "gather every run into the results tables")
     col.add_argument("--results", default="results")
     col.add_argument("--out", required=True, help="folder for the tables")
@@ -348,6 +402,13 @@ def parser() -> argparse.ArgumentParser:
         help="skip an input that cannot be read (listed in the file), exit 0",
     )
     line.set_defaults(fn=cmd_timeline)
+    imp = sub.add_parser("import", help="traces from elsewhere into one phase table (Parquet)")
+    imp.add_argument("paths", nargs="+", type=Path, metavar="TRACE_OR_FOLDER")
+    imp.add_argument("-o", "--out", required=True, help="the Parquet file to write")
+    imp.add_argument(
+        "--keep-going", action="store_true", help="exit 0 even when a trace could not be read"
+    )
+    imp.set_defaults(fn=cmd_import)
     chk = command("check", cmd_check, "check every finished run's files; list the damaged")
     chk.add_argument("--results", default="results")
     chk.add_argument("--rerun", action="store_true", help="queue the damaged runs again")

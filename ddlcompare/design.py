@@ -32,7 +32,12 @@ TOP_LEVEL_KEYS = {
     "name": "the design's name, used as results/<name>/",
     "factors": "a mapping of factor -> list of levels",
     "fixed": "a mapping of setting -> value",
-    "replications": "runs per design cell (an integer >= 1)",
+    "replications": "runs per design cell (an integer >= 1), or auto: as many as each "
+    "cell's interval needs (target_half_width, min_replications, max_replications)",
+    "target_half_width": "replications auto: the relative half-width of the 95 % interval of "
+    "each cell's mean throughput to reach (default 0.05)",
+    "min_replications": "replications auto: runs per cell first (default 3)",
+    "max_replications": "replications auto: at most this many runs per cell (default 10)",
     "seed": "seed for weights, data order and the run order (an integer)",
     "randomize": "shuffle the run order with the seed (true/false)",
     "exclude": "a list of rules {factor: level or [levels]} removing matching runs",
@@ -56,6 +61,18 @@ class DesignError(Exception):
         super().__init__("\n".join(f"{source}: {p}" for p in problems))
 
 
+@dataclass(frozen=True)
+class Adaptive:
+    """replications: auto. Every cell runs ``least`` times first; then cells
+    whose 95 % interval of the mean throughput is wider than
+    ``target_half_width`` of the mean get more, up to ``most``
+    (analysis/replication.py decides)."""
+
+    target_half_width: float = 0.05
+    least: int = 3
+    most: int = 10
+
+
 @dataclass
 class Design:
     name: str
@@ -70,6 +87,7 @@ class Design:
     fraction: fractional.Fraction | None = None  # None: the full factorial
     sample: sampling.Sample | None = None  # a Latin hypercube's points
     follow_up: dict | None = None  # the first stage's design, tables and selection rule
+    adaptive: Adaptive | None = None  # replications: auto (then replications is its least)
 
     @functools.cached_property
     def settings_hash(self) -> str:
@@ -96,18 +114,30 @@ class Design:
         extra = [f for f in self.factors if f not in CORE_FACTORS]
         return list(CORE_FACTORS) + extra
 
-    def runs(self) -> list[RunRow]:
+    def runs(self, most: bool = False) -> list[RunRow]:
+        """The plan's runs in execution order. Under replications: auto,
+        the first ``least`` replications of every cell; ``most`` adds every
+        replication auto may add, ordered after them and shuffled on their
+        own, so that those added later run interleaved across cells."""
         cells = self._cells()
-        rows = []
-        for cell in cells:
-            for rep in range(1, self.replications + 1):
-                rows.append(self._row(cell, rep))
+        rows = [self._row(cell, rep) for cell in cells for rep in range(1, self.replications + 1)]
+        self._order(rows, self.seed, 0)
+        if most and self.adaptive:
+            extra = [
+                self._row(cell, rep)
+                for cell in cells
+                for rep in range(self.replications + 1, self.adaptive.most + 1)
+            ]
+            self._order(extra, self.seed + 1, len(rows))
+            rows += extra
+        return sorted(rows, key=lambda r: r.order)
+
+    def _order(self, rows: list[RunRow], seed: int, first: int) -> None:
         order = list(range(len(rows)))
         if self.randomize:
-            random.Random(self.seed).shuffle(order)
+            random.Random(seed).shuffle(order)
         for position, index in enumerate(order):
-            rows[index].order = position
-        return sorted(rows, key=lambda r: r.order)
+            rows[index].order = first + position
 
     def _cells(self) -> list[dict[str, Any]]:
         if self.fraction:
@@ -190,7 +220,11 @@ def parse(raw: Any, source: str = "design.yaml") -> Design:
     factors = _parse_factors(raw.get("factors"), problems)
     fixed = _parse_fixed(raw.get("fixed", {}), factors, problems)
     max_runs = _integer(raw, "max_runs", MAX_RUNS, 1, problems, 10**9)
-    replications = _integer(raw, "replications", 1, 1, problems, 10**9)  # see _check_size
+    adaptive = _parse_adaptive(raw, problems)
+    if adaptive:
+        replications = adaptive.least
+    else:
+        replications = _integer(raw, "replications", 1, 1, problems, 10**9)  # see _check_size
     # 2^31 - 1: LBANN and TensorFlow's initialisers take the seed as an int.
     seed = _integer(raw, "seed", 42, 0, problems, 2**31 - 1)
     randomize = raw.get("randomize", True)
@@ -210,7 +244,7 @@ def parse(raw: Any, source: str = "design.yaml") -> Design:
             cells = sample.cells_per_replication(factors)
         else:
             cells = _full_cells(factors, zip_groups)
-        _check_size(cells, replications, max_runs, problems)
+        _check_size(cells, adaptive.most if adaptive else replications, max_runs, problems)
     if problems:
         raise DesignError(source, problems)
 
@@ -227,11 +261,39 @@ def parse(raw: Any, source: str = "design.yaml") -> Design:
         fraction=fraction,
         sample=sample,
         follow_up=follow_up,
+        adaptive=adaptive,
     )
     _check_cells(design, problems)
     if problems:
         raise DesignError(source, problems)
     return design
+
+
+ADAPTIVE_KEYS = ("target_half_width", "min_replications", "max_replications")
+
+
+def _parse_adaptive(raw: dict, problems: list[str]) -> Adaptive | None:
+    """replications: auto and its three settings (only with it)."""
+    if raw.get("replications") != "auto":
+        if given := [k for k in ADAPTIVE_KEYS if k in raw]:
+            problems.append(
+                f"{given[0]}: applies to replications: auto only; set replications: auto "
+                f"or remove {given[0]}"
+            )
+        return None
+    target = raw.get("target_half_width", Adaptive.target_half_width)
+    if not isinstance(target, (int, float)) or isinstance(target, bool) or not 0 < target < 1:
+        problems.append(
+            f"target_half_width: must be a number between 0 and 1 (0.05: the 95 % interval "
+            f"within 5 % of the mean), got {target!r}"
+        )
+        target = Adaptive.target_half_width
+    least = _integer(raw, "min_replications", Adaptive.least, 2, problems, 1000)
+    most = _integer(raw, "max_replications", Adaptive.most, 2, problems, 1000)
+    if most < least:
+        problems.append(f"max_replications ({most}) is below min_replications ({least}); raise it")
+        most = least
+    return Adaptive(float(target), least, most)
 
 
 def _parse_name(raw: dict, source: str, problems: list[str]) -> str:

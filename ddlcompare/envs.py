@@ -8,11 +8,11 @@ families live apart and a run starts its workers with its own env's Python.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 from ddlcompare.provenance import REPO
+from runfiles import variables
 
 # Environment name -> folder, relative to the repository (override with
 # DDLC_VENV for torch, DDLC_VENV_<NAME> for the others). envs/setup.sh builds
@@ -29,13 +29,13 @@ ENV_DIRS = {
 # Where envs/build-<name>.sh puts an environment it builds: used when the
 # repository has none of its own and no variable names one.
 BUILT_DIRS = {
-    "tarantella": Path.home() / ".cache" / "ddl-compare" / "tarantella-v0.8.0",
-    "lbann": Path.home() / ".cache" / "ddl-compare" / "lbann" / "venv",
+    "tarantella": variables.cache("tarantella-v0.8.0"),
+    "lbann": variables.cache("lbann", "venv"),
 }
 
 
 def env_dir(env: str) -> Path:
-    override = os.environ.get("DDLC_VENV" if env == "torch" else f"DDLC_VENV_{env.upper()}")
+    override = variables.get("DDLC_VENV" if env == "torch" else f"DDLC_VENV_{env.upper()}")
     if override:
         return Path(override)
     local = REPO / ENV_DIRS[env]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from ddlcompare import envs, tracers
+from runfiles import names
 from ddlcompare.schedulers import Host, Scheduler, get as scheduler_named
 
 LAUNCHERS: dict[str, Callable] = {}
@@ -63,7 +64,7 @@ def tracing_env(config: dict, run_dir: Path) -> dict[str, str]:
     """Where Score-P and Horovod's Timeline write, when they are asked for."""
     env = tracers.environment(config, run_dir)
     if config.get("horovod_timeline"):
-        env["HOROVOD_TIMELINE"] = str(run_dir / "horovod_timeline.json")
+        env["HOROVOD_TIMELINE"] = str(run_dir / names.HOROVOD_TIMELINE)
     return env
 
 

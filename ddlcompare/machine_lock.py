@@ -1,19 +1,36 @@
-"""This machine, one measurement at a time, across every invocation.
+"""This machine: one measurement at a time, and nothing of ours beside it.
 
-Snakemake's ``benchmark_slot`` keeps the runs of one invocation apart; two
-invocations (two ``./ddlc run`` with different ``results=``) would still
-measure at once on the same cores. On the local profile a run therefore
-holds a host-wide lock (a file in /tmp, released by the kernel when its
-holder dies) while it trains. Runs that still meet other training processes
-of the harness (started by hand, by an older harness, by a test) notice them
-(``overlapping``) and are recorded as suspect, never as clean.
+A measurement (a run's training, the network probe, a timed bench) holds a
+host-wide lock (a file in /tmp, released by the kernel when its holders
+die) exclusively; every workflow job holds it shared for its whole life
+(the Snakefile's shell prefix, workflows/share_machine.sh). So no job of any
+invocation or checkout runs while a measurement holds the machine, and a
+measurement starts only once the jobs under way have ended. Snakemake's
+``benchmark_slot`` only keeps the runs of one invocation from queueing on
+the lock together.
+
+A measuring job inherits its shell's shared hold: ``measuring`` turns that
+same open file exclusive (flock(2) locks belong to the open file, which the
+job's shell and its command share; opening the file again would wait on
+itself) and shared again afterwards.
+
+Runs register their training host-wide (``training``): the owner record's
+pid and the launcher's session. Another run that meets live training of
+this checkout (its process tree or session, confirmed by the run folder's
+owner record) while it measures is recorded as suspect; a process that only
+names the worker module on its command line (an editor, a grep) is not
+training.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -21,58 +38,294 @@ from collections.abc import Iterator
 
 import psutil
 
+from runfiles import ownership
+from runfiles.atomic import write_json
+
 LOCK_ENV = "DDLC_MEASURE_LOCK"
 DEFAULT_LOCK = "/tmp/ddl-compare.measure.lock"
-WORKER_MODULE = "frameworks.worker"
+# Set while a measurement holds the machine: the pid holding it. What that
+# measurement starts (a bench's runs, their workflow jobs) is part of it
+# and takes no lock of its own (it would wait for its own ancestor).
+HELD_ENV = "DDLC_MACHINE_HELD"
+JOB_WAITED_ENV = "DDLC_JOB_WAITED_S"
+ATTEMPTS_ENV = "DDLC_ATTEMPTS"
+DEFAULT_ATTEMPTS = "/tmp/ddl-compare.attempts"
 
 
 def lock_path() -> Path:
     return Path(os.environ.get(LOCK_ENV) or DEFAULT_LOCK)
 
 
-@contextlib.contextmanager
-def measuring(
-    what: str, on_wait: Callable[[str], None], check: Callable[[], None]
-) -> Iterator[float]:
-    """Hold the machine while the block runs; yield the seconds waited.
-    ``on_wait`` hears once who holds it; ``check`` runs each second of the
-    wait (it raises to give up, e.g. when the workflow is gone)."""
-    path = lock_path()
-    started = time.monotonic()
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def inherited_hold(path: Path) -> int | None:
+    """An open file of this process on the lock (a workflow job's shared
+    hold, inherited from its shell), or None."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and _same_file(fd, path):
+            return fd
+    return None
+
+
+def _open(path: Path) -> int:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         os.fchmod(fd, 0o666)  # every user's runs share the machine (umask aside)
     except PermissionError:
         pass  # another user's file, already open to all
+    return fd
+
+
+def holders(path: Path | None = None) -> list[tuple[int, str]]:
+    """(pid, "exclusive" or "shared") of each hold on the lock, from the
+    kernel's table (/proc/locks)."""
+    path = path or lock_path()
     try:
-        told = False
+        st = os.stat(path)
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return []
+    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    found = []
+    for line in table.splitlines():
+        words = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"; blocked requests start "->"
+        if len(words) >= 6 and words[1] == "FLOCK" and words[5] == device:
+            found.append((int(words[4]), "exclusive" if words[3] == "WRITE" else "shared"))
+    return found
+
+
+def describe_holders(path: Path | None = None) -> str:
+    path = path or lock_path()
+    shown = []
+    for pid, mode in holders(path):
+        try:
+            what = " ".join(psutil.Process(pid).cmdline())[:100]
+        except psutil.Error:
+            # the kernel names who locked: for a job, the flock command its
+            # shell ran, which has ended while the job holds on
+            what = "a workflow job"
+        shown.append(f"pid {pid} {mode} ({what})")
+    return "; ".join(shown) or "nobody now"
+
+
+@contextlib.contextmanager
+def measuring(
+    what: str, on_wait: Callable[[str], None], check: Callable[[], None] = lambda: None
+) -> Iterator[float]:
+    """Hold the machine exclusively while the block runs; yield the seconds
+    waited. ``on_wait`` hears once who holds it; ``check`` runs each second
+    of the wait (it raises to give up, e.g. when the workflow is gone)."""
+    if _held_by_ancestor():
+        yield 0.0
+        return
+    path = lock_path()
+    started = time.monotonic()
+    fd = inherited_hold(path)
+    inherited = fd is not None
+    if not inherited:
+        fd = _open(path)
+    try:
+        _take_alone(fd, path, on_wait, check)
+        _say_who(path, what)
+        os.environ[HELD_ENV] = str(os.getpid())
+        # a job's shell waited for its shared hold first (workflows/share_machine.sh)
+        before = float(os.environ.get(JOB_WAITED_ENV) or 0) if inherited else 0.0
+        yield before + time.monotonic() - started
+    except BaseException:
+        if inherited:  # leaving early (stopped, the workflow gone): no waiting
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        raise
+    else:
+        if inherited:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # the job's own hold again, for its last steps
+    finally:
+        os.environ.pop(HELD_ENV, None)
+        if not inherited:
+            os.close(fd)  # releases the lock
+
+
+def turnstile(path: Path) -> Path:
+    """Where a waiting measurement stops new jobs from taking the machine."""
+    return path.with_name(path.name + ".turn")
+
+
+def _take_alone(fd: int, path: Path, on_wait: Callable[[str], None], check) -> None:
+    """Lock ``fd`` exclusively. While it waits, the measurement holds the
+    turnstile, which each job passes before its shared hold: jobs already
+    under way finish, new ones wait behind the measurement, so a stream of
+    jobs cannot keep it waiting for ever. An inherited shared hold is let
+    go first: two measuring jobs must not each hold it while waiting for
+    the turnstile."""
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    gate = _open(turnstile(path))
+    try:
+        told = passed = False
         while True:
             try:
+                if not passed:
+                    fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    passed = True
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                return
             except BlockingIOError:
                 if not told:
-                    holder = Path(path).read_text(errors="replace").strip() or "unknown"
-                    on_wait(f"waiting for the machine: another measurement holds {path} ({holder})")
+                    on_wait(f"waiting for the machine: {path} is held by {describe_holders(path)}")
                     told = True
                 check()
                 time.sleep(1)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}: {what}\n".encode(), 0)
-        yield time.monotonic() - started
     finally:
-        os.close(fd)  # releases the lock
+        os.close(gate)  # lets the jobs waiting behind it queue on the lock
+
+
+def _held_by_ancestor() -> bool:
+    """Whether this process or one it descends from holds the machine alone
+    (HELD_ENV names it)."""
+    held = os.environ.get(HELD_ENV, "")
+    if not held.isdigit():
+        return False
+    if int(held) == os.getpid():
+        return True
+    try:
+        return int(held) in {p.pid for p in psutil.Process().parents()}
+    except psutil.Error:
+        return False
+
+
+def _say_who(path: Path, what: str) -> None:
+    """Write who measures into the lock file, for those who wait (a job's
+    inherited hold may be read-only: the text goes through its own open)."""
+    try:
+        with open(path, "w") as f:
+            f.write(f"pid {os.getpid()}: {what}\n")
+    except OSError:
+        pass  # another user's file: the waiting message names the pid from /proc/locks
+
+
+def attempts_dir() -> Path:
+    return Path(os.environ.get(ATTEMPTS_ENV) or DEFAULT_ATTEMPTS)
+
+
+@contextlib.contextmanager
+def training(run_dir: Path, session: int, checkout: Path) -> Iterator[None]:
+    """Register this attempt's training host-wide while the block runs: the
+    runner's pid (its run folder's owner record names it) and the
+    launcher's session (ranks that outlive their parent keep it)."""
+    folder = attempts_dir()
+    with contextlib.suppress(OSError):
+        folder.mkdir(mode=0o777, exist_ok=True)
+        os.chmod(folder, 0o1777)  # any user's runs register here
+    me = os.getpid()
+    entry = folder / f"{me}.json"
+    doc = {
+        "pid": me,
+        "started": psutil.Process(me).create_time(),
+        "session": session,
+        "run_dir": str(Path(run_dir).resolve()),
+        "checkout": str(checkout),
+    }
+    try:
+        write_json(entry, doc)
+    except OSError as exc:  # the run goes on; only others' overlap checks miss it
+        print(
+            f"warning: could not register this run's training in {folder}: {exc}", file=sys.stderr
+        )
+    try:
+        yield
+    finally:
+        entry.unlink(missing_ok=True)
+
+
+def attempt_processes(pid: int, session: int, table: list[psutil.Process]) -> list[psutil.Process]:
+    """The processes of one attempt: the runner ``pid``, its descendants
+    and whatever runs in its launcher's ``session``. ``table``: this host's
+    processes (from psutil.process_iter, with "ppid" read or not)."""
+    children: dict[int, list[int]] = {}
+    for p in table:
+        with contextlib.suppress(psutil.Error):
+            parent = p.info["ppid"] if "ppid" in getattr(p, "info", {}) else p.ppid()
+            children.setdefault(parent, []).append(p.pid)
+    mine, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        if p not in mine:
+            mine.add(p)
+            todo += children.get(p, [])
+    found = []
+    for p in table:
+        try:
+            if p.pid in mine or os.getsid(p.pid) == session:
+                found.append(p)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return found
+
+
+def live_attempts() -> list[dict]:
+    """Registered attempts whose runner is alive and still owns its run
+    folder (the owner record names it); stale entries are removed."""
+    found = []
+    for entry in sorted(attempts_dir().glob("*.json")):
+        try:
+            doc = json.loads(entry.read_text())
+        except (OSError, ValueError):
+            continue
+        if not ownership.alive(doc.get("pid", -1), doc.get("started")):
+            with contextlib.suppress(OSError):
+                entry.unlink()
+            continue
+        owner = ownership.read_owner(Path(doc["run_dir"]))
+        if owner and owner.get("pid") == doc["pid"]:
+            found.append(doc)
+    return found
 
 
 def other_training(own_dir: Path, checkout: Path) -> list[str]:
-    """Training processes of this harness checkout (they start in it) on
-    this machine that are not this run's: what would share its cores."""
-    mine, home = str(Path(own_dir).resolve()), str(checkout)
+    """Training of this harness checkout on this machine that is not this
+    run's: live registered attempts with processes under way."""
+    mine = str(Path(own_dir).resolve())
+    others = [a for a in live_attempts() if a["run_dir"] != mine and a["checkout"] == str(checkout)]
+    if not others:
+        return []
+    table = list(psutil.process_iter())
     found = []
-    for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
-        args = proc.info["cmdline"] or []
-        if proc.info["cwd"] != home or not args or args[-1] == mine:
-            continue
-        if WORKER_MODULE in args or any(a.endswith("frameworks/worker.py") for a in args):
-            found.append(f"pid {proc.pid} training {args[-1]}")
+    for attempt in others:
+        procs = [
+            p
+            for p in attempt_processes(attempt["pid"], attempt["session"], table)
+            if p.pid != attempt["pid"]
+        ]
+        if procs:
+            found.append(f"pid {attempt['pid']} training {attempt['run_dir']}")
     return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="The host-wide measuring lock: who holds it, or run a command holding it."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("holders", help="who holds the machine now")
+    run = sub.add_parser("measure", help="run a command (after --) holding the machine alone")
+    run.add_argument("argv", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if args.command == "holders":
+        print(describe_holders())
+        return 0
+    command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not command:
+        parser.error("measure: name the command after --")
+    with measuring(" ".join(command), lambda text: print(text, file=sys.stderr, flush=True)):
+        return subprocess.call(command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -30,12 +30,13 @@ from frameworks.model_gate import (
     reference_rows,
 )
 from runfiles.atomic import write_text
+from runfiles import variables
 
 
 # Builders' answers, kept by what they depend on (answer_key): each
 # workflow gates every builder, and starting TensorFlow or Tarantella again
 # for the same code and the same environments only costs time.
-CACHE = Path.home() / ".cache" / "ddl-compare" / "model-gate"
+CACHE = variables.cache("model-gate")
 
 
 def answer_key(builder: str, model: str, datasets: tuple[str, ...]) -> str:

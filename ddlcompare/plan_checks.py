@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ddlcompare import schedulers
 from runfiles.atomic import write_text
+from runfiles import variables
 from ddlcompare.design import Design
 from frameworks import data
 
@@ -79,7 +80,7 @@ def _damaged_data(design: Design, configs: list[dict]) -> list[str]:
     return found
 
 
-VERIFIED = Path("~/.cache/ddl-compare/verified-data.json").expanduser()
+VERIFIED = variables.cache("verified-data.json")
 
 
 def _verify_once(name: str, data_dir: str | None) -> None:

@@ -163,7 +163,7 @@ def measure(sizes: list[int], repeats: int = REPEATS) -> list[dict]:
 def launch(args) -> int:
     """Start the probe under mpirun on the hosts a run of this scale gets,
     inside the emulated network when there is one."""
-    from ddlcompare import netem, schedulers
+    from ddlcompare import machine_lock, netem, schedulers
 
     config = {
         "nodes": args.nodes,
@@ -214,7 +214,27 @@ def launch(args) -> int:
         ]
         if args.net_rate_mbit:
             argv += ["--net-rate-mbit", str(args.net_rate_mbit)]
-        return _run_or_stop(net.enter(argv), env, args.timeout)
+        if not scheduler.one_machine:  # the job has its nodes to itself
+            return _run_or_stop(net.enter(argv), env, args.timeout)
+        with machine_lock.measuring(
+            f"all-reduce probe {args.out}", lambda text: print(text, file=sys.stderr, flush=True)
+        ) as waited:
+            held = [time.time()]
+            code = _run_or_stop(net.enter(argv), env, args.timeout)
+            held.append(time.time())
+        if code == 0:
+            _note_held(Path(args.out), held, waited)
+        return code
+
+
+def _note_held(out: Path, held: list[float], waited: float) -> None:
+    """Add to the probe's file when it held the machine (unix seconds), as
+    runs record it."""
+    from runfiles.atomic import write_text
+
+    doc = json.loads(out.read_text())
+    doc.update(machine_held=held, waited_for_machine_s=round(waited, 1))
+    write_text(out, json.dumps(doc, indent=1))
 
 
 def _run_or_stop(argv: list[str], env: dict, timeout: float) -> int:

@@ -26,6 +26,7 @@ from runfiles.names import CONFIG, DONE, EPOCHS, METRICS, PHASE_TABLE, RUN_RECOR
 from ddlcompare import (
     diskspace,
     launch,
+    machine_load,
     machine_lock,
     netem,
     provenance,
@@ -33,7 +34,7 @@ from ddlcompare import (
     tracers,
     validate,
 )
-from runfiles import energy, ownership
+from runfiles import energy, names, ownership
 from runfiles.atomic import write_json
 from ddlcompare.params import RunRow
 from frameworks import balance, data, registry
@@ -48,24 +49,24 @@ ATTEMPT_FILES = (
     EPOCHS,
     METRICS,
     PHASE_TABLE,
-    "phases.log",
-    "horovod_timeline.json",
-    "trace",
-    "trace.parts",
-    "torch_profiler",
-    "scorep",
-    "lbann_batch_times.tsv",
-    "lbann",
+    names.PHASES_LOG,
+    names.HOROVOD_TIMELINE,
+    names.OTF2_DIR,
+    names.OTF2_PARTS_DIR,
+    names.TORCH_PROFILER_DIR,
+    names.SCOREP_DIR,
+    names.LBANN_BATCH_TIMES,
+    names.LBANN_DIR,
     netem.RECORD,
     energy.ENERGY,
     balance.BALANCE,
 )
 ATTEMPT_GLOBS = (
-    "steps.rank*.tsv",
-    "intervals.rank*.tsv",
-    "rank*.json",
-    energy.SAMPLES_GLOB,
-    energy.SOURCES_GLOB,
+    names.STEPS_GLOB,
+    names.INTERVALS_GLOB,
+    names.RANK_RECORD_GLOB,
+    names.ENERGY_SAMPLES_GLOB,
+    names.ENERGY_SOURCES_GLOB,
 )
 
 
@@ -197,6 +198,10 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
                 started = time.time()
                 outcome = watch.run(argv, {**os.environ, **net.env, **env})
                 record["machine_held"] = [started, time.time()]  # unix seconds
+                if watch.meter:
+                    record[machine_load.RECORD] = machine_load.summarize(
+                        watch.meter, run_dir, config, row.world_size, watch.held_ns
+                    )
                 energy.write_run_energy(run_dir, [h.name for h in host_list], started, time.time())
     except Interrupted as stop:
         hosts = [h["name"] for h in record.get("hosts", [])]
@@ -257,7 +262,7 @@ class Watch:
     an attempt training), the folder's ownership, and other training that
     shares the machine."""
 
-    POLL_S = 1.0
+    POLL_S = 1.0  # also how often the machine's load is sampled
     OVERLAP_EVERY_S = 5.0
 
     def __init__(self, run_dir: Path, token: str, timeout: int, shared_machine: bool = True):
@@ -269,6 +274,8 @@ class Watch:
         self.workflow = ownership.workflow_process()
         self.proc: subprocess.Popen | None = None
         self.overlap: list[str] = []
+        self.meter: machine_load.Meter | None = None
+        self.held_ns = (0, 0)  # perf_counter ns: the launcher's start and end
 
     def check_workflow(self) -> None:
         if self.workflow and not ownership.alive(*self.workflow):
@@ -309,10 +316,17 @@ class Watch:
                 start_new_session=True,
                 preexec_fn=ownership.die_with_parent,
             )
+            start = time.perf_counter_ns()
             try:
-                timed_out = self._wait()
+                with machine_lock.training(self.run_dir, self.proc.pid, provenance.REPO):
+                    if self.shared_machine:
+                        self.meter = machine_load.Meter(os.getpid(), self.proc.pid)
+                    timed_out = self._wait()
+                    if self.meter:
+                        self.meter.sample()  # up to the end, however short the run
             finally:
                 _stop_leftovers(self.proc.pid)
+                self.held_ns = (start, time.perf_counter_ns())
         outcome = self._outcome(timed_out)
         if self.overlap:
             outcome["overlap"] = self.overlap
@@ -323,6 +337,8 @@ class Watch:
         deadline = time.monotonic() + self.timeout
         beat = probe = time.monotonic()
         while True:
+            if self.meter:
+                self.meter.sample()
             try:
                 self.proc.wait(timeout=self.POLL_S)
                 return False
@@ -441,7 +457,7 @@ def _last_error(log: Path) -> str:
 def _ranks(run_dir: Path) -> list[dict]:
     """Each rank's record; one cut short (a full disk) is left out."""
     ranks = []
-    for path in sorted(run_dir.glob("rank*.json")):
+    for path in sorted(run_dir.glob(names.RANK_RECORD_GLOB)):
         try:
             ranks.append(validate.read_json(path, "rank.json"))
         except validate.Damaged:

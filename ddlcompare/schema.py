@@ -70,11 +70,12 @@ def design_schema() -> dict[str, Any]:
                 "description": "setting -> value, the same for every run",
             },
             "replications": {
-                "type": "integer",
-                "minimum": 1,
+                "anyOf": [{"type": "integer", "minimum": 1}, {"const": "auto"}],
                 "default": 1,
-                "description": "runs per design cell",
+                "description": "runs per design cell, or auto: as many as each cell's "
+                "interval needs (target_half_width, min_replications, max_replications)",
             },
+            **adaptive_keys(),
             "seed": {
                 "type": "integer",
                 "minimum": 0,
@@ -101,6 +102,33 @@ def design_schema() -> dict[str, Any]:
                 "items": {"type": "array", "minItems": 2, "items": {"type": "string"}},
             },
             **plan_keys(),
+        },
+    }
+
+
+def adaptive_keys() -> dict[str, Any]:
+    """replications: auto's settings (design.py checks they come with it)."""
+    from ddlcompare.design import TOP_LEVEL_KEYS, Adaptive
+
+    return {
+        "target_half_width": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "exclusiveMaximum": 1,
+            "default": Adaptive.target_half_width,
+            "description": TOP_LEVEL_KEYS["target_half_width"],
+        },
+        "min_replications": {
+            "type": "integer",
+            "minimum": 2,
+            "default": Adaptive.least,
+            "description": TOP_LEVEL_KEYS["min_replications"],
+        },
+        "max_replications": {
+            "type": "integer",
+            "minimum": 2,
+            "default": Adaptive.most,
+            "description": TOP_LEVEL_KEYS["max_replications"],
         },
     }
 
@@ -180,7 +208,37 @@ def settings_doc() -> str:
         note = " (fixed only)" if p.path_like or p.analysis_only else ""
         default = "null" if p.default is None else json.dumps(p.default)
         lines.append(f"| `{p.name}` | {p.describe()} | `{default}` | {p.help}{note} |")
-    return "\n".join(lines) + "\n"
+    lines += [
+        "",
+        "## Replications",
+        "",
+        "At the top of the design, beside `replications` (an integer, or `auto`):",
+        "",
+        "| key | default | meaning |",
+        "| --- | --- | --- |",
+    ]
+    for key, spec in adaptive_keys().items():
+        lines.append(f"| `{key}` | `{json.dumps(spec['default'])}` | {spec['description']} |")
+    return "\n".join(lines + variables_doc()) + "\n"
+
+
+def variables_doc() -> list[str]:
+    """The environment variables (declared in runfiles/variables.py)."""
+    from runfiles.variables import VARIABLES
+
+    lines = [
+        "",
+        "# Environment variables (generated from runfiles/variables.py)",
+        "",
+        "None is needed: each has a default that works on a machine set up by "
+        "`envs/setup.sh`. The harness passes them on to the jobs it starts.",
+        "",
+        "| variable | default | meaning | read by |",
+        "| --- | --- | --- | --- |",
+    ]
+    for v in VARIABLES.values():
+        lines.append(f"| `{v.name}` | {v.described_default()} | {v.meaning} | {v.readers} |")
+    return lines
 
 
 def main() -> None:

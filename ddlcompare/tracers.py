@@ -28,11 +28,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from runfiles import names, variables
 
 REPO = Path(__file__).resolve().parent.parent
 SCOREP_FILTER = REPO / "traces" / "scorep_filter"
 WORKER_SCRIPT = REPO / "frameworks" / "worker.py"
-EXPERIMENT = "scorep"
+EXPERIMENT = names.SCOREP_DIR
 SCOREP_VERSION = "8.4"  # what envs/build-scorep.sh builds
 BUILD_HINT = "envs/build-scorep.sh (docs: envs/scorep.md)"
 # Score-P's memory pool per process. Every thread (a location of its own)
@@ -82,10 +83,7 @@ def scorep_bin() -> Path | None:
     found = shutil.which("scorep")
     if found:
         return Path(found).parent
-    cache = Path(
-        os.environ.get("DDLC_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddl-compare"
-    )
+    cache = variables.cache_root()
     built = cache / f"scorep-{SCOREP_VERSION}" / "bin"
     return built if (built / "scorep").exists() else None
 
@@ -180,7 +178,7 @@ def expected_traces(config: dict, run_dir: Path) -> list[Path]:
     """The trace anchors a run with this tracer must leave."""
     tracer = config.get("tracer", "none")
     if tracer == "otf2":  # LBANN's driver writes it from LBANN's timeline
-        return [run_dir / "trace" / "traces.otf2"]
+        return [run_dir / names.OTF2_DIR / "traces.otf2"]
     if tracer != "scorep":
         return []
     if mode(config) == "mpi":

@@ -18,6 +18,7 @@ from pathlib import Path
 import jsonschema
 import pandas as pd
 
+from runfiles import names
 from runfiles.names import DONE, ENERGY, EPOCHS, METRICS, NETWORK, OWNER, PHASE_TABLE, RUN_RECORD
 from frameworks import registry
 from frameworks.common import EPOCH_COLUMNS
@@ -49,6 +50,26 @@ SCHEMAS = {
             "exit_status": {"type": ["integer", "null"]},
             "reason": TEXT_OR_NULL,
             "harness_commit": TEXT_OR_NULL,
+            "machine_load": {  # ddlcompare/machine_load.py
+                "type": "object",
+                "required": ["foreign_cpu_share", "loaded", "busiest_foreign"],
+                "properties": {
+                    "foreign_cpu_share": {"type": ["number", "null"], "minimum": 0},
+                    "loaded": {"type": "boolean"},
+                    "busiest_foreign": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["pid", "command", "cores"],
+                            "properties": {
+                                "pid": COUNT,
+                                "command": {"type": "string"},
+                                "cores": NUMBER,
+                            },
+                        },
+                    },
+                },
+            },
             "ranks": {
                 "type": "array",
                 "items": {
@@ -204,10 +225,10 @@ def check_run(folder: Path, config: dict) -> list[str]:
     attempt(lambda: read_tsv(folder / EPOCHS, EPOCH_COLUMNS))
     if registry.FRAMEWORKS[config["framework"]].family != "lbann":
         for rank in range(world):
-            attempt(lambda r=rank: read_tsv(folder / f"steps.rank{r}.tsv", STEP_COLUMNS))
-    for path in sorted(folder.glob("intervals.rank*.tsv")):
+            attempt(lambda r=rank: read_tsv(folder / names.steps(r), STEP_COLUMNS))
+    for path in sorted(folder.glob(names.INTERVALS_GLOB)):
         attempt(lambda p=path: read_tsv(p, INTERVAL_COLUMNS, min_rows=0))
-    for path in sorted(folder.glob("rank*.json")):
+    for path in sorted(folder.glob(names.RANK_RECORD_GLOB)):
         attempt(lambda p=path: read_json(p, "rank.json"))
     for name in (ENERGY, NETWORK):
         if (folder / name).exists():
@@ -238,7 +259,7 @@ def done_status(folder: Path) -> tuple[str | None, str | None]:
 # (its log, the trace conversion's output, which Snakemake tracks itself) and
 # the ownership lock.
 INPUTS = "inputs.json"  # in the tables folder: the fingerprint they were built from
-NOT_RESULTS = {"runner.log", PHASE_TABLE, "phases.log", OWNER, ".owner.lock"}
+NOT_RESULTS = {names.RUNNER_LOG, PHASE_TABLE, names.PHASES_LOG, OWNER, ".owner.lock"}
 
 
 def fingerprint(folders: list[Path]) -> str:

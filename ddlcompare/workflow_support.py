@@ -5,11 +5,13 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shlex
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import NoReturn
 
+from analysis import replication
 from ddlcompare import diskspace, runner, validate, yaml_safe
 from runfiles import ownership
 from ddlcompare.cli import UserError, load_design
@@ -32,7 +34,7 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool, options: 
         design = load_design(design_file, check_ready=main)
     except UserError as exc:
         _stop(str(exc))
-    runs = design.runs()
+    runs = replication.planned(design, results)
     if main:
         os.environ[ownership.WORKFLOW_ENV] = ownership.workflow_mark()
         os.environ[yaml_safe.DIGEST_ENV] = yaml_safe.file_digest(design_file) or ""
@@ -182,6 +184,35 @@ def _check_occupants(runs: list[RunRow], results: Path, kill: bool, dryrun: bool
         _stop(busy[0] + (f" ({len(busy) - 1} more run folders alike)" if len(busy) > 1 else ""))
 
 
+# Every job's shell starts here: it holds the machine shared while it runs
+# (workflows/share_machine.sh, ddlcompare/machine_lock.py).
+SHARE_MACHINE = Path(__file__).resolve().parent.parent / "workflows" / "share_machine.sh"
+
+
+def job_prefix(journal: Path) -> str:
+    """Snakemake's shell prefix: bash's strict mode, then the shared hold on
+    the machine, with a line per job in ``journal`` (its held interval)."""
+    words = f"source {shlex.quote(str(SHARE_MACHINE))} {shlex.quote(str(journal))}"
+    # shell.prefix formats its text once: braces stay braces
+    return f"set -euo pipefail; {words}; : ddlc-job; ".replace("{", "{{").replace("}", "}}")
+
+
+def rules_outside_the_prefix(rules) -> list[str]:
+    """Rules whose jobs would run code without the shell prefix (a run:,
+    script:, notebook: or wrapper: rule), so without waiting for
+    measurements: the workflow refuses them."""
+    return sorted(r.name for r in rules if not r.norun and not r.is_shell)
+
+
+def check_rules(rules) -> None:
+    if wrong := rules_outside_the_prefix(rules):
+        _stop(
+            f"rule(s) {', '.join(wrong)}: every job must be a shell: command, whose "
+            "shell holds the machine shared (workflows/share_machine.sh); write them "
+            "as shell: rules"
+        )
+
+
 def runtime_minutes(row: RunRow) -> int:
     """The scheduler's walltime for a run: its hang timeout plus a margin."""
     return runner.derived_timeout(row.config) // 60 + 5
@@ -245,12 +276,27 @@ def finish(
         else ": see the failed jobs' logs above"
     )
     print(", ".join(parts) + (where if bad else ""), file=sys.stderr)
+    if workflow_ok and (loaded := _loaded_runs(tables)):
+        print(
+            f"{loaded} run(s) measured beside heavy foreign load, not clean: see "
+            f"{report.resolve()} (run status)",
+            file=sys.stderr,
+        )
     if bad and workflow_ok and not _flag(options, "allow_failures"):
         print(
             "exit status 1: not every run is ok (--config allow_failures=1 to exit 0 all the same)",
             file=sys.stderr,
         )
         sys.exit(1)
+
+
+def _loaded_runs(tables: Path) -> int:
+    """Runs of the fresh runs table measured beside heavy foreign load."""
+    try:
+        with open(tables / "runs.csv", newline="") as f:
+            return sum(row.get("loaded") == "True" for row in csv.DictReader(f))
+    except (OSError, csv.Error):
+        return 0
 
 
 def _statuses(runs: list[RunRow], results: Path, tables: Path | None) -> list[str]:

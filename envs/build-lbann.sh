@@ -39,7 +39,7 @@ HDF5_DIR=${HDF5_DIR:-/usr/lib/x86_64-linux-gnu/hdf5/serial}
 # DiHydrogen fetches Aluminum itself (FetchContent) at this commit; it gets a
 # checkout instead, as FETCHCONTENT_SOURCE_DIR_ALUMINUM.
 ALUMINUM_REF=${ALUMINUM_REF:-672bbb782dccf41e3db99d58ddbd2ad0de7e266a}
-CACHE=${DDLC_CACHE:-$HOME/.cache/ddl-compare}
+CACHE=${DDLC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddl-compare}
 PREFIX=${DDLC_LBANN_PREFIX:-$CACHE/lbann}
 JOBS=${JOBS:-2}
 SRC=$PREFIX/src

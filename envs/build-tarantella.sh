@@ -33,7 +33,7 @@ TF_SPEC=${TF_SPEC:-tensorflow-cpu==2.7.4}
 # The rest: what the harness's worker imports (as envs/tensorflow.txt).
 PY_DEPS=("$TF_SPEC" 'protobuf==3.19.6' 'numpy==1.21.6' 'pybind11==2.10.4' 'pyyaml==6.0.1'
          'psutil==5.9.8' 'otf2==3.2' 'nvidia-ml-py==13.615.71')
-CACHE=${DDLC_CACHE:-$HOME/.cache/ddl-compare}
+CACHE=${DDLC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddl-compare}
 PREFIX=${DDLC_TARANTELLA_PREFIX:-$CACHE/tarantella-$TNT_REF}
 JOBS=${JOBS:-2}
 SRC=$PREFIX/src

@@ -18,7 +18,6 @@ framework's communication has to change.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runfiles import variables
 from runfiles.names import BALANCE
 from frameworks import data
 from frameworks.common import Dist, RunError, write_json
@@ -151,7 +151,7 @@ def shares(speeds: list[float], global_batch: int) -> list[int]:
 
 def slow_down(rank: int, images: int) -> None:
     """Sleep as the deliberately slowed rank (DDLC_SLOW_RANKS), if this is one."""
-    seconds = _slow_ranks(os.environ.get(SLOW_RANKS_ENV, "")).get(rank)
+    seconds = _slow_ranks(variables.get(SLOW_RANKS_ENV) or "").get(rank)
     if seconds:
         time.sleep(seconds * images)
 

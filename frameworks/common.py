@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from runfiles.names import EPOCHS, METRICS
-from runfiles import energy, ownership
+from runfiles import energy, names, ownership
 from runfiles.atomic import write_json, write_text  # noqa: F401 (re-exported for loops)
 
 EPOCH_COLUMNS = (
@@ -182,7 +182,7 @@ def finish(
     phases.write(run_dir, dist.rank)
     record = rank_record(dist, versions)
     record["params_digest"] = params_digest
-    write_json(run_dir / f"rank{dist.rank}.json", record)
+    write_json(run_dir / names.rank_record(dist.rank), record)
     if dist.rank == 0:
         write_json(run_dir / METRICS, metrics)
     adapter.shutdown()

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from runfiles import variables
+
 
 class DataError(Exception):
     """A data set that is missing or damaged; the message says how to fix it."""
@@ -67,7 +69,7 @@ CIFAR10 = DatasetInfo(
     classes=10,
     mean=(0.4914, 0.4822, 0.4465),
     std=(0.2470, 0.2435, 0.2616),
-    default_dir="~/.cache/ddl-compare/data/cifar-10-batches-py",
+    default_dir=str(variables.cache("data", "cifar-10-batches-py")),
     files={  # MD5 of each official batch, as published with torchvision
         "data_batch_1": "md5:c99cafc152244af753f735de768cd75f",
         "data_batch_2": "md5:d4bba439e000b95fd0a9bffe97cbabec",

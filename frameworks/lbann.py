@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runfiles import names, variables
 from runfiles.atomic import write_bytes
 from runfiles.names import METRICS
 from frameworks import common, data, lbann_timeline, models
@@ -414,7 +415,7 @@ def data_folder(dataset: data.Dataset) -> Path:
     for array in (dataset.train_x, dataset.train_y, dataset.test_x, dataset.test_y):
         digest.update(np.ascontiguousarray(array).data)
     name = f"{dataset.info.name}-{DATA_FILES_VERSION}-{digest.hexdigest()[:12]}"
-    return Path.home() / ".cache" / "ddl-compare" / "lbann-data" / name
+    return variables.cache("lbann-data", name)
 
 
 def write_data_files(dataset: data.Dataset, folder: Path) -> Path:
@@ -661,7 +662,7 @@ def write_batch_times(folder: Path, parsed: list[dict]) -> None:
                     entry[f"{mode}_batch_{s}_s"] for s in ("mean", "median", "max", "min", "stdev")
                 ]
                 lines.append("\t".join([str(entry["epoch"]), mode, *(f"{v:.6g}" for v in values)]))
-    common.write_text(folder / "lbann_batch_times.tsv", "\n".join(lines) + "\n")
+    common.write_text(folder / names.LBANN_BATCH_TIMES, "\n".join(lines) + "\n")
 
 
 # --- the driver -------------------------------------------------------------
@@ -790,7 +791,7 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     global_batch = config["batch_size"] * world
     _, n_test, steps = common.epoch_sizes(config, dataset, world)
     folder = write_data_files(dataset, data_folder(dataset))
-    work_dir = run_dir / "lbann"
+    work_dir = run_dir / names.LBANN_DIR
     work_dir.mkdir(parents=True, exist_ok=True)
     parts = experiment(
         lbann, {**config, "test_images": n_test}, info, folder, steps, world, work_dir
@@ -826,7 +827,7 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     )
     record["params_digest"] = None  # LBANN keeps its weights to itself
     record["lbann_timeline"] = "per-step phases" if began is not None else "missing"
-    common.write_json(run_dir / "rank0.json", record)
+    common.write_json(run_dir / names.rank_record(0), record)
     lr = models.scaled_learning_rate(config, global_batch)
     common.write_json(
         run_dir / METRICS, common.summary(rows, world, global_batch, lr, steps, init_s, clock)

@@ -28,9 +28,11 @@ import sys
 import tarfile
 from pathlib import Path
 
+from runfiles import variables
+
 SOURCE_VARIABLE = "DDLC_LBANN_SOURCE"
 CONFIG_VARIABLE = "LBANN_PYTHON_CONFIG_FILE"
-CACHE = Path.home() / ".cache" / "ddl-compare" / "lbann-frontend"
+CACHE = variables.cache("lbann-frontend")
 
 
 class SourceError(RuntimeError):
@@ -38,12 +40,12 @@ class SourceError(RuntimeError):
 
 
 # Where envs/build-lbann.sh checks LBANN out: a source tree wherever it ran.
-BUILD_SCRIPT_TREE = Path.home() / ".cache" / "ddl-compare" / "lbann" / "src" / "LBANN"
+BUILD_SCRIPT_TREE = variables.cache("lbann", "src", "LBANN")
 
 
 def source_tree() -> Path | None:
     """DDLC_LBANN_SOURCE, else the build script's checkout, else None."""
-    value = os.environ.get(SOURCE_VARIABLE)
+    value = variables.get(SOURCE_VARIABLE)
     if value:
         return Path(value)
     return BUILD_SCRIPT_TREE if (BUILD_SCRIPT_TREE / "src" / "proto").is_dir() else None
@@ -56,7 +58,7 @@ def _is_git_dir(path: Path) -> bool:
 def _stage(source: Path, folder: Path) -> None:
     """python/ and src/proto/ of the source tree, into folder."""
     if _is_git_dir(source):
-        ref = os.environ.get("DDLC_LBANN_REF", "HEAD")
+        ref = variables.value("DDLC_LBANN_REF")
         archive = subprocess.run(
             ["git", "-C", str(source), "archive", "--format=tar", ref, "python", "src/proto"],
             capture_output=True,
@@ -76,7 +78,7 @@ def _stage(source: Path, folder: Path) -> None:
 
 def _key(source: Path) -> str:
     """The cache folder's name: which tree, which commit."""
-    ref = os.environ.get("DDLC_LBANN_REF", "HEAD")
+    ref = variables.value("DDLC_LBANN_REF")
     if _is_git_dir(source) or (source / ".git").exists():
         found = subprocess.run(
             ["git", "-C", str(source), "rev-parse", ref], capture_output=True, text=True

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runfiles import names
 from traces.phases import PHASES
 
 # the names the driver gives the input layers (frameworks/lbann.build_model)
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m frameworks.lbann_timeline RUN_DIR [WARMUP_STEPS]", file=sys.stderr)
         return 2
     run_dir, skip = Path(argv[0]), int(argv[1]) if len(argv) > 1 else 0
-    files = rank_files(run_dir / "lbann")
+    files = rank_files(run_dir / names.LBANN_DIR)
     if not files:
         print(
             f"error: {run_dir / 'lbann'}: no timeline.m0.<rank>.txt (an LBANN run's)",

@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 
+from runfiles import variables
 from frameworks import common
 from frameworks.registry import AdapterInfo
 from frameworks.tf_family import Dist, TFAdapter, pin_device
@@ -33,7 +34,7 @@ class Adapter(TFAdapter):
         import tensorflow as tf
 
         cluster = _tf_config()
-        local_rank = int(os.environ.get("DDLC_LOCAL_RANK", 0))
+        local_rank = int(variables.get("DDLC_LOCAL_RANK") or 0)
         pin_device(tf, config, local_rank)
         implementation = (
             tf.distribute.experimental.CommunicationImplementation.NCCL

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runfiles import energy
+from runfiles import energy, names
 from frameworks import balance, common, data, epoch_loop, models
 from frameworks.common import Dist
 from traces import tracing
@@ -366,7 +366,7 @@ def _start_profiler(config: dict, phases: PhaseRecorder):
 
 def _stop_profiler(profiler, run_dir: Path, rank: int) -> None:
     profiler.stop()
-    folder = run_dir / "torch_profiler"
+    folder = run_dir / names.TORCH_PROFILER_DIR
     folder.mkdir(exist_ok=True)
     profiler.export_chrome_trace(str(folder / f"rank{rank}.json"))
 

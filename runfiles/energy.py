@@ -41,15 +41,17 @@ import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from collections.abc import Mapping
+from typing import Any, TextIO
 
+from runfiles import names, variables
 from runfiles.names import ENERGY, EPOCHS, METRICS
 from runfiles.atomic import write_json
 
 SAMPLE_COLUMNS = ("host", "source", "domain", "unix_s", "joules")
-SAMPLES_GLOB = "energy_samples.*.tsv"
-SOURCES_GLOB = "energy_sources.*.json"
-POWERCAP = Path(os.environ.get("DDLC_POWERCAP_DIR", "/sys/class/powercap"))
-KWOLLECT_API = "https://api.grid5000.fr/stable"
+SAMPLES_GLOB = names.ENERGY_SAMPLES_GLOB
+SOURCES_GLOB = names.ENERGY_SOURCES_GLOB
+POWERCAP = Path(variables.value("DDLC_POWERCAP_DIR"))
 # Whole-node power metrics, best first: the wattmeters measure at the plug;
 # the BMC's figure comes from the power supplies.
 KWOLLECT_METRICS = ("wattmetre_power_watt", "bmc_node_power_watt")
@@ -222,8 +224,9 @@ class Sampler:
         self.status: dict[str, dict] = {}
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="energy-sampler", daemon=True)
-        self.file = None
-        self.start_unix = self.end_unix = None
+        self.file: TextIO | None = None
+        self.start_unix: float | None = None
+        self.end_unix: float | None = None
 
     def start(self) -> Sampler:
         live = []
@@ -235,7 +238,7 @@ class Sampler:
             except (Unavailable, OSError) as exc:
                 self.status[meter.name] = {"available": False, "reason": str(exc)}
         self.meters = live
-        self.file = open(self.run_dir / f"energy_samples.rank{self.rank}.tsv", "w")
+        self.file = open(self.run_dir / names.energy_samples(f"rank{self.rank}"), "w")
         self.file.write("\t".join(SAMPLE_COLUMNS) + "\n")
         self.start_unix = time.time()
         self._sample()
@@ -247,6 +250,8 @@ class Sampler:
             self._sample()
 
     def _sample(self) -> None:
+        out = self.file
+        assert out is not None, "start() opens the samples file"
         for meter in list(self.meters):
             now = time.time()
             try:
@@ -256,19 +261,20 @@ class Sampler:
                 self.meters.remove(meter)
                 continue
             for domain, joules in readings.items():
-                self.file.write(f"{self.host}\t{meter.name}\t{domain}\t{now:.3f}\t{joules:.6f}\n")
-        self.file.flush()
+                out.write(f"{self.host}\t{meter.name}\t{domain}\t{now:.3f}\t{joules:.6f}\n")
+        out.flush()
 
     def stop(self) -> None:
         self.stopping.set()
         self.thread.join()
         self._sample()
         self.end_unix = time.time()
-        self.file.close()
+        if self.file is not None:
+            self.file.close()
         for meter in self.meters:
             meter.close()
         write_json(
-            self.run_dir / f"energy_sources.rank{self.rank}.json",
+            self.run_dir / names.energy_sources(f"rank{self.rank}"),
             {
                 "host": self.host,
                 "rank": self.rank,
@@ -301,7 +307,7 @@ def stop_sampling() -> None:
 # ---------------------------------------------------------------- Kwollect
 
 
-def grid5000_site(host_names: list[str], env: dict) -> str | None:
+def grid5000_site(host_names: list[str], env: Mapping[str, str]) -> str | None:
     """The Grid'5000 site of an OAR job's nodes (their names are
     <node>.<site>.grid5000.fr), or None when this is not such a job."""
     if not (env.get("OAR_JOB_ID") or env.get("OAR_NODEFILE")):
@@ -349,7 +355,7 @@ def query_kwollect(
     host_names: list[str],
     start: float,
     end: float,
-    env: dict | None = None,
+    env: Mapping[str, str] | None = None,
     patience_s: float = 30.0,
 ) -> None:
     """Ask Grid'5000's metrics API for the nodes' power over [start, end] and
@@ -366,7 +372,7 @@ def query_kwollect(
         status = {n: {"available": False, "reason": reason} for n in nodes}
     else:
         url = kwollect_url(
-            env.get("DDLC_KWOLLECT_API", KWOLLECT_API), site, nodes, start - 5, end + 5
+            variables.value("DDLC_KWOLLECT_API", env), site, nodes, start - 5, end + 5
         )
         series, problem = _fetch_covering(url, nodes, end, patience_s)
         for node in nodes:
@@ -380,13 +386,13 @@ def query_kwollect(
                 }
             else:
                 status[node] = {"available": True}
-    with open(run_dir / "energy_samples.kwollect.tsv", "w") as out:
+    with open(run_dir / names.energy_samples("kwollect"), "w") as out:
         out.write("\t".join(SAMPLE_COLUMNS) + "\n")
         for (node, domain), points in sorted(series.items()):
             for t, joules in points:
                 out.write(f"{node}\tkwollect\t{domain}\t{t:.3f}\t{joules:.6f}\n")
     write_json(
-        run_dir / "energy_sources.kwollect.json",
+        run_dir / names.energy_sources("kwollect"),
         {"source": "kwollect", "start_unix": start, "end_unix": end, "hosts": status},
     )
 
@@ -496,7 +502,7 @@ def counted_series(series: list[Series], sources: list[str]) -> list[Series]:
     chosen = [s for s in series if s.source in sources]
     if sources != ["kwollect"]:
         return chosen
-    best = {}
+    best: dict[str, int] = {}
     for s in chosen:
         rank = _kwollect_rank(s.domain)
         best[s.host] = min(best.get(s.host, rank), rank)
@@ -512,8 +518,8 @@ def energy_until(series: list[Series], unix_t: float) -> float | None:
     """Joules of the given series from their start to ``unix_t``; None when
     a series does not reach that time. Energy to an accuracy reached at time
     t (run clock) is energy_until(s, t) - energy_until(s, clock start)."""
-    values = [s.at(unix_t) for s in series]
-    if not values or None in values:
+    values = [v for v in (s.at(unix_t) for s in series) if v is not None]
+    if not values or len(values) < len(series):
         return None
     return sum(v - s.joules[0] for v, s in zip(values, series))
 
@@ -584,7 +590,7 @@ def summarize(run_dir: Path) -> dict:
     window = run_window(
         run_dir, [state for source in (sources or status) for state in status[source].values()]
     )
-    doc = {
+    doc: dict[str, Any] = {
         "sources": {},
         "counted": sources,
         "status": status_text(status, sources),

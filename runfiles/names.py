@@ -17,6 +17,20 @@ BALANCE = "balance.json"  # calibrated shares, speeds and idle times
 PHASE_TABLE = "phases.parquet"  # the run's converted traces
 TRAIN_LOG = "train.log"  # the processes' output
 RUNNER_LOG = "runner.log"  # the runner's own output
+PHASES_LOG = "phases.log"  # the trace conversion's output
+HOROVOD_TIMELINE = "horovod_timeline.json"  # Horovod's own timeline (horovod_timeline: true)
+OTF2_DIR = "trace"  # our tracer's OTF2 archive
+OTF2_PARTS_DIR = "trace.parts"  # each rank's part of it, until the archive is written
+SCOREP_DIR = "scorep"  # Score-P's experiment
+TORCH_PROFILER_DIR = "torch_profiler"  # the PyTorch profiler's traces
+LBANN_DIR = "lbann"  # LBANN's own work folder: its prototext, output and timeline
+LBANN_BATCH_TIMES = "lbann_batch_times.tsv"  # LBANN's mini-batch times, from its output
+# One file per rank, or per energy source: their names and their patterns.
+STEPS_GLOB = "steps.rank*.tsv"
+INTERVALS_GLOB = "intervals.rank*.tsv"
+RANK_RECORD_GLOB = "rank*.json"
+ENERGY_SAMPLES_GLOB = "energy_samples.*.tsv"
+ENERGY_SOURCES_GLOB = "energy_sources.*.json"
 
 
 def steps(rank: int) -> str:
@@ -27,3 +41,18 @@ def steps(rank: int) -> str:
 def intervals(rank: int) -> str:
     """Phases outside steps (init, eval) on one rank."""
     return f"intervals.rank{rank}.tsv"
+
+
+def rank_record(rank: int) -> str:
+    """One rank's record: its host, versions and what it saw."""
+    return f"rank{rank}.json"
+
+
+def energy_samples(source: str) -> str:
+    """One energy source's samples (a rank's meters, or the cluster's)."""
+    return f"energy_samples.{source}.tsv"
+
+
+def energy_sources(source: str) -> str:
+    """One energy source's state, or why it was not read."""
+    return f"energy_sources.{source}.json"

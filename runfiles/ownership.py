@@ -30,6 +30,7 @@ from pathlib import Path
 
 import psutil
 
+from runfiles import variables
 from runfiles.names import OWNER
 from runfiles.atomic import write_json
 
@@ -208,7 +209,7 @@ def release(run_dir: Path, token: str) -> None:
 def workflow_process() -> tuple[int, float | None] | None:
     """The Snakemake process that started this one, if it is an ancestor of
     this process (on a cluster node the variable names a process elsewhere)."""
-    text = os.environ.get(WORKFLOW_ENV, "")
+    text = variables.get(WORKFLOW_ENV) or ""
     pid, _, started = text.partition(":")
     if not pid.isdigit():
         return None

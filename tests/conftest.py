@@ -1,16 +1,44 @@
 import hashlib
+import json
 import pickle
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 from ddlcompare import design, runner
 from frameworks import data
+from runfiles import variables
 
 REPO = Path(__file__).resolve().parent.parent
+# Real traces too large to commit: the shared folder beside the checkout.
+SHARED = Path(variables.get("DDLC_SHARED") or REPO.parent / "shared")
+REAL_TRACES = SHARED / "fixtures" / "real-traces"
+
+
+def _absent(path: Path) -> str:
+    return f"needs the shared data {path} (../shared beside the checkout, or set DDLC_SHARED)"
+
+
+def shared_trace(name: str) -> Path:
+    """A real trace of the shared data; skips the test, saying where it was
+    looked for and how to point at it, when it is not there."""
+    path = REAL_TRACES / name
+    if not path.exists():
+        pytest.skip(_absent(path))
+    return path
+
+
+def needs_shared(*names: str) -> pytest.MarkDecorator:
+    """A mark that skips a test, saying why, unless these real traces of the
+    shared data (all of them, without names) are there."""
+    missing = [p for p in [REAL_TRACES / n for n in names] or [REAL_TRACES] if not p.exists()]
+    return pytest.mark.skipif(bool(missing), reason=_absent(missing[0]) if missing else "")
+
+
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 
 
@@ -129,3 +157,43 @@ def generated_cifar(folder, per_batch=1000, seed=0):
         json.dumps({"generated_by": "tests/conftest.py generated_cifar", "files": sums})
     )
     return folder
+
+
+def journal_lines(journal: Path) -> list[tuple[float, float, str]]:
+    """The workflow's jobs journal (workflows/share_machine.sh): each job's
+    held interval (unix seconds) and command."""
+    rows = []
+    for line in journal.read_text().splitlines():
+        start, end, command = line.split(" ", 2)
+        rows.append((float(start), float(end), command))
+    return rows
+
+
+def measured_windows(results: Path) -> list[tuple[float, float, str]]:
+    """Every measured window a workflow recorded: each run's and each
+    probe's machine_held, with what names its own job."""
+    windows = []
+    for path in results.rglob("run.json"):
+        if "attempts" not in path.parts:
+            doc = json.loads(path.read_text())
+            windows.append((*doc["machine_held"], doc["path"]))
+    for path in results.rglob("probe-*.json"):
+        windows.append((*json.loads(path.read_text())["machine_held"], path.name))
+    return windows
+
+
+def assert_alone_while_measuring(workdir: Path, log: str) -> None:
+    """No workflow job ran inside another job's measured window (the jobs'
+    journal against the runs' and probes' machine_held), and every job
+    Snakemake ran is in the journal."""
+    results = workdir / "results"
+    [journal] = results.rglob("logs/jobs.log")
+    jobs = journal_lines(journal)
+    ran = log.count("\nrule ") + log.count("\nlocalrule ") - log.count("\nlocalrule all:")
+    assert len(jobs) == ran, log[-3000:]
+    windows = measured_windows(results)
+    assert windows
+    for w_start, w_end, owner in windows:
+        for start, end, command in jobs:
+            if owner not in command:
+                assert end <= w_start or start >= w_end, (owner, command)

@@ -90,7 +90,7 @@ def test_imbalance_and_shares():
     assert imb.loc["data_load", "imbalance"] == pytest.approx(2.0)
     assert imb.loc["forward", "imbalance"] == pytest.approx(1.0)
     table = bottlenecks.findings(phases, runs).set_index("bottleneck")
-    assert "Rank 2 arrives last in 50% of steps" in table.loc["straggler", "finding"]
+    assert "Rank 2 arrives last in 50 % of steps" in table.loc["straggler", "finding"]
     assert 0 < table.loc["exposed communication", "value"] < 1
 
 

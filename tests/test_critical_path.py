@@ -1,16 +1,13 @@
 """Critical path and root causes of waiting on traces whose answer is known
 by construction, and on real traces converted from the shared fixtures."""
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
 from analysis import critical_path as cp
 
+from conftest import REAL_TRACES as REAL, needs_shared
 from phase_tables import MS, constructed, run_table
-
-REAL = Path("/work/shared/fixtures/real-traces")
 
 
 def test_injected_slow_phase_on_one_rank():
@@ -107,9 +104,7 @@ def test_warmup_and_incomplete_steps_are_left_out():
     assert sorted(found.joins["step"].unique()) == list(range(2, 9))
 
 
-@pytest.mark.skipif(
-    not (REAL / "scorep-8.4-horovod-torch-mpi-np2").exists(), reason="shared fixtures absent"
-)
+@needs_shared("scorep-8.4-horovod-torch-mpi-np2")
 def test_real_scorep_horovod_trace(tmp_path):
     from traces.convert import convert
     from traces.rules import PhaseRules, RULES_FILE
@@ -159,9 +154,7 @@ def test_real_scorep_horovod_trace(tmp_path):
     assert span > 0
 
 
-@pytest.mark.skipif(
-    not (REAL / "kineto-tb-resnet50-numworkers0").exists(), reason="shared fixtures absent"
-)
+@needs_shared("kineto-tb-resnet50-numworkers0")
 def test_real_single_rank_profiler_trace():
     """One rank of a PyTorch profiler trace: no waiting, and the path is its
     steps end to end (the ProfilerStep intervals)."""

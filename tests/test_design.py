@@ -422,7 +422,7 @@ def test_cli_envs_names_what_setup_builds_for_the_design(tmp_path, frameworks, n
 
 
 def test_shipped_design_compares_every_framework_its_set_up_installs():
-    """Issue 13: ./ddlc run sets up only .venv for design.yaml, and design.yaml
+    """./ddlc run sets up only .venv for design.yaml, and design.yaml
     names every framework of .venv that runs on its device."""
     from frameworks import registry
 

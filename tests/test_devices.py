@@ -33,7 +33,7 @@ def test_every_split_trains_on_the_same_global_batches():
         for rank in (0, 1)
     ]
     alone = balance.even_plan({"seed": 7, "batch_size": 64}, Dist(0, 1, 0))
-    old = data.shard(4000, 1, 2, 7, 3, 10 * 32)  # what the loops took before plans
+    old = data.shard(4000, 1, 2, 7, 3, 10 * 32)  # the plain shard of the epoch's order
     assert (np.concatenate(even[1].epoch(4000, 3, 10)) == old).all()
     for step in range(10):
         batches = [

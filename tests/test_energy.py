@@ -127,7 +127,7 @@ def test_rapl_unreadable_energy_is_a_reason():
         top.chmod(0o755)
         links = make_powercap(top / "sys", {0: {"package": 5, "dram": 6}})
         (top / "runfiles").mkdir()
-        for name in ("__init__.py", "atomic.py", "names.py", "energy.py"):
+        for name in ("__init__.py", "atomic.py", "names.py", "variables.py", "energy.py"):
             shutil.copy(REPO / "runfiles" / name, top / "runfiles" / name)
         code = (
             "import sys; from runfiles import energy\n"
@@ -514,4 +514,4 @@ def test_report_energy_section_shows_figures_or_reasons(tmp_path):
     figures.energy(runs_table([100.0, 150.0])).save(tmp_path / "energy.png", verbose=False)
     mixed = report.energy_section(runs_table([100.0, float("nan")]), tmp_path)
     assert "<img" in mixed and "not measured for 1 run(s)" in mixed
-    assert "<td>0.1 J</td>" in mixed  # energy_per_image_j of the measured run
+    assert "<td>100 mJ</td>" in mixed  # energy_per_image_j of the measured run

@@ -1,4 +1,4 @@
-"""The report's sections of issue 18, from a tables folder holding only the
+"""The report's explaining sections (critical path, what-if, trace diff), from a tables folder holding only the
 phase recorder's table (tracer none) of two frameworks at two scales."""
 
 import pandas as pd

@@ -239,3 +239,58 @@ def test_same_table_whatever_the_number_of_reading_threads(anchor, monkeypatch):
         )
         tables[workers], _ = otf2_reader.read(FIXTURES / anchor, RULES, "r1", engine="fastotf2")
     assert tables[1].num_rows > 0 and tables[3].equals(tables[1])
+
+
+def sparse_archive(folder: Path) -> Path:
+    """One location, 100 steps; its region and attribute refs sparse (the
+    forward region's ref 4e9, the step attribute's 3e9), as another writer
+    may number its definitions."""
+    import otf2
+    from otf2.enums import Type
+
+    with otf2.writer.open(str(folder), "traces", timer_resolution=1_000_000_000) as trace:
+        defs = trace.definitions
+        group = defs.location_group("MPI Rank 0", system_tree_parent=defs.system_tree_node("n1"))
+        location = defs.location("Master thread", group=group)
+        step = defs.region("step")
+        defs._regions._ref = 4_000_000_000 - 1  # the bindings number from the last ref
+        forward = defs.region("user:forward")
+        defs._attributes._ref = 3_000_000_000 - 1
+        number = defs.attribute("step", "", Type.INT64)
+        w = trace.event_writer_from_location(location)
+        for i in range(100):
+            w.enter(1000 + 10 * i, step, attributes={number: i})
+            w.enter(1001 + 10 * i, forward)
+            w.leave(1008 + 10 * i, forward)
+            w.leave(1009 + 10 * i, step)
+    return folder / "traces.otf2"
+
+
+def test_memory_follows_the_definitions_present_not_the_largest_ref(tmp_path):
+    """Sparse refs cost the C reader nothing: same table as Python's, in
+    the memory of an interpreter (a table by ref would be 30 GiB)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    from test_traces_inputs import PEAK_KIB
+
+    anchor = sparse_archive(tmp_path / "sparse")
+    df, problems = assert_same(anchor)
+    assert problems == [] and len(df) == 200 and sorted(df["step"].unique()) == list(range(100))
+    probe = (
+        PEAK_KIB + "import sys; from pathlib import Path; from traces.readers import otf2_reader; "
+        "from traces.rules import PhaseRules; "
+        "t, _ = otf2_reader.read(Path(sys.argv[1]), PhaseRules(), 'r', engine='fastotf2'); "
+        "print(t.num_rows, PEAK())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(anchor)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    rows, peak_kib = map(int, done.stdout.split())
+    assert rows == 200 and peak_kib < 400 * 1024

@@ -10,9 +10,8 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, snakemake_cmd, tiny_design, write_design
+from conftest import shared_trace, snakemake_cmd, tiny_design, write_design
 
-FIXTURES = REPO.parent / "shared" / "fixtures" / "real-traces"
 IMPORTED = [
     "pipit-ping-pong-otf2",
     "scorep-8.4-horovod-torch-mpi-np2",
@@ -26,6 +25,8 @@ SECTIONS = [
     "Run status",
     "Throughput and scaling",
     "Where the speedup goes",
+    "Spread: step times and run-to-run variation",
+    "Runs, traces and the merged timeline",
     "Phase breakdown",
     "Bottlenecks",
     "Design statistics",
@@ -49,6 +50,7 @@ FIGURES = [
     "accuracy",
     "time to accuracy",
     "Critical path and causes of waiting",
+    "step time per cell",
 ]
 
 
@@ -59,7 +61,7 @@ def report(tmp_path_factory):
     doc["replications"] = 2
     doc["fixed"]["target_accuracy"] = 0.5
     write_design(workdir, doc)
-    imported = "import_traces=" + ",".join(str(FIXTURES / name) for name in IMPORTED)
+    imported = "import_traces=" + ",".join(str(shared_trace(name)) for name in IMPORTED)
     out = subprocess.run(
         snakemake_cmd(workdir, imported, limit=900), capture_output=True, text=True
     )
@@ -73,7 +75,7 @@ def test_report_has_every_section_and_finding(report):
     for section in SECTIONS:
         assert f">{section}<" in page, section
     assert "8 of 8 runs ok" in page
-    assert "of step time is spent in data_load" in page
+    assert "of the step is spent in data_load" in page
     assert "Allocation of variation" in page
     assert "-1 = torch-ddp, +1 = horovod-torch" in page  # the design's order, stated
     assert "framework horovod-torch over torch-ddp: " in page
@@ -128,7 +130,20 @@ def test_report_renders_in_chromium_without_errors(report, tmp_path):
         )
         page.screenshot(path=str(tmp_path / "fold.png"))
         page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+        page.set_viewport_size({"width": 1400, "height": 3000})
+        overflow = page.evaluate(
+            "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+        tallest_row = page.eval_on_selector_all(
+            "tr", "rows => Math.max(...rows.map(r => r.getBoundingClientRect().height))"
+        )
+        links = page.eval_on_selector_all("#spread a", "as => as.map(a => a.href)")
         browser.close()
+    assert overflow <= 0, f"the page is {overflow} px wider than a 1400 px window"
+    assert tallest_row < 300, f"a table row {tallest_row} px tall"
+    assert "x 10^" not in text
+    assert any(link.endswith("/rep~1/") for link in links)
+    assert any(link.endswith("tables/timeline.json") for link in links)
     assert errors == []
     assert summary_top < 800 and first_answer < 800  # the answer above the fold
     assert toc == section_ids and all(reachable)

@@ -49,6 +49,8 @@ def test_designs_of_the_repository_validate():
             "design": "latin-hypercube",
             "samples": 1,
         },
+        {"factors": {"framework": ["torch-ddp"]}, "replications": "often"},
+        {"factors": {"framework": ["torch-ddp"]}, "replications": "auto", "min_replications": 1},
     ],
 )
 def test_schema_and_harness_refuse_the_same_designs(bad):
@@ -73,6 +75,7 @@ def test_every_top_level_key_is_in_the_schema():
     [
         {"design": "fractional", "resolution": 3, "max_runs": 100},
         {"design": "latin-hypercube", "samples": 4},
+        {"replications": "auto", "target_half_width": 0.1, "max_replications": 4},
     ],
 )
 def test_schema_and_harness_accept_the_same_plans(plan):

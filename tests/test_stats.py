@@ -93,7 +93,8 @@ def test_scaling_gives_known_efficiencies():
     assert table.loc[2, "efficiency"] == pytest.approx(0.9)
     assert table.loc[4, "efficiency"] == pytest.approx(0.75)
     assert table.loc[4, "ideal_speedup"] == 4
-    assert table.loc[4, "speedup_ci"] == pytest.approx(0)  # no spread, no interval
+    # no spread: an interval of no width
+    assert table.loc[4, "speedup_low"] == pytest.approx(table.loc[4, "speedup_high"])
 
 
 def test_cells_keep_apart_every_varied_factor():

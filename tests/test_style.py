@@ -1,4 +1,5 @@
-"""The code's habits, checked like behaviour: ruff's lint and format, and
+"""The code's habits, checked like behaviour: ruff's lint and format, mypy
+on the layers below the command line (pyproject.toml says which), and
 snakefmt for the workflow (snakemake --lint is in tests/test_workflow.py)."""
 
 import subprocess
@@ -17,8 +18,9 @@ BIN = Path(sys.executable).parent
         ["ruff", "check", "."],
         ["ruff", "format", "--check", "."],
         ["snakefmt", "--check", "Snakefile", "workflows"],
+        ["mypy"],
     ],
-    ids=["ruff-lint", "ruff-format", "snakefmt"],
+    ids=["ruff-lint", "ruff-format", "snakefmt", "mypy"],
 )
 def test_style(argv):
     done = subprocess.run(

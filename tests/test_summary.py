@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import humanize, summary
+from analysis import cells, humanize, summary
 
 
 def runs_table(cells: dict) -> pd.DataFrame:
@@ -74,15 +74,68 @@ def test_degenerate_cells_are_said_in_words():
     assert table.loc["b", "significant"] == "too few replications to test (n = 1)"
     result = summary.build(runs, pd.DataFrame())
     line = result.headlines[0]
-    assert line.startswith(
-        "Throughput, 1 node x 2 processes (2 in all), batch_size 64: a is fastest"
-    )
+    # no variance in either cell: the gap is exact, so a leader may be named
+    assert line.startswith("Throughput at 1 node x 2 processes (2 in all), batch_size 64: a leads")
     assert "100 images/s (identical in every replication)" in line
     assert "10 images/s (11.1 %) ahead of b" in line
-    need = result.replications.set_index("framework")
-    assert need.loc["c", "why"] == "one replication: no interval"
-    assert "a" not in need.index  # identical replications: a zero-width interval
+    table = result.replications.set_index("framework")
+    assert table.loc["c", "met_target"] == "no: one replication, no interval"
+    assert table.loc["a", "met_target"] == "yes"  # identical replications: a zero-width interval
     assert "nan" not in " ".join(result.headlines)
+
+
+def headline_of(cells: dict) -> str:
+    (line,) = summary.build(runs_table(cells), pd.DataFrame()).headlines[:1]
+    return line
+
+
+def test_headline_names_a_leader_only_where_the_test_supports_it():
+    significant = headline_of({("a", 2): [300.0, 302.0, 298.0], ("b", 2): [200.0, 203.0, 197.0]})
+    assert significant.startswith(
+        "Throughput at 1 node x 2 processes (2 in all), batch_size 64: a leads with 300 "
+        "images/s (95 % interval "
+    )
+    assert "ahead of b (significant, Holm-adjusted p " in significant
+    close = headline_of({("a", 2): [300.0, 330.0, 270.0], ("b", 2): [290.0, 320.0, 262.0]})
+    assert close.startswith(
+        "No significant difference in throughput between a and b at 1 node x 2 processes "
+        "(2 in all), batch_size 64 (Holm-adjusted p "
+    )
+    assert "leads" not in close and "ahead" not in close
+    single = headline_of({("a", 2): [300.0], ("b", 2): [200.0]})
+    assert single == (
+        "Throughput at 1 node x 2 processes (2 in all), batch_size 64: a and b cannot be "
+        "told apart (too few replications to test (n = 1)): a 300 images/s (one replication: "
+        "no interval), b 200 images/s (one replication: no interval)."
+    )
+
+
+def test_intervals_of_positive_figures_stay_positive():
+    """A wide spread over three runs: the t interval would reach below 0."""
+    runs = runs_table({("a", 1): [100.0, 900.0, 50.0], ("a", 2): [80.0, 2000.0, 60.0]})
+    table = summary.ranking(runs, "images_per_s", True)
+    assert (table["images_per_s_low"] > 0).all()
+    assert (table["images_per_s_low"] < table["images_per_s"]).all()
+    assert (table["images_per_s"] < table["images_per_s_high"]).all()
+    scaled = summary.with_scaling(table, runs).set_index("world_size").loc[2]
+    assert 0 < scaled["speedup_low"] < scaled["speedup"] < scaled["speedup_high"]
+    assert 0 < scaled["efficiency_low"] < scaled["efficiency"] < scaled["efficiency_high"]
+    assert scaled["efficiency_high"] == pytest.approx(scaled["speedup_high"] / 2)
+    line = summary.build(runs, pd.DataFrame()).headlines[-1]
+    assert "speedup" in line and "95 % interval" in line and " -" not in line
+
+
+def test_olympic_mean_from_five_replications():
+    runs = runs_table({("a", 1): [100.0, 101.0, 99.0, 100.0, 500.0]})
+    row = summary.replication_table(runs).iloc[0]
+    assert row["olympic_images_per_s"] == pytest.approx(100.333, rel=1e-3)
+    assert row["images_per_s"] == pytest.approx(180)
+    assert row["met_target"] == "no: needs more replications"
+    capped = summary.replication_table(runs, most=5).iloc[0]
+    assert capped["met_target"] == "no: the cap of 5 replications reached"
+    four = summary.replication_table(runs_table({("a", 1): [100.0, 101.0, 99.0, 100.0]}))
+    assert pd.isna(four.iloc[0]["olympic_images_per_s"])
+    assert four.iloc[0]["met_target"] == "yes"
 
 
 def test_bottleneck_sentence_names_the_dominant_share_and_the_wait():
@@ -108,7 +161,7 @@ def test_bottleneck_sentence_names_the_dominant_share_and_the_wait():
                 "framework": "horovod-torch",
                 "world_size": 2,
                 "setting": "batch_size 64",
-                "bottleneck": "wait at the collective",
+                "bottleneck": "wait per step at the gradient exchange",
                 "value": 0.012,
                 "finding": "",
             },
@@ -133,8 +186,8 @@ def test_bottleneck_sentence_names_the_dominant_share_and_the_wait():
     lines = summary.dominant_bottlenecks(found).set_index("framework")["sentence"]
     assert lines["horovod-torch"] == (
         "horovod-torch, 2 processes (batch_size 64): 32 % of "
-        "the step is exposed gradient exchange; ranks wait "
-        "12 ms per all-reduce."
+        "the step is exposed gradient exchange; the wait per step at the gradient "
+        "exchange is 12 ms."
     )
     assert "compute dominates" in lines["torch-ddp"]
 
@@ -163,7 +216,17 @@ def test_whole_step_framework_is_not_said_to_be_compute_bound():
 
 def test_human_numbers():
     assert humanize.number(1234.5678, "images/s") == "1230 images/s"
-    assert humanize.number(0.0000123, "s") == "1.23 x 10^-5 s"
+    assert humanize.number(0.0000123, "s") == "12.3 µs"
+    assert humanize.number(0.0000123) == "0.0000123"
+    assert humanize.number(4.56e-4, "ms") == "456 ns"
+    assert humanize.number(0.0123, "s") == "12.3 ms"
+    assert humanize.number(2.5, "s") == "2.5 s"
+    assert humanize.number(1e-12, "s") == "0.001 ns"
+    assert humanize.number(-0.00002, "J") == "-20 µJ"
+    assert humanize.percent(3.2e-7) == "< 0.01 %"
+    assert humanize.percent(-3.2e-7) == "> -0.01 %"
+    assert humanize.percent(0.0012) == "0.12 %"
+    assert humanize.percent(0.5) == "50 %"
     assert humanize.number(123.456, "images/s") == "123 images/s"
     assert humanize.number(2_500_000, "B") == "2.5 MB"
     assert humanize.number(float("nan")) == "not set"
@@ -191,3 +254,19 @@ def test_units_keep_their_own_prefixes():
     assert humanize.percent(18300) == "1830000 %"
     bytes_column = humanize.frame(pd.DataFrame({"bytes": [1280, 1686568]}))["bytes"]
     assert list(bytes_column) == ["1.28 kB", "1.69 MB"]
+
+
+def test_levels_in_numeric_order():
+    """batch_size 64 before 256 (and 1024), in the headlines and every table."""
+    rows = []
+    for batch in (1024, 256, 64):
+        part = runs_table({("a", 1): [100.0 + batch, 101.0 + batch], ("b", 1): [90.0, 91.0]})
+        rows.append(part.assign(batch_size=batch, run_id=part["run_id"] + f"-{batch}"))
+    runs = pd.concat(rows, ignore_index=True)
+    result = summary.build(runs, pd.DataFrame())
+    order = [line.split("batch_size ")[1].split(" ")[0].rstrip(":") for line in result.headlines]
+    assert order == ["64", "256", "1024"]
+    for table in (result.rankings["images_per_s"], result.replications):
+        settings = list(dict.fromkeys(table["setting"]))
+        assert settings == ["batch_size 64", "batch_size 256", "batch_size 1024"]
+    assert sorted(["x 10", "x 9", "x 9.5"], key=cells.natural_key) == ["x 9", "x 9.5", "x 10"]

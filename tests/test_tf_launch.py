@@ -226,7 +226,7 @@ def test_missing_lbann_is_a_failed_run_naming_its_build_script(tmp_path, monkeyp
 def test_report_tells_frameworks_left_out_installed_or_not_with_their_build_command(
     tmp_path, monkeypatch
 ):
-    """Issue 13: a framework not in the design is never dropped silently; one
+    """A framework not in the design is never dropped silently; one
     not installed here is named with the command that builds it."""
     from analysis import report
     from frameworks import registry

@@ -14,14 +14,11 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pandas as pd
-import pytest
 
 from analysis import critical_path as cp
 from analysis import json_rows, timeline
-from conftest import ddlc
+from conftest import REAL_TRACES as REAL, ddlc, needs_shared
 from phase_tables import constructed
-
-REAL = Path("/work/shared/fixtures/real-traces")
 
 # The Trace Event Format (Google, "Trace Event Format" document, the JSON
 # Object Format): the event kinds this exporter writes and the fields each
@@ -230,9 +227,7 @@ def test_long_runs_go_out_as_a_window_of_steps(tmp_path):
     assert doc["otherData"]["downsampled"]["why"].startswith("more than 200 intervals")
 
 
-@pytest.mark.skipif(
-    not (REAL / "scorep-8.4-horovod-torch-mpi-np2").exists(), reason="shared fixtures absent"
-)
+@needs_shared("scorep-8.4-horovod-torch-mpi-np2", "horovod-timeline-IgorDavidyuk-cpu3")
 def test_real_and_imported_traces_through_the_command(tmp_path):
     out = tmp_path / "scorep.json"
     done = ddlc(

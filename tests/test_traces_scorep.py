@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import ddlc, tiny_design, write_design
+from conftest import REAL_TRACES, ddlc, needs_shared, tiny_design, write_design
 from ddlcompare import design, envs, launch, runner, tracers
 from ddlcompare.schedulers import Host
 from traces import convert, readers
@@ -273,10 +273,10 @@ def test_a_run_whose_scorep_aborts_is_failed_with_its_line(tmp_path, monkeypatch
     assert "[Score-P]" in record["reason"], record["reason"]
 
 
-FIXTURE = Path("/work/shared/fixtures/real-traces/scorep-8.4-horovod-torch-mpi-np2")
+FIXTURE = REAL_TRACES / "scorep-8.4-horovod-torch-mpi-np2"
 
 
-@pytest.mark.skipif(not FIXTURE.is_dir(), reason="shared real-trace fixtures not here")
+@needs_shared("scorep-8.4-horovod-torch-mpi-np2")
 def test_a_runs_scorep_steps_take_their_epoch_from_its_steps_table(tmp_path):
     """Score-P's user regions carry no epoch; the run's steps tables do."""
     shutil.copytree(FIXTURE, tmp_path / "scorep")
@@ -292,7 +292,7 @@ def test_a_runs_scorep_steps_take_their_epoch_from_its_steps_table(tmp_path):
     assert df.loc[df["step"].isna(), "epoch"].isna().all()
 
 
-@pytest.mark.skipif(not FIXTURE.is_dir(), reason="shared real-trace fixtures not here")
+@needs_shared("scorep-8.4-horovod-torch-mpi-np2")
 def test_per_rank_experiments_are_joined_on_their_ranks(tmp_path):
     """Two experiments, each in rank<r>/, become one table with ranks 3 and 5
     (whatever Score-P numbered their processes)."""

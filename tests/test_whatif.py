@@ -135,7 +135,7 @@ def test_a_check_the_runs_cannot_feed_is_said_not_predicted():
 
 def test_one_scale_takes_latency_and_bandwidth_from_the_probe(tmp_path):
     """With only 2 processes run, alpha and beta cannot be told apart: the
-    MPI probe's timings (issue 17's probe-<P>.json) give their ratio, the
+    MPI probe's timings (probe-<P>.json) give their ratio, the
     measured exchange their scale."""
     import json
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, snakemake_cmd, tiny_design, write_design
+from conftest import REPO, assert_alone_while_measuring, snakemake_cmd, tiny_design, write_design
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
@@ -32,6 +32,7 @@ def test_end_to_end_then_add_a_level_then_rerun_failures(tmp_path):
     write_design(tmp_path, doc)
     first = snakemake(tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
+    assert_alone_while_measuring(tmp_path, first.stdout + first.stderr)  # runs, probe, analysis
     report = next((tmp_path / "results").rglob("report.html"))
     assert f"report: {report.resolve()}" in first.stdout + first.stderr
     tables = report.parent / "tables"
@@ -41,9 +42,10 @@ def test_end_to_end_then_add_a_level_then_rerun_failures(tmp_path):
     assert len(pd.read_parquet(tables / "epochs.parquet")) == 4
     assert len(pd.read_parquet(tables / "step_stats.parquet")) == 4
     page = report.read_text()
-    assert (
-        page.count("data:image/png;base64,") == 7 and "2 of 2 runs ok" in page
-    )  # 6 + critical path
+    # throughput, step times, phases, timeline, accuracy, critical path; one
+    # scale: speedup and its waterfall say so in a line
+    assert page.count("data:image/png;base64,") == 6 and "2 of 2 runs ok" in page
+    assert "scaling: every framework ran at one scale only" in page
     before = done_markers(tmp_path)
 
     # A new level that cannot train (no step fits): it fails, the others are

@@ -32,13 +32,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from runfiles.atomic import replacing
+from runfiles import names
 from runfiles.names import CONFIG
 from traces import readers
 from traces.readers import TraceError, otf2_reader
 from traces.rules import RULES_FILE, PhaseRules, RulesError
 from traces.table import SCHEMA, SCHEMA_VERSION, empty_table
 
-SCOREP_DIR = "scorep"
+SCOREP_DIR = names.SCOREP_DIR
 # One Score-P experiment per rank (ddlcompare/tracers.py, --mpp=none): each
 # holds one process, which Score-P calls rank 0.
 PER_RANK_EXPERIMENT = re.compile(r"(?:^|/)rank(\d+)/traces\.otf2$")
@@ -74,7 +75,7 @@ def with_epochs_of_run(table: pa.Table, trace: Path) -> pa.Table:
         pd.read_csv(f, sep="\t", usecols=["epoch", "step"]).assign(
             rank=int(f.name[len("steps.rank") : -len(".tsv")])
         )
-        for f in run.glob("steps.rank*.tsv")
+        for f in run.glob(names.STEPS_GLOB)
     ]
     if not epochs:
         return table
@@ -140,6 +141,13 @@ def parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: lis
                     rows_before += table.num_rows
             except TraceError as exc:
                 errors.append(str(exc))
+                if not source["rows"]:
+                    continue
+            except Exception as exc:  # noqa: BLE001 (one trace's fault costs only that trace)
+                errors.append(
+                    f"{trace}: could not be read ({type(exc).__name__}: {exc}); input this "
+                    "reader does not expect: please report it with the file"
+                )
                 if not source["rows"]:
                     continue
             if source["rows"] == 0:

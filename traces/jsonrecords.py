@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import msgspec
@@ -71,6 +72,7 @@ def batches(runs, scan, decoder, record_type, path: Path, problems: list):
     records; a damaged run is read record by record, the records that do
     not read counted in ``problems``."""
     runs = list(runs)
+    reasons: Counter[str] = Counter()
     i, bad, first_bad = 0, 0, 0
     while i < len(runs):
         run = runs[i]
@@ -84,14 +86,14 @@ def batches(runs, scan, decoder, record_type, path: Path, problems: list):
         if batch is None:
             buffer, begin, end, bracketed = run
             piece = buffer if bracketed else b"[" + buffer[begin:end] + b"]"
-            text = bytes(piece).decode("utf-8", errors="replace")
-            batch, lost, at = _salvaged(text, 0, record_type)
+            text = _text(bytes(piece), reasons)
+            batch, lost, at = _salvaged(text, 0, record_type, reasons)
             if lost and not bad:  # bytes of the file before the bad record
                 first_bad = len(text[:at].encode()) + (0 if bracketed else begin - 1)
             bad += lost
         yield batch
         i += 1
-    problems += _lost(path, bad, first_bad)
+    problems += _lost(path, bad, first_bad, reasons)
 
 
 _ERROR_BYTE = re.compile(r"\(byte (\d+)\)")
@@ -107,8 +109,8 @@ def _decoded(run, scan, decoder):
     piece = buffer if bracketed else b"[" + buffer[begin:end] + b"]"
     try:
         return decoder.decode(piece), False
-    except msgspec.ValidationError:
-        return None, False
+    except (msgspec.ValidationError, UnicodeDecodeError, RecursionError):
+        return None, False  # read record by record, where each is told
     except msgspec.DecodeError as error:
         at = _ERROR_BYTE.search(str(error))
         cut = "truncated" in str(error) or (at is not None and int(at.group(1)) >= len(piece) - 1)
@@ -122,40 +124,84 @@ def _joined(run, after):
     return run[0], run[1], after[2], False
 
 
+def text_of(data: bytes, path: Path, problems: list) -> str:
+    """The text of bytes that should be UTF-8; invalid bytes become U+FFFD,
+    and a warning says how many."""
+    reasons: Counter[str] = Counter()
+    text = _text(data, reasons)
+    problems += [Problem(f"{path}: {n:,} {reason}", lost=False) for reason, n in reasons.items()]
+    return text
+
+
+def _text(data: bytes, reasons: Counter) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", errors="replace")
+        reasons[INVALID_UTF8] += text.count("\ufffd") - data.count("\ufffd".encode())
+        return text
+
+
+INVALID_UTF8 = "invalid UTF-8 sequence(s), read as U+FFFD (the names holding them changed)"
+
+
 def salvage(text: str, start: int, record_type, path: Path):
     """(records, problems): the array's records that read, from ``start``
     (the position of its ``[``) to the end of the text."""
-    records, bad, first_bad = _salvaged(text, start, record_type)
-    return records, _lost(path, bad, len(text[:first_bad].encode()) if bad else 0)
+    reasons: Counter[str] = Counter()
+    records, bad, first_bad = _salvaged(text, start, record_type, reasons)
+    return records, _lost(path, bad, len(text[:first_bad].encode()) if bad else 0, reasons)
 
 
-def _lost(path: Path, bad: int, first_byte: int) -> list[Problem]:
-    if not bad:
-        return []
-    return [
-        Problem(
-            f"{path}: {bad:,} record(s) could not be read (cut or corrupt; the first at "
-            f"byte {first_byte:,}) and were skipped; the others were read"
+def _lost(path: Path, bad: int, first_byte: int, reasons: Counter) -> list[Problem]:
+    """One line for the records that could not be read, with why (the
+    reasons' counts), and one for invalid UTF-8 read as U+FFFD."""
+    problems = []
+    if reasons[INVALID_UTF8]:
+        problems.append(Problem(f"{path}: {reasons.pop(INVALID_UTF8):,} {INVALID_UTF8}", False))
+    if bad:
+        why = "; ".join(f"{n:,} {reason}" for reason, n in reasons.most_common())
+        problems.append(
+            Problem(
+                f"{path}: {bad:,} record(s) could not be read ({why}; the first at "
+                f"byte {first_byte:,}) and were skipped; the others were read"
+            )
         )
-    ]
+    return problems
 
 
-def _salvaged(text: str, start: int, record_type):
-    """(records that read, how many did not, where the first of those is)."""
+def _reason(error: Exception) -> str:
+    """Why one record did not read, in a user's words."""
+    if isinstance(error, RecursionError):
+        return "nested too deeply to read"
+    if isinstance(error, msgspec.ValidationError):
+        if "got `str`" in str(error) and ("`float`" in str(error) or "`int`" in str(error)):
+            return f"with a number written as text ({str(error).rsplit(' - ', 1)[-1]})"
+        return f"of the wrong shape ({error})"
+    return "cut or corrupt"
+
+
+def _salvaged(text: str, start: int, record_type, reasons: Counter):
+    """(records that read, how many did not, where the first of those is);
+    ``reasons``: why each did not, counted."""
     decoder = json.JSONDecoder()
     starts = _record_starts(text, start)
     records, bad, first_bad, i = [], 0, None, 0
     while i < len(starts):
-        at = starts[i]
+        at, end = starts[i], None
         try:
             record, end = decoder.raw_decode(text, at)
             records.append(msgspec.convert(record, record_type))
-        except (ValueError, msgspec.ValidationError):
+        except (ValueError, msgspec.ValidationError, RecursionError) as error:
+            reasons[_reason(error)] += 1
             bad += 1
             first_bad = first_bad if first_bad is not None else at
-            i += 1
-            continue
-        while i < len(starts) and starts[i] < end:  # objects nested in this record
+            if end is None:  # not even JSON: where it ends is unknown
+                i += 1
+                continue
+        # objects nested in this record (a record of the wrong shape
+        # included: they are not records, and not more bad ones)
+        while i < len(starts) and starts[i] < end:
             i += 1
     return records, bad, first_bad
 

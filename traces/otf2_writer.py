@@ -30,12 +30,13 @@ import socket
 import time
 from pathlib import Path
 
+from runfiles import names
 from runfiles.atomic import write_text
 from traces.phases import PHASES, STEP, Sink
 
-ARCHIVE_DIR = "trace"
+ARCHIVE_DIR = names.OTF2_DIR
 ARCHIVE_NAME = "traces"
-PARTS_DIR = "trace.parts"
+PARTS_DIR = names.OTF2_PARTS_DIR
 MASTER_THREAD = "Master thread"
 COLLECTIVE_REGION = "allreduce"
 

@@ -19,6 +19,8 @@ import csv
 from pathlib import Path
 from time import perf_counter_ns
 
+from runfiles import names
+
 PHASES = (
     "init",
     "data_load",
@@ -205,7 +207,7 @@ class PhaseRecorder:
 
     def write(self, folder: Path, rank: int) -> None:
         """``steps.rank<r>.tsv`` (one row per step) and ``intervals.rank<r>.tsv``."""
-        with open(folder / f"steps.rank{rank}.tsv", "w", newline="") as f:
+        with open(folder / names.steps(rank), "w", newline="") as f:
             out = csv.writer(f, delimiter="\t")
             out.writerow(
                 ["epoch", "step", "start_ns", "end_ns"]
@@ -213,7 +215,7 @@ class PhaseRecorder:
                 + ["comm_bytes"]
             )
             out.writerows(self.steps)
-        with open(folder / f"intervals.rank{rank}.tsv", "w", newline="") as f:
+        with open(folder / names.intervals(rank), "w", newline="") as f:
             out = csv.writer(f, delimiter="\t")
             out.writerow(["phase", "epoch", "start_ns", "end_ns"])
             out.writerows(self.intervals)

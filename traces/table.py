@@ -25,6 +25,7 @@ Columns (schema version in the Parquet metadata, key ``ddlcompare.schema_version
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -244,16 +245,71 @@ def finish_columns(
     # its own as soon as its codes are known, beside the numpy work (both
     # let go of the GIL); on one core, one after the other at the end.
     cores = len(os.sched_getaffinity(0))
+    notes: dict = {}
     with ThreadPoolExecutor(cores) if cores > 1 else _Later() as pool:
-        columns = _columns(c, rules, source, run_id, pool, place, join)
+        columns = _columns(c, rules, source, run_id, pool, place, join, notes)
     table = pa.Table.from_arrays([columns[name] for name in COLUMNS], schema=SCHEMA)
     return table.replace_schema_metadata(
         {
             META_VERSION: str(SCHEMA_VERSION).encode(),
             b"ddlcompare.rules_version": str(rules.version).encode(),
+            **notes,
             **(metadata or {}),
         }
     )
+
+
+META_UNRECOGNISED = b"ddlcompare.unrecognised_communication"
+# Words of communication in a region's name: what a collective of a library
+# the rules do not know yet would likely be called.
+LOOKS_LIKE_COMMUNICATION = re.compile(
+    r"(?i)nccl|rccl|hccl|ccl[:_]|gloo|mscclpp|nvshmem|symm_mem|multimem|all_?reduce|"
+    r"all_?gather|reduce_?scatter|all_?to_?all|broadcast|bcast|custom_?ar\b|lamport"
+)
+NOT_COMMUNICATION = re.compile(r"(?i)^aten::|wait|init|destroy|abort|copy|unique_?id")
+
+
+META_UNSIZED = b"ddlcompare.unsized_collectives"
+
+
+def _unsized(collective: np.ndarray, names: list, nbytes: np.ndarray) -> dict:
+    """{META_UNSIZED: JSON {"bcast": count}} of the broadcasts whose bytes
+    the trace does not give (the start-up broadcast of the parameters, a
+    Horovod Timeline's, often has none): their bytes are unknown, not 0,
+    and a table summed over them would say less than was sent; {} when
+    every one has."""
+    if "bcast" not in names:
+        return {}
+    unsized = int(((collective == names.index("bcast")) & (nbytes == NULL)).sum())
+    return {META_UNSIZED: json.dumps({"bcast": unsized}).encode()} if unsized else {}
+
+
+def _unrecognised_communication(c: Columns, matched: list, op_id: np.ndarray, levels) -> dict:
+    """{META_UNRECOGNISED: JSON [[name, rows], ...]} of the regions whose
+    name looks like communication but that no rule knows (``matched``: the
+    rules' (phase, collective) per region name), that are no collective
+    and neither in one nor around one (a user's annotation of it), most
+    rows first; {} when there is none."""
+    suspects = [
+        code
+        for code, name in enumerate(c.region_names)
+        if isinstance(name, str)
+        and matched[code][0] is None
+        and LOOKS_LIKE_COMMUNICATION.search(name)
+        and not NOT_COMMUNICATION.search(name)
+    ]
+    if not suspects:
+        return {}
+    near = op_id != NULL  # in a collective (or one), then around one
+    for rows in reversed(levels):
+        near[c.parent_row[rows[near[rows]]]] = True
+    loose = np.isin(c.region, suspects) & ~near
+    counts = np.bincount(c.region[loose], minlength=len(c.region_names))
+    found = sorted(
+        ((c.region_names[code], int(counts[code])) for code in suspects if counts[code]),
+        key=lambda item: -item[1],
+    )
+    return {META_UNRECOGNISED: json.dumps(found).encode()} if found else {}
 
 
 class _Later:
@@ -274,9 +330,11 @@ class _Deferred:
         self.result = call
 
 
-def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, place, join) -> dict:
+def _columns(
+    c: Columns, rules: PhaseRules, source: str, run_id: str, pool, place, join, notes: dict
+) -> dict:
     """The table's columns by name (see :func:`finish_columns`); the text
-    columns built on ``pool``."""
+    columns built on ``pool``; ``notes``: metadata for the table, filled."""
     n = len(c.start_ns)
     strings = {
         "region": pool.submit(_strings, c.region_names, c.region),
@@ -314,6 +372,8 @@ def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, plac
     )
     collective = np.where(c.collective >= 0, c.collective, region_collective[c.region])
     op_id = _collective_instances(c, collective, levels, join)
+    notes.update(_unrecognised_communication(c, matched, op_id, levels))
+    notes.update(_unsized(collective, collective_names, c.bytes))
     strings["collective"] = pool.submit(_strings, collective_names, collective)
 
     step, epoch = c.step, c.epoch  # filled in place
@@ -322,8 +382,9 @@ def _columns(c: Columns, rules: PhaseRules, source: str, run_id: str, pool, plac
     del is_epoch
     _inherit(step, c.parent_row, levels, NULL)
     _inherit(epoch, c.parent_row, levels, NULL)
-    del levels
     _steps_by_time(c, phase, step, epoch)
+    _steps_of_launches(c, levels, step, epoch)
+    del levels
     columns = {
         "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n),
         "rank": pa.array(c.rank.astype(np.int32, copy=False)),
@@ -411,7 +472,7 @@ def _phases_of_teams(c: Columns, phase: np.ndarray) -> bool:
     in time (the one starting nearest): an OpenMP team's ``!$omp parallel``
     region, recorded on every thread of the team (a worker's may start
     before its master's), belongs to the phase the master thread forked it
-    in (it was ``other`` on the workers). Whether any row changed."""
+    in, not ``other`` on the workers. Whether any row changed."""
     loose = np.flatnonzero((c.parent_row < 0) & (phase < 0))
     if loose.size == 0:
         return False
@@ -575,6 +636,23 @@ def _optimizer_windows(c: Columns, phase: np.ndarray, rank) -> pd.DataFrame:
     )
 
 
+def _steps_of_launches(c: Columns, levels: list, step: np.ndarray, epoch: np.ndarray) -> None:
+    """In place: a row whose parent is on another location (GPU work under
+    the runtime call that launched it, found by correlation id), and every
+    row inside it, is in its launch's step, not in the one its own start
+    falls in: backward's kernels, launched from autograd's thread, run after
+    the launch, often in the next step or after the last."""
+    parent = np.maximum(c.parent_row, 0)
+    launched = (c.parent_row >= 0) & (c.location != c.location[parent])
+    if not launched.any():
+        return
+    for rows in levels:  # top level first: a parent is final before its rows
+        mine = rows[launched[rows] | launched[parent[rows]]]
+        launched[mine] = True
+        step[mine] = step[parent[mine]]
+        epoch[mine] = epoch[parent[mine]]
+
+
 def _steps_by_time(c: Columns, phase: np.ndarray, step: np.ndarray, epoch: np.ndarray) -> None:
     """Rows still without a step take the step window they start in, on their rank."""
     need_all = step == NULL
@@ -583,6 +661,12 @@ def _steps_by_time(c: Columns, phase: np.ndarray, step: np.ndarray, epoch: np.nd
     windows = _step_windows(c, phase, step, epoch)
     if windows.empty:
         return
+    # One window per step: a step's GPU-side copy (gpu_user_annotation
+    # ProfilerStep#1, on its stream, shorter) would otherwise hide the
+    # CPU-side window it starts inside.
+    windows = windows.groupby(["rank", "step", "epoch"], as_index=False).agg(
+        start=("start", "min"), end=("end", "max")
+    )
     for rank, mine in windows.groupby("rank"):
         mine = mine.sort_values(["start", "end"], kind="stable")
         need = np.flatnonzero(need_all & (c.rank == rank))

@@ -22,8 +22,8 @@ PROBES = probe.scales(RUNS)
 # update(): a collect that fails leaves the previous tables in place.
 rule collect:
     input:
-        [RESULTS / r.path / "done.json" for r in RUNS],
-        [RESULTS / r.path / "phases.parquet" for r in RUNS],
+        lambda wc: [RESULTS / r.path / "done.json" for r in planned_runs()],
+        lambda wc: [RESULTS / r.path / "phases.parquet" for r in planned_runs()],
         # run files changed since the tables were built (ws.note_changed_results)
         [p for p in [TABLES / ws.CHANGED] if p.exists()],
     output:
@@ -63,6 +63,7 @@ rule figures:
             TABLES / "figures" / "time_to_accuracy.png", category="Accuracy"
         ),
         energy=report(TABLES / "figures" / "energy.png", category="Energy"),
+        step_times=report(TABLES / "figures" / "step_times.png", category="Spread"),
     log:
         TABLES / "logs" / "figures.log",
     conda:

@@ -15,8 +15,9 @@ rule run:
     conda:
         "../envs/torch.yaml"
     resources:
-        # Runs take the machine one at a time locally, so that no two
-        # measurements share its cores; cluster profiles ignore this.
+        # One measurement at a time per invocation (the host-wide lock,
+        # ddlcompare/machine_lock.py, does it across invocations);
+        # cluster profiles ignore this.
         benchmark_slot=1,
         # What each run's job asks a cluster for (ws.job_resources explains);
         # partition, account and the like come from the cluster's profile.

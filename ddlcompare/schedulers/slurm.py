@@ -10,6 +10,7 @@ from pathlib import Path
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 from ddlcompare.schedulers import Scheduler, SchedulerError, register
+from runfiles import variables
 
 # What a one-task step sets of its own size, which a nested srun would take
 # for the allocation's.
@@ -91,7 +92,7 @@ class Slurm(Scheduler):
         # start each rank as a world of its own (frameworks/lbann.check_world).
         # pmix fits an Open MPI build (Debian's, envs/build-lbann.sh);
         # DDLC_SRUN_MPI names another (pmi2, cray_shasta), or '' for slurm.conf's.
-        mpi = env.get("DDLC_SRUN_MPI", "pmix")
+        mpi = variables.value("DDLC_SRUN_MPI", env)
         args = ["--overlap", *([f"--mpi={mpi}"] if mpi else [])]
         if hosts:
             args.append(f"--nodelist={','.join(h.name for h in hosts)}")

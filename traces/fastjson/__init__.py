@@ -17,7 +17,7 @@ The library is built on first use with gcc into
 ``~/.cache/ddl-compare/fastjson/`` (one file per hash of the source); with
 no compiler, or with ``DDLC_JSON_SCANNER=msgspec``, ``scan()`` and
 ``stack_parents()`` give None always: msgspec reads everything and numpy
-nests (the reader before; bench/trace_read_json.py measures both).
+nests (slower: bench/trace_read_json.py measures both).
 
     python -m traces.fastjson     # build it now; prints its path or why not
 """
@@ -25,7 +25,6 @@ nests (the reader before; bench/trace_read_json.py measures both).
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from runfiles import variables
 from traces.fastotf2 import CompiledLibrary, compile_library
 
 SOURCE = Path(__file__).with_name("scanner.c")
@@ -159,7 +159,7 @@ _LIBRARY = CompiledLibrary(lambda: compile_library(SOURCE, "fastjson", CFLAGS, (
 def library() -> ctypes.CDLL | None:
     """The compiled scanner, built on first use; None when it cannot be or
     when DDLC_JSON_SCANNER=msgspec."""
-    if os.environ.get("DDLC_JSON_SCANNER") == "msgspec":
+    if variables.get("DDLC_JSON_SCANNER") == "msgspec":
         return None
     return _LIBRARY.get()
 

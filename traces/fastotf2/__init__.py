@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from runfiles import variables
+
 SOURCE = Path(__file__).with_name("reader.c")
 HEADER = Path("/usr/include/otf2/otf2.h")
 CFLAGS = ("-O2", "-shared", "-fPIC", "-Wall")
@@ -31,7 +33,6 @@ LIBS = ("-lopen-trace-format2",)
 ATTR_STEP, ATTR_EPOCH = 1, 2
 NULL = np.iinfo(np.int64).min  # same as traces.table.NULL
 OVERFLOW = "more events than the definitions announce"
-UNKNOWN = np.iinfo(np.uint32).max  # a calling context without a region
 
 
 class _Columns(ctypes.Structure):
@@ -51,8 +52,10 @@ class _Columns(ctypes.Structure):
         ("bytes", ctypes.c_void_p),
         ("enter_row", ctypes.c_void_p),
         ("enter_capacity", ctypes.c_int64),
+        ("attribute_ref", ctypes.c_void_p),
         ("attribute_kind", ctypes.c_void_p),
         ("attribute_kinds", ctypes.c_uint32),
+        ("context_ref", ctypes.c_void_p),
         ("context_region", ctypes.c_void_p),
         ("context_regions", ctypes.c_uint32),
         ("failed", ctypes.c_void_p),
@@ -83,11 +86,7 @@ COLUMN_TYPES = {
 
 
 def cache_dir(name: str = "fastotf2") -> Path:
-    base = (
-        os.environ.get("DDLC_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddl-compare"
-    )
-    return Path(base) / name
+    return variables.cache(name)
 
 
 def library_path() -> Path:
@@ -206,13 +205,7 @@ def read_intervals(
     archive cannot be read at all."""
     workers = workers or len(os.sched_getaffinity(0))
     chunks = _chunks(len(locations), events, workers)
-    kinds = np.zeros(max(attribute_kinds, default=-1) + 1, dtype=np.uint8)
-    for ref, kind in attribute_kinds.items():
-        kinds[ref] = kind
-    contexts = np.full(max(context_regions or {}, default=-1) + 1, UNKNOWN, dtype=np.uint32)
-    for ref, region in (context_regions or {}).items():
-        contexts[ref] = region
-    tables = (kinds, contexts)
+    tables = (_lookup(attribute_kinds, np.uint8), _lookup(context_regions or {}, np.uint32))
 
     # One set of columns for all chunks, each chunk's rows written into its
     # own stretch of them: joined afterwards by moving rows down, in memory
@@ -239,6 +232,13 @@ def read_intervals(
         with ThreadPoolExecutor(len(chunks)) as pool:
             parts = list(pool.map(read, range(len(chunks))))
     return _merge(parts, chunks, shared, bases)
+
+
+def _lookup(values: dict, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(refs sorted, their values): what the C reader searches by halves, as
+    large as the definitions present, whatever their refs."""
+    refs = np.array(sorted(values), dtype=np.uint32)
+    return refs, np.array([values[int(r)] for r in refs], dtype=dtype)
 
 
 def _chunks(n: int, events: list[int], workers: int) -> list[list[int]]:
@@ -298,10 +298,12 @@ def _call(anchor: Path, refs: list[int], tables: tuple, events: int, into: dict 
         capacity=capacity,
         enter_row=enter_row.ctypes.data,
         enter_capacity=enter_row.size,
-        attribute_kind=kinds.ctypes.data,
-        attribute_kinds=kinds.size,
-        context_region=contexts.ctypes.data,
-        context_regions=contexts.size,
+        attribute_ref=kinds[0].ctypes.data,
+        attribute_kind=kinds[1].ctypes.data,
+        attribute_kinds=kinds[0].size,
+        context_ref=contexts[0].ctypes.data,
+        context_region=contexts[1].ctypes.data,
+        context_regions=contexts[0].size,
         failed=failed.ctypes.data,
         **{name: a.ctypes.data for name, a in columns.items()},
     )

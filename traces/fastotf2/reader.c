@@ -48,9 +48,14 @@ typedef struct {
     int64_t *bytes;            /* -1 when unknown */
     int64_t *enter_row;        /* scratch: enter number -> row, enter_capacity long */
     int64_t enter_capacity;
-    const uint8_t *attribute_kind; /* ATTR_* by global attribute ref */
+    /* Lookups by definition ref, of the definitions present (their refs
+     * sorted, searched by halves): memory follows the archive's
+     * definitions, not its largest ref (refs may be sparse). */
+    const uint32_t *attribute_ref;
+    const uint8_t *attribute_kind; /* ATTR_* of each attribute_ref */
     uint32_t attribute_kinds;
-    const uint32_t *context_region; /* global region ref by calling context ref */
+    const uint32_t *context_ref;
+    const uint32_t *context_region; /* global region ref of each context_ref */
     uint32_t context_regions;
     /* results */
     int8_t *failed;            /* per location given: 1 when not read to its end */
@@ -102,6 +107,17 @@ static OTF2_ErrorCode on_error(void *user, const char *file, uint64_t line, cons
     return code;
 }
 
+/* Where ``ref`` is in ``refs`` (sorted, ``n`` long), -1 when absent. */
+static int64_t find(const uint32_t *refs, uint32_t n, uint32_t ref) {
+    uint32_t low = 0, high = n;
+    while (low < high) {
+        uint32_t mid = low + (high - low) / 2;
+        if (refs[mid] < ref) low = mid + 1;
+        else high = mid;
+    }
+    return low < n && refs[low] == ref ? (int64_t)low : -1;
+}
+
 static OTF2_CallbackCode enter(OTF2_LocationRef location, OTF2_TimeStamp time, uint64_t position,
                                void *user, OTF2_AttributeList *attributes, OTF2_RegionRef region) {
     State *s = user;
@@ -125,9 +141,11 @@ static OTF2_CallbackCode enter(OTF2_LocationRef location, OTF2_TimeStamp time, u
         OTF2_Type type;
         OTF2_AttributeValue value;
         if (OTF2_AttributeList_GetAttributeByIndex(attributes, i, &ref, &type, &value)
-                != OTF2_SUCCESS || ref >= out->attribute_kinds) continue;
-        if (out->attribute_kind[ref] == ATTR_STEP) step = value.int64;
-        else if (out->attribute_kind[ref] == ATTR_EPOCH) epoch = value.int64;
+                != OTF2_SUCCESS) continue;
+        int64_t at = find(out->attribute_ref, out->attribute_kinds, ref);
+        if (at < 0) continue;
+        if (out->attribute_kind[at] == ATTR_STEP) step = value.int64;
+        else if (out->attribute_kind[at] == ATTR_EPOCH) epoch = value.int64;
     }
     Open *top = s->depth ? &s->stack[s->depth - 1] : NULL;
     if (step == NONE && top) { step = top->step; epoch = top->epoch; }
@@ -185,11 +203,12 @@ static OTF2_CallbackCode leave(OTF2_LocationRef location, OTF2_TimeStamp time, u
  * region's Enter and Leave as those of its calling context: the same
  * intervals, each context standing for its region. */
 static int context_region(State *s, OTF2_CallingContextRef context, uint32_t *region) {
-    if (context >= s->out->context_regions || s->out->context_region[context] == UINT32_MAX) {
+    int64_t at = find(s->out->context_ref, s->out->context_regions, context);
+    if (at < 0) {
         s->out->unbalanced++; /* a context the definitions do not have */
         return 0;
     }
-    *region = s->out->context_region[context];
+    *region = s->out->context_region[at];
     return 1;
 }
 

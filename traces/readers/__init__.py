@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import gzip
 import importlib
+import json
 import pkgutil
+import re
 import zlib
 from pathlib import Path
 
@@ -132,50 +134,197 @@ def _known(path: Path) -> bool:
 def read(path: Path, rules, run_id: str = "", source: str | None = None):
     """(table, problems) of one trace file."""
     reader = readers()[source or detect(path)]
-    return reader().read(Path(path), rules, run_id)
+    table, problems = reader().read(Path(path), rules, run_id)
+    return table, problems + _noted(path, table)
 
 
 def parts(path: Path, rules, run_id: str = "", source: str | None = None):
     """(table, problems) of one trace file, part by part."""
     reader = readers()[source or detect(path)]
-    return reader().parts(Path(path), rules, run_id)
+    for table, problems in reader().parts(Path(path), rules, run_id):
+        yield table, problems + _noted(path, table)
 
 
-def _head(path: Path, size: int = 4096) -> bytes:
+def _noted(path: Path, table) -> list[Problem]:
+    """What the phase table noted of the trace: collectives without a byte
+    count, and regions that look like communication but that no rule names
+    a collective (they count as the phase they run in, compute most
+    likely)."""
+    from traces.table import META_UNRECOGNISED, META_UNSIZED  # the table imports this package
+
+    meta, problems = table.schema.metadata or {}, []
+    if unsized := json.loads(meta.get(META_UNSIZED, b"{}")):
+        problems.append(
+            Problem(
+                f"{path}: {sum(unsized.values()):,} broadcast(s) without a byte count in the "
+                "trace (the start-up broadcast of the parameters often has none): their bytes "
+                "are unknown, not 0",
+                lost=False,
+            )
+        )
+    if regions := json.loads(meta.get(META_UNRECOGNISED, b"[]")):
+        named = ", ".join(f"{name!r} ({rows:,})" for name, rows in regions[:5])
+        more = f" and {len(regions) - 5} more" if len(regions) > 5 else ""
+        problems.append(
+            Problem(
+                f"{path}: {sum(rows for _, rows in regions):,} intervals of {len(regions)} "
+                f"region(s) look like communication but are no collective the rules know: "
+                f"{named}{more}; they count as the phase they run in (add a rule with "
+                "'collective:' to traces/rules.yaml if they are)",
+                lost=False,
+            )
+        )
+    return problems
+
+
+HEAD_BYTES = 4096
+WALK_LIMIT = 1 << 30  # bytes of a JSON document's start walked for its events
+
+
+def _head(path: Path, size: int = HEAD_BYTES) -> bytes:
+    """The first ``size`` bytes of a file (gzip undone), or, for a JSON
+    object, its structure: the top-level keys up to ``traceEvents`` and the
+    first ``size`` bytes of that array, however large the values before it
+    (a profiler trace may open with megabytes of metadata)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(size)
+        with open(path, "rb") as raw:
+            f = gzip.GzipFile(fileobj=raw) if raw.read(2) == b"\x1f\x8b" else raw
+            raw.seek(0)
+            data = _upto(f, size)
+            return _walked(f, data, size) if data.lstrip()[:1] == b"{" else data
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc}") from None
-    if data[:2] == b"\x1f\x8b":  # gzip: what a partial decompression gives
+
+
+def _upto(f, size: int) -> bytes:
+    """Up to ``size`` bytes of ``f``: fewer at its end, or where a gzip
+    stream is cut or corrupt (what came before it)."""
+    pieces, got = [], 0
+    while got < size:
         try:
-            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, size)
-        except zlib.error:
-            return b""
-    return data
+            piece = f.read(min(512, size - got))
+        except (EOFError, zlib.error, gzip.BadGzipFile):
+            break
+        if not piece:
+            break
+        pieces.append(piece)
+        got += len(piece)
+    return b"".join(pieces)
+
+
+_EVENTS = b'"traceEvents"'
+_STRUCTURE = re.compile(rb'[{}\[\]:,"]')
+_STRING_REST = re.compile(rb'(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+def _walked(f, data: bytes, size: int) -> bytes:
+    """``{"<key>": 0, ..., "traceEvents": [<first bytes of the array>``, from
+    a JSON object's top-level keys, read on from ``f`` (``data``: what was
+    read of it) until the events array opens; without one (in the first
+    WALK_LIMIT bytes), the keys alone: a key's name inside a value counts
+    for nothing."""
+    keys: list[bytes] = []
+    depth, at, read, last, key = 0, 0, len(data), None, None
+    buffer = data
+    while read <= WALK_LIMIT:
+        found = _STRUCTURE.search(buffer, at)
+        if found is None or (found.group() == b'"' and not _STRING_REST.match(buffer, found.end())):
+            more = _upto(f, 1 << 20)
+            if not more:
+                break
+            buffer, at, read = (
+                buffer[found.start() if found else len(buffer) :] + more,
+                0,
+                read + len(more),
+            )
+            continue
+        token, at = found.group(), found.end()
+        if token == b'"':
+            string = _STRING_REST.match(buffer, at)
+            assert string is not None  # the read above ends only past a whole string
+            end = string.end()
+            if depth == 1 and last in (b"{", b","):
+                key = buffer[at - 1 : end]
+            at, token = end, b'"'
+        elif token in b"{[":
+            if depth == 1 and last == b":" and key == _EVENTS and token == b"[":
+                rest = buffer[at : at + size]
+                if len(rest) < size:
+                    rest += _upto(f, size - len(rest))
+                return b"{" + b"".join(k + b": 0, " for k in keys[:-1]) + _EVENTS + b": [" + rest
+            depth += 1
+        elif token in b"}]":
+            depth -= 1
+            if depth <= 0:
+                break
+        elif token == b":" and depth == 1 and key is not None:
+            keys.append(key)
+        last = token
+    return b"{" + b"".join(k + b": 0, " for k in keys)
+
+
+# A gzip stream may inflate to this many times its size, at most: JSON traces
+# compress 10 to 30 times; a gzip bomb a thousand times.
+MAX_INFLATION = 200
+INFLATE_FLOOR = 64 << 20  # bytes any compressed trace may inflate to
 
 
 def read_bytes(path: Path) -> tuple[bytes, Problem | None]:
     """A file's bytes, gzip undone: (data, problem) where the problem says the
-    compressed stream was cut or corrupt (the data then is what came before)."""
+    compressed stream was cut or corrupt (the data then is what came before).
+    The stream is inflated a piece at a time, and no further than
+    MAX_INFLATION times the file (nor than the memory there is): a gzip bomb
+    is refused, not inflated into memory."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc}") from None
     if raw[:2] != b"\x1f\x8b":
         return raw, None
-    try:
-        return gzip.decompress(raw), None
-    except (OSError, EOFError, zlib.error):
-        pass
-    inflate, parts = zlib.decompressobj(16 + zlib.MAX_WBITS), []
-    for at in range(0, len(raw), 1 << 16):  # stop at the first corrupt block
+    bound = min(max(INFLATE_FLOOR, MAX_INFLATION * len(raw)), _memory_for_data())
+    parts: list[bytes] = []
+    inflate, size, at = zlib.decompressobj(16 + zlib.MAX_WBITS), 0, 0
+    while at < len(raw) or inflate.unconsumed_tail:
+        piece = inflate.unconsumed_tail or raw[at : at + (1 << 16)]
+        if not inflate.unconsumed_tail:
+            at += len(piece)
         try:
-            parts.append(inflate.decompress(raw[at : at + (1 << 16)]))
+            out = inflate.decompress(piece, 1 << 24)
         except zlib.error:
-            break
+            return _cut(path, parts)
+        size += len(out)
+        if size > bound:
+            raise TraceError(
+                f"{path}: inflates to more than {bound:,} bytes from {len(raw):,} "
+                f"({size // len(raw):,} times its size before it was stopped; JSON traces "
+                f"compress at most some tens of times): a gzip bomb or not a trace; refused"
+            )
+        parts.append(out)
+        if inflate.eof:
+            if inflate.unused_data[:2] == b"\x1f\x8b":  # another member follows
+                raw, at = inflate.unused_data, 0
+                inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                continue
+            return b"".join(parts), None
+    return _cut(path, parts)
+
+
+def _cut(path: Path, parts: list) -> tuple[bytes, Problem]:
     data = b"".join(parts)
     return data, Problem(
         f"{path}: the gzip stream is cut or corrupt after "
         f"{len(data):,} bytes (truncated?); what came before was read"
     )
+
+
+def _memory_for_data() -> int:
+    """Half the memory available now: what one trace's bytes may take (its
+    reading takes about as much again)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 62

@@ -41,9 +41,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from runfiles.names import HOROVOD_TIMELINE
 from traces import fastjson, jsonrecords, nesting
 from traces.readers import Problem, Reader, TraceError, counted, read_bytes, register
-from traces.readers.kineto import DTYPE_BYTES, element_count, ns_of_microseconds
+from traces.readers.kineto import dtype_bytes, element_count, ns_of_microseconds
 from traces.table import NULL, Columns, finish_columns
 
 
@@ -65,7 +66,7 @@ class Record(msgspec.Struct, gc=False):
 @register
 class HorovodTimelineReader(Reader):
     name = "horovod_timeline"
-    patterns = ("horovod_timeline.json", "horovod_timeline.json.gz", "*.json", "*.json.gz")
+    patterns = (HOROVOD_TIMELINE, f"{HOROVOD_TIMELINE}.gz", "*.json", "*.json.gz")
 
     @classmethod
     def recognises(cls, path: Path, head: bytes) -> bool:
@@ -77,7 +78,12 @@ class HorovodTimelineReader(Reader):
         records, reading = _read_records(data, path, problems)
         del data
         if not (len(records.edge_ns) or len(records.tick_ns) or len(records.mark_ns)):
-            raise TraceError(f"{path}: not a Horovod Timeline: no readable record")
+            why = next((p.split(": ", 1)[1] for p in problems if p.lost), None)
+            raise TraceError(
+                f"{path}: no readable record: {why}"
+                if why
+                else f"{path}: not a Horovod Timeline: no readable record"
+            )
         columns, more = _columns(records, reading, path)
         del records  # before the table is built: the peak of memory is there
         return finish_columns(columns, rules, self.name, run_id), problems + more
@@ -265,6 +271,9 @@ def _columns(records: Records, reading: _Reading, path: Path):
     begins, ends, _, unmatched, unclosed = nesting.pair_begin_end(
         records.edge_pid, records.edge_begin
     )
+    forward = records.edge_ns[ends] >= records.edge_ns[begins]  # else it ends before it begins
+    backwards = int((~forward).sum())
+    begins, ends = begins[forward], ends[forward]
     n_ticks = len(records.tick_ns)
     start = np.r_[records.edge_ns[begins], records.tick_ns]
     end = np.r_[records.edge_ns[ends], records.tick_ns]
@@ -300,7 +309,7 @@ def _columns(records: Records, reading: _Reading, path: Path):
         collective_names=[],
         bytes=np.r_[nbytes, np.full(n_steps, NULL)].astype(np.int64),
     )
-    return columns, _problems(path, records.untimed, unmatched, unclosed)
+    return columns, _problems(path, records.untimed, unmatched, unclosed, backwards)
 
 
 def _regions(codes: np.ndarray, names: list[str], ticks: int) -> tuple[np.ndarray, list[str]]:
@@ -358,12 +367,15 @@ def _cumcount(key: np.ndarray) -> np.ndarray:
     return counts
 
 
-def _problems(path: Path, untimed: int, unmatched: int, unclosed: int) -> list[Problem]:
+def _problems(
+    path: Path, untimed: int, unmatched: int, unclosed: int, backwards: int = 0
+) -> list[Problem]:
     return counted(
         path,
         (untimed, "records without a valid 'ts' were skipped", True),
         (unclosed, "activities begun but never ended (run cut short?); left out", True),
         (unmatched, "end records without a begin; left out", True),
+        (backwards, "activities that end before they begin (negative duration); left out", True),
     )
 
 
@@ -381,7 +393,7 @@ def _bytes(dtypes: pa.StringArray, shapes: pa.StringArray) -> np.ndarray:
 def _tensor_bytes(dtype: str, shape: str) -> int:
     """Bytes of a tensor of ``dtype`` and ``shape`` (JSON text: a list of
     sizes); NULL where either is not one."""
-    size = DTYPE_BYTES.get(dtype.lower().replace("torch.", ""))
+    size = dtype_bytes(dtype)
     try:
         shape = json.loads(shape)
     except ValueError:

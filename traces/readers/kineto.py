@@ -167,6 +167,7 @@ class Document(msgspec.Struct):
 
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+MAX_MICROSECONDS = 9.2e15  # of a time in nanoseconds that an int64 holds
 
 
 @register
@@ -212,13 +213,29 @@ class KinetoReader(Reader):
         if events.untimed:
             problems.append(
                 Problem(
-                    f"{path}: {events.untimed} complete event(s) without a valid 'ts' were skipped"
+                    f"{path}: {events.untimed:,} complete event(s) without a valid 'ts' or "
+                    "'dur' (none, not a number, or beyond the year 2262) were skipped"
                 )
             )
-        events.sizes_from_shapes(data)
+        if events.backwards:
+            problems.append(
+                Problem(
+                    f"{path}: {events.backwards:,} complete event(s) of negative 'dur' (they "
+                    "end before they begin) were skipped"
+                )
+            )
+        events.sizes_from_shapes(data, rules)
+        events.flows_of_unlinked(data)
         base = _base_time_ns(data)
         del data
         columns = events.columns(_rank(info, path))
+        if columns.end_ns.size and not (
+            0 <= base and base + max(int(columns.end_ns.max()), 0) <= INT64_MAX
+        ):
+            raise TraceError(
+                f"{path}: baseTimeNanoseconds {base:.4g} puts its events beyond the year "
+                "2262 (what nanoseconds since 1970 can hold): not a time; the trace is damaged"
+            )
         columns.start_ns += base
         columns.end_ns += base
         table = finish_columns(
@@ -264,6 +281,7 @@ def _base_time_ns(data: bytes) -> int:
 # (``nccl:all_reduce``, ``gloo:broadcast``, ``hccl:allgather`` ...).
 BACKEND_RECORD = re.compile(r"^(nccl|gloo|hccl|mpi|ucc|xccl|rccl|mccl|ccl):", re.IGNORECASE)
 RECORD_BYTES = 1 << 16  # the most one backend record is looked for in
+FLOW_RECORD = re.compile(rb'"ph"\s*:\s*"[sf]"')
 
 
 def _record_at(data: bytes, name_at: int):
@@ -277,7 +295,7 @@ def _record_at(data: bytes, name_at: int):
         text = data[start : start + size].decode("utf-8", errors="replace")
         try:
             return json.JSONDecoder().raw_decode(text)[0]
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
     return None
 
@@ -308,14 +326,16 @@ def _shape_bytes(args) -> int | None:
         return None
     total, known = 0, False
     for shape, dtype in zip(dims, types):
-        size = _dtype_size(dtype) if isinstance(dtype, str) else None
+        size = dtype_bytes(dtype) if isinstance(dtype, str) else None
         if size and isinstance(shape, list) and shape and all(type(n) is int for n in shape):
             total += math.prod(shape) * size
             known = True
     return total if known else None
 
 
-def _dtype_size(dtype: str) -> int | None:
+def dtype_bytes(dtype: str) -> int | None:
+    """An element's bytes, by its dtype as any reader's trace spells it
+    (torch.float32, float32, Float, c10::Half ...); None for one unknown."""
     return DTYPE_BYTES.get(dtype.lower().removeprefix("torch.").removeprefix("c10::"))
 
 
@@ -335,7 +355,7 @@ def _cut_between_records(data: bytes) -> bool:
             return False
         try:
             last, end = decoder.raw_decode(tail, at)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if end == len(tail):
             return isinstance(last, dict) and "ph" in last
@@ -360,14 +380,14 @@ def _decode(data: bytes, path: Path):
         rest = data[: opened.end()] + data[last:] if chunks else data
         try:
             doc = msgspec.json.decode(rest, type=Document)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except UNREADABLE:
             pass  # cut or damaged: read as a whole below
         else:
             pieces = _pieces(data, chunks, last, doc.traceEvents)
             return _batches(pieces, path, problems), doc.distributedInfo, problems
     try:
         doc = msgspec.json.decode(data, type=Document)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except UNREADABLE:
         return _salvaged(data, path)
     pieces = [(doc.traceEvents, 0, None, True)]
     return _batches(pieces, path, problems), doc.distributedInfo, problems
@@ -399,22 +419,30 @@ def _first_record(data: bytes, at: int) -> int:
     return at
 
 
+# What a document that does not decode at once raises: it is then read
+# record by record, and each record that does not read is counted with why.
+UNREADABLE = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
+
+
 def _salvaged(data: bytes, path: Path):
-    text = data.decode("utf-8", errors="replace")
+    problems: list[Problem] = []
+    text = jsonrecords.text_of(data, path, problems)
     found = re.search(r'"traceEvents"\s*:\s*\[', text)
     if found is None:
         raise TraceError(
             f"{path}: not a PyTorch profiler trace, or cut before its events "
             "(truncated or corrupt?): no 'traceEvents' list"
         )
-    events, problems = jsonrecords.salvage(text, found.end() - 1, Event, path)
+    events, lost = jsonrecords.salvage(text, found.end() - 1, Event, path)
+    problems += lost
     info = re.search(r'"distributedInfo"\s*:\s*(\{[^{}]*\})', text)
     try:
         info = msgspec.json.decode(info.group(1)) if info else None
     except msgspec.DecodeError:
         info = None
     if not events:
-        raise TraceError(f"{path}: no readable event (truncated or corrupt?)")
+        why = f": {lost[0].split(': ', 1)[1]}" if lost else " (truncated or corrupt?)"
+        raise TraceError(f"{path}: no readable event{why}")
     return [events], info, problems
 
 
@@ -495,7 +523,9 @@ class _Events:
         self.parts: list[dict] = []
         self.process, self.thread = {}, {}
         self.untimed = 0
+        self.backwards = 0  # events of negative duration
         self.shaped: dict = {}  # (region, start, where) -> bytes, from shapes
+        self.flows: dict = {}  # (where, start) -> flow id, of unlinked launches and GPU work
 
     def add(self, batch) -> None:
         """One batch: a list of events (msgspec) or scanned columns."""
@@ -510,13 +540,12 @@ class _Events:
         self._metadata(batch)
         complete = [e for e in batch if e.ph == "X"]
         ts = np.fromiter([e.ts for e in complete], dtype=np.float64, count=len(complete))
-        timed = ~np.isnan(ts)
+        dur = np.fromiter([e.dur for e in complete], dtype=np.float64, count=len(complete))
+        timed = self._timed(ts, dur)
         if not timed.all():
-            self.untimed += int((~timed).sum())
             complete = [e for e, ok in zip(complete, timed) if ok]
-            ts = ts[timed]
+            ts, dur = ts[timed], dur[timed]
         n = len(complete)
-        dur = np.fromiter([e.dur for e in complete], dtype=np.float64, count=n)
         with_args = np.array(
             [i for i, e in enumerate(complete) if e.args is not None], dtype=np.int64
         )
@@ -548,10 +577,9 @@ class _Events:
             at, texts = _texts(decoded, lambda e, f=field: getattr(e.args, f, None))
             c[key][at] = [_text_id(t) for t in texts]
         strings = scanned.strings
-        timed = ~np.isnan(c["ts"])
+        timed = self._timed(c["ts"], c["dur"])
         keep = slice(None)
         if not timed.all():
-            self.untimed += int((~timed).sum())
             keep = np.flatnonzero(timed)
             strings = {key: array.take(keep) for key, array in strings.items()}
         self._append(
@@ -571,18 +599,77 @@ class _Events:
             ),
         )
 
-    def sizes_from_shapes(self, data: bytes) -> None:
+    def _timed(self, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+        """Which events have a time: a ``ts`` and ``dur`` that are numbers
+        of microseconds nanoseconds can hold, and no negative duration (an
+        interval that ends before it begins); the others are counted."""
+        with np.errstate(invalid="ignore"):
+            timed = (np.abs(ts) < MAX_MICROSECONDS) & (np.abs(dur) < MAX_MICROSECONDS)
+            backwards = timed & (dur < 0)
+        self.untimed += int((~timed).sum())
+        self.backwards += int(backwards.sum())
+        return timed & ~backwards
+
+    def flows_of_unlinked(self, data: bytes) -> None:
+        """Where GPU work carries no correlation id, the launch's flow events
+        link it: Kineto draws an ``ac2g`` flow from the runtime call (its
+        start, ``ph: s``) to the GPU activity (its start, ``ph: f``), the
+        flow's id the correlation id. Only then are those records looked
+        for in the text (most traces give every activity its id)."""
+        gpu = [c for c, name in enumerate(self.categories.names()) if name in GPU_CATEGORIES]
+        if not any(
+            (np.isin(p["category"], gpu) & (p["correlation"] == NULL)).any() for p in self.parts
+        ):
+            return
+        pids, tids = self.pids.index, self.tids.index
+        for found in FLOW_RECORD.finditer(data):
+            record = _record_at(data, found.start())
+            if not isinstance(record, dict) or record.get("cat") != "ac2g":
+                continue
+            pid, tid = pids.get(record.get("pid")), tids.get(record.get("tid"))
+            ts, flow = record.get("ts"), record.get("id")
+            if pid is None or tid is None or not isinstance(ts, int | float):
+                continue
+            if isinstance(flow, int) and INT64_MIN < flow <= INT64_MAX:
+                start = int(ns_of_microseconds(np.array([float(ts)]))[0])
+                self.flows[((pid << 32) | tid, start)] = flow
+
+    def _flow_ids(self, joined: dict) -> None:
+        """In place: the flow ids flows_of_unlinked found, as the correlation
+        of the rows that had none."""
+        if not self.flows:
+            return
+        correlation, where, start = joined["correlation"], joined["where"], joined["start"]
+        for row in np.flatnonzero(correlation == NULL).tolist():
+            flow = self.flows.get((int(where[row]), int(start[row])))
+            if flow is not None:
+                correlation[row] = flow
+        self.flows = {}
+
+    def sizes_from_shapes(self, data: bytes, rules) -> None:
         """PyTorch before 2.1 names no collective's size: where no record
         gives one (``In msg nelems``), the backend record of each collective
         (``nccl:all_reduce`` ...) gives it as its input's shape and dtype
-        (``Input Dims``: [[19618307]], ``Input type``: ["float"]). Only those
-        records are looked for in the text and decoded, a few per step."""
-        if any((p["bytes"] != NULL).any() for p in self.parts):
-            return
+        (``Input Dims``: [[19618307]], ``Input type``: ["float"]); so does a
+        collective outside c10d (``symm_mem::one_shot_all_reduce``, a custom
+        all-reduce op) that no record sizes. Only those records are looked
+        for in the text and decoded, a few per step."""
+        sized = set()
+        for p in self.parts:
+            sized.update(np.unique(p["region"][p["bytes"] != NULL]).tolist())
         backends = [
             (code, name)
             for code, name in enumerate(self.regions.names())
-            if isinstance(name, str) and BACKEND_RECORD.match(name)
+            if isinstance(name, str)
+            and code not in sized
+            and (
+                (BACKEND_RECORD.match(name) and not sized)  # else in a sized c10d call
+                or (
+                    rules.match(name, KinetoReader.name)[1] is not None
+                    and not BACKEND_RECORD.match(name)
+                    and not name.startswith("c10d::")  # its inputs: the output too
+                )
+            )
         ]
         pids, tids = self.pids.index, self.tids.index
         for code, name in backends:
@@ -665,6 +752,7 @@ class _Events:
         }
         self.parts = []
         self._shaped_bytes(joined)
+        self._flow_ids(joined)
         n = len(joined["start"])
         where, keys = pd.factorize(joined["where"])
         parent = nesting.enclosing(where, joined["start"], joined["end"])
@@ -789,9 +877,7 @@ def _collectives(args: list, rows: np.ndarray, n: int) -> tuple[np.ndarray, list
             continue
         found.append(i)
         names.append(name)
-        size = DTYPE_BYTES.get(
-            str(a.dtype or "").lower().removeprefix("torch.").removeprefix("c10::")
-        )
+        size = dtype_bytes(str(a.dtype or ""))
         elements = element_count(a.nelems if a.nelems is not None else a.size)
         if size and elements is not None:
             nbytes[i] = elements * size
@@ -827,7 +913,7 @@ def _scanned_collectives(names: pa.StringArray, dtypes: pa.StringArray, elements
     rows, local = rows[is_collective[local]], local[is_collective[local]]
     encoded = pc.dictionary_encode(dtypes.take(rows), null_encoding="encode")
     sizes = [
-        DTYPE_BYTES.get(d.removeprefix("torch.").removeprefix("c10::"), 0)
+        dtype_bytes(d) or 0
         for d in _lower([d or "" for d in encoded.dictionary.to_pylist()], escaped)
     ]
     size = np.array(sizes, dtype=np.int64)[encoded.indices.to_numpy(zero_copy_only=False)]
@@ -951,7 +1037,7 @@ def _overlapping(c: Columns, collective: np.ndarray, rows: np.ndarray, top: np.n
     before it on its location, of the same collective, moved under that one:
     a backend record (``hccl:allgather`` ...) can outlive the c10d call that
     issued it by a few microseconds, so that it does not nest in it, yet it
-    is the same collective (it was counted twice)."""
+    is the same collective, to be counted once."""
     instances = rows[top == rows]  # sorted, as rows are
     if instances.size < 2:
         return top

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runfiles import variables
 from traces import fastotf2, nesting
 from traces.readers import Problem, Reader, TraceError, counted, register
 from traces.table import NULL, Columns, Rows, finish_columns
@@ -79,7 +80,7 @@ def read_parts(path: Path, rules, run_id: str = ""):
     """(table, problems) a group of ranks at a time (about PART_EVENTS
     events each), so that converting a trace of any number of ranks holds
     one group in memory; one part where the C reader is not built."""
-    engine = os.environ.get(READER_ENV) or "fastotf2"
+    engine = variables.get(READER_ENV) or "fastotf2"
     if engine == "python" or fastotf2.library() is None:
         yield read(path, rules, run_id)
         return
@@ -137,7 +138,7 @@ def _close(reader) -> None:
 
 def _read_columns(path: Path, engine: str | None, only: set | None = None):
     """(Columns, problems, engine) of the locations ``only`` (all: None)."""
-    engine = engine or os.environ.get(READER_ENV) or "fastotf2"
+    engine = engine or variables.get(READER_ENV) or "fastotf2"
     reader = _open(path)
     try:
         if engine != "python" and fastotf2.library() is not None:
@@ -610,8 +611,9 @@ def _problems(
         (unbalanced, "Leave records without a matching Enter; left out", True),
         (
             overlapping,
-            "regions overlap others without nesting (several threads recorded on "
-            "one location); kept with their own times",
+            "Leave records close a region that is not the innermost one open (exits "
+            "out of order: a region left before one entered inside it); kept with "
+            "their own times, overlapping without nesting",
             False,
         ),
         (
@@ -737,11 +739,21 @@ def _ticks_to_ns(ticks: np.ndarray, clock) -> None:
 
 
 def _region_codes(refs: np.ndarray, names: dict) -> tuple[list, np.ndarray]:
-    """Region refs -> (names, codes): one code per region the rows use."""
-    present = np.flatnonzero(np.bincount(refs)) if refs.size else np.array([], dtype=np.int64)
-    code_of = np.full(int(present[-1]) + 1 if present.size else 1, -1, dtype=np.int32)
-    code_of[present] = np.arange(present.size, dtype=np.int32)
-    return [names.get(int(ref), f"region {ref}") for ref in present], code_of[refs]
+    """Region refs -> (names, codes): one code per region the rows use, in
+    the order of their refs. A table by ref where the refs are dense; where
+    they are sparse (an archive's refs up to 4e9), memory would follow the
+    largest ref: sorted instead."""
+    if refs.size == 0:
+        return [], np.zeros(0, dtype=np.int32)
+    if int(refs.max()) < 4 * refs.size + (1 << 16):
+        present = np.flatnonzero(np.bincount(refs))
+        code_of = np.full(int(present[-1]) + 1, -1, dtype=np.int32)
+        code_of[present] = np.arange(present.size, dtype=np.int32)
+        codes = code_of[refs]
+    else:
+        present, codes = np.unique(refs, return_inverse=True)
+        codes = codes.astype(np.int32)
+    return [names.get(int(ref), f"region {ref}") for ref in present], codes
 
 
 def _collective_codes(ops: np.ndarray, enum) -> tuple[list, np.ndarray]:

@@ -1,0 +1,186 @@
+"""replications: auto: enough replications per cell, and no more.
+
+Every cell runs ``min_replications`` times first (round 0). Once a round's
+runs are done, the decision of that round (results/<design>/replication/
+round-<k>.json) gives each cell whose 95 % interval of the mean throughput
+is still wider than ``target_half_width`` of the mean the replications its
+measured spread says it needs (Stein's two-stage rule: the smallest n whose
+t interval, at the spread seen so far, meets the target), capped at
+``max_replications``. Those runs, shuffled with the design's seed and
+interleaved across cells, make the next round; the rounds end when no cell
+gets more. Cells that met the target, reached the cap, or have fewer than
+two successful runs to estimate a spread from get none.
+
+The decisions are files: a workflow started again reads them and redoes
+nothing finished (the Snakefile's ``replicate`` checkpoint writes them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from scipy import stats as scipy_stats
+
+from runfiles.atomic import write_text
+from runfiles.names import METRICS
+from ddlcompare import validate
+from ddlcompare.design import Design
+from ddlcompare.params import RunRow
+
+RESPONSE = "images_per_s"
+CONFIDENCE = 0.95
+FOLDER = "replication"
+
+
+def cell_of(row: RunRow) -> str:
+    """A cell's name: its run folder without the replication."""
+    return row.path.rsplit("/rep~", 1)[0]
+
+
+def relative_half_width(n: int, sd: float, mean: float) -> float:
+    """Half-width of the t interval of the mean over the mean (nan below n = 2)."""
+    if n < 2 or not mean:
+        return math.nan
+    t = scipy_stats.t.ppf((1 + CONFIDENCE) / 2, n - 1)
+    return t * sd / math.sqrt(n) / abs(mean)
+
+
+def needed(values: list[float], target: float, most: int) -> int:
+    """The replications a cell needs for an interval within ``target`` of its
+    mean, at the spread of ``values`` (at most ``most``; as many as it has
+    when fewer than two values give no spread)."""
+    n = len(values)
+    if n < 2:
+        return n
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    for m in range(n, max(most, n) + 1):
+        if relative_half_width(m, sd, mean) <= target:
+            return m
+    return max(most, n)
+
+
+def decide(design: Design, planned: dict[str, int], values: dict[str, list[float]]) -> dict:
+    """One round's decision: per cell, its replications so far, their
+    interval, and how many more it gets; ``add`` lists the next round's
+    runs in their (shuffled) execution order."""
+    rule = design.adaptive
+    rows, more = [], {}
+    for cell, count in planned.items():
+        got = values.get(cell, [])
+        n = len(got)
+        mean = sum(got) / n if n else math.nan
+        sd = math.sqrt(sum((v - mean) ** 2 for v in got) / (n - 1)) if n > 1 else math.nan
+        rel = relative_half_width(n, sd, mean)
+        extra = 0
+        if n >= 2:
+            extra = max(
+                0,
+                min(rule.most, count + needed(got, rule.target_half_width, rule.most) - n) - count,
+            )
+        more[cell] = extra
+        rows.append(
+            {
+                "cell": cell,
+                "replications": count,
+                "ok": n,
+                RESPONSE: mean,
+                "relative_half_width": rel,
+                "met": bool(rel <= rule.target_half_width),
+                "add": extra,
+            }
+        )
+    add = [
+        row.path
+        for row in design.runs(most=True)
+        if planned.get(cell_of(row), 0)
+        < row.rep
+        <= planned.get(cell_of(row), 0) + more.get(cell_of(row), 0)
+    ]
+    return {"rule": rule_of(design), "cells": rows, "add": add}
+
+
+def rule_of(design: Design) -> dict:
+    rule = design.adaptive
+    return {
+        "target_half_width": rule.target_half_width,
+        "min_replications": rule.least,
+        "max_replications": rule.most,
+    }
+
+
+def folder(design: Design, results: Path) -> Path:
+    return Path(results) / design.root / FOLDER
+
+
+def round_file(design: Design, results: Path, k: int) -> Path:
+    return folder(design, results) / f"round-{k}.json"
+
+
+def rounds(design: Design, results: Path, upto: int | None = None) -> list[dict]:
+    """The decisions taken so far (rounds 0..upto-1 at most), in order; a
+    round decided under other settings (target, min, max) ends the list:
+    the workflow decides it again."""
+    found = []
+    k = 0
+    while upto is None or k < upto:
+        try:
+            doc = json.loads(round_file(design, results, k).read_text())
+        except (OSError, ValueError):
+            break
+        if not isinstance(doc, dict) or doc.get("rule") != rule_of(design):
+            break
+        found.append(doc)
+        if not doc.get("add"):
+            break
+        k += 1
+    return found
+
+
+def planned(design: Design, results: Path, upto: int | None = None) -> list[RunRow]:
+    """The runs planned so far: every run of a fixed design; under
+    replications: auto, round 0's and those the decisions of rounds before
+    ``upto`` (default: all taken) added, in execution order."""
+    if not design.adaptive:
+        return design.runs()
+    added = {path for doc in rounds(design, results, upto) for path in doc["add"]}
+    return [r for r in design.runs(most=True) if r.rep <= design.replications or r.path in added]
+
+
+def finished(design: Design, results: Path) -> bool:
+    """Whether the last decision taken adds nothing (the rounds are over)."""
+    taken = rounds(design, results)
+    return bool(taken) and not taken[-1]["add"]
+
+
+def measured(rows: list[RunRow], results: Path) -> tuple[dict[str, int], dict[str, list[float]]]:
+    """Per cell: its planned replications, and the throughput of its runs
+    that finished ok."""
+    counts: dict[str, int] = {}
+    values: dict[str, list[float]] = {}
+    for row in rows:
+        cell = cell_of(row)
+        counts[cell] = counts.get(cell, 0) + 1
+        run = Path(results) / row.path
+        status, problem = validate.done_status(run)
+        if status != "ok" or problem:
+            continue
+        try:
+            value = json.loads((run / METRICS).read_text())[RESPONSE]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            values.setdefault(cell, []).append(float(value))
+    return counts, values
+
+
+def write_round(design: Design, results: Path, k: int, out: Path | None = None) -> dict:
+    """Round k's decision, from the runs planned through round k."""
+    counts, values = measured(planned(design, results, upto=k), results)
+    doc = {"round": k, **decide(design, counts, values)}
+    path = out or round_file(design, results, k)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_text(Path(path), json.dumps(doc, indent=1) + "\n")
+    return doc

@@ -1,0 +1,210 @@
+"""A measurement has the machine to itself: workflow jobs hold the
+host-wide lock shared and wait while a measurement holds it; the overlap
+check knows training processes by their attempt, not by their command
+line; a run measured beside a CPU hog is marked loaded."""
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, journal_lines, tiny_design, write_design
+from ddlcompare import design, machine_load, machine_lock, workflow_support
+
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+
+
+def job(journal: Path, command: str, lock: Path) -> subprocess.Popen:
+    """A workflow job as another invocation's Snakemake starts it: bash with
+    the Snakefile's prefix (not part of this process's measurement)."""
+    prefix = workflow_support.job_prefix(journal).replace("{{", "{").replace("}}", "}")
+    env = {k: v for k, v in os.environ.items() if k != machine_lock.HELD_ENV}
+    return subprocess.Popen(
+        ["bash", "-c", prefix + command], env={**env, machine_lock.LOCK_ENV: str(lock)}, cwd=REPO
+    )
+
+
+def test_a_job_waits_while_a_measurement_holds_the_machine(tmp_path, monkeypatch):
+    lock, journal = tmp_path / "lock", tmp_path / "jobs.log"
+    monkeypatch.setenv(machine_lock.LOCK_ENV, str(lock))
+    measure = (
+        f"{sys.executable} -c 'from ddlcompare import machine_lock as m\n"
+        f"with m.measuring(\"run\", print) as waited: print(waited)' > {tmp_path / 'out'}"
+    )
+    with machine_lock.measuring("test", lambda text: None):
+        waiting = job(journal, measure, lock)
+        time.sleep(1.5)
+        assert waiting.poll() is None  # still waiting for the machine
+        assert [mode for _, mode in machine_lock.holders(lock)] == ["exclusive"]
+        released = time.time()
+    assert waiting.wait(timeout=30) == 0
+    [(start, end, command)] = journal_lines(journal)
+    assert start >= released
+    assert float((tmp_path / "out").read_text()) >= 1.5  # its shell's wait counts
+
+
+def test_a_measuring_job_turns_its_own_hold_exclusive(tmp_path):
+    """The job's shell holds the machine shared; the measurement in it takes
+    that same hold exclusive (it does not wait for itself), other jobs wait
+    for it, and the job holds it shared again afterwards."""
+    lock, journal = tmp_path / "lock", tmp_path / "jobs.log"
+    measure = (
+        f"{sys.executable} -c 'import time; from ddlcompare import machine_lock as m\n"
+        f"with m.measuring(\"probe\", print): print(\"held\", time.time(), flush=True); "
+        f"time.sleep(2)\nprint(\"released\", time.time(), flush=True); time.sleep(1)'"
+        f" > {tmp_path / 'out'}"
+    )
+    measuring = job(journal, measure, lock)
+    out = tmp_path / "out"
+    deadline = time.time() + 30
+    while not (out.exists() and "held" in out.read_text()):
+        assert time.time() < deadline and measuring.poll() is None
+        time.sleep(0.1)
+    other = job(journal, "true", lock)
+    assert measuring.wait(timeout=30) == 0 and other.wait(timeout=30) == 0
+    said = dict(line.split() for line in out.read_text().splitlines())
+    [(other_start, _)] = [(a, b) for a, b, command in journal_lines(journal) if command == "true"]
+    [(_, measuring_end)] = [(a, b) for a, b, command in journal_lines(journal) if command != "true"]
+    assert other_start >= float(said["released"])  # waited for the measurement alone
+    assert other_start < measuring_end  # not for the rest of the measuring job
+
+
+def test_every_rule_must_run_through_the_shell_prefix(tmp_path):
+    """A rule that runs Python in Snakemake (run:) would skip the shared
+    hold: the workflow refuses it, naming the rule."""
+    copy = tmp_path / "wf"
+    shutil.copytree(REPO / "workflows", copy / "workflows")
+    shutil.copy(REPO / "Snakefile", copy / "Snakefile")
+    with open(copy / "workflows" / "analysis.smk", "a") as f:
+        f.write('\n\nrule sneaky:\n    output:\n        "x"\n    run:\n        print("hi")\n')
+    write_design(tmp_path, tiny_design())
+    out = subprocess.run(
+        [SNAKEMAKE, "-s", str(copy / "Snakefile"), "-d", str(tmp_path), "-n"]
+        + ["--config", f"design={tmp_path / 'design.yaml'}"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert out.returncode != 0
+    assert "rule(s) sneaky: every job must be a shell: command" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def busy_loops(n: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+@pytest.mark.slow
+def test_a_run_beside_a_cpu_hog_is_loaded_and_a_name_is_not_training(tmp_path):
+    """While a run trains: processes that only name the worker module (a
+    tail on its file, a sleeper with its module name in its arguments,
+    started in the checkout) are not training; the run's own training is.
+    The run, measured beside busy loops on every core, is ok but loaded,
+    with the loops among the busiest foreign processes."""
+    doc = tiny_design(procs=(1,), epochs=1, max_steps=300, train_images=12000, warmup_steps=2)
+    write_design(tmp_path, doc)
+    decoys = [
+        subprocess.Popen(["tail", "-f", "frameworks/worker.py"], cwd=REPO),
+        subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(600)", "-m", "frameworks.worker"]
+            + [str(tmp_path / "results")],
+            cwd=REPO,
+        ),
+    ]
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen.extend(machine_lock.other_training(tmp_path / "elsewhere", REPO))
+            time.sleep(0.5)
+
+    row = design.parse(doc, "tiny.yaml").runs()[0]
+    run = subprocess.Popen(
+        [sys.executable, "-m", "ddlcompare.cli", "run-one", "--design"]
+        + [str(tmp_path / "design.yaml"), "--results", str(tmp_path), "--path", row.path],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # The hogs start once the run holds the machine: other measurements
+    # on this host are not to be disturbed while it waits.
+    while (run.pid, "exclusive") not in machine_lock.holders() and run.poll() is None:
+        time.sleep(0.2)
+    hogs = busy_loops(os.cpu_count() or 1)
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        _, err = run.communicate(timeout=600)
+    finally:
+        stop.set()
+        watcher.join()
+        for p in hogs + decoys:
+            p.kill()
+            p.wait()
+    assert run.returncode == 0, err[-3000:]
+    record = json.loads((tmp_path / row.path / "run.json").read_text())
+    assert record["status"] == "ok", record.get("reason")  # the decoys are not training
+    assert seen and all(s.endswith(f"training {(tmp_path / row.path).resolve()}") for s in seen)
+    load = record["machine_load"]
+    assert load["window"] == "measured steps" and load["loaded"]
+    assert load["foreign_cpu_share"] >= machine_load.LOADED_SHARE
+    busiest = {p["pid"] for p in load["busiest_foreign"]}
+    assert busiest & {p.pid for p in hogs}, load
+
+
+def test_what_a_measurement_starts_is_part_of_it(tmp_path):
+    """A bench run under `machine_lock measure` holds the machine alone; the
+    runs and workflow jobs it starts do not wait for their own ancestor."""
+    lock, journal = tmp_path / "lock", tmp_path / "jobs.log"
+    prefix = workflow_support.job_prefix(journal).replace("{{", "{").replace("}}", "}")
+    inner = (
+        f"{sys.executable} -c 'from ddlcompare import machine_lock as m\n"
+        "with m.measuring(\"run\", print) as waited: print(waited)'"
+    )
+    bench = f"bash -c {shlex.quote(prefix + inner)}"
+    out = subprocess.run(
+        [sys.executable, "-m", "ddlcompare.machine_lock", "measure", "--", "bash", "-c", bench],
+        env={**os.environ, machine_lock.LOCK_ENV: str(lock)},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0.0"]  # no wait for the bench's own hold
+    assert len(journal_lines(journal)) == 1
+
+
+def test_a_waiting_measurement_goes_before_jobs_that_come_later(tmp_path, monkeypatch):
+    """Jobs under way finish first; a job that comes while a measurement
+    waits starts after it: a stream of jobs cannot starve a measurement."""
+    lock, journal = tmp_path / "lock", tmp_path / "jobs.log"
+    monkeypatch.setenv(machine_lock.LOCK_ENV, str(lock))
+    first = job(journal, "sleep 3", lock)
+    while not machine_lock.holders(lock):  # the job holds the machine shared
+        time.sleep(0.05)
+    held = []
+
+    def measure():
+        with machine_lock.measuring("test", lambda text: None):
+            held.append(time.time())
+            time.sleep(1)
+            held.append(time.time())
+
+    measurer = threading.Thread(target=measure)
+    measurer.start()
+    time.sleep(1)
+    later = job(journal, "true", lock)
+    measurer.join(timeout=60)
+    assert first.wait(timeout=30) == 0 and later.wait(timeout=30) == 0
+    rows = {command: (start, end) for start, end, command in journal_lines(journal)}
+    assert rows["sleep 3"][1] <= held[0]  # the job under way finished first
+    assert rows["true"][0] >= held[1]  # the later one waited behind the measurement

@@ -1,0 +1,205 @@
+"""replications: auto: a cell with a wide interval gets more runs, a tight one
+does not, the cap holds, and the decisions are files a new start reads."""
+
+import json
+import subprocess
+import random
+
+import pytest
+
+from analysis import replication
+from ddlcompare import design
+from ddlcompare.design import DesignError
+
+
+def adaptive(**over):
+    doc = {
+        "name": "auto",
+        "factors": {"framework": ["torch-ddp", "horovod-torch"], "procs_per_node": [1, 2]},
+        "replications": "auto",
+        "max_replications": 6,
+        "seed": 3,
+    }
+    doc.update(over)
+    return design.parse(doc)
+
+
+def finish(results, rows, throughput, status="ok"):
+    """Leave the files a finished run leaves that the decision reads."""
+    for row in rows:
+        folder = results / row.path
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "done.json").write_text(
+            json.dumps({"status": status, "exit_status": 0, "reason": None, "run_id": row.run_id})
+        )
+        (folder / "metrics.json").write_text(json.dumps({"images_per_s": throughput(row)}))
+
+
+def spread_by_cell(spreads):
+    """Throughput 1000 per run, varied by the cell's relative spread."""
+    rng = random.Random(1)
+
+    def value(row):
+        spread = spreads[row.factors["framework"], row.factors["procs_per_node"]]
+        return 1000 * (1 + spread * rng.uniform(-1, 1))
+
+    return value
+
+
+def test_plan_has_least_and_most():
+    plan = adaptive()
+    assert plan.adaptive == design.Adaptive(0.05, 3, 6)
+    assert len(plan.runs()) == 4 * 3
+    most = plan.runs(most=True)
+    assert len(most) == 4 * 6
+    # the first round runs first; the replications auto may add come after, shuffled
+    assert [r.rep <= 3 for r in most] == [True] * 12 + [False] * 12
+    assert sorted(r.order for r in most) == list(range(24))
+    # the first round's rows are those of a fixed design of 3 replications
+    fixed = design.parse({**_doc(), "replications": 3})
+    assert [(r.path, r.order) for r in plan.runs()] == [(r.path, r.order) for r in fixed.runs()]
+
+
+def _doc():
+    return {
+        "name": "auto",
+        "factors": {"framework": ["torch-ddp", "horovod-torch"], "procs_per_node": [1, 2]},
+        "seed": 3,
+    }
+
+
+def key(cell: str) -> tuple[str, int]:
+    """(framework, procs_per_node) of a cell's folder name."""
+    parts = dict(part.split("~") for part in cell.split("/") if "~" in part)
+    return parts["framework"], int(parts["procs_per_node"])
+
+
+def test_wide_cell_gets_more_tight_cell_none_and_the_cap_holds(tmp_path):
+    plan = adaptive()
+    spreads = {
+        ("torch-ddp", 1): 0.001,  # tight: meets 5 % at 3
+        ("torch-ddp", 2): 0.06,  # a few more
+        ("horovod-torch", 1): 0.9,  # wide: to the cap
+        ("horovod-torch", 2): 0.001,
+    }
+    throughput = spread_by_cell(spreads)
+    finish(tmp_path, replication.planned(plan, tmp_path), throughput)
+    first = replication.write_round(plan, tmp_path, 0)
+    by = {key(c["cell"]): c for c in first["cells"]}
+    assert len(by) == 4
+    assert by["torch-ddp", 1]["met"] and by["torch-ddp", 1]["add"] == 0
+    assert by["horovod-torch", 2]["add"] == 0
+    assert by["horovod-torch", 1]["add"] == 3  # 3 + 3 = the cap of 6
+    assert not by["horovod-torch", 1]["met"]
+    # the added runs come in the plan's shuffled order, interleaved across cells
+    most = [r.path for r in plan.runs(most=True)]
+    assert first["add"] == sorted(first["add"], key=most.index)
+    planned = replication.planned(plan, tmp_path)
+    assert len(planned) == 12 + len(first["add"])
+    # round 1: the wide cell is at its cap and gets no more
+    finish(tmp_path, [r for r in planned if r.path in first["add"]], throughput)
+    second = replication.write_round(plan, tmp_path, 1)
+    capped = next(c for c in second["cells"] if c["cell"] == by["horovod-torch", 1]["cell"])
+    assert capped["replications"] == 6 and capped["add"] == 0
+    assert all(c["replications"] <= 6 for c in second["cells"])
+    rounds = [first, second]
+    while rounds[-1]["add"]:
+        added = rounds[-1]["add"]
+        finish(
+            tmp_path,
+            [r for r in replication.planned(plan, tmp_path) if r.path in added],
+            throughput,
+        )
+        rounds.append(replication.write_round(plan, tmp_path, len(rounds)))
+    assert replication.finished(plan, tmp_path)
+    final = {c["cell"]: c for c in rounds[-1]["cells"]}
+    assert final[by["torch-ddp", 1]["cell"]]["replications"] == 3
+    assert final[by["horovod-torch", 1]["cell"]]["replications"] == 6
+
+
+def test_failed_cell_gets_no_more_and_a_changed_target_decides_again(tmp_path):
+    plan = adaptive()
+    rows = replication.planned(plan, tmp_path)
+    finish(tmp_path, rows, lambda row: 1000.0 + 300 * row.rep, status="failed")
+    first = replication.write_round(plan, tmp_path, 0)
+    assert first["add"] == [] and not any(c["met"] for c in first["cells"])
+    assert all(c["ok"] == 0 for c in first["cells"])
+    assert replication.finished(plan, tmp_path)
+    looser = adaptive(target_half_width=0.5)
+    assert replication.rounds(looser, tmp_path) == []  # decided under another target
+
+
+def test_needed_is_the_smallest_n_that_meets_the_target():
+    values = [100.0, 104.0, 96.0]
+    n = replication.needed(values, 0.05, 50)
+    assert 3 < n < 50
+    sd = 4.0
+    assert replication.relative_half_width(n, sd, 100.0) <= 0.05
+    assert replication.relative_half_width(n - 1, sd, 100.0) > 0.05
+    assert replication.needed(values, 0.05, 5) == 5
+    assert replication.needed([100.0], 0.05, 10) == 1
+
+
+@pytest.mark.parametrize(
+    "over, words",
+    [
+        ({"replications": "auto", "max_replications": 2}, "max_replications (2) is below"),
+        ({"replications": "auto", "target_half_width": 0}, "target_half_width: must be a number"),
+        ({"replications": 3, "min_replications": 4}, "applies to replications: auto only"),
+        ({"replications": "often"}, "replications: must be an integer"),
+    ],
+)
+def test_adaptive_settings_are_checked(over, words):
+    with pytest.raises(DesignError) as err:
+        design.parse({**_doc(), **over})
+    assert words in str(err.value)
+
+
+def test_plan_command_shows_least_and_most(tmp_path):
+    from conftest import ddlc
+
+    path = tmp_path / "d.yaml"
+    path.write_text(json.dumps({**_doc(), "replications": "auto"}))
+    out = ddlc("plan", "--design", str(path), "--no-check")
+    assert "at least 12 runs (4 cells x 3), at most 40 (4 cells x 10)" in out.stdout
+
+
+@pytest.mark.slow
+def test_workflow_adds_a_round_and_redoes_nothing(tmp_path):
+    """Through snakemake: round 0 runs both replications, its decision adds
+    the third (a target no real timing meets), round 1 stops at the cap; a
+    second start finds nothing to do."""
+    from conftest import TINY_FIXED, snakemake_cmd, write_design
+
+    doc = {
+        "name": "tiny",
+        "factors": {"framework": ["torch-ddp"], "procs_per_node": [1], "batch_size": [32]},
+        "replications": "auto",
+        "target_half_width": 1e-6,
+        "min_replications": 2,
+        "max_replications": 3,
+        "fixed": {**TINY_FIXED, "epochs": 1, "max_steps": 4, "train_images": 1000},
+    }
+    write_design(tmp_path, doc)
+    plan = design.parse(doc)
+    last = replication.round_file(plan, tmp_path / "results", 1).relative_to(tmp_path)
+
+    def snakemake(*extra):
+        command = snakemake_cmd(tmp_path)
+        at = command.index("--config")
+        return subprocess.run(
+            [*command[:at], *extra, str(last), *command[at:]], capture_output=True, text=True
+        )
+
+    first = snakemake()
+    assert first.returncode == 0, first.stderr[-3000:]
+    rounds = replication.rounds(plan, tmp_path / "results")
+    assert [len(r["add"]) for r in rounds] == [1, 0]
+    assert rounds[-1]["cells"][0]["replications"] == 3 and not rounds[-1]["cells"][0]["met"]
+    done = [
+        r for r in plan.runs(most=True) if (tmp_path / "results" / r.path / "done.json").exists()
+    ]
+    assert sorted(r.rep for r in done) == [1, 2, 3]
+    again = snakemake("-n")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Nothing to be done" in again.stdout + again.stderr

@@ -1,0 +1,375 @@
+"""Classes of input that real tools write and the readers once got wrong
+(issue 30), each on a small file made to show it: GPU work in the step
+that launched it, collectives of every library, detection by structure,
+hostile input that costs only its own trace, refusals with their reason."""
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from traces import convert, readers
+from traces.rules import PhaseRules
+
+RULES = PhaseRules()
+REAL = Path(__file__).parent / "data" / "real-traces"
+# A process's own peak memory in KiB (VmHWM: getrusage's ru_maxrss keeps the
+# parent's peak across fork and exec, a test runner's hundreds of MB).
+PEAK_KIB = (
+    "PEAK = lambda: int(next(line.split()[1] for line in open('/proc/self/status') "
+    "if line.startswith('VmHWM:'))); "
+)
+
+
+def kineto(path: Path, events: list, **document) -> Path:
+    """A PyTorch profiler trace of ``events`` (complete events by default)."""
+    records = [{"ph": "X", "pid": 1, "tid": 1, **e} for e in events]
+    doc = {"schemaVersion": 1, "traceEvents": records, **document}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def read(path: Path):
+    table, problems = readers.read(path, RULES, "r1")
+    return table.to_pandas(), problems
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "traces.convert", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_gpu_work_takes_the_step_of_its_launch(tmp_path):
+    """Backward runs on autograd's thread (no ProfilerStep there): a kernel
+    it launches late in step 1 that runs on the GPU during step 2, or after
+    the last step, is step 1's, as the launch is."""
+    main, autograd, stream = {"tid": 1}, {"tid": 2}, {"pid": 0, "tid": 7}
+    events = [
+        {**main, "name": "ProfilerStep#1", "cat": "user_annotation", "ts": 0, "dur": 100},
+        {**main, "name": "ProfilerStep#2", "cat": "user_annotation", "ts": 100, "dur": 100},
+        {**autograd, "name": "MulBackward0", "cat": "cpu_op", "ts": 50, "dur": 40},
+        {
+            **autograd,
+            "name": "cudaLaunchKernel",
+            "cat": "cuda_runtime",
+            "ts": 60,
+            "dur": 1,
+            "args": {"correlation": 7},
+        },
+        {
+            **stream,
+            "name": "mul_kernel",
+            "cat": "kernel",
+            "ts": 150,
+            "dur": 30,
+            "args": {"correlation": 7},
+        },
+        {**autograd, "name": "MulBackward0", "cat": "cpu_op", "ts": 150, "dur": 40},
+        {
+            **autograd,
+            "name": "cudaLaunchKernel",
+            "cat": "cuda_runtime",
+            "ts": 160,
+            "dur": 1,
+            "args": {"correlation": 8},
+        },
+        {
+            **stream,
+            "name": "mul_kernel",
+            "cat": "kernel",
+            "ts": 250,
+            "dur": 30,
+            "args": {"correlation": 8},
+        },
+    ]
+    df, problems = read(kineto(tmp_path / "rank0.json", events))
+    kernels = df[df["region"] == "mul_kernel"].sort_values("start_ns")
+    assert kernels["step"].tolist() == [1, 2]
+    assert set(kernels["phase"]) == {"backward"}
+
+
+def test_real_rocm_trace_backward_kernels_are_in_their_step():
+    """HTA's MI250 trace: the GPU-side copy of ProfilerStep#1 is shorter
+    than the CPU one, and backward's kernels run after it: all of them are
+    in step 1, with their launches."""
+    df, _ = read(REAL / "hta" / "mi250-rocm6.2-minitoy-train.json.gz")
+    gpu = df[df["location"].str.contains("stream")]
+    assert len(gpu) == 18 and gpu["step"].notna().all() and set(gpu["step"]) == {1}
+
+
+def test_collectives_of_every_library_are_collectives(tmp_path):
+    """Symmetric-memory, custom and vendor all-reduces (an inference run's
+    forward, record_shapes on) are all-reduces with their bytes, the kernel
+    each launches inside it; a name that only looks like communication is
+    reported, not silently counted as compute."""
+    cpu, stream = {"tid": 1}, {"pid": 0, "tid": 7}
+    shapes = {"Input Dims": [[1024, 64]], "Input type": ["c10::BFloat16"]}
+    ops = [
+        ("symm_mem::one_shot_all_reduce", "one_shot_all_reduce_kernel<bf16>"),
+        ("_C_custom_ar::all_reduce", "void vllm::cross_device_reduce_1stage<bf16, 8>"),
+        ("trtllm::allreduce", "oneShotAllReduceKernel"),
+        ("oneccl_bindings_for_pytorch::allgather", "ccl_kernel"),
+        ("hccl:broadcast", "hccl_kernel"),
+        ("mylib::fancy_multimem_exchange", "exchange_kernel"),
+    ]
+    events = [{**cpu, "name": "## forward ##", "cat": "user_annotation", "ts": 0, "dur": 1000}]
+    for i, (op, kernel) in enumerate(ops):
+        at = 10 + 100 * i
+        events += [
+            {**cpu, "name": op, "cat": "cpu_op", "ts": at, "dur": 50, "args": dict(shapes)},
+            {
+                **cpu,
+                "name": "cudaLaunchKernel",
+                "cat": "cuda_runtime",
+                "ts": at + 10,
+                "dur": 5,
+                "args": {"correlation": i + 1},
+            },
+            {
+                **stream,
+                "name": kernel,
+                "cat": "kernel",
+                "ts": at + 20,
+                "dur": 200,
+                "args": {"correlation": i + 1},
+            },
+        ]
+    df, problems = read(kineto(tmp_path / "inference.json", events))
+    found = df[df["collective"].notna()].set_index("region")
+    assert found["collective"].to_dict() == {
+        "symm_mem::one_shot_all_reduce": "allreduce",
+        "_C_custom_ar::all_reduce": "allreduce",
+        "trtllm::allreduce": "allreduce",
+        "oneccl_bindings_for_pytorch::allgather": "allgather",
+        "hccl:broadcast": "bcast",
+    }
+    assert set(found["bytes"]) == {1024 * 64 * 2}
+    kernels = df[df["location"].str.endswith("/7") & ~df["region"].isin(["exchange_kernel"])]
+    assert kernels["op_id"].notna().all() and set(kernels["phase"]) == {"grad_comm"}
+    [note] = [p for p in problems if "look like communication" in p]
+    assert not note.lost and "'mylib::fancy_multimem_exchange' (1)" in note
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_a_trace_opening_with_large_metadata_is_recognised(tmp_path, gzipped):
+    """Detection walks the document's top-level keys to its events array,
+    whatever comes before it (brackets and the key's name inside strings
+    included): not the first 4 KiB."""
+    meta = {"notes": "]}" * 40000 + '"traceEvents": [', "nested": [[{"a": "{["}]] * 3000}
+    events = [
+        {"ph": "X", "pid": 1, "tid": 1, "name": "aten::mm", "cat": "cpu_op", "ts": 1, "dur": 2}
+    ]
+    text = json.dumps({"metadata": meta, "traceEvents": events}).encode()
+    assert len(text) > 64 * 1024
+    path = tmp_path / ("big.json.gz" if gzipped else "big.json")
+    path.write_bytes(gzip.compress(text) if gzipped else text)
+    assert readers.detect(path) == "kineto"
+    assert convert.traces_in(tmp_path) == [path]
+    df, problems = read(path)
+    assert df["region"].tolist() == ["aten::mm"] and problems == []
+
+
+def test_a_json_document_without_events_is_still_refused(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"run_id": "x", "nested": {"traceEvents": [{"ph": "X"}]}}))
+    with pytest.raises(readers.TraceError, match="not a trace this converter knows"):
+        readers.detect(path)
+
+
+def hostile(folder: Path) -> dict:
+    """One trace of each kind of hostile input, and a good one beside them."""
+    good = {"ph": "X", "pid": 1, "tid": 1, "name": "aten::mm", "cat": "cpu_op", "ts": 1, "dur": 2}
+    timeline = b'[\n{"name": "ALLREDUCE", "ph": "B", "ts": 10, "pid": 0, "args": %s},\n'
+    files = {
+        "good.json": json.dumps({"schemaVersion": 1, "traceEvents": [good]}).encode(),
+        "utf8-timeline.json": b'[\n{"name": "process_name", "ph": "M", "pid": 0, "args": '
+        b'{"name": "grad\xff\xfe"}},\n{"name": "ALLREDUCE", "ph": "B", "ts": 10, "pid": 0},\n'
+        b'{"name": "", "ph": "E", "ts": 20, "pid": 0},\n',
+        "deep-timeline.json": timeline % (b"[" * 100_000 + b"]" * 100_000),
+        "deep-kineto.json": json.dumps({"schemaVersion": 1, "traceEvents": [dict(good, args="@")]})
+        .encode()
+        .replace(b'"@"', b"[" * 100_000 + b"]" * 100_000),
+        "base-time.json": json.dumps(
+            {"schemaVersion": 1, "traceEvents": [good], "baseTimeNanoseconds": 10**23}
+        ).encode(),
+        "text-numbers.json": json.dumps(
+            {
+                "schemaVersion": 1,
+                "traceEvents": [
+                    dict(good, ts=str(i), args={"l": [{"ts": "1"}, {"ts": "2"}]}) for i in range(7)
+                ],
+            }
+        ).encode(),
+    }
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    return files
+
+
+EXPECTED = {
+    "deep-timeline.json": "nested too deeply to read",
+    "deep-kineto.json": "nested too deeply to read",
+    "base-time.json": "baseTimeNanoseconds 1e+23 puts its events beyond the year 2262",
+    "text-numbers.json": "7 record(s) could not be read (7 with a number written as text",
+}
+
+
+@pytest.mark.parametrize("keep_going", [False, True])
+def test_hostile_input_costs_only_its_own_trace(tmp_path, keep_going):
+    """Invalid UTF-8, 100,000-deep nesting (Timeline and Kineto), a base
+    time of 10^23, numbers written as text: one clear line each, no
+    traceback, and the good trace of the same call is converted."""
+    hostile(tmp_path)
+    out = tmp_path / "phases.parquet"
+    done = run_cli(str(tmp_path), "-o", str(out), *(["--keep-going"] if keep_going else []))
+    assert "Traceback" not in done.stderr
+    assert done.returncode == (0 if keep_going else 1)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    for name, reason in EXPECTED.items():
+        mine = [line for line in errors if f"/{name}:" in line]
+        assert mine and reason in mine[0], (name, errors)
+    assert not [line for line in errors if "good.json" in line or "utf8" in line]
+    [utf8] = [line for line in done.stderr.splitlines() if "UTF-8" in line]
+    assert utf8.startswith("warning:") and "utf8-timeline.json: 2 invalid UTF-8 sequence" in utf8
+    sources = {
+        Path(s["path"]).name: s["rows"]
+        for s in json.loads(convert.metadata_of(out)[b"ddlcompare.sources"])
+    }
+    assert sources["good.json"] == 1 and sources["utf8-timeline.json"] >= 1
+
+
+def test_a_gzip_bomb_is_refused_in_bounded_memory(tmp_path):
+    """256 MiB of blanks in 0.25 MB of gzip: refused once it inflates past
+    its bound (64 MiB here), never inflated whole; the good trace beside it
+    converts."""
+    import zlib
+
+    pack = zlib.compressobj(9, zlib.DEFLATED, 31)
+    parts = [pack.compress(b'{"schemaVersion": 1, "traceEvents": [')]
+    parts += [pack.compress(b" " * (1 << 24)) for _ in range(16)]
+    (tmp_path / "bomb.json.gz").write_bytes(b"".join([*parts, pack.compress(b"]}"), pack.flush()]))
+    hostile(tmp_path)
+    out = tmp_path / "phases.parquet"
+    probe = (
+        PEAK_KIB + "import sys; from traces import convert; code = convert.main(sys.argv[1:]); "
+        "print('peak', PEAK()); sys.exit(code)"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            probe,
+            str(tmp_path / "bomb.json.gz"),
+            str(tmp_path / "good.json"),
+            "-o",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    [bomb] = [line for line in done.stderr.splitlines() if "bomb.json.gz" in line]
+    assert bomb.startswith("error:") and "a gzip bomb or not a trace; refused" in bomb
+    assert "good.json: 1 intervals" in done.stdout
+    peak_kib = int(done.stdout.split("peak ")[1].split()[0])
+    assert peak_kib < 400 * 1024  # the bound (64 MiB) and the interpreter, not 256 MiB more
+
+
+def test_ddlc_import_converts_traces_from_elsewhere(tmp_path):
+    """``ddlc import`` is the converter as a user command: folders and
+    files, one table, one error line per trace that cannot be read."""
+    from conftest import ddlc
+
+    (tmp_path / "in").mkdir()
+    hostile(tmp_path / "in")
+    out = tmp_path / "phases.parquet"
+    done = ddlc("import", str(REAL / "hta"), str(tmp_path / "in" / "good.json"), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert f"{out}: 2935 rows" in done.stdout
+    done = ddlc("import", str(tmp_path / "in"), "-o", str(out))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert ddlc("import", str(tmp_path / "in"), "-o", str(out), "--keep-going").returncode == 0
+
+
+def test_timeline_refusal_names_the_file_once(tmp_path):
+    from conftest import ddlc
+
+    hostile(tmp_path)
+    done = ddlc("timeline", str(tmp_path / "text-numbers.json"), "-o", str(tmp_path / "t.json"))
+    path = tmp_path / "text-numbers.json"
+    assert done.returncode == 2 and "number written as text" in done.stderr
+    assert done.stderr.startswith(f"error: {path}: 7 record(s)")  # not "{path}: {path}: ..."
+
+
+def test_smaller_classes(tmp_path):
+    """An interval ending before it begins is left out and counted; the
+    forward's save_for_backward stays forward."""
+    events = [
+        {"name": "## forward ##", "cat": "user_annotation", "ts": 0, "dur": 100},
+        {"name": "MyFn.save_for_backward", "cat": "python_function", "ts": 10, "dur": 5},
+        {"name": "aten::mm", "cat": "cpu_op", "ts": 20, "dur": -5},
+    ]
+    df, problems = read(kineto(tmp_path / "t.json", events))
+    assert df["region"].tolist() == ["## forward ##", "MyFn.save_for_backward"]
+    assert set(df["phase"]) == {"forward"}
+    [negative] = problems
+    assert negative.lost and "1 complete event(s) of negative 'dur'" in negative
+
+
+def test_timeline_activity_ending_before_it_begins_is_left_out(tmp_path):
+    path = tmp_path / "horovod_timeline.json"
+    path.write_text(
+        '[\n{"name": "ALLREDUCE", "ph": "B", "ts": 20, "pid": 0},\n'
+        '{"name": "", "ph": "E", "ts": 10, "pid": 0},\n'
+        '{"name": "ALLREDUCE", "ph": "B", "ts": 30, "pid": 0},\n'
+        '{"name": "", "ph": "E", "ts": 40, "pid": 0},\n'
+    )
+    df, problems = read(path)
+    assert (df["dur_ns"] >= 0).all() and (df["region"] == "ALLREDUCE").sum() == 1
+    [backwards] = [p for p in problems if "end before they begin" in p]
+    assert backwards.lost and ": 1 activities" in backwards
+
+
+def test_gpu_work_without_correlation_is_linked_by_its_flow(tmp_path):
+    """A kernel without a correlation id is still its launch's, by the
+    ``ac2g`` flow Kineto draws from the launch to it: step and phase too."""
+    main, autograd, stream = {"tid": 1}, {"tid": 2}, {"pid": 0, "tid": 7}
+    events = [
+        {**main, "name": "ProfilerStep#1", "cat": "user_annotation", "ts": 0, "dur": 100},
+        {**main, "name": "ProfilerStep#2", "cat": "user_annotation", "ts": 100, "dur": 100},
+        {**autograd, "name": "MulBackward0", "cat": "cpu_op", "ts": 50, "dur": 40},
+        {**autograd, "name": "cudaLaunchKernel", "cat": "cuda_runtime", "ts": 60, "dur": 1},
+        {**stream, "name": "mul_kernel", "cat": "kernel", "ts": 150, "dur": 30},
+    ]
+    flows = [
+        {"ph": "s", "id": 9, "pid": 1, "tid": 2, "ts": 60, "cat": "ac2g", "name": "ac2g"},
+        {
+            "ph": "f",
+            "id": 9,
+            "pid": 0,
+            "tid": 7,
+            "ts": 150,
+            "cat": "ac2g",
+            "name": "ac2g",
+            "bp": "e",
+        },
+    ]
+    path = kineto(tmp_path / "t.json", events)
+    doc = json.loads(path.read_text())
+    doc["traceEvents"] += flows
+    path.write_text(json.dumps(doc))
+    df, problems = read(path)
+    kernel = df[df["region"] == "mul_kernel"].iloc[0]
+    assert kernel["parent"] == "cudaLaunchKernel" and kernel["step"] == 1
+    assert kernel["phase"] == "backward"
