@@ -12,6 +12,7 @@ ddlc import TRACE_OR_FOLDER... -o F   traces from elsewhere into one phase table
 ddlc check [--rerun]                 damaged run files, listed (and queued again)
 ddlc fetch-data cifar10              download CIFAR-10 (needs internet)
 ddlc envs [--design design.yaml]     the environments envs/setup.sh sets up for it
+ddlc cluster up|down|status          a Slurm cluster of namespaces on this machine
 """
 
 from __future__ import annotations
@@ -388,6 +389,12 @@ def cmd_envs(args) -> int:
     return 0
 
 
+def cmd_cluster(args) -> int:
+    from ddlcompare import cluster
+
+    return cluster.main(args.action)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ddlc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -493,6 +500,11 @@ def parser() -> argparse.ArgumentParser:
     fetch.add_argument("dataset", choices=["cifar10"])
     fetch.add_argument("--data-dir", default=None)
     fetch.set_defaults(fn=cmd_fetch_data)
+    clu = sub.add_parser(
+        "cluster", help="a Slurm cluster of namespaces on this machine: up, down, status"
+    )
+    clu.add_argument("action", nargs=argparse.REMAINDER, help="up|down|status [--nodes N]")
+    clu.set_defaults(fn=cmd_cluster)
     return p
 
 

@@ -9,6 +9,7 @@ argument lists, never shell strings: no design value passes through a shell.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import pkgutil
@@ -92,6 +93,13 @@ def ssh_path(scheduler: Scheduler) -> str:
     """PATH with the scheduler's remote shell as ``ssh`` first, for launchers
     that cannot be told which remote shell to use."""
     return f"{scheduler.ssh_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
+
+
+def run_port(base: int, config: dict, span: int = 1000) -> int:
+    """A port for the run's own rendezvous on its first node, offset from
+    ``base`` by its run id: two jobs that share a node (a cluster that does
+    not give whole nodes) never meet on the same port."""
+    return base + int(hashlib.sha256(config["run_id"].encode()).hexdigest(), 16) % span
 
 
 def free_ports(count: int) -> list[int]:

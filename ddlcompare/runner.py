@@ -244,10 +244,12 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
                     )
                 energy.write_run_energy(run_dir, [h.name for h in host_list], started, time.time())
     except Interrupted as stop:
+        hosts = [h["name"] for h in record.get("hosts", [])]
+        said = schedulers.current().stop_reason(os.environ, hosts)  # e.g. Slurm's TIMEOUT
         record.update(
             status="interrupted",
             end=_now(),
-            reason=f"{stop.reason}; the next workflow run starts it again",
+            reason=f"{stop.reason}{f' ({said})' if said else ''}; the next workflow run starts it again",
         )
         save(RECORD, record)
         return 128 + stop.signum if stop.signum else 1
@@ -460,6 +462,8 @@ def _send(process: psutil.Process, sig: int) -> None:
         process.send_signal(sig)
     except psutil.NoSuchProcess:
         pass
+    except psutil.AccessDenied:
+        pass  # another user's (OAR's setuid oarsh): it ends with its connection
 
 
 # "[rank1]: KeyError: 0" (torchrun), "[0]<stderr>:TypeError: ..." (horovodrun),

@@ -52,8 +52,7 @@ def test_a_new_scheduler_is_one_file(tmp_path, monkeypatch):
     """A scheduler module dropped into the package and named in BACKENDS is
     detected and drives the launchers, with no other change."""
     module = Path(schedulers.__file__).parent / "dummy_for_test.py"
-    module.write_text(
-        textwrap.dedent('''
+    module.write_text(textwrap.dedent("""
         from ddlcompare.schedulers import Scheduler, register
 
         @register
@@ -67,8 +66,7 @@ def test_a_new_scheduler_is_one_file(tmp_path, monkeypatch):
 
             def host_names(self, env):
                 return env["DUMMY_NODES"].split(",")
-        ''')
-    )
+        """))
     try:
         monkeypatch.setattr(schedulers, "BACKENDS", ["dummy_for_test", *schedulers.BACKENDS])
         scheduler, found = schedulers.detect(2, 1, env={"DUMMY_NODES": "x,y"})
@@ -100,6 +98,8 @@ def test_torchrun_single_node():
 
 def test_torchrun_multi_node_under_slurm():
     argv, _ = launch.command("torchrun", [Host("n1", 4), Host("n2", 4)], CONFIG, RUN, "slurm")
+    assert argv[0] == "env"  # without a one-task step's own size (schedulers/slurm.py)
+    argv = argv[argv.index("srun") :]
     assert argv[:6] == [
         "srun",
         "--overlap",
@@ -108,7 +108,10 @@ def test_torchrun_multi_node_under_slurm():
         "--ntasks-per-node=1",
         "--nodelist=n1,n2",
     ]
-    assert "--rdzv_endpoint=n1:29500" in argv and "--nproc_per_node=4" in argv
+    assert (
+        f"--rdzv_endpoint=n1:{launch.run_port(29500, CONFIG)}" in argv
+        and "--nproc_per_node=4" in argv
+    )
 
 
 def test_torchrun_multi_node_under_oar_uses_oarsh():

@@ -221,7 +221,7 @@ def test_status_success_needs_the_done_marker_and_a_clean_exit(oar_user):
     workdir = oar_user.workdir("status")
     done = workdir / "run" / "done.json"
     cases = {
-        "writes its marker": (f"echo '{{\"status\": \"ok\"}}' > {done}", "success"),
+        "writes its marker": (f'echo \'{{"status": "ok"}}\' > {done}', "success"),
         "exits 3": ("exit 3", "failed"),
         "ends well without its marker": ("true", "failed"),
     }
@@ -285,7 +285,7 @@ def test_launch_commands_from_a_real_oar_nodefile(oar_user):
         "plm_rsh_agent",
         "oarsh",
     ]
-    assert "--rdzv_endpoint=node-1.site:29500" in argv
+    assert f"--rdzv_endpoint=node-1.site:{launch.run_port(29500, config)}" in argv
     argv, env = launch.command("horovodrun", found, config, Path("/r"), "oar")
     assert argv[1:6] == ["-np", "4", "-H", "node-1.site:2,node-2.site:2", "--gloo"]
     assert env["PATH"].startswith(str(Oar.ssh_dir))

@@ -175,6 +175,7 @@ def test_launch_commands_from_a_real_slurm_node_list(slurm):
     two = [Host(node, 2), Host(node, 2)]
     config = {"threads": 1, "run_id": "r1", "horovod_controller": "gloo", "framework": "torch-ddp"}
     argv, _ = launch.command("torchrun", two, config, Path("/r"), "slurm")
+    argv = argv[argv.index("srun") :]
     assert argv[:6] == [
         "srun",
         "--overlap",
@@ -183,6 +184,8 @@ def test_launch_commands_from_a_real_slurm_node_list(slurm):
         "--ntasks-per-node=1",
         f"--nodelist={node},{node}",
     ]
-    assert f"--rdzv_endpoint={node}:29500" in argv and "--nnodes=2" in argv
+    assert (
+        f"--rdzv_endpoint={node}:{launch.run_port(29500, config)}" in argv and "--nnodes=2" in argv
+    )
     argv, _ = launch.command("horovodrun", two, config, Path("/r"), "slurm")
     assert argv[1:6] == ["-np", "4", "-H", f"{node}:2,{node}:2", "--gloo"]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tiny_design
-from ddlcompare import design, envs, launch, preflight, runner, spawn
+from conftest import REPO, tiny_design
+from ddlcompare import design, envs, launch, preflight, runner, schedulers, spawn
 from ddlcompare.launchers import tarantella as tarantella_launcher
 from ddlcompare.schedulers import Host
 
@@ -49,7 +49,7 @@ def test_tf_workers_locally_one_spawner_on_free_ports():
 
 def test_tf_workers_under_slurm_one_spawner_per_node():
     argv, _ = tf_workers([Host("n1", 2), Host("n2", 2)], "slurm")
-    assert argv[0] == "srun" and "--ntasks-per-node=1" in argv and "--nodelist=n1,n2" in argv
+    assert "srun" in argv and "--ntasks-per-node=1" in argv and "--nodelist=n1,n2" in argv
     assert argv[argv.index("--workers") + 1] == "n1:23456,n1:23457,n2:23456,n2:23457"
 
 
@@ -146,6 +146,10 @@ def tarantella(hosts, scheduler, run_dir=RUN, **config):
 
 def test_tarantella_on_one_node(tarantella_env):
     argv, env = tarantella([Host("localhost", 2)], "local")
+    # In the run's folder: Tarantella writes its machine file where it starts.
+    assert argv[:4] == ["sh", "-c", 'cd "$0" && exec "$@"', "/r/run"]
+    assert env["PYTHONPATH"].split(":")[0] == str(REPO)
+    argv = argv[4:]
     assert argv[:2] == ["flock", str(tarantella_launcher.GPI2_LOCK)]  # GPI-2's fixed ports: one job
     argv = argv[2:]
     assert argv[:4] == [str(tarantella_env / "tarantella"), "-n", "2", "--no-gpu"]
@@ -157,10 +161,12 @@ def test_tarantella_on_one_node(tarantella_env):
 
 def test_tarantella_hostfile_from_the_scheduler_nodes(tarantella_env, tmp_path):
     argv, env = tarantella([Host("n1", 4), Host("n2", 4)], "slurm", run_dir=tmp_path, device="gpu")
+    argv = argv[4:]
     assert argv[1:5] == ["--hostfile", str(tmp_path / "hostfile"), "--n-per-node", "4"]
     assert "--no-gpu" not in argv
     assert (tmp_path / "hostfile").read_text() == "n1\nn2\n"
-    assert str(launch.LOCAL_SSH) not in env["PATH"]  # other nodes: the real ssh
+    assert str(launch.LOCAL_SSH) not in env["PATH"]  # other nodes: the scheduler's ssh
+    assert env["PATH"].startswith(str(schedulers.get("slurm").ssh_dir))  # srun_as_ssh
 
 
 def test_missing_tarantella_is_a_clear_failed_run(tmp_path, monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ddlcompare.provenance import REPO
 from ddlcompare.launch import LOCAL_SSH, base_env, python, refuse_untraceable, launcher
 from ddlcompare.schedulers import Host, Scheduler
 
@@ -49,4 +50,8 @@ def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: Schedu
         # time fails ("Gaspi error: Device operation error"). One at a time.
         argv = ["flock", str(GPI2_LOCK), *argv]
     env["PATH"] = ":".join(path)
-    return argv, env
+    # Tarantella's launcher writes its machine file into the working
+    # directory: the run's folder, not the checkout (which the job's user
+    # may not own); the ranks find the harness through PYTHONPATH instead.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return ["sh", "-c", 'cd "$0" && exec "$@"', str(run_dir), *argv], env

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddlcompare.launch import base_env, python, tracing_env, worker_module, launcher
+from ddlcompare.launch import base_env, python, run_port, tracing_env, worker_module, launcher
 from ddlcompare.schedulers import Host, Scheduler
 
 TORCHRUN_PORT = 29500
@@ -23,7 +23,7 @@ def torchrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: Schedule
         f"--nnodes={len(hosts)}",
         f"--nproc_per_node={per_node}",
         "--rdzv_backend=c10d",
-        f"--rdzv_endpoint={hosts[0].name}:{TORCHRUN_PORT}",
+        f"--rdzv_endpoint={hosts[0].name}:{run_port(TORCHRUN_PORT, config)}",
         f"--rdzv_id={config['run_id']}",
         *worker,
     ]

@@ -74,6 +74,12 @@ class Scheduler:
         """Extra horovodrun arguments this scheduler needs."""
         return []
 
+    def stop_reason(self, env: Mapping[str, str], hosts: Sequence[str] = ()) -> str | None:
+        """Why the scheduler is stopping this job on ``hosts`` (its time
+        limit, a lost node, a cancel), in its own words, for the run's
+        record; None when it says nothing."""
+        return None
+
     def lbann_run_args(self, env: Mapping[str, str], hosts: Sequence[Host] = ()) -> dict:
         """The keyword arguments of LBANN's ``lbann.run`` that say where it
         launches (on ``hosts``): its own scheduler name and the mpiexec arguments."""
@@ -96,6 +102,15 @@ def get(name: str | Scheduler) -> Scheduler:
         return name
     _load_backends()
     return REGISTRY[name]()
+
+
+def current(env: Mapping[str, str] | None = None) -> Scheduler:
+    """The scheduler this process runs under."""
+    import os
+
+    env = os.environ if env is None else env
+    _load_backends()
+    return next(REGISTRY[n]() for n in BACKENDS if REGISTRY[n].detected(env))
 
 
 def detect(

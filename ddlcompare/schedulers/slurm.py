@@ -4,33 +4,50 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
+from pathlib import Path
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 from ddlcompare.schedulers import Scheduler, SchedulerError, register
 from runfiles import variables
 
+# What a one-task step sets of its own size, which a nested srun would take
+# for the allocation's.
+STEP_VARIABLES = ("SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_NODELIST", "SLURM_JOB_NODELIST")
+
 
 @register
 class Slurm(Scheduler):
     name = "slurm"
+    # An ``ssh`` that starts the command with srun on a node of the job:
+    # mpirun, horovodrun (Gloo) and gaspi_run reach the nodes without sshd.
+    ssh_dir = Path(__file__).resolve().parent.parent / "srun_as_ssh"
+    rsh_agent = str(ssh_dir / "ssh")
 
     @staticmethod
     def detected(env) -> bool:
         return bool(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_JOB_ID"))
 
     def host_names(self, env) -> list[str]:
-        if env.get("SLURM_JOB_NODELIST"):
+        if env.get("SLURM_JOB_NODELIST") and not (
+            env.get("SLURM_STEP_ID") and env.get("SLURM_JOB_ID")
+        ):
             return expand(env["SLURM_JOB_NODELIST"])
         # Snakemake's Slurm job step keeps only the job id in the environment
-        # of a job that runs outside an srun step: ask Slurm for the nodes.
+        # of a job that runs outside an srun step; inside its one-task step
+        # (srun --jobid), SLURM_JOB_NODELIST names the step's one node, not
+        # the allocation's: ask Slurm for the job's nodes.
         return expand(job_nodelist(env["SLURM_JOB_ID"]))
 
     def per_node_starter(self, hosts) -> list[str]:
         # --overlap: the run may itself be inside a one-task step holding the
-        # CPUs (see workflow_support.job_resources); explicit counts override
-        # the SLURM_NTASKS and the like that such a step leaves behind.
+        # CPUs (see workflow_support.job_resources). Such a step's node count
+        # and node list (one node) would cap srun's ("Only allocated 1 nodes
+        # asked for 2"): they are dropped, so srun reads the job's.
         return [
+            "env",
+            *(f"-u{name}" for name in STEP_VARIABLES),
             "srun",
             "--overlap",
             f"--nodes={len(hosts)}",
@@ -43,7 +60,30 @@ class Slurm(Scheduler):
         # The hosts are given with --host. Open MPI's Slurm support would read
         # the allocation from SLURM_NODELIST, which a Snakemake job step that
         # keeps only the job id lacks ("unable to find SLURM_NODELIST").
-        return ["--mca", "ras", "^slurm", "--mca", "plm", "^slurm"]
+        return ["--mca", "ras", "^slurm", "--mca", "plm", "^slurm", *super().mpirun_args()]
+
+    def stop_reason(self, env, hosts=()) -> str | None:
+        # Slurm sets the job's state (TIMEOUT, CANCELLED) before it signals
+        # the job's processes; a node failure shows as COMPLETING, and the
+        # job's nodes say which one is down.
+        job = env.get("SLURM_JOB_ID")
+        out = _ask(["scontrol", "show", "job", "--oneliner", job]) if job else ""
+        state = re.search(r"(?:^|\s)JobState=(\S+)", out)
+        reason = re.search(r"(?:^|\s)Reason=(\S+)", out)
+        found = re.search(r"(?:^|\s)NodeList=(\S+)", out)
+        # A job requeued after a node failure has lost its node list: the run's hosts.
+        nodes = found.group(1) if found and found.group(1) != "(null)" else ",".join(hosts)
+        if not state:
+            return None
+        said = f"Slurm job {job}: {state.group(1)}"
+        if reason and reason.group(1) != "None":
+            said += f", {reason.group(1)}"
+        # Slurm may signal the job a moment before it marks the node down.
+        for _ in range(3 if nodes and state.group(1) == "COMPLETING" else 0):
+            if down := _down_nodes(nodes):
+                return f"{said}; node down: {down}"
+            time.sleep(1)
+        return said
 
     def lbann_run_args(self, env, hosts=()) -> dict:
         # LBANN's own srun line, inside this job: --overlap as for
@@ -57,6 +97,22 @@ class Slurm(Scheduler):
         if hosts:
             args.append(f"--nodelist={','.join(h.name for h in hosts)}")
         return {"scheduler": "slurm", "launcher_args": args}
+
+
+def _ask(argv: list[str]) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _down_nodes(nodelist: str) -> str:
+    """Those of the nodes Slurm holds down or not responding, with its reason."""
+    out = _ask(["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N|%t|%E"])
+    down = [line.split("|") for line in out.splitlines() if line.count("|") == 2]
+    return ", ".join(
+        f"{name} ({why})" for name, state, why in down if "down" in state or state.endswith("*")
+    )
 
 
 def expand(nodelist: str) -> list[str]:

@@ -3,6 +3,9 @@
 # the OAR server (Almighty), the OAR node's sshd, one host with N cores, and
 # an unprivileged user to submit jobs (OAR refuses root's).
 #   tests/schedulers/oar.sh start   install what is missing, configure, start
+#                                   (DDLC_OAR_NODES="host=namespace=address ...": one
+#                                   OAR node per entry, its sshd in that network
+#                                   namespace; ./ddlc cluster sets it. Default: localhost)
 #   tests/schedulers/oar.sh stop    stop what start started (by PID), nothing else
 #   tests/schedulers/oar.sh user    the test user's name
 #   tests/schedulers/oar.sh grant PATH...
@@ -18,7 +21,9 @@ set -euo pipefail
 dir=${DDLC_OAR_DIR:-/var/lib/ddlc-test/oar}
 user=${DDLC_OAR_USER:-ddlcoar}
 uid=${DDLC_OAR_UID:-64321}
-cores=${DDLC_OAR_CORES:-4}  # more than the machine has: small jobs share it
+cores=${DDLC_OAR_CORES:-4}  # per node; more than the machine has: small jobs share it
+nodes=${DDLC_OAR_NODES:-localhost}
+owner=/var/lib/ddlc-oar-database.owner  # which set-up's resources the one OAR database holds
 packages=(postgresql oar-server oar-server-pgsql oar-node oar-user oar-user-pgsql
           libyaml-perl libjson-perl openssh-server openssh-client acl)
 say() { printf 'oar.sh: %s\n' "$*" >&2; }
@@ -46,6 +51,12 @@ configure() {
   setting SCHEDULER_MIN_TIME_BETWEEN_2_CALLS 0  # else each job waits ~11 s
   # No cgroups or cpusets here.
   sed -i 's|^JOB_RESOURCE_MANAGER_PROPERTY_DB_FIELD=|#&|; s|^CPUSET_PATH=|#&|' /etc/oar/oar.conf
+  if [ "$nodes" != localhost ]; then
+    # Several nodes: oarsh finds a job by its cpuset name (its field), and
+    # with no CPUSET_PATH no cpuset is made.
+    sed -i 's|^#JOB_RESOURCE_MANAGER_PROPERTY_DB_FIELD=|JOB_RESOURCE_MANAGER_PROPERTY_DB_FIELD=|' \
+      /etc/oar/oar.conf
+  fi
   sed -i "s|^my @Tmp_dir_to_clear = (.*);|my @Tmp_dir_to_clear = ();|" \
     /etc/oar/job_resource_manager_cgroups.pl
   grep -q '^my @Tmp_dir_to_clear = ();' /etc/oar/job_resource_manager_cgroups.pl
@@ -71,31 +82,45 @@ start_postgres() {
 }
 
 create_database() {
-  [ -f "$dir/database-created" ] && return 0
-  oar-database --create --db-is-local -y >"$dir/log/oar-database.log" 2>&1 || {
-    # Already there from an earlier run whose marker was lost: reset it.
-    oar-database --drop --db-is-local -y >>"$dir/log/oar-database.log" 2>&1
-    oar-database --create --db-is-local -y >>"$dir/log/oar-database.log" 2>&1
-  }
-  touch "$dir/database-created"
+  # One OAR database on this machine, shared by this script's set-ups (the
+  # test OAR, the cluster): a set-up that finds another's resources starts afresh.
+  if [ "$(cat "$owner" 2>/dev/null)" = "$dir" ] && oarnodes -J >/dev/null 2>&1; then
+    return 0
+  fi
+  oar-database --drop --db-is-local -y >"$dir/log/oar-database.log" 2>&1 || true
+  oar-database --create --db-is-local -y >>"$dir/log/oar-database.log" 2>&1
+  echo "$dir" > "$owner"
 }
 
 start_node_sshd() {
-  alive sshd && return 0
   mkdir -p /run/sshd
   [ -f /etc/oar/oar_ssh_host_rsa_key ] || ssh-keygen -q -t rsa -N '' -f /etc/oar/oar_ssh_host_rsa_key
-  /usr/sbin/sshd -f /etc/oar/sshd_config -o PidFile="$dir/run/sshd.pid" -o ListenAddress=127.0.0.1 \
-    -E "$dir/log/sshd.log"
-  wait_for 10 "OAR's sshd" test -s "$dir/run/sshd.pid"
+  local entry host ns address
+  for entry in $nodes; do
+    IFS== read -r host ns address <<< "$entry"
+    alive "sshd-$host" && continue
+    local sshd=(/usr/sbin/sshd -f /etc/oar/sshd_config -o PidFile="$dir/run/sshd-$host.pid"
+                -o ListenAddress="${address:-127.0.0.1}" -E "$dir/log/sshd-$host.log")
+    if [ -n "$ns" ]; then  # in the node: its network, its host name
+      ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" "${sshd[@]}"
+    else
+      "${sshd[@]}"
+    fi
+    wait_for 10 "OAR's sshd on $host" test -s "$dir/run/sshd-$host.pid"
+  done
 }
 
 add_resources() {
-  oarnodes -J 2>/dev/null | grep -q '"localhost"' && return 0
+  local entry host
   oarproperty -a host -c >/dev/null 2>&1 || true
   oarproperty -a cpu >/dev/null 2>&1 || true
   oarproperty -a core >/dev/null 2>&1 || true
-  for n in $(seq "$cores"); do
-    oarnodesetting -a -h localhost -p host=localhost -p cpu=1 -p core="$n" -p cpuset=$((n - 1)) >/dev/null
+  for entry in $nodes; do
+    host=${entry%%=*}
+    oarnodes -J 2>/dev/null | grep -q "\"$host\"" && continue
+    for n in $(seq "$cores"); do
+      oarnodesetting -a -h "$host" -p host="$host" -p cpu=1 -p core="$n" -p cpuset=$((n - 1)) >/dev/null
+    done
   done
 }
 
@@ -161,7 +186,7 @@ stop_one() {
 
 stop() {
   stop_one oar-server
-  stop_one sshd
+  for pidfile in "$dir"/run/sshd*.pid; do [ -e "$pidfile" ] && stop_one "$(basename "$pidfile" .pid)"; done
   stop_one postgres -INT  # PostgreSQL's fast shutdown
   revoke
 }

@@ -1,0 +1,390 @@
+"""The cluster on one machine (./ddlc cluster, ddlcompare/cluster.py): nodes
+in network and UTS namespaces of their own, a real Slurm across them. Every
+installed multi-process framework trains on 2 nodes through the slurm
+profile, its ranks really on different nodes; scheduler faults (a node
+lost, a time limit, a cancel) leave the run recorded with Slurm's reason
+and a rerun does only what is left. Also: the profiles by name, as the
+card writes them, from the project root."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, write_design
+from ddlcompare import cluster, envs, netem
+from ddlcompare.schedulers import slurm
+from frameworks import registry
+
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+DDLC = str(REPO / "ddlc")
+# Every framework whose processes a launcher spreads over nodes.
+SPREAD = [n for n, f in registry.FRAMEWORKS.items() if f.launcher != "one-process"]
+INSTALLED = [
+    n for n in SPREAD if envs.has_module(registry.FRAMEWORKS[n].env, registry.FRAMEWORKS[n].probe)
+]
+TINY = {"epochs": 1, "max_steps": 4, "train_images": 2000, "warmup_steps": 1, "timeout_s": 240}
+
+
+def design(frameworks, nodes=2, **fixed) -> dict:
+    return {
+        "name": "cluster",
+        "factors": {"framework": list(frameworks), "procs_per_node": [1], "batch_size": [32]},
+        "replications": 1,
+        "fixed": {**TINY, "nodes": nodes, **fixed},
+    }
+
+
+@pytest.mark.parametrize("name", ["grid5000", "slurm", "local"])
+def test_profiles_by_bare_name_from_the_project_root(name, tmp_path):
+    """`snakemake --profile grid5000`, as the card writes it: Snakemake
+    looks a bare name up in the working directory first (the project root
+    holds a link to each of profiles/)."""
+    write_design(tmp_path, design(["torch-ddp"], nodes=1))
+    out = subprocess.run(
+        [SNAKEMAKE, "--profile", name, "--dry-run", "-d", str(tmp_path), "--config",
+         f"design={tmp_path / 'design.yaml'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"Using profile {name} " in out.stdout + out.stderr
+    executor = yaml.safe_load((REPO / name / "config.yaml").read_text()).get("executor")
+    assert executor == {"grid5000": "cluster-generic", "slurm": "slurm", "local": None}[name]
+
+
+def test_ddlc_help_lists_every_command_and_run_help_sets_nothing_up(tmp_path):
+    out = subprocess.run([DDLC, "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    for command in (
+        "./ddlc run",
+        "./ddlc test",
+        "./ddlc setup",
+        "./ddlc cluster",
+        "plan",
+        "report",
+    ):
+        assert command in out.stdout, command
+    # No environment at all: help still answers, and nothing is built.
+    env = {**os.environ, "DDLC_VENV": str(tmp_path / "none")}
+    for argv in ([DDLC, "run", "--help"], [DDLC, "test", "-h"]):
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30)
+        assert out.returncode == 0 and "setup:" not in out.stderr, out.stderr
+        assert "./ddlc" in out.stdout
+    assert not (tmp_path / "none").exists()
+
+
+# ---- the cluster --------------------------------------------------------------------
+
+
+def _namespaces_allowed() -> str | None:
+    if os.geteuid() != 0:
+        return "the cluster on one machine needs root (network namespaces, daemons)"
+    if not Path("/usr/bin/apt-get").exists():
+        return "the cluster installs Debian's Slurm: apt-get not found"
+    if found := netem.problems("local"):
+        return "; ".join(found)
+    try_ns = subprocess.run(["ip", "netns", "add", "ddlc-probe-ns"], capture_output=True, text=True)
+    subprocess.run(["ip", "netns", "del", "ddlc-probe-ns"], capture_output=True)
+    if try_ns.returncode != 0:
+        return f"network namespaces are not allowed here: {try_ns.stderr.strip()}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    if why := _namespaces_allowed():
+        pytest.skip(why)
+    if cluster.RECORD.exists():
+        pytest.skip(f"a cluster is already up ({cluster.RECORD}); the tests start their own")
+    started = time.monotonic()
+    up = subprocess.run([DDLC, "cluster", "up"], capture_output=True, text=True, timeout=900)
+    assert up.returncode == 0, up.stderr[-3000:]
+    print(f"cluster up in {time.monotonic() - started:.1f} s")
+    record = cluster.status()
+    env = {
+        **cluster.client_env(),
+        "PYTHONPATH": str(REPO),
+        "DDLC_VENV": str(Path(sys.executable).parents[1]),
+    }
+    yield record, env
+    down = subprocess.run([DDLC, "cluster", "down"], capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert not [n for n in netem.namespaces() if n.startswith(f"{netem.PREFIX}{cluster.TAG}-")]
+    assert cluster.HOSTS_BEGIN not in Path("/etc/hosts").read_text()
+
+
+def slurm_snakemake(workdir: Path, env: dict, *extra: str, limit: int = 420):
+    """`snakemake --profile slurm` from the project root, as the card writes
+    it; squeue for status (the cluster keeps no accounting), polled often."""
+    argv = [
+        "timeout", "-k", "30", str(limit), SNAKEMAKE, "--profile", "slurm",
+        "-d", str(workdir), "--config", f"design={workdir / 'design.yaml'}",
+        "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
+        "--seconds-between-status-checks", "2", "--latency-wait", "5", *extra,
+    ]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
+
+
+def records(workdir: Path) -> dict[str, dict]:
+    found = [json.loads(p.read_text()) for p in (workdir / "results").rglob("run.json")]
+    return {r["config"]["framework"]: r for r in found}
+
+
+def each_on_its_own_node(workdir: Path, scheduler: str, out) -> None:
+    """Every installed framework ran ok, its ranks on 2 different nodes."""
+    found = records(workdir)
+    assert sorted(found) == sorted(INSTALLED), out.stderr[-3000:]
+    for name, record in found.items():
+        assert record["status"] == "ok", (name, record.get("reason"), out.stderr[-2000:])
+        assert record["scheduler"] == scheduler
+        hosts = [h["name"] for h in record["hosts"]]
+        ranks = sorted(r["hostname"] for r in record["ranks"])
+        assert len(set(hosts)) == 2 and ranks == sorted(hosts), (name, hosts, ranks)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_a_second_up_is_refused(slurm_cluster):
+    out = subprocess.run([DDLC, "cluster", "up"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "already up" in out.stderr
+    status = subprocess.run([DDLC, "cluster", "status"], capture_output=True, text=True)
+    assert status.returncode == 0 and status.stdout.count("idle") == 3, status.stdout
+
+
+def test_nodes_have_their_own_names_addresses_and_a_shaped_link(slurm_cluster):
+    record, env = slurm_cluster
+    out = subprocess.run(
+        ["srun", "-N3", "-n3", "--mem=50", "sh", "-c",
+         'echo "$(hostname) $(ip -4 -o addr show ddlc0 | cut -d" " -f7)"; tc qdisc show dev ddlc0'],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    seen = sorted(line.split() for line in out.stdout.splitlines() if "/" in line)
+    expected = sorted([n["hostname"], f"{n['address']}/24"] for n in record["nodes"])
+    assert seen == expected
+    assert out.stdout.count("qdisc tbf") == 3 and "rate 1Gbit" in out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+def test_every_installed_framework_trains_across_two_nodes_through_slurm(slurm_cluster, tmp_path):
+    _, env = slurm_cluster
+    write_design(tmp_path, design(INSTALLED))
+    started = time.monotonic()
+    out = slurm_snakemake(tmp_path, env)
+    print(f"{len(INSTALLED)} frameworks on 2 nodes: {time.monotonic() - started:.1f} s")
+    each_on_its_own_node(tmp_path, "slurm", out)
+
+
+# ---- OAR on the same nodes ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def oar_cluster(slurm_cluster):
+    """The cluster's OAR, and its unprivileged user (OAR refuses root's jobs)
+    able to reach this checkout and every environment's Python."""
+    from test_oar import OarUser
+
+    script = str(cluster.OAR_SCRIPT)
+    env = cluster.oar_env(slurm_cluster[0]["nodes"])
+    pythons = [envs.python_for(e) for e in {registry.FRAMEWORKS[n].env for n in INSTALLED}]
+    granted = subprocess.run(
+        [script, "grant", *map(str, pythons), str(REPO / "ddlcompare" / "oar.py")],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert granted.returncode == 0, granted.stderr
+    name = subprocess.run([script, "user"], env=env, capture_output=True, text=True).stdout.strip()
+    user = OarUser(name)
+    for env_name in {registry.FRAMEWORKS[n].env for n in INSTALLED} - {"torch"}:
+        # Found in root's ~/.cache by default: named for a user whose home is elsewhere.
+        user.env[f"DDLC_VENV_{env_name.upper()}"] = str(envs.env_dir(env_name))
+    yield user
+    shutil.rmtree(user.home / "ddlc-tests", ignore_errors=True)
+
+
+def oar_snakemake(user, workdir: Path, *extra: str, limit: int = 420):
+    """`snakemake --profile grid5000` from the project root, as the submitting
+    user. By path: with -d, a profile found by its bare name in the working
+    directory gives its scripts relative to it (docs/clusters.md)."""
+    argv = [
+        "timeout", "-k", "30", str(limit), str(Path(sys.executable).parent / "python"),
+        "-m", "snakemake", "--profile", str(REPO / "grid5000"), "-d", str(workdir),
+        "--config", f"design={workdir / 'design.yaml'}", "--seconds-between-status-checks", "1",
+        "--max-status-checks-per-second", "10", "--latency-wait", "5", *extra,
+    ]  # fmt: skip
+    return user.run(argv, REPO, timeout=limit + 60)
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+def test_every_installed_framework_trains_across_two_nodes_through_oar(oar_cluster):
+    workdir = oar_cluster.workdir("frameworks")
+    write_design(workdir, design(INSTALLED))
+    started = time.monotonic()
+    out = oar_snakemake(oar_cluster, workdir)
+    print(f"{len(INSTALLED)} frameworks on 2 OAR nodes: {time.monotonic() - started:.1f} s")
+    each_on_its_own_node(workdir, "oar", out)
+
+
+# ---- scheduler faults (Slurm) -----------------------------------------------------------
+
+
+def fault_design(workdir: Path, epochs=(1, 500)) -> None:
+    """2-node runs: one of 1 epoch that finishes, one of 500 to be stopped."""
+    doc = design(["torch-ddp"], timeout_s=3600)
+    del doc["fixed"]["epochs"]
+    doc["factors"]["epochs"] = list(epochs)
+    write_design(workdir, doc)
+
+
+def start_snakemake(workdir: Path, env: dict, *extra: str) -> subprocess.Popen:
+    argv = [
+        "timeout", "-k", "30", "600", SNAKEMAKE, "--profile", "slurm", "-d", str(workdir),
+        "--config", f"design={workdir / 'design.yaml'}", "--slurm-status-command", "squeue",
+        "--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2",
+        "--latency-wait", "5", *extra,
+    ]  # fmt: skip
+    log = open(workdir / "snakemake.log", "w")
+    return subprocess.Popen(argv, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+
+def by_epochs(workdir: Path) -> dict[int, dict]:
+    found = [json.loads(p.read_text()) for p in (workdir / "results").rglob("run.json")]
+    return {r["config"]["epochs"]: r for r in found}
+
+
+def wait_for(what: str, check, limit: float = 300):
+    deadline = time.monotonic() + limit
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"{what}: not after {limit} s"
+        time.sleep(1)
+    return found
+
+
+def long_run_training(workdir: Path, short_too: bool = True) -> str:
+    """The long run's Slurm job id, once the short run is done and the long
+    one trains (its epochs table has begun)."""
+
+    def training():
+        done = list((workdir / "results").rglob("done.json"))
+        steps = [p for p in (workdir / "results").rglob("epochs.tsv") if "epochs~500" in str(p)]
+        return len(done) == int(short_too) and steps
+
+    wait_for("the long run training", training)
+    logs = (workdir / ".snakemake" / "slurm_logs" / "rule_run").glob("*epochs~500*/*.log")
+    return next(logs).stem  # the plugin names each job's log by its Slurm job id
+
+
+@pytest.fixture
+def workflow(slurm_cluster, tmp_path):
+    """A workflow started in the background; whatever happens, it and its
+    jobs end with the test."""
+    started = []
+
+    def start(*extra):
+        started.append(start_snakemake(tmp_path, slurm_cluster[1], *extra))
+        return started[-1]
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=60)
+    subprocess.run(["scancel", "--user", "root"], env=slurm_cluster[1])  # the test cluster's own
+
+
+def stopped_with(workdir: Path, proc: subprocess.Popen, said: str) -> dict:
+    """Snakemake ends failed; the long run is recorded interrupted, in Slurm's words."""
+    assert proc.wait(timeout=300) != 0
+    record = wait_for(
+        "the long run's record",
+        lambda: by_epochs(workdir)[500]["status"] != "running" and by_epochs(workdir)[500],
+    )
+    assert record["status"] == "interrupted", record
+    assert said in record["reason"], record["reason"]
+    return record
+
+
+def only_the_stopped_run_is_left(workdir: Path, env: dict) -> None:
+    """Nothing finished is lost: a rerun (dry) does the long run alone."""
+    out = subprocess.run(
+        [SNAKEMAKE, "--profile", "slurm", "-d", str(workdir), "--config",
+         f"design={workdir / 'design.yaml'}", "--dry-run"],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    said = out.stdout + out.stderr  # the job stats: one run left
+    assert {tuple(line.split()) for line in said.splitlines() if line.startswith("run ")} == {
+        ("run", "1")
+    }, said[-2000:]
+    assert by_epochs(workdir)[1]["status"] == "ok"
+    assert len(list((workdir / "results").rglob("done.json"))) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+def test_a_job_cancelled_by_slurm_is_recorded_and_rerun_alone(slurm_cluster, workflow, tmp_path):
+    _, env = slurm_cluster
+    fault_design(tmp_path)
+    proc = workflow()
+    job = long_run_training(tmp_path)
+    subprocess.run(["scancel", job], env=env, check=True)
+    stopped_with(tmp_path, proc, f"Slurm job {job}: CANCELLED")
+    only_the_stopped_run_is_left(tmp_path, env)
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+def test_a_node_lost_mid_job_is_recorded_and_slurm_runs_it_again(slurm_cluster, workflow, tmp_path):
+    """Slurm requeues a batch job whose node failed (JobRequeue=1, its
+    default): the attempt is recorded interrupted in Slurm's words, and
+    Slurm queues the run again; the finished run is not touched."""
+    _, env = slurm_cluster
+    fault_design(tmp_path)
+    workflow()
+    job = long_run_training(tmp_path)
+
+    def job_nodes():
+        out = subprocess.run(
+            ["squeue", "-h", "-j", job, "-o", "%T %N"], capture_output=True, text=True, env=env
+        ).stdout.split()
+        return (out[0], slurm.expand(out[1]) if len(out) == 2 else []) if out else ("", [])
+
+    lost = job_nodes()[1][1]  # the second node: the runner lives on the first
+    cluster.lose_node(lost)
+    try:
+
+        def interrupted():
+            found = [json.loads(p.read_text()) for p in (tmp_path / "results").rglob("run.json")]
+            stopped = [
+                r for r in found if r["config"]["epochs"] == 500 and r["status"] == "interrupted"
+            ]
+            return stopped and stopped[0]
+
+        record = wait_for("the attempt recorded", interrupted, 120)
+        assert f"Slurm job {job}:" in record["reason"], record["reason"]
+        # Queued again by Slurm itself (a requeued job waits a moment before it starts).
+        wait_for("the job queued again", lambda: job_nodes()[0] in ("PENDING", "RUNNING"), 60)
+        assert by_epochs(tmp_path)[1]["status"] == "ok"
+        assert len(list((tmp_path / "results").rglob("done.json"))) == 1
+    finally:
+        cluster.restore_node(lost)
+    wait_for("the node back", lambda: "down" not in cluster._sinfo(env), 60)
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+def test_a_job_past_its_slurm_time_limit_is_recorded_and_rerun_alone(
+    slurm_cluster, workflow, tmp_path
+):
+    _, env = slurm_cluster
+    fault_design(tmp_path, epochs=(500,))
+    proc = workflow("--set-resources", "run:runtime=1")
+    job = long_run_training(tmp_path, short_too=False)
+    stopped_with(tmp_path, proc, f"Slurm job {job}: TIMEOUT")
+    assert not list((tmp_path / "results").rglob("done.json"))  # the next invocation reruns it
