@@ -35,9 +35,10 @@ import time
 from pathlib import Path
 
 from ddlcompare import netem
+from runfiles import variables
 
 REPO = Path(__file__).resolve().parent.parent
-STATE = Path(os.environ.get("DDLC_CLUSTER_DIR", "/var/lib/ddlc-cluster"))
+STATE = Path(variables.value("DDLC_CLUSTER_DIR"))
 RECORD = STATE / "cluster.json"
 TAG = "cluster"  # namespaces ddlc-cluster-sw, ddlc-cluster-n0...: never a runner's (netem.STALE)
 FRONTEND_LINK = "ddlcfe"  # this machine's end of its link into the bridge

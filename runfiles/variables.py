@@ -258,6 +258,19 @@ _ALL = [
         "/var/lib/ddlc-test/oar",
     ),
     Variable("DDLC_OAR_USER", None, "the test OAR's user", "tests/schedulers/oar.sh", "ddlcoar"),
+    Variable(
+        "DDLC_OAR_NODES",
+        None,
+        "the test OAR's nodes, `host=namespace=address ...` (./ddlc cluster sets it)",
+        "tests/schedulers/oar.sh",
+        "localhost",
+    ),
+    Variable(
+        "DDLC_CLUSTER_DIR",
+        "/var/lib/ddlc-cluster",
+        "the state of the cluster on one machine (./ddlc cluster)",
+        "ddlcompare/cluster.py",
+    ),
     Variable("DDLC_OAR_UID", None, "that user's uid", "tests/schedulers/oar.sh", "64321"),
     Variable("DDLC_OAR_CORES", None, "cores the test OAR offers", "tests/schedulers/oar.sh", "4"),
 ]

@@ -52,7 +52,8 @@ def test_a_new_scheduler_is_one_file(tmp_path, monkeypatch):
     """A scheduler module dropped into the package and named in BACKENDS is
     detected and drives the launchers, with no other change."""
     module = Path(schedulers.__file__).parent / "dummy_for_test.py"
-    module.write_text(textwrap.dedent("""
+    module.write_text(
+        textwrap.dedent("""
         from ddlcompare.schedulers import Scheduler, register
 
         @register
@@ -66,7 +67,8 @@ def test_a_new_scheduler_is_one_file(tmp_path, monkeypatch):
 
             def host_names(self, env):
                 return env["DUMMY_NODES"].split(",")
-        """))
+        """)
+    )
     try:
         monkeypatch.setattr(schedulers, "BACKENDS", ["dummy_for_test", *schedulers.BACKENDS])
         scheduler, found = schedulers.detect(2, 1, env={"DUMMY_NODES": "x,y"})
