@@ -48,6 +48,17 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def backward_launch(cpu: dict, gpu: dict, at: int, correlation: int) -> list[dict]:
+    """A backward op on ``cpu``'s thread launching a kernel that runs on
+    ``gpu``'s stream 100 us later, in the next step's window."""
+    link = {"args": {"correlation": correlation}}
+    return [
+        {**cpu, "name": "MulBackward0", "cat": "cpu_op", "ts": at, "dur": 40},
+        {**cpu, "name": "cudaLaunchKernel", "cat": "cuda_runtime", "ts": at + 10, "dur": 1, **link},
+        {**gpu, "name": "mul_kernel", "cat": "kernel", "ts": at + 100, "dur": 30, **link},
+    ]
+
+
 def test_gpu_work_takes_the_step_of_its_launch(tmp_path):
     """Backward runs on autograd's thread (no ProfilerStep there): a kernel
     it launches late in step 1 that runs on the GPU during step 2, or after
@@ -56,40 +67,8 @@ def test_gpu_work_takes_the_step_of_its_launch(tmp_path):
     events = [
         {**main, "name": "ProfilerStep#1", "cat": "user_annotation", "ts": 0, "dur": 100},
         {**main, "name": "ProfilerStep#2", "cat": "user_annotation", "ts": 100, "dur": 100},
-        {**autograd, "name": "MulBackward0", "cat": "cpu_op", "ts": 50, "dur": 40},
-        {
-            **autograd,
-            "name": "cudaLaunchKernel",
-            "cat": "cuda_runtime",
-            "ts": 60,
-            "dur": 1,
-            "args": {"correlation": 7},
-        },
-        {
-            **stream,
-            "name": "mul_kernel",
-            "cat": "kernel",
-            "ts": 150,
-            "dur": 30,
-            "args": {"correlation": 7},
-        },
-        {**autograd, "name": "MulBackward0", "cat": "cpu_op", "ts": 150, "dur": 40},
-        {
-            **autograd,
-            "name": "cudaLaunchKernel",
-            "cat": "cuda_runtime",
-            "ts": 160,
-            "dur": 1,
-            "args": {"correlation": 8},
-        },
-        {
-            **stream,
-            "name": "mul_kernel",
-            "cat": "kernel",
-            "ts": 250,
-            "dur": 30,
-            "args": {"correlation": 8},
-        },
+        *backward_launch(autograd, stream, at=50, correlation=7),
+        *backward_launch(autograd, stream, at=150, correlation=8),
     ]
     df, problems = read(kineto(tmp_path / "rank0.json", events))
     kernels = df[df["region"] == "mul_kernel"].sort_values("start_ns")
