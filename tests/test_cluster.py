@@ -202,7 +202,7 @@ def oar_cluster(slurm_cluster):
     user = OarUser(name)
     for env_name in {registry.FRAMEWORKS[n].env for n in INSTALLED} - {"torch"}:
         # Found in root's ~/.cache by default: named for a user whose home is elsewhere.
-        user.env[f"DDLC_VENV_{env_name.upper()}"] = str(envs.env_dir(env_name))
+        user.env[envs.variable(env_name)] = str(envs.env_dir(env_name))
     yield user
     shutil.rmtree(user.home / "ddlc-tests", ignore_errors=True)
 
