@@ -475,6 +475,8 @@ EXCEPTION_LINE = re.compile(
 # "[Score-P] ...: Error: ..."): it explains the exit better than any
 # exception a rank raised after it.
 FATAL_LINE = re.compile(r"\bFatal:|\[Score-P\].*\bError:")
+# frameworks/worker.py's word for a rank that exited 0 before its training ended.
+EARLY_EXIT_LINE = re.compile(r"\bEarlyExit: rank \d+ exited")
 # mpirun frames its messages with lines of dashes or stars: never a reason.
 SEPARATOR_LINE = re.compile(r"^[\W_]*$")
 
@@ -522,9 +524,14 @@ def _last_error(log: Path) -> str:
     signal, else the first exception a rank raised (launchers report their
     own wrapper errors after it)."""
     text = log.read_text(errors="replace")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not SEPARATOR_LINE.match(ln)]
+    # A rank that left early says so itself; the signals its launcher then
+    # sends the others follow from it.
+    for line in lines:
+        if EARLY_EXIT_LINE.search(line):
+            return line[:400]
     if killed := _rank_killed(text):
         return killed
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not SEPARATOR_LINE.match(ln)]
     for pattern in (FATAL_LINE.search, EXCEPTION_LINE.match):
         for line in lines:
             if pattern(line):
