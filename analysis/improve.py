@@ -503,8 +503,7 @@ def section(ctx) -> str:
         [
             f"{r['framework']}, {r['world_size']} process(es), {r['setting']}: "
             f"{r['change']} (acts on {r['phase']}) would save {_interval(r)} of the step: "
-            f"{r['evidence']}."
-            + (f" Tested by {r['factor']}: {r['before']} -> {r['after']}." if r["factor"] else "")
+            f"{r['evidence']}." + _test_words(r)
             for r in best.to_dict("records")
         ]
     )
@@ -514,6 +513,14 @@ def section(ctx) -> str:
         f"at least {MIN_REPLICATIONS} replications).</p>"
     )
     return text + page.table(ranked, caption="every hypothesis, ranked per framework")
+
+
+def _test_words(row: dict) -> str:
+    """How a design tests the hypothesis, or that no setting can yet (the
+    factor is missing, NaN in the ranked table, where none applies)."""
+    if isinstance(row["factor"], str) and row["factor"]:
+        return f" Tested by {row['factor']}: {row['before']} -> {row['after']}."
+    return " No design setting tests it: a change to the framework's code would."
 
 
 def _interval(row: dict) -> str:
