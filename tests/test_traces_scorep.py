@@ -99,7 +99,7 @@ def test_per_rank_starter_without_a_rank_says_so():
 
 # What Score-P cannot trace: LBANN's C++ ranks, Tarantella's GPI-2 ranks,
 # and the one-process frameworks (no rank for the per-rank starter).
-SCOREP_REFUSED = ["lbann", "tarantella", "tf-mirrored", "torch-dp"]
+SCOREP_REFUSED = ["lbann", "tarantella", "tarantella-patched", "tf-mirrored", "torch-dp"]
 
 
 @pytest.mark.parametrize("framework", SCOREP_REFUSED)
