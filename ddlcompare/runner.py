@@ -507,7 +507,9 @@ def _rank_killed(text: str) -> str | None:
     a signal ended (its peers' errors and the launcher's follow from it)."""
     root = text.find("Root Cause")  # torchrun lists the first failure there
     for pattern in RANK_SIGNAL:
-        if found := pattern.search(text, max(root, 0)) or pattern.search(text):
+        # After torchrun's root cause, only it counts: the ranks it lists
+        # before were ended by torchrun itself.
+        if found := pattern.search(text, root) if root >= 0 else pattern.search(text):
             fields = found.groupdict()
             number = int(fields["signal"]) if fields.get("signal") else int(fields["shell"]) - 128
             try:
