@@ -45,7 +45,9 @@ def test_two_processes_train_and_agree(two_ranks):
     assert len(steps) == 2 * 12 and (steps["other_ns"] > 0).all()  # whole steps only
     assert (steps["forward_ns"] == 0).all()
     record = json.loads((folder / "run.json").read_text())
-    assert record["command"][3:6] == ["-n", "2", "--no-gpu"]  # after flock LOCK
+    command = record["command"]
+    at = command.index("-n")  # after flock LOCK and the run's folder to start in
+    assert command[at : at + 3] == ["-n", "2", "--no-gpu"]
     assert record["ranks"][0]["tarantella"] == "0.8.0"
 
 
