@@ -95,7 +95,9 @@ build_env() {
 # checkout (a copy of another's included) is this checkout's own.
 check_owner() {
   local env=$1 owner place url
-  url=$(cat "$env"/lib/python3*/site-packages/ddl_compare-*.dist-info/direct_url.json 2>/dev/null |
+  # No record (a fresh checkout: no environment yet) is no owner; under
+  # pipefail the failed cat would otherwise end set-up without a word.
+  url=$( { cat "$env"/lib/python3*/site-packages/ddl_compare-*.dist-info/direct_url.json 2>/dev/null || true; } |
         sed -n 's#.*"url": *"file://\([^"]*\)".*#\1#p' | head -n 1)
   owner=${url:-$here}; place=$(realpath "$env")
   [ "$(realpath "$owner" 2>/dev/null || echo "$owner")" != "$(realpath "$here")" ] && [ -d "$owner" ] &&

@@ -4,6 +4,7 @@ when what they take from the system is missing: before hours of work."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -156,6 +157,26 @@ def test_a_second_checkout_sharing_the_environment_is_refused(tmp_path, how):
     assert f"is the environment of the checkout {owner}" in done.stderr
     assert "DDLC_TAKE_OVER_ENV=1" in done.stderr
     assert _editable_checkout(venv) == str(owner)
+
+
+def test_a_fresh_checkout_goes_on_to_build_its_environment(tmp_path):
+    """No environment yet (a fresh clone, as CI has): set-up goes on to build
+    one. It once ended there at once, exit 1 and not a word, under pipefail."""
+    fresh = tmp_path / "fresh-venv"
+    env = {**os.environ, "DDLC_VENV": str(fresh)}
+    setup = subprocess.Popen(
+        ["bash", str(REPO / "envs" / "setup.sh"), "torch"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        first = setup.stderr.readline()  # the build itself is CI's to run
+    finally:
+        os.killpg(setup.pid, signal.SIGKILL)
+        setup.wait()
+    assert first == f"setup: building the Python environment in {fresh} (a few minutes the first time)\n"
 
 
 def _editable_checkout(venv: Path) -> str:
