@@ -12,7 +12,7 @@ import pandas as pd
 
 from analysis import cells, critical_path, humanize, stats
 from frameworks import registry
-from traces.phases import STEP_PHASES
+from runfiles.phases import STEP_PHASES
 
 STRAGGLER_MARGIN = 0.05  # later than the others by 5 % of the median step time
 

@@ -48,7 +48,7 @@ from ddlcompare import machine_load, netem, runner, validate
 from runfiles import energy, names
 from runfiles.atomic import replacing, write_text
 from ddlcompare.design import Design
-from traces.phases import PHASES, STEP_PHASES
+from runfiles.phases import PHASES, STEP_PHASES
 from traces import convert
 from traces.table import SCHEMA
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import critical_path, trace_diff, whatif
-from analysis.section import Section
+from analysis.section import SectionContent
 
 
-def sections(runs: pd.DataFrame, tables: Path, found=None) -> list[Section]:
+def sections(runs: pd.DataFrame, tables: Path, found=None) -> list[SectionContent]:
     """The sections, each from the runs' converted traces where they have
     step phases, else their phase recorder's intervals; ``found``: their
     critical path where the caller has it already."""
@@ -20,7 +20,7 @@ def sections(runs: pd.DataFrame, tables: Path, found=None) -> list[Section]:
     phases = critical_path.phase_table(tables)
     if phases.empty:
         return [
-            Section(
+            SectionContent(
                 "Critical path and causes of waiting",
                 ["No phase table in these tables: nothing to explain."],
             )

@@ -39,7 +39,7 @@ from analysis import accuracy, bottlenecks, cells, page, spread, stats
 from analysis import compression as compression_table
 from frameworks import compression as codecs
 from runfiles.atomic import write_text
-from traces.phases import PHASES
+from runfiles.phases import PHASES
 from ddlcompare.validate import read_table
 
 FIGURE_SIZE = (8, 4.5)

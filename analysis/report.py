@@ -41,7 +41,7 @@ from ddlcompare import machine_load
 from runfiles.atomic import write_text
 from ddlcompare.design import Design
 from frameworks import registry
-from traces.phases import MARKERS
+from runfiles.phases import MARKERS
 from ddlcompare.validate import check_table, read_table
 
 TEMPLATES = Path(__file__).parent / "templates"

@@ -10,7 +10,7 @@ import pandas as pd
 
 
 @dataclass
-class Section:
+class SectionContent:
     title: str
     sentences: list[str] = field(default_factory=list)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # caption -> table

@@ -21,8 +21,8 @@ from scipy import stats as sps
 
 from analysis import cells
 from analysis import critical_path as cp
-from analysis.section import Section
-from traces.phases import STEP_PHASES
+from analysis.section import SectionContent
+from runfiles.phases import STEP_PHASES
 
 PARTS = [*STEP_PHASES, cp.UNTIMED]
 CONFIDENCE = 0.95
@@ -170,9 +170,9 @@ def sentences(table: pd.DataFrame) -> list[str]:
     return out
 
 
-def section(runs: pd.DataFrame, phases: pd.DataFrame, by: str = "framework") -> Section:
+def section(runs: pd.DataFrame, phases: pd.DataFrame, by: str = "framework") -> SectionContent:
     table = compare(runs, phases, by)
-    out = Section(f"Trace diff: {by} against {by}, phase by phase")
+    out = SectionContent(f"Trace diff: {by} against {by}, phase by phase")
     out.sentences = sentences(table) or [f"No cell holds two levels of {by} to compare."]
     out.tables = {"difference per step (a - b), mean step and critical path": table}
     return out

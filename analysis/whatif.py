@@ -51,8 +51,8 @@ from scipy import optimize, stats
 
 from analysis import cells
 from analysis import critical_path as cp
-from analysis.section import Section
-from traces.phases import STEP_PHASES
+from analysis.section import SectionContent
+from runfiles.phases import STEP_PHASES
 
 BOOTSTRAP = 200
 CONFIDENCE = 0.95
@@ -578,9 +578,9 @@ def analyse(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None
     }
 
 
-def section(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None) -> Section:
+def section(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None) -> SectionContent:
     found = analyse(runs, phases, tables)
-    out = Section("What if: a calibrated model of the step")
+    out = SectionContent("What if: a calibrated model of the step")
     checks = found["checks"]
     unpredicted = checks[checks["why_not"].notna()] if len(checks) else checks
     checks = checks[checks["why_not"].isna()] if len(checks) else checks

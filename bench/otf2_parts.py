@@ -53,8 +53,9 @@ sys.path.insert(0, str(REPO))
 
 from frameworks import registry  # noqa: E402
 from traces import readers  # noqa: E402
-from traces.otf2_writer import Otf2Sink, archive_anchor  # noqa: E402
-from traces.phases import STEP, STEP_PHASES, PhaseRecorder  # noqa: E402
+from frameworks.otf2_writer import Otf2Sink, archive_anchor  # noqa: E402
+from runfiles.phases import STEP, STEP_PHASES  # noqa: E402
+from frameworks.recorder import PhaseRecorder  # noqa: E402
 from traces.rules import PhaseRules  # noqa: E402
 
 GOAL = 0.01  # otf2 over none

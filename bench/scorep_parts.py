@@ -5,7 +5,7 @@ hide it (bench/tracing_overhead.py gives the whole).
 - hook: what ``--noinstrumenter`` spares every run: a Python call under the
   bindings' default instrumenter (a profile hook on every call), against the
   same call without Score-P;
-- regions: our phases as Score-P user regions (traces.tracing.ScorepRegions,
+- regions: our phases as Score-P user regions (frameworks.tracing.ScorepRegions,
   what every adapter calls: 6 begin/end pairs a step) under
   ``python -m scorep --mpp=none --thread=pthread --noinstrumenter``, against
   the same loop calling an empty LiveRegions (baseline);
@@ -36,7 +36,8 @@ sys.path.insert(0, str(REPO))
 
 from ddlcompare import tracers  # noqa: E402
 from frameworks import models  # noqa: E402
-from traces.phases import STEP, STEP_PHASES, LiveRegions  # noqa: E402
+from runfiles.phases import STEP, STEP_PHASES  # noqa: E402
+from frameworks.recorder import LiveRegions  # noqa: E402
 
 FLUSH_REGION = "TRACE BUFFER FLUSH"
 
@@ -52,7 +53,7 @@ class NoRegions(LiveRegions):
 def child_regions(pairs: int, scorep: bool) -> dict:
     """Begin/end pairs in the shape of a step: the step around its phases."""
     if scorep:
-        from traces.tracing import ScorepRegions
+        from frameworks.tracing import ScorepRegions
 
         live = ScorepRegions()
     else:

@@ -5,7 +5,7 @@
 
 On an 8-rank OTF2 trace shaped like ours (steps of phases with step/epoch
 attributes, overlapping collectives with byte counts on their own locations),
-written once by traces/otf2_writer.py and cached in
+written once by frameworks/otf2_writer.py and cached in
 ~/.cache/ddl-compare/bench/, it measures:
 
 - the converter (traces.readers.otf2_reader with the fastotf2 C reader: OTF2
@@ -96,7 +96,7 @@ def synthetic_parts(events: int, ranks: int) -> list[dict]:
 
 def cached_trace(events: int, ranks: int) -> Path:
     """The generated archive, written once per size and writer version."""
-    from traces.otf2_writer import write_archive
+    from frameworks.otf2_writer import write_archive
 
     digest = hashlib.sha256(
         (REPO / "traces" / "otf2_writer.py").read_bytes()

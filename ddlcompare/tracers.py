@@ -31,7 +31,7 @@ from pathlib import Path
 from runfiles import names, variables
 
 REPO = Path(__file__).resolve().parent.parent
-SCOREP_FILTER = REPO / "traces" / "scorep_filter"
+SCOREP_FILTER = REPO / "frameworks" / "scorep_filter"
 WORKER_SCRIPT = REPO / "frameworks" / "worker.py"
 EXPERIMENT = names.SCOREP_DIR
 SCOREP_VERSION = "8.4"  # what envs/build-scorep.sh builds

@@ -32,7 +32,7 @@ from runfiles.names import (
 )
 from frameworks import registry
 from frameworks.common import EPOCH_COLUMNS
-from traces.phases import PHASES
+from runfiles.phases import PHASES
 
 NUMBER = {"type": "number"}
 COUNT = {"type": "integer", "minimum": 0}

@@ -15,7 +15,7 @@ import numpy as np
 
 from frameworks import balance, common
 from frameworks.common import Dist
-from traces.phases import PhaseRecorder
+from frameworks.recorder import PhaseRecorder
 
 
 class Steps(Protocol):

@@ -29,8 +29,8 @@ from runfiles.names import METRICS
 from frameworks import common, data, knobs, lbann_timeline, models
 from frameworks.common import Dist
 from frameworks.registry import AdapterInfo
-from traces.otf2_writer import Otf2Sink
-from traces.phases import PhaseRecorder
+from frameworks.otf2_writer import Otf2Sink
+from frameworks.recorder import PhaseRecorder
 
 ADAPTER = AdapterInfo(
     name="lbann",

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from runfiles import names
-from traces.phases import PHASES
+from runfiles.phases import PHASES
 
 # the names the driver gives the input layers (frameworks/lbann.build_model)
 INPUT_LAYERS = ("input_samples", "input_labels")
@@ -92,7 +92,7 @@ def phase_of(kind: str, name: str) -> str:
 def step_rows(
     intervals: dict[tuple[str, str], np.ndarray], steps_per_epoch: int, origin_ns: int
 ) -> list[tuple]:
-    """The rows of steps.rank<r>.tsv (traces.phases.PhaseRecorder.steps:
+    """The rows of steps.rank<r>.tsv (runfiles.phases.PhaseRecorder.steps:
     epoch, step, start_ns, end_ns, a duration per phase, comm_bytes), on a
     clock where training began at ``origin_ns``, for the counted steps."""
     cut = counted_steps(intervals)

@@ -26,8 +26,8 @@ import numpy as np
 from runfiles import energy
 from frameworks import balance, common, data, epoch_loop, keras_models, models
 from frameworks.common import Dist
-from traces import tracing
-from traces.phases import PhaseRecorder
+from frameworks import tracing
+from frameworks.recorder import PhaseRecorder
 
 
 class TFAdapter:

@@ -17,8 +17,8 @@ import numpy as np
 from runfiles import energy, names
 from frameworks import balance, common, data, epoch_loop, models
 from frameworks.common import Dist
-from traces import tracing
-from traces.phases import LiveRegions, PhaseRecorder
+from frameworks import tracing
+from frameworks.recorder import LiveRegions, PhaseRecorder
 
 
 class TorchAdapter:

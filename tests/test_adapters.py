@@ -82,7 +82,8 @@ def test_phases_close_after_the_device_synchronises():
     queued kernels are charged to it."""
     import time
 
-    from traces.phases import PHASES, PhaseRecorder
+    from runfiles.phases import PHASES
+    from frameworks.recorder import PhaseRecorder
 
     phases = PhaseRecorder()
     phases.synchronize = lambda: time.sleep(0.02)  # stands for kernels still running

@@ -176,7 +176,10 @@ def test_a_fresh_checkout_goes_on_to_build_its_environment(tmp_path):
     finally:
         os.killpg(setup.pid, signal.SIGKILL)
         setup.wait()
-    assert first == f"setup: building the Python environment in {fresh} (a few minutes the first time)\n"
+    assert (
+        first
+        == f"setup: building the Python environment in {fresh} (a few minutes the first time)\n"
+    )
 
 
 def _editable_checkout(venv: Path) -> str:

@@ -15,7 +15,7 @@ from analysis import compression as compression_table
 from conftest import tiny_design
 from ddlcompare import design, envs, runner
 from frameworks import compression, data, models
-from traces.phases import PhaseRecorder
+from frameworks.recorder import PhaseRecorder
 
 RNG = np.random.default_rng(8)
 INPUTS = {

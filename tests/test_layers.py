@@ -1,8 +1,8 @@
 """The layers run one way: no module imports from a layer above its own.
 
-From the bottom: what a run leaves and how it is written (runfiles), the
-phase recorder and trace formats (traces), the training side (frameworks),
-the harness (ddlcompare: design, runner, launchers, schedulers), the
+From the bottom: what a run leaves and how it is written, the phase
+vocabulary included (runfiles), the training side with its phase recorder
+and tracers (frameworks), the readers of traces (traces), the harness (ddlcompare: design, runner, launchers, schedulers), the
 analysis, and the command line on top. Imports inside functions count too.
 """
 
@@ -13,8 +13,8 @@ REPO = Path(__file__).resolve().parent.parent
 # Longest prefix wins.
 LAYERS = {
     "runfiles": 0,
-    "traces": 1,
-    "frameworks": 2,
+    "frameworks": 1,
+    "traces": 2,
     "ddlcompare": 3,
     "analysis": 4,
     "ddlcompare.cli": 5,

@@ -306,7 +306,7 @@ opt-w0_kernel:0.142:0.145
 
 def test_timeline_becomes_step_rows_with_the_common_phases():
     from frameworks import lbann_timeline
-    from traces.phases import PHASES
+    from runfiles.phases import PHASES
 
     rows = lbann_timeline.step_rows(
         lbann_timeline.read(TIMELINE), steps_per_epoch=1, origin_ns=10**9

@@ -316,10 +316,10 @@ def test_per_rank_experiments_are_joined_on_their_ranks(tmp_path):
 
 def test_scorep_filter_keeps_exactly_our_phase_vocabulary():
     """One vocabulary: the filter's region names are the markers and the
-    phases of traces/phases.py, no more (a removed phase lingers otherwise)."""
-    from traces.phases import MARKERS, PHASES
+    phases of runfiles/phases.py, no more (a removed phase lingers otherwise)."""
+    from runfiles.phases import MARKERS, PHASES
 
-    text = (Path(__file__).resolve().parent.parent / "traces" / "scorep_filter").read_text()
+    text = (Path(__file__).resolve().parent.parent / "frameworks" / "scorep_filter").read_text()
     (include,) = [
         line.split()[1:] for line in text.splitlines() if line.strip().startswith("INCLUDE")
     ]

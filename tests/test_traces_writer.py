@@ -15,8 +15,9 @@ from conftest import tiny_design
 from ddlcompare import design, runner
 from frameworks import data, models
 from traces import convert, readers
-from traces.otf2_writer import PARTS_DIR, Otf2Sink, archive_anchor
-from traces.phases import MARKERS, STEP_PHASES, PhaseRecorder
+from frameworks.otf2_writer import PARTS_DIR, Otf2Sink, archive_anchor
+from runfiles.phases import MARKERS, STEP_PHASES
+from frameworks.recorder import PhaseRecorder
 from traces.rules import PhaseRules
 
 needs_otf2_print = pytest.mark.skipif(
@@ -79,7 +80,7 @@ def test_archive_is_written_by_the_last_rank_and_read_back(tmp_path):
 
 
 def test_tracing_off_attaches_nothing(tmp_path):
-    from traces import tracing
+    from frameworks import tracing
 
     phases = PhaseRecorder()
     tracing.attach(phases, {"tracer": "none"}, tmp_path, 0, 1)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from traces.phases import MARKERS, PHASES
+from runfiles.phases import MARKERS, PHASES
 
 RULES_FILE = Path(__file__).with_name("rules.yaml")
 

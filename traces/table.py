@@ -7,7 +7,7 @@ Columns (schema version in the Parquet metadata, key ``ddlcompare.schema_version
   tensor: where the interval happened), ``source`` (the reader);
 - ``step``, ``epoch``: the training step and epoch it belongs to (null when
   outside steps or unknown);
-- ``phase``: one of traces.phases.PHASES, or ``step`` for the interval that
+- ``phase``: one of runfiles.phases.PHASES, or ``step`` for the interval that
   encloses a whole step; ``region``: the name in the trace;
 - ``start_ns``, ``end_ns``, ``dur_ns``: on the trace's own clock (Unix epoch
   where the trace gives it), in nanoseconds;
@@ -29,7 +29,7 @@ import json
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import pandas as pd
@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traces import nesting
-from traces.phases import EPOCH, MARKERS, PHASES, STEP, STEP_PHASES
+from runfiles.phases import EPOCH, MARKERS, PHASES, STEP, STEP_PHASES
 from traces.rules import PhaseRules
 
 SCHEMA_VERSION = 2
@@ -184,6 +184,29 @@ class Columns:
             collective_names,
             _nullable(rows.bytes),
         )
+
+    def without_backwards(self) -> tuple[Columns, int]:
+        """These intervals less those that end before they begin (a writer's
+        clock went back: no duration to give them), and how many: the rows
+        inside one move up to its own parent, one level less deep."""
+        backwards = self.end_ns < self.start_ns
+        dropped = int(backwards.sum())
+        if not dropped:
+            return self, 0
+        parent, depth = self.parent_row.copy(), self.depth.copy()
+        while (lift := (parent >= 0) & backwards[np.maximum(parent, 0)]).any():
+            parent[lift] = self.parent_row[parent[lift]]  # one dropped level at a time
+            depth[lift] -= 1
+        kept = ~backwards
+        new_row = np.cumsum(kept) - 1
+        parent = np.where(parent >= 0, new_row[np.maximum(parent, 0)], -1)
+        arrays = {
+            f.name: getattr(self, f.name)[kept]
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), np.ndarray)
+        }
+        arrays.update(parent_row=parent[kept], depth=depth[kept])
+        return replace(self, **arrays), dropped
 
 
 def _codes(values: list) -> tuple[np.ndarray, list]:

@@ -1,4 +1,4 @@
-"""Our OTF2 tracer: a :class:`~traces.phases.Sink` per rank, one archive per run.
+"""Our OTF2 tracer: a :class:`~runfiles.phases.Sink` per rank, one archive per run.
 
 Each rank keeps its intervals in memory (a list append per interval) and, at
 the end of the run, writes them to ``trace.parts/rank<r>.json`` in the run
@@ -32,7 +32,8 @@ from pathlib import Path
 
 from runfiles import names
 from runfiles.atomic import write_text
-from traces.phases import PHASES, STEP, Sink
+from runfiles.phases import PHASES, STEP
+from frameworks.recorder import Sink
 
 ARCHIVE_DIR = names.OTF2_DIR
 ARCHIVE_NAME = "traces"

@@ -1,7 +1,5 @@
-"""The phase vocabulary and the recorder every framework adapter uses.
+"""The phase recorder every framework adapter uses.
 
-Every adapter times the same phases with the same names; the names are the
-values of the ``phase`` column in every table and the labels in every plot.
 Within a step the recorder keeps one duration per phase (a few hundred
 nanoseconds of bookkeeping per phase); phases outside steps (``init``,
 ``eval``) are kept as intervals. Event tracers (OTF2, Score-P)
@@ -20,27 +18,8 @@ from pathlib import Path
 from time import perf_counter_ns
 
 from runfiles import names
+from runfiles.phases import EPOCH, PHASES, STEP
 
-PHASES = (
-    "init",
-    "data_load",
-    "h2d",
-    "forward",
-    "backward",
-    "grad_comm",
-    "optimizer",
-    "eval",
-    "other",
-)
-STEP_PHASES = ("data_load", "h2d", "forward", "backward", "grad_comm", "optimizer")
-# The region that encloses one training step's phases in traces and in the
-# phase table (phase column "step"); it is not a phase of its own.
-STEP = "step"
-# The region that encloses one epoch: its steps, its evaluation and its
-# all-reduced epoch row (Score-P user regions and profiler annotations; the
-# phase column "epoch"). Not a phase either.
-EPOCH = "epoch"
-MARKERS = (STEP, EPOCH)
 _INDEX = {p: i for i, p in enumerate(PHASES)}
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from traces.phases import LiveRegions, PhaseRecorder
+from frameworks.recorder import LiveRegions, PhaseRecorder
 
 
 class ScorepRegions(LiveRegions):
@@ -43,6 +43,6 @@ def recorder(config: dict) -> PhaseRecorder:
 def attach(recorder: PhaseRecorder, config: dict, run_dir: Path, rank: int, world: int) -> None:
     """Sinks that need the rank (our OTF2 tracer), once ``init`` is over."""
     if config.get("tracer", "none") == "otf2":
-        from traces.otf2_writer import Otf2Sink
+        from frameworks.otf2_writer import Otf2Sink
 
         recorder.attach([Otf2Sink(run_dir, rank, world, config.get("run_id", ""))])
