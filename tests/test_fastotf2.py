@@ -12,7 +12,7 @@ import pytest
 
 from test_traces_readers import FIXTURES, needs_fixtures, otf2_copy
 from traces import convert, fastotf2
-from traces.otf2_writer import write_archive
+from frameworks.otf2_writer import write_archive
 from traces.readers import otf2_reader
 from traces.rules import PhaseRules
 
@@ -294,3 +294,36 @@ def test_memory_follows_the_definitions_present_not_the_largest_ref(tmp_path):
     )
     rows, peak_kib = map(int, done.stdout.split())
     assert rows == 200 and peak_kib < 400 * 1024
+
+
+def test_a_region_ending_before_it_begins_is_left_out_by_both_readers(tmp_path):
+    """The clock went back inside a region (as a writer other than the OTF2
+    library may write it; the library itself refuses to): both readers leave
+    it out and count it, and what it held moves up to the region around it."""
+    import otf2
+
+    marker = 0x5EED_0000_0000_1023  # a time written once, then moved back
+    with otf2.writer.open(str(tmp_path), "traces", timer_resolution=1_000_000_000) as trace:
+        defs = trace.definitions
+        group = defs.location_group("MPI Rank 0", system_tree_parent=defs.system_tree_node("n1"))
+        location = defs.location("Master thread", group=group)
+        forward, backwards, mm = (defs.region(n) for n in ("user:forward", "odd", "aten::mm"))
+        w = trace.event_writer_from_location(location)
+        w.enter(marker - 30, forward)
+        w.enter(marker - 10, backwards)
+        w.enter(marker - 9, mm)
+        w.leave(marker - 8, mm)
+        w.leave(marker, backwards)
+        w.leave(marker + 10, forward)
+    [events] = tmp_path.glob("traces/*.evt")
+    data = events.read_bytes()
+    assert data.count(marker.to_bytes(8, "little")) == 1
+    events.write_bytes(
+        data.replace(marker.to_bytes(8, "little"), (marker - 20).to_bytes(8, "little"))
+    )
+    df, problems = assert_same(tmp_path / "traces.otf2")
+    assert sorted(df["region"]) == ["aten::mm", "user:forward"] and (df["dur_ns"] >= 0).all()
+    inner = df[df["region"] == "aten::mm"].iloc[0]
+    assert inner["parent"] == "user:forward" and inner["depth"] == 1
+    [problem] = problems
+    assert problem.lost and ": 1 regions that end before they begin" in problem

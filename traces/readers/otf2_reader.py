@@ -149,6 +149,16 @@ def _read_columns(path: Path, engine: str | None, only: set | None = None):
             columns = Columns.of_rows(rows)
     finally:
         _close(reader)
+    columns, backwards = columns.without_backwards()
+    problems += counted(
+        path,
+        (
+            backwards,
+            "regions that end before they begin (the clock went back); left out, "
+            "the regions inside them moved up to the one around",
+            True,
+        ),
+    )
     return columns, problems, engine
 
 
