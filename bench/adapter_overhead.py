@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ddlcompare import design, launch, runner, schedulers  # noqa: E402
+from measuring import holding_the_machine, load, load_fields  # noqa: E402
 
 
 def harness(framework: str, batch: int, steps: int, warmup: int) -> float:
@@ -81,7 +82,8 @@ def main() -> None:
             h.append(harness(framework, args.batch, args.steps, args.warmup))
             b.append(bare(framework, args.batch, args.steps, args.warmup))
             print(
-                f"{framework} round {r + 1}: harness {h[-1]:.0f} img/s, bare {b[-1]:.0f} img/s",
+                f"{framework} round {r + 1}: harness {h[-1]:.0f} img/s, bare {b[-1]:.0f} img/s; "
+                f"{load()}",
                 flush=True,
             )
         mh, mb = statistics.median(h), statistics.median(b)
@@ -91,8 +93,9 @@ def main() -> None:
             f"{key}_bare_images_per_s={mb:.0f}",
             f"{key}_ratio={mh / mb:.3f}",
         ]
-    print(" ".join(pairs + ["goal_ratio=0.97"]))
+    print(" ".join(pairs + ["goal_ratio=0.97", load_fields()]))
 
 
 if __name__ == "__main__":
-    main()
+    with holding_the_machine("adapter overhead"):
+        main()

@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from analysis import bottlenecks, critical_path, timeline  # noqa: E402
+from measuring import holding_the_machine, load, load_fields  # noqa: E402
 
 MEAN_MS = {"data_load": 4.0, "h2d": 1.0, "forward": 12.0, "backward": 24.0, "optimizer": 3.0}
 BUCKETS = 5
@@ -178,19 +179,19 @@ def main() -> None:
     print(table["finding"].iloc[0])
     print(
         f"critical path + delay analysis: {seconds:.2f} s on one core, peak +{peak / 2**20:.0f} "
-        f"MiB ({peak / len(phases):.0f} bytes/interval); goal <= {GOAL_S:.0f} s"
+        f"MiB ({peak / len(phases):.0f} bytes/interval); goal <= {GOAL_S:.0f} s; {load()}"
     )
-    print(f"baseline, today's per-step pivot and Scalasca wait: {baseline:.2f} s")
+    print(f"baseline, today's per-step pivot and Scalasca wait: {baseline:.2f} s; {load()}")
     print(
         f"timeline of all {len(phases)} intervals (with the critical path): {export_s:.2f} s, "
         f"{size / 2**20:.0f} MiB; default window (steps {window['steps'][0]}-"
         f"{window['steps'][1]}, {window['intervals']} intervals): {window_s:.2f} s, "
         f"{window_size / 2**20:.0f} MiB; "
-        f"goal <= {TIMELINE_GOAL_S:.0f} s"
+        f"goal <= {TIMELINE_GOAL_S:.0f} s; {load()}"
     )
     print(
         f"baseline, pandas' to_json of the same rows (flat records, no critical path): "
-        f"{flat_s:.2f} s"
+        f"{flat_s:.2f} s; {load()}"
     )
     print(
         f"intervals={len(phases)} ranks={args.ranks} steps={args.steps} seconds={seconds:.2f} "
@@ -199,9 +200,10 @@ def main() -> None:
         f"timeline_s={export_s:.2f} timeline_mib={size / 2**20:.0f} "
         f"timeline_baseline_s={flat_s:.2f} timeline_ratio={export_s / flat_s:.2f} "
         f"timeline_window_s={window_s:.2f} timeline_window_mib={window_size / 2**20:.0f} "
-        f"timeline_goal_met={export_s <= TIMELINE_GOAL_S}"
+        f"timeline_goal_met={export_s <= TIMELINE_GOAL_S} {load_fields()}"
     )
 
 
 if __name__ == "__main__":
-    main()
+    with holding_the_machine("critical path"):
+        main()

@@ -57,6 +57,7 @@ from frameworks.otf2_writer import Otf2Sink, archive_anchor  # noqa: E402
 from runfiles.phases import STEP, STEP_PHASES  # noqa: E402
 from frameworks.recorder import PhaseRecorder  # noqa: E402
 from traces.rules import PhaseRules  # noqa: E402
+from measuring import holding_the_machine, load, load_fields  # noqa: E402
 
 GOAL = 0.01  # otf2 over none
 REPEATS = 7
@@ -344,7 +345,7 @@ def main() -> None:
     share = added / (run["step_ms"] * 1e6)
     print(
         f"in the steps: {added / 1e3:.2f} us a step = {share * 100:.4f} % of a "
-        f"{run['step_ms']:.1f} ms step (goal < {GOAL * 100:.0f} %)"
+        f"{run['step_ms']:.1f} ms step (goal < {GOAL * 100:.0f} %); {load()}"
     )
     for framework in (args.pairs_framework or ["torch-ddp"]) if args.pairs else []:
         with tempfile.TemporaryDirectory() as tmp:
@@ -355,7 +356,7 @@ def main() -> None:
             f"whole steps, interleaved ({whole['pairs']} pairs, {framework}, 2 processes): the "
             f"traced step {whole['overhead']:+.2%} [{whole['low']:+.2%}, {whole['high']:+.2%}] "
             f"over its untraced twin (untraced median {whole['step_ms_untraced']:.2f} ms), "
-            f"goal < {GOAL:.0%}: {whole['verdict']}",
+            f"goal < {GOAL:.0%}: {whole['verdict']}; {load()}",
             flush=True,
         )
         key = framework.replace("-", "_")
@@ -379,8 +380,11 @@ def main() -> None:
     )
     print(
         " ".join(f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items())
+        + " "
+        + load_fields()
     )
 
 
 if __name__ == "__main__":
-    main()
+    with holding_the_machine("OTF2 tracer's parts"):
+        main()

@@ -16,6 +16,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from measuring import holding_the_machine, load, load_fields  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -66,7 +67,7 @@ def main() -> None:
     spent["rest"] = total - sum(spent.values())
     print(
         f"{events} events -> {table.num_rows} rows on {args.cores} core(s): {total:.2f} s, "
-        f"{events / total / 1e6:.2f} M events/s"
+        f"{events / total / 1e6:.2f} M events/s; {load()}"
     )
     for stage, seconds in spent.items():
         what = STAGES.get(stage, "the rest (definitions, codes, columns)")
@@ -75,8 +76,11 @@ def main() -> None:
         f"events={events} cores={args.cores} seconds={total:.3f} "
         f"events_per_s={events / total:.0f} "
         + " ".join(f"{stage}_s={seconds:.3f}" for stage, seconds in spent.items())
+        + " "
+        + load_fields()
     )
 
 
 if __name__ == "__main__":
-    main()
+    with holding_the_machine("OTF2 reader's stages"):
+        main()

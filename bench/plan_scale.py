@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ddlcompare import design  # noqa: E402
+from measuring import holding_the_machine, load, load_fields  # noqa: E402
 
 DOC = {
     "name": "scale",
@@ -77,15 +78,16 @@ def main() -> None:
         )
     print(
         f"expand: {expand_s:.3f} s for {len(runs)} runs (bare product {product_s:.4f} s); "
-        f"snakemake -n: {plan_s:.1f} s (bare Snakefile {bare_s:.1f} s)"
+        f"snakemake -n: {plan_s:.1f} s (bare Snakefile {bare_s:.1f} s); {load()}"
     )
     print(
         f"expand_s={expand_s:.3f} expand_baseline_s={product_s:.4f} "
         f"expand_ratio={expand_s / product_s:.0f} expand_goal_s=1 "
         f"dryrun_s={plan_s:.1f} dryrun_baseline_s={bare_s:.1f} "
-        f"dryrun_ratio={plan_s / bare_s:.2f} dryrun_goal_s=30"
+        f"dryrun_ratio={plan_s / bare_s:.2f} dryrun_goal_s=30 {load_fields()}"
     )
 
 
 if __name__ == "__main__":
-    main()
+    with holding_the_machine("plan scale"):
+        main()

@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ddlcompare import netem, probe  # noqa: E402
+from measuring import holding_the_machine, load, load_fields  # noqa: E402
 
 PORT = 5301
 # Each side sends SECONDS at the rate; the receiver reads until the peer closes.
@@ -113,11 +114,12 @@ def main() -> None:
     for links in (1, probe.TCP_LINKS):
         for name, share in probed(args.rate, links, rate).items():
             found[f"probe_{name}_links{links}"] = share
-    print(f"emulated link at {args.rate} Mbit/s, shares of the rate:")
+    print(f"emulated link at {args.rate} Mbit/s, shares of the rate ({load()}):")
     for name, share in found.items():
         print(f"  {name}: {share:.0%}")
-    print(" ".join(f"{name}={share:.3f}" for name, share in found.items()))
+    print(" ".join([*(f"{name}={share:.3f}" for name, share in found.items()), load_fields()]))
 
 
 if __name__ == "__main__":
-    main()
+    with holding_the_machine("network probe"):
+        main()

@@ -38,6 +38,7 @@ from ddlcompare import tracers  # noqa: E402
 from frameworks import models  # noqa: E402
 from runfiles.phases import STEP, STEP_PHASES  # noqa: E402
 from frameworks.recorder import LiveRegions  # noqa: E402
+from measuring import holding_the_machine, load, load_fields  # noqa: E402
 
 FLUSH_REGION = "TRACE BUFFER FLUSH"
 
@@ -213,7 +214,7 @@ def main() -> None:
             f"Score-P, {figures['region_pair_us_baseline']:.2f} us without; exit "
             f"{figures['exit_ms_scorep']:.0f} ms with Score-P ({figures['events']} events, "
             f"{figures['flushes_during_run']} flushes during the run), "
-            f"{figures['exit_ms_baseline']:.0f} ms without",
+            f"{figures['exit_ms_baseline']:.0f} ms without; {load()}",
             flush=True,
         )
         figures.update(hook_part(args.pairs, Path(tmp)))
@@ -229,13 +230,16 @@ def main() -> None:
                 f"mpi: all-reduce of {figures['allreduce_bytes']} bytes "
                 f"{figures['allreduce_us_scorep']:.0f} us under Score-P, "
                 f"{figures['allreduce_us_baseline']:.0f} us without (median, slower rank); "
-                f"{figures['mpi_allreduces_traced']} MPI_Allreduce calls in Score-P's trace",
+                f"{figures['mpi_allreduces_traced']} MPI_Allreduce calls in Score-P's trace; {load()}",
                 flush=True,
             )
     print(
         " ".join(f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items())
+        + " "
+        + load_fields()
     )
 
 
 if __name__ == "__main__":
-    main()
+    with holding_the_machine("Score-P's parts"):
+        main()

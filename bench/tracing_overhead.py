@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from ddlcompare import design, envs, runner, tracers  # noqa: E402
 from frameworks import registry  # noqa: E402
+from measuring import holding_the_machine, load, load_fields  # noqa: E402
 
 STATS = {"median": 0.5, "fast": 0.1}  # step-time quantiles of a run
 GOALS = {"otf2": 0.01, "scorep": 0.05, "none2": 0.01}
@@ -141,7 +142,8 @@ def measure(framework: str, wanted: list[str], args, rng: random.Random) -> dict
             + ", ".join(
                 f"{t} {times[t]['median'][-1] * 1e3:.2f} / {times[t]['fast'][-1] * 1e3:.2f} ms"
                 for t in order
-            ),
+            )
+            + f"; {load()}",
             flush=True,
         )
     key = framework.replace("-", "_")
@@ -164,7 +166,7 @@ def measure(framework: str, wanted: list[str], args, rng: random.Random) -> dict
             shown = "" if interval is None else f" [{interval[0]:+.2%}, {interval[1]:+.2%}]"
             print(
                 f"{framework} {tracer} over none ({stat} step, {rounds} paired rounds): "
-                f"{middle:+.2%}{shown} against a goal of {GOALS[tracer]:.0%}: {said}",
+                f"{middle:+.2%}{shown} against a goal of {GOALS[tracer]:.0%}: {said}; {load()}",
                 flush=True,
             )
     return figures
@@ -201,8 +203,11 @@ def main() -> None:
     figures.update({f"goal_overhead_{t}": g for t, g in GOALS.items() if t != CONTROL})
     print(
         " ".join(f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items())
+        + " "
+        + load_fields()
     )
 
 
 if __name__ == "__main__":
-    main()
+    with holding_the_machine("tracing overhead"):
+        main()
