@@ -10,28 +10,24 @@ argument lists, never shell strings: no design value passes through a shell.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import os
-import pkgutil
 import socket
 from pathlib import Path
 from typing import Callable
 
 from ddlcompare import envs, tracers
 from runfiles import names
+from runfiles.backends import Registry
 from ddlcompare.schedulers import Host, Scheduler, get as scheduler_named
 
-LAUNCHERS: dict[str, Callable] = {}
+LAUNCHERS: Registry[Callable] = Registry("ddlcompare.launchers", "launcher")
 REPO = Path(__file__).resolve().parent.parent
 LOCAL_SSH = REPO / "envs" / "local-ssh"  # an `ssh` that runs commands for this host here
 
 
 def launcher(name: str):
-    def register(fn):
-        LAUNCHERS[name] = fn
-        return fn
-
-    return register
+    """``@launcher("<name>")``: a launcher function, registered by name."""
+    return LAUNCHERS.register(name=name)
 
 
 def python(config: dict) -> str:
@@ -115,17 +111,7 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def launchers() -> dict[str, Callable]:
-    """Every registered launcher, by name. The folder is listed on each call (so
-    a new file is found); each module is imported once."""
-    from ddlcompare import launchers as folder
-
-    for module in pkgutil.iter_modules(folder.__path__):
-        importlib.import_module(f"{folder.__name__}.{module.name}")
-    return LAUNCHERS
-
-
 def command(name: str, hosts: list[Host], config: dict, run_dir: Path, scheduler: Scheduler | str):
     """The argv and extra environment of launcher ``name`` (the scheduler by
     object, or by its registered name)."""
-    return launchers()[name](hosts, config, run_dir, scheduler_named(scheduler))
+    return LAUNCHERS[name](hosts, config, run_dir, scheduler_named(scheduler))

@@ -4,25 +4,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from frameworks.registry import AdapterInfo
+from frameworks.registry import AdapterInfo, register
 from frameworks.tf_family import Dist, TFAdapter, pin_device
 
-ADAPTER = AdapterInfo(
-    name="horovod-keras",
-    module=__name__,
-    family="tensorflow",
-    launcher="horovodrun",
-    env="tensorflow",
-    probe="horovod.tensorflow",
-    exposes=("init", "data_load", "forward", "backward", "grad_comm", "optimizer", "eval"),
-    notes="A custom GradientTape loop: 'backward' is tape.gradient, 'grad_comm' the "
-    "grouped all-reduce (average) that hvd.DistributedGradientTape issues after it "
-    "in eager mode, called on its own so that it is timed on its own. "
-    "fp16 is hvd.Compression.fp16 in that all-reduce; comm_bytes are the sizes of "
-    "the tensors handed to it, recorded when the compiled all-reduce is traced "
-    "(its shapes are fixed). int8 and bf16 are not offered here.",
-    compressions=("none", "fp16"),
-    batch_splits=("even", "calibrated"),
+ADAPTER = register(
+    AdapterInfo(
+        name="horovod-keras",
+        module=__name__,
+        family="tensorflow",
+        launcher="horovodrun",
+        env="tensorflow",
+        probe="horovod.tensorflow",
+        exposes=("init", "data_load", "forward", "backward", "grad_comm", "optimizer", "eval"),
+        notes="A custom GradientTape loop: 'backward' is tape.gradient, 'grad_comm' the "
+        "grouped all-reduce (average) that hvd.DistributedGradientTape issues after it "
+        "in eager mode, called on its own so that it is timed on its own. "
+        "fp16 is hvd.Compression.fp16 in that all-reduce; comm_bytes are the sizes of "
+        "the tensors handed to it, recorded when the compiled all-reduce is traced "
+        "(its shapes are fixed). int8 and bf16 are not offered here.",
+        compressions=("none", "fp16"),
+        batch_splits=("even", "calibrated"),
+    )
 )
 
 

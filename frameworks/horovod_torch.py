@@ -7,28 +7,39 @@ from pathlib import Path
 
 from frameworks import compression, knobs
 from frameworks.common import RunError
-from frameworks.registry import AdapterInfo
+from frameworks.registry import AdapterInfo, register
 from frameworks.torch_family import Dist, TorchAdapter
 
-ADAPTER = AdapterInfo(
-    name="horovod-torch",
-    module=__name__,
-    family="torch",
-    launcher="horovodrun",
-    env="torch",
-    probe="horovod.torch",
-    exposes=("init", "data_load", "h2d", "forward", "backward", "grad_comm", "optimizer", "eval"),
-    notes="Horovod starts each gradient's all-reduce from a backward hook; "
-    "'grad_comm' is the exposed wait in optimizer.synchronize(). "
-    "fp16 is hvd.Compression.fp16. bf16: Horovod 0.28 refuses bfloat16 tensors "
-    "('Tensor type torch.BFloat16Tensor is not supported'). int8 and int8+lossless: "
-    "Horovod's Compressor only wraps an all-reduce, so the adapter all-gathers every "
-    "gradient's payload (one grouped all-gather) after backward and each rank "
-    "averages the decoded payloads; that exchange does not overlap backward and "
-    "all of it is in 'grad_comm'.",
-    compressions=("none", "fp16", "int8", "int8+lossless"),
-    batch_splits=("even", "calibrated"),
-    knobs=("fusion_threshold_kib", "horovod_cycle_time_ms", "horovod_hierarchical_allreduce"),
+ADAPTER = register(
+    AdapterInfo(
+        name="horovod-torch",
+        module=__name__,
+        family="torch",
+        launcher="horovodrun",
+        env="torch",
+        probe="horovod.torch",
+        exposes=(
+            "init",
+            "data_load",
+            "h2d",
+            "forward",
+            "backward",
+            "grad_comm",
+            "optimizer",
+            "eval",
+        ),
+        notes="Horovod starts each gradient's all-reduce from a backward hook; "
+        "'grad_comm' is the exposed wait in optimizer.synchronize(). "
+        "fp16 is hvd.Compression.fp16. bf16: Horovod 0.28 refuses bfloat16 tensors "
+        "('Tensor type torch.BFloat16Tensor is not supported'). int8 and int8+lossless: "
+        "Horovod's Compressor only wraps an all-reduce, so the adapter all-gathers every "
+        "gradient's payload (one grouped all-gather) after backward and each rank "
+        "averages the decoded payloads; that exchange does not overlap backward and "
+        "all of it is in 'grad_comm'.",
+        compressions=("none", "fp16", "int8", "int8+lossless"),
+        batch_splits=("even", "calibrated"),
+        knobs=("fusion_threshold_kib", "horovod_cycle_time_ms", "horovod_hierarchical_allreduce"),
+    )
 )
 
 

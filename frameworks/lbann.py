@@ -28,25 +28,27 @@ from runfiles.atomic import write_bytes
 from runfiles.names import METRICS
 from frameworks import common, data, knobs, lbann_timeline, models
 from frameworks.common import Dist
-from frameworks.registry import AdapterInfo
+from frameworks.registry import AdapterInfo, register
 from frameworks.otf2_writer import Otf2Sink
 from frameworks.recorder import PhaseRecorder
 
-ADAPTER = AdapterInfo(
-    name="lbann",
-    module=__name__,
-    family="lbann",
-    launcher="lbann-driver",
-    env="lbann",
-    probe="lbann",
-    exposes=("init", "data_load", "forward", "backward", "optimizer", "eval"),
-    notes="LBANN runs its own training loop. Its timeline callback times every "
-    "layer's forward and backward pass and every weight update on every rank: "
-    "data_load is the input layers' forward pass. The gradient all-reduces have no "
-    "phase of their own: LBANN keeps one in flight, so most of their time is in "
-    "backward and the last one's wait in optimizer. Its timer's epoch run times and mini-batch statistics fill "
-    "epochs.tsv and lbann_batch_times.tsv; LBANN keeps its weights to itself.",
-    knobs=("lbann_io_threads",),
+ADAPTER = register(
+    AdapterInfo(
+        name="lbann",
+        module=__name__,
+        family="lbann",
+        launcher="lbann-driver",
+        env="lbann",
+        probe="lbann",
+        exposes=("init", "data_load", "forward", "backward", "optimizer", "eval"),
+        notes="LBANN runs its own training loop. Its timeline callback times every "
+        "layer's forward and backward pass and every weight update on every rank: "
+        "data_load is the input layers' forward pass. The gradient all-reduces have no "
+        "phase of their own: LBANN keeps one in flight, so most of their time is in "
+        "backward and the last one's wait in optimizer. Its timer's epoch run times and mini-batch statistics fill "
+        "epochs.tsv and lbann_batch_times.tsv; LBANN keeps its weights to itself.",
+        knobs=("lbann_io_threads",),
+    )
 )
 
 HOW_TO_BUILD = (

@@ -1,17 +1,18 @@
 """Which framework adapters exist, found by scanning this package.
 
-An adapter is one module in ``frameworks/`` that defines ``ADAPTER``, an
-:class:`AdapterInfo`. Importing an adapter module must stay cheap (its
-framework is imported inside its functions), so the planner can list and
-check frameworks without torch or TensorFlow.
+An adapter is one module in ``frameworks/`` that registers its
+:class:`AdapterInfo` (``ADAPTER = register(AdapterInfo(...))``, the one
+mechanism of runfiles/backends.py). Importing an adapter module must stay
+cheap (its framework is imported inside its functions), so the planner can
+list and check frameworks without torch or TensorFlow.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from dataclasses import dataclass
-from pathlib import Path
+
+from runfiles.backends import Registry
 
 
 @dataclass(frozen=True)
@@ -37,17 +38,8 @@ class AdapterInfo:
     knobs: tuple[str, ...] = ()
 
 
-def _discover() -> dict[str, AdapterInfo]:
-    found = {}
-    for mod in pkgutil.iter_modules([str(Path(__file__).parent)]):
-        module = importlib.import_module(f"frameworks.{mod.name}")
-        info = getattr(module, "ADAPTER", None)
-        if isinstance(info, AdapterInfo):
-            found[info.name] = info
-    return found
-
-
-FRAMEWORKS: dict[str, AdapterInfo] = _discover()
+FRAMEWORKS: Registry[AdapterInfo] = Registry("frameworks", "framework")
+register = FRAMEWORKS.register
 
 
 def load_adapter(name: str):

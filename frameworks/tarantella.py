@@ -14,22 +14,24 @@ from pathlib import Path
 import numpy as np
 
 from frameworks import common, knobs
-from frameworks.registry import AdapterInfo
+from frameworks.registry import AdapterInfo, register
 from frameworks.tf_family import Dist, TFAdapter
 
-ADAPTER = AdapterInfo(
-    name="tarantella",
-    module=__name__,
-    family="tensorflow",
-    launcher="tarantella",
-    env="tarantella",
-    probe="tarantella",
-    exposes=("init", "other", "eval"),
-    notes="tnt.Model owns the training step (Keras fit): forward, backward, gradient "
-    "all-reduce and optimizer are fused in one step, timed whole as 'other'. "
-    "Tarantella does not distribute evaluation, so the harness scores each "
-    "rank's test shard with the Keras model itself.",
-    knobs=("fusion_threshold_kib",),
+ADAPTER = register(
+    AdapterInfo(
+        name="tarantella",
+        module=__name__,
+        family="tensorflow",
+        launcher="tarantella",
+        env="tarantella",
+        probe="tarantella",
+        exposes=("init", "other", "eval"),
+        notes="tnt.Model owns the training step (Keras fit): forward, backward, gradient "
+        "all-reduce and optimizer are fused in one step, timed whole as 'other'. "
+        "Tarantella does not distribute evaluation, so the harness scores each "
+        "rank's test shard with the Keras model itself.",
+        knobs=("fusion_threshold_kib",),
+    )
 )
 
 HOW_TO_BUILD = (

@@ -11,15 +11,18 @@ from dataclasses import replace
 from pathlib import Path
 
 from frameworks import common, tarantella
+from frameworks.registry import register
 
-ADAPTER = replace(
-    tarantella.ADAPTER,
-    name="tarantella-patched",
-    module=__name__,
-    env="tarantella-patched",
-    notes=tarantella.ADAPTER.notes
-    + " Built by 'bash envs/build-tarantella.sh patched': GaspiCxx's progress "
-    "thread sleeps while no collective runs (docs/improvements.md).",
+ADAPTER = register(
+    replace(
+        tarantella.ADAPTER,
+        name="tarantella-patched",
+        module=__name__,
+        env="tarantella-patched",
+        notes=tarantella.ADAPTER.notes
+        + " Built by 'bash envs/build-tarantella.sh patched': GaspiCxx's progress "
+        "thread sleeps while no collective runs (docs/improvements.md).",
+    )
 )
 
 

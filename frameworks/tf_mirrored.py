@@ -7,24 +7,26 @@ from __future__ import annotations
 import numpy as np
 
 from frameworks.common import Dist, RunError
-from frameworks.registry import AdapterInfo
+from frameworks.registry import AdapterInfo, register
 from frameworks.tf_mwms import Adapter as StrategyAdapter
 
-ADAPTER = AdapterInfo(
-    name="tf-mirrored",
-    module=__name__,
-    family="tensorflow",
-    launcher="one-process",
-    env="tensorflow",
-    probe="tensorflow",
-    one_process=True,
-    exposes=("init", "data_load", "forward", "backward", "grad_comm", "optimizer", "eval"),
-    notes="One process, one replica per device, the replicas' forward and backward run "
-    "in turn by the strategy's replica threads in eager mode, so 'forward' and "
-    "'backward' add up every replica's. 'grad_comm' is the strategy's all-reduce "
-    "(MEAN) of the gradients between the replicas, a compiled strategy.run of its "
-    "own: NCCL all-reduce on GPUs, reduction to one device and broadcast on "
-    "logical CPU devices. Evaluation runs on the first device.",
+ADAPTER = register(
+    AdapterInfo(
+        name="tf-mirrored",
+        module=__name__,
+        family="tensorflow",
+        launcher="one-process",
+        env="tensorflow",
+        probe="tensorflow",
+        one_process=True,
+        exposes=("init", "data_load", "forward", "backward", "grad_comm", "optimizer", "eval"),
+        notes="One process, one replica per device, the replicas' forward and backward run "
+        "in turn by the strategy's replica threads in eager mode, so 'forward' and "
+        "'backward' add up every replica's. 'grad_comm' is the strategy's all-reduce "
+        "(MEAN) of the gradients between the replicas, a compiled strategy.run of its "
+        "own: NCCL all-reduce on GPUs, reduction to one device and broadcast on "
+        "logical CPU devices. Evaluation runs on the first device.",
+    )
 )
 
 

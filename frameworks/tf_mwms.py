@@ -10,23 +10,25 @@ import numpy as np
 
 from runfiles import variables
 from frameworks import common, knobs
-from frameworks.registry import AdapterInfo
+from frameworks.registry import AdapterInfo, register
 from frameworks.tf_family import Dist, TFAdapter, pin_device
 
-ADAPTER = AdapterInfo(
-    name="tf-mwms",
-    module=__name__,
-    family="tensorflow",
-    launcher="tf-workers",
-    env="tensorflow",
-    probe="tensorflow",
-    exposes=("init", "data_load", "forward", "backward", "grad_comm", "optimizer", "eval"),
-    notes="A custom loop: forward (compiled) and backward (tape.gradient) run in one "
-    "eager strategy.run; the gradient all-reduce (collective ops, RING on CPU, "
-    "NCCL on GPU) and the optimizer are compiled strategy.run calls of their own. "
-    "Keras' fused fit step would hide all four phases in one.",
-    batch_splits=("even", "calibrated"),
-    knobs=("fusion_threshold_kib", "mwms_implementation"),
+ADAPTER = register(
+    AdapterInfo(
+        name="tf-mwms",
+        module=__name__,
+        family="tensorflow",
+        launcher="tf-workers",
+        env="tensorflow",
+        probe="tensorflow",
+        exposes=("init", "data_load", "forward", "backward", "grad_comm", "optimizer", "eval"),
+        notes="A custom loop: forward (compiled) and backward (tape.gradient) run in one "
+        "eager strategy.run; the gradient all-reduce (collective ops, RING on CPU, "
+        "NCCL on GPU) and the optimizer are compiled strategy.run calls of their own. "
+        "Keras' fused fit step would hide all four phases in one.",
+        batch_splits=("even", "calibrated"),
+        knobs=("fusion_threshold_kib", "mwms_implementation"),
+    )
 )
 
 

@@ -3,27 +3,29 @@
 from __future__ import annotations
 
 from frameworks import compression, knobs
-from frameworks.registry import AdapterInfo
+from frameworks.registry import AdapterInfo, register
 from frameworks.torch_family import Dist, TorchAdapter
 
-ADAPTER = AdapterInfo(
-    name="torch-ddp",
-    module=__name__,
-    family="torch",
-    launcher="torchrun",
-    env="torch",
-    probe="torch.distributed",
-    exposes=("init", "data_load", "h2d", "forward", "backward", "optimizer", "eval"),
-    notes="DDP all-reduces gradient buckets during backward and waits for them "
-    "before backward returns, so gradient communication is inside 'backward' "
-    "and no 'grad_comm' phase is exposed. Compression is a communication hook "
-    "(frameworks/torch_compression.py): fp16 and bf16 cast each bucket for the "
-    "all-reduce, as torch's fp16/bf16_compress_hook; int8 and int8+lossless "
-    "all-gather each bucket's payload and every rank averages the decoded ones.",
-    compressions=compression.NAMES,
-    devices=("cpu", "gpu", "hybrid"),
-    batch_splits=("even", "calibrated"),
-    knobs=("fusion_threshold_kib", "ddp_gradient_as_bucket_view"),
+ADAPTER = register(
+    AdapterInfo(
+        name="torch-ddp",
+        module=__name__,
+        family="torch",
+        launcher="torchrun",
+        env="torch",
+        probe="torch.distributed",
+        exposes=("init", "data_load", "h2d", "forward", "backward", "optimizer", "eval"),
+        notes="DDP all-reduces gradient buckets during backward and waits for them "
+        "before backward returns, so gradient communication is inside 'backward' "
+        "and no 'grad_comm' phase is exposed. Compression is a communication hook "
+        "(frameworks/torch_compression.py): fp16 and bf16 cast each bucket for the "
+        "all-reduce, as torch's fp16/bf16_compress_hook; int8 and int8+lossless "
+        "all-gather each bucket's payload and every rank averages the decoded ones.",
+        compressions=compression.NAMES,
+        devices=("cpu", "gpu", "hybrid"),
+        batch_splits=("even", "calibrated"),
+        knobs=("fusion_threshold_kib", "ddp_gradient_as_bucket_view"),
+    )
 )
 
 

@@ -4,26 +4,28 @@
 from __future__ import annotations
 
 from frameworks.common import RunError
-from frameworks.registry import AdapterInfo
+from frameworks.registry import AdapterInfo, register
 from frameworks.torch_family import Dist, TorchAdapter
 
-ADAPTER = AdapterInfo(
-    name="torch-dp",
-    module=__name__,
-    family="torch",
-    launcher="one-process",
-    env="torch",
-    probe="torch",
-    devices=("gpu",),
-    one_process=True,
-    exposes=("init", "data_load", "h2d", "forward", "backward", "optimizer", "eval"),
-    notes="torch.nn.DataParallel in one process: each forward scatters the batch from "
-    "GPU 0 to every GPU, replicates the module onto them, runs the replicas in "
-    "threads and gathers their outputs on GPU 0, so scatter, replicate and gather "
-    "are inside 'forward'; backward sums the replicas' gradients onto GPU 0's "
-    "parameters (reduce-add through autograd), inside 'backward'. There is no "
-    "all-reduce, hence no 'grad_comm', and GPU 0 does the optimizer step alone. "
-    "Evaluation runs on GPU 0.",
+ADAPTER = register(
+    AdapterInfo(
+        name="torch-dp",
+        module=__name__,
+        family="torch",
+        launcher="one-process",
+        env="torch",
+        probe="torch",
+        devices=("gpu",),
+        one_process=True,
+        exposes=("init", "data_load", "h2d", "forward", "backward", "optimizer", "eval"),
+        notes="torch.nn.DataParallel in one process: each forward scatters the batch from "
+        "GPU 0 to every GPU, replicates the module onto them, runs the replicas in "
+        "threads and gathers their outputs on GPU 0, so scatter, replicate and gather "
+        "are inside 'forward'; backward sums the replicas' gradients onto GPU 0's "
+        "parameters (reduce-add through autograd), inside 'backward'. There is no "
+        "all-reduce, hence no 'grad_comm', and GPU 0 does the optimizer step alone. "
+        "Evaluation runs on GPU 0.",
+    )
 )
 
 

@@ -32,18 +32,18 @@ def test_a_new_launcher_is_one_file():
         assert argv == ["echo", "local", "1"] and env["OMP_NUM_THREADS"] == "3"
     finally:
         module.unlink()
-        launch.LAUNCHERS.pop("dummy-launcher", None)
+        launch.LAUNCHERS.forget("dummy-launcher")
 
 
 def test_a_new_framework_is_one_file():
     module = REPO / "frameworks" / "dummy_for_test.py"
     module.write_text(
         textwrap.dedent('''
-        from frameworks.registry import AdapterInfo
+        from frameworks.registry import AdapterInfo, register
 
-        ADAPTER = AdapterInfo(name="dummy-framework", module="frameworks.dummy_for_test",
-                              family="torch", launcher="torchrun", env="torch",
-                              probe="torch.distributed", exposes=("forward",))
+        ADAPTER = register(AdapterInfo(name="dummy-framework", module="frameworks.dummy_for_test",
+                                       family="torch", launcher="torchrun", env="torch",
+                                       probe="torch.distributed", exposes=("forward",)))
         ''')
     )
     try:

@@ -49,8 +49,8 @@ def test_allocation_smaller_than_design_is_an_error():
 
 
 def test_a_new_scheduler_is_one_file(tmp_path, monkeypatch):
-    """A scheduler module dropped into the package and named in BACKENDS is
-    detected and drives the launchers, with no other change."""
+    """A scheduler module dropped into the package is detected (before the
+    fallback, local) and drives the launchers, with no other change."""
     module = Path(schedulers.__file__).parent / "dummy_for_test.py"
     module.write_text(
         textwrap.dedent("""
@@ -70,7 +70,6 @@ def test_a_new_scheduler_is_one_file(tmp_path, monkeypatch):
         """)
     )
     try:
-        monkeypatch.setattr(schedulers, "BACKENDS", ["dummy_for_test", *schedulers.BACKENDS])
         scheduler, found = schedulers.detect(2, 1, env={"DUMMY_NODES": "x,y"})
         assert scheduler.name == "dummy_for_test" and found == [Host("x", 1), Host("y", 1)]
         argv, _ = launch.command("torchrun", found, CONFIG, RUN, scheduler)
@@ -80,7 +79,7 @@ def test_a_new_scheduler_is_one_file(tmp_path, monkeypatch):
         )
     finally:
         module.unlink()
-        schedulers.REGISTRY.pop("dummy_for_test", None)
+        schedulers.REGISTRY.forget("dummy_for_test")
 
 
 def test_torchrun_single_node():

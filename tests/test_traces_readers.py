@@ -595,4 +595,4 @@ def test_a_new_format_is_one_registered_class(tmp_path):
         )
         assert PhaseRules(rules).match("x", "tsv_intervals") == ("forward", None)
     finally:
-        REGISTRY.pop("tsv_intervals")
+        REGISTRY.forget("tsv_intervals")

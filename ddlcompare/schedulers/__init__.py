@@ -4,20 +4,23 @@ how a process reaches each node.
 One class per scheduler, one file each, registered by name (the shape of
 ReFrame's reframe/core/schedulers/). Launchers ask the scheduler object;
 nothing compares scheduler names. A new scheduler is one file in this
-folder plus its name in ``BACKENDS``.
+folder (runfiles/backends.py).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 
-# The backend modules (each registers the scheduler of the same name), in
-# detection order: the first whose ``detected`` holds is the one this job
-# runs under. ``local`` holds always, so it is last.
-BACKENDS = ["netns", "oar", "slurm", "local"]
-REGISTRY: dict[str, type[Scheduler]] = {}
+from runfiles.backends import Registry
+
+# Detection order: the first whose ``detected`` holds is the one this job
+# runs under (the emulated network first: it may run inside a Slurm or OAR
+# job); others after these, and the fallbacks (local, which holds always) last.
+REGISTRY: Registry[type[Scheduler]] = Registry(
+    "ddlcompare.schedulers", "scheduler", order=("netns", "oar", "slurm")
+)
+register = REGISTRY.register
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class Scheduler:
     one_machine = False  # every node is this machine (no real network between them)
     this_host = False  # every host is this machine itself: launchers pick free
     #                                ports and reach it without a remote shell
+    fallback = False  # detected when no other is (local)
 
     @staticmethod
     def detected(env: Mapping[str, str]) -> bool:
@@ -86,21 +90,10 @@ class Scheduler:
         return {"scheduler": "openmpi", "launcher_args": ["--bind-to", "none"]}
 
 
-def register(cls: type[Scheduler]) -> type[Scheduler]:
-    REGISTRY[cls.name] = cls
-    return cls
-
-
-def _load_backends() -> None:
-    for module in BACKENDS:
-        importlib.import_module(f"{__name__}.{module}")
-
-
 def get(name: str | Scheduler) -> Scheduler:
     """The scheduler of this name (an object passes through)."""
     if isinstance(name, Scheduler):
         return name
-    _load_backends()
     return REGISTRY[name]()
 
 
@@ -109,8 +102,11 @@ def current(env: Mapping[str, str] | None = None) -> Scheduler:
     import os
 
     env = os.environ if env is None else env
-    _load_backends()
-    return next(REGISTRY[n]() for n in BACKENDS if REGISTRY[n].detected(env))
+    return next(REGISTRY[n]() for n in _detection_order() if REGISTRY[n].detected(env))
+
+
+def _detection_order() -> list[str]:
+    return sorted(REGISTRY, key=lambda name: REGISTRY[name].fallback)  # stable
 
 
 def detect(
@@ -120,8 +116,7 @@ def detect(
     import os
 
     env = os.environ if env is None else env
-    _load_backends()
-    for name in BACKENDS:
+    for name in _detection_order():
         if REGISTRY[name].detected(env):
             scheduler = REGISTRY[name]()
             return scheduler, scheduler.hosts(nodes, procs_per_node, env)

@@ -10,6 +10,7 @@ class Local(Scheduler):
     name = "local"
     one_machine = True
     this_host = True
+    fallback = True
 
     @staticmethod
     def detected(env) -> bool:

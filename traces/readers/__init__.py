@@ -23,12 +23,12 @@ the table (the converter then exits non-zero).
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
-import pkgutil
 import re
 import zlib
 from pathlib import Path
+
+from runfiles.backends import Registry
 
 
 class TraceError(Exception):
@@ -72,25 +72,13 @@ class Reader:
         yield self.read(path, rules, run_id)
 
 
-REGISTRY: dict[str, type[Reader]] = {}
+REGISTRY: Registry[type[Reader]] = Registry(__name__, "trace reader")
+register = REGISTRY.register  # class decorator: a reader known by its name
 
 
-def register(cls: type[Reader]) -> type[Reader]:
-    """Class decorator: make a reader known by its name."""
-    REGISTRY[cls.name] = cls
-    return cls
-
-
-def readers() -> dict[str, type[Reader]]:
-    """Every registered reader, by name (importing this package's modules once)."""
-    if not _loaded:
-        for module in pkgutil.iter_modules(__path__):
-            importlib.import_module(f"{__name__}.{module.name}")
-        _loaded.append(True)
+def readers() -> Registry[type[Reader]]:
+    """Every registered reader, by name."""
     return REGISTRY
-
-
-_loaded: list = []
 
 
 def names() -> tuple[str, ...]:
