@@ -16,6 +16,7 @@ from ddlcompare import diskspace, refile, runner, validate, yaml_safe
 from runfiles import ownership
 from ddlcompare.cli import UserError, load_design
 from ddlcompare.params import RunRow, shown_key
+from frameworks import registry
 
 # Run paths are built from validated values only (see params.SAFE_TEXT).
 PATH_PATTERN = r"[A-Za-z0-9._+~/-]+"
@@ -331,6 +332,7 @@ def job_resources(row: RunRow) -> dict:
     c = row.config
     nodes, per_node = c["nodes"], c["procs_per_node"]
     gpu = c["device"] == "gpu"
+    whole = registry.FRAMEWORKS[c["framework"]].whole_nodes
     gpus = per_node if gpu else c["hybrid_gpus"] if c["device"] == "hybrid" else 0
     return {
         "nodes": nodes,
@@ -343,6 +345,10 @@ def job_resources(row: RunRow) -> dict:
         "gpus_per_node": gpus,
         "gres": f"gpu:{gpus}" if gpus else None,
         "tasks_per_gpu": 1 if gpu else None,
+        # Whole nodes where two runs cannot share one (AdapterInfo.whole_nodes):
+        # Slurm's --exclusive; OAR's hosts without a per-host part.
+        "slurm_extra": "--exclusive" if whole else None,
+        "oar_resources": "" if whole else None,
     }
 
 

@@ -36,6 +36,9 @@ class AdapterInfo:
     one_process: bool = False
     # the framework knobs (params declared in ddlcompare/knobs.py) it honours
     knobs: tuple[str, ...] = ()
+    # two of its runs cannot share a node (GPI-2 listens on fixed ports, 19000
+    # and 10840, on each node): on a cluster its jobs ask for whole nodes
+    whole_nodes: bool = False
 
 
 FRAMEWORKS: Registry[AdapterInfo] = Registry("frameworks", "framework")

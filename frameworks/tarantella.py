@@ -31,6 +31,7 @@ ADAPTER = register(
         "Tarantella does not distribute evaluation, so the harness scores each "
         "rank's test shard with the Keras model itself.",
         knobs=("fusion_threshold_kib",),
+        whole_nodes=True,
     )
 )
 

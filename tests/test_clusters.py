@@ -20,6 +20,7 @@ OAR_JOB_ID=4242123
 
 def row(**config) -> RunRow:
     base = {
+        "framework": "torch-ddp",
         "nodes": 1,
         "procs_per_node": 1,
         "threads": 1,
@@ -41,6 +42,16 @@ def test_one_process_runs_inside_a_step_and_multi_process_runs_own_the_allocatio
     assert many["cpus_per_task"] == 2 and many["mem_mb"] == 4 * ws.MB_PER_PROCESS
     one_per_node = ws.job_resources(row(nodes=3))
     assert (one_per_node["tasks"], one_per_node["mpi"]) == (3, None)
+
+
+def test_runs_that_cannot_share_a_node_ask_for_whole_nodes():
+    """GPI-2 listens on fixed ports on each node: two Tarantella runs on one
+    node fail ("Device operation error"); its jobs get whole nodes."""
+    shared = ws.job_resources(row(nodes=2))
+    assert shared["slurm_extra"] is None and shared["oar_resources"] is None
+    whole = ws.job_resources(row(framework="tarantella", nodes=2))
+    assert whole["slurm_extra"] == "--exclusive" and whole["oar_resources"] == ""
+    assert oar.resource_request({**whole, "runtime": 5}) == "host=2,walltime=0:05:00"
 
 
 def test_gpu_runs_ask_for_gpus_per_node():

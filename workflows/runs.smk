@@ -33,6 +33,8 @@ rule run:
         gpus_per_node=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["gpus_per_node"],
         gres=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["gres"],
         tasks_per_gpu=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["tasks_per_gpu"],
+        slurm_extra=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["slurm_extra"],
+        oar_resources=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["oar_resources"],
     params:
         python=PYTHON,
         design=DESIGN_FILE,
