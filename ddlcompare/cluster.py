@@ -16,7 +16,7 @@ this machine's file system, as cluster nodes share a home over NFS.
 Inside a node, /etc/hosts names every node and /etc/slurm is the cluster's
 (``ip netns exec`` binds /etc/netns/<node>/*), so an srun in a job reaches
 this cluster whatever else this machine runs. Its own munged (own socket)
-and its own ports leave a one-node test Slurm (tests/schedulers/slurm.sh)
+and its own ports leave a one-node test Slurm (envs/schedulers/slurm.sh)
 undisturbed. Everything it starts is recorded in its state folder; ``down``
 stops exactly that.
 """
@@ -46,7 +46,7 @@ MUNGE_SOCKET = Path("/run/munge/ddlc-cluster.socket")
 SLURMCTLD_PORT, SLURMD_PORT = 6917, 6918  # not Slurm's defaults: a test Slurm may hold those
 HOSTS_BEGIN, HOSTS_END = "# ddlc cluster: begin", "# ddlc cluster: end"
 PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge", "iproute2", "socat"]
-OAR_SCRIPT = REPO / "tests" / "schedulers" / "oar.sh"  # installs OAR, then as the test OAR
+OAR_SCRIPT = REPO / "envs" / "schedulers" / "oar.sh"  # installs OAR, then as the test OAR
 OAR_SERVER_PORT = 6666  # Almighty; one OAR server per machine (/etc/oar is global)
 POSTGRES_PORT = 5432
 FORWARD_OFFSET = 20000  # the relays' ports on the bridge: 25432, 26666
@@ -108,7 +108,7 @@ def up(nodes: int = 3, rate_mbit: int = 1000) -> dict:
 def install_packages() -> None:
     """Debian's Slurm and munge, installed as the test schedulers install
     them (their daemons kept stopped)."""
-    script = REPO / "tests" / "schedulers" / "common.sh"
+    script = REPO / "envs" / "schedulers" / "common.sh"
     shell = (
         f'say() {{ echo "cluster: $*" >&2; }}; source {script}; '
         f"packages=({' '.join(PACKAGES)}); install_packages"
@@ -280,7 +280,7 @@ def _wait(seconds: float, what: str, ready, logs: Path) -> None:
 
 
 def oar_env(nodes: list[dict] | list[netem.Node]) -> dict:
-    """tests/schedulers/oar.sh's settings for this cluster's OAR."""
+    """envs/schedulers/oar.sh's settings for this cluster's OAR."""
     entries = [n if isinstance(n, dict) else n.__dict__ for n in nodes]
     return {
         **os.environ,
@@ -301,7 +301,7 @@ def start_oar(nodes: list[netem.Node], frontend: netem.Node) -> None:
     if _listening(OAR_SERVER_PORT):
         raise ClusterError(
             f"an OAR server already listens on port {OAR_SERVER_PORT} (the test OAR? "
-            "'tests/schedulers/oar.sh stop' stops it): OAR's configuration is one per machine"
+            "'envs/schedulers/oar.sh stop' stops it): OAR's configuration is one per machine"
         )
     for port in (POSTGRES_PORT, OAR_SERVER_PORT):
         relay = port + FORWARD_OFFSET  # this machine's relay on its bridge address
@@ -314,7 +314,7 @@ def start_oar(nodes: list[netem.Node], frontend: netem.Node) -> None:
 
 
 def _oar_script(action: str, nodes: list) -> None:
-    """tests/schedulers/oar.sh, its output in a log file: the daemons it
+    """envs/schedulers/oar.sh, its output in a log file: the daemons it
     starts keep what they inherit, and a pipe would never close."""
     log = STATE / "log" / "oar.sh.log"
     with open(log, "a") as out:

@@ -242,27 +242,27 @@ _ALL = [
         "set by the workflow: its design file's digest, to tell a design edited mid-campaign",
         "ddlcompare/yaml_safe.py",
     ),
-    # --- the test schedulers (tests/schedulers/) -------------------------------
+    # --- the test schedulers (envs/schedulers/) -------------------------------
     Variable(
         "DDLC_SLURM_DIR",
         None,
         "the test Slurm's configuration, state and logs",
-        "tests/schedulers/slurm.sh",
+        "envs/schedulers/slurm.sh",
         "/var/lib/ddlc-test/slurm",
     ),
     Variable(
         "DDLC_OAR_DIR",
         None,
         "the test OAR's state",
-        "tests/schedulers/oar.sh",
+        "envs/schedulers/oar.sh",
         "/var/lib/ddlc-test/oar",
     ),
-    Variable("DDLC_OAR_USER", None, "the test OAR's user", "tests/schedulers/oar.sh", "ddlcoar"),
+    Variable("DDLC_OAR_USER", None, "the test OAR's user", "envs/schedulers/oar.sh", "ddlcoar"),
     Variable(
         "DDLC_OAR_NODES",
         None,
         "the test OAR's nodes, `host=namespace=address ...` (./ddlc cluster sets it)",
-        "tests/schedulers/oar.sh",
+        "envs/schedulers/oar.sh",
         "localhost",
     ),
     Variable(
@@ -271,8 +271,8 @@ _ALL = [
         "the state of the cluster on one machine (./ddlc cluster)",
         "ddlcompare/cluster.py",
     ),
-    Variable("DDLC_OAR_UID", None, "that user's uid", "tests/schedulers/oar.sh", "64321"),
-    Variable("DDLC_OAR_CORES", None, "cores the test OAR offers", "tests/schedulers/oar.sh", "4"),
+    Variable("DDLC_OAR_UID", None, "that user's uid", "envs/schedulers/oar.sh", "64321"),
+    Variable("DDLC_OAR_CORES", None, "cores the test OAR offers", "envs/schedulers/oar.sh", "4"),
 ]
 
 VARIABLES = {v.name: v for v in _ALL}

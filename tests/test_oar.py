@@ -1,5 +1,5 @@
 """The Grid'5000 profile against a real OAR 2.5 (PostgreSQL, oar-server, the
-OAR node's sshd) that tests/schedulers/oar.sh starts on localhost, submitting
+OAR node's sshd) that envs/schedulers/oar.sh starts on localhost, submitting
 as an unprivileged user as on Grid'5000: a tiny design trains exactly as a
 local run; a walltime kill, a failing job and a job without its done marker
 come back `failed`; cancel works; launch commands from a real $OAR_NODEFILE."""
@@ -22,7 +22,7 @@ from ddlcompare.schedulers import Host
 from ddlcompare.launchers.tf_workers import tf_worker_addresses
 from ddlcompare.schedulers.oar import Oar
 
-SCRIPT = REPO / "tests" / "schedulers" / "oar.sh"
+SCRIPT = REPO / "envs" / "schedulers" / "oar.sh"
 PROFILE = REPO / "profiles" / "grid5000"
 VENV = Path(sys.executable).parents[1]
 RUNUSER = shutil.which("runuser") or "/usr/sbin/runuser"
@@ -66,7 +66,7 @@ class OarUser:
 @pytest.fixture(scope="session")
 def oar_user():
     if os.geteuid() != 0 or not Path("/usr/bin/apt-get").exists():
-        pytest.skip("the test OAR needs root on Debian (tests/schedulers/oar.sh)")
+        pytest.skip("the test OAR needs root on Debian (envs/schedulers/oar.sh)")
     started = time.monotonic()
     up = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=900)
     assert up.returncode == 0, up.stderr[-3000:]

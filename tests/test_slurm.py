@@ -1,5 +1,5 @@
 """The Slurm profile against a real one-node Slurm (munge, MariaDB, slurmdbd,
-slurmctld, slurmd) that tests/schedulers/slurm.sh starts on localhost: a
+slurmctld, slurmd) that envs/schedulers/slurm.sh starts on localhost: a
 tiny design runs through `snakemake --profile profiles/slurm` and trains
 exactly as a local run; a run past its time limit fails and the workflow
 ends; launch commands from the node list Slurm really gives."""
@@ -19,7 +19,7 @@ from ddlcompare import envs, launch, schedulers
 from ddlcompare.schedulers import Host, slurm as slurm_scheduler
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
-SCRIPT = REPO / "tests" / "schedulers" / "slurm.sh"
+SCRIPT = REPO / "envs" / "schedulers" / "slurm.sh"
 # Fast enough for a test: 1 epoch of 6 steps, processes 1 (an srun step)
 # and 2 (the launcher owns the allocation).
 DESIGN = tiny_design(procs=(1, 2), epochs=1, max_steps=6)
@@ -39,7 +39,7 @@ def scheduler_env(**extra) -> dict:
 @pytest.fixture(scope="session")
 def slurm():
     if os.geteuid() != 0 or not Path("/usr/bin/apt-get").exists():
-        pytest.skip("the test Slurm needs root on Debian (tests/schedulers/slurm.sh)")
+        pytest.skip("the test Slurm needs root on Debian (envs/schedulers/slurm.sh)")
     started = time.monotonic()
     up = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=900)
     assert up.returncode == 0, up.stderr[-3000:]

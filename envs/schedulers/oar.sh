@@ -2,13 +2,13 @@
 # A real OAR 2.5 on localhost for the tests (Debian 12, as root): PostgreSQL,
 # the OAR server (Almighty), the OAR node's sshd, one host with N cores, and
 # an unprivileged user to submit jobs (OAR refuses root's).
-#   tests/schedulers/oar.sh start   install what is missing, configure, start
+#   envs/schedulers/oar.sh start   install what is missing, configure, start
 #                                   (DDLC_OAR_NODES="host=namespace=address ...": one
 #                                   OAR node per entry, its sshd in that network
 #                                   namespace; ./ddlc cluster sets it. Default: localhost)
-#   tests/schedulers/oar.sh stop    stop what start started (by PID), nothing else
-#   tests/schedulers/oar.sh user    the test user's name
-#   tests/schedulers/oar.sh grant PATH...
+#   envs/schedulers/oar.sh stop    stop what start started (by PID), nothing else
+#   envs/schedulers/oar.sh user    the test user's name
+#   envs/schedulers/oar.sh grant PATH...
 #                                   let the test user reach PATHs (a virtual
 #                                   environment whose Python lives under /root):
 #                                   an ACL "x" for that user alone on each parent

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A real one-node Slurm on localhost for the tests (Debian 12, as root):
 # munge, MariaDB, slurmdbd, slurmctld, slurmd.
-#   tests/schedulers/slurm.sh start   install what is missing, start, wait until the node is idle
-#   tests/schedulers/slurm.sh stop    stop what start started (by PID), nothing else
-#   tests/schedulers/slurm.sh env     the variables clients need (SLURM_CONF)
+#   envs/schedulers/slurm.sh start   install what is missing, start, wait until the node is idle
+#   envs/schedulers/slurm.sh stop    stop what start started (by PID), nothing else
+#   envs/schedulers/slurm.sh env     the variables clients need (SLURM_CONF)
 # Its configuration, state and logs live in $DDLC_SLURM_DIR. Clients find it
 # through SLURM_CONF, except inside jobs: Snakemake's Slurm job step drops
 # every SLURM_* variable, so an srun there reads /etc/slurm/slurm.conf, which
