@@ -533,7 +533,9 @@ def _last_error(log: Path) -> str:
         if EARLY_EXIT_LINE.search(line):
             return line[:400]
     if killed := _rank_killed(text):
-        return killed
+        # A tool that aborts the rank (Score-P out of memory) said why first.
+        fatal = next((line for line in lines if FATAL_LINE.search(line)), None)
+        return f"{killed} after {fatal}"[:400] if fatal else killed
     for pattern in (FATAL_LINE.search, EXCEPTION_LINE.match):
         for line in lines:
             if pattern(line):

@@ -192,3 +192,17 @@ def test_each_launchers_word_for_a_killed_rank_is_read(tmp_path, launcher):
     text, reason = LAUNCHER_SUMMARIES[launcher]
     (tmp_path / "train.log").write_text(text)
     assert runner._last_error(tmp_path / "train.log") == reason
+
+
+def test_a_rank_a_tool_aborted_is_named_with_the_tools_words(tmp_path):
+    """Score-P out of memory aborts the rank (SIGABRT): the reason gives the
+    signal and Score-P's own line, which says what to change."""
+    said = (
+        "[Score-P] src/measurement/SCOREP_Memory.c:187: Error: No free memory page "
+        "available: Out of memory. Please increase SCOREP_TOTAL_MEMORY=196608 and try again."
+    )
+    text, _ = LAUNCHER_SUMMARIES["torchrun"]
+    (tmp_path / "train.log").write_text(said + "\n" + text.replace("-9", "-6"))
+    assert runner._last_error(tmp_path / "train.log") == (
+        f"rank 1 killed by SIGABRT (signal 6) after {said}"
+    )[:400]
