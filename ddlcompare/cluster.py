@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from ddlcompare import netem
 from runfiles import variables
 
@@ -386,8 +388,7 @@ def down() -> bool:
     record = json.loads(RECORD.read_text())
     if (STATE / "oar").exists():
         _oar_script("stop", record["nodes"])
-    for pidfile in sorted((STATE / "run").glob("*.pid")):
-        _stop(pidfile)
+    _stop_all(sorted((STATE / "run").glob("*.pid")))
     for node in record["nodes"]:  # whatever still runs in a node: its jobs
         _kill_namespace(node["namespace"])
     netem.remove_namespace(f"{netem.PREFIX}{TAG}-sw")
@@ -401,17 +402,35 @@ def down() -> bool:
     return True
 
 
-def _stop(pidfile: Path) -> None:
+def _stop_all(pidfiles: list[Path], grace_s: float = 10) -> None:
+    """SIGTERM to every daemon at once, then SIGKILL to those still running
+    after ``grace_s``. A daemon that has exited but is not reaped yet (a
+    zombie until PID 1 gets to it) has ended: waiting on its pid alone cost
+    2 s a daemon."""
+    daemons = []
+    for pidfile in pidfiles:
+        try:
+            daemon = psutil.Process(int(pidfile.read_text().split()[0]))
+            daemon.terminate()
+            daemons.append(daemon)
+        except (ValueError, IndexError, psutil.Error):
+            pass
+        pidfile.unlink(missing_ok=True)
+    deadline = time.monotonic() + grace_s
+    while (daemons := [d for d in daemons if _running(d)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for daemon in daemons:
+        try:
+            daemon.kill()
+        except psutil.Error:
+            pass
+
+
+def _running(process: psutil.Process) -> bool:
     try:
-        pid = int(pidfile.read_text().split()[0])
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(100):
-            os.kill(pid, 0)
-            time.sleep(0.1)
-        os.kill(pid, signal.SIGKILL)
-    except (ValueError, IndexError, ProcessLookupError):
-        pass
-    pidfile.unlink(missing_ok=True)
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _kill_namespace(namespace: str) -> None:

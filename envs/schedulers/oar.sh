@@ -37,7 +37,7 @@ wait_for() {  # seconds, description, command...
   return 1
 }
 
-alive() { [ -f "$dir/run/$1.pid" ] && kill -0 "$(cat "$dir/run/$1.pid")" 2>/dev/null; }
+alive() { [ -f "$dir/run/$1.pid" ] && running "$(cat "$dir/run/$1.pid")"; }
 
 setting() {  # KEY VALUE: set KEY="VALUE" in oar.conf
   sed -i "s|^#\?$1=.*|$1=\"$2\"|" /etc/oar/oar.conf
@@ -172,17 +172,6 @@ revoke() {
   rm -f "$dir/granted"
 }
 
-stop_one() {
-  local pidfile=$dir/run/$1.pid pid
-  [ -f "$pidfile" ] || return 0
-  pid=$(cat "$pidfile")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "${2:--TERM}" "$pid"
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-  fi
-  rm -f "$pidfile"
-}
 
 stop() {
   stop_one oar-server

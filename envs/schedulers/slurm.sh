@@ -19,7 +19,7 @@ source "$(dirname "$0")/common.sh"  # install_packages
 
 # Start "$name" unless its PID file names a live process; the PID file in
 # $dir/run is the record of what we started.
-started() { [ -f "$dir/run/$1.pid" ] && kill -0 "$(cat "$dir/run/$1.pid")" 2>/dev/null; }
+started() { [ -f "$dir/run/$1.pid" ] && running "$(cat "$dir/run/$1.pid")"; }
 
 wait_for() {  # seconds, description, command...
   local n=$1 what=$2; shift 2
@@ -131,17 +131,6 @@ start() {
   say "up: SLURM_CONF=$conf"
 }
 
-stop_one() {  # name: kill the process its PID file names, wait for it to go
-  local pidfile=$dir/run/$1.pid pid
-  [ -f "$pidfile" ] || return 0
-  pid=$(cat "$pidfile")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid"
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-  fi
-  rm -f "$pidfile"
-}
 
 stop() {
   # mariadb and munge only when this script started them (their PID file is
