@@ -203,6 +203,7 @@ def test_a_rank_a_tool_aborted_is_named_with_the_tools_words(tmp_path):
     )
     text, _ = LAUNCHER_SUMMARIES["torchrun"]
     (tmp_path / "train.log").write_text(said + "\n" + text.replace("-9", "-6"))
-    assert runner._last_error(tmp_path / "train.log") == (
-        f"rank 1 killed by SIGABRT (signal 6) after {said}"
-    )[:400]
+    assert (
+        runner._last_error(tmp_path / "train.log")
+        == (f"rank 1 killed by SIGABRT (signal 6) after {said}")[:400]
+    )
