@@ -357,12 +357,14 @@ def lose_node(hostname: str) -> None:
         pidfile.unlink()
 
 
-def restore_node(hostname: str) -> None:
-    """Start a lost node's daemons again; Slurm takes it back (ReturnToService=2)."""
+def restore_node(hostname: str, oar: bool = True) -> None:
+    """Start a lost node's daemons again; Slurm takes it back (ReturnToService=2).
+    ``oar``: OAR's too, where OAR runs (known problem: after a node loss OAR may
+    keep its probe job waiting, "no_matching_slot", and the start fails)."""
     record = json.loads(RECORD.read_text())
     node, frontend = netem.Node(**_node(hostname)), netem.Node(**record["frontend"])
     _daemon(in_node(node, ["/usr/sbin/slurmd", "-f", "/etc/slurm/slurm.conf"]), "slurmd")
-    if (STATE / "oar").exists():
+    if oar and (STATE / "oar").exists():
         for port in (POSTGRES_PORT, OAR_SERVER_PORT):
             relay = f"{frontend.address}:{port + FORWARD_OFFSET}"
             _forward(node.hostname, node.namespace, f"127.0.0.1:{port}", relay)

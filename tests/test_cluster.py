@@ -373,7 +373,9 @@ def test_a_node_lost_mid_job_is_recorded_and_slurm_runs_it_again(slurm_cluster, 
         assert by_epochs(tmp_path)[1]["status"] == "ok"
         assert len(list((tmp_path / "results").rglob("done.json"))) == 1
     finally:
-        cluster.restore_node(lost)
+        # Slurm's node only: OAR's own restart after a node loss is a known
+        # problem (its probe job waits, no_matching_slot), not this test's.
+        cluster.restore_node(lost, oar=False)
     wait_for("the node back", lambda: "down" not in cluster._sinfo(env), 60)
 
 

@@ -143,12 +143,13 @@ start() {
   start_server
   # A job that runs, as the test user, says the whole chain works. On a node
   # just restored (./ddlc cluster's lost node) a job may end in Error while
-  # OAR finds the node again; OAR then places the next one: up to 3 jobs.
+  # OAR finds the node again (its launch times out: 30 s was too short);
+  # OAR then places the next one: up to 3 jobs.
   local probe state attempt
   for attempt in 1 2 3; do
     probe=$(runuser -u "$user" -- sh -c "cd ~ && oarsub -l core=1,walltime=0:02:00 true" |
             sed -n 's/^OAR_JOB_ID=//p')
-    wait_for 30 "a first job" sh -c "oarstat -f -J -j $probe | grep -Eq '\"state\" : \"(Terminated|Error)\"'" ||
+    wait_for 90 "a first job" sh -c "oarstat -f -J -j $probe | grep -Eq '\"state\" : \"(Terminated|Error)\"'" ||
       return 1
     state=$(oarstat -f -J -j "$probe" | sed -n 's/.*"state" : "\([A-Za-z]*\)".*/\1/p')
     [ "$state" = Terminated ] && break
