@@ -117,7 +117,9 @@ def test_kineto_collective_bytes_from_input_shapes(path):
     is its backend record's input shape times its dtype's size (``float``,
     ``long``, ``signed char``); every byte count was lost."""
     if not path.is_file():
-        pytest.skip(f"no {path}")
+        pytest.skip(
+            f"{path} is missing: the real traces ship in tests/data/real-traces, the larger ones in ../shared beside the checkout (DDLC_SHARED)"
+        )
     doc = json_of(path)
     df, problems = read_df(path)
     assert problems == []
@@ -151,7 +153,9 @@ def test_kineto_cut_between_two_events_is_data_lost(tmp_path, path):
     record to count; it still lost every event after the cut (it exited 0
     with the table short)."""
     if not path.is_file():
-        pytest.skip(f"no {path}")
+        pytest.skip(
+            f"{path} is missing: the real traces ship in tests/data/real-traces, the larger ones in ../shared beside the checkout (DDLC_SHARED)"
+        )
     text = gzip.decompress(path.read_bytes()).decode()
     for k, at in enumerate(record_starts(text, (0.2, 0.6, 0.97))):
         for end in (",", ""):  # after the separator, or on the event's "}"
