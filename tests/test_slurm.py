@@ -176,3 +176,29 @@ def test_launch_commands_from_a_real_slurm_node_list(slurm):
     )
     argv, _ = launch.command("horovodrun", two, config, Path("/r"), "slurm")
     assert argv[1:6] == ["-np", "4", "-H", f"{node}:2,{node}:2", "--gloo"]
+
+
+@pytest.mark.parametrize(
+    "line, said",
+    [
+        # As scontrol printed them in this suite's cluster test (CI, 2026-11-25):
+        # a job past its time limit while its processes still handle SIGTERM.
+        (
+            "JobId=16 JobName=run JobState=COMPLETING Reason=TimeLimit Dependency=(null)",
+            "TIMEOUT, TimeLimit",
+        ),
+        (
+            "JobId=16 JobName=run JobState=TIMEOUT Reason=TimeLimit Dependency=(null)",
+            "TIMEOUT, TimeLimit",
+        ),
+        ("JobId=9 JobName=run JobState=CANCELLED Reason=None Dependency=(null)", "CANCELLED"),
+        (
+            "JobId=9 JobName=run JobState=COMPLETING Reason=NodeDown Dependency=(null)",
+            "NODE_FAIL, NodeDown",
+        ),
+        ("JobId=9 JobName=run JobState=COMPLETING Reason=None Dependency=(null)", "COMPLETING"),
+        ("slurm_load_jobs error: Invalid job id specified", None),
+    ],
+)
+def test_a_job_slurm_ends_is_named_by_how_it_ends(line, said):
+    assert slurm_scheduler.ending_state(line) == said

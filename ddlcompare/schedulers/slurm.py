@@ -64,22 +64,18 @@ class Slurm(Scheduler):
 
     def stop_reason(self, env, hosts=()) -> str | None:
         # Slurm sets the job's state (TIMEOUT, CANCELLED) before it signals
-        # the job's processes; a node failure shows as COMPLETING, and the
-        # job's nodes say which one is down.
+        # the job's processes; on a node failure the job's nodes say which
+        # one is down.
         job = env.get("SLURM_JOB_ID")
         out = _ask(["scontrol", "show", "job", "--oneliner", job]) if job else ""
-        state = re.search(r"(?:^|\s)JobState=(\S+)", out)
-        reason = re.search(r"(?:^|\s)Reason=(\S+)", out)
+        if not (state := ending_state(out)):
+            return None
+        said = f"Slurm job {job}: {state}"
         found = re.search(r"(?:^|\s)NodeList=(\S+)", out)
         # A job requeued after a node failure has lost its node list: the run's hosts.
         nodes = found.group(1) if found and found.group(1) != "(null)" else ",".join(hosts)
-        if not state:
-            return None
-        said = f"Slurm job {job}: {state.group(1)}"
-        if reason and reason.group(1) != "None":
-            said += f", {reason.group(1)}"
         # Slurm may signal the job a moment before it marks the node down.
-        for _ in range(3 if nodes and state.group(1) == "COMPLETING" else 0):
+        for _ in range(3 if nodes and state.startswith(("COMPLETING", "NODE_FAIL")) else 0):
             if down := _down_nodes(nodes):
                 return f"{said}; node down: {down}"
             time.sleep(1)
@@ -97,6 +93,25 @@ class Slurm(Scheduler):
         if hosts:
             args.append(f"--nodelist={','.join(h.name for h in hosts)}")
         return {"scheduler": "slurm", "launcher_args": args}
+
+
+# Slurm's reason for ending a job (job_state_reason), as the state it ends in.
+ENDED_BY = {"TimeLimit": "TIMEOUT", "NodeDown": "NODE_FAIL", "OutOfMemory": "OUT_OF_MEMORY"}
+
+
+def ending_state(job: str) -> str | None:
+    """The state and reason in a job's `scontrol show job --oneliner`.
+
+    A job Slurm ends stays COMPLETING until its processes are gone (and ours
+    are still handling the signal): then the reason says how it ends."""
+    state = re.search(r"(?:^|\s)JobState=(\S+)", job)
+    reason = re.search(r"(?:^|\s)Reason=(\S+)", job)
+    if not state:
+        return None
+    name, why = state.group(1), reason.group(1) if reason else "None"
+    if name == "COMPLETING":
+        name = ENDED_BY.get(why, name)
+    return name if why == "None" else f"{name}, {why}"
 
 
 def _ask(argv: list[str]) -> str:
