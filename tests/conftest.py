@@ -19,6 +19,17 @@ SHARED = Path(variables.get("DDLC_SHARED") or REPO.parent / "shared")
 REAL_TRACES = SHARED / "fixtures" / "real-traces"
 
 
+def pytest_collection_modifyitems(items):
+    """Groups for `--dist loadgroup` (./ddlc test runs two workers): a file's
+    tests stay together, so its module fixtures train once; every test of a
+    real scheduler shares one group, since they share the Slurm, OAR and
+    cluster daemons. Training itself still takes turns: each run holds the
+    host-wide measuring lock (ddlcompare/machine_lock.py)."""
+    for item in items:
+        group = "schedulers" if item.get_closest_marker("schedulers") else item.path.stem
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def _absent(path: Path) -> str:
     return f"needs the shared data {path} (../shared beside the checkout, or set DDLC_SHARED)"
 
