@@ -5,8 +5,10 @@ For each framework and scale (2 processes on one node; 2 emulated nodes at
 1 Gbit/s) it takes the median step time of each threshold over the
 replications (each run's median step, steps.rank0.tsv, warm-up left out),
 the best threshold, and the threshold the rule gives: the rule's step time
-over the best's. It reads the run folders the grid wrote and the load
-average each run started at (run.json). Last line: key=value.
+over the best's. It reads the run folders the grid wrote; beside each cell,
+the highest load average and share of the CPU taken by other processes
+that its runs' measured steps saw (run.json's machine_load). Last line:
+key=value.
 
     python bench/fusion_rule.py RESULTS_ROOT   (the grid's results folder)
 """
@@ -57,8 +59,11 @@ def median_step_ms(folder: Path, warmup: int) -> float | None:
     return statistics.median((int(s[end]) - int(s[start])) / 1e6 for s in steps)
 
 
-def cells(root: Path) -> dict:
+def cells(root: Path) -> tuple[dict, dict]:
+    """Per (framework, nodes, procs): each threshold's runs' median steps,
+    and the highest load average and foreign CPU share the runs saw."""
     found: dict = {}
+    loads: dict = {}
     for record_path in root.glob("**/run.json"):
         record = json.loads(record_path.read_text())
         if record.get("status") != "ok":
@@ -69,7 +74,11 @@ def cells(root: Path) -> dict:
             continue
         key = (config["framework"], config["nodes"], config["procs_per_node"])
         found.setdefault(key, {}).setdefault(config["fusion_threshold_kib"], []).append(step)
-    return found
+        load = record.get("machine_load") or {}
+        seen = loads.setdefault(key, [0.0, 0.0])
+        seen[0] = max(seen[0], load.get("load_avg_1m_max") or 0.0)
+        seen[1] = max(seen[1], load.get("foreign_cpu_share") or 0.0)
+    return found, loads
 
 
 def main() -> None:
@@ -77,7 +86,10 @@ def main() -> None:
     parser.add_argument("root", type=Path)
     args = parser.parse_args()
     worst = 0.0
-    for (framework, nodes, procs), by_kib in sorted(cells(args.root).items()):
+    found, loads = cells(args.root)
+    for (framework, nodes, procs), by_kib in sorted(found.items()):
+        seen = loads[framework, nodes, procs]
+        load = f"(runs' load average <= {seen[0]:.2f}, others' CPU share <= {seen[1]:.1%})"
         # thresholds that make the same messages are one point: their runs pool
         classes: dict = {}
         for kib, steps in by_kib.items():
@@ -94,13 +106,13 @@ def main() -> None:
         )
         ruled = tuple(grouping(framework, rule))
         if ruled not in medians:
-            print(f"{framework} {nodes}x{procs}: {row}; the rule's {rule} KiB not measured")
+            print(f"{framework} {nodes}x{procs}: {row}; the rule's {rule} KiB not measured {load}")
             continue
         ratio = medians[ruled] / medians[best]
         worst = max(worst, ratio)
         print(
             f"{framework} {nodes} node(s) x {procs}: {row}; rule {rule} KiB: "
-            f"{100 * (ratio - 1):+.1f} % over the best"
+            f"{100 * (ratio - 1):+.1f} % over the best {load}"
         )
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(

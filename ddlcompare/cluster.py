@@ -358,9 +358,9 @@ def lose_node(hostname: str) -> None:
 
 
 def restore_node(hostname: str, oar: bool = True) -> None:
-    """Start a lost node's daemons again; Slurm takes it back (ReturnToService=2).
-    ``oar``: OAR's too, where OAR runs (known problem: after a node loss OAR may
-    keep its probe job waiting, "no_matching_slot", and the start fails)."""
+    """Start a lost node's daemons again; Slurm takes it back (ReturnToService=2),
+    OAR once oar.sh's start sets the node Alive again. ``oar``: OAR's too,
+    where OAR runs."""
     record = json.loads(RECORD.read_text())
     node, frontend = netem.Node(**_node(hostname)), netem.Node(**record["frontend"])
     _daemon(in_node(node, ["/usr/sbin/slurmd", "-f", "/etc/slurm/slurm.conf"]), "slurmd")

@@ -25,8 +25,9 @@ def pytest_collection_modifyitems(items):
     real scheduler shares one group, since they share the Slurm, OAR and
     cluster daemons. Training itself still takes turns: each run holds the
     host-wide measuring lock (ddlcompare/machine_lock.py)."""
+    scheduled = {item.path for item in items if item.get_closest_marker("schedulers")}
     for item in items:
-        group = "schedulers" if item.get_closest_marker("schedulers") else item.path.stem
+        group = "schedulers" if item.path in scheduled else item.path.stem
         item.add_marker(pytest.mark.xdist_group(group))
 
 

@@ -6,6 +6,7 @@ lost, a time limit, a cancel) leave the run recorded with Slurm's reason
 and a rerun does only what is left. Also: the profiles by name, as the
 card writes them, from the project root."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -291,11 +292,15 @@ def workflow(slurm_cluster, tmp_path):
         return started[-1]
 
     yield start
+    # The jobs first (the test cluster's own): a workflow whose jobs are gone
+    # ends by itself, where one stopped first waits on them (30 s and more).
+    subprocess.run(["scancel", "--user", "root"], env=slurm_cluster[1])
     for proc in started:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=15)
         if proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=60)
-    subprocess.run(["scancel", "--user", "root"], env=slurm_cluster[1])  # the test cluster's own
 
 
 def stopped_with(workdir: Path, proc: subprocess.Popen, said: str) -> dict:
@@ -373,10 +378,13 @@ def test_a_node_lost_mid_job_is_recorded_and_slurm_runs_it_again(slurm_cluster, 
         assert by_epochs(tmp_path)[1]["status"] == "ok"
         assert len(list((tmp_path / "results").rglob("done.json"))) == 1
     finally:
-        # Slurm's node only: OAR's own restart after a node loss is a known
-        # problem (its probe job waits, no_matching_slot), not this test's.
-        cluster.restore_node(lost, oar=False)
+        # OAR's too: it had marked the node Suspected, and its probe job must
+        # run again (tests after this one use OAR on the same cluster).
+        cluster.restore_node(lost)
     wait_for("the node back", lambda: "down" not in cluster._sinfo(env), 60)
+    if (cluster.STATE / "oar").exists():  # OAR's probe job ran; the node is its again
+        states = subprocess.run(["oarnodes", "-s", lost], capture_output=True, text=True).stdout
+        assert "Alive" in states and "Suspected" not in states, states
 
 
 @pytest.mark.slow

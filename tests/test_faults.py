@@ -190,6 +190,9 @@ def test_live_orphan_is_refused_then_killed_on_request(tmp_path):
     )
     try:
         wait_for(lambda: len(rank_pids(folder)) == 2, START_S)
+        # Hung, as orphans often are: it cannot finish while the test goes on.
+        for pid in rank_pids(folder):
+            os.kill(pid, signal.SIGSTOP)
         refused = subprocess.run(snakemake_cmd(tmp_path), capture_output=True, text=True)
         assert refused.returncode != 0 and "Traceback" not in refused.stderr
         assert "an earlier attempt is still running" in refused.stderr

@@ -124,6 +124,18 @@ add_resources() {
   done
 }
 
+revive_nodes() {
+  # A node OAR marked Suspected or Absent (lost, then restored: its sshd is
+  # back) is taken back, as an administrator does once it is repaired.
+  local entry host
+  for entry in $nodes; do
+    host=${entry%%=*}
+    oarnodes -s "$host" 2>/dev/null | grep -Eq 'Suspected|Absent' || continue
+    say "$host: $(oarnodes -s "$host" | grep -Eo 'Suspected|Absent' | sort -u | tr '\n' ' ')-> Alive"
+    oarnodesetting -s Alive -h "$host" >/dev/null
+  done
+}
+
 start_server() {
   alive oar-server && return 0
   /usr/sbin/oar-server
@@ -141,6 +153,7 @@ start() {
   start_node_sshd
   add_resources
   start_server
+  revive_nodes
   # A job that runs, as the test user, says the whole chain works. On a node
   # just restored (./ddlc cluster's lost node) a job may end in Error while
   # OAR finds the node again (its launch times out: 30 s was too short);
