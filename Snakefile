@@ -4,7 +4,7 @@
 #   snakemake ... --config design=other.yaml results=elsewhere
 import sys
 
-from ddlcompare import workflow_support as ws
+from front import workflow_support as ws
 
 DESIGN_FILE, RESULTS = ws.workflow_paths(config)
 DESIGN, RUNS = ws.prepare(

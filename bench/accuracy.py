@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from ddlcompare import cli
+from front import cli
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ddlcompare import cli
+from front import cli
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from analysis import critical_path, whatif  # noqa: E402
-from ddlcompare import cli  # noqa: E402
+from front import cli  # noqa: E402
 
 
 def main() -> None:

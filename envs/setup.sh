@@ -71,13 +71,13 @@ install_debian_packages() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# The venv is rebuilt when envs/torch.txt changes (its hash is the stamp).
 # A virtual environment from a requirements file, with this checkout installed
-# in it (editable, no dependencies). Rebuilt when the file or the checkout's
-# path changes (the stamp holds their hash).
+# in it (editable, no dependencies). Rebuilt when the file, pyproject.toml (its
+# packages: an editable install finds only those it was made with) or the
+# checkout's path changes (the stamp holds their hash).
 build_env() {
   local env=$1 requirements=$2 label=$3 want stamp="$1/.ddlc-requirements"
-  want=$( (sha256sum "$requirements"; echo "$here") | sha256sum | cut -d' ' -f1)
+  want=$( (sha256sum "$requirements" pyproject.toml; echo "$here") | sha256sum | cut -d' ' -f1)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
   check_owner "$env"
   say "building the $label environment in $env (a few minutes the first time)"

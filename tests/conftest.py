@@ -62,7 +62,7 @@ def write_design(folder: Path, doc: dict, name: str = "design.yaml") -> Path:
 
 def ddlc(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "ddlcompare.cli", *args],
+        [sys.executable, "-m", "front.cli", *args],
         cwd=cwd or REPO,
         capture_output=True,
         text=True,

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ddlcompare import oar, runner
-from ddlcompare import workflow_support as ws
+from front import workflow_support as ws
 from ddlcompare.params import RunRow
 
 # What oarsub 2.5 prints on Grid'5000 (admission rules first).

@@ -244,7 +244,7 @@ def test_a_damaged_table_is_one_line_for_its_readers_and_check(trained, tmp_path
     assert checked.returncode == 1 and f"{table}.parquet: damaged table" in checked.stdout
 
 
-DDLC = [sys.executable, "-m", "ddlcompare.cli"]
+DDLC = [sys.executable, "-m", "front.cli"]
 
 
 @pytest.mark.slow
@@ -257,7 +257,7 @@ def test_a_finished_run_is_found_again_by_its_settings(trained, tmp_path, monkey
     """The folder names change when a setting becomes a factor; the run is
     what it ran: the workflow moves it to its new folder instead of training
     it again, and only the new level is left to run."""
-    from ddlcompare import workflow_support as ws, yaml_safe
+    from front import workflow_support as ws, yaml_safe
     from runfiles import ownership
 
     for name in (ownership.WORKFLOW_ENV, yaml_safe.DIGEST_ENV):  # prepare sets them
@@ -286,7 +286,7 @@ def test_a_finished_run_is_found_again_by_its_settings(trained, tmp_path, monkey
 def test_the_last_line_says_when_the_workflow_stopped(tmp_path, capsys, workflow_ok):
     """Every run ok, but an analysis job failed: the last line does not read
     as a success."""
-    from ddlcompare import workflow_support as ws
+    from front import workflow_support as ws
 
     rows = design.parse(tiny_design(procs=(1, 2)), "tiny.yaml").runs()
     for row in rows:

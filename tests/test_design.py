@@ -668,7 +668,7 @@ def test_a_measuring_lock_that_cannot_be_opened_is_named_at_plan_time(tmp_path, 
         [
             sys.executable,
             "-m",
-            "ddlcompare.cli",
+            "front.cli",
             "plan",
             "--design",
             str(write_design(tmp_path, doc)),

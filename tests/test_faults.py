@@ -42,7 +42,7 @@ def run_one(design_file: Path, results, row) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "ddlcompare.cli",
+        "front.cli",
         "run-one",
         "--design",
         str(design_file),
@@ -385,7 +385,7 @@ def test_hostile_values_execute_nothing(tmp_path, template):
     ):
         path = write_design(tmp_path, doc)
         out = subprocess.run(
-            [sys.executable, "-m", "ddlcompare.cli", "plan", "--design", str(path)],
+            [sys.executable, "-m", "front.cli", "plan", "--design", str(path)],
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -413,7 +413,7 @@ def test_hostile_data_dir_reaches_no_shell_at_run_time(tmp_path):
 def test_unbuilt_environment_is_named(tmp_path):
     path = write_design(tmp_path, {"factors": {"framework": ["horovod-torch"]}})
     out = subprocess.run(
-        [sys.executable, "-m", "ddlcompare.cli", "plan", "--design", str(path)],
+        [sys.executable, "-m", "front.cli", "plan", "--design", str(path)],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -146,7 +146,7 @@ def test_two_stages_run_for_real(tmp_path):
         [
             sys.executable,
             "-m",
-            "ddlcompare.cli",
+            "front.cli",
             "two-stage",
             "--design",
             str(tmp_path / "design.yaml"),

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, journal_lines, tiny_design, write_design
-from ddlcompare import design, machine_load, machine_lock, workflow_support
+from ddlcompare import design, machine_load, machine_lock
+from front import workflow_support
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
@@ -128,7 +129,7 @@ def test_a_run_beside_a_cpu_hog_is_loaded_and_a_name_is_not_training(tmp_path):
 
     row = design.parse(doc, "tiny.yaml").runs()[0]
     run = subprocess.Popen(
-        [sys.executable, "-m", "ddlcompare.cli", "run-one", "--design"]
+        [sys.executable, "-m", "front.cli", "run-one", "--design"]
         + [str(tmp_path / "design.yaml"), "--results", str(tmp_path), "--path", row.path],
         cwd=REPO,
         stderr=subprocess.PIPE,

@@ -2,23 +2,23 @@
 
 From the bottom: what a run leaves and how it is written, the phase
 vocabulary included (runfiles), the training side with its phase recorder
-and tracers (frameworks), the readers of traces (traces), the harness (ddlcompare: design, runner, launchers, schedulers), the
-analysis, and the command line on top. Imports inside functions count too.
+and tracers (frameworks), the readers of traces (traces), the harness
+(ddlcompare: design, runner, launchers, schedulers), the analysis, and the
+front on top (front: the command line and the workflow's helpers). Imports
+inside functions count too.
 """
 
 import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-# Longest prefix wins.
 LAYERS = {
     "runfiles": 0,
     "frameworks": 1,
     "traces": 2,
     "ddlcompare": 3,
     "analysis": 4,
-    "ddlcompare.cli": 5,
-    "ddlcompare.workflow_support": 5,
+    "front": 5,
 }
 PACKAGES = sorted({name.split(".")[0] for name in LAYERS})
 

@@ -54,7 +54,7 @@ def test_interrupted_run_leaves_no_done_marker(tmp_path):
         [
             sys.executable,
             "-m",
-            "ddlcompare.cli",
+            "front.cli",
             "run-one",
             "--design",
             str(path),

@@ -43,7 +43,7 @@ rule collect:
         results=RESULTS,
         tables=TABLES,
     shell:
-        "{params.python:q} -m ddlcompare.cli collect --design {params.design:q}"
+        "{params.python:q} -m front.cli collect --design {params.design:q}"
         " --results {params.results:q} --out {params.tables:q} > {log:q} 2>&1"
 
 
@@ -147,7 +147,7 @@ rule timeline:
         python=PYTHON,
         runs=[RESULTS / r.path for r in LARGEST.values()],
     shell:
-        "{params.python:q} -m ddlcompare.cli timeline {params.runs:q} -o {output:q} --keep-going"
+        "{params.python:q} -m front.cli timeline {params.runs:q} -o {output:q} --keep-going"
         " > {log:q} 2>&1"
 
 
@@ -170,5 +170,5 @@ rule report:
         design=DESIGN_FILE,
         tables=TABLES,
     shell:
-        "{params.python:q} -m ddlcompare.cli report --design {params.design:q}"
+        "{params.python:q} -m front.cli report --design {params.design:q}"
         " --tables {params.tables:q} --out {output:q} > {log:q} 2>&1"

@@ -32,7 +32,7 @@ checkpoint replicate:
         # a change of target or caps decides again (the runs done are kept)
         rule=replication.rule_of(DESIGN) if DESIGN.adaptive else {},
     shell:
-        "{params.python:q} -m ddlcompare.cli replicate --design {params.design:q}"
+        "{params.python:q} -m front.cli replicate --design {params.design:q}"
         " --results {params.results:q} --round {wildcards.round} --out {output:q} > {log:q} 2>&1"
 
 

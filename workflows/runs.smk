@@ -40,5 +40,5 @@ rule run:
         design=DESIGN_FILE,
         results=RESULTS,
     shell:
-        "{params.python:q} -m ddlcompare.cli run-one --design {params.design:q}"
+        "{params.python:q} -m front.cli run-one --design {params.design:q}"
         " --results {params.results:q} --path {wildcards.path:q} > {log:q} 2>&1"

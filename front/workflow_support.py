@@ -14,7 +14,7 @@ from typing import NoReturn
 from analysis import replication
 from ddlcompare import diskspace, refile, runner, validate, yaml_safe
 from runfiles import ownership
-from ddlcompare.cli import UserError, load_design
+from front.cli import UserError, load_design
 from ddlcompare.params import RunRow, shown_key
 from frameworks import registry
 
