@@ -24,6 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import numpy as np  # noqa: E402
+from scipy import stats  # noqa: E402
+
 from frameworks import knobs  # noqa: E402
 
 # The shared CNN's gradients in the order backward makes them (last layer
@@ -81,6 +84,23 @@ def cells(root: Path) -> tuple[dict, dict]:
     return found, loads
 
 
+def _against(rule: list[float], best: list[float]) -> str:
+    """The rule's step over the best's as a ratio of geometric means, with
+    its 95 % interval and Welch's p on log steps: whether the grid can tell
+    them apart at all ('' where the rule's point is the best)."""
+    if rule is best or len(rule) < 2 or len(best) < 2:
+        return ""
+    a, b = np.log(rule), np.log(best)
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    diff, half = a.mean() - b.mean(), stats.t.ppf(0.975, df) * np.sqrt(va + vb)
+    p = stats.ttest_ind(a, b, equal_var=False).pvalue
+    low, high = (100 * (np.exp(x) - 1) for x in (diff - half, diff + half))
+    return (
+        f" (geometric means {100 * (np.exp(diff) - 1):+.1f} % [{low:+.1f}, {high:+.1f}], p {p:.2f})"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("root", type=Path)
@@ -112,7 +132,8 @@ def main() -> None:
         worst = max(worst, ratio)
         print(
             f"{framework} {nodes} node(s) x {procs}: {row}; rule {rule} KiB: "
-            f"{100 * (ratio - 1):+.1f} % over the best {load}"
+            f"{100 * (ratio - 1):+.1f} % over the best{_against(classes[ruled][1], classes[best][1])} "
+            f"{load}"
         )
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(

@@ -234,11 +234,10 @@ def horovod_evidence(
 def fusion_rule_kib(gradient_bytes: int, nodes: int, procs_per_node: int) -> int:
     """A fusion threshold (bucket size) for a model of ``gradient_bytes``:
     a quarter of its gradients, as a power of two KiB, so that the first
-    buckets travel while backward computes the rest. (One message on one
-    node, the first form of this rule, was the slowest point or the next
-    to slowest in the grid, for all three frameworks.) The scale is an argument because the best point
-    may depend on it (Tarantella's documentation says so); the grid measured
-    so far does not tell how. bench/fusion_rule.py measures the rule against
-    the grid of bench/fusion_grid.yaml (docs/measurements.md)."""
+    buckets travel while backward computes the rest. The scale is an
+    argument because the best point may depend on it (Tarantella's
+    documentation says so); the grid measured so far cannot tell how: at 3
+    replications no threshold's step is told apart from another's
+    (bench/fusion_rule.py over bench/fusion_grid.yaml; docs/measurements.md)."""
     del nodes, procs_per_node  # not yet a term of the rule: see above
     return 1 << max(0, math.ceil(math.log2(gradient_bytes / 4 / KIB)))

@@ -19,6 +19,7 @@ SHARED = Path(variables.get("DDLC_SHARED") or REPO.parent / "shared")
 REAL_TRACES = SHARED / "fixtures" / "real-traces"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items):
     """Groups for `--dist loadgroup` (./ddlc test runs two workers): a file's
     tests stay together, so its module fixtures train once; every test of a

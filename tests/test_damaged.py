@@ -257,7 +257,8 @@ def test_a_finished_run_is_found_again_by_its_settings(trained, tmp_path, monkey
     """The folder names change when a setting becomes a factor; the run is
     what it ran: the workflow moves it to its new folder instead of training
     it again, and only the new level is left to run."""
-    from front import workflow_support as ws, yaml_safe
+    from ddlcompare import yaml_safe
+    from front import workflow_support as ws
     from runfiles import ownership
 
     for name in (ownership.WORKFLOW_ENV, yaml_safe.DIGEST_ENV):  # prepare sets them
