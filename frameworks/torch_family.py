@@ -145,7 +145,7 @@ def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
         model, optimizer = adapter.wrap(model, optimizer)
     init_s = time.perf_counter() - init_start
     tracing.attach(phases, config, run_dir, dist.rank, dist.world)
-    profiler = _start_profiler(config, phases)
+    profiler = _start_profiler(config, phases, device)
 
     n_train, n_test, steps = common.epoch_sizes(config, dataset, plan.world)
     evaluate = functools.partial(
@@ -354,14 +354,16 @@ class _ProfilerAnnotations(LiveRegions):
         self.open.pop().__exit__(None, None, None)
 
 
-def _start_profiler(config: dict, phases: PhaseRecorder):
-    """The PyTorch profiler over the training steps (``torch_profiler: true``)."""
+def _start_profiler(config: dict, phases: PhaseRecorder, device):
+    """The PyTorch profiler over the training steps (``torch_profiler: true``),
+    with CUDA activities where this rank computes on a GPU (``device: gpu``,
+    and the GPU ranks of ``device: hybrid``)."""
     if not config["torch_profiler"]:
         return None
     import torch.profiler as tp
 
     activities = [tp.ProfilerActivity.CPU]
-    if config["device"] == "gpu":
+    if device.type == "cuda":
         activities.append(tp.ProfilerActivity.CUDA)
     profiler = tp.profile(activities=activities)
     profiler.start()

@@ -52,6 +52,10 @@ def train_ok(tmp_path, doc):
 
 @pytest.mark.parametrize("framework", ["torch-ddp", "horovod-torch"])
 def test_one_process_per_gpu_trains_with_nccl(tmp_path, framework):
+    from ddlcompare import envs
+
+    if framework == "horovod-torch" and not envs.has_module("torch", "horovod.torch"):
+        pytest.skip("Horovod is not built in the torch environment (envs/setup.sh builds it)")
     procs = min(gpu_count(), 2)
     folder, _ = train_ok(tmp_path, tiny_design([framework], procs=(procs,), device="gpu"))
     steps = pd.read_csv(folder / "steps.rank0.tsv", sep="\t")
@@ -74,13 +78,28 @@ def test_data_parallel_over_the_local_gpus(tmp_path):
     assert epochs["train_loss"][0] == pytest.approx(ddp["train_loss"][0], rel=1e-3)
 
 
+def gpu_activities(trace) -> pd.DataFrame:
+    """The rows of a PyTorch profiler trace that ran on a GPU stream."""
+    from traces import readers
+    from traces.rules import PhaseRules
+
+    table, _ = readers.read(trace, PhaseRules(), "gpu")
+    df = table.to_pandas()
+    return df[df["location"].str.contains("stream")]
+
+
 def test_hybrid_gpu_and_cpu_ranks_in_one_job(tmp_path):
     """device: hybrid, 1 GPU process and 1 CPU process (gloo): shares from
     calibration, each device kind's share and idle time in balance.json, and
     the update of one process with the global batch."""
-    folder, epochs = train_ok(
-        tmp_path / "hybrid", tiny_design(["torch-ddp"], procs=(2,), device="hybrid", hybrid_gpus=1)
-    )
+    doc = tiny_design(["torch-ddp"], procs=(2,), device="hybrid", hybrid_gpus=1)
+    doc["fixed"]["torch_profiler"] = True
+    folder, epochs = train_ok(tmp_path / "hybrid", doc)
+    # the GPU rank's profiler trace holds its kernels, each in its launch's step
+    gpu_rows = [gpu_activities(folder / "torch_profiler" / f"rank{r}.json") for r in (0, 1)]
+    assert sorted(len(rows) > 0 for rows in gpu_rows) == [False, True]
+    kernels = max(gpu_rows, key=len)
+    assert kernels.loc[kernels["phase"] == "backward", "step"].notna().all()
     split = json.loads((folder / "balance.json").read_text())
     kinds = {k["device"]: k for k in split["by_device"]}
     assert set(kinds) == {"gpu", "cpu"}

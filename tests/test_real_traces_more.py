@@ -524,3 +524,26 @@ def test_kineto_gloo_record_on_its_own_thread_is_the_calls_collective(rank):
     assert gloo["op_id"].isin(instances["op_id"]).all() and gloo["op_id"].is_unique
     float_bytes = sum(math.prod(e["args"]["Input Dims"][0]) * 4 for e in records)
     assert instances["bytes"].sum() == float_bytes
+
+
+def test_real_cuda_trace_gpu_work_takes_its_launchs_step_and_phase():
+    """torch-ddp on an H200 (bench/gpu_check.py --small-traces, 4 steps): the
+    GPU-side copy of the ``epoch`` range encloses every kernel, yet each one
+    takes the step and phase of what launched it. Backward's kernels,
+    launched by autograd's thread, are backward in their step (26 of 145
+    were, and none in a step); DDP's bucket copies in and out (8 gradients)
+    are grad_comm in every step (they were `other` or backward)."""
+    table, _ = readers.read(REAL / "kineto-cuda-h200" / "kineto-gpu-rank0.json.gz", RULES, "r1")
+    df = table.to_pandas()
+    gpu = df[df["location"].str.contains("stream")]
+    per_step = gpu.pivot_table(index="phase", columns="step", values="dur_ns", aggfunc="size")
+    assert list(per_step.columns) == [0, 1, 2, 3]
+    assert (per_step.loc["backward"] >= 36).all()
+    assert (per_step.loc["grad_comm"] == 16).all()
+    assert per_step.loc["optimizer"].min() >= 12
+    # what runs in no step: the evaluation after the last step, and the
+    # epoch's own GPU-side range
+    last_step_end = df.loc[df["phase"] == "step", "end_ns"].max()
+    outside = gpu[gpu["step"].isna() & (gpu["phase"] != "epoch")]
+    assert outside["phase"].isin(["eval", "forward", "h2d", "other"]).all()
+    assert (outside.loc[outside["phase"] != "other", "start_ns"] > last_step_end).all()

@@ -840,9 +840,15 @@ def _link(
     correlation: np.ndarray,
     external: np.ndarray,
 ) -> None:
-    """In place: a GPU activity without a parent on its stream runs in the
-    runtime call with its correlation id, a GPU annotation in the CPU record
-    with its External id. ``category``: codes of ``categories``."""
+    """In place: a GPU activity runs in the runtime call with its
+    correlation id, a GPU annotation in the CPU record with its External id.
+    ``category``: codes of ``categories``.
+
+    What launched it wins over the GPU-side annotation it runs under: that
+    annotation only spans the first to the last kernel of its CPU range, so
+    the ranges that enclose whole steps (the epoch, ``ProfilerStep``) also
+    enclose what autograd's thread launched outside them (backward's kernels,
+    the all-reduce's copies), and gave those neither phase nor step."""
 
     def of(names) -> np.ndarray:
         return np.array([c in names for c in categories], dtype=bool)[category]
@@ -853,7 +859,7 @@ def _link(
     on_cpu = ~(gpu | annotation | runtime)
     for children, launchers, key in ((gpu, runtime, correlation), (annotation, on_cpu, external)):
         has = key != NULL
-        rows = np.flatnonzero(children & (parent < 0) & has)
+        rows = np.flatnonzero(children & has)
         launch = np.flatnonzero(launchers & has)
         if rows.size == 0 or launch.size == 0:
             continue
