@@ -153,7 +153,9 @@ def _name(p: psutil.Process) -> str:
 def measured_window(run_dir: Path, ranks: int, warmup: int, held: tuple[int, int]) -> tuple | None:
     """From the first measured step's start to the last one's end over the
     ranks' steps files (perf_counter ns, this machine's monotonic clock), or
-    None when they are missing or outside the held window (another clock)."""
+    None when they are missing, damaged (a disk that filled cuts a row short:
+    its missing fields read as None) or outside the held window (another
+    clock)."""
     first = last = None
     for rank in range(ranks):
         try:
@@ -164,7 +166,7 @@ def measured_window(run_dir: Path, ranks: int, warmup: int, held: tuple[int, int
                     start, end = int(row["start_ns"]), int(row["end_ns"])
                     first = start if first is None else min(first, start)
                     last = end if last is None else max(last, end)
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError, csv.Error):
             return None
     if first is None or not (held[0] <= first < last <= held[1]):
         return None

@@ -319,6 +319,37 @@ def test_a_disk_that_fills_mid_run_ends_the_run_recorded(tmp_path):
         assert wait_for(lambda: not pids_of(f"frameworks.worker {folder}"), 30)
 
 
+STEPS_HEADER = "epoch\tstep\tstart_ns\tend_ns\n"
+WHOLE_STEPS = STEPS_HEADER + "".join(
+    f"1\t{s}\t{1000 * s + 100}\t{1000 * s + 900}\n" for s in range(5)
+)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "\n".join(WHOLE_STEPS.splitlines()[:4]) + "\n1\t3\t31",  # cut mid-row by a full disk
+        WHOLE_STEPS.replace("\t3900", "\t"),  # an empty field
+        WHOLE_STEPS.replace("3100", "3x00"),  # not a number
+        "epoch\tstep\n1\t0\n",  # columns missing
+        "",  # nothing written
+        "\x00\x00\x00" * 40,  # zeros: a file allocated but never written
+    ],
+)
+def test_a_damaged_steps_file_leaves_no_measured_window(tmp_path, damage):
+    """The machine-load summary reads the steps files a run left: damaged
+    ones (a disk that filled mid-run cut a row short, whose missing fields
+    read as None) give no window, never a traceback."""
+    from ddlcompare import machine_load
+    from runfiles.names import steps
+
+    held = (0, 10**9)
+    (tmp_path / steps(0)).write_text(WHOLE_STEPS)
+    assert machine_load.measured_window(tmp_path, 1, 1, held) == (1100, 4900)
+    (tmp_path / steps(0)).write_text(damage)
+    assert machine_load.measured_window(tmp_path, 1, 1, held) is None
+
+
 @pytest.mark.slow
 def test_a_run_writes_only_inside_its_directory(tmp_path):
     from ddlcompare import runner
