@@ -150,17 +150,24 @@ def load_figures(record: dict) -> dict:
     """What else the machine did while the run measured (run.json's
     machine_load, ddlcompare/machine_load.py): ``foreign_cpu_share``,
     ``loaded`` (measured beside heavy foreign load: not clean) and
-    ``busiest_foreign``; empty where the run did not sample it (a cluster
+    ``busiest_foreign``; the run's own threads that spin (never block, yet
+    take a core): ``spinning_threads`` and the cores they took,
+    ``spinning_cores``; empty where the run did not sample it (a cluster
     job, an older run)."""
     load = record.get(machine_load.RECORD) or {}
     busiest = "; ".join(
         f"{p['command'][:60]} (pid {p['pid']}): {p['cores']:.2f} cores"
         for p in load.get("busiest_foreign", [])[:3]
     )
+    spinning = load.get("spinning")
     return {
         "foreign_cpu_share": load.get("foreign_cpu_share"),
         "loaded": load.get("loaded"),
         "busiest_foreign": busiest or None,
+        "spinning_threads": None if spinning is None else len(spinning),
+        "spinning_cores": None
+        if spinning is None
+        else round(sum(t["cpu_share"] for t in spinning), 3),
     }
 
 

@@ -223,10 +223,26 @@ def _contention(ok: pd.DataFrame) -> list[dict]:
                         f"one process steps in {alone.mean() * 1e3:.0f} ms, {int(key[1])} in "
                         f"{steps.mean() * 1e3:.0f} ms of which the wire needs "
                         f"{wire * 1e3:.0f} ms: the rest is ranks slowing each other"
+                        + _spinning_words(cell)
                     ),
                 }
             )
     return rows
+
+
+def _spinning_words(cell: pd.DataFrame) -> str:
+    """What the runs' own spinning threads took (machine_load's per-thread
+    counters), where any spun: one cause of ranks slowing each other."""
+    if "spinning_threads" not in cell:
+        return ""
+    threads = pd.to_numeric(cell["spinning_threads"], errors="coerce")
+    if not (threads > 0).any():
+        return ""
+    cores = pd.to_numeric(cell["spinning_cores"], errors="coerce").mean()
+    return (
+        f"; {threads.mean():.0f} thread(s) per run never blocked yet took {cores:.2f} "
+        "cores (busy-polling: run.json's machine_load.spinning)"
+    )
 
 
 def _wire_s(cell: pd.DataFrame) -> float:

@@ -15,6 +15,20 @@ after warm-up to the last, on the steps files' clock) that gives:
   the run was measured beside heavy foreign load, so its figures are not
   clean (the runs table and the report say so per cell).
 
+And, from the kernel's per-thread scheduler counters of the run's own
+threads (/proc/<pid>/task/<tid>/schedstat: time on a CPU, time runnable
+but waiting for one; voluntary context switches from its status):
+
+- ``threads``: each thread's CPU and run-queue wait as shares of the
+  window, and how often it blocked of its own accord;
+- ``spinning``: the threads that never block yet take a core: runnable
+  through at least ``SPINNING_RUNNABLE`` of the window, blocking less than
+  ``SPINNING_BLOCKS_PER_S`` times a second, not their process's main
+  thread (a busy-polling progress thread, as Tarantella's GaspiCxx runs);
+- ``waiting``: what the run's other threads spent waiting for a CPU (the
+  largest one's share and their sum): what spinning and foreign work can
+  take from the training.
+
 run.json keeps it all under ``machine_load``.
 """
 
@@ -37,6 +51,50 @@ from ddlcompare import machine_lock
 LOADED_SHARE = 0.25
 BUSIEST = 5
 RECORD = "machine_load"
+# A spinning thread: runnable (on a CPU or waiting for one) through 90 % of
+# the window and blocking of its own accord less than once a second. A
+# compute thread of a training loop blocks on its peers, its data and its
+# workers many times a second; a progress thread polling a queue never does.
+SPINNING_RUNNABLE = 0.9
+SPINNING_BLOCKS_PER_S = 1.0
+THREADS_KEPT = 12  # the busiest of the run's threads, in run.json
+
+
+@dataclass(frozen=True)
+class ThreadCounters:
+    """One thread's cumulative counters: seconds on a CPU, seconds runnable
+    but waiting for one, voluntary context switches."""
+
+    name: str
+    cpu: float
+    wait: float
+    blocks: int
+
+
+def thread_counters(pid: int) -> dict[tuple[int, int], ThreadCounters]:
+    """The counters of every thread of ``pid`` ((pid, tid) -> counters);
+    empty where the kernel keeps no scheduler statistics or the process is
+    gone."""
+    found = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tids:
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            with open(f"{base}/schedstat") as f:
+                on_cpu, waiting = f.read().split()[:2]
+            with open(f"{base}/comm") as f:
+                name = f.read().strip()
+            with open(f"{base}/status") as f:
+                blocks = next(
+                    int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches")
+                )
+        except (OSError, ValueError, StopIteration):
+            continue
+        found[(pid, int(tid))] = ThreadCounters(name, int(on_cpu) / 1e9, int(waiting) / 1e9, blocks)
+    return found
 
 
 def _busy_seconds() -> float:
@@ -56,6 +114,7 @@ class Interval:
     own: float
     others: dict[tuple[int, float], float]
     load_1m: float
+    threads: dict[tuple[int, int], tuple[float, float, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -67,7 +126,9 @@ class Meter:
     session: int
     intervals: list[Interval] = field(default_factory=list)
     names: dict[tuple[int, float], str] = field(default_factory=dict)
+    thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
     _last: tuple | None = None
+    _last_threads: dict = field(default_factory=dict)
 
     def sample(self) -> None:
         now, wall, busy = time.perf_counter_ns(), time.time(), _busy_seconds()
@@ -82,9 +143,29 @@ class Meter:
             times[key] = (p.pid in own, cpu.user + cpu.system)
             if p.pid not in own and key not in self.names:
                 self.names[key] = _name(p)
+        threads = {}
+        for pid in own:
+            threads.update(thread_counters(pid))
         if self._last is not None:
-            self.intervals.append(self._interval(now, wall, busy, times))
-        self._last = (now, wall, busy, times)
+            interval = self._interval(now, wall, busy, times)
+            interval.threads = self._thread_deltas(threads)
+            self.intervals.append(interval)
+        self._last, self._last_threads = (now, wall, busy, times), threads
+        for key, counters in threads.items():
+            self.thread_names.setdefault(key, counters.name)
+
+    def _thread_deltas(self, threads: dict) -> dict:
+        """Each thread's (CPU s, wait s, voluntary switches) since the last
+        sample; a thread started since then counts from its start."""
+        deltas = {}
+        for key, now in threads.items():
+            before = self._last_threads.get(key, ThreadCounters(now.name, 0.0, 0.0, 0))
+            deltas[key] = (
+                max(now.cpu - before.cpu, 0.0),
+                max(now.wait - before.wait, 0.0),
+                max(now.blocks - before.blocks, 0),
+            )
+        return deltas
 
     def _interval(self, now: int, wall: float, busy: float, times: dict) -> Interval:
         """CPU seconds since the last sample. A process started since then
@@ -109,6 +190,7 @@ class Meter:
         cores = psutil.cpu_count() or 1
         seconds = foreign = 0.0
         per_process: dict[tuple[int, float], float] = {}
+        per_thread: dict[tuple[int, int], list[float]] = {}
         loads = []
         for iv in self.intervals:
             lo, hi = max(iv.start, window[0]), min(iv.end, window[1])
@@ -119,6 +201,10 @@ class Meter:
             foreign += max(iv.busy - iv.own, 0.0) * part
             for key, spent in iv.others.items():
                 per_process[key] = per_process.get(key, 0.0) + spent * part
+            for key, counts in iv.threads.items():
+                total = per_thread.setdefault(key, [0.0, 0.0, 0.0])
+                for i, value in enumerate(counts):
+                    total[i] += value * part
             loads.append(iv.load_1m)
         share = foreign / (seconds * cores) if seconds else None
         busiest = sorted(per_process.items(), key=lambda kv: -kv[1])[:BUSIEST]
@@ -139,6 +225,40 @@ class Meter:
             ],
             "loaded": share is not None and share >= LOADED_SHARE,
             "loaded_from_share": LOADED_SHARE,
+            **self._threads(per_thread, seconds),
+        }
+
+    def _threads(self, per_thread: dict, seconds: float) -> dict:
+        """run.json's ``threads``, ``spinning`` and ``waiting`` (see the
+        module's docstring) over ``seconds`` of window."""
+        if not per_thread or not seconds:
+            return {}
+        rows = [
+            {
+                "pid": pid,
+                "tid": tid,
+                "name": self.thread_names.get((pid, tid), "?"),
+                "cpu_share": round(cpu / seconds, 4),
+                "wait_share": round(wait / seconds, 4),
+                "blocks_per_s": round(blocks / seconds, 2),
+            }
+            for (pid, tid), (cpu, wait, blocks) in per_thread.items()
+        ]
+        for row in rows:
+            row["spinning"] = (
+                row["tid"] != row["pid"]
+                and row["cpu_share"] + row["wait_share"] >= SPINNING_RUNNABLE
+                and row["blocks_per_s"] < SPINNING_BLOCKS_PER_S
+            )
+        others = [r["wait_share"] for r in rows if not r["spinning"]]
+        rows.sort(key=lambda r: -(r["cpu_share"] + r["wait_share"]))
+        return {
+            "threads": rows[:THREADS_KEPT],
+            "spinning": [r for r in rows if r["spinning"]],
+            "waiting": {
+                "largest_share": round(max(others, default=0.0), 4),
+                "summed_share": round(sum(others), 4),
+            },
         }
 
 

@@ -78,6 +78,20 @@ SCHEMAS = {
                             },
                         },
                     },
+                    "spinning": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["pid", "tid", "cpu_share", "wait_share", "blocks_per_s"],
+                            "properties": {
+                                "pid": COUNT,
+                                "tid": COUNT,
+                                "cpu_share": NUMBER,
+                                "wait_share": NUMBER,
+                                "blocks_per_s": NUMBER,
+                            },
+                        },
+                    },
                 },
             },
             "ranks": {

@@ -212,3 +212,51 @@ def test_a_waiting_measurement_goes_before_jobs_that_come_later(tmp_path, monkey
     rows = {command: (start, end) for start, end, command in journal_lines(journal)}
     assert rows["sleep 3"][1] <= held[0]  # the job under way finished first
     assert rows["true"][0] >= held[1]  # the later one waited behind the measurement
+
+
+# One thread each beside a sleeping main thread, so that neither waits for
+# Python's lock: a thread polling in a loop, and one that sleeps between polls.
+POLLING = """
+import threading, time
+def spin():
+    while True:
+        pass
+def nap():
+    while True:
+        time.sleep(0.005)
+threading.Thread(target={}, daemon=True).start()
+time.sleep(60)
+"""
+
+
+def test_a_thread_that_never_blocks_is_found_spinning():
+    """The meter's per-thread counters: a thread polling in a loop (never
+    blocking, always runnable) is spinning; a thread that sleeps between
+    polls is not, nor is a main thread, whatever it does."""
+    procs = [
+        subprocess.Popen([sys.executable, "-c", POLLING.format(target)], start_new_session=True)
+        for target in ("spin", "nap")
+    ]
+    try:
+        meter = machine_load.Meter(os.getpid(), procs[0].pid)
+        time.sleep(0.5)  # their threads started
+        meter.sample()
+        start = time.perf_counter_ns()
+        time.sleep(3)
+        meter.sample()
+        summary = meter.summary((start, time.perf_counter_ns()), "test")
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    spinner, napper = (
+        next(t for t in summary["threads"] if t["pid"] == p.pid and t["tid"] != p.pid)
+        for p in procs
+    )
+    assert [(t["pid"], t["tid"]) for t in summary["spinning"]] == [
+        (spinner["pid"], spinner["tid"])
+    ], summary["threads"]
+    assert spinner["cpu_share"] + spinner["wait_share"] >= machine_load.SPINNING_RUNNABLE
+    assert spinner["blocks_per_s"] < machine_load.SPINNING_BLOCKS_PER_S
+    assert napper["blocks_per_s"] > 50 and not napper["spinning"]
+    assert 0 <= summary["waiting"]["largest_share"] <= summary["waiting"]["summed_share"]
