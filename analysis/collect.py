@@ -152,7 +152,9 @@ def load_figures(record: dict) -> dict:
     ``loaded`` (measured beside heavy foreign load: not clean) and
     ``busiest_foreign``; the run's own threads that spin (never block, yet
     take a core): ``spinning_threads`` and the cores they took,
-    ``spinning_cores``; empty where the run did not sample it (a cluster
+    ``spinning_cores``; the cores its other threads ran on and waited for,
+    ``others_cpu_cores`` and ``others_wait_cores``, of ``machine_cores``;
+    empty where the run did not sample it (a cluster
     job, an older run)."""
     load = record.get(machine_load.RECORD) or {}
     busiest = "; ".join(
@@ -160,6 +162,7 @@ def load_figures(record: dict) -> dict:
         for p in load.get("busiest_foreign", [])[:3]
     )
     spinning = load.get("spinning")
+    others = load.get("not_spinning") or {}
     return {
         "foreign_cpu_share": load.get("foreign_cpu_share"),
         "loaded": load.get("loaded"),
@@ -168,6 +171,9 @@ def load_figures(record: dict) -> dict:
         "spinning_cores": None
         if spinning is None
         else round(sum(t["cpu_share"] for t in spinning), 3),
+        "others_cpu_cores": others.get("cpu_cores"),
+        "others_wait_cores": others.get("wait_cores"),
+        "machine_cores": load.get("cores"),
     }
 
 

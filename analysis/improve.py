@@ -12,10 +12,16 @@ Each hypothesis is one change, the phase it acts on and its predicted gain
 - the runs table: contention removed, each rank's step back to the one
   process step of the same framework and setting, plus the exchange's
   wire time where the network is emulated (for frameworks that own their
-  step, Tarantella and LBANN, this needs no trace).
+  step, Tarantella and LBANN, this needs no trace);
+- the kernel's per-thread counters (machine_load): spinning stopped, where
+  a run's threads spin (never block, yet take a core). Its other threads
+  ran on ``c`` cores and waited for one ``w`` cores' worth; without the
+  spinning they would run on ``min(c + w, cores - foreign)``, so the CPU
+  part of the step shrinks by ``c / min(c + w, cores - foreign)``; the
+  wire time (as above) does not shrink.
 
-Intervals: the t interval over a cell's runs for the replayed changes; a
-bootstrap of both cells' runs for contention removed. Where a design factor
+Intervals: the t interval over a cell's runs for the replayed changes and
+spinning stopped; a bootstrap of both cells' runs for contention removed. Where a design factor
 can test the change (REMEDIES), the hypothesis names its two levels:
 ``ddlc improve`` writes a design that runs those before and after, at
 least MIN_REPLICATIONS times each, in one randomized order (so the two
@@ -64,7 +70,7 @@ class Remedy:
 def remedy(change: str, framework: str) -> Remedy | None:
     """The design factor that tests ``change`` for ``framework``, if any."""
     info = registry.FRAMEWORKS[framework]
-    if change == CONTENTION and f"{framework}-patched" in registry.FRAMEWORKS:
+    if change in (CONTENTION, SPINNING) and f"{framework}-patched" in registry.FRAMEWORKS:
         return Remedy("framework", framework, f"{framework}-patched")
     if change == "compression fp16" and "fp16" in info.compressions:
         return Remedy("compression", "none", "fp16")
@@ -78,6 +84,7 @@ def remedy(change: str, framework: str) -> Remedy | None:
 
 
 CONTENTION = "contention removed"
+SPINNING = "spinning stopped"
 OVERLAP_BUCKET_KIB = 256  # a seventh of the shared CNN's 1.7 MB of gradients
 HIDDEN = "exposed exchange hidden"
 # The what-if replays' changes (whatif.ASSUMPTIONS) and the phase each acts on.
@@ -96,7 +103,7 @@ def hypotheses(runs: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
     framework, world_size, setting, change, phase, predicted_gain, low, high,
     runs, evidence, and the factor and levels that test it."""
     ok = summary.ok_runs(runs)
-    rows = _replayed(ok, phases) + _contention(ok)
+    rows = _replayed(ok, phases) + _contention(ok) + _spinning(ok)
     columns = [
         *cells.CELL,
         "change",
@@ -227,6 +234,53 @@ def _contention(ok: pd.DataFrame) -> list[dict]:
                     ),
                 }
             )
+    return rows
+
+
+def _spinning(ok: pd.DataFrame) -> list[dict]:
+    """Per cell whose runs had spinning threads: the step without them (see
+    the module's docstring), a t interval over the cell's runs."""
+    needed = ["spinning_threads", "others_cpu_cores", "others_wait_cores", "machine_cores"]
+    if any(c not in ok for c in needed):
+        return []
+    ok = ok.assign(step_s=ok["world_size"] * ok["batch_size"] / ok["images_per_s"])
+    rate = pd.to_numeric(ok.get("net_rate_mbit", pd.Series(np.nan, index=ok.index)), "coerce")
+    ok = ok.assign(net_rate=rate.where(rate > 0))
+    figures = ok[needed + ["foreign_cpu_share"]].apply(pd.to_numeric, errors="coerce")
+    spun = ok[figures["spinning_threads"] > 0]
+    rows = []
+    for key, cell in spun.groupby(cells.CELL):
+        f = figures.loc[cell.index]
+        cores = f["machine_cores"]
+        free = (cores - f["foreign_cpu_share"].fillna(0) * cores).clip(lower=1e-9)
+        runnable = (f["others_cpu_cores"] + f["others_wait_cores"]).clip(upper=free)
+        cpu_part = f["others_cpu_cores"] / runnable.where(runnable > 0)
+        wire = min(_wire_s(cell) / cell["step_s"].mean(), 1.0)
+        gains = ((1 - wire) * (1 - cpu_part.clip(upper=1))).dropna()
+        if gains.empty:
+            continue
+        mean, half, n = stats.mean_ci(gains)
+        rows.append(
+            {
+                **dict(zip(cells.CELL, key)),
+                "change": SPINNING,
+                "phase": "the step's CPU time (every phase but the wire)",
+                "predicted_gain": mean,
+                "low": mean - half,
+                "high": mean + half,
+                "runs": n,
+                "evidence": (
+                    f"{f['spinning_threads'].mean():.0f} thread(s) per run never blocked yet "
+                    f"took {cell['spinning_cores'].astype(float).mean():.2f} cores; the others ran "
+                    f"on {f['others_cpu_cores'].mean():.2f} cores and waited for one "
+                    f"{f['others_wait_cores'].mean():.2f} cores' worth, of "
+                    f"{cores.mean():.0f} cores ({f['foreign_cpu_share'].mean():.0%} taken by "
+                    "other processes): without the spinning they would run on what they waited "
+                    "for, up to the free cores"
+                    + (f"; the wire's {wire:.0%} of the step stays" if wire > 0 else "")
+                ),
+            }
+        )
     return rows
 
 

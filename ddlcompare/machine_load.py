@@ -25,9 +25,11 @@ but waiting for one; voluntary context switches from its status):
   through at least ``SPINNING_RUNNABLE`` of the window, blocking less than
   ``SPINNING_BLOCKS_PER_S`` times a second, not their process's main
   thread (a busy-polling progress thread, as Tarantella's GaspiCxx runs);
-- ``waiting``: what the run's other threads spent waiting for a CPU (the
-  largest one's share and their sum): what spinning and foreign work can
-  take from the training.
+- ``not_spinning``: the run's other threads together: the cores they ran
+  on and the cores' worth of time they waited for one (and the largest
+  one thread waited): what spinning and foreign work took from the
+  training (analysis/improve.py predicts from it what stopping the
+  spinning would give).
 
 run.json keeps it all under ``machine_load``.
 """
@@ -250,14 +252,15 @@ class Meter:
                 and row["cpu_share"] + row["wait_share"] >= SPINNING_RUNNABLE
                 and row["blocks_per_s"] < SPINNING_BLOCKS_PER_S
             )
-        others = [r["wait_share"] for r in rows if not r["spinning"]]
+        others = [r for r in rows if not r["spinning"]]
         rows.sort(key=lambda r: -(r["cpu_share"] + r["wait_share"]))
         return {
             "threads": rows[:THREADS_KEPT],
             "spinning": [r for r in rows if r["spinning"]],
-            "waiting": {
-                "largest_share": round(max(others, default=0.0), 4),
-                "summed_share": round(sum(others), 4),
+            "not_spinning": {
+                "cpu_cores": round(sum(r["cpu_share"] for r in others), 4),
+                "wait_cores": round(sum(r["wait_share"] for r in others), 4),
+                "largest_wait_share": max((r["wait_share"] for r in others), default=0.0),
             },
         }
 
