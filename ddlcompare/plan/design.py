@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from ddlcompare.plan import fractional, sampling, yaml_safe
+from ddlcompare.plan import fractional, sampling, traceable, yaml_safe
 from ddlcompare.plan.params import (
     CORE_FACTORS,
     PARAMS,
@@ -575,9 +575,7 @@ def _check_cells(design: Design, problems: list[str]) -> None:
 
 def _check_tracers(configs: list[dict], problems: list[str]) -> None:
     """Every run asked for a Score-P trace must be one Score-P can trace."""
-    from ddlcompare.run import tracers
-
-    reasons = dict.fromkeys(tracers.refusal(config) for config in configs)
+    reasons = dict.fromkeys(traceable.refusal(config) for config in configs)
     problems.extend(r for r in reasons if r)
 
 

@@ -15,6 +15,7 @@ import socket
 from pathlib import Path
 from typing import Callable
 
+from ddlcompare.plan import traceable
 from ddlcompare.run import envs, tracers
 from runfiles import names
 from runfiles.backends import Registry
@@ -66,7 +67,7 @@ def tracing_env(config: dict, run_dir: Path) -> dict[str, str]:
 
 def refuse_untraceable(config: dict) -> None:
     """The plan refuses these already (design.py); a run started by hand too."""
-    reason = tracers.refusal(config)
+    reason = traceable.refusal(config)
     if reason:
         raise RuntimeError(reason)
 

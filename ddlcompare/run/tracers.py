@@ -1,6 +1,7 @@
 """How a run is traced by Score-P, decided once from its config: at plan time
-(refused combinations, with their fix), at launch (the worker's command and
-environment) and after the run (did it leave the trace it was asked for?).
+(refused combinations, with their fix: ddlcompare/plan/traceable.py, and is
+Score-P there), at launch (the worker's command and environment) and after
+the run (did it leave the trace it was asked for?).
 
 Two ways to put a rank under Score-P:
 
@@ -43,25 +44,6 @@ BUILD_HINT = "envs/build-scorep.sh (docs: envs/scorep.md)"
 # pages no thread writes cost no memory. A value in the environment wins.
 TOTAL_MEMORY = "256M"
 
-# Launcher (and Horovod controller) -> how its ranks go under Score-P; a
-# string is the reason it cannot, with the fix.
-REFUSED = {
-    "tarantella": "Tarantella's ranks talk through GPI-2, which Score-P has no adapter for, and "
-    "gaspi_run gives them no rank before they start; use tracer: otf2",
-    "lbann-driver": "LBANN's ranks are its C++ executable, started by lbann.run: the Python "
-    "driver that Score-P would wrap trains nothing. Tracing them needs an LBANN "
-    "built with Score-P's compiler wrappers (envs/lbann.md); use tracer: none",
-}
-
-
-# Frameworks whose one process drives every local device (DataParallel,
-# MirroredStrategy): the per-rank starter below finds no rank to name its
-# experiment after, and the trace it would leave is not one per replica.
-ONE_PROCESS = (
-    "it runs as one process driving every device, which has no rank for Score-P's "
-    "per-rank starter; use tracer: otf2"
-)
-
 
 def mode(config: dict) -> str:
     """``mpi`` or ``per-rank`` for a Score-P run (see the module's doc)."""
@@ -71,19 +53,6 @@ def mode(config: dict) -> str:
     if launcher == "horovodrun" and config.get("horovod_controller") == "mpi":
         return "mpi"
     return "per-rank"
-
-
-def refusal(config: dict) -> str | None:
-    """Why this run cannot be traced by Score-P (with the fix), or None."""
-    if config.get("tracer") != "scorep":
-        return None
-    from frameworks import registry
-
-    info = registry.FRAMEWORKS[config["framework"]]
-    reason = REFUSED.get(info.launcher) or (ONE_PROCESS if info.one_process else None)
-    if reason:
-        return f"framework {config['framework']} cannot run with tracer: scorep: {reason}"
-    return None
 
 
 def scorep_bin() -> Path | None:
