@@ -23,7 +23,7 @@ PYTHON = sys.executable
 # comma-separated string): --config import_traces=path/a,path/b
 IMPORTED = ws.imported_traces(config)
 # Every job holds the machine shared while it runs, measurements hold it
-# alone (ddlcompare/machine_lock.py); each job's held interval goes to
+# alone (ddlcompare/run/machine_lock.py); each job's held interval goes to
 # JOBS_JOURNAL.
 JOBS_JOURNAL = TABLES / "logs" / "jobs.log"
 shell.prefix(ws.job_prefix(JOBS_JOURNAL))

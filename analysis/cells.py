@@ -13,7 +13,7 @@ import re
 
 import pandas as pd
 
-from ddlcompare.params import PARAMS
+from ddlcompare.plan.params import PARAMS
 
 SCALE = ("framework", "nodes", "procs_per_node")
 CELL = ["framework", "world_size", "setting"]

@@ -44,10 +44,10 @@ import pyarrow.parquet as pq
 
 from runfiles.names import EPOCHS, METRICS, PHASE_TABLE
 from analysis import accuracy, cells, devices, replication
-from ddlcompare import machine_load, netem, runner, validate
+from ddlcompare.run import machine_load, netem, runner, validate
 from runfiles import energy, names
 from runfiles.atomic import replacing, write_text
-from ddlcompare.design import Design
+from ddlcompare.plan.design import Design
 from runfiles.phases import PHASES, STEP_PHASES
 from traces import convert
 from traces.table import SCHEMA
@@ -148,7 +148,7 @@ def run_row(design: Design, row, results: Path) -> dict:
 
 def load_figures(record: dict) -> dict:
     """What else the machine did while the run measured (run.json's
-    machine_load, ddlcompare/machine_load.py): ``foreign_cpu_share``,
+    machine_load, ddlcompare/run/machine_load.py): ``foreign_cpu_share``,
     ``loaded`` (measured beside heavy foreign load: not clean) and
     ``busiest_foreign``; the run's own threads that spin (never block, yet
     take a core): ``spinning_threads`` and the cores they took,

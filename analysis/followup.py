@@ -19,9 +19,9 @@ import pandas as pd
 import yaml
 
 from analysis import summary
-from ddlcompare.design import Design
+from ddlcompare.plan.design import Design
 from frameworks import registry
-from ddlcompare.validate import read_table
+from ddlcompare.run.validate import read_table
 
 RULE = (
     "per framework, its best and worst cell by throughput; the scale and setting where "
@@ -150,7 +150,7 @@ def design_doc(
     factors = {f: [lv for lv in design.factors[f] if lv in set(chosen[f])] for f in keys}
     picked = {tuple(row[f] for f in keys) for _, row in chosen.iterrows()}
     exclude = [dict(zip(keys, combo)) for combo in _product(factors, keys) if combo not in picked]
-    from ddlcompare.params import PARAMS
+    from ddlcompare.plan.params import PARAMS
 
     fixed = {
         k: v for k, v in design.fixed.items() if k not in factors and v != PARAMS[k].default

@@ -44,7 +44,7 @@ from statsmodels.stats.multitest import multipletests
 
 from analysis import cells, stats, summary
 from analysis.followup import _plain, _product, origin
-from ddlcompare.design import Design
+from ddlcompare.plan.design import Design
 from frameworks import registry
 
 MIN_REPLICATIONS = 5
@@ -372,7 +372,7 @@ def design_doc(
     full = [dict(zip(keys, c)) for c in _product(factors, keys)]
     wanted = [tuple(c.get(k, _default(k, design)) for k in keys) for c in combos]
     exclude = [c for c in full if tuple(c[k] for k in keys) not in set(wanted)]
-    from ddlcompare.params import PARAMS
+    from ddlcompare.plan.params import PARAMS
 
     fixed = {k: v for k, v in design.fixed.items() if k not in factors and v != PARAMS[k].default}
     replications = max(MIN_REPLICATIONS, replications or 0, design.replications)
@@ -407,7 +407,7 @@ def design_doc(
 def _level(name: str, value):
     """A runs-table value as the design writes the level: null for a missing
     one, an int for an int setting (parquet stores them as floats beside NaN)."""
-    from ddlcompare.params import PARAMS
+    from ddlcompare.plan.params import PARAMS
 
     value = _plain(value)
     if value is None:
@@ -418,7 +418,7 @@ def _level(name: str, value):
 
 
 def _default(name: str, design: Design):
-    from ddlcompare.params import PARAMS
+    from ddlcompare.plan.params import PARAMS
 
     return design.fixed.get(name, PARAMS[name].default)
 

@@ -3,7 +3,7 @@
 Achieved: the bytes a rank hands to collectives per step (comm_bytes_per_step)
 over the exposed grad_comm time per step, for runs whose framework exposes
 its gradient exchange as a phase. Limit: the MPI all-reduce probe
-(ddlcompare/probe.py) at the same message size and process count, on the
+(ddlcompare/run/probe.py) at the same message size and process count, on the
 same hosts. Both are algorithm bandwidths (bytes / time), so their ratio is
 the share of what the network and MPI can do that the framework gets.
 """
@@ -19,7 +19,7 @@ import pandas as pd
 
 from analysis import cells, humanize, page
 from frameworks import registry
-from ddlcompare.validate import read_table
+from ddlcompare.run.validate import read_table
 
 PROBES = "probe"  # folder under the tables
 

@@ -25,9 +25,9 @@ from scipy import stats as scipy_stats
 
 from runfiles.atomic import write_text
 from runfiles.names import METRICS
-from ddlcompare import validate
-from ddlcompare.design import Design
-from ddlcompare.params import RunRow
+from ddlcompare.run import validate
+from ddlcompare.plan.design import Design
+from ddlcompare.plan.params import RunRow
 
 RESPONSE = "images_per_s"
 CONFIDENCE = 0.95

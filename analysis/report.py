@@ -37,12 +37,12 @@ from analysis import (
 from analysis import compression as compression_table
 from analysis import page
 from analysis.page import Context, Section
-from ddlcompare import machine_load
+from ddlcompare.run import machine_load
 from runfiles.atomic import write_text
-from ddlcompare.design import Design
+from ddlcompare.plan.design import Design
 from frameworks import registry
 from runfiles.phases import MARKERS
-from ddlcompare.validate import check_table, read_table
+from ddlcompare.run.validate import check_table, read_table
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -654,7 +654,7 @@ def _not_compared(names: list[str]) -> str:
 
 
 def _how_to_compare(name: str, info: registry.AdapterInfo) -> dict:
-    from ddlcompare import envs
+    from ddlcompare.run import envs
 
     command = envs.how_to_build(info.env)
     if envs.has_module(info.env, info.probe):

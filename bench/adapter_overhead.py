@@ -20,7 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ddlcompare import design, launch, runner, schedulers  # noqa: E402
+from ddlcompare.plan import design  # noqa: E402
+from ddlcompare.run import launch, runner, schedulers  # noqa: E402
 from measuring import holding_the_machine, load, load_fields  # noqa: E402
 
 

@@ -64,7 +64,8 @@ def run_tests(out: Path) -> int:
 
 
 def train(root: Path, device: str, traced: bool, procs: int = 1, **fixed) -> Path:
-    from ddlcompare import design, runner
+    from ddlcompare.plan import design
+    from ddlcompare.run import runner
 
     doc = {
         "name": f"gpu-check-{device}",

@@ -1,5 +1,5 @@
 """What every bench does around its figures: hold the machine (the
-host-wide measuring lock of ddlcompare/machine_lock.py, which training runs
+host-wide measuring lock of ddlcompare/run/machine_lock.py, which training runs
 take too) while it measures, and say the machine's load beside each figure
 (a figure taken beside other work is not a clean one)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ddlcompare import machine_lock  # noqa: E402
+from ddlcompare.run import machine_lock  # noqa: E402
 
 # One-minute load above which a figure is marked loaded: the bench itself
 # is one runnable process, so a quiet machine shows about 1.

@@ -21,7 +21,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ddlcompare import design  # noqa: E402
+from ddlcompare.plan import design  # noqa: E402
 from measuring import holding_the_machine, load, load_fields  # noqa: E402
 
 DOC = {

@@ -1,10 +1,10 @@
 """The all-reduce probe against the emulated link's configured rate.
 
-On two emulated nodes (ddlcompare/netem.py) at --rate Mbit/s, each figure
+On two emulated nodes (ddlcompare/run/netem.py) at --rate Mbit/s, each figure
 as a share of the rate:
 - baseline, in the same run: plain TCP streams, one way, then both ways at
   once (one stream each way, as the two directions of an all-reduce);
-- the probe (ddlcompare/probe.py) with Open MPI's default of one TCP
+- the probe (ddlcompare/run/probe.py) with Open MPI's default of one TCP
   connection per pair of processes, and with the probe's own setting
   (probe.TCP_LINKS): its Sendrecv ring (link) and its all-reduce of the
   whole model's gradients (busbw, the bytes per direction over time).
@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ddlcompare import netem, probe  # noqa: E402
+from ddlcompare.run import netem, probe  # noqa: E402
 from measuring import holding_the_machine, load, load_fields  # noqa: E402
 
 PORT = 5301

@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ddlcompare import tracers  # noqa: E402
+from ddlcompare.run import tracers  # noqa: E402
 from frameworks import models  # noqa: E402
 from runfiles.phases import STEP, STEP_PHASES  # noqa: E402
 from frameworks.recorder import LiveRegions  # noqa: E402

@@ -46,7 +46,7 @@ pip_in() {
 # otf2-print: the tests check our OTF2 archives and the readers against it.
 # chromium: the report test opens the report in it.
 # libopen-trace-format2-dev: the OTF2 C library the fast trace reader (traces/fastotf2) uses.
-# iproute2: ip and tc, which build the emulated slow network (ddlcompare/netem.py).
+# iproute2: ip and tc, which build the emulated slow network (ddlcompare/run/netem.py).
 # protobuf-compiler: protoc compiles LBANN's .proto files for its front end (frameworks/lbann_source.py).
 debian_packages=(openmpi-bin libopenmpi-dev dataset-fashion-mnist cmake g++ make python3-dev python3-venv
                  otf2-tools chromium libopen-trace-format2-dev iproute2 protobuf-compiler)

@@ -527,7 +527,7 @@ def reader_message(lbann, readers: list[dict]):
 
 # Set by the harness's lbann-driver launcher: where lbann.run launches (its
 # scheduler name and mpiexec arguments), as JSON.
-RUN_ARGS = "DDLC_LBANN_RUN_ARGS"  # ddlcompare/launchers/lbann_driver.py sets it
+RUN_ARGS = "DDLC_LBANN_RUN_ARGS"  # ddlcompare/run/launchers/lbann_driver.py sets it
 
 
 def launch_args(config: dict, env: dict) -> dict:

@@ -5,7 +5,7 @@ layers, same output shapes, same parameter counts.
 The PyTorch and Keras builders live in different environments, so each is
 asked in its own interpreter (``python -m frameworks.model_gate rows
 BUILDER MODEL DATASET...`` prints its rows as JSON); the harness asks them
-all and judges (ddlcompare/model_gate.py). The LBANN builder is checked on
+all and judges (ddlcompare/run/model_gate.py). The LBANN builder is checked on
 the layer graph it produces: read back from a built lbann.Model where LBANN
 is importable, otherwise the graph it would hand to LBANN (the result says
 which).

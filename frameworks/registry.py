@@ -20,7 +20,7 @@ class AdapterInfo:
     name: str  # the design's framework level
     module: str  # frameworks.<module>, which defines the adapter class
     family: str  # which shared training loop runs it (torch, tensorflow...)
-    launcher: str  # ddlcompare.launch name: how its processes start
+    launcher: str  # ddlcompare.run.launch name: how its processes start
     env: str  # the environment (envs/<env>.txt) it runs in
     probe: str  # a module whose import proves the env is built
     exposes: tuple[str, ...]  # the phases it can time separately
@@ -34,7 +34,7 @@ class AdapterInfo:
     # one process drives every local device (DataParallel, MirroredStrategy):
     # procs_per_node counts its replicas, and it runs on one node
     one_process: bool = False
-    # the framework knobs (params declared in ddlcompare/knobs.py) it honours
+    # the framework knobs (params declared in frameworks/knobs.py) it honours
     knobs: tuple[str, ...] = ()
     # two of its runs cannot share a node (GPI-2 listens on fixed ports, 19000
     # and 10840, on each node): on a cluster its jobs ask for whole nodes

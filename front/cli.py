@@ -22,8 +22,9 @@ import os
 import sys
 from pathlib import Path
 
-from ddlcompare import design as design_mod
-from ddlcompare import plan_checks, preflight, yaml_safe
+from ddlcompare.plan import design as design_mod
+from ddlcompare.plan import yaml_safe
+from ddlcompare.run import plan_checks, preflight
 
 
 class UserError(Exception):
@@ -103,7 +104,7 @@ def cmd_replicate(args) -> int:
 
 
 def cmd_run_one(args) -> int:
-    from ddlcompare import runner
+    from ddlcompare.run import runner
     from runfiles import ownership
 
     try:
@@ -314,7 +315,7 @@ def cmd_check(args) -> int:
     """Every finished run's files checked, each alone and against each other,
     and the design's tables; --rerun moves the damaged runs' files to
     attempts/ so that the next workflow run does them again."""
-    from ddlcompare import runner, validate
+    from ddlcompare.run import runner, validate
 
     design = load_design(args.design, check_ready=False)
     results = existing_folder(args.results, "--results")
@@ -380,7 +381,7 @@ def cmd_fetch_data(args) -> int:
 
 def cmd_envs(args) -> int:
     """The environments ./ddlc run sets up for the design, for envs/setup.sh."""
-    from ddlcompare import envs
+    from ddlcompare.run import envs
     from frameworks import registry
 
     design = load_design(args.design, check_ready=False)
@@ -390,7 +391,7 @@ def cmd_envs(args) -> int:
 
 
 def cmd_cluster(args) -> int:
-    from ddlcompare import cluster
+    from ddlcompare.run import cluster
 
     return cluster.main(args.action)
 
@@ -509,7 +510,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ddlcompare.validate import Damaged
+    from ddlcompare.run.validate import Damaged
 
     args = parser().parse_args(argv)
     try:

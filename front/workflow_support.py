@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import NoReturn
 
 from analysis import replication
-from ddlcompare import diskspace, refile, runner, validate, yaml_safe
+from ddlcompare.plan import yaml_safe
+from ddlcompare.run import diskspace, refile, runner, validate
 from runfiles import ownership
 from front.cli import UserError, load_design
-from ddlcompare.params import RunRow, shown_key
+from ddlcompare.plan.params import RunRow, shown_key
 from frameworks import registry
 
 # Run paths are built from validated values only (see params.SAFE_TEXT).
@@ -271,7 +272,7 @@ def _check_occupants(runs: list[RunRow], results: Path, kill: bool, dryrun: bool
 
 
 # Every job's shell starts here: it holds the machine shared while it runs
-# (workflows/share_machine.sh, ddlcompare/machine_lock.py).
+# (workflows/share_machine.sh, ddlcompare/run/machine_lock.py).
 SHARE_MACHINE = Path(__file__).resolve().parent.parent / "workflows" / "share_machine.sh"
 
 

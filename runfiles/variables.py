@@ -2,7 +2,7 @@
 meaning and who reads it.
 
 Python code reads them through ``get``; shell scripts read them themselves,
-with the same defaults. ``python -m ddlcompare.schema`` lists them in
+with the same defaults. ``python -m ddlcompare.plan.schema`` lists them in
 docs/settings.md, and tests/test_variables.py checks that every ``DDLC_``
 name anywhere in the tree is declared here. This module sits in the lowest
 layer so that every layer may read it.
@@ -60,7 +60,7 @@ _ALL = [
         "DDLC_VENV",
         None,
         "the torch environment (a folder holding bin/python)",
-        "ddlc, envs/setup.sh, ddlcompare/envs.py",
+        "ddlc, envs/setup.sh, ddlcompare/run/envs.py",
         ".venv in the checkout",
     ),
     Variable(
@@ -73,21 +73,21 @@ _ALL = [
         "DDLC_VENV_TENSORFLOW",
         None,
         "the TensorFlow environment",
-        "envs/setup.sh, ddlcompare/envs.py",
+        "envs/setup.sh, ddlcompare/run/envs.py",
         ".venv-tf in the checkout",
     ),
     Variable(
         "DDLC_VENV_TARANTELLA",
         None,
         "Tarantella's environment",
-        "ddlcompare/envs.py",
+        "ddlcompare/run/envs.py",
         ".venv-tarantella in the checkout, else envs/build-tarantella.sh's",
     ),
     Variable(
         "DDLC_VENV_LBANN",
         None,
         "LBANN's environment",
-        "ddlcompare/envs.py",
+        "ddlcompare/run/envs.py",
         ".venv-lbann in the checkout, else envs/build-lbann.sh's",
     ),
     Variable(
@@ -108,7 +108,7 @@ _ALL = [
         "DDLC_VENV_TARANTELLA_PATCHED",
         None,
         "the patched Tarantella's environment",
-        "ddlcompare/envs.py",
+        "ddlcompare/run/envs.py",
         ".venv-tarantella-patched in the checkout, else `envs/build-tarantella.sh patched`'s",
     ),
     Variable(
@@ -162,7 +162,7 @@ _ALL = [
         "DDLC_MEASURE_LOCK",
         None,
         "the host-wide lock that training runs take while they measure",
-        "ddlcompare/machine_lock.py",
+        "ddlcompare/run/machine_lock.py",
         "/tmp/ddl-compare.measure.lock",
     ),
     Variable(
@@ -170,19 +170,19 @@ _ALL = [
         None,
         "set by a measurement while it holds the machine (its pid): what it starts "
         "is part of it and takes no lock of its own",
-        "ddlcompare/machine_lock.py, workflows/share_machine.sh",
+        "ddlcompare/run/machine_lock.py, workflows/share_machine.sh",
     ),
     Variable(
         "DDLC_JOB_WAITED_S",
         None,
         "seconds a workflow job's shell waited for the machine before its command began",
-        "ddlcompare/machine_lock.py (set by workflows/share_machine.sh)",
+        "ddlcompare/run/machine_lock.py (set by workflows/share_machine.sh)",
     ),
     Variable(
         "DDLC_ATTEMPTS",
         None,
         "the folder where live run attempts register (the overlap check reads it)",
-        "ddlcompare/machine_lock.py",
+        "ddlcompare/run/machine_lock.py",
         "/tmp/ddl-compare.attempts",
     ),
     Variable(
@@ -209,14 +209,14 @@ _ALL = [
         "DDLC_SRUN_MPI",
         "pmix",
         "the MPI plugin srun starts LBANN with ('' for slurm.conf's MpiDefault)",
-        "ddlcompare/schedulers/slurm.py",
+        "ddlcompare/run/schedulers/slurm.py",
     ),
     # --- set by the harness for its own processes ---------------------------
     Variable(
         "DDLC_NETNS_MAP",
         None,
         "set by the harness: 'address=namespace=hostname ...' of the emulated network",
-        "ddlcompare/netem.py, ddlcompare/netns_as_ssh/ssh",
+        "ddlcompare/run/netem.py, ddlcompare/run/netns_as_ssh/ssh",
     ),
     Variable(
         "DDLC_LOCAL_RANK",
@@ -240,7 +240,7 @@ _ALL = [
         "DDLC_DESIGN_DIGEST",
         None,
         "set by the workflow: its design file's digest, to tell a design edited mid-campaign",
-        "ddlcompare/yaml_safe.py",
+        "ddlcompare/plan/yaml_safe.py",
     ),
     # --- the test schedulers (envs/schedulers/) -------------------------------
     Variable(
@@ -269,7 +269,7 @@ _ALL = [
         "DDLC_CLUSTER_DIR",
         "/var/lib/ddlc-cluster",
         "the state of the cluster on one machine (./ddlc cluster)",
-        "ddlcompare/cluster.py",
+        "ddlcompare/run/cluster.py",
     ),
     Variable("DDLC_OAR_UID", None, "that user's uid", "envs/schedulers/oar.sh", "64321"),
     Variable("DDLC_OAR_CORES", None, "cores the test OAR offers", "envs/schedulers/oar.sh", "4"),

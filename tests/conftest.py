@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import yaml
 
-from ddlcompare import design, runner
+from ddlcompare.plan import design
+from ddlcompare.run import runner
 from frameworks import data
 from runfiles import variables
 
@@ -25,7 +26,7 @@ def pytest_collection_modifyitems(items):
     tests stay together, so its module fixtures train once; every test of a
     real scheduler shares one group, since they share the Slurm, OAR and
     cluster daemons. Training itself still takes turns: each run holds the
-    host-wide measuring lock (ddlcompare/machine_lock.py)."""
+    host-wide measuring lock (ddlcompare/run/machine_lock.py)."""
     scheduled = {item.path for item in items if item.get_closest_marker("schedulers")}
     for item in items:
         group = "schedulers" if item.path in scheduled else item.path.stem

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from conftest import tiny_design
-from ddlcompare import design, runner
+from ddlcompare.plan import design
+from ddlcompare.run import runner
 
 
 def run_tiny(tmp_path, framework, **fixed):

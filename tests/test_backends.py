@@ -1,5 +1,5 @@
 """A new backend is one new file: a launcher dropped into
-ddlcompare/launchers/ and a framework adapter dropped into frameworks/ are
+ddlcompare/run/launchers/ and a framework adapter dropped into frameworks/ are
 found with no other change. (Schedulers: tests/test_hosts_launch.py; trace
 readers: tests/test_traces_readers.py.)"""
 
@@ -8,8 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ddlcompare import launch, launchers
-from ddlcompare.schedulers import Host
+from ddlcompare.run import launch, launchers
+from ddlcompare.run.schedulers import Host
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -18,7 +18,7 @@ def test_a_new_launcher_is_one_file():
     module = Path(launchers.__file__).parent / "dummy_for_test.py"
     module.write_text(
         textwrap.dedent('''
-        from ddlcompare.launch import base_env, launcher
+        from ddlcompare.run.launch import base_env, launcher
 
         @launcher("dummy-launcher")
         def dummy(hosts, config, run_dir, scheduler):
@@ -52,7 +52,7 @@ def test_a_new_framework_is_one_file():
             [
                 sys.executable,
                 "-c",
-                "from ddlcompare.params import PARAMS; "
+                "from ddlcompare.plan.params import PARAMS; "
                 "print(PARAMS['framework'].check('dummy-framework'))",
             ],
             cwd=REPO,

@@ -1,4 +1,4 @@
-"""The cluster on one machine (./ddlc cluster, ddlcompare/cluster.py): nodes
+"""The cluster on one machine (./ddlc cluster, ddlcompare/run/cluster.py): nodes
 in network and UTS namespaces of their own, a real Slurm across them. Every
 installed multi-process framework trains on 2 nodes through the slurm
 profile, its ranks really on different nodes; scheduler faults (a node
@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from conftest import REPO, write_design
-from ddlcompare import cluster, envs, netem
-from ddlcompare.schedulers import slurm
+from ddlcompare.run import cluster, envs, netem
+from ddlcompare.run.schedulers import slurm
 from frameworks import registry
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
@@ -195,7 +195,7 @@ def oar_cluster(slurm_cluster):
     env = cluster.oar_env(slurm_cluster[0]["nodes"])
     pythons = [envs.python_for(e) for e in {registry.FRAMEWORKS[n].env for n in INSTALLED}]
     granted = subprocess.run(
-        [script, "grant", *map(str, pythons), str(REPO / "ddlcompare" / "oar.py")],
+        [script, "grant", *map(str, pythons), str(REPO / "ddlcompare" / "run" / "oar.py")],
         env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert granted.returncode == 0, granted.stderr

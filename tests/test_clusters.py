@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from ddlcompare import oar, runner
+from ddlcompare.run import oar, runner
 from front import workflow_support as ws
-from ddlcompare.params import RunRow
+from ddlcompare.plan.params import RunRow
 
 # What oarsub 2.5 prints on Grid'5000 (admission rules first).
 OARSUB_OUTPUT = """\

@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, ddlc, tiny_design, write_design
-from ddlcompare import design, runner
+from ddlcompare.plan import design
+from ddlcompare.run import runner
 from test_workflow import snakemake
 
 
@@ -257,7 +258,7 @@ def test_a_finished_run_is_found_again_by_its_settings(trained, tmp_path, monkey
     """The folder names change when a setting becomes a factor; the run is
     what it ran: the workflow moves it to its new folder instead of training
     it again, and only the new level is left to run."""
-    from ddlcompare import yaml_safe
+    from ddlcompare.plan import yaml_safe
     from front import workflow_support as ws
     from runfiles import ownership
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FASHION, REPO, ddlc, write_design
-from ddlcompare import design
-from ddlcompare.design import DesignError
+from ddlcompare.plan import design
+from ddlcompare.plan.design import DesignError
 
 
 def base(**over):

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from conftest import ddlc, tiny_design, write_design
-from ddlcompare import design, devices, runner
+from ddlcompare.plan import design, devices
+from ddlcompare.run import runner
 from frameworks import balance, data, models
 from frameworks.common import Dist
 

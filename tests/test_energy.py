@@ -19,7 +19,8 @@ import pytest
 
 from analysis import collect
 from conftest import REPO, tiny_design
-from ddlcompare import design, runner
+from ddlcompare.plan import design
+from ddlcompare.run import runner
 from runfiles import energy
 
 MAX_UJ = 262143328850  # max_energy_range_uj of a real package zone

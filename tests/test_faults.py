@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from conftest import REPO, snakemake_cmd, tiny_design, write_design
-from ddlcompare import design
+from ddlcompare.plan import design
 from test_workflow import done_markers, snakemake
 
 # How long a run may take to start training: it waits for the host-wide
@@ -352,7 +352,7 @@ def test_a_damaged_steps_file_leaves_no_measured_window(tmp_path, damage):
 
 @pytest.mark.slow
 def test_a_run_writes_only_inside_its_directory(tmp_path):
-    from ddlcompare import runner
+    from ddlcompare.run import runner
 
     before = set(
         subprocess.run(
@@ -429,7 +429,7 @@ def test_hostile_values_execute_nothing(tmp_path, template):
 
 @pytest.mark.slow
 def test_hostile_data_dir_reaches_no_shell_at_run_time(tmp_path):
-    from ddlcompare import runner
+    from ddlcompare.run import runner
 
     sentinel = tmp_path / "pwned"
     row = design.parse(
@@ -594,7 +594,7 @@ def test_a_harness_defect_at_launch_is_a_failed_run_not_a_lost_one(tmp_path, mon
     """A defect of ours where the launch command is built (as a 2-node LBANN
     run once met: a TypeError) fails the run with its name, keeps the
     traceback in the log, and leaves the done marker; it does not escape."""
-    from ddlcompare import launch, runner
+    from ddlcompare.run import launch, runner
 
     def defect(*args, **kwargs):
         raise TypeError("super(type, obj): obj must be an instance or subtype of type")

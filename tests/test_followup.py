@@ -12,7 +12,7 @@ import yaml
 
 from analysis import followup
 from conftest import REPO, ddlc, tiny_design, write_design
-from ddlcompare import design
+from ddlcompare.plan import design
 
 # images/s per (framework, procs_per_node, batch_size)
 THROUGHPUT = {

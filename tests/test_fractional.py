@@ -9,8 +9,8 @@ import pytest
 
 from analysis import stats
 from conftest import ddlc, write_design
-from ddlcompare import design
-from ddlcompare.design import DesignError
+from ddlcompare.plan import design
+from ddlcompare.plan.design import DesignError
 
 # Seven two-level factors, A..G in this order; the first level is -1.
 FACTORS = {

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from conftest import tiny_design
-from ddlcompare import design, runner
+from ddlcompare.plan import design
+from ddlcompare.run import runner
 
 
 def test_gpu_frameworks_are_planned_here(tmp_path):
@@ -52,7 +53,7 @@ def train_ok(tmp_path, doc):
 
 @pytest.mark.parametrize("framework", ["torch-ddp", "horovod-torch"])
 def test_one_process_per_gpu_trains_with_nccl(tmp_path, framework):
-    from ddlcompare import envs
+    from ddlcompare.run import envs
 
     if framework == "horovod-torch" and not envs.has_module("torch", "horovod.torch"):
         pytest.skip("Horovod is not built in the torch environment (envs/setup.sh builds it)")
@@ -113,7 +114,7 @@ def test_hybrid_gpu_and_cpu_ranks_in_one_job(tmp_path):
 
 
 def tensorflow_gpu_count() -> int:
-    from ddlcompare import envs
+    from ddlcompare.run import envs
 
     python = envs.python_for("tensorflow")
     if not python.exists():

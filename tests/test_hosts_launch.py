@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ddlcompare import launch, schedulers
-from ddlcompare.launchers.tf_workers import tf_worker_addresses
-from ddlcompare.schedulers import Host, oar, slurm
+from ddlcompare.run import launch, schedulers
+from ddlcompare.run.launchers.tf_workers import tf_worker_addresses
+from ddlcompare.run.schedulers import Host, oar, slurm
 
 CONFIG = {"threads": 1, "run_id": "abc123", "horovod_controller": "gloo", "framework": "torch-ddp"}
 RUN = Path("/r/run")
@@ -54,7 +54,7 @@ def test_a_new_scheduler_is_one_file(tmp_path, monkeypatch):
     module = Path(schedulers.__file__).parent / "dummy_for_test.py"
     module.write_text(
         textwrap.dedent("""
-        from ddlcompare.schedulers import Scheduler, register
+        from ddlcompare.run.schedulers import Scheduler, register
 
         @register
         class Dummy(Scheduler):

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from analysis import improve
-from ddlcompare import design as design_mod
+from ddlcompare.plan import design as design_mod
 from phase_tables import constructed, run_table
 
 

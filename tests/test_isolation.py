@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, journal_lines, tiny_design, write_design
-from ddlcompare import design, machine_load, machine_lock
+from ddlcompare.plan import design
+from ddlcompare.run import machine_load, machine_lock
 from front import workflow_support
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
@@ -36,7 +37,7 @@ def test_a_job_waits_while_a_measurement_holds_the_machine(tmp_path, monkeypatch
     lock, journal = tmp_path / "lock", tmp_path / "jobs.log"
     monkeypatch.setenv(machine_lock.LOCK_ENV, str(lock))
     measure = (
-        f"{sys.executable} -c 'from ddlcompare import machine_lock as m\n"
+        f"{sys.executable} -c 'from ddlcompare.run import machine_lock as m\n"
         f"with m.measuring(\"run\", print) as waited: print(waited)' > {tmp_path / 'out'}"
     )
     with machine_lock.measuring("test", lambda text: None):
@@ -57,7 +58,7 @@ def test_a_measuring_job_turns_its_own_hold_exclusive(tmp_path):
     for it, and the job holds it shared again afterwards."""
     lock, journal = tmp_path / "lock", tmp_path / "jobs.log"
     measure = (
-        f"{sys.executable} -c 'import time; from ddlcompare import machine_lock as m\n"
+        f"{sys.executable} -c 'import time; from ddlcompare.run import machine_lock as m\n"
         f"with m.measuring(\"probe\", print): print(\"held\", time.time(), flush=True); "
         f"time.sleep(2)\nprint(\"released\", time.time(), flush=True); time.sleep(1)'"
         f" > {tmp_path / 'out'}"
@@ -170,12 +171,12 @@ def test_what_a_measurement_starts_is_part_of_it(tmp_path):
     lock, journal = tmp_path / "lock", tmp_path / "jobs.log"
     prefix = workflow_support.job_prefix(journal).replace("{{", "{").replace("}}", "}")
     inner = (
-        f"{sys.executable} -c 'from ddlcompare import machine_lock as m\n"
+        f"{sys.executable} -c 'from ddlcompare.run import machine_lock as m\n"
         "with m.measuring(\"run\", print) as waited: print(waited)'"
     )
     bench = f"bash -c {shlex.quote(prefix + inner)}"
     out = subprocess.run(
-        [sys.executable, "-m", "ddlcompare.machine_lock", "measure", "--", "bash", "-c", bench],
+        [sys.executable, "-m", "ddlcompare.run.machine_lock", "measure", "--", "bash", "-c", bench],
         env={**os.environ, machine_lock.LOCK_ENV: str(lock)},
         cwd=REPO,
         capture_output=True,

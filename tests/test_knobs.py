@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_design
-from ddlcompare import design, envs, runner
+from ddlcompare.plan import design
+from ddlcompare.run import envs, runner
 from frameworks import knobs
 
 TIMELINES = Path(__file__).parent / "data" / "knobs"

@@ -3,27 +3,37 @@
 From the bottom: what a run leaves and how it is written, the phase
 vocabulary included (runfiles), the training side with its phase recorder
 and tracers (frameworks), the readers of traces (traces), the harness
-(ddlcompare: design, runner, launchers, schedulers), the analysis, and the
-front on top (front: the command line and the workflow's helpers). Imports
-inside functions count too.
+(ddlcompare), the analysis, and the front on top (front: the command line
+and the workflow's helpers). Imports inside functions count too.
+
+The harness is two layers of its own, each a sub-package: what a design is
+and how it is planned (ddlcompare.plan: the settings, the design file, its
+runs, what the design alone says about them), then how a run is executed
+(ddlcompare.run: runner, launchers, schedulers, the machine's checks, locks
+and network, validation of what a run left). The run package builds on the
+plan package, never the other way round; every module of the harness lives
+in one of them.
 """
 
 import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# A layer is a tuple so that a package's sub-packages can be ordered inside
+# its place: (3, 0) is below (3, 1), and both are below (4,).
 LAYERS = {
-    "runfiles": 0,
-    "frameworks": 1,
-    "traces": 2,
-    "ddlcompare": 3,
-    "analysis": 4,
-    "front": 5,
+    "runfiles": (0,),
+    "frameworks": (1,),
+    "traces": (2,),
+    "ddlcompare.plan": (3, 0),
+    "ddlcompare.run": (3, 1),
+    "analysis": (4,),
+    "front": (5,),
 }
 PACKAGES = sorted({name.split(".")[0] for name in LAYERS})
 
 
-def layer(module: str) -> int | None:
+def layer(module: str) -> tuple[int, ...] | None:
     matches = [p for p in LAYERS if module == p or module.startswith(p + ".")]
     return LAYERS[max(matches, key=len)] if matches else None
 
@@ -65,3 +75,18 @@ def test_no_import_runs_up_a_layer():
 def test_every_package_has_a_layer():
     for package in PACKAGES:
         assert (REPO / package / "__init__.py").exists(), package
+
+
+def test_every_harness_module_is_in_a_layered_sub_package():
+    """ddlcompare holds no module of its own (its __init__ is empty), and
+    each of its sub-packages has its place in LAYERS."""
+    harness = REPO / "ddlcompare"
+    assert (harness / "__init__.py").read_text().strip() == ""
+    unplaced = [
+        str(path.relative_to(REPO))
+        for path in sorted(harness.rglob("*.py"))
+        if path != harness / "__init__.py" and layer(module_name(path)) is None
+    ]
+    assert unplaced == []
+    sub_packages = {f"ddlcompare.{p.parent.name}" for p in harness.glob("*/__init__.py")}
+    assert sub_packages == {name for name in LAYERS if name.startswith("ddlcompare.")}

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ddlcompare import schedulers
-from ddlcompare.params import PARAMS
+from ddlcompare.run import schedulers
+from ddlcompare.plan.params import PARAMS
 from frameworks import data, lbann_source, model_gate
 from frameworks import lbann as lbann_builder
 

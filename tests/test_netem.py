@@ -12,8 +12,9 @@ import pytest
 
 from analysis import collect
 from conftest import REPO, TINY_FIXED
-from ddlcompare import design, launch, netem, preflight, runner, schedulers
-from ddlcompare.schedulers import Host
+from ddlcompare.plan import design
+from ddlcompare.run import launch, netem, preflight, runner, schedulers
+from ddlcompare.run.schedulers import Host
 from frameworks import data, models
 
 CANNOT = netem.problems("local")
@@ -249,7 +250,7 @@ def test_without_privileges_the_run_fails_with_the_reason(tmp_path):
         or not Path("/proc/self/status").exists()
     ):
         pytest.skip("setpriv (util-linux) not found")
-    code = "from ddlcompare import netem; print(netem.problems('local'))"
+    code = "from ddlcompare.run import netem; print(netem.problems('local'))"
     out = subprocess.run(
         [
             "setpriv",

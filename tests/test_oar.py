@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, tiny_design, write_design
-from ddlcompare import launch, oar, schedulers
-from ddlcompare.schedulers import Host
-from ddlcompare.launchers.tf_workers import tf_worker_addresses
-from ddlcompare.schedulers.oar import Oar
+from ddlcompare.run import launch, oar, schedulers
+from ddlcompare.run.schedulers import Host
+from ddlcompare.run.launchers.tf_workers import tf_worker_addresses
+from ddlcompare.run.schedulers.oar import Oar
 
 SCRIPT = REPO / "envs" / "schedulers" / "oar.sh"
 PROFILE = REPO / "profiles" / "grid5000"
@@ -74,7 +74,12 @@ def oar_user():
     # The user runs snakemake and the jobs: it must reach the environment
     # (its Python may live under /root) and this checkout.
     granted = subprocess.run(
-        [str(SCRIPT), "grant", str(VENV / "bin" / "python"), str(REPO / "ddlcompare" / "oar.py")],
+        [
+            str(SCRIPT),
+            "grant",
+            str(VENV / "bin" / "python"),
+            str(REPO / "ddlcompare" / "run" / "oar.py"),
+        ],
         capture_output=True,
         text=True,
     )

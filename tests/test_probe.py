@@ -12,7 +12,7 @@ import pytest
 
 from analysis import network_limit
 from conftest import REPO
-from ddlcompare import netem, probe
+from ddlcompare.run import netem, probe
 
 
 def test_sizes_are_the_cnn_gradients():
@@ -24,9 +24,9 @@ def test_sizes_are_the_cnn_gradients():
 
 
 def run_probe(out, options: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """python -m ddlcompare.probe OPTIONS --out OUT, as the workflow runs it."""
+    """python -m ddlcompare.run.probe OPTIONS --out OUT, as the workflow runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "ddlcompare.probe", *options.split(), "--out", str(out)],
+        [sys.executable, "-m", "ddlcompare.run.probe", *options.split(), "--out", str(out)],
         cwd=REPO,
         timeout=timeout,
         capture_output=True,

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from analysis import replication
-from ddlcompare import design
-from ddlcompare.design import DesignError
+from ddlcompare.plan import design
+from ddlcompare.plan.design import DesignError
 
 
 def adaptive(**over):

@@ -74,7 +74,7 @@ def expected_gate() -> str:
     """The gate passes where every builder's environment is built (LBANN's
     graph is checked without LBANN); elsewhere (a fresh machine) it is
     incomplete, never failed."""
-    from ddlcompare import envs
+    from ddlcompare.run import envs
     from frameworks.model_gate import BUILDERS
 
     unbuilt = [

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from conftest import REPO, tiny_design, write_design
-from ddlcompare import design, runner
+from ddlcompare.plan import design
+from ddlcompare.run import runner
 
 
 def row_of(doc):

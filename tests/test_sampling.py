@@ -8,8 +8,8 @@ import pytest
 from pydoe import lhs
 
 from conftest import ddlc, write_design
-from ddlcompare import design
-from ddlcompare.design import DesignError
+from ddlcompare.plan import design
+from ddlcompare.plan.design import DesignError
 
 BATCH = [16, 32, 64, 128]
 RATES = [0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0]

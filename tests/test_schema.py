@@ -8,17 +8,17 @@ import jsonschema
 import pytest
 import yaml
 
-from ddlcompare import design, schema
+from ddlcompare.plan import design, schema
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_shipped_schema_and_settings_doc_are_current():
     assert schema.SCHEMA_FILE.read_text() == schema.text(), (
-        "design.schema.json is stale: run python -m ddlcompare.schema"
+        "design.schema.json is stale: run python -m ddlcompare.plan.schema"
     )
     assert schema.SETTINGS_DOC.read_text() == schema.settings_doc(), (
-        "docs/settings.md is stale: run python -m ddlcompare.schema"
+        "docs/settings.md is stale: run python -m ddlcompare.plan.schema"
     )
 
 

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, tiny_design, write_design
-from ddlcompare import envs, launch, schedulers
-from ddlcompare.schedulers import Host, slurm as slurm_scheduler
+from ddlcompare.run import envs, launch, schedulers
+from ddlcompare.run.schedulers import Host, slurm as slurm_scheduler
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 SCRIPT = REPO / "envs" / "schedulers" / "slurm.sh"

@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from conftest import assert_learned, tiny_design, trained
-from ddlcompare import design, envs, runner
-from ddlcompare import model_gate
+from ddlcompare.plan import design
+from ddlcompare.run import envs, runner
+from ddlcompare.run import model_gate
 
 BUILT = envs.has_module("tarantella", "tarantella")
 pytestmark = pytest.mark.skipif(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, assert_learned, tiny_design, trained
-from ddlcompare import envs
+from ddlcompare.run import envs
 from runfiles import variables
 
 SPEC = REPO / "envs" / "patches" / "tarantella" / "GaspiCxx.json"

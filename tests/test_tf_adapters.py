@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from conftest import tiny_design, trained
-from ddlcompare import design, envs, runner
+from ddlcompare.plan import design
+from ddlcompare.run import envs, runner
 
 TF_BUILT = envs.has_module("tensorflow", "horovod.tensorflow")
 needs_tf = pytest.mark.skipif(
@@ -159,7 +160,7 @@ def test_fit_loop_of_frameworks_that_own_the_step(tmp_path):
 import json
 import numpy as np
 from pathlib import Path
-from ddlcompare.params import PARAMS
+from ddlcompare.plan.params import PARAMS
 from frameworks import tf_family
 from frameworks.common import Dist
 

@@ -3,7 +3,7 @@ the network of the shared specification."""
 
 import pytest
 
-from ddlcompare import envs, model_gate
+from ddlcompare.run import envs, model_gate
 from frameworks import data, models, registry
 
 TF_BUILT = envs.has_module("tensorflow", "tensorflow")

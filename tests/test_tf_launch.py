@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, tiny_design
-from ddlcompare import design, envs, launch, preflight, runner, schedulers, spawn
-from ddlcompare.launchers import tarantella as tarantella_launcher
-from ddlcompare.schedulers import Host
+from ddlcompare.plan import design
+from ddlcompare.run import envs, launch, preflight, runner, schedulers, spawn
+from ddlcompare.run.launchers import tarantella as tarantella_launcher
+from ddlcompare.run.schedulers import Host
 
 CONFIG = {
     "threads": 1,
@@ -34,7 +35,7 @@ def tf_workers(hosts, scheduler):
 def test_tf_workers_locally_one_spawner_on_free_ports():
     argv, env = tf_workers([Host("localhost", 2)], "local")
     assert argv[0] == str(envs.python_for("tensorflow"))
-    assert argv[1:5] == ["-m", "ddlcompare.spawn", "--per-node", "2"]
+    assert argv[1:5] == ["-m", "ddlcompare.run.spawn", "--per-node", "2"]
     workers = argv[argv.index("--workers") + 1].split(",")
     assert len(workers) == 2 and all(w.startswith("localhost:") for w in workers)
     assert len(set(workers)) == 2
@@ -86,7 +87,7 @@ def run_spawner(*command, timeout=60):
         [
             sys.executable,
             "-m",
-            "ddlcompare.spawn",
+            "ddlcompare.run.spawn",
             "--per-node",
             "2",
             "--workers",
@@ -261,7 +262,7 @@ def test_report_tells_frameworks_left_out_installed_or_not_with_their_build_comm
 def test_tarantella_on_the_emulated_network_reaches_nodes_with_the_netns_ssh(
     tarantella_env, tmp_path
 ):
-    from ddlcompare import netem
+    from ddlcompare.run import netem
 
     argv, env = tarantella(
         [Host("10.213.0.1", 1), Host("10.213.0.2", 1)], "netns", run_dir=tmp_path

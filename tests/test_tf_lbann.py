@@ -107,8 +107,8 @@ def test_launch_arguments_per_scheduler(monkeypatch):
     import json
     import os
 
-    from ddlcompare import schedulers
-    from ddlcompare.launchers.lbann_driver import LBANN_RUN_ARGS
+    from ddlcompare.run import schedulers
+    from ddlcompare.run.launchers.lbann_driver import LBANN_RUN_ARGS
 
     config = {"nodes": 2, "procs_per_node": 4, "run_id": "r1"}
     assert LBANN_RUN_ARGS == lbann.RUN_ARGS
@@ -142,7 +142,7 @@ def test_launch_arguments_per_scheduler(monkeypatch):
     local = args("local")
     assert local["scheduler"] == "openmpi" and "--oversubscribe" in local["launcher_args"]
     # the emulated network's nodes: its namespaces, through the ssh shim
-    from ddlcompare import netem
+    from ddlcompare.run import netem
 
     hosts = [schedulers.Host("10.77.0.1", 1), schedulers.Host("10.77.0.2", 1)]
     handed = json.dumps(schedulers.get("netns").lbann_run_args(os.environ, hosts))

@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 
 from conftest import REAL_TRACES, ddlc, needs_shared, tiny_design, write_design
-from ddlcompare import design, envs, launch, runner, tracers
-from ddlcompare.schedulers import Host
+from ddlcompare.plan import design
+from ddlcompare.run import envs, launch, runner, tracers
+from ddlcompare.run.schedulers import Host
 from traces import convert, readers
 
 BUILD = "envs/build-scorep.sh"
@@ -65,7 +66,7 @@ def test_runs_without_mpi_start_each_rank_under_scorep(tmp_path, framework, laun
     starter, which gives it its own experiment folder."""
     config = config_of(framework, **fixed)
     argv, env = launch.command(launcher, [Host("localhost", 2)], config, tmp_path, "local")
-    at = argv.index("ddlcompare.tracers")
+    at = argv.index("ddlcompare.run.tracers")
     assert argv[at - 1] == "-m" and argv[at + 1] == str(tmp_path)
     assert env["SCOREP_ENABLE_TRACING"] == "true" and "PYTHONPATH" in env
     assert tracers.expected_traces(config, tmp_path) == [

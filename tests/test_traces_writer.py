@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from conftest import tiny_design
-from ddlcompare import design, runner
+from ddlcompare.plan import design
+from ddlcompare.run import runner
 from frameworks import data, models
 from traces import convert, readers
 from frameworks.otf2_writer import PARTS_DIR, Otf2Sink, archive_anchor

@@ -40,7 +40,7 @@ from traces.rules import RULES_FILE, PhaseRules, RulesError
 from traces.table import SCHEMA, SCHEMA_VERSION, empty_table
 
 SCOREP_DIR = names.SCOREP_DIR
-# One Score-P experiment per rank (ddlcompare/tracers.py, --mpp=none): each
+# One Score-P experiment per rank (ddlcompare/run/tracers.py, --mpp=none): each
 # holds one process, which Score-P calls rank 0.
 PER_RANK_EXPERIMENT = re.compile(r"(?:^|/)rank(\d+)/traces\.otf2$")
 

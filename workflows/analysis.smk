@@ -1,6 +1,6 @@
 # Collect every run into tables once; every figure and the report read only
 # those tables.
-from ddlcompare import probe
+from ddlcompare.run import probe
 
 
 # Cheap: on a cluster they run where snakemake runs, not as jobs.
@@ -13,7 +13,7 @@ localrules:
     report,
 
 
-# The network's own limit: one MPI all-reduce probe (ddlcompare/probe.py) per
+# The network's own limit: one MPI all-reduce probe (ddlcompare/run/probe.py) per
 # scale and network of two processes or more, at the model's gradient sizes,
 # in a job of the same shape as that scale's runs.
 PROBES = probe.scales(RUNS)
@@ -85,7 +85,7 @@ rule model_gate:
     params:
         python=PYTHON,
     shell:
-        "{params.python:q} -m ddlcompare.model_gate --out {output:q} > {log:q} 2>&1"
+        "{params.python:q} -m ddlcompare.run.model_gate --out {output:q} > {log:q} 2>&1"
 
 
 rule import_traces:
@@ -123,7 +123,7 @@ rule probe:
         python=PYTHON,
         options=lambda wc: probe.arguments(PROBES[wc.name]),
     shell:
-        "{params.python:q} -m ddlcompare.probe {params.options} --out {output:q}"
+        "{params.python:q} -m ddlcompare.run.probe {params.options} --out {output:q}"
         " > {log:q} 2>&1"
 
 

@@ -16,7 +16,7 @@ rule run:
         "../envs/torch.yaml"
     resources:
         # One measurement at a time per invocation (the host-wide lock,
-        # ddlcompare/machine_lock.py, does it across invocations);
+        # ddlcompare/run/machine_lock.py, does it across invocations);
         # cluster profiles ignore this.
         benchmark_slot=1,
         # What each run's job asks a cluster for (ws.job_resources explains);

@@ -1,7 +1,7 @@
 # Sourced at the start of every workflow job (the Snakefile's shell prefix):
 # the job holds the host-wide measuring lock shared until it ends, so it
 # waits while a measurement holds the machine, and no measurement starts
-# while it runs (ddlcompare/machine_lock.py). A measuring job's command turns
+# while it runs (ddlcompare/run/machine_lock.py). A measuring job's command turns
 # this same hold exclusive while it measures.
 #   source share_machine.sh JOURNAL
 # JOURNAL: a file that gets one line per job, "<start> <end> <command>"

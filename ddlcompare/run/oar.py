@@ -1,0 +1,238 @@
+"""OAR (Grid'5000) for Snakemake's cluster-generic executor: submit, status
+and cancel commands (profiles/grid5000/ calls them).
+
+    python -m ddlcompare.run.oar submit JOBSCRIPT   prints only the OAR job id
+    python -m ddlcompare.run.oar status JOBID       prints running, success or failed
+    python -m ddlcompare.run.oar cancel JOBID...    oardel
+
+Submit reads what a job needs from the properties line Snakemake writes at
+the top of every job script (its resources and outputs), so the profile
+passes nothing but the script. It keeps, per job id, where the job's done
+marker will appear; status trusts that marker over OAR's word, so a job
+killed by its walltime or a lost node is `failed`, even once OAR has
+forgotten the job. Standard library only: it runs with any python3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from runfiles.names import DONE
+
+DONE_MARKER = DONE  # what a finished run leaves (runfiles/names.py)
+JOBS_DIR = Path(".snakemake") / "oar_jobs"  # under snakemake's working directory
+LOGS_DIR = Path(".snakemake") / "oar_logs"
+# Passed into the job: OAR starts jobs with the user's login environment,
+# not the submitting shell's (Slurm's --export=ALL has no OAR equivalent).
+PASSED_ENV = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH")
+PASSED_PREFIX = "DDLC_"
+ENDED = ("Terminated", "Error")
+
+
+class OarError(Exception):
+    """A problem the user can fix; printed without a traceback."""
+
+
+# ---- submit ----------------------------------------------------------------
+
+
+def job_properties(jobscript: Path) -> dict:
+    """The JSON Snakemake writes on the script's ``# properties =`` line."""
+    for line in jobscript.read_text().splitlines()[:5]:
+        if line.startswith("# properties = "):
+            return json.loads(line[len("# properties = ") :])
+    raise OarError(f"{jobscript}: no '# properties =' line (not a Snakemake job script?)")
+
+
+def walltime(resources: dict) -> str:
+    """H:MM:SS from ``oar_walltime`` when set, else ``runtime`` (minutes)."""
+    if resources.get("oar_walltime"):
+        text = str(resources["oar_walltime"])
+        if not re.fullmatch(r"\d+(:\d{1,2}){0,2}", text):
+            raise OarError(f"resource oar_walltime: {text!r} is not H:M:S")
+        return text
+    minutes = int(resources.get("runtime") or 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:00"
+
+
+def resource_request(resources: dict) -> str:
+    """``-l``: whole hosts, then GPUs per host (GPU runs) or cores per host.
+
+    ``oar_resources`` replaces the per-host part (e.g. ``host`` alone for
+    whole nodes on a CPU cluster: ``oar_resources=""``)."""
+    nodes = int(resources.get("nodes") or 1)
+    if "oar_resources" in resources:
+        per_host = str(resources["oar_resources"])
+    elif int(resources.get("gpus_per_node") or 0) > 0:
+        per_host = f"gpu={int(resources['gpus_per_node'])}"
+    else:
+        cores = int(resources.get("tasks_per_node") or 1) * int(resources.get("cpus_per_task") or 1)
+        per_host = f"core={cores}"
+    hosts = f"host={nodes}" + (f"/{per_host}" if per_host else "")
+    return f"{hosts},walltime={walltime(resources)}"
+
+
+def submit_argv(props: dict, jobscript: Path, logs: Path, env: dict) -> list[str]:
+    resources = props.get("resources", {})
+    name = f"ddlc.{props.get('rule', 'job')}.{props.get('jobid', '')}".rstrip(".")
+    argv = [
+        "oarsub",
+        "-n",
+        name,
+        "-l",
+        resource_request(resources),
+        "-O",
+        str(logs / "%jobid%.out"),
+        "-E",
+        str(logs / "%jobid%.err"),
+    ]
+    if resources.get("oar_properties"):
+        argv += ["-p", str(resources["oar_properties"])]
+    if resources.get("oar_queue"):
+        argv += ["-q", str(resources["oar_queue"])]
+    if resources.get("oar_project"):
+        argv += ["--project", str(resources["oar_project"])]
+    if resources.get("oar_types"):  # e.g. "exotic" or "night", comma-separated
+        for job_type in str(resources["oar_types"]).split(","):
+            argv += ["-t", job_type.strip()]
+    passed = {k: v for k, v in env.items() if k in PASSED_ENV or k.startswith(PASSED_PREFIX)}
+    command = [
+        "env",
+        *(f"{k}={v}" for k, v in sorted(passed.items())),
+        "/bin/sh",
+        str(jobscript.resolve()),
+    ]
+    return argv + [shlex.join(command)]
+
+
+def parse_job_id(oarsub_output: str) -> str:
+    """oarsub prints admission-rule lines first, then ``OAR_JOB_ID=<id>``."""
+    found = re.findall(r"^OAR_JOB_ID=(\d+)\s*$", oarsub_output, re.MULTILINE)
+    if not found:
+        raise OarError("oarsub printed no OAR_JOB_ID line:\n" + oarsub_output.strip())
+    return found[-1]
+
+
+def done_marker(props: dict) -> str | None:
+    outputs = props.get("output") or []
+    found = [o for o in outputs if Path(o).name == DONE_MARKER]
+    return str(Path(found[0]).resolve()) if found else None
+
+
+def submit(jobscript: Path) -> str:
+    props = job_properties(jobscript)
+    logs = LOGS_DIR.resolve()
+    logs.mkdir(parents=True, exist_ok=True)  # oarsub puts a job in Error without it
+    argv = submit_argv(props, jobscript, logs, dict(os.environ))
+    # oarsub takes the job's directory from $PWD, which only a shell sets.
+    out = subprocess.run(
+        argv, capture_output=True, text=True, env={**os.environ, "PWD": os.getcwd()}
+    )
+    if out.returncode != 0:
+        raise OarError(
+            f"oarsub failed (exit {out.returncode}): "
+            f"{(out.stdout + out.stderr).strip()}\n  {shlex.join(argv)}"
+        )
+    job_id = parse_job_id(out.stdout)
+    JOBS_DIR.mkdir(parents=True, exist_ok=True)
+    (JOBS_DIR / f"{job_id}.json").write_text(
+        json.dumps(
+            {"done": done_marker(props), "submitted": time.time(), "jobscript": str(jobscript)}
+        )
+    )
+    return job_id
+
+
+# ---- status ----------------------------------------------------------------
+
+
+def oar_job(job_id: str) -> dict | None:
+    """The job's record from ``oarstat -f -J -j``; None when OAR no longer
+    knows it. Raises OarError when OAR cannot be asked (then try later)."""
+    out = subprocess.run(["oarstat", "-f", "-J", "-j", job_id], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise OarError(f"oarstat -j {job_id} failed: {(out.stdout + out.stderr).strip()}")
+    text = out.stdout.strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text).get(job_id)
+    except ValueError:
+        raise OarError(f"oarstat -j {job_id}: not JSON: {text[:200]}") from None
+
+
+def decide(job: dict | None, marker: str | None) -> str:
+    """running / success / failed from OAR's record and our done marker.
+
+    Success needs the job to have ended well AND, for a run, its done marker
+    (ok or failed: either way the run is recorded and the report shows it).
+    A job OAR has forgotten is judged by the marker alone."""
+    marker_there = marker is None or Path(marker).exists()
+    if job is None:
+        return "success" if marker is not None and marker_there else "failed"
+    if job.get("state") not in ENDED:
+        return "running"
+    if job["state"] == "Terminated" and job.get("exit_code") == 0 and marker_there:
+        return "success"
+    return "failed"
+
+
+def status(job_id: str) -> str:
+    record = JOBS_DIR / f"{job_id}.json"
+    marker = json.loads(record.read_text())["done"] if record.exists() else None
+    try:
+        job = oar_job(job_id)
+    except OarError as exc:
+        print(f"oar status: {exc}; asking again later", file=sys.stderr)
+        return "running"
+    return decide(job, marker)
+
+
+# ---- cancel ----------------------------------------------------------------
+
+
+def cancel(job_ids: list[str]) -> int:
+    return subprocess.run(["oardel", *job_ids]).returncode
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m ddlcompare.run.oar",
+        description="Snakemake's cluster-generic commands for OAR",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("submit", help="submit a job script; prints the job id").add_argument(
+        "jobscript", type=Path
+    )
+    sub.add_parser("status", help="running, success or failed").add_argument("job_id")
+    sub.add_parser("cancel", help="delete jobs").add_argument("job_ids", nargs="+")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exc:  # a usage error: argparse said why, on stderr
+        return int(exc.code or 0)
+    try:
+        if args.command == "submit":
+            print(submit(args.jobscript))
+        elif args.command == "status":
+            print(status(args.job_id))
+        else:
+            return cancel(args.job_ids)
+    except (OarError, OSError) as exc:
+        print(f"oar {args.command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""What the design alone says about its runs, said before any run starts.
+
+Refused (one message each, with the fix): runs that would measure nothing
+(``max_steps`` at or below ``warmup_steps``), ``device: gpu`` on the local
+profile of a machine without a GPU, data files present but damaged (their
+digests are checked here once, not in every run). Warned: runs with no step
+in an epoch (they fail, with the reason), more processes than cores on the
+local profile (they run, slowly and with noisy figures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ddlcompare.run import schedulers
+from runfiles.atomic import write_text
+from runfiles import variables
+from ddlcompare.plan.design import Design
+from frameworks import data
+
+
+def _configs(design: Design) -> list[dict]:
+    return [{**design.fixed, **cell} for cell in design._cells()]
+
+
+def _local() -> bool:
+    return schedulers.detect(1, 1)[0].this_host
+
+
+def _images(c: dict) -> int:
+    return min(
+        c["train_images"] or data.TRAIN_IMAGES[c["dataset"]], data.TRAIN_IMAGES[c["dataset"]]
+    )
+
+
+def _steps(c: dict) -> int:
+    """Optimizer steps per epoch, as the training loops count them."""
+    return data.steps_per_epoch(
+        _images(c), c["nodes"] * c["procs_per_node"], c["batch_size"], c["max_steps"]
+    )
+
+
+def problems(design: Design) -> list[str]:
+    found = []
+    configs = _configs(design)
+    idle = [(c, n) for c in configs if 0 < (n := _steps(c) * c["epochs"]) <= c["warmup_steps"]]
+    if idle:
+        c, n = idle[0]
+        found.append(
+            f"warmup_steps: {c['warmup_steps']}, but runs with batch_size "
+            f"{c['batch_size']} take only {n} steps in all (max_steps: "
+            f"{c['max_steps']}, epochs: {c['epochs']}), so none would be measured; "
+            "raise max_steps or lower warmup_steps"
+        )
+    if any(c["device"] == "gpu" for c in configs) and _local() and not has_gpu():
+        found.append(
+            "device: gpu, but this machine has no NVIDIA GPU (no /dev/nvidia*) and "
+            "the local profile runs here; use device: cpu, or a cluster profile"
+        )
+    found += _damaged_data(design, configs)
+    if _local() and (problem := measure_lock_problem()):
+        found.append(problem)
+    return found
+
+
+def measure_lock_problem() -> str | None:
+    """Every local run takes the host-wide measuring lock: a lock file that
+    cannot be opened would fail each run, so it is named here, once."""
+    from ddlcompare.run import machine_lock
+
+    path = machine_lock.lock_path()
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o666))
+    except OSError as exc:
+        where = (
+            f"{machine_lock.LOCK_ENV}={path}"
+            if os.environ.get(machine_lock.LOCK_ENV)
+            else f"the measuring lock {path}"
+        )
+        return (
+            f"{where}: cannot be opened ({exc.strerror}); point {machine_lock.LOCK_ENV} at a "
+            f"file in a folder that exists and you may write (default {machine_lock.DEFAULT_LOCK})"
+        )
+    return None
+
+
+def has_gpu() -> bool:
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def _damaged_data(design: Design, configs: list[dict]) -> list[str]:
+    found = []
+    for name in sorted({c["dataset"] for c in configs}):
+        data_dir = design.fixed.get("data_dir")
+        if data.missing_files(name, data_dir):
+            continue  # preflight names the missing files
+        try:
+            _verify_once(name, data_dir)
+        except data.DataError as exc:
+            found.append(f"dataset {exc}")
+    return found
+
+
+VERIFIED = variables.cache("verified-data.json")
+
+
+def _verify_once(name: str, data_dir: str | None) -> None:
+    """data.verify, skipped for files unchanged (size, time) since they last
+    passed: reading them costs seconds at every plan."""
+    folder = data.data_dir(data.DATASETS[name], data_dir)
+    stamp = ";".join(
+        f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+        for p in (folder / f for f in data.DATASETS[name].files)
+    )
+    try:
+        seen = json.loads(VERIFIED.read_text())
+    except (OSError, ValueError):
+        seen = {}
+    if not isinstance(seen, dict) or seen.get(name) != stamp:
+        data.verify(name, data_dir)
+        seen = {**(seen if isinstance(seen, dict) else {}), name: stamp}
+        try:
+            VERIFIED.parent.mkdir(parents=True, exist_ok=True)
+            write_text(VERIFIED, json.dumps(seen))
+        except OSError:
+            pass  # a read-only home: check again next time
+
+
+def warnings(design: Design) -> list[str]:
+    found = []
+    configs = _configs(design)
+    for c in configs:
+        if _steps(c) == 0:
+            world = c["nodes"] * c["procs_per_node"]
+            found.append(
+                f"batch_size {c['batch_size']} x {world} processes exceeds the "
+                f"{_images(c)} training images: runs with it have no step in an "
+                "epoch and will fail"
+            )
+            break
+    cores = os.cpu_count() or 1
+    busiest = max(c["nodes"] * c["procs_per_node"] * c["threads"] for c in configs)
+    if _local() and busiest > cores:
+        found.append(
+            f"some runs start {busiest} processes x threads on this machine's "
+            f"{cores} cores: they run, but slower, and their figures are noisy"
+        )
+    return found

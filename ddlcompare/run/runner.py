@@ -1,0 +1,611 @@
+"""Run one design row: start its processes, watch them, record the outcome.
+
+Whatever happens, the run ends with a ``run.json`` that says what happened.
+A run that finished, well or badly, also gets its done marker
+(``done.json``, carrying the exit status), which is the workflow's output for
+that run. A run interrupted by the user or the scheduler gets no done marker,
+so the next workflow invocation runs it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import psutil
+
+from runfiles.names import CONFIG, DONE, EPOCHS, METRICS, PHASE_TABLE, RUN_RECORD, TRAIN_LOG
+from ddlcompare.run import (
+    diskspace,
+    launch,
+    machine_load,
+    machine_lock,
+    netem,
+    provenance,
+    schedulers,
+    tracers,
+    validate,
+)
+from runfiles import energy, names, ownership
+from runfiles.atomic import write_json
+from ddlcompare.plan.design import identity as design_identity
+from ddlcompare.plan.params import RunRow
+from frameworks import balance, data, knobs, registry
+
+RECORD = RUN_RECORD
+LOG = TRAIN_LOG
+# Everything an attempt writes; moved aside before the next attempt.
+ATTEMPT_FILES = (
+    DONE,
+    RECORD,
+    LOG,
+    EPOCHS,
+    METRICS,
+    PHASE_TABLE,
+    names.PHASES_LOG,
+    names.HOROVOD_TIMELINE,
+    knobs.KNOBS_TIMELINE_FILE,
+    names.OTF2_DIR,
+    names.OTF2_PARTS_DIR,
+    names.TORCH_PROFILER_DIR,
+    names.SCOREP_DIR,
+    names.LBANN_BATCH_TIMES,
+    names.LBANN_DIR,
+    netem.RECORD,
+    energy.ENERGY,
+    balance.BALANCE,
+)
+ATTEMPT_GLOBS = (
+    names.STEPS_GLOB,
+    names.INTERVALS_GLOB,
+    names.RANK_RECORD_GLOB,
+    names.ENERGY_SAMPLES_GLOB,
+    names.ENERGY_SOURCES_GLOB,
+)
+
+
+class Interrupted(Exception):
+    def __init__(self, reason: str, signum: int | None = None):
+        self.reason, self.signum = reason, signum
+
+
+class LostOwnership(Exception):
+    """Another attempt owns the run folder now: this one writes nothing more."""
+
+
+def derived_timeout(config: dict) -> int:
+    """Seconds before a run counts as hung: generous, from the work it does
+    (at least 20 images/s, plus start-up), unless the design sets it."""
+    if config.get("timeout_s"):
+        return config["timeout_s"]
+    info = data.DATASETS[config["dataset"]]
+    n = config["train_images"] or (60000 if info is data.FASHION_MNIST else 50000)
+    if config["max_steps"]:
+        n = min(
+            n,
+            config["max_steps"] * config["batch_size"] * config["nodes"] * config["procs_per_node"],
+        )
+    return int(180 + config["epochs"] * (n + 10000) / 20)
+
+
+def execute(row: RunRow, results: Path, kill_orphans: bool = False) -> int:
+    """Run ``row``; return 0 when a done marker was written (ok or failed).
+    The run folder is claimed first (ownership.Busy when an earlier attempt
+    still runs there) and released at the end."""
+    run_dir = (results / row.path).resolve()  # workers start in the repository
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        diskspace.check(run_dir, diskspace.estimate_bytes(row.config))
+    except (diskspace.NoSpace, OSError) as exc:
+        if isinstance(exc, OSError) and not diskspace.is_full(exc):
+            raise
+        ownership.evict(run_dir, kill=False)  # never write over a live attempt
+        return _no_space(row, run_dir, str(exc), earlier_attempt=True)
+    token = ownership.claim(run_dir, kill=kill_orphans)
+    try:
+        if _finished_ok(row, run_dir):
+            return 0
+        return _attempt(row, run_dir, token)
+    except LostOwnership:
+        print(
+            f"{run_dir}: another attempt owns this run folder now; this one stopped "
+            "without writing",
+            file=sys.stderr,
+        )
+        return 1
+    except OSError as exc:
+        if not diskspace.is_full(exc):
+            raise
+        return _no_space(
+            row,
+            run_dir,
+            f"No space left on {diskspace.mount_point(run_dir)} "
+            f"while the run wrote its files ({exc.strerror})",
+        )
+    finally:
+        ownership.release(run_dir, token)
+
+
+def _finished_ok(row: RunRow, run_dir: Path) -> bool:
+    """A run that finished ok whose done marker is gone: Snakemake removes
+    the output of a job it interrupted (Ctrl-C) even when the run had just
+    finished, and reruns a job it never saw end. Its sound files are kept
+    and its done marker written again from run.json: a finished run is
+    never trained twice."""
+    if (run_dir / DONE).exists() or not (run_dir / RECORD).exists():
+        return False
+    try:
+        record = validate.read_json(run_dir / RECORD)
+    except validate.Damaged:
+        return False
+    config = record.get("config")
+    if record["status"] != "ok" or not isinstance(config, dict):
+        return False
+    if design_identity(config) != design_identity(row.config):
+        return False
+    if validate.check_run(run_dir, row.config):
+        return False
+    write_json(
+        run_dir / DONE,
+        {
+            "status": "ok",
+            "exit_status": record.get("exit_status", 0),
+            "reason": record.get("reason"),
+            "run_id": record["run_id"],
+        },
+    )
+    print(
+        f"{run_dir}: finished ok before (its done marker was lost to an interrupted "
+        "workflow); kept, not trained again",
+        file=sys.stderr,
+    )
+    return True
+
+
+def _no_space(row: RunRow, run_dir: Path, reason: str, earlier_attempt: bool = False) -> int:
+    """A full disk: say so, and record the failure wherever it still fits
+    (the done marker makes it a failed run, queued again next time). Before
+    the run started, an earlier attempt's files move aside first."""
+    print(f"error: {reason}", file=sys.stderr, flush=True)
+    try:
+        if earlier_attempt:
+            archive_attempt(run_dir)
+    except OSError:
+        pass  # the leftovers stay; the next attempt moves them
+    diskspace.record_anyway(
+        run_dir / RECORD,
+        {
+            "run_id": row.run_id,
+            "path": row.path,
+            "status": "failed",
+            "reason": reason,
+            "end": _now(),
+        },
+    )
+    done = diskspace.record_anyway(
+        run_dir / DONE,
+        {"status": "failed", "exit_status": None, "reason": reason, "run_id": row.run_id},
+    )
+    return 0 if done else 1
+
+
+def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
+    def save(name: str, doc: dict) -> None:
+        if not ownership.owns(run_dir, token):
+            raise LostOwnership()
+        write_json(run_dir / name, doc)
+
+    archive_attempt(run_dir)
+    config = row.config
+    info = registry.FRAMEWORKS[config["framework"]]
+    record = {
+        "run_id": row.run_id,
+        "path": row.path,
+        "factors": row.factors,
+        "rep": row.rep,
+        "order": row.order,
+        "config": config,
+        "status": "running",
+        "start": _now(),
+        **provenance.harness(),
+        **provenance.tools(),
+    }
+    if config.get("tracer") == "scorep":
+        record["scorep"] = tracers.installed_version()
+    save(CONFIG, config)
+    save(RECORD, record)
+    try:
+        with netem.network(config, run_dir) as net:
+            scheduler, host_list = schedulers.detect(
+                config["nodes"], config["procs_per_node"], {**os.environ, **net.env}
+            )
+            argv, env = launch.command(info.launcher, host_list, config, run_dir, scheduler)
+            argv = net.enter(argv)
+            record.update(
+                scheduler=scheduler.name, hosts=[h.__dict__ for h in host_list], command=argv
+            )
+            watch = Watch(run_dir, token, derived_timeout(config), scheduler.one_machine)
+            with watch.signals(), _machine(scheduler, row.path, watch) as waited:
+                record["waited_for_machine_s"] = round(waited, 1)
+                started = time.time()
+                outcome = watch.run(argv, {**os.environ, **net.env, **env})
+                record["machine_held"] = [started, time.time()]  # unix seconds
+                if watch.meter:
+                    record[machine_load.RECORD] = machine_load.summarize(
+                        watch.meter, run_dir, config, row.world_size, watch.held_ns
+                    )
+                energy.write_run_energy(run_dir, [h.name for h in host_list], started, time.time())
+    except Interrupted as stop:
+        hosts = [h["name"] for h in record.get("hosts", [])]
+        said = schedulers.current().stop_reason(os.environ, hosts)  # e.g. Slurm's TIMEOUT
+        record.update(
+            status="interrupted",
+            end=_now(),
+            reason=f"{stop.reason}{f' ({said})' if said else ''}; the next workflow run starts it again",
+        )
+        save(RECORD, record)
+        return 128 + stop.signum if stop.signum else 1
+    except (RuntimeError, OSError) as exc:
+        outcome = {"exit_status": None, "reason": f"could not start: {exc}"}
+    except Exception as exc:  # noqa: BLE001 (a harness defect: the run is failed, not lost)
+        traceback.print_exc()  # into the run's runner.log, for whoever fixes it
+        outcome = {
+            "exit_status": None,
+            "reason": f"could not start, a defect of the harness ({type(exc).__name__}: {exc}; "
+            "the traceback is in runner.log): please report it",
+        }
+    status = "ok" if outcome["exit_status"] == 0 and (run_dir / METRICS).exists() else "failed"
+    if status == "failed" and not outcome.get("reason"):
+        outcome["reason"] = "exited 0 but wrote no metrics.json"
+    if status == "ok" and (missing := tracers.missing_trace(config, run_dir)):
+        status, outcome["reason"] = "failed", missing  # not clean: its trace is lost
+    if status == "ok" and outcome.get("overlap"):
+        status = "suspect"
+        outcome["reason"] = "measured while other training shared this machine: " + "; ".join(
+            outcome["overlap"][:3]
+        )
+    record.update(status=status, end=_now(), ranks=_ranks(run_dir), **outcome)
+    save(RECORD, record)
+    save(
+        DONE,
+        {
+            "status": status,
+            "exit_status": outcome["exit_status"],
+            "reason": outcome.get("reason"),
+            "run_id": row.run_id,
+        },
+    )
+    return 0
+
+
+def _machine(scheduler: schedulers.Scheduler, what: str, watch: Watch):
+    """On one machine (local, or its emulated network), the host-wide
+    measuring lock; elsewhere the scheduler gives each run its own nodes."""
+    if not scheduler.one_machine:
+        return contextlib.nullcontext(0.0)
+    return machine_lock.measuring(
+        what, lambda text: print(text, file=sys.stderr, flush=True), watch.check_workflow
+    )
+
+
+class Watch:
+    """Runs the launcher and watches it: the timeout, this process's stop
+    signals, the workflow that started it (a killed Snakemake must not leave
+    an attempt training), the folder's ownership, and other training that
+    shares the machine."""
+
+    POLL_S = 1.0  # also how often the machine's load is sampled
+    OVERLAP_EVERY_S = 5.0
+
+    def __init__(self, run_dir: Path, token: str, timeout: int, shared_machine: bool = True):
+        self.run_dir, self.token, self.timeout = run_dir, token, timeout
+        # Overlapping training is looked for where runs share one machine by
+        # design (local, emulated network); a cluster scheduler gives each
+        # job its own cores.
+        self.shared_machine = shared_machine
+        self.workflow = ownership.workflow_process()
+        self.proc: subprocess.Popen | None = None
+        self.overlap: list[str] = []
+        self.meter: machine_load.Meter | None = None
+        self.held_ns = (0, 0)  # perf_counter ns: the launcher's start and end
+
+    def check_workflow(self) -> None:
+        if self.workflow and not ownership.alive(*self.workflow):
+            if self.proc:
+                _kill_tree(self.proc)
+            raise Interrupted(
+                f"the workflow that started it (Snakemake, pid "
+                f"{self.workflow[0]}) ended; stopped so that no orphan trains on"
+            )
+
+    @contextlib.contextmanager
+    def signals(self):
+        """While the run lasts, a stop signal (Ctrl-C, the scheduler, a lost
+        terminal) ends the launcher's whole tree and the attempt."""
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+
+        def stop(signum, _frame):
+            if self.proc:
+                _kill_tree(self.proc)
+            raise Interrupted(f"stopped by {signal.Signals(signum).name}", signum)
+
+        for s in previous:
+            signal.signal(s, stop)
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def run(self, argv: list[str], env: dict) -> dict:
+        with open(self.run_dir / LOG, "wb") as log:
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=provenance.REPO,
+                start_new_session=True,
+                preexec_fn=ownership.die_with_parent,
+            )
+            start = time.perf_counter_ns()
+            try:
+                with machine_lock.training(self.run_dir, self.proc.pid, provenance.REPO):
+                    if self.shared_machine:
+                        self.meter = machine_load.Meter(os.getpid(), self.proc.pid)
+                    timed_out = self._wait()
+                    if self.meter:
+                        self.meter.sample()  # up to the end, however short the run
+            finally:
+                _stop_leftovers(self.proc.pid)
+                self.held_ns = (start, time.perf_counter_ns())
+        outcome = self._outcome(timed_out)
+        if self.overlap:
+            outcome["overlap"] = self.overlap
+        return outcome
+
+    def _wait(self) -> bool:
+        """Wait for the launcher; True when it ran past the timeout."""
+        deadline = time.monotonic() + self.timeout
+        beat = probe = time.monotonic()
+        while True:
+            if self.meter:
+                self.meter.sample()
+            try:
+                self.proc.wait(timeout=self.POLL_S)
+                return False
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            if now > deadline:
+                _kill_tree(self.proc)
+                return True
+            self.check_workflow()
+            if not ownership.owns(self.run_dir, self.token):
+                _kill_tree(self.proc)
+                raise LostOwnership()
+            if now - beat > ownership.HEARTBEAT_S:
+                ownership.heartbeat(self.run_dir, self.token)
+                beat = now
+            if self.shared_machine and now - probe > self.OVERLAP_EVERY_S:
+                self._note_overlap()
+                probe = now
+
+    def _note_overlap(self) -> None:
+        for line in machine_lock.other_training(self.run_dir, provenance.REPO):
+            if line not in self.overlap:
+                self.overlap.append(line)
+
+    def _outcome(self, timed_out: bool) -> dict:
+        code = self.proc.returncode
+        if timed_out:
+            return {
+                "exit_status": code,
+                "reason": f"timeout: still running after {self.timeout} s; killed",
+            }
+        if code == 0:
+            return {"exit_status": 0, "reason": None}
+        if code < 0:
+            return {"exit_status": code, "reason": f"killed by {signal.Signals(-code).name}"}
+        return {
+            "exit_status": code,
+            "reason": f"exit status {code}: {_last_error(self.run_dir / LOG)}",
+        }
+
+
+def _kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    """Stop the launcher and every process under it. Launchers put ranks in
+    sessions of their own (torchrun, Horovod's Gloo), so a process group is
+    not enough: the tree is listed first, then SIGTERM (with SIGCONT, so a
+    stopped rank can act on it), ``grace`` seconds, then SIGKILL for the rest."""
+    try:
+        tree = [psutil.Process(proc.pid)]
+        tree += tree[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        for p in tree:
+            _send(p, sig)
+    _, alive = psutil.wait_procs(tree, timeout=grace)
+    for p in alive:
+        _send(p, signal.SIGKILL)
+    psutil.wait_procs(alive, timeout=grace)
+    proc.wait()
+
+
+def _stop_leftovers(session: int) -> None:
+    """Kill what the launcher left running in its session after it ended:
+    gaspi_run (Tarantella) starts ranks in the background, and a rank stuck
+    in start-up outlives a launcher that gave up."""
+    left = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == session:
+                left.append(p)
+        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+            continue
+    for p in left:
+        _send(p, signal.SIGKILL)
+    psutil.wait_procs(left, timeout=5)
+
+
+def _send(process: psutil.Process, sig: int) -> None:
+    try:
+        process.send_signal(sig)
+    except psutil.NoSuchProcess:
+        pass
+    except psutil.AccessDenied:
+        pass  # another user's (OAR's setuid oarsh): it ends with its connection
+
+
+# "[rank1]: KeyError: 0" (torchrun), "[0]<stderr>:TypeError: ..." (horovodrun),
+# "[1,0]<stderr>:..." (mpirun), "ValueError: ...", "SystemExit: ..." and the like.
+EXCEPTION_LINE = re.compile(
+    r"^(\[[\w,]+\](<std\w+>)?:\s*)?([\w.]*(Error|Exception|Exit|Interrupt))\b:?"
+)
+# A tool's fatal error ("[Score-P] src/...: Fatal: Bug 'timestamp < ...'",
+# "[Score-P] ...: Error: ..."): it explains the exit better than any
+# exception a rank raised after it.
+FATAL_LINE = re.compile(r"\bFatal:|\[Score-P\].*\bError:")
+# frameworks/worker.py's word for a rank that exited 0 before its training ended.
+EARLY_EXIT_LINE = re.compile(r"\bEarlyExit: rank \d+ exited")
+# mpirun frames its messages with lines of dashes or stars: never a reason.
+SEPARATOR_LINE = re.compile(r"^[\W_]*$")
+
+
+# How each launcher says that a rank died of a signal: (rank, what the code
+# is, code, [node]). torchrun's failure summary, Horovod's Gloo runner (a
+# shell's 128 + signal), mpirun, and our spawner (tf-workers).
+RANK_SIGNAL = (
+    re.compile(r"^\s*rank\s*:\s*(?P<rank>\d+).*\n\s*exitcode\s*:\s*-(?P<signal>\d+)", re.M),
+    re.compile(
+        r"Terminating remaining workers after failure of Process (?P<rank>\d+)\.(?:.|\n)*?"
+        r"Process (?P=rank) exit with status code (?P<shell>1[3-9]\d)\b"
+    ),
+    re.compile(
+        r"Process (?P<rank>\d+) exit with status code (?P<shell>1[3-9]\d)\b(?:.|\n)*?"
+        r"Terminating remaining workers after failure of Process (?P=rank)\."
+    ),
+    re.compile(
+        r"process rank (?P<rank>\d+) with PID \d+ on node (?P<node>\S+) exited on signal "
+        r"(?P<signal>\d+)"
+    ),
+    re.compile(r"spawn: rank (?P<rank>\d+) \(pid \d+\) killed by signal (?P<signal>\d+)"),
+)
+
+
+def _rank_killed(text: str) -> str | None:
+    """'rank R killed by SIGNAME (signal N)': the cause of a run whose rank
+    a signal ended (its peers' errors and the launcher's follow from it)."""
+    root = text.find("Root Cause")  # torchrun lists the first failure there
+    for pattern in RANK_SIGNAL:
+        # After torchrun's root cause, only it counts: the ranks it lists
+        # before were ended by torchrun itself.
+        if found := pattern.search(text, root) if root >= 0 else pattern.search(text):
+            fields = found.groupdict()
+            number = int(fields["signal"]) if fields.get("signal") else int(fields["shell"]) - 128
+            try:
+                name = signal.Signals(number).name
+            except ValueError:
+                continue
+            node = f" on {fields['node']}" if fields.get("node") else ""
+            return f"rank {fields['rank']}{node} killed by {name} (signal {number})"
+    return None
+
+
+def _last_error(log: Path) -> str:
+    """The most telling line of a failed run's log: a rank killed by a
+    signal, else the first exception a rank raised (launchers report their
+    own wrapper errors after it)."""
+    text = log.read_text(errors="replace")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not SEPARATOR_LINE.match(ln)]
+    # A rank that left early says so itself; the signals its launcher then
+    # sends the others follow from it.
+    for line in lines:
+        if EARLY_EXIT_LINE.search(line):
+            return line[:400]
+    if killed := _rank_killed(text):
+        # A tool that aborts the rank (Score-P out of memory) said why first.
+        fatal = next((line for line in lines if FATAL_LINE.search(line)), None)
+        return f"{killed} after {fatal}"[:400] if fatal else killed
+    for pattern in (FATAL_LINE.search, EXCEPTION_LINE.match):
+        for line in lines:
+            if pattern(line):
+                return line[:400]
+    return lines[-1][:400] if lines else "no output"
+
+
+def _ranks(run_dir: Path) -> list[dict]:
+    """Each rank's record; one cut short (a full disk) is left out."""
+    ranks = []
+    for path in sorted(run_dir.glob(names.RANK_RECORD_GLOB)):
+        try:
+            ranks.append(validate.read_json(path, "rank.json"))
+        except validate.Damaged:
+            pass
+    return ranks
+
+
+def archive_attempt(run_dir: Path) -> None:
+    """Move a previous attempt's files to attempts/<n>/: nothing is deleted."""
+    leftovers = [run_dir / f for f in ATTEMPT_FILES if (run_dir / f).exists()]
+    leftovers += [p for g in ATTEMPT_GLOBS for p in run_dir.glob(g)]
+    if not leftovers:
+        return
+    target = _next_attempt(run_dir / "attempts")
+    for path in leftovers:
+        shutil.move(str(path), target / path.name)
+
+
+def _next_attempt(attempts: Path) -> Path:
+    """A new attempts/<n>/, n one above the highest number there (folders
+    may be missing or named otherwise: counting them would reuse a number)."""
+    attempts.mkdir(exist_ok=True)
+    numbers = [int(p.name) for p in attempts.iterdir() if p.name.isdigit()]
+    n = max(numbers, default=0) + 1
+    while True:
+        try:
+            (attempts / str(n)).mkdir()
+            return attempts / str(n)
+        except FileExistsError:  # a file named so, or another attempt's
+            n += 1
+
+
+def failed_runs(rows: list[RunRow], results: Path) -> list[RunRow]:
+    """Runs whose done marker says they failed, or measured while other
+    training shared the machine (suspect): the workflow runs them again."""
+    return [
+        row for row in rows if validate.done_status(results / row.path)[0] in ("failed", "suspect")
+    ]
+
+
+def damaged_markers(rows: list[RunRow], results: Path) -> list[tuple[RunRow, str]]:
+    """Runs whose done marker is damaged, with what is wrong with it."""
+    found = []
+    for row in rows:
+        status, problem = validate.done_status(results / row.path)
+        if status == "damaged":
+            found.append((row, problem))
+    return found
+
+
+def damaged_runs(rows: list[RunRow], results: Path) -> list[tuple[RunRow, str]]:
+    """Every finished run whose files are damaged (reads them all)."""
+    found = damaged_markers(rows, results)
+    for row in rows:
+        if validate.done_status(results / row.path)[0] == "ok":
+            if problems := validate.check_run(results / row.path, row.config):
+                found.append((row, problems[0]))
+    return found
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")

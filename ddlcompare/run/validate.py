@@ -1,0 +1,401 @@
+"""Every file a run leaves, checked before anything reads its figures.
+
+A file can be damaged after the run wrote it (a full disk, a careless edit,
+a copy cut short, a file deleted): such a run is "damaged", with the file and
+what is wrong, never "ok" with NaN figures, and never a crash of the tables.
+JSON files are checked against JSON Schemas; TSV files for their columns,
+numbers and, for the per-rank files, one per rank.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+
+import jsonschema
+import pandas as pd
+
+from runfiles import names
+from runfiles.names import (
+    CONFIG,
+    DONE,
+    ENERGY,
+    EPOCHS,
+    METRICS,
+    NETWORK,
+    OWNER,
+    PHASE_TABLE,
+    RUN_RECORD,
+)
+from frameworks import registry
+from frameworks.common import EPOCH_COLUMNS
+from runfiles.phases import PHASES
+
+NUMBER = {"type": "number"}
+COUNT = {"type": "integer", "minimum": 0}
+TEXT_OR_NULL = {"type": ["string", "null"]}
+
+SCHEMAS = {
+    DONE: {
+        "type": "object",
+        "required": ["status", "exit_status", "reason", "run_id"],
+        "properties": {
+            "status": {"enum": ["ok", "failed", "suspect"]},
+            "exit_status": {"type": ["integer", "null"]},
+            "reason": TEXT_OR_NULL,
+            "run_id": {"type": "string"},
+        },
+    },
+    RUN_RECORD: {
+        "type": "object",
+        "required": ["run_id", "status"],
+        "properties": {
+            "run_id": {"type": "string"},
+            "status": {"type": "string"},
+            "start": TEXT_OR_NULL,
+            "end": TEXT_OR_NULL,
+            "exit_status": {"type": ["integer", "null"]},
+            "reason": TEXT_OR_NULL,
+            "harness_commit": TEXT_OR_NULL,
+            "machine_load": {  # ddlcompare/run/machine_load.py
+                "type": "object",
+                "required": ["foreign_cpu_share", "loaded", "busiest_foreign"],
+                "properties": {
+                    "foreign_cpu_share": {"type": ["number", "null"], "minimum": 0},
+                    "loaded": {"type": "boolean"},
+                    "busiest_foreign": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["pid", "command", "cores"],
+                            "properties": {
+                                "pid": COUNT,
+                                "command": {"type": "string"},
+                                "cores": NUMBER,
+                            },
+                        },
+                    },
+                    "spinning": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["pid", "tid", "cpu_share", "wait_share", "blocks_per_s"],
+                            "properties": {
+                                "pid": COUNT,
+                                "tid": COUNT,
+                                "cpu_share": NUMBER,
+                                "wait_share": NUMBER,
+                                "blocks_per_s": NUMBER,
+                            },
+                        },
+                    },
+                },
+            },
+            "ranks": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["hostname"],
+                    "properties": {"hostname": {"type": "string"}},
+                },
+            },
+        },
+    },
+    METRICS: {
+        "type": "object",
+        "required": [
+            "world_size",
+            "global_batch",
+            "steps_per_epoch",
+            "epochs_done",
+            "images_per_s",
+            "time_per_epoch_s",
+            "final_test_accuracy",
+        ],
+        "properties": {
+            "world_size": {"type": "integer", "minimum": 1},
+            "global_batch": {"type": "integer", "minimum": 1},
+            "steps_per_epoch": {"type": "integer", "minimum": 1},
+            "epochs_done": {"type": "integer", "minimum": 1},
+            "images_per_s": {"type": ["number", "null"], "minimum": 0},
+            "images_per_s_per_process": {"type": ["number", "null"]},
+            "time_per_epoch_s": {"type": "number", "minimum": 0},
+            "final_test_accuracy": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+            "final_test_loss": {"type": ["number", "null"]},
+            "init_s": {"type": ["number", "null"]},
+            "learning_rate_scaled": NUMBER,
+        },
+    },
+    ENERGY: {
+        "type": "object",
+        "required": ["status", "joules"],
+        "properties": {
+            "status": {"type": "string"},
+            "joules": {"type": ["number", "null"]},
+            "epochs": {
+                "type": ["array", "null"],
+                "items": {
+                    "type": "object",
+                    "required": ["epoch"],
+                    "properties": {
+                        "epoch": COUNT,
+                        "energy_j": {"type": ["number", "null"]},
+                        "energy_to_epoch_j": {"type": ["number", "null"]},
+                    },
+                },
+            },
+        },
+    },
+    NETWORK: {
+        "type": "object",
+        "required": ["tx_bytes"],
+        "properties": {"tx_bytes": {"type": "number", "minimum": 0}},
+    },
+    "rank.json": {
+        "type": "object",
+        "required": ["rank", "hostname"],
+        "properties": {"rank": COUNT, "hostname": {"type": "string"}},
+    },
+}
+
+STEP_COLUMNS = ("epoch", "step", "start_ns", "end_ns", *(f"{p}_ns" for p in PHASES))
+INTERVAL_COLUMNS = ("epoch", "start_ns", "end_ns")
+
+
+class Damaged(Exception):
+    """One file of a run is damaged; the message names it and the problem."""
+
+
+def read_json(path: Path, schema: str | None = None) -> dict:
+    """A run's JSON file, checked; Damaged when it is not what it should be."""
+    name = path.name
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise Damaged(f"{name}: missing") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Damaged(f"{name}: cannot be read ({exc})") from None
+    if not text.strip():
+        raise Damaged(f"{name}: empty")
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise Damaged(f"{name}: not valid JSON, cut short or edited? ({exc})") from None
+    try:
+        jsonschema.validate(doc, SCHEMAS[schema or name])
+    except jsonschema.ValidationError as exc:
+        where = ".".join(map(str, exc.absolute_path)) or "the file"
+        raise Damaged(f"{name}: {where}: {exc.message[:160]}") from None
+    if bad := _first_not_finite(doc):
+        raise Damaged(f"{name}: {bad} is not a finite number")
+    return doc
+
+
+def _first_not_finite(doc, where: str = "") -> str | None:
+    if isinstance(doc, float) and not math.isfinite(doc):
+        return where or "a value"
+    items = (
+        doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    )
+    for key, value in items:
+        if found := _first_not_finite(value, f"{where}.{key}" if where else str(key)):
+            return found
+    return None
+
+
+def read_tsv(path: Path, columns: tuple[str, ...], min_rows: int = 1) -> pd.DataFrame:
+    """A run's table, checked for its columns and numbers."""
+    name = path.name
+    try:
+        table = pd.read_csv(path, sep="\t")
+    except FileNotFoundError:
+        raise Damaged(f"{name}: missing") from None
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise Damaged(f"{name}: cannot be read as a table ({str(exc)[:120]})") from None
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise Damaged(f"{name}: column {missing[0]} missing")
+    if len(table) < min_rows:
+        raise Damaged(f"{name}: no rows (cut short?)")
+    for column in columns:
+        if column == "phase":
+            continue
+        numbers = pd.to_numeric(table[column], errors="coerce")
+        bad = table.index[numbers.isna() & table[column].notna()]
+        if len(bad):
+            raise Damaged(
+                f"{name}: row {bad[0] + 2}, column {column}: "
+                f"{str(table[column][bad[0]])[:30]!r} is not a number"
+            )
+    return table
+
+
+def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
+    """A Parquet table (a run's phases.parquet, the tables the analysis
+    reads), read whole; Damaged, naming the file and the fix, when it cannot be."""
+    import pyarrow.parquet as pq
+
+    return _parquet(path, lambda: pq.read_table(path, columns=columns).to_pandas())
+
+
+def check_table(path: Path) -> None:
+    """A Parquet table's footer and schema, read without its data (cheap: a
+    file cut short or overwritten fails here); Damaged when unreadable."""
+    import pyarrow.parquet as pq
+
+    _parquet(path, lambda: pq.read_schema(path))
+
+
+def _parquet(path: Path, read):
+    import pyarrow as pa
+
+    try:
+        return read()
+    except FileNotFoundError:
+        raise Damaged(f"{path}: missing") from None
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise Damaged(
+            f"{path}: damaged table ({str(exc).splitlines()[0][:120]}); delete it and run "
+            "the workflow again (./ddlc run), which builds it again"
+        ) from None
+
+
+def check_run(folder: Path, config: dict) -> list[str]:
+    """The problems of a finished ok (or suspect) run's files; [] when sound:
+    each file alone, then the files against each other and the design."""
+    problems = []
+
+    def attempt(check):
+        try:
+            return check()
+        except Damaged as exc:
+            problems.append(str(exc))
+            return None
+
+    world = config["nodes"] * config["procs_per_node"]
+    metrics = attempt(lambda: _check_metrics(folder, world))
+    attempt(lambda: read_json(folder / RUN_RECORD))
+    attempt(lambda: _check_config(folder, config))
+    epochs = attempt(lambda: read_tsv(folder / EPOCHS, EPOCH_COLUMNS))
+    if metrics and epochs is not None:
+        attempt(lambda: _check_epochs(epochs, metrics))
+    if registry.FRAMEWORKS[config["framework"]].family != "lbann":
+        for rank in range(world):
+            name = names.steps(rank)
+            steps = attempt(lambda n=name: read_tsv(folder / n, STEP_COLUMNS))
+            if metrics and steps is not None:
+                attempt(lambda n=name, t=steps: _check_steps(n, t, metrics))
+    for path in sorted(folder.glob(names.INTERVALS_GLOB)):
+        attempt(lambda p=path: read_tsv(p, INTERVAL_COLUMNS, min_rows=0))
+    for path in sorted(folder.glob(names.RANK_RECORD_GLOB)):
+        attempt(lambda p=path: read_json(p, "rank.json"))
+    for name in (ENERGY, NETWORK):
+        if (folder / name).exists():
+            attempt(lambda n=name: read_json(folder / n))
+    if (folder / PHASE_TABLE).exists():
+        attempt(lambda: _check_phase_table(folder / PHASE_TABLE))
+    return problems
+
+
+def _check_metrics(folder: Path, world: int) -> dict:
+    metrics = read_json(folder / METRICS)
+    if metrics["world_size"] != world:
+        raise Damaged(
+            f"metrics.json: world_size {metrics['world_size']}, but the run has {world} processes"
+        )
+    return metrics
+
+
+def _check_config(folder: Path, config: dict) -> None:
+    """config.json is the run's settings: another run's (a folder copied or
+    moved by hand) or an edited one is not this run's result."""
+    from ddlcompare.plan.design import identity
+
+    if not (folder / CONFIG).exists():
+        return  # runs of older harnesses: run.json holds the config
+    try:
+        written = json.loads((folder / CONFIG).read_text())
+    except (OSError, ValueError) as exc:
+        raise Damaged(f"config.json: not valid JSON, cut short or edited? ({exc})") from None
+    if not isinstance(written, dict) or identity(written) != identity(config):
+        raise Damaged("config.json: not this run's settings (the folder was copied or edited?)")
+
+
+def _check_epochs(epochs: pd.DataFrame, metrics: dict) -> None:
+    done = metrics["epochs_done"]
+    if list(epochs["epoch"]) != list(range(1, done + 1)):
+        raise Damaged(
+            f"epochs.tsv: epochs {_listed(epochs['epoch'])}, but metrics.json says "
+            f"{done} epoch(s) done (cut short?)"
+        )
+
+
+def _check_steps(name: str, steps: pd.DataFrame, metrics: dict) -> None:
+    """Every epoch done has steps_per_epoch rows in each rank's steps file."""
+    per_epoch = steps.groupby("epoch").size()
+    expected = pd.Series(
+        metrics["steps_per_epoch"], index=range(1, metrics["epochs_done"] + 1), dtype="int64"
+    )
+    found = per_epoch.reindex(expected.index, fill_value=0)
+    short = found[found != expected]
+    if len(short) or len(per_epoch) != len(expected):
+        epoch = (
+            short.index[0] if len(short) else sorted(set(per_epoch.index) - set(expected.index))[0]
+        )
+        raise Damaged(
+            f"{name}: {per_epoch.get(epoch, 0)} step rows in epoch {epoch}, but metrics.json "
+            f"says {metrics['steps_per_epoch']} steps per epoch for {metrics['epochs_done']} "
+            "epoch(s) (cut short?)"
+        )
+
+
+def _check_phase_table(path: Path) -> None:
+    """The run's converted traces must read whole (the workflow converts
+    them again when the file is deleted)."""
+    try:
+        read_table(path)
+    except Damaged as exc:
+        raise Damaged(f"{PHASE_TABLE}: {str(exc).split(': ', 1)[1]}") from None
+
+
+def _listed(values) -> str:
+    values = list(values)
+    return ", ".join(map(str, values[:5])) + (", ..." if len(values) > 5 else "") or "none"
+
+
+def done_status(folder: Path) -> tuple[str | None, str | None]:
+    """(status, problem) of a run's done marker: (None, None) without one;
+    ("damaged", what is wrong) when it is not a valid marker."""
+    if not (folder / DONE).exists():
+        return None, None
+    try:
+        return read_json(folder / DONE)["status"], None
+    except Damaged as exc:
+        return "damaged", str(exc)
+
+
+# Files of a run folder that are not the run's results: the workflow's own
+# (its log, the trace conversion's output, which Snakemake tracks itself) and
+# the ownership lock.
+INPUTS = "inputs.json"  # in the tables folder: the fingerprint they were built from
+NOT_RESULTS = {names.RUNNER_LOG, PHASE_TABLE, names.PHASES_LOG, OWNER, ".owner.lock"}
+
+
+def fingerprint(folders: list[Path]) -> str:
+    """Names, sizes and times of the result files in ``folders`` (top level):
+    a change to any of them means the tables must be built again."""
+    digest = hashlib.sha256()
+    for folder in folders:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name in NOT_RESULTS or not entry.is_file(follow_symlinks=False):
+                continue
+            info = entry.stat(follow_symlinks=False)
+            digest.update(f"{folder}/{entry.name}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
