@@ -340,7 +340,7 @@ def test_a_damaged_steps_file_leaves_no_measured_window(tmp_path, damage):
     """The machine-load summary reads the steps files a run left: damaged
     ones (a disk that filled mid-run cut a row short, whose missing fields
     read as None) give no window, never a traceback."""
-    from ddlcompare import machine_load
+    from ddlcompare.run import machine_load
     from runfiles.names import steps
 
     held = (0, 10**9)
