@@ -65,3 +65,35 @@ def test_no_import_runs_up_a_layer():
 def test_every_package_has_a_layer():
     for package in PACKAGES:
         assert (REPO / package / "__init__.py").exists(), package
+
+
+def test_no_import_cycle_inside_analysis():
+    """analysis/ imports one way too (imports inside functions count): a
+    figure lives in analysis/figures.py, not in the module it illustrates."""
+    modules = {p.stem: p for p in (REPO / "analysis").glob("*.py") if p.stem != "__init__"}
+    graph = {
+        name: {
+            target.split(".")[1]
+            for target in imports(path)
+            if target.startswith("analysis.") and target.split(".")[1] in modules
+        }
+        - {name}
+        for name, path in modules.items()
+    }
+    cycles, state = [], {}
+
+    def visit(name: str, stack: list[str]) -> None:
+        state[name] = "open"
+        stack.append(name)
+        for target in sorted(graph[name]):
+            if state.get(target) == "open":
+                cycles.append(" -> ".join(stack[stack.index(target) :] + [target]))
+            elif target not in state:
+                visit(target, stack)
+        stack.pop()
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
+    assert cycles == []
