@@ -109,12 +109,22 @@ def section(ctx) -> Section:
             "No all-reduce probe in these tables (the workflow runs one for each "
             "scale of two processes or more)."
         )
-    parts = Section(out.id, out.title)
+    out.para(
+        "The probe times MPI_Allreduce at the model's gradient sizes (each layer's and "
+        "the whole model's), median of 20 after 3 warm-up calls; algbw = bytes / time, "
+        "busbw = algbw x 2(P-1)/P, what each link carries each way. Open MPI is given "
+        "several TCP connections per pair of processes (the probe file's tcp_links): with "
+        "its default of one, a pair sending both ways at once gets about half the link's "
+        "rate each way (docs/network.md). Each framework's achieved bandwidth is its bytes per "
+        "step over its exposed grad_comm time per step; where the framework hides its "
+        "exchange inside backward (DDP), there is no exposed time to divide by and the "
+        "cell says not set."
+    )
     for (nodes, processes, rate), probe in sorted(found.items(), key=str):
         hosts = probe["hosts"].iloc[0]
         link = probe["link_bytes_per_s"].iloc[0] / 1e6 if "link_bytes_per_s" in probe else None
         network = f"emulated {rate} Mbit/s" if rate else "their own network"
-        parts.table(
+        out.table(
             probe.drop(columns=["hosts", "link_bytes_per_s"])
             .rename(columns={"algbw_bytes_per_s": "algbw_mb_s", "busbw_bytes_per_s": "busbw_mb_s"})
             .assign(
@@ -127,15 +137,4 @@ def section(ctx) -> Section:
         )
     steps = read_table(ctx.tables / "step_stats.parquet")
     table = compare(ctx.runs, steps, found)
-    out.para(
-        "The probe times MPI_Allreduce at the model's gradient sizes (each layer's and "
-        "the whole model's), median of 20 after 3 warm-up calls; algbw = bytes / time, "
-        "busbw = algbw x 2(P-1)/P, what each link carries each way. Open MPI is given "
-        "several TCP connections per pair of processes (the probe file's tcp_links): with "
-        "its default of one, a pair sending both ways at once gets about half the link's "
-        "rate each way (docs/network.md). Each framework's achieved bandwidth is its bytes per "
-        "step over its exposed grad_comm time per step; where the framework hides its "
-        "exchange inside backward (DDP), there is no exposed time to divide by and the "
-        "cell says not set."
-    )
-    return out.extend(parts).table(table, caption="achieved against the probe")
+    return out.table(table, caption="achieved against the probe")

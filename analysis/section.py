@@ -237,10 +237,6 @@ class Section:
         self.blocks.append(Preformatted(text))
         return self
 
-    def extend(self, other: Section) -> Section:
-        self.blocks.extend(other.blocks)
-        return self
-
     # Views of the blocks, for whoever reads a section rather than its page.
 
     @property
@@ -250,7 +246,7 @@ class Section:
 
     @property
     def tables(self) -> dict[str, pd.DataFrame]:
-        """caption -> table."""
+        """caption -> table (of tables sharing a caption, the last)."""
         return {b.caption: b.data for b in self.blocks if isinstance(b, Table)}
 
     @property
