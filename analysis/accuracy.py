@@ -12,6 +12,7 @@ import math
 import pandas as pd
 
 from analysis import cells
+from analysis.section import Code, Em, Section
 
 REACHED, NOT_REACHED, NOT_ASKED = "reached", "not reached", "no target_accuracy"
 COLUMNS = ("target_status", "time_to_accuracy_s", "epochs_to_accuracy", "energy_to_accuracy_j")
@@ -56,3 +57,39 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
         energy_to_accuracy_j=("energy_to_accuracy_j", "mean"),
     )
     return table.reset_index()
+
+
+def section(ctx) -> Section:
+    """Accuracy over time and time to accuracy."""
+    figures = ctx.figures
+    out = (
+        Section("accuracy", "Accuracy")
+        .figure(figures / "accuracy.png", "accuracy")
+        .para("Evaluation is distributed: each rank scores its share of the test set.")
+        .heading("Time to accuracy")
+    )
+    table = summary(ctx.runs)
+    if table.empty:
+        return out.para(
+            "Not measured: set ",
+            Code("target_accuracy"),
+            " under ",
+            Code("fixed"),
+            " in the design (it only re-analyses the runs).",
+        )
+    return (
+        out.figure(figures / "time_to_accuracy.png", "time to accuracy")
+        .para(
+            "The run clock starts just before the training data is touched and stops "
+            "at the end of the first evaluation at or above target_accuracy (MLPerf's "
+            "rule), so it counts data loading and evaluation. A run that never reaches "
+            "the target is counted in ",
+            Em("runs"),
+            " but not in ",
+            Em("reached"),
+            "; the means are over the runs that reached it, and so is "
+            "energy_to_accuracy_j (the joules up to that evaluation, where energy was "
+            "measured). Accuracy is only checked where an epoch evaluates (eval_every).",
+        )
+        .table(table)
+    )

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import cells, critical_path, humanize, stats
+from analysis.section import Section
 from frameworks import registry
 from runfiles.phases import STEP_PHASES
 
@@ -319,3 +320,62 @@ def eval_scaling(evals: pd.Series, info: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- sections
+
+
+def phases_section(ctx) -> Section:
+    """Time per measured step in each phase, per cell."""
+    runs, phases, figures = ctx.runs, ctx.step_phases, ctx.figures
+    ok = runs[runs["status"] == "ok"]
+    cell = cells.CELL
+    table = (
+        breakdown(phases[phases["run_id"].isin(ok["run_id"])], ok, cell)
+        if len(ok) and len(phases)
+        else pd.DataFrame()
+    )
+    if len(table):
+        table = (table.assign(mean=table["mean"] * 1e3)).pivot_table(
+            index=cell, columns="phase", values="mean"
+        )
+        table.columns = [f"{phase}_ms" for phase in table.columns]
+        table = cells.in_order(table.reset_index(), cell)
+    return (
+        Section("phases", "Phase breakdown")
+        .figure(figures / "phases.png", "phase breakdown")
+        .para(
+            "Time per measured step in each phase, mean over ranks and "
+            "replications; 'other' is step time outside the named phases."
+        )
+        .table(table)
+        .figure(figures / "timeline.png", "timeline")
+    )
+
+
+def section(ctx) -> Section:
+    """The findings: one number and one sentence per finding and cell."""
+    found = ctx.findings
+    if len(found):
+        found = cells.in_order(found, [*cells.CELL, "bottleneck"])
+        found = found.assign(
+            value=[_figure(b, v) for b, v in zip(found["bottleneck"], found["value"])]
+        )
+    return (
+        Section("bottlenecks", "Bottlenecks")
+        .para(
+            "One number and one sentence per finding and design "
+            "cell (framework, processes, setting: batch_size and the other factors that "
+            "vary)."
+        )
+        .table(found)
+    )
+
+
+def _figure(bottleneck: str, value: float) -> str:
+    """A finding's number in its own unit (the column holds several)."""
+    if bottleneck == WAIT:
+        return humanize.number(value, "s")
+    if bottleneck == "load imbalance":
+        return f"{humanize.number(value)} (max/mean)"
+    return humanize.percent(value)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import cells
+from analysis.section import Code, Section
 from frameworks import compression, registry
 
 SAME_EXCEPT_COMPRESSION = ["framework", "world_size", "setting"]
@@ -76,3 +77,35 @@ def support() -> pd.DataFrame:
 
 def codecs() -> pd.DataFrame:
     return pd.DataFrame(compression.table())
+
+
+def section(ctx) -> Section:
+    """Gradient compression: measured bytes per step against time per step
+    and final accuracy, which framework can run which codec, the codecs'
+    error bounds."""
+    out = Section("compression", "Gradient compression")
+    table = summary(ctx.runs)
+    if varies(ctx.runs) and len(table):
+        out.figure(ctx.figures / "compression.png", "compression")
+        out.para(
+            "comm_bytes_per_step: the bytes of the buffers each rank handed to "
+            "collectives in a measured step (counted where they are handed over; the "
+            "lossless codec's real compressed lengths), mean over steps and ranks. "
+            "bytes_vs_none divides it by the same framework's uncompressed runs. These "
+            "are input buffers: a ring all-reduce puts 2(p-1)/p of its buffer on the "
+            "wire per rank, an all-gather (p-1) times it, so at p ranks int8's gather "
+            "sends p/8 of fp32's all-reduce bytes and stops saving at 8 ranks."
+        )
+        out.table(table)
+    else:
+        out.para(
+            "One compression in these runs (set ",
+            Code("compression"),
+            " as a factor to compare them).",
+        )
+    return (
+        out.heading("Which framework can run which compression")
+        .table(support())
+        .heading("Codecs and their error bounds")
+        .table(codecs())
+    )

@@ -45,7 +45,7 @@ import pandas as pd
 
 from runfiles.names import PHASE_TABLE
 from analysis import cells, humanize
-from analysis.section import SectionContent
+from analysis.section import Section
 from runfiles.phases import STEP_PHASES
 from ddlcompare.run.validate import read_table
 
@@ -710,29 +710,40 @@ def phase_table(tables) -> pd.DataFrame:
     return pd.concat([traced, recorder], ignore_index=True) if len(traced) else recorder
 
 
+SECTION_ID, SECTION_TITLE = "critical-path", "Critical path and causes of waiting"
+
+
 def section(
-    runs: pd.DataFrame, phases: pd.DataFrame, figures=None, found: CriticalPath | None = None
-) -> SectionContent:
+    runs: pd.DataFrame,
+    phases: pd.DataFrame,
+    figure: Path | None = None,
+    found: CriticalPath | None = None,
+) -> Section:
     """The report's section: a sentence and a row per design cell, the
     causes of waiting, the ranks on the path, the phases' shares; with
-    ``figures`` (a folder), the per-rank timeline with the path marked."""
+    ``figure`` (analysis/figures.py's critical_path), the per-rank timeline
+    with the path marked."""
     ok = runs[runs["status"] == "ok"] if "status" in runs else runs
     if found is None:
         found = analyse(phases[phases["run_id"].isin(ok["run_id"])], ok)
     table = cell_table(found, ok)
     info = cells.with_setting(ok).set_index("run_id")[cells.CELL]
-    out = SectionContent("Critical path and causes of waiting")
-    out.sentences = [
-        f"{r['framework']}, {processes(r['world_size'])}, {r['setting']}: "
-        f"{r['finding'][0].lower()}{r['finding'][1:]}"
-        for _, r in table.iterrows()
-    ]
-    out.sentences += [
-        f"Run {run}: no critical path ({why})."
-        for run, why in found.problems.items()
-        if run in info.index
-    ]
-    out.tables = {
+    out = Section(SECTION_ID, SECTION_TITLE)
+    out.items(
+        [
+            f"{r['framework']}, {processes(r['world_size'])}, {r['setting']}: "
+            f"{r['finding'][0].lower()}{r['finding'][1:]}"
+            for _, r in table.iterrows()
+        ]
+        + [
+            f"Run {run}: no critical path ({why})."
+            for run, why in found.problems.items()
+            if run in info.index
+        ]
+    )
+    if figure is not None:
+        out.figure(figure, SECTION_TITLE)
+    tables = {
         "per cell": table.drop(columns="finding"),  # the sentences above say it
         "causes of waiting": cause_table(found).join(info, on="run_id"),
         "ranks on the critical path": rank_table(found).join(info, on="run_id"),
@@ -740,74 +751,7 @@ def section(
             info, on="run_id"
         ),
     }
-    if figures is not None and len(found.path):
-        out.figures = [path_figure(found, figures)]
-    return out
-
-
-def path_figure(found: CriticalPath, folder: Path, joins: int = 6) -> Path:
-    """The per-rank timeline of a few joins of the first run with the most
-    ranks, the critical path drawn over it in black."""
-    from plotnine import aes, geom_segment, ggplot, labs, scale_color_manual, theme, theme_bw
-
-    from analysis.figures import PHASE_COLORS
-
-    ranks = found.joins.groupby("run_id")["rank"].nunique()
-    run_id = ranks.idxmax()
-    first = int(found.joins[found.joins["run_id"] == run_id]["join"].min()) + 1
-    path = found.path[
-        (found.path["run_id"] == run_id)
-        & (found.path["kind"] != UNTIMED)
-        & found.path["join"].between(first, first + joins - 1)
-    ]
-    path = path.astype({"start_ns": "int64", "end_ns": "int64", "rank": "int64"})
-    start, end = path["start_ns"].min(), path["end_ns"].max()
-    iv = found.intervals[
-        (found.intervals["run_id"] == run_id)
-        & (found.intervals["end_ns"] > start)
-        & (found.intervals["start_ns"] < end)
-    ]
-    data = iv.assign(
-        start_ms=(iv["start_ns"] - start) / 1e6,
-        end_ms=(iv["end_ns"] - start) / 1e6,
-        y=iv["rank"].astype(float),
-        phase=iv["phase"].astype(str),
-    )
-    marks = path.assign(
-        start_ms=(path["start_ns"] - start) / 1e6,
-        end_ms=(path["end_ns"] - start) / 1e6,
-        y=path["rank"] + 0.3,
-    )
-    jumps = marks.sort_values("start_ms")
-    jumps = pd.DataFrame(
-        {
-            "x": jumps["end_ms"].to_numpy()[:-1],
-            "y": jumps["y"].to_numpy()[:-1],
-            "yend": jumps["y"].to_numpy()[1:],
-        }
-    )
-    plot = (
-        ggplot()
-        + geom_segment(
-            aes(x="start_ms", xend="end_ms", y="y", yend="y", color="phase"), data=data, size=6
-        )
-        + geom_segment(
-            aes(x="start_ms", xend="end_ms", y="y", yend="y"), data=marks, size=1.2, color="black"
-        )
-        + geom_segment(
-            aes(x="x", xend="x", y="y", yend="yend"), data=jumps, size=0.6, color="black"
-        )
-        + scale_color_manual(values=PHASE_COLORS)
-        + labs(
-            title=f"Critical path (black) over {joins} steps of {run_id}",
-            x="time since the window's start (ms)",
-            y="rank",
-        )
-        + theme_bw()
-        + theme(figure_size=(9, 2 + 0.4 * ranks.max()))
-    )
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    out = folder / "critical_path.png"
-    plot.save(out, dpi=100, verbose=False)
+    for caption, t in tables.items():
+        if len(t):
+            out.table(t, caption=caption)
     return out

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.section import Section
+from ddlcompare.run.validate import read_table
 from frameworks.balance import BALANCE
 
 COLUMNS = [
@@ -56,3 +58,23 @@ def by_device(balance: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
         columns={"device": "run_device"}
     )
     return named.merge(kinds.drop(columns="measured_s"), on="run_id")
+
+
+def section(ctx) -> Section:
+    """Calibrated runs: each device kind's share of the global batch and its
+    idle time (does the CPU help or hold back?)."""
+    out = Section("devices", "Devices: shares and idle time")
+    path = ctx.tables / "balance.parquet"
+    table = by_device(read_table(path), ctx.runs) if path.exists() else pd.DataFrame()
+    if table.empty:
+        return out.para(
+            "No calibrated run (batch_split: calibrated, or device: hybrid): "
+            "every rank took an even share of the batch.",
+            css="empty",
+        )
+    return out.para(
+        "Calibrated runs (batch_split: "
+        "calibrated, device: hybrid): each device kind's share of the global batch, from "
+        "its ranks' speed timed at start, and its idle time: the measured step time less "
+        "the time its share takes at its calibrated speed."
+    ).table(table)

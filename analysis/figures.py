@@ -16,6 +16,7 @@ from plotnine import (
     aes,
     annotate,
     coord_flip,
+    geom_boxplot,
     facet_grid,
     facet_wrap,
     geom_col,
@@ -35,7 +36,9 @@ from plotnine import (
     element_text,
 )
 
-from analysis import accuracy, bottlenecks, cells, page, spread, stats
+from analysis import accuracy, bottlenecks, cells, spread, stats
+from analysis import critical_path as cp
+from analysis.section import EMPTY_FIGURES
 from analysis import compression as compression_table
 from frameworks import compression as codecs
 from runfiles.atomic import write_text
@@ -373,6 +376,98 @@ def waterfall(table: pd.DataFrame, why: str = "no successful run to show"):
     )
 
 
+def step_times(runs: pd.DataFrame, phases: pd.DataFrame):
+    """Box plot of the measured steps' times, one box per cell."""
+    steps = spread.step_times(runs, phases)
+    if steps.empty:
+        return nothing_to_show("Step time per cell", "no measured step in the phase tables")
+    label = (
+        steps["framework"]
+        + ", "
+        + steps["world_size"].astype(int).astype(str)
+        + " proc., "
+        + steps["setting"]
+    )
+    steps = steps.assign(cell=cells.natural(label), step_ms=steps["step_s"] * 1e3)
+    return (
+        ggplot(steps, aes("cell", "step_ms", fill="framework"))
+        + geom_boxplot(outlier_size=0.6, outlier_alpha=0.4)
+        + coord_flip()
+        + labs(
+            title="Time of each measured step (all ranks and replications; box: quartiles, "
+            "whiskers: 1.5 IQR)",
+            x="",
+            y="step time (ms)",
+        )
+        + theme_bw()
+        + theme(figure_size=(9, 1.5 + 0.4 * steps["cell"].nunique()))
+    )
+
+
+def critical_path(found: cp.CriticalPath, folder: Path, joins: int = 6) -> Path:
+    """The per-rank timeline of a few joins of the first run with the most
+    ranks, the critical path drawn over it in black."""
+    ranks = found.joins.groupby("run_id")["rank"].nunique()
+    run_id = ranks.idxmax()
+    first = int(found.joins[found.joins["run_id"] == run_id]["join"].min()) + 1
+    path = found.path[
+        (found.path["run_id"] == run_id)
+        & (found.path["kind"] != cp.UNTIMED)
+        & found.path["join"].between(first, first + joins - 1)
+    ]
+    path = path.astype({"start_ns": "int64", "end_ns": "int64", "rank": "int64"})
+    start, end = path["start_ns"].min(), path["end_ns"].max()
+    iv = found.intervals[
+        (found.intervals["run_id"] == run_id)
+        & (found.intervals["end_ns"] > start)
+        & (found.intervals["start_ns"] < end)
+    ]
+    data = iv.assign(
+        start_ms=(iv["start_ns"] - start) / 1e6,
+        end_ms=(iv["end_ns"] - start) / 1e6,
+        y=iv["rank"].astype(float),
+        phase=iv["phase"].astype(str),
+    )
+    marks = path.assign(
+        start_ms=(path["start_ns"] - start) / 1e6,
+        end_ms=(path["end_ns"] - start) / 1e6,
+        y=path["rank"] + 0.3,
+    )
+    jumps = marks.sort_values("start_ms")
+    jumps = pd.DataFrame(
+        {
+            "x": jumps["end_ms"].to_numpy()[:-1],
+            "y": jumps["y"].to_numpy()[:-1],
+            "yend": jumps["y"].to_numpy()[1:],
+        }
+    )
+    plot = (
+        ggplot()
+        + geom_segment(
+            aes(x="start_ms", xend="end_ms", y="y", yend="y", color="phase"), data=data, size=6
+        )
+        + geom_segment(
+            aes(x="start_ms", xend="end_ms", y="y", yend="y"), data=marks, size=1.2, color="black"
+        )
+        + geom_segment(
+            aes(x="x", xend="x", y="y", yend="yend"), data=jumps, size=0.6, color="black"
+        )
+        + scale_color_manual(values=PHASE_COLORS)
+        + labs(
+            title=f"Critical path (black) over {joins} steps of {run_id}",
+            x="time since the window's start (ms)",
+            y="rank",
+        )
+        + theme_bw()
+        + theme(figure_size=(9, 2 + 0.4 * ranks.max()))
+    )
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "critical_path.png"
+    plot.save(out, dpi=100, verbose=False)
+    return out
+
+
 def draw_all(tables: Path) -> dict[str, Path]:
     runs = read_table(tables / "runs.parquet")
     epochs = read_table(tables / "epochs.parquet")
@@ -396,7 +491,7 @@ def draw_all(tables: Path) -> dict[str, Path]:
         "time_to_accuracy": time_to_accuracy(runs),
         "energy": energy(runs),
         "compression": compression(runs),
-        "step_times": spread.figure(runs, phases),
+        "step_times": step_times(runs, phases),
     }
     paths, empty = {}, {}
     for name, plot in plots.items():
@@ -406,7 +501,7 @@ def draw_all(tables: Path) -> dict[str, Path]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # plotnine's notes on saving
             plot.save(paths[name], dpi=110, verbose=False)
-    write_text(folder / page.EMPTY_FIGURES, json.dumps(empty, indent=1) + "\n")
+    write_text(folder / EMPTY_FIGURES, json.dumps(empty, indent=1) + "\n")
     return paths
 
 

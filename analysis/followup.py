@@ -19,6 +19,7 @@ import pandas as pd
 import yaml
 
 from analysis import summary
+from analysis.section import Code, Link, Section
 from ddlcompare.plan.design import Design
 from frameworks import registry
 from ddlcompare.run.validate import read_table
@@ -269,45 +270,50 @@ def tracing_cost(design: Design, runs: pd.DataFrame, first: pd.DataFrame) -> pd.
     return pd.DataFrame(rows)
 
 
-def section(ctx) -> str:
+def section(ctx) -> Section:
     """The report's two-stage section: in a first stage, how to get the
     second; in a follow-up, the link back and the tracing cost per cell."""
-    import html
-
-    from analysis import page
-
+    out = Section("stages", "Two stages")
     origin = ctx.design.follow_up
     if not origin:
-        return (
-            f"<p>This is a first stage. <code>./ddlc follow-up --design "
-            f"{html.escape(ctx.design.source)}</code> writes the second: the cells chosen "
-            f"by this rule, {html.escape(RULE)}; run instrumented (Score-P where "
-            f"installed, else OTF2; Horovod Timeline and the PyTorch profiler where "
-            f"they apply) with more replications, one epoch of at most {STEPS} steps "
-            f"each, and at most as many runs as this stage (<code>--max-runs</code>). "
-            f"<code>./ddlc two-stage</code> runs both.</p>"
+        return out.para(
+            "This is a first stage. ",
+            Code(f"./ddlc follow-up --design {ctx.design.source}"),
+            f" writes the second: the cells chosen by this rule, {RULE}; run instrumented "
+            f"(Score-P where installed, else OTF2; Horovod Timeline and the PyTorch profiler "
+            f"where they apply) with more replications, one epoch of at most {STEPS} steps "
+            f"each, and at most as many runs as this stage (",
+            Code("--max-runs"),
+            "). ",
+            Code("./ddlc two-stage"),
+            " runs both.",
         )
     first_tables = Path(origin["tables"])
     report = first_tables.parent / "report.html"
     link = (
-        f"<a href='{html.escape(report.resolve().as_uri())}'>its report</a>"
+        Link("its report", report.resolve().as_uri())
         if report.exists()
         else "its report (not found where it was)"
     )
-    text = (
-        f"<p>Follow-up of <code>{html.escape(origin['name'])}</code> "
-        f"(<code>{html.escape(origin['design'])}</code>, settings "
-        f"<code>{html.escape(origin['settings_hash'])}</code>): {link}. Cells chosen by "
-        f"the rule: {html.escape(origin['rule'])}.</p>"
+    out.para(
+        "Follow-up of ",
+        Code(origin["name"]),
+        " (",
+        Code(origin["design"]),
+        ", settings ",
+        Code(origin["settings_hash"]),
+        "): ",
+        link,
+        f". Cells chosen by the rule: {origin['rule']}.",
     )
-    text += page.table(pd.DataFrame(origin.get("cells", [])), caption="chosen cells")
+    out.table(pd.DataFrame(origin.get("cells", [])), caption="chosen cells")
     if origin.get("left_out"):
-        text += page.table(
+        out.table(
             pd.DataFrame(origin["left_out"]),
             caption=f"cells the rule chose but the budget of {origin['max_runs']} runs left out",
         )
     if not (first_tables / "runs.parquet").exists():
-        return text + "<p>The first stage's tables are gone: no tracing cost.</p>"
+        return out.para("The first stage's tables are gone: no tracing cost.")
     first = read_table(first_tables / "runs.parquet")
     first_tracer = (
         first["tracer"].dropna().iloc[0]
@@ -315,10 +321,10 @@ def section(ctx) -> str:
         else "none"
     )
     cost = tracing_cost(ctx.design, ctx.runs, first)
-    return (
-        text + f"<p>Throughput per cell, first stage (tracer {html.escape(first_tracer)}) "
-        f"against this follow-up ({html.escape(_instrumented(ctx.design.fixed))}); "
+    out.para(
+        f"Throughput per cell, first stage (tracer {first_tracer}) "
+        f"against this follow-up ({_instrumented(ctx.design.fixed)}); "
         f"tracing_cost is the share of throughput the follow-up's instruments cost "
-        f"(negative: the follow-up ran faster, within noise).</p>"
-        + page.table(cost, caption="tracing cost per cell")
+        f"(negative: the follow-up ran faster, within noise)."
     )
+    return out.table(cost, caption="tracing cost per cell")

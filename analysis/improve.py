@@ -31,7 +31,6 @@ predicted with what was measured.
 
 from __future__ import annotations
 
-import html
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from statsmodels.stats.multitest import multipletests
 
 from analysis import cells, stats, summary
 from analysis.followup import _plain, _product, origin
+from analysis.section import Code, Section
 from ddlcompare.plan.design import Design
 from frameworks import registry
 
@@ -544,32 +544,31 @@ def _ratio_ci(before: pd.Series, after: pd.Series) -> tuple[float, float, float]
 # ----------------------------------------------------------------- section
 
 
-def section(ctx) -> str:
+def section(ctx) -> Section:
     """The report's "How to make it faster": the ranked hypotheses; in a
     design written by ddlc improve, the proof of those it tested."""
     from analysis import critical_path as cp
-    from analysis import page
 
     origin = ctx.design.follow_up or {}
-    text = ""
+    out = Section("improve", "How to make it faster")
     if origin.get("hypotheses"):
         found = proof(ctx.runs, origin["hypotheses"])
-        text += (
-            "<p>This design tests the hypotheses below, each before and after in one "
+        out.para(
+            "This design tests the hypotheses below, each before and after in one "
             "randomized order. Changes are after over before: negative step change, "
             "positive throughput change is faster. Intervals 95 %; p-values Welch's on "
-            "log step time, Holm-adjusted over every row.</p>"
+            "log step time, Holm-adjusted over every row."
         )
-        text += page.sentences([_proof_words(r) for r in found.to_dict("records")])
-        text += page.table(found, caption="predicted against measured")
+        out.items([_proof_words(r) for r in found.to_dict("records")])
+        out.table(found, caption="predicted against measured")
     ranked = hypotheses(ctx.runs, cp.phase_table(ctx.tables))
     if ranked.empty:
-        return text + (
-            "<p>No hypothesis: no run of more than one process, or no phase table, "
-            "from which to predict a gain.</p>"
+        return out.para(
+            "No hypothesis: no run of more than one process, or no phase table, "
+            "from which to predict a gain."
         )
     best = ranked[ranked["rank"] == 1]
-    text += page.sentences(
+    out.items(
         [
             f"{r['framework']}, {r['world_size']} process(es), {r['setting']}: "
             f"{r['change']} (acts on {r['phase']}) would save {_interval(r)} of the step: "
@@ -577,12 +576,12 @@ def section(ctx) -> str:
             for r in best.to_dict("records")
         ]
     )
-    text += (
-        f"<p><code>./ddlc improve --design {html.escape(ctx.design.source)}</code> writes and "
-        f"runs the design that tests the top {TOP} testable hypotheses ({html.escape(RULE)}; "
-        f"at least {MIN_REPLICATIONS} replications).</p>"
+    out.para(
+        Code(f"./ddlc improve --design {ctx.design.source}"),
+        f" writes and runs the design that tests the top {TOP} testable hypotheses ({RULE}; "
+        f"at least {MIN_REPLICATIONS} replications).",
     )
-    return text + page.table(ranked, caption="every hypothesis, ranked per framework")
+    return out.table(ranked, caption="every hypothesis, ranked per framework")
 
 
 def _test_words(row: dict) -> str:

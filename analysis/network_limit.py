@@ -10,14 +10,14 @@ the share of what the network and MPI can do that the framework gets.
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from analysis import cells, humanize, page
+from analysis import cells, humanize
+from analysis.section import Section
 from frameworks import registry
 from ddlcompare.run.validate import read_table
 
@@ -99,37 +99,18 @@ def compare(runs: pd.DataFrame, step_stats: pd.DataFrame, found: dict) -> pd.Dat
     return table
 
 
-def section(ctx) -> str:
+def section(ctx) -> Section:
+    """The report's section: each all-reduce probe, and each framework's
+    achieved bandwidth against it."""
+    out = Section("network", "Network bandwidth limit")
     found = probes(ctx.tables)
     if not found:
-        return (
-            "<p>No all-reduce probe in these tables (the workflow runs one for each "
-            "scale of two processes or more).</p>"
+        return out.para(
+            "No all-reduce probe in these tables (the workflow runs one for each "
+            "scale of two processes or more)."
         )
-    parts = []
-    for (nodes, processes, rate), probe in sorted(found.items(), key=str):
-        hosts = html.escape(probe["hosts"].iloc[0])
-        link = probe["link_bytes_per_s"].iloc[0] / 1e6 if "link_bytes_per_s" in probe else None
-        network = f"emulated {rate} Mbit/s" if rate else "their own network"
-        parts.append(
-            page.table(
-                probe.drop(columns=["hosts", "link_bytes_per_s"])
-                .rename(
-                    columns={"algbw_bytes_per_s": "algbw_mb_s", "busbw_bytes_per_s": "busbw_mb_s"}
-                )
-                .assign(
-                    algbw_mb_s=lambda t: t["algbw_mb_s"] / 1e6,
-                    busbw_mb_s=lambda t: t["busbw_mb_s"] / 1e6,
-                ),
-                caption=f"MPI all-reduce probe, {processes} processes on {nodes} node(s) "
-                f"({hosts}), {network}; each link carries "
-                f"{humanize.number(link, 'MB/s')} (Sendrecv ring)",
-            )
-        )
-    steps = read_table(ctx.tables / "step_stats.parquet")
-    table = compare(ctx.runs, steps, found)
-    text = (
-        "<p>The probe times MPI_Allreduce at the model's gradient sizes (each layer's and "
+    out.para(
+        "The probe times MPI_Allreduce at the model's gradient sizes (each layer's and "
         "the whole model's), median of 20 after 3 warm-up calls; algbw = bytes / time, "
         "busbw = algbw x 2(P-1)/P, what each link carries each way. Open MPI is given "
         "several TCP connections per pair of processes (the probe file's tcp_links): with "
@@ -137,6 +118,23 @@ def section(ctx) -> str:
         "rate each way (docs/network.md). Each framework's achieved bandwidth is its bytes per "
         "step over its exposed grad_comm time per step; where the framework hides its "
         "exchange inside backward (DDP), there is no exposed time to divide by and the "
-        "cell says not set.</p>"
+        "cell says not set."
     )
-    return text + "".join(parts) + page.table(table, caption="achieved against the probe")
+    for (nodes, processes, rate), probe in sorted(found.items(), key=str):
+        hosts = probe["hosts"].iloc[0]
+        link = probe["link_bytes_per_s"].iloc[0] / 1e6 if "link_bytes_per_s" in probe else None
+        network = f"emulated {rate} Mbit/s" if rate else "their own network"
+        out.table(
+            probe.drop(columns=["hosts", "link_bytes_per_s"])
+            .rename(columns={"algbw_bytes_per_s": "algbw_mb_s", "busbw_bytes_per_s": "busbw_mb_s"})
+            .assign(
+                algbw_mb_s=lambda t: t["algbw_mb_s"] / 1e6,
+                busbw_mb_s=lambda t: t["busbw_mb_s"] / 1e6,
+            ),
+            caption=f"MPI all-reduce probe, {processes} processes on {nodes} node(s) "
+            f"({hosts}), {network}; each link carries "
+            f"{humanize.number(link, 'MB/s')} (Sendrecv ring)",
+        )
+    steps = read_table(ctx.tables / "step_stats.parquet")
+    table = compare(ctx.runs, steps, found)
+    return out.table(table, caption="achieved against the probe")

@@ -6,12 +6,12 @@ to the cell's run folders, their traces and the merged Perfetto timeline.
 
 from __future__ import annotations
 
-import html
 import math
 
 import pandas as pd
 
 from analysis import bottlenecks, cells, stats
+from analysis.section import Link, Section
 from runfiles import names
 
 # The merged Chrome/Perfetto trace the workflow writes (workflows/analysis.smk's
@@ -59,44 +59,37 @@ def table(runs: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
     return cells.in_order(found.reset_index()[columns], cells.CELL)
 
 
-def figure(runs: pd.DataFrame, phases: pd.DataFrame):
-    """Box plot of the measured steps' times, one box per cell."""
-    from plotnine import aes, coord_flip, geom_boxplot, ggplot, labs, theme, theme_bw
-
-    from analysis import figures
-
-    steps = step_times(runs, phases)
-    if steps.empty:
-        return figures.nothing_to_show("Step time per cell", "no measured step in the phase tables")
-    label = (
-        steps["framework"]
-        + ", "
-        + steps["world_size"].astype(int).astype(str)
-        + " proc., "
-        + steps["setting"]
-    )
-    steps = steps.assign(cell=cells.natural(label), step_ms=steps["step_s"] * 1e3)
-    return (
-        ggplot(steps, aes("cell", "step_ms", fill="framework"))
-        + geom_boxplot(outlier_size=0.6, outlier_alpha=0.4)
-        + coord_flip()
-        + labs(
-            title="Time of each measured step (all ranks and replications; box: quartiles, "
-            "whiskers: 1.5 IQR)",
-            x="",
-            y="step time (ms)",
+def section(ctx) -> Section:
+    """Step-time distributions, run-to-run variation, and where each cell's
+    runs, traces and the merged timeline are."""
+    out = Section("spread", "Spread: step times and run-to-run variation")
+    found = table(ctx.runs, ctx.step_phases)
+    if found.empty:
+        out.para("No measured step in the phase tables: no step-time distribution.")
+    else:
+        out.figure(ctx.figures / "step_times.png", "step time per cell")
+        out.para(
+            "Time of each measured step (warm-up left out), over all ranks and "
+            "replications of a cell; p95_over_median is the tail's length. "
+            "throughput_cv is the run-to-run variation: the standard deviation of "
+            "images_per_s over replications divided by its mean."
         )
-        + theme_bw()
-        + theme(figure_size=(9, 1.5 + 0.4 * steps["cell"].nunique()))
+        out.table(found)
+    out.heading("Runs, traces and the merged timeline").para(
+        "Each cell's run folders "
+        "(status, converted phase table, trace where one was written); the merged "
+        "Perfetto timeline (open it in ui.perfetto.dev) holds each framework's largest "
+        "run."
     )
+    return out.items(links(ctx.runs, ctx.design.root, ctx.tables.parent), css="links")
 
 
-def links(runs: pd.DataFrame, root: str, base) -> str:
+def links(runs: pd.DataFrame, root: str, base) -> list[list]:
     """Per cell, its runs' folders and traces, relative to the report (in
     results/<root>/, the folder ``base`` here), and which run the merged
-    timeline holds."""
+    timeline holds: one sentence of text and links per cell."""
     if runs.empty or "path" not in runs:
-        return ""
+        return []
     shown = cells.in_order(cells.with_setting(runs), [*cells.CELL, "rep"])
     in_timeline = set(
         shown[shown["status"] == "ok"]
@@ -107,19 +100,16 @@ def links(runs: pd.DataFrame, root: str, base) -> str:
     items = []
     for key, group in shown.groupby(cells.CELL, sort=False):
         framework, world, setting = key
-        parts = []
-        for row in group.itertuples():
+        line: list = [f"{framework}, {int(world)} process{'es' if world != 1 else ''}, {setting}: "]
+        for i, row in enumerate(group.itertuples()):
             relative = row.path.removeprefix(root + "/")
-            folder = html.escape(relative + "/")
-            text = f'<a href="{folder}">rep {row.rep}</a> ({html.escape(row.status)}'
+            folder = relative + "/"
+            line += [", "] * bool(i) + [Link(f"rep {row.rep}", folder), f" ({row.status}"]
             for name, what in ((names.OTF2_DIR, "trace"), (names.PHASE_TABLE, "phase table")):
                 if (base / relative / name).exists():
-                    text += f', <a href="{folder}{name}">{what}</a>'
+                    line += [", ", Link(what, f"{folder}{name}")]
             if row.run_id in in_timeline and (base / TIMELINE).exists():
-                text += f', in the <a href="{TIMELINE}">merged timeline</a>'
-            parts.append(text + ")")
-        items.append(
-            f"<li>{html.escape(framework)}, {int(world)} process{'es' if world != 1 else ''}, "
-            f"{html.escape(setting)}: {', '.join(parts)}</li>"
-        )
-    return f"<ul class='links'>{''.join(items)}</ul>"
+                line += [", in the ", Link("merged timeline", TIMELINE)]
+            line.append(")")
+        items.append(line)
+    return items

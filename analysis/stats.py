@@ -20,6 +20,7 @@ import pandas as pd
 from scipy import stats
 
 from analysis import cells
+from analysis.section import Em, Section, Sup
 
 # Responses without a value in any run (energy where nothing can be read,
 # time to accuracy without a target) are left out of the report.
@@ -302,3 +303,149 @@ def log_model_fits_better(runs: pd.DataFrame, factors: list[str], response: str)
         "r_squared_log": r2_log,
         "log_fits_better": bool(r2_log > r2_add),
     }
+
+
+# ---------------------------------------------------------------- sections
+
+
+def throughput_section(ctx) -> Section:
+    """Throughput, scaling and where the speedup goes."""
+    figures = ctx.figures
+    return (
+        Section("throughput", "Throughput and scaling")
+        .figure(figures / "throughput.png", "throughput")
+        .para(
+            "images_per_s is global: images processed by all ranks in the measured steps "
+            "(after warmup_steps) over the slowest rank's wall time; evaluation is excluded. "
+            "batch_size is per process, so adding processes is weak scaling: the ideal "
+            "speedup is the ratio of process counts."
+        )
+        .figure(figures / "scaling.png", "scaling")
+        .table(scaling(ctx.runs))
+        .heading("Where the speedup goes")
+        .figure(figures / "waterfall.png", "waterfall")
+        .para(
+            "Each bar is one phase's share of the gap between ideal and measured speedup: "
+            "gap = (N/N0) x sum over phases of (t_N - t_N0) / t_N, exactly."
+        )
+    )
+
+
+def section(ctx) -> Section:
+    """Design statistics: each response's mean and interval per cell, the
+    allocation of variation, the 2^k r effects."""
+    design, runs = ctx.design, ctx.runs
+    out = Section("statistics", "Design statistics")
+    ok = runs[runs["status"] == "ok"]
+    listed = [f for f in design.path_factors() if f in runs]
+    factors = varied_factors(runs, listed)
+    constant = [f for f in design.factors if f in ok and f not in factors]
+    _fraction(out, design)
+    if constant:
+        out.para(
+            f"One level among the successful runs, so no effect to estimate: {', '.join(constant)}."
+        )
+    for response in RESPONSES:
+        if response not in runs or runs[response].dropna().empty:
+            continue
+        out.heading(response)
+        reps = replicate_table(runs, listed, response)
+        flagged = int(reps["needs_more_replications"].sum()) if len(reps) else 0
+        single = int((reps["n"] < 2).sum()) if len(reps) else 0
+        few = f", or {single} with one replication: too few for an interval" if single else ""
+        out.para(
+            f"Mean and its 95 % interval per cell (low and high: the t interval on the "
+            f"log scale, positive; ci_half_width: t s / sqrt(n)). {flagged} cell(s) need "
+            f"more replications (half-width over {NEEDS_MORE_REPLICATIONS * 100:g} % "
+            f"of the mean{few})."
+        )
+        out.table(reps, caption=f"{response} per cell")
+        if _deterministic(ok, listed, response):
+            out.para(
+                f"{response} is identical in every replication: the runs are "
+                f"deterministic for this seed, so there is no error to test effects "
+                f"against; the allocation below is exact, without F or p."
+            )
+        _anova_section(out, design, runs, factors, response)
+    return out
+
+
+def _deterministic(ok: pd.DataFrame, cell: list[str], response: str) -> bool:
+    spread = ok.dropna(subset=[response]).groupby(cell)[response].agg(["std", "count"])
+    replicated = spread[spread["count"] > 1]
+    return bool(len(replicated)) and bool(
+        (replicated["std"].fillna(0) <= 1e-12 * ok[response].abs().max()).all()
+    )
+
+
+def _fraction(out: Section, design) -> None:
+    if not design.fraction:
+        return
+    lines = design.fraction.describe()
+    out.para(
+        f"{lines[0]}. Only the effects the fraction separates are "
+        f"estimated: each row of the sign table below stands for its whole alias chain."
+    )
+    out.pre("\n".join(lines[1:]))
+
+
+def _anova_section(out: Section, design, runs: pd.DataFrame, factors: list[str], response: str):
+    if not factors:
+        out.para("No factor varies among the successful runs: no allocation of variation.")
+        return
+    if design.sample:
+        out.para(
+            "No allocation of variation: a Latin hypercube leaves most cells of the "
+            "grid empty, so a full-factorial ANOVA cannot tell its sampled factors apart "
+            "(docs/design.md)."
+        )
+    elif not design.fraction:
+        _anova_table(out, runs, factors, response)
+    ok = runs[runs["status"] == "ok"]
+    if all(ok[f].nunique() == 2 for f in factors):
+        levels = {f: _two_levels(design, f, ok) for f in factors}
+        terms = design.fraction.estimable() if design.fraction else None
+        try:
+            effects = sign_table_2kr(runs, factors, response, levels=levels, terms=terms)
+        except ValueError as exc:
+            out.para("2", Sup("k"), f"r method not applicable: {exc}.")
+            return
+        coding = "; ".join(f"{f}: -1 = {lv[0]}, +1 = {lv[1]}" for f, lv in levels.items())
+        out.para(
+            "2",
+            Sup("k"),
+            f"r sign-table effects (Jain). Levels: {coding}. ",
+            Em("difference"),
+            " is the mean at +1 minus the mean at -1 (twice the effect q).",
+        )
+        out.table(effects, caption=f"effects on {response}")
+
+
+def _two_levels(design, factor: str, ok: pd.DataFrame) -> list:
+    """The factor's levels in the design's order (first listed = -1)."""
+    present = set(ok[factor].unique())
+    listed = [lv for lv in design.factors.get(factor, []) if lv in present]
+    return listed if len(listed) == 2 else sorted(present)
+
+
+def _anova_table(out: Section, runs: pd.DataFrame, factors: list[str], response: str) -> None:
+    from analysis import humanize
+
+    try:
+        table = anova(runs, factors, response)
+        fit = log_model_fits_better(runs, factors, response)
+    except (ValueError, np.linalg.LinAlgError) as exc:
+        out.para(f"Allocation of variation not computed: {exc}.")
+        return
+    residual = table.loc[table["term"] == "Residual", "sum_sq"]
+    if len(residual) and residual.iloc[0] <= 1e-9 * table["sum_sq"].sum():
+        table = table.drop(columns=["F", "p"])  # no error: a test statistic would be noise
+    out.para(
+        "Allocation of variation (full-factorial ANOVA, main effects and two-way interactions): R",
+        Sup("2"),
+        f" {humanize.percent(fit['r_squared_additive'])} "
+        f"on {response}, {humanize.percent(fit['r_squared_log'])} on log({response}); "
+        f"the {'multiplicative (log)' if fit['log_fits_better'] else 'additive'} model "
+        f"fits better.",
+    )
+    out.table(table, caption=f"allocation of variation of {response}")

@@ -21,6 +21,7 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from analysis import cells, critical_path, humanize, stats
+from analysis.section import Code, Section, Strong
 
 ALPHA = 0.05
 CORRECTION = "Holm"  # statsmodels' multipletests method "holm"
@@ -390,4 +391,57 @@ def build(
         replications=replication_table(runs, target, most),
         target=target,
         notes=notes,
+    )
+
+
+# ----------------------------------------------------------------- section
+
+CAPTIONS = {
+    "summary-images_per_s": "throughput ranking per scale and setting",
+    "summary-time_to_accuracy_s": "time-to-accuracy ranking per scale and setting",
+    "summary-replications": "replications per cell: mean throughput, its 95 % interval, "
+    "the olympic mean (best and worst dropped, from 5 replications), run-to-run variation "
+    "(coefficient of variation) and whether the interval met the target",
+}
+
+
+def of(ctx) -> Summary:
+    """The design's Summary, built once for the report (its section and
+    summary.md next to it)."""
+    if "summary" not in ctx.extra:
+        rule = ctx.design.adaptive
+        if rule:
+            ctx.extra["summary"] = build(ctx.runs, ctx.findings, rule.target_half_width, rule.most)
+        else:
+            ctx.extra["summary"] = build(ctx.runs, ctx.findings)
+    return ctx.extra["summary"]
+
+
+def section(ctx) -> Section:
+    """The answer first: who leads, why, how sure."""
+    result = of(ctx)
+    out = Section("summary", "Summary", css="answer")
+    if result.headlines:
+        out.para(Strong("Which framework leads, by how much, how sure"), f" ({result.correction}):")
+        out.items(result.headlines)
+    else:
+        out.para("No successful run to compare yet.")
+    if result.bottlenecks:
+        out.para(
+            Strong("Why"),
+            f": the dominant bottleneck of each framework ({'; '.join(result.definitions)}).",
+        )
+        out.items(result.bottlenecks)
+    out.para(Strong("Replications"), f": {result.replication_words}")
+    for line in result.notes:
+        out.para(line)
+    for name, t in result.tables().items():
+        if len(t):
+            out.table(t, caption=CAPTIONS.get(name, name))
+    return out.para(
+        "Also as ",
+        Code("summary.md"),
+        " and CSV tables (",
+        Code("summary-*.csv"),
+        ") next to this report.",
     )

@@ -21,7 +21,7 @@ from scipy import stats as sps
 
 from analysis import cells
 from analysis import critical_path as cp
-from analysis.section import SectionContent
+from analysis.section import Section
 from runfiles.phases import STEP_PHASES
 
 PARTS = [*STEP_PHASES, cp.UNTIMED]
@@ -170,9 +170,14 @@ def sentences(table: pd.DataFrame) -> list[str]:
     return out
 
 
-def section(runs: pd.DataFrame, phases: pd.DataFrame, by: str = "framework") -> SectionContent:
+SECTION_ID = "trace-diff"
+
+
+def section(runs: pd.DataFrame, phases: pd.DataFrame, by: str = "framework") -> Section:
+    """The report's section: a sentence per cell, the differences as a table."""
     table = compare(runs, phases, by)
-    out = SectionContent(f"Trace diff: {by} against {by}, phase by phase")
-    out.sentences = sentences(table) or [f"No cell holds two levels of {by} to compare."]
-    out.tables = {"difference per step (a - b), mean step and critical path": table}
+    out = Section(SECTION_ID, f"Trace diff: {by} against {by}, phase by phase")
+    out.items(sentences(table) or [f"No cell holds two levels of {by} to compare."])
+    if len(table):
+        out.table(table, caption="difference per step (a - b), mean step and critical path")
     return out

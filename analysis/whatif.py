@@ -51,7 +51,7 @@ from scipy import optimize, stats
 
 from analysis import cells
 from analysis import critical_path as cp
-from analysis.section import SectionContent
+from analysis.section import Section
 from runfiles.phases import STEP_PHASES
 
 BOOTSTRAP = 200
@@ -578,16 +578,21 @@ def analyse(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None
     }
 
 
-def section(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None) -> SectionContent:
+SECTION_ID, SECTION_TITLE = "what-if", "What if: a calibrated model of the step"
+
+
+def section(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None) -> Section:
+    """The report's section: each held-out check and each what-if in a
+    sentence, the predictions, checks, what-ifs and parameters as tables."""
     found = analyse(runs, phases, tables)
-    out = SectionContent("What if: a calibrated model of the step")
+    said: list[str] = []
     checks = found["checks"]
     unpredicted = checks[checks["why_not"].notna()] if len(checks) else checks
     checks = checks[checks["why_not"].isna()] if len(checks) else checks
     if len(checks):
         errors = checks["relative_error"].abs()
         better = int((errors < checks["naive_error"].abs()).sum())
-        out.sentences.append(
+        said.append(
             f"Held-out error over {len(checks)} check{'s' * (len(checks) > 1)}: median "
             f"{errors.median():.0%}, largest "
             f"{errors.max():.0%}; the model beats the naive guess (the step does not change) "
@@ -595,14 +600,14 @@ def section(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None
             "largest held-out error."
         )
     for c in checks.to_dict("records"):
-        out.sentences.append(
+        said.append(
             f"{c['framework']}: {c['check']}: predicted {c['predicted_ms']:.1f} ms per step "
             f"against {c['measured_ms']:.1f} measured ({c['relative_error']:+.0%}; naive "
             f"{c['naive_error']:+.0%}; the compute it holds fixed moved "
             f"{c['compute_drift']:+.0%} between the runs)."
         )
     for c in unpredicted.to_dict("records"):
-        out.sentences.append(f"{c['framework']}: {c['check']}: {c['why_not']}.")
+        said.append(f"{c['framework']}: {c['check']}: {c['why_not']}.")
     whatifs = found["what_ifs"]
     if len(whatifs):
         mean = (
@@ -616,20 +621,24 @@ def section(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None
             .reset_index()
         )
         for r in mean.to_dict("records"):
-            out.sentences.append(
+            said.append(
                 f"{r['framework']}, {cp.processes(r['world_size'])}, {r['setting']}, "
                 f"{r['what_if']}: {r['predicted_ms']:.1f} ms per step instead of "
                 f"{r['measured_ms']:.1f} ({r['change']:+.0%}), assuming {r['assumes']}."
             )
     if not len(checks):
-        out.sentences.append(
+        said.append(
             "No held-out check: one process count and one network rate "
             "measured per group, so nothing was left to predict."
         )
-    out.tables = {
+    out = Section(SECTION_ID, SECTION_TITLE).items(said)
+    shown = {
         "predicted against measured (held-out error beside)": found["predictions"],
         "held-out checks": found["checks"],
         "what-ifs": whatifs,
         "model parameters": found["parameters"],
     }
+    for caption, t in shown.items():
+        if len(t):
+            out.table(t, caption=caption)
     return out

@@ -508,11 +508,16 @@ def runs_table(energy_j: list):
 
 
 def test_report_energy_section_shows_figures_or_reasons(tmp_path):
-    from analysis import figures, report
+    from types import SimpleNamespace
 
-    plain = report.energy_section(runs_table([float("nan")]), tmp_path)
+    from analysis import energy, figures
+
+    def section(runs):
+        return energy.section(SimpleNamespace(runs=runs, figures=tmp_path)).html()
+
+    plain = section(runs_table([float("nan")]))
     assert "Energy was not measured" in plain and "rapl: no powercap" in plain
     figures.energy(runs_table([100.0, 150.0])).save(tmp_path / "energy.png", verbose=False)
-    mixed = report.energy_section(runs_table([100.0, float("nan")]), tmp_path)
+    mixed = section(runs_table([100.0, float("nan")]))
     assert "<img" in mixed and "not measured for 1 run(s)" in mixed
     assert "<td>100 mJ</td>" in mixed  # energy_per_image_j of the measured run

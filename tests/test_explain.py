@@ -3,7 +3,7 @@ phase recorder's table (tracer none) of two frameworks at two scales."""
 
 import pandas as pd
 
-from analysis import explain, report
+from analysis import explain
 from phase_tables import constructed
 
 COLUMNS = ["run_id", "rank", "epoch", "step", "phase", "start_ns", "end_ns", "dur_ns", "source"]
@@ -47,5 +47,5 @@ def test_sections_render_from_recorder_tables(tmp_path):
     assert path.figures[0].exists()
     assert any("fit without 4 processes, predict 4" in s for s in what.sentences)
     assert len(diff.sentences) == 2
-    page = "".join(report.section_body(s) for s in found)
+    page = "".join(s.html() for s in found)
     assert "<img" in page and "exposed grad_comm" in page

@@ -126,7 +126,7 @@ def test_run_budget_keeps_the_most_telling_cells(tmp_path):
     from types import SimpleNamespace
 
     follow = design.parse(doc, str(tmp_path / "study-follow-up.yaml"))
-    html = followup.section(SimpleNamespace(design=follow, runs=runs))
+    html = followup.section(SimpleNamespace(design=follow, runs=runs)).html()
     assert "cells the rule chose but the budget of 10 runs left out" in html
     assert "worst cell of torch-ddp" in html
 

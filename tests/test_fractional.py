@@ -180,7 +180,7 @@ def test_plan_shows_the_alias_structure(tmp_path):
 
 
 def test_report_estimates_only_the_separable_effects():
-    from analysis import report
+    from types import SimpleNamespace
 
     d = design.parse(doc())
     runs = pd.DataFrame(
@@ -195,7 +195,7 @@ def test_report_estimates_only_the_separable_effects():
             for i, (row, y) in enumerate(zip(jain_rows(), JAIN_Y))
         ]
     )
-    html = report.statistics_section(d, runs)
+    html = stats.section(SimpleNamespace(design=d, runs=runs)).html()
     assert "fractional factorial 2^(7-4): 8 cells per replication, resolution III" in html
     assert "A = BD = CE = FG: framework = procs_per_node:dataset" in html
     assert "framework: -1 = torch-ddp, +1 = horovod-torch" in html

@@ -90,3 +90,35 @@ def test_every_harness_module_is_in_a_layered_sub_package():
     assert unplaced == []
     sub_packages = {f"ddlcompare.{p.parent.name}" for p in harness.glob("*/__init__.py")}
     assert sub_packages == {name for name in LAYERS if name.startswith("ddlcompare.")}
+
+
+def test_no_import_cycle_inside_analysis():
+    """analysis/ imports one way too (imports inside functions count): a
+    figure lives in analysis/figures.py, not in the module it illustrates."""
+    modules = {p.stem: p for p in (REPO / "analysis").glob("*.py") if p.stem != "__init__"}
+    graph = {
+        name: {
+            target.split(".")[1]
+            for target in imports(path)
+            if target.startswith("analysis.") and target.split(".")[1] in modules
+        }
+        - {name}
+        for name, path in modules.items()
+    }
+    cycles, state = [], {}
+
+    def visit(name: str, stack: list[str]) -> None:
+        state[name] = "open"
+        stack.append(name)
+        for target in sorted(graph[name]):
+            if state.get(target) == "open":
+                cycles.append(" -> ".join(stack[stack.index(target) :] + [target]))
+            elif target not in state:
+                visit(target, stack)
+        stack.pop()
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
+    assert cycles == []

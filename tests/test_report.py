@@ -167,3 +167,28 @@ def test_report_renders_in_chromium_without_errors(report, tmp_path):
     assert sorted(alt for alt, _ in images) == sorted(FIGURES)
     assert all(decoded for _, decoded in images), images
     assert (tmp_path / "report.png").stat().st_size > 50_000
+
+
+def test_a_section_is_text_and_marks_rendered_by_the_one_template(tmp_path):
+    """A builder writes no HTML: its text is escaped, its marks become the
+    only markup, a long table folds and a figure that is not there says so."""
+    import pandas as pd
+
+    from analysis.section import Code, Em, Link, Section
+
+    section = (
+        Section("x", "A <title>")
+        .para("a < b & ", Code("<code>"), " ", Em("it's"), " ", Link("here", 'a"b.html'))
+        .items(["one <li>", ["two ", Code("2")]])
+        .table(pd.DataFrame({"long_name": range(13), "status": ["ok"] * 13}), caption="c")
+        .figure(tmp_path / "missing.png", "plot")
+    )
+    page = section.html()
+    assert '<section id="x">' in page and "<h2>A &lt;title&gt;</h2>" in page
+    assert "<p>a &lt; b &amp; <code>&lt;code&gt;</code> <i>it&#39;s</i> " in page
+    assert '<a href="a&#34;b.html">here</a></p>' in page
+    assert "<li>one &lt;li&gt;</li><li>two <code>2</code></li>" in page
+    assert "<details><summary>c (13 rows)</summary>" in page and "long_<wbr>name</th>" in page
+    assert page.count('<td class="ok">ok</td>') == 13
+    assert "plot: no figure (no successful run)." in page
+    assert section.sentences == ["one <li>", "two 2"] and list(section.tables) == ["c"]

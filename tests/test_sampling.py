@@ -100,7 +100,9 @@ def test_report_allocates_no_variation_it_cannot_separate():
     import numpy as np
     import pandas as pd
 
-    from analysis import report
+    from types import SimpleNamespace
+
+    from analysis import stats
 
     d = design.parse(doc())
     noise = np.random.default_rng(0).normal(size=len(d.runs()))
@@ -110,6 +112,6 @@ def test_report_allocates_no_variation_it_cannot_separate():
             for r, e in zip(d.runs(), noise)
         ]
     )
-    html = report.statistics_section(d, runs)
+    html = stats.section(SimpleNamespace(design=d, runs=runs)).html()
     assert "a Latin hypercube leaves most cells of the grid empty" in html
     assert "Allocation of variation (full-factorial ANOVA" not in html

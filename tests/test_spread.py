@@ -7,6 +7,7 @@ import pytest
 from test_bottlenecks import constructed
 
 from analysis import bottlenecks, critical_path, spread
+from analysis.section import Section
 
 
 def test_step_time_distribution_per_cell():
@@ -40,7 +41,7 @@ def test_links_to_runs_traces_and_the_merged_timeline(tmp_path):
     (tmp_path / "framework~f/procs_per_node~2/rep~1/trace").mkdir(parents=True)
     (tmp_path / "tables").mkdir()
     (tmp_path / spread.TIMELINE).write_text("{}")
-    text = spread.links(runs, root, tmp_path)
+    text = Section("spread", "Spread").items(spread.links(runs, root, tmp_path)).html()
     assert '<a href="framework~f/procs_per_node~2/rep~1/">rep 1</a> (ok' in text
     assert '<a href="framework~f/procs_per_node~2/rep~1/trace">trace</a>' in text
     assert f'in the <a href="{spread.TIMELINE}">merged timeline</a>' in text

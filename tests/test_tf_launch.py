@@ -229,15 +229,19 @@ def test_report_tells_frameworks_left_out_installed_or_not_with_their_build_comm
 ):
     """A framework not in the design is never dropped silently; one
     not installed here is named with the command that builds it."""
-    from analysis import report
+    import html
+    from types import SimpleNamespace
+
+    from analysis import provenance
     from frameworks import registry
 
     for env in ("LBANN", "TARANTELLA", "TENSORFLOW"):
         monkeypatch.setenv(f"DDLC_VENV_{env}", str(tmp_path / "nowhere"))
-    section = report.frameworks_section(design.parse(tiny_design(["torch-ddp"]), "t.yaml"))
+    plan = design.parse(tiny_design(["torch-ddp"]), "t.yaml")
+    section = provenance.frameworks_section(SimpleNamespace(design=plan)).html()
     left_out = section.split("<h3>Frameworks not in this design</h3>")[1]
-    rows = {
-        name: (installed, how)
+    rows = {  # the cells' text, unescaped
+        name: (installed, html.unescape(how))
         for name, installed, how in re.findall(
             r"<tr>\s*<td>(.*?)</td>\s*<td>(.*?)</td>\s*<td>(.*?)</td>", left_out
         )
