@@ -24,6 +24,7 @@ Columns (schema version in the Parquet metadata, key ``ddlcompare.schema_version
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
 import os
@@ -36,7 +37,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traces import nesting
+from traces import fastjson, nesting
 from runfiles.phases import EPOCH, MARKERS, PHASES, STEP, STEP_PHASES
 from traces.rules import PhaseRules
 
@@ -421,6 +422,12 @@ def _columns(
         "source": pa.repeat(pa.scalar(source, pa.string()), n),
         "op_id": _integers(op_id),
     }
+    # The text columns are the table's largest: what the numbers were built
+    # from is let go before them (the codes they need are held by their calls)
+    del step, epoch, op_id, phase, is_step, collective
+    for name in ("rank", "start_ns", "end_ns", "depth", "parent_row", "step", "epoch", "bytes"):
+        setattr(c, name, None)
+    _return_free_memory()
     return columns | {name: built.result() for name, built in strings.items()}
 
 
@@ -461,6 +468,9 @@ def _collective_instances(
 
 def _strings(names: list, codes: np.ndarray) -> pa.Array:
     """names[code] per row, null where code is -1."""
+    built = fastjson.gather_strings(names, codes)
+    if built is not None:
+        return built
     # a null name at the end for the missing: no validity mask to build
     indices = np.where(codes < 0, len(names), codes)
     return pc.take(pa.array([*names, None], pa.string()), indices, memory_pool=_text_pool())
@@ -473,6 +483,24 @@ def _text_pool():
     against 0.61 s from the default (mimalloc), on the machine of
     docs/tracing.md. Taken on first use, not at import."""
     return pa.jemalloc_memory_pool() if "jemalloc" in pa.supported_memory_backends() else None
+
+
+def _return_free_memory() -> None:
+    """Hands the C heap's free pages back to the system (glibc's
+    malloc_trim; nothing elsewhere). The arrays of the work before, freed,
+    stay in the heap, and the text columns, too large for it, are mapped
+    anew beside them: the process would hold both at its peak."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return None
 
 
 def _integers(values: np.ndarray) -> pa.Array:
