@@ -159,12 +159,13 @@ def test_nesting_in_c_is_the_numpy_nesting(seed, monkeypatch):
 def test_text_columns_built_in_c_are_those_arrow_takes(seed):
     """The table's text columns built in C (exact buffers) hold what Arrow's
     take gives: names of any length and script, nulls for code -1 and for
-    names that are None; codes of any integer type."""
+    names that are None; codes of any integer type; buffers from numpy or
+    from an Arrow pool."""
     rng = np.random.default_rng(seed)
     names = ["", "a", "caf\u00e9 \u2192 \U0001f600", None, *(f"region{i}" * i for i in range(40))]
-    for dtype in (np.int8, np.int32, np.int64):
+    for dtype, pool in ((np.int8, None), (np.int32, pa.default_memory_pool()), (np.int64, None)):
         codes = rng.integers(-1, len(names), int(rng.integers(0, 5000))).astype(dtype)
-        built = fastjson.gather_strings(names, codes)
+        built = fastjson.gather_strings(names, codes, pool)
         expected = pc.take(
             pa.array([*names, None], pa.string()), np.where(codes < 0, len(names), codes)
         )

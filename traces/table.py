@@ -251,6 +251,7 @@ def finish_columns(
     metadata: dict | None = None,
     place=None,
     join=None,
+    lean: bool = False,
 ) -> pa.Table:
     """Phases from the rules, then step and epoch: from the trace, from the
     enclosing interval, or from the step interval the row starts in.
@@ -259,6 +260,10 @@ def finish_columns(
     the rows inside them. ``join(c, collective, rows, top)``: a reader's own
     way to tell records of one collective that do not nest (``top``: the
     instance each collective row belongs to; returns it changed).
+    ``lean``: for a reader whose peak of memory is this table's making (the
+    Horovod Timeline's), the text columns are built in buffers of their
+    own, mapped for them alone, once the heap's free pages are returned
+    (slower: every page is new), not from Arrow's pool.
 
     Consumes ``c``: its arrays become the table's or change in place."""
     n = len(c.start_ns)
@@ -271,7 +276,7 @@ def finish_columns(
     cores = len(os.sched_getaffinity(0))
     notes: dict = {}
     with ThreadPoolExecutor(cores) if cores > 1 else _Later() as pool:
-        columns = _columns(c, rules, source, run_id, pool, place, join, notes)
+        columns = _columns(c, rules, source, run_id, pool, place, join, notes, lean)
     table = pa.Table.from_arrays([columns[name] for name in COLUMNS], schema=SCHEMA)
     return table.replace_schema_metadata(
         {
@@ -355,19 +360,28 @@ class _Deferred:
 
 
 def _columns(
-    c: Columns, rules: PhaseRules, source: str, run_id: str, pool, place, join, notes: dict
+    c: Columns,
+    rules: PhaseRules,
+    source: str,
+    run_id: str,
+    pool,
+    place,
+    join,
+    notes: dict,
+    lean: bool = False,
 ) -> dict:
     """The table's columns by name (see :func:`finish_columns`); the text
     columns built on ``pool``; ``notes``: metadata for the table, filled."""
     n = len(c.start_ns)
+    text = functools.partial(_strings, lean=lean)
     strings = {
-        "region": pool.submit(_strings, c.region_names, c.region),
-        "location": pool.submit(_strings, c.location_names, c.location),
-        "node": pool.submit(_strings, c.node_names, c.node),
+        "region": pool.submit(text, c.region_names, c.region),
+        "location": pool.submit(text, c.location_names, c.location),
+        "node": pool.submit(text, c.node_names, c.node),
     }
     parent = c.region[np.maximum(c.parent_row, 0)]
     parent[c.parent_row < 0] = -1
-    strings["parent"] = pool.submit(_strings, c.region_names, parent)
+    strings["parent"] = pool.submit(text, c.region_names, parent)
     del parent
     levels = _levels(c.parent_row, c.depth)
     matched = [rules.match(name, source) for name in c.region_names]
@@ -385,7 +399,7 @@ def _columns(
     phase[phase < 0] = _PHASE["other"]
     phase[is_step] = _PHASE[STEP]
     phase[is_epoch] = _PHASE[EPOCH]
-    strings["phase"] = pool.submit(_strings, _PHASE_NAMES, phase)
+    strings["phase"] = pool.submit(text, _PHASE_NAMES, phase)
 
     collective_names = list(c.collective_names)
     for _, name in matched:
@@ -398,7 +412,7 @@ def _columns(
     op_id = _collective_instances(c, collective, levels, join)
     notes.update(_unrecognised_communication(c, matched, op_id, levels))
     notes.update(_unsized(collective, collective_names, c.bytes))
-    strings["collective"] = pool.submit(_strings, collective_names, collective)
+    strings["collective"] = pool.submit(text, collective_names, collective)
 
     step, epoch = c.step, c.epoch  # filled in place
     _number_steps(c, is_step, step)
@@ -427,7 +441,8 @@ def _columns(
     del step, epoch, op_id, phase, is_step, collective
     for name in ("rank", "start_ns", "end_ns", "depth", "parent_row", "step", "epoch", "bytes"):
         setattr(c, name, None)
-    _return_free_memory()
+    if lean:
+        _return_free_memory()
     return columns | {name: built.result() for name, built in strings.items()}
 
 
@@ -466,9 +481,10 @@ def _collective_instances(
     return op_id
 
 
-def _strings(names: list, codes: np.ndarray) -> pa.Array:
-    """names[code] per row, null where code is -1."""
-    built = fastjson.gather_strings(names, codes)
+def _strings(names: list, codes: np.ndarray, lean: bool = False) -> pa.Array:
+    """names[code] per row, null where code is -1 (``lean``: see
+    :func:`finish_columns`)."""
+    built = fastjson.gather_strings(names, codes, None if lean else _text_pool())
     if built is not None:
         return built
     # a null name at the end for the missing: no validity mask to build

@@ -313,12 +313,12 @@ def pair_edges(key: np.ndarray, is_begin: np.ndarray):
     return begins, end_of[begins], depth[begins], int(unmatched), unclosed.value
 
 
-def gather_strings(names: list, codes: np.ndarray) -> pa.StringArray | None:
+def gather_strings(names: list, codes: np.ndarray, pool=None) -> pa.StringArray | None:
     """``names[code]`` for each code (null where it is negative or the name
     is None) as an Arrow string array, built in C into buffers of exactly
-    its size (Arrow's ``take`` grows its buffer as it goes: twice the
-    column at its peak); None when there is no compiled library or the
-    column would not fit 32-bit offsets (the caller then takes)."""
+    its size from ``pool`` (Arrow's ``take`` grows its buffer as it goes:
+    twice the column at its peak); None when there is no compiled library
+    or the column would not fit 32-bit offsets (the caller then takes)."""
     lib = library()
     if lib is None:
         return None
@@ -337,24 +337,21 @@ def gather_strings(names: list, codes: np.ndarray) -> pa.StringArray | None:
     if not known.all():
         valid &= known[np.maximum(codes, 0)]
         codes = np.where(valid, codes, -1).astype(np.int32)
-    lengths = np.diff(name_at)
-    counts = np.bincount(codes[valid], minlength=len(names)) if n else lengths * 0
-    total = int(counts @ lengths)
+    counts = np.bincount(codes[valid], minlength=len(names))
+    total = int(counts @ np.diff(name_at))
     if total > np.iinfo(np.int32).max:
         return None
-    offsets = np.empty(n + 1, dtype=np.int32)
-    data = np.empty(total, dtype=np.uint8)
-    pool = np.frombuffer(b"".join(encoded) or b"\0", dtype=np.uint8)
+    if pool is None:  # mapped for this column alone, unmapped with it
+        offsets, data = (pa.py_buffer(np.empty(k, np.uint8)) for k in (4 * (n + 1), total))
+    else:  # pages the pool keeps from column to column (faster; held longer)
+        offsets = pa.allocate_buffer(4 * (n + 1), memory_pool=pool)
+        data = pa.allocate_buffer(total, memory_pool=pool)
+    joined = np.frombuffer(b"".join(encoded) or b"\0", dtype=np.uint8)
     lib.gather_strings(
-        name_at.ctypes.data,
-        pool.ctypes.data,
-        codes.ctypes.data,
-        n,
-        offsets.ctypes.data,
-        data.ctypes.data,
+        name_at.ctypes.data, joined.ctypes.data, codes.ctypes.data, n, offsets.address, data.address
     )
     nulls = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data), nulls)
+    return pa.StringArray.from_buffers(n, offsets, data, nulls)
 
 
 def main() -> int:

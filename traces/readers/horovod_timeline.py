@@ -87,7 +87,8 @@ class HorovodTimelineReader(Reader):
             )
         columns, more = _columns(records, reading, path)  # consumes the records
         del records
-        return finish_columns(columns, rules, self.name, run_id), problems + more
+        table = finish_columns(columns, rules, self.name, run_id, lean=True)
+        return table, problems + more
 
 
 # the record kinds (ph) the reader uses, as the scanner's byte codes
