@@ -313,6 +313,17 @@ def _unsized(collective: np.ndarray, names: list, nbytes: np.ndarray) -> dict:
     return {META_UNSIZED: json.dumps({"bcast": unsized}).encode()} if unsized else {}
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _looks_like_communication(name) -> bool:
+    """Asked once per name, not once per name and file (a trace's ranks
+    share their names)."""
+    return (
+        isinstance(name, str)
+        and LOOKS_LIKE_COMMUNICATION.search(name) is not None
+        and NOT_COMMUNICATION.search(name) is None
+    )
+
+
 def _unrecognised_communication(c: Columns, matched: list, op_id: np.ndarray, levels) -> dict:
     """{META_UNRECOGNISED: JSON [[name, rows], ...]} of the regions whose
     name looks like communication but that no rule knows (``matched``: the
@@ -322,10 +333,7 @@ def _unrecognised_communication(c: Columns, matched: list, op_id: np.ndarray, le
     suspects = [
         code
         for code, name in enumerate(c.region_names)
-        if isinstance(name, str)
-        and matched[code][0] is None
-        and LOOKS_LIKE_COMMUNICATION.search(name)
-        and not NOT_COMMUNICATION.search(name)
+        if matched[code][0] is None and _looks_like_communication(name)
     ]
     if not suspects:
         return {}
