@@ -323,22 +323,22 @@ def gather_strings(names: list, codes: np.ndarray, pool=None) -> pa.StringArray 
     if lib is None:
         return None
     try:
-        encoded = [b"" if name is None else name.encode() for name in names]
-    except (AttributeError, UnicodeEncodeError):
+        table = pa.array(names, pa.string())  # the names' bytes, in C
+    except (pa.ArrowException, UnicodeEncodeError):
         return None  # not text: the caller's take says why
-    name_at = np.zeros(len(names) + 1, dtype=np.int64)
-    np.cumsum([len(e) for e in encoded], out=name_at[1:])
+    _, name_offsets, name_bytes = table.buffers()
+    name_at = np.frombuffer(name_offsets, dtype=np.int32, count=len(names) + 1)
     codes = np.ascontiguousarray(codes, dtype=np.int32)
     n = len(codes)
     if n and codes.max() >= len(names):
         return None  # no such name: the caller's take says so
     valid = codes >= 0
-    known = np.array([name is not None for name in names], dtype=bool)
-    if not known.all():
+    if table.null_count:
+        known = table.is_valid().to_numpy(zero_copy_only=False)
         valid &= known[np.maximum(codes, 0)]
         codes = np.where(valid, codes, -1).astype(np.int32)
     counts = np.bincount(codes[valid], minlength=len(names))
-    total = int(counts @ np.diff(name_at))
+    total = int(counts @ np.diff(name_at).astype(np.int64))
     if total > np.iinfo(np.int32).max:
         return None
     if pool is None:  # mapped for this column alone, unmapped with it
@@ -346,9 +346,13 @@ def gather_strings(names: list, codes: np.ndarray, pool=None) -> pa.StringArray 
     else:  # pages the pool keeps from column to column (faster; held longer)
         offsets = pa.allocate_buffer(4 * (n + 1), memory_pool=pool)
         data = pa.allocate_buffer(total, memory_pool=pool)
-    joined = np.frombuffer(b"".join(encoded) or b"\0", dtype=np.uint8)
     lib.gather_strings(
-        name_at.ctypes.data, joined.ctypes.data, codes.ctypes.data, n, offsets.address, data.address
+        name_at.ctypes.data,
+        name_bytes.address if name_bytes is not None else 0,
+        codes.ctypes.data,
+        n,
+        offsets.address,
+        data.address,
     )
     nulls = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
     return pa.StringArray.from_buffers(n, offsets, data, nulls)
