@@ -510,9 +510,9 @@ class _Codes:
         new = pc.and_(pc.is_null(at), pc.is_valid(array))
         if pc.any(new).as_py():
             names = pc.unique(array.filter(new))
-            codes = [self.index.setdefault(u, len(self.index)) for u in names.to_pylist()]
+            added = [self.index.setdefault(u, len(self.index)) for u in names.to_pylist()]
             self.texts = pa.concat_arrays([self.texts, names])
-            self.text_codes = np.r_[self.text_codes, np.array(codes, dtype=np.int32)]
+            self.text_codes = np.r_[self.text_codes, np.array(added, dtype=np.int32)]
             at = pc.index_in(array, value_set=self.texts)
         if not len(self.texts):  # nulls only, and no name yet
             codes = np.zeros(len(array), dtype=np.int32)
