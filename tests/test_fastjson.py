@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from test_traces_readers import FIXTURES, RULES, garbled_copy, needs_fixtures
@@ -150,3 +152,22 @@ def test_nesting_in_c_is_the_numpy_nesting(seed, monkeypatch):
     slow = nesting.enclosing(group, start, end)
     assert np.array_equal(fast, slow)
     assert (fast >= 0).sum() > n // 10
+
+
+@needs_scanner
+@pytest.mark.parametrize("seed", range(4))
+def test_text_columns_built_in_c_are_those_arrow_takes(seed):
+    """The table's text columns built in C (exact buffers) hold what Arrow's
+    take gives: names of any length and script, nulls for code -1 and for
+    names that are None; codes of any integer type; buffers from numpy or
+    from an Arrow pool."""
+    rng = np.random.default_rng(seed)
+    names = ["", "a", "caf\u00e9 \u2192 \U0001f600", None, *(f"region{i}" * i for i in range(40))]
+    for dtype, pool in ((np.int8, None), (np.int32, pa.default_memory_pool()), (np.int64, None)):
+        codes = rng.integers(-1, len(names), int(rng.integers(0, 5000))).astype(dtype)
+        built = fastjson.gather_strings(names, codes, pool)
+        expected = pc.take(
+            pa.array([*names, None], pa.string()), np.where(codes < 0, len(names), codes)
+        )
+        assert built.validate(full=True) is None and built.equals(expected)
+    assert fastjson.gather_strings(["a"], np.array([0, 1])) is None  # no such name

@@ -219,3 +219,64 @@ def test_kineto_bytes_only_from_a_real_element_count(count, nbytes, tmp_path, mo
     (table, problems), (expected, _) = both(kineto.KinetoReader(), path, monkeypatch)
     assert table.equals(expected) and problems == []
     assert table.column("bytes").to_pylist()[0] == nbytes
+
+
+def generated_timeline(path: Path, seed: int, steps: int = 40) -> Path:
+    """A Timeline as Horovod writes it (the array left open, a record a
+    line) of random tensors: negotiation with readiness ticks, all-reduces
+    with nested activities, sizes in many dtypes and shapes, cycle marks, a
+    broadcast without a size, Ends that come before their Begin's time, and
+    activities left open at the end."""
+    rng = np.random.default_rng(seed)
+    tensors = [f"DistributedOptimizer_Allreduce/layer{i}.weight_{i}" for i in range(12)]
+    lines = []
+    for pid, tensor in enumerate(tensors, start=1):
+        lines.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": tensor}})
+    t = 1_000_000
+    lines.append({"ph": "B", "name": "BROADCAST", "ts": t, "pid": 1})
+    lines.append({"ph": "E", "ts": t + 5, "pid": 1})
+    for _ in range(steps):
+        lines.append({"ph": "i", "name": "CYCLE_START", "ts": t, "s": "g"})
+        for pid in rng.permutation(len(tensors))[: int(rng.integers(6, 13))] + 1:
+            pid = int(pid)
+            lines.append({"ph": "B", "name": "NEGOTIATE_ALLREDUCE", "ts": t + 1, "pid": pid})
+            for rank in rng.permutation(4)[: int(rng.integers(0, 5))]:
+                tick = {"ph": "X", "name": str(rank), "ts": t + 2, "pid": pid, "dur": 0}
+                lines.append(tick)
+            t += int(rng.integers(3, 30))
+            lines.append({"ph": "E", "ts": t, "pid": pid})
+            lines.append({"ph": "B", "name": "ALLREDUCE", "ts": t + 1, "pid": pid})
+            for inner in ("MEMCPY_IN_FUSION_BUFFER", "MPI_ALLREDUCE"):
+                lines.append({"ph": "B", "name": inner, "ts": t + 2, "pid": pid})
+                t += int(rng.integers(1, 50))
+                lines.append({"ph": "E", "ts": t, "pid": pid})
+            dtype = str(rng.choice(["float32", "float16", "int64", "bfloat16", "weird"]))
+            shape = str([int(d) for d in rng.integers(1, 70, int(rng.integers(0, 4)))])
+            end = t + 3 if rng.random() > 0.02 else t - 10_000  # before it began
+            lines.append(
+                {"ph": "E", "ts": end, "pid": pid, "args": {"dtype": dtype, "shape": shape}}
+            )
+            t += 5
+        t += int(rng.integers(100, 1000))
+    lines.append({"ph": "B", "name": "ALLREDUCE", "ts": t, "pid": 2})  # never ended
+    path.write_text("[\n" + "".join(json.dumps(r) + ",\n" for r in lines))
+    return path
+
+
+@needs_scanner
+@needs_fixtures
+@pytest.mark.parametrize("seed", [None, *range(4)])
+def test_timelines_through_scanner_and_msgspec_give_one_table(seed, tmp_path, monkeypatch):
+    """The real Timeline (seed None) and generated ones, converted through
+    the C scanner and through msgspec alone, in runs of 64 KiB and whole:
+    the very same tables and problems."""
+    path = TIMELINE if seed is None else generated_timeline(tmp_path / "timeline.json", seed)
+    reader = horovod_timeline.HorovodTimelineReader()
+    results = []
+    for chunk in (1 << 16, 1 << 30):
+        monkeypatch.setattr(jsonrecords, "CHUNK_BYTES", chunk)
+        results += both(reader, path, monkeypatch)
+    (table, problems), *others = results
+    assert table.num_rows > 100
+    for other, other_problems in others:
+        assert table.equals(other) and problems == other_problems

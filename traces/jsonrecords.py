@@ -31,16 +31,17 @@ _RECORD_START = re.compile(r"[\[,]\s*\{")
 CHUNK_BYTES = 16 << 20  # of JSON decoded at a time: memory stays a few times this
 
 
-def chunks(data: bytes, first: int) -> tuple[list[tuple[int, int]], int]:
-    """((begin, end) of runs of whole records of about CHUNK_BYTES from
-    ``first``, the array's first record, cut where one record ends and the
-    next begins in the layout the file is written in; where the last run
-    begins). A cut that falls inside a nested value (the same bytes can
+def chunks(data: bytes, first: int, share: int = 1) -> tuple[list[tuple[int, int]], int]:
+    """((begin, end) of runs of whole records of about CHUNK_BYTES / ``share``
+    bytes from ``first``, the array's first record, cut where one record
+    ends and the next begins in the layout the file is written in; where the
+    last run begins). A cut that falls inside a nested value (the same bytes can
     appear there) is mended by batches()."""
     separator = _separator(data, first)
+    size = max(1, CHUNK_BYTES // share)
     runs, begin = [], first
-    while separator is not None and begin + CHUNK_BYTES < len(data):
-        at = data.find(separator, begin + CHUNK_BYTES)
+    while separator is not None and begin + size < len(data):
+        at = data.find(separator, begin + size)
         if at < 0:
             break
         runs.append((begin, at + 1))

@@ -24,6 +24,7 @@ Columns (schema version in the Parquet metadata, key ``ddlcompare.schema_version
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
 import os
@@ -36,7 +37,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traces import nesting
+from traces import fastjson, nesting
 from runfiles.phases import EPOCH, MARKERS, PHASES, STEP, STEP_PHASES
 from traces.rules import PhaseRules
 
@@ -250,6 +251,7 @@ def finish_columns(
     metadata: dict | None = None,
     place=None,
     join=None,
+    lean: bool = False,
 ) -> pa.Table:
     """Phases from the rules, then step and epoch: from the trace, from the
     enclosing interval, or from the step interval the row starts in.
@@ -258,6 +260,10 @@ def finish_columns(
     the rows inside them. ``join(c, collective, rows, top)``: a reader's own
     way to tell records of one collective that do not nest (``top``: the
     instance each collective row belongs to; returns it changed).
+    ``lean``: for a reader whose peak of memory is this table's making (the
+    Horovod Timeline's), the text columns are built in buffers of their
+    own, mapped for them alone, once the heap's free pages are returned
+    (slower: every page is new), not from Arrow's pool.
 
     Consumes ``c``: its arrays become the table's or change in place."""
     n = len(c.start_ns)
@@ -270,7 +276,7 @@ def finish_columns(
     cores = len(os.sched_getaffinity(0))
     notes: dict = {}
     with ThreadPoolExecutor(cores) if cores > 1 else _Later() as pool:
-        columns = _columns(c, rules, source, run_id, pool, place, join, notes)
+        columns = _columns(c, rules, source, run_id, pool, place, join, notes, lean)
     table = pa.Table.from_arrays([columns[name] for name in COLUMNS], schema=SCHEMA)
     return table.replace_schema_metadata(
         {
@@ -307,6 +313,17 @@ def _unsized(collective: np.ndarray, names: list, nbytes: np.ndarray) -> dict:
     return {META_UNSIZED: json.dumps({"bcast": unsized}).encode()} if unsized else {}
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _looks_like_communication(name) -> bool:
+    """Asked once per name, not once per name and file (a trace's ranks
+    share their names)."""
+    return (
+        isinstance(name, str)
+        and LOOKS_LIKE_COMMUNICATION.search(name) is not None
+        and NOT_COMMUNICATION.search(name) is None
+    )
+
+
 def _unrecognised_communication(c: Columns, matched: list, op_id: np.ndarray, levels) -> dict:
     """{META_UNRECOGNISED: JSON [[name, rows], ...]} of the regions whose
     name looks like communication but that no rule knows (``matched``: the
@@ -316,10 +333,7 @@ def _unrecognised_communication(c: Columns, matched: list, op_id: np.ndarray, le
     suspects = [
         code
         for code, name in enumerate(c.region_names)
-        if isinstance(name, str)
-        and matched[code][0] is None
-        and LOOKS_LIKE_COMMUNICATION.search(name)
-        and not NOT_COMMUNICATION.search(name)
+        if matched[code][0] is None and _looks_like_communication(name)
     ]
     if not suspects:
         return {}
@@ -354,19 +368,28 @@ class _Deferred:
 
 
 def _columns(
-    c: Columns, rules: PhaseRules, source: str, run_id: str, pool, place, join, notes: dict
+    c: Columns,
+    rules: PhaseRules,
+    source: str,
+    run_id: str,
+    pool,
+    place,
+    join,
+    notes: dict,
+    lean: bool = False,
 ) -> dict:
     """The table's columns by name (see :func:`finish_columns`); the text
     columns built on ``pool``; ``notes``: metadata for the table, filled."""
     n = len(c.start_ns)
+    text = functools.partial(_strings, lean=lean)
     strings = {
-        "region": pool.submit(_strings, c.region_names, c.region),
-        "location": pool.submit(_strings, c.location_names, c.location),
-        "node": pool.submit(_strings, c.node_names, c.node),
+        "region": pool.submit(text, c.region_names, c.region),
+        "location": pool.submit(text, c.location_names, c.location),
+        "node": pool.submit(text, c.node_names, c.node),
     }
     parent = c.region[np.maximum(c.parent_row, 0)]
     parent[c.parent_row < 0] = -1
-    strings["parent"] = pool.submit(_strings, c.region_names, parent)
+    strings["parent"] = pool.submit(text, c.region_names, parent)
     del parent
     levels = _levels(c.parent_row, c.depth)
     matched = [rules.match(name, source) for name in c.region_names]
@@ -384,7 +407,7 @@ def _columns(
     phase[phase < 0] = _PHASE["other"]
     phase[is_step] = _PHASE[STEP]
     phase[is_epoch] = _PHASE[EPOCH]
-    strings["phase"] = pool.submit(_strings, _PHASE_NAMES, phase)
+    strings["phase"] = pool.submit(text, _PHASE_NAMES, phase)
 
     collective_names = list(c.collective_names)
     for _, name in matched:
@@ -397,7 +420,7 @@ def _columns(
     op_id = _collective_instances(c, collective, levels, join)
     notes.update(_unrecognised_communication(c, matched, op_id, levels))
     notes.update(_unsized(collective, collective_names, c.bytes))
-    strings["collective"] = pool.submit(_strings, collective_names, collective)
+    strings["collective"] = pool.submit(text, collective_names, collective)
 
     step, epoch = c.step, c.epoch  # filled in place
     _number_steps(c, is_step, step)
@@ -421,6 +444,13 @@ def _columns(
         "source": pa.repeat(pa.scalar(source, pa.string()), n),
         "op_id": _integers(op_id),
     }
+    # The text columns are the table's largest: what the numbers were built
+    # from is let go before them (the codes they need are held by their calls)
+    del step, epoch, op_id, phase, is_step, collective
+    for name in ("rank", "start_ns", "end_ns", "depth", "parent_row", "step", "epoch", "bytes"):
+        setattr(c, name, None)
+    if lean:
+        _return_free_memory()
     return columns | {name: built.result() for name, built in strings.items()}
 
 
@@ -459,8 +489,12 @@ def _collective_instances(
     return op_id
 
 
-def _strings(names: list, codes: np.ndarray) -> pa.Array:
-    """names[code] per row, null where code is -1."""
+def _strings(names: list, codes: np.ndarray, lean: bool = False) -> pa.Array:
+    """names[code] per row, null where code is -1 (``lean``: see
+    :func:`finish_columns`)."""
+    built = fastjson.gather_strings(names, codes, None if lean else _text_pool())
+    if built is not None:
+        return built
     # a null name at the end for the missing: no validity mask to build
     indices = np.where(codes < 0, len(names), codes)
     return pc.take(pa.array([*names, None], pa.string()), indices, memory_pool=_text_pool())
@@ -473,6 +507,24 @@ def _text_pool():
     against 0.61 s from the default (mimalloc), on the machine of
     docs/tracing.md. Taken on first use, not at import."""
     return pa.jemalloc_memory_pool() if "jemalloc" in pa.supported_memory_backends() else None
+
+
+def _return_free_memory() -> None:
+    """Hands the C heap's free pages back to the system (glibc's
+    malloc_trim; nothing elsewhere). The arrays of the work before, freed,
+    stay in the heap, and the text columns, too large for it, are mapped
+    anew beside them: the process would hold both at its peak."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return None
 
 
 def _integers(values: np.ndarray) -> pa.Array:

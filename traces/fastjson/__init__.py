@@ -151,6 +151,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.stack_parents.restype = None
     lib.pair_edges.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 5
     lib.pair_edges.restype = ctypes.c_int64
+    lib.gather_strings.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] + [ctypes.c_void_p] * 2
+    lib.gather_strings.restype = None
 
 
 _LIBRARY = CompiledLibrary(lambda: compile_library(SOURCE, "fastjson", CFLAGS, ()), _declare)
@@ -174,6 +176,7 @@ def scan(
     end: int | None = None,
     bracketed: bool = True,
     all_records: bool = False,
+    keep: tuple[str, ...] | None = None,
 ):
     """Scanned columns of the records in ``data[begin:end]`` (``data``: bytes
     or any buffer, such as msgspec.Raw; a JSON array when ``bracketed``, else
@@ -181,7 +184,9 @@ def scan(
     the chunk is not of the plain shapes it takes (the caller then decodes
     it with msgspec). The rows: the complete events (Kineto), or every
     record when ``all_records`` (the Horovod Timeline, whose ids are never
-    strings: a string id falls back)."""
+    strings: a string id falls back). ``keep``: the columns (of ROW_COLUMNS
+    and STRING_COLUMNS; "names" always) to copy out of the scanner's arrays,
+    None: all; a reader that never uses the others need not hold them."""
     lib = library()
     if lib is None:
         return None
@@ -200,13 +205,17 @@ def scan(
         return None
     rows, strings, spans = arrays
     n, spans = out.rows, spans[: out.n_spans].copy()
+    kept = None if keep is None else {"names", *keep}
     return Scanned(
         data=data,
         strings={
             key: _string_array(n, *(strings.get(k) for k in parts))
             for key, parts in STRING_COLUMNS.items()
+            if kept is None or key in kept
         },
-        columns={key: array[:n].copy() for key, array in rows.items()},
+        columns={
+            key: array[:n].copy() for key, array in rows.items() if kept is None or key in kept
+        },
         spans=spans[:, :2],
         span_rows=spans[:, 2],
         escaped=bool(out.escaped),
@@ -222,6 +231,12 @@ def _output(capacity: int, size: int):
     if kept is None or kept[0].capacity < capacity or kept[0].names_capacity < size:
         _workspace.kept = kept = _arrays(capacity, size)
     return kept
+
+
+def let_go() -> None:
+    """Frees this thread's scanner arrays (the next scan maps them anew): for
+    a reader whose memory peaks after its scanning, not during it."""
+    _workspace.__dict__.pop("kept", None)
 
 
 def _arrays(capacity: int, size: int):
@@ -296,6 +311,51 @@ def pair_edges(key: np.ndarray, is_begin: np.ndarray):
     )
     begins = np.flatnonzero(end_of >= 0)
     return begins, end_of[begins], depth[begins], int(unmatched), unclosed.value
+
+
+def gather_strings(names: list, codes: np.ndarray, pool=None) -> pa.StringArray | None:
+    """``names[code]`` for each code (null where it is negative or the name
+    is None) as an Arrow string array, built in C into buffers of exactly
+    its size from ``pool`` (Arrow's ``take`` grows its buffer as it goes:
+    twice the column at its peak); None when there is no compiled library
+    or the column would not fit 32-bit offsets (the caller then takes)."""
+    lib = library()
+    if lib is None:
+        return None
+    try:
+        table = pa.array(names, pa.string())  # the names' bytes, in C
+    except (pa.ArrowException, UnicodeEncodeError):
+        return None  # not text: the caller's take says why
+    _, name_offsets, name_bytes = table.buffers()
+    name_at = np.frombuffer(name_offsets, dtype=np.int32, count=len(names) + 1)
+    codes = np.ascontiguousarray(codes, dtype=np.int32)
+    n = len(codes)
+    if n and codes.max() >= len(names):
+        return None  # no such name: the caller's take says so
+    valid = codes >= 0
+    if table.null_count:
+        known = table.is_valid().to_numpy(zero_copy_only=False)
+        valid &= known[np.maximum(codes, 0)]
+        codes = np.where(valid, codes, -1).astype(np.int32)
+    counts = np.bincount(codes[valid], minlength=len(names))
+    total = int(counts @ np.diff(name_at).astype(np.int64))
+    if total > np.iinfo(np.int32).max:
+        return None
+    if pool is None:  # mapped for this column alone, unmapped with it
+        offsets, data = (pa.py_buffer(np.empty(k, np.uint8)) for k in (4 * (n + 1), total))
+    else:  # pages the pool keeps from column to column (faster; held longer)
+        offsets = pa.allocate_buffer(4 * (n + 1), memory_pool=pool)
+        data = pa.allocate_buffer(total, memory_pool=pool)
+    lib.gather_strings(
+        name_at.ctypes.data,
+        name_bytes.address if name_bytes is not None else 0,
+        codes.ctypes.data,
+        n,
+        offsets.address,
+        data.address,
+    )
+    nulls = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.StringArray.from_buffers(n, offsets, data, nulls)
 
 
 def main() -> int:

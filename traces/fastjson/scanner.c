@@ -624,3 +624,24 @@ int64_t pair_edges(const int64_t *key, const uint8_t *is_begin, int64_t n, int64
     *unclosed = open;
     return unmatched;
 }
+
+/* traces/table.py's text columns: row i is the name of code codes[i] (the
+ * bytes name_at[c] .. name_at[c + 1] of names: the names as an Arrow
+ * string array's offsets and data), empty where the code is negative (a
+ * null: the caller marks it). offsets (n + 1) and out (exactly the rows'
+ * bytes, which the caller counted) are written; every name is copied once
+ * per row, with no growing buffer. */
+void gather_strings(const int32_t *name_at, const uint8_t *names, const int32_t *codes, int64_t n,
+                    int32_t *offsets, uint8_t *out) {
+    int64_t at = 0;
+    offsets[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t c = codes[i];
+        if (c >= 0) {
+            int32_t len = name_at[c + 1] - name_at[c];
+            memcpy(out + at, names + name_at[c], len);
+            at += len;
+        }
+        offsets[i + 1] = (int32_t)at;
+    }
+}

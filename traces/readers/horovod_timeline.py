@@ -75,8 +75,9 @@ class HorovodTimelineReader(Reader):
     def read(self, path: Path, rules, run_id: str = ""):
         data, problem = read_bytes(path)
         problems = [problem] if problem else []
-        records, reading = _read_records(data, path, problems)
-        del data
+        parts, reading = _read_records(data, path, problems)
+        del data  # before the runs' records are joined: the file's bytes are the most
+        records = Records.joined(parts)
         if not (len(records.edge_ns) or len(records.tick_ns) or len(records.mark_ns)):
             why = next((p.split(": ", 1)[1] for p in problems if p.lost), None)
             raise TraceError(
@@ -84,9 +85,10 @@ class HorovodTimelineReader(Reader):
                 if why
                 else f"{path}: not a Horovod Timeline: no readable record"
             )
-        columns, more = _columns(records, reading, path)
-        del records  # before the table is built: the peak of memory is there
-        return finish_columns(columns, rules, self.name, run_id), problems + more
+        columns, more = _columns(records, reading, path)  # consumes the records
+        del records
+        table = finish_columns(columns, rules, self.name, run_id, lean=True)
+        return table, problems + more
 
 
 # the record kinds (ph) the reader uses, as the scanner's byte codes
@@ -95,7 +97,14 @@ OTHER_PH = ord("?")  # a ph of more than one character
 TICK_NAME = r"^[0-9]{1,9}$"  # a readiness tick is named by the rank
 CYCLE_MARK = "CYCLE_START"
 
-SCAN = functools.partial(fastjson.scan, all_records=True)
+# only the columns the reader takes are copied out of the scanner
+SCAN = functools.partial(
+    fastjson.scan, all_records=True, keep=("ph", "pid", "pid_kind", "ts", "dtypes", "shapes")
+)
+# Runs of a quarter of Kineto's chunk: a run's columns, and the work on them,
+# sit on top of the whole file's bytes, which the reader holds to the end of
+# its reading; smaller runs are scanned as fast.
+RUN_SHARE = 4
 DECODER = msgspec.json.Decoder(list[Record])
 METADATA_DECODER = msgspec.json.Decoder(Record)
 
@@ -120,11 +129,22 @@ class Records:
 
     @classmethod
     def joined(cls, parts: list[Records]) -> Records:
+        """The parts as one; consumes them: each field of the parts is let
+        go once joined, so that the records are not held twice over."""
         fields = [f for f in cls.__dataclass_fields__ if f != "untimed"]
-        return cls(
-            **{f: np.concatenate([getattr(p, f) for p in parts]) for f in fields},
-            untimed=sum(p.untimed for p in parts),
-        )
+        joined = {}
+        for f in fields:
+            joined[f] = np.concatenate([getattr(p, f) for p in parts])
+            for p in parts:
+                setattr(p, f, None)
+        return cls(**joined, untimed=sum(p.untimed for p in parts))
+
+    def let_go(self) -> None:
+        """Drops the arrays (``untimed`` stays): their memory goes back
+        while the records' object is still referenced."""
+        for f in self.__dataclass_fields__:
+            if f != "untimed":
+                setattr(self, f, None)
 
 
 class _Reading:
@@ -228,22 +248,25 @@ def _ph_code(ph: str) -> int:
     return encoded[0] if len(encoded) == 1 else 0 if not encoded else OTHER_PH
 
 
-def _read_records(data: bytes, path: Path, problems: list) -> tuple[Records, _Reading]:
+def _read_records(data: bytes, path: Path, problems: list) -> tuple[list[Records], _Reading]:
     """Every readable record of the array in ``data`` that the reader uses,
-    run by run; unreadable records counted in ``problems``."""
+    run by run (the runs' parts, to join); unreadable records counted in
+    ``problems``."""
     opened = data.find(b"[")
     if opened < 0:
         raise TraceError(f"{path}: not a Horovod Timeline: no JSON array of records")
     first = opened + 1
     while data[first : first + 1].isspace():
         first += 1
-    runs, last = jsonrecords.chunks(data, first)
+    runs, last = jsonrecords.chunks(data, first, RUN_SHARE)
     runs.append((last, _records_end(data, last)))
     reading = _Reading()
     batches = jsonrecords.batches(
         ((data, b, e, False) for b, e in runs), _scan, DECODER, Record, path, problems
     )
-    return Records.joined([reading.part(batch) for batch in batches]), reading
+    parts = [reading.part(batch) for batch in batches]
+    fastjson.let_go()  # the scanner's arrays: not held beside the table to come
+    return parts, reading
 
 
 def _records_end(data: bytes, begin: int) -> int:
@@ -280,36 +303,58 @@ def _columns(records: Records, reading: _Reading, path: Path):
     where = np.r_[records.edge_pid[begins], records.tick_pid]
     rank = np.r_[np.zeros(len(begins), dtype=np.int64), records.tick_rank]
     nbytes = np.r_[records.edge_bytes[ends], np.full(n_ticks, NULL)]
+    activity_regions = records.edge_region[begins]
+    marks = np.sort(records.mark_ns)
+    del begins, ends, forward
+    records.let_go()  # the rows are built: the records are not needed beside them
     parent = nesting.enclosing(where, start, end)
-    region, region_names = _regions(records.edge_region[begins], reading.region_names(), n_ticks)
-    steps, row_step = _steps(
-        region, region_names, where, start, end, parent, np.sort(records.mark_ns)
-    )
+    region, region_names = _regions(activity_regions, reading.region_names(), n_ticks)
+    del activity_regions
+    steps, row_step = _steps(region, region_names, where, start, end, parent, marks)
     n_steps = len(steps["start"])
     if n_steps and "step" not in region_names:
         region_names.append("step")
     step_region = region_names.index("step") if n_steps else 0
     locations = reading.location_names()
     n = len(start) + n_steps
+    # each column with the steps' rows after it, one at a time, each
+    # taking the place of the one it extends: the rows are held once over
+    depth = _extended(nesting.depths(parent), 0, n_steps)
+    parent = _extended(parent, -1, n_steps)
+    start = _extended(start, steps["start"], n_steps)
+    end = _extended(end, steps["end"], n_steps)
+    rank = _extended(rank, 0, n_steps)
+    where = _extended(where, len(locations), n_steps, np.int32)
+    region = _extended(region, step_region, n_steps, np.int32)
+    row_step = _extended(row_step, np.arange(n_steps), n_steps)
+    nbytes = _extended(nbytes, NULL, n_steps)
     columns = Columns(
-        rank=np.r_[rank, np.zeros(n_steps, dtype=np.int64)],
+        rank=rank,
         node=np.zeros(n, dtype=np.int32),
         node_names=[""],
-        location=np.r_[where, np.full(n_steps, len(locations))].astype(np.int32),
+        location=where,
         location_names=locations + ["steps"],
-        region=np.r_[region, np.full(n_steps, step_region)].astype(np.int32),
+        region=region,
         region_names=region_names,
-        start_ns=np.r_[start, steps["start"]],
-        end_ns=np.r_[end, steps["end"]],
-        depth=np.r_[nesting.depths(parent), np.zeros(n_steps, dtype=np.int64)],
-        parent_row=np.r_[parent, np.full(n_steps, -1)],
-        step=np.r_[row_step, np.arange(n_steps)].astype(np.int64),
+        start_ns=start,
+        end_ns=end,
+        depth=depth,
+        parent_row=parent,
+        step=row_step,
         epoch=np.full(n, NULL, dtype=np.int64),
         collective=np.full(n, -1, dtype=np.int32),
         collective_names=[],
-        bytes=np.r_[nbytes, np.full(n_steps, NULL)].astype(np.int64),
+        bytes=nbytes,
     )
     return columns, _problems(path, records.untimed, unmatched, unclosed, backwards)
+
+
+def _extended(values: np.ndarray, tail, n: int, dtype=np.int64) -> np.ndarray:
+    """``values`` then ``n`` more (``tail``: one value or ``n``), as ``dtype``."""
+    out = np.empty(len(values) + n, dtype=dtype)
+    out[: len(values)] = values
+    out[len(values) :] = tail
+    return out
 
 
 def _regions(codes: np.ndarray, names: list[str], ticks: int) -> tuple[np.ndarray, list[str]]:

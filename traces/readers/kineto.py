@@ -26,6 +26,7 @@ way everything after that is numpy: no Python per event.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -412,6 +413,19 @@ def _batches(pieces, path: Path, problems: list):
     return jsonrecords.batches(pieces, fastjson.scan, decoder, Event, path, problems)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _shape_sized(name, rules, unsized_trace: bool) -> bool:
+    """Whether a region of this name takes its size from its input's shape
+    (see _Events.sizes_from_shapes): a backend record where no record of the
+    trace is sized, or a collective outside c10d. Asked once per name and
+    rules, not once per name and file (a trace's ranks share their names)."""
+    if not isinstance(name, str):
+        return False
+    if BACKEND_RECORD.match(name):
+        return unsized_trace
+    return rules.match(name, KinetoReader.name)[1] is not None and not name.startswith("c10d::")
+
+
 def _first_record(data: bytes, at: int) -> int:
     """Where the first record of the array opened before ``at`` begins."""
     while data[at : at + 1].isspace():
@@ -460,6 +474,10 @@ class _Codes:
 
     def __init__(self):
         self.index: dict = {}
+        # the text names seen, as Arrow strings, and their codes: a batch's
+        # known names are looked up there in C, only new ones in Python
+        self.texts = pa.array([], pa.string())
+        self.text_codes = np.zeros(0, dtype=np.int32)
 
     def of(self, values: list) -> np.ndarray:
         """Codes of ``values``; strings (and None) through Arrow's dictionary
@@ -476,12 +494,34 @@ class _Codes:
     def of_strings(self, array: pa.StringArray, escaped: bool = False) -> np.ndarray:
         """Codes of an Arrow string array (null: None); ``escaped``: its
         strings may still hold JSON escapes (the scanner's raw bytes)."""
+        if not escaped:
+            return self._of_texts(array)
         encoded = pc.dictionary_encode(array, null_encoding="encode")
         local = encoded.indices.to_numpy(zero_copy_only=False)
         uniques = encoded.dictionary.to_pylist()
         if escaped:
             uniques = [json.loads(f'"{u}"') if u and "\\" in u else u for u in uniques]
         return self._known(local, uniques)
+
+    def _of_texts(self, array: pa.StringArray) -> np.ndarray:
+        """Codes of plain strings (null: None): each looked up among the
+        names seen (Arrow's hash lookup), the new ones coded first."""
+        at = pc.index_in(array, value_set=self.texts)
+        new = pc.and_(pc.is_null(at), pc.is_valid(array))
+        if pc.any(new).as_py():
+            names = pc.unique(array.filter(new))
+            added = [self.index.setdefault(u, len(self.index)) for u in names.to_pylist()]
+            self.texts = pa.concat_arrays([self.texts, names])
+            self.text_codes = np.r_[self.text_codes, np.array(added, dtype=np.int32)]
+            at = pc.index_in(array, value_set=self.texts)
+        if not len(self.texts):  # nulls only, and no name yet
+            codes = np.zeros(len(array), dtype=np.int32)
+        else:
+            codes = self.text_codes[pc.fill_null(at, 0).to_numpy(zero_copy_only=False)]
+        if array.null_count:
+            none = self.index.setdefault(None, len(self.index))
+            codes[pc.is_null(array).to_numpy(zero_copy_only=False)] = none
+        return codes
 
     def of_ints(self, values: np.ndarray) -> np.ndarray:
         local, uniques = pd.factorize(values)
@@ -657,19 +697,11 @@ class _Events:
         sized = set()
         for p in self.parts:
             sized.update(np.unique(p["region"][p["bytes"] != NULL]).tolist())
+        unsized = not sized  # else a backend record is in a sized c10d call
         backends = [
             (code, name)
             for code, name in enumerate(self.regions.names())
-            if isinstance(name, str)
-            and code not in sized
-            and (
-                (BACKEND_RECORD.match(name) and not sized)  # else in a sized c10d call
-                or (
-                    rules.match(name, KinetoReader.name)[1] is not None
-                    and not BACKEND_RECORD.match(name)
-                    and not name.startswith("c10d::")  # its inputs: the output too
-                )
-            )
+            if code not in sized and _shape_sized(name, rules, unsized)
         ]
         pids, tids = self.pids.index, self.tids.index
         for code, name in backends:
