@@ -153,7 +153,8 @@ def load_figures(record: dict) -> dict:
     ``busiest_foreign``; the run's own threads that spin (never block, yet
     take a core): ``spinning_threads`` and the cores they took,
     ``spinning_cores``; the cores its other threads ran on and waited for,
-    ``others_cpu_cores`` and ``others_wait_cores``, of ``machine_cores``;
+    ``others_cpu_cores`` and ``others_wait_cores`` (of which the spinning
+    accounts for ``others_wait_behind_spinning_cores``), of ``machine_cores``;
     empty where the run did not sample it (a cluster
     job, an older run)."""
     load = record.get(machine_load.RECORD) or {}
@@ -173,6 +174,7 @@ def load_figures(record: dict) -> dict:
         else round(sum(t["cpu_share"] for t in spinning), 3),
         "others_cpu_cores": others.get("cpu_cores"),
         "others_wait_cores": others.get("wait_cores"),
+        "others_wait_behind_spinning_cores": others.get("wait_behind_spinning_cores"),
         "machine_cores": load.get("cores"),
     }
 

@@ -15,10 +15,11 @@ Each hypothesis is one change, the phase it acts on and its predicted gain
   step, Tarantella and LBANN, this needs no trace);
 - the kernel's per-thread counters (machine_load): spinning stopped, where
   a run's threads spin (never block, yet take a core). Its other threads
-  ran on ``c`` cores and waited for one ``w`` cores' worth; without the
-  spinning they would run on ``min(c + w, cores - foreign)``, so the CPU
-  part of the step shrinks by ``c / min(c + w, cores - foreign)``; the
-  wire time (as above) does not shrink.
+  ran on ``c`` cores and waited for one ``w`` cores' worth, of which the
+  spinning accounts for ``s`` (each thread's wait blamed on what was
+  runnable beside it, in proportion to how long); without the spinning
+  that part of the wait goes, so the CPU part of the step shrinks by
+  ``s / (c + w)``; the wire time (as above) does not shrink.
 
 Intervals: the t interval over a cell's runs for the replayed changes and
 spinning stopped; a bootstrap of both cells' runs for contention removed. Where a design factor
@@ -240,7 +241,13 @@ def _contention(ok: pd.DataFrame) -> list[dict]:
 def _spinning(ok: pd.DataFrame) -> list[dict]:
     """Per cell whose runs had spinning threads: the step without them (see
     the module's docstring), a t interval over the cell's runs."""
-    needed = ["spinning_threads", "others_cpu_cores", "others_wait_cores", "machine_cores"]
+    needed = [
+        "spinning_threads",
+        "others_cpu_cores",
+        "others_wait_cores",
+        "others_wait_behind_spinning_cores",
+        "machine_cores",
+    ]
     if any(c not in ok for c in needed):
         return []
     ok = ok.assign(step_s=ok["world_size"] * ok["batch_size"] / ok["images_per_s"])
@@ -251,12 +258,10 @@ def _spinning(ok: pd.DataFrame) -> list[dict]:
     rows = []
     for key, cell in spun.groupby(cells.CELL):
         f = figures.loc[cell.index]
-        cores = f["machine_cores"]
-        free = (cores - f["foreign_cpu_share"].fillna(0) * cores).clip(lower=1e-9)
-        runnable = (f["others_cpu_cores"] + f["others_wait_cores"]).clip(upper=free)
-        cpu_part = f["others_cpu_cores"] / runnable.where(runnable > 0)
+        runnable = f["others_cpu_cores"] + f["others_wait_cores"]
+        behind = f["others_wait_behind_spinning_cores"] / runnable.where(runnable > 0)
         wire = min(_wire_s(cell) / cell["step_s"].mean(), 1.0)
-        gains = ((1 - wire) * (1 - cpu_part.clip(upper=1))).dropna()
+        gains = ((1 - wire) * behind.clip(0, 1)).dropna()
         if gains.empty:
             continue
         mean, half, n = stats.mean_ci(gains)
@@ -273,10 +278,11 @@ def _spinning(ok: pd.DataFrame) -> list[dict]:
                     f"{f['spinning_threads'].mean():.0f} thread(s) per run never blocked yet "
                     f"took {cell['spinning_cores'].astype(float).mean():.2f} cores; the others ran "
                     f"on {f['others_cpu_cores'].mean():.2f} cores and waited for one "
-                    f"{f['others_wait_cores'].mean():.2f} cores' worth, of "
-                    f"{cores.mean():.0f} cores ({f['foreign_cpu_share'].mean():.0%} taken by "
-                    "other processes): without the spinning they would run on what they waited "
-                    "for, up to the free cores"
+                    f"{f['others_wait_cores'].mean():.2f} cores' worth, "
+                    f"{f['others_wait_behind_spinning_cores'].mean():.2f} of it behind the "
+                    f"spinning threads (of {f['machine_cores'].mean():.0f} cores, "
+                    f"{f['foreign_cpu_share'].mean():.0%} taken by other processes): without "
+                    "the spinning that wait goes"
                     + (f"; the wire's {wire:.0%} of the step stays" if wire > 0 else "")
                 ),
             }

@@ -263,3 +263,19 @@ def test_a_thread_that_never_blocks_is_found_spinning():
     others = summary["not_spinning"]
     assert 0 <= others["largest_wait_share"] <= others["wait_cores"]
     assert others["cpu_cores"] >= napper["cpu_share"]
+    assert 0 <= others["wait_behind_spinning_cores"] <= others["wait_cores"]
+
+
+def test_wait_is_blamed_on_what_was_runnable_beside_it():
+    """Each thread's wait for a CPU is shared among its rivals by how long
+    each was runnable: two threads runnable 0.6 of the window (half of it
+    waiting) beside a spinning thread runnable all along and 0.4 cores of
+    other processes: each waits 0.3 of which 1.0 / (1.0 + 0.6 + 0.4)."""
+    rows = [
+        {"cpu_share": 0.8, "wait_share": 0.2, "spinning": True},
+        {"cpu_share": 0.3, "wait_share": 0.3, "spinning": False},
+        {"cpu_share": 0.3, "wait_share": 0.3, "spinning": False},
+    ]
+    blamed = machine_load._wait_behind_spinning(rows, foreign_cores=0.4)
+    assert blamed == pytest.approx(2 * 0.3 * 1.0 / 2.0)
+    assert machine_load._wait_behind_spinning(rows[1:], foreign_cores=0.4) == 0

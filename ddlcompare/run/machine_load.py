@@ -26,10 +26,11 @@ but waiting for one; voluntary context switches from its status):
   ``SPINNING_BLOCKS_PER_S`` times a second, not their process's main
   thread (a busy-polling progress thread, as Tarantella's GaspiCxx runs);
 - ``not_spinning``: the run's other threads together: the cores they ran
-  on and the cores' worth of time they waited for one (and the largest
-  one thread waited): what spinning and foreign work took from the
-  training (analysis/improve.py predicts from it what stopping the
-  spinning would give).
+  on, the cores' worth of time they waited for one, and how much of that
+  wait the spinning threads account for (each thread's wait blamed on what
+  was runnable beside it, in proportion to how long: the spinning threads,
+  the run's other threads, other processes), from which
+  analysis/improve.py predicts what stopping the spinning would give.
 
 run.json keeps it all under ``machine_load``.
 """
@@ -227,12 +228,12 @@ class Meter:
             ],
             "loaded": share is not None and share >= LOADED_SHARE,
             "loaded_from_share": LOADED_SHARE,
-            **self._threads(per_thread, seconds),
+            **self._threads(per_thread, seconds, foreign / seconds if seconds else 0.0),
         }
 
-    def _threads(self, per_thread: dict, seconds: float) -> dict:
-        """run.json's ``threads``, ``spinning`` and ``waiting`` (see the
-        module's docstring) over ``seconds`` of window."""
+    def _threads(self, per_thread: dict, seconds: float, foreign_cores: float) -> dict:
+        """run.json's ``threads``, ``spinning`` and ``not_spinning`` (see
+        the module's docstring) over ``seconds`` of window."""
         if not per_thread or not seconds:
             return {}
         rows = [
@@ -260,9 +261,26 @@ class Meter:
             "not_spinning": {
                 "cpu_cores": round(sum(r["cpu_share"] for r in others), 4),
                 "wait_cores": round(sum(r["wait_share"] for r in others), 4),
+                "wait_behind_spinning_cores": round(_wait_behind_spinning(rows, foreign_cores), 4),
                 "largest_wait_share": max((r["wait_share"] for r in others), default=0.0),
             },
         }
+
+
+def _wait_behind_spinning(rows: list[dict], foreign_cores: float) -> float:
+    """Of the other threads' wait for a CPU, what the spinning threads account
+    for: each thread's wait blamed on everything else that was runnable
+    beside it (the spinning threads, the run's other threads, other
+    processes' CPU) in proportion to how long each was runnable."""
+    runnable = [r["cpu_share"] + r["wait_share"] for r in rows]
+    spinning = sum(x for x, r in zip(runnable, rows) if r["spinning"])
+    others = sum(x for x, r in zip(runnable, rows) if not r["spinning"])
+    blamed = 0.0
+    for x, r in zip(runnable, rows):
+        rivals = spinning + others - x + foreign_cores
+        if not r["spinning"] and rivals > 0:
+            blamed += r["wait_share"] * spinning / rivals
+    return blamed
 
 
 def _name(p: psutil.Process) -> str:
