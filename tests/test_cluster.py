@@ -236,10 +236,17 @@ def test_every_installed_framework_trains_across_two_nodes_through_oar(oar_clust
 
 
 def fault_design(workdir: Path, epochs=(1, 500)) -> None:
-    """2-node runs: one of 1 epoch that finishes, one of 500 to be stopped."""
+    """A run of 1 epoch on 1 node that finishes, and one of 500 on 2 nodes to
+    be stopped: on the 3 nodes both fit at once, so the short one finishes
+    whichever of the two Slurm starts first (two 2-node jobs ran one after
+    the other, and when the long one went first it ended before the test
+    could stop it)."""
     doc = design(["torch-ddp"], timeout_s=3600)
-    del doc["fixed"]["epochs"]
+    del doc["fixed"]["epochs"], doc["fixed"]["nodes"]
     doc["factors"]["epochs"] = list(epochs)
+    doc["factors"]["nodes"] = [1, 2][-len(epochs) :]
+    if len(epochs) > 1:
+        doc["zip"] = [["epochs", "nodes"]]
     write_design(workdir, doc)
 
 
@@ -272,7 +279,10 @@ def long_run_training(workdir: Path, short_too: bool = True) -> str:
     one trains (its epochs table has begun)."""
 
     def training():
-        done = list((workdir / "results").rglob("done.json"))
+        done = [str(p) for p in (workdir / "results").rglob("done.json")]
+        assert not [p for p in done if "epochs~500" in p], (
+            "the long run ended before it was stopped"
+        )
         steps = [p for p in (workdir / "results").rglob("epochs.tsv") if "epochs~500" in str(p)]
         return len(done) == int(short_too) and steps
 
