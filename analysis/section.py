@@ -48,27 +48,27 @@ def empty_figures(folder: Path) -> dict:
 
 
 @dataclass(frozen=True)
-class Code:
+class Mark:
+    """A run of text the template sets apart; ``kind`` names how."""
+
     text: str
-    kind: ClassVar[str] = "code"
+    kind: ClassVar[str] = ""
 
 
-@dataclass(frozen=True)
-class Em:
-    text: str
-    kind: ClassVar[str] = "em"
+class Code(Mark):
+    kind = "code"
 
 
-@dataclass(frozen=True)
-class Strong:
-    text: str
-    kind: ClassVar[str] = "strong"
+class Em(Mark):
+    kind = "em"
 
 
-@dataclass(frozen=True)
-class Sup:
-    text: str
-    kind: ClassVar[str] = "sup"
+class Strong(Mark):
+    kind = "strong"
+
+
+class Sup(Mark):
+    kind = "sup"
 
 
 @dataclass(frozen=True)
