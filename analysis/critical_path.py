@@ -298,10 +298,11 @@ def analyse(phases: pd.DataFrame, runs: pd.DataFrame | None = None) -> CriticalP
         join_phase = "backward" if kinds[run_id] == "backward" else "grad_comm"
         for name, frame in _one_run(run_id, mine, run_joins, join_phase).items():
             parts[name].append(frame)
-    for run_id in set(intervals["run_id"]) - set(table["run_id"]):
+    # Sorted, so that the report's sentences keep their order from run to run.
+    for run_id in sorted(set(intervals["run_id"]) - set(table["run_id"])):
         problems[run_id] = "no step that every rank joined"
     if phases["run_id"].nunique() > intervals["run_id"].nunique():
-        for run_id in set(phases["run_id"]) - set(intervals["run_id"]):
+        for run_id in sorted(set(phases["run_id"]) - set(intervals["run_id"])):
             problems[run_id] = "no step phases in its table"
     frames = {
         name: pd.concat(found, ignore_index=True)

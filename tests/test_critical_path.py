@@ -170,3 +170,15 @@ def test_real_single_rank_profiler_trace():
     steps = phases[phases["phase"] == "step"]
     assert found.path["dur_ns"].sum() == pytest.approx(steps["dur_ns"].sum(), rel=0.01)
     assert set(found.path["rank"]) == {0}
+
+
+def test_runs_without_a_critical_path_are_named_in_a_stable_order():
+    """The report's "no critical path" sentences follow the run ids, not a
+    set's hash order (which changes from one Python process to the next)."""
+    ids = [f"run{n:02d}" for n in range(24, 0, -1)]
+    broken = []
+    for run_id in ids:  # in each step one rank is missing: no step every rank joined
+        phases = constructed(steps=4, run_id=run_id)
+        broken.append(phases[phases["rank"] != phases["step"] % 4])
+    found = cp.analyse(pd.concat([constructed(steps=4), *broken], ignore_index=True))
+    assert list(found.problems) == sorted(ids)
