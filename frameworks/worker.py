@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import sys
 from pathlib import Path
 
 from runfiles.names import CONFIG
 from runfiles import ownership
+from runfiles.ranks import launcher_rank
 from frameworks import registry
 from frameworks.common import RunError
 from frameworks.data import DataError
@@ -45,20 +45,13 @@ def main(argv: list[str] | None = None) -> None:
         # A rank leaving quietly mid-run makes its peers fail with
         # "Connection reset by peer": name the real cause first, and fail.
         print(
-            f"EarlyExit: rank {_rank()} exited with status 0 before its training "
+            f"EarlyExit: rank {launcher_rank()} exited with status 0 before its training "
             "finished (sys.exit(0) in the training code?); the other ranks' errors "
             "follow from it",
             file=sys.stderr,
             flush=True,
         )
         sys.exit(3)
-
-
-def _rank() -> str:
-    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK", "SLURM_PROCID"):
-        if os.environ.get(name, "").isdigit():
-            return os.environ[name]
-    return "?"
 
 
 if __name__ == "__main__":

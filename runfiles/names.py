@@ -31,6 +31,7 @@ INTERVALS_GLOB = "intervals.rank*.tsv"
 RANK_RECORD_GLOB = "rank*.json"
 ENERGY_SAMPLES_GLOB = "energy_samples.*.tsv"
 ENERGY_SOURCES_GLOB = "energy_sources.*.json"
+FAILED_RANK_GLOB = "failed_rank.*.json"
 
 
 def steps(rank: int) -> str:
@@ -46,6 +47,12 @@ def intervals(rank: int) -> str:
 def rank_record(rank: int) -> str:
     """One rank's record: its host, versions and what it saw."""
     return f"rank{rank}.json"
+
+
+def failed_rank(rank: str) -> str:
+    """How a rank ended that did not end well, written by its guard
+    (ddlcompare/run/rank_guard.py) for launchers that leave its peers waiting."""
+    return f"failed_rank.{rank}.json"
 
 
 def energy_samples(source: str) -> str:

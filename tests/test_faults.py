@@ -17,6 +17,7 @@ import pytest
 
 from conftest import REPO, snakemake_cmd, tiny_design, write_design
 from ddlcompare.plan import design
+from ddlcompare.run import envs
 from test_workflow import done_markers, snakemake
 
 # How long a run may take to start training: it waits for the host-wide
@@ -27,9 +28,10 @@ LONG = {"epochs": 30, "max_steps": None, "train_images": 20000, "timeout_s": 300
 
 
 def rank_pids(folder: Path) -> list[int]:
-    """The training ranks themselves (not torchrun, horovodrun or shell wrappers)."""
-    python, rest = re.escape(sys.executable), re.escape(f"-m frameworks.worker {folder}")
-    return pids_of(f"^{python} (-u )?{rest}")
+    """The training ranks themselves (not torchrun, horovodrun or shell
+    wrappers), in any of the frameworks' Pythons (Tarantella's starts
+    "python -m ..." through its generated script)."""
+    return pids_of(f"^[^ ]*python[0-9.]* (-u )?{re.escape(f'-m frameworks.worker {folder}')}")
 
 
 def pids_of(pattern: str) -> list[int]:
@@ -62,8 +64,24 @@ def wait_for(predicate, seconds=60.0):
     raise AssertionError("timed out waiting")
 
 
+TARANTELLA_BUILT = envs.has_module("tarantella", "tarantella")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("framework", ["torch-ddp", "horovod-torch"])
+@pytest.mark.parametrize(
+    "framework",
+    [
+        "torch-ddp",
+        "horovod-torch",
+        pytest.param(
+            "tarantella",
+            marks=pytest.mark.skipif(
+                not TARANTELLA_BUILT,
+                reason="Tarantella is not built here: bash envs/build-tarantella.sh (about 7 minutes)",
+            ),
+        ),
+    ],
+)
 def test_rank_killed_mid_epoch_is_a_failed_run(tmp_path, framework):
     doc = tiny_design([framework], **LONG)
     path = write_design(tmp_path, doc)
@@ -504,6 +522,49 @@ def test_bad_workflow_config_is_one_line(tmp_path, config, message):
     assert [line for line in out.stderr.splitlines() if line.startswith("error:")] == [
         next(line for line in out.stderr.splitlines() if message in line)
     ]
+
+
+def guarded_rank(run_dir: Path, **env) -> subprocess.Popen:
+    """ddlcompare/run/rank_guard.py over a real worker, as gaspi_run starts it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddlcompare.run.rank_guard", str(run_dir)],
+        cwd=REPO,
+        env={**os.environ, **env},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_guarded_rank_that_fails_is_recorded_for_the_runner(tmp_path):
+    """A rank whose worker raises (here: its run folder has no config.json)
+    leaves failed_rank.<rank>.json with its status, and says so on stderr
+    in the form the runner reads."""
+    guard = guarded_rank(tmp_path, GASPI_RANK="3")
+    assert guard.wait(timeout=120) == 1
+    record = json.loads((tmp_path / "failed_rank.3.json").read_text())
+    assert record["rank"] == "3" and record["exit_status"] == 1 and record["signal"] is None
+    assert f"rank guard: rank 3 (pid {record['pid']}) exited with status 1" in guard.stderr.read()
+
+
+def test_a_guarded_rank_killed_by_a_signal_is_named_and_its_guard_asked_to_stop_is_not(tmp_path):
+    killed, stopped = tmp_path / "killed", tmp_path / "stopped"
+    for folder in (killed, stopped):
+        folder.mkdir()
+        os.mkfifo(folder / "config.json")  # the worker blocks reading it until killed
+    guard = guarded_rank(killed, GASPI_RANK="1")
+    child = wait_for(lambda: psutil.Process(guard.pid).children(), 30)[0]
+    child.kill()
+    assert guard.wait(timeout=60) == 128 + signal.SIGKILL
+    record = json.loads((killed / "failed_rank.1.json").read_text())
+    assert record["signal"] == signal.SIGKILL and record["exit_status"] == 137
+    assert f"rank guard: rank 1 (pid {child.pid}) killed by signal 9" in guard.stderr.read()
+    # The runner stopping a job (timeout, Ctrl-C) signals the guards too:
+    # their ranks' ends are not failures of their own.
+    guard = guarded_rank(stopped, GASPI_RANK="1")
+    wait_for(lambda: psutil.Process(guard.pid).children(), 30)
+    guard.terminate()
+    guard.wait(timeout=60)
+    assert not list(stopped.glob("failed_rank.*"))
 
 
 @pytest.mark.slow

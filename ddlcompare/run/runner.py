@@ -10,6 +10,7 @@ so the next workflow invocation runs it again.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -69,6 +70,7 @@ ATTEMPT_GLOBS = (
     names.RANK_RECORD_GLOB,
     names.ENERGY_SAMPLES_GLOB,
     names.ENERGY_SOURCES_GLOB,
+    names.FAILED_RANK_GLOB,
 )
 
 
@@ -304,6 +306,9 @@ class Watch:
 
     POLL_S = 1.0  # also how often the machine's load is sampled
     OVERLAP_EVERY_S = 5.0
+    # After a rank's guard said it failed, how long the launcher has to end
+    # the job itself before the runner stops it (rank_guard.py).
+    RANK_FAILURE_GRACE_S = 10.0
 
     def __init__(self, run_dir: Path, token: str, timeout: int, shared_machine: bool = True):
         self.run_dir, self.token, self.timeout = run_dir, token, timeout
@@ -316,6 +321,8 @@ class Watch:
         self.overlap: list[str] = []
         self.meter: machine_load.Meter | None = None
         self.held_ns = (0, 0)  # perf_counter ns: the launcher's start and end
+        self.rank_failed_at: float | None = None  # when a guard's record was seen
+        self.stopped_for_rank: dict | None = None  # the failed rank the runner stopped the job for
 
     def check_workflow(self) -> None:
         if self.workflow and not ownership.alive(*self.workflow):
@@ -388,6 +395,10 @@ class Watch:
             if now > deadline:
                 _kill_tree(self.proc)
                 return True
+            if failed := self._rank_failure(now):
+                _kill_tree(self.proc)
+                self.stopped_for_rank = failed
+                return False
             self.check_workflow()
             if not ownership.owns(self.run_dir, self.token):
                 _kill_tree(self.proc)
@@ -398,6 +409,19 @@ class Watch:
             if self.shared_machine and now - probe > self.OVERLAP_EVERY_S:
                 self._note_overlap()
                 probe = now
+
+    def _rank_failure(self, now: float) -> dict | None:
+        """The record of the first rank whose guard said it failed, once the
+        launcher has had its grace to end the job itself: GPI-2 leaves the
+        other ranks waiting for it in a collective until the timeout."""
+        if self.rank_failed_at is None:
+            if not any(self.run_dir.glob(names.FAILED_RANK_GLOB)):
+                return None
+            self.rank_failed_at = now
+        if now - self.rank_failed_at < self.RANK_FAILURE_GRACE_S:
+            return None
+        records = sorted(self.run_dir.glob(names.FAILED_RANK_GLOB), key=lambda p: p.stat().st_mtime)
+        return json.loads(records[0].read_text())
 
     def _note_overlap(self) -> None:
         for line in machine_lock.other_training(self.run_dir, provenance.REPO):
@@ -411,6 +435,10 @@ class Watch:
                 "exit_status": code,
                 "reason": f"timeout: still running after {self.timeout} s; killed",
             }
+        if self.stopped_for_rank:  # the rank's status, not that of the launcher it stopped
+            code = self.stopped_for_rank["exit_status"]
+            reason = _last_error(self.run_dir / LOG)
+            return {"exit_status": code, "reason": f"exit status {code}: {reason}"}
         if code == 0:
             return {"exit_status": 0, "reason": None}
         if code < 0:
@@ -498,7 +526,9 @@ RANK_SIGNAL = (
         r"process rank (?P<rank>\d+) with PID \d+ on node (?P<node>\S+) exited on signal "
         r"(?P<signal>\d+)"
     ),
-    re.compile(r"spawn: rank (?P<rank>\d+) \(pid \d+\) killed by signal (?P<signal>\d+)"),
+    re.compile(
+        r"(spawn|rank guard): rank (?P<rank>\d+) \(pid \d+\) killed by signal (?P<signal>\d+)"
+    ),
 )
 
 

@@ -41,7 +41,9 @@ def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: Schedu
     # TNT_* from here: the rest of the run's environment goes through -x.
     argv += ["-x", *(f"{k}={v}" for k, v in env.items())]
     path = [str(executable.parent), os.environ.get("PATH", "")]
-    argv += ["--", "-m", "frameworks.worker", str(run_dir)]
+    # Each rank under a guard: gaspi_run neither reports a rank a signal
+    # ended nor stops its peers (ddlcompare/run/rank_guard.py).
+    argv += ["--", "-m", "ddlcompare.run.rank_guard", str(run_dir)]
     if scheduler.ssh_dir:  # gaspi_run starts every rank with "ssh"
         path.insert(0, str(scheduler.ssh_dir))
     if len(hosts) == 1 and scheduler.this_host:
