@@ -5,6 +5,7 @@ comes later, and not at all from a process that dies first)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 # torchrun, mpirun (Open MPI), horovodrun, PMI (MPICH, srun --mpi=pmi2),
 # srun, gaspi_run (Tarantella): the first one set wins.
@@ -18,9 +19,8 @@ RANK_VARIABLES = (
 )
 
 
-def launcher_rank(environ: dict | None = None) -> str:
+def launcher_rank(environ: Mapping[str, str] = os.environ) -> str:
     """The rank the launcher gave this process, or "?"."""
-    environ = os.environ if environ is None else environ
     for name in RANK_VARIABLES:
         if environ.get(name, "").isdigit():
             return environ[name]
