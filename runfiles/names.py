@@ -18,6 +18,7 @@ PHASE_TABLE = "phases.parquet"  # the run's converted traces
 TRAIN_LOG = "train.log"  # the processes' output
 RUNNER_LOG = "runner.log"  # the runner's own output
 PHASES_LOG = "phases.log"  # the trace conversion's output
+STACKS = "stacks.txt"  # where each rank waited when the run reached its timeout
 HOROVOD_TIMELINE = "horovod_timeline.json"  # Horovod's own timeline (horovod_timeline: true)
 OTF2_DIR = "trace"  # our tracer's OTF2 archive
 OTF2_PARTS_DIR = "trace.parts"  # each rank's part of it, until the archive is written

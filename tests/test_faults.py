@@ -392,7 +392,8 @@ def test_a_run_writes_only_inside_its_directory(tmp_path):
 @pytest.mark.slow
 def test_rank_stuck_in_a_collective_is_killed_by_the_timeout(tmp_path):
     """One rank stopped (SIGSTOP): its peer waits in the all-reduce forever.
-    The run's timeout ends both and records the run as failed by timeout."""
+    The run's timeout ends both and records the run as failed by timeout,
+    with where each rank waited (ddlcompare/run/stacks.py)."""
     doc = tiny_design(["torch-ddp"], **{**LONG, "timeout_s": 25})
     path = write_design(tmp_path, doc)
     row = design.parse(doc, str(path)).runs()[0]
@@ -402,16 +403,30 @@ def test_rank_stuck_in_a_collective_is_killed_by_the_timeout(tmp_path):
         wait_for(lambda: len(rank_pids(folder)) == 2, START_S)
         start = time.monotonic()  # the timeout counts from the launcher's start
         time.sleep(2)
-        subprocess.run(["kill", "-STOP", str(min(rank_pids(folder)))], check=True)
+        pids = rank_pids(folder)
+        stopped = min(pids)
+        subprocess.run(["kill", "-STOP", str(stopped)], check=True)
         assert proc.wait(timeout=120) == 0
     finally:
         if proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=30)
-    assert time.monotonic() - start < 90
+    assert time.monotonic() - start < 120
     done = json.loads((folder / "done.json").read_text())
     assert done["status"] == "failed" and done["reason"].startswith("timeout"), done
+    assert done["reason"].endswith("(where each rank waited: stacks.txt)"), done
     assert wait_for(lambda: not rank_pids(folder), 30)
+    # Where each rank was (wherever the stop caught it: start-up or a
+    # step): the running peer, waiting for the lost one inside torch's C++
+    # (Gloo's rendezvous or DDP's reducer), in native frames; the stopped
+    # one, which py-spy cannot pause, in Python frames.
+    parts = (folder / "stacks.txt").read_text().split("==== pid ")[1:]
+    stacks = {int(part.split(":")[0]): part for part in parts}
+    assert sorted(stacks) == sorted(pids), stacks
+    peer = stacks[max(pids)]
+    assert "(libtorch_cpu.so)" in peer and "main (frameworks/worker.py" in peer, peer
+    assert "Python frames only, py-spy --nonblocking" in stacks[stopped]
+    assert "main (frameworks/worker.py" in stacks[stopped]
 
 
 SENTINEL_VALUES = [

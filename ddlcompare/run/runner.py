@@ -32,6 +32,7 @@ from ddlcompare.run import (
     netem,
     provenance,
     schedulers,
+    stacks,
     tracers,
     validate,
 )
@@ -52,6 +53,7 @@ ATTEMPT_FILES = (
     METRICS,
     PHASE_TABLE,
     names.PHASES_LOG,
+    names.STACKS,
     names.HOROVOD_TIMELINE,
     knobs.KNOBS_TIMELINE_FILE,
     names.OTF2_DIR,
@@ -321,6 +323,7 @@ class Watch:
         self.overlap: list[str] = []
         self.meter: machine_load.Meter | None = None
         self.held_ns = (0, 0)  # perf_counter ns: the launcher's start and end
+        self.stacks: Path | None = None  # where the ranks waited, dumped at the timeout
         self.rank_failed_at: float | None = None  # when a guard's record was seen
         self.stopped_for_rank: dict | None = None  # the failed rank the runner stopped the job for
 
@@ -393,6 +396,7 @@ class Watch:
                 pass
             now = time.monotonic()
             if now > deadline:
+                self.stacks = stacks.record(self.proc.pid, self.run_dir)
                 _kill_tree(self.proc)
                 return True
             if failed := self._rank_failure(now):
@@ -433,7 +437,8 @@ class Watch:
         if timed_out:
             return {
                 "exit_status": code,
-                "reason": f"timeout: still running after {self.timeout} s; killed",
+                "reason": f"timeout: still running after {self.timeout} s; killed"
+                + (f" (where each rank waited: {self.stacks.name})" if self.stacks else ""),
             }
         if self.stopped_for_rank:  # the rank's status, not that of the launcher it stopped
             code = self.stopped_for_rank["exit_status"]
