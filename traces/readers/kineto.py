@@ -474,8 +474,10 @@ class _Codes:
 
     def __init__(self):
         self.index: dict = {}
-        # the text names seen, as Arrow strings, and their codes: a batch's
-        # known names are looked up there in C, only new ones in Python
+        # the text names seen, in C (the scanner's name table) or else as
+        # Arrow strings with their codes: a batch's known names are looked
+        # up there, only new ones in Python
+        self.table = fastjson.name_table()
         self.texts = pa.array([], pa.string())
         self.text_codes = np.zeros(0, dtype=np.int32)
 
@@ -505,23 +507,33 @@ class _Codes:
 
     def _of_texts(self, array: pa.StringArray) -> np.ndarray:
         """Codes of plain strings (null: None): each looked up among the
-        names seen (Arrow's hash lookup), the new ones coded first."""
-        at = pc.index_in(array, value_set=self.texts)
-        new = pc.and_(pc.is_null(at), pc.is_valid(array))
-        if pc.any(new).as_py():
-            names = pc.unique(array.filter(new))
-            added = [self.index.setdefault(u, len(self.index)) for u in names.to_pylist()]
-            self.texts = pa.concat_arrays([self.texts, names])
-            self.text_codes = np.r_[self.text_codes, np.array(added, dtype=np.int32)]
-            at = pc.index_in(array, value_set=self.texts)
-        if not len(self.texts):  # nulls only, and no name yet
-            codes = np.zeros(len(array), dtype=np.int32)
+        names seen, the new ones coded first, in the order they come."""
+        if self.table is not None:
+            codes = self.table.codes(array, self._code_new)
         else:
-            codes = self.text_codes[pc.fill_null(at, 0).to_numpy(zero_copy_only=False)]
+            codes = self._looked_up(array)
         if array.null_count:
             none = self.index.setdefault(None, len(self.index))
             codes[pc.is_null(array).to_numpy(zero_copy_only=False)] = none
         return codes
+
+    def _code_new(self, names: list) -> list:
+        return [self.index.setdefault(u, len(self.index)) for u in names]
+
+    def _looked_up(self, array: pa.StringArray) -> np.ndarray:
+        """_of_texts without the compiled library: Arrow's hash lookup among
+        the names seen (0 where null)."""
+        at = pc.index_in(array, value_set=self.texts)
+        new = pc.and_(pc.is_null(at), pc.is_valid(array))
+        if pc.any(new).as_py():
+            names = pc.unique(array.filter(new))
+            added = self._code_new(names.to_pylist())
+            self.texts = pa.concat_arrays([self.texts, names])
+            self.text_codes = np.r_[self.text_codes, np.array(added, dtype=np.int32)]
+            at = pc.index_in(array, value_set=self.texts)
+        if not len(self.texts):  # nulls only, and no name yet
+            return np.zeros(len(array), dtype=np.int32)
+        return self.text_codes[pc.fill_null(at, 0).to_numpy(zero_copy_only=False)]
 
     def of_ints(self, values: np.ndarray) -> np.ndarray:
         local, uniques = pd.factorize(values)
