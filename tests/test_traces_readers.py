@@ -558,6 +558,55 @@ def test_rules_first_match_and_sources():
     assert RULES.match("aten::conv2d", "kineto") == (None, None)  # takes its parent's phase
 
 
+def _first_rule(rules: PhaseRules, region: str, source: str):
+    """What the rules say of a region, as the rules file defines it: each
+    rule searched in order, the first that matches wins."""
+    return next(
+        (
+            (rule.phase, rule.collective)
+            for rule in rules.rules
+            if (rule.sources is None or source in rule.sources) and rule.pattern.search(region)
+        ),
+        (None, None),
+    )
+
+
+def test_rules_match_all_is_each_rule_searched_in_order():
+    """match_all searches a rule only in the names that hold a string it
+    needs: the same first match as every rule searched in every name, on the
+    names of the real traces and on ones made to trip the shortcut (case,
+    non-ASCII letters a case-insensitive pattern folds, newlines)."""
+    names = set()
+    for trace in sorted((REPO / "tests" / "data" / "real-traces").rglob("*.json*")):
+        names.update(readers.read(trace, RULES)[0].column("region").unique().to_pylist())
+    names.update(f"{kind}{i}" for i in range(50) for kind in ("layer", "nn.Module: layer"))
+    names.update(
+        [
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgs)",
+            "void ALL_REDUCE_kernel<float>",
+            "my_allgather_copy",
+            "symm_mem::one_shot_all_reduce",
+            "ALL_REDUCE\u212a",
+            "all_reduce\u212a",
+            "reduce_\u017fcatter",
+            "nccl:all_reduce\n",
+            "step\n",
+            "user:step\n",
+            "x\nBackward",
+            "save_for_backward",
+            "## Forward ##",
+            "MPI_Iallreduce",
+            "NEGOTIATE_ALLREDUCE",
+            "",
+        ]
+    )
+    names = sorted(names)
+    assert len(names) > 100
+    for source in ("kineto", "otf2", "horovod_timeline"):
+        expected = [_first_rule(RULES, name, source) for name in names]
+        assert PhaseRules().match_all(names, source) == expected, source
+
+
 def test_a_new_format_is_one_registered_class(tmp_path):
     """A reader registered from anywhere (here, this test) is detected, found
     in folders, converted and allowed in the rules' `sources`."""

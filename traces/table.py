@@ -392,7 +392,7 @@ def _columns(
     strings["parent"] = pool.submit(text, c.region_names, parent)
     del parent
     levels = _levels(c.parent_row, c.depth)
-    matched = [rules.match(name, source) for name in c.region_names]
+    matched = rules.match_all(c.region_names, source)
     region_phase = np.array([_PHASE[p] if p else -1 for p, _ in matched], dtype=np.int8)
     phase = region_phase[c.region]
     is_step = phase == _PHASE[STEP]

@@ -710,9 +710,11 @@ class _Events:
         for p in self.parts:
             sized.update(np.unique(p["region"][p["bytes"] != NULL]).tolist())
         unsized = not sized  # else a backend record is in a sized c10d call
+        names = self.regions.names()
+        rules.match_all(names, KinetoReader.name)  # every new name at once, then cached
         backends = [
             (code, name)
-            for code, name in enumerate(self.regions.names())
+            for code, name in enumerate(names)
             if code not in sized and _shape_sized(name, rules, unsized)
         ]
         pids, tids = self.pids.index, self.tids.index
