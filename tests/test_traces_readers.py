@@ -558,21 +558,21 @@ def test_rules_first_match_and_sources():
     assert RULES.match("aten::conv2d", "kineto") == (None, None)  # takes its parent's phase
 
 
-def _first_rule(rules: PhaseRules, region: str, source: str):
-    """What the rules say of a region, as the rules file defines it: each
-    rule searched in order, the first that matches wins."""
+def _first_rule(rules: PhaseRules, region: str, source: str) -> int:
+    """The rule that names a region, as the rules file defines it: each rule
+    searched in order, the first that matches wins (-1: none)."""
     return next(
         (
-            (rule.phase, rule.collective)
-            for rule in rules.rules
+            i
+            for i, rule in enumerate(rules.rules)
             if (rule.sources is None or source in rule.sources) and rule.pattern.search(region)
         ),
-        (None, None),
+        -1,
     )
 
 
-def test_rules_match_all_is_each_rule_searched_in_order():
-    """match_all searches a rule only in the names that hold a string it
+def test_rules_first_rules_is_each_rule_searched_in_order():
+    """first_rules searches a rule only in the names that hold a string it
     needs: the same first match as every rule searched in every name, on the
     names of the real traces and on ones made to trip the shortcut (case,
     non-ASCII letters a case-insensitive pattern folds, newlines)."""
@@ -604,7 +604,12 @@ def test_rules_match_all_is_each_rule_searched_in_order():
     assert len(names) > 100
     for source in ("kineto", "otf2", "horovod_timeline"):
         expected = [_first_rule(RULES, name, source) for name in names]
-        assert PhaseRules().match_all(names, source) == expected, source
+        rules = PhaseRules()
+        assert rules.first_rules(names, source).tolist() == expected, source
+        assert rules.first_rules(names, source).tolist() == expected, source  # cached
+        assert [rules.match(name, source) for name in names] == [
+            RULES.rules[i].found if i >= 0 else (None, None) for i in expected
+        ]
 
 
 def test_a_new_format_is_one_registered_class(tmp_path):

@@ -20,6 +20,7 @@ class RulesError(ValueError):
 
 
 NO_MATCH: tuple[str | None, str | None] = (None, None)
+UNSEEN = -2  # in first_rules: a region not in the cache yet
 
 
 @dataclass(frozen=True)
@@ -46,42 +47,52 @@ class PhaseRules:
         doc = _load(self.path)
         self.version = doc["version"]
         self.rules = [_rule(self.path, i, entry) for i, entry in enumerate(doc["rules"])]
-        # source -> region -> (phase, collective); the values are the rules'
-        # own tuples, so that a trace's many names add no objects to collect
-        self._cache: dict[str, dict[str, tuple[str | None, str | None]]] = {}
+        # source -> region -> the index of its first rule (-1: none): small
+        # ints, so that a trace's many names add no objects to collect
+        self._cache: dict[str, dict[str, int]] = {}
 
     def match(self, region: str, source: str) -> tuple[str | None, str | None]:
         """(phase, collective) of the first matching rule; (None, None) when
         no rule matches (the region then takes its parent's phase)."""
         cache = self._cache.setdefault(source, {})
-        found = cache.get(region)
-        if found is None:
-            found = next((r.found for r in self._of(source) if r.pattern.search(region)), NO_MATCH)
-            cache[region] = found
-        return found
+        first = cache.get(region)
+        if first is None:
+            first = cache[region] = self._first(region, source)
+        return self.rules[first].found if first >= 0 else NO_MATCH
 
-    def match_all(self, regions: list, source: str) -> list[tuple[str | None, str | None]]:
-        """match() of each region. The regions not seen yet go through the
-        rules a rule at a time: each rule searches only the regions no rule
-        before it matched that hold one of the strings it needs (found in
-        all of them at once), not every region; the five case-insensitive
+    def first_rules(self, regions: list, source: str) -> np.ndarray:
+        """The index in ``rules`` of each region's first matching rule, -1
+        where none matches. The regions not seen yet go through the rules a
+        rule at a time: each rule searches only the regions no rule before
+        it matched that hold one of the strings it needs (found in all of
+        them at once), not every region; the five case-insensitive
         collective rules cost most where every region was searched by every
         rule (a trace of 30,000 distinct names)."""
         cache = self._cache.setdefault(source, {})
-        new = [r for r in dict.fromkeys(regions) if isinstance(r, str) and r not in cache]
-        if new:
+        get = cache.get
+        first = np.array([get(r, UNSEEN) for r in regions], dtype=np.int64)
+        unseen = np.flatnonzero(first == UNSEEN)
+        if unseen.size:
+            new = [r for r in dict.fromkeys(regions[i] for i in unseen) if isinstance(r, str)]
             cache.update(zip(new, self._first_matches(new, source)))
-        return [cache.get(r) or self.match(r, source) for r in regions]
+            first[unseen] = [
+                cache[regions[i]] if regions[i] in cache else self._first(regions[i], source)
+                for i in unseen.tolist()
+            ]
+        return first
 
-    def _first_matches(self, regions: list[str], source: str) -> list:
+    def _first(self, region: str, source: str) -> int:
+        return next((i for i, r in self._of(source) if r.pattern.search(region)), -1)
+
+    def _first_matches(self, regions: list[str], source: str) -> list[int]:
         # the strings a rule needs are looked for in lower case, which only
         # ASCII names allow (a case-insensitive pattern's k matches the
         # Kelvin sign): the others are searched by every rule
         other = np.array([not r.isascii() for r in regions], dtype=bool)
         holding = _Holding([r.lower() if r.isascii() else "" for r in regions])
-        found = [NO_MATCH] * len(regions)
+        found = [-1] * len(regions)
         left = np.arange(len(regions))
-        for rule in self._of(source):
+        for index, rule in self._of(source):
             if left.size == 0:
                 break
             maybe = (
@@ -90,12 +101,15 @@ class PhaseRules:
             search = rule.pattern.search
             matched = [i for i in maybe.tolist() if search(regions[i])]
             for i in matched:
-                found[i] = rule.found
+                found[i] = index
             left = np.setdiff1d(left, matched, assume_unique=True)
         return found
 
-    def _of(self, source: str) -> list[Rule]:
-        return [r for r in self.rules if r.sources is None or source in r.sources]
+    def _of(self, source: str) -> list[tuple[int, Rule]]:
+        """The rules of a source, with their index in ``rules``."""
+        return [
+            (i, r) for i, r in enumerate(self.rules) if r.sources is None or source in r.sources
+        ]
 
 
 def _load(path: Path) -> dict:

@@ -711,11 +711,17 @@ class _Events:
             sized.update(np.unique(p["region"][p["bytes"] != NULL]).tolist())
         unsized = not sized  # else a backend record is in a sized c10d call
         names = self.regions.names()
-        rules.match_all(names, KinetoReader.name)  # every new name at once, then cached
+        # every new name through the rules at once (then cached); only a
+        # collective or a backend record (a ':' after its 3 or 4 letters)
+        # can take its size from its shape
+        first = rules.first_rules(names, KinetoReader.name)
+        named = np.array([r.collective is not None for r in rules.rules] + [False])[first]
         backends = [
             (code, name)
-            for code, name in enumerate(names)
-            if code not in sized and _shape_sized(name, rules, unsized)
+            for code, (name, collective) in enumerate(zip(names, named.tolist()))
+            if (collective or ":" in name[3:5])
+            and code not in sized
+            and _shape_sized(name, rules, unsized)
         ]
         pids, tids = self.pids.index, self.tids.index
         for code, name in backends:
@@ -1049,10 +1055,14 @@ def join_collectives(c: Columns, collective: np.ndarray, rows: np.ndarray, top: 
     it, and one that runs on the backend's own thread (Gloo's), paired with
     the c10d calls of its collective in the order they were made."""
     top = _overlapping(c, collective, rows, top)
-    names = np.asarray(c.region_names, dtype=object)
-    backend = np.array([bool(BACKEND_RECORD.match(str(n))) for n in names], dtype=bool)
-    call = np.array([str(n).startswith("c10d::") for n in names], dtype=bool)
     instances = rows[top == rows]
+    # the names of the instances only: a trace has many more
+    backend = np.zeros(len(c.region_names), dtype=bool)
+    call = np.zeros(len(c.region_names), dtype=bool)
+    for code in np.unique(c.region[instances]).tolist():
+        name = str(c.region_names[code])
+        backend[code] = bool(BACKEND_RECORD.match(name))
+        call[code] = name.startswith("c10d::")
     head = {}
     for op in np.unique(collective[instances]):
         mine = instances[collective[instances] == op]
