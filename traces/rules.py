@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import re._parser as sre  # the stdlib's own parse of a pattern, for its literals
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -69,8 +70,7 @@ class PhaseRules:
         collective rules cost most where every region was searched by every
         rule (a trace of 30,000 distinct names)."""
         cache = self._cache.setdefault(source, {})
-        get = cache.get
-        first = np.array([get(r, UNSEEN) for r in regions], dtype=np.int64)
+        first = np.fromiter(map(cache.get, regions, repeat(UNSEEN)), np.int64, len(regions))
         unseen = np.flatnonzero(first == UNSEEN)
         if unseen.size:
             new = [r for r in dict.fromkeys(regions[i] for i in unseen) if isinstance(r, str)]

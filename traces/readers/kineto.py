@@ -1003,21 +1003,33 @@ def place_by_position(c: Columns, phase: np.ndarray, is_step: np.ndarray) -> Non
     rows, step = _loop_calls(c, phase, is_step)
     if rows.size == 0:
         return
-    frame = pd.DataFrame(
-        {"step": step, "start": c.start_ns[rows], "phase": phase[rows], "row": rows}
-    )
-    by_step = frame.groupby("step")["start"]
-    loaded = frame["start"].where(frame["phase"] == PHASE_CODE["data_load"])
-    optimized = frame["start"].where(frame["phase"] == PHASE_CODE["optimizer"])
-    after = loaded.groupby(frame["step"]).transform("max").fillna(by_step.transform("min") - 1)
-    before = optimized.groupby(frame["step"]).transform("min").fillna(np.inf)
-    free = (frame["phase"] < 0) & (frame["start"] > after) & (frame["start"] < before)
-    names = np.asarray(c.region_names, dtype=object)[c.region[rows]]
-    copy = pd.Series(np.isin(names, COPIES), index=frame.index)
-    first_other = frame["start"].where(free & ~copy).groupby(frame["step"]).transform("min")
-    h2d = free & copy & (frame["start"] < first_other.fillna(np.inf))
-    phase[rows[(free & ~h2d).to_numpy()]] = PHASE_CODE["forward"]
-    phase[rows[h2d.to_numpy()]] = PHASE_CODE["h2d"]
+    group = np.unique(step, return_inverse=True)[1]
+    start, mine = c.start_ns[rows], phase[rows]
+    # times compared as doubles, as they were when this was pandas'
+    at = start.astype(np.float64)
+    earliest = np.full(group.max() + 1, INT64_MAX, dtype=np.int64)
+    np.minimum.at(earliest, group, start)
+    loaded = _per_step(np.maximum, group, at, mine == PHASE_CODE["data_load"])
+    after = np.where(np.isnan(loaded), (earliest - 1).astype(np.float64), loaded)
+    before = _per_step(np.minimum, group, at, mine == PHASE_CODE["optimizer"])
+    free = (mine < 0) & (at > after[group]) & (at < np.nan_to_num(before, nan=np.inf)[group])
+    codes, of_row = np.unique(c.region[rows], return_inverse=True)
+    copy = np.array([c.region_names[code] in COPIES for code in codes.tolist()], bool)[of_row]
+    first_other = np.nan_to_num(_per_step(np.minimum, group, at, free & ~copy), nan=np.inf)
+    h2d = free & copy & (at < first_other[group])
+    phase[rows[free & ~h2d]] = PHASE_CODE["forward"]
+    phase[rows[h2d]] = PHASE_CODE["h2d"]
+
+
+def _per_step(reduce, group: np.ndarray, values: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """``reduce`` (np.maximum or np.minimum) of the ``values`` ``where``
+    true, per group; NaN for a group with none."""
+    out = np.full(group.max() + 1, np.nan)
+    has = np.zeros(out.size, dtype=bool)
+    has[group[where]] = True
+    out[has] = -np.inf if reduce is np.maximum else np.inf
+    reduce.at(out, group[where], values[where])
+    return out
 
 
 def _loop_calls(c: Columns, phase: np.ndarray, is_step: np.ndarray):
