@@ -612,6 +612,26 @@ def test_rules_first_rules_is_each_rule_searched_in_order():
         ]
 
 
+def test_files_read_into_the_kept_buffer_are_each_files_bytes(tmp_path):
+    """The kept buffer, resized from file to file, holds each file's bytes
+    exactly (larger, smaller, empty, gzipped); a view of one file still held
+    keeps that file's bytes: the next is read into a buffer of its own."""
+    contents = [b"a" * 5000, b"bc" * 100, b"", b'{"x": 1}' * 900, bytes(range(256)) * 40]
+    paths = []
+    for i, content in enumerate(contents):
+        paths.append(tmp_path / f"f{i}")
+        paths[-1].write_bytes(content)
+    (tmp_path / "f.gz").write_bytes(gzip.compress(contents[3]))
+    for path, content in [*zip(paths, contents), (tmp_path / "f.gz", contents[3])]:
+        data, problem = readers.read_bytes(path, kept=True)
+        assert (bytes(data), problem) == (content, None)
+    held = memoryview(readers.read_bytes(paths[3], kept=True)[0])
+    assert bytes(readers.read_bytes(paths[0], kept=True)[0]) == contents[0]
+    assert held.tobytes() == contents[3]
+    held.release()
+    readers.let_go()
+
+
 def test_a_new_format_is_one_registered_class(tmp_path):
     """A reader registered from anywhere (here, this test) is detected, found
     in folders, converted and allowed in the rules' `sources`."""

@@ -195,7 +195,7 @@ class KinetoReader(Reader):
         return body.startswith(b"{") and any(key in head for key in KINETO_KEYS)
 
     def read(self, path: Path, rules, run_id: str = ""):
-        data, problem = read_bytes(path)
+        data, problem = read_bytes(path, kept=True)
         data, unclosed = _as_document(data)
         batches, info, problems = _decode(data, path)
         events = _Events()
