@@ -558,6 +558,80 @@ def test_rules_first_match_and_sources():
     assert RULES.match("aten::conv2d", "kineto") == (None, None)  # takes its parent's phase
 
 
+def _first_rule(rules: PhaseRules, region: str, source: str) -> int:
+    """The rule that names a region, as the rules file defines it: each rule
+    searched in order, the first that matches wins (-1: none)."""
+    return next(
+        (
+            i
+            for i, rule in enumerate(rules.rules)
+            if (rule.sources is None or source in rule.sources) and rule.pattern.search(region)
+        ),
+        -1,
+    )
+
+
+def test_rules_first_rules_is_each_rule_searched_in_order():
+    """first_rules searches a rule only in the names that hold a string it
+    needs: the same first match as every rule searched in every name, on the
+    names of the real traces and on ones made to trip the shortcut (case,
+    non-ASCII letters a case-insensitive pattern folds, newlines)."""
+    names = set()
+    for trace in sorted((REPO / "tests" / "data" / "real-traces").rglob("*.json*")):
+        names.update(readers.read(trace, RULES)[0].column("region").unique().to_pylist())
+    names.update(f"{kind}{i}" for i in range(50) for kind in ("layer", "nn.Module: layer"))
+    names.update(
+        [
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgs)",
+            "void ALL_REDUCE_kernel<float>",
+            "my_allgather_copy",
+            "symm_mem::one_shot_all_reduce",
+            "ALL_REDUCE\u212a",
+            "all_reduce\u212a",
+            "reduce_\u017fcatter",
+            "nccl:all_reduce\n",
+            "step\n",
+            "user:step\n",
+            "x\nBackward",
+            "save_for_backward",
+            "## Forward ##",
+            "MPI_Iallreduce",
+            "NEGOTIATE_ALLREDUCE",
+            "",
+        ]
+    )
+    names = sorted(names)
+    assert len(names) > 100
+    for source in ("kineto", "otf2", "horovod_timeline"):
+        expected = [_first_rule(RULES, name, source) for name in names]
+        rules = PhaseRules()
+        assert rules.first_rules(names, source).tolist() == expected, source
+        assert rules.first_rules(names, source).tolist() == expected, source  # cached
+        assert [rules.match(name, source) for name in names] == [
+            RULES.rules[i].found if i >= 0 else (None, None) for i in expected
+        ]
+
+
+def test_files_read_into_the_kept_buffer_are_each_files_bytes(tmp_path):
+    """The kept buffer, resized from file to file, holds each file's bytes
+    exactly (larger, smaller, empty, gzipped); a view of one file still held
+    keeps that file's bytes: the next is read into a buffer of its own."""
+    contents = [b"a" * 5000, b"bc" * 100, b"", b'{"x": 1}' * 900, bytes(range(256)) * 40]
+    paths = []
+    for i, content in enumerate(contents):
+        paths.append(tmp_path / f"f{i}")
+        paths[-1].write_bytes(content)
+    (tmp_path / "f.gz").write_bytes(gzip.compress(contents[3]))
+    for path, content in [*zip(paths, contents), (tmp_path / "f.gz", contents[3])]:
+        data, problem = readers.read_bytes(path, kept=True)
+        assert (bytes(data), problem) == (content, None)
+    held = memoryview(readers.read_bytes(paths[3], kept=True)[0])
+    assert bytes(readers.read_bytes(paths[0], kept=True)[0]) == contents[0]
+    assert held.tobytes() == contents[3]
+    held.release()
+    readers.let_go()
+
+
 def test_a_new_format_is_one_registered_class(tmp_path):
     """A reader registered from anywhere (here, this test) is detected, found
     in folders, converted and allowed in the rules' `sources`."""

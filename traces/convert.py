@@ -111,6 +111,13 @@ def parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: lis
     """The tables of every readable trace, part by part (an OTF2 archive a
     group of ranks at a time), as they are read; fills ``sources`` and
     ``errors`` (the traces that could not be read and the records lost)."""
+    try:
+        yield from _parts(paths, rules, run_id, sources, errors)
+    finally:
+        readers.let_go()
+
+
+def _parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: list, errors: list):
     rows_before = 0
     for path in paths:
         if not path.exists():

@@ -324,16 +324,18 @@ def _looks_like_communication(name) -> bool:
     )
 
 
-def _unrecognised_communication(c: Columns, matched: list, op_id: np.ndarray, levels) -> dict:
+def _unrecognised_communication(
+    c: Columns, unmatched: np.ndarray, op_id: np.ndarray, levels
+) -> dict:
     """{META_UNRECOGNISED: JSON [[name, rows], ...]} of the regions whose
-    name looks like communication but that no rule knows (``matched``: the
-    rules' (phase, collective) per region name), that are no collective
+    name looks like communication but that no rule knows (``unmatched``:
+    whether no rule matched each region name), that are no collective
     and neither in one nor around one (a user's annotation of it), most
     rows first; {} when there is none."""
     suspects = [
         code
-        for code, name in enumerate(c.region_names)
-        if matched[code][0] is None and _looks_like_communication(name)
+        for code in np.flatnonzero(unmatched).tolist()
+        if _looks_like_communication(c.region_names[code])
     ]
     if not suspects:
         return {}
@@ -392,9 +394,10 @@ def _columns(
     strings["parent"] = pool.submit(text, c.region_names, parent)
     del parent
     levels = _levels(c.parent_row, c.depth)
-    matched = [rules.match(name, source) for name in c.region_names]
-    region_phase = np.array([_PHASE[p] if p else -1 for p, _ in matched], dtype=np.int8)
-    phase = region_phase[c.region]
+    first = rules.first_rules(c.region_names, source)
+    # each rule's phase, and -1 last: what first's -1 (no rule) takes
+    rule_phase = np.array([_PHASE[r.phase] for r in rules.rules] + [-1], dtype=np.int8)
+    phase = rule_phase[first][c.region]
     is_step = phase == _PHASE[STEP]
     if place is not None:
         place(c, phase, is_step)
@@ -409,16 +412,10 @@ def _columns(
     phase[is_epoch] = _PHASE[EPOCH]
     strings["phase"] = pool.submit(text, _PHASE_NAMES, phase)
 
-    collective_names = list(c.collective_names)
-    for _, name in matched:
-        if name and name not in collective_names:
-            collective_names.append(name)
-    region_collective = np.array(
-        [collective_names.index(m) if m else -1 for _, m in matched], dtype=np.int32
-    )
-    collective = np.where(c.collective >= 0, c.collective, region_collective[c.region])
+    collective_names, rule_collective = _rule_collectives(c.collective_names, rules, first)
+    collective = np.where(c.collective >= 0, c.collective, rule_collective[first][c.region])
     op_id = _collective_instances(c, collective, levels, join)
-    notes.update(_unrecognised_communication(c, matched, op_id, levels))
+    notes.update(_unrecognised_communication(c, first < 0, op_id, levels))
     notes.update(_unsized(collective, collective_names, c.bytes))
     strings["collective"] = pool.submit(text, collective_names, collective)
 
@@ -452,6 +449,26 @@ def _columns(
     if lean:
         _return_free_memory()
     return columns | {name: built.result() for name, built in strings.items()}
+
+
+def _rule_collectives(names: list, rules: PhaseRules, first: np.ndarray):
+    """(``names`` and after them the collectives the rules name, in the order
+    their first regions come; the code of each rule's collective among
+    them, and -1 last: what first's -1, no rule, takes)."""
+    names = list(names)
+    used = first[first >= 0]
+    in_order = used[np.sort(np.unique(used, return_index=True)[1])]
+    for index in in_order.tolist():
+        name = rules.rules[index].collective
+        if name and name not in names:
+            names.append(name)
+    code: dict = {}
+    for i, name in enumerate(names):
+        code.setdefault(name, i)
+    return names, np.array(
+        [code.get(r.collective, -1) if r.collective else -1 for r in rules.rules] + [-1],
+        dtype=np.int32,
+    )
 
 
 def _collective_instances(
@@ -587,9 +604,11 @@ def _number_steps(c: Columns, is_step: np.ndarray, step: np.ndarray) -> None:
     rows = np.flatnonzero(is_step & (step == NULL))
     if rows.size == 0:
         return
-    # the number in the name, read once per region name, not once per row
-    in_name = pd.Series(c.region_names, dtype=object).str.extract(_STEP_NUMBER, expand=False)
-    number = in_name.astype("float").to_numpy()[c.region[rows]]
+    # the number in the name, read once per step's region name, not once
+    # per row nor for every name
+    codes, of_row = np.unique(c.region[rows], return_inverse=True)
+    names = pd.Series([c.region_names[code] for code in codes.tolist()], dtype=object)
+    number = names.str.extract(_STEP_NUMBER, expand=False).astype("float").to_numpy()[of_row]
     unnamed = np.isnan(number)
     if unnamed.any():
         number = np.where(unnamed, _order_on_location(c, rows), number)
@@ -736,19 +755,30 @@ def _steps_by_time(c: Columns, phase: np.ndarray, step: np.ndarray, epoch: np.nd
     windows = _step_windows(c, phase, step, epoch)
     if windows.empty:
         return
-    # One window per step: a step's GPU-side copy (gpu_user_annotation
-    # ProfilerStep#1, on its stream, shorter) would otherwise hide the
-    # CPU-side window it starts inside.
-    windows = windows.groupby(["rank", "step", "epoch"], as_index=False).agg(
-        start=("start", "min"), end=("end", "max")
-    )
-    for rank, mine in windows.groupby("rank"):
-        mine = mine.sort_values(["start", "end"], kind="stable")
-        need = np.flatnonzero(need_all & (c.rank == rank))
+    rank, number, of_epoch, start, end = _one_window_per_step(windows)
+    for r in np.unique(rank).tolist():
+        mine = np.flatnonzero(rank == r)
+        mine = mine[np.lexsort((end[mine], start[mine]))]  # by start, then end; stable
+        need = np.flatnonzero(need_all & (c.rank == r))
         if need.size == 0:
             continue
         starts = c.start_ns[need]
-        at = np.searchsorted(mine["start"].to_numpy(), starts, side="right") - 1
-        inside = (at >= 0) & (starts < mine["end"].to_numpy()[np.maximum(at, 0)])
-        step[need[inside]] = mine["step"].to_numpy()[at[inside]]
-        epoch[need[inside]] = mine["epoch"].to_numpy()[at[inside]]
+        at = np.searchsorted(start[mine], starts, side="right") - 1
+        inside = (at >= 0) & (starts < end[mine][np.maximum(at, 0)])
+        step[need[inside]] = number[mine][at[inside]]
+        epoch[need[inside]] = of_epoch[mine][at[inside]]
+
+
+def _one_window_per_step(windows: pd.DataFrame) -> tuple[np.ndarray, ...]:
+    """(rank, step, epoch, start, end) of one window per step, in that
+    order of rank, step and epoch, from its earliest start to its latest
+    end: a step's GPU-side copy (gpu_user_annotation ProfilerStep#1, on its
+    stream, shorter) would otherwise hide the CPU-side window it starts
+    inside. In numpy: pandas' groupby cost a few ms a trace file."""
+    column = {k: windows[k].to_numpy(dtype=np.int64) for k in windows.columns}
+    order = np.lexsort((column["epoch"], column["step"], column["rank"]))
+    keys = np.stack([column[k][order] for k in ("rank", "step", "epoch")])
+    first = np.flatnonzero(np.r_[True, (keys[:, 1:] != keys[:, :-1]).any(axis=0)])
+    start = np.minimum.reduceat(column["start"][order], first)
+    end = np.maximum.reduceat(column["end"][order], first)
+    return (*keys[:, first], start, end)

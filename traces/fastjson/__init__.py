@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,6 +154,16 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.pair_edges.restype = ctypes.c_int64
     lib.gather_strings.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] + [ctypes.c_void_p] * 2
     lib.gather_strings.restype = None
+    lib.name_table_new.argtypes = []
+    lib.name_table_new.restype = ctypes.c_void_p
+    lib.name_table_free.argtypes = [ctypes.c_void_p]
+    lib.name_table_free.restype = None
+    lib.name_table_lookup.argtypes = (
+        [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 2
+    )
+    lib.name_table_lookup.restype = ctypes.c_int64
+    lib.name_table_code.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64]
+    lib.name_table_code.restype = None
 
 
 _LIBRARY = CompiledLibrary(lambda: compile_library(SOURCE, "fastjson", CFLAGS, ()), _declare)
@@ -356,6 +367,55 @@ def gather_strings(names: list, codes: np.ndarray, pool=None) -> pa.StringArray 
     )
     nulls = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
     return pa.StringArray.from_buffers(n, offsets, data, nulls)
+
+
+class NameTable:
+    """Names -> codes, kept in C from batch to batch (scanner.c's
+    NameTable): each row of a batch costs one hash probe there, and only the
+    names never seen before come to Python, to be given their codes."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        self._lib = lib
+        self._handle = lib.name_table_new()
+        if not self._handle:
+            raise MemoryError("the scanner's name table")
+        weakref.finalize(self, lib.name_table_free, self._handle)
+
+    def codes(self, array: pa.StringArray, code_new) -> np.ndarray:
+        """The code of each row of ``array`` (0 where null: the caller marks
+        those); ``code_new(names)`` gives the codes of the names not seen
+        before, in the order of their first rows."""
+        n = len(array)
+        codes = np.zeros(n, dtype=np.int32)
+        if n == 0:
+            return codes
+        valid, offsets, data = array.buffers()
+        new_rows = np.empty(n, dtype=np.int64)
+        added = self._lib.name_table_lookup(
+            self._handle,
+            offsets.address,
+            data.address if data is not None else 0,
+            valid.address if valid is not None else None,
+            array.offset,
+            n,
+            codes.ctypes.data,
+            new_rows.ctypes.data,
+        )
+        if added < 0:
+            raise MemoryError("the scanner's name table")
+        if added:
+            names = array.take(pa.array(new_rows[:added])).to_pylist()
+            given = np.ascontiguousarray(code_new(names), dtype=np.int32)
+            self._lib.name_table_code(self._handle, given.ctypes.data, added)
+            new = codes < 0
+            codes[new] = given[-codes[new] - 1]
+        return codes
+
+
+def name_table() -> NameTable | None:
+    """A new NameTable, or None when there is no compiled library."""
+    lib = library()
+    return None if lib is None else NameTable(lib)
 
 
 def main() -> int:

@@ -645,3 +645,141 @@ void gather_strings(const int32_t *name_at, const uint8_t *names, const int32_t 
         offsets[i + 1] = (int32_t)at;
     }
 }
+
+/* Names -> codes, kept from chunk to chunk (traces/readers/kineto.py's
+ * region and category codes): each row of a chunk is one hash probe here,
+ * and only the names never seen go back to Python to be given a code. An
+ * open-addressing table over copies of the names' bytes. */
+typedef struct {
+    int64_t *slots; /* entry + 1; 0: empty */
+    int64_t mask;   /* slots - 1, a power of two less one */
+    int64_t count;
+    uint64_t *hashes;
+    int64_t *starts;
+    int32_t *lengths;
+    int32_t *codes; /* -(k + 1): the k-th new name of the last lookup, not coded yet */
+    int64_t entries_capacity;
+    uint8_t *bytes;
+    int64_t used, bytes_capacity;
+} NameTable;
+
+void name_table_free(NameTable *t) {
+    if (!t) return;
+    free(t->slots);
+    free(t->hashes);
+    free(t->starts);
+    free(t->lengths);
+    free(t->codes);
+    free(t->bytes);
+    free(t);
+}
+
+NameTable *name_table_new(void) {
+    NameTable *t = calloc(1, sizeof(NameTable));
+    if (!t) return NULL;
+    t->mask = 1023;
+    t->slots = calloc(t->mask + 1, sizeof(int64_t));
+    if (!t->slots) {
+        name_table_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+static uint64_t hash_bytes(const uint8_t *p, int64_t n) { /* FNV-1a */
+    uint64_t h = 1469598103934665603ULL;
+    for (int64_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
+    return h ^ (h >> 29);
+}
+
+static int64_t *slot_of(NameTable *t, uint64_t h, const uint8_t *p, int32_t n) {
+    for (int64_t s = (int64_t)(h & (uint64_t)t->mask);; s = (s + 1) & t->mask) {
+        int64_t e = t->slots[s] - 1;
+        if (e < 0 || (t->hashes[e] == h && t->lengths[e] == n &&
+                      memcmp(t->bytes + t->starts[e], p, n) == 0))
+            return &t->slots[s];
+    }
+}
+
+static int grow_slots(NameTable *t) {
+    int64_t size = (t->mask + 1) * 2;
+    int64_t *slots = calloc(size, sizeof(int64_t));
+    if (!slots) return 0;
+    free(t->slots);
+    t->slots = slots;
+    t->mask = size - 1;
+    for (int64_t e = 0; e < t->count; e++) {
+        int64_t s = (int64_t)(t->hashes[e] & (uint64_t)t->mask);
+        while (t->slots[s]) s = (s + 1) & t->mask;
+        t->slots[s] = e + 1;
+    }
+    return 1;
+}
+
+static int add_name(NameTable *t, const uint8_t *p, int32_t n, uint64_t h, int32_t code) {
+    if (t->count == t->entries_capacity) {
+        int64_t cap = t->entries_capacity ? 2 * t->entries_capacity : 1024;
+        void *a = realloc(t->hashes, cap * sizeof(uint64_t));
+        if (a) t->hashes = a;
+        void *b = realloc(t->starts, cap * sizeof(int64_t));
+        if (b) t->starts = b;
+        void *c = realloc(t->lengths, cap * sizeof(int32_t));
+        if (c) t->lengths = c;
+        void *d = realloc(t->codes, cap * sizeof(int32_t));
+        if (d) t->codes = d;
+        if (!a || !b || !c || !d) return 0;
+        t->entries_capacity = cap;
+    }
+    if (t->used + n > t->bytes_capacity) {
+        int64_t cap = 2 * (t->used + n) + 4096;
+        uint8_t *bytes = realloc(t->bytes, cap);
+        if (!bytes) return 0;
+        t->bytes = bytes;
+        t->bytes_capacity = cap;
+    }
+    memcpy(t->bytes + t->used, p, n);
+    t->hashes[t->count] = h;
+    t->starts[t->count] = t->used;
+    t->lengths[t->count] = n;
+    t->codes[t->count] = code;
+    t->used += n;
+    t->count++;
+    return 1;
+}
+
+/* codes[i]: the code of row i of an Arrow string array (offsets from
+ * `first`, null rows skipped: valid, a bitmap or NULL, says which); a name
+ * not seen before is added with code -(k + 1), k its place among the new
+ * names, whose first rows go to new_rows. Returns how many are new (the
+ * caller gives them codes with name_table_code), -1: out of memory. */
+int64_t name_table_lookup(NameTable *t, const int32_t *offsets, const uint8_t *bytes,
+                          const uint8_t *valid, int64_t first, int64_t n, int32_t *codes,
+                          int64_t *new_rows) {
+    int64_t added = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t j = first + i;
+        if (valid && !((valid[j >> 3] >> (j & 7)) & 1)) {
+            codes[i] = 0;
+            continue;
+        }
+        const uint8_t *p = bytes + offsets[j];
+        int32_t len = offsets[j + 1] - offsets[j];
+        uint64_t h = hash_bytes(p, len);
+        int64_t *slot = slot_of(t, h, p, len);
+        int64_t e = *slot - 1;
+        if (e < 0) {
+            if (!add_name(t, p, len, h, (int32_t)(-(added + 1)))) return -1;
+            e = t->count - 1;
+            *slot = t->count;
+            new_rows[added++] = i;
+            if (2 * t->count > t->mask && !grow_slots(t)) return -1;
+        }
+        codes[i] = t->codes[e];
+    }
+    return added;
+}
+
+/* The codes of the last lookup's k new names, in their order. */
+void name_table_code(NameTable *t, const int32_t *codes, int64_t k) {
+    for (int64_t i = 0; i < k; i++) t->codes[t->count - k + i] = codes[i];
+}

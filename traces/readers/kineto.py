@@ -195,7 +195,7 @@ class KinetoReader(Reader):
         return body.startswith(b"{") and any(key in head for key in KINETO_KEYS)
 
     def read(self, path: Path, rules, run_id: str = ""):
-        data, problem = read_bytes(path)
+        data, problem = read_bytes(path, kept=True)
         data, unclosed = _as_document(data)
         batches, info, problems = _decode(data, path)
         events = _Events()
@@ -474,8 +474,10 @@ class _Codes:
 
     def __init__(self):
         self.index: dict = {}
-        # the text names seen, as Arrow strings, and their codes: a batch's
-        # known names are looked up there in C, only new ones in Python
+        # the text names seen, in C (the scanner's name table) or else as
+        # Arrow strings with their codes: a batch's known names are looked
+        # up there, only new ones in Python
+        self.table = fastjson.name_table()
         self.texts = pa.array([], pa.string())
         self.text_codes = np.zeros(0, dtype=np.int32)
 
@@ -505,23 +507,33 @@ class _Codes:
 
     def _of_texts(self, array: pa.StringArray) -> np.ndarray:
         """Codes of plain strings (null: None): each looked up among the
-        names seen (Arrow's hash lookup), the new ones coded first."""
-        at = pc.index_in(array, value_set=self.texts)
-        new = pc.and_(pc.is_null(at), pc.is_valid(array))
-        if pc.any(new).as_py():
-            names = pc.unique(array.filter(new))
-            added = [self.index.setdefault(u, len(self.index)) for u in names.to_pylist()]
-            self.texts = pa.concat_arrays([self.texts, names])
-            self.text_codes = np.r_[self.text_codes, np.array(added, dtype=np.int32)]
-            at = pc.index_in(array, value_set=self.texts)
-        if not len(self.texts):  # nulls only, and no name yet
-            codes = np.zeros(len(array), dtype=np.int32)
+        names seen, the new ones coded first, in the order they come."""
+        if self.table is not None:
+            codes = self.table.codes(array, self._code_new)
         else:
-            codes = self.text_codes[pc.fill_null(at, 0).to_numpy(zero_copy_only=False)]
+            codes = self._looked_up(array)
         if array.null_count:
             none = self.index.setdefault(None, len(self.index))
             codes[pc.is_null(array).to_numpy(zero_copy_only=False)] = none
         return codes
+
+    def _code_new(self, names: list) -> list:
+        return [self.index.setdefault(u, len(self.index)) for u in names]
+
+    def _looked_up(self, array: pa.StringArray) -> np.ndarray:
+        """_of_texts without the compiled library: Arrow's hash lookup among
+        the names seen (0 where null)."""
+        at = pc.index_in(array, value_set=self.texts)
+        new = pc.and_(pc.is_null(at), pc.is_valid(array))
+        if pc.any(new).as_py():
+            names = pc.unique(array.filter(new))
+            added = self._code_new(names.to_pylist())
+            self.texts = pa.concat_arrays([self.texts, names])
+            self.text_codes = np.r_[self.text_codes, np.array(added, dtype=np.int32)]
+            at = pc.index_in(array, value_set=self.texts)
+        if not len(self.texts):  # nulls only, and no name yet
+            return np.zeros(len(array), dtype=np.int32)
+        return self.text_codes[pc.fill_null(at, 0).to_numpy(zero_copy_only=False)]
 
     def of_ints(self, values: np.ndarray) -> np.ndarray:
         local, uniques = pd.factorize(values)
@@ -698,10 +710,18 @@ class _Events:
         for p in self.parts:
             sized.update(np.unique(p["region"][p["bytes"] != NULL]).tolist())
         unsized = not sized  # else a backend record is in a sized c10d call
+        names = self.regions.names()
+        # every new name through the rules at once (then cached); only a
+        # collective or a backend record (a ':' after its 3 or 4 letters)
+        # can take its size from its shape
+        first = rules.first_rules(names, KinetoReader.name)
+        named = np.array([r.collective is not None for r in rules.rules] + [False])[first]
         backends = [
             (code, name)
-            for code, name in enumerate(self.regions.names())
-            if code not in sized and _shape_sized(name, rules, unsized)
+            for code, (name, collective) in enumerate(zip(names, named.tolist()))
+            if (collective or ":" in name[3:5])
+            and code not in sized
+            and _shape_sized(name, rules, unsized)
         ]
         pids, tids = self.pids.index, self.tids.index
         for code, name in backends:
@@ -983,21 +1003,33 @@ def place_by_position(c: Columns, phase: np.ndarray, is_step: np.ndarray) -> Non
     rows, step = _loop_calls(c, phase, is_step)
     if rows.size == 0:
         return
-    frame = pd.DataFrame(
-        {"step": step, "start": c.start_ns[rows], "phase": phase[rows], "row": rows}
-    )
-    by_step = frame.groupby("step")["start"]
-    loaded = frame["start"].where(frame["phase"] == PHASE_CODE["data_load"])
-    optimized = frame["start"].where(frame["phase"] == PHASE_CODE["optimizer"])
-    after = loaded.groupby(frame["step"]).transform("max").fillna(by_step.transform("min") - 1)
-    before = optimized.groupby(frame["step"]).transform("min").fillna(np.inf)
-    free = (frame["phase"] < 0) & (frame["start"] > after) & (frame["start"] < before)
-    names = np.asarray(c.region_names, dtype=object)[c.region[rows]]
-    copy = pd.Series(np.isin(names, COPIES), index=frame.index)
-    first_other = frame["start"].where(free & ~copy).groupby(frame["step"]).transform("min")
-    h2d = free & copy & (frame["start"] < first_other.fillna(np.inf))
-    phase[rows[(free & ~h2d).to_numpy()]] = PHASE_CODE["forward"]
-    phase[rows[h2d.to_numpy()]] = PHASE_CODE["h2d"]
+    group = np.unique(step, return_inverse=True)[1]
+    start, mine = c.start_ns[rows], phase[rows]
+    # times compared as doubles, as they were when this was pandas'
+    at = start.astype(np.float64)
+    earliest = np.full(group.max() + 1, INT64_MAX, dtype=np.int64)
+    np.minimum.at(earliest, group, start)
+    loaded = _per_step(np.maximum, group, at, mine == PHASE_CODE["data_load"])
+    after = np.where(np.isnan(loaded), (earliest - 1).astype(np.float64), loaded)
+    before = _per_step(np.minimum, group, at, mine == PHASE_CODE["optimizer"])
+    free = (mine < 0) & (at > after[group]) & (at < np.nan_to_num(before, nan=np.inf)[group])
+    codes, of_row = np.unique(c.region[rows], return_inverse=True)
+    copy = np.array([c.region_names[code] in COPIES for code in codes.tolist()], bool)[of_row]
+    first_other = np.nan_to_num(_per_step(np.minimum, group, at, free & ~copy), nan=np.inf)
+    h2d = free & copy & (at < first_other[group])
+    phase[rows[free & ~h2d]] = PHASE_CODE["forward"]
+    phase[rows[h2d]] = PHASE_CODE["h2d"]
+
+
+def _per_step(reduce, group: np.ndarray, values: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """``reduce`` (np.maximum or np.minimum) of the ``values`` ``where``
+    true, per group; NaN for a group with none."""
+    out = np.full(group.max() + 1, np.nan)
+    has = np.zeros(out.size, dtype=bool)
+    has[group[where]] = True
+    out[has] = -np.inf if reduce is np.maximum else np.inf
+    reduce.at(out, group[where], values[where])
+    return out
 
 
 def _loop_calls(c: Columns, phase: np.ndarray, is_step: np.ndarray):
@@ -1035,10 +1067,14 @@ def join_collectives(c: Columns, collective: np.ndarray, rows: np.ndarray, top: 
     it, and one that runs on the backend's own thread (Gloo's), paired with
     the c10d calls of its collective in the order they were made."""
     top = _overlapping(c, collective, rows, top)
-    names = np.asarray(c.region_names, dtype=object)
-    backend = np.array([bool(BACKEND_RECORD.match(str(n))) for n in names], dtype=bool)
-    call = np.array([str(n).startswith("c10d::") for n in names], dtype=bool)
     instances = rows[top == rows]
+    # the names of the instances only: a trace has many more
+    backend = np.zeros(len(c.region_names), dtype=bool)
+    call = np.zeros(len(c.region_names), dtype=bool)
+    for code in np.unique(c.region[instances]).tolist():
+        name = str(c.region_names[code])
+        backend[code] = bool(BACKEND_RECORD.match(name))
+        call[code] = name.startswith("c10d::")
     head = {}
     for op in np.unique(collective[instances]):
         mine = instances[collective[instances] == op]
