@@ -99,7 +99,7 @@ def cached_trace(events: int, ranks: int) -> Path:
     from frameworks.otf2_writer import write_archive
 
     digest = hashlib.sha256(
-        (REPO / "traces" / "otf2_writer.py").read_bytes()
+        (REPO / "frameworks" / "otf2_writer.py").read_bytes()
         + inspect.getsource(synthetic_parts).encode()
     )
     base = variables.cache_root()
