@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from runfiles import variables
-from traces import fastotf2, nesting
+from traces import fastjson, fastotf2, nesting
 from traces.readers import Problem, Reader, TraceError, counted, register
 from traces.table import NULL, Columns, Rows, finish_columns
 
@@ -742,9 +742,13 @@ def _ticks_to_ns(ticks: np.ndarray, clock) -> None:
     """In place, exactly as _State.ns does it."""
     realtime = clock.realtime_timestamp
     base = realtime if 0 < realtime < 2**63 else 0
+    offset = clock.global_offset
+    if clock.timer_resolution == 1_000_000_000 and 0 <= offset < 2**63:
+        # one pass: the two int64 sums, wrapping as numpy's would
+        ticks += (base - offset + 2**63) % 2**64 - 2**63
+        return
     ticks -= clock.global_offset
-    if clock.timer_resolution != 1_000_000_000:
-        ticks[:] = np.rint(ticks.astype(np.float64) * (1e9 / clock.timer_resolution))
+    ticks[:] = np.rint(ticks.astype(np.float64) * (1e9 / clock.timer_resolution))
     ticks += base
 
 
@@ -816,6 +820,8 @@ def separate_threads(c: Columns) -> Columns:
     ran in, and no user region is the parent of an MPI call or the reverse.
     Elsewhere nothing changes."""
     parent = c.parent_row
+    if fastjson.any_outlives(parent, c.end_ns) is False:  # one C pass, no arrays
+        return c
     has = parent >= 0
     up = np.maximum(parent, 0)
     outlives = has & (c.end_ns > c.end_ns[up])
