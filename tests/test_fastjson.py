@@ -228,3 +228,18 @@ def test_values_passed_down_in_c_as_level_by_level(seed, monkeypatch):
     assert fastjson.nesting_order(skewed, np.array([0, 2], dtype=np.int64)) == 0
     monkeypatch.setenv("DDLC_JSON_SCANNER", "msgspec")
     assert table._Nesting(parent, depth).order == 0
+
+
+@needs_scanner
+@pytest.mark.parametrize("seed", range(3))
+def test_outermost_in_c_is_the_numpy_walk(seed, monkeypatch):
+    """traces.nesting.outermost (collective instances: each collective row's
+    outermost collective ancestor) gives the same rows in C as in numpy."""
+    rng = np.random.default_rng(seed)
+    parent, _ = random_tree(rng, 5000, parents_first=bool(seed % 2))
+    marked = rng.random(5000) < 0.3
+    rows = np.flatnonzero(marked)
+    fast = nesting.outermost(parent, marked, rows)
+    monkeypatch.setenv("DDLC_JSON_SCANNER", "msgspec")
+    slow = nesting.outermost(parent, marked, rows)
+    assert np.array_equal(fast, slow) and (fast != rows).any()

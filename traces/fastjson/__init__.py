@@ -12,9 +12,10 @@ returns None and the reader decodes the chunk with msgspec, as it would
 without it.
 
 ``stack_parents()`` is traces/nesting.py's nesting rule in one C pass;
-``gather_strings()``, ``nesting_order()``/``inherit()`` and
-``any_outlives()`` are traces/table.py's text columns, its values passed
-down the nesting and the OTF2 reader's two-thread check, each one C pass
+``gather_strings()``, ``nesting_order()``/``inherit()``, ``outermost()``
+and ``any_outlives()`` are traces/table.py's text columns, its values
+passed down the nesting, its collective instances and the OTF2 reader's
+two-thread check, each one C pass
 where numpy would make several and their temporary arrays.
 
 The library is built on first use with gcc into
@@ -168,6 +169,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         getattr(lib, name).restype = None
     lib.any_outlives.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64]
     lib.any_outlives.restype = ctypes.c_int32
+    lib.outermost.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64, ctypes.c_void_p]
+    lib.outermost.restype = None
 
 
 _LIBRARY = CompiledLibrary(lambda: compile_library(SOURCE, "fastjson", CFLAGS, ()), _declare)
@@ -403,6 +406,21 @@ def any_outlives(parent: np.ndarray, end: np.ndarray) -> bool | None:
     parent = np.ascontiguousarray(parent, dtype=np.int64)
     end = np.ascontiguousarray(end, dtype=np.int64)
     return bool(lib.any_outlives(parent.ctypes.data, end.ctypes.data, len(parent)))
+
+
+def outermost(parent: np.ndarray, marked: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
+    """traces.nesting.outermost in one C pass; None with no compiled library."""
+    lib = library()
+    if lib is None:
+        return None
+    parent = np.ascontiguousarray(parent, dtype=np.int64)
+    marked = np.ascontiguousarray(marked, dtype=np.bool_)
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    top = np.empty(len(rows), dtype=np.int64)
+    lib.outermost(
+        parent.ctypes.data, marked.ctypes.data, rows.ctypes.data, len(rows), top.ctypes.data
+    )
+    return top
 
 
 def main() -> int:

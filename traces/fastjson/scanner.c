@@ -730,3 +730,15 @@ int32_t any_outlives(const int64_t *parent, const int64_t *end, int64_t n) {
         if (parent[i] >= 0 && end[i] > end[parent[i]]) return 1;
     return 0;
 }
+
+/* traces/nesting.py's outermost(): for each of the n rows, the outermost
+ * marked row among itself and its ancestors (a walk up from each). */
+void outermost(const int64_t *parent, const uint8_t *marked, const int64_t *rows, int64_t n,
+               int64_t *top) {
+    for (int64_t k = 0; k < n; k++) {
+        int64_t found = rows[k];
+        for (int64_t at = parent[rows[k]]; at >= 0; at = parent[at])
+            if (marked[at]) found = at;
+        top[k] = found;
+    }
+}
