@@ -156,11 +156,22 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.stack_parents.restype = None
     lib.pair_edges.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 5
     lib.pair_edges.restype = ctypes.c_int64
-    lib.string_bytes.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int32] + [ctypes.c_void_p] * 2
-    lib.string_bytes.argtypes += [ctypes.c_int64, ctypes.c_void_p]
+    pointer, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
+    lib.string_bytes.argtypes = [pointer, pointer, i32, pointer, pointer, i64, pointer]
     lib.string_bytes.restype = ctypes.c_int64
-    lib.gather_strings.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int32] + [ctypes.c_void_p] * 2
-    lib.gather_strings.argtypes += [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 3
+    lib.gather_strings.argtypes = [
+        pointer,
+        pointer,
+        pointer,
+        i32,
+        pointer,
+        pointer,
+        i64,
+        i64,
+        pointer,
+        pointer,
+        pointer,
+    ]
     lib.gather_strings.restype = ctypes.c_int
     lib.nesting_order.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int32, ctypes.c_int64]
     lib.nesting_order.restype = ctypes.c_int32
