@@ -324,7 +324,9 @@ def _looks_like_communication(name) -> bool:
     )
 
 
-def _unrecognised_communication(c: Columns, matched: list, op_id: np.ndarray, tree) -> dict:
+def _unrecognised_communication(
+    c: Columns, matched: list, op_id: np.ndarray, tree: _Nesting
+) -> dict:
     """{META_UNRECOGNISED: JSON [[name, rows], ...]} of the regions whose
     name looks like communication but that no rule knows (``matched``: the
     rules' (phase, collective) per region name), that are no collective
@@ -739,7 +741,7 @@ def _optimizer_windows(c: Columns, phase: np.ndarray, rank) -> pd.DataFrame:
     )
 
 
-def _steps_of_launches(c: Columns, tree, step: np.ndarray, epoch: np.ndarray) -> None:
+def _steps_of_launches(c: Columns, tree: _Nesting, step: np.ndarray, epoch: np.ndarray) -> None:
     """In place: a row whose parent is on another location (GPU work under
     the runtime call that launched it, found by correlation id), and every
     row inside it, is in its launch's step, not in the one its own start
