@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pytest
 
 from test_traces_readers import FIXTURES, RULES, garbled_copy, needs_fixtures
-from traces import fastjson, jsonrecords, nesting
+from traces import fastjson, jsonrecords, nesting, table
 from traces.readers import kineto
 
 KINETO = sorted(p.relative_to(FIXTURES).as_posix() for p in FIXTURES.glob("kineto-*/*.json*"))
@@ -171,3 +171,75 @@ def test_text_columns_built_in_c_are_those_arrow_takes(seed):
         )
         assert built.validate(full=True) is None and built.equals(expected)
     assert fastjson.gather_strings(["a"], np.array([0, 1])) is None  # no such name
+
+
+@needs_scanner
+@pytest.mark.parametrize("seed", range(3))
+def test_text_columns_read_through_another_row(seed):
+    """``via``: row i holds the name of row via[i]'s code (a parent's
+    region), null where via is -1 or that code is."""
+    rng = np.random.default_rng(seed)
+    names = ["user:step", None, "MPI_Allreduce", "x" * 40]
+    codes = rng.integers(-1, len(names), 3000).astype(np.int32)
+    via = rng.integers(-1, len(codes), 3000)
+    built = fastjson.gather_strings(names, codes, pa.default_memory_pool(), via)
+    through = np.where(via >= 0, codes[np.maximum(via, 0)], -1)
+    expected = pc.take(
+        pa.array([*names, None], pa.string()), np.where(through < 0, len(names), through)
+    )
+    assert built.validate(full=True) is None and built.equals(expected)
+
+
+def random_tree(rng, n: int, parents_first: bool):
+    """(parent, depth) of n rows nested at random, parents before their rows
+    (or after them: rows in the order their intervals end)."""
+    parent = np.full(n, -1, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int32)
+    for i in range(1, n):
+        if rng.random() < 0.8:
+            parent[i] = rng.integers(0, i)
+            depth[i] = depth[parent[i]] + 1
+    if parents_first:
+        return parent, depth
+    back = n - 1 - np.arange(n)  # row i becomes row n - 1 - i
+    return np.where(parent >= 0, back[np.maximum(parent, 0)], -1)[back], depth[back]
+
+
+@needs_scanner
+@pytest.mark.parametrize("seed", range(4))
+def test_values_passed_down_in_c_as_level_by_level(seed, monkeypatch):
+    """traces.table passes phases, steps and op ids down the nesting in one
+    C pass where every parent comes before its rows or every one after
+    them, with the same values as level by level in numpy; where neither
+    (or a depth is not its parent's plus one) it goes level by level."""
+    rng = np.random.default_rng(seed)
+    for parents_first in (True, False):
+        parent, depth = random_tree(rng, 5000, parents_first)
+        assert fastjson.nesting_order(parent, depth) == (1 if parents_first else -1)
+        for dtype, missing in ((np.int8, -1), (np.int64, table.NULL)):
+            values = np.where(rng.random(5000) < 0.3, rng.integers(0, 9, 5000), missing)
+            fast, slow = values.astype(dtype), values.astype(dtype)
+            table._Nesting(parent, depth).inherit(fast, missing)
+            table._inherit(slow, parent, table._levels(parent, depth), missing)
+            assert np.array_equal(fast, slow)
+    mixed = np.array([-1, 2, -1, 0], dtype=np.int64)  # one parent before, one after
+    assert fastjson.nesting_order(mixed, np.array([0, 1, 0, 1], dtype=np.int32)) == 0
+    skewed = np.array([-1, 0], dtype=np.int64)  # a depth two below its parent
+    assert fastjson.nesting_order(skewed, np.array([0, 2], dtype=np.int64)) == 0
+    monkeypatch.setenv("DDLC_JSON_SCANNER", "msgspec")
+    assert table._Nesting(parent, depth).order == 0
+
+
+@needs_scanner
+@pytest.mark.parametrize("seed", range(3))
+def test_outermost_in_c_is_the_numpy_walk(seed, monkeypatch):
+    """traces.nesting.outermost (collective instances: each collective row's
+    outermost collective ancestor) gives the same rows in C as in numpy."""
+    rng = np.random.default_rng(seed)
+    parent, _ = random_tree(rng, 5000, parents_first=bool(seed % 2))
+    marked = rng.random(5000) < 0.3
+    rows = np.flatnonzero(marked)
+    fast = nesting.outermost(parent, marked, rows)
+    monkeypatch.setenv("DDLC_JSON_SCANNER", "msgspec")
+    slow = nesting.outermost(parent, marked, rows)
+    assert np.array_equal(fast, slow) and (fast != rows).any()

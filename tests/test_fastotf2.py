@@ -327,3 +327,26 @@ def test_a_region_ending_before_it_begins_is_left_out_by_both_readers(tmp_path):
     assert inner["parent"] == "user:forward" and inner["depth"] == 1
     [problem] = problems
     assert problem.lost and ": 1 regions that end before they begin" in problem
+
+
+IN_TREE = Path(__file__).parent / "data" / "real-traces"
+# every OTF2 archive of the tests, shared (where present) and in the tree
+OTF2_ARCHIVES = {
+    p.parent.name: p for folder in (FIXTURES, IN_TREE) for p in sorted(folder.glob("*/*.otf2"))
+}
+
+
+@pytest.mark.parametrize("name", [*OTF2_ARCHIVES, "awkward"])
+def test_same_table_with_the_nesting_and_text_in_c_or_numpy(name, monkeypatch, tmp_path):
+    """The table's C kernels (traces/fastjson: values passed down the
+    nesting, the two-thread check, the text columns) give the table that
+    numpy and Arrow give without them, with either event reader."""
+    path = awkward_archive(tmp_path / "a") if name == "awkward" else OTF2_ARCHIVES[name]
+    for engine in ("fastotf2", "python"):
+        tables = {}
+        for kernels in ("c", "msgspec"):  # msgspec: no fastjson library
+            monkeypatch.setenv("DDLC_JSON_SCANNER", kernels)
+            tables[kernels] = otf2_reader.read(path, RULES, "r1", engine=engine)
+        (fast, fast_problems), (slow, slow_problems) = tables["c"], tables["msgspec"]
+        assert fast.num_rows > 0 and fast.equals(slow, check_metadata=True)
+        assert fast_problems == slow_problems

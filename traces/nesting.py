@@ -113,6 +113,9 @@ def outermost(parent: np.ndarray, marked: np.ndarray, rows: np.ndarray) -> np.nd
     and its ancestors: a walk up from those rows alone, one level a pass (a
     few passes: nesting is shallow), so the cost follows the marked rows,
     not the table."""
+    walked = fastjson.outermost(parent, marked, rows)  # one C pass, where built
+    if walked is not None:
+        return walked
     top = rows.copy()
     at = parent[rows]
     active = np.flatnonzero(at >= 0)

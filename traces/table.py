@@ -325,7 +325,7 @@ def _looks_like_communication(name) -> bool:
 
 
 def _unrecognised_communication(
-    c: Columns, unmatched: np.ndarray, op_id: np.ndarray, levels
+    c: Columns, unmatched: np.ndarray, op_id: np.ndarray, tree: _Nesting
 ) -> dict:
     """{META_UNRECOGNISED: JSON [[name, rows], ...]} of the regions whose
     name looks like communication but that no rule knows (``unmatched``:
@@ -340,7 +340,7 @@ def _unrecognised_communication(
     if not suspects:
         return {}
     near = op_id != NULL  # in a collective (or one), then around one
-    for rows in reversed(levels):
+    for rows in reversed(tree.levels):
         near[c.parent_row[rows[near[rows]]]] = True
     loose = np.isin(c.region, suspects) & ~near
     counts = np.bincount(c.region[loose], minlength=len(c.region_names))
@@ -389,11 +389,9 @@ def _columns(
         "location": pool.submit(text, c.location_names, c.location),
         "node": pool.submit(text, c.node_names, c.node),
     }
-    parent = c.region[np.maximum(c.parent_row, 0)]
-    parent[c.parent_row < 0] = -1
-    strings["parent"] = pool.submit(text, c.region_names, parent)
-    del parent
-    levels = _levels(c.parent_row, c.depth)
+    # the parent's region read through parent_row: no column of codes
+    strings["parent"] = pool.submit(text, c.region_names, c.region, c.parent_row)
+    tree = _Nesting(c.parent_row, c.depth)
     first = rules.first_rules(c.region_names, source)
     # each rule's phase, and -1 last: what first's -1 (no rule) takes
     rule_phase = np.array([_PHASE[r.phase] for r in rules.rules] + [-1], dtype=np.int8)
@@ -404,9 +402,9 @@ def _columns(
     is_epoch = phase == _PHASE[EPOCH]
     # what the unmatched rows inside a step or an epoch take
     phase[is_step | is_epoch] = _PHASE["other"]
-    _inherit(phase, c.parent_row, levels, -1)
+    tree.inherit(phase, -1)
     if source == "otf2" and _phases_of_teams(c, phase):
-        _inherit(phase, c.parent_row, levels, -1)
+        tree.inherit(phase, -1)
     phase[phase < 0] = _PHASE["other"]
     phase[is_step] = _PHASE[STEP]
     phase[is_epoch] = _PHASE[EPOCH]
@@ -414,8 +412,8 @@ def _columns(
 
     collective_names, rule_collective = _rule_collectives(c.collective_names, rules, first)
     collective = np.where(c.collective >= 0, c.collective, rule_collective[first][c.region])
-    op_id = _collective_instances(c, collective, levels, join)
-    notes.update(_unrecognised_communication(c, first < 0, op_id, levels))
+    op_id = _collective_instances(c, collective, tree, join)
+    notes.update(_unrecognised_communication(c, first < 0, op_id, tree))
     notes.update(_unsized(collective, collective_names, c.bytes))
     strings["collective"] = pool.submit(text, collective_names, collective)
 
@@ -423,11 +421,11 @@ def _columns(
     _number_steps(c, is_step, step)
     _number_epochs(c, is_epoch, epoch)
     del is_epoch
-    _inherit(step, c.parent_row, levels, NULL)
-    _inherit(epoch, c.parent_row, levels, NULL)
+    tree.inherit(step, NULL)
+    tree.inherit(epoch, NULL)
     _steps_by_time(c, phase, step, epoch)
-    _steps_of_launches(c, levels, step, epoch)
-    del levels
+    _steps_of_launches(c, tree, step, epoch)
+    del tree
     columns = {
         "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n),
         "rank": pa.array(c.rank.astype(np.int32, copy=False)),
@@ -472,7 +470,7 @@ def _rule_collectives(names: list, rules: PhaseRules, first: np.ndarray):
 
 
 def _collective_instances(
-    c: Columns, collective: np.ndarray, levels: list, join=None
+    c: Columns, collective: np.ndarray, tree: _Nesting, join=None
 ) -> np.ndarray:
     """One instance per real collective: a collective row nested in another
     gives it its bytes (the largest known) and is no collective of its own;
@@ -501,17 +499,18 @@ def _collective_instances(
     op_id[nested] = op_id[top_of_nested]
     if rows.size:  # only rows below the shallowest collective can inherit one
         shallowest = c.depth[rows].min()
-        deeper = [level for level in levels if c.depth[level[0]] > shallowest]
-        _inherit(op_id, c.parent_row, deeper, NULL)
+        tree.inherit(op_id, NULL, below=shallowest)
     return op_id
 
 
-def _strings(names: list, codes: np.ndarray, lean: bool = False) -> pa.Array:
-    """names[code] per row, null where code is -1 (``lean``: see
-    :func:`finish_columns`)."""
-    built = fastjson.gather_strings(names, codes, None if lean else _text_pool())
+def _strings(names: list, codes: np.ndarray, via=None, lean: bool = False) -> pa.Array:
+    """names[code] per row, null where code is -1 (``via``: the code of
+    row via[i], null where that is -1; ``lean``: see :func:`finish_columns`)."""
+    built = fastjson.gather_strings(names, codes, None if lean else _text_pool(), via)
     if built is not None:
         return built
+    if via is not None:
+        codes = np.where(via >= 0, codes[np.maximum(via, 0)], -1)
     # a null name at the end for the missing: no validity mask to build
     indices = np.where(codes < 0, len(names), codes)
     return pc.take(pa.array([*names, None], pa.string()), indices, memory_pool=_text_pool())
@@ -547,6 +546,35 @@ def _malloc_trim():
 def _integers(values: np.ndarray) -> pa.Array:
     missing = values == NULL
     return pa.array(values, mask=missing) if missing.any() else pa.array(values)
+
+
+class _Nesting:
+    """The rows' nesting, to pass values down from parent to rows: one C
+    pass in row order where every parent comes before its rows, or every
+    one after them, at one level less deep (fastjson.nesting_order); else
+    level by level, top level first, in numpy. The levels are built only
+    when asked for."""
+
+    def __init__(self, parent_row: np.ndarray, depth: np.ndarray):
+        self.parent_row, self.depth = parent_row, depth
+        plain = parent_row.dtype == np.int64 and parent_row.flags.c_contiguous
+        self.order = fastjson.nesting_order(parent_row, depth) if plain else 0
+
+    @functools.cached_property
+    def levels(self) -> list[np.ndarray]:
+        return _levels(self.parent_row, self.depth)
+
+    def inherit(self, values: np.ndarray, missing, below=None) -> None:
+        """Fill missing values from the parent, in place; ``below``: only
+        rows deeper than that take one (none above it can: a shortcut of
+        the level-by-level path)."""
+        if self.order and values.dtype in (np.int8, np.int64) and values.flags.c_contiguous:
+            fastjson.inherit(values, self.parent_row, missing, self.order)
+            return
+        levels = self.levels
+        if below is not None:
+            levels = [level for level in levels if self.depth[level[0]] > below]
+        _inherit(values, self.parent_row, levels, missing)
 
 
 def _levels(parent_row: np.ndarray, depth: np.ndarray) -> list[np.ndarray]:
@@ -730,7 +758,7 @@ def _optimizer_windows(c: Columns, phase: np.ndarray, rank) -> pd.DataFrame:
     )
 
 
-def _steps_of_launches(c: Columns, levels: list, step: np.ndarray, epoch: np.ndarray) -> None:
+def _steps_of_launches(c: Columns, tree: _Nesting, step: np.ndarray, epoch: np.ndarray) -> None:
     """In place: a row whose parent is on another location (GPU work under
     the runtime call that launched it, found by correlation id), and every
     row inside it, is in its launch's step, not in the one its own start
@@ -740,7 +768,7 @@ def _steps_of_launches(c: Columns, levels: list, step: np.ndarray, epoch: np.nda
     launched = (c.parent_row >= 0) & (c.location != c.location[parent])
     if not launched.any():
         return
-    for rows in levels:  # top level first: a parent is final before its rows
+    for rows in tree.levels:  # top level first: a parent is final before its rows
         mine = rows[launched[rows] | launched[parent[rows]]]
         launched[mine] = True
         step[mine] = step[parent[mine]]

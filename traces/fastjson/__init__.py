@@ -11,7 +11,12 @@ JSON of the shapes the reader's msgspec structs accept; on anything else it
 returns None and the reader decodes the chunk with msgspec, as it would
 without it.
 
-``stack_parents()`` is traces/nesting.py's nesting rule in one C pass.
+``stack_parents()`` is traces/nesting.py's nesting rule in one C pass;
+``gather_strings()``, ``nesting_order()``/``inherit()``, ``outermost()``
+and ``any_outlives()`` are traces/table.py's text columns, its values
+passed down the nesting, its collective instances and the OTF2 reader's
+two-thread check, each one C pass
+where numpy would make several and their temporary arrays.
 
 The library is built on first use with gcc into
 ``~/.cache/ddl-compare/fastjson/`` (one file per hash of the source); with
@@ -152,8 +157,32 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.stack_parents.restype = None
     lib.pair_edges.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 5
     lib.pair_edges.restype = ctypes.c_int64
-    lib.gather_strings.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] + [ctypes.c_void_p] * 2
-    lib.gather_strings.restype = None
+    pointer, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
+    lib.string_bytes.argtypes = [pointer, pointer, i32, pointer, pointer, i64, pointer]
+    lib.string_bytes.restype = ctypes.c_int64
+    lib.gather_strings.argtypes = [
+        pointer,
+        pointer,
+        pointer,
+        i32,
+        pointer,
+        pointer,
+        i64,
+        i64,
+        pointer,
+        pointer,
+        pointer,
+    ]
+    lib.gather_strings.restype = ctypes.c_int
+    lib.nesting_order.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int32, ctypes.c_int64]
+    lib.nesting_order.restype = ctypes.c_int32
+    for name, kind in (("inherit_i64", ctypes.c_int64), ("inherit_i8", ctypes.c_int8)):
+        getattr(lib, name).argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64, kind, ctypes.c_int32]
+        getattr(lib, name).restype = None
+    lib.any_outlives.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64]
+    lib.any_outlives.restype = ctypes.c_int32
+    lib.outermost.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64, ctypes.c_void_p]
+    lib.outermost.restype = None
     lib.name_table_new.argtypes = []
     lib.name_table_new.restype = ctypes.c_void_p
     lib.name_table_free.argtypes = [ctypes.c_void_p]
@@ -324,12 +353,14 @@ def pair_edges(key: np.ndarray, is_begin: np.ndarray):
     return begins, end_of[begins], depth[begins], int(unmatched), unclosed.value
 
 
-def gather_strings(names: list, codes: np.ndarray, pool=None) -> pa.StringArray | None:
+def gather_strings(
+    names: list, codes: np.ndarray, pool=None, via: np.ndarray | None = None
+) -> pa.StringArray | None:
     """``names[code]`` for each code (null where it is negative or the name
-    is None) as an Arrow string array, built in C into buffers of exactly
-    its size from ``pool`` (Arrow's ``take`` grows its buffer as it goes:
-    twice the column at its peak); None when there is no compiled library
-    or the column would not fit 32-bit offsets (the caller then takes)."""
+    is None; with ``via``, the code of row ``via[i]``, null where that is
+    -1) as an Arrow string array, built in C into buffers of exactly its
+    size from ``pool``; None when there is no compiled library or the
+    column would not fit 32-bit offsets (the caller then takes)."""
     lib = library()
     if lib is None:
         return None
@@ -339,34 +370,79 @@ def gather_strings(names: list, codes: np.ndarray, pool=None) -> pa.StringArray 
         return None  # not text: the caller's take says why
     _, name_offsets, name_bytes = table.buffers()
     name_at = np.frombuffer(name_offsets, dtype=np.int32, count=len(names) + 1)
+    known = table.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8)
     codes = np.ascontiguousarray(codes, dtype=np.int32)
-    n = len(codes)
-    if n and codes.max() >= len(names):
-        return None  # no such name: the caller's take says so
-    valid = codes >= 0
-    if table.null_count:
-        known = table.is_valid().to_numpy(zero_copy_only=False)
-        valid &= known[np.maximum(codes, 0)]
-        codes = np.where(valid, codes, -1).astype(np.int32)
-    counts = np.bincount(codes[valid], minlength=len(names))
-    total = int(counts @ np.diff(name_at).astype(np.int64))
-    if total > np.iinfo(np.int32).max:
-        return None
+    n = len(codes) if via is None else len(via)
+    via = None if via is None else np.ascontiguousarray(via, dtype=np.int64)
+    through = 0 if via is None else via.ctypes.data
+    nulls = ctypes.c_int64()
+    head = (name_at.ctypes.data, known.ctypes.data, len(names), codes.ctypes.data, through, n)
+    total = lib.string_bytes(*head, ctypes.byref(nulls))
+    if total < 0 or total > np.iinfo(np.int32).max:
+        return None  # no such name (the caller's take says so), or too long
+    buffers = [4 * (n + 1), total] + ([(n + 7) // 8] if nulls.value else [])
     if pool is None:  # mapped for this column alone, unmapped with it
-        offsets, data = (pa.py_buffer(np.empty(k, np.uint8)) for k in (4 * (n + 1), total))
+        built = [pa.py_buffer(np.empty(k, np.uint8)) for k in buffers]
     else:  # pages the pool keeps from column to column (faster; held longer)
-        offsets = pa.allocate_buffer(4 * (n + 1), memory_pool=pool)
-        data = pa.allocate_buffer(total, memory_pool=pool)
-    lib.gather_strings(
+        built = [pa.allocate_buffer(k, memory_pool=pool) for k in buffers]
+    offsets, data, *validity = built
+    status = lib.gather_strings(
         name_at.ctypes.data,
         name_bytes.address if name_bytes is not None else 0,
-        codes.ctypes.data,
-        n,
+        *head[1:],
+        total,
         offsets.address,
         data.address,
+        validity[0].address if validity else 0,
     )
-    nulls = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.StringArray.from_buffers(n, offsets, data, nulls)
+    if status != 0:
+        raise MemoryError("gather_strings: out of memory")
+    return pa.StringArray.from_buffers(n, offsets, data, validity[0] if validity else None)
+
+
+def nesting_order(parent: np.ndarray, depth: np.ndarray) -> int:
+    """1 when every row's parent comes before it, -1 when after it, 0 when
+    neither or where a depth is not its parent's plus one (or with no
+    compiled library): the order in which ``inherit`` passes values down."""
+    lib = library()
+    if lib is None or depth.dtype not in (np.int32, np.int64) or len(parent) != len(depth):
+        return 0
+    parent = np.ascontiguousarray(parent, dtype=np.int64)
+    depth = np.ascontiguousarray(depth)
+    return lib.nesting_order(parent.ctypes.data, depth.ctypes.data, depth.itemsize, len(parent))
+
+
+def inherit(values: np.ndarray, parent: np.ndarray, missing, order: int) -> None:
+    """In place: the rows whose value is ``missing`` take their parent's,
+    in the ``order`` nesting_order() gave (not 0)."""
+    name = {np.dtype(np.int64): "inherit_i64", np.dtype(np.int8): "inherit_i8"}[values.dtype]
+    assert values.flags.c_contiguous and parent.dtype == np.int64 and order
+    getattr(library(), name)(values.ctypes.data, parent.ctypes.data, len(values), missing, order)
+
+
+def any_outlives(parent: np.ndarray, end: np.ndarray) -> bool | None:
+    """Whether a row ends after its parent; None with no compiled library."""
+    lib = library()
+    if lib is None:
+        return None
+    parent = np.ascontiguousarray(parent, dtype=np.int64)
+    end = np.ascontiguousarray(end, dtype=np.int64)
+    return bool(lib.any_outlives(parent.ctypes.data, end.ctypes.data, len(parent)))
+
+
+def outermost(parent: np.ndarray, marked: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
+    """traces.nesting.outermost in one C pass; None with no compiled library."""
+    lib = library()
+    if lib is None:
+        return None
+    parent = np.ascontiguousarray(parent, dtype=np.int64)
+    marked = np.ascontiguousarray(marked, dtype=np.bool_)
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    top = np.empty(len(rows), dtype=np.int64)
+    lib.outermost(
+        parent.ctypes.data, marked.ctypes.data, rows.ctypes.data, len(rows), top.ctypes.data
+    )
+    return top
 
 
 class NameTable:

@@ -625,24 +625,121 @@ int64_t pair_edges(const int64_t *key, const uint8_t *is_begin, int64_t n, int64
     return unmatched;
 }
 
-/* traces/table.py's text columns: row i is the name of code codes[i] (the
- * bytes name_at[c] .. name_at[c + 1] of names: the names as an Arrow
- * string array's offsets and data), empty where the code is negative (a
- * null: the caller marks it). offsets (n + 1) and out (exactly the rows'
- * bytes, which the caller counted) are written; every name is copied once
- * per row, with no growing buffer. */
-void gather_strings(const int32_t *name_at, const uint8_t *names, const int32_t *codes, int64_t n,
-                    int32_t *offsets, uint8_t *out) {
+/* traces/table.py's text columns: row i holds the name of code
+ * codes[i], or of codes[via[i]] where via is given (the parent's region;
+ * -1: none); names are the bytes name_at[c] .. name_at[c + 1] of names (an
+ * Arrow string array's offsets and data); a negative code or a name marked
+ * absent in name_valid is a null. row_code() is the one rule of both
+ * passes. */
+static inline int32_t row_code(const uint8_t *name_valid, const int32_t *codes,
+                               const int64_t *via, int64_t i) {
+    int64_t at = via ? via[i] : i;
+    if (at < 0) return -1;
+    int32_t c = codes[at];
+    return c >= 0 && name_valid[c] ? c : -1;
+}
+
+/* The first pass: the bytes of the column's rows (-1: a code with no
+ * name), and *nulls. */
+int64_t string_bytes(const int32_t *name_at, const uint8_t *name_valid, int32_t names,
+                     const int32_t *codes, const int64_t *via, int64_t n, int64_t *nulls) {
+    int64_t total = 0, missing = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t at = via ? via[i] : i;
+        if (at >= 0 && codes[at] >= names) return -1;
+        int32_t c = row_code(name_valid, codes, via, i);
+        if (c < 0) missing++;
+        else total += name_at[c + 1] - name_at[c];
+    }
+    *nulls = missing;
+    return total;
+}
+
+enum { SLOT = 32 };
+
+/* The second pass: offsets (n + 1), out (exactly the `total` bytes the
+ * first pass counted) and, where given, the validity bitmap. Names of up
+ * to SLOT bytes are copied as SLOT bytes from a padded copy (a fixed-size
+ * copy is a few stores, not a call): what lands past a row's end is
+ * written over by the rows after it, and the last rows, near the end of
+ * out, are copied exactly. Returns -1 when out of memory. */
+int gather_strings(const int32_t *name_at, const uint8_t *names, const uint8_t *name_valid,
+                   int32_t n_names, const int32_t *codes, const int64_t *via, int64_t n,
+                   int64_t total, int32_t *offsets, uint8_t *out, uint8_t *validity) {
+    uint8_t *slots = calloc((size_t)n_names + 1, SLOT);
+    if (!slots) return -1;
+    for (int32_t c = 0; c < n_names; c++) {
+        int32_t len = name_at[c + 1] - name_at[c];
+        memcpy(slots + (size_t)c * SLOT, names + name_at[c], len <= SLOT ? len : 0);
+    }
     int64_t at = 0;
     offsets[0] = 0;
+    if (validity) memset(validity, 0, (size_t)(n + 7) / 8);
     for (int64_t i = 0; i < n; i++) {
-        int32_t c = codes[i];
+        int32_t c = row_code(name_valid, codes, via, i);
         if (c >= 0) {
             int32_t len = name_at[c + 1] - name_at[c];
-            memcpy(out + at, names + name_at[c], len);
+            if (len <= SLOT && at + SLOT <= total)
+                memcpy(out + at, slots + (size_t)c * SLOT, SLOT);
+            else
+                memcpy(out + at, names + name_at[c], len);
             at += len;
+            if (validity) validity[i >> 3] |= (uint8_t)(1u << (i & 7));
         }
         offsets[i + 1] = (int32_t)at;
+    }
+    free(slots);
+    return 0;
+}
+
+/* How traces/table.py passes values down the nesting: 1 when every row's
+ * parent comes before it, -1 when every one comes after it (a reader's
+ * rows in the order their intervals ended), 0 otherwise; 0 too where a
+ * row's depth is not one more than its parent's (values then pass level
+ * by level, in numpy). depth: int32 or int64 (depth_bytes 4 or 8). */
+int32_t nesting_order(const int64_t *parent, const void *depth, int32_t depth_bytes, int64_t n) {
+    int before = 1, after = 1;
+    for (int64_t i = 0; i < n && (before || after); i++) {
+        int64_t p = parent[i];
+        if (p < 0) continue;
+        int64_t d = depth_bytes == 4 ? ((const int32_t *)depth)[i] : ((const int64_t *)depth)[i];
+        int64_t dp = depth_bytes == 4 ? ((const int32_t *)depth)[p] : ((const int64_t *)depth)[p];
+        if (d != dp + 1) return 0;
+        if (p > i) before = 0;
+        else after = 0;
+    }
+    return before ? 1 : after ? -1 : 0;
+}
+
+/* Rows whose value is `missing` take their parent's, in an order
+ * nesting_order() gave (the parent's value is final before its rows). */
+#define INHERIT(name, type)                                                              \
+    void name(type *v, const int64_t *parent, int64_t n, type missing, int32_t order) { \
+        for (int64_t k = 0; k < n; k++) {                                                \
+            int64_t i = order > 0 ? k : n - 1 - k;                                       \
+            if (v[i] == missing && parent[i] >= 0) v[i] = v[parent[i]];                  \
+        }                                                                                \
+    }
+INHERIT(inherit_i64, int64_t)
+INHERIT(inherit_i8, int8_t)
+
+/* Whether a row ends after its parent (traces/readers/otf2_reader.py's
+ * sign of two threads on one location). */
+int32_t any_outlives(const int64_t *parent, const int64_t *end, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (parent[i] >= 0 && end[i] > end[parent[i]]) return 1;
+    return 0;
+}
+
+/* traces/nesting.py's outermost(): for each of the n rows, the outermost
+ * marked row among itself and its ancestors (a walk up from each). */
+void outermost(const int64_t *parent, const uint8_t *marked, const int64_t *rows, int64_t n,
+               int64_t *top) {
+    for (int64_t k = 0; k < n; k++) {
+        int64_t found = rows[k];
+        for (int64_t at = parent[rows[k]]; at >= 0; at = parent[at])
+            if (marked[at]) found = at;
+        top[k] = found;
     }
 }
 

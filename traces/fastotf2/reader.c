@@ -45,7 +45,7 @@ typedef struct {
     int64_t *parent;           /* row of the enclosing interval, -1 at top level */
     int64_t *step, *epoch;     /* NONE when unknown (negative: outside steps) */
     int32_t *collective;       /* OTF2_CollectiveOp, -1 when none */
-    int64_t *bytes;            /* -1 when unknown */
+    int64_t *bytes;            /* NONE when unknown (or negative) */
     int64_t *enter_row;        /* scratch: enter number -> row, enter_capacity long */
     int64_t enter_capacity;
     /* Lookups by definition ref, of the definitions present (their refs
@@ -195,7 +195,7 @@ static OTF2_CallbackCode leave(OTF2_LocationRef location, OTF2_TimeStamp time, u
     out->step[row] = e.step < 0 ? NONE : e.step;
     out->epoch[row] = e.epoch < 0 ? NONE : e.epoch;
     out->collective[row] = e.collective;
-    out->bytes[row] = e.bytes;
+    out->bytes[row] = e.bytes < 0 ? NONE : e.bytes;
     return OTF2_CALLBACK_SUCCESS;
 }
 
@@ -303,7 +303,7 @@ static OTF2_CallbackCode collective_complete(OTF2_LocationRef l, OTF2_TimeStamp 
     int64_t row = out->enter_row[enter];
     if (row >= 0) { /* the requesting region has ended (the usual case) */
         out->collective[row] = op;
-        out->bytes[row] = nbytes;
+        out->bytes[row] = nbytes < 0 ? NONE : nbytes;
         return OTF2_CALLBACK_SUCCESS;
     }
     for (int64_t i = s->depth - 1; i >= 0; i--)

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from runfiles import variables
-from traces import fastotf2, nesting
+from traces import fastjson, fastotf2, nesting
 from traces.readers import Problem, Reader, TraceError, counted, register
 from traces.table import NULL, Columns, Rows, finish_columns
 
@@ -678,14 +678,15 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
         _ticks_to_ns(raw[name], clock)
     region_names, region = _region_codes(raw.pop("region"), {r._ref: r.name for r in defs.regions})
     raw_ops = raw.pop("collective")
-    ops, collective = _collective_codes(raw_ops, otf2.CollectiveOp)
+    ops, collective, unnamed = _collective_codes(raw_ops, otf2.CollectiveOp)
     described = [locations[loc._ref] for loc in selected]  # (rank, node, name)
     nodes = list(dict.fromkeys(node for _, node, _ in described))
     node_of = np.array([nodes.index(node) for _, node, _ in described], dtype=np.int32)
     rank_of = np.array([rank for rank, _, _ in described], dtype=np.int32)
     where = raw["location"]
-    nbytes = raw["bytes"]
-    nbytes[(nbytes < 0) | ((raw_ops >= 0) & (collective < 0))] = NULL  # none, or no collective
+    nbytes = raw["bytes"]  # NULL where unknown, from the C reader
+    if unnamed:  # communicator management present: no collective, no bytes
+        nbytes[(raw_ops >= 0) & (collective < 0)] = NULL
     columns = Columns(
         rank=rank_of[where],
         node=node_of[where],
@@ -742,9 +743,13 @@ def _ticks_to_ns(ticks: np.ndarray, clock) -> None:
     """In place, exactly as _State.ns does it."""
     realtime = clock.realtime_timestamp
     base = realtime if 0 < realtime < 2**63 else 0
+    offset = clock.global_offset
+    if clock.timer_resolution == 1_000_000_000 and 0 <= offset < 2**63:
+        # one pass: the two int64 sums, wrapping as numpy's would
+        ticks += (base - offset + 2**63) % 2**64 - 2**63
+        return
     ticks -= clock.global_offset
-    if clock.timer_resolution != 1_000_000_000:
-        ticks[:] = np.rint(ticks.astype(np.float64) * (1e9 / clock.timer_resolution))
+    ticks[:] = np.rint(ticks.astype(np.float64) * (1e9 / clock.timer_resolution))
     ticks += base
 
 
@@ -766,16 +771,17 @@ def _region_codes(refs: np.ndarray, names: dict) -> tuple[list, np.ndarray]:
     return [names.get(int(ref), f"region {ref}") for ref in present], codes
 
 
-def _collective_codes(ops: np.ndarray, enum) -> tuple[list, np.ndarray]:
-    """OTF2 collective ops (-1: none) -> (names, codes); ops that are no
-    collective (communicator management) take -1 as well."""
+def _collective_codes(ops: np.ndarray, enum) -> tuple[list, np.ndarray, bool]:
+    """OTF2 collective ops (-1: none) -> (names, codes, whether some op is
+    no collective); ops that are no collective (communicator management)
+    take -1 as well."""
     present = np.flatnonzero(np.bincount(ops + 1)) - 1 if ops.size else np.array([], dtype=int)
     present = present[present >= 0]
     named = [_collective_name(enum(int(op))) for op in present]
     names = list(dict.fromkeys(n for n in named if n))
     code_of = np.full(int(present[-1]) + 2 if present.size else 1, -1, dtype=np.int32)
     code_of[present + 1] = [names.index(n) if n else -1 for n in named]
-    return names, code_of[ops + 1]
+    return names, code_of[ops + 1], None in named
 
 
 @register
@@ -816,6 +822,8 @@ def separate_threads(c: Columns) -> Columns:
     ran in, and no user region is the parent of an MPI call or the reverse.
     Elsewhere nothing changes."""
     parent = c.parent_row
+    if fastjson.any_outlives(parent, c.end_ns) is False:  # one C pass, no arrays
+        return c
     has = parent >= 0
     up = np.maximum(parent, 0)
     outlives = has & (c.end_ns > c.end_ns[up])
