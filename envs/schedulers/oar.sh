@@ -49,6 +49,14 @@ configure() {
   setting DB_BASE_PASSWD_RO ddlcoar_ro
   setting SERVER_HOSTNAME localhost
   setting SCHEDULER_MIN_TIME_BETWEEN_2_CALLS 0  # else each job waits ~11 s
+  # A lost node is found within seconds, running jobs or not (OAR's default:
+  # every 300 s, and never a node that runs a job): OAR then marks it
+  # Suspected and ends its jobs in Error, as Slurm's SlurmdTimeout does.
+  setting FINAUD_FREQUENCY 10
+  setting CHECK_NODES_WITH_RUNNING_JOB yes
+  # A job whose first node is lost is ended (Error, EXTERMINATE_JOB) once
+  # Leon has tried to reach it for this long (300 s by default).
+  setting JOBDEL_WALLTIME 30
   # No cgroups or cpusets here.
   sed -i 's|^JOB_RESOURCE_MANAGER_PROPERTY_DB_FIELD=|#&|; s|^CPUSET_PATH=|#&|' /etc/oar/oar.conf
   if [ "$nodes" != localhost ]; then
@@ -130,8 +138,8 @@ revive_nodes() {
   local entry host
   for entry in $nodes; do
     host=${entry%%=*}
-    oarnodes -s "$host" 2>/dev/null | grep -Eq 'Suspected|Absent' || continue
-    say "$host: $(oarnodes -s "$host" | grep -Eo 'Suspected|Absent' | sort -u | tr '\n' ' ')-> Alive"
+    oarnodes -s "$host" 2>/dev/null | grep -Eq 'Suspected|Absent|Dead' || continue
+    say "$host: $(oarnodes -s "$host" | grep -Eo 'Suspected|Absent|Dead' | sort -u | tr '\n' ' ')-> Alive"
     oarnodesetting -s Alive -h "$host" >/dev/null
   done
 }
