@@ -54,13 +54,22 @@ class OarUser:
 
     def run(self, argv: list[str], cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [RUNUSER, "-u", self.name, "--", *argv],
+            self.as_user(argv),
             cwd=cwd,
             env=self.env,
             capture_output=True,
             text=True,
             timeout=timeout,
         )
+
+    def start(self, argv: list[str], cwd: Path, log) -> subprocess.Popen:
+        """argv in the background, its output into ``log``."""
+        return subprocess.Popen(
+            self.as_user(argv), cwd=cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT
+        )
+
+    def as_user(self, argv: list[str]) -> list[str]:
+        return [RUNUSER, "-u", self.name, "--", *argv]
 
 
 @pytest.fixture(scope="session")
