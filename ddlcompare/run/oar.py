@@ -222,12 +222,17 @@ def why(job_id: str, job: dict | None, lost: dict | None = None) -> str:
     if job.get("exit_code") is not None:
         said.append(f"exit code {job['exit_code']}")
     said += [f"node {host} {state}" for host, state in (lost or {}).items()]
-    said += [
+    said += causes(job)
+    return f"OAR job {job_id}: " + ", ".join(said)
+
+
+def causes(job: dict) -> list[str]:
+    """The job's events that say why it ended or what went wrong around it."""
+    return [
         f"{e.get('type')} ({e.get('description')})"
         for e in job.get("events") or []
         if e.get("type") not in MECHANICS
     ]
-    return f"OAR job {job_id}: " + ", ".join(said)
 
 
 def record_stop(marker: str, reason: str) -> None:
@@ -253,6 +258,19 @@ def record_stop(marker: str, reason: str) -> None:
         print(f"oar status: cannot record the stop in {run_dir}: {exc}", file=sys.stderr)
 
 
+def note_failure(marker: str, reason: str) -> None:
+    """A run that failed inside a job OAR has more to say of (a node lost
+    under it: the run saw only its ranks die) gets OAR's words beside its
+    own, in its done marker and its record."""
+    for path in (Path(marker), Path(marker).with_name(RUN_RECORD)):
+        try:
+            doc = json.loads(path.read_text())
+            if doc.get("status") == "failed" and "OAR job " not in str(doc.get("reason")):
+                write_json(path, {**doc, "reason": f"{doc.get('reason')}; {reason}"})
+        except (OSError, ValueError) as exc:
+            print(f"oar status: cannot note OAR's words in {path}: {exc}", file=sys.stderr)
+
+
 def status(job_id: str) -> str:
     record = JOBS_DIR / f"{job_id}.json"
     marker = json.loads(record.read_text())["done"] if record.exists() else None
@@ -268,6 +286,10 @@ def status(job_id: str) -> str:
         subprocess.run(["oardel", job_id], capture_output=True)
     if said == "failed" and marker and not Path(marker).exists():
         record_stop(marker, why(job_id, job, lost))
+    # A job is Finishing while OAR ends it (cleaning its nodes, which adds
+    # CPUSET_CLEAN_ERROR), and Terminated only then: its events are all there.
+    if said == "success" and marker and job and causes(job):
+        note_failure(marker, why(job_id, job))
     return said
 
 
