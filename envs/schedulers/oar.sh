@@ -135,11 +135,14 @@ add_resources() {
 revive_nodes() {
   # A node OAR marked Suspected or Absent (lost, then restored: its sshd is
   # back) is taken back, as an administrator does once it is repaired.
-  local entry host
+  local entry host states
   for entry in $nodes; do
     host=${entry%%=*}
-    oarnodes -s "$host" 2>/dev/null | grep -Eq 'Suspected|Absent|Dead' || continue
-    say "$host: $(oarnodes -s "$host" | grep -Eo 'Suspected|Absent|Dead' | sort -u | tr '\n' ' ')-> Alive"
+    # Read whole first: with pipefail, grep -q stopping at its first match
+    # could fail the pipe (oarnodes killed by SIGPIPE) and skip the node.
+    states=$(oarnodes -s "$host" 2>/dev/null) || continue
+    grep -Eq 'Suspected|Absent|Dead' <<< "$states" || continue
+    say "$host: $(grep -Eo 'Suspected|Absent|Dead' <<< "$states" | sort -u | tr '\n' ' ')-> Alive"
     oarnodesetting -s Alive -h "$host" >/dev/null
   done
 }
