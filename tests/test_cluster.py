@@ -22,6 +22,7 @@ from conftest import REPO, write_design
 from ddlcompare.run import cluster, envs, netem
 from ddlcompare.run.schedulers import slurm
 from frameworks import registry
+from test_oar import OarUser, oarstat
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 DDLC = str(REPO / "ddlc")
@@ -120,15 +121,19 @@ def slurm_cluster():
     assert cluster.HOSTS_BEGIN not in Path("/etc/hosts").read_text()
 
 
-def slurm_snakemake(workdir: Path, env: dict, *extra: str, limit: int = 420):
+def slurm_argv(workdir: Path, *extra: str, limit: int = 420) -> list[str]:
     """`snakemake --profile slurm` from the project root, as the card writes
     it; squeue for status (the cluster keeps no accounting), polled often."""
-    argv = [
+    return [
         "timeout", "-k", "30", str(limit), SNAKEMAKE, "--profile", "slurm",
         "-d", str(workdir), "--config", f"design={workdir / 'design.yaml'}",
         "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
         "--seconds-between-status-checks", "2", "--latency-wait", "5", *extra,
     ]  # fmt: skip
+
+
+def slurm_snakemake(workdir: Path, env: dict, *extra: str, limit: int = 420):
+    argv = slurm_argv(workdir, *extra, limit=limit)
     return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
 
 
@@ -189,8 +194,6 @@ def test_every_installed_framework_trains_across_two_nodes_through_slurm(slurm_c
 def oar_cluster(slurm_cluster):
     """The cluster's OAR, and its unprivileged user (OAR refuses root's jobs)
     able to reach this checkout and every environment's Python."""
-    from test_oar import OarUser
-
     script = str(cluster.OAR_SCRIPT)
     env = cluster.oar_env(slurm_cluster[0]["nodes"])
     pythons = [envs.python_for(e) for e in {registry.FRAMEWORKS[n].env for n in INSTALLED}]
@@ -208,17 +211,20 @@ def oar_cluster(slurm_cluster):
     shutil.rmtree(user.home / "ddlc-tests", ignore_errors=True)
 
 
-def oar_snakemake(user, workdir: Path, *extra: str, limit: int = 420):
+def oar_argv(workdir: Path, *extra: str, limit: int = 420) -> list[str]:
     """`snakemake --profile grid5000` from the project root, as the submitting
     user. By path: with -d, a profile found by its bare name in the working
     directory gives its scripts relative to it (docs/clusters.md)."""
-    argv = [
+    return [
         "timeout", "-k", "30", str(limit), str(Path(sys.executable).parent / "python"),
         "-m", "snakemake", "--profile", str(REPO / "grid5000"), "-d", str(workdir),
         "--config", f"design={workdir / 'design.yaml'}", "--seconds-between-status-checks", "1",
         "--max-status-checks-per-second", "10", "--latency-wait", "5", *extra,
     ]  # fmt: skip
-    return user.run(argv, REPO, timeout=limit + 60)
+
+
+def oar_snakemake(user, workdir: Path, *extra: str, limit: int = 420):
+    return user.run(oar_argv(workdir, *extra, limit=limit), REPO, timeout=limit + 60)
 
 
 @pytest.mark.slow
@@ -250,15 +256,50 @@ def fault_design(workdir: Path, epochs=(1, 500)) -> None:
     write_design(workdir, doc)
 
 
-def start_snakemake(workdir: Path, env: dict, *extra: str) -> subprocess.Popen:
-    argv = [
-        "timeout", "-k", "30", "600", SNAKEMAKE, "--profile", "slurm", "-d", str(workdir),
-        "--config", f"design={workdir / 'design.yaml'}", "--slurm-status-command", "squeue",
-        "--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2",
-        "--latency-wait", "5", *extra,
-    ]  # fmt: skip
-    log = open(workdir / "snakemake.log", "w")
-    return subprocess.Popen(argv, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+class SlurmWay:
+    """The slurm profile as the fault tests drive it: as root, squeue for status."""
+
+    def __init__(self, env: dict):
+        self.env = env
+        self.argv = slurm_argv
+
+    def start(self, argv: list[str], log) -> subprocess.Popen:
+        return subprocess.Popen(argv, env=self.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+    def run(self, argv: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, capture_output=True, text=True, env=self.env, cwd=REPO)
+
+    @staticmethod
+    def long_job(workdir: Path) -> str | None:
+        logs = (workdir / ".snakemake" / "slurm_logs" / "rule_run").glob("*epochs~500*/*.log")
+        return next((p.stem for p in logs), None)  # the plugin names a log by its job id
+
+    def cancel_all(self) -> None:
+        subprocess.run(["scancel", "--user", "root"], env=self.env)
+
+
+class OarWay:
+    """The grid5000 profile as the fault tests drive it: as OAR's user."""
+
+    def __init__(self, user):
+        self.user = user
+        self.argv = oar_argv
+
+    def start(self, argv: list[str], log) -> subprocess.Popen:
+        return self.user.start(argv, REPO, log)
+
+    def run(self, argv: list[str]) -> subprocess.CompletedProcess:
+        return self.user.run(argv, REPO)
+
+    @staticmethod
+    def long_job(workdir: Path) -> str | None:
+        jobs = (workdir / ".snakemake" / "oar_jobs").glob("*.json")  # our submit's, by job id
+        return next((p.stem for p in jobs if "epochs~500" in p.read_text()), None)
+
+    def cancel_all(self) -> None:
+        out = self.user.run(["oarstat", "-u", self.user.name, "-J"], REPO)
+        if jobs := list(json.loads(out.stdout or "{}")):
+            self.user.run(["oardel", *jobs], REPO)
 
 
 def by_epochs(workdir: Path) -> dict[int, dict]:
@@ -274,9 +315,9 @@ def wait_for(what: str, check, limit: float = 300):
     return found
 
 
-def long_run_training(workdir: Path, short_too: bool = True) -> str:
-    """The long run's Slurm job id, once the short run is done and the long
-    one trains (its epochs table has begun)."""
+def long_run_training(workdir: Path, way, short_too: bool = True) -> str:
+    """The long run's job id, once the short run is done and the long one
+    trains (its epochs table has begun)."""
 
     def training():
         done = [str(p) for p in (workdir / "results").rglob("done.json")]
@@ -287,24 +328,24 @@ def long_run_training(workdir: Path, short_too: bool = True) -> str:
         return len(done) == int(short_too) and steps
 
     wait_for("the long run training", training)
-    logs = (workdir / ".snakemake" / "slurm_logs" / "rule_run").glob("*epochs~500*/*.log")
-    return next(logs).stem  # the plugin names each job's log by its Slurm job id
+    return wait_for("the long run's job id", lambda: way.long_job(workdir), 30)
 
 
-@pytest.fixture
-def workflow(slurm_cluster, tmp_path):
-    """A workflow started in the background; whatever happens, it and its
+@contextlib.contextmanager
+def in_background(way, workdir: Path):
+    """Workflows started in the background; whatever happens, they and their
     jobs end with the test."""
     started = []
 
     def start(*extra):
-        started.append(start_snakemake(tmp_path, slurm_cluster[1], *extra))
+        log = open(workdir / "snakemake.log", "w")
+        started.append(way.start(way.argv(workdir, *extra, limit=600), log))
         return started[-1]
 
     yield start
     # The jobs first (the test cluster's own): a workflow whose jobs are gone
     # ends by itself, where one stopped first waits on them (30 s and more).
-    subprocess.run(["scancel", "--user", "root"], env=slurm_cluster[1])
+    way.cancel_all()
     for proc in started:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=15)
@@ -313,8 +354,14 @@ def workflow(slurm_cluster, tmp_path):
             proc.wait(timeout=60)
 
 
+@pytest.fixture
+def workflow(slurm_cluster, tmp_path):
+    with in_background(SlurmWay(slurm_cluster[1]), tmp_path) as start:
+        yield start
+
+
 def stopped_with(workdir: Path, proc: subprocess.Popen, said: str) -> dict:
-    """Snakemake ends failed; the long run is recorded interrupted, in Slurm's words."""
+    """Snakemake ends failed; the long run is recorded interrupted, in the scheduler's words."""
     assert proc.wait(timeout=300) != 0
     record = wait_for(
         "the long run's record",
@@ -322,23 +369,38 @@ def stopped_with(workdir: Path, proc: subprocess.Popen, said: str) -> dict:
     )
     assert record["status"] == "interrupted", record
     assert said in record["reason"], record["reason"]
+    print(f"recorded: {record['reason']}")
     return record
 
 
-def only_the_stopped_run_is_left(workdir: Path, env: dict) -> None:
+def only_the_stopped_run_is_left(workdir: Path, way) -> None:
     """Nothing finished is lost: a rerun (dry) does the long run alone."""
-    out = subprocess.run(
-        [SNAKEMAKE, "--profile", "slurm", "-d", str(workdir), "--config",
-         f"design={workdir / 'design.yaml'}", "--dry-run"],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=120,
-    )  # fmt: skip
+    out = way.run(way.argv(workdir, "--dry-run", limit=120))
     assert out.returncode == 0, out.stderr[-2000:]
     said = out.stdout + out.stderr  # the job stats: one run left
     assert {tuple(line.split()) for line in said.splitlines() if line.startswith("run ")} == {
         ("run", "1")
     }, said[-2000:]
     assert by_epochs(workdir)[1]["status"] == "ok"
-    assert len(list((workdir / "results").rglob("done.json"))) == 1
+    markers = [json.loads(p.read_text()) for p in (workdir / "results").rglob("done.json")]
+    assert [m["status"] for m in markers if m["status"] == "ok"] == ["ok"]
+
+
+def bring_back(lost: str, env: dict) -> None:
+    """The lost node's daemons again, and both schedulers take it back: the
+    tests after this one use the same cluster."""
+    oar = (cluster.STATE / "oar").exists()
+    if oar:  # OAR has found the node lost (finaud, a job's end): revived, it stays
+        wait_for(f"{lost} lost in OAR", lambda: oar_states(lost) & {"Suspected", "Dead"}, 60)
+    cluster.restore_node(lost)
+    wait_for("the node back in Slurm", lambda: "down" not in cluster._sinfo(env), 60)
+    if oar:  # OAR's probe job ran; the node is its again
+        wait_for(f"{lost} Alive in OAR", lambda: oar_states(lost) == {"Alive"}, 60)
+
+
+def oar_states(node: str) -> set[str]:
+    out = subprocess.run(["oarnodes", "-s", node], capture_output=True, text=True)
+    return {word for word in out.stdout.split() if word.isalpha() and word != node}
 
 
 @pytest.mark.slow
@@ -347,10 +409,10 @@ def test_a_job_cancelled_by_slurm_is_recorded_and_rerun_alone(slurm_cluster, wor
     _, env = slurm_cluster
     fault_design(tmp_path)
     proc = workflow()
-    job = long_run_training(tmp_path)
+    job = long_run_training(tmp_path, SlurmWay)
     subprocess.run(["scancel", job], env=env, check=True)
     stopped_with(tmp_path, proc, f"Slurm job {job}: CANCELLED")
-    only_the_stopped_run_is_left(tmp_path, env)
+    only_the_stopped_run_is_left(tmp_path, SlurmWay(env))
 
 
 @pytest.mark.slow
@@ -362,7 +424,7 @@ def test_a_node_lost_mid_job_is_recorded_and_slurm_runs_it_again(slurm_cluster, 
     _, env = slurm_cluster
     fault_design(tmp_path)
     workflow()
-    job = long_run_training(tmp_path)
+    job = long_run_training(tmp_path, SlurmWay)
 
     def job_nodes():
         out = subprocess.run(
@@ -388,13 +450,7 @@ def test_a_node_lost_mid_job_is_recorded_and_slurm_runs_it_again(slurm_cluster, 
         assert by_epochs(tmp_path)[1]["status"] == "ok"
         assert len(list((tmp_path / "results").rglob("done.json"))) == 1
     finally:
-        # OAR's too: it had marked the node Suspected, and its probe job must
-        # run again (tests after this one use OAR on the same cluster).
-        cluster.restore_node(lost)
-    wait_for("the node back", lambda: "down" not in cluster._sinfo(env), 60)
-    if (cluster.STATE / "oar").exists():  # OAR's probe job ran; the node is its again
-        states = subprocess.run(["oarnodes", "-s", lost], capture_output=True, text=True).stdout
-        assert "Alive" in states and "Suspected" not in states, states
+        bring_back(lost, env)
 
 
 @pytest.mark.slow
@@ -402,9 +458,84 @@ def test_a_node_lost_mid_job_is_recorded_and_slurm_runs_it_again(slurm_cluster, 
 def test_a_job_past_its_slurm_time_limit_is_recorded_and_rerun_alone(
     slurm_cluster, workflow, tmp_path
 ):
-    _, env = slurm_cluster
     fault_design(tmp_path, epochs=(500,))
     proc = workflow("--set-resources", "run:runtime=1")
-    job = long_run_training(tmp_path, short_too=False)
+    job = long_run_training(tmp_path, SlurmWay, short_too=False)
     stopped_with(tmp_path, proc, f"Slurm job {job}: TIMEOUT")
     assert not list((tmp_path / "results").rglob("done.json"))  # the next invocation reruns it
+
+
+# ---- scheduler faults (OAR) ---------------------------------------------------------------
+# OAR ends a job by SIGKILL to its processes: the runner cannot record it, and
+# the profile's status command does, from oarstat's state and events
+# (ddlcompare/run/oar.py).
+
+
+@pytest.fixture
+def oar_faults(oar_cluster):
+    """A workdir of OAR's user and a workflow started there in the background."""
+    way, workdir = OarWay(oar_cluster), oar_cluster.workdir("faults")
+    with in_background(way, workdir) as start:
+        yield way, workdir, start
+
+
+def oar_ended(user, job: str) -> dict | None:
+    found = oarstat(user, job, REPO)
+    return found if found["state"] in ("Terminated", "Error") else None
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+def test_a_job_deleted_by_oardel_is_recorded_and_rerun_alone(oar_faults):
+    way, workdir, start = oar_faults
+    fault_design(workdir)
+    proc = start()
+    job = long_run_training(workdir, way)
+    way.user.run(["oardel", job], REPO)
+    record = stopped_with(workdir, proc, f"OAR job {job}: Error")
+    assert f"FRAG_JOB_REQUEST (User {way.user.name} requested" in record["reason"], record
+    only_the_stopped_run_is_left(workdir, way)
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+@pytest.mark.parametrize("which", ["the runner's", "the other"])
+def test_a_node_lost_mid_job_is_recorded_by_oar_and_rerun_alone(slurm_cluster, oar_faults, which):
+    """The runner's node (OAR's oarexec's too) lost: OAR marks it Suspected
+    (finaud) and would keep the job until its walltime; the status command
+    records the run interrupted and deletes the job. The other node lost:
+    the run fails as its ranks die, and the status command adds OAR's words
+    (the node it suspects once the job has ended)."""
+    way, workdir, start = oar_faults
+    fault_design(workdir)
+    proc = start()
+    job = long_run_training(workdir, way)
+    owner = next(p for p in (workdir / "results").rglob("owner.json") if "epochs~500" in str(p))
+    runner = json.loads(owner.read_text())["host"]
+    nodes = oarstat(way.user, job, REPO)["assigned_network_address"]
+    lost = runner if which == "the runner's" else next(n for n in nodes if n != runner)
+    cluster.lose_node(lost)
+    try:
+        assert proc.wait(timeout=300) != 0
+        ended = wait_for("OAR ends the job", lambda: oar_ended(way.user, job), 120)
+        record = by_epochs(workdir)[500]
+        print(f"recorded: {record['status']}: {record['reason']}")
+        assert f"OAR job {job}: " in record["reason"] and lost in record["reason"], record
+        if which == "the runner's":
+            assert record["status"] == "interrupted" and not owner.exists(), record
+            assert "EXTERMINATE_JOB" in {e["type"] for e in ended["events"]}, ended["events"]
+        only_the_stopped_run_is_left(workdir, way)
+    finally:
+        bring_back(lost, slurm_cluster[1])
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+def test_a_job_past_its_oar_walltime_is_recorded_and_rerun_alone(oar_faults):
+    way, workdir, start = oar_faults
+    fault_design(workdir, epochs=(500,))
+    proc = start("--set-resources", "run:oar_walltime='0:01:30'")
+    job = long_run_training(workdir, way, short_too=False)
+    record = stopped_with(workdir, proc, f"OAR job {job}: Error")
+    assert "WALLTIME (" in record["reason"], record["reason"]
+    assert not list((workdir / "results").rglob("done.json"))  # the next invocation reruns it

@@ -54,13 +54,22 @@ class OarUser:
 
     def run(self, argv: list[str], cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [RUNUSER, "-u", self.name, "--", *argv],
+            self.as_user(argv),
             cwd=cwd,
             env=self.env,
             capture_output=True,
             text=True,
             timeout=timeout,
         )
+
+    def start(self, argv: list[str], cwd: Path, log) -> subprocess.Popen:
+        """argv in the background, its output into ``log``."""
+        return subprocess.Popen(
+            self.as_user(argv), cwd=cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT
+        )
+
+    def as_user(self, argv: list[str]) -> list[str]:
+        return [RUNUSER, "-u", self.name, "--", *argv]
 
 
 @pytest.fixture(scope="session")
@@ -179,6 +188,11 @@ def test_walltime_kill_is_failed_and_the_workflow_ends(oar_user):
     job = oarstat(oar_user, job_id, workdir)
     assert job["state"] == "Error" and "walltime=0:00:10" in job["initial_request"]
     assert not list((workdir / "results").rglob("done.json"))  # the next invocation reruns it
+    # OAR killed the runner outright (SIGKILL): the status command recorded why.
+    [record] = [json.loads(p.read_text()) for p in (workdir / "results").rglob("run.json")]
+    assert record["status"] == "interrupted", record
+    assert f"stopped by OAR (OAR job {job_id}: Error" in record["reason"], record["reason"]
+    assert "WALLTIME (" in record["reason"], record["reason"]
 
 
 def handmade_job(workdir: Path, body: str, marker: bool = True, cores: int = 1) -> Path:

@@ -10,7 +10,11 @@ the top of every job script (its resources and outputs), so the profile
 passes nothing but the script. It keeps, per job id, where the job's done
 marker will appear; status trusts that marker over OAR's word, so a job
 killed by its walltime or a lost node is `failed`, even once OAR has
-forgotten the job. Standard library only: it runs with any python3.
+forgotten the job. OAR ends a job by SIGKILL to all its processes, so the
+run cannot record that itself: status records it in the run's run.json, in
+OAR's words (its state and events). A running job on a node OAR holds
+Suspected, Absent or Dead is lost: OAR would keep it until its walltime.
+Standard library only (and runfiles/): it runs with any python3.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from runfiles.names import DONE
+from runfiles.atomic import write_json
+from runfiles.names import DONE, OWNER, RUN_RECORD
 
 DONE_MARKER = DONE  # what a finished run leaves (runfiles/names.py)
 JOBS_DIR = Path(".snakemake") / "oar_jobs"  # under snakemake's working directory
@@ -34,6 +39,11 @@ LOGS_DIR = Path(".snakemake") / "oar_logs"
 PASSED_ENV = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH")
 PASSED_PREFIX = "DDLC_"
 ENDED = ("Terminated", "Error")
+# Node states in which OAR no longer reaches a node (finaud's check failed,
+# or an administrator took it out): its jobs cannot go on.
+LOST = ("Suspected", "Absent", "Dead")
+# Events that say how OAR carried out a job's end, not why it ended.
+MECHANICS = ("SEND_KILL_JOB", "SWITCH_INTO_ERROR_STATE", "SWITCH_INTO_TERMINATE_STATE")
 
 
 class OarError(Exception):
@@ -168,20 +178,97 @@ def oar_job(job_id: str) -> dict | None:
         raise OarError(f"oarstat -j {job_id}: not JSON: {text[:200]}") from None
 
 
-def decide(job: dict | None, marker: str | None) -> str:
+def lost_nodes(job: dict) -> dict[str, str]:
+    """The job's nodes OAR holds lost, each with its state; {} when OAR
+    cannot be asked (then the job is judged again at the next poll)."""
+    hosts = job.get("assigned_network_address") or []
+    if not hosts:
+        return {}
+    out = subprocess.run(["oarnodes", "-J", "-s", *hosts], capture_output=True, text=True)
+    try:
+        nodes = json.loads(out.stdout) if out.returncode == 0 else {}
+    except ValueError:
+        return {}
+    lost = {}
+    for host, resources in nodes.items():  # {host: {resource id: state}}
+        if states := set(resources.values()) & set(LOST):
+            lost[host] = "/".join(sorted(states))
+    return lost
+
+
+def decide(job: dict | None, marker: str | None, lost: dict | None = None) -> str:
     """running / success / failed from OAR's record and our done marker.
 
     Success needs the job to have ended well AND, for a run, its done marker
     (ok or failed: either way the run is recorded and the report shows it).
-    A job OAR has forgotten is judged by the marker alone."""
+    A job OAR has forgotten is judged by the marker alone; a running job
+    with a lost node and no marker yet has failed."""
     marker_there = marker is None or Path(marker).exists()
     if job is None:
         return "success" if marker is not None and marker_there else "failed"
     if job.get("state") not in ENDED:
-        return "running"
+        return "failed" if lost and not marker_there else "running"
     if job["state"] == "Terminated" and job.get("exit_code") == 0 and marker_there:
         return "success"
     return "failed"
+
+
+def why(job_id: str, job: dict | None, lost: dict | None = None) -> str:
+    """OAR's words for a job's end: its state, exit code, lost nodes, and
+    the events that say why (WALLTIME, FRAG_JOB_REQUEST, EXTERMINATE_JOB...)."""
+    if job is None:
+        return f"OAR job {job_id}: no longer known to OAR"
+    said = [str(job.get("state"))]
+    if job.get("exit_code") is not None:
+        said.append(f"exit code {job['exit_code']}")
+    said += [f"node {host} {state}" for host, state in (lost or {}).items()]
+    said += causes(job)
+    return f"OAR job {job_id}: " + ", ".join(said)
+
+
+def causes(job: dict) -> list[str]:
+    """The job's events that say why it ended or what went wrong around it."""
+    return [
+        f"{e.get('type')} ({e.get('description')})"
+        for e in job.get("events") or []
+        if e.get("type") not in MECHANICS
+    ]
+
+
+def record_stop(marker: str, reason: str) -> None:
+    """The run's record says it was stopped, and why, where its runner was
+    killed before it could (status still running); its folder is released,
+    so that the next attempt, on any node, may claim it at once."""
+    run_dir = Path(marker).parent
+    try:
+        record = json.loads((run_dir / RUN_RECORD).read_text())
+    except (OSError, ValueError):
+        return  # the run never started: nothing to correct
+    if record.get("status") != "running":
+        return
+    record.update(
+        status="interrupted",
+        end=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        reason=f"stopped by OAR ({reason}); the next workflow run starts it again",
+    )
+    try:
+        write_json(run_dir / RUN_RECORD, record)
+        (run_dir / OWNER).unlink(missing_ok=True)
+    except OSError as exc:  # the job's status matters more to Snakemake than the record
+        print(f"oar status: cannot record the stop in {run_dir}: {exc}", file=sys.stderr)
+
+
+def note_failure(marker: str, reason: str) -> None:
+    """A run that failed inside a job OAR has more to say of (a node lost
+    under it: the run saw only its ranks die) gets OAR's words beside its
+    own, in its done marker and its record."""
+    for path in (Path(marker), Path(marker).with_name(RUN_RECORD)):
+        try:
+            doc = json.loads(path.read_text())
+            if doc.get("status") == "failed" and "OAR job " not in str(doc.get("reason")):
+                write_json(path, {**doc, "reason": f"{doc.get('reason')}; {reason}"})
+        except (OSError, ValueError) as exc:
+            print(f"oar status: cannot note OAR's words in {path}: {exc}", file=sys.stderr)
 
 
 def status(job_id: str) -> str:
@@ -192,7 +279,18 @@ def status(job_id: str) -> str:
     except OarError as exc:
         print(f"oar status: {exc}; asking again later", file=sys.stderr)
         return "running"
-    return decide(job, marker)
+    running = job is not None and job.get("state") not in ENDED
+    lost = lost_nodes(job) if running and marker else {}
+    said = decide(job, marker, lost)
+    if said == "failed" and running:  # its node is lost: free the others now
+        subprocess.run(["oardel", job_id], capture_output=True)
+    if said == "failed" and marker and not Path(marker).exists():
+        record_stop(marker, why(job_id, job, lost))
+    # A job is Finishing while OAR ends it (cleaning its nodes, which adds
+    # CPUSET_CLEAN_ERROR), and Terminated only then: its events are all there.
+    if said == "success" and marker and job and causes(job):
+        note_failure(marker, why(job_id, job))
+    return said
 
 
 # ---- cancel ----------------------------------------------------------------

@@ -49,6 +49,14 @@ configure() {
   setting DB_BASE_PASSWD_RO ddlcoar_ro
   setting SERVER_HOSTNAME localhost
   setting SCHEDULER_MIN_TIME_BETWEEN_2_CALLS 0  # else each job waits ~11 s
+  # A lost node is found within seconds, running jobs or not (OAR's default:
+  # every 300 s, and never a node that runs a job): OAR then marks it
+  # Suspected and ends its jobs in Error, as Slurm's SlurmdTimeout does.
+  setting FINAUD_FREQUENCY 10
+  setting CHECK_NODES_WITH_RUNNING_JOB yes
+  # A job whose first node is lost is ended (Error, EXTERMINATE_JOB) once
+  # Leon has tried to reach it for this long (300 s by default).
+  setting JOBDEL_WALLTIME 30
   # No cgroups or cpusets here.
   sed -i 's|^JOB_RESOURCE_MANAGER_PROPERTY_DB_FIELD=|#&|; s|^CPUSET_PATH=|#&|' /etc/oar/oar.conf
   if [ "$nodes" != localhost ]; then
@@ -127,11 +135,14 @@ add_resources() {
 revive_nodes() {
   # A node OAR marked Suspected or Absent (lost, then restored: its sshd is
   # back) is taken back, as an administrator does once it is repaired.
-  local entry host
+  local entry host states
   for entry in $nodes; do
     host=${entry%%=*}
-    oarnodes -s "$host" 2>/dev/null | grep -Eq 'Suspected|Absent' || continue
-    say "$host: $(oarnodes -s "$host" | grep -Eo 'Suspected|Absent' | sort -u | tr '\n' ' ')-> Alive"
+    # Read whole first: with pipefail, grep -q stopping at its first match
+    # could fail the pipe (oarnodes killed by SIGPIPE) and skip the node.
+    states=$(oarnodes -s "$host" 2>/dev/null) || continue
+    grep -Eq 'Suspected|Absent|Dead' <<< "$states" || continue
+    say "$host: $(grep -Eo 'Suspected|Absent|Dead' <<< "$states" | sort -u | tr '\n' ' ')-> Alive"
     oarnodesetting -s Alive -h "$host" >/dev/null
   done
 }
