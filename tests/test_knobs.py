@@ -3,6 +3,7 @@ read back from each framework's own API, trace or log in real small runs
 (skipped, naming the build script, where the framework is not built)."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -173,10 +174,22 @@ def test_lbann_cpu_settings_are_read_from_its_banner():
 
 
 @pytest.mark.slow
-def test_lbann_cpu_settings_take_effect(tmp_path):
+def test_lbann_cpu_settings_take_effect_or_the_run_says_they_did_not(tmp_path):
+    """LBANN reads its settings back in its banner. It caps the I/O threads
+    at the cores no compute thread uses (one on a 2-core machine with 2
+    ranks), so a count above that is not what ran: the run fails, naming
+    the knob, the value asked and the value used."""
     built("lbann", "build-lbann.sh")
-    _, record = run_tiny(tmp_path, "lbann", threads=1, lbann_io_threads=2)
-    assert record["ranks"][0]["knobs"] == {"threads": 1, "lbann_io_threads": 2}
+    _, record = run_tiny(tmp_path / "within", "lbann", threads=1, lbann_io_threads=1)
+    assert record["ranks"][0]["knobs"] == {"threads": 1, "lbann_io_threads": 1}
+    # 100: above the cap of any node with fewer than 200 cores, below LBANN's 128 RNG banks' other cap
+    row = design.parse(tiny_design(["lbann"], lbann_io_threads=100), "tiny.yaml").runs()[0]
+    assert runner.execute(row, tmp_path / "beyond") == 0
+    done = json.loads((tmp_path / "beyond" / row.path / "done.json").read_text())
+    assert done["status"] == "failed", done
+    assert re.search(r"lbann_io_threads: asked 100, LBANN's banner says \d+\b", done["reason"]), (
+        done
+    )
 
 
 def test_fusion_rule_is_a_quarter_of_the_gradients():
