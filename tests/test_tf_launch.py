@@ -155,7 +155,8 @@ def test_tarantella_on_one_node(tarantella_env):
     argv = argv[2:]
     assert argv[:4] == [str(tarantella_env / "tarantella"), "-n", "2", "--no-gpu"]
     assert argv[4] == "-x" and "OMP_NUM_THREADS=1" in argv[5 : argv.index("--")]
-    assert argv[argv.index("--") :] == ["--", "-m", "frameworks.worker", "/r/run"]
+    # each rank under its guard, which starts the worker (rank_guard.py)
+    assert argv[argv.index("--") :] == ["--", "-m", "ddlcompare.run.rank_guard", "/r/run"]
     # gaspi_run's ssh to this host runs here; then its ranks run this env's python
     assert env["PATH"].startswith(f"{launch.LOCAL_SSH}:{tarantella_env}:")
 
