@@ -533,13 +533,37 @@ RUN_ARGS = "DDLC_LBANN_RUN_ARGS"  # ddlcompare/run/launchers/lbann_driver.py set
 def launch_args(config: dict, env: dict) -> dict:
     """The keyword arguments of ``lbann.run`` for this run and where it runs."""
     io_threads = config.get("lbann_io_threads")
+    # --print_affinity: each rank names its host in the output (rank_hosts)
+    lbann_args = ["--print_affinity", *([f"--num_io_threads={io_threads}"] if io_threads else [])]
+    where = json.loads(env[RUN_ARGS])
+    where.pop("unset_env", None)  # for the driver's own environment (train)
     return {
         "nodes": config["nodes"],
         "procs_per_node": config["procs_per_node"],
         "job_name": f"ddlc-{config['run_id']}",
-        **({"lbann_args": [f"--num_io_threads={io_threads}"]} if io_threads else {}),
-        **json.loads(env[RUN_ARGS]),
+        "lbann_args": lbann_args,
+        **where,
     }
+
+
+def unset_for_launch(env: dict) -> None:
+    """Drop, from the driver's environment that lbann.run's script inherits,
+    what the scheduler says would mislead LBANN's launcher (under Slurm: a
+    one-task step's own size, which srun would take for the allocation's)."""
+    for name in json.loads(env[RUN_ARGS]).get("unset_env", []):
+        env.pop(name, None)
+
+
+# LBANN's --print_affinity: "  HOST Task   R/N Thread   T/M running on cpu ..."
+# (one line per OpenMP thread; without threads "... Task R/N running on cpus").
+AFFINITY_LINE = re.compile(
+    r"^\s*(\S+) Task\s+(\d+)/\d+ (?:Thread\s+\d+/\d+ )?running on cpus?\b", re.M
+)
+
+
+def rank_hosts(output: str) -> dict[int, str]:
+    """Each rank's host, as the rank itself said it."""
+    return {int(rank): host for host, rank in AFFINITY_LINE.findall(output)}
 
 
 # LBANN's banner (src/utils/lbann_library.cpp, print_lbann_configuration)
@@ -710,6 +734,19 @@ def check_world(output: str, world: int) -> None:
         )
 
 
+def write_rank_records(
+    run_dir: Path, driver: dict, hosts: dict[int, str], procs_per_node: int
+) -> None:
+    """One record per rank: the driver's (versions, knobs) with each rank's
+    own host from LBANN's output; rank 0's alone where LBANN named none.
+    The ranks are LBANN's processes, not the driver: no pid of theirs."""
+    for rank in sorted(hosts) or [0]:
+        record = {**driver, "rank": rank, "local_rank": rank % procs_per_node}
+        if rank in hosts:
+            record.update(hostname=hosts[rank], pid=None, driver_hostname=driver["hostname"])
+        common.write_json(run_dir / names.rank_record(rank), record)
+
+
 def write_step_tables(
     run_dir: Path,
     work_dir: Path,
@@ -823,6 +860,7 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     parts = experiment(
         lbann, {**config, "test_images": n_test}, info, folder, steps, world, work_dir
     )
+    unset_for_launch(os.environ)
     status = lbann.run(
         *parts, work_dir=str(work_dir), overwrite_script=True, **launch_args(config, os.environ)
     )
@@ -856,7 +894,7 @@ def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
     record["params_digest"] = None  # LBANN keeps its weights to itself
     record["lbann_timeline"] = "per-step phases" if began is not None else "missing"
     record["knobs"] = in_effect
-    common.write_json(run_dir / names.rank_record(0), record)
+    write_rank_records(run_dir, record, rank_hosts(output), config["procs_per_node"])
     lr = models.scaled_learning_rate(config, global_batch)
     common.write_json(
         run_dir / METRICS, common.summary(rows, world, global_batch, lr, steps, init_s, clock)

@@ -156,9 +156,9 @@ BANNER = """Hardware properties (for master process)
 
 
 def test_lbann_cpu_settings_are_read_from_its_banner():
-    """LBANN is not built here (bash envs/build-lbann.sh, hours): its
-    banner's lines, as print_lbann_configuration writes them, are read back
-    and a disagreement fails the run naming the setting."""
+    """Its banner's lines, as print_lbann_configuration writes them, are
+    read back and a disagreement fails the run naming the setting (without
+    an LBANN build: bash envs/build-lbann.sh)."""
     from frameworks import lbann
 
     config = {"framework": "lbann", "threads": 2, "lbann_io_threads": 3}
@@ -170,7 +170,7 @@ def test_lbann_cpu_settings_are_read_from_its_banner():
     args = lbann.launch_args(
         {**config, "nodes": 1, "procs_per_node": 2, "run_id": "r"}, {lbann.RUN_ARGS: "{}"}
     )
-    assert args["lbann_args"] == ["--num_io_threads=3"]
+    assert args["lbann_args"] == ["--print_affinity", "--num_io_threads=3"]
 
 
 @pytest.mark.slow

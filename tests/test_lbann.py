@@ -134,3 +134,25 @@ def test_same_model_gate_on_the_installed_lbann_model():
     assert (
         model_gate.compare(model_gate.reference_rows("cnn", "fashion-mnist"), answer["rows"]) == []
     )
+
+
+def test_each_rank_is_recorded_on_the_host_lbann_says_it_ran_on(tmp_path):
+    """--print_affinity's lines (omp_diagnostics.cpp, with and without
+    OpenMP threads) give each rank's host; each rank gets its record."""
+    from frameworks import lbann
+
+    output = (
+        "\n  vm-n0 Task   0/2 Thread   0/1 running on cpu 0\n"
+        "  vm-n1 Task   1/2 Thread   0/1 running on cpu 1\n"
+        "  vm-n1 Task   1/2 running on cpus 0,1\n"
+    )
+    hosts = lbann.rank_hosts(output)
+    assert hosts == {0: "vm-n0", 1: "vm-n1"}
+    driver = {"rank": 0, "hostname": "driver-host", "pid": 7, "knobs": {}}
+    lbann.write_rank_records(tmp_path, driver, hosts, procs_per_node=1)
+    records = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [(r["rank"], r["hostname"], r["pid"]) for r in records] == [
+        (0, "vm-n0", None),
+        (1, "vm-n1", None),
+    ]
+    assert records[1]["driver_hostname"] == "driver-host"

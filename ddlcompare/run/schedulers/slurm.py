@@ -92,7 +92,9 @@ class Slurm(Scheduler):
         args = ["--overlap", *([f"--mpi={mpi}"] if mpi else [])]
         if hosts:
             args.append(f"--nodelist={','.join(h.name for h in hosts)}")
-        return {"scheduler": "slurm", "launcher_args": args}
+        # LBANN's srun runs from the driver's environment: without the one-task
+        # step's size, as for per_node_starter.
+        return {"scheduler": "slurm", "launcher_args": args, "unset_env": list(STEP_VARIABLES)}
 
 
 # Slurm's reason for ending a job (job_state_reason), as the state it ends in.
