@@ -236,8 +236,10 @@ def fusion_rule_kib(gradient_bytes: int, nodes: int, procs_per_node: int) -> int
     a quarter of its gradients, as a power of two KiB, so that the first
     buckets travel while backward computes the rest. The scale is an
     argument because the best point may depend on it (Tarantella's
-    documentation says so); the grid measured so far cannot tell how: at 3
-    replications no threshold's step is told apart from another's
-    (bench/fusion_rule.py over bench/fusion_grid.yaml; docs/measurements.md)."""
+    documentation says so). Measured (bench/fusion_rule.py over
+    bench/fusion_grid.yaml, 5 replications; docs/measurements.md): the best
+    point for Tarantella at 1 and 2 nodes and for DDP on 2, but 11 % slower
+    than one bucket for DDP on one node (significant), and undecided for
+    Horovod: not yet the rule the scale calls for."""
     del nodes, procs_per_node  # not yet a term of the rule: see above
     return 1 << max(0, math.ceil(math.log2(gradient_bytes / 4 / KIB)))
