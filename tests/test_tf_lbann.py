@@ -124,6 +124,7 @@ def test_launch_arguments_per_scheduler(monkeypatch):
         "job_name": "ddlc-r1",
         "scheduler": "slurm",
         "launcher_args": ["--overlap", "--mpi=pmix"],  # inside the job; ranks share one world
+        "lbann_args": ["--print_affinity"],  # each rank names its host: rank records
     }
     monkeypatch.setenv("DDLC_SRUN_MPI", "")  # slurm.conf's MpiDefault
     assert args("slurm")["launcher_args"] == ["--overlap"]
