@@ -534,8 +534,10 @@ def test_a_node_lost_mid_job_is_recorded_by_oar_and_rerun_alone(slurm_cluster, o
 def test_a_job_past_its_oar_walltime_is_recorded_and_rerun_alone(oar_faults):
     way, workdir, start = oar_faults
     fault_design(workdir, epochs=(500,))
-    proc = start("--set-resources", "run:oar_walltime='0:01:30'")
-    job = long_run_training(workdir, way, short_too=False)
+    # Short: OAR's own walltime kill is the fault; the run need not have
+    # begun training (tests/test_oar.py's walltime is 10 s).
+    proc = start("--set-resources", "run:oar_walltime='0:00:45'")
+    job = wait_for("the run's job id", lambda: way.long_job(workdir), 120)
     record = stopped_with(workdir, proc, f"OAR job {job}: Error")
     assert "WALLTIME (" in record["reason"], record["reason"]
     assert not list((workdir / "results").rglob("done.json"))  # the next invocation reruns it

@@ -60,7 +60,7 @@ def test_a_measuring_job_turns_its_own_hold_exclusive(tmp_path):
     measure = (
         f"{sys.executable} -c 'import time; from ddlcompare.run import machine_lock as m\n"
         f"with m.measuring(\"probe\", print): print(\"held\", time.time(), flush=True); "
-        f"time.sleep(2)\nprint(\"released\", time.time(), flush=True); time.sleep(1)'"
+        f"time.sleep(2); print(\"releasing\", time.time(), flush=True)\ntime.sleep(1)'"
         f" > {tmp_path / 'out'}"
     )
     measuring = job(journal, measure, lock)
@@ -74,7 +74,9 @@ def test_a_measuring_job_turns_its_own_hold_exclusive(tmp_path):
     said = dict(line.split() for line in out.read_text().splitlines())
     [(other_start, _)] = [(a, b) for a, b, command in journal_lines(journal) if command == "true"]
     [(_, measuring_end)] = [(a, b) for a, b, command in journal_lines(journal) if command != "true"]
-    assert other_start >= float(said["released"])  # waited for the measurement alone
+    # Stamped inside the hold: the other job cannot start before it (a stamp
+    # taken after the release may come after the other job's start).
+    assert other_start >= float(said["releasing"])  # waited for the measurement alone
     assert other_start < measuring_end  # not for the rest of the measuring job
 
 
@@ -110,7 +112,7 @@ def test_a_run_beside_a_cpu_hog_is_loaded_and_a_name_is_not_training(tmp_path):
     started in the checkout) are not training; the run's own training is.
     The run, measured beside busy loops on every core, is ok but loaded,
     with the loops among the busiest foreign processes."""
-    doc = tiny_design(procs=(1,), epochs=1, max_steps=300, train_images=12000, warmup_steps=2)
+    doc = tiny_design(procs=(1,), epochs=1, max_steps=100, train_images=12000, warmup_steps=2)
     write_design(tmp_path, doc)
     decoys = [
         subprocess.Popen(["tail", "-f", "frameworks/worker.py"], cwd=REPO),
