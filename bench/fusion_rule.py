@@ -118,7 +118,7 @@ def main() -> None:
             pooled.extend(steps)
         medians = {key: statistics.median(steps) for key, (_, steps) in classes.items()}
         best = min(medians, key=medians.get)
-        rule = knobs.fusion_rule_kib(CNN_GRADIENT_BYTES, nodes, procs)
+        rule = knobs.fusion_rule_kib(CNN_GRADIENT_BYTES, framework, nodes, procs)
         row = "; ".join(
             f"{'/'.join(map(str, sorted(classes[key][0])))} KiB ({len(key)} messages): "
             f"{medians[key]:.1f} ms (n={len(classes[key][1])})"

@@ -231,15 +231,19 @@ def horovod_evidence(
 # --- a rule for the fusion threshold and bucket size --------------------------
 
 
-def fusion_rule_kib(gradient_bytes: int, nodes: int, procs_per_node: int) -> int:
-    """A fusion threshold (bucket size) for a model of ``gradient_bytes``:
-    a quarter of its gradients, as a power of two KiB, so that the first
-    buckets travel while backward computes the rest. The scale is an
-    argument because the best point may depend on it (Tarantella's
-    documentation says so). Measured (bench/fusion_rule.py over
-    bench/fusion_grid.yaml, 5 replications; docs/measurements.md): the best
-    point for Tarantella at 1 and 2 nodes and for DDP on 2, but 11 % slower
-    than one bucket for DDP on one node (significant), and undecided for
-    Horovod: not yet the rule the scale calls for."""
-    del nodes, procs_per_node  # not yet a term of the rule: see above
-    return 1 << max(0, math.ceil(math.log2(gradient_bytes / 4 / KIB)))
+def fusion_rule_kib(gradient_bytes: int, framework: str, nodes: int, procs_per_node: int) -> int:
+    """A fusion threshold (bucket size) for a model of ``gradient_bytes``, as
+    a power of two KiB: a quarter of its gradients, so that the first
+    buckets travel while backward computes the rest; but one bucket for DDP
+    when every rank shares one node. There the exchange is a copy through
+    the loopback (the probe's link: ~15 GB/s, 0.1 ms for the CNN's 1.65 MiB),
+    so splitting overlaps next to nothing, while each further bucket is one
+    more Gloo all-reduce call: two grids (bench/fusion_grid.yaml, 3 and 5
+    replications; docs/measurements.md) found one bucket DDP's fastest point
+    there (+9.9 % and +11.2 % for a quarter), and a quarter the best or
+    within noise of it everywhere else but Horovod, which they leave
+    undecided. ``procs_per_node`` is not a term yet: both grids had one
+    shape per node count."""
+    del procs_per_node
+    share = 1 if framework == "torch-ddp" and nodes == 1 else 4
+    return 1 << max(0, math.ceil(math.log2(gradient_bytes / share / KIB)))

@@ -192,8 +192,12 @@ def test_lbann_cpu_settings_take_effect_or_the_run_says_they_did_not(tmp_path):
     )
 
 
-def test_fusion_rule_is_a_quarter_of_the_gradients():
+def test_fusion_rule_is_a_quarter_of_the_gradients_but_one_ddp_bucket_on_one_node():
     cnn = sum(json.loads((TIMELINES / "cnn-gradient-bytes.json").read_text()).values())
-    assert knobs.fusion_rule_kib(cnn, nodes=1, procs_per_node=2) == 512  # >= 1.6 MiB / 4
-    assert knobs.fusion_rule_kib(cnn, nodes=2, procs_per_node=1) == 512
+    for framework in ("horovod-torch", "tarantella", "torch-ddp"):
+        assert knobs.fusion_rule_kib(cnn, framework, nodes=2, procs_per_node=1) == 512  # >= 1/4
+    for framework in ("horovod-torch", "tarantella"):
+        assert knobs.fusion_rule_kib(cnn, framework, nodes=1, procs_per_node=2) == 512
+    one_bucket = knobs.fusion_rule_kib(cnn, "torch-ddp", nodes=1, procs_per_node=2)
+    assert one_bucket == 2048 and knobs.packs([cnn], one_bucket * 1024) == [cnn]
     assert knobs.packs([40, 5120, 512, 1605632, 256, 73728], 512 * 1024) == [1611304, 73984]
