@@ -32,6 +32,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from traces import fastjson, nesting
 from runfiles.phases import EPOCH, MARKERS, PHASES, STEP, STEP_PHASES
@@ -404,6 +405,7 @@ def _columns(
     _steps_by_time(c, phase, step, epoch)
     _steps_of_launches(c, tree, step, epoch)
     del tree
+    regions = _distinct(c.region_names)  # once for region and parent (Kineto: ~30 k)
     columns = {
         "run_id": _one_value(run_id, n),
         "rank": pa.array(c.rank.astype(np.int32, copy=False)),
@@ -419,13 +421,13 @@ def _columns(
         # Codes and names, as the readers hold them: no string per row to
         # build (the take and ~250 MiB of new memory for 7 M rows, that
         # plain strings cost), and a table of a few bytes per text cell.
-        "region": _dictionary(c.region_names, c.region),
-        "location": _dictionary(c.location_names, c.location),
-        "node": _dictionary(c.node_names, c.node),
+        "region": _dictionary(regions, c.region),
+        "location": _dictionary(_distinct(c.location_names), c.location),
+        "node": _dictionary(_distinct(c.node_names), c.node),
         # the parent's region read through parent_row: no column of codes
-        "parent": _dictionary(c.region_names, c.region, c.parent_row),
-        "phase": _dictionary(_PHASE_NAMES, phase),
-        "collective": _dictionary(collective_names, collective),
+        "parent": _dictionary(regions, c.region, c.parent_row),
+        "phase": _dictionary(_distinct(_PHASE_NAMES), phase),
+        "collective": _dictionary(_distinct(collective_names), collective),
     }
     return columns
 
@@ -484,11 +486,12 @@ def _collective_instances(
     return op_id
 
 
-def _dictionary(names: list, codes: np.ndarray, via=None) -> pa.DictionaryArray:
-    """names[code] per row as a dictionary array, null where the code is -1
-    or its name None (``via``: the code of row via[i], null where that is
-    -1). The codes are the array's own where they can be (no copy)."""
-    values, new_code = _distinct(names)
+def _dictionary(distinct: tuple, codes: np.ndarray, via=None) -> pa.DictionaryArray:
+    """names[code] per row as a dictionary array (``distinct``: the names'
+    :func:`_distinct`), null where the code is -1 or its name None
+    (``via``: the code of row via[i], null where that is -1). The codes are
+    the array's own where they can be (no copy)."""
+    values, new_code = distinct
     if via is not None:
         codes = np.where(via >= 0, codes[np.maximum(via, 0)], -1)
     if new_code is not None:  # the code of -1 is the last: -1
@@ -505,13 +508,14 @@ def _distinct(names: list) -> tuple[pa.Array, np.ndarray | None]:
     """(the names once each, not None, as an Arrow array; None, or each
     old code's new code and -1 last, where they differ): two regions of
     one name (OTF2 definitions may repeat a name) are one value of a
-    dictionary (pandas' categories must be distinct)."""
-    first: dict = {}
-    new_code = [-1 if name is None else first.setdefault(name, len(first)) for name in names]
-    values = pa.array(list(first), pa.string())
-    if len(first) == len(names):
+    dictionary (pandas' categories must be distinct). In Arrow, not a
+    Python loop: a Kineto trace has some 30 k names a file."""
+    values = pa.array(names, pa.string())
+    if values.null_count == 0 and pc.count_distinct(values).as_py() == len(values):
         return values, None
-    return values, np.array([*new_code, -1], dtype=np.int32)
+    encoded = values.dictionary_encode()  # None stays null: code -1
+    new_code = encoded.indices.fill_null(-1).to_numpy().astype(np.int32)
+    return encoded.dictionary, np.append(new_code, np.int32(-1))
 
 
 def _one_value(value: str, n: int) -> pa.DictionaryArray:
