@@ -50,7 +50,7 @@ from runfiles.atomic import replacing, write_text
 from ddlcompare.plan.design import Design
 from runfiles.phases import PHASES, STEP_PHASES
 from traces import convert
-from traces.table import SCHEMA
+from traces.table import META_VERSION, SCHEMA, SCHEMA_VERSION
 
 PHASE_COLUMNS = [
     "run_id",
@@ -356,6 +356,9 @@ def phase_tables(design: Design, results: Path) -> tuple[pa.Table, dict[str, str
             table = pq.read_table(path)
             meta = {**(table.schema.metadata or {}), **convert.metadata_of(path)}
             problems = json.loads(meta.get(b"ddlcompare.errors", b"[]"))
+            # A table of schema version 2 (text columns as plain strings)
+            # casts to version 3's dictionaries, the same values; one of
+            # other columns (version 1, without op_id) fails: damaged.
             table = table.cast(SCHEMA)
         except (OSError, ValueError, pa.ArrowException) as exc:
             errors[row.run_id] = f"phases.parquet: damaged ({str(exc)[:120]})"
@@ -363,6 +366,7 @@ def phase_tables(design: Design, results: Path) -> tuple[pa.Table, dict[str, str
         if problems:
             errors[row.run_id] = "; ".join(map(str, problems))
         versions = {k: v for k, v in meta.items() if k.endswith(b"_version")}
+        versions[META_VERSION] = str(SCHEMA_VERSION).encode()  # cast to it above
         parts.append(table)
     stacked = pa.concat_tables(parts) if parts else SCHEMA.empty_table()
     return stacked.replace_schema_metadata(versions), errors

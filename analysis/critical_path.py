@@ -344,7 +344,10 @@ def _one_run(
             w_end[:, j],
         )
         idx, win, start, end = pieces
-        phase = pd.Categorical(rows["phase"], categories=STEP_PHASES).codes.astype(np.int64)[idx]
+        # each row's place in STEP_PHASES (-1: none), from strings or from
+        # categories alike (a converted table's, with other phases among
+        # them: pandas deprecates recasting those to STEP_PHASES)
+        phase = pd.Index(STEP_PHASES).get_indexer(rows["phase"]).astype(np.int64)[idx]
         time[:, j, : len(STEP_PHASES)] = np.bincount(
             win * len(STEP_PHASES) + phase,
             weights=end - start,

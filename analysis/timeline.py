@@ -106,7 +106,10 @@ def load(path: Path) -> pd.DataFrame:
 def _read_parquet(path: Path) -> pd.DataFrame:
     """The columns of a phase table that the timeline uses, its text columns
     as categories: a table has few distinct names, kept dictionary-encoded
-    from the file on (a third of the time of decoding a million strings)."""
+    from the file on (a third of the time of decoding a million strings).
+    A table of schema 3 holds them as dictionaries already (their
+    categories may name a region no row has: nothing here counts them);
+    one of schema 2, as strings, is asked for them as dictionaries."""
     try:
         schema = pq.read_schema(path)
         used = [f for f in schema if f.name in USED_COLUMNS]

@@ -154,40 +154,55 @@ def test_nesting_in_c_is_the_numpy_nesting(seed, monkeypatch):
     assert (fast >= 0).sum() > n // 10
 
 
-@needs_scanner
 @pytest.mark.parametrize("seed", range(4))
-def test_text_columns_built_in_c_are_those_arrow_takes(seed):
-    """The table's text columns built in C (exact buffers) hold what Arrow's
-    take gives: names of any length and script, nulls for code -1 and for
-    names that are None; codes of any integer type; buffers from numpy or
-    from an Arrow pool."""
+def test_text_columns_are_dictionaries_of_the_names_arrow_takes(seed):
+    """The table's text columns, dictionaries of codes and names, hold what
+    Arrow's take of the names gives: names of any length and script,
+    repeated names (one value in the dictionary), nulls for code -1 and
+    for names that are None; codes of any integer type."""
     rng = np.random.default_rng(seed)
-    names = ["", "a", "caf\u00e9 \u2192 \U0001f600", None, *(f"region{i}" * i for i in range(40))]
-    for dtype, pool in ((np.int8, None), (np.int32, pa.default_memory_pool()), (np.int64, None)):
+    names = [
+        "",
+        "a",
+        "caf\u00e9 \u2192 \U0001f600",
+        None,
+        "a",
+        *(f"region{i}" * i for i in range(40)),
+    ]
+    for dtype in (np.int8, np.int32, np.int64):
         codes = rng.integers(-1, len(names), int(rng.integers(0, 5000))).astype(dtype)
-        built = fastjson.gather_strings(names, codes, pool)
+        built = table._dictionary(table._distinct(names), codes)
         expected = pc.take(
             pa.array([*names, None], pa.string()), np.where(codes < 0, len(names), codes)
         )
-        assert built.validate(full=True) is None and built.equals(expected)
-    assert fastjson.gather_strings(["a"], np.array([0, 1])) is None  # no such name
+        assert built.validate(full=True) is None and built.type == table.TEXT
+        assert built.cast(pa.string()).equals(expected)
+        assert built.null_count == expected.null_count  # a mask: null tests see them
+        assert len(set(built.dictionary.to_pylist())) == len(built.dictionary)
+    with pytest.raises(IndexError):  # no such name
+        table._dictionary(table._distinct(["a"]), np.array([0, 1]))
 
 
-@needs_scanner
 @pytest.mark.parametrize("seed", range(3))
 def test_text_columns_read_through_another_row(seed):
     """``via``: row i holds the name of row via[i]'s code (a parent's
     region), null where via is -1 or that code is."""
     rng = np.random.default_rng(seed)
-    names = ["user:step", None, "MPI_Allreduce", "x" * 40]
+    names = ["user:step", None, "MPI_Allreduce", "x" * 40, "user:step"]
     codes = rng.integers(-1, len(names), 3000).astype(np.int32)
     via = rng.integers(-1, len(codes), 3000)
-    built = fastjson.gather_strings(names, codes, pa.default_memory_pool(), via)
+    built = table._dictionary(table._distinct(names), codes, via)
     through = np.where(via >= 0, codes[np.maximum(via, 0)], -1)
     expected = pc.take(
         pa.array([*names, None], pa.string()), np.where(through < 0, len(names), through)
     )
-    assert built.validate(full=True) is None and built.equals(expected)
+    assert built.validate(full=True) is None and built.cast(pa.string()).equals(expected)
+
+
+def test_one_value_columns_are_a_dictionary_of_one_name():
+    built = table._one_value("r1", 5)
+    assert built.type == table.TEXT and built.dictionary.to_pylist() == ["r1"]
+    assert built.to_pylist() == ["r1"] * 5
 
 
 def random_tree(rng, n: int, parents_first: bool):

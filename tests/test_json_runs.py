@@ -14,6 +14,7 @@ from test_fastjson import needs_scanner
 from test_traces_readers import RULES, TIMELINE, needs_fixtures
 from traces import fastjson, jsonrecords, nesting
 from traces.readers import horovod_timeline, kineto
+from traces.table import plain_text
 
 
 def both(reader, path: Path, monkeypatch):
@@ -199,7 +200,7 @@ def test_timeline_bytes_only_from_a_real_shape(shape, nbytes, tmp_path, monkeypa
     )
     reader = horovod_timeline.HorovodTimelineReader()
     (table, problems), (expected, _) = both(reader, path, monkeypatch)
-    assert table.equals(expected) and problems == []
+    assert plain_text(table).equals(plain_text(expected)) and problems == []
     assert table.column("bytes").to_pylist()[0] == nbytes
 
 
@@ -217,7 +218,7 @@ def test_kineto_bytes_only_from_a_real_element_count(count, nbytes, tmp_path, mo
     path = tmp_path / "rank-0.json"
     path.write_text(json.dumps({"traceEvents": events}).replace('"COUNT"', count))
     (table, problems), (expected, _) = both(kineto.KinetoReader(), path, monkeypatch)
-    assert table.equals(expected) and problems == []
+    assert plain_text(table).equals(plain_text(expected)) and problems == []
     assert table.column("bytes").to_pylist()[0] == nbytes
 
 
@@ -279,4 +280,5 @@ def test_timelines_through_scanner_and_msgspec_give_one_table(seed, tmp_path, mo
     (table, problems), *others = results
     assert table.num_rows > 100
     for other, other_problems in others:
-        assert table.equals(other) and problems == other_problems
+        # the values: the scanner's dictionaries may hold names no row uses
+        assert plain_text(table).equals(plain_text(other)) and problems == other_problems

@@ -12,14 +12,17 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from conftest import REAL_TRACES, REPO, needs_shared
+from ddlcompare.run import validate
 from traces import convert, jsonrecords, readers
 from traces.readers import TraceError
 from traces.rules import PhaseRules, RulesError
-from traces.table import COLUMNS, SCHEMA_VERSION
+from traces.table import COLUMNS, SCHEMA, SCHEMA_VERSION, TEXT, plain_text
 
 FIXTURES = REAL_TRACES
 needs_fixtures = needs_shared()
@@ -413,6 +416,50 @@ def test_convert_cli_writes_versioned_table(tmp_path):
     assert table.num_rows == 42 + len(timeline)
     ids = table.column("op_id").drop_null().to_pylist()
     assert len(set(ids)) == table.column("collective").drop_null().__len__()
+
+
+@needs_fixtures
+def test_parts_with_dictionaries_of_their_own_read_back_as_written(tmp_path):
+    """Parts written one after another under one schema, each text column a
+    dictionary of its own part's names (an OTF2 archive's, a Timeline's, in
+    orders of their own): the file gives each row its own name back, and
+    the analysis reads plain strings, as before schema 3."""
+    paths = [FIXTURES / "pipit-ping-pong-otf2", TIMELINE]
+    in_memory, _, errors = convert.convert(paths, RULES, "r9")
+    assert errors == [] and in_memory.column("region").num_chunks == 2
+    first, second = (chunk.dictionary for chunk in in_memory.column("region").chunks)
+    assert not first.equals(second)
+    out = tmp_path / "phases.parquet"
+    rows, _, errors = convert.write(paths, out, RULES, "r9")
+    assert rows == in_memory.num_rows and errors == []
+    back = pq.read_table(out)
+    assert back.schema.equals(SCHEMA)  # the dictionaries, not strings
+    assert plain_text(back).equals(plain_text(in_memory))
+    analysed = validate.read_table(out)
+    assert analysed.equals(plain_text(in_memory).to_pandas())
+    for column in ("region", "parent", "collective", "phase", "run_id", "source"):
+        dtype = analysed[column].dtype  # pandas' text, as a column of strings gives it
+        assert pd.api.types.is_string_dtype(dtype), column
+        assert not isinstance(dtype, pd.CategoricalDtype), column
+    assert analysed["collective"].isna().any() and analysed["collective"].notna().any()
+    one = pq.read_table(out, columns=["region"], filters=[("source", "=", "horovod_timeline")])
+    assert one.num_rows == (in_memory.column("source").to_numpy() == "horovod_timeline").sum()
+
+
+def test_tables_of_schema_2_cast_to_this_one_with_their_values():
+    """A phase table of schema version 2 (text as plain strings), as a run
+    converted before version 3 left it: analysis/collect.py casts it to
+    this schema, every value kept."""
+    old = pa.table(
+        {
+            name: pa.array(["a", None, "b"])
+            if SCHEMA.field(name).type == TEXT
+            else pa.array([1, None, 3], SCHEMA.field(name).type)
+            for name in COLUMNS
+        }
+    )
+    cast = old.cast(SCHEMA)
+    assert cast.schema.equals(SCHEMA) and plain_text(cast).equals(old)
 
 
 def truncated_copy(src: Path, dest: Path, keep: float) -> Path:

@@ -24,12 +24,9 @@ Columns (schema version in the Parquet metadata, key ``ddlcompare.schema_version
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import json
-import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -41,25 +38,31 @@ from traces import fastjson, nesting
 from runfiles.phases import EPOCH, MARKERS, PHASES, STEP, STEP_PHASES
 from traces.rules import PhaseRules
 
-SCHEMA_VERSION = 2
+# Version 3: the text columns dictionary-encoded (version 2 held them as
+# plain strings; a table of version 2 casts to this schema, see
+# analysis/collect.py's phase_tables).
+SCHEMA_VERSION = 3
+# A trace has few distinct names: each text column is a dictionary (codes
+# into its names), as the readers already hold it, not a string per row.
+TEXT = pa.dictionary(pa.int32(), pa.string())
 SCHEMA = pa.schema(
     [
-        ("run_id", pa.string()),
+        ("run_id", TEXT),
         ("rank", pa.int32()),
-        ("node", pa.string()),
-        ("location", pa.string()),
+        ("node", TEXT),
+        ("location", TEXT),
         ("step", pa.int64()),
         ("epoch", pa.int64()),
-        ("phase", pa.string()),
-        ("region", pa.string()),
+        ("phase", TEXT),
+        ("region", TEXT),
         ("start_ns", pa.int64()),
         ("end_ns", pa.int64()),
         ("dur_ns", pa.int64()),
         ("depth", pa.int32()),
-        ("parent", pa.string()),
-        ("collective", pa.string()),
+        ("parent", TEXT),
+        ("collective", TEXT),
         ("bytes", pa.int64()),
-        ("source", pa.string()),
+        ("source", TEXT),
         ("op_id", pa.int64()),
     ]
 )
@@ -130,6 +133,23 @@ class Rows:
 
 def empty_table() -> pa.Table:
     return SCHEMA.empty_table()
+
+
+def plain_text(table: pa.Table) -> pa.Table:
+    """``table`` with its dictionary-encoded text columns as plain strings
+    (cast in Arrow: one take each), metadata kept: the values, whatever
+    names each part's dictionary holds (a reader's may hold names no row
+    uses, in an order of its own)."""
+    schema = pa.schema(
+        [
+            f.with_type(f.type.value_type)
+            if pa.types.is_dictionary(f.type) and pa.types.is_string(f.type.value_type)
+            else f
+            for f in table.schema
+        ],
+        metadata=table.schema.metadata,
+    )
+    return table if schema.equals(table.schema) else table.cast(schema)
 
 
 NULL = np.iinfo(np.int64).min  # a missing step, epoch or byte count in Columns
@@ -251,7 +271,6 @@ def finish_columns(
     metadata: dict | None = None,
     place=None,
     join=None,
-    lean: bool = False,
 ) -> pa.Table:
     """Phases from the rules, then step and epoch: from the trace, from the
     enclosing interval, or from the step interval the row starts in.
@@ -260,23 +279,13 @@ def finish_columns(
     the rows inside them. ``join(c, collective, rows, top)``: a reader's own
     way to tell records of one collective that do not nest (``top``: the
     instance each collective row belongs to; returns it changed).
-    ``lean``: for a reader whose peak of memory is this table's making (the
-    Horovod Timeline's), the text columns are built in buffers of their
-    own, mapped for them alone, once the heap's free pages are returned
-    (slower: every page is new), not from Arrow's pool.
 
     Consumes ``c``: its arrays become the table's or change in place."""
     n = len(c.start_ns)
     if n == 0:
         return empty_table()
-    # The text columns are most of the time (bytes written into new memory,
-    # row by row in Arrow): with cores to spare, each is built on a thread of
-    # its own as soon as its codes are known, beside the numpy work (both
-    # let go of the GIL); on one core, one after the other at the end.
-    cores = len(os.sched_getaffinity(0))
     notes: dict = {}
-    with ThreadPoolExecutor(cores) if cores > 1 else _Later() as pool:
-        columns = _columns(c, rules, source, run_id, pool, place, join, notes, lean)
+    columns = _columns(c, rules, source, run_id, place, join, notes)
     table = pa.Table.from_arrays([columns[name] for name in COLUMNS], schema=SCHEMA)
     return table.replace_schema_metadata(
         {
@@ -351,46 +360,18 @@ def _unrecognised_communication(
     return {META_UNRECOGNISED: json.dumps(found).encode()} if found else {}
 
 
-class _Later:
-    """An executor that runs each call when its result is asked for."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *_):
-        return False
-
-    def submit(self, fn, *args):
-        return _Deferred(lambda: fn(*args))
-
-
-class _Deferred:
-    def __init__(self, call):
-        self.result = call
-
-
 def _columns(
     c: Columns,
     rules: PhaseRules,
     source: str,
     run_id: str,
-    pool,
     place,
     join,
     notes: dict,
-    lean: bool = False,
 ) -> dict:
-    """The table's columns by name (see :func:`finish_columns`); the text
-    columns built on ``pool``; ``notes``: metadata for the table, filled."""
+    """The table's columns by name (see :func:`finish_columns`); ``notes``:
+    metadata for the table, filled."""
     n = len(c.start_ns)
-    text = functools.partial(_strings, lean=lean)
-    strings = {
-        "region": pool.submit(text, c.region_names, c.region),
-        "location": pool.submit(text, c.location_names, c.location),
-        "node": pool.submit(text, c.node_names, c.node),
-    }
-    # the parent's region read through parent_row: no column of codes
-    strings["parent"] = pool.submit(text, c.region_names, c.region, c.parent_row)
     tree = _Nesting(c.parent_row, c.depth)
     first = rules.first_rules(c.region_names, source)
     # each rule's phase, and -1 last: what first's -1 (no rule) takes
@@ -408,14 +389,12 @@ def _columns(
     phase[phase < 0] = _PHASE["other"]
     phase[is_step] = _PHASE[STEP]
     phase[is_epoch] = _PHASE[EPOCH]
-    strings["phase"] = pool.submit(text, _PHASE_NAMES, phase)
 
     collective_names, rule_collective = _rule_collectives(c.collective_names, rules, first)
     collective = np.where(c.collective >= 0, c.collective, rule_collective[first][c.region])
     op_id = _collective_instances(c, collective, tree, join)
     notes.update(_unrecognised_communication(c, first < 0, op_id, tree))
     notes.update(_unsized(collective, collective_names, c.bytes))
-    strings["collective"] = pool.submit(text, collective_names, collective)
 
     step, epoch = c.step, c.epoch  # filled in place
     _number_steps(c, is_step, step)
@@ -426,8 +405,9 @@ def _columns(
     _steps_by_time(c, phase, step, epoch)
     _steps_of_launches(c, tree, step, epoch)
     del tree
+    regions = _distinct(c.region_names)  # once for region and parent (Kineto: ~30 k)
     columns = {
-        "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n),
+        "run_id": _one_value(run_id, n),
         "rank": pa.array(c.rank.astype(np.int32, copy=False)),
         "step": _integers(step),
         "epoch": _integers(epoch),
@@ -436,17 +416,20 @@ def _columns(
         "dur_ns": pa.array(c.end_ns - c.start_ns),
         "depth": pa.array(c.depth.astype(np.int32, copy=False)),
         "bytes": _integers(c.bytes),
-        "source": pa.repeat(pa.scalar(source, pa.string()), n),
+        "source": _one_value(source, n),
         "op_id": _integers(op_id),
+        # Codes and names, as the readers hold them: no string per row to
+        # build (the take and ~250 MiB of new memory for 7 M rows, that
+        # plain strings cost), and a table of a few bytes per text cell.
+        "region": _dictionary(regions, c.region),
+        "location": _dictionary(_distinct(c.location_names), c.location),
+        "node": _dictionary(_distinct(c.node_names), c.node),
+        # the parent's region read through parent_row: no column of codes
+        "parent": _dictionary(regions, c.region, c.parent_row),
+        "phase": _dictionary(_distinct(_PHASE_NAMES), phase),
+        "collective": _dictionary(_distinct(collective_names), collective),
     }
-    # The text columns are the table's largest: what the numbers were built
-    # from is let go before them (the codes they need are held by their calls)
-    del step, epoch, op_id, phase, is_step, collective
-    for name in ("rank", "start_ns", "end_ns", "depth", "parent_row", "step", "epoch", "bytes"):
-        setattr(c, name, None)
-    if lean:
-        _return_free_memory()
-    return columns | {name: built.result() for name, built in strings.items()}
+    return columns
 
 
 def _rule_collectives(names: list, rules: PhaseRules, first: np.ndarray):
@@ -503,44 +486,44 @@ def _collective_instances(
     return op_id
 
 
-def _strings(names: list, codes: np.ndarray, via=None, lean: bool = False) -> pa.Array:
-    """names[code] per row, null where code is -1 (``via``: the code of
-    row via[i], null where that is -1; ``lean``: see :func:`finish_columns`)."""
-    built = fastjson.gather_strings(names, codes, None if lean else _text_pool(), via)
-    if built is not None:
-        return built
+def _dictionary(distinct: tuple, codes: np.ndarray, via=None) -> pa.DictionaryArray:
+    """names[code] per row as a dictionary array (``distinct``: the names'
+    :func:`_distinct`), null where the code is -1 or its name None
+    (``via``: the code of row via[i], null where that is -1). The codes are
+    the array's own where they can be (no copy)."""
+    values, new_code = distinct
     if via is not None:
         codes = np.where(via >= 0, codes[np.maximum(via, 0)], -1)
-    # a null name at the end for the missing: no validity mask to build
-    indices = np.where(codes < 0, len(names), codes)
-    return pc.take(pa.array([*names, None], pa.string()), indices, memory_pool=_text_pool())
+    if new_code is not None:  # the code of -1 is the last: -1
+        codes = new_code[codes]
+    codes = codes.astype(np.int32, copy=False)
+    # A validity mask, not a null among the names: Arrow's and pandas'
+    # null tests (is_null, notna) see only the mask.
+    missing = codes < 0
+    indices = pa.array(codes, mask=missing) if missing.any() else pa.array(codes)
+    return pa.DictionaryArray.from_arrays(indices, values)
 
 
-@functools.cache
-def _text_pool():
-    """Arrow's jemalloc pool, where this pyarrow has it (else the default):
-    six text columns of 3.75 M rows take 0.42 s from it in a fresh process
-    against 0.61 s from the default (mimalloc), on the machine of
-    docs/tracing.md. Taken on first use, not at import."""
-    return pa.jemalloc_memory_pool() if "jemalloc" in pa.supported_memory_backends() else None
+def _distinct(names: list) -> tuple[pa.Array, np.ndarray | None]:
+    """(the names once each, not None, as an Arrow array; None, or each
+    old code's new code and -1 last, where they differ): two regions of
+    one name (OTF2 definitions may repeat a name) are one value of a
+    dictionary (pandas' categories must be distinct). In Arrow, not a
+    Python loop: a Kineto trace has some 30 k names a file."""
+    values = pa.array(names, pa.string())
+    if values.null_count == 0 and pc.count_distinct(values).as_py() == len(values):
+        return values, None
+    encoded = values.dictionary_encode()  # None stays null: code -1
+    new_code = encoded.indices.fill_null(-1).to_numpy().astype(np.int32)
+    return encoded.dictionary, np.append(new_code, np.int32(-1))
 
 
-def _return_free_memory() -> None:
-    """Hands the C heap's free pages back to the system (glibc's
-    malloc_trim; nothing elsewhere). The arrays of the work before, freed,
-    stay in the heap, and the text columns, too large for it, are mapped
-    anew beside them: the process would hold both at its peak."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim():
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (AttributeError, OSError):
-        return None
+def _one_value(value: str, n: int) -> pa.DictionaryArray:
+    """``value`` on each of n rows: a dictionary of one name (zeros, not n
+    copies of it)."""
+    return pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(n, dtype=np.int32)), pa.array([value], pa.string())
+    )
 
 
 def _integers(values: np.ndarray) -> pa.Array:

@@ -238,7 +238,16 @@ def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
     reads), read whole; Damaged, naming the file and the fix, when it cannot be."""
     import pyarrow.parquet as pq
 
-    return _parquet(path, lambda: pq.read_table(path, columns=columns).to_pandas())
+    from traces.table import plain_text
+
+    # A phase table's text columns are dictionaries in the file (schema 3:
+    # traces/table.py); the analysis gets them as before, pandas' string
+    # columns (what a column of strings gives), not Categoricals:
+    # those group (observed=False: a group per category, seen or not), sort
+    # (by code, not by name) and concatenate (with the recorder's plain
+    # columns) otherwise. The cast is one take per column, paid here, where
+    # the analysis reads the stacked table, not in every conversion.
+    return _parquet(path, lambda: plain_text(pq.read_table(path, columns=columns)).to_pandas())
 
 
 def check_table(path: Path) -> None:

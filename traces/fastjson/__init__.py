@@ -12,10 +12,9 @@ returns None and the reader decodes the chunk with msgspec, as it would
 without it.
 
 ``stack_parents()`` is traces/nesting.py's nesting rule in one C pass;
-``gather_strings()``, ``nesting_order()``/``inherit()``, ``outermost()``
-and ``any_outlives()`` are traces/table.py's text columns, its values
-passed down the nesting, its collective instances and the OTF2 reader's
-two-thread check, each one C pass
+``nesting_order()``/``inherit()``, ``outermost()`` and ``any_outlives()``
+are traces/table.py's values passed down the nesting, its collective
+instances and the OTF2 reader's two-thread check, each one C pass
 where numpy would make several and their temporary arrays.
 
 The library is built on first use with gcc into
@@ -157,23 +156,6 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.stack_parents.restype = None
     lib.pair_edges.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 5
     lib.pair_edges.restype = ctypes.c_int64
-    pointer, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
-    lib.string_bytes.argtypes = [pointer, pointer, i32, pointer, pointer, i64, pointer]
-    lib.string_bytes.restype = ctypes.c_int64
-    lib.gather_strings.argtypes = [
-        pointer,
-        pointer,
-        pointer,
-        i32,
-        pointer,
-        pointer,
-        i64,
-        i64,
-        pointer,
-        pointer,
-        pointer,
-    ]
-    lib.gather_strings.restype = ctypes.c_int
     lib.nesting_order.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int32, ctypes.c_int64]
     lib.nesting_order.restype = ctypes.c_int32
     for name, kind in (("inherit_i64", ctypes.c_int64), ("inherit_i8", ctypes.c_int8)):
@@ -351,53 +333,6 @@ def pair_edges(key: np.ndarray, is_begin: np.ndarray):
     )
     begins = np.flatnonzero(end_of >= 0)
     return begins, end_of[begins], depth[begins], int(unmatched), unclosed.value
-
-
-def gather_strings(
-    names: list, codes: np.ndarray, pool=None, via: np.ndarray | None = None
-) -> pa.StringArray | None:
-    """``names[code]`` for each code (null where it is negative or the name
-    is None; with ``via``, the code of row ``via[i]``, null where that is
-    -1) as an Arrow string array, built in C into buffers of exactly its
-    size from ``pool``; None when there is no compiled library or the
-    column would not fit 32-bit offsets (the caller then takes)."""
-    lib = library()
-    if lib is None:
-        return None
-    try:
-        table = pa.array(names, pa.string())  # the names' bytes, in C
-    except (pa.ArrowException, UnicodeEncodeError):
-        return None  # not text: the caller's take says why
-    _, name_offsets, name_bytes = table.buffers()
-    name_at = np.frombuffer(name_offsets, dtype=np.int32, count=len(names) + 1)
-    known = table.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8)
-    codes = np.ascontiguousarray(codes, dtype=np.int32)
-    n = len(codes) if via is None else len(via)
-    via = None if via is None else np.ascontiguousarray(via, dtype=np.int64)
-    through = 0 if via is None else via.ctypes.data
-    nulls = ctypes.c_int64()
-    head = (name_at.ctypes.data, known.ctypes.data, len(names), codes.ctypes.data, through, n)
-    total = lib.string_bytes(*head, ctypes.byref(nulls))
-    if total < 0 or total > np.iinfo(np.int32).max:
-        return None  # no such name (the caller's take says so), or too long
-    buffers = [4 * (n + 1), total] + ([(n + 7) // 8] if nulls.value else [])
-    if pool is None:  # mapped for this column alone, unmapped with it
-        built = [pa.py_buffer(np.empty(k, np.uint8)) for k in buffers]
-    else:  # pages the pool keeps from column to column (faster; held longer)
-        built = [pa.allocate_buffer(k, memory_pool=pool) for k in buffers]
-    offsets, data, *validity = built
-    status = lib.gather_strings(
-        name_at.ctypes.data,
-        name_bytes.address if name_bytes is not None else 0,
-        *head[1:],
-        total,
-        offsets.address,
-        data.address,
-        validity[0].address if validity else 0,
-    )
-    if status != 0:
-        raise MemoryError("gather_strings: out of memory")
-    return pa.StringArray.from_buffers(n, offsets, data, validity[0] if validity else None)
 
 
 def nesting_order(parent: np.ndarray, depth: np.ndarray) -> int:

@@ -87,7 +87,7 @@ class HorovodTimelineReader(Reader):
             )
         columns, more = _columns(records, reading, path)  # consumes the records
         del records
-        table = finish_columns(columns, rules, self.name, run_id, lean=True)
+        table = finish_columns(columns, rules, self.name, run_id)
         return table, problems + more
 
 
