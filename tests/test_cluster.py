@@ -54,6 +54,8 @@ def test_the_two_schedulers_take_every_installed_framework_and_launcher():
     for taken in (SLURM_FRAMEWORKS, OAR_FRAMEWORKS):
         assert {registry.FRAMEWORKS[n].launcher for n in taken} == launchers
     assert set(SLURM_FRAMEWORKS) | set(OAR_FRAMEWORKS) == set(INSTALLED)
+
+
 TINY = {"epochs": 1, "max_steps": 4, "train_images": 2000, "warmup_steps": 1, "timeout_s": 240}
 
 
@@ -208,6 +210,20 @@ def test_every_launcher_trains_across_two_nodes_through_slurm(slurm_cluster, tmp
     out = slurm_snakemake(tmp_path, env)
     print(f"{SLURM_FRAMEWORKS} on 2 nodes: {time.monotonic() - started:.1f} s")
     each_on_its_own_node(tmp_path, "slurm", SLURM_FRAMEWORKS, out)
+    if "lbann" in SLURM_FRAMEWORKS:
+        lbanns_own_srun(tmp_path)
+
+
+def lbanns_own_srun(workdir: Path) -> None:
+    """LBANN launches its ranks itself, with srun inside the job: they form
+    one MPI world (without srun's MPI plugin, Open MPI refuses to start
+    here; other MPIs may start worlds of one) and each times its steps."""
+    folder = next(p.parent for p in (workdir / "results").rglob("run.json") if "lbann" in str(p))
+    assert "srun --overlap --mpi=pmix" in (folder / "lbann" / "batch.sh").read_text()
+    assert "Total number of processes  : 2" in (folder / "lbann" / "out.log").read_text()
+    for rank in (0, 1):
+        steps = (folder / f"steps.rank{rank}.tsv").read_text().splitlines()
+        assert len(steps) - 1 == TINY["max_steps"], steps  # a header, then a row a step
 
 
 # ---- OAR on the same nodes ------------------------------------------------------------

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, tiny_design, write_design
-from ddlcompare.run import envs, launch, schedulers
+from ddlcompare.run import launch, schedulers
 from ddlcompare.run.schedulers import Host, slurm as slurm_scheduler
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
@@ -118,27 +118,6 @@ def test_tiny_design_through_the_slurm_profile_matches_a_local_run(slurm, tmp_pa
     local_out = run_snakemake(local, scheduler_env(), "local")
     assert local_out.returncode == 0, local_out.stderr[-3000:]
     assert final_losses(on_slurm) == final_losses(local)  # same seed, same training
-
-
-@pytest.mark.skipif(
-    not (envs.has_module("lbann", "lbann") and (envs.env_dir("lbann") / "bin" / "lbann").exists()),
-    reason="LBANN is not built: 'bash envs/build-lbann.sh' builds it",
-)
-def test_lbann_trains_through_the_slurm_profile_with_its_own_srun(slurm, tmp_path):
-    """LBANN launches its ranks itself, with srun inside the job: they must
-    form one MPI world (without srun's MPI plugin, Open MPI refuses to start
-    here; other MPIs may start worlds of one) and each time its steps."""
-    write_design(tmp_path, tiny_design(["lbann"], procs=(2,), epochs=1, max_steps=6))
-    out = run_snakemake(tmp_path, slurm, "slurm")
-    assert out.returncode == 0, out.stderr[-4000:]
-    folder = next((tmp_path / "results").rglob("run.json")).parent
-    record = json.loads((folder / "run.json").read_text())
-    assert record["status"] == "ok" and record["scheduler"] == "slurm", record.get("reason")
-    script = (folder / "lbann" / "batch.sh").read_text()
-    assert "srun --overlap --mpi=pmix" in script
-    assert "Total number of processes  : 2" in (folder / "lbann" / "out.log").read_text()
-    for rank in (0, 1):
-        assert len(pd.read_csv(folder / f"steps.rank{rank}.tsv", sep="\t")) == 6
 
 
 def test_launch_commands_from_a_real_slurm_node_list(slurm):
