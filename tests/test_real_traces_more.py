@@ -294,6 +294,8 @@ def damaged_copy(src: Path, dest: Path, name: str, damage: str) -> Path:
         target.write_bytes(data[:middle] + b"\xff" * 32 + data[middle + 32 :])
     elif damage == "empty":
         target.write_bytes(b"")
+    elif damage == "last byte":
+        target.write_bytes(data[:-1])
     else:
         target.unlink()
     return dest
@@ -314,6 +316,19 @@ def test_scorep_damaged_rank_file_costs_that_location(tmp_path, engine, damage):
     assert others <= len(df) < 171
     assert problems[0].lost and "MPI Rank 1/Master thread" in problems[0]
     assert all("\n" not in p for p in problems)
+
+
+@pytest.mark.parametrize("engine", ["fastotf2", "python"])
+def test_an_event_file_cut_where_the_library_sees_no_fault_is_named(tmp_path, engine):
+    """An event file less its last byte: the OTF2 library reads every record
+    and reports nothing (a file cut inside its last chunk may read the same,
+    or not, depending on what its buffer held before). The file's missing
+    end says it was cut: named, its records kept."""
+    archive = damaged_copy(SCOREP_PTHREAD.parent, tmp_path / "a", "traces/1.evt", "last byte")
+    table, problems = otf2_reader.read(archive / "traces.otf2", RULES, "r1", engine=engine)
+    assert table.num_rows == 171  # all (otf2-print: 171 Leave)
+    assert problems[0].lost and "MPI Rank 1/Master thread" in problems[0]
+    assert otf2_reader.UNFINISHED in problems[0]
 
 
 @pytest.mark.parametrize("damage", ["cut", "garbage", "empty", "missing"])

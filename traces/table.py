@@ -376,7 +376,7 @@ def _columns(
     first = rules.first_rules(c.region_names, source)
     # each rule's phase, and -1 last: what first's -1 (no rule) takes
     rule_phase = np.array([_PHASE[r.phase] for r in rules.rules] + [-1], dtype=np.int8)
-    phase = rule_phase[first][c.region]
+    phase = rule_phase[first].take(c.region)
     is_step = phase == _PHASE[STEP]
     if place is not None:
         place(c, phase, is_step)
@@ -391,7 +391,7 @@ def _columns(
     phase[is_epoch] = _PHASE[EPOCH]
 
     collective_names, rule_collective = _rule_collectives(c.collective_names, rules, first)
-    collective = np.where(c.collective >= 0, c.collective, rule_collective[first][c.region])
+    collective = _collectives_by_rule(c, rule_collective[first])
     op_id = _collective_instances(c, collective, tree, join)
     notes.update(_unrecognised_communication(c, first < 0, op_id, tree))
     notes.update(_unsized(collective, collective_names, c.bytes))
@@ -430,6 +430,21 @@ def _columns(
         "collective": _dictionary(_distinct(collective_names), collective),
     }
     return columns
+
+
+def _collectives_by_rule(c: Columns, of_region: np.ndarray) -> np.ndarray:
+    """The reader's collective of each row, else the one the rules give its
+    region (``of_region``, -1: none): c.collective, in place. Only the rows
+    of regions that a rule makes collectives are looked at."""
+    collective = c.collective.astype(np.int32, copy=False)
+    regions = np.flatnonzero(of_region >= 0)
+    if regions.size == 0:
+        return collective
+    ruled = np.zeros(len(of_region), dtype=np.bool_)
+    ruled[regions] = True
+    rows = np.flatnonzero(ruled.take(c.region) & (collective < 0))
+    collective[rows] = of_region[c.region[rows]]
+    return collective
 
 
 def _rule_collectives(names: list, rules: PhaseRules, first: np.ndarray):
@@ -472,11 +487,13 @@ def _collective_instances(
     # Numbered by time (then place), not by row, so that the id does not
     # depend on the order a reader found the rows in.
     instances = rows[~inner]
-    order = instances[
-        np.lexsort(
-            (c.region[instances], c.location[instances], c.end_ns[instances], c.start_ns[instances])
+    start = c.start_ns[instances]
+    by_start = np.argsort(start, kind="stable")  # a merge of the locations' runs
+    if (np.diff(start[by_start]) == 0).any():  # ties: the other keys decide
+        by_start = np.lexsort(
+            (c.region[instances], c.location[instances], c.end_ns[instances], start)
         )
-    ]
+    order = instances[by_start]
     op_id = np.full(len(collective), NULL, dtype=np.int64)
     op_id[order] = np.arange(order.size)
     op_id[nested] = op_id[top_of_nested]
@@ -493,15 +510,21 @@ def _dictionary(distinct: tuple, codes: np.ndarray, via=None) -> pa.DictionaryAr
     the array's own where they can be (no copy)."""
     values, new_code = distinct
     if via is not None:
-        codes = np.where(via >= 0, codes[np.maximum(via, 0)], -1)
+        codes = codes.take(via)  # via's -1 takes the last row's: nulled next
+        codes[via < 0] = -1
     if new_code is not None:  # the code of -1 is the last: -1
-        codes = new_code[codes]
+        codes = new_code.take(codes)
     codes = codes.astype(np.int32, copy=False)
-    # A validity mask, not a null among the names: Arrow's and pandas'
-    # null tests (is_null, notna) see only the mask.
-    missing = codes < 0
-    indices = pa.array(codes, mask=missing) if missing.any() else pa.array(codes)
-    return pa.DictionaryArray.from_arrays(indices, values)
+    # -1 becomes a null of the validity mask, not a null among the names:
+    # Arrow's and pandas' null tests (is_null, notna) see only the mask.
+    # Checked against the names here (Arrow's own check, safe=True, takes
+    # four times as long where there are nulls).
+    if codes.size == 0:
+        return pa.DictionaryArray.from_arrays(codes, values)
+    if codes.max() >= len(values):
+        raise IndexError(f"a code past the {len(values)} names")
+    some_null = codes.min() < 0
+    return pa.DictionaryArray.from_arrays(codes, values, from_pandas=some_null, safe=False)
 
 
 def _distinct(names: list) -> tuple[pa.Array, np.ndarray | None]:
@@ -521,14 +544,26 @@ def _distinct(names: list) -> tuple[pa.Array, np.ndarray | None]:
 def _one_value(value: str, n: int) -> pa.DictionaryArray:
     """``value`` on each of n rows: a dictionary of one name (zeros, not n
     copies of it)."""
+    # safe=False: Arrow's check would read every zero, faulting in pages
+    # that np.zeros leaves untouched
     return pa.DictionaryArray.from_arrays(
-        pa.array(np.zeros(n, dtype=np.int32)), pa.array([value], pa.string())
+        pa.array(np.zeros(n, dtype=np.int32)), pa.array([value], pa.string()), safe=False
     )
 
 
 def _integers(values: np.ndarray) -> pa.Array:
     missing = values == NULL
-    return pa.array(values, mask=missing) if missing.any() else pa.array(values)
+    if not missing.any():
+        return pa.array(values)
+    if missing.all():  # a trace without epochs: no mask to pack, no values to copy
+        validity = pa.py_buffer(np.zeros((len(values) + 7) // 8, dtype=np.uint8))
+        return pa.Array.from_buffers(
+            pa.from_numpy_dtype(values.dtype),
+            len(values),
+            [validity, pa.py_buffer(np.ascontiguousarray(values))],
+            null_count=len(values),
+        )
+    return pa.array(values, mask=missing)
 
 
 class _Nesting:
@@ -617,9 +652,12 @@ def _number_steps(c: Columns, is_step: np.ndarray, step: np.ndarray) -> None:
         return
     # the number in the name, read once per step's region name, not once
     # per row nor for every name
-    codes, of_row = np.unique(c.region[rows], return_inverse=True)
+    region = c.region[rows]
+    codes = np.flatnonzero(np.bincount(region))  # no sort: codes are small
     names = pd.Series([c.region_names[code] for code in codes.tolist()], dtype=object)
-    number = names.str.extract(_STEP_NUMBER, expand=False).astype("float").to_numpy()[of_row]
+    number_of = np.full(codes[-1] + 1, np.nan)
+    number_of[codes] = names.str.extract(_STEP_NUMBER, expand=False).astype("float").to_numpy()
+    number = number_of[region]
     unnamed = np.isnan(number)
     if unnamed.any():
         number = np.where(unnamed, _order_on_location(c, rows), number)
@@ -639,13 +677,30 @@ def _number_epochs(c: Columns, is_epoch: np.ndarray, epoch: np.ndarray) -> None:
 def _order_on_location(c: Columns, rows: np.ndarray) -> np.ndarray:
     """Each of ``rows``' place by start time (then row) among those of its
     rank and location, from 0."""
-    order = np.lexsort((c.start_ns[rows], c.location[rows], c.rank[rows]))
-    rank, location = c.rank[rows[order]], c.location[rows[order]]
-    first = np.r_[True, (rank[1:] != rank[:-1]) | (location[1:] != location[:-1])]
-    at = np.arange(rows.size)
+    keys = (c.start_ns[rows], c.location[rows], c.rank[rows])
+    # Readers give a location's rows together, mostly by start already:
+    # sorted only where they are not.
+    order = None if _ascending(*keys) else np.lexsort(keys)
+    start, location, rank = keys if order is None else (k[order] for k in keys)
+    first = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (location[1:] != location[:-1])])
+    in_order = np.arange(rows.size) - np.repeat(first, np.diff(np.r_[first, rows.size]))
+    if order is None:
+        return in_order
     place = np.empty(rows.size, dtype=np.int64)
-    place[order] = at - np.maximum.accumulate(np.where(first, at, 0))
+    place[order] = in_order
     return place
+
+
+def _ascending(*keys: np.ndarray) -> bool:
+    """Whether the rows are in np.lexsort(keys)'s order already (the last
+    key first)."""
+    if keys[0].size < 2:
+        return True
+    at_or_after = np.ones(keys[0].size - 1, dtype=bool)  # within ties so far
+    for key in keys:  # the least significant first
+        step = np.diff(key)
+        at_or_after = (step > 0) | ((step == 0) & at_or_after)
+    return bool(at_or_after.all())
 
 
 def _step_windows(
@@ -747,6 +802,8 @@ def _steps_of_launches(c: Columns, tree: _Nesting, step: np.ndarray, epoch: np.n
     row inside it, is in its launch's step, not in the one its own start
     falls in: backward's kernels, launched from autograd's thread, run after
     the launch, often in the next step or after the last."""
+    if fastjson.any_parent_elsewhere(c.parent_row, c.location) is False:
+        return  # one C pass, no new columns: most traces have no such row
     parent = np.maximum(c.parent_row, 0)
     launched = (c.parent_row >= 0) & (c.location != c.location[parent])
     if not launched.any():

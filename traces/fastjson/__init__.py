@@ -12,7 +12,8 @@ returns None and the reader decodes the chunk with msgspec, as it would
 without it.
 
 ``stack_parents()`` is traces/nesting.py's nesting rule in one C pass;
-``nesting_order()``/``inherit()``, ``outermost()`` and ``any_outlives()``
+``nesting_order()``/``inherit()``, ``outermost()``, ``any_outlives()`` and
+``any_parent_elsewhere()``
 are traces/table.py's values passed down the nesting, its collective
 instances and the OTF2 reader's two-thread check, each one C pass
 where numpy would make several and their temporary arrays.
@@ -163,6 +164,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         getattr(lib, name).restype = None
     lib.any_outlives.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64]
     lib.any_outlives.restype = ctypes.c_int32
+    lib.any_parent_elsewhere.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64]
+    lib.any_parent_elsewhere.restype = ctypes.c_int32
     lib.outermost.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64, ctypes.c_void_p]
     lib.outermost.restype = None
     lib.name_table_new.argtypes = []
@@ -357,12 +360,23 @@ def inherit(values: np.ndarray, parent: np.ndarray, missing, order: int) -> None
 
 def any_outlives(parent: np.ndarray, end: np.ndarray) -> bool | None:
     """Whether a row ends after its parent; None with no compiled library."""
+    return _any_against_parent("any_outlives", parent, end, np.int64)
+
+
+def any_parent_elsewhere(parent: np.ndarray, location: np.ndarray) -> bool | None:
+    """Whether a row's parent is on another location; None with no
+    compiled library."""
+    return _any_against_parent("any_parent_elsewhere", parent, location, np.int32)
+
+
+def _any_against_parent(test: str, parent: np.ndarray, values: np.ndarray, dtype) -> bool | None:
+    """One C pass of ``test`` over each row's value and its parent's."""
     lib = library()
     if lib is None:
         return None
     parent = np.ascontiguousarray(parent, dtype=np.int64)
-    end = np.ascontiguousarray(end, dtype=np.int64)
-    return bool(lib.any_outlives(parent.ctypes.data, end.ctypes.data, len(parent)))
+    values = np.ascontiguousarray(values, dtype=dtype)
+    return bool(getattr(lib, test)(parent.ctypes.data, values.ctypes.data, len(parent)))
 
 
 def outermost(parent: np.ndarray, marked: np.ndarray, rows: np.ndarray) -> np.ndarray | None:

@@ -664,6 +664,14 @@ int32_t any_outlives(const int64_t *parent, const int64_t *end, int64_t n) {
     return 0;
 }
 
+/* Whether a row's parent is on another location (GPU work under the call
+ * that launched it: traces/table.py's _steps_of_launches). */
+int32_t any_parent_elsewhere(const int64_t *parent, const int32_t *location, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (parent[i] >= 0 && location[i] != location[parent[i]]) return 1;
+    return 0;
+}
+
 /* traces/nesting.py's outermost(): for each of the n rows, the outermost
  * marked row among itself and its ancestors (a walk up from each). */
 void outermost(const int64_t *parent, const uint8_t *marked, const int64_t *rows, int64_t n,

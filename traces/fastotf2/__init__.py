@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,8 @@ class _Columns(ctypes.Structure):
         ("start", ctypes.c_void_p),
         ("end", ctypes.c_void_p),
         ("location", ctypes.c_void_p),
+        ("rank", ctypes.c_void_p),
+        ("node", ctypes.c_void_p),
         ("region", ctypes.c_void_p),
         ("depth", ctypes.c_void_p),
         ("parent", ctypes.c_void_p),
@@ -58,6 +61,14 @@ class _Columns(ctypes.Structure):
         ("context_ref", ctypes.c_void_p),
         ("context_region", ctypes.c_void_p),
         ("context_regions", ctypes.c_uint32),
+        ("region_ref", ctypes.c_void_p),
+        ("regions", ctypes.c_uint32),
+        ("region_of_ref", ctypes.c_void_p),
+        ("region_of_refs", ctypes.c_uint32),
+        ("location_rank", ctypes.c_void_p),
+        ("location_node", ctypes.c_void_p),
+        ("region_seen", ctypes.c_void_p),
+        ("op_seen", ctypes.c_void_p),
         ("failed", ctypes.c_void_p),
         ("rows", ctypes.c_int64),
         ("unbalanced", ctypes.c_int64),
@@ -75,6 +86,8 @@ COLUMN_TYPES = {
     "start": np.int64,
     "end": np.int64,
     "location": np.int32,
+    "rank": np.int32,
+    "node": np.int32,
     "region": np.uint32,
     "depth": np.int32,
     "parent": np.int64,
@@ -180,51 +193,84 @@ class ReadError(Exception):
 
 
 COUNTS = ("unbalanced", "overlapping", "unclosed", "messages_outside", "renamed")
+OPERATIONS = 256  # OTF2_CollectiveOp is a uint8_t
 
 
-def read_intervals(
-    anchor: Path,
-    locations: list[int],
-    attribute_kinds: dict[int, int],
-    events: list[int],
-    bounds: list[int],
-    context_regions: dict[int, int] | None = None,
-    workers: int | None = None,
-):
-    """(columns, counts, failed): one entry per matched interval of the given
-    locations (refs), in that order; ``failed``: per location, whether it
+@dataclass(frozen=True)
+class Locations:
+    """The locations to read, in order: their refs, the events each
+    announces, the most each can hold (its file's size), and the rank and
+    node (codes) each row of theirs takes."""
+
+    refs: np.ndarray
+    events: np.ndarray
+    bounds: np.ndarray
+    ranks: np.ndarray
+    nodes: np.ndarray
+
+    @classmethod
+    def of(cls, refs, events, bounds, ranks, nodes) -> "Locations":
+        return cls(
+            np.asarray(refs, dtype=np.uint64),
+            np.asarray(events, dtype=np.int64),
+            np.asarray(bounds, dtype=np.int64),
+            np.asarray(ranks, dtype=np.int32),
+            np.asarray(nodes, dtype=np.int32),
+        )
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    def part(self, first: int, stop: int) -> "Locations":
+        return Locations(*(a[first:stop] for a in vars(self).values()))
+
+
+class Lookups:
+    """The definitions the C reader looks up by ref, as large as the
+    definitions present, whatever their refs: the step and epoch attributes
+    (ref -> ATTR_STEP or ATTR_EPOCH), each calling context's region, and the
+    regions defined (rows give a region's index among ``region_refs``,
+    sorted; ``len(region_refs)`` for a ref not defined)."""
+
+    def __init__(self, attribute_kinds: dict, region_refs, context_regions: dict | None = None):
+        self.attributes = _lookup(attribute_kinds, np.uint8)
+        self.contexts = _lookup(context_regions or {}, np.uint32)
+        self.region_refs = np.unique(np.asarray(list(region_refs), dtype=np.uint32))
+        refs = self.region_refs
+        # a table by ref where the refs are dense; else searched by halves
+        self.region_of_ref = None
+        if refs.size and int(refs[-1]) < 4 * refs.size + (1 << 16):
+            self.region_of_ref = np.full(int(refs[-1]) + 1, refs.size, dtype=np.uint32)
+            self.region_of_ref[refs] = np.arange(refs.size, dtype=np.uint32)
+
+
+def read_intervals(anchor: Path, locations: Locations, lookups: Lookups, workers: int | None = None):
+    """(columns, counts, seen, failed): one entry per matched interval of the
+    given locations, in that order; ``seen``: whether any row holds each
+    region index ("region", ``len(lookups.region_refs) + 1`` long) and each
+    collective operation ("collective"); ``failed``: per location, whether it
     could not be read to its end (its rows before the fault are kept).
 
-    ``events``: the events each location announces, ``bounds``: the most it
-    can hold (its file's size); a location that holds more than it announces
-    is read again with room for its bound. ``context_regions``: the region
-    of each calling context (Score-P with unwinding records its regions'
-    Enter and Leave as their contexts'). Locations are read in parallel,
-    ``workers`` at a time (default: the cores this process may use); ctypes
-    lets go of the GIL while the C reader runs. Raises ReadError when the
-    archive cannot be read at all."""
+    A location that holds more events than it announces is read again with
+    room for its bound. Locations are read in parallel, ``workers`` at a
+    time (default: the cores this process may use); ctypes lets go of the
+    GIL while the C reader runs. Raises ReadError when the archive cannot be
+    read at all."""
     workers = workers or len(os.sched_getaffinity(0))
-    chunks = _chunks(len(locations), events, workers)
-    tables = (_lookup(attribute_kinds, np.uint8), _lookup(context_regions or {}, np.uint32))
+    chunks = _chunks(len(locations), locations.events.tolist(), workers)
 
     # One set of columns for all chunks, each chunk's rows written into its
     # own stretch of them: joined afterwards by moving rows down, in memory
     # already touched, not by copying every column into new memory.
-    capacities = [sum(events[i] for i in chunk) // 2 + 1 for chunk in chunks]
+    capacities = [int(locations.events[chunk].sum()) // 2 + 1 for chunk in chunks]
     shared = _empty_columns(sum(capacities))
     bases = np.cumsum([0, *capacities])
 
     def read(k):
         chunk = chunks[k]
         into = {name: a[bases[k] : bases[k + 1]] for name, a in shared.items()}
-        return _read_chunk(
-            anchor,
-            [locations[i] for i in chunk],
-            tables,
-            [events[i] for i in chunk],
-            [bounds[i] for i in chunk],
-            into,
-        )
+        first = chunk[0] if chunk else 0
+        return _read_chunk(anchor, locations.part(first, first + len(chunk)), lookups, into)
 
     if len(chunks) == 1:
         parts = [read(0)]
@@ -259,17 +305,11 @@ def _chunks(n: int, events: list[int], workers: int) -> list[list[int]]:
     return chunks
 
 
-def _read_chunk(
-    anchor: Path,
-    refs: list[int],
-    tables: tuple,
-    events: list[int],
-    bounds: list[int],
-    into: dict,
-):
-    result = _call(anchor, refs, tables, sum(events), into)
+def _read_chunk(anchor: Path, locations: Locations, lookups: Lookups, into: dict):
+    result = _call(anchor, locations, lookups, int(locations.events.sum()), into)
     if result is None:  # more events than announced: room for the files' bound
-        result = _call(anchor, refs, tables, sum(max(e, b) for e, b in zip(events, bounds)))
+        room = int(np.maximum(locations.events, locations.bounds).sum())
+        result = _call(anchor, locations, lookups, room)
     if result is None:
         raise ReadError(OVERFLOW)
     return result
@@ -280,35 +320,45 @@ def _empty_columns(capacity: int) -> dict:
     return {name: np.empty(capacity, dtype=dtype) for name, dtype in COLUMN_TYPES.items()}
 
 
-def _call(anchor: Path, refs: list[int], tables: tuple, events: int, into: dict | None = None):
-    """(columns, counts, failed) of one call of the C reader; None on
-    overflow. ``tables``: attribute kinds and calling contexts' regions, by
-    ref. ``into``: columns to write into, if they hold enough rows."""
+def _call(anchor: Path, locations: Locations, lookups: Lookups, events: int, into=None):
+    """(columns, counts, seen, failed) of one call of the C reader; None on
+    overflow. ``into``: columns to write into, if they hold enough rows."""
     lib = library()
-    kinds, contexts = tables
     capacity = events // 2 + 1
     if into is not None and len(into["start"]) >= capacity:
         columns = into
     else:
         columns = _empty_columns(capacity)
     enter_row = np.empty(events + 1, dtype=np.int64)
-    failed = np.zeros(max(len(refs), 1), dtype=np.int8)
-    array = np.asarray(refs, dtype=np.uint64)
+    failed = np.zeros(max(len(locations), 1), dtype=np.int8)
+    seen = {
+        "region": np.zeros(lookups.region_refs.size + 1, dtype=np.uint8),
+        "collective": np.zeros(OPERATIONS, dtype=np.uint8),
+    }
+    dense = lookups.region_of_ref
     out = _Columns(
         capacity=capacity,
         enter_row=enter_row.ctypes.data,
         enter_capacity=enter_row.size,
-        attribute_ref=kinds[0].ctypes.data,
-        attribute_kind=kinds[1].ctypes.data,
-        attribute_kinds=kinds[0].size,
-        context_ref=contexts[0].ctypes.data,
-        context_region=contexts[1].ctypes.data,
-        context_regions=contexts[0].size,
+        attribute_ref=lookups.attributes[0].ctypes.data,
+        attribute_kind=lookups.attributes[1].ctypes.data,
+        attribute_kinds=lookups.attributes[0].size,
+        context_ref=lookups.contexts[0].ctypes.data,
+        context_region=lookups.contexts[1].ctypes.data,
+        context_regions=lookups.contexts[0].size,
+        region_ref=lookups.region_refs.ctypes.data,
+        regions=lookups.region_refs.size,
+        region_of_ref=dense.ctypes.data if dense is not None else None,
+        region_of_refs=dense.size if dense is not None else 0,
+        location_rank=locations.ranks.ctypes.data,
+        location_node=locations.nodes.ctypes.data,
+        region_seen=seen["region"].ctypes.data,
+        op_seen=seen["collective"].ctypes.data,
         failed=failed.ctypes.data,
         **{name: a.ctypes.data for name, a in columns.items()},
     )
     status = lib.fastotf2_read(
-        str(anchor).encode(), array.ctypes.data, array.size, ctypes.byref(out)
+        str(anchor).encode(), locations.refs.ctypes.data, len(locations), ctypes.byref(out)
     )
     if out.overflowed:
         return None
@@ -320,7 +370,7 @@ def _call(anchor: Path, refs: list[int], tables: tuple, events: int, into: dict 
     columns = {name: a[:rows] for name, a in columns.items()}
     counts = {name: getattr(out, name) for name in COUNTS}
     counts["error"] = out.error.decode(errors="replace")
-    return columns, counts, failed[: len(refs)].astype(bool)
+    return columns, counts, seen, failed[: len(locations)].astype(bool)
 
 
 def _merge(parts: list, chunks: list[list[int]], shared: dict, bases: np.ndarray):
@@ -333,13 +383,13 @@ def _merge(parts: list, chunks: list[list[int]], shared: dict, bases: np.ndarray
         return parts[0]
     sizes = [len(p[0]["start"]) for p in parts]
     in_place = all(
-        cols["start"].ctypes.data == shared["start"][base:].ctypes.data
-        for (cols, _, _), base in zip(parts, bases)
+        part[0]["start"].ctypes.data == shared["start"][base:].ctypes.data
+        for part, base in zip(parts, bases)
     )
     if not in_place:
         shared = _empty_columns(sum(sizes))
     at = 0
-    for (cols, _, _), chunk, size, base in zip(parts, chunks, sizes, bases):
+    for (cols, *_), chunk, size, base in zip(parts, chunks, sizes, bases):
         for name, column in shared.items():
             piece = column[at : at + size]
             # a chunk's rows are in place only where every chunk before it
@@ -354,7 +404,8 @@ def _merge(parts: list, chunks: list[list[int]], shared: dict, bases: np.ndarray
     columns = {name: column[:at] for name, column in shared.items()}
     counts = {name: sum(p[1][name] for p in parts) for name in COUNTS}
     counts["error"] = next((p[1]["error"] for p in parts if p[1]["error"]), "")
-    return columns, counts, np.concatenate([p[2] for p in parts])
+    seen = {name: np.bitwise_or.reduce([p[2][name] for p in parts]) for name in parts[0][2]}
+    return columns, counts, seen, np.concatenate([p[3] for p in parts])
 
 
 def main() -> int:

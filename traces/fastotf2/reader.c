@@ -17,6 +17,10 @@
  * - MPI message sizes add up on the innermost open region; a collective's
  *   end gives it its operation and max(sent, received) bytes, a
  *   non-blocking collective's completion the region that requested it.
+ * Rows hold what the table keeps where it can (the rank and node of their
+ * location, the region's index among those defined), and which regions and
+ * operations occur is marked as rows are written: Python then needs no pass
+ * over the rows to find them.
  * Times stay in clock ticks: Python converts them.
  * A location that cannot be read to its end keeps the rows read before the
  * fault and is marked in `failed`; the others are read all the same. Calls
@@ -40,7 +44,9 @@ typedef struct {
     int64_t capacity;          /* rows each column holds */
     int64_t *start, *end;      /* ticks */
     int32_t *location;         /* index into the locations given */
-    uint32_t *region;          /* global region ref */
+    int32_t *rank, *node;      /* the location's, from location_rank/location_node */
+    uint32_t *region;          /* index among the regions defined (region_ref);
+                                  `regions` for a ref they do not have */
     int32_t *depth;
     int64_t *parent;           /* row of the enclosing interval, -1 at top level */
     int64_t *step, *epoch;     /* NONE when unknown (negative: outside steps) */
@@ -57,6 +63,17 @@ typedef struct {
     const uint32_t *context_ref;
     const uint32_t *context_region; /* global region ref of each context_ref */
     uint32_t context_regions;
+    const uint32_t *region_ref;     /* the regions defined, their refs sorted */
+    uint32_t regions;
+    /* Where the refs are dense: each ref's index among them (`regions`
+     * where none), region_of_refs long; NULL where sparse (searched). */
+    const uint32_t *region_of_ref;
+    uint32_t region_of_refs;
+    const int32_t *location_rank, *location_node; /* per location given */
+    /* Which values the rows hold, so that Python need not look at every
+     * row to find them: region indices (regions + 1 long) and collective
+     * operations (256 long: OTF2_CollectiveOp is a uint8_t). */
+    uint8_t *region_seen, *op_seen;
     /* results */
     int8_t *failed;            /* per location given: 1 when not read to its end */
     int64_t rows, unbalanced, overlapping, unclosed, messages_outside, renamed, overflowed;
@@ -116,6 +133,19 @@ static int64_t find(const uint32_t *refs, uint32_t n, uint32_t ref) {
         else high = mid;
     }
     return low < n && refs[low] == ref ? (int64_t)low : -1;
+}
+
+/* A region ref's index among the regions defined; `regions` where none. */
+static uint32_t region_index(const Columns *out, uint32_t ref) {
+    if (out->region_of_ref)
+        return ref < out->region_of_refs ? out->region_of_ref[ref] : out->regions;
+    int64_t at = find(out->region_ref, out->regions, ref);
+    return at < 0 ? out->regions : (uint32_t)at;
+}
+
+static void set_collective(Columns *out, int64_t row, int32_t op) {
+    out->collective[row] = op;
+    if (op >= 0) out->op_seen[op & 0xff] = 1;
 }
 
 static OTF2_CallbackCode enter(OTF2_LocationRef location, OTF2_TimeStamp time, uint64_t position,
@@ -189,12 +219,16 @@ static OTF2_CallbackCode leave(OTF2_LocationRef location, OTF2_TimeStamp time, u
     out->start[row] = e.start;
     out->end[row] = time;
     out->location[row] = s->location;
-    out->region[row] = e.region;
+    out->rank[row] = out->location_rank[s->location];
+    out->node[row] = out->location_node[s->location];
+    uint32_t index = region_index(out, e.region);
+    out->region[row] = index;
+    out->region_seen[index] = 1;
     out->depth[row] = (int32_t)at;
     out->parent[row] = e.parent; /* an enter number until all rows are in */
     out->step[row] = e.step < 0 ? NONE : e.step;
     out->epoch[row] = e.epoch < 0 ? NONE : e.epoch;
-    out->collective[row] = e.collective;
+    set_collective(out, row, e.collective);
     out->bytes[row] = e.bytes < 0 ? NONE : e.bytes;
     return OTF2_CALLBACK_SUCCESS;
 }
@@ -302,7 +336,7 @@ static OTF2_CallbackCode collective_complete(OTF2_LocationRef l, OTF2_TimeStamp 
     int64_t nbytes = (int64_t)(sent > received ? sent : received);
     int64_t row = out->enter_row[enter];
     if (row >= 0) { /* the requesting region has ended (the usual case) */
-        out->collective[row] = op;
+        set_collective(out, row, op);
         out->bytes[row] = nbytes < 0 ? NONE : nbytes;
         return OTF2_CALLBACK_SUCCESS;
     }

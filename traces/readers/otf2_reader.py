@@ -472,9 +472,12 @@ def _read_events(reader, path: Path):
                 errors[location._ref] = why
         _otf2.Reader_CloseDefFiles(handle)
     callbacks, failures, _alive = _event_callbacks(state)
+    folder = path.with_suffix("")
     for location in selected:
         if location._ref not in errors:
             why = _read_location_events(handle, location._ref, callbacks, failures)
+            if not why and _ends_unfinished(folder / f"{location._ref}.evt"):
+                why = UNFINISHED
             if why:
                 errors[location._ref] = why
     _otf2.EvtReaderCallbacks_Delete(callbacks)
@@ -487,6 +490,27 @@ def _read_events(reader, path: Path):
         names = [locations[ref][2] for ref in errors]
         problems.insert(0, _lost_locations(path, names, len(selected), next(iter(errors.values()))))
     return state.rows, problems
+
+
+UNFINISHED = "its event file ends unfinished (cut short, or never closed by its writer)"
+
+
+def _ends_unfinished(events: Path) -> bool:
+    """Whether an event file lacks the byte that every OTF2 writer ends a
+    file with on closing it (END_OF_BUFFER, 1: otf2_buffer_finalize in the
+    library's OTF2_Buffer.c). The library reads a file cut inside its last
+    chunk into a buffer it fills only that far, decodes what the buffer held
+    before, and may then find no fault at all: this says so whatever the
+    buffer held. A file that is not there (another substrate, compressed)
+    is the library's to judge."""
+    try:
+        with open(events, "rb") as file:
+            if file.seek(0, os.SEEK_END) == 0:
+                return False  # empty: the library says so
+            file.seek(-1, os.SEEK_END)
+            return file.read(1) != b"\x01"
+    except OSError:
+        return False
 
 
 def _opened(call, handle) -> bool:
@@ -659,15 +683,22 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
         for a in defs.attributes
         if a.name in STEP_ATTRIBUTES
     }
+    region_names = {r._ref: r.name for r in defs.regions}
+    lookups = fastotf2.Lookups(attribute_kinds, region_names, _context_regions(defs))
+    described = [locations[loc._ref] for loc in selected]  # (rank, node, name)
+    nodes = list(dict.fromkeys(node for _, node, _ in described))
     folder = path.with_suffix("")
     try:
-        raw, counts, failed = fastotf2.read_intervals(
+        raw, counts, seen, failed = fastotf2.read_intervals(
             path,
-            [loc._ref for loc in selected],
-            attribute_kinds,
-            [loc.number_of_events for loc in selected],
-            [_file_size(folder / f"{loc._ref}.evt") for loc in selected],
-            _context_regions(defs),
+            fastotf2.Locations.of(
+                [loc._ref for loc in selected],
+                [loc.number_of_events for loc in selected],
+                [_file_size(folder / f"{loc._ref}.evt") for loc in selected],
+                [rank for rank, _, _ in described],
+                [nodes.index(node) for _, node, _ in described],
+            ),
+            lookups,
         )
     except fastotf2.ReadError as exc:
         raise TraceError(
@@ -676,25 +707,24 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
     clock = defs.clock_properties
     for name in ("start", "end"):
         _ticks_to_ns(raw[name], clock)
-    region_names, region = _region_codes(raw.pop("region"), {r._ref: r.name for r in defs.regions})
+    names, region = _region_codes(
+        raw.pop("region"),
+        seen["region"],
+        [*(region_names[int(ref)] for ref in lookups.region_refs), "(undefined region)"],
+    )
     raw_ops = raw.pop("collective")
-    ops, collective, unnamed = _collective_codes(raw_ops, otf2.CollectiveOp)
-    described = [locations[loc._ref] for loc in selected]  # (rank, node, name)
-    nodes = list(dict.fromkeys(node for _, node, _ in described))
-    node_of = np.array([nodes.index(node) for _, node, _ in described], dtype=np.int32)
-    rank_of = np.array([rank for rank, _, _ in described], dtype=np.int32)
-    where = raw["location"]
+    ops, collective, unnamed = _collective_codes(raw_ops, seen["collective"], otf2.CollectiveOp)
     nbytes = raw["bytes"]  # NULL where unknown, from the C reader
     if unnamed:  # communicator management present: no collective, no bytes
         nbytes[(raw_ops >= 0) & (collective < 0)] = NULL
     columns = Columns(
-        rank=rank_of[where],
-        node=node_of[where],
+        rank=raw["rank"],
+        node=raw["node"],
         node_names=nodes,
-        location=where,
+        location=raw["location"],
         location_names=[name for _, _, name in described],
         region=region,
-        region_names=region_names,
+        region_names=names,
         start_ns=raw["start"],
         end_ns=raw["end"],
         depth=raw["depth"],
@@ -713,6 +743,14 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
         counts["messages_outside"],
         counts["renamed"],
     )
+    unfinished = [
+        i
+        for i, loc in enumerate(selected)
+        if not failed[i] and _ends_unfinished(folder / f"{loc._ref}.evt")
+    ]
+    if unfinished:
+        counts["error"] = counts["error"] or UNFINISHED
+        failed[unfinished] = True
     if failed.any():
         names = [described[i][2] for i in np.flatnonzero(failed)]
         problems.insert(
@@ -753,35 +791,28 @@ def _ticks_to_ns(ticks: np.ndarray, clock) -> None:
     ticks += base
 
 
-def _region_codes(refs: np.ndarray, names: dict) -> tuple[list, np.ndarray]:
-    """Region refs -> (names, codes): one code per region the rows use, in
-    the order of their refs. A table by ref where the refs are dense; where
-    they are sparse (an archive's refs up to 4e9), memory would follow the
-    largest ref: sorted instead."""
-    if refs.size == 0:
-        return [], np.zeros(0, dtype=np.int32)
-    if int(refs.max()) < 4 * refs.size + (1 << 16):
-        present = np.flatnonzero(np.bincount(refs))
-        code_of = np.full(int(present[-1]) + 1, -1, dtype=np.int32)
-        code_of[present] = np.arange(present.size, dtype=np.int32)
-        codes = code_of[refs]
-    else:
-        present, codes = np.unique(refs, return_inverse=True)
-        codes = codes.astype(np.int32)
-    return [names.get(int(ref), f"region {ref}") for ref in present], codes
+def _region_codes(index: np.ndarray, seen: np.ndarray, names: list) -> tuple[list, np.ndarray]:
+    """The C reader's region indices (``names``' order) -> (names, codes):
+    one code per region the rows use (``seen``), in that order."""
+    used = np.flatnonzero(seen)
+    if used.size == 0 or used[-1] == used.size - 1:  # the first ones: indices are codes
+        return names[: used.size], index.view(np.int32)
+    code_of = np.full(len(names), -1, dtype=np.int32)
+    code_of[used] = np.arange(used.size, dtype=np.int32)
+    return [names[i] for i in used.tolist()], code_of.take(index)
 
 
-def _collective_codes(ops: np.ndarray, enum) -> tuple[list, np.ndarray, bool]:
-    """OTF2 collective ops (-1: none) -> (names, codes, whether some op is
-    no collective); ops that are no collective (communicator management)
-    take -1 as well."""
-    present = np.flatnonzero(np.bincount(ops + 1)) - 1 if ops.size else np.array([], dtype=int)
-    present = present[present >= 0]
+def _collective_codes(ops: np.ndarray, seen: np.ndarray, enum) -> tuple[list, np.ndarray, bool]:
+    """OTF2 collective ops (-1: none; ``seen``: those the rows hold) ->
+    (names, codes, whether some op is no collective); ops that are no
+    collective (communicator management) take -1 as well."""
+    present = np.flatnonzero(seen)
     named = [_collective_name(enum(int(op))) for op in present]
     names = list(dict.fromkeys(n for n in named if n))
-    code_of = np.full(int(present[-1]) + 2 if present.size else 1, -1, dtype=np.int32)
-    code_of[present + 1] = [names.index(n) if n else -1 for n in named]
-    return names, code_of[ops + 1], None in named
+    # one more entry, -1, for op -1 (numpy's index -1 is the last)
+    code_of = np.full(seen.size + 1, -1, dtype=np.int32)
+    code_of[present] = [names.index(n) if n else -1 for n in named]
+    return names, code_of.take(ops), None in named
 
 
 @register
