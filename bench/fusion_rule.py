@@ -10,7 +10,10 @@ the highest load average and share of the CPU taken by other processes
 that its runs' measured steps saw (run.json's machine_load). Last line:
 key=value.
 
-    python bench/fusion_rule.py RESULTS_ROOT   (the grid's results folder)
+    python bench/fusion_rule.py RESULTS_ROOT...   (the grids' results folders)
+
+Several grids' folders pool their runs point by point (the same design's
+points, e.g. bench/fusion_grid_2nodes.yaml's beside bench/fusion_grid.yaml's).
 """
 
 from __future__ import annotations
@@ -62,12 +65,12 @@ def median_step_ms(folder: Path, warmup: int) -> float | None:
     return statistics.median((int(s[end]) - int(s[start])) / 1e6 for s in steps)
 
 
-def cells(root: Path) -> tuple[dict, dict]:
+def cells(roots: list[Path]) -> tuple[dict, dict]:
     """Per (framework, nodes, procs): each threshold's runs' median steps,
     and the highest load average and foreign CPU share the runs saw."""
     found: dict = {}
     loads: dict = {}
-    for record_path in root.glob("**/run.json"):
+    for record_path in (path for root in roots for path in root.glob("**/run.json")):
         record = json.loads(record_path.read_text())
         if record.get("status") != "ok":
             continue
@@ -103,10 +106,10 @@ def _against(rule: list[float], best: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("root", type=Path)
+    parser.add_argument("roots", type=Path, nargs="+")
     args = parser.parse_args()
     worst = 0.0
-    found, loads = cells(args.root)
+    found, loads = cells(args.roots)
     for (framework, nodes, procs), by_kib in sorted(found.items()):
         seen = loads[framework, nodes, procs]
         load = f"(runs' load average <= {seen[0]:.2f}, others' CPU share <= {seen[1]:.1%})"
