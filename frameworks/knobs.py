@@ -235,18 +235,32 @@ def fusion_rule_kib(gradient_bytes: int, framework: str, nodes: int, procs_per_n
     """A fusion threshold (bucket size) for a model of ``gradient_bytes``, as
     a power of two KiB: a quarter of its gradients, so that the first
     buckets travel while backward computes the rest; but one bucket for DDP
-    when every rank shares one node. There the exchange is a copy through
-    the loopback (the probe's link: ~15 GB/s, 0.1 ms for the CNN's 1.65 MiB),
-    so splitting overlaps next to nothing, while each further bucket is one
-    more Gloo all-reduce call: two grids (bench/fusion_grid.yaml, 3 and 5
+    when every rank shares one node, and a thirty-second for Tarantella
+    across nodes.
+
+    DDP on one node: the exchange is a copy through the loopback (the
+    probe's link: ~15 GB/s, 0.1 ms for the CNN's 1.65 MiB), so splitting
+    overlaps next to nothing, while each further bucket is one more Gloo
+    all-reduce call: two grids (bench/fusion_grid.yaml, 3 and 5
     replications; docs/measurements.md) found one bucket DDP's fastest point
-    there (+9.9 % and +11.2 % for a quarter), and a quarter the best or
-    within noise of it everywhere else but Horovod, which they leave
-    undecided. A third grid, run after this rule was set, found it the best
-    or within 5 % of it in 4 of 6 cells (DDP at both scales), 5.8 and 6.5 %
-    above it, not significantly, for Horovod and Tarantella on 2 nodes.
+    there, and a third, run after, again.
+
+    Tarantella across nodes: its bucket closes once it holds the threshold,
+    so at a quarter the first layer's gradients (computed last) share a
+    bucket with the second's, which then waits for the end of backward; at
+    a thirty-second (64 KiB for the CNN) the second layer's travel while the
+    first layer's backward runs. Two grids (the third, and
+    bench/fusion_grid_2nodes.yaml at 12 replications) found that split the
+    fastest on 2 nodes at 1 Gbit/s, 6.5 % and 12.1 % (p 0.04) ahead of a
+    quarter; the two before them had found a quarter ahead (docs/measurements.md
+    has all four and the grid run after this rule was set).
+
     ``procs_per_node`` is not a term yet: the grids had one shape per node
     count."""
     del procs_per_node
-    share = 1 if framework == "torch-ddp" and nodes == 1 else 4
+    share = 4
+    if framework == "torch-ddp" and nodes == 1:
+        share = 1
+    elif framework == "tarantella" and nodes > 1:
+        share = 32
     return 1 << max(0, math.ceil(math.log2(gradient_bytes / share / KIB)))

@@ -192,10 +192,17 @@ def test_lbann_cpu_settings_take_effect_or_the_run_says_they_did_not(tmp_path):
     )
 
 
-def test_fusion_rule_is_a_quarter_of_the_gradients_but_one_ddp_bucket_on_one_node():
+def test_fusion_rule_is_a_quarter_of_the_gradients_but_for_ddp_on_one_node_and_tarantella_across():
     cnn = sum(json.loads((TIMELINES / "cnn-gradient-bytes.json").read_text()).values())
-    for framework in ("horovod-torch", "tarantella", "torch-ddp"):
+    for framework in ("horovod-torch", "torch-ddp"):
         assert knobs.fusion_rule_kib(cnn, framework, nodes=2, procs_per_node=1) == 512  # >= 1/4
+    split = knobs.fusion_rule_kib(cnn, "tarantella", nodes=2, procs_per_node=1)
+    assert split == 64  # >= 1/32: the first layer's gradients in a bucket of their own
+    assert knobs.packs([40, 5120, 512, 1605632, 256, 73728, 128, 1152], split * 1024) == [
+        1611304,
+        73984,
+        1280,
+    ]
     for framework in ("horovod-torch", "tarantella"):
         assert knobs.fusion_rule_kib(cnn, framework, nodes=1, procs_per_node=2) == 512
     one_bucket = knobs.fusion_rule_kib(cnn, "torch-ddp", nodes=1, procs_per_node=2)
