@@ -23,7 +23,7 @@ def enclosing(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
     parent = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return parent
-    order = np.lexsort((-end, start, group))
+    order = np.lexsort((-end, *_group_then_start(group, start)))
     g, s, e = group[order], start[order], end[order]
     stacked = fastjson.stack_parents(g, s, e)  # the rule below in one pass, where built
     if stacked is not None:
@@ -47,6 +47,17 @@ def enclosing(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
         candidate[rows] = np.where(found >= 0, rows[0] + found, -1)
     parent[order] = np.where(candidate >= 0, order[np.maximum(candidate, 0)], -1)
     return parent
+
+
+def _group_then_start(group: np.ndarray, start: np.ndarray) -> tuple:
+    """lexsort's keys for (group, start), the last first: one key, each
+    group's times side by side on one line, where they fit in an int64
+    (a sort a key less); else the two."""
+    low, high = int(start.min()), int(start.max())
+    groups = int(group.max()) + 1
+    if int(group.min()) >= 0 and groups * (high - low + 1) < 2**62:
+        return (group.astype(np.int64) * (high - low + 1) + (start - low),)
+    return start, group
 
 
 def _stack_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray:

@@ -517,7 +517,15 @@ class _Codes:
             codes[pc.is_null(array).to_numpy(zero_copy_only=False)] = none
         return codes
 
-    def _code_new(self, names: list) -> list:
+    def _code_new(self, names: list):
+        """Codes of names, the unseen ones given the next codes in turn."""
+        start = len(self.index)
+        fresh = dict(zip(names, range(start, start + len(names))))
+        # the usual case, each name new and once (a batch's names new to the
+        # C table): one dict built in C, not a Python call per name
+        if len(fresh) == len(names) and self.index.keys().isdisjoint(fresh):
+            self.index.update(fresh)
+            return np.arange(start, start + len(names))
         return [self.index.setdefault(u, len(self.index)) for u in names]
 
     def _looked_up(self, array: pa.StringArray) -> np.ndarray:
@@ -716,12 +724,15 @@ class _Events:
         # can take its size from its shape
         first = rules.first_rules(names, KinetoReader.name)
         named = np.array([r.collective is not None for r in rules.rules] + [False])[first]
+        # a ':' after 3 or 4 letters, found in Arrow: only those names and
+        # the collectives come to Python
+        sliced = pc.utf8_slice_codeunits(pa.array(names, pa.string()), 3, 5)
+        colon = pc.fill_null(pc.match_substring(sliced, ":"), False)
+        maybe = np.flatnonzero(named | colon.to_numpy(zero_copy_only=False))
         backends = [
-            (code, name)
-            for code, (name, collective) in enumerate(zip(names, named.tolist()))
-            if (collective or ":" in name[3:5])
-            and code not in sized
-            and _shape_sized(name, rules, unsized)
+            (code, names[code])
+            for code in maybe.tolist()
+            if code not in sized and _shape_sized(names[code], rules, unsized)
         ]
         pids, tids = self.pids.index, self.tids.index
         for code, name in backends:
