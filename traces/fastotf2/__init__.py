@@ -209,7 +209,7 @@ class Locations:
     nodes: np.ndarray
 
     @classmethod
-    def of(cls, refs, events, bounds, ranks, nodes) -> "Locations":
+    def of(cls, refs, events, bounds, ranks, nodes) -> Locations:
         return cls(
             np.asarray(refs, dtype=np.uint64),
             np.asarray(events, dtype=np.int64),
@@ -221,7 +221,7 @@ class Locations:
     def __len__(self) -> int:
         return len(self.refs)
 
-    def part(self, first: int, stop: int) -> "Locations":
+    def part(self, first: int, stop: int) -> Locations:
         return Locations(*(a[first:stop] for a in vars(self).values()))
 
 
@@ -244,7 +244,9 @@ class Lookups:
             self.region_of_ref[refs] = np.arange(refs.size, dtype=np.uint32)
 
 
-def read_intervals(anchor: Path, locations: Locations, lookups: Lookups, workers: int | None = None):
+def read_intervals(
+    anchor: Path, locations: Locations, lookups: Lookups, workers: int | None = None
+):
     """(columns, counts, seen, failed): one entry per matched interval of the
     given locations, in that order; ``seen``: whether any row holds each
     region index ("region", ``len(lookups.region_refs) + 1`` long) and each
