@@ -97,7 +97,7 @@ def test_horovod_fusion_threshold_and_cycle_time_take_effect(tmp_path):
     found = record["ranks"][0]["knobs"]
     assert found["fusion_threshold_kib"] == 64 and found["horovod_cycle_time_ms"] == 5.0
     assert 0 < found["horovod_largest_fused_bytes"] <= 65536
-    assert 4.5 <= found["horovod_cycle_p10_ms"] < 8
+    assert found["horovod_cycle_min_ms"] >= 4.5  # no gap under the 5 ms asked (default: 1)
     assert (folder / knobs.KNOBS_TIMELINE_FILE).exists()
 
 
@@ -111,7 +111,7 @@ def test_horovod_timeline_contradicting_a_knob_is_caught():
     found = knobs.horovod_evidence(events, sizes, config, local_size=2)
     assert found["horovod_largest_fused_bytes"] > 65536
     assert "over 65536" in found["fusion_threshold_kib"]
-    assert found["horovod_cycle_p10_ms"] < 2
+    assert found["horovod_cycle_min_ms"] < 2
     with pytest.raises(knobs.RunError, match="horovod_cycle_time_ms: asked 5.0"):
         knobs.confirm(config, found, "Horovod's timeline")
 
