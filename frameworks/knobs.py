@@ -262,10 +262,10 @@ def fusion_rule_kib(gradient_bytes: int, framework: str, nodes: int, procs_per_n
     bucket with the second's, which then waits for the end of backward; at
     a thirty-second (64 KiB for the CNN) the second layer's travel while the
     first layer's backward runs. Two grids (the third, and
-    bench/fusion_grid_2nodes.yaml at 12 replications) found that split the
-    fastest on 2 nodes at 1 Gbit/s, 6.5 % and 12.1 % (p 0.04) ahead of a
-    quarter; the two before them had found a quarter ahead (docs/measurements.md
-    has all four and the grid run after this rule was set).
+    bench/fusion_grid_2nodes.yaml) found that split the fastest on 2 nodes
+    at 1 Gbit/s, the two before them a quarter; a grid run after this rule
+    was set (bench/fusion_grid_tarantella.yaml) found it the fastest. The
+    figures: docs/measurements.md.
 
     ``procs_per_node`` is not a term yet: the grids had one shape per node
     count."""

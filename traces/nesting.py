@@ -23,7 +23,9 @@ def enclosing(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
     parent = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return parent
-    order = np.lexsort((-end, *_group_then_start(group, start)))
+    # (group, start) as one key where they fit in an int64: a sort a key less
+    packed = _side_by_side(group, start)
+    order = np.lexsort((-end, *packed) if packed else (-end, start, group))
     g, s, e = group[order], start[order], end[order]
     stacked = fastjson.stack_parents(g, s, e)  # the rule below in one pass, where built
     if stacked is not None:
@@ -49,15 +51,16 @@ def enclosing(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
     return parent
 
 
-def _group_then_start(group: np.ndarray, start: np.ndarray) -> tuple:
-    """lexsort's keys for (group, start), the last first: one key, each
-    group's times side by side on one line, where they fit in an int64
-    (a sort a key less); else the two."""
-    low, high = int(start.min()), int(start.max())
-    groups = int(group.max()) + 1
-    if int(group.min()) >= 0 and groups * (high - low + 1) < 2**62:
-        return (group.astype(np.int64) * (high - low + 1) + (start - low),)
-    return start, group
+def _side_by_side(group: np.ndarray, *times: np.ndarray) -> list | None:
+    """Each group's times on a line of its own, the lines side by side
+    (group x span + time - low): one int64 key per times array, ordered by
+    group then time; None where they do not fit in an int64."""
+    low = min(int(t.min()) for t in times)
+    span = max(int(t.max()) for t in times) - low + 1
+    if int(group.min()) < 0 or span * (int(group.max()) + 1) >= 2**62:
+        return None
+    line = group.astype(np.int64) * span
+    return [line + (t - low) for t in times]
 
 
 def _stack_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -76,10 +79,9 @@ def _stack_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray:
 def _closed(code, s, e, before) -> np.ndarray:
     """Per row (sorted), the earlier rows of its group closed where it
     starts: ended before, or at its start unless it has no length."""
-    low, high = int(min(s.min(), e.min())), int(max(s.max(), e.max()))
-    span = high - low + 1
-    if span * (int(code[-1]) + 1) < 2**62:  # groups side by side on one time line
-        skey, ekey = code * span + (s - low), code * span + (e - low)
+    keys = _side_by_side(code, s, e)
+    if keys:
+        skey, ekey = keys
     else:
         times, inverse = np.unique(np.concatenate([s, e]), return_inverse=True)
         span = len(times) + 1

@@ -681,7 +681,7 @@ def _order_on_location(c: Columns, rows: np.ndarray) -> np.ndarray:
     # Readers give a location's rows together, mostly by start already:
     # sorted only where they are not.
     order = None if _ascending(*keys) else np.lexsort(keys)
-    start, location, rank = keys if order is None else (k[order] for k in keys)
+    _, location, rank = keys if order is None else (k[order] for k in keys)
     first = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (location[1:] != location[:-1])])
     in_order = np.arange(rows.size) - np.repeat(first, np.diff(np.r_[first, rows.size]))
     if order is None:
