@@ -636,10 +636,7 @@ def test_every_run_failing_ends_with_a_summary_and_exit_1(tmp_path):
     assert out.returncode == 1 and "Traceback" not in out.stderr
     report = next((tmp_path / "results").rglob("report.html")).resolve()
     assert f"2 failed: see {report}" in out.stderr
-    quiet = subprocess.run(
-        snakemake_cmd(tmp_path, "allow_failures=1"), capture_output=True, text=True
-    )
-    assert quiet.returncode == 0 and "2 failed" in quiet.stderr
+    # allow_failures=1 (exit 0 with failed runs): test_workflow's end-to-end test
 
 
 @pytest.mark.slow
