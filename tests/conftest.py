@@ -20,62 +20,17 @@ SHARED = Path(variables.get("DDLC_SHARED") or REPO.parent / "shared")
 REAL_TRACES = SHARED / "fixtures" / "real-traces"
 
 
-# Seconds each group took in a whole run of the suite: the longest go to the
-# workers first (./ddlc test passes --no-loadscope-reorder), so that the
-# few-test groups that train for minutes do not meet at the end, where both
-# workers would wait on the measuring lock with nothing to overlap. Refresh
-# with: ./ddlc test --store-group-seconds
-GROUP_SECONDS = Path(__file__).with_name("group_seconds.json")
-
-
-def pytest_addoption(parser):
-    parser.addoption(
-        "--store-group-seconds",
-        action="store_true",
-        help=f"write each test group's seconds in this run to {GROUP_SECONDS.name}",
-    )
-
-
-def _group(path: Path, scheduled: set) -> str:
-    return "schedulers" if path in scheduled else path.stem
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items):
     """Groups for `--dist loadgroup` (./ddlc test runs two workers): a file's
     tests stay together, so its module fixtures train once; every test of a
     real scheduler shares one group, since they share the Slurm, OAR and
     cluster daemons. Training itself still takes turns: each run holds the
-    host-wide measuring lock (ddlcompare/run/machine_lock.py). The groups
-    are ordered longest first (GROUP_SECONDS; a group it lacks last)."""
+    host-wide measuring lock (ddlcompare/run/machine_lock.py)."""
     scheduled = {item.path for item in items if item.get_closest_marker("schedulers")}
-    seconds = json.loads(GROUP_SECONDS.read_text()) if GROUP_SECONDS.exists() else {}
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item.path, scheduled)))
-    items.sort(key=lambda item: -seconds.get(_group(item.path, scheduled), 0.0))  # stable
-
-
-_spent: dict[str, float] = {}
-
-
-def pytest_runtest_logreport(report):
-    """Per group, the seconds its tests took (set-up and teardown too); in
-    the controlling process under xdist, where every worker's report ends."""
-    group = report.nodeid.rpartition("@")[2] if "@" in report.nodeid else None
-    if group:
-        _spent[group] = _spent.get(group, 0.0) + report.duration
-
-
-def pytest_sessionfinish(session, exitstatus):
-    if (
-        session.config.getoption("--store-group-seconds")
-        and _spent
-        and not hasattr(session.config, "workerinput")
-    ):
-        known = json.loads(GROUP_SECONDS.read_text()) if GROUP_SECONDS.exists() else {}
-        known.update((g, round(s, 1)) for g, s in _spent.items())  # a part run keeps the rest
-        ordered = dict(sorted(known.items(), key=lambda x: -x[1]))
-        GROUP_SECONDS.write_text(json.dumps(ordered, indent=1) + "\n")
+        group = "schedulers" if item.path in scheduled else item.path.stem
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _absent(path: Path) -> str:
