@@ -9,8 +9,9 @@
  * the cores the training needs.
  *
  * These functions let the progress thread sleep while no collective of
- * this process is running: CollectiveLowLevel counts its collectives in
- * and out of the RUNNING state, and a start wakes the thread at once.
+ * this process is running (CollectiveLowLevel counts its collectives in
+ * and out of the RUNNING state, and a start wakes the thread at once), and
+ * pause briefly between sweeps while one runs.
  */
 #pragma once
 
@@ -26,8 +27,9 @@ namespace gaspi
       void collective_started();
       // A collective left the RUNNING state (it completed).
       void collective_finished();
-      // Returns at once while a collective runs or `stop` is set; else
-      // sleeps until one starts (or, as a safety net, a few milliseconds pass).
+      // Called before each sweep. While a collective runs: a pause of tens
+      // of microseconds; else sleeps until one starts (or, as a safety net,
+      // a few milliseconds pass). Returns at once once `stop` is set.
       void wait_while_idle(std::atomic<bool> const& stop);
     }
   }
