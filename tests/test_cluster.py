@@ -308,6 +308,9 @@ class SlurmWay:
     def run(self, argv: list[str]) -> subprocess.CompletedProcess:
         return subprocess.run(argv, capture_output=True, text=True, env=self.env, cwd=REPO)
 
+    def jobs(self) -> str:
+        return self.run(["squeue", "-l"]).stdout
+
     @staticmethod
     def long_job(workdir: Path) -> str | None:
         logs = (workdir / ".snakemake" / "slurm_logs" / "rule_run").glob("*epochs~500*/*.log")
@@ -334,6 +337,9 @@ class OarWay:
     def long_job(workdir: Path) -> str | None:
         jobs = (workdir / ".snakemake" / "oar_jobs").glob("*.json")  # our submit's, by job id
         return next((p.stem for p in jobs if "epochs~500" in p.read_text()), None)
+
+    def jobs(self) -> str:
+        return self.user.run(["oarstat", "-u", self.user.name, "-f"], REPO).stdout
 
     def cancel_all(self) -> None:
         out = self.user.run(["oarstat", "-u", self.user.name, "-J"], REPO)
@@ -399,9 +405,23 @@ def workflow(slurm_cluster, tmp_path):
         yield start
 
 
-def stopped_with(workdir: Path, proc: subprocess.Popen, said: str) -> dict:
+def workflow_failed(proc: subprocess.Popen, workdir: Path, way, limit: float = 300) -> None:
+    """Snakemake ends, failed; if it does not, what it and the scheduler
+    were doing (a fault test's hang is otherwise silent)."""
+    try:
+        code = proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        log = (workdir / "snakemake.log").read_text(errors="replace")
+        pytest.fail(
+            f"the workflow did not end in {limit} s.\n--- its log (tail):\n{log[-4000:]}"
+            f"\n--- the scheduler's jobs:\n{way.jobs()[-4000:]}"
+        )
+    assert code != 0, "the workflow ended well after a fault"
+
+
+def stopped_with(workdir: Path, proc: subprocess.Popen, said: str, way) -> dict:
     """Snakemake ends failed; the long run is recorded interrupted, in the scheduler's words."""
-    assert proc.wait(timeout=300) != 0
+    workflow_failed(proc, workdir, way)
     record = wait_for(
         "the long run's record",
         lambda: by_epochs(workdir)[500]["status"] != "running" and by_epochs(workdir)[500],
@@ -450,7 +470,7 @@ def test_a_job_cancelled_by_slurm_is_recorded_and_rerun_alone(slurm_cluster, wor
     proc = workflow()
     job = long_run_training(tmp_path, SlurmWay)
     subprocess.run(["scancel", job], env=env, check=True)
-    stopped_with(tmp_path, proc, f"Slurm job {job}: CANCELLED")
+    stopped_with(tmp_path, proc, f"Slurm job {job}: CANCELLED", SlurmWay(env))
     only_the_stopped_run_is_left(tmp_path, SlurmWay(env))
 
 
@@ -500,7 +520,7 @@ def test_a_job_past_its_slurm_time_limit_is_recorded_and_rerun_alone(
     fault_design(tmp_path, epochs=(500,))
     proc = workflow("--set-resources", "run:runtime=1")
     job = long_run_training(tmp_path, SlurmWay, short_too=False)
-    stopped_with(tmp_path, proc, f"Slurm job {job}: TIMEOUT")
+    stopped_with(tmp_path, proc, f"Slurm job {job}: TIMEOUT", SlurmWay(slurm_cluster[1]))
     assert not list((tmp_path / "results").rglob("done.json"))  # the next invocation reruns it
 
 
@@ -531,7 +551,7 @@ def test_a_job_deleted_by_oardel_is_recorded_and_rerun_alone(oar_faults):
     proc = start()
     job = long_run_training(workdir, way)
     way.user.run(["oardel", job], REPO)
-    record = stopped_with(workdir, proc, f"OAR job {job}: Error")
+    record = stopped_with(workdir, proc, f"OAR job {job}: Error", way)
     assert f"FRAG_JOB_REQUEST (User {way.user.name} requested" in record["reason"], record
     only_the_stopped_run_is_left(workdir, way)
 
@@ -555,7 +575,7 @@ def test_a_node_lost_mid_job_is_recorded_by_oar_and_rerun_alone(slurm_cluster, o
     lost = runner if which == "the runner's" else next(n for n in nodes if n != runner)
     cluster.lose_node(lost)
     try:
-        assert proc.wait(timeout=300) != 0
+        workflow_failed(proc, workdir, way)
         ended = wait_for("OAR ends the job", lambda: oar_ended(way.user, job), 120)
         record = by_epochs(workdir)[500]
         print(f"recorded: {record['status']}: {record['reason']}")
@@ -577,6 +597,6 @@ def test_a_job_past_its_oar_walltime_is_recorded_and_rerun_alone(oar_faults):
     # begun training (tests/test_oar.py's walltime is 10 s).
     proc = start("--set-resources", "run:oar_walltime='0:00:45'")
     job = wait_for("the run's job id", lambda: way.long_job(workdir), 120)
-    record = stopped_with(workdir, proc, f"OAR job {job}: Error")
+    record = stopped_with(workdir, proc, f"OAR job {job}: Error", way)
     assert "WALLTIME (" in record["reason"], record["reason"]
     assert not list((workdir / "results").rglob("done.json"))  # the next invocation reruns it

@@ -154,6 +154,22 @@ def test_status_of_a_job_that_is_not_a_run_follows_its_exit():
     assert oar.decide(None, None) == "failed"
 
 
+@pytest.mark.parametrize("marker_exists", [None, False])  # None: not a run (a probe)
+def test_a_running_job_on_a_lost_node_has_failed(tmp_path, marker_exists):
+    """OAR would keep it until its walltime, and the workflow would wait as
+    long: CI's OAR test waited 300 s on a probe whose node was lost."""
+    marker = None if marker_exists is None else str(tmp_path / "done.json")
+    lost = {"vm-n0": "Suspected"}
+    assert oar.decide({"state": "Running"}, marker, lost) == "failed"
+    assert oar.decide({"state": "Running"}, marker, {}) == "running"
+
+
+def test_a_run_that_finished_on_a_node_lost_since_is_left_to_end(tmp_path):
+    (tmp_path / "done.json").write_text("{}")
+    lost = {"vm-n0": "Suspected"}
+    assert oar.decide({"state": "Running"}, str(tmp_path / "done.json"), lost) == "running"
+
+
 def test_the_marker_oar_looks_for_is_the_runners():
     assert oar.DONE_MARKER == runner.DONE
 

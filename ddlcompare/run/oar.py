@@ -201,14 +201,20 @@ def decide(job: dict | None, marker: str | None, lost: dict | None = None) -> st
 
     Success needs the job to have ended well AND, for a run, its done marker
     (ok or failed: either way the run is recorded and the report shows it).
-    A job OAR has forgotten is judged by the marker alone; a running job
-    with a lost node and no marker yet has failed."""
-    marker_there = marker is None or Path(marker).exists()
+    A job OAR has forgotten is judged by the marker alone. A running job
+    with a lost node has failed, unless it is a run whose marker is there
+    (it finished; OAR is ending it): OAR would keep it until its walltime,
+    and the workflow would wait as long (a probe on the lost node did)."""
+    marker_there = marker is not None and Path(marker).exists()
     if job is None:
-        return "success" if marker is not None and marker_there else "failed"
+        return "success" if marker_there else "failed"
     if job.get("state") not in ENDED:
         return "failed" if lost and not marker_there else "running"
-    if job["state"] == "Terminated" and job.get("exit_code") == 0 and marker_there:
+    if (
+        job["state"] == "Terminated"
+        and job.get("exit_code") == 0
+        and (marker is None or marker_there)
+    ):
         return "success"
     return "failed"
 
@@ -280,7 +286,7 @@ def status(job_id: str) -> str:
         print(f"oar status: {exc}; asking again later", file=sys.stderr)
         return "running"
     running = job is not None and job.get("state") not in ENDED
-    lost = lost_nodes(job) if running and marker else {}
+    lost = lost_nodes(job) if running else {}
     said = decide(job, marker, lost)
     if said == "failed" and running:  # its node is lost: free the others now
         subprocess.run(["oardel", job_id], capture_output=True)
