@@ -154,7 +154,9 @@ def load_figures(record: dict) -> dict:
     take a core): ``spinning_threads`` and the cores they took,
     ``spinning_cores``; the cores its other threads ran on and waited for,
     ``others_cpu_cores`` and ``others_wait_cores`` (of which the spinning
-    accounts for ``others_wait_behind_spinning_cores``), of ``machine_cores``;
+    accounts for ``others_wait_behind_spinning_cores``; the largest share of
+    the window one of them waited, ``others_largest_wait_share``), of
+    ``machine_cores``;
     empty where the run did not sample it (a cluster
     job, an older run)."""
     load = record.get(machine_load.RECORD) or {}
@@ -175,6 +177,7 @@ def load_figures(record: dict) -> dict:
         "others_cpu_cores": others.get("cpu_cores"),
         "others_wait_cores": others.get("wait_cores"),
         "others_wait_behind_spinning_cores": others.get("wait_behind_spinning_cores"),
+        "others_largest_wait_share": others.get("largest_wait_share"),
         "machine_cores": load.get("cores"),
     }
 

@@ -15,11 +15,20 @@ Each hypothesis is one change, the phase it acts on and its predicted gain
   step, Tarantella and LBANN, this needs no trace);
 - the kernel's per-thread counters (machine_load): spinning stopped, where
   a run's threads spin (never block, yet take a core). Its other threads
-  ran on ``c`` cores and waited for one ``w`` cores' worth, of which the
-  spinning accounts for ``s`` (each thread's wait blamed on what was
-  runnable beside it, in proportion to how long); without the spinning
-  that part of the wait goes, so the CPU part of the step shrinks by
-  ``s / (c + w)``; the wire time (as above) does not shrink.
+  ran on ``c`` cores and waited for one ``w`` cores' worth; ``k`` cores
+  are theirs to take without the spinning (the machine's, less what other
+  processes took). Two cases, by whether the cores stay all taken:
+  * ``c + w >= k``: the other threads still want more cores than there
+    are, so the cores stay the bottleneck and the step's CPU part shrinks
+    as the cores they get grow: ``1 - c / min(c + spinning cores, k)``
+    (their CPU work per step is kept);
+  * ``c + w < k``: the cores are no longer all taken, so no thread waits
+    for one; the step sheds the wait of the thread that waited most, its
+    share of the window (its CPU and blocked time stay).
+  The wire time (as above) does not shrink. The wait the spinning
+  accounts for (each thread's wait blamed on what was runnable beside it)
+  is shown as evidence, not used: it leaves out the cores the spinning
+  held, which the others take once it stops.
 
 Intervals: the t interval over a cell's runs for the replayed changes and
 spinning stopped; a bootstrap of both cells' runs for contention removed. Where a design factor
@@ -243,25 +252,27 @@ def _spinning(ok: pd.DataFrame) -> list[dict]:
     the module's docstring), a t interval over the cell's runs."""
     needed = [
         "spinning_threads",
+        "spinning_cores",
         "others_cpu_cores",
         "others_wait_cores",
         "others_wait_behind_spinning_cores",
+        "others_largest_wait_share",
         "machine_cores",
+        "foreign_cpu_share",
     ]
     if any(c not in ok for c in needed):
         return []
     ok = ok.assign(step_s=ok["world_size"] * ok["batch_size"] / ok["images_per_s"])
     rate = pd.to_numeric(ok.get("net_rate_mbit", pd.Series(np.nan, index=ok.index)), "coerce")
     ok = ok.assign(net_rate=rate.where(rate > 0))
-    figures = ok[needed + ["foreign_cpu_share"]].apply(pd.to_numeric, errors="coerce")
+    figures = ok[needed].apply(pd.to_numeric, errors="coerce")
     spun = ok[figures["spinning_threads"] > 0]
     rows = []
     for key, cell in spun.groupby(cells.CELL):
         f = figures.loc[cell.index]
-        runnable = f["others_cpu_cores"] + f["others_wait_cores"]
-        behind = f["others_wait_behind_spinning_cores"] / runnable.where(runnable > 0)
         wire = min(_wire_s(cell) / cell["step_s"].mean(), 1.0)
-        gains = ((1 - wire) * behind.clip(0, 1)).dropna()
+        shares, saturated = _cpu_share_saved(f)
+        gains = ((1 - wire) * shares.clip(0, 1)).dropna()
         if gains.empty:
             continue
         mean, half, n = stats.mean_ci(gains)
@@ -274,20 +285,45 @@ def _spinning(ok: pd.DataFrame) -> list[dict]:
                 "low": mean - half,
                 "high": mean + half,
                 "runs": n,
-                "evidence": (
-                    f"{f['spinning_threads'].mean():.0f} thread(s) per run never blocked yet "
-                    f"took {cell['spinning_cores'].astype(float).mean():.2f} cores; the others ran "
-                    f"on {f['others_cpu_cores'].mean():.2f} cores and waited for one "
-                    f"{f['others_wait_cores'].mean():.2f} cores' worth, "
-                    f"{f['others_wait_behind_spinning_cores'].mean():.2f} of it behind the "
-                    f"spinning threads (of {f['machine_cores'].mean():.0f} cores, "
-                    f"{f['foreign_cpu_share'].mean():.0%} taken by other processes): without "
-                    "the spinning that wait goes"
-                    + (f"; the wire's {wire:.0%} of the step stays" if wire > 0 else "")
-                ),
+                "evidence": _spinning_evidence(f, saturated.mean() >= 0.5, wire),
             }
         )
     return rows
+
+
+def _cpu_share_saved(f: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Per run, the share of the step's CPU part that stopping the spinning
+    saves, and whether the cores stay all taken without it (the module's
+    docstring gives both cases)."""
+    c, w = f["others_cpu_cores"], f["others_wait_cores"]
+    free = f["machine_cores"] * (1 - f["foreign_cpu_share"].fillna(0))
+    saturated = c + w >= free
+    cores_then = np.minimum(c + f["spinning_cores"], free)
+    share = (1 - c / cores_then.where(cores_then > 0)).where(
+        saturated, f["others_largest_wait_share"]
+    )
+    return share, saturated
+
+
+def _spinning_evidence(f: pd.DataFrame, saturated: bool, wire: float) -> str:
+    said = (
+        f"{f['spinning_threads'].mean():.0f} thread(s) per run never blocked yet "
+        f"took {f['spinning_cores'].mean():.2f} cores; the others ran on "
+        f"{f['others_cpu_cores'].mean():.2f} cores and waited for one "
+        f"{f['others_wait_cores'].mean():.2f} cores' worth "
+        f"({f['others_wait_behind_spinning_cores'].mean():.2f} of it blamed on the spinning; "
+        f"of {f['machine_cores'].mean():.0f} cores, "
+        f"{f['foreign_cpu_share'].mean():.0%} taken by other processes): "
+    )
+    said += (
+        "they want more cores than there are even without the spinning, so the "
+        "step shrinks as the cores they get grow"
+        if saturated
+        else "without the spinning the cores are no longer all taken, so the step "
+        f"sheds the largest wait of one thread, {f['others_largest_wait_share'].mean():.0%} "
+        "of it"
+    )
+    return said + (f"; the wire's {wire:.0%} of the step stays" if wire > 0 else "")
 
 
 def _spinning_words(cell: pd.DataFrame) -> str:

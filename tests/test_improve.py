@@ -90,35 +90,50 @@ def test_contention_needs_no_trace_and_names_the_patched_build():
     )
 
 
-def spinning_runs(cpu=0.46, wait=0.64, behind=0.32, spinners=1, n=4):
+def spinning_runs(cpu=0.46, wait=0.64, largest_wait=0.3, spinning_cores=0.7, spinners=1, n=4):
     """contention_runs() with the kernel's per-thread figures: each run's
-    other threads ran on ``cpu`` cores and waited ``wait`` cores' worth,
-    ``behind`` of it behind the spinning threads."""
+    other threads ran on ``cpu`` cores and waited ``wait`` cores' worth
+    (one of them ``largest_wait`` of the window), on 2 cores of which other
+    processes took 5 %."""
     rng = np.random.default_rng(2)
     runs = contention_runs(n=n)
     return runs.assign(
         spinning_threads=spinners * runs["world_size"],
-        spinning_cores=0.7 * runs["world_size"],
-        others_cpu_cores=cpu,
+        spinning_cores=spinning_cores,
+        others_cpu_cores=cpu * (1 + rng.normal(0, 0.02, len(runs))),
         others_wait_cores=wait,
-        others_wait_behind_spinning_cores=behind * (1 + rng.normal(0, 0.02, len(runs))),
+        others_wait_behind_spinning_cores=wait / 2,
+        others_largest_wait_share=largest_wait * (1 + rng.normal(0, 0.02, len(runs))),
         machine_cores=2,
         foreign_cpu_share=0.05,
     )
 
 
-def test_spinning_stopped_predicts_from_the_wait_behind_the_spinning():
-    """Stopping the spinning takes away the wait it accounts for: 0.46
-    cores running, 0.64 waiting of which 0.32 behind the spinning, so the
-    step's CPU part shrinks by 0.32 / 1.10 (29 %); no spinning, no
-    hypothesis."""
-    ranked = improve.hypotheses(spinning_runs(), pd.DataFrame(columns=["run_id"]))
+def spinning_predictions(runs: pd.DataFrame) -> pd.DataFrame:
+    ranked = improve.hypotheses(runs, pd.DataFrame(columns=["run_id"]))
     spin = ranked[ranked["change"] == improve.SPINNING]
     assert sorted(spin["world_size"]) == [1, 2]  # no one-process baseline needed
-    assert spin["predicted_gain"].to_numpy() == pytest.approx(0.32 / 1.10, abs=0.01)
     assert (spin["low"] < spin["predicted_gain"]).all()
     assert (spin["high"] > spin["predicted_gain"]).all()
     assert set(spin["after"]) == {"tarantella-patched"}
+    return spin
+
+
+def test_spinning_stopped_where_the_cores_stay_all_taken_gives_its_cores():
+    """0.95 cores running and 1.9 waiting: more than the 1.9 cores left by
+    other processes, even without the spinning. The spinning's 1.0 core
+    goes to the others, up to those 1.9: the step shrinks by 1 - 0.95/1.9."""
+    spin = spinning_predictions(spinning_runs(cpu=0.95, wait=1.9, spinning_cores=1.0))
+    assert spin["predicted_gain"].to_numpy() == pytest.approx(0.5, abs=0.02)
+    assert all("want more cores than there are" in e for e in spin["evidence"])
+
+
+def test_spinning_stopped_where_the_cores_are_freed_sheds_the_largest_wait():
+    """0.46 running and 0.64 waiting fit in 1.9 cores: without the spinning
+    nothing waits for a core, and the step sheds the 30 % the most delayed
+    thread waited; no spinning, no hypothesis."""
+    spin = spinning_predictions(spinning_runs())
+    assert spin["predicted_gain"].to_numpy() == pytest.approx(0.3, abs=0.01)
     quiet = improve.hypotheses(spinning_runs(spinners=0), pd.DataFrame(columns=["run_id"]))
     assert improve.SPINNING not in set(quiet["change"])
 
