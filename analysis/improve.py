@@ -282,8 +282,10 @@ def _spinning(ok: pd.DataFrame) -> list[dict]:
                 "change": SPINNING,
                 "phase": "the step's CPU time (every phase but the wire)",
                 "predicted_gain": mean,
-                "low": mean - half,
-                "high": mean + half,
+                # each run's gain is a share of its step: so is the interval
+                # (a t interval over 2 runs can reach past it)
+                "low": max(mean - half, 0.0),
+                "high": min(mean + half, 1.0),
                 "runs": n,
                 "evidence": _spinning_evidence(f, saturated.mean() >= 0.5, wire),
             }
