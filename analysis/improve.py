@@ -58,6 +58,10 @@ from ddlcompare.plan.design import Design
 from frameworks import registry
 
 MIN_REPLICATIONS = 5
+# Below this many first-stage runs a cell, a prediction's point moves more
+# than the change it predicts can be told apart by (a t interval over 2 runs
+# spans 0 to 100 %): ddlc improve says so.
+MIN_PREDICTING_RUNS = 3
 TOP = 3  # hypotheses tested by ddlc improve (--top)
 BOOTSTRAP = 2000
 ALPHA = 0.05
@@ -394,7 +398,7 @@ def design_doc(
                 for _, run in runs.iterrows()
             ]
         same = ranked[(ranked["framework"] == h["framework"]) & (ranked["change"] == h["change"])]
-        predictions = same[["world_size", "net_rate_mbit", "predicted_gain", "low", "high"]]
+        predictions = same[["world_size", "net_rate_mbit", "predicted_gain", "low", "high", "runs"]]
         tested.append(
             _plain(
                 {

@@ -249,13 +249,23 @@ def cmd_improve(args) -> int:
         doc = improve.write(design, tables, out, args.top or improve.TOP, args.replications)
     except ValueError as exc:
         raise UserError(f"{tables}: {exc}") from None
+    few = set()
     for h in doc["follow_up"]["hypotheses"]:
         gains = ", ".join(
-            f"{p['world_size']} process(es): {p['predicted_gain']:.0%}" for p in h["predictions"]
+            f"{p['world_size']} process(es): {p['predicted_gain']:.0%} "
+            f"[{p['low']:.0%}, {p['high']:.0%}]"
+            for p in h["predictions"]
         )
+        few |= {p["runs"] for p in h["predictions"] if p["runs"] < improve.MIN_PREDICTING_RUNS}
         print(
             f"testing {h['framework']}: {h['change']} (acts on {h['phase']}), "
             f"{h['factor']} {h['before']} -> {h['after']}; predicted gain {gains}"
+        )
+    if few:
+        print(
+            f"note: some predictions rest on {min(few)} run(s) a cell; with at least "
+            f"{improve.MIN_PREDICTING_RUNS} (replications: in {args.design}) they would be "
+            "narrow enough to be tested by the second stage"
         )
     print(f"improve design: {out} ({doc['replications']} replications, randomized)")
     if args.no_run:

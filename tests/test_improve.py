@@ -3,12 +3,15 @@ hypothesis acting on it ranks first; the design that tests the top ones
 runs before and after, interleaved, at least 5 times; the proof finds a
 change built into the runs, and none where there is none."""
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
 from analysis import improve
+from conftest import ddlc
 from ddlcompare.plan import design as design_mod
 from phase_tables import constructed, run_table
 
@@ -167,6 +170,38 @@ def test_improve_design_tests_before_and_after_interleaved(tmp_path):
     hypothesis = doc["follow_up"]["hypotheses"][0]
     assert hypothesis["change"] == improve.CONTENTION
     assert [p["world_size"] for p in hypothesis["predictions"]] == [2]
+
+
+@pytest.mark.parametrize("runs_a_cell", [2, 5])
+def test_ddlc_improve_prints_each_prediction_and_says_when_it_rests_on_few_runs(
+    tmp_path, runs_a_cell
+):
+    """Through the real command (--no-run: from finished tables): every
+    tested change with its predictions and intervals; under 3 runs a cell
+    (the batch-128 study's 2 gave an interval of 0 to 100 %) a note says
+    how many would do."""
+    first = tmp_path / "first.yaml"
+    first.write_text(
+        yaml.safe_dump(
+            {
+                "name": "first",
+                "factors": {"framework": ["tarantella"], "procs_per_node": [1, 2]},
+                "fixed": {"epochs": 1},
+                "replications": runs_a_cell,
+            }
+        )
+    )
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    contention_runs(n=runs_a_cell).to_parquet(tables / "runs.parquet")
+    out = ddlc("improve", "--design", str(first), "--tables", str(tables), "--no-run")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "testing tarantella: contention removed" in out.stdout, out.stdout
+    assert re.search(r"2 process\(es\): (49|50|51)% \[\d+%, \d+%\]", out.stdout), out.stdout
+    assert ("rest on 2 run(s) a cell" in out.stdout) == (runs_a_cell < 3), out.stdout
+    written = yaml.safe_load((tmp_path / "first-improve.yaml").read_text())
+    prediction = written["follow_up"]["hypotheses"][0]["predictions"][0]
+    assert prediction["runs"] == runs_a_cell
 
 
 def test_proof_finds_the_built_change_and_holds_accuracy():
