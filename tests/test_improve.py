@@ -141,7 +141,9 @@ def test_spinning_stopped_where_the_cores_are_freed_sheds_the_largest_wait():
     assert improve.SPINNING not in set(quiet["change"])
 
 
-def test_improve_design_tests_before_and_after_interleaved(tmp_path):
+def first_stage(tmp_path, runs_a_cell: int):
+    """A finished first stage of Tarantella at 1 and 2 processes: its
+    design file and its tables (contention_runs(), runs_a_cell a cell)."""
     first = tmp_path / "first.yaml"
     first.write_text(
         yaml.safe_dump(
@@ -149,13 +151,18 @@ def test_improve_design_tests_before_and_after_interleaved(tmp_path):
                 "name": "first",
                 "factors": {"framework": ["tarantella"], "procs_per_node": [1, 2]},
                 "fixed": {"epochs": 1},
-                "replications": 2,
+                "replications": runs_a_cell,
             }
         )
     )
     tables = tmp_path / "tables"
     tables.mkdir()
-    contention_runs().to_parquet(tables / "runs.parquet")
+    contention_runs(n=runs_a_cell).to_parquet(tables / "runs.parquet")
+    return first, tables
+
+
+def test_improve_design_tests_before_and_after_interleaved(tmp_path):
+    first, tables = first_stage(tmp_path, runs_a_cell=2)
     design = design_mod.load(str(first))
     out = tmp_path / "first-improve.yaml"
     doc = improve.write(design, tables, out)
@@ -180,20 +187,7 @@ def test_ddlc_improve_prints_each_prediction_and_says_when_it_rests_on_few_runs(
     tested change with its predictions and intervals; under 3 runs a cell
     (the batch-128 study's 2 gave an interval of 0 to 100 %) a note says
     how many would do."""
-    first = tmp_path / "first.yaml"
-    first.write_text(
-        yaml.safe_dump(
-            {
-                "name": "first",
-                "factors": {"framework": ["tarantella"], "procs_per_node": [1, 2]},
-                "fixed": {"epochs": 1},
-                "replications": runs_a_cell,
-            }
-        )
-    )
-    tables = tmp_path / "tables"
-    tables.mkdir()
-    contention_runs(n=runs_a_cell).to_parquet(tables / "runs.parquet")
+    first, tables = first_stage(tmp_path, runs_a_cell)
     out = ddlc("improve", "--design", str(first), "--tables", str(tables), "--no-run")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "testing tarantella: contention removed" in out.stdout, out.stdout
