@@ -207,9 +207,7 @@ def _contention(ok: pd.DataFrame) -> list[dict]:
     """Per framework and setting with runs of one process and of more: the
     step each multi-process cell would have at the one-process step (same
     per-process batch) plus the exchange's wire time."""
-    ok = ok.assign(step_s=ok["world_size"] * ok["batch_size"] / ok["images_per_s"])
-    rate = pd.to_numeric(ok.get("net_rate_mbit", pd.Series(np.nan, index=ok.index)), "coerce")
-    ok = ok.assign(net_rate=rate.where(rate > 0))
+    ok = _with_step_and_rate(ok)
     by = ["framework", "batch_size", *[c for c in cells.varied(ok) if c != "batch_size"]]
     by = [c for c in dict.fromkeys(by) if c in ok and c != "net_rate_mbit"]
     rows = []
@@ -266,9 +264,7 @@ def _spinning(ok: pd.DataFrame) -> list[dict]:
     ]
     if any(c not in ok for c in needed):
         return []
-    ok = ok.assign(step_s=ok["world_size"] * ok["batch_size"] / ok["images_per_s"])
-    rate = pd.to_numeric(ok.get("net_rate_mbit", pd.Series(np.nan, index=ok.index)), "coerce")
-    ok = ok.assign(net_rate=rate.where(rate > 0))
+    ok = _with_step_and_rate(ok)
     figures = ok[needed].apply(pd.to_numeric, errors="coerce")
     spun = ok[figures["spinning_threads"] > 0]
     rows = []
@@ -345,6 +341,14 @@ def _spinning_words(cell: pd.DataFrame) -> str:
         f"; {threads.mean():.0f} thread(s) per run never blocked yet took {cores:.2f} "
         "cores (busy-polling: run.json's machine_load.spinning)"
     )
+
+
+def _with_step_and_rate(ok: pd.DataFrame) -> pd.DataFrame:
+    """The runs with their step (s) and emulated link rate (NaN on the
+    machine's own network), as _wire_s reads them."""
+    ok = ok.assign(step_s=ok["world_size"] * ok["batch_size"] / ok["images_per_s"])
+    rate = pd.to_numeric(ok.get("net_rate_mbit", pd.Series(np.nan, index=ok.index)), "coerce")
+    return ok.assign(net_rate=rate.where(rate > 0))
 
 
 def _wire_s(cell: pd.DataFrame) -> float:

@@ -249,21 +249,21 @@ def cmd_improve(args) -> int:
         doc = improve.write(design, tables, out, args.top or improve.TOP, args.replications)
     except ValueError as exc:
         raise UserError(f"{tables}: {exc}") from None
-    few = set()
-    for h in doc["follow_up"]["hypotheses"]:
+    hypotheses = doc["follow_up"]["hypotheses"]
+    for h in hypotheses:
         gains = ", ".join(
             f"{p['world_size']} process(es): {p['predicted_gain']:.0%} "
             f"[{p['low']:.0%}, {p['high']:.0%}]"
             for p in h["predictions"]
         )
-        few |= {p["runs"] for p in h["predictions"] if p["runs"] < improve.MIN_PREDICTING_RUNS}
         print(
             f"testing {h['framework']}: {h['change']} (acts on {h['phase']}), "
             f"{h['factor']} {h['before']} -> {h['after']}; predicted gain {gains}"
         )
-    if few:
+    fewest = min((p["runs"] for h in hypotheses for p in h["predictions"]), default=None)
+    if fewest is not None and fewest < improve.MIN_PREDICTING_RUNS:
         print(
-            f"note: some predictions rest on {min(few)} run(s) a cell; with at least "
+            f"note: some predictions rest on {fewest} run(s) a cell; with at least "
             f"{improve.MIN_PREDICTING_RUNS} (replications: in {args.design}) they would be "
             "narrow enough to be tested by the second stage"
         )

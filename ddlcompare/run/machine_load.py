@@ -29,8 +29,9 @@ but waiting for one; voluntary context switches from its status):
   on, the cores' worth of time they waited for one, and how much of that
   wait the spinning threads account for (each thread's wait blamed on what
   was runnable beside it, in proportion to how long: the spinning threads,
-  the run's other threads, other processes), from which
-  analysis/improve.py predicts what stopping the spinning would give.
+  the run's other threads, other processes), and the largest share of
+  the window one of them waited; from these analysis/improve.py predicts
+  what stopping the spinning would give.
 
 run.json keeps it all under ``machine_load``.
 """

@@ -205,18 +205,13 @@ def decide(job: dict | None, marker: str | None, lost: dict | None = None) -> st
     with a lost node has failed, unless it is a run whose marker is there
     (it finished; OAR is ending it): OAR would keep it until its walltime,
     and the workflow would wait as long (a probe on the lost node did)."""
-    marker_there = marker is not None and Path(marker).exists()
+    run_done = marker is not None and Path(marker).exists()
     if job is None:
-        return "success" if marker_there else "failed"
+        return "success" if run_done else "failed"
     if job.get("state") not in ENDED:
-        return "failed" if lost and not marker_there else "running"
-    if (
-        job["state"] == "Terminated"
-        and job.get("exit_code") == 0
-        and (marker is None or marker_there)
-    ):
-        return "success"
-    return "failed"
+        return "failed" if lost and not run_done else "running"
+    ended_well = job["state"] == "Terminated" and job.get("exit_code") == 0
+    return "success" if ended_well and (marker is None or run_done) else "failed"
 
 
 def why(job_id: str, job: dict | None, lost: dict | None = None) -> str:
