@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -195,6 +196,21 @@ def origin(design: Design, tables: Path, rule: str, max_runs: int, chosen, left_
     }
 
 
+def located(doc: dict, folder: Path) -> dict:
+    """``doc`` with its follow_up record's paths relative to ``folder``, where
+    the design is written: a clone elsewhere, or a committed design, still
+    finds its first stage."""
+    origin = doc["follow_up"]
+    moved = {k: os.path.relpath(origin[k], folder.resolve()) for k in ("design", "tables")}
+    return {**doc, "follow_up": {**origin, **moved}}
+
+
+def first_stage(design: Design, key: str) -> Path:
+    """A path the design's follow_up record names (its ``design`` or
+    ``tables``), read against the design's own folder."""
+    return Path(design.source).parent / design.follow_up[key]
+
+
 def _product(factors: dict, keys: list[str]):
     import itertools
 
@@ -223,7 +239,7 @@ def write(
 
     runs = read_table(tables / "runs.parquet")
     found = bottlenecks.findings(read_table(tables / "step_phases.parquet"), runs)
-    doc = design_doc(design, runs, found, tables, replications, max_runs)
+    doc = located(design_doc(design, runs, found, tables, replications, max_runs), out.parent)
     header = (
         f"# The follow-up of {design.name} (written by ddlc follow-up): the cells\n"
         f"# chosen by the rule in follow_up.rule, instrumented, with more replications.\n"
@@ -288,7 +304,7 @@ def section(ctx) -> Section:
             Code("./ddlc two-stage"),
             " runs both.",
         )
-    first_tables = Path(origin["tables"])
+    first_tables = first_stage(ctx.design, "tables")
     report = first_tables.parent / "report.html"
     link = (
         Link("its report", report.resolve().as_uri())

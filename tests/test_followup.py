@@ -131,6 +131,30 @@ def test_run_budget_keeps_the_most_telling_cells(tmp_path):
     assert "worst cell of torch-ddp" in html
 
 
+def test_a_follow_up_finds_its_first_stage_after_both_move(tmp_path):
+    """The record's paths are relative to the design's folder: a committed
+    design, or a clone elsewhere, still finds the first stage's tables."""
+    import dataclasses
+    import shutil
+    from types import SimpleNamespace
+
+    d, runs, found = constructed()
+    study = tmp_path / "study"
+    tables = study / "results" / "cfg" / "tables"
+    tables.mkdir(parents=True)
+    (study / "designs").mkdir()
+    runs.to_parquet(tables / "runs.parquet")
+    d = dataclasses.replace(d, source=str(study / "designs" / "study.yaml"))
+    doc = followup.located(followup.design_doc(d, runs, found, tables), study / "designs")
+    assert doc["follow_up"]["design"] == "study.yaml"
+    assert doc["follow_up"]["tables"] == "../results/cfg/tables"
+    (study / "designs" / "study-follow-up.yaml").write_text(yaml.safe_dump(doc))
+    shutil.move(study, tmp_path / "clone")
+    follow = design.load(tmp_path / "clone" / "designs" / "study-follow-up.yaml")
+    html = followup.section(SimpleNamespace(design=follow, runs=runs)).html()
+    assert "tracing cost per cell" in html and "tables are gone" not in html
+
+
 def test_follow_up_without_tables_is_one_clear_message(tmp_path):
     path = write_design(tmp_path, tiny_design())
     out = ddlc("follow-up", "--design", str(path), "--tables", str(tmp_path / "nothing"))
@@ -161,6 +185,8 @@ def test_two_stages_run_for_real(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     follow = yaml.safe_load((tmp_path / "design-follow-up.yaml").read_text())
     assert follow["follow_up"]["name"] == "tiny" and follow["replications"] == 3
+    assert follow["follow_up"]["design"] == "design.yaml"  # beside the follow-up's design
+    assert follow["follow_up"]["tables"].startswith("results/tiny/cfg~")
     first = next((tmp_path / "results" / "tiny").rglob("report.html"))
     second = next((tmp_path / "results" / "tiny-follow-up").rglob("report.html"))
     page = second.read_text()
