@@ -52,7 +52,7 @@ from scipy import stats as scipy_stats
 from statsmodels.stats.multitest import multipletests
 
 from analysis import cells, stats, summary
-from analysis.followup import _plain, _product, origin
+from analysis.followup import _plain, _product, located, origin
 from analysis.section import Code, Section
 from ddlcompare.plan.design import Design
 from frameworks import registry
@@ -481,7 +481,7 @@ def write(design: Design, tables: Path, out: Path, top: int = TOP, replications=
 
     runs = pd.read_parquet(tables / "runs.parquet")
     ranked = hypotheses(runs, cp.phase_table(tables))
-    doc = design_doc(design, ranked, tables, top, replications)
+    doc = located(design_doc(design, ranked, tables, top, replications), out.parent)
     header = (
         f"# The test of {design.name}'s top hypotheses (written by ddlc improve): each\n"
         f"# change's cell before and after, replications interleaved in a random order.\n"
@@ -497,7 +497,8 @@ def proof(runs: pd.DataFrame, tested: list[dict]) -> pd.DataFrame:
     """Per tested hypothesis and scale: the predicted and measured change in
     step time and throughput (after over before, 95 % intervals), Welch's
     p-value on log step time, Holm-adjusted over every comparison, and the
-    final test accuracy before and after."""
+    final test accuracy before and after; ``held`` says whether the measured
+    step change lies inside the predicted interval."""
     ok = summary.ok_runs(runs)
     ok = ok.assign(step_s=ok["world_size"] * ok["batch_size"] / ok["images_per_s"])
     rows = []
@@ -536,6 +537,7 @@ def _compare(h: dict, key: tuple, before: pd.DataFrame, after: pd.DataFrame) -> 
         else math.nan
     )
     predicted = _prediction(h, before)
+    low, high = -predicted.get("high", math.nan), -predicted.get("low", math.nan)
     acc_b, acc_b_half, _ = stats.mean_ci(before.get("final_test_accuracy", pd.Series(dtype=float)))
     acc_a, acc_a_half, _ = stats.mean_ci(after.get("final_test_accuracy", pd.Series(dtype=float)))
     return {
@@ -546,8 +548,10 @@ def _compare(h: dict, key: tuple, before: pd.DataFrame, after: pd.DataFrame) -> 
         "runs_before": len(before),
         "runs_after": len(after),
         "predicted_step_change": -predicted.get("predicted_gain", math.nan),
-        "predicted_low": -predicted.get("high", math.nan),
-        "predicted_high": -predicted.get("low", math.nan),
+        "predicted_low": low,
+        "predicted_high": high,
+        # the goal: the measured change within the prediction's stated interval
+        "held": bool(low <= step_change <= high) if np.isfinite([low, high]).all() else None,
         "step_before_ms": before["step_s"].mean() * 1e3,
         "step_after_ms": after["step_s"].mean() * 1e3,
         "step_change": step_change,
@@ -657,10 +661,12 @@ def _proof_words(r: dict) -> str:
         if np.isfinite(r["predicted_step_change"])
         else "no prediction at this scale, "
     )
+    held = {True: " (inside the predicted interval)", False: " (outside the predicted interval)"}
     verdict = "significant" if r["significant"] else "not significant"
     return (
-        f"{r['test']} at {r['scale']}: step {predicted}measured {r['step_change']:+.0%} "
-        f"[{r['step_change_low']:+.0%}, {r['step_change_high']:+.0%}] "
+        f"{r['change']}, {r['test']} at {r['scale']}: step {predicted}measured "
+        f"{r['step_change']:+.0%} [{r['step_change_low']:+.0%}, {r['step_change_high']:+.0%}]"
+        f"{held.get(r['held'], '')} "
         f"({r['step_before_ms']:.0f} -> {r['step_after_ms']:.0f} ms; p = {r['p_holm']:.2g} "
         f"after Holm, {verdict}); throughput {r['throughput_change']:+.0%}; test accuracy "
         f"{r['accuracy_before']:.3f} -> {r['accuracy_after']:.3f}."

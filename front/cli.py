@@ -229,6 +229,18 @@ def cmd_two_stage(args) -> int:
     return subprocess.run(workflow_argv(follow, args.results, *args.snakemake)).returncode
 
 
+def _prediction_cell(prediction: dict) -> str:
+    """Where a prediction holds, in the design's words: "2 process(es)",
+    then any other setting that tells two cells of one world size apart."""
+    others = {"world_size", "predicted_gain", "low", "high", "runs"}
+    said = [
+        f"{k} {int(v) if isinstance(v, float) and v.is_integer() else v}"
+        for k, v in prediction.items()
+        if k not in others and v is not None
+    ]
+    return ", ".join([f"{prediction['world_size']} process(es)", *said])
+
+
 def cmd_improve(args) -> int:
     """The study plan's outcome: the hypotheses the first stage's evidence
     ranks highest, tested before and after as a second stage."""
@@ -252,8 +264,7 @@ def cmd_improve(args) -> int:
     hypotheses = doc["follow_up"]["hypotheses"]
     for h in hypotheses:
         gains = ", ".join(
-            f"{p['world_size']} process(es): {p['predicted_gain']:.0%} "
-            f"[{p['low']:.0%}, {p['high']:.0%}]"
+            f"{_prediction_cell(p)}: {p['predicted_gain']:.0%} [{p['low']:.0%}, {p['high']:.0%}]"
             for p in h["predictions"]
         )
         print(

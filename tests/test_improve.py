@@ -227,10 +227,18 @@ def test_proof_finds_the_built_change_and_holds_accuracy():
     assert two["throughput_change"] == pytest.approx(1 / 0.75 - 1, abs=0.03)
     assert two["significant"] and two["p_holm"] >= two["p_raw"]
     assert two["predicted_step_change"] == pytest.approx(-0.5)
+    assert two["held"] is False  # -25 % measured, -45 % to -55 % predicted
     assert two["accuracy_before"] == two["accuracy_after"] == 0.9
     one = found.loc["1 node x 1 process (1 in all)"]
     assert not one["significant"]  # the same steps before and after
-    assert np.isnan(one["predicted_step_change"])
+    assert np.isnan(one["predicted_step_change"]) and one["held"] is None
+    tested[0]["predictions"][0].update(predicted_gain=0.27, low=0.2, high=0.3)
+    again = improve.proof(pd.concat([before, after], ignore_index=True), tested)
+    words = improve._proof_words(
+        again.set_index("scale").loc[two.name].to_dict() | {"scale": two.name}
+    )
+    assert words.startswith(f"{improve.CONTENTION}, framework: tarantella -> tarantella-patched")
+    assert "(inside the predicted interval)" in words
 
 
 def test_levels_from_the_runs_table_are_the_design_levels():
