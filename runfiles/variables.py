@@ -198,6 +198,13 @@ _ALL = [
         "runfiles/energy.py",
     ),
     Variable(
+        "DDLC_STALL_FLOOR_S",
+        "120",
+        "the shortest silence between two epochs that counts as a hang (at least 10 times "
+        "the slowest epoch so far); the run is stopped and recorded failed",
+        "ddlcompare/run/stall.py",
+    ),
+    Variable(
         "DDLC_SLOW_RANKS",
         None,
         "RANK:SECONDS_PER_IMAGE[,...]: ranks that sleep that long per image, to emulate "

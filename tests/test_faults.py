@@ -429,6 +429,38 @@ def test_rank_stuck_in_a_collective_is_killed_by_the_timeout(tmp_path):
     assert "main (frameworks/worker.py" in stacks[stopped]
 
 
+@pytest.mark.slow
+def test_a_run_that_stops_between_epochs_is_stopped_long_before_its_timeout(tmp_path):
+    """A rank stopped after the first epoch (as two Tarantella ranks waiting
+    for each other's set-up stop): no epoch ends any more. The run's timeout
+    is hours away; the hang watch ends it once the silence passes 10 times
+    its slowest epoch (DDLC_STALL_FLOOR_S lowered to 5 s), with the ranks'
+    stacks."""
+    doc = tiny_design(["torch-ddp"], **{**LONG, "train_images": 2000, "timeout_s": None})
+    path = write_design(tmp_path, doc)
+    row = design.parse(doc, str(path)).runs()[0]
+    folder = tmp_path / "res" / row.path
+    env = {**os.environ, "DDLC_STALL_FLOOR_S": "5"}
+    proc = subprocess.Popen(run_one(path, str(tmp_path / "res"), row), cwd=REPO, env=env)
+    try:
+        wait_for(lambda: (folder / "epochs.tsv").exists(), START_S)
+        stopped_at = time.monotonic()
+        subprocess.run(["kill", "-STOP", str(min(rank_pids(folder)))], check=True)
+        assert proc.wait(timeout=180) == 0
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)
+    assert time.monotonic() - stopped_at < 180
+    done = json.loads((folder / "done.json").read_text())
+    assert done["status"] == "failed", done
+    assert re.match(r"stalled: no epoch ended in \d+ s after epoch \d+ of 30 ", done["reason"]), (
+        done
+    )
+    assert done["reason"].endswith("; killed (where each rank waited: stacks.txt)"), done
+    assert wait_for(lambda: not rank_pids(folder), 30)
+
+
 SENTINEL_VALUES = [
     "$(touch {s})",
     "`touch {s}`",

@@ -33,6 +33,7 @@ from ddlcompare.run import (
     provenance,
     schedulers,
     stacks,
+    stall,
     tracers,
     validate,
 )
@@ -236,7 +237,8 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
             record.update(
                 scheduler=scheduler.name, hosts=[h.__dict__ for h in host_list], command=argv
             )
-            watch = Watch(run_dir, token, derived_timeout(config), scheduler.one_machine)
+            hang = stall.EpochWatch(run_dir / EPOCHS, config["epochs"])
+            watch = Watch(run_dir, token, derived_timeout(config), scheduler.one_machine, hang)
             with watch.signals(), _machine(scheduler, row.path, watch) as waited:
                 record["waited_for_machine_s"] = round(waited, 1)
                 started = time.time()
@@ -312,8 +314,16 @@ class Watch:
     # the job itself before the runner stops it (rank_guard.py).
     RANK_FAILURE_GRACE_S = 10.0
 
-    def __init__(self, run_dir: Path, token: str, timeout: int, shared_machine: bool = True):
+    def __init__(
+        self,
+        run_dir: Path,
+        token: str,
+        timeout: int,
+        shared_machine: bool = True,
+        progress: stall.EpochWatch | None = None,
+    ):
         self.run_dir, self.token, self.timeout = run_dir, token, timeout
+        self.progress = progress  # a hang between epochs, seen before the timeout
         # Overlapping training is looked for where runs share one machine by
         # design (local, emulated network); a cluster scheduler gives each
         # job its own cores.
@@ -324,6 +334,7 @@ class Watch:
         self.meter: machine_load.Meter | None = None
         self.held_ns = (0, 0)  # perf_counter ns: the launcher's start and end
         self.stacks: Path | None = None  # where the ranks waited, dumped at the timeout
+        self.stalled: str | None = None  # why the run counted as hung before its timeout
         self.rank_failed_at: float | None = None  # when a guard's record was seen
         self.stopped_for_rank: dict | None = None  # the failed rank the runner stopped the job for
 
@@ -383,7 +394,8 @@ class Watch:
         return outcome
 
     def _wait(self) -> bool:
-        """Wait for the launcher; True when it ran past the timeout."""
+        """Wait for the launcher; True when it ran past the timeout or
+        stalled between epochs."""
         deadline = time.monotonic() + self.timeout
         beat = probe = time.monotonic()
         while True:
@@ -395,7 +407,9 @@ class Watch:
             except subprocess.TimeoutExpired:
                 pass
             now = time.monotonic()
-            if now > deadline:
+            if self.progress and not self.stalled:
+                self.stalled = self.progress.stalled()
+            if now > deadline or self.stalled:
                 self.stacks = stacks.record(self.proc.pid, self.run_dir)
                 _kill_tree(self.proc)
                 return True
@@ -435,9 +449,10 @@ class Watch:
     def _outcome(self, timed_out: bool) -> dict:
         code = self.proc.returncode
         if timed_out:
+            said = self.stalled or f"timeout: still running after {self.timeout} s; killed"
             return {
                 "exit_status": code,
-                "reason": f"timeout: still running after {self.timeout} s; killed"
+                "reason": said
                 + (f" (where each rank waited: {self.stacks.name})" if self.stacks else ""),
             }
         if self.stopped_for_rank:  # the rank's status, not that of the launcher it stopped

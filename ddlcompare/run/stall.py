@@ -1,0 +1,96 @@
+"""A run that has stopped making progress, seen long before its timeout.
+
+The timeout (runner.derived_timeout) is sized for the slowest honest run:
+an hour for 5 short epochs of 4,000 images. A hang shows far sooner. Rank 0
+rewrites epochs.tsv after every epoch (frameworks/epoch_loop.py, and
+Tarantella's fit loop), so once an epoch has ended, a silence many times
+longer than the slowest epoch so far is a hang, not a slow epoch: two
+Tarantella ranks waiting for each other in a collective's set-up
+(docs/improvements.md, "A hang") spin there until the timeout.
+
+Only between epochs: before the first one ends nothing says how long an
+epoch takes (start-up, a first compile), and after the last one the run is
+writing its outputs (a trace's unification can take a while). Frameworks
+that write epochs.tsv only at the end (LBANN) are left to the timeout.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from runfiles import variables
+
+# A silence of this many slowest epochs so far, and never less than the
+# floor (DDLC_STALL_FLOOR_S: an epoch of a few seconds, then a pause of the
+# machine's own).
+FACTOR = 10
+
+
+def configured_floor_s() -> float:
+    text = variables.value("DDLC_STALL_FLOOR_S")
+    try:
+        floor = float(text)
+    except ValueError:
+        floor = 0.0
+    if not floor > 0:  # the runner records this as the run's reason, without a traceback
+        raise RuntimeError(
+            f"DDLC_STALL_FLOOR_S={text!r} is not a number of seconds above 0: "
+            "unset it (120 s) or set, say, DDLC_STALL_FLOOR_S=300"
+        )
+    return floor
+
+
+class EpochWatch:
+    """Watches one run's epochs.tsv for the silence of a hang."""
+
+    def __init__(
+        self, path: Path, epochs: int, factor: float = FACTOR, floor_s: float | None = None
+    ):
+        self.path, self.epochs = path, epochs
+        self.factor = factor
+        self.floor_s = configured_floor_s() if floor_s is None else floor_s
+        self._seen_ns: int | None = None
+        self.done, self.slowest_s = 0, 0.0
+
+    def _read(self, mtime_ns: int) -> None:
+        """Epochs done and the slowest one's wall time, read once per rewrite."""
+        if mtime_ns == self._seen_ns:
+            return
+        self._seen_ns = mtime_ns
+        try:
+            lines = self.path.read_text().splitlines()
+        except OSError:
+            return
+        if not lines or "wall_s" not in lines[0].split("\t"):
+            return
+        column = lines[0].split("\t").index("wall_s")
+        walls = []
+        for line in lines[1:]:
+            fields = line.split("\t")
+            try:
+                walls.append(float(fields[column]))
+            except (IndexError, ValueError):
+                return  # a row half written: read again at the next rewrite
+        self.done, self.slowest_s = len(walls), max(walls, default=0.0)
+
+    def limit_s(self) -> float:
+        return max(self.floor_s, self.factor * self.slowest_s)
+
+    def stalled(self, now: float | None = None) -> str | None:
+        """Why the run counts as hung, or None while it makes progress."""
+        try:
+            stat = self.path.stat()
+        except OSError:
+            return None
+        self._read(stat.st_mtime_ns)
+        if not 0 < self.done < self.epochs:
+            return None
+        silent = (now if now is not None else time.time()) - stat.st_mtime
+        if silent <= self.limit_s():
+            return None
+        return (
+            f"stalled: no epoch ended in {silent:.0f} s after epoch {self.done} of "
+            f"{self.epochs} (the slowest so far took {self.slowest_s:.1f} s; a hang is "
+            f"{self.factor:g} times that, at least {self.floor_s:.0f} s); killed"
+        )

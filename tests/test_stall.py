@@ -1,0 +1,61 @@
+"""The hang watch between epochs (ddlcompare/run/stall.py) on epochs.tsv
+files written as rank 0 writes them, their age set by hand; the real hang,
+a rank stopped mid-run, is in tests/test_faults.py."""
+
+import os
+
+import pytest
+
+from ddlcompare.run import stall
+from frameworks import common
+
+HEADER = "\t".join(common.EPOCH_COLUMNS)
+
+
+def epochs_file(tmp_path, walls: list[float], age_s: float, torn: bool = False):
+    rows = [
+        "\t".join(str(wall if c == "wall_s" else 1) for c in common.EPOCH_COLUMNS) for wall in walls
+    ]
+    if torn:
+        rows.append("3\t")
+    path = tmp_path / "epochs.tsv"
+    path.write_text("\n".join([HEADER, *rows]) + "\n")
+    written = path.stat().st_mtime
+    os.utime(path, (written - age_s, written - age_s))
+    return path, written
+
+
+@pytest.mark.parametrize(
+    "walls, age_s, hung",
+    [
+        ([3.5], 119, False),  # the floor: 120 s
+        ([3.5], 121, True),
+        ([20.0, 30.0], 299, False),  # 10 times the slowest epoch so far
+        ([20.0, 30.0], 301, True),
+        ([3.5, 3.4, 3.6, 3.5, 3.5], 10_000, False),  # every epoch done: writing its outputs
+        ([], 10_000, False),  # no epoch yet: start-up is the timeout's
+    ],
+)
+def test_a_silence_counts_as_a_hang_only_between_epochs_and_past_its_limit(
+    tmp_path, walls, age_s, hung
+):
+    path, now = epochs_file(tmp_path, walls, age_s)
+    said = stall.EpochWatch(path, epochs=5, floor_s=120).stalled(now)
+    assert bool(said) == hung, said
+    if hung:
+        assert said.startswith(f"stalled: no epoch ended in {age_s} s after epoch {len(walls)}")
+
+
+def test_no_file_and_a_half_written_row_are_no_hang(tmp_path):
+    watch = stall.EpochWatch(tmp_path / "epochs.tsv", epochs=5, floor_s=1)
+    assert watch.stalled() is None
+    path, now = epochs_file(tmp_path, [1.0, 1.0], age_s=60, torn=True)
+    assert watch.stalled(now) is None  # read again at the next rewrite
+
+
+def test_a_bad_floor_is_named_with_its_fix(monkeypatch, tmp_path):
+    monkeypatch.setenv("DDLC_STALL_FLOOR_S", "two minutes")
+    with pytest.raises(RuntimeError, match="DDLC_STALL_FLOOR_S='two minutes' is not a number"):
+        stall.EpochWatch(tmp_path / "epochs.tsv", epochs=5)
+    monkeypatch.setenv("DDLC_STALL_FLOOR_S", "30")
+    assert stall.EpochWatch(tmp_path / "epochs.tsv", epochs=5).limit_s() == 30
