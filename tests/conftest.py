@@ -124,6 +124,23 @@ def trained(doc: dict, root: Path) -> Path:
     return root / row.path
 
 
+def final_losses(results: Path) -> dict[str, float]:
+    """Each run's final training loss, by its folder under ``results``."""
+    return {
+        str(p.parent.relative_to(results)): json.loads(p.read_text())["final_train_loss"]
+        for p in results.rglob("metrics.json")
+    }
+
+
+def trained_here(doc: dict, results: Path) -> dict[str, float]:
+    """Every run of the design trained through the runner, as a local
+    workflow's jobs train them (without the workflow's gate, probes and
+    report, which a comparison of losses does not need): final_losses."""
+    for row in design.parse(doc, "tiny.yaml").runs():
+        assert runner.execute(row, results) == 0, row.path
+    return final_losses(results)
+
+
 @pytest.fixture(scope="session")
 def tiny_trained(tmp_path_factory) -> tuple[Path, "design.Design"]:
     """tiny_design()'s one real 2-rank torch-ddp run, trained once for the

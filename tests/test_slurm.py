@@ -11,10 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
-from conftest import REPO, tiny_design, write_design
+from conftest import REPO, final_losses, tiny_design, trained_here, write_design
 from ddlcompare.run import launch, schedulers
 from ddlcompare.run.schedulers import Host, slurm as slurm_scheduler
 
@@ -50,49 +49,25 @@ def slurm():
     subprocess.run([str(SCRIPT), "stop"], timeout=120)
 
 
-def run_snakemake(workdir: Path, env: dict, profile: str, *extra: str, limit: int = 420):
+def slurm_snakemake(workdir: Path, env: dict, limit: int = 420):
+    """The slurm profile over ``workdir``'s design, with the test's settings
+    layered on it: poll often."""
     argv = [
-        "timeout",
-        "-k",
-        "30",
-        str(limit),
-        SNAKEMAKE,
-        "-s",
-        str(REPO / "Snakefile"),
-        "--profile",
-        str(REPO / "profiles" / profile),
-        "-d",
-        str(workdir),
-        "--config",
-        f"design={workdir / 'design.yaml'}",
-        *extra,
-    ]
-    if profile == "slurm":  # test settings layered on the profile: poll often
-        argv += [
-            "--slurm-init-seconds-before-status-checks",
-            "2",
-            "--seconds-between-status-checks",
-            "2",
-            "--latency-wait",
-            "5",
-        ]
+        "timeout", "-k", "30", str(limit), SNAKEMAKE, "-s", str(REPO / "Snakefile"),
+        "--profile", str(REPO / "profiles" / "slurm"), "-d", str(workdir),
+        "--config", f"design={workdir / 'design.yaml'}",
+        "--slurm-init-seconds-before-status-checks", "2",
+        "--seconds-between-status-checks", "2", "--latency-wait", "5",
+    ]  # fmt: skip
     return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=workdir)
 
 
-def final_losses(workdir: Path) -> dict[str, float]:
-    tables = next((workdir / "results").rglob("tables"))
-    epochs = pd.read_parquet(tables / "epochs.parquet")
-    last = epochs.sort_values("epoch").groupby("run_id").tail(1)
-    return dict(zip(last["run_id"], last["train_loss"]))
-
-
 def test_tiny_design_through_the_slurm_profile_matches_a_local_run(slurm, tmp_path):
-    on_slurm, local = tmp_path / "slurm", tmp_path / "local"
-    for folder in (on_slurm, local):
-        folder.mkdir()
-        write_design(folder, DESIGN)
+    on_slurm = tmp_path / "slurm"
+    on_slurm.mkdir()
+    write_design(on_slurm, DESIGN)
     started, since = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%S")
-    out = run_snakemake(on_slurm, slurm, "slurm")
+    out = slurm_snakemake(on_slurm, slurm)
     print(f"slurm workflow: {time.monotonic() - started:.1f} s")
     assert out.returncode == 0, out.stderr[-4000:]
     records = [json.loads(p.read_text()) for p in (on_slurm / "results").rglob("run.json")]
@@ -115,9 +90,8 @@ def test_tiny_design_through_the_slurm_profile_matches_a_local_run(slurm, tmp_pa
         ["2", "6000M"],
     ]  # CPUs and memory sized per run; the 2-process scale's bandwidth probe (1000M)
 
-    local_out = run_snakemake(local, scheduler_env(), "local")
-    assert local_out.returncode == 0, local_out.stderr[-3000:]
-    assert final_losses(on_slurm) == final_losses(local)  # same seed, same training
+    local = trained_here(DESIGN, tmp_path / "local")
+    assert final_losses(on_slurm / "results") == local  # same seed, same training
 
 
 def test_launch_commands_from_a_real_slurm_node_list(slurm):
