@@ -22,29 +22,15 @@ REAL_TRACES = SHARED / "fixtures" / "real-traces"
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items):
-    """Groups for `--dist loadgroup` (./ddlc test runs two workers): every
-    test of a real scheduler shares one group, since they share the Slurm,
-    OAR and cluster daemons; a file whose tests share a fixture of module or
-    class scope stays together, so that it is built once. Every other test
-    goes to whichever worker is free: one file of long tests as one unit
-    left a worker idle at the end. Training itself still takes turns: each
-    run holds the host-wide measuring lock (ddlcompare/run/machine_lock.py)."""
+    """Groups for `--dist loadgroup` (./ddlc test runs two workers): a file's
+    tests stay together, so its module fixtures train once; every test of a
+    real scheduler shares one group, since they share the Slurm, OAR and
+    cluster daemons. Training itself still takes turns: each run holds the
+    host-wide measuring lock (ddlcompare/run/machine_lock.py)."""
     scheduled = {item.path for item in items if item.get_closest_marker("schedulers")}
-    together = {item.path for item in items if _shares_a_fixture(item)}
     for item in items:
-        if item.path in scheduled:
-            item.add_marker(pytest.mark.xdist_group("schedulers"))
-        elif item.path in together:
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
-
-
-def _shares_a_fixture(item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    return bool(info) and any(
-        definition.scope in ("module", "class", "package")
-        for definitions in info.name2fixturedefs.values()
-        for definition in definitions
-    )
+        group = "schedulers" if item.path in scheduled else item.path.stem
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _absent(path: Path) -> str:
