@@ -389,6 +389,27 @@ def test_a_run_writes_only_inside_its_directory(tmp_path):
     assert {line for line in after - before if "__pycache__" not in line} == set()
 
 
+def one_rank_stopped(path: Path, row, results: Path, ready, env=None, limit: float = 180):
+    """Run ``row``; once ``ready(run folder)``, stop its lowest rank
+    (SIGSTOP) and wait for the runner to end the run within ``limit`` s:
+    (run folder, its ranks, the stopped one)."""
+    folder = results / row.path
+    proc = subprocess.Popen(run_one(path, str(results), row), cwd=REPO, env=env)
+    try:
+        wait_for(lambda: ready(folder), START_S)
+        time.sleep(2)  # into a step
+        pids = rank_pids(folder)
+        stopped, at = min(pids), time.monotonic()
+        subprocess.run(["kill", "-STOP", str(stopped)], check=True)
+        assert proc.wait(timeout=limit) == 0
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)
+    assert time.monotonic() - at < limit
+    return folder, pids, stopped
+
+
 @pytest.mark.slow
 def test_rank_stuck_in_a_collective_is_killed_by_the_timeout(tmp_path):
     """One rank stopped (SIGSTOP): its peer waits in the all-reduce forever.
@@ -397,21 +418,9 @@ def test_rank_stuck_in_a_collective_is_killed_by_the_timeout(tmp_path):
     doc = tiny_design(["torch-ddp"], **{**LONG, "timeout_s": 25})
     path = write_design(tmp_path, doc)
     row = design.parse(doc, str(path)).runs()[0]
-    folder = tmp_path / "res" / row.path
-    proc = subprocess.Popen(run_one(path, str(tmp_path / "res"), row), cwd=REPO)
-    try:
-        wait_for(lambda: len(rank_pids(folder)) == 2, START_S)
-        start = time.monotonic()  # the timeout counts from the launcher's start
-        time.sleep(2)
-        pids = rank_pids(folder)
-        stopped = min(pids)
-        subprocess.run(["kill", "-STOP", str(stopped)], check=True)
-        assert proc.wait(timeout=120) == 0
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=30)
-    assert time.monotonic() - start < 120
+    folder, pids, stopped = one_rank_stopped(
+        path, row, tmp_path / "res", lambda f: len(rank_pids(f)) == 2, limit=120
+    )
     done = json.loads((folder / "done.json").read_text())
     assert done["status"] == "failed" and done["reason"].startswith("timeout"), done
     assert done["reason"].endswith("(where each rank waited: stacks.txt)"), done
@@ -439,19 +448,13 @@ def test_a_run_that_stops_between_epochs_is_stopped_long_before_its_timeout(tmp_
     doc = tiny_design(["torch-ddp"], **{**LONG, "train_images": 2000, "timeout_s": None})
     path = write_design(tmp_path, doc)
     row = design.parse(doc, str(path)).runs()[0]
-    folder = tmp_path / "res" / row.path
-    env = {**os.environ, "DDLC_STALL_FLOOR_S": "5"}
-    proc = subprocess.Popen(run_one(path, str(tmp_path / "res"), row), cwd=REPO, env=env)
-    try:
-        wait_for(lambda: (folder / "epochs.tsv").exists(), START_S)
-        stopped_at = time.monotonic()
-        subprocess.run(["kill", "-STOP", str(min(rank_pids(folder)))], check=True)
-        assert proc.wait(timeout=180) == 0
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=30)
-    assert time.monotonic() - stopped_at < 180
+    folder, _, _ = one_rank_stopped(
+        path,
+        row,
+        tmp_path / "res",
+        lambda f: (f / "epochs.tsv").exists(),  # the first epoch has ended
+        env={**os.environ, "DDLC_STALL_FLOOR_S": "5"},
+    )
     done = json.loads((folder / "done.json").read_text())
     assert done["status"] == "failed", done
     assert re.match(r"stalled: no epoch ended in \d+ s after epoch \d+ of 30 ", done["reason"]), (
