@@ -6,7 +6,7 @@ rewrites epochs.tsv after every epoch (frameworks/epoch_loop.py, and
 Tarantella's fit loop), so once an epoch has ended, a silence many times
 longer than the slowest epoch so far is a hang, not a slow epoch: two
 Tarantella ranks waiting for each other in a collective's set-up
-(docs/improvements.md, "A hang") spin there until the timeout.
+(docs/improvements.md, "Hangs") spin there until the timeout.
 
 Only between epochs: before the first one ends nothing says how long an
 epoch takes (start-up, a first compile), and after the last one the run is
@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from ddlcompare.run import validate
 from runfiles import variables
 
 # A silence of this many slowest epochs so far, and never less than the
@@ -59,20 +60,12 @@ class EpochWatch:
             return
         self._seen_ns = mtime_ns
         try:
-            lines = self.path.read_text().splitlines()
-        except OSError:
-            return
-        if not lines or "wall_s" not in lines[0].split("\t"):
-            return
-        column = lines[0].split("\t").index("wall_s")
-        walls = []
-        for line in lines[1:]:
-            fields = line.split("\t")
-            try:
-                walls.append(float(fields[column]))
-            except (IndexError, ValueError):
-                return  # a row half written: read again at the next rewrite
-        self.done, self.slowest_s = len(walls), max(walls, default=0.0)
+            walls = validate.read_tsv(self.path, ("wall_s",), min_rows=0)["wall_s"]
+        except validate.Damaged:
+            return  # gone, or being rewritten: read again at the next rewrite
+        if walls.isna().any():
+            return  # a row half written: likewise
+        self.done, self.slowest_s = len(walls), float(walls.max()) if len(walls) else 0.0
 
     def limit_s(self) -> float:
         return max(self.floor_s, self.factor * self.slowest_s)
