@@ -23,24 +23,28 @@
 # DDLC_VENV_LBANN); docs: envs/lbann.md.
 set -euo pipefail
 
-# LBANN develop of 2024-10-17 (the v0.105 pre-release), whose SuperBuild this
-# is, and the dependency commits of the same time that the SuperBuild names
-# (Hydrogen's "hydrogen" branch, DiHydrogen's develop, Clara v1.1.5, cereal v1.3.0).
-LBANN_REF=${LBANN_REF:-04c297bddf76144385be8ce39cab9394b47401a3}
-HYDROGEN_REF=${HYDROGEN_REF:-d0d7f56cf1e11b2ae2878c78609803f97e60195f}
-DIHYDROGEN_REF=${DIHYDROGEN_REF:-d7d6e9c704e4ae7dab7e006d8867db4748d1f303}
-CLARA_REF=${CLARA_REF:-v1.1.5}
-CEREAL_REF=${CEREAL_REF:-v1.3.0}
-ZSTR_REF=${ZSTR_REF:-22db00a933d887125f00385239afd24be8e39ecc}
+# shellcheck source=envs/build-lib.sh
+. "$(dirname "$0")/build-lib.sh"
+
+# Pinned in envs/sources.txt: LBANN develop of 2024-10-17 (the v0.105
+# pre-release), whose SuperBuild this is, and the dependency commits of the
+# same time that the SuperBuild names (Hydrogen's "hydrogen" branch,
+# DiHydrogen's develop, Clara v1.1.5, cereal v1.3.0).
+LBANN_REF=${LBANN_REF:-$(pin LLNL/lbann)}
+HYDROGEN_REF=${HYDROGEN_REF:-$(pin LLNL/Elemental)}
+DIHYDROGEN_REF=${DIHYDROGEN_REF:-$(pin LLNL/DiHydrogen)}
+CLARA_REF=${CLARA_REF:-$(pin catchorg/Clara)}
+CEREAL_REF=${CEREAL_REF:-$(pin USCiLab/cereal)}
+ZSTR_REF=${ZSTR_REF:-$(pin mateidavid/zstr)}
 # LBANN cannot be built without Conduit (its data readers include it whatever
 # LBANN_WITH_CONDUIT says). v0.9.2 (2024-07) is the release of LBANN's time;
 # its BLT submodule is checked out with it.
-CONDUIT_REF=${CONDUIT_REF:-v0.9.2}
+CONDUIT_REF=${CONDUIT_REF:-$(pin LLNL/conduit)}
 HDF5_DIR=${HDF5_DIR:-/usr/lib/x86_64-linux-gnu/hdf5/serial}
 # DiHydrogen fetches Aluminum itself (FetchContent) at this commit; it gets a
 # checkout instead, as FETCHCONTENT_SOURCE_DIR_ALUMINUM.
-ALUMINUM_REF=${ALUMINUM_REF:-672bbb782dccf41e3db99d58ddbd2ad0de7e266a}
-CACHE=${DDLC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddl-compare}
+ALUMINUM_REF=${ALUMINUM_REF:-$(pin LLNL/Aluminum)}
+CACHE=$(ddlc_cache_root)
 PREFIX=${DDLC_LBANN_PREFIX:-$CACHE/lbann}
 JOBS=${JOBS:-2}
 SRC=$PREFIX/src
@@ -59,25 +63,26 @@ PACKAGES=(
   "LBANN LLNL/lbann $LBANN_REF"
 )
 
-# shellcheck source=envs/build-lib.sh
-. "$(dirname "$0")/build-lib.sh"
-
 log() { printf '[build-lbann %s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+
+# Each attempt's logs: a folder of their own, never written by another.
+LOGS=$PREFIX.logs/$(date -u +%Y%m%dT%H%M%SZ)-$$
 
 # part NAME COMMAND...: runs COMMAND unless NAME is stamped; times it, and on
 # failure writes where it stopped to status.txt.
 part() {
-  local name=$1 t0 rc=0; shift
+  local name=$1 t0 rc=0 log=$LOGS/$1.log; shift
   if [[ -e $STAMPS/$name ]]; then log "$name: already built ($(cat "$STAMPS/$name"))"; return; fi
   log "$name: start"
   t0=$(date +%s)
-  "$@" > "$PREFIX/$name.log" 2>&1 || rc=$?
+  mkdir -p "$LOGS"
+  "$@" > "$log" 2>&1 || rc=$?
   local secs=$(( $(date +%s) - t0 ))
   printf '%s\t%s\t%s\t%s\n' "$name" "$secs" "$rc" "$(date -u +%FT%TZ)" >> "$PREFIX/build-times.tsv"
   if (( rc != 0 )); then
-    { echo "stopped in part $name after ${secs}s (exit $rc) at $(date -u +%FT%TZ); log: $PREFIX/$name.log"
-      grep -n -m 5 -E 'error|Error|ERROR' "$PREFIX/$name.log" || true
-      echo '--- last lines ---'; tail -n 30 "$PREFIX/$name.log"; } > "$PREFIX/status.txt"
+    { echo "stopped in part $name after ${secs}s (exit $rc) at $(date -u +%FT%TZ); log: $log"
+      grep -n -m 5 -E 'error|Error|ERROR' "$log" || true
+      echo '--- last lines ---'; tail -n 30 "$log"; } > "$PREFIX/status.txt"
     log "$name: FAILED after ${secs}s; see $PREFIX/status.txt"
     cat "$PREFIX/status.txt"
     exit "$rc"
@@ -242,8 +247,24 @@ check_prerequisites() {
   (( problems == 0 )) || exit 2
 }
 
+# The sources of the parts not checked out yet, as REPO=REF.
+sources_to_build() {
+  local entry pkg repo ref
+  for entry in "${PACKAGES[@]}"; do
+    read -r pkg repo ref <<< "$entry"
+    [[ -e $STAMPS/source-$pkg-$ref ]] || echo "$repo=$ref"
+  done
+  [[ -e $STAMPS/aluminum-source-2 ]] || echo "LLNL/Aluminum=$ALUMINUM_REF"
+}
+
 main() {
   check_prerequisites
+  local needed
+  mapfile -t needed < <(sources_to_build)
+  check_sources lbann "${needed[@]}"
+  # Other checkouts share the prefix, which cannot be moved once built (its
+  # paths are compiled in): one builds while the others wait for it.
+  lock_entry "$PREFIX"
   trap write_versions EXIT
   args=()
   configure_args

@@ -4,6 +4,7 @@
 # .venv-tf. For `tracer: scorep` (docs/tracing.md, envs/scorep.md).
 #
 #   envs/build-scorep.sh                       # official release tarball, checksum checked
+#                                              # (from $DDLC_SOURCES when set: ./ddlc sources)
 #   envs/build-scorep.sh --source DIR          # an unpacked source folder
 #   envs/build-scorep.sh --source GITDIR@REF   # a git dir holding the unpacked release
 #                                              # (e.g. a copy of the msmania/Score-P mirror @v8.4)
@@ -13,17 +14,22 @@
 # stamp in the build folder and is skipped when its stamp is there; a failed
 # step runs again on the next call. Each step prints its time. The installed
 # version is written to <prefix>/ddlc-scorep.json (read into run.json).
+# Checkouts share the prefix, which cannot be moved once built (its scripts
+# hold its path): the build holds a lock on it (flock on <prefix>.lock), so a
+# second one waits, saying for whom; each attempt's logs go to
+# <prefix>.logs/<time>-<pid>/.
 # Debian packages it needs: binutils-dev libunwind-dev libiberty-dev gfortran
 # (and libopenmpi-dev, from envs/setup.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=envs/build-lib.sh
+. "$(dirname "$0")/build-lib.sh"
 version=8.4
-# Checksum of scorep-8.4.tar.gz as published by JSC; the same value is in
-# Spack's scorep package (var/spack/repos/builtin/packages/scorep/package.py).
-tarball_url=https://perftools.pages.jsc.fz-juelich.de/cicd/scorep/tags/scorep-$version/scorep-$version.tar.gz
-tarball_sha256=7bbde9a0721d27cc6205baf13c1626833bcfbabb1f33b325a2d67976290f7f8a
+# The tarball, its checksum and URL: envs/sources.txt.
+tarball_name=scorep-$version.tar.gz
+read -r _ _ _ tarball_sha256 tarball_url < <(pinned_sources scorep | awk -v f="$tarball_name" '$3 == f')
 bindings_version=4.5.1
-cache=${DDLC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddl-compare}
+cache=$(ddlc_cache_root)
 prefix=${SCOREP_PREFIX:-$cache/scorep-$version}
 build=$cache/scorep-$version-build
 source=${SCOREP_SOURCE:-}
@@ -34,9 +40,6 @@ configure_flags=(--with-mpi=openmpi --without-shmem --disable-cuda --with-libbfd
                  --enable-shared --disable-static)
 # Extra flags for a cluster (e.g. --enable-cuda --with-libcudart=...), word-split on purpose.
 read -r -a extra_flags <<< "${SCOREP_CONFIGURE_EXTRA:-}"
-
-# shellcheck source=envs/build-lib.sh
-. "$(dirname "$0")/build-lib.sh"
 
 say() { printf 'build-scorep: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -51,6 +54,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 mkdir -p "$build"
+logs=$prefix.logs/$(date -u +%Y%m%dT%H%M%SZ)-$$
 stamp() { echo "$build/.$1.done"; }
 
 # Runs step NAME (a shell function) unless its stamp exists, and prints its time.
@@ -93,7 +97,8 @@ unpack_git() {
 step_unpack() {
   rm -rf "$build/src"; mkdir -p "$build/src"
   if [ -z "$source" ]; then
-    local tarball=$cache/scorep-$version.tar.gz
+    local tarball=$cache/$tarball_name
+    [ -f "$tarball" ] || [ -z "${DDLC_SOURCES:-}" ] || tarball=$DDLC_SOURCES/$tarball_name
     if [ ! -f "$tarball" ]; then
       curl -fL --retry 3 -o "$tarball.part" "$tarball_url" ||
         die "could not download $tarball_url; pass --source with a local copy"
@@ -116,17 +121,17 @@ step_unpack() {
 step_configure() {
   rm -rf "$build/obj"; mkdir -p "$build/obj"
   (cd "$build/obj" && "$build/src/configure" --prefix="$prefix" "${configure_flags[@]}" "${extra_flags[@]}") \
-    > "$build/configure.log" 2>&1 || { tail -n 30 "$build/configure.log" >&2; die "configure failed; log: $build/configure.log"; }
+    > "$logs/configure.log" 2>&1 || { tail -n 30 "$logs/configure.log" >&2; die "configure failed; log: $logs/configure.log"; }
 }
 
 step_make() {
-  make -C "$build/obj" -j"$jobs" > "$build/make.log" 2>&1 ||
-    { tail -n 30 "$build/make.log" >&2; die "make failed; log: $build/make.log (run again to resume)"; }
+  make -C "$build/obj" -j"$jobs" > "$logs/make.log" 2>&1 ||
+    { tail -n 30 "$logs/make.log" >&2; die "make failed; log: $logs/make.log (run again to resume)"; }
 }
 
 step_install() {
-  make -C "$build/obj" install > "$build/install.log" 2>&1 ||
-    { tail -n 30 "$build/install.log" >&2; die "make install failed; log: $build/install.log"; }
+  make -C "$build/obj" install > "$logs/install.log" 2>&1 ||
+    { tail -n 30 "$logs/install.log" >&2; die "make install failed; log: $logs/install.log"; }
   local reported
   reported=$("$prefix/bin/scorep" --version | awk '{print $NF}')
   printf '{"scorep": "%s", "prefix": "%s", "source": "%s", "configure": "%s"}\n' \
@@ -145,8 +150,8 @@ install_bindings() {
     echo 'setuptools<81' > "$constraints"
   fi
   PATH=$prefix/bin:$PATH "$env/bin/python" -m pip install -q "scorep==$bindings_version" -c "$constraints" \
-    > "$build/pip-$(basename "$env").log" 2>&1 ||
-    { tail -n 30 "$build/pip-$(basename "$env").log" >&2; die "pip install scorep failed in $env"; }
+    > "$logs/pip-$(basename "$env").log" 2>&1 ||
+    { tail -n 30 "$logs/pip-$(basename "$env").log" >&2; die "pip install scorep failed in $env"; }
   PATH=$prefix/bin:$PATH "$env/bin/python" -c 'import scorep.user' || die "scorep bindings do not import in $env"
   [ $had_pkg_resources = no ] || "$env/bin/python" -c 'import pkg_resources' 2>/dev/null ||
     die "pkg_resources is gone from $env after pip install scorep"
@@ -159,10 +164,16 @@ step_bindings() {
 }
 
 check_packages
+if [ -z "$source" ] && [ ! -f "$(stamp unpack)" ] && [ ! -f "$cache/$tarball_name" ]; then
+  check_sources scorep "$tarball_name=$tarball_sha256"
+fi
+mkdir -p "$logs"
+lock_entry "$prefix"
 step unpack
 step configure
 step make
 step install
+unlock_entry "$prefix"
 rm -f "$(stamp bindings)"   # cheap, and the environments may have been rebuilt
 step bindings
 say "Score-P $version in $prefix; put $prefix/bin on PATH (ddlc finds it there by itself)"

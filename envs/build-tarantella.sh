@@ -7,9 +7,19 @@
 # time goes to $PREFIX/build-times.tsv, the versions to $PREFIX/versions.json
 # (run.json copies it).
 #
-# Pinned: Tarantella v0.8.0 (its latest tag), the GPI-2 and GaspiCxx tags its
-# installation guide names, and the TensorFlow its documentation supports
-# (2.0-2.7; TF 2.7 wheels exist for Python 3.7-3.9).
+# Pinned (envs/sources.txt): Tarantella v0.8.0 (its latest tag), the GPI-2
+# and GaspiCxx tags its installation guide names; here, the TensorFlow its
+# documentation supports (2.0-2.7; TF 2.7 wheels exist for Python 3.7-3.9).
+#
+# Other checkouts share the prefix. It is a Python environment, which cannot
+# be built elsewhere and renamed into place (its scripts and pyvenv.cfg hold
+# its absolute path): instead the whole build holds a lock on the prefix
+# (flock on PREFIX.lock), so one checkout builds while another waits, saying
+# for whom, and then finds every part stamped. A part's stamp is written only
+# when the part has finished, so a build that was cut off resumes at the part
+# it was in; a file where the prefix belongs is removed first.
+# Before anything is built, the sources of the parts still to build are
+# checked (envs/build-lib.sh: check_sources); without them it stops at once.
 #
 # Usage: envs/build-tarantella.sh            clones from the public repositories
 #        envs/build-tarantella.sh patched    the same with our patch to GaspiCxx
@@ -19,7 +29,8 @@
 #            level tarantella-patched; DDLC_VENV_TARANTELLA_PATCHED)
 #        DDLC_SOURCES=/path envs/build-tarantella.sh
 #            takes local git copies instead: /path/<owner>+<name>/repo (or
-#            /path/<owner>+<name>), e.g. /path/cc-hpc-itwm+GPI-2/repo
+#            /path/<owner>+<name>), e.g. /path/cc-hpc-itwm+GPI-2/repo, as
+#            `./ddlc sources /path` gathers them
 # Variables: DDLC_TARANTELLA_PREFIX (default ~/.cache/ddl-compare/tarantella-v0.8.0),
 #            DDLC_PYTHON39 (a python3.9 to use; else found on PATH or pyenv, else
 #            built from CPython's sources), JOBS (default 2), GPI2_CONFIGURE_EXTRA
@@ -28,17 +39,20 @@
 # GaspiCxx 313 s, Tarantella 137 s.
 set -euo pipefail
 
-TNT_REF=${TNT_REF:-v0.8.0}
-GPI2_REF=${GPI2_REF:-v1.5.1}
-GASPICXX_REF=${GASPICXX_REF:-v1.1.0}
-CPYTHON_REF=${CPYTHON_REF:-v3.9.18}
+# shellcheck source=envs/build-lib.sh
+. "$(dirname "$0")/build-lib.sh"
+
+TNT_REF=${TNT_REF:-$(pin cc-hpc-itwm/tarantella)}
+GPI2_REF=${GPI2_REF:-$(pin cc-hpc-itwm/GPI-2)}
+GASPICXX_REF=${GASPICXX_REF:-$(pin cc-hpc-itwm/GaspiCxx)}
+CPYTHON_REF=${CPYTHON_REF:-$(pin python/cpython)}
 TF_SPEC=${TF_SPEC:-tensorflow-cpu==2.7.4}
 # TF 2.7 breaks with protobuf >= 3.20 ("Descriptors cannot be created directly");
 # pygpi uses np.float / np.int, removed in numpy 1.24.
 # The rest: what the harness's worker imports (as envs/tensorflow.txt).
 PY_DEPS=("$TF_SPEC" 'protobuf==3.19.6' 'numpy==1.21.6' 'pybind11==2.10.4' 'pyyaml==6.0.1'
          'psutil==5.9.8' 'otf2==3.2' 'nvidia-ml-py==13.615.71')
-CACHE=${DDLC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddl-compare}
+CACHE=$(ddlc_cache_root)
 here=$(cd "$(dirname "$0")" && pwd)
 VARIANT=${1:-}
 case $VARIANT in
@@ -54,7 +68,6 @@ PATCH_ID=
 JOBS=${JOBS:-2}
 SRC=$PREFIX/src
 STAMPS=$PREFIX/stamps
-mkdir -p "$SRC" "$STAMPS"
 export PATH=$PREFIX/bin:$PATH
 export LD_LIBRARY_PATH=$PREFIX/lib:$PREFIX/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 launcher=()
@@ -71,9 +84,6 @@ if (( ${#missing[@]} )); then
   echo "build-tarantella: missing ${missing[*]}; on Debian: apt-get install git gawk autoconf automake libtool cmake g++ make" >&2
   exit 2
 fi
-
-# shellcheck source=envs/build-lib.sh
-. "$(dirname "$0")/build-lib.sh"
 
 log() { printf '[build-tarantella %s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
@@ -194,17 +204,41 @@ PY
   rm -f "$script"
 }
 
-part python build_python
-part venv build_venv
-# Re-run whenever the list changes: its hash is in the part's name.
-part "python-deps-$(printf '%s\n' "${PY_DEPS[@]}" | sha256sum | cut -c1-12)" install_deps
-part gpi2 build_gpi2
-if [[ -n $PATCH_SPEC ]]; then
-  echo "envs/patches/tarantella/GaspiCxx.json ${PATCH_ID#-patch-}" > "$PREFIX/patch.txt"
-fi
-part "gaspicxx$PATCH_ID" build_gaspicxx
-part "tarantella$PATCH_ID" build_tarantella
-part paths add_paths
-write_versions
-part check check
-log "ready: export DDLC_VENV_TARANTELLA${VARIANT:+_PATCHED}=$PREFIX"
+# The sources of the parts not built yet: checked before anything is built.
+sources_to_build() {
+  [[ -n $(find_python39) || -e $STAMPS/python ]] || echo "python/cpython=$CPYTHON_REF"
+  [[ -e $STAMPS/gpi2 ]] || echo "cc-hpc-itwm/GPI-2=$GPI2_REF"
+  [[ -e $STAMPS/gaspicxx$PATCH_ID ]] || echo "cc-hpc-itwm/GaspiCxx=$GASPICXX_REF"
+  [[ -e $STAMPS/tarantella$PATCH_ID ]] || echo "cc-hpc-itwm/tarantella=$TNT_REF"
+}
+
+main() {
+  local needed
+  mapfile -t needed < <(sources_to_build)
+  check_sources tarantella "${needed[@]}"
+  lock_entry "$PREFIX"
+  if [[ -e $PREFIX && ! -d $PREFIX ]] || [[ -L $PREFIX ]]; then
+    notice "build-tarantella: $PREFIX is not a folder: removed, building it again"
+    rm -f "$PREFIX"
+  fi
+  mkdir -p "$SRC" "$STAMPS"
+  part python build_python
+  part venv build_venv
+  # Re-run whenever the list changes: its hash is in the part's name.
+  part "python-deps-$(printf '%s\n' "${PY_DEPS[@]}" | sha256sum | cut -c1-12)" install_deps
+  part gpi2 build_gpi2
+  if [[ -n $PATCH_SPEC ]]; then
+    echo "envs/patches/tarantella/GaspiCxx.json ${PATCH_ID#-patch-}" > "$PREFIX/patch.txt"
+  fi
+  part "gaspicxx$PATCH_ID" build_gaspicxx
+  part "tarantella$PATCH_ID" build_tarantella
+  part paths add_paths
+  write_versions
+  part check check
+  unlock_entry "$PREFIX"
+  log "ready: export DDLC_VENV_TARANTELLA${VARIANT:+_PATCHED}=$PREFIX"
+}
+
+# One line, read whole before it runs: editing this file during a build
+# cannot change what the running build does next.
+main "$@"; exit

@@ -16,12 +16,14 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 venv=${DDLC_VENV:-$here/.venv}
 venv_tf=${DDLC_VENV_TENSORFLOW:-$here/.venv-tf}
-cache=${DDLC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddl-compare}
+# shellcheck source=envs/build-lib.sh
+. envs/build-lib.sh
+cache=$(ddlc_cache_root)
 mkdir -p "$cache/wheels"
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 
-tarantella=${DDLC_VENV_TARANTELLA:-${DDLC_TARANTELLA_PREFIX:-${DDLC_CACHE:-$HOME/.cache/ddl-compare}/tarantella-v0.8.0}}
+tarantella=${DDLC_VENV_TARANTELLA:-${DDLC_TARANTELLA_PREFIX:-$cache/tarantella-v0.8.0}}
 declare -A env_dirs=([torch]=$venv [tensorflow]=$venv_tf [tarantella]=$tarantella)
 wanted=("$@")
 [ $# -gt 0 ] || wanted=(torch tensorflow)
@@ -36,11 +38,12 @@ for name in "${wanted[@]}"; do
 done
 wants() { [[ " ${wanted[*]} " == *" $1 "* ]]; }
 
-# pip, with its chatter in a log that is shown only when it fails.
+# pip, with its chatter in a log that is shown only when it fails: in the
+# environment, which is this checkout's own (the cache is shared).
 pip_in() {
-  local env=$1; shift
-  "$env/bin/python" -m pip "$@" > "$cache/pip.log" 2>&1 ||
-    { tail -n 30 "$cache/pip.log" >&2; say "pip failed in $env; full log: $cache/pip.log"; exit 1; }
+  local env=$1 log=$1/.ddlc-pip.log; shift
+  "$env/bin/python" -m pip "$@" > "$log" 2>&1 ||
+    { tail -n 30 "$log" >&2; say "pip failed in $env; full log: $log"; exit 1; }
 }
 
 # otf2-print: the tests check our OTF2 archives and the readers against it.
@@ -96,7 +99,7 @@ build_env() {
   pip_in "$env" install -q --no-compile -r "$requirements"
   pip_in "$env" install -q --no-deps -e .
   "$env/bin/python" -m compileall -q -j 0 "$("$env/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
-    > "$cache/compileall.log" 2>&1 || true
+    > "$env/.ddlc-compileall.log" 2>&1 || true
   echo "$want" > "$stamp"
 }
 
@@ -143,6 +146,33 @@ horovod_gpu_build_env() {
        "${nccl:+HOROVOD_NCCL_HOME=$nccl HOROVOD_NCCL_LINK=SHARED}"
 }
 
+# A Horovod wheel's cache entry (envs/build-lib.sh: cache_entry) is whole
+# when stamped, or when it is a folder holding the wheel: entries published
+# before the stamp existed were renamed into place only once built.
+wheel_whole() {
+  entry_stamped "$1" && return 0
+  [[ -d $1 && ! -L $1 ]] && compgen -G "$1/horovod-*.whl" > /dev/null
+}
+
+# horovod_wheel PYTHON PATCH_CXX17 [VAR=VALUE...] OUT: builds Horovod
+# 0.28.1's wheel with PYTHON (its environment's framework) into OUT.
+horovod_wheel() {
+  local python=$1 cxx17=$2 out=${!#} src
+  set -- "${@:3:$# - 3}"
+  src=$out/.src
+  mkdir -p "$src"
+  "$python" -m pip download -q --no-deps --no-binary :all: horovod==0.28.1 -d "$src"
+  tar -xzf "$src"/horovod-0.28.1.tar.gz -C "$src"
+  if [[ $cxx17 = yes ]]; then
+    sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' \
+      "$src/horovod-0.28.1/CMakeLists.txt" "$src/horovod-0.28.1/horovod/torch/CMakeLists.txt"
+  fi
+  (cd "$src/horovod-0.28.1" &&
+    env "$@" PATH="/usr/bin:$PATH" HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_MXNET=1 \
+      MAKEFLAGS="-j$(nproc)" "$python" -m pip wheel -q --no-build-isolation --no-cache-dir --no-deps -w "$out" .)
+  rm -rf "$src"
+}
+
 # Horovod 0.28.1 only builds against torch 2.13 with C++17; the wheel is
 # cached per Python and torch version so a fresh clone reuses it.
 install_horovod() {
@@ -152,22 +182,12 @@ install_horovod() {
   torch=$("$venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')
   gpu_env=$(horovod_gpu_build_env)
   wheel_dir="$cache/wheels/horovod-0.28.1-torch$torch-$py${gpu_env:+-nccl}"
-  if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
+  wheel_whole "$wheel_dir" ||
     say "building Horovod 0.28.1 against torch $torch (about 6 minutes, cached in $wheel_dir)"
-    local src; src=$(mktemp -d)
-    pip_in "$venv" download -q --no-deps --no-binary :all: horovod==0.28.1 -d "$src"
-    tar -xzf "$src"/horovod-0.28.1.tar.gz -C "$src"
-    sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' \
-      "$src/horovod-0.28.1/CMakeLists.txt" "$src/horovod-0.28.1/horovod/torch/CMakeLists.txt"
-    mkdir -p "$wheel_dir.tmp"
-    ( cd "$src/horovod-0.28.1" &&
-      env $gpu_env PATH="/usr/bin:$PATH" HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 \
-      HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$(nproc)" \
-      "$venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$wheel_dir.tmp" . ) \
-      > "$cache/horovod-build.log" 2>&1 || { say "Horovod build failed; log: $cache/horovod-build.log"; exit 1; }
-    rm -rf "$wheel_dir" && mv "$wheel_dir.tmp" "$wheel_dir"
-    rm -rf "$src"
-  fi
+  # shellcheck disable=SC2086  # gpu_env: VAR=VALUE words
+  cache_entry "$wheel_dir" wheel_whole horovod_wheel "$venv/bin/python" yes \
+    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 $gpu_env ||
+    { say "Horovod build failed; log: $wheel_dir.logs/"; exit 1; }
   pip_in "$venv" install -q --no-deps "$wheel_dir"/horovod-*.whl
 }
 
@@ -184,21 +204,11 @@ install_horovod_tf() {
   py=$("$venv_tf/bin/python" -c 'import sys; print(f"cp{sys.version_info.major}{sys.version_info.minor}")')
   tf=$("$venv_tf/bin/python" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))')
   wheel_dir="$cache/wheels/horovod-0.28.1-tf$tf-$py"
-  if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
+  wheel_whole "$wheel_dir" ||
     say "building Horovod 0.28.1 against TensorFlow $tf (about 10 minutes, cached in $wheel_dir)"
-    local src; src=$(mktemp -d)
-    pip_in "$venv_tf" download -q --no-deps --no-binary :all: horovod==0.28.1 -d "$src"
-    tar -xzf "$src"/horovod-0.28.1.tar.gz -C "$src"
-    mkdir -p "$wheel_dir.tmp"
-    ( cd "$src/horovod-0.28.1" &&
-      PATH="/usr/bin:$PATH" HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
-      HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$(nproc)" \
-      "$venv_tf/bin/python" -m pip wheel -q --no-build-isolation --no-cache-dir --no-deps \
-        -w "$wheel_dir.tmp" . ) \
-      > "$cache/horovod-tf-build.log" 2>&1 || { say "Horovod (TensorFlow) build failed; log: $cache/horovod-tf-build.log"; exit 1; }
-    rm -rf "$wheel_dir" && mv "$wheel_dir.tmp" "$wheel_dir"
-    rm -rf "$src"
-  fi
+  cache_entry "$wheel_dir" wheel_whole horovod_wheel "$venv_tf/bin/python" no \
+    HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 ||
+    { say "Horovod (TensorFlow) build failed; log: $wheel_dir.logs/"; exit 1; }
   pip_in "$venv_tf" install -q --no-deps "$wheel_dir"/horovod-*.whl
 }
 
@@ -222,8 +232,9 @@ add_scorep_bindings() {
   done
   [ $missing = yes ] || return 0
   say "Score-P is built in $cache/scorep-8.4: adding its Python bindings"
-  bash "$here/envs/build-scorep.sh" 2> "$cache/scorep-bindings.log" ||
-    say "Score-P's bindings failed (log: $cache/scorep-bindings.log); scorep runs stay refused"
+  local log=$venv/.ddlc-scorep-bindings.log
+  bash "$here/envs/build-scorep.sh" 2> "$log" ||
+    say "Score-P's bindings failed (log: $log); scorep runs stay refused"
 }
 
 install_debian_packages
@@ -237,9 +248,18 @@ if wants tensorflow; then
   install_horovod_tf
 fi
 if wants tarantella; then
-  # stamped per part: seconds when it is built, about 7 minutes when not
-  DDLC_TARANTELLA_PREFIX=$tarantella bash envs/build-tarantella.sh > "$cache/tarantella-build.log" 2>&1 ||
-    { tail -n 20 "$cache/tarantella-build.log" >&2; say "Tarantella's build failed; log: $cache/tarantella-build.log"; exit 1; }
+  # Stamped per part: seconds when it is built, about 7 minutes when not.
+  # One log per attempt; fd 3 brings its notices (a wait for another
+  # checkout's build, sources it cannot reach) to this terminal.
+  mkdir -p "$tarantella.logs"
+  tnt_log=$tarantella.logs/$(date -u +%Y%m%dT%H%M%SZ)-$$.log
+  rc=0
+  DDLC_TARANTELLA_PREFIX=$tarantella bash envs/build-tarantella.sh 3>&2 > "$tnt_log" 2>&1 || rc=$?
+  case $rc in
+    0) ;;
+    3) exit 2 ;;  # its sources cannot be had: it said so, with the ways out
+    *) tail -n 20 "$tnt_log" >&2; say "Tarantella's build failed; log: $tnt_log"; exit 1 ;;
+  esac
 fi
 add_scorep_bindings
 ready=()

@@ -1,0 +1,223 @@
+"""Shared caches that checkouts on one machine use at once (envs/build-lib.sh):
+an entry is built in a private folder and published by one rename under a
+lock on it; a second set-up waits, saying for whom, then uses it; a damaged
+entry is built again. Builds find out at once when their sources cannot be
+had (DDLC_SOURCES, ./ddlc sources), and shell and Python agree on the cache
+root. Real processes throughout, with a build step of a second or two."""
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from runfiles import variables
+
+LIB = REPO / "envs" / "build-lib.sh"
+
+# A stand-in build: slow enough that a second set-up comes while it runs;
+# it counts its runs in a file beside the cache.
+BUILD = f"""
+set -euo pipefail
+. {LIB}
+build() {{ echo "$$" >> "$DDLC_CACHE/builds"; sleep 2; echo whole > "$1/payload"; }}
+cache_entry "$DDLC_CACHE/entry" entry_stamped build
+cat "$DDLC_CACHE/entry/payload"
+"""
+
+
+def set_up(cache: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        ["bash", "-c", BUILD],
+        env={**os.environ, "DDLC_CACHE": str(cache)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finished(process: subprocess.Popen) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=60)
+    return process.returncode, out, err
+
+
+def test_two_set_ups_of_one_entry_build_it_once_and_both_use_it(tmp_path):
+    first = set_up(tmp_path)
+    while not (tmp_path / "builds").exists():  # the first holds the lock and builds
+        time.sleep(0.05)
+    second = set_up(tmp_path)
+    (rc1, out1, err1), (rc2, out2, err2) = finished(first), finished(second)
+    assert (rc1, out1, rc2, out2) == (0, "whole\n", 0, "whole\n"), (err1, err2)
+    assert (tmp_path / "builds").read_text() == f"{first.pid}\n"  # built once
+    entry = tmp_path / "entry"
+    assert f"waiting for {entry}, which another set-up is building (pid {first.pid} on " in err2
+    assert f"checkout {Path.cwd()}" in err2
+    assert sorted(p.name for p in entry.iterdir()) == [".ddlc-complete", "payload"]
+    assert not list(tmp_path.glob("entry.tmp.*"))  # the private folder was renamed
+    [log] = (tmp_path / "entry.logs").iterdir()  # one attempt, one log
+    assert log.name.endswith(f"-{first.pid}.log")
+
+
+@pytest.mark.parametrize("damage", ["a file where the folder belongs", "a build cut off"])
+def test_a_damaged_entry_is_built_again(tmp_path, damage):
+    entry = tmp_path / "entry"
+    if damage.startswith("a file"):
+        entry.write_text("not a folder")
+    else:
+        entry.mkdir()  # no completion stamp: the build stopped half-way
+        (entry / "half").write_text("")
+        (tmp_path / "entry.tmp.Ab12Cd").mkdir()  # an earlier private folder, left behind
+    rc, out, err = finished(set_up(tmp_path))
+    assert (rc, out) == (0, "whole\n"), err
+    assert f"{entry} is damaged" in err
+    assert sorted(p.name for p in entry.iterdir()) == [".ddlc-complete", "payload"]
+    assert not list(tmp_path.glob("entry.tmp.*"))
+    rc, out, err = finished(set_up(tmp_path))  # whole now: used as it is
+    assert (rc, out, err) == (0, "whole\n", "")
+    assert len((tmp_path / "builds").read_text().split()) == 1
+
+
+def test_a_failed_build_publishes_nothing_and_keeps_its_log(tmp_path):
+    failing = BUILD.replace('echo whole > "$1/payload"', "false; echo never")
+    done = subprocess.run(
+        ["bash", "-c", failing],
+        env={**os.environ, "DDLC_CACHE": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert not (tmp_path / "entry").exists() and not list(tmp_path.glob("entry.tmp.*"))
+    [log] = (tmp_path / "entry.logs").iterdir()
+    assert f"building {tmp_path / 'entry'} failed; log: {log}" in done.stderr
+    assert "never" not in log.read_text()  # set -e held inside the build
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"XDG_CACHE_HOME": "/x/xdg"},
+        {"DDLC_CACHE": "/x/ddlc"},
+        {"DDLC_CACHE": "/x/ddlc", "XDG_CACHE_HOME": "/x/xdg"},
+        {"DDLC_CACHE": "", "XDG_CACHE_HOME": ""},
+    ],
+)
+def test_shell_and_python_agree_on_the_cache_root(env):
+    full = {k: v for k, v in os.environ.items() if k not in ("DDLC_CACHE", "XDG_CACHE_HOME")}
+    full.update(env)
+    shell = subprocess.run(
+        ["bash", "-c", f". {LIB}; ddlc_cache_root"],
+        env=full,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert shell == str(variables.cache_root(full))
+
+
+def test_every_script_takes_the_cache_root_from_build_lib():
+    """One computation of the root: no script spells it out again."""
+    spelled = [
+        str(path.relative_to(REPO))
+        for path in [*REPO.glob("envs/*.sh"), *REPO.glob("bench/*"), REPO / "ddlc"]
+        if path.is_file() and path != LIB and "XDG_CACHE_HOME" in path.read_text()
+    ]
+    assert spelled == []
+
+
+def sources_folder(tmp_path: Path, *repos: str) -> Path:
+    """A DDLC_SOURCES folder holding the local copies of these repositories
+    (the mirrors this machine has, under the folder DDLC_SOURCES names)."""
+    mirror = Path(os.environ.get("DDLC_SOURCES") or "/nonexistent")
+    folder = tmp_path / "sources"
+    folder.mkdir()
+    for repo in repos:
+        name = repo.replace("/", "+")
+        if not (mirror / name).is_dir():
+            pytest.skip(f"no local copy of {repo}: set DDLC_SOURCES to a folder of them")
+        (folder / name).symlink_to(mirror / name)
+    return folder
+
+
+def test_a_build_whose_sources_folder_lacks_a_repository_stops_at_once(tmp_path):
+    """The set-up path ./ddlc run takes for a design naming Tarantella."""
+    sources = sources_folder(tmp_path, "cc-hpc-itwm/GPI-2", "cc-hpc-itwm/tarantella")
+    env = {**os.environ, "DDLC_CACHE": str(tmp_path / "cache"), "DDLC_SOURCES": str(sources)}
+    for name in ("DDLC_VENV_TARANTELLA", "DDLC_TARANTELLA_PREFIX"):
+        env.pop(name, None)
+    started = time.monotonic()
+    done = subprocess.run(
+        ["bash", "envs/setup.sh", "tarantella"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert time.monotonic() - started < 30
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"tarantella: cannot build: DDLC_SOURCES={sources} has no copy of "
+        f"cc-hpc-itwm/GaspiCxx (expected {sources}/cc-hpc-itwm+GaspiCxx/repo). Gather every "
+        "source with './ddlc sources DIR' on a machine that reaches them, then set "
+        "DDLC_SOURCES=DIR here; or drop tarantella from the design's framework levels."
+    )
+    prefix = tmp_path / "cache" / "tarantella-v0.8.0"
+    assert not prefix.exists()  # nothing was built
+
+
+def test_ddlc_sources_gathers_the_pinned_repositories(tmp_path):
+    """./ddlc sources (git alone, no environment) copies what envs/sources.txt
+    pins into the layout DDLC_SOURCES reads; a folder missing one is refused
+    naming it. CPython's stand-in is a small repository holding its pinned tag."""
+    sources = sources_folder(
+        tmp_path, "cc-hpc-itwm/GPI-2", "cc-hpc-itwm/GaspiCxx", "cc-hpc-itwm/tarantella"
+    )
+    cpython = sources / "python+cpython" / "repo"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", str(cpython)], check=True)
+    subprocess.run(
+        [*git, "-C", str(cpython), "commit", "-q", "--allow-empty", "-m", "x"], check=True
+    )
+    subprocess.run([*git, "-C", str(cpython), "tag", "v3.9.18"], check=True)
+    gathered = tmp_path / "gathered"
+    env = {**os.environ, "DDLC_SOURCES": str(sources), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [str(REPO / "ddlc"), "sources", str(gathered), "tarantella"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[-1] == f"sources: ready: DDLC_SOURCES={gathered}"
+    for repo, ref in [("cc-hpc-itwm+GaspiCxx", "v1.1.0"), ("python+cpython", "v3.9.18")]:
+        subprocess.run(
+            ["git", "--git-dir", str(gathered / repo / "repo"), "rev-parse", "--verify", ref],
+            check=True,
+            capture_output=True,
+        )
+    # the gathered folder passes the builds' own check of their sources
+    check = subprocess.run(
+        ["bash", "-c", f". {LIB}; check_sources tarantella cc-hpc-itwm/GaspiCxx=v1.1.0"],
+        env={**os.environ, "DDLC_SOURCES": str(gathered)},
+        capture_output=True,
+        text=True,
+    )
+    assert (check.returncode, check.stderr) == (0, "")
+    (sources / "cc-hpc-itwm+GaspiCxx").unlink()
+    refused = subprocess.run(
+        [str(REPO / "ddlc"), "sources", str(tmp_path / "again"), "tarantella"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines()[-1] == (
+        f"sources: DDLC_SOURCES={sources} has no copy of cc-hpc-itwm/GaspiCxx "
+        f"(expected {sources}/cc-hpc-itwm+GaspiCxx/repo)"
+    )
