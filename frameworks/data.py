@@ -12,6 +12,7 @@ the same bytes in the same order.
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import io
@@ -230,13 +231,24 @@ def _read_cifar_set(info: DatasetInfo, payloads: dict[str, bytes]) -> Dataset:
 def fetch_cifar10(
     target: str | None = None, url: str = CIFAR10_URL, md5: str = CIFAR10_TAR_MD5
 ) -> Path:
-    """Download the official CIFAR-10 archive, check its MD5, unpack it."""
+    """Download the official CIFAR-10 archive, check its MD5, unpack it in a
+    private folder and put that in place with one rename. Checkouts share the
+    folder (it is in the cache): a lock on it keeps two fetches from
+    replacing it under each other."""
     folder = data_dir(CIFAR10, target)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
+    with open(f"{folder}.lock", "a") as lock, tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         archive = Path(tmp) / "cifar-10-python.tar.gz"
-        with urllib.request.urlopen(url, timeout=60) as response, open(archive, "wb") as out:
-            shutil.copyfileobj(response, out)
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response, open(archive, "wb") as out:
+                shutil.copyfileobj(response, out)
+        except (OSError, ValueError) as exc:  # URLError is an OSError; ValueError: a bad URL
+            raise DataError(
+                f"cifar10: cannot download {url} ({getattr(exc, 'reason', exc)}); on a machine "
+                f"that reaches it, download it and unpack it so that {folder} holds "
+                f"{', '.join(CIFAR10.files)} (or set fixed.data_dir to such a folder)"
+            ) from None
         digest = hashlib.md5(archive.read_bytes()).hexdigest()
         if digest != md5:
             raise DataError(
@@ -244,8 +256,8 @@ def fetch_cifar10(
             )
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
-        if folder.exists():
-            shutil.rmtree(folder)
+        if folder.exists():  # set aside in one step: the new one takes its name at once
+            folder.rename(Path(tmp, "replaced"))
         Path(tmp, "cifar-10-batches-py").rename(folder)
     return folder
 

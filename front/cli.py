@@ -395,7 +395,10 @@ def positive_int(text: str) -> int:
 def cmd_fetch_data(args) -> int:
     from frameworks import data
 
-    folder = data.fetch_cifar10(args.data_dir)
+    try:
+        folder = data.fetch_cifar10(args.data_dir)
+    except data.DataError as exc:
+        raise UserError(str(exc)) from None
     print(f"cifar10: verified and unpacked in {folder}")
     return 0
 

@@ -3,14 +3,17 @@ official python-pickle format; checksums; sharding."""
 
 import gzip
 import hashlib
+import os
 import pickle
 import shutil
+import subprocess
+import sys
 import tarfile
 
 import numpy as np
 import pytest
 
-from conftest import make_cifar
+from conftest import REPO, make_cifar
 from frameworks import data
 from frameworks.data import DataError
 
@@ -98,6 +101,30 @@ def test_fetch_rejects_bad_md5(tmp_path):
     with pytest.raises(DataError, match="expected 0000"):
         data.fetch_cifar10(str(tmp_path / "d" / "c"), url=archive.as_uri(), md5="0000")
     assert not (tmp_path / "d" / "c").exists()
+
+
+def test_fetch_without_network_says_what_it_tried_and_where_files_go(tmp_path):
+    target = tmp_path / "d" / "cifar-10-batches-py"
+    url = (tmp_path / "unreachable.tar.gz").as_uri()
+    done = subprocess.run(
+        [sys.executable, "-m", "front.cli", "fetch-data", "cifar10", "--data-dir", str(target)],
+        cwd=REPO,
+        # a proxy nobody answers: no network, wherever the test runs
+        env={**os.environ, "PYTHONPATH": str(REPO), "https_proxy": "http://127.0.0.1:9"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"error: cifar10: cannot download {data.CIFAR10_URL} (")
+    assert line.endswith(
+        f"unpack it so that {target} holds data_batch_1, data_batch_2, data_batch_3, "
+        "data_batch_4, data_batch_5, test_batch (or set fixed.data_dir to such a folder)"
+    )
+    with pytest.raises(DataError, match=f"cannot download {url}"):
+        data.fetch_cifar10(str(target), url=url)
+    assert not target.exists()
 
 
 def test_shards_partition_an_epoch_and_change_with_epoch():
