@@ -221,3 +221,29 @@ def test_ddlc_sources_gathers_the_pinned_repositories(tmp_path):
         f"sources: DDLC_SOURCES={sources} has no copy of cc-hpc-itwm/GaspiCxx "
         f"(expected {sources}/cc-hpc-itwm+GaspiCxx/repo)"
     )
+
+
+def test_a_run_waiting_for_the_machine_says_which_run_holds_it(tmp_path, monkeypatch):
+    import sys
+
+    from ddlcompare.run import machine_lock
+
+    lock = tmp_path / "lock"
+    monkeypatch.setenv(machine_lock.LOCK_ENV, str(lock))
+    monkeypatch.delenv(machine_lock.HELD_ENV, raising=False)
+    waiter = (
+        "from ddlcompare.run import machine_lock as m\n"
+        "with m.measuring('results/d/second', lambda t: print(t, flush=True)): pass"
+    )
+    with machine_lock.measuring("results/d/first", lambda text: None):
+        waiting = subprocess.Popen(
+            [sys.executable, "-c", waiter],
+            # another run, not part of this measurement
+            env={**os.environ, "PYTHONPATH": str(REPO), machine_lock.HELD_ENV: ""},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        told = waiting.stdout.readline()
+    assert waiting.wait(timeout=60) == 0
+    assert told.startswith(f"waiting for the machine: {lock} is held by pid {os.getpid()} ")
+    assert told.endswith(f"; measuring: pid {os.getpid()}: results/d/first\n")

@@ -178,12 +178,28 @@ def _take_alone(fd: int, path: Path, on_wait: Callable[[str], None], check) -> N
                 return
             except BlockingIOError:
                 if not told:
-                    on_wait(f"waiting for the machine: {path} is held by {describe_holders(path)}")
+                    on_wait(
+                        f"waiting for the machine: {path} is held by {describe_holders(path)}"
+                        + measured_by(path)
+                    )
                     told = True
                 check()
                 time.sleep(1)
     finally:
         os.close(gate)  # lets the jobs waiting behind it queue on the lock
+
+
+def measured_by(path: Path) -> str:
+    """What the measurement holding the machine wrote into the lock file
+    (``_say_who``: its pid and run), while someone holds it exclusively; for
+    the waiting message only, never acted on."""
+    if not any(mode == "exclusive" for _, mode in holders(path)):
+        return ""  # the text is an earlier measurement's
+    try:
+        text = path.read_text(errors="replace")[:200].strip()
+    except OSError:
+        return ""
+    return f"; measuring: {text}" if text else ""
 
 
 def _held_by_ancestor() -> bool:
