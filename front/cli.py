@@ -45,8 +45,13 @@ def load_design(path: str, check_ready: bool = True) -> design_mod.Design:
 
 
 def cmd_plan(args) -> int:
+    from ddlcompare.run import progress
+
     design = load_design(args.design, check_ready=not args.no_check)
     runs = design.runs()
+    if args.summary:
+        print(progress.summary(design, Path(args.results)).line())
+        return 0
     factors = design.path_factors()
     widths = {f: max(len(f), *(len(str(r.factors[f])) for r in runs)) for f in factors}
     header = ["order"] + [f.ljust(widths[f]) for f in factors] + ["rep", "run_id"]
@@ -68,8 +73,9 @@ def cmd_plan(args) -> int:
         print(adaptive_words(design, cells))
     print(
         f"{len(runs)} runs ({cells} cells x {design.replications} replications) "
-        f"in results/{design.root}/"
+        f"in {Path(args.results, design.root)}/"
     )
+    print(progress.summary(design, Path(args.results)).line())
     return 0
 
 
@@ -104,7 +110,7 @@ def cmd_replicate(args) -> int:
 
 
 def cmd_run_one(args) -> int:
-    from ddlcompare.run import runner
+    from ddlcompare.run import progress, runner
     from runfiles import ownership
 
     try:
@@ -114,6 +120,7 @@ def cmd_run_one(args) -> int:
     by_path = {r.path: r for r in design.runs(most=True)}
     if args.path not in by_path:
         raise UserError(design_changed(args.design) or f"{args.path}: not a run of {args.design}")
+    progress.announce(design, by_path[args.path], Path(args.results))
     try:
         return runner.execute(
             by_path[args.path], Path(args.results), kill_orphans=args.kill_orphans
@@ -434,6 +441,10 @@ def parser() -> argparse.ArgumentParser:
 
     plan = command("plan", cmd_plan, "print the run table and its size")
     plan.add_argument("--no-check", action="store_true", help="skip data/environment checks")
+    plan.add_argument("--results", default="results", help="the runs done so far (results)")
+    plan.add_argument(
+        "--summary", action="store_true", help="only the runs done, to do, and the time left"
+    )
     one = command("run-one", cmd_run_one, "execute one run of the design")
     one.add_argument("--path", required=True, help="the run's path under the results folder")
     one.add_argument("--results", default="results")

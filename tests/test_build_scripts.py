@@ -105,17 +105,22 @@ def test_setup_builds_tarantella_when_asked(tmp_path):
     )
 
 
-def test_ddlc_run_sets_up_only_what_its_design_needs(tmp_path):
-    """A design of PyTorch frameworks: ./ddlc run (a dry run) sets up .venv
-    and plans it, and never builds the TensorFlow environment."""
+def test_ddlc_run_dry_plans_without_set_up_and_says_how_long(tmp_path):
+    """A design of PyTorch frameworks: ./ddlc run -n runs no set-up where the
+    environment is there (a dry run changes nothing), plans the runs and says
+    how many are done and how long the rest takes; set-up would build only
+    .venv for it (envs), never the TensorFlow environment."""
     path = write_design(tmp_path, tiny_design(["torch-ddp", "horovod-torch"]))
     done = front_door(
         "./ddlc", "run", "-n", "-d", str(tmp_path), "--config", f"design={path}", tmp_path=tmp_path
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert f"setup: ready: {VENV}\n" in done.stderr
+    assert "setup:" not in done.stderr
+    assert done.stderr.startswith("ddlc: 0 of 2 runs done, 2 to do: about ")
     assert "This was a dry-run" in done.stdout
     assert not (tmp_path / "venv-tf").exists()
+    needed = front_door("./ddlc", "envs", "--design", str(path), tmp_path=tmp_path)
+    assert needed.stdout == "torch\n"
 
 
 def test_ddlc_run_with_a_missing_design_says_so_in_one_line(tmp_path):

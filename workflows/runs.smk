@@ -39,6 +39,7 @@ rule run:
         python=PYTHON,
         design=DESIGN_FILE,
         results=RESULTS,
+    # fd 3: the console, for the run's start line (ddlcompare/run/progress.py)
     shell:
         "{params.python:q} -m front.cli run-one --design {params.design:q}"
-        " --results {params.results:q} --path {wildcards.path:q} > {log:q} 2>&1"
+        " --results {params.results:q} --path {wildcards.path:q} 3>&2 > {log:q} 2>&1"

@@ -1,0 +1,61 @@
+"""How far a design is and how long the rest takes: `ddlc plan` on a results
+folder where some runs have finished (real run records, as the runner
+writes them)."""
+
+import json
+
+from conftest import ddlc, tiny_design, write_design
+from ddlcompare.plan import design
+
+
+def finish(results, row, start, end, waited=0.0):
+    folder = results / row.path
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(
+        json.dumps(
+            {
+                "run_id": row.run_id,
+                "status": "ok",
+                "start": f"2026-11-27T10:{start // 60:02d}:{start % 60:02d}+0000",
+                "end": f"2026-11-27T10:{end // 60:02d}:{end % 60:02d}+0000",
+                "waited_for_machine_s": waited,
+            }
+        )
+    )
+    (folder / "done.json").write_text(json.dumps({"status": "ok", "run_id": row.run_id}))
+
+
+def test_plan_counts_the_runs_done_and_estimates_the_rest(tmp_path):
+    doc = {**tiny_design(["torch-ddp", "tarantella"], procs=(1, 2)), "replications": 3}
+    path = write_design(tmp_path, doc)
+    rows = design.load(str(path)).runs()
+    cell = [r for r in rows if r.factors["framework"] == "torch-ddp"][0].path.rsplit("/rep~", 1)[0]
+    rep1, rep2 = sorted((r for r in rows if r.path.startswith(cell + "/")), key=lambda r: r.rep)[:2]
+    results = tmp_path / "results"
+    finish(results, rep1, 0, 30)  # 30 s
+    finish(results, rep2, 60, 120, waited=10)  # 50 s once its wait for the machine is left out
+    out = ddlc("plan", "--no-check", "--design", str(path), "--results", str(results))
+    assert out.returncode == 0, out.stderr
+    # the cell's last run: its cell's median, 40 s; the other PyTorch cell's
+    # three: their framework's, 40 s each; Tarantella's six: the first guess,
+    # 10 s of start-up and 1 s per 1,000 images (768 and 1,536 images a run)
+    left = 40 + 3 * 40 + 3 * (10.768 + 11.536)
+    assert round(left / 60) == 4
+    assert out.stdout.splitlines()[-1] == (
+        "2 of 12 runs done, 10 to do: about 4 min left (1 from earlier runs of their cells, "
+        "3 from their framework's timed runs, 6 from a first guess per framework)"
+    )
+    summary = ddlc(
+        "plan", "--no-check", "--summary", "--design", str(path), "--results", str(results)
+    )
+    assert summary.stdout == out.stdout.splitlines()[-1] + "\n"
+    empty = ddlc(
+        "plan",
+        "--no-check",
+        "--summary",
+        "--design",
+        str(path),
+        "--results",
+        str(tmp_path / "none"),
+    )
+    assert empty.stdout.startswith("0 of 12 runs done, 12 to do: about ")
