@@ -51,9 +51,11 @@ _ALL = [
     Variable(
         "DDLC_SOURCES",
         None,
-        "a folder of local git copies (`<owner>+<name>/repo`) the build scripts clone "
-        "from instead of GitHub",
-        "envs/build-lib.sh",
+        "a folder of every upstream source the builds take (`<owner>+<name>/repo` git "
+        "copies, Score-P's tarball), used instead of GitHub and the network: needed where "
+        "GitHub cannot be reached. `./ddlc sources DIR` gathers it (envs/sources.txt pins "
+        "them); a build whose sources are missing stops at once, naming them",
+        "envs/build-lib.sh, envs/sources.sh, envs/build-scorep.sh",
     ),
     # --- environments -------------------------------------------------------
     Variable(

@@ -230,8 +230,9 @@ def variables_doc() -> list[str]:
         "",
         "# Environment variables (generated from runfiles/variables.py)",
         "",
-        "None is needed: each has a default that works on a machine set up by "
-        "`envs/setup.sh`. The harness passes them on to the jobs it starts.",
+        "None is needed where GitHub can be reached (elsewhere, `DDLC_SOURCES`): each has "
+        "a default that works on a machine set up by `envs/setup.sh`. The harness passes "
+        "them on to the jobs it starts.",
         "",
         "| variable | default | meaning | read by |",
         "| --- | --- | --- | --- |",
