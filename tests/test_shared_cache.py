@@ -7,6 +7,7 @@ root. Real processes throughout, with a build step of a second or two."""
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -224,8 +225,6 @@ def test_ddlc_sources_gathers_the_pinned_repositories(tmp_path):
 
 
 def test_a_run_waiting_for_the_machine_says_which_run_holds_it(tmp_path, monkeypatch):
-    import sys
-
     from ddlcompare.run import machine_lock
 
     lock = tmp_path / "lock"
@@ -247,3 +246,34 @@ def test_a_run_waiting_for_the_machine_says_which_run_holds_it(tmp_path, monkeyp
     assert waiting.wait(timeout=60) == 0
     assert told.startswith(f"waiting for the machine: {lock} is held by pid {os.getpid()} ")
     assert told.endswith(f"; measuring: pid {os.getpid()}: results/d/first\n")
+
+
+def test_a_damaged_compiled_reader_is_built_again(tmp_path):
+    """The C readers' cache (traces/fastotf2): a folder where the library
+    belongs is replaced by the library, built under the entry's lock."""
+    from traces import fastotf2
+
+    if not fastotf2.HEADER.is_file():
+        pytest.skip(f"{fastotf2.HEADER} missing: apt-get install libopen-trace-format2-dev")
+    env = {**os.environ, "DDLC_CACHE": str(tmp_path), "PYTHONPATH": str(REPO)}
+    probe = "from traces import fastotf2; print(fastotf2.{}())"
+    where = Path(
+        subprocess.run(
+            [sys.executable, "-c", probe.format("library_path")],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    (where / "leftover").mkdir(parents=True)
+    built = subprocess.run(
+        [sys.executable, "-c", probe.format("build")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert built.returncode == 0, built.stderr
+    assert built.stdout.strip() == str(where) and where.is_file()
+    assert where.read_bytes()[:4] == b"\x7fELF"

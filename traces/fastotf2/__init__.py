@@ -13,6 +13,7 @@ then reads the trace.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import os
 import shutil
@@ -132,15 +133,23 @@ def compile_library(source: Path, name: str, cflags, libs) -> Path:
     if compiler is None:
         raise RuntimeError(f"no C compiler (gcc) to build {source}")
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".so.tmp")
-    os.close(fd)
-    done = subprocess.run(
-        [compiler, *cflags, str(source), *libs, "-o", tmp], capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        os.unlink(tmp)
-        raise RuntimeError(f"building {source} failed: {done.stderr.strip()[-2000:]}")
-    os.replace(tmp, target)  # atomic: concurrent builds of one version agree
+    # Checkouts share the cache: one builds under the entry's lock while the
+    # others wait, then use what it built.
+    with open(f"{target}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.is_file():
+            return target
+        if target.is_dir():  # damaged: a folder where the library belongs
+            shutil.rmtree(target)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".so.tmp")
+        os.close(fd)
+        done = subprocess.run(
+            [compiler, *cflags, str(source), *libs, "-o", tmp], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            os.unlink(tmp)
+            raise RuntimeError(f"building {source} failed: {done.stderr.strip()[-2000:]}")
+        os.replace(tmp, target)  # one rename: a reader never sees half a library
     return target
 
 
