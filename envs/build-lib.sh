@@ -143,7 +143,8 @@ entry_stamped() { [[ -d $1 && ! -L $1 && -f $1/$ENTRY_STAMP ]]; }
 # is there (a file where the folder belongs, a partial build) and the private
 # folders of attempts that were cut off, runs BUILD... PRIVATE_FOLDER with its
 # output in ENTRY.logs/<time>-<pid>.log (one per attempt), stamps the folder
-# and renames it to ENTRY.
+# and renames it to ENTRY. BUILD is a command or a function; it sees the
+# exported variables only.
 cache_entry() {
   local entry=$1 is_whole=$2 tmp log rc=0; shift 2
   "$is_whole" "$entry" && return 0
@@ -157,10 +158,10 @@ cache_entry() {
     tmp=$(mktemp -d "$entry.tmp.XXXXXX")
     mkdir -p "$entry.logs"
     log=$entry.logs/$(date -u +%Y%m%dT%H%M%SZ)-$$.log
-    # In the background and waited for: a command on the left of || would
-    # run with set -e off, going on past a failed step.
-    "$@" "$tmp" > "$log" 2>&1 &
-    wait $! || rc=$?
+    # In a bash of its own, given this shell's functions: there set -e holds
+    # even where the caller runs cache_entry as a condition (cache_entry ||
+    # ...), which turns it off for every function it calls.
+    bash -euo pipefail -c "$(declare -f); \"\$@\"" cache-build "$@" "$tmp" > "$log" 2>&1 || rc=$?
     if (( rc == 0 )); then
       date -u +%FT%TZ > "$tmp/$ENTRY_STAMP"
       mv -T "$tmp" "$entry"
