@@ -262,6 +262,20 @@ def fetch_cifar10(
     return folder
 
 
+def epoch_images(config: dict) -> int:
+    """The training images a run's configuration draws each epoch from
+    (train_images, at most the whole set)."""
+    whole = TRAIN_IMAGES[config["dataset"]]
+    return min(config["train_images"] or whole, whole)
+
+
+def epoch_steps(config: dict) -> int:
+    """Optimizer steps per epoch of a run's configuration, as the training
+    loops count them."""
+    world = config["nodes"] * config["procs_per_node"]
+    return steps_per_epoch(epoch_images(config), world, config["batch_size"], config["max_steps"])
+
+
 def steps_per_epoch(n_train: int, world: int, batch: int, max_steps: int | None) -> int:
     """Steps every rank takes in one epoch: the same on all ranks (drop last)."""
     steps = (n_train // world) // batch

@@ -463,8 +463,10 @@ def test_plan_prints_table_and_count(tmp_path):
     path = write_design(tmp_path, base())
     out = ddlc("plan", "--design", str(path))
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1].startswith("24 runs (8 cells x 3 replications)")
-    assert len(out.stdout.strip().splitlines()) == 24 + 2
+    *table, count, progress = out.stdout.strip().splitlines()
+    assert count.startswith("24 runs (8 cells x 3 replications)")
+    assert progress.startswith("0 of 24 runs done, 24 to do: about ")
+    assert len(table) == 24 + 1
 
 
 # What the design alone says about its runs, said by the plan before any run.

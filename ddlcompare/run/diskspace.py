@@ -40,11 +40,7 @@ class NoSpace(Exception):
 
 def estimate_bytes(config: dict) -> int:
     world = config["nodes"] * config["procs_per_node"]
-    images = min(
-        config["train_images"] or data.TRAIN_IMAGES[config["dataset"]],
-        data.TRAIN_IMAGES[config["dataset"]],
-    )
-    steps = data.steps_per_epoch(images, world, config["batch_size"], config["max_steps"])
+    steps = data.epoch_steps(config)
     per_step = PER_STEP_RANK["base"] + PER_STEP_RANK.get(config["tracer"], 0)
     per_step += PER_STEP_RANK["torch_profiler"] if config.get("torch_profiler") else 0
     per_step += PER_STEP_RANK["horovod_timeline"] if config.get("horovod_timeline") else 0

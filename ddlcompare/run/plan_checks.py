@@ -29,23 +29,12 @@ def _local() -> bool:
     return schedulers.detect(1, 1)[0].this_host
 
 
-def _images(c: dict) -> int:
-    return min(
-        c["train_images"] or data.TRAIN_IMAGES[c["dataset"]], data.TRAIN_IMAGES[c["dataset"]]
-    )
-
-
-def _steps(c: dict) -> int:
-    """Optimizer steps per epoch, as the training loops count them."""
-    return data.steps_per_epoch(
-        _images(c), c["nodes"] * c["procs_per_node"], c["batch_size"], c["max_steps"]
-    )
-
-
 def problems(design: Design) -> list[str]:
     found = []
     configs = _configs(design)
-    idle = [(c, n) for c in configs if 0 < (n := _steps(c) * c["epochs"]) <= c["warmup_steps"]]
+    idle = [
+        (c, n) for c in configs if 0 < (n := data.epoch_steps(c) * c["epochs"]) <= c["warmup_steps"]
+    ]
     if idle:
         c, n = idle[0]
         found.append(
@@ -132,11 +121,11 @@ def warnings(design: Design) -> list[str]:
     found = []
     configs = _configs(design)
     for c in configs:
-        if _steps(c) == 0:
+        if data.epoch_steps(c) == 0:
             world = c["nodes"] * c["procs_per_node"]
             found.append(
                 f"batch_size {c['batch_size']} x {world} processes exceeds the "
-                f"{_images(c)} training images: runs with it have no step in an "
+                f"{data.epoch_images(c)} training images: runs with it have no step in an "
                 "epoch and will fail"
             )
             break

@@ -87,12 +87,7 @@ def timed_seconds(run_dir: Path) -> float | None:
 
 def first_guess(config: dict) -> float:
     world = config["nodes"] * config["procs_per_node"]
-    images = min(
-        config["train_images"] or data.TRAIN_IMAGES[config["dataset"]],
-        data.TRAIN_IMAGES[config["dataset"]],
-    )
-    steps = data.steps_per_epoch(images, world, config["batch_size"], config["max_steps"])
-    trained = steps * config["batch_size"] * world * config["epochs"]
+    trained = data.epoch_steps(config) * config["batch_size"] * world * config["epochs"]
     rate = SECONDS_PER_1000_IMAGES.get(config["framework"], OTHER_SECONDS_PER_1000_IMAGES)
     return START_S + rate * trained / 1000
 
