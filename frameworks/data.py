@@ -12,7 +12,6 @@ the same bytes in the same order.
 
 from __future__ import annotations
 
-import fcntl
 import gzip
 import hashlib
 import io
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from runfiles import variables
+from runfiles.atomic import entry_lock
 
 
 class DataError(Exception):
@@ -237,8 +237,7 @@ def fetch_cifar10(
     replacing it under each other."""
     folder = data_dir(CIFAR10, target)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{folder}.lock", "a") as lock, tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with entry_lock(folder), tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
         archive = Path(tmp) / "cifar-10-python.tar.gz"
         try:
             with urllib.request.urlopen(url, timeout=60) as response, open(archive, "wb") as out:

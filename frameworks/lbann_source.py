@@ -29,6 +29,7 @@ import tarfile
 from pathlib import Path
 
 from runfiles import variables
+from runfiles.atomic import entry_lock
 
 SOURCE_VARIABLE = "DDLC_LBANN_SOURCE"
 CONFIG_VARIABLE = "LBANN_PYTHON_CONFIG_FILE"
@@ -105,6 +106,14 @@ def prepare(source: Path, cache: Path = CACHE) -> Path:
     folder = cache / _key(source)
     if (folder / "ready").exists():
         return folder / "python"
+    with entry_lock(folder):  # checkouts share the cache: one makes it, the others wait
+        if not (folder / "ready").exists():
+            _make(source, protoc, folder)
+    return folder / "python"
+
+
+def _make(source: Path, protoc: str, folder: Path) -> None:
+    """``prepare``'s folder, made in a private one and renamed into place."""
     staging = folder.with_name(folder.name + f".{os.getpid()}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -133,9 +142,8 @@ def prepare(source: Path, cache: Path = CACHE) -> Path:
         f"[Paths]\nlbann_pb2.py = {folder / 'python' / 'lbann_pb2.py'}\nlbann_exe = lbann\n"
     )
     (staging / "ready").write_text(f"{source}\n")
-    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(folder, ignore_errors=True)  # a damaged one: no ready stamp
     staging.rename(folder)
-    return folder / "python"
 
 
 def import_lbann(source: Path | None = None):

@@ -1,12 +1,17 @@
 """Atomic writes: a reader sees the old file or the whole new one, never a
 half-written one, even if the writer is killed. Every writer of the project
-goes through ``replacing``."""
+goes through ``replacing``; a shared cache entry is built under
+``entry_lock`` (the shell's side: envs/build-lib.sh)."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import socket
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,3 +44,27 @@ def write_text(path: Path, text: str) -> None:
 
 def write_json(path: Path, data: dict) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+@contextlib.contextmanager
+def entry_lock(entry: Path) -> Iterator[None]:
+    """Hold ``<entry>.lock`` while the block builds a cache entry that other
+    checkouts share: one builds, the others wait, told (on stderr) whom for,
+    then find it built. The holder's line in the lock file is for that
+    message only."""
+    path = Path(f"{entry}.lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = path.read_text(errors="replace").strip()[:200] or "another process"
+            print(f"waiting for {entry}, which {holder} is building", file=sys.stderr, flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        lock.truncate(0)
+        lock.write(
+            f"pid {os.getpid()} on {socket.gethostname()}, checkout {os.getcwd()}, "
+            f"since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
+        )
+        lock.flush()
+        yield

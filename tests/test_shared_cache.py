@@ -281,3 +281,23 @@ def test_a_damaged_compiled_reader_is_built_again(tmp_path):
     assert built.returncode == 0, built.stderr
     assert built.stdout.strip() == str(where) and where.is_file()
     assert where.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_python_builders_of_one_entry_take_turns_and_say_whom_they_wait_for(tmp_path):
+    """runfiles.atomic.entry_lock, which the C readers, CIFAR-10 and LBANN's
+    front end build under: the second process waits for the first."""
+    entry = tmp_path / "entry"
+    builder = (
+        "import sys, time\n"
+        "from runfiles.atomic import entry_lock\n"
+        "with entry_lock(sys.argv[1]):\n"
+        "    print('in', flush=True)\n"
+        "    time.sleep(2)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    start = [sys.executable, "-c", builder, str(entry)]
+    first = subprocess.Popen(start, env=env, stdout=subprocess.PIPE, text=True)
+    assert first.stdout.readline() == "in\n"
+    second = subprocess.run(start, env=env, capture_output=True, text=True, timeout=60)
+    assert first.wait(timeout=60) == 0 and second.returncode == 0
+    assert second.stderr.startswith(f"waiting for {entry}, which pid {first.pid} on ")

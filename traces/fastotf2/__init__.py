@@ -13,7 +13,6 @@ then reads the trace.
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import hashlib
 import os
 import shutil
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from runfiles import variables
+from runfiles.atomic import entry_lock
 
 SOURCE = Path(__file__).with_name("reader.c")
 HEADER = Path("/usr/include/otf2/otf2.h")
@@ -135,8 +135,7 @@ def compile_library(source: Path, name: str, cflags, libs) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     # Checkouts share the cache: one builds under the entry's lock while the
     # others wait, then use what it built.
-    with open(f"{target}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with entry_lock(target):
         if target.is_file():
             return target
         if target.is_dir():  # damaged: a folder where the library belongs
