@@ -31,6 +31,8 @@
 #            takes local git copies instead: /path/<owner>+<name>/repo (or
 #            /path/<owner>+<name>), e.g. /path/cc-hpc-itwm+GPI-2/repo, as
 #            `./ddlc sources /path` gathers them
+#        envs/build-tarantella.sh [patched] --check-sources
+#            only checks, in seconds, that the sources still needed can be had
 # Variables: DDLC_TARANTELLA_PREFIX (default ~/.cache/ddl-compare/tarantella-v0.8.0),
 #            DDLC_PYTHON39 (a python3.9 to use; else found on PATH or pyenv, else
 #            built from CPython's sources), JOBS (default 2), GPI2_CONFIGURE_EXTRA
@@ -54,6 +56,10 @@ PY_DEPS=("$TF_SPEC" 'protobuf==3.19.6' 'numpy==1.21.6' 'pybind11==2.10.4' 'pyyam
          'psutil==5.9.8' 'otf2==3.2' 'nvidia-ml-py==13.615.71')
 CACHE=$(ddlc_cache_root)
 here=$(cd "$(dirname "$0")" && pwd)
+# --check-sources: only check that the sources of the parts still to build
+# can be had (./ddlc run does, before a fresh clone's long set-up).
+CHECK_ONLY=
+if [[ ${*: -1} == --check-sources ]]; then CHECK_ONLY=1; set -- "${@:1:$# - 1}"; fi
 VARIANT=${1:-}
 case $VARIANT in
   "") PATCH_SPEC= ; PREFIX=${DDLC_TARANTELLA_PREFIX:-$CACHE/tarantella-$TNT_REF} ;;
@@ -76,14 +82,16 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DC
 NO_WERROR=(-DCMAKE_CXX_FLAGS=-Wno-error "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG -Wno-error")
 
 # gaspi_run needs gawk (mawk fails with "Not enough hosts"); GPI-2's build, autotools.
-missing=()
-for tool in git gawk autoconf automake libtoolize cmake g++ make; do
-  command -v "$tool" >/dev/null || missing+=("$tool")
-done
-if (( ${#missing[@]} )); then
-  echo "build-tarantella: missing ${missing[*]}; on Debian: apt-get install git gawk autoconf automake libtool cmake g++ make" >&2
-  exit 2
-fi
+check_tools() {
+  local missing=() tool
+  for tool in git gawk autoconf automake libtoolize cmake g++ make; do
+    command -v "$tool" >/dev/null || missing+=("$tool")
+  done
+  if (( ${#missing[@]} )); then
+    echo "build-tarantella: missing ${missing[*]}; on Debian: apt-get install git gawk autoconf automake libtool cmake g++ make" >&2
+    exit 2
+  fi
+}
 
 log() { printf '[build-tarantella %s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
@@ -214,8 +222,10 @@ sources_to_build() {
 
 main() {
   local needed
+  [[ -n $CHECK_ONLY ]] || check_tools
   mapfile -t needed < <(sources_to_build)
-  check_sources tarantella "${needed[@]}"
+  check_sources "tarantella${VARIANT:+-$VARIANT}" "${needed[@]}"
+  [[ -z $CHECK_ONLY ]] || exit 0
   lock_entry "$PREFIX"
   if [[ -e $PREFIX && ! -d $PREFIX ]] || [[ -L $PREFIX ]]; then
     notice "build-tarantella: $PREFIX is not a folder: removed, building it again"

@@ -301,3 +301,32 @@ def test_python_builders_of_one_entry_take_turns_and_say_whom_they_wait_for(tmp_
     second = subprocess.run(start, env=env, capture_output=True, text=True, timeout=60)
     assert first.wait(timeout=60) == 0 and second.returncode == 0
     assert second.stderr.startswith(f"waiting for {entry}, which pid {first.pid} on ")
+
+
+def test_a_fresh_clones_run_of_a_tarantella_design_stops_before_set_up(tmp_path):
+    """No environment yet (reading the design needs one, minutes to build):
+    ./ddlc run checks Tarantella's sources first when the design's framework
+    line names it, and stops within seconds, building nothing."""
+    sources = sources_folder(tmp_path, "cc-hpc-itwm/GPI-2", "cc-hpc-itwm/tarantella")
+    design = tmp_path / "design.yaml"
+    design.write_text((REPO / "design.yaml").read_text())
+    env = {
+        **os.environ,
+        "DDLC_VENV": str(tmp_path / "venv"),
+        "DDLC_CACHE": str(tmp_path / "cache"),
+        "DDLC_SOURCES": str(sources),
+    }
+    started = time.monotonic()
+    done = subprocess.run(
+        [str(REPO / "ddlc"), "run", "--config", f"design={design}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and time.monotonic() - started < 30
+    assert done.stderr.startswith(
+        f"tarantella: cannot build: DDLC_SOURCES={sources} has no copy of cc-hpc-itwm/GaspiCxx"
+    )
+    assert len(done.stderr.splitlines()) == 1
+    assert not (tmp_path / "venv").exists() and not (tmp_path / "cache").exists()
