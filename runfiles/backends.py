@@ -5,17 +5,35 @@ Each kind is a package folder with one module per backend; a module
 registers its backend by name when it is imported (``@KIND.register``).
 The folder is listed whenever the backends are listed or a name is not yet
 known (its modules are imported once), so a file dropped into the folder is
-found with no other change.
+found with no other change. A name is registered once: a second file
+registering it is refused, naming both files (the same file registering
+again, when it is reloaded, replaces its own registration).
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+
+class DuplicateBackend(ValueError):
+    """Two files register a backend of one kind under one name."""
+
+
+def _registering_file() -> str:
+    """The file (else the module) whose code is registering: the first
+    caller outside this module."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    file = frame.f_globals.get("__file__")
+    return str(Path(file).resolve()) if file else frame.f_globals.get("__name__", "?")
 
 
 class Registry(Mapping[str, T], Generic[T]):
@@ -29,14 +47,23 @@ class Registry(Mapping[str, T], Generic[T]):
         self.kind = kind
         self.order = tuple(order)
         self._found: dict[str, T] = {}
+        self._origin: dict[str, str] = {}  # name -> the file that registered it
 
     def register(self, backend: T | None = None, *, name: str | None = None):
         """Register ``backend`` under ``name`` (by default its ``name``
         attribute); as a decorator, ``@KIND.register`` or
-        ``@KIND.register(name="x")``. Returns the backend."""
+        ``@KIND.register(name="x")``. Returns the backend. A name another
+        file registered already is refused (DuplicateBackend)."""
 
         def add(obj: T) -> T:
-            self._found[name or obj.name] = obj  # type: ignore[attr-defined]
+            key = name or obj.name  # type: ignore[attr-defined]
+            origin, first = _registering_file(), self._origin.get(key)
+            if first is not None and first != origin:
+                raise DuplicateBackend(
+                    f"{self.kind} {key!r} is registered twice: by {first} and by {origin};"
+                    " rename one of them"
+                )
+            self._found[key], self._origin[key] = obj, origin
             return obj
 
         return add if backend is None else add(backend)
@@ -71,3 +98,4 @@ class Registry(Mapping[str, T], Generic[T]):
     def forget(self, name: str) -> None:
         """Drop a backend (a test's dummy, once its file is gone)."""
         self._found.pop(name, None)
+        self._origin.pop(name, None)

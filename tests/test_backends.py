@@ -1,15 +1,20 @@
 """A new backend is one new file: a launcher dropped into
 ddlcompare/run/launchers/ and a framework adapter dropped into frameworks/ are
 found with no other change. (Schedulers: tests/test_hosts_launch.py; trace
-readers: tests/test_traces_readers.py.)"""
+readers: tests/test_traces_readers.py.) A name is one backend's: a second
+file registering it is refused, naming both."""
 
+import importlib
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from ddlcompare.run import launch, launchers
+import pytest
+
+from ddlcompare.run import launch, launchers, schedulers
 from ddlcompare.run.schedulers import Host
+from runfiles.backends import DuplicateBackend
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -63,3 +68,70 @@ def test_a_new_framework_is_one_file():
         assert found.stdout.strip() == "None", found.stderr
     finally:
         module.unlink()
+
+
+def kind_package(folder: Path, monkeypatch, **modules: str) -> str:
+    """A package of one backend kind under ``folder``, importable for this
+    test: its registry in __init__, and ``modules`` (name: source)."""
+    package = f"kind_{folder.name}"
+    (folder / package).mkdir()
+    (folder / package / "__init__.py").write_text(
+        f"from runfiles.backends import Registry\nREGISTRY = Registry({package!r}, 'dummy')\n"
+    )
+    for name, source in modules.items():
+        (folder / package / f"{name}.py").write_text(
+            f"from {package} import REGISTRY\n" + textwrap.dedent(source)
+        )
+    monkeypatch.syspath_prepend(str(folder))
+    for module in [m for m in sys.modules if m.split(".")[0] == package]:
+        monkeypatch.delitem(sys.modules, module)
+    return package
+
+
+TWICE = """
+@REGISTRY.register(name="twice")
+def backend():
+    pass
+"""
+
+
+def test_a_second_file_registering_a_name_is_refused_naming_both(tmp_path, monkeypatch):
+    package = kind_package(tmp_path, monkeypatch, first=TWICE, second=TWICE)
+    registry = importlib.import_module(package).REGISTRY
+    with pytest.raises(DuplicateBackend) as refused:
+        list(registry)
+    message = str(refused.value)
+    assert "dummy 'twice' is registered twice" in message
+    assert str(tmp_path / package / "first.py") in message
+    assert str(tmp_path / package / "second.py") in message
+    # The first registration stands.
+    assert registry["twice"].__module__ == f"{package}.first"
+
+
+def test_the_same_file_registering_again_replaces_its_own(tmp_path, monkeypatch):
+    """A reload (or pytest collecting a module again) is the same
+    registration, not a second one."""
+    package = kind_package(tmp_path, monkeypatch, only=TWICE)
+    module = importlib.import_module(f"{package}.only")
+    first = module.REGISTRY["twice"]
+    reloaded = importlib.reload(module)
+    assert reloaded.REGISTRY["twice"] is reloaded.backend is not first
+    assert list(reloaded.REGISTRY) == ["twice"]
+
+
+def test_a_forgotten_name_may_be_registered_by_another_file(tmp_path, monkeypatch):
+    package = kind_package(tmp_path, monkeypatch, first=TWICE)
+    registry = importlib.import_module(package).REGISTRY
+    assert "twice" in registry
+    registry.forget("twice")
+    registry.register(name="twice")(print)  # from this file: no longer a second file
+    assert registry["twice"] is print
+
+
+def test_the_real_registries_hold_no_name_twice():
+    """Listing every kind imports every backend file: none is refused."""
+    from frameworks.registry import FRAMEWORKS
+    from traces.readers import REGISTRY as READERS
+
+    for registry in (launch.LAUNCHERS, schedulers.REGISTRY, FRAMEWORKS, READERS):
+        assert len(list(registry)) > 1, registry.kind
