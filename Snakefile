@@ -4,7 +4,12 @@
 #   snakemake ... --config design=other.yaml results=elsewhere
 import sys
 
+from snakemake.utils import min_version
+
 from front import workflow_support as ws
+
+# The version envs/torch.txt pins, the one the workflow is tested with.
+min_version("9.27.1")
 
 DESIGN_FILE, RESULTS = ws.workflow_paths(config)
 DESIGN, RUNS = ws.prepare(

@@ -1,8 +1,11 @@
-"""The shared architecture specification, framework-neutral.
+"""The shared architecture specifications, framework-neutral: the CNN and
+ResNet-34 (``MODELS``, by the design's ``model`` level).
 
-Builders (PyTorch here, Keras and LBANN later) read these specifications and
-nothing else, so that every framework trains the same network: same layers,
-shapes, initialisers, loss, optimizer and learning-rate rule.
+The builders (PyTorch: torch_family.py and torch_graph.py; Keras:
+keras_models.py; LBANN: lbann.py) read these specifications and nothing
+else, so that every framework trains the same network: same layers, shapes,
+initialisers, loss, optimizer and learning-rate rule; the same-model gate
+(model_gate.py) checks each builder against ``layer_shapes``.
 """
 
 from __future__ import annotations

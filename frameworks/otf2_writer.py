@@ -1,8 +1,8 @@
-"""Our OTF2 tracer: a :class:`~runfiles.phases.Sink` per rank, one archive per run.
+"""Our OTF2 tracer: a :class:`~frameworks.recorder.Sink` per rank, one archive per run.
 
 Each rank keeps its intervals in memory (a list append per interval) and, at
 the end of the run, writes them to ``trace.parts/rank<r>.json`` in the run
-directory. The rank that completes the set assembles the run's archive,
+directory (the folders' names: ``runfiles/names.py``). The rank that completes the set assembles the run's archive,
 ``trace/traces.otf2``, laid out as Score-P lays its traces out:
 
 - the system tree ``machine > node <hostname>``, one location group

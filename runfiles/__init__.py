@@ -1,7 +1,11 @@
 """The bottom layer: what a run leaves and how it is written.
 
-Atomic writes (atomic.py), the ownership of a run folder by one live
-attempt (ownership.py), the energy meters and their records (energy.py),
-and the names of the files a run folder holds (names.py). The training side,
-the harness and the analysis all build on these; nothing here imports them.
+The names of the files a run folder holds (names.py), atomic writes
+(atomic.py), the ownership of a run folder by one live attempt
+(ownership.py), the energy meters and their records (energy.py), the phase
+vocabulary every table and trace carries (phases.py), a process's rank as
+its launcher tells it (ranks.py), every ``DDLC_*`` variable, declared once
+(variables.py), and the one registry of backends of every kind
+(backends.py). The training side, the harness and the analysis all build on
+these; nothing here imports them.
 """

@@ -1,6 +1,9 @@
-"""LBANN, which cannot run here: its output parser on lines in LBANN's exact
-format (src/callbacks/print_statistics.cpp and timer.cpp), the launch
-arguments, the data files its readers take, the readers and the layer graph."""
+"""LBANN's side that runs without LBANN (real LBANN: tests/test_lbann.py,
+skipped where it is not built): its output parser on lines in LBANN's exact
+format (src/callbacks/print_statistics.cpp and timer.cpp) and the version and
+times read from them, the launch arguments per scheduler, the data files its
+readers take, the readers and the layer graph, its timeline turned into
+step rows and into the run's OTF2 trace, and the world-size check."""
 
 import math
 

@@ -2,6 +2,7 @@
 tables and report; only new runs execute; failed runs run again; lint."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,14 @@ def test_snakemake_lint_is_clean(tmp_path):
         text=True,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_snakefile_asks_for_no_newer_snakemake_than_the_pinned_one():
+    """``min_version`` in the Snakefile refuses an older Snakemake with one
+    line; the pin in envs/torch.txt must satisfy it."""
+    from packaging.version import Version
+
+    stated = re.search(r'^min_version\("([^"]+)"\)', (REPO / "Snakefile").read_text(), re.M)
+    pinned = re.search(r"^snakemake==(\S+)", (REPO / "envs" / "torch.txt").read_text(), re.M)
+    assert stated and pinned
+    assert Version(stated[1]) <= Version(pinned[1])
