@@ -186,7 +186,7 @@ def network_figures(folder: Path, metrics: dict | None) -> dict:
     """What the emulated network carried (network.json): bytes all nodes
     sent, and that per optimizer step (start-up and evaluation included)."""
     record = _read_json(folder / netem.RECORD) if metrics else None
-    if not record:
+    if not record or not metrics:
         return {"net_tx_bytes": None, "net_tx_bytes_per_step": None}
     steps = metrics["steps_per_epoch"] * metrics["epochs_done"]
     return {
@@ -198,7 +198,7 @@ def network_figures(folder: Path, metrics: dict | None) -> dict:
 def energy_figures(folder: Path, metrics: dict | None) -> dict:
     """The run's energy columns from its energy.json (ok runs only, like
     every figure)."""
-    out = {
+    out: dict[str, float | str | None] = {
         "energy_j": np.nan,
         "energy_per_epoch_j": np.nan,
         "energy_per_image_j": np.nan,

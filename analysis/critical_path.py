@@ -291,7 +291,9 @@ def analyse(phases: pd.DataFrame, runs: pd.DataFrame | None = None) -> CriticalP
         if kinds
         else pd.DataFrame(columns=["run_id", "step", "rank", "entry_ns", "exit_ns"])
     )
-    parts = {name: [] for name in ("joins", "windows", "path", "causes")}
+    parts: dict[str, list[pd.DataFrame]] = {
+        name: [] for name in ("joins", "windows", "path", "causes")
+    }
     problems = {}
     for run_id, run_joins in table.groupby("run_id", sort=True):
         mine = intervals[intervals["run_id"] == run_id]

@@ -65,17 +65,23 @@ PHASE_COLORS = dict(
 )
 
 
-def nothing_to_show(title: str, why: str = "no successful run to show"):
+class EmptyFigure(ggplot):
     """A small figure that says why it is empty; draw_all records ``why`` so
     that the report says it in one line instead of showing the figure."""
-    plot = (
-        ggplot()
-        + annotate("text", x=0, y=0, label=why)
-        + labs(title=title, x="", y="")
-        + theme_bw()
-        + theme(figure_size=(6, 1.5))
-    )
-    plot.why = why
+
+    def __init__(self, why: str):
+        super().__init__()
+        self.why = why
+
+
+def nothing_to_show(title: str, why: str = "no successful run to show") -> EmptyFigure:
+    plot = EmptyFigure(why)
+    plot += [
+        annotate("text", x=0, y=0, label=why),
+        labs(title=title, x="", y=""),
+        theme_bw(),
+        theme(figure_size=(6, 1.5)),
+    ]
     return plot
 
 
@@ -495,8 +501,8 @@ def draw_all(tables: Path) -> dict[str, Path]:
     }
     paths, empty = {}, {}
     for name, plot in plots.items():
-        if why := getattr(plot, "why", None):
-            empty[name] = why
+        if isinstance(plot, EmptyFigure):
+            empty[name] = plot.why
         paths[name] = folder / f"{name}.png"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # plotnine's notes on saving

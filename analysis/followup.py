@@ -115,7 +115,7 @@ def instruments(frameworks: list[str]) -> dict:
     infos = [registry.FRAMEWORKS[f] for f in frameworks]
     scorep = shutil.which("scorep") and importlib.util.find_spec("scorep") is not None
     mpi_horovod = all(i.launcher == "horovodrun" for i in infos)
-    settings = {"tracer": "scorep" if scorep and mpi_horovod else "otf2"}
+    settings: dict[str, str | bool] = {"tracer": "scorep" if scorep and mpi_horovod else "otf2"}
     if settings["tracer"] == "scorep":
         settings["horovod_controller"] = "mpi"
     if any(i.launcher == "horovodrun" for i in infos):
@@ -208,6 +208,8 @@ def located(doc: dict, folder: Path) -> dict:
 def first_stage(design: Design, key: str) -> Path:
     """A path the design's follow_up record names (its ``design`` or
     ``tables``), read against the design's own folder."""
+    if design.follow_up is None:
+        raise ValueError(f"design {design.name!r} is no follow-up: it names no first stage")
     return Path(design.source).parent / design.follow_up[key]
 
 

@@ -51,7 +51,7 @@ def number(value, unit: str = "", digits: int = 3) -> str:
     "1.23 M"; an unset or non-finite value -> "not set"."""
     if value is None or isinstance(value, bool):
         return NOT_SET if value is None else ("yes" if value else "no")
-    if not isinstance(value, numbers.Number):
+    if not isinstance(value, numbers.Real):
         return str(value)
     value = float(value)
     if not math.isfinite(value):
@@ -186,7 +186,7 @@ def frame(df: pd.DataFrame) -> pd.DataFrame:
     # (a phase of 1e-18 s beside steps of 0.05 s is noise), more strictly
     # than within one column.
     floats = [c for c in keep if pd.api.types.is_float_dtype(df[c]) and not is_share(str(c))]
-    largest = {}
+    largest: dict[str, float] = {}
     for c in floats:
         top = df[c].abs().max()
         if math.isfinite(top):

@@ -414,7 +414,7 @@ def design_doc(
                 }
             )
         )
-    factors = {}
+    factors: dict[str, list] = {}
     for combo in combos:
         for k, v in combo.items():
             factors.setdefault(k, [])

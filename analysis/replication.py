@@ -26,7 +26,7 @@ from scipy import stats as scipy_stats
 from runfiles.atomic import write_text
 from runfiles.names import METRICS
 from ddlcompare.run import validate
-from ddlcompare.plan.design import Design
+from ddlcompare.plan.design import Adaptive, Design
 from ddlcompare.plan.params import RunRow
 
 RESPONSE = "images_per_s"
@@ -66,7 +66,7 @@ def decide(design: Design, planned: dict[str, int], values: dict[str, list[float
     """One round's decision: per cell, its replications so far, their
     interval, and how many more it gets; ``add`` lists the next round's
     runs in their (shuffled) execution order."""
-    rule = design.adaptive
+    rule = adaptive_rule(design)
     rows, more = [], {}
     for cell, count in planned.items():
         got = values.get(cell, [])
@@ -102,8 +102,15 @@ def decide(design: Design, planned: dict[str, int], values: dict[str, list[float
     return {"rule": rule_of(design), "cells": rows, "add": add}
 
 
+def adaptive_rule(design: Design) -> Adaptive:
+    """The design's replications: auto rule (only such a design has rounds)."""
+    if design.adaptive is None:
+        raise ValueError(f"design {design.name!r}: replications is not auto, so it has no rounds")
+    return design.adaptive
+
+
 def rule_of(design: Design) -> dict:
-    rule = design.adaptive
+    rule = adaptive_rule(design)
     return {
         "target_half_width": rule.target_half_width,
         "min_replications": rule.least,

@@ -72,13 +72,11 @@ class Sup(Mark):
 
 
 @dataclass(frozen=True)
-class Link:
-    text: str
+class Link(Mark):
     href: str
     kind: ClassVar[str] = "link"
 
 
-Mark = Union[Code, Em, Strong, Sup, Link]
 Text = Union[str, Mark, list]  # a string, a mark, or a list of strings and marks
 
 

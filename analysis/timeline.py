@@ -336,7 +336,7 @@ def slices(phases: pd.DataFrame, pids: np.ndarray, tids: np.ndarray) -> Events:
     return Events(len(phases), fields)
 
 
-def _head(phase: str, region: str | None, collective: str | None) -> str:
+def _head(phase: str | None, region: str | None, collective: str | None) -> str:
     """The start of a slice's JSON up to its args' numbers (keys in any order
     are valid JSON; the viewers read them by name)."""
     args = {"region": region or phase, **({"collective": collective} if collective else {})}

@@ -135,7 +135,7 @@ def _part(side: pd.DataFrame, part: str, run_ids: pd.Index) -> pd.DataFrame:
 def sentences(table: pd.DataFrame) -> list[str]:
     """One per cell and pair: the step's difference and where on the path
     most of it lies."""
-    out = []
+    out: list[str] = []
     if table.empty:
         return out
     for _, pair in table.groupby([*[k for k in cells.CELL if k in table], "a", "b"]):
@@ -157,11 +157,10 @@ def sentences(table: pd.DataFrame) -> list[str]:
                 if np.isnan(step["low_ms"])
                 else f" (95 % interval {-step['high_ms']:.1f} to {-step['low_ms']:.1f})"
             )
-        cell = ([] if step["compared"] == "framework" else [str(step["framework"])]) + [
-            cp.processes(step["world_size"]),
-            str(step["setting"]),
-        ]
-        cell = ", ".join(cell)
+        cell = ", ".join(
+            ([] if step["compared"] == "framework" else [str(step["framework"])])
+            + [cp.processes(step["world_size"]), str(step["setting"])]
+        )
         out.append(
             f"{cell}: {slower} spends {abs(step['diff_ms']):.1f} ms more per step than "
             f"{faster}{interval}, {sign * top['on_path_ms']:.1f} ms of it in {where} on "

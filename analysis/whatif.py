@@ -540,9 +540,9 @@ def analyse(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None
             "what_ifs": empty,
             "probe": probe,
         }
-    for key in keys:
-        if key not in table:
-            table[key] = table["run_id"].map(ok.set_index("run_id")[key])
+    for column in keys:
+        if column not in table:
+            table[column] = table["run_id"].map(ok.set_index("run_id")[column])
     checks, preds, params, models = [], [], [], {}
     for key, group in table.groupby(keys, dropna=False):
         key = key if isinstance(key, tuple) else (key,)

@@ -213,7 +213,7 @@ def record(
         }
         for r in range(plan.world)
     ]
-    kinds = {}
+    kinds: dict[object, dict] = {}
     for row in ranks:
         kind = kinds.setdefault(
             row["device"],

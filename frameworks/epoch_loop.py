@@ -18,7 +18,15 @@ from frameworks.common import Dist
 from frameworks.recorder import PhaseRecorder
 
 
-class Steps(Protocol):
+class Reduces(Protocol):
+    """What the epoch's row needs: an all-reduce (Tarantella's fit loop
+    has no steps of its own, only this)."""
+
+    def allreduce(self, values: np.ndarray, op: str) -> np.ndarray:
+        """Sum or max of a float64 vector over all processes."""
+
+
+class Steps(Reduces, Protocol):
     """What a family's loop does within the skeleton."""
 
     device_kind: str  # "cpu" or "gpu": what this process computes on (balance.json)
@@ -37,9 +45,6 @@ class Steps(Protocol):
 
     def evaluate(self, sums: common.EpochSums) -> None:
         """Score this process's share of the test set into ``sums``."""
-
-    def allreduce(self, values: np.ndarray, op: str) -> np.ndarray:
-        """Sum or max of a float64 vector over all processes."""
 
 
 def run(
@@ -92,7 +97,7 @@ def run(
 
 
 def epoch_row(
-    steps_of: Steps,
+    steps_of: Reduces,
     epoch: int,
     epoch_start: float,
     sums: common.EpochSums,

@@ -19,6 +19,8 @@ import os
 import re
 import struct
 import time
+from collections.abc import Mapping, MutableMapping
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -353,7 +355,7 @@ def graph_of_model(model, names: frozenset = frozenset()) -> list[dict]:
             "ChannelwiseMean",
         ):
             continue
-        node = {"layer": kind}
+        node: dict[str, Any] = {"layer": kind}
         if layer.name in names:  # a graph spec's layer: keep its name and parents
             node["name"] = layer.name
             node["parents"] = [p.name if p.name in names else "input" for p in layer.parents]
@@ -371,7 +373,7 @@ def graph_of_model(model, names: frozenset = frozenset()) -> list[dict]:
 # v3: each CIFAR-10 file filled to LBANN's fixed size), so that a cache
 # written by an older version is not reused.
 DATA_FILES_VERSION = "v3"
-LBANN_FILES = {
+LBANN_FILES: dict[str, dict[str, tuple[str, ...]]] = {
     "fashion-mnist": {
         "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
         "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
@@ -530,7 +532,7 @@ def reader_message(lbann, readers: list[dict]):
 RUN_ARGS = "DDLC_LBANN_RUN_ARGS"  # ddlcompare/run/launchers/lbann_driver.py sets it
 
 
-def launch_args(config: dict, env: dict) -> dict:
+def launch_args(config: dict, env: Mapping[str, str]) -> dict:
     """The keyword arguments of ``lbann.run`` for this run and where it runs."""
     io_threads = config.get("lbann_io_threads")
     # --print_affinity: each rank names its host in the output (rank_hosts)
@@ -546,7 +548,7 @@ def launch_args(config: dict, env: dict) -> dict:
     }
 
 
-def unset_for_launch(env: dict) -> None:
+def unset_for_launch(env: MutableMapping[str, str]) -> None:
     """Drop, from the driver's environment that lbann.run's script inherits,
     what the scheduler says would mislead LBANN's launcher (under Slurm: a
     one-task step's own size, which srun would take for the allocation's)."""
@@ -799,7 +801,8 @@ def eval_intervals(step_rows: list[tuple], parsed: list[dict]) -> list[tuple]:
     """(eval, epoch, start_ns, end_ns) right after each epoch's last step,
     as long as LBANN's timer says the evaluation took, and never past the
     next epoch's first step (the timeline's times are rounded)."""
-    last_end, first_start = {}, {}
+    last_end: dict[int, int] = {}
+    first_start: dict[int, int] = {}
     for epoch, _, start, end, *_ in step_rows:
         last_end[epoch] = end
         first_start.setdefault(epoch, start)

@@ -11,6 +11,7 @@ initialisers, loss, optimizer and learning-rate rule; the same-model gate
 from __future__ import annotations
 
 import math
+from typing import Any
 
 # Layers are applied in order. Conv padding is "same", so the two poolings
 # take 28x28 to 7x7 and 32x32 to 8x8: one spec fits both data sets.
@@ -74,7 +75,8 @@ RESNET34 = {
     "lr_rule": "learning_rate * scale(global_batch / lr_base_batch), scale from lr_scaling",
 }
 
-MODELS = {"cnn": CNN, "resnet34": RESNET34}
+# A specification is plain data (JSON-like), read by key.
+MODELS: dict[str, dict[str, Any]] = {"cnn": CNN, "resnet34": RESNET34}
 
 
 def is_sequential(spec: dict) -> bool:
@@ -146,11 +148,12 @@ def layer_shapes(spec: dict, input_shape: tuple[int, int, int], classes: int) ->
     if not is_sequential(spec):
         return graph_shapes(graph(spec), input_shape, classes)
     c, h, w = input_shape
-    flat = None
+    flat: int | None = None  # the features after the flatten layer
     rows = []
     for layer in spec["layers"]:
         kind = layer["type"]
         params = 0
+        shape: tuple[int, ...]
         if kind == "conv2d":
             k = layer["kernel"]
             params = layer["filters"] * c * k * k + layer["filters"]
@@ -164,6 +167,8 @@ def layer_shapes(spec: dict, input_shape: tuple[int, int, int], classes: int) ->
             shape = (flat,)
         elif kind == "dense":
             units = classes if layer["units"] == "classes" else layer["units"]
+            if flat is None:
+                raise ValueError(f"model {spec['name']!r}: a dense layer before the flatten")
             params = flat * units + units
             flat = units
             shape = (units,)
@@ -175,11 +180,12 @@ def layer_shapes(spec: dict, input_shape: tuple[int, int, int], classes: int) ->
 
 def graph_shapes(nodes: list[dict], input_shape: tuple[int, int, int], classes: int) -> list[dict]:
     """``layer_shapes`` of a graph of nodes (``graph``), one row per node."""
-    shapes = {"input": tuple(input_shape)}
+    shapes: dict[str, tuple[int, ...]] = {"input": tuple(input_shape)}
     rows = []
     for n in nodes:
         first = shapes[n["inputs"][0]]
         params = running = 0
+        shape: tuple[int, ...]
         if n["type"] == "conv2d":
             c, h, w = first
             k, pad, stride = n["kernel"], n["padding"], n["stride"]

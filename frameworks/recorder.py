@@ -14,6 +14,7 @@ left empty in the table by adapters that cannot see their buffers.
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter_ns
 
@@ -96,7 +97,7 @@ class PhaseRecorder:
         # On a GPU, kernels run after the call that queues them returns: a
         # device synchronisation closing each phase charges its kernels to
         # it rather than to whichever later phase first waits for them.
-        self.synchronize = None
+        self.synchronize: Callable[..., object] | None = None
         self.epoch = 0
         self.step = -1
         self._in_step = False

@@ -110,7 +110,7 @@ class Adapter(TFAdapter):
         """The all-reduce TensorFlow compiled for the gradients: the
         implementation each collective op is hinted with, and its packs,
         which must be the groups that bytes_per_pack gives the gradients."""
-        if not self.collectives:
+        if not self.collectives or self.config is None:  # both set together
             return {}
         hints = sorted({hint for hint, _ in self.collectives})
         packs = [size for _, size in self.collectives]

@@ -69,7 +69,7 @@ def _allreduce_hook(state: HookState, bucket):
     dtype = _torch_dtype(WIRE_DTYPES[state.name])
     buffer = bucket.buffer()
     wire = buffer if dtype is None else buffer.to(dtype)
-    wire.div_(group.size())
+    wire.div_(dist.get_world_size(group))
     nbytes, start = _nbytes(wire), time.perf_counter_ns()
     future = dist.all_reduce(wire, group=group, async_op=True).get_future()
 
@@ -90,7 +90,7 @@ def _gather_hook(state: HookState, bucket):
     group, phases, name = dist.group.WORLD, state.phases, state.name
     buffer = bucket.buffer()
     payload = _payload(name, buffer)
-    lengths = [payload.numel()] * group.size()
+    lengths = [payload.numel()] * dist.get_world_size(group)
     if name == "int8+lossless":
         lengths = _gather_lengths(payload, group, phases)
         padded = torch.zeros(max(lengths), dtype=torch.uint8, device=buffer.device)

@@ -11,6 +11,7 @@ import functools
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ class TorchAdapter:
     collective to it (bytes, and start and end where they can) through
     ``phases.collective`` or ``phases.count_bytes``, tracer or not."""
 
-    device = None
+    device: Any = None  # a torch.device once init has run (torch is imported late)
     phases: PhaseRecorder | None = None
     replicas = 1  # model replicas this process drives (DataParallel: its GPUs)
 
@@ -75,7 +76,7 @@ def build_model(spec: dict, info: data.DatasetInfo):
     channels = info.shape[0]
     layers: list = []
     shapes = models.layer_shapes(spec, info.shape, info.classes)
-    flat = None
+    flat = 0  # the features after the flatten layer
     for layer, shape in zip(spec["layers"], (row["shape"] for row in shapes)):
         kind = layer["type"]
         if kind == "conv2d":

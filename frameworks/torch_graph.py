@@ -35,8 +35,10 @@ def _classes() -> dict:
                 for row in models.graph_shapes(self.nodes, info.shape, info.classes)
             )
             self.layers = nn.ModuleDict(
-                (node["name"], _module(node, shapes[node["inputs"][0]], shapes[node["name"]]))
-                for node in self.nodes
+                {
+                    node["name"]: _module(node, shapes[node["inputs"][0]], shapes[node["name"]])
+                    for node in self.nodes
+                }
             )
 
         def forward(self, x):

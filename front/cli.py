@@ -70,7 +70,7 @@ def cmd_plan(args) -> int:
     if design.sample:
         print("\n".join(design.sample.describe(design.factors)))
     if design.adaptive:
-        print(adaptive_words(design, cells))
+        print(adaptive_words(design.adaptive, cells))
     print(
         f"{len(runs)} runs ({cells} cells x {design.replications} replications) "
         f"in {Path(args.results, design.root)}/"
@@ -79,9 +79,8 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def adaptive_words(design: design_mod.Design, cells: int) -> str:
+def adaptive_words(rule: design_mod.Adaptive, cells: int) -> str:
     """replications: auto's least and most runs, and the rule between."""
-    rule = design.adaptive
     return (
         f"replications auto: at least {cells * rule.least} runs ({cells} cells x "
         f"{rule.least}), at most {cells * rule.most} ({cells} cells x {rule.most}); "

@@ -476,7 +476,8 @@ def _parse_zip(raw: Any, factors: dict[str, list[Any]], problems: list[str]) -> 
     if not isinstance(raw, list) or not all(isinstance(g, list) for g in raw):
         problems.append("zip: must be a list of factor lists, e.g. [[nodes, batch_size]]")
         return []
-    groups, used = [], set()
+    groups: list[list[str]] = []
+    used: set[str] = set()
     for i, group in enumerate(raw):
         key = f"zip[{i}]"
         if not all(isinstance(f, str) for f in group):

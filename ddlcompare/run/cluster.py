@@ -480,9 +480,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.action == "down":
             print("cluster: down" if down() else "cluster: none was up")
         else:
-            record = status()
-            print(describe(record) + "\n" + "\n".join(record["slurm"]) if record else "down")
-            return 0 if record else 3
+            found = status()
+            print(describe(found) + "\n" + "\n".join(found["slurm"]) if found else "down")
+            return 0 if found else 3
     except (ClusterError, netem.NetworkError, OSError) as exc:
         print(f"cluster {args.action}: {exc}", file=sys.stderr)
         return 1

@@ -79,7 +79,7 @@ def thread_counters(pid: int) -> dict[tuple[int, int], ThreadCounters]:
     """The counters of every thread of ``pid`` ((pid, tid) -> counters);
     empty where the kernel keeps no scheduler statistics or the process is
     gone."""
-    found = {}
+    found: dict[tuple[int, int], ThreadCounters] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -151,7 +151,7 @@ class Meter:
         for pid in own:
             threads.update(thread_counters(pid))
         if self._last is not None:
-            interval = self._interval(now, wall, busy, times)
+            interval = self._interval(self._last, now, wall, busy, times)
             interval.threads = self._thread_deltas(threads)
             self.intervals.append(interval)
         self._last, self._last_threads = (now, wall, busy, times), threads
@@ -171,11 +171,11 @@ class Meter:
             )
         return deltas
 
-    def _interval(self, now: int, wall: float, busy: float, times: dict) -> Interval:
+    def _interval(self, last: tuple, now: int, wall: float, busy: float, times: dict) -> Interval:
         """CPU seconds since the last sample. A process started since then
         counts from its start; one gone since then loses its last moments
         (the machine's total still has them)."""
-        start, wall_before, busy_before, before = self._last
+        start, wall_before, busy_before, before = last
         own, others = 0.0, {}
         for key, (is_own, seconds) in times.items():
             if key in before:
@@ -298,7 +298,8 @@ def measured_window(run_dir: Path, ranks: int, warmup: int, held: tuple[int, int
     None when they are missing, damaged (a disk that filled cuts a row short:
     its missing fields read as None) or outside the held window (another
     clock)."""
-    first = last = None
+    first: int | None = None
+    last: int | None = None
     for rank in range(ranks):
         try:
             with open(Path(run_dir) / steps_file(rank), newline="") as f:
@@ -310,7 +311,7 @@ def measured_window(run_dir: Path, ranks: int, warmup: int, held: tuple[int, int
                     last = end if last is None else max(last, end)
         except (OSError, ValueError, KeyError, TypeError, csv.Error):
             return None
-    if first is None or not (held[0] <= first < last <= held[1]):
+    if first is None or last is None or not (held[0] <= first < last <= held[1]):
         return None
     return first, last
 

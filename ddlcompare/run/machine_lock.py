@@ -128,10 +128,9 @@ def measuring(
         return
     path = lock_path()
     started = time.monotonic()
-    fd = inherited_hold(path)
-    inherited = fd is not None
-    if not inherited:
-        fd = _open(path)
+    held = inherited_hold(path)
+    inherited = held is not None
+    fd = held if held is not None else _open(path)
     try:
         _take_alone(fd, path, on_wait, check)
         _say_who(path, what)

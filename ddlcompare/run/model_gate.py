@@ -96,7 +96,8 @@ def _ask_builder(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
             f"{envs.how_to_build(env)}"
         }
         return {d: error for d in datasets}
-    argv, env = [str(python)], None
+    argv: list[str] = [str(python)]
+    launch_env: dict[str, str] | None = None  # None: this process's
     if builder == "tarantella":  # one rank, started by Tarantella's launcher
         argv = [
             "flock",
@@ -107,14 +108,17 @@ def _ask_builder(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
             "--no-gpu",
             "--",
         ]
-        env = {**os.environ, "PATH": f"{LOCAL_SSH}:{python.parent}:{os.environ.get('PATH', '')}"}
+        launch_env = {
+            **os.environ,
+            "PATH": f"{LOCAL_SSH}:{python.parent}:{os.environ.get('PATH', '')}",
+        }
     done = subprocess.run(
         [*argv, "-m", "frameworks.model_gate", "rows", builder, model, *datasets],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=600,
-        env=env,
+        env=launch_env,
     )
     if done.returncode != 0:
         error = {"error": f"the {builder} builder failed: {done.stderr.strip()[-500:]}"}
@@ -141,7 +145,8 @@ def gate(
     """The gate's result for one model: per data set, per builder, what was
     checked and what differs; ``status`` is 'pass' only when every builder
     was checked and none differs."""
-    result = {"model": model, "compared": list(COMPARED), "datasets": {}}
+    datasets_found: dict[str, dict] = {}
+    result = {"model": model, "compared": list(COMPARED), "datasets": datasets_found}
     status = "pass"
     answers = {builder: ask(builder, model, datasets, cache) for builder in BUILDERS}
     for dataset in datasets:
@@ -168,7 +173,7 @@ def gate(
             }
             if problems:
                 status = "fail"
-        result["datasets"][dataset] = entry
+        datasets_found[dataset] = entry
     result["status"] = status
     return result
 

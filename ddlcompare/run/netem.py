@@ -40,7 +40,7 @@ BRIDGE = "br0"
 PREFIX = "ddlc-"
 # Node subnets are tried in this range; the first that overlaps no route of
 # this machine is used, so an address never means two things in a log.
-SUBNETS = ipaddress.ip_network("10.213.0.0/16")
+SUBNETS = ipaddress.IPv4Network("10.213.0.0/16")
 HOSTS_MAP = "DDLC_NETNS_MAP"  # "address=namespace ..." for the netns scheduler and the ssh shim
 NETNS_ETC = Path("/etc/netns")  # ip netns exec binds /etc/netns/<ns>/hosts on /etc/hosts
 RECORD = NETWORK
@@ -265,7 +265,8 @@ CAPABILITIES = {"CAP_NET_ADMIN": 12, "CAP_SYS_ADMIN": 21}
 
 def _capable(bit: int) -> bool:
     status = Path("/proc/self/status").read_text()
-    effective = int(re.search(r"^CapEff:\s*([0-9a-f]+)", status, re.M).group(1), 16)
+    found = re.search(r"^CapEff:\s*([0-9a-f]+)", status, re.M)
+    effective = int(found.group(1), 16) if found else 0  # no line: no capability known
     return bool(effective >> bit & 1)
 
 

@@ -281,7 +281,7 @@ def status(job_id: str) -> str:
         print(f"oar status: {exc}; asking again later", file=sys.stderr)
         return "running"
     running = job is not None and job.get("state") not in ENDED
-    lost = lost_nodes(job) if running else {}
+    lost = lost_nodes(job) if job is not None and running else {}
     said = decide(job, marker, lost)
     if said == "failed" and running:  # its node is lost: free the others now
         subprocess.run(["oardel", job_id], capture_output=True)

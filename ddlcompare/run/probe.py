@@ -68,7 +68,7 @@ def scales(runs: list) -> dict[str, object]:
     """One probe per scale and network of two processes or more: its file
     name (probe-<nodes>x<procs>-<model>-<dataset>-<network>) and a run of
     that scale, whose job shape the probe's job takes."""
-    found = {}
+    found: dict[str, object] = {}
     for run in runs:
         c = run.config
         if run.world_size < 2:

@@ -368,7 +368,7 @@ class Watch:
 
     def run(self, argv: list[str], env: dict) -> dict:
         with open(self.run_dir / LOG, "wb") as log:
-            self.proc = subprocess.Popen(
+            proc = self.proc = subprocess.Popen(
                 argv,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -379,21 +379,21 @@ class Watch:
             )
             start = time.perf_counter_ns()
             try:
-                with machine_lock.training(self.run_dir, self.proc.pid, provenance.REPO):
+                with machine_lock.training(self.run_dir, proc.pid, provenance.REPO):
                     if self.shared_machine:
-                        self.meter = machine_load.Meter(os.getpid(), self.proc.pid)
-                    timed_out = self._wait()
+                        self.meter = machine_load.Meter(os.getpid(), proc.pid)
+                    timed_out = self._wait(proc)
                     if self.meter:
                         self.meter.sample()  # up to the end, however short the run
             finally:
-                _stop_leftovers(self.proc.pid)
+                _stop_leftovers(proc.pid)
                 self.held_ns = (start, time.perf_counter_ns())
-        outcome = self._outcome(timed_out)
+        outcome = self._outcome(proc, timed_out)
         if self.overlap:
             outcome["overlap"] = self.overlap
         return outcome
 
-    def _wait(self) -> bool:
+    def _wait(self, proc: subprocess.Popen) -> bool:
         """Wait for the launcher; True when it ran past the timeout or
         stalled between epochs."""
         deadline = time.monotonic() + self.timeout
@@ -402,7 +402,7 @@ class Watch:
             if self.meter:
                 self.meter.sample()
             try:
-                self.proc.wait(timeout=self.POLL_S)
+                proc.wait(timeout=self.POLL_S)
                 return False
             except subprocess.TimeoutExpired:
                 pass
@@ -410,16 +410,16 @@ class Watch:
             if self.progress and not self.stalled:
                 self.stalled = self.progress.stalled()
             if now > deadline or self.stalled:
-                self.stacks = stacks.record(self.proc.pid, self.run_dir)
-                _kill_tree(self.proc)
+                self.stacks = stacks.record(proc.pid, self.run_dir)
+                _kill_tree(proc)
                 return True
             if failed := self._rank_failure(now):
-                _kill_tree(self.proc)
+                _kill_tree(proc)
                 self.stopped_for_rank = failed
                 return False
             self.check_workflow()
             if not ownership.owns(self.run_dir, self.token):
-                _kill_tree(self.proc)
+                _kill_tree(proc)
                 raise LostOwnership()
             if now - beat > ownership.HEARTBEAT_S:
                 ownership.heartbeat(self.run_dir, self.token)
@@ -446,8 +446,8 @@ class Watch:
             if line not in self.overlap:
                 self.overlap.append(line)
 
-    def _outcome(self, timed_out: bool) -> dict:
-        code = self.proc.returncode
+    def _outcome(self, proc: subprocess.Popen, timed_out: bool) -> dict:
+        code = proc.returncode
         if timed_out:
             said = self.stalled or f"timeout: still running after {self.timeout} s; killed"
             return {
@@ -643,7 +643,7 @@ def damaged_markers(rows: list[RunRow], results: Path) -> list[tuple[RunRow, str
     for row in rows:
         status, problem = validate.done_status(results / row.path)
         if status == "damaged":
-            found.append((row, problem))
+            found.append((row, problem or "damaged"))
     return found
 
 

@@ -47,7 +47,11 @@ def py_spy() -> str | None:
 
 # Native frames first; a stopped process (SIGSTOP, a debugger) cannot be
 # paused by py-spy, but its memory can still be read without pausing it.
-ATTEMPTS = ((["--native"], 20), ([], 10), (["--nonblocking"], 10))
+ATTEMPTS: tuple[tuple[list[str], int], ...] = (
+    (["--native"], 20),
+    ([], 10),
+    (["--nonblocking"], 10),
+)
 
 
 def dump_one(tool: str, pid: int) -> str:

@@ -28,6 +28,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from runfiles import names, variables
 
@@ -174,7 +175,7 @@ def missing_trace(config: dict, run_dir: Path) -> str | None:
     return f"tracer: {config['tracer']} was asked for, but the run left no {shown}{more}"
 
 
-def rank_from_env(env: dict) -> int:
+def rank_from_env(env: Mapping[str, str]) -> int:
     """This process's rank, as the launchers that do not start MPI give it."""
     for name in ("RANK", "HOROVOD_RANK"):  # torchrun; Horovod with Gloo
         if env.get(name, "").isdigit():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from runfiles.backends import Registry
 
@@ -38,7 +39,7 @@ class Scheduler:
 
     name = ""
     rsh_agent: str | None = None  # the remote shell mpirun should use (plm_rsh_agent)
-    ssh_dir = None  # a folder whose ``ssh`` reaches the nodes, for launchers
+    ssh_dir: Path | None = None  # a folder whose ``ssh`` reaches the nodes, for launchers
     #                                that cannot be told which remote shell to use
     one_machine = False  # every node is this machine (no real network between them)
     this_host = False  # every host is this machine itself: launchers pick free
