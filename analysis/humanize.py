@@ -15,7 +15,8 @@ import re
 
 import pandas as pd
 
-NOT_SET = "not set"
+NOT_SET = "not set"  # a setting left unset; never a missing figure
+NONE = "none"  # a figure that was not measured or does not apply, said in a sentence
 NO_VALUE = "–"  # a figure that does not exist (a residual's F, a rank with no next)
 RESIDUE = 1e-9  # relative to the column's largest magnitude: below it is rounding noise
 TABLE_RESIDUE = 1e-12  # relative to the largest value of the same unit in the table
@@ -41,6 +42,8 @@ SHARES = (
     "accuracy",
     "late_share",
     "tracing_cost",
+    "predicted_gain",
+    "relative_error",
 )
 # Columns that hold p-values.
 P_VALUES = ("p", "p_adjusted", "p_raw")
@@ -48,14 +51,14 @@ P_VALUES = ("p", "p_adjusted", "p_raw")
 
 def number(value, unit: str = "", digits: int = 3) -> str:
     """``value`` to ``digits`` significant digits with its unit; 1234567 ->
-    "1.23 M"; an unset or non-finite value -> "not set"."""
+    "1.23 M"; a missing or non-finite value -> "none"."""
     if value is None or isinstance(value, bool):
-        return NOT_SET if value is None else ("yes" if value else "no")
+        return NONE if value is None else ("yes" if value else "no")
     if not isinstance(value, numbers.Real):
         return str(value)
     value = float(value)
     if not math.isfinite(value):
-        return NOT_SET
+        return NONE
     if value == 0:
         return f"0 {unit}".strip()
     magnitude = abs(value)
@@ -103,7 +106,7 @@ def plain(value: float, digits: int = 3) -> str:
 
 def percent(share, digits: int = 3) -> str:
     if share is None or (isinstance(share, float) and not math.isfinite(share)):
-        return NOT_SET
+        return NONE
     value = float(share) * 100
     if 0 < abs(value) < TINY_PERCENT:  # 3.2e-05 %: nothing a reader can use
         return f"< {TINY_PERCENT:g} %" if value > 0 else f"> -{TINY_PERCENT:g} %"
@@ -111,6 +114,17 @@ def percent(share, digits: int = 3) -> str:
 
 
 TINY_PERCENT = 0.01
+
+
+def processes(n) -> str:
+    """1 process, 2 processes: a count of processes with its plural."""
+    n = int(n)
+    return f"{n} process" if n == 1 else f"{n} processes"
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """3 replications, 1 cell: a count with its noun's proper plural."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def p_value(p) -> str:
@@ -168,9 +182,10 @@ def column(series: pd.Series, largest: float | None = None) -> pd.Series:
 
 
 def _text(value) -> str:
-    """A setting as design.yaml spells it: null is "not set", booleans lower case."""
+    """Text as written, booleans lower case as design.yaml spells them; a
+    missing value is "–" (a table of settings says "not set" itself)."""
     if _missing(value):
-        return NOT_SET
+        return NO_VALUE
     if isinstance(value, bool):
         return str(value).lower()
     return str(value)

@@ -51,7 +51,7 @@ import yaml
 from scipy import stats as scipy_stats
 from statsmodels.stats.multitest import multipletests
 
-from analysis import cells, stats, summary
+from analysis import cells, humanize, stats, summary
 from analysis.followup import _plain, _product, located, origin
 from analysis.section import Code, Section
 from ddlcompare.plan.design import Design
@@ -626,8 +626,8 @@ def section(ctx) -> Section:
     best = ranked[ranked["rank"] == 1]
     out.items(
         [
-            f"{r['framework']}, {r['world_size']} process(es), {r['setting']}: "
-            f"{r['change']} (acts on {r['phase']}) would save {_interval(r)} of the step: "
+            f"{r['framework']}, {humanize.processes(r['world_size'])}, {r['setting']}: "
+            f"{r['change']}, acting on {r['phase']}, would save {_interval(r)} of the step: "
             f"{r['evidence']}." + _test_words(r)
             for r in best.to_dict("records")
         ]
@@ -637,7 +637,9 @@ def section(ctx) -> Section:
         f" writes and runs the design that tests the top {TOP} testable hypotheses ({RULE}; "
         f"at least {MIN_REPLICATIONS} replications).",
     )
-    return out.table(ranked, caption="every hypothesis, ranked per framework")
+    # low and high are the predicted gain's interval: named so, they read as percentages
+    shown = ranked.rename(columns={"low": "predicted_gain_low", "high": "predicted_gain_high"})
+    return out.table(shown, caption="every hypothesis, ranked per framework")
 
 
 def _test_words(row: dict) -> str:
@@ -650,8 +652,11 @@ def _test_words(row: dict) -> str:
 
 def _interval(row: dict) -> str:
     if not np.isfinite(row["low"]):
-        return f"{row['predicted_gain']:.0%} (one run: no interval)"
-    return f"{row['predicted_gain']:.0%} [{row['low']:.0%}, {row['high']:.0%}]"
+        return f"{humanize.percent(row['predicted_gain'], 2)} (one run: no interval)"
+    return (
+        f"{humanize.percent(row['predicted_gain'], 2)} (95 % interval "
+        f"{humanize.percent(row['low'], 2)} to {humanize.percent(row['high'], 2)})"
+    )
 
 
 def _proof_words(r: dict) -> str:

@@ -8,10 +8,12 @@ import json
 
 import pandas as pd
 
+from analysis import humanize
 from analysis.section import Code, Section, Strong
-from ddlcompare.run import machine_load
+from ddlcompare.plan import devices
 from ddlcompare.plan.design import Design
-from frameworks import registry
+from ddlcompare.run import machine_load
+from frameworks import model_gate, registry
 
 
 def design_section(ctx) -> Section:
@@ -20,11 +22,11 @@ def design_section(ctx) -> Section:
     factors = pd.DataFrame(
         [{"factor": f, "levels": ", ".join(map(str, v))} for f, v in design.factors.items()]
     )
-    fixed = pd.DataFrame([{"setting": k, "value": v} for k, v in design.fixed.items()])
-    commits = ", ".join(sorted(runs["harness_commit"].dropna().unique())) or "unknown"
-    versions = runs[[c for c in runs.columns if c.startswith("version_")] + ["mpi", "cpu"]]
-    versions = versions.dropna(how="all").drop_duplicates()
-    hosts = ", ".join(sorted(set(runs["hosts"].dropna()))) or "none"
+    fixed = pd.DataFrame(
+        [{"setting": k, "value": humanize.NOT_SET if v is None else v} for k, v in design.fixed.items()]
+    )
+    commits = sorted(runs["harness_commit"].dropna().unique())
+    hosts = ", ".join(sorted(_hosts(runs))) or "none recorded"
     return (
         Section("design", "Design and provenance")
         .para(
@@ -43,15 +45,34 @@ def design_section(ctx) -> Section:
         .heading("Fixed settings")
         .table(fixed)
         .heading("Software and hosts")
-        .para("Harness commit(s): ", Code(commits), f"; hosts: {hosts}")
-        .table(versions)
+        .para(
+            f"Harness commit{'s' if len(commits) > 1 else ''}: ",
+            Code(", ".join(commits) or "unknown"),
+            f"; hosts: {hosts}",
+        )
+        .table(software_versions(runs))
     )
+
+
+def _hosts(runs: pd.DataFrame) -> set[str]:
+    """Every host a run recorded (a run's ``hosts`` is a comma-separated
+    list, empty where it recorded none)."""
+    return {h.strip() for text in runs["hosts"].dropna() for h in str(text).split(",") if h.strip()}
+
+
+def software_versions(runs: pd.DataFrame) -> pd.DataFrame:
+    """The software each framework's runs recorded, one row per framework and
+    set of versions (a version row without its framework says nothing)."""
+    columns = [c for c in runs.columns if c.startswith("version_")] + ["mpi", "cpu"]
+    columns = [c for c in columns if c in runs]
+    versions = runs[["framework", *columns]].dropna(how="all", subset=columns)
+    return versions.drop_duplicates().sort_values("framework", kind="stable")
 
 
 def replication_words(design: Design) -> str:
     rule = design.adaptive
     if not rule:
-        return f"{design.replications} replication(s)"
+        return humanize.count(design.replications, "replication")
     return (
         f"replications auto ({rule.least} to {rule.most} per cell, until the 95 % interval "
         f"of throughput is within {rule.target_half_width * 100:g} % of the mean)"
@@ -87,7 +108,7 @@ def status_section(ctx) -> Section:
 def frameworks_section(ctx) -> Section:
     """The frameworks compared, their launchers and the phases they expose;
     every other registered framework and how to compare it."""
-    names = ctx.design.factors.get("framework", [ctx.design.fixed.get("framework")])
+    names = _design_frameworks(ctx.design)
     rows = pd.DataFrame(
         [
             {
@@ -104,7 +125,9 @@ def frameworks_section(ctx) -> Section:
     # here (add it to the design) or not (the command that builds it). None is
     # dropped without a word.
     left_out = [
-        _how_to_compare(n, info) for n, info in registry.FRAMEWORKS.items() if n not in names
+        _how_to_compare(n, info, _design_devices(ctx.design))
+        for n, info in registry.FRAMEWORKS.items()
+        if n not in names
     ]
     if left_out:
         out.heading("Frameworks not in this design").para(
@@ -117,11 +140,19 @@ def frameworks_section(ctx) -> Section:
     return out
 
 
-def _how_to_compare(name: str, info: registry.AdapterInfo) -> dict:
+def _design_devices(design: Design) -> list[str]:
+    return list(design.factors.get("device", [design.fixed.get("device", "cpu")]))
+
+
+def _how_to_compare(name: str, info: registry.AdapterInfo, devices_used: list[str]) -> dict:
     from ddlcompare.run import envs
 
     command = envs.how_to_build(info.env)
-    if envs.has_module(info.env, info.probe):
+    refused = [p for d in devices_used if (p := devices.device_problem(name, info, d))]
+    if len(refused) == len(devices_used):  # the plan refuses it on every device of the design
+        installed = "yes" if envs.has_module(info.env, info.probe) else "no"
+        how = f"not on this design's device: {refused[0]}"
+    elif envs.has_module(info.env, info.probe):
         installed, how = "yes", "add it to the design"
     elif envs.set_up_by_setup_sh(info.env):  # ./ddlc run sets up what its design needs
         installed, how = "no", f"add it to the design: ./ddlc run sets it up; or {command}"
@@ -155,9 +186,47 @@ def gate_section(ctx) -> Section:
         for name, d in result["datasets"].items()
         for builder, entry in d["builders"].items()
     ]
-    return out.para(
+    verdict, next_step = gate_verdict(rows, _design_frameworks(ctx.design))
+    out.para(
         "Same-model gate: ",
-        Strong(gate["status"]),
+        Strong(verdict),
         f" (models {', '.join(per_model)}: layer shapes, trainable parameters and BN running "
-        f"statistics of every builder against the shared specification).",
-    ).table(pd.DataFrame(rows))
+        f"statistics of each builder this design uses against the shared specification).",
+    )
+    if next_step:
+        out.para(next_step)
+    return out.table(pd.DataFrame(rows))
+
+
+def _design_frameworks(design: Design) -> list[str]:
+    return list(design.factors.get("framework", [design.fixed.get("framework")]))
+
+
+def gate_verdict(rows: list[dict], used: list[str]) -> tuple[str, str]:
+    """The gate's verdict for a design's frameworks, and the next step where
+    it is not a pass: a builder no framework of the design uses (the Keras
+    builder of a PyTorch design) does not make the verdict incomplete."""
+    mine = [r for r in rows if set(model_gate.frameworks_of(r["builder"])) & set(used)]
+    failed = sorted({r["builder"] for r in mine if r["status"] == "fail"})
+    unchecked = [r for r in mine if r["status"] not in ("pass", "fail")]
+    if failed:
+        return "fail", (
+            f"Next step: the {', '.join(failed)} builder's model differs from the "
+            "specification (the problems column says where); its results compare "
+            "different models until it is fixed."
+        )
+    if unchecked:
+        first = unchecked[0]
+        return "incomplete", (
+            f"Next step: the {first['builder']} builder (used by "
+            f"{', '.join(sorted(set(model_gate.frameworks_of(first['builder'])) & set(used)))}) "
+            f"was not checked ({first['checked on'] or 'no reason recorded'}); set up its "
+            "environment (the Frameworks section says how), then run ./ddlc run again, "
+            "which checks it."
+        )
+    unused = sorted({r["builder"] for r in rows if r not in mine and r["status"] != "pass"})
+    return "pass", (
+        f"Not checked, and used by no framework of this design: {', '.join(unused)}."
+        if unused
+        else ""
+    )

@@ -161,7 +161,7 @@ class Table:
             [
                 (text, text if is_status else "")
                 for text, is_status in zip(
-                    (humanize.NOT_SET if _missing(v) else str(v) for v in row), status
+                    (humanize.NO_VALUE if _missing(v) else str(v) for v in row), status
                 )
             ]
             for row in shown.itertuples(index=False)

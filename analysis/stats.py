@@ -119,15 +119,19 @@ def scaling(runs: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
     stay positive; the throughput's is :func:`positive_interval`.
     """
     by = ["framework"] + [b for b in (by or ["setting"]) if b != "framework"]
-    ok = cells.with_setting(runs[runs["status"] == "ok"])
+    planned = cells.with_setting(runs)
+    # The base is the smallest process count the design planned, run or not:
+    # a cell whose base has no successful run has no speedup yet (not 1).
+    smallest = {key: group["world_size"].min() for key, group in planned.groupby(by)}
+    ok = planned[planned["status"] == "ok"]
     rows = []
     for key, group in ok.groupby(by):
-        base_n = group["world_size"].min()
+        base_n = smallest[key]
         base = group[group["world_size"] == base_n]["images_per_s"].dropna()
         for n, cell in group.groupby("world_size"):
             values = cell["images_per_s"].dropna()
             mean, low, high, reps = positive_interval(values)
-            speedup = mean / base.mean()
+            speedup = mean / base.mean() if len(base) else math.nan
             factor = ratio_factor(values, base) if n != base_n else math.nan
             ideal = n / base_n
             rows.append(

@@ -45,8 +45,8 @@ class Summary:
     target: float = stats.NEEDS_MORE_REPLICATIONS  # relative half-width each cell should meet
     correction: str = (
         f"Welch's t-test between neighbours, p-values corrected with "
-        f"{CORRECTION}'s method over all neighbour pairs of a response "
-        f"(family-wise error {ALPHA * 100:g} %)"
+        f"{CORRECTION}'s method over all neighbour pairs of a response, "
+        f"family-wise error {ALPHA * 100:g} %"
     )
 
     @property
@@ -91,27 +91,37 @@ def _span(counts: pd.Series) -> str:
 
 
 def ok_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    ok = cells.with_setting(runs[runs["status"] == "ok"])
-    if "nodes" not in ok:
-        ok = ok.assign(nodes=1)
-    if "procs_per_node" not in ok:
-        ok = ok.assign(procs_per_node=ok["world_size"] // ok["nodes"])
-    return ok
+    """The successful runs, labelled as every planned run is (a factor's
+    level that no run reached still names the setting)."""
+    labelled = _with_scale(runs)
+    return labelled[labelled["status"] == "ok"]
+
+
+def _with_scale(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs with their setting and both scale columns (a design that fixes
+    nodes has no column for it)."""
+    runs = cells.with_setting(runs)
+    if "nodes" not in runs:
+        runs = runs.assign(nodes=1)
+    if "procs_per_node" not in runs:
+        runs = runs.assign(procs_per_node=runs["world_size"] // runs["nodes"])
+    return runs
 
 
 def scale_label(nodes, procs_per_node) -> str:
+    """1 node x 2 processes; on several nodes with the total: 2 nodes x 2
+    processes (4 in all)."""
+    if int(nodes) == 1:
+        return f"1 node x {humanize.processes(procs_per_node)}"
     total = int(nodes) * int(procs_per_node)
-    return (
-        f"{int(nodes)} node{'s' if nodes != 1 else ''} x {int(procs_per_node)} "
-        f"process{'es' if procs_per_node != 1 else ''} ({total} in all)"
-    )
+    return f"{int(nodes)} nodes x {humanize.processes(procs_per_node)} ({total} in all)"
 
 
 def compare(a: pd.Series, b: pd.Series) -> tuple[float, str]:
     """Welch's t-test of two cells' replications: (p, why not tested)."""
     a, b = a.dropna(), b.dropna()
     if min(len(a), len(b)) < 2:
-        return math.nan, f"too few replications to test (n = {min(len(a), len(b))})"
+        return math.nan, f"too few replications to test: n = {min(len(a), len(b))}"
     if a.std(ddof=1) == 0 and b.std(ddof=1) == 0:
         if a.iloc[0] == b.iloc[0]:
             return math.nan, "identical in every replication"
@@ -198,7 +208,7 @@ def with_scaling(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     with its own 95 % interval."""
     if table.empty:
         return table
-    scaling = stats.scaling(ok_runs(runs))
+    scaling = stats.scaling(_with_scale(runs))
     if scaling.empty:
         return table
     keep = scaling[["framework", "setting", "world_size", *SCALING]]
@@ -236,6 +246,59 @@ def headline(group: pd.DataFrame, response: str, unit: str, higher_is_better: bo
     return (
         f"{label} at {where}: {first['framework']} {word} with {value}, {gap} ({share}) "
         f"{better} {second['framework']} ({_verdict(first)}){_scaling_words(first)}."
+    )
+
+
+def the_rest(group: pd.DataFrame, response: str, unit: str, higher_is_better: bool) -> str:
+    """Where each framework behind the first two stands: against the best
+    and against the one just ahead of it, with the ranking's own test."""
+    if len(group) < 3:
+        return ""
+    best = group.iloc[0]
+    parts = []
+    for i in range(2, len(group)):
+        row, ahead = group.iloc[i], group.iloc[i - 1]
+        if higher_is_better:
+            against_best = f"{humanize.percent(1 - row[response] / best[response])} below"
+        else:
+            against_best = f"{humanize.percent(row[response] / best[response] - 1)} more than"
+        parts.append(
+            f"{row['framework']} {_with_interval(row, response, unit)}, {against_best} the best "
+            f"({best['framework']}), behind {ahead['framework']} ({_gap_words(ahead)})"
+        )
+    return " Then " + "; ".join(parts) + "."
+
+
+def _gap_words(row) -> str:
+    """The ranking's verdict on the gap between ``row`` and the next one."""
+    if row["significant"] == "no":
+        return f"not significant, {CORRECTION}-adjusted p {humanize.p_value(row['p_adjusted'])}"
+    return _verdict(row)
+
+
+def not_reached(runs: pd.DataFrame, key: tuple) -> str:
+    """The frameworks planned at one scale and setting with no successful
+    run there, and what became of their runs."""
+    planned = _with_scale(runs)
+    here = planned[planned[[*SCALE, "setting"]].apply(tuple, axis=1) == key]
+    missing = []
+    for framework, cell in here.groupby("framework"):
+        if not (cell["status"] == "ok").any():
+            missing.append(f"{framework} ({', '.join(sorted(cell['status'].dropna().unique()))})")
+    return f" No successful run here: {', '.join(missing)}." if missing else ""
+
+
+def unreached(runs: pd.DataFrame) -> str:
+    """The design's frameworks that no run reached at any scale, or ''."""
+    if "framework" not in runs:
+        return ""
+    ok = set(runs.loc[runs["status"] == "ok", "framework"])
+    never = sorted(set(runs["framework"].dropna()) - ok)
+    if not never:
+        return ""
+    return (
+        f"In the design but reached by no successful run, so in no comparison: "
+        f"{', '.join(never)} (Run status says why)."
     )
 
 
@@ -286,7 +349,7 @@ def dominant_bottlenecks(found: pd.DataFrame) -> pd.DataFrame:
         shares = {name: float(value[name]) for name in (EXPOSED, DATA) if name in value}
         name, share = max(shares.items(), key=lambda kv: kv[1]) if shares else (None, 0.0)
         framework, world, setting = key
-        lead = f"{framework}, {int(world)} process{'es' if world != 1 else ''} ({setting}): "
+        lead = f"{framework}, {humanize.processes(world)} ({setting}): "
         if not shares:  # the framework owns the step (Tarantella, LBANN)
             text = "it times whole steps only, so no phase can be named the bottleneck"
             name = "not timed"
@@ -381,8 +444,15 @@ def build(
         if response == "images_per_s":
             table = with_scaling(table, runs)
         rankings[response] = table
-        for _, group in table.groupby([*SCALE, "setting"], sort=False):
-            headlines.append(headline(group.sort_values("rank"), response, unit, higher))
+        for key, group in table.groupby([*SCALE, "setting"], sort=False):
+            group = group.sort_values("rank")
+            headlines.append(
+                headline(group, response, unit, higher)
+                + the_rest(group, response, unit, higher)
+                + not_reached(runs, key)
+            )
+    if line := unreached(runs):
+        notes.insert(0, line)
     dominant = dominant_bottlenecks(found)
     return Summary(
         headlines=headlines,
@@ -426,6 +496,8 @@ def section(ctx) -> Section:
         out.items(result.headlines)
     else:
         out.para("No successful run to compare yet.")
+    for line in result.notes:
+        out.para(line)
     if result.bottlenecks:
         out.para(
             Strong("Why"),
@@ -433,8 +505,6 @@ def section(ctx) -> Section:
         )
         out.items(result.bottlenecks)
     out.para(Strong("Replications"), f": {result.replication_words}")
-    for line in result.notes:
-        out.para(line)
     for name, t in result.tables().items():
         if len(t):
             out.table(t, caption=CAPTIONS.get(name, name))

@@ -221,7 +221,7 @@ def test_proof_finds_the_built_change_and_holds_accuracy():
         }
     ]
     found = improve.proof(pd.concat([before, after], ignore_index=True), tested).set_index("scale")
-    two = found.loc["1 node x 2 processes (2 in all)"]
+    two = found.loc["1 node x 2 processes"]
     assert two["step_change"] == pytest.approx(-0.25, abs=0.02)
     assert two["step_change_low"] < two["step_change"] < two["step_change_high"]
     assert two["throughput_change"] == pytest.approx(1 / 0.75 - 1, abs=0.03)
@@ -229,7 +229,7 @@ def test_proof_finds_the_built_change_and_holds_accuracy():
     assert two["predicted_step_change"] == pytest.approx(-0.5)
     assert two["held"] is False  # -25 % measured, -45 % to -55 % predicted
     assert two["accuracy_before"] == two["accuracy_after"] == 0.9
-    one = found.loc["1 node x 1 process (1 in all)"]
+    one = found.loc["1 node x 1 process"]
     assert not one["significant"]  # the same steps before and after
     assert np.isnan(one["predicted_step_change"]) and one["held"] is None
     tested[0]["predictions"][0].update(predicted_gain=0.27, low=0.2, high=0.3)

@@ -71,11 +71,11 @@ def test_degenerate_cells_are_said_in_words():
     )
     table = summary.ranking(runs, "images_per_s", True).set_index("framework")
     assert "no variance within either cell" in table.loc["a", "significant"]
-    assert table.loc["b", "significant"] == "too few replications to test (n = 1)"
+    assert table.loc["b", "significant"] == "too few replications to test: n = 1"
     result = summary.build(runs, pd.DataFrame())
     line = result.headlines[0]
     # no variance in either cell: the gap is exact, so a leader may be named
-    assert line.startswith("Throughput at 1 node x 2 processes (2 in all), batch_size 64: a leads")
+    assert line.startswith("Throughput at 1 node x 2 processes, batch_size 64: a leads")
     assert "100 images/s (identical in every replication)" in line
     assert "10 images/s (11.1 %) ahead of b" in line
     table = result.replications.set_index("framework")
@@ -92,20 +92,20 @@ def headline_of(cells: dict) -> str:
 def test_headline_names_a_leader_only_where_the_test_supports_it():
     significant = headline_of({("a", 2): [300.0, 302.0, 298.0], ("b", 2): [200.0, 203.0, 197.0]})
     assert significant.startswith(
-        "Throughput at 1 node x 2 processes (2 in all), batch_size 64: a leads with 300 "
+        "Throughput at 1 node x 2 processes, batch_size 64: a leads with 300 "
         "images/s (95 % interval "
     )
     assert "ahead of b (significant, Holm-adjusted p " in significant
     close = headline_of({("a", 2): [300.0, 330.0, 270.0], ("b", 2): [290.0, 320.0, 262.0]})
     assert close.startswith(
-        "No significant difference in throughput between a and b at 1 node x 2 processes "
-        "(2 in all), batch_size 64 (Holm-adjusted p "
+        "No significant difference in throughput between a and b at 1 node x 2 processes, "
+        "batch_size 64 (Holm-adjusted p "
     )
     assert "leads" not in close and "ahead" not in close
     single = headline_of({("a", 2): [300.0], ("b", 2): [200.0]})
     assert single == (
-        "Throughput at 1 node x 2 processes (2 in all), batch_size 64: a and b cannot be "
-        "told apart (too few replications to test (n = 1)): a 300 images/s (one replication: "
+        "Throughput at 1 node x 2 processes, batch_size 64: a and b cannot be "
+        "told apart (too few replications to test: n = 1): a 300 images/s (one replication: "
         "no interval), b 200 images/s (one replication: no interval)."
     )
 
@@ -229,7 +229,7 @@ def test_human_numbers():
     assert humanize.percent(0.5) == "50 %"
     assert humanize.number(123.456, "images/s") == "123 images/s"
     assert humanize.number(2_500_000, "B") == "2.5 MB"
-    assert humanize.number(float("nan")) == "not set"
+    assert humanize.number(float("nan")) == "none"
     assert humanize.percent(0.3214) == "32.1 %"
     frame = humanize.frame(
         pd.DataFrame(

@@ -21,11 +21,8 @@ def cell_problems(cells: list[dict]) -> list[str]:
     for config in cells:
         info = registry.FRAMEWORKS[config["framework"]]
         name, device = info.name, config["device"]
-        if device not in info.devices:
-            found[name, "device", device] = (
-                f"framework {name} cannot run device {device} (it runs: "
-                f"{', '.join(info.devices)}); exclude that combination or change device"
-            )
+        if problem := device_problem(name, info, device):
+            found[name, "device", device] = problem
         split = "calibrated" if device == "hybrid" else config["batch_split"]
         if split not in info.batch_splits:
             found[name, "split", split] = (
@@ -45,6 +42,17 @@ def cell_problems(cells: list[dict]) -> list[str]:
                 f"{config['procs_per_node']}"
             )
     return list(found.values())
+
+
+def device_problem(name: str, info: registry.AdapterInfo, device: str) -> str | None:
+    """Why the plan refuses framework ``name`` on ``device``; None where it
+    runs there (the report's list of frameworks left out asks the same)."""
+    if device in info.devices:
+        return None
+    return (
+        f"framework {name} cannot run device {device} (it runs: "
+        f"{', '.join(info.devices)}); exclude that combination or change device"
+    )
 
 
 def _frameworks_with(split: str) -> list[str]:
