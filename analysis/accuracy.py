@@ -56,7 +56,7 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
         epochs_to_accuracy=("epochs_to_accuracy", "mean"),
         energy_to_accuracy_j=("energy_to_accuracy_j", "mean"),
     )
-    return table.reset_index()
+    return cells.in_order(table.reset_index(), cells.CELL)  # batch 64 before 256
 
 
 def section(ctx) -> Section:

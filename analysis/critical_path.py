@@ -644,6 +644,8 @@ def cell_table(found: CriticalPath, runs: pd.DataFrame) -> pd.DataFrame:
                 path_top_share=share.loc[top, "path_share"],
                 path_top_step_share=share.loc[top, "step_share"],
             )
+        if row["world_size"] == 1:  # a one-process "join" exchanges nothing
+            row["communication_ms_per_step"] = np.nan
         row["finding"] = sentence(row)
         rows.append(row)
     return cells.in_order(pd.DataFrame(rows), cells.CELL)
@@ -664,6 +666,11 @@ def _cause_words(rank: int, cause: str) -> str:
 def sentence(row: dict) -> str:
     """One sentence for a cell of cell_table."""
     where = JOIN_NAMES.get(row["join_kind"], row["join_kind"])
+    if row.get("world_size") == 1:  # no other rank: nothing to wait for, nothing to exchange
+        text = "One process: no communication and no waiting"
+        if "path_top_phase" in row:
+            text += f"; {row['path_top_phase']} is {row['path_top_share']:.0%} of its critical path"
+        return text + "."
     if row.get("main_cause") is not None and not pd.isna(row.get("main_cause")):
         text = (
             f"{_cause_words(row['main_cause_rank'], row['main_cause'])} "

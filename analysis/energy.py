@@ -29,6 +29,7 @@ def section(ctx) -> Section:
                 energy_per_image_j=("energy_per_image_j", "mean"),
             )
             .reset_index()
+            .pipe(cells.in_order, cells.CELL)
         )
         out.figure(ctx.figures / "energy.png", "energy per image")
         out.para(

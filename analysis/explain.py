@@ -27,7 +27,7 @@ def _critical_path(runs: pd.DataFrame, phases: pd.DataFrame, folder: Path, found
     if found is None:
         ok = runs[runs["status"] == "ok"] if "status" in runs else runs
         found = critical_path.analyse(phases[phases["run_id"].isin(ok["run_id"])], ok)
-    figure = figures.critical_path(found, folder) if len(found.path) else None
+    figure = figures.critical_path(found, folder, runs) if len(found.path) else None
     return critical_path.section(runs, phases, figure, found)
 
 

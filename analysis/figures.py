@@ -25,24 +25,26 @@ from plotnine import (
     geom_line,
     geom_point,
     geom_segment,
+    geom_text,
     ggplot,
     labs,
     scale_color_manual,
     scale_fill_manual,
     scale_x_continuous,
+    scale_y_continuous,
     stat_summary,
     theme,
     theme_bw,
     element_text,
 )
 
-from analysis import accuracy, bottlenecks, cells, spread, stats
+from analysis import accuracy, bottlenecks, cells, humanize, spread, stats
 from analysis import critical_path as cp
 from analysis.section import EMPTY_FIGURES
 from analysis import compression as compression_table
 from frameworks import compression as codecs
 from runfiles.atomic import write_text
-from runfiles.phases import PHASES
+from runfiles.phases import PHASES, STEP_PHASES
 from ddlcompare.run.validate import read_table
 
 FIGURE_SIZE = (8, 4.5)
@@ -138,12 +140,13 @@ def accuracy_per_epoch(runs: pd.DataFrame, epochs: pd.DataFrame):
     df = epochs.merge(runs[keep], on="run_id")
     if df.empty:
         return nothing_to_show("Test accuracy after each epoch")
-    df["processes"] = df["world_size"].astype(str) + " process(es)"
+    df["processes"] = cells.natural(df["world_size"].map(humanize.processes))
     return (
         ggplot(df, aes("epoch", "test_accuracy", color="framework", group="run_id"))
         + geom_line(alpha=0.7)
         + geom_point(size=1.5)
         + facet_wrap("~processes")
+        + scale_x_continuous(breaks=whole_numbers(df["epoch"]))  # no epoch 1.5
         + labs(
             title="Test accuracy after each epoch (one line per run)",
             x="epoch",
@@ -152,6 +155,12 @@ def accuracy_per_epoch(runs: pd.DataFrame, epochs: pd.DataFrame):
         + theme_bw()
         + theme(figure_size=FIGURE_SIZE)
     )
+
+
+def whole_numbers(values: pd.Series) -> list[int]:
+    """Axis breaks at every whole number the values span, for a count
+    (epochs, ranks) that has no fractions."""
+    return list(range(int(values.min()), int(values.max()) + 1))
 
 
 def time_to_accuracy(runs: pd.DataFrame):
@@ -263,8 +272,7 @@ def scaling(runs: pd.DataFrame):
         + facet_wrap("~setting")
         + scale_x_continuous(breaks=sorted(table["world_size"].unique()))
         + labs(
-            title="Speedup against each framework's smallest configuration "
-            "(dashed: ideal; bars: 95 % CI)",
+            title="Speedup over the smallest planned scale\n(dashed: ideal; bars: 95 % interval)",
             x="processes",
             y="speedup (throughput / base throughput)",
         )
@@ -283,7 +291,9 @@ def phase_breakdown(table: pd.DataFrame):
         cell=cells.natural(table["world_size"].astype(str) + " proc., " + table["setting"]),
     )
     bars = table.groupby("framework")["cell"].nunique().sum()
-    return (
+    drawn = (table["ms"] > 0).groupby(table["framework"]).any()
+    notes = empty_panel_notes(table, drawn, lambda part: {"cell": part["cell"].min(), "ms": 0.0})
+    plot = (
         ggplot(table, aes("cell", "ms", fill="phase"))
         + geom_col()
         + scale_fill_manual(values=PHASE_COLORS)
@@ -297,6 +307,12 @@ def phase_breakdown(table: pd.DataFrame):
         + theme_bw()
         + theme(figure_size=(9, 2 + 0.35 * bars))
     )
+    if not notes.empty:
+        notes["cell"] = pd.Categorical(notes["cell"], table["cell"].cat.categories, ordered=True)
+        plot += geom_text(
+            aes("cell", "ms", label="label"), data=notes, size=9, ha="left", inherit_aes=False
+        )
+    return plot
 
 
 def timeline(phases: pd.DataFrame, runs: pd.DataFrame, window: int = 12):
@@ -350,7 +366,28 @@ def timeline(phases: pd.DataFrame, runs: pd.DataFrame, window: int = 12):
         plot += geom_point(
             aes(x="start", y="rank"), data=outliers, shape="x", size=4, color="black"
         )
+    drawn = (data["end_ms"] > data["start_ms"]).groupby(data["framework"]).any()
+    notes = empty_panel_notes(data, drawn, lambda part: {"x": 0.0, "rank": part["rank"].min()})
+    if not notes.empty:
+        plot += geom_text(aes(x="x", y="rank", label="label"), data=notes, size=9, ha="left")
     return plot
+
+
+def empty_panel_notes(data: pd.DataFrame, drawn: pd.Series, at) -> pd.DataFrame:
+    """One line, placed ``at(its rows)`` (the panel's coordinates), in each framework's
+    panel that would otherwise be empty (``drawn``: per framework, whether
+    anything of positive length is drawn), saying why."""
+    from frameworks import registry
+
+    rows = []
+    for framework, part in data.groupby("framework", observed=True):
+        if drawn.get(framework, False):
+            continue
+        info = registry.FRAMEWORKS.get(framework)
+        timed = info is not None and set(info.exposes) & set(STEP_PHASES)
+        why = "no phase timed here" if timed else "whole steps only, no phase inside them"
+        rows.append({"framework": framework, **at(part), "label": f"{framework}: {why}"})
+    return pd.DataFrame(rows)
 
 
 def waterfall(table: pd.DataFrame, why: str = "no successful run to show"):
@@ -410,9 +447,23 @@ def step_times(runs: pd.DataFrame, phases: pd.DataFrame):
     )
 
 
-def critical_path(found: cp.CriticalPath, folder: Path, joins: int = 6) -> Path:
+def run_name(runs: pd.DataFrame | None, run_id: str) -> str:
+    """A run as a reader names it (framework, processes, setting, replication),
+    its id only where the runs table does not know it."""
+    if runs is None or "run_id" not in runs or not (runs["run_id"] == run_id).any():
+        return run_id
+    row = cells.with_setting(runs).set_index("run_id").loc[run_id]
+    return (
+        f"{row['framework']}, {humanize.processes(row['world_size'])}, {row['setting']}, "
+        f"rep {row['rep']}"
+    )
+
+
+def critical_path(
+    found: cp.CriticalPath, folder: Path, runs: pd.DataFrame | None = None, joins: int = 6
+) -> Path:
     """The per-rank timeline of a few joins of the first run with the most
-    ranks, the critical path drawn over it in black."""
+    ranks, the critical path drawn over it in black, on the rank rows."""
     ranks = found.joins.groupby("run_id")["rank"].nunique()
     run_id = ranks.idxmax()
     first = int(found.joins[found.joins["run_id"] == run_id]["join"].min()) + 1
@@ -437,7 +488,7 @@ def critical_path(found: cp.CriticalPath, folder: Path, joins: int = 6) -> Path:
     marks = path.assign(
         start_ms=(path["start_ns"] - start) / 1e6,
         end_ms=(path["end_ns"] - start) / 1e6,
-        y=path["rank"] + 0.3,
+        y=path["rank"].astype(float),
     )
     jumps = marks.sort_values("start_ms")
     jumps = pd.DataFrame(
@@ -459,8 +510,9 @@ def critical_path(found: cp.CriticalPath, folder: Path, joins: int = 6) -> Path:
             aes(x="x", xend="x", y="y", yend="yend"), data=jumps, size=0.6, color="black"
         )
         + scale_color_manual(values=PHASE_COLORS)
+        + scale_y_continuous(breaks=whole_numbers(data["y"]))  # ranks only, no rank 0.5
         + labs(
-            title=f"Critical path (black) over {joins} steps of {run_id}",
+            title=f"Critical path (black) over {joins} steps of {run_name(runs, run_id)}",
             x="time since the window's start (ms)",
             y="rank",
         )

@@ -67,6 +67,7 @@ def achieved(runs: pd.DataFrame, step_stats: pd.DataFrame) -> pd.DataFrame:
             grad_comm_mean_s=("grad_comm_mean_s", "mean"),
         )
         .reset_index()
+        .pipe(cells.in_order, cells.CELL)
     )
     # only where the framework times its gradient exchange as a phase of its own
     shows = table["framework"].map(lambda f: "grad_comm" in registry.FRAMEWORKS[f].exposes)

@@ -23,7 +23,10 @@ def design_section(ctx) -> Section:
         [{"factor": f, "levels": ", ".join(map(str, v))} for f, v in design.factors.items()]
     )
     fixed = pd.DataFrame(
-        [{"setting": k, "value": humanize.NOT_SET if v is None else v} for k, v in design.fixed.items()]
+        [
+            {"setting": k, "value": humanize.NOT_SET if v is None else v}
+            for k, v in design.fixed.items()
+        ]
     )
     commits = sorted(runs["harness_commit"].dropna().unique())
     hosts = ", ".join(sorted(_hosts(runs))) or "none recorded"

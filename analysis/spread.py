@@ -104,7 +104,9 @@ def links(runs: pd.DataFrame, root: str, base) -> list[list]:
         for i, row in enumerate(group.itertuples()):
             relative = row.path.removeprefix(root + "/")
             folder = relative + "/"
-            line += [", "] * bool(i) + [Link(f"rep {row.rep}", folder), f" ({row.status}"]
+            # a run that left no folder gets no link (it would lead nowhere)
+            rep = Link(f"rep {row.rep}", folder) if (base / relative).is_dir() else f"rep {row.rep}"
+            line += [", "] * bool(i) + [rep, f" ({row.status}"]
             for name, what in ((names.OTF2_DIR, "trace"), (names.PHASE_TABLE, "phase table")):
                 if (base / relative / name).exists():
                     line += [", ", Link(what, f"{folder}{name}")]

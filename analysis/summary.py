@@ -373,7 +373,7 @@ def dominant_bottlenecks(found: pd.DataFrame) -> pd.DataFrame:
                 "sentence": lead + text + ".",
             }
         )
-    return pd.DataFrame(rows)
+    return cells.in_order(pd.DataFrame(rows), cells.CELL)
 
 
 def replication_table(
