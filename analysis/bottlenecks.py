@@ -279,6 +279,8 @@ def findings(
                     f"{humanize.number(value)}).",
                 )
         init = inits.loc[group.index]
+        if init["init_s"].isna().all():  # the runs did not record their start-up
+            continue
         share = (
             init["init_s"] / (init["init_s"] + init["time_per_epoch_s"] * init["epochs"])
         ).mean()

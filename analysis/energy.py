@@ -5,7 +5,7 @@ analysis/collect.py from each run's record)."""
 from __future__ import annotations
 
 
-from analysis import cells
+from analysis import cells, humanize
 from analysis.section import Section
 
 
@@ -44,7 +44,7 @@ def section(ctx) -> Section:
         lead = (
             "Energy was not measured"
             if measured.empty
-            else f"Energy was not measured for {len(unmeasured)} run(s)"
+            else f"Energy was not measured for {humanize.count(len(unmeasured), 'run')}"
         )
         out.para(f"{lead}; the reasons, as each run reported them:").table(reasons)
     return out

@@ -462,6 +462,15 @@ def run_name(runs: pd.DataFrame | None, run_id: str) -> str:
 def critical_path(
     found: cp.CriticalPath, folder: Path, runs: pd.DataFrame | None = None, joins: int = 6
 ) -> Path:
+    """critical_path.png in ``folder``: :func:`critical_path_plot`."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "critical_path.png"
+    critical_path_plot(found, runs, joins).save(out, dpi=100, verbose=False)
+    return out
+
+
+def critical_path_plot(found: cp.CriticalPath, runs: pd.DataFrame | None = None, joins: int = 6):
     """The per-rank timeline of a few joins of the first run with the most
     ranks, the critical path drawn over it in black, on the rank rows."""
     ranks = found.joins.groupby("run_id")["rank"].nunique()
@@ -498,7 +507,7 @@ def critical_path(
             "yend": jumps["y"].to_numpy()[1:],
         }
     )
-    plot = (
+    return (
         ggplot()
         + geom_segment(
             aes(x="start_ms", xend="end_ms", y="y", yend="y", color="phase"), data=data, size=6
@@ -519,11 +528,6 @@ def critical_path(
         + theme_bw()
         + theme(figure_size=(9, 2 + 0.4 * ranks.max()))
     )
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    out = folder / "critical_path.png"
-    plot.save(out, dpi=100, verbose=False)
-    return out
 
 
 def draw_all(tables: Path) -> dict[str, Path]:

@@ -27,6 +27,7 @@ UNITS = (
     ("_bytes_per_step", "B/step"),
     ("_bytes", "B"),
     ("_mb_s", "MB/s"),
+    ("_ms_per_step", "ms"),  # path_ms_per_step: ms in each step
     ("_ms", "ms"),
     ("_j", "J"),
     ("_s", "s"),

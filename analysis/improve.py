@@ -309,7 +309,7 @@ def _cpu_share_saved(f: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
 
 def _spinning_evidence(f: pd.DataFrame, saturated: bool, wire: float) -> str:
     said = (
-        f"{f['spinning_threads'].mean():.0f} thread(s) per run never blocked yet "
+        f"{humanize.count(round(f['spinning_threads'].mean()), 'thread')} per run never blocked yet "
         f"took {f['spinning_cores'].mean():.2f} cores; the others ran on "
         f"{f['others_cpu_cores'].mean():.2f} cores and waited for one "
         f"{f['others_wait_cores'].mean():.2f} cores' worth "
@@ -338,7 +338,7 @@ def _spinning_words(cell: pd.DataFrame) -> str:
         return ""
     cores = pd.to_numeric(cell["spinning_cores"], errors="coerce").mean()
     return (
-        f"; {threads.mean():.0f} thread(s) per run never blocked yet took {cores:.2f} "
+        f"; {humanize.count(round(threads.mean()), 'thread')} per run never blocked yet took {cores:.2f} "
         "cores (busy-polling: run.json's machine_load.spinning)"
     )
 

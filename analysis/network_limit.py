@@ -132,7 +132,7 @@ def section(ctx) -> Section:
                 algbw_mb_s=lambda t: t["algbw_mb_s"] / 1e6,
                 busbw_mb_s=lambda t: t["busbw_mb_s"] / 1e6,
             ),
-            caption=f"MPI all-reduce probe, {processes} processes on {nodes} node(s) "
+            caption=f"MPI all-reduce probe, {processes} processes on {humanize.count(nodes, 'node')} "
             f"({hosts}), {network}; each link carries "
             f"{humanize.number(link, 'MB/s')} (Sendrecv ring)",
         )

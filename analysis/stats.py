@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis import cells
+from analysis import cells, humanize
 from analysis.section import Em, Section, Sup
 
 # Responses without a value in any run (energy where nothing can be read,
@@ -359,8 +359,8 @@ def section(ctx) -> Section:
         few = f", or {single} with one replication: too few for an interval" if single else ""
         out.para(
             f"Mean and its 95 % interval per cell (low and high: the t interval on the "
-            f"log scale, positive; ci_half_width: t s / sqrt(n)). {flagged} cell(s) need "
-            f"more replications (half-width over {NEEDS_MORE_REPLICATIONS * 100:g} % "
+            f"log scale, positive; ci_half_width: t s / √n). "
+            f"{humanize.count(flagged, 'cell needs', 'cells need')} more replications (half-width over {NEEDS_MORE_REPLICATIONS * 100:g} % "
             f"of the mean{few})."
         )
         out.table(reps, caption=f"{response} per cell")

@@ -52,7 +52,7 @@ class Summary:
     @property
     def definitions(self) -> list[str]:
         """What the figures of the "why" sentences are."""
-        said = ["shares are of the mean measured step"]
+        said = ["Shares are of the mean measured step"]
         if any(WAIT in line for line in self.bottlenecks):
             said.append(f"the {WAIT}: {critical_path.WAIT_DEFINITION}")
         return said
@@ -499,9 +499,10 @@ def section(ctx) -> Section:
     for line in result.notes:
         out.para(line)
     if result.bottlenecks:
+        # the definitions hold brackets of their own: a sentence, not a bracket
         out.para(
             Strong("Why"),
-            f": the dominant bottleneck of each framework ({'; '.join(result.definitions)}).",
+            f": the dominant bottleneck of each framework. {'; '.join(result.definitions)}.",
         )
         out.items(result.bottlenecks)
     out.para(Strong("Replications"), f": {result.replication_words}")
