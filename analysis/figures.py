@@ -453,10 +453,8 @@ def run_name(runs: pd.DataFrame | None, run_id: str) -> str:
     if runs is None or "run_id" not in runs or not (runs["run_id"] == run_id).any():
         return run_id
     row = cells.with_setting(runs).set_index("run_id").loc[run_id]
-    return (
-        f"{row['framework']}, {humanize.processes(row['world_size'])}, {row['setting']}, "
-        f"rep {row['rep']}"
-    )
+    rep = f", rep {row['rep']}" if "rep" in row else ""
+    return f"{row['framework']}, {humanize.processes(row['world_size'])}, {row['setting']}{rep}"
 
 
 def critical_path(

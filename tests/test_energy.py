@@ -519,5 +519,5 @@ def test_report_energy_section_shows_figures_or_reasons(tmp_path):
     assert "Energy was not measured" in plain and "rapl: no powercap" in plain
     figures.energy(runs_table([100.0, 150.0])).save(tmp_path / "energy.png", verbose=False)
     mixed = section(runs_table([100.0, float("nan")]))
-    assert "<img" in mixed and "not measured for 1 run(s)" in mixed
+    assert "<img" in mixed and "not measured for 1 run" in mixed
     assert "<td>100 mJ</td>" in mixed  # energy_per_image_j of the measured run
