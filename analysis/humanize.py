@@ -45,6 +45,12 @@ SHARES = (
     "tracing_cost",
     "predicted_gain",
     "relative_error",
+    "naive_error",
+    # ddlc improve's proof: relative changes and the predicted one's interval
+    "step_change",
+    "throughput_change",
+    "predicted_low",
+    "predicted_high",
 )
 # Columns that hold p-values.
 P_VALUES = ("p", "p_adjusted", "p_raw")

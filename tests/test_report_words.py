@@ -280,3 +280,25 @@ def test_figures_have_whole_ticks_full_titles_and_say_why_a_panel_is_empty(built
     for text in titles:
         box = text.get_window_extent()
         assert box.x0 >= 0 and box.x1 <= width, (box, width)
+
+
+def test_relative_figures_are_percentages_in_every_table():
+    """The what-if's errors and ddlc improve's predictions and changes are
+    fractions in the tables (CSV), percentages on the page."""
+    from analysis import humanize
+
+    columns = {
+        "relative_error": -0.71,
+        "naive_error": 0.05,
+        "predicted_gain": 0.192,
+        "predicted_gain_low": 0.18,
+        "predicted_step_change": -0.192,
+        "predicted_low": -0.2,
+        "predicted_high": -0.18,
+        "step_change": -0.2,
+        "step_change_high": -0.1,
+        "throughput_change_low": 0.1,
+    }
+    shown = humanize.frame(pd.DataFrame([columns])).iloc[0]
+    assert shown["relative_error"] == "-71 %" and shown["predicted_gain"] == "19.2 %"
+    assert all(text.endswith(" %") for text in shown), shown.to_dict()
