@@ -302,3 +302,33 @@ def test_relative_figures_are_percentages_in_every_table():
     shown = humanize.frame(pd.DataFrame([columns])).iloc[0]
     assert shown["relative_error"] == "-71 %" and shown["predicted_gain"] == "19.2 %"
     assert all(text.endswith(" %") for text in shown), shown.to_dict()
+
+
+def test_no_table_reaches_past_its_box_in_a_browser(built, tmp_path):
+    """At 1400 px, in Chromium: the page does not scroll sideways and every
+    table's box ends inside its section (a wide table scrolls in its box)."""
+    import shutil
+
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is installed by envs/setup.sh"
+    page_file = tmp_path / "report.html"
+    page_file.write_text(built["page"])
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=chromium, args=["--no-sandbox", "--disable-gpu", "--no-first-run"]
+        )
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(page_file.as_uri())
+        page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
+        overflow = page.evaluate(
+            "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+        past = page.eval_on_selector_all(
+            ".table-box",
+            """boxes => boxes.filter(b => b.getBoundingClientRect().right >
+                 b.closest('section').getBoundingClientRect().right + 0.5).length""",
+        )
+        browser.close()
+    assert overflow <= 0 and past == 0, (overflow, past)
