@@ -212,8 +212,32 @@ def rank_record(dist: Dist, versions: dict) -> dict:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpu": _cpu_model(),
+        **where_it_ran(),
         **versions,
     }
+
+
+def where_it_ran() -> dict:
+    """The cores this process could run on (its affinity, read back from the
+    kernel: a cpuset or taskset of the node confines it), the threads its
+    framework's compute pool uses, and the threads the process has now."""
+    return {
+        "cpus": sorted(os.sched_getaffinity(0)),
+        "compute_threads": _compute_threads(),
+        "os_threads": len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self") else None,
+    }
+
+
+def _compute_threads() -> int | None:
+    """The framework's intra-op pool as it stands (torch's, TensorFlow's:
+    0 there means its default, one per core), else OMP_NUM_THREADS."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"].get_num_threads()
+    if "tensorflow" in sys.modules:
+        pool = sys.modules["tensorflow"].config.threading.get_intra_op_parallelism_threads()
+        return pool or len(os.sched_getaffinity(0))
+    text = os.environ.get("OMP_NUM_THREADS", "")
+    return int(text) if text.isdigit() else None
 
 
 def _cpu_model() -> str:

@@ -4,6 +4,7 @@ real traffic and real training runs; they need root (CAP_NET_ADMIN and
 CAP_SYS_ADMIN) and iproute2, and are skipped with the reason without them."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from analysis import collect
 from conftest import REPO, TINY_FIXED
 from ddlcompare.plan import design
-from ddlcompare.run import launch, netem, preflight, runner, schedulers
+from ddlcompare.run import cores, launch, netem, preflight, runner, schedulers
 from ddlcompare.run.schedulers import Host
 from frameworks import data, models
 
@@ -228,6 +229,34 @@ def test_two_nodes_train_over_the_emulated_network(tmp_path, framework):
     runs = collect.tables(plan, tmp_path)["runs"].iloc[0]
     assert runs["net_tx_bytes"] == network["tx_bytes"]
     assert runs["net_tx_bytes_per_step"] == network["tx_bytes"] / steps
+
+
+@pytest.mark.slow
+@needs_netns
+def test_nodes_with_cores_of_their_own_confine_each_rank(tmp_path):
+    """cores_per_node: 1 on two emulated nodes: each rank reads back one
+    core, its node's, and the two nodes' cores differ (torchrun starts the
+    second node's rank through the ssh shim, which confines it too)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("two nodes of one core each need two cores")
+    _, row, done, folder = run_emulated(emulated_design("torch-ddp", cores_per_node=1), tmp_path)
+    assert done["status"] == "ok", done["reason"]
+    record = json.loads((folder / runner.RECORD).read_text())
+    seen = [rank["cpus"] for rank in sorted(record["ranks"], key=lambda r: r["rank"])]
+    assert seen == record["cores"]["nodes"] and seen[0] != seen[1], seen
+    assert record["conditions"]["cores_per_rank"] == [1, 1]
+    assert record["conditions"]["own_cores"] is True
+    assert record["conditions"]["network"] == {"emulated": True, "rate_mbit": 1000, "delay_ms": 0}
+
+
+def test_more_cores_than_the_machine_has_is_refused_in_one_line():
+    with pytest.raises(cores.CoresError, match="cores_per_node: 2 node\\(s\\) x 3 core"):
+        cores.node_cpus({"nodes": 2, "cores_per_node": 3}, available={0, 1, 2, 3})
+    assert cores.node_cpus({"nodes": 2, "cores_per_node": 2}, available={0, 1, 2, 5}) == [
+        [0, 1],
+        [2, 5],
+    ]
+    assert cores.span([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
 
 
 @pytest.mark.slow

@@ -443,6 +443,16 @@ PARAMS: dict[str, Param] = {
             maximum=60000,
         ),
         Param(
+            "cores_per_node",
+            int,
+            None,
+            "give each node of this machine cores of its own: node i runs on the runner's "
+            "cores i*c to (i+1)*c-1, read back from every rank (nodes > 1 need "
+            "net_rate_mbit; null: the nodes share every core)",
+            minimum=1,
+            nullable=True,
+        ),
+        Param(
             "data_dir",
             str,
             None,

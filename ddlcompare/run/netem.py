@@ -32,7 +32,7 @@ from pathlib import Path
 import psutil
 
 from runfiles.names import NETWORK
-from ddlcompare.run import schedulers
+from ddlcompare.run import cores, schedulers
 from runfiles.atomic import write_json
 
 IFACE = "ddlc0"  # the node's NIC, same name in every node namespace
@@ -58,36 +58,63 @@ class Node:
     address: str
     hostname: str  # its own, as a cluster node has: launchers find themselves by it
     port: str  # the link's end in the switch namespace
+    cpus: str = ""  # its own cores (ddlcompare/run/cores.py), "" where it shares the machine's
 
 
 class NoEmulation:
-    """The machine's own network: nothing to set up."""
+    """The machine's own network: nothing to set up; the one node's cores
+    where cores_per_node confines it."""
 
     env: dict[str, str] = {}
+    hostnames: list[str] = []  # the machine's own: every rank is on node 0
+
+    def __init__(self, node_cpus: list[list[int]] | None = None):
+        self.node_cpus = node_cpus
 
     def enter(self, argv: list[str]) -> list[str]:
-        return argv
+        return cores.confine(self.node_cpus[0] if self.node_cpus else None, argv)
 
 
 class EmulatedNetwork:
-    def __init__(self, tag: str, nodes: int, rate_mbit: int, delay_ms: float):
+    def __init__(
+        self,
+        tag: str,
+        nodes: int,
+        rate_mbit: int,
+        delay_ms: float,
+        node_cpus: list[list[int]] | None = None,
+    ):
         subnet = free_subnet()
         self.switch = f"{PREFIX}{tag}-sw"
         self.prefixlen = subnet.prefixlen
         machine = os.uname().nodename.split(".")[0][:40]
+        self.node_cpus = node_cpus
         self.nodes = [
-            Node(f"{PREFIX}{tag}-n{i}", str(subnet[i + 1]), f"{machine}-n{i}", f"n{i}")
+            Node(
+                f"{PREFIX}{tag}-n{i}",
+                str(subnet[i + 1]),
+                f"{machine}-n{i}",
+                f"n{i}",
+                cores.span(node_cpus[i]) if node_cpus else "",
+            )
             for i in range(nodes)
         ]
         self.rate_mbit = rate_mbit
         self.delay_ms = delay_ms
 
     @property
+    def hostnames(self) -> list[str]:
+        return [n.hostname for n in self.nodes]
+
+    @property
     def env(self) -> dict[str, str]:
         """What the launchers and the ranks need to know: the hosts (read by
         the netns scheduler and the ssh shim) and the interface to talk on."""
         return {
-            HOSTS_MAP: " ".join(f"{n.address}={n.namespace}={n.hostname}" for n in self.nodes),
+            HOSTS_MAP: " ".join(
+                f"{n.address}={n.namespace}={n.hostname}" + (f"={n.cpus}" if n.cpus else "")
+                for n in self.nodes
+            ),
             "GLOO_SOCKET_IFNAME": IFACE,
             "OMPI_MCA_btl_tcp_if_include": IFACE,
             "OMPI_MCA_oob_tcp_if_include": IFACE,
@@ -210,8 +237,14 @@ class EmulatedNetwork:
 def network(config: dict, run_dir: Path):
     """The run's network: the machine's own, or an emulated one that exists
     exactly as long as this block and whose traffic goes to network.json."""
+    node_cpus = cores.node_cpus(config)
     if config.get("net_rate_mbit") is None:
-        yield NoEmulation()
+        if node_cpus and len(node_cpus) > 1:
+            raise cores.CoresError(
+                "cores_per_node: the nodes of one machine have cores of their own only as "
+                "emulated nodes; set net_rate_mbit (e.g. 10000) or nodes: 1"
+            )
+        yield NoEmulation(node_cpus)
         return
     require_capable(schedulers.detect(config["nodes"], config["procs_per_node"])[0])
     remove_stale()
@@ -220,6 +253,7 @@ def network(config: dict, run_dir: Path):
         config["nodes"],
         config["net_rate_mbit"],
         config.get("net_delay_ms") or 0,
+        node_cpus,
     )
     try:
         net.create()
@@ -310,13 +344,16 @@ def remove_namespace(name: str) -> None:
 
 def enter_node(node: Node, argv: list[str]) -> list[str]:
     """argv in the node: its network namespace (and its /etc/hosts), and a
-    UTS namespace of its own with the node's host name. netns_as_ssh/ssh
-    enters a node the same way."""
+    UTS namespace of its own with the node's host name, confined to the
+    node's cores where it has its own. netns_as_ssh/ssh enters a node the
+    same way."""
+    confined = ["taskset", "--cpu-list", node.cpus] if node.cpus else []
     return [
         "ip",
         "netns",
         "exec",
         node.namespace,
+        *confined,
         "unshare",
         "--uts",
         "sh",

@@ -25,6 +25,8 @@ import psutil
 
 from runfiles.names import CONFIG, DONE, EPOCHS, METRICS, PHASE_TABLE, RUN_RECORD, TRAIN_LOG
 from ddlcompare.run import (
+    conditions,
+    cores,
     diskspace,
     launch,
     machine_load,
@@ -235,7 +237,10 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
             argv, env = launch.command(info.launcher, host_list, config, run_dir, scheduler)
             argv = net.enter(argv)
             record.update(
-                scheduler=scheduler.name, hosts=[h.__dict__ for h in host_list], command=argv
+                scheduler=scheduler.name,
+                hosts=[h.__dict__ for h in host_list],
+                command=argv,
+                cores=cores.record(net.node_cpus, net.hostnames),
             )
             hang = stall.EpochWatch(run_dir / EPOCHS, config["epochs"])
             watch = Watch(run_dir, token, derived_timeout(config), scheduler.one_machine, hang)
@@ -278,7 +283,11 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
         outcome["reason"] = "measured while other training shared this machine: " + "; ".join(
             outcome["overlap"][:3]
         )
-    record.update(status=status, end=_now(), ranks=_ranks(run_dir), **outcome)
+    ranks = _ranks(run_dir)
+    if status == "ok" and (unconfined := cores.check(record.get("cores"), ranks)):
+        status, outcome["reason"] = "failed", unconfined  # not measured as designed
+    record.update(status=status, end=_now(), ranks=ranks, **outcome)
+    record["conditions"] = conditions.of_run(record, run_dir / netem.RECORD)
     save(RECORD, record)
     save(
         DONE,

@@ -67,9 +67,12 @@ class Scheduler:
 
     def per_node_starter(self, hosts: list[Host]) -> list[str]:
         """The argv prefix that starts one process on each host: mpirun as a
-        plain process starter, through this scheduler's remote shell."""
+        plain process starter, through this scheduler's remote shell. Bound
+        to nothing: Open MPI binds 2 processes to a core each by default, and
+        every process the starter starts would share that one core."""
         agent = ["--mca", "plm_rsh_agent", self.rsh_agent] if self.rsh_agent else []
-        return ["mpirun", "--host", ",".join(h.name for h in hosts), "--npernode", "1", *agent]
+        hosts_arg = ["--host", ",".join(h.name for h in hosts)]
+        return ["mpirun", *hosts_arg, "--npernode", "1", *agent, "--bind-to", "none"]
 
     def mpirun_args(self) -> list[str]:
         """What mpirun needs to start ranks on hosts given with --host."""
