@@ -23,6 +23,9 @@
   run clock's start, for energy to accuracy). NaN where not measured.
 - load: runs get ``foreign_cpu_share``, ``loaded`` and ``busiest_foreign``
   (what else the machine did while they measured; see load_figures).
+- conditions: runs get ``cores_per_rank``, ``own_cores``,
+  ``compute_threads``, ``ranks_per_node``, ``runnable_per_core`` and
+  ``network``, read back from the ranks (analysis/conditions.py).
 - ``balance.parquet``: one row per run and rank of calibrated runs
   (balance.json: device kind, images per step, share, speed, idle time;
   analysis/devices.py).
@@ -43,7 +46,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from runfiles.names import EPOCHS, METRICS, PHASE_TABLE
-from analysis import accuracy, cells, devices, replication
+from analysis import accuracy, cells, conditions, devices, replication
 from ddlcompare.run import machine_load, netem, runner, validate
 from runfiles import energy, names
 from runfiles.atomic import replacing, write_text
@@ -143,6 +146,7 @@ def run_row(design: Design, row, results: Path) -> dict:
     out.update(network_figures(folder, metrics))
     out.update(energy_figures(folder, metrics))
     out.update(load_figures(record))
+    out.update(conditions.columns(record))
     return out
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from analysis import cells, critical_path, humanize, stats
+from analysis import cells, conditions, critical_path, humanize, stats
 from analysis.section import Code, Section, Strong
 
 ALPHA = 0.05
@@ -42,6 +42,8 @@ class Summary:
     bottlenecks: list[str]
     replications: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    conditions: list[str] = field(default_factory=list)  # where the figures hold, said first
+    clean_headlines: list[str] = field(default_factory=list)  # ranked on clean runs only
     target: float = stats.NEEDS_MORE_REPLICATIONS  # relative half-width each cell should meet
     correction: str = (
         f"Welch's t-test between neighbours, p-values corrected with "
@@ -461,7 +463,33 @@ def build(
         replications=replication_table(runs, target, most),
         target=target,
         notes=notes,
+        conditions=conditions.lines(runs),
+        clean_headlines=clean_headlines(runs),
     )
+
+
+def clean_headlines(runs: pd.DataFrame) -> list[str]:
+    """Throughput ranked on the runs measured without heavy foreign load,
+    in the scales and settings where every framework has at least
+    conditions.CLEAN_MIN of them (none where no run was loaded)."""
+    if "loaded" not in runs or not runs["loaded"].fillna(False).astype(bool).any():
+        return []
+    group = [*SCALE, "setting"]
+    everyone = ok_runs(runs).groupby(group)["framework"].nunique()
+    clean = ok_runs(runs[~runs["loaded"].fillna(False).astype(bool)])
+    if clean.empty:
+        return []
+    per = clean.groupby([*group, "framework"]).size()
+    enough = (per >= conditions.CLEAN_MIN).groupby(level=group).sum()
+    cells_kept = enough[enough == everyone.reindex(enough.index)].index
+    kept = clean.set_index(group).loc[lambda t: t.index.isin(cells_kept)].reset_index()
+    table = ranking(kept, "images_per_s", True) if len(kept) else pd.DataFrame()
+    if table.empty:
+        return []
+    return [
+        "Clean runs only: " + headline(g.sort_values("rank"), "images_per_s", "images/s", True)
+        for _, g in table.groupby(group, sort=False)
+    ]
 
 
 # ----------------------------------------------------------------- section
@@ -487,10 +515,21 @@ def of(ctx) -> Summary:
     return ctx.extra["summary"]
 
 
+def conditions_block(out: Section, result: Summary) -> None:
+    """Where the figures hold, before any of them: the runs' conditions,
+    foreign load if any, and the ranking of clean runs where there are
+    enough of them."""
+    if result.conditions:
+        out.para(Strong("Where these figures hold"), ": " + " ".join(result.conditions))
+    if result.clean_headlines:
+        out.items(result.clean_headlines)
+
+
 def section(ctx) -> Section:
     """The answer first: who leads, why, how sure."""
     result = of(ctx)
     out = Section("summary", "Summary", css="answer")
+    conditions_block(out, result)
     if result.headlines:
         out.para(Strong("Which framework leads, by how much, how sure"), f" ({result.correction}):")
         out.items(result.headlines)

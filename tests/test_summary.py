@@ -3,6 +3,7 @@ ranking, significance with Holm's correction, degenerate cells said in
 words, the bottleneck sentence, human numbers."""
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -270,3 +271,43 @@ def test_levels_in_numeric_order():
         settings = list(dict.fromkeys(table["setting"]))
         assert settings == ["batch_size 64", "batch_size 256", "batch_size 1024"]
     assert sorted(["x 10", "x 9", "x 9.5"], key=cells.natural_key) == ["x 9", "x 9.5", "x 10"]
+
+
+def test_loaded_runs_are_said_before_any_figure_and_clean_runs_ranked_apart():
+    """Of 4 runs a framework, the first loaded: the summary's first lines say
+    so, with the foreign share, and rank the 3 clean runs of each framework
+    apart; the section says it before its first figure."""
+    runs = runs_table({("a", 2): [300.0, 101.0, 100.0, 99.0], ("b", 2): [90.0, 91.0, 89.0, 90.5]})
+    runs = runs.assign(
+        loaded=runs["rep"] == 1,
+        foreign_cpu_share=np.where(runs["rep"] == 1, 0.6, 0.02),
+        cpu="Some CPU",
+        machine_cores=2,
+        device="cpu",
+        network="this machine's own (eth0)",
+        ranks_per_node=2,
+        cores_per_rank=2,
+        compute_threads=1,
+        runnable_per_core=1.0,
+    )
+    result = summary.build(runs, pd.DataFrame())
+    first, loaded = result.conditions
+    assert first.startswith("Conditions of the 8 successful runs: Some CPU (2 cores), device cpu")
+    assert "2 ranks per node" in first and "2 cores a rank could use" in first
+    assert loaded.startswith("2 of 8 runs were measured beside heavy foreign load")
+    assert "60 %" in loaded
+    (clean,) = result.clean_headlines
+    assert clean.startswith("Clean runs only:") and "a" in clean and "100" in clean
+    html = summary.section(SimpleNamespace(extra={"summary": result})).html()
+    assert html.index("heavy foreign load") < html.index("Which framework leads")
+    # Too few clean runs in a cell: no clean ranking, the loaded line stays.
+    three = runs[runs["rep"] <= 3]
+    assert summary.build(three, pd.DataFrame()).clean_headlines == []
+
+
+def test_oversubscribed_runs_are_said_in_the_conditions():
+    runs = runs_table({("a", 2): [100.0, 101.0]}).assign(
+        loaded=False, ranks_per_node=2, cores_per_rank=2, compute_threads=2, runnable_per_core=2.0
+    )
+    (first,) = summary.build(runs, pd.DataFrame()).conditions
+    assert "in 2 of 2 runs more compute threads than cores (up to 2 a core)" in first

@@ -1,0 +1,138 @@
+"""Where the figures hold: the conditions of the runs, as columns of the
+runs table and as the summary's first lines.
+
+Each run's run.json keeps its ``conditions`` (ddlcompare/run/conditions.py:
+what the ranks read back of their cores and threads, the ranks per node,
+what other processes took of the machine while it measured, the network).
+The runs table gets them as columns (``columns``); the summary opens on
+them (``lines``): the conditions of the runs it summarises, and, where some
+were measured beside heavy foreign load, that before any figure.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis import humanize
+
+COLUMNS = (
+    "cores_per_rank",
+    "own_cores",
+    "compute_threads",
+    "ranks_per_node",
+    "runnable_per_core",
+    "network",
+)
+# Clean runs a cell needs before the summary ranks on them alone.
+CLEAN_MIN = 3
+
+
+def columns(record: dict) -> dict:
+    """The runs table's conditions columns from one run.json (None where
+    the run recorded none: an older run, or one that never started)."""
+    found = record.get("conditions") or {}
+    cores = found.get("cores_per_rank")
+    threads = [t for t in found.get("compute_threads") or [] if t is not None]
+    per_node = found.get("ranks_per_node")
+    return {
+        "cores_per_rank": cores[0] if cores else None,
+        "own_cores": found.get("own_cores"),
+        "compute_threads": max(threads) if threads else None,
+        "ranks_per_node": max(per_node) if per_node else None,
+        "runnable_per_core": found.get("runnable_per_core"),
+        "network": network_words(found.get("network")),
+    }
+
+
+def network_words(network: dict | None) -> str | None:
+    if not network:
+        return None
+    if network.get("emulated"):
+        delay = f", {network['delay_ms']:g} ms delay" if network.get("delay_ms") else ""
+        return f"emulated {network['rate_mbit']} Mbit/s{delay}"
+    nics = network.get("interfaces") or {}
+    named = ", ".join(f"{n} {s} Mbit/s" if s else n for n, s in nics.items())
+    return f"this machine's own ({named or 'loopback only'})"
+
+
+def lines(runs: pd.DataFrame) -> list[str]:
+    """The summary's first lines: the conditions of the ok runs, and where
+    runs were measured beside heavy foreign load, that, before any figure."""
+    ok = runs[runs["status"] == "ok"] if "status" in runs else runs
+    if ok.empty:
+        return []
+    said = [f"Conditions of the {len(ok)} successful runs: {_machine(ok)}; {_ranks(ok)}."]
+    if loaded := _loaded(ok):
+        said.append(loaded)
+    return said
+
+
+def _values(ok: pd.DataFrame, column: str) -> list:
+    if column not in ok:
+        return []
+    return sorted({v for v in ok[column].dropna().tolist()}, key=str)
+
+
+def _span(values: list, unit: str) -> str:
+    values = sorted(values)
+    text = f"{values[0]:g}" if values[0] == values[-1] else f"{values[0]:g} to {values[-1]:g}"
+    return f"{text} {unit}"
+
+
+def _machine(ok: pd.DataFrame) -> str:
+    cpus = _values(ok, "cpu")
+    cores = _values(ok, "machine_cores")
+    devices = _values(ok, "device")
+    networks = _values(ok, "network")
+    where = f"{', '.join(map(str, cpus)) or 'a machine not recorded'}"
+    if cores:
+        where += f" ({_span(cores, 'cores')})"
+    if devices:
+        where += f", device {', '.join(devices)}"
+    if networks:
+        where += f", network: {'; '.join(networks)}"
+    return where
+
+
+def _ranks(ok: pd.DataFrame) -> str:
+    parts = []
+    if per_node := _values(ok, "ranks_per_node"):
+        parts.append(_span(per_node, "ranks per node"))
+    if cores := _values(ok, "cores_per_rank"):
+        own = (
+            "own" if "own_cores" in ok and ok["own_cores"].fillna(False).astype(bool).all() else ""
+        )
+        parts.append(
+            _span(
+                cores, f"cores a rank could use{' (nodes with cores of their own)' if own else ''}"
+            )
+        )
+    if threads := _values(ok, "compute_threads"):
+        parts.append(_span(threads, "compute threads per rank"))
+    if (runnable := _values(ok, "runnable_per_core")) and max(runnable) > 1:
+        crowded = int((ok["runnable_per_core"] > 1).sum())
+        parts.append(
+            f"in {crowded} of {len(ok)} runs more compute threads than cores "
+            f"(up to {max(runnable):g} a core): there the ranks slow each other down on "
+            "this test bed, whatever the framework does"
+        )
+    return "; ".join(parts) if parts else "cores and threads of the ranks not recorded"
+
+
+def _loaded(ok: pd.DataFrame) -> str | None:
+    if "loaded" not in ok:
+        return None
+    loaded = ok[ok["loaded"].fillna(False).astype(bool)]
+    if loaded.empty:
+        return None
+    share = loaded["foreign_cpu_share"].dropna()
+    took = ""
+    if len(share):
+        low, high = (humanize.percent(v, 2) for v in (share.min(), share.max()))
+        took = f" (other processes took {low if low == high else f'{low} to {high}'} of the CPU while they measured)"
+    return (
+        f"{len(loaded)} of {len(ok)} runs were measured beside heavy foreign load{took}: "
+        "their figures hold for a busy machine, not for a quiet one or a cluster node, and "
+        f"every figure below includes them. Rankings of the clean runs alone follow where "
+        f"each framework of a cell has at least {CLEAN_MIN} of them."
+    )
