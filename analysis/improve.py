@@ -145,6 +145,8 @@ def hypotheses(runs: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
         else None
     )
     columns.insert(3, "net_rate_mbit")
+    table = with_premises(table, ok)
+    columns[columns.index("evidence") + 1 : columns.index("evidence") + 1] = ["premise", "test_bed"]
     table = table[table["predicted_gain"] > 0][columns]
     table = table.sort_values(
         ["framework", "predicted_gain"], ascending=[True, False], kind="stable"
@@ -368,6 +370,80 @@ def _wire_s(cell: pd.DataFrame) -> float:
 
 def _mean(cell: pd.DataFrame, column: str) -> float:
     return float(cell[column].mean()) if column in cell else math.nan
+
+
+# -------------------------------------------------------------- premises
+
+# What each change assumes of the cell, and which properties of the test bed
+# would make that assumption true here and not on a cluster node.
+PREMISES = {
+    CONTENTION: ("ranks share cores", ("oversubscribed", "foreign load")),
+    SPINNING: ("a thread spins, taking a core the others need", ("oversubscribed", "foreign load")),
+    "straggler removed": ("one rank is slower than the others", ("oversubscribed", "foreign load")),
+    "data loading twice as fast": ("data loading is slow", ("foreign load",)),
+    "compression fp16": ("the wire is slow", ("emulated link",)),
+    HIDDEN: ("the wire is slow", ("emulated link",)),
+}
+
+
+def with_premises(table: pd.DataFrame, ok: pd.DataFrame) -> pd.DataFrame:
+    """Each hypothesis with its premise and, in ``test_bed``, the properties
+    of the test bed that make the premise true in its cell ("" where none
+    does; None where the runs do not say). A test-bed premise proposes no
+    change to a framework's code: its framework-swap test is dropped. No
+    interval from fewer than MIN_PREDICTING_RUNS runs."""
+    bed = _test_bed(ok)
+    premises, found = [], []
+    for row in table.itertuples():
+        premise, relevant = PREMISES.get(row.change, (row.change, ()))
+        props = bed.get(tuple(getattr(row, c) for c in cells.CELL), {})
+        known = [p for p in relevant if props.get(p) is not None]
+        holds = [p for p in relevant if props.get(p)]
+        premises.append(premise)
+        found.append(", ".join(holds) if holds or known else None)
+    table = table.assign(premise=premises, test_bed=found)
+    code_change = table["test_bed"].fillna("").ne("") & table["factor"].eq("framework")
+    table.loc[code_change, ["factor", "before", "after"]] = None
+    few = table["runs"] < MIN_PREDICTING_RUNS
+    table.loc[few, ["low", "high"]] = np.nan
+    return table
+
+
+def _test_bed(ok: pd.DataFrame) -> dict[tuple, dict]:
+    """Per cell: whether its runs had more runnable threads than cores
+    (oversubscribed), were measured beside heavy foreign load, and ran on
+    an emulated link; None where its runs do not say."""
+    found = {}
+    for key, cell in ok.groupby(cells.CELL):
+        loaded = cell["loaded"].dropna() if "loaded" in cell else pd.Series(dtype=bool)
+        rate = cell["net_rate_mbit"] if "net_rate_mbit" in cell else pd.Series(np.nan)
+        found[key] = {
+            "oversubscribed": _oversubscribed(cell),
+            "foreign load": bool(loaded.astype(bool).mean() >= 0.5) if len(loaded) else None,
+            "emulated link": bool(pd.to_numeric(rate, errors="coerce").notna().any()),
+        }
+    return found
+
+
+def _oversubscribed(cell: pd.DataFrame) -> bool | None:
+    """More runnable threads than cores in most of the cell's runs: the
+    ranks' compute threads per core they could use (read back), else the
+    kernel's counters (threads running, waiting for a core and spinning
+    beyond the cores other processes left), else ranks x threads against
+    the machine's cores."""
+    if "runnable_per_core" in cell and cell["runnable_per_core"].notna().any():
+        return bool((pd.to_numeric(cell["runnable_per_core"]) > 1).mean() >= 0.5)
+    kernel = ["others_cpu_cores", "others_wait_cores", "spinning_cores", "machine_cores"]
+    if all(c in cell for c in kernel) and cell[kernel].notna().all(axis=None):
+        f = cell[kernel].apply(pd.to_numeric)
+        foreign = cell.get("foreign_cpu_share", pd.Series(0.0, index=cell.index))
+        free = f["machine_cores"] * (1 - pd.to_numeric(foreign, errors="coerce").fillna(0))
+        wanted = f["others_cpu_cores"] + f["others_wait_cores"] + f["spinning_cores"]
+        return bool((wanted > free).mean() >= 0.5)
+    if {"machine_cores", "threads"} <= set(cell) and cell["machine_cores"].notna().any():
+        threads = pd.to_numeric(cell["threads"], errors="coerce").fillna(1)
+        return bool((cell["procs_per_node"] * threads > cell["machine_cores"]).mean() >= 0.5)
+    return None
 
 
 # ------------------------------------------------------------------ design
@@ -627,8 +703,8 @@ def section(ctx) -> Section:
     out.items(
         [
             f"{r['framework']}, {humanize.processes(r['world_size'])}, {r['setting']}: "
-            f"{r['change']}, acting on {r['phase']}, would save {_interval(r)} of the step: "
-            f"{r['evidence']}." + _test_words(r)
+            f"{r['change']}, acting on {r['phase']}, would save {_interval(r)} of the step, "
+            f"if {r['premise']}: {r['evidence']}." + _premise_words(r)
             for r in best.to_dict("records")
         ]
     )
@@ -642,6 +718,20 @@ def section(ctx) -> Section:
     return out.table(shown, caption="every hypothesis, ranked per framework")
 
 
+def _premise_words(row: dict) -> str:
+    """Whether the premise is the test bed's, and then no code change."""
+    bed = row.get("test_bed")
+    if isinstance(bed, str) and bed:
+        return (
+            f" The premise is a property of this test bed ({bed}): it would not hold on a "
+            "node with a core per thread, no other load and a real network, so no change to "
+            "the framework's code is proposed"
+            + (f"; {_test_words(row).strip()}" if isinstance(row["factor"], str) else ".")
+        )
+    unknown = " (whether the test bed makes it true, its runs do not say)" if bed is None else ""
+    return _test_words(row) + unknown
+
+
 def _test_words(row: dict) -> str:
     """How a design tests the hypothesis, or that no setting can yet (the
     factor is missing, NaN in the ranked table, where none applies)."""
@@ -652,7 +742,10 @@ def _test_words(row: dict) -> str:
 
 def _interval(row: dict) -> str:
     if not np.isfinite(row["low"]):
-        return f"{humanize.percent(row['predicted_gain'], 2)} (one run: no interval)"
+        return (
+            f"{humanize.percent(row['predicted_gain'], 2)} (from {humanize.count(int(row['runs']), 'run')}: "
+            f"no interval; {MIN_PREDICTING_RUNS} runs a cell give one)"
+        )
     return (
         f"{humanize.percent(row['predicted_gain'], 2)} (95 % interval "
         f"{humanize.percent(row['low'], 2)} to {humanize.percent(row['high'], 2)})"

@@ -270,7 +270,12 @@ def cmd_improve(args) -> int:
     hypotheses = doc["follow_up"]["hypotheses"]
     for h in hypotheses:
         gains = ", ".join(
-            f"{_prediction_cell(p)}: {p['predicted_gain']:.0%} [{p['low']:.0%}, {p['high']:.0%}]"
+            f"{_prediction_cell(p)}: {p['predicted_gain']:.0%} "
+            + (
+                f"[{p['low']:.0%}, {p['high']:.0%}]"
+                if p["low"] is not None
+                else f"(no interval from {p['runs']} run(s))"
+            )
             for p in h["predictions"]
         )
         print(

@@ -112,13 +112,19 @@ def spinning_runs(cpu=0.46, wait=0.64, largest_wait=0.3, spinning_cores=0.7, spi
     )
 
 
-def spinning_predictions(runs: pd.DataFrame) -> pd.DataFrame:
+def spinning_predictions(runs: pd.DataFrame, test_bed: bool) -> pd.DataFrame:
+    """The spinning hypotheses; ``test_bed``: whether their premise is the
+    test bed's (more runnable threads than cores), and then no patched
+    build (a change to the framework's code) is proposed to test them."""
     ranked = improve.hypotheses(runs, pd.DataFrame(columns=["run_id"]))
     spin = ranked[ranked["change"] == improve.SPINNING]
     assert sorted(spin["world_size"]) == [1, 2]  # no one-process baseline needed
     assert (spin["low"] < spin["predicted_gain"]).all()
     assert (spin["high"] > spin["predicted_gain"]).all()
-    assert set(spin["after"]) == {"tarantella-patched"}
+    if test_bed:
+        assert set(spin["test_bed"]) == {"oversubscribed"} and spin["after"].isna().all()
+    else:
+        assert set(spin["test_bed"]) == {""} and set(spin["after"]) == {"tarantella-patched"}
     return spin
 
 
@@ -126,7 +132,9 @@ def test_spinning_stopped_where_the_cores_stay_all_taken_gives_its_cores():
     """0.95 cores running and 1.9 waiting: more than the 1.9 cores left by
     other processes, even without the spinning. The spinning's 1.0 core
     goes to the others, up to those 1.9: the step shrinks by 1 - 0.95/1.9."""
-    spin = spinning_predictions(spinning_runs(cpu=0.95, wait=1.9, spinning_cores=1.0))
+    spin = spinning_predictions(
+        spinning_runs(cpu=0.95, wait=1.9, spinning_cores=1.0), test_bed=True
+    )
     assert spin["predicted_gain"].to_numpy() == pytest.approx(0.5, abs=0.02)
     assert all("want more cores than there are" in e for e in spin["evidence"])
 
@@ -135,7 +143,7 @@ def test_spinning_stopped_where_the_cores_are_freed_sheds_the_largest_wait():
     """0.46 running and 0.64 waiting fit in 1.9 cores: without the spinning
     nothing waits for a core, and the step sheds the 30 % the most delayed
     thread waited; no spinning, no hypothesis."""
-    spin = spinning_predictions(spinning_runs())
+    spin = spinning_predictions(spinning_runs(), test_bed=False)
     assert spin["predicted_gain"].to_numpy() == pytest.approx(0.3, abs=0.01)
     quiet = improve.hypotheses(spinning_runs(spinners=0), pd.DataFrame(columns=["run_id"]))
     assert improve.SPINNING not in set(quiet["change"])
@@ -191,7 +199,8 @@ def test_ddlc_improve_prints_each_prediction_and_says_when_it_rests_on_few_runs(
     out = ddlc("improve", "--design", str(first), "--tables", str(tables), "--no-run")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "testing tarantella: contention removed" in out.stdout, out.stdout
-    assert re.search(r"2 process\(es\): (49|50|51)% \[\d+%, \d+%\]", out.stdout), out.stdout
+    interval = r"\[\d+%, \d+%\]" if runs_a_cell >= 3 else r"\(no interval from 2 run\(s\)\)"
+    assert re.search(r"2 process\(es\): (49|50|51)% " + interval, out.stdout), out.stdout
     assert ("rest on 2 run(s) a cell" in out.stdout) == (runs_a_cell < 3), out.stdout
     written = yaml.safe_load((tmp_path / "first-improve.yaml").read_text())
     prediction = written["follow_up"]["hypotheses"][0]["predictions"][0]
@@ -246,3 +255,34 @@ def test_levels_from_the_runs_table_are_the_design_levels():
     assert improve._level("net_rate_mbit", np.float64(1000.0)) == 1000
     assert type(improve._level("net_rate_mbit", np.float64(1000.0))) is int
     assert improve._level("net_rate_mbit", np.float64("nan")) is None
+
+
+def test_an_oversubscribed_test_bed_is_not_offered_as_a_code_change(tmp_path):
+    """Two ranks of one compute thread each on one core (runnable_per_core 2,
+    read back from the ranks): contention removed is the test bed's, said as
+    such, with no patched build to test and no code change proposed; on a
+    node with a core per rank (runnable_per_core 1) the same gain names its
+    test. Under 3 runs a cell: no interval, and the n needed said."""
+    from types import SimpleNamespace
+
+    def said(runs):
+        ctx = SimpleNamespace(
+            runs=runs, tables=tmp_path, design=SimpleNamespace(follow_up=None, source="d.yaml")
+        )
+        return improve.section(ctx).html()
+
+    crowded = contention_runs().assign(runnable_per_core=2.0, loaded=False)
+    best = top(improve.hypotheses(crowded, pd.DataFrame(columns=["run_id"])))
+    assert (best["change"], best["premise"]) == (improve.CONTENTION, "ranks share cores")
+    assert best["test_bed"] == "oversubscribed" and pd.isna(best["factor"])
+    html = said(crowded)
+    assert "property of this test bed (oversubscribed)" in html
+    assert "no change to the framework&#39;s code is proposed" in html
+    assert "a change to the framework&#39;s code would" not in html
+    roomy = contention_runs().assign(runnable_per_core=1.0, loaded=False)
+    best = top(improve.hypotheses(roomy, pd.DataFrame(columns=["run_id"])))
+    assert best["test_bed"] == "" and best["after"] == "tarantella-patched"
+    assert "Tested by framework: tarantella -&gt; tarantella-patched" in said(roomy)
+    few = top(improve.hypotheses(contention_runs(n=2), pd.DataFrame(columns=["run_id"])))
+    assert np.isnan(few["low"]) and np.isnan(few["high"])
+    assert "(from 2 run(s): no interval; 3 runs a cell give one)" in said(contention_runs(n=2))
