@@ -12,6 +12,8 @@ NOT_MEASURING = {
     "measuring.py": "the helpers themselves",
     "fusion_rule.py": "reads measured results; times nothing",
     "bare_loop.py": "adapter_overhead.py's child, inside its hold",
+    "improve_false_positives.py": "computes on synthetic runs; times nothing",
+    "interval_coverage.py": "computes on synthetic runs; times nothing",
 }
 
 

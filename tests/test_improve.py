@@ -4,6 +4,7 @@ runs before and after, interleaved, at least 5 times; the proof finds a
 change built into the runs, and none where there is none."""
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -286,3 +287,30 @@ def test_an_oversubscribed_test_bed_is_not_offered_as_a_code_change(tmp_path):
     few = top(improve.hypotheses(contention_runs(n=2), pd.DataFrame(columns=["run_id"])))
     assert np.isnan(few["low"]) and np.isnan(few["high"])
     assert "(from 2 run(s): no interval; 3 runs a cell give one)" in said(contention_runs(n=2))
+
+
+def test_the_a_a_decision_on_constructed_data_claims_nothing():
+    """One build under two labels (bench/improve_false_positives.py's audit
+    on one split): the same 10 step times a scale on both sides claim no
+    change, through the same proof and Holm's correction; the same runs
+    with the 'after' side 10 % faster are claimed."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "fp", Path(__file__).resolve().parent.parent / "bench" / "improve_false_positives.py"
+    )
+    fp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fp)
+    runs = fp.one_build(10, heavy_tails=False, rng=np.random.default_rng(3))
+    twice = pd.concat(
+        [
+            runs.assign(compression="none"),
+            runs.assign(compression="fp16", run_id=runs["run_id"] + "b"),
+        ]
+    )
+    same = improve.proof(twice, [fp.TESTED])
+    assert len(same) == len(fp.SCALES) and not same["significant"].any()
+    faster = twice.assign(
+        images_per_s=np.where(twice["compression"] == "fp16", 1.1, 1.0) * twice["images_per_s"]
+    )
+    assert improve.proof(faster, [fp.TESTED])["significant"].all()
