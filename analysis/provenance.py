@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+from scipy import stats as scipy_stats
 
 from analysis import humanize
 from analysis.section import Code, Section, Strong
@@ -94,6 +95,8 @@ def status_section(ctx) -> Section:
     problems = runs[runs["status"] != "ok"][["run_id", *cell, "rep", "status", "reason"]]
     ok = int((runs["status"] == "ok").sum())
     out = Section("status", "Run status").para(f"{ok} of {len(runs)} runs ok.")
+    if said := order_words(runs):
+        out.para(said)
     out.heading("Runs per design cell, by status").table(counts)
     if not problems.empty:
         out.heading("Runs that did not succeed").table(problems)
@@ -106,6 +109,31 @@ def status_section(ctx) -> Section:
         )
         out.table(beside)
     return out
+
+
+def order_words(runs: pd.DataFrame) -> str | None:
+    """Whether the runs executed in the design's randomized order (its
+    ``order``; their run.json's ``start``): drifting load then falls on
+    every level alike."""
+    if not {"order", "start"} <= set(runs):
+        return None
+    started = runs.dropna(subset=["start"]).sort_values("start")
+    if len(started) < 2:
+        return None
+    executed = started["order"].tolist()
+    out_of_order = sum(a > b for a, b in zip(executed, executed[1:]))
+    if not out_of_order:
+        return (
+            f"Executed order: the {len(started)} runs started in the design's randomized "
+            "order (the runs table's order and start)."
+        )
+    tau = scipy_stats.kendalltau(started["order"], range(len(started))).statistic
+    return (
+        f"Executed order: of {len(started)} runs, {out_of_order} started after a run later in "
+        f"the design's randomized order (Kendall's tau {tau:.2f} between the design's order "
+        "and the executed one; 1 is the design's order): reruns, a second workflow, or a "
+        "scheduler's own order; the runs table's order and start say which."
+    )
 
 
 def frameworks_section(ctx) -> Section:

@@ -112,3 +112,29 @@ def test_the_snakefile_asks_for_no_newer_snakemake_than_the_pinned_one():
     pinned = re.search(r"^snakemake==(\S+)", (REPO / "envs" / "torch.txt").read_text(), re.M)
     assert stated and pinned
     assert Version(stated[1]) <= Version(pinned[1])
+
+
+@pytest.mark.slow
+def test_runs_execute_in_the_designs_shuffled_order(tmp_path):
+    """Under the local profile, of the runs ready the one first in the
+    design's randomized order starts first (the run rule's priority), not
+    the workflow's own order: asked for in path order, the four real runs
+    start (run.json's start) in the shuffle's order."""
+    from ddlcompare.plan import design as design_mod
+
+    doc = tiny_design(procs=(1,), epochs=1, max_steps=3, train_images=400, tracer="none")
+    doc["factors"]["batch_size"] = [16, 32]
+    doc.update(replications=2, randomize=True, seed=7)
+    write_design(tmp_path, doc)
+    rows = design_mod.load(str(tmp_path / "design.yaml")).runs()
+    by_path = sorted(rows, key=lambda r: r.path)
+    assert [r.path for r in rows] != [r.path for r in by_path]  # the shuffle differs
+    targets = [f"results/{r.path}/done.json" for r in by_path]
+    argv = snakemake_cmd(tmp_path, limit=1800)  # runs wait for the machine's lock
+    at = argv.index("--config")  # targets before it: --config takes every word after it
+    out = subprocess.run(argv[:at] + targets + argv[at:], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    starts = [
+        json.loads((tmp_path / "results" / r.path / "run.json").read_text())["start"] for r in rows
+    ]
+    assert starts == sorted(starts), list(zip([r.order for r in rows], starts))
