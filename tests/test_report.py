@@ -192,3 +192,16 @@ def test_a_section_is_text_and_marks_rendered_by_the_one_template(tmp_path):
     assert page.count('<td class="ok">ok</td>') == 13
     assert "plot: no figure (no successful run)." in page
     assert section.sentences == ["one <li>", "two 2"] and list(section.tables) == ["c"]
+
+
+def test_run_status_says_whether_the_runs_kept_the_designs_order():
+    import pandas as pd
+
+    from analysis import provenance
+
+    starts = [f"2026-11-27T10:00:0{i}" for i in range(4)]
+    kept = pd.DataFrame({"order": [0, 1, 2, 3], "start": starts})
+    assert "the 4 runs started in the design's randomized order" in provenance.order_words(kept)
+    swapped = kept.assign(order=[1, 0, 2, 3])
+    said = provenance.order_words(swapped)
+    assert "of 4 runs, 1 started after a run later" in said and "tau 0.67" in said
