@@ -22,6 +22,7 @@ from runfiles import names
 from runfiles.phases import EPOCH, PHASES, STEP
 
 _INDEX = {p: i for i, p in enumerate(PHASES)}
+BEAT_NS = 1_000_000_000  # a heartbeat a second at most: one small write, not one a step
 
 
 class Sink:
@@ -113,6 +114,11 @@ class PhaseRecorder:
         # (epoch, step, start_ns, end_ns, *phase durations, comm_bytes)
         self.steps: list[tuple] = []
         self.intervals: list[tuple] = []  # (phase, epoch, start_ns, end_ns)
+        # The rank's heartbeat file (runfiles/names.progress), rewritten at
+        # most once every BEAT_NS as steps end: the runner's hang watch sees
+        # steps stop inside an epoch, where epochs.tsv says nothing yet.
+        self.heartbeat: Path | None = None
+        self._next_beat_ns = 0
 
     def attach(self, sinks: list[Sink]) -> None:
         """Add sinks once the run knows where they write (after ``init``);
@@ -152,10 +158,19 @@ class PhaseRecorder:
             (self.epoch, self.step, self._step_start, end, *self._current, comm_bytes)
         )
         self._in_step = False
+        if self.heartbeat is not None and end >= self._next_beat_ns:
+            self._beat(end)
         if self.sinks:
             row = (self.epoch, self.step, self._step_start, end)
             for sink in self.sinks:
                 sink.step(row)
+
+    def _beat(self, now_ns: int) -> None:
+        self._next_beat_ns = now_ns + BEAT_NS
+        try:
+            self.heartbeat.write_text(f"{self.epoch} {self.step}\n")
+        except OSError:
+            pass  # a full disk or a removed folder: the watch then sees silence
 
     def count_bytes(self, nbytes: int) -> None:
         """Add a buffer handed to a collective to this step's comm_bytes.

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from frameworks.recorder import LiveRegions, PhaseRecorder
+from runfiles import names
 
 
 class ScorepRegions(LiveRegions):
@@ -41,7 +42,9 @@ def recorder(config: dict) -> PhaseRecorder:
 
 
 def attach(recorder: PhaseRecorder, config: dict, run_dir: Path, rank: int, world: int) -> None:
-    """Sinks that need the rank (our OTF2 tracer), once ``init`` is over."""
+    """Sinks that need the rank (our OTF2 tracer), and the rank's heartbeat
+    file, once ``init`` is over."""
+    recorder.heartbeat = run_dir / names.progress(rank)
     if config.get("tracer", "none") == "otf2":
         from frameworks.otf2_writer import Otf2Sink
 

@@ -33,11 +33,19 @@ RANK_RECORD_GLOB = "rank*.json"
 ENERGY_SAMPLES_GLOB = "energy_samples.*.tsv"
 ENERGY_SOURCES_GLOB = "energy_sources.*.json"
 FAILED_RANK_GLOB = "failed_rank.*.json"
+PROGRESS_GLOB = "progress.rank*"
 
 
 def steps(rank: int) -> str:
     """Every step's phase times on one rank."""
     return f"steps.rank{rank}.tsv"
+
+
+def progress(rank: int) -> str:
+    """One rank's heartbeat: rewritten (epoch and step) at most once a
+    second as its steps end, so that a hang inside an epoch is seen
+    (ddlcompare/run/stall.py)."""
+    return f"progress.rank{rank}"
 
 
 def intervals(rank: int) -> str:

@@ -464,6 +464,31 @@ def test_a_run_that_stops_between_epochs_is_stopped_long_before_its_timeout(tmp_
     assert wait_for(lambda: not rank_pids(folder), 30)
 
 
+@pytest.mark.slow
+def test_a_run_that_stops_inside_its_first_epoch_is_stopped_long_before_its_timeout(tmp_path):
+    """A rank stopped inside the first epoch, before epochs.tsv has a row
+    (where both documented Tarantella hangs came): the ranks' heartbeats
+    fall silent, and the hang watch ends the run once the silence passes
+    the floor (DDLC_STALL_FLOOR_S lowered to 5 s), with the ranks' stacks,
+    its timeout an hour away."""
+    doc = tiny_design(["torch-ddp"], **{**LONG, "train_images": 20000, "timeout_s": None})
+    path = write_design(tmp_path, doc)
+    row = design.parse(doc, str(path)).runs()[0]
+    folder, _, _ = one_rank_stopped(
+        path,
+        row,
+        tmp_path / "res",
+        lambda f: any(f.glob("progress.rank*")) and not (f / "epochs.tsv").exists(),
+        env={**os.environ, "DDLC_STALL_FLOOR_S": "5"},
+    )
+    done = json.loads((folder / "done.json").read_text())
+    assert done["status"] == "failed", done
+    assert not (folder / "epochs.tsv").exists()  # stopped inside the first epoch
+    assert re.match(r"stalled: no step ended in \d+ s inside epoch 1 of 30 ", done["reason"]), done
+    assert done["reason"].endswith("; killed (where each rank waited: stacks.txt)"), done
+    assert wait_for(lambda: not rank_pids(folder), 30)
+
+
 SENTINEL_VALUES = [
     "$(touch {s})",
     "`touch {s}`",

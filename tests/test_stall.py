@@ -59,3 +59,23 @@ def test_a_bad_floor_is_named_with_its_fix(monkeypatch, tmp_path):
         stall.EpochWatch(tmp_path / "epochs.tsv", epochs=5)
     monkeypatch.setenv("DDLC_STALL_FLOOR_S", "30")
     assert stall.EpochWatch(tmp_path / "epochs.tsv", epochs=5).limit_s() == 30
+
+
+@pytest.mark.parametrize(
+    "beats, hung",
+    [
+        ([], False),  # no rank has ended a step: start-up is the timeout's
+        ([119, 400], False),  # a rank beat 119 s ago: within the floor
+        ([121, 400], True),  # every rank silent past the floor, inside epoch 1
+    ],
+)
+def test_inside_the_first_epoch_the_ranks_heartbeats_are_watched(tmp_path, beats, hung):
+    """No epochs.tsv yet: the newest of the ranks' heartbeats decides."""
+    for rank, age in enumerate(beats):
+        path = tmp_path / f"progress.rank{rank}"
+        path.write_text("0 7\n")
+        os.utime(path, (1_000_000 - age, 1_000_000 - age))
+    said = stall.EpochWatch(tmp_path / "epochs.tsv", epochs=5, floor_s=120).stalled(1_000_000)
+    assert bool(said) == hung, said
+    if hung:
+        assert said.startswith("stalled: no step ended in 121 s inside epoch 1 of 5")

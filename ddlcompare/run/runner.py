@@ -76,6 +76,7 @@ ATTEMPT_GLOBS = (
     names.ENERGY_SAMPLES_GLOB,
     names.ENERGY_SOURCES_GLOB,
     names.FAILED_RANK_GLOB,
+    names.PROGRESS_GLOB,
 )
 
 

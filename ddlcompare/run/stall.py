@@ -8,10 +8,15 @@ longer than the slowest epoch so far is a hang, not a slow epoch: two
 Tarantella ranks waiting for each other in a collective's set-up
 (docs/improvements.md, "Hangs") spin there until the timeout.
 
-Only between epochs: before the first one ends nothing says how long an
-epoch takes (start-up, a first compile), and after the last one the run is
-writing its outputs (a trace's unification can take a while). Frameworks
-that write epochs.tsv only at the end (LBANN) are left to the timeout.
+Inside the first epoch nothing says yet how long an epoch takes, and the
+documented hangs came there, at its end. So every rank also keeps a
+heartbeat (``progress.rank<r>``, rewritten at most once a second as its
+steps end: frameworks/recorder.py): once the ranks have begun stepping
+(start-up and a first compile are over), a silence of every rank's
+heartbeat longer than the floor before the first epoch has ended is a hang.
+After the last epoch the run is writing its outputs (a trace's unification
+can take a while) and is left alone. Frameworks that write neither
+heartbeats nor epochs.tsv as they go (LBANN) are left to the timeout.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import time
 from pathlib import Path
 
 from ddlcompare.run import validate
-from runfiles import variables
+from runfiles import names, variables
 
 # A silence of this many slowest epochs so far, and never less than the
 # floor (DDLC_STALL_FLOOR_S: an epoch of a few seconds, then a pause of the
@@ -70,20 +75,45 @@ class EpochWatch:
     def limit_s(self) -> float:
         return max(self.floor_s, self.factor * self.slowest_s)
 
+    def last_beat(self) -> float | None:
+        """When a rank last said it ended a step (unix s; None before any)."""
+        beats = []
+        for path in self.path.parent.glob(names.PROGRESS_GLOB):
+            try:
+                beats.append(path.stat().st_mtime)
+            except OSError:
+                continue  # being rewritten: the others, or the next poll
+        return max(beats, default=None)
+
     def stalled(self, now: float | None = None) -> str | None:
         """Why the run counts as hung, or None while it makes progress."""
+        now = now if now is not None else time.time()
         try:
             stat = self.path.stat()
         except OSError:
-            return None
+            return self._stalled_in_first_epoch(now)
         self._read(stat.st_mtime_ns)
+        if self.done == 0:
+            return self._stalled_in_first_epoch(now)
         if not 0 < self.done < self.epochs:
             return None
-        silent = (now if now is not None else time.time()) - stat.st_mtime
+        silent = now - stat.st_mtime
         if silent <= self.limit_s():
             return None
         return (
             f"stalled: no epoch ended in {silent:.0f} s after epoch {self.done} of "
             f"{self.epochs} (the slowest so far took {self.slowest_s:.1f} s; a hang is "
             f"{self.factor:g} times that, at least {self.floor_s:.0f} s); killed"
+        )
+
+    def _stalled_in_first_epoch(self, now: float) -> str | None:
+        """A hang before the first epoch ends: the ranks began stepping,
+        then every heartbeat fell silent for longer than the floor."""
+        beat = self.last_beat()
+        if beat is None or now - beat <= self.floor_s:
+            return None
+        return (
+            f"stalled: no step ended in {now - beat:.0f} s inside epoch 1 of {self.epochs} "
+            f"(the ranks had begun stepping; a hang before the first epoch ends is a silence "
+            f"of every rank's heartbeat of at least {self.floor_s:.0f} s); killed"
         )
