@@ -12,12 +12,12 @@ rule run:
         RESULTS / "{path}" / "done.json",
     log:
         RESULTS / "{path}" / "runner.log",
-    conda:
-        "../envs/torch.yaml"
     # The design's (randomized) order, not the workflow's: of the runs ready,
     # the one earliest in the design starts first, so that drifting load
     # falls on the levels alike (docs/design.md, "Order").
     priority: lambda wc: len(RUN_BY_PATH) - RUN_BY_PATH[wc.path].order
+    conda:
+        "../envs/torch.yaml"
     resources:
         # One measurement at a time per invocation (the host-wide lock,
         # ddlcompare/run/machine_lock.py, does it across invocations);
