@@ -438,30 +438,37 @@ def test_rank_stuck_in_a_collective_is_killed_by_the_timeout(tmp_path):
     assert "main (frameworks/worker.py" in stacks[stopped]
 
 
+def stopped_by_the_hang_watch(tmp_path, train_images: int, ready) -> tuple[Path, dict]:
+    """A 30-epoch run, its timeout an hour away, whose lowest rank is stopped
+    once ``ready(run folder)``; the hang watch's floor lowered to 5 s
+    (DDLC_STALL_FLOOR_S). The run ends failed, with the ranks' stacks, and
+    leaves no rank behind: (run folder, done marker)."""
+    doc = tiny_design(["torch-ddp"], **{**LONG, "train_images": train_images, "timeout_s": None})
+    path = write_design(tmp_path, doc)
+    row = design.parse(doc, str(path)).runs()[0]
+    env = {**os.environ, "DDLC_STALL_FLOOR_S": "5"}
+    folder, _, _ = one_rank_stopped(path, row, tmp_path / "res", ready, env=env)
+    done = json.loads((folder / "done.json").read_text())
+    assert done["status"] == "failed", done
+    assert done["reason"].endswith("; killed (where each rank waited: stacks.txt)"), done
+    assert wait_for(lambda: not rank_pids(folder), 30)
+    return folder, done
+
+
 @pytest.mark.slow
 def test_a_run_that_stops_between_epochs_is_stopped_long_before_its_timeout(tmp_path):
     """A rank stopped after the first epoch (as two Tarantella ranks waiting
-    for each other's set-up stop): no epoch ends any more. The run's timeout
-    is hours away; the hang watch ends it once the silence passes 10 times
-    its slowest epoch (DDLC_STALL_FLOOR_S lowered to 5 s), with the ranks'
-    stacks."""
-    doc = tiny_design(["torch-ddp"], **{**LONG, "train_images": 2000, "timeout_s": None})
-    path = write_design(tmp_path, doc)
-    row = design.parse(doc, str(path)).runs()[0]
-    folder, _, _ = one_rank_stopped(
-        path,
-        row,
-        tmp_path / "res",
+    for each other's set-up stop): no epoch ends any more. The hang watch
+    ends the run once the silence passes 10 times its slowest epoch, at
+    least the floor."""
+    _, done = stopped_by_the_hang_watch(
+        tmp_path,
+        2000,
         lambda f: (f / "epochs.tsv").exists(),  # the first epoch has ended
-        env={**os.environ, "DDLC_STALL_FLOOR_S": "5"},
     )
-    done = json.loads((folder / "done.json").read_text())
-    assert done["status"] == "failed", done
     assert re.match(r"stalled: no epoch ended in \d+ s after epoch \d+ of 30 ", done["reason"]), (
         done
     )
-    assert done["reason"].endswith("; killed (where each rank waited: stacks.txt)"), done
-    assert wait_for(lambda: not rank_pids(folder), 30)
 
 
 @pytest.mark.slow
@@ -469,24 +476,14 @@ def test_a_run_that_stops_inside_its_first_epoch_is_stopped_long_before_its_time
     """A rank stopped inside the first epoch, before epochs.tsv has a row
     (where both documented Tarantella hangs came): the ranks' heartbeats
     fall silent, and the hang watch ends the run once the silence passes
-    the floor (DDLC_STALL_FLOOR_S lowered to 5 s), with the ranks' stacks,
-    its timeout an hour away."""
-    doc = tiny_design(["torch-ddp"], **{**LONG, "train_images": 20000, "timeout_s": None})
-    path = write_design(tmp_path, doc)
-    row = design.parse(doc, str(path)).runs()[0]
-    folder, _, _ = one_rank_stopped(
-        path,
-        row,
-        tmp_path / "res",
+    the floor."""
+    folder, done = stopped_by_the_hang_watch(
+        tmp_path,
+        20000,
         lambda f: any(f.glob("progress.rank*")) and not (f / "epochs.tsv").exists(),
-        env={**os.environ, "DDLC_STALL_FLOOR_S": "5"},
     )
-    done = json.loads((folder / "done.json").read_text())
-    assert done["status"] == "failed", done
     assert not (folder / "epochs.tsv").exists()  # stopped inside the first epoch
     assert re.match(r"stalled: no step ended in \d+ s inside epoch 1 of 30 ", done["reason"]), done
-    assert done["reason"].endswith("; killed (where each rank waited: stacks.txt)"), done
-    assert wait_for(lambda: not rank_pids(folder), 30)
 
 
 SENTINEL_VALUES = [
