@@ -202,9 +202,17 @@ _ALL = [
     Variable(
         "DDLC_STALL_FLOOR_S",
         "120",
-        "the shortest silence between two epochs that counts as a hang (at least 10 times "
-        "the slowest epoch so far); the run is stopped and recorded failed",
+        "the shortest silence that counts as a hang: between two epochs (at least 10 times "
+        "the slowest epoch so far), and of every rank's heartbeat inside the first epoch; "
+        "the run is stopped and recorded failed",
         "ddlcompare/run/stall.py",
+    ),
+    Variable(
+        "DDLC_GASPI_SWEEP_PAUSE_US",
+        "50",
+        "the patched GaspiCxx's pause between sweeps of its progress thread while a "
+        "collective runs, in microseconds; 0: upstream's spinning (never sleeps)",
+        "envs/patches/tarantella/GaspiCxx/IdleWait.cpp",
     ),
     Variable(
         "DDLC_SLOW_RANKS",

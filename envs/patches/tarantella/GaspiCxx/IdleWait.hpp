@@ -27,9 +27,11 @@ namespace gaspi
       void collective_started();
       // A collective left the RUNNING state (it completed).
       void collective_finished();
-      // Called before each sweep. While a collective runs: a pause of tens
-      // of microseconds; else sleeps until one starts (or, as a safety net,
-      // a few milliseconds pass). Returns at once once `stop` is set.
+      // Called before each sweep. While a collective runs: a pause of
+      // DDLC_GASPI_SWEEP_PAUSE_US microseconds (50 unless set); else sleeps
+      // until one starts (or, as a safety net, a few milliseconds pass).
+      // Returns at once once `stop` is set. With the pause set to 0, returns
+      // at once always: upstream's spinning, in the same build.
       void wait_while_idle(std::atomic<bool> const& stop);
     }
   }
