@@ -2,6 +2,7 @@
 ends with the same weights."""
 
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -48,6 +49,15 @@ def test_two_processes_train_and_agree(tmp_path, request, framework, controller)
     record = json.loads((folder / "run.json").read_text())
     assert record["status"] == "ok" and record["hosts"] == [{"name": "localhost", "slots": 2}]
     assert record["harness_commit"] and record["ranks"][0]["torch"].startswith("2.")
+    # Where it held: each rank's cores and compute threads, read back by the
+    # rank itself, and the run's conditions from them.
+    seen = [set(r["cpus"]) for r in record["ranks"]]  # mpirun may bind each to a core
+    assert all(cpus and cpus <= os.sched_getaffinity(0) for cpus in seen), seen
+    assert [r["compute_threads"] for r in record["ranks"]] == [1, 1]  # the default threads
+    conditions = record["conditions"]
+    assert conditions["ranks_per_node"] == [2] and conditions["own_cores"] is False
+    assert conditions["runnable_per_core"] == round(2 / len(set.union(*seen)), 3)
+    assert conditions["network"]["emulated"] is False
 
 
 @pytest.mark.slow
