@@ -73,10 +73,12 @@ def _values(ok: pd.DataFrame, column: str) -> list:
     return sorted({v for v in ok[column].dropna().tolist()}, key=str)
 
 
-def _span(values: list, unit: str) -> str:
-    values = sorted(values)
-    text = f"{values[0]:g}" if values[0] == values[-1] else f"{values[0]:g} to {values[-1]:g}"
-    return f"{text} {unit}"
+def _span(values: list, one: str, many: str, after: str = "") -> str:
+    """ "1 core", "2 cores", "1 to 2 cores", then ``after``."""
+    low, high = min(values), max(values)
+    if low == high:
+        return f"{low:g} {one if low == 1 else many}{after}"
+    return f"{low:g} to {high:g} {many}{after}"
 
 
 def _machine(ok: pd.DataFrame) -> str:
@@ -86,7 +88,7 @@ def _machine(ok: pd.DataFrame) -> str:
     networks = _values(ok, "network")
     where = f"{', '.join(map(str, cpus)) or 'a machine not recorded'}"
     if cores:
-        where += f" ({_span(cores, 'cores')})"
+        where += f" ({_span(cores, 'core', 'cores')})"
     if devices:
         where += f", device {', '.join(devices)}"
     if networks:
@@ -97,18 +99,13 @@ def _machine(ok: pd.DataFrame) -> str:
 def _ranks(ok: pd.DataFrame) -> str:
     parts = []
     if per_node := _values(ok, "ranks_per_node"):
-        parts.append(_span(per_node, "ranks per node"))
+        parts.append(_span(per_node, "rank", "ranks", " per node"))
     if cores := _values(ok, "cores_per_rank"):
-        own = (
-            "own" if "own_cores" in ok and ok["own_cores"].fillna(False).astype(bool).all() else ""
-        )
-        parts.append(
-            _span(
-                cores, f"cores a rank could use{' (nodes with cores of their own)' if own else ''}"
-            )
-        )
+        own = "own_cores" in ok and ok["own_cores"].fillna(False).astype(bool).all()
+        after = " a rank could use" + (" (nodes with cores of their own)" if own else "")
+        parts.append(_span(cores, "core", "cores", after))
     if threads := _values(ok, "compute_threads"):
-        parts.append(_span(threads, "compute threads per rank"))
+        parts.append(_span(threads, "compute thread", "compute threads", " per rank"))
     if (runnable := _values(ok, "runnable_per_core")) and max(runnable) > 1:
         crowded = int((ok["runnable_per_core"] > 1).sum())
         parts.append(

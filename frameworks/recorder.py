@@ -167,6 +167,8 @@ class PhaseRecorder:
 
     def _beat(self, now_ns: int) -> None:
         self._next_beat_ns = now_ns + BEAT_NS
+        if self.heartbeat is None:
+            return
         try:
             self.heartbeat.write_text(f"{self.epoch} {self.step}\n")
         except OSError:

@@ -274,7 +274,7 @@ def cmd_improve(args) -> int:
             + (
                 f"[{p['low']:.0%}, {p['high']:.0%}]"
                 if p["low"] is not None
-                else f"(no interval from {p['runs']} run(s))"
+                else f"(no interval from {p['runs']} runs; {improve.MIN_PREDICTING_RUNS} give one)"
             )
             for p in h["predictions"]
         )

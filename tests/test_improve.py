@@ -200,7 +200,7 @@ def test_ddlc_improve_prints_each_prediction_and_says_when_it_rests_on_few_runs(
     out = ddlc("improve", "--design", str(first), "--tables", str(tables), "--no-run")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "testing tarantella: contention removed" in out.stdout, out.stdout
-    interval = r"\[\d+%, \d+%\]" if runs_a_cell >= 3 else r"\(no interval from 2 run\(s\)\)"
+    interval = r"\[\d+%, \d+%\]" if runs_a_cell >= 3 else r"\(no interval from 2 runs; 3 give one\)"
     assert re.search(r"2 process\(es\): (49|50|51)% " + interval, out.stdout), out.stdout
     assert ("rest on 2 run(s) a cell" in out.stdout) == (runs_a_cell < 3), out.stdout
     written = yaml.safe_load((tmp_path / "first-improve.yaml").read_text())
@@ -286,7 +286,7 @@ def test_an_oversubscribed_test_bed_is_not_offered_as_a_code_change(tmp_path):
     assert "Tested by framework: tarantella -&gt; tarantella-patched" in said(roomy)
     few = top(improve.hypotheses(contention_runs(n=2), pd.DataFrame(columns=["run_id"])))
     assert np.isnan(few["low"]) and np.isnan(few["high"])
-    assert "(from 2 run(s): no interval; 3 runs a cell give one)" in said(contention_runs(n=2))
+    assert "(from 2 runs: no interval; 3 runs a cell give one)" in said(contention_runs(n=2))
 
 
 def test_the_a_a_decision_on_constructed_data_claims_nothing():
