@@ -16,7 +16,7 @@ DESIGN, RUNS = ws.prepare(
     DESIGN_FILE,
     RESULTS,
     main=workflow.is_main_process,
-    dryrun=workflow.dryrun,
+    dryrun=ws.is_dry_run(workflow),
     options=config,
 )
 # Every run the plan may hold (replications: auto adds some as it goes).

@@ -54,6 +54,7 @@ from ddlcompare.plan.design import Design
 from runfiles.phases import PHASES, STEP_PHASES
 from traces import convert
 from traces.table import META_VERSION, SCHEMA, SCHEMA_VERSION
+from runfiles import files
 
 PHASE_COLUMNS = [
     "run_id",
@@ -83,7 +84,7 @@ FIGURES = (
 
 def _read_json(path: Path) -> dict | None:
     try:
-        return json.loads(path.read_text())
+        return files.read_json(path)
     except (OSError, ValueError):
         return None
 
@@ -360,7 +361,7 @@ def phase_tables(design: Design, results: Path) -> tuple[pa.Table, dict[str, str
         if not path.exists():
             continue
         try:
-            table = pq.read_table(path)
+            table = pq.read_table(files.regular(path))
             meta = {**(table.schema.metadata or {}), **convert.metadata_of(path)}
             problems = json.loads(meta.get(b"ddlcompare.errors", b"[]"))
             # A table of schema version 2 (text columns as plain strings)

@@ -7,7 +7,6 @@ what share of the global batch each kind took and how long it sat idle.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -15,6 +14,7 @@ import pandas as pd
 from analysis.section import Section
 from ddlcompare.run.validate import read_table
 from frameworks.balance import BALANCE
+from runfiles import files
 
 COLUMNS = [
     "run_id",
@@ -35,7 +35,7 @@ def rows(folder: Path, run_id: str) -> list[dict]:
         return []
     return [
         {"run_id": run_id, **{c: rank[c] for c in COLUMNS[1:]}}
-        for rank in json.loads(path.read_text())["ranks"]
+        for rank in files.read_json(path)["ranks"]
     ]
 
 

@@ -10,7 +10,6 @@ the share of what the network and MPI can do that the framework gets.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from analysis import cells, humanize
 from analysis.section import Section
 from frameworks import registry
 from ddlcompare.run.validate import read_table
+from runfiles import files
 
 PROBES = "probe"  # folder under the tables
 
@@ -28,7 +28,7 @@ def probes(tables: Path) -> dict[tuple, pd.DataFrame]:
     """Probe results by (nodes, processes, emulated rate or None)."""
     found = {}
     for path in sorted((tables / PROBES).glob("probe-*.json")):
-        doc = json.loads(path.read_text())
+        doc = files.read_json(path)
         key = (doc.get("nodes", 1), doc["processes"], doc.get("net_rate_mbit"))
         found[key] = pd.DataFrame(doc["sizes"]).assign(
             hosts=", ".join(doc["hosts"]), link_bytes_per_s=doc.get("link_bytes_per_s")

@@ -4,7 +4,6 @@ and the same-model gate's verdict."""
 
 from __future__ import annotations
 
-import json
 
 import pandas as pd
 from scipy import stats as scipy_stats
@@ -15,6 +14,7 @@ from ddlcompare.plan import devices
 from ddlcompare.plan.design import Design
 from ddlcompare.run import machine_load
 from frameworks import model_gate, registry
+from runfiles import files
 
 
 def design_section(ctx) -> Section:
@@ -199,7 +199,7 @@ def gate_section(ctx) -> Section:
     path = ctx.tables / "model_gate.json"
     if not path.exists():
         return out.para("The same-model gate did not run.")
-    gate = json.loads(path.read_text())
+    gate = files.read_json(path)
     per_model = gate.get("models") or {gate["model"]: gate}  # one model: the older format
     rows = [
         {

@@ -28,6 +28,7 @@ from runfiles.names import METRICS
 from ddlcompare.run import validate
 from ddlcompare.plan.design import Adaptive, Design
 from ddlcompare.plan.params import RunRow
+from runfiles import files
 
 RESPONSE = "images_per_s"
 CONFIDENCE = 0.95
@@ -134,7 +135,7 @@ def rounds(design: Design, results: Path, upto: int | None = None) -> list[dict]
     k = 0
     while upto is None or k < upto:
         try:
-            doc = json.loads(round_file(design, results, k).read_text())
+            doc = files.read_json(round_file(design, results, k))
         except (OSError, ValueError):
             break
         if not isinstance(doc, dict) or doc.get("rule") != rule_of(design):
@@ -175,7 +176,7 @@ def measured(rows: list[RunRow], results: Path) -> tuple[dict[str, int], dict[st
         if status != "ok" or problem:
             continue
         try:
-            value = json.loads((run / METRICS).read_text())[RESPONSE]
+            value = files.read_json(run / METRICS)[RESPONSE]
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if isinstance(value, (int, float)) and math.isfinite(value):

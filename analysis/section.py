@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Union
@@ -29,6 +28,7 @@ import jinja2
 import pandas as pd
 
 from analysis import humanize
+from runfiles import files
 
 TEMPLATES = Path(__file__).parent / "templates"
 LONG_TABLE = 12  # rows; longer tables start folded (one click opens them)
@@ -39,7 +39,7 @@ EMPTY_FIGURES = "empty.json"  # figure name -> why it has nothing to show (analy
 
 def empty_figures(folder: Path) -> dict:
     try:
-        return json.loads((folder / EMPTY_FIGURES).read_text())
+        return files.read_json(folder / EMPTY_FIGURES)
     except (OSError, ValueError):
         return {}
 

@@ -53,6 +53,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from runfiles import files
+
 from runfiles import names
 from runfiles.names import PHASE_TABLE
 from analysis import critical_path as cp
@@ -111,7 +113,7 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     categories may name a region no row has: nothing here counts them);
     one of schema 2, as strings, is asked for them as dictionaries."""
     try:
-        schema = pq.read_schema(path)
+        schema = pq.read_schema(files.regular(path))
         used = [f for f in schema if f.name in USED_COLUMNS]
         texts = [
             f.name for f in used if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)

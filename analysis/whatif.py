@@ -41,7 +41,6 @@ changed, so they answer at the measured scales.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +52,7 @@ from analysis import cells
 from analysis import critical_path as cp
 from analysis.section import Section
 from runfiles.phases import STEP_PHASES
+from runfiles import files
 
 BOOTSTRAP = 200
 CONFIDENCE = 0.95
@@ -174,7 +174,7 @@ def probe_points(tables: Path | None) -> pd.DataFrame:
     the tables hold it (tables/probe/probe-<P>.json)."""
     rows = []
     for path in sorted((Path(tables) / "probe").glob("probe-*.json")) if tables else []:
-        doc = json.loads(path.read_text())
+        doc = files.read_json(path)
         rows += [
             {"processes": doc["processes"], "bytes": s["bytes"], "seconds": s["seconds"]}
             for s in doc["sizes"]

@@ -25,6 +25,12 @@ from pathlib import Path
 from ddlcompare.plan import design as design_mod
 from ddlcompare.plan import yaml_safe
 from ddlcompare.run import plan_checks, preflight
+from runfiles import atomic, files
+
+
+# What `ddlc improve --replications` takes at least (analysis.improve's
+# MIN_REPLICATIONS, kept here so that the help does not import the analysis).
+MIN_TEST_REPLICATIONS = 5
 
 
 class UserError(Exception):
@@ -97,9 +103,14 @@ def cmd_replicate(args) -> int:
     design = load_design(args.design, check_ready=False)
     if not design.adaptive:
         raise UserError(f"{args.design}: replications is not auto; nothing to decide")
-    doc = replication.write_round(
-        design, Path(args.results), args.round, Path(args.out) if args.out else None
-    )
+    if args.round >= design.adaptive.most:
+        raise UserError(
+            f"--round {args.round}: above the last possible round ({design.adaptive.most - 1}: "
+            f"max_replications {design.adaptive.most} in {args.design})"
+        )
+    results = existing_folder(args.results, "--results")
+    out = output_file(args.out, "--out", [args.design]) if args.out else None
+    doc = replication.write_round(design, results, args.round, out)
     more = [c for c in doc["cells"] if c["add"]]
     print(
         f"round {args.round}: {len(doc['add'])} more run(s) for {len(more)} cell(s)"
@@ -145,7 +156,8 @@ def cmd_collect(args) -> int:
     from analysis import collect
 
     design = load_design(args.design, check_ready=False)
-    collect.write_tables(design, Path(args.results), Path(args.out))
+    results = existing_folder(args.results, "--results")
+    collect.write_tables(design, results, output_folder(args.out, "--out"))
     return 0
 
 
@@ -153,7 +165,7 @@ def cmd_report(args) -> int:
     from analysis import report
 
     design = load_design(args.design, check_ready=False)
-    out = report.build(design, Path(args.tables), Path(args.out))
+    out = report.build(design, Path(args.tables), output_file(args.out, "--out", [args.design]))
     print(f"report: {out.resolve()}")
     return 0
 
@@ -171,7 +183,11 @@ def cmd_follow_up(args) -> int:
         raise UserError(
             f"{tables}: no runs.parquet; run the first stage (./ddlc run) or pass --tables"
         )
-    out = Path(args.out or Path(args.design).with_name(f"{Path(args.design).stem}-follow-up.yaml"))
+    out = output_file(
+        args.out or Path(args.design).with_name(f"{Path(args.design).stem}-follow-up.yaml"),
+        "--out",
+        [args.design],
+    )
     try:
         doc = followup.write(design, tables, out, args.replications, args.max_runs)
     except ValueError as exc:
@@ -254,6 +270,11 @@ def cmd_improve(args) -> int:
 
     from analysis import improve
 
+    out = output_file(
+        args.out or Path(args.design).with_name(f"{Path(args.design).stem}-improve.yaml"),
+        "--out",
+        [args.design],
+    )
     if not args.no_run:
         first = subprocess.run(workflow_argv(args.design, args.results, *args.snakemake))
         if first.returncode:
@@ -262,7 +283,6 @@ def cmd_improve(args) -> int:
     tables = Path(args.tables) if args.tables else default_tables(design, args.results)
     if not (tables / "runs.parquet").exists():
         raise UserError(f"{tables}: no runs.parquet; run the first stage (./ddlc run) first")
-    out = Path(args.out or Path(args.design).with_name(f"{Path(args.design).stem}-improve.yaml"))
     try:
         doc = improve.write(design, tables, out, args.top or improve.TOP, args.replications)
     except ValueError as exc:
@@ -310,9 +330,10 @@ def cmd_timeline(args) -> int:
                 f"(e.g. --steps {min(first, last)}:{max(first, last)})"
             )
         steps = (first, last)
+    out = output_file(args.out, "-o", args.paths)
     try:
         info = timeline.export(
-            args.paths, Path(args.out), args.max_intervals, steps, args.align, args.keep_going
+            args.paths, out, args.max_intervals, steps, args.align, args.keep_going
         )
     except timeline.TimelineError as exc:
         raise UserError(str(exc)) from None
@@ -340,6 +361,7 @@ def cmd_import(args) -> int:
     from traces import convert
 
     keep = ["--keep-going"] if args.keep_going else []
+    output_file(args.out, "-o", args.paths)
     return convert.main([*map(str, args.paths), "-o", args.out, *keep])
 
 
@@ -392,20 +414,64 @@ def existing_folder(text: str, option: str) -> Path:
     return path
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
+def output_file(text: str, option: str, inputs=()) -> Path:
+    """``-o/--out`` where a file is to be written, checked before the work:
+    its folder exists, it is not a folder, a device or a FIFO, and it is
+    none of the command's inputs (it would replace what it reads)."""
+    path = Path(text)
+    if not path.parent.is_dir():
+        raise UserError(
+            f"{option} {text}: the folder {path.parent} does not exist; create it first"
+        )
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+        atomic.refuse_to_replace(path)
+    except files.NotRegular as exc:
+        raise UserError(f"{option} {exc}; give the path of a file to write") from None
+    for source in inputs:
+        if path.exists() and Path(source).exists() and path.samefile(source):
+            raise UserError(
+                f"{option} {text}: is the input {source}; writing it would replace it, "
+                "give another file"
+            )
+    return path
+
+
+def output_folder(text: str, option: str) -> Path:
+    """``--out`` where a folder is to be written: a folder or a new name in
+    an existing folder."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{option} {text}: not a folder; give a folder (created if missing)")
+    if not path.parent.is_dir():
+        raise UserError(
+            f"{option} {text}: the folder {path.parent} does not exist; create it first"
+        )
+    return path
+
+
+def at_least(least: int):
+    """argparse type: an integer >= ``least``."""
+
+    def check(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        return value
+
+    return check
+
+
+positive_int = at_least(1)
 
 
 def cmd_fetch_data(args) -> int:
     from frameworks import data
 
+    if args.data_dir:
+        output_folder(args.data_dir, "--data-dir")
     try:
         folder = data.fetch_cifar10(args.data_dir)
     except data.DataError as exc:
@@ -459,7 +525,9 @@ def parser() -> argparse.ArgumentParser:
     )
     rnd = command("replicate", cmd_replicate, "decide a round of replications: auto")
     rnd.add_argument("--results", default="results")
-    rnd.add_argument("--round", type=int, required=True, help="the round just done (0: the first)")
+    rnd.add_argument(
+        "--round", type=at_least(0), required=True, help="the round just done (0: the first)"
+    )
     rnd.add_argument("--out", help="the decision's file (default: results/<design>/replication/)")
     col = command("collect", cmd_collect, "gather every run into the results tables")
     col.add_argument("--results", default="results")
@@ -495,9 +563,14 @@ def parser() -> argparse.ArgumentParser:
     imp.add_argument("--results", default="results")
     imp.add_argument("--tables", help="the first stage's tables (default: its results)")
     imp.add_argument("--out", help="the test's design (default: <design>-improve.yaml)")
-    imp.add_argument("--top", type=int, default=None, help="hypotheses to test (default 3)")
     imp.add_argument(
-        "--replications", type=int, default=None, help="runs per level and cell (at least 5)"
+        "--top", type=positive_int, default=None, help="hypotheses to test (default 3)"
+    )
+    imp.add_argument(
+        "--replications",
+        type=at_least(MIN_TEST_REPLICATIONS),
+        default=None,
+        help=f"runs per level and cell (at least {MIN_TEST_REPLICATIONS})",
     )
     imp.add_argument(
         "--no-run", action="store_true", help="only write the test's design from finished tables"
@@ -556,6 +629,10 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except (UserError, Damaged) as exc:  # Damaged: a table the analysis reads
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path the system refuses (read-only, /proc, a full disk)
+        where = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else exc
+        print(f"error: {where}", file=sys.stderr)
         return 2
 
 

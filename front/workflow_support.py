@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import csv
-import json
 import os
+import re
 import shlex
 import sys
 from collections import Counter
@@ -16,11 +16,20 @@ from ddlcompare.plan import yaml_safe
 from ddlcompare.run import diskspace, refile, runner, validate
 from runfiles import ownership
 from front.cli import UserError, load_design
-from ddlcompare.plan.params import RunRow, shown_key
+from ddlcompare.plan.params import RunRow, shown, shown_key
 from frameworks import registry
+from runfiles import files
 
 # Run paths are built from validated values only (see params.SAFE_TEXT).
 PATH_PATTERN = r"[A-Za-z0-9._+~/-]+"
+
+
+def is_dry_run(workflow) -> bool:
+    """Whether Snakemake was asked for a plan only (-n): ``workflow.dryrun``
+    is False while the Snakefile is read (Snakemake 9 sets the executor
+    later), but the output settings hold the option from the start."""
+    settings = getattr(workflow, "output_settings", None)
+    return bool(workflow.dryrun or getattr(settings, "dryrun", False))
 
 
 def prepare(design_file: str, results: Path, main: bool, dryrun: bool, options: dict | None = None):
@@ -45,26 +54,37 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool, options: 
     if main:
         os.environ[ownership.WORKFLOW_ENV] = ownership.workflow_mark()
         os.environ[yaml_safe.DIGEST_ENV] = yaml_safe.file_digest(design_file) or ""
-        _check_occupants(runs, results, _flag(options, "kill_orphans"), dryrun)
-        _refile_finished(runs, results, results / design.name, dryrun)
-        _requeue_damaged(runs, results, _flag(options, "rerun_damaged"), dryrun)
-        failed = runner.failed_runs(runs, results)
-        if failed and dryrun:
-            print(
-                f"{len(failed)} failed run(s) will run again (their files move to attempts/)",
-                file=sys.stderr,
-            )
-        elif failed:
-            for row in failed:
-                runner.archive_attempt(results / row.path)
-            print(
-                f"{len(failed)} failed run(s) queued again; earlier attempts kept under attempts/",
-                file=sys.stderr,
-            )
-        _drop_damaged_tables(runs, results, results / design.root / "tables", dryrun)
-        note_changed_results(runs, results, results / design.root / "tables", dryrun)
-        _warn_of_space(runs, results)
+        try:
+            _tidy(runs, results, design, options, dryrun)
+        except OSError as exc:  # a read-only folder, an attempts that is a link...
+            where = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else exc
+            _stop(f"{where}; the results folder must be a writable folder of plain folders")
     return design, runs
+
+
+def _tidy(runs: list[RunRow], results: Path, design, options: dict, dryrun: bool) -> None:
+    """Before the jobs are planned: refuse a folder still in use, move runs
+    to their folders, queue failed and damaged runs again (their files go to
+    attempts/), delete damaged tables. A dry run only says what it would do."""
+    _check_occupants(runs, results, _flag(options, "kill_orphans"), dryrun)
+    _refile_finished(runs, results, results / design.name, dryrun)
+    _requeue_damaged(runs, results, _flag(options, "rerun_damaged"), dryrun)
+    failed = runner.failed_runs(runs, results)
+    if failed and dryrun:
+        print(
+            f"{len(failed)} failed run(s) will run again (their files move to attempts/)",
+            file=sys.stderr,
+        )
+    elif failed:
+        for row in failed:
+            runner.archive_attempt(results / row.path)
+        print(
+            f"{len(failed)} failed run(s) queued again; earlier attempts kept under attempts/",
+            file=sys.stderr,
+        )
+    _drop_damaged_tables(runs, results, results / design.root / "tables", dryrun)
+    note_changed_results(runs, results, results / design.root / "tables", dryrun)
+    _warn_of_space(runs, results)
 
 
 def _refile_finished(runs: list[RunRow], results: Path, root: Path, dryrun: bool) -> None:
@@ -155,16 +175,37 @@ def check_options(options: dict) -> None:
             )
 
 
+# A path given to --config: it goes into every job's command line (and a
+# cluster's submission), so like the names of the design (params.SAFE_TEXT)
+# it holds no character a shell or Snakemake reads ($, `, quotes, braces,
+# newlines...).
+SAFE_PATH = re.compile(r"[\w.+~/@,= -]+")
+
+
+def path_problem(key: str, value) -> str | None:
+    """Why a path given as --config KEY=VALUE is refused, or None."""
+    text = "" if value is None else str(value)
+    if not text.strip():
+        return f"{key}= is empty; pass --config {key}=PATH ({CONFIG_KEYS[key]})"
+    if not SAFE_PATH.fullmatch(text):
+        bad = next(c for c in text if not SAFE_PATH.fullmatch(c))
+        return (
+            f"{key}={shown(text)}: the character {shown(bad)} is not allowed in a path "
+            "given to the workflow (letters, digits, . _ + ~ / @ , = - and spaces); "
+            "rename or move the file"
+        )
+    return None
+
+
 def workflow_paths(options: dict) -> tuple[str, Path]:
     """design= and results= from Snakemake's config (an empty value arrives
     as None), once every key is known."""
     check_options(options)
     design = options.get("design", "design.yaml")
     results = options.get("results", "results")
-    if design is None or not str(design).strip():
-        _stop("design= is empty; pass --config design=PATH (default: design.yaml)")
-    if results is None or not str(results).strip():
-        _stop("results= is empty; pass --config results=FOLDER (default: results)")
+    for key, value in (("design", design), ("results", results)):
+        if problem := path_problem(key, value):
+            _stop(problem)
     return str(design), Path(str(results))
 
 
@@ -181,7 +222,15 @@ def results_problem(results: Path) -> str | None:
 def imported_traces(options: dict) -> list[str]:
     """import_traces=: every file named must exist (else it would be left out
     silently on a campaign already built)."""
+    if "import_traces" in options and not options["import_traces"]:
+        _stop(
+            "import_traces= is empty; give trace files or folders, comma-separated, "
+            "or leave the key out"
+        )
     paths = as_list(options.get("import_traces", []))
+    for path in paths:
+        if problem := path_problem("import_traces", path):
+            _stop(problem)
     missing = [p for p in paths if not Path(p).exists()]
     if missing:
         _stop(
@@ -233,7 +282,7 @@ CHANGED = ".results-changed"
 
 def note_changed_results(runs: list[RunRow], results: Path, tables: Path, dryrun: bool) -> None:
     try:
-        built = json.loads((tables / validate.INPUTS).read_text())["fingerprint"]
+        built = files.read_json(tables / validate.INPUTS)["fingerprint"]
     except (OSError, ValueError, KeyError, TypeError):
         return  # no tables yet (or unreadable: collect writes them again)
     now = validate.fingerprint([results / row.path for row in runs])

@@ -10,10 +10,25 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from runfiles.files import NotRegular, kind
+
+
+def refuse_to_replace(path: Path) -> None:
+    """NotRegular when ``path`` exists and is neither a regular file nor a
+    link (a link is replaced, not followed): a write would replace a folder,
+    /dev/null or a FIFO with a file."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise NotRegular(f"{path}: {kind(mode)}, not a regular file; not replaced")
 
 
 @contextlib.contextmanager
@@ -22,6 +37,7 @@ def replacing(path: Path) -> Iterator[Path]:
     well it replaces ``path`` in one step, and when it fails (a full disk, a
     kill) it is removed, so no half-written temporary is left behind."""
     path = Path(path)
+    refuse_to_replace(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         yield tmp

@@ -19,7 +19,6 @@ never train in one folder, and no stale attempt overwrites a new one's files.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import socket
 import sys
@@ -33,6 +32,7 @@ import psutil
 from runfiles import variables
 from runfiles.names import OWNER
 from runfiles.atomic import write_json
+from runfiles import files
 
 # An owner on another host cannot be probed: it proves it is alive by
 # rewriting owner.json (see heartbeat) more often than this.
@@ -64,15 +64,25 @@ def alive(pid: int, started: float | None) -> bool:
 
 def read_owner(run_dir: Path) -> dict | None:
     try:
-        owner = json.loads((Path(run_dir) / OWNER).read_text())
+        owner = files.read_json(Path(run_dir) / OWNER)
     except (OSError, ValueError):
         return None
     return owner if isinstance(owner, dict) and isinstance(owner.get("token"), str) else None
 
 
-def owner_alive(owner: dict, folder: Path) -> bool:
+def owner_alive(owner: dict, folder: Path, table=None) -> bool:
+    """Whether the attempt ``owner`` names still works in ``folder``. On this
+    host the pid read from owner.json is only believed when that process
+    is shown to work on the folder (run_processes): a hand-written owner.json
+    naming another process is a stale claim, never a process to wait for or
+    to stop."""
     if owner.get("host") == socket.gethostname():
-        return isinstance(owner.get("pid"), int) and alive(owner["pid"], owner.get("started"))
+        pid = owner.get("pid")
+        return (
+            isinstance(pid, int)
+            and alive(pid, owner.get("started"))
+            and pid in {p.pid for p in run_processes(folder, table)}
+        )
     try:
         age = time.time() - (folder / OWNER).stat().st_mtime
     except OSError:
@@ -81,23 +91,35 @@ def owner_alive(owner: dict, folder: Path) -> bool:
 
 
 def process_table() -> list[tuple[psutil.Process, list[str]]]:
-    """Every process of this host with its command line (read once for many
-    run folders)."""
+    """Every process of this host with its command line and working folder
+    (read once for many run folders)."""
     table = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
+    for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
         if proc.pid != os.getpid() and proc.info["cmdline"]:
-            table.append((proc, proc.info["cmdline"]))
+            table.append((proc, proc.info["cmdline"], proc.info["cwd"]))
     return table
 
 
+def names_folder(args: list[str], cwd: str | None, folder: str) -> bool:
+    """Whether a command line works on ``folder``: it names the folder or a
+    file in it (launchers and ranks), or it is a runner's ``--results R
+    --path P`` with R/P the folder (relative to the process's own folder)."""
+    if any(a == folder or a.startswith(folder + "/") for a in args):
+        return True
+    options = dict(zip(args, args[1:]))
+    if "--results" not in options or "--path" not in options or not cwd:
+        return False
+    return os.path.normpath(os.path.join(cwd, options["--results"], options["--path"])) == folder
+
+
 def run_processes(run_dir: Path, table=None) -> list[psutil.Process]:
-    """This host's processes working on ``run_dir`` (launchers and ranks
-    name it on their command line), other than this one."""
+    """This host's processes shown to work on ``run_dir`` by their own
+    command line (never by a pid read from a file), other than this one."""
     folder = str(Path(run_dir).resolve())
     return [
         proc
-        for proc, args in (process_table() if table is None else table)
-        if any(a == folder or a.startswith(folder + "/") for a in args)
+        for proc, args, cwd in (process_table() if table is None else table)
+        if names_folder(args, cwd, folder)
     ]
 
 
@@ -115,8 +137,9 @@ def describe(procs: list[psutil.Process]) -> str:
 def occupants(run_dir: Path, table=None) -> tuple[dict | None, list[psutil.Process]]:
     """The live owner of ``run_dir`` (or None) and the processes still
     working in it on this host."""
+    table = process_table() if table is None else table
     owner = read_owner(run_dir)
-    if owner and not owner_alive(owner, Path(run_dir)):
+    if owner and not owner_alive(owner, Path(run_dir), table):
         owner = None
     return owner, run_processes(run_dir, table)
 
@@ -154,18 +177,14 @@ def stop_processes(procs: list[psutil.Process], grace: float = 5.0) -> None:
 
 def evict(run_dir: Path, kill: bool, table=None) -> None:
     """Make sure nothing else works in ``run_dir``: raise Busy naming the
-    occupant, or (``kill``, on this host) stop it."""
+    occupant, or (``kill``, on this host) stop the processes whose own
+    command line names the folder (a local owner is one of them)."""
     owner, procs = occupants(run_dir, table)
     if not owner and not procs:
         return
     remote = owner and owner.get("host") != socket.gethostname()
     if not kill or remote:
         raise Busy(busy_message(run_dir, owner, procs))
-    if owner and owner.get("pid") != os.getpid():
-        try:
-            procs = [psutil.Process(owner["pid"])] + procs
-        except psutil.NoSuchProcess:
-            pass
     stop_processes(procs)
 
 

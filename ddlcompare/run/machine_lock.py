@@ -74,7 +74,9 @@ def inherited_hold(path: Path) -> int | None:
     return None
 
 
-def _open(path: Path) -> int:
+def open_shared(path: Path) -> int:
+    """The lock file opened (created if missing) readable and writable by
+    every user: one user's first run must not lock the others out."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         os.fchmod(fd, 0o666)  # every user's runs share the machine (umask aside)
@@ -130,7 +132,7 @@ def measuring(
     started = time.monotonic()
     held = inherited_hold(path)
     inherited = held is not None
-    fd = held if held is not None else _open(path)
+    fd = held if held is not None else open_shared(path)
     try:
         _take_alone(fd, path, on_wait, check)
         _say_who(path, what)
@@ -165,7 +167,7 @@ def _take_alone(fd: int, path: Path, on_wait: Callable[[str], None], check) -> N
     go first: two measuring jobs must not each hold it while waiting for
     the turnstile."""
     fcntl.flock(fd, fcntl.LOCK_UN)
-    gate = _open(turnstile(path))
+    gate = open_shared(turnstile(path))
     try:
         told = passed = False
         while True:

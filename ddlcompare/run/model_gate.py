@@ -31,6 +31,7 @@ from frameworks.model_gate import (
 )
 from runfiles.atomic import write_text
 from runfiles import variables
+from runfiles import files
 
 
 # Builders' answers, kept by what they depend on (answer_key): each
@@ -72,7 +73,7 @@ def ask(builder: str, model: str, datasets: tuple[str, ...], cache: bool = True)
     kept = CACHE / f"{answer_key(builder, model, datasets)}.json" if cache else None
     if kept is not None and kept.is_file():
         try:
-            return json.loads(kept.read_text())
+            return files.read_json(kept)
         except ValueError:
             pass  # a damaged entry: asked again, and written anew
     answer = _ask_builder(builder, model, datasets)

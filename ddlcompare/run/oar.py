@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from runfiles.atomic import write_json
 from runfiles.names import DONE, OWNER, RUN_RECORD
+from runfiles import files
 
 DONE_MARKER = DONE  # what a finished run leaves (runfiles/names.py)
 JOBS_DIR = Path(".snakemake") / "oar_jobs"  # under snakemake's working directory
@@ -242,7 +243,7 @@ def record_stop(marker: str, reason: str) -> None:
     so that the next attempt, on any node, may claim it at once."""
     run_dir = Path(marker).parent
     try:
-        record = json.loads((run_dir / RUN_RECORD).read_text())
+        record = files.read_json(run_dir / RUN_RECORD)
     except (OSError, ValueError):
         return  # the run never started: nothing to correct
     if record.get("status") != "running":
@@ -265,7 +266,7 @@ def note_failure(marker: str, reason: str) -> None:
     own, in its done marker and its record."""
     for path in (Path(marker), Path(marker).with_name(RUN_RECORD)):
         try:
-            doc = json.loads(path.read_text())
+            doc = files.read_json(path)
             if doc.get("status") == "failed" and "OAR job " not in str(doc.get("reason")):
                 write_json(path, {**doc, "reason": f"{doc.get('reason')}; {reason}"})
         except (OSError, ValueError) as exc:
@@ -274,7 +275,7 @@ def note_failure(marker: str, reason: str) -> None:
 
 def status(job_id: str) -> str:
     record = JOBS_DIR / f"{job_id}.json"
-    marker = json.loads(record.read_text())["done"] if record.exists() else None
+    marker = files.read_json(record)["done"] if record.exists() else None
     try:
         job = oar_job(job_id)
     except OarError as exc:

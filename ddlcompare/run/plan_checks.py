@@ -61,7 +61,7 @@ def measure_lock_problem() -> str | None:
 
     path = machine_lock.lock_path()
     try:
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o666))
+        os.close(machine_lock.open_shared(path))
     except OSError as exc:
         where = (
             f"{machine_lock.LOCK_ENV}={path}"

@@ -10,7 +10,6 @@ yet, and moves each to its planned folder, so that it is never trained again.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from ddlcompare.plan.design import BOOKKEEPING, identity
 from ddlcompare.plan.params import RunRow
 from runfiles.atomic import write_json
 from runfiles.names import CONFIG, DONE, PHASE_TABLE, RUN_RECORD
+from runfiles import files
 
 # Folders inside a design's results that hold no run of their own.
 NOT_RUNS = {"attempts", "tables"}
@@ -27,14 +27,14 @@ def finished_folders(root: Path) -> dict[str, Path]:
     """identity -> folder of every run finished ok under ``root`` (a
     design's results/<name>/), read from its config.json."""
     found: dict[str, Path] = {}
-    for folder, dirs, files in os.walk(root):
-        if DONE not in files:
+    for folder, dirs, names in os.walk(root):
+        if DONE not in names:
             dirs[:] = [d for d in dirs if d not in NOT_RUNS]
             continue
         dirs[:] = []  # a run folder holds no other run
         try:
-            status = json.loads((Path(folder) / DONE).read_text()).get("status")
-            config = json.loads((Path(folder) / CONFIG).read_text())
+            status = files.read_json(Path(folder) / DONE).get("status")
+            config = files.read_json(Path(folder) / CONFIG)
         except (OSError, ValueError, AttributeError):
             continue  # damaged: ddlc check names it
         if status == "ok" and isinstance(config, dict):
@@ -78,7 +78,7 @@ def move(row: RunRow, source: Path, results: Path) -> bool:
 
 def _read(path: Path) -> dict | None:
     try:
-        doc = json.loads(path.read_text())
+        doc = files.read_json(path)
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None

@@ -10,7 +10,6 @@ so the next workflow invocation runs it again.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -44,6 +43,7 @@ from runfiles.atomic import write_json
 from ddlcompare.plan.design import identity as design_identity
 from ddlcompare.plan.params import RunRow
 from frameworks import balance, data, knobs, registry
+from runfiles import files
 
 RECORD = RUN_RECORD
 LOG = TRAIN_LOG
@@ -449,7 +449,7 @@ class Watch:
         if now - self.rank_failed_at < self.RANK_FAILURE_GRACE_S:
             return None
         records = sorted(self.run_dir.glob(names.FAILED_RANK_GLOB), key=lambda p: p.stat().st_mtime)
-        return json.loads(records[0].read_text())
+        return files.read_json(records[0])
 
     def _note_overlap(self) -> None:
         for line in machine_lock.other_training(self.run_dir, provenance.REPO):
@@ -627,8 +627,10 @@ def archive_attempt(run_dir: Path) -> None:
 
 def _next_attempt(attempts: Path) -> Path:
     """A new attempts/<n>/, n one above the highest number there (folders
-    may be missing or named otherwise: counting them would reuse a number)."""
-    attempts.mkdir(exist_ok=True)
+    may be missing or named otherwise: counting them would reuse a number).
+    A link or a file named attempts is refused (files.NotRegular): the
+    run's files never move out of the results folder."""
+    files.plain_folder(attempts)
     numbers = [int(p.name) for p in attempts.iterdir() if p.name.isdigit()]
     n = max(numbers, default=0) + 1
     while True:

@@ -31,6 +31,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from runfiles import names, variables
+from runfiles import files
 
 REPO = Path(__file__).resolve().parents[2]
 SCOREP_FILTER = REPO / "frameworks" / "scorep_filter"
@@ -74,7 +75,7 @@ def installed_version() -> str | None:
         return None
     record = folder.parent / "ddlc-scorep.json"
     if record.exists():
-        return json.loads(record.read_text()).get("scorep")
+        return files.read_json(record).get("scorep")
     try:
         said = subprocess.run(
             [str(folder / "scorep"), "--version"], capture_output=True, text=True, timeout=30

@@ -33,6 +33,7 @@ from runfiles.names import (
 from frameworks import registry
 from frameworks.common import EPOCH_COLUMNS
 from runfiles.phases import PHASES
+from runfiles import files
 
 NUMBER = {"type": "number"}
 COUNT = {"type": "integer", "minimum": 0}
@@ -173,7 +174,7 @@ def read_json(path: Path, schema: str | None = None) -> dict:
     """A run's JSON file, checked; Damaged when it is not what it should be."""
     name = path.name
     try:
-        text = path.read_text()
+        text = files.read_text(path)
     except FileNotFoundError:
         raise Damaged(f"{name}: missing") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -210,9 +211,11 @@ def read_tsv(path: Path, columns: tuple[str, ...], min_rows: int = 1) -> pd.Data
     """A run's table, checked for its columns and numbers."""
     name = path.name
     try:
-        table = pd.read_csv(path, sep="\t")
+        table = pd.read_csv(files.regular(path), sep="\t")
     except FileNotFoundError:
         raise Damaged(f"{name}: missing") from None
+    except files.NotRegular as exc:
+        raise Damaged(f"{name}: cannot be read ({exc})") from None
     except (OSError, ValueError, pd.errors.ParserError) as exc:
         raise Damaged(f"{name}: cannot be read as a table ({str(exc)[:120]})") from None
     missing = [c for c in columns if c not in table.columns]
@@ -262,9 +265,12 @@ def _parquet(path: Path, read):
     import pyarrow as pa
 
     try:
+        files.regular(path)
         return read()
     except FileNotFoundError:
         raise Damaged(f"{path}: missing") from None
+    except files.NotRegular as exc:
+        raise Damaged(f"{exc}; delete it and run the workflow again (./ddlc run)") from None
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise Damaged(
             f"{path}: damaged table ({str(exc).splitlines()[0][:120]}); delete it and run "
@@ -326,7 +332,7 @@ def _check_config(folder: Path, config: dict) -> None:
     if not (folder / CONFIG).exists():
         return  # runs of older harnesses: run.json holds the config
     try:
-        written = json.loads((folder / CONFIG).read_text())
+        written = files.read_json(folder / CONFIG)
     except (OSError, ValueError) as exc:
         raise Damaged(f"config.json: not valid JSON, cut short or edited? ({exc})") from None
     if not isinstance(written, dict) or identity(written) != identity(config):

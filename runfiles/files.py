@@ -1,0 +1,91 @@
+"""Reading a file of a results folder without trusting what it is: a FIFO
+would hang the reader, a link to /dev/zero would fill its memory. Every
+reader of run files (done.json, owner.json, run.json, the tables) goes
+through ``regular`` or the readers here, which accept only a regular file
+(a link to one is fine) within a size bound."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+# Far above any record the harness writes (a few kB), far below a memory.
+MAX_RECORD_BYTES = 64 << 20
+
+
+class NotRegular(OSError):
+    """The path is not the regular file (or the plain folder) expected: a
+    folder, a device, a FIFO, a socket, a link, or too big."""
+
+
+def kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _check(path: Path, info: os.stat_result, limit: int | None) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        raise NotRegular(f"{path}: {kind(info.st_mode)}, not a regular file")
+    if limit is not None and info.st_size > limit:
+        raise NotRegular(f"{path}: {info.st_size} bytes, more than the {limit} expected")
+
+
+def regular(path: Path, limit: int | None = None) -> Path:
+    """``path`` when it is a regular file (of at most ``limit`` bytes);
+    FileNotFoundError when missing, NotRegular otherwise. For readers that
+    open the file themselves (Parquet, CSV)."""
+    _check(Path(path), os.stat(path), limit)
+    return Path(path)
+
+
+def read_bytes(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes:
+    """The content of a regular file of at most ``limit`` bytes. Opened
+    without blocking (a FIFO does not wait for a writer) and checked on the
+    open file, so that nothing swapped in between is read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        _check(Path(path), os.fstat(fd), limit)
+        data = f.read(limit + 1)
+    if len(data) > limit:  # grew while read
+        raise NotRegular(f"{path}: more than the {limit} bytes expected")
+    return data
+
+
+def read_text(path: Path, limit: int = MAX_RECORD_BYTES) -> str:
+    return read_bytes(path, limit).decode()
+
+
+def read_json(path: Path, limit: int = MAX_RECORD_BYTES):
+    """A JSON record: OSError (NotRegular included) when it cannot be read,
+    ValueError when it is not JSON."""
+    return json.loads(read_bytes(path, limit))
+
+
+def plain_folder(path: Path) -> Path:
+    """``path`` as a folder of its own, created if missing: never a link
+    (which could lead out of the results folder) nor a file."""
+    path = Path(path)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            raise NotRegular(
+                f"{path}: a link, not a folder of its own; nothing is written through it "
+                "(remove the link)"
+            ) from None
+        if not stat.S_ISDIR(mode):
+            raise NotRegular(
+                f"{path}: {kind(mode)}, where a folder is expected (remove or rename it)"
+            ) from None
+    return path
