@@ -60,13 +60,23 @@ TOP_LEVEL_KEYS = {
 }
 
 
+# Problems listed at most for one design (the rest counted).
+MAX_PROBLEMS = 20
+
+
 class DesignError(Exception):
     """A design that cannot run; ``problems`` holds one message per problem."""
 
     def __init__(self, source: str, problems: list[str]):
         self.source = source
+        shown_problems = problems[:MAX_PROBLEMS]
+        if len(problems) > MAX_PROBLEMS:  # 20,000 unknown keys: not 12 MB of messages
+            shown_problems.append(
+                f"and {len(problems) - MAX_PROBLEMS} more problems; fix these first"
+            )
         self.problems = [
-            p if len(p) <= MAX_PROBLEM_CHARS else p[:MAX_PROBLEM_CHARS] + "..." for p in problems
+            p if len(p) <= MAX_PROBLEM_CHARS else p[:MAX_PROBLEM_CHARS] + "..."
+            for p in shown_problems
         ]
         problems = self.problems
         super().__init__("\n".join(f"{source}: {p}" for p in problems))
@@ -229,8 +239,7 @@ def load(path: str | Path) -> Design:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise DesignError(source, [f"{where}not valid YAML ({problem})"]) from None
+        raise DesignError(source, [f"{where}not valid YAML ({yaml_safe.plain(exc)})"]) from None
     return parse(raw, source)
 
 

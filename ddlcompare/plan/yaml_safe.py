@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -72,8 +73,82 @@ def file_digest(path: str | Path) -> str | None:
         return None
 
 
+# PyYAML's messages come in fragments ("expected a single document in the
+# stream" / "but found another document"); these say what to do instead.
+PLAIN_PROBLEMS = {
+    "but found another document": "a second document (a '---' line) follows the first; "
+    "a design is one document: remove the '---'",
+    "found duplicate anchor": "an anchor (&name) is defined twice; give each its own name",
+    "found undefined alias": "an alias (*name) comes before any anchor &name",
+    "could not determine a constructor for the tag": "a tag designs do not use; remove it "
+    "(a design holds text, numbers, true/false, lists and mappings)",
+}
+
+
+def plain(exc: yaml.YAMLError) -> str:
+    """One sentence for a PyYAML error, without its fragments."""
+    context = str(getattr(exc, "context", None) or "")
+    problem = str(getattr(exc, "problem", None) or str(exc).splitlines()[0])
+    both = f"{context} {problem}"
+    for fragment, sentence in PLAIN_PROBLEMS.items():
+        if fragment in both:
+            detail = problem.split(fragment, 1)[1].strip() if fragment in problem else ""
+            return sentence + (f" ({detail})" if "tag" in fragment and detail else "")
+    problem = problem.removeprefix("but ")
+    return f"{context}: {problem}" if context else problem
+
+
+# Plain numbers that YAML 1.1 (PyYAML) reads otherwise than YAML 1.2 and
+# than a reader would: 032 is octal 26, 1:04 is base 60 (64).
+YAML11_NUMBERS = (
+    (
+        re.compile(r"[-+]?0[0-7_]+"),
+        "an octal number in YAML 1.1 ({value} = {read}); write {decimal} for the decimal "
+        "number, or quote it for text",
+    ),
+    (
+        re.compile(r"[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?"),
+        "a base-60 number in YAML 1.1 ({value} = {read}); write {read} if you meant that "
+        "number, or quote it ('{value}') for text",
+    ),
+)
+
+
+def _yaml11_reading(node, read) -> str | None:
+    if node.style is not None:  # quoted: text
+        return None
+    sign = "-" if node.value.startswith("-") else ""
+    decimal = sign + (node.value.replace("_", "").lstrip("+-0") or "0")
+    for pattern, what in YAML11_NUMBERS:
+        if pattern.fullmatch(node.value) and not (":" not in node.value and int(decimal) == read):
+            said = what.format(value=node.value, read=read, decimal=decimal)
+            return f"line {node.start_mark.line + 1}: {node.value} reads as {said}"
+    return None
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses keys given twice."""
+    """SafeLoader that refuses keys given twice, numbers that YAML 1.1 reads
+    otherwise than 1.2, and explicit tags on values of the wrong form."""
+
+    def construct_object(self, node, deep=False):
+        try:
+            value = super().construct_object(node, deep)
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+            tag = node.tag.rsplit(":", 1)[-1]
+            raise YamlProblem(
+                f"line {node.start_mark.line + 1}: {str(node.value)[:40]!r} is not a valid "
+                f"!!{tag}; remove the tag or fix the value"
+            ) from None
+        if isinstance(node, yaml.ScalarNode) and isinstance(value, (int, float)):
+            if not isinstance(value, bool) and (problem := _yaml11_reading(node, value)):
+                raise YamlProblem(problem)
+        return value
+
+    def construct_ordered(self, node):
+        raise YamlProblem(
+            f"line {node.start_mark.line + 1}: {node.tag.rsplit(':', 1)[-1]} (an ordered "
+            "mapping) is not read; write a plain mapping (key: value lines)"
+        )
 
     def construct_mapping(self, node, deep=False):
         seen = {}
@@ -96,6 +171,10 @@ class _Loader(yaml.SafeLoader):
                 )
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:omap", _Loader.construct_ordered)
+_Loader.add_constructor("tag:yaml.org,2002:pairs", _Loader.construct_ordered)
 
 
 def load(text: str) -> Any:
