@@ -23,7 +23,7 @@ from analysis import summary
 from analysis.section import Code, Link, Section
 from ddlcompare.plan.design import Design
 from frameworks import registry
-from ddlcompare.run.validate import read_table
+from ddlcompare.run.validate import read_runs, read_table
 
 RULE = (
     "per framework, its best and worst cell by throughput; the scale and setting where "
@@ -87,7 +87,9 @@ def select(design: Design, runs: pd.DataFrame, found: pd.DataFrame) -> pd.DataFr
         for _, row in widest.iterrows():
             take(row, f"frameworks differ most here ({spread.max():.0%} apart)")
     dominant = summary.dominant_bottlenecks(found)
-    dominant = dominant[dominant["bottleneck"] != "compute"].nlargest(STRONGEST, "share")
+    dominant = dominant[dominant["bottleneck"] != "compute"]
+    # no run measured: an empty column of no type, which nlargest refuses
+    dominant = dominant.astype({"share": float}).nlargest(STRONGEST, "share")
     for _, finding in dominant.iterrows():
         match = means[
             (means["framework"] == finding["framework"])
@@ -239,7 +241,7 @@ def write(
     from analysis import bottlenecks
     from runfiles.atomic import write_text
 
-    runs = read_table(tables / "runs.parquet")
+    runs = read_runs(tables / "runs.parquet", design.factors)
     found = bottlenecks.findings(read_table(tables / "step_phases.parquet"), runs)
     doc = located(design_doc(design, runs, found, tables, replications, max_runs), out.parent)
     header = (

@@ -55,6 +55,7 @@ from analysis import cells, humanize, stats, summary
 from analysis.followup import _plain, _product, located, origin
 from analysis.section import Code, Section
 from ddlcompare.plan.design import Design
+from ddlcompare.run.validate import read_runs
 from frameworks import registry
 
 MIN_REPLICATIONS = 5
@@ -465,7 +466,7 @@ def design_doc(
             "no hypothesis that a design factor can test (see the report's 'How to make it "
             "faster'): nothing to run"
         )
-    ok = summary.ok_runs(pd.read_parquet(tables / "runs.parquet"))
+    ok = summary.ok_runs(read_runs(tables / "runs.parquet", design.factors))
     keys = [f for f in design.factors if f in ok]
     combos, tested = [], []
     for h in chosen.to_dict("records"):
@@ -555,7 +556,7 @@ def write(design: Design, tables: Path, out: Path, top: int = TOP, replications=
     from analysis import critical_path as cp
     from runfiles.atomic import write_text
 
-    runs = pd.read_parquet(tables / "runs.parquet")
+    runs = read_runs(tables / "runs.parquet", design.factors)
     ranked = hypotheses(runs, cp.phase_table(tables))
     doc = located(design_doc(design, ranked, tables, top, replications), out.parent)
     header = (

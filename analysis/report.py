@@ -39,7 +39,7 @@ from analysis import (
 from analysis.page import Context
 from analysis.section import TEMPLATES, Em, Section, environment
 from ddlcompare.plan.design import Design
-from ddlcompare.run.validate import check_table, read_table
+from ddlcompare.run.validate import check_table, read_runs, read_table
 from runfiles.atomic import write_text
 
 # The report's sections in order, each a builder of the Context that returns
@@ -111,7 +111,7 @@ def build(design: Design, tables: Path, out: Path) -> Path:
         check_table(path)
     ctx = Context(
         design=design,
-        runs=read_table(tables / "runs.parquet"),
+        runs=read_runs(tables / "runs.parquet", design.factors),
         step_phases=read_table(tables / "step_phases.parquet"),
         tables=tables,
     )

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from ddlcompare.plan.params import PARAMS
 from frameworks import registry
 
 NVIDIA_PROC = Path("/proc/driver/nvidia/gpus")
@@ -41,7 +42,35 @@ def cell_problems(cells: list[dict]) -> list[str]:
                 f"on GPUs (hybrid_gpus): procs_per_node must exceed it, got "
                 f"{config['procs_per_node']}"
             )
-    return list(found.values())
+    return list(found.values()) + _settings_applying_nowhere(cells)
+
+
+def _settings_applying_nowhere(cells: list[dict]) -> list[str]:
+    """A setting set (to other than its default) where it acts on no run of
+    the design would change nothing but the runs' folder names. (Set for a
+    mixed design, e.g. horovod_timeline for Horovod and DDP runs, it acts on
+    some: the follow-up designs do so.)"""
+    found = []
+    for setting, (applies, where) in ONLY_WHERE.items():
+        asked = [c for c in cells if c[setting] != PARAMS[setting].default]
+        if asked and not any(applies(c, registry.FRAMEWORKS[c["framework"]]) for c in asked):
+            found.append(
+                f"{setting}: {asked[0][setting]!r} applies to {where}, and no run of the "
+                f"design is one (framework {asked[0]['framework']}, device "
+                f"{asked[0]['device']}); remove it"
+            )
+    return found
+
+
+# Settings that act only where a condition holds: set elsewhere (to other
+# than their default) they would change nothing but the run's folder name.
+ONLY_WHERE = {
+    "horovod_timeline": (
+        lambda config, info: info.launcher == "horovodrun",
+        "Horovod's frameworks only (horovod-torch, horovod-keras)",
+    ),
+    "hybrid_gpus": (lambda config, info: config["device"] == "hybrid", "device: hybrid only"),
+}
 
 
 def device_problem(name: str, info: registry.AdapterInfo, device: str) -> str | None:

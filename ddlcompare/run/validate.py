@@ -253,6 +253,25 @@ def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
     return _parquet(path, lambda: plain_text(pq.read_table(path, columns=columns)).to_pandas())
 
 
+# Columns every runs table has (analysis/collect.py writes them), besides
+# the design's factors: a table without one is not a runs table of this
+# harness, and every reader of it would fail on its own way.
+RUNS_COLUMNS = ("run_id", "status", "framework", "nodes", "procs_per_node", "world_size")
+
+
+def read_runs(path: Path, factors=()) -> pd.DataFrame:
+    """The runs table (runs.parquet), with the columns its readers need;
+    Damaged, naming the first missing column and the fix, when not."""
+    runs = read_table(path)
+    missing = [c for c in (*RUNS_COLUMNS, "images_per_s", *factors) if c not in runs]
+    if missing:
+        raise Damaged(
+            f"{path}: column {missing[0]} missing: not the runs table of this design; "
+            "delete it and run the workflow again (./ddlc run), or pass the right --tables"
+        )
+    return runs
+
+
 def check_table(path: Path) -> None:
     """A Parquet table's footer and schema, read without its data (cheap: a
     file cut short or overwritten fails here); Damaged when unreadable."""
