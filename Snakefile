@@ -49,10 +49,16 @@ include: "workflows/analysis.smk"
 ws.check_rules(workflow.rules)
 
 
+onstart:
+    ws.relay_stop_requests(TABLES)
+
+
 onsuccess:
+    ws.forget_stop_request()
     print(f"report: {REPORT.resolve()}")
     ws.finish(RUNS, RESULTS, TABLES, REPORT, config, workflow_ok=True)
 
 
 onerror:
+    ws.forget_stop_request()
     ws.finish(RUNS, RESULTS, TABLES, REPORT, config, workflow_ok=False)

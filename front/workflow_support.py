@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import re
@@ -13,7 +14,7 @@ from typing import NoReturn
 
 from analysis import replication
 from ddlcompare.plan import yaml_safe
-from ddlcompare.run import diskspace, refile, runner, validate
+from ddlcompare.run import diskspace, machine_lock, refile, runner, validate
 from runfiles import ownership
 from front.cli import UserError, load_design
 from ddlcompare.plan.params import RunRow, shown, shown_key
@@ -320,6 +321,41 @@ def _check_occupants(runs: list[RunRow], results: Path, kill: bool, dryrun: bool
         _stop(busy[0] + (f" ({len(busy) - 1} more run folders alike)" if len(busy) > 1 else ""))
 
 
+def relay_stop_requests(tables: Path) -> None:
+    """In the workflow's onstart: when Snakemake is told to stop (SIGTERM,
+    SIGINT), create the stop file its jobs know (machine_lock.STOP_ENV), then
+    let Snakemake's own handler run. Snakemake lets running jobs end; a job
+    still waiting for the machine sees the file and ends without starting
+    (workflows/share_machine.sh, the runner's wait for the machine)."""
+    import signal
+
+    stop = Path(tables).resolve() / "logs" / f".stop-{os.getpid()}"
+    stop.unlink(missing_ok=True)
+    os.environ[machine_lock.STOP_ENV] = str(stop)
+
+    def relay(previous):
+        def handler(signum, frame):
+            with contextlib.suppress(OSError):
+                stop.parent.mkdir(parents=True, exist_ok=True)
+                stop.touch()
+            if callable(previous):
+                previous(signum, frame)
+            elif previous == signal.SIG_DFL:
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+
+        return handler
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, relay(signal.getsignal(signum)))
+
+
+def forget_stop_request() -> None:
+    """At the workflow's end: its stop file, if any, goes."""
+    if stop := os.environ.get(machine_lock.STOP_ENV):
+        Path(stop).unlink(missing_ok=True)
+
+
 # Every job's shell starts here: it holds the machine shared while it runs
 # (workflows/share_machine.sh, ddlcompare/run/machine_lock.py).
 SHARE_MACHINE = Path(__file__).resolve().parent.parent / "workflows" / "share_machine.sh"
@@ -460,5 +496,7 @@ def _statuses(runs: list[RunRow], results: Path, tables: Path | None) -> list[st
                 status = validate.read_json(results / row.path / runner.RECORD)["status"]
             except validate.Damaged:
                 status = "missing"
+        if status == "running" and not any(ownership.occupants(results / row.path)):
+            status = "interrupted"  # its runner was killed before it could say so
         found.append(status)
     return found

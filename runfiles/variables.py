@@ -254,6 +254,13 @@ _ALL = [
         "runfiles/ownership.py",
     ),
     Variable(
+        "DDLC_STOP_FILE",
+        None,
+        "set by the workflow: a file it creates when Snakemake is told to stop; "
+        "jobs still waiting for the machine then end without starting",
+        "ddlcompare/run/machine_lock.py, workflows/share_machine.sh",
+    ),
+    Variable(
         "DDLC_DESIGN_DIGEST",
         None,
         "set by the workflow: its design file's digest, to tell a design edited mid-campaign",

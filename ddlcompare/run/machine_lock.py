@@ -38,7 +38,7 @@ from collections.abc import Iterator
 
 import psutil
 
-from runfiles import ownership
+from runfiles import ownership, variables
 from runfiles.atomic import write_json
 
 LOCK_ENV = "DDLC_MEASURE_LOCK"
@@ -48,6 +48,24 @@ DEFAULT_LOCK = "/tmp/ddl-compare.measure.lock"
 # and takes no lock of its own (it would wait for its own ancestor).
 HELD_ENV = "DDLC_MACHINE_HELD"
 JOB_WAITED_ENV = "DDLC_JOB_WAITED_S"
+# The file the workflow creates when it is told to stop (front/workflow_support.py).
+STOP_ENV = "DDLC_STOP_FILE"
+
+
+class StopRequested(Exception):
+    """The workflow was told to stop while this job waited for the machine."""
+
+
+def check_stop() -> None:
+    """Raise StopRequested once the workflow that started this job was told
+    to stop: a job still waiting for the machine must not start after it."""
+    stop = variables.get(STOP_ENV)
+    if stop and os.path.lexists(stop):
+        raise StopRequested(
+            "the workflow was told to stop while this run waited for the machine; it did not start"
+        )
+
+
 ATTEMPTS_ENV = "DDLC_ATTEMPTS"
 DEFAULT_ATTEMPTS = "/tmp/ddl-compare.attempts"
 

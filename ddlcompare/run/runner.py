@@ -307,8 +307,16 @@ def _machine(scheduler: schedulers.Scheduler, what: str, watch: Watch):
     measuring lock; elsewhere the scheduler gives each run its own nodes."""
     if not scheduler.one_machine:
         return contextlib.nullcontext(0.0)
+
+    def check() -> None:  # each second of the wait
+        watch.check_workflow()
+        try:
+            machine_lock.check_stop()
+        except machine_lock.StopRequested as exc:
+            raise Interrupted(str(exc)) from None
+
     return machine_lock.measuring(
-        what, lambda text: print(text, file=sys.stderr, flush=True), watch.check_workflow
+        what, lambda text: print(text, file=sys.stderr, flush=True), check
     )
 
 
