@@ -1,0 +1,517 @@
+"""A results folder, a design or a command line written as a careless or a
+hostile user would: one test per class of issue 43, on real files, FIFOs,
+links and processes. A dry run changes nothing; nothing read from a results
+folder decides which process is signalled or where files go; outputs never
+replace a device, a folder or their input; run files are read only when
+they are regular and bounded; YAML 1.1 readings and wrong tags get one line;
+a stop request reaches jobs waiting for the machine."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import psutil
+import pytest
+import yaml
+
+from conftest import REPO, ddlc, snakemake_cmd, tiny_design, write_design
+from ddlcompare.plan import design
+from ddlcompare.run import runner, validate
+from runfiles import atomic, files, ownership
+
+
+def tree(root: Path) -> dict[str, tuple]:
+    """Every path under ``root`` with its kind, size and time."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        info = path.lstat()
+        found[str(path.relative_to(root))] = (
+            stat.S_IFMT(info.st_mode),
+            info.st_size,
+            info.st_mtime_ns,
+        )
+    return found
+
+
+def failed_campaign(workdir: Path) -> tuple[design.Design, Path]:
+    """A results folder with a failed run and a damaged table, as a user
+    finds it after a failure and a cut copy."""
+    doc = tiny_design()
+    write_design(workdir, doc)
+    plan = design.parse(doc, str(workdir / "design.yaml"))
+    row = plan.runs()[0]
+    folder = workdir / "results" / row.path
+    folder.mkdir(parents=True)
+    marker = {"status": "failed", "exit_status": 1, "reason": "boom", "run_id": row.run_id}
+    (folder / "done.json").write_text(json.dumps(marker))
+    (folder / "train.log").write_text("boom\n")
+    tables = workdir / "results" / plan.root / "tables"
+    tables.mkdir(parents=True)
+    (tables / "epochs.parquet").write_bytes(b"not a parquet file")
+    return plan, folder
+
+
+# --- a dry run never acts ---------------------------------------------------
+
+
+def test_a_dry_run_through_snakemake_changes_nothing(tmp_path):
+    failed_campaign(tmp_path)
+    before = tree(tmp_path / "results")
+    dry = subprocess.run(snakemake_cmd(tmp_path, "-n", limit=300), capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "1 failed run(s) will run again" in dry.stderr
+    assert "epochs.parquet: damaged table" in dry.stderr
+    assert tree(tmp_path / "results") == before
+
+
+# --- nothing read from a results folder signals or writes outside it -------
+
+
+def sleeper(*args: str, cwd: Path | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", *args], cwd=cwd)
+
+
+def wait_gone(proc: subprocess.Popen, timeout: float = 20) -> bool:
+    try:
+        proc.wait(timeout=timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def test_an_owner_json_naming_a_foreign_process_is_not_believed(tmp_path):
+    """owner.json written by hand names a live process of this host that has
+    nothing to do with the run: it is not waited for and never signalled."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    victim = sleeper()
+    try:
+        started = psutil.Process(victim.pid).create_time()
+        owner = {"pid": victim.pid, "host": socket.gethostname(), "started": started, "token": "x"}
+        (folder / "owner.json").write_text(json.dumps(owner))
+        ownership.evict(folder, kill=True)
+        time.sleep(0.5)
+        assert victim.poll() is None  # alive: not signalled
+        ownership.release(folder, ownership.claim(folder, kill=True))
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_only_processes_naming_the_run_folder_are_stopped(tmp_path):
+    """A rank names the run folder; a runner names it as --results R --path
+    P from its own folder: both are the run's, and kill_orphans stops both."""
+    folder = tmp_path / "res" / "a" / "b"
+    folder.mkdir(parents=True)
+    rank = sleeper(str(folder))
+    runner_like = sleeper("--results", "res", "--path", "a/b", cwd=tmp_path)
+    bystander = sleeper("--results", "res", "--path", "a/other", cwd=tmp_path)
+    try:
+        time.sleep(0.5)
+        with pytest.raises(ownership.Busy) as busy:
+            ownership.evict(folder, kill=False)
+        assert str(rank.pid) in str(busy.value) and str(runner_like.pid) in str(busy.value)
+        ownership.evict(folder, kill=True)
+        assert wait_gone(rank) and wait_gone(runner_like)
+        assert bystander.poll() is None
+    finally:
+        for proc in (rank, runner_like, bystander):
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("kind", ["link", "file"])
+def test_an_attempts_that_is_not_a_folder_of_the_run_is_refused(tmp_path, kind):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "done.json").write_text('{"status": "failed"}')
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    if kind == "link":
+        (folder / "attempts").symlink_to(outside)
+    else:
+        (folder / "attempts").write_text("not a folder")
+    with pytest.raises(files.NotRegular, match="attempts"):
+        runner.archive_attempt(folder)
+    assert list(outside.iterdir()) == [] and (folder / "done.json").exists()
+
+
+def test_the_workflow_refuses_an_attempts_link_in_one_line(tmp_path, monkeypatch):
+    from ddlcompare.plan import yaml_safe
+
+    for name in (ownership.WORKFLOW_ENV, yaml_safe.DIGEST_ENV):  # prepare sets them
+        monkeypatch.setenv(name, "")
+    _, folder = failed_campaign(tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (folder / "attempts").symlink_to(outside)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from front import workflow_support as ws;"
+            "ws.prepare(sys.argv[1], Path(sys.argv[2]), main=True, dryrun=False)",
+            str(tmp_path / "design.yaml"),
+            str(tmp_path / "results"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "attempts: a link" in run.stderr.splitlines()[-1]
+    assert list(outside.iterdir()) == [] and (folder / "done.json").exists()
+
+
+# --- outputs are checked before the work -------------------------------------
+
+
+def test_outputs_never_replace_a_device_a_fifo_a_folder_or_their_input(tmp_path):
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": []}')
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    doc = tiny_design()
+    path = write_design(tmp_path, doc)
+    cases = [
+        (["import", str(trace), "-o", "/dev/null"], "a device"),
+        (["import", str(trace), "-o", str(fifo)], "a FIFO"),
+        (["import", str(trace), "-o", str(tmp_path)], "a folder"),
+        (["import", str(trace), "-o", str(tmp_path / "no" / "t.parquet")], "does not exist"),
+        (["import", str(trace), "-o", str(trace)], "is the input"),
+        (["timeline", str(trace), "-o", str(trace)], "is the input"),
+        (["improve", "--no-run", "--design", str(path), "--out", str(path)], "is the input"),
+        (["follow-up", "--design", str(path), "--tables", str(tmp_path), "--out", str(path)], ""),
+        (
+            ["collect", "--design", str(path), "--results", "/etc/passwd", "--out", str(tmp_path)],
+            "is a file",
+        ),
+        (
+            ["report", "--design", str(path), "--tables", str(tmp_path), "--out", str(fifo)],
+            "a FIFO",
+        ),
+    ]
+    for args, said in cases:
+        done = ddlc(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (args, done.stderr)
+        assert said in done.stderr and done.stderr.count("\n") == 1, (args, done.stderr)
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert trace.read_text() == '{"traceEvents": []}' and yaml.safe_load(path.read_text()) == doc
+    with pytest.raises(files.NotRegular):
+        atomic.write_text(fifo, "x")
+
+
+# --- run files: only regular files within a bound ----------------------------
+
+
+def test_fifos_and_devices_as_run_files_neither_hang_nor_fill_memory(tmp_path):
+    plan, folder = failed_campaign(tmp_path)
+    (folder / "done.json").unlink()
+    os.mkfifo(folder / "done.json")
+    os.mkfifo(folder / "owner.json")
+    os.mkfifo(folder / "phases.parquet")
+    (folder / "run.json").symlink_to("/dev/zero")
+    started = time.monotonic()
+    assert validate.done_status(folder)[0] == "damaged"
+    assert ownership.read_owner(folder) is None
+    with pytest.raises(validate.Damaged, match="FIFO"):
+        validate.check_table(folder / "phases.parquet")
+    with pytest.raises(validate.Damaged, match="device"):
+        validate.read_json(folder / "run.json", "done.json")
+    checked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "front.cli",
+            "check",
+            "--design",
+            str(tmp_path / "design.yaml"),
+            "--results",
+            str(tmp_path / "results"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in checked.stderr and "done.json" in checked.stdout
+    assert time.monotonic() - started < 120
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(files.MAX_RECORD_BYTES + 1)
+    with pytest.raises(files.NotRegular, match="more than"):
+        files.read_json(big)
+
+
+# --- designs: YAML 1.1 readings, tags, messages -------------------------------
+
+
+@pytest.mark.parametrize(
+    "text,said",
+    [
+        ("batch_size: [032, 064]", "032 reads as an octal number in YAML 1.1 (032 = 26); write 32"),
+        ("epochs: 1:04", "base-60 number in YAML 1.1 (1:04 = 64)"),
+        ("seed: !!int abc", "'abc' is not a valid !!int"),
+        ("randomize: !!bool 2", "'2' is not a valid !!bool"),
+        ("seed: !!timestamp x", "not a valid !!timestamp"),
+        ("seed: !!int ''", "'' is not a valid !!int"),
+        ("seed: !!omap [a: 1]", "omap (an ordered mapping) is not read"),
+        ("seed: !!pairs [a: 1]", "pairs (an ordered mapping) is not read"),
+        ("seed: 1\n---\nseed: 2", "a second document"),
+        ("a: &x 1\nb: &x 2", "an anchor (&name) is defined twice"),
+    ],
+)
+def test_yaml_readings_and_tags_get_one_clear_line(tmp_path, text, said):
+    path = tmp_path / "d.yaml"
+    path.write_text("factors:\n  framework: [torch-ddp]\n" + text + "\n")
+    with pytest.raises(design.DesignError) as err:
+        design.load(str(path))
+    assert said in str(err.value) and "\n" not in str(err.value)
+    assert "occurrence" not in str(err.value) and "but found" not in str(err.value)
+
+
+def test_yaml_12_readings_pass():
+    doc = "factors:\n  framework: [torch-ddp]\n  batch_size: [32, '064']\nfixed:\n  epochs: 07\n"
+    from ddlcompare.plan import yaml_safe
+
+    assert yaml_safe.load(doc)["fixed"]["epochs"] == 7
+
+
+def test_twenty_thousand_unknown_keys_are_counted_not_listed(tmp_path):
+    doc = {"factors": {"framework": ["torch-ddp"]}, **{f"k{i}": 1 for i in range(20_000)}}
+    with pytest.raises(design.DesignError) as err:
+        design.parse(doc, "d.yaml")
+    assert len(str(err.value)) < 20_000 and "and 19980 more problems" in str(err.value)
+
+
+# --- settings and arguments that cannot apply --------------------------------
+
+
+@pytest.mark.parametrize(
+    "frameworks,fixed,refused",
+    [
+        (("torch-ddp",), {"horovod_timeline": True}, "horovod_timeline: True applies to Horovod"),
+        (("torch-ddp",), {"hybrid_gpus": 2}, "hybrid_gpus: 2 applies to device: hybrid only"),
+        (("torch-ddp", "horovod-torch"), {"horovod_timeline": True}, None),
+    ],
+)
+def test_settings_acting_on_no_run_are_refused(frameworks, fixed, refused):
+    doc = tiny_design(frameworks, **fixed)
+    if refused is None:
+        design.parse(doc)
+        return
+    with pytest.raises(design.DesignError) as err:
+        design.parse(doc)
+    assert refused in str(err.value)
+
+
+def test_impossible_arguments_are_refused(tmp_path):
+    doc = {**tiny_design(), "replications": "auto"}
+    path = write_design(tmp_path, doc)
+    for args, said in [
+        (["replicate", "--design", str(path), "--round", "-1"], "must be at least 0"),
+        (["replicate", "--design", str(path), "--round", "10000"], "above the last possible round"),
+        (
+            ["replicate", "--design", str(path), "--round", "0", "--results", str(tmp_path / "no")],
+            "does not exist",
+        ),
+        (
+            ["improve", "--no-run", "--design", str(path), "--replications", "0"],
+            "must be at least 5",
+        ),
+    ]:
+        done = ddlc(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (args, done.stderr)
+        assert said in done.stderr, (args, done.stderr)
+    assert not (tmp_path / "no").exists()
+    from analysis import improve
+    from front import cli
+
+    assert cli.MIN_TEST_REPLICATIONS == improve.MIN_REPLICATIONS
+    assert cli._percent(None) == "n/a" and cli._percent(0.25) == "25%"
+
+
+@pytest.mark.parametrize(
+    "options,said",
+    [
+        ({"results": "r{path}x"}, "the character '{' is not allowed"),
+        ({"design": "$(touch pwned).yaml"}, "the character '$' is not allowed"),
+        ({"results": "a`id`"}, "the character '`' is not allowed"),
+        ({"results": "a\nb"}, "is not allowed"),
+        ({"import_traces": None}, "import_traces= is empty"),
+    ],
+)
+def test_config_paths_are_checked_like_names(tmp_path, options, said, capsys):
+    from front import workflow_support as ws
+
+    with pytest.raises(SystemExit):
+        ws.workflow_paths(options)
+        ws.imported_traces(options)
+    assert said in capsys.readouterr().err
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_config_without_equals_is_answered_by_ddlc_run(tmp_path):
+    done = subprocess.run(
+        ["bash", str(REPO / "ddlc"), "run", "--config", "design", "-n"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--config design: give KEY=VALUE" in done.stderr
+
+
+def test_the_slurm_profile_passes_jobs_as_scripts_and_the_lock_is_everyones(tmp_path, monkeypatch):
+    from snakemake_executor_plugin_slurm import ExecutorSettings
+
+    from ddlcompare.run import machine_lock, plan_checks
+
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    assert profile["slurm-pass-command-as-script"] is True
+    assert "pass_command_as_script" in ExecutorSettings.__dataclass_fields__
+    lock = tmp_path / "measure.lock"
+    monkeypatch.setenv(machine_lock.LOCK_ENV, str(lock))
+    old = os.umask(0o077)
+    try:
+        assert plan_checks.measure_lock_problem() is None
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o666
+
+
+# --- analysis commands on runs tables that read but hold nothing usable ------
+
+
+def test_report_follow_up_and_improve_on_useless_runs_tables(tmp_path):
+    path = write_design(
+        tmp_path,
+        {
+            "name": "study",
+            "factors": {"framework": ["torch-ddp"], "procs_per_node": [1, 2]},
+            "replications": 2,
+        },
+    )
+    plan = design.load(str(path))
+    for row in plan.runs():  # every run failed
+        folder = tmp_path / "res" / row.path
+        folder.mkdir(parents=True)
+        marker = {"status": "failed", "exit_status": 1, "reason": "boom", "run_id": row.run_id}
+        (folder / "done.json").write_text(json.dumps(marker))
+    base = tmp_path / "failed"
+    assert (
+        ddlc(
+            "collect", "--design", str(path), "--results", str(tmp_path / "res"), "--out", str(base)
+        ).returncode
+        == 0
+    )
+    runs = pd.read_parquet(base / "runs.parquet")
+    ok = runs.assign(status="ok", reason=None)
+    variants = {
+        "nan": ok.assign(images_per_s=np.nan),
+        "nocols": ok[["run_id", "status"]],
+        "empty": ok.iloc[0:0],
+    }
+    for name, table in variants.items():
+        shutil.copytree(base, tmp_path / name)
+        table.to_parquet(tmp_path / name / "runs.parquet")
+    for name in ("failed", *variants):
+        tables = str(tmp_path / name)
+        for args in (
+            ["report", "--tables", tables, "--out", f"{tables}/r.html"],
+            ["follow-up", "--tables", tables, "--out", f"{tables}/f.yaml"],
+            ["improve", "--no-run", "--tables", tables, "--out", f"{tables}/i.yaml"],
+        ):
+            done = ddlc(*args, "--design", str(path))
+            assert "Traceback" not in done.stderr, (name, args, done.stderr[-2000:])
+            assert done.returncode in (0, 2) and done.stderr.count("error:") <= 1, (name, args)
+
+
+# --- a stop request reaches jobs waiting for the machine; the last line -------
+
+
+def test_a_job_waiting_for_the_machine_ends_when_the_workflow_is_told_to_stop(tmp_path):
+    lock = tmp_path / "measure.lock"
+    lock.touch()
+    stop = tmp_path / "stop"
+    env = {**os.environ, "DDLC_MEASURE_LOCK": str(lock), "DDLC_STOP_FILE": str(stop)}
+    env.pop("DDLC_MACHINE_HELD", None)
+    holder = subprocess.Popen(["flock", "-x", str(lock), "sleep", "300"])
+    try:
+        time.sleep(0.5)
+        prefix = f"set -euo pipefail; source {REPO / 'workflows' / 'share_machine.sh'} {tmp_path / 'j.log'}"
+        job = subprocess.Popen(
+            ["bash", "-c", f"{prefix}; : ddlc-job; echo STARTED"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(3)
+        assert job.poll() is None  # waiting for the machine
+        stop.touch()  # what the workflow does on SIGTERM or SIGINT
+        out, err = job.communicate(timeout=20)
+        assert job.returncode == 143 and "STARTED" not in out
+        assert "told to stop while this job waited for the machine" in err
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_workflow_relays_a_stop_request_to_its_jobs(tmp_path):
+    from front import workflow_support as ws
+    from ddlcompare.run import machine_lock
+
+    script = (
+        "import os, signal, sys, time; from pathlib import Path;"
+        "from front import workflow_support as ws;"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7));"  # Snakemake's own, set before
+        "ws.relay_stop_requests(Path(sys.argv[1])); print(os.environ['DDLC_STOP_FILE'], flush=True);"
+        "time.sleep(60)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "tables")],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    stop = Path(proc.stdout.readline().strip())
+    assert not stop.exists()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 7 and stop.exists()  # the file, then Snakemake's handler
+    os.environ[machine_lock.STOP_ENV] = str(stop)
+    try:
+        with pytest.raises(machine_lock.StopRequested):
+            machine_lock.check_stop()
+        ws.forget_stop_request()
+        assert not stop.exists()
+    finally:
+        del os.environ[machine_lock.STOP_ENV]
+
+
+def test_a_run_whose_runner_was_killed_is_not_said_running(tmp_path):
+    from front import workflow_support as ws
+
+    row = design.parse(tiny_design()).runs()[0]
+    folder = tmp_path / row.path
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"run_id": row.run_id, "status": "running"}))
+    assert ws._statuses([row], tmp_path, None) == ["interrupted"]
+    alive = sleeper(str(folder))  # a rank still at work: running it is
+    try:
+        time.sleep(0.5)
+        assert ws._statuses([row], tmp_path, None) == ["running"]
+    finally:
+        alive.kill()
+        alive.wait()
