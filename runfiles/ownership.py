@@ -90,7 +90,7 @@ def owner_alive(owner: dict, folder: Path, table=None) -> bool:
     return age < STALE_AFTER_S
 
 
-def process_table() -> list[tuple[psutil.Process, list[str]]]:
+def process_table() -> list[tuple[psutil.Process, list[str], str | None]]:
     """Every process of this host with its command line and working folder
     (read once for many run folders)."""
     table = []
@@ -109,7 +109,7 @@ def names_folder(args: list[str], cwd: str | None, folder: str) -> bool:
     options = dict(zip(args, args[1:]))
     if "--results" not in options or "--path" not in options or not cwd:
         return False
-    return os.path.normpath(os.path.join(cwd, options["--results"], options["--path"])) == folder
+    return os.path.realpath(os.path.join(cwd, options["--results"], options["--path"])) == folder
 
 
 def run_processes(run_dir: Path, table=None) -> list[psutil.Process]:
