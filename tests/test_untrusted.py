@@ -228,21 +228,8 @@ def test_fifos_and_devices_as_run_files_neither_hang_nor_fill_memory(tmp_path):
         validate.check_table(folder / "phases.parquet")
     with pytest.raises(validate.Damaged, match="device"):
         validate.read_json(folder / "run.json", "done.json")
-    checked = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "front.cli",
-            "check",
-            "--design",
-            str(tmp_path / "design.yaml"),
-            "--results",
-            str(tmp_path / "results"),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    checked = ddlc(
+        "check", "--design", str(tmp_path / "design.yaml"), "--results", str(tmp_path / "results")
     )
     assert "Traceback" not in checked.stderr and "done.json" in checked.stdout
     assert time.monotonic() - started < 120
@@ -515,3 +502,11 @@ def test_a_run_whose_runner_was_killed_is_not_said_running(tmp_path):
     finally:
         alive.kill()
         alive.wait()
+
+
+@pytest.mark.parametrize(
+    "value,hint", [("AUTO", "write auto in lower case"), ("3", "write 3 without them")]
+)
+def test_replications_spelt_otherwise_get_a_hint(value, hint):
+    with pytest.raises(design.DesignError, match=hint):
+        design.parse({"factors": {"framework": ["torch-ddp"]}, "replications": value})

@@ -464,12 +464,23 @@ def _integer(
 ) -> int:
     value = raw.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        problems.append(f"{key}: must be an integer >= {minimum}, got {value!r}")
+        problems.append(
+            f"{key}: must be an integer >= {minimum}, got {value!r}" + _hint(key, value)
+        )
         return default
     if value > maximum:
         problems.append(f"{key}: must be at most {maximum}, got {value}" + _why_at_most(key))
         return default
     return value
+
+
+def _hint(key: str, value) -> str:
+    """What was probably meant: a number in quotes, or auto spelt otherwise."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return f" (text in quotes: write {value.strip()} without them)"
+    if key == "replications" and isinstance(value, str) and value.strip().lower() == "auto":
+        return " (write auto in lower case)"
+    return ""
 
 
 def _why_at_most(key: str) -> str:
