@@ -470,8 +470,10 @@ positive_int = at_least(1)
 def cmd_fetch_data(args) -> int:
     from frameworks import data
 
-    if args.data_dir:
-        output_folder(args.data_dir, "--data-dir")
+    if args.data_dir and Path(args.data_dir).exists() and not Path(args.data_dir).is_dir():
+        raise UserError(
+            f"--data-dir {args.data_dir}: not a folder; give a folder (created if missing)"
+        )
     try:
         folder = data.fetch_cifar10(args.data_dir)
     except data.DataError as exc:

@@ -510,3 +510,12 @@ def test_a_run_whose_runner_was_killed_is_not_said_running(tmp_path):
 def test_replications_spelt_otherwise_get_a_hint(value, hint):
     with pytest.raises(design.DesignError, match=hint):
         design.parse({"factors": {"framework": ["torch-ddp"]}, "replications": value})
+
+
+def test_fetch_data_refuses_a_data_dir_that_is_not_a_folder(tmp_path):
+    for target in (tmp_path / "file", Path("/dev/null")):
+        target.touch()
+        done = ddlc("fetch-data", "cifar10", "--data-dir", str(target))
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert done.stderr.strip().endswith("not a folder; give a folder (created if missing)")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
