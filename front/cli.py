@@ -414,7 +414,7 @@ def existing_folder(text: str, option: str) -> Path:
     return path
 
 
-def output_file(text: str, option: str, inputs=()) -> Path:
+def output_file(text: str | Path, option: str, inputs=()) -> Path:
     """``-o/--out`` where a file is to be written, checked before the work:
     its folder exists, it is not a folder, a device or a FIFO, and it is
     none of the command's inputs (it would replace what it reads)."""
