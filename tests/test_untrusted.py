@@ -325,7 +325,6 @@ def test_impossible_arguments_are_refused(tmp_path):
     from front import cli
 
     assert cli.MIN_TEST_REPLICATIONS == improve.MIN_REPLICATIONS
-    assert cli._percent(None) == "n/a" and cli._percent(0.25) == "25%"
 
 
 @pytest.mark.parametrize(
