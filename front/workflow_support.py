@@ -15,11 +15,10 @@ from typing import NoReturn
 from analysis import replication
 from ddlcompare.plan import yaml_safe
 from ddlcompare.run import diskspace, machine_lock, refile, runner, validate
-from runfiles import ownership
+from runfiles import files, ownership
 from front.cli import UserError, load_design
 from ddlcompare.plan.params import RunRow, shown, shown_key
 from frameworks import registry
-from runfiles import files
 
 # Run paths are built from validated values only (see params.SAFE_TEXT).
 PATH_PATTERN = r"[A-Za-z0-9._+~/-]+"
@@ -67,6 +66,8 @@ def _tidy(runs: list[RunRow], results: Path, design, options: dict, dryrun: bool
     """Before the jobs are planned: refuse a folder still in use, move runs
     to their folders, queue failed and damaged runs again (their files go to
     attempts/), delete damaged tables. A dry run only says what it would do."""
+    for row in runs:
+        files.within(results / row.path, results)
     _check_occupants(runs, results, _flag(options, "kill_orphans"), dryrun)
     _refile_finished(runs, results, results / design.name, dryrun)
     _requeue_damaged(runs, results, _flag(options, "rerun_damaged"), dryrun)

@@ -89,3 +89,15 @@ def plain_folder(path: Path) -> Path:
                 f"{path}: {kind(mode)}, where a folder is expected (remove or rename it)"
             ) from None
     return path
+
+
+def within(path: Path, root: Path) -> None:
+    """NotRegular when ``path``, links followed, leads out of ``root``: a run
+    folder (or a folder above it) that is a link elsewhere would have the
+    harness move and write files outside the results folder."""
+    real, top = Path(path).resolve(), Path(root).resolve()
+    if real != top and top not in real.parents:
+        raise NotRegular(
+            f"{path}: leads out of {root} (to {real}) through a link; nothing is written "
+            "through it (replace the link with a folder)"
+        )

@@ -146,28 +146,41 @@ def test_an_attempts_that_is_not_a_folder_of_the_run_is_refused(tmp_path, kind):
     assert list(outside.iterdir()) == [] and (folder / "done.json").exists()
 
 
-def test_the_workflow_refuses_an_attempts_link_in_one_line(tmp_path, monkeypatch):
-    from ddlcompare.plan import yaml_safe
-
-    for name in (ownership.WORKFLOW_ENV, yaml_safe.DIGEST_ENV):  # prepare sets them
-        monkeypatch.setenv(name, "")
-    _, folder = failed_campaign(tmp_path)
-    outside = tmp_path / "elsewhere"
-    outside.mkdir()
-    (folder / "attempts").symlink_to(outside)
-    run = subprocess.run(
+def prepare_in_a_process(workdir: Path) -> subprocess.CompletedProcess:
+    """The workflow's preparation, as the Snakefile runs it (not a dry run)."""
+    return subprocess.run(
         [
             sys.executable,
             "-c",
             "import sys; from pathlib import Path; from front import workflow_support as ws;"
             "ws.prepare(sys.argv[1], Path(sys.argv[2]), main=True, dryrun=False)",
-            str(tmp_path / "design.yaml"),
-            str(tmp_path / "results"),
+            str(workdir / "design.yaml"),
+            str(workdir / "results"),
         ],
         cwd=REPO,
         capture_output=True,
         text=True,
     )
+
+
+def test_a_run_folder_leading_out_of_the_results_is_refused(tmp_path):
+    _, folder = failed_campaign(tmp_path)
+    outside = tmp_path / "elsewhere"
+    shutil.move(folder.parent, outside)  # the cell's folder is now a link elsewhere
+    folder.parent.symlink_to(outside)
+    before = tree(outside)
+    run = prepare_in_a_process(tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "leads out of" in run.stderr.splitlines()[-1]
+    assert tree(outside) == before
+
+
+def test_the_workflow_refuses_an_attempts_link_in_one_line(tmp_path):
+    _, folder = failed_campaign(tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (folder / "attempts").symlink_to(outside)
+    run = prepare_in_a_process(tmp_path)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "attempts: a link" in run.stderr.splitlines()[-1]
     assert list(outside.iterdir()) == [] and (folder / "done.json").exists()

@@ -108,6 +108,7 @@ def execute(row: RunRow, results: Path, kill_orphans: bool = False) -> int:
     """Run ``row``; return 0 when a done marker was written (ok or failed).
     The run folder is claimed first (ownership.Busy when an earlier attempt
     still runs there) and released at the end."""
+    files.within(results / row.path, results)
     run_dir = (results / row.path).resolve()  # workers start in the repository
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
