@@ -240,6 +240,8 @@ add_scorep_bindings() {
 install_debian_packages
 if wants torch; then
   build_env "$venv" envs/torch.txt Python
+  # The OAR executor plugin of profiles/grid5000: a package of ours, installed as a user would.
+  pip_in "$venv" install -q --no-deps ./plugins/snakemake-executor-plugin-oar
   build_fastotf2
   install_horovod
 fi

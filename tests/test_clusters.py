@@ -1,11 +1,16 @@
-"""What a run's job asks a cluster for, and the OAR commands' parsing and
-decisions on exact-format text (the real schedulers: test_slurm, test_oar)."""
+"""What a run's job asks a cluster for, and how the OAR executor plugin
+(plugins/snakemake-executor-plugin-oar) maps it to oarsub and reads OAR's
+answers, on exact-format text (the real schedulers: test_slurm, test_oar)."""
 
-from pathlib import Path
+import ast
+import json
 
 import pytest
+from snakemake_executor_plugin_oar import oar
 
-from ddlcompare.run import oar, runner
+from conftest import REPO
+from ddlcompare.run import oar as oar_record
+from runfiles import names
 from front import workflow_support as ws
 from ddlcompare.plan.params import RunRow
 
@@ -78,119 +83,173 @@ def test_resource_request_cpu_gpu_whole_hosts_and_walltime():
         oar.resource_request({"nodes": 2, "gpus_per_node": 4, "runtime": 30})
         == "host=2/gpu=4,walltime=0:30:00"
     )
+    assert oar.resource_request({"gpu": 1}) == "host=1/gpu=1,walltime=1:00:00"
     assert (
         oar.resource_request(
             {"nodes": 3, "oar_resources": "", "runtime": 5, "oar_walltime": "0:00:20"}
         )
         == "host=3,walltime=0:00:20"
     )
-    with pytest.raises(oar.OarError, match="oar_walltime"):
-        oar.walltime({"oar_walltime": "ten minutes"})
-
-
-def test_submit_argv_properties_queue_logs_and_environment(tmp_path):
-    props = {
-        "rule": "run",
-        "jobid": 7,
-        "output": ["results/x/done.json"],
-        "resources": {
-            "nodes": 1,
-            "gpus_per_node": 2,
-            "runtime": 10,
-            "oar_properties": "cluster='chifflot'",
-            "oar_queue": "production",
-        },
-    }
-    argv = oar.submit_argv(
-        props,
-        tmp_path / "job.sh",
-        tmp_path / "logs",
-        {"DDLC_VENV": "/v", "PATH": "/bin", "SECRET": "no"},
+    # Neither tasks nor GPUs: the job's threads, and the default walltime.
+    assert (
+        oar.resource_request({}, threads=4, default_minutes=90) == "host=1/core=4,walltime=1:30:00"
     )
-    assert argv[:5] == ["oarsub", "-n", "ddlc.run.7", "-l", "host=1/gpu=2,walltime=0:10:00"]
+    with pytest.raises(oar.OarError, match="oar_walltime"):
+        oar.walltime({"oar_walltime": "ten minutes"}, 60)
+    with pytest.raises(oar.OarError, match="resource nodes: 'two'"):
+        oar.resource_request({"nodes": "two"})
+    with pytest.raises(oar.OarError, match="resource runtime"):
+        oar.walltime({"runtime": 0}, 60)
+
+
+def test_submit_argv_properties_queue_types_logs_and_environment():
+    resources = {
+        "nodes": 1,
+        "gpus_per_node": 2,
+        "runtime": 10,
+        "oar_properties": "cluster='chifflot'",
+        "oar_queue": "production",
+        "oar_project": "lab",
+        "oar_types": "exotic, night",
+    }
+    env = oar.passed_env({"DDLC_VENV": "/v", "PATH": "/bin", "SECRET": "no"}, "PATH, DDLC_*")
+    argv = oar.submit_argv("snakemake.run.7", resources, "/w/job 7.sh", "/w/logs/%jobid%", env)
+    assert argv[:5] == ["oarsub", "-n", "snakemake.run.7", "-l", "host=1/gpu=2,walltime=0:10:00"]
     assert argv[argv.index("-p") + 1] == "cluster='chifflot'"
     assert argv[argv.index("-q") + 1] == "production"
-    assert argv[argv.index("-O") + 1] == str(tmp_path / "logs" / "%jobid%.out")
-    assert argv[-1] == f"env DDLC_VENV=/v PATH=/bin /bin/sh {tmp_path / 'job.sh'}"
+    assert argv[argv.index("--project") + 1] == "lab"
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "-t"] == ["exotic", "night"]
+    assert argv[argv.index("-O") + 1] == "/w/logs/%jobid%.out"
+    assert argv[argv.index("-E") + 1] == "/w/logs/%jobid%.err"
+    assert argv[-1] == "env DDLC_VENV=/v PATH=/bin /bin/sh '/w/job 7.sh'"
 
 
-def test_job_properties_from_a_snakemake_job_script(tmp_path):
-    script = tmp_path / "snakejob.run.3.sh"
-    script.write_text(
-        '#!/bin/sh\n# properties = {"rule": "run", "output": '
-        '["r/done.json"], "resources": {"nodes": 1}}\ncd /w && python -m x\n'
+def test_one_oarstat_for_a_batch_and_its_json_read():
+    assert oar.status_argv(["3", "4"]) == ["oarstat", "-f", "-J", "-j", "3", "-j", "4"]
+    assert oar.parse_jobs("") == {}  # OAR knows none of them
+    answer = json.dumps({"3": {"state": "Running"}, "4": {"state": "Terminated", "exit_code": 0}})
+    assert oar.parse_jobs(answer)["4"]["state"] == "Terminated"
+    with pytest.raises(oar.OarError, match="not JSON"):
+        oar.parse_jobs("DBI connect failed")
+
+
+def test_lost_nodes_from_oarnodes():
+    answer = json.dumps(
+        {"n1": {"1": "Alive", "2": "Alive"}, "n2": {"3": "Suspected", "4": "Suspected"}}
     )
-    props = oar.job_properties(script)
-    assert props["rule"] == "run" and oar.done_marker(props).endswith("r/done.json")
-    script.write_text("#!/bin/sh\nhostname\n")
-    with pytest.raises(oar.OarError, match="properties"):
-        oar.job_properties(script)
+    assert oar.lost_nodes(answer) == {"n2": "Suspected"}
+    assert oar.lost_nodes("not json") == {}
 
 
 @pytest.mark.parametrize(
-    "job, marker_exists, expected",
+    "job, outputs_exist, expected",
     [
         ({"state": "Waiting"}, False, "running"),
         ({"state": "Running"}, False, "running"),
         ({"state": "Finishing"}, True, "running"),
         ({"state": "Terminated", "exit_code": 0}, True, "success"),
-        ({"state": "Terminated", "exit_code": 0}, False, "failed"),  # no marker: not done
         ({"state": "Terminated", "exit_code": 768}, True, "failed"),  # exit 3
         ({"state": "Error", "exit_code": None}, False, "failed"),  # walltime, oardel
-        (None, True, "success"),  # forgotten by OAR
+        (None, True, "success"),  # unknown to OAR: its outputs decide
         (None, False, "failed"),
     ],
 )
-def test_status_decision(tmp_path, job, marker_exists, expected):
-    marker = tmp_path / "done.json"
-    if marker_exists:
-        marker.write_text("{}")
-    assert oar.decide(job, str(marker)) == expected
+def test_verdict(job, outputs_exist, expected):
+    assert oar.verdict(job, outputs_exist) == expected
 
 
-def test_status_of_a_job_that_is_not_a_run_follows_its_exit():
-    assert oar.decide({"state": "Terminated", "exit_code": 0}, None) == "success"
-    assert oar.decide({"state": "Terminated", "exit_code": 256}, None) == "failed"
-    assert oar.decide(None, None) == "failed"
-
-
-@pytest.mark.parametrize("marker_exists", [None, False])  # None: not a run (a probe)
-def test_a_running_job_on_a_lost_node_has_failed(tmp_path, marker_exists):
+def test_a_running_job_on_a_lost_node_has_failed_unless_its_outputs_are_there():
     """OAR would keep it until its walltime, and the workflow would wait as
     long: CI's OAR test waited 300 s on a probe whose node was lost."""
-    marker = None if marker_exists is None else str(tmp_path / "done.json")
     lost = {"vm-n0": "Suspected"}
-    assert oar.decide({"state": "Running"}, marker, lost) == "failed"
-    assert oar.decide({"state": "Running"}, marker, {}) == "running"
+    assert oar.verdict({"state": "Running"}, False, lost) == "failed"
+    assert oar.verdict({"state": "Running"}, False, {}) == "running"
+    assert oar.verdict({"state": "Running"}, True, lost) == "running"  # finished; OAR ends it
 
 
-def test_a_run_that_finished_on_a_node_lost_since_is_left_to_end(tmp_path):
-    (tmp_path / "done.json").write_text("{}")
-    lost = {"vm-n0": "Suspected"}
-    assert oar.decide({"state": "Running"}, str(tmp_path / "done.json"), lost) == "running"
+def test_oars_words_give_state_lost_nodes_and_causes_not_mechanics():
+    job = {
+        "state": "Error",
+        "exit_code": None,
+        "events": [
+            {"type": "WALLTIME", "description": "[sarko] Job [7] from 1 with 10 s"},
+            {"type": "SEND_KILL_JOB", "description": "kill"},
+        ],
+    }
+    said = oar.words("7", job, {"n2": "Suspected"})
+    assert (
+        said == "OAR job 7: Error, node n2 Suspected, WALLTIME ([sarko] Job [7] from 1 with 10 s)"
+    )
+    assert oar.words("8", None) == "OAR job 8: no longer known to OAR"
 
 
-def test_the_marker_oar_looks_for_is_the_runners():
-    assert oar.DONE_MARKER == runner.DONE
+def test_a_jobs_log_folder_is_one_level_per_rule_and_wildcards():
+    assert (
+        oar.log_name("run", {"path": "torch-ddp/epochs~500"})
+        == "rule_run/path~torch-ddp_epochs~500"
+    )
+    assert oar.log_name("collect", {}) == "rule_collect"
 
 
-def test_cli_usage_and_bad_script_give_one_line_not_a_traceback(tmp_path, capsys):
-    assert oar.main(["frobnicate"]) == 2
-    script = tmp_path / "x.sh"
-    script.write_text("#!/bin/sh\n")
-    assert oar.main(["submit", str(script)]) == 1
+def test_the_plugin_imports_nothing_of_the_project():
+    """A package of its own, for any Snakemake user: Snakemake's interfaces only."""
+    ours = {"runfiles", "frameworks", "traces", "ddlcompare", "analysis", "front"}
+    for path in (REPO / "plugins" / "snakemake-executor-plugin-oar").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names] if isinstance(node, ast.Import) else
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            )  # fmt: skip
+            assert not {n.split(".")[0] for n in names} & ours, (path, names)
+
+
+# ---- the job end command (profiles/grid5000/job-end) -----------------------------------
+
+
+def test_a_run_killed_by_oar_is_recorded_interrupted_and_released(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / names.RUN_RECORD).write_text(json.dumps({"status": "running"}))
+    (run / names.OWNER).write_text("{}")
+    said = "OAR job 7: Error, WALLTIME (...)"
+    assert oar_record.main(["7", "failed", said, str(run / names.DONE)]) == 0
+    record = json.loads((run / names.RUN_RECORD).read_text())
+    assert record["status"] == "interrupted" and f"stopped by OAR ({said})" in record["reason"]
+    assert not (run / names.OWNER).exists()
+
+
+def test_a_run_that_failed_under_a_lost_node_gets_oars_words_beside_its_own(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    for name in (names.DONE, names.RUN_RECORD):
+        (run / name).write_text(json.dumps({"status": "failed", "reason": "rank 1 died"}))
+    said = "OAR job 9: Terminated, exit code 0, node n2 Suspected"
+    assert oar_record.main(["9", "success", said, str(run / names.DONE)]) == 0
+    for name in (names.DONE, names.RUN_RECORD):
+        assert json.loads((run / name).read_text())["reason"] == f"rank 1 died; {said}"
+    # Not a run's job: nothing to record, nothing written.
+    assert oar_record.main(["10", "failed", said, str(tmp_path / "tables.tsv")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
+
+
+def test_job_end_usage_is_one_line_not_a_traceback(capsys):
+    assert oar_record.main(["7", "maybe", "x"]) == 2
     err = capsys.readouterr().err
-    assert "oar submit:" in err and "Traceback" not in err
+    assert err.startswith("usage:") and "Traceback" not in err
 
 
-def test_profiles_name_the_commands_that_exist():
+def test_the_grid5000_profile_runs_the_oar_plugin_and_its_job_end_command():
     import yaml
 
-    repo = Path(__file__).resolve().parent.parent
-    g5k = yaml.safe_load((repo / "profiles" / "grid5000" / "config.yaml").read_text())
-    assert g5k["executor"] == "cluster-generic"
-    for key in ("submit", "status", "cancel"):
-        script = repo / "profiles" / "grid5000" / g5k[f"cluster-generic-{key}-cmd"]
-        assert script.exists() and script.stat().st_mode & 0o111
-    slurm = yaml.safe_load((repo / "profiles" / "slurm" / "config.yaml").read_text())
+    g5k = yaml.safe_load((REPO / "profiles" / "grid5000" / "config.yaml").read_text())
+    assert g5k["executor"] == "oar"
+    script = REPO / "profiles" / "grid5000" / g5k["oar-job-end-command"]
+    assert script.exists() and script.stat().st_mode & 0o111
+    slurm = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
     assert slurm["executor"] == "slurm"
+
+
+def test_a_long_log_folder_name_is_cut_and_kept_unique():
+    long_a, long_b = ("x" * 300 + "a"), ("x" * 300 + "b")
+    a, b = (oar.log_name("run", {"path": p}).split("/")[1] for p in (long_a, long_b))
+    assert len(a) == oar.MAX_NAME and a != b
