@@ -82,7 +82,7 @@ def test_profiles_by_bare_name_from_the_project_root(name, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert f"Using profile {name} " in out.stdout + out.stderr
     executor = yaml.safe_load((REPO / name / "config.yaml").read_text()).get("executor")
-    assert executor == {"grid5000": "cluster-generic", "slurm": "slurm", "local": None}[name]
+    assert executor == {"grid5000": "oar", "slurm": "slurm", "local": None}[name]
 
 
 def test_ddlc_help_lists_every_command_and_run_help_sets_nothing_up(tmp_path):
@@ -237,7 +237,7 @@ def oar_cluster(slurm_cluster):
     env = cluster.oar_env(slurm_cluster[0]["nodes"])
     pythons = [envs.python_for(e) for e in {registry.FRAMEWORKS[n].env for n in INSTALLED}]
     granted = subprocess.run(
-        [script, "grant", *map(str, pythons), str(REPO / "ddlcompare" / "run" / "oar.py")],
+        [script, "grant", *map(str, pythons), str(REPO / "profiles" / "grid5000" / "job-end")],
         env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert granted.returncode == 0, granted.stderr
@@ -335,8 +335,8 @@ class OarWay:
 
     @staticmethod
     def long_job(workdir: Path) -> str | None:
-        jobs = (workdir / ".snakemake" / "oar_jobs").glob("*.json")  # our submit's, by job id
-        return next((p.stem for p in jobs if "epochs~500" in p.read_text()), None)
+        logs = (workdir / ".snakemake" / "oar_logs" / "rule_run").glob("*epochs~500*/*.out")
+        return next((p.stem for p in logs), None)  # the plugin names a log by its job id
 
     def jobs(self) -> str:
         return self.user.run(["oarstat", "-u", self.user.name, "-f"], REPO).stdout
@@ -526,8 +526,8 @@ def test_a_job_past_its_slurm_time_limit_is_recorded_and_rerun_alone(
 
 # ---- scheduler faults (OAR) ---------------------------------------------------------------
 # OAR ends a job by SIGKILL to its processes: the runner cannot record it, and
-# the profile's status command does, from oarstat's state and events
-# (ddlcompare/run/oar.py).
+# the profile's job end command does, from OAR's words that the plugin gives
+# (its state, lost nodes and events; ddlcompare/run/oar.py).
 
 
 @pytest.fixture
@@ -561,10 +561,10 @@ def test_a_job_deleted_by_oardel_is_recorded_and_rerun_alone(oar_faults):
 @pytest.mark.parametrize("which", ["the runner's", "the other"])
 def test_a_node_lost_mid_job_is_recorded_by_oar_and_rerun_alone(slurm_cluster, oar_faults, which):
     """The runner's node (OAR's oarexec's too) lost: OAR marks it Suspected
-    (finaud) and would keep the job until its walltime; the status command
-    records the run interrupted and deletes the job. The other node lost:
-    the run fails as its ranks die, and the status command adds OAR's words
-    (the node it suspects once the job has ended)."""
+    (finaud) and would keep the job until its walltime; the plugin deletes
+    the job and the job end command records the run interrupted. The other
+    node lost: the run fails as its ranks die, and the job end command adds
+    OAR's words (the node it suspects once the job has ended)."""
     way, workdir, start = oar_faults
     fault_design(workdir)
     proc = start()

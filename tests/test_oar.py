@@ -1,12 +1,15 @@
-"""The Grid'5000 profile against a real OAR 2.5 (PostgreSQL, oar-server, the
-OAR node's sshd) that envs/schedulers/oar.sh starts on localhost, submitting
-as an unprivileged user as on Grid'5000: a tiny design trains exactly as a
-local run; a walltime kill, a failing job and a job without its done marker
-come back `failed`; cancel works; launch commands from a real $OAR_NODEFILE."""
+"""The OAR executor plugin (plugins/snakemake-executor-plugin-oar) and the
+Grid'5000 profile against a real OAR 2.5 (PostgreSQL, oar-server, the OAR
+node's sshd) that envs/schedulers/oar.sh starts on localhost, submitting as
+an unprivileged user as on Grid'5000: a tiny design trains exactly as a
+local run; a walltime kill is recorded; the plugin's own workflow: a job that
+ends well, one that fails, one without its output, oarstat unreachable for a
+while, cancel on interrupt; launch commands from a real $OAR_NODEFILE."""
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -16,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, final_losses, tiny_design, trained_here, write_design
-from ddlcompare.run import launch, oar, schedulers
+from ddlcompare.run import launch, schedulers
 from ddlcompare.run.schedulers import Host
 from ddlcompare.run.launchers.tf_workers import tf_worker_addresses
 from ddlcompare.run.schedulers.oar import Oar
@@ -87,7 +90,7 @@ def oar_user():
             str(SCRIPT),
             "grant",
             str(VENV / "bin" / "python"),
-            str(REPO / "ddlcompare" / "run" / "oar.py"),
+            str(PROFILE / "job-end"),
         ],
         capture_output=True,
         text=True,
@@ -130,8 +133,10 @@ def snakemake(user: OarUser, workdir: Path, profile: Path, *extra: str, limit: i
     return user.run(argv + list(extra), workdir, timeout=limit + 60)
 
 
-def job_ids(workdir: Path) -> list[str]:
-    return sorted(p.stem for p in (workdir / ".snakemake" / "oar_jobs").glob("*.json"))
+def job_ids(workdir: Path, pattern: str = "**") -> list[str]:
+    """The OAR jobs of a workflow, from the plugin's log per job (<id>.out)."""
+    logs = (workdir / ".snakemake" / "oar_logs").glob(f"{pattern}/*.out")
+    return sorted({p.stem for p in logs}, key=int)
 
 
 def oarstat(user: OarUser, job_id: str, cwd: Path) -> dict:
@@ -156,7 +161,7 @@ def test_tiny_design_through_the_grid5000_profile_matches_a_local_run(oar_user, 
     assert len(ids) == 2  # one OAR job per run and the probe; collect and report ran here
     jobs = [oarstat(oar_user, i, on_oar) for i in ids]
     assert sorted(j["name"].split(".")[1] for j in jobs) == ["probe", "run"]
-    job = next(j for j in jobs if j["name"].startswith("ddlc.run."))
+    job = next(j for j in jobs if j["name"].startswith("snakemake.run."))
     assert job["state"] == "Terminated" and job["exit_code"] == 0
     assert job["owner"] == oar_user.name
     assert "-l host=1/core=2,walltime=0:" in job["initial_request"]
@@ -174,105 +179,146 @@ def test_walltime_kill_is_failed_and_the_workflow_ends(oar_user):
     )
     print(f"walltime workflow: {time.monotonic() - started:.1f} s")
     assert out.returncode != 0
-    assert "Error in rule run" in out.stderr, out.stderr[-3000:]
     [job_id] = job_ids(workdir)
+    assert f"OAR job {job_id}: Error" in out.stderr, out.stderr[-3000:]
     job = oarstat(oar_user, job_id, workdir)
     assert job["state"] == "Error" and "walltime=0:00:10" in job["initial_request"]
     assert not list((workdir / "results").rglob("done.json"))  # the next invocation reruns it
-    # OAR killed the runner outright (SIGKILL): the status command recorded why.
+    # OAR killed the runner outright (SIGKILL): the job end command recorded why.
     [record] = [json.loads(p.read_text()) for p in (workdir / "results").rglob("run.json")]
     assert record["status"] == "interrupted", record
     assert f"stopped by OAR (OAR job {job_id}: Error" in record["reason"], record["reason"]
     assert "WALLTIME (" in record["reason"], record["reason"]
 
 
-def handmade_job(workdir: Path, body: str, marker: bool = True, cores: int = 1) -> Path:
-    """A job script as Snakemake writes them: properties line, then the command."""
-    done = workdir / "run" / "done.json"
-    done.parent.mkdir(exist_ok=True)
-    shutil.chown(done.parent, workdir.owner())
-    props = {
-        "rule": "run",
-        "jobid": 1,
-        "output": [str(done)] if marker else [],
-        "resources": {
-            "nodes": 1,
-            "tasks_per_node": cores,
-            "cpus_per_task": 1,
-            "gpus_per_node": 0,
-            "runtime": 2,
-        },
-    }
-    script = workdir / f"job-{uuid.uuid4().hex[:6]}.sh"
-    script.write_text(f"#!/bin/sh\n# properties = {json.dumps(props)}\n{body}\n")
-    shutil.chown(script, workdir.owner())
-    return script
+def plugin_workflow(user: OarUser, workdir: Path, rules: str, *extra: str, limit: int = 180):
+    """A Snakefile of its own through the plugin, as a user of it would run it."""
+    (workdir / "Snakefile").write_text(rules)
+    shutil.chown(workdir / "Snakefile", user.name)
+    return user.run(plugin_argv(workdir, *extra, limit=limit), workdir, timeout=limit + 60)
 
 
-def wait_status(user: OarUser, workdir: Path, job_id: str, limit: float = 60) -> str:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        out = user.run([str(PROFILE / "status"), job_id], workdir)
-        assert out.returncode == 0 and out.stdout.count("\n") == 1, out.stderr
-        if out.stdout.strip() != "running":
-            return out.stdout.strip()
-        time.sleep(0.5)
-    return "running"
+def plugin_argv(workdir: Path, *extra: str, limit: int = 180) -> list[str]:
+    return [
+        "timeout", "-k", "30", str(limit), str(VENV / "bin" / "python"), "-m", "snakemake",
+        "--executor", "oar", "--jobs", "4", "-d", str(workdir), "--keep-going",
+        "--seconds-between-status-checks", "1", "--max-status-checks-per-second", "10",
+        "--latency-wait", "3", *extra,
+    ]  # fmt: skip
 
 
-def submit(user: OarUser, workdir: Path, script: Path) -> str:
-    out = user.run([str(PROFILE / "submit"), str(script)], workdir)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().isdigit(), out.stdout  # only the id, never the admission lines
-    return out.stdout.strip()
+ENDS = """\
+rule all:
+    input: "ok.txt", "exit3.txt", "nothing.txt"
+
+rule ok:
+    output: "ok.txt"
+    resources: runtime=2
+    shell: "hostname > {output}; echo to the log"
+
+rule exit3:
+    output: "exit3.txt"
+    shell: "exit 3"
+
+rule nothing:
+    output: "nothing.txt"
+    shell: "true"
+"""
 
 
-def test_status_success_needs_the_done_marker_and_a_clean_exit(oar_user):
-    workdir = oar_user.workdir("status")
-    done = workdir / "run" / "done.json"
-    cases = {
-        "writes its marker": (f'echo \'{{"status": "ok"}}\' > {done}', "success"),
-        "exits 3": ("exit 3", "failed"),
-        "ends well without its marker": ("true", "failed"),
-    }
-    for label, (body, expected) in cases.items():
-        done.unlink(missing_ok=True)
-        job_id = submit(oar_user, workdir, handmade_job(workdir, body))
-        assert wait_status(oar_user, workdir, job_id) == expected, label
-    # A job that is not a run (no marker to look for) is judged by its exit.
-    job_id = submit(oar_user, workdir, handmade_job(workdir, "true", marker=False))
-    assert wait_status(oar_user, workdir, job_id) == "success"
-    # OAR no longer knows the job: the marker alone decides.
-    assert oar.oar_job("987654") is None
-    record = workdir / ".snakemake" / "oar_jobs"
-    (record / "987654.json").write_text(json.dumps({"done": str(done)}))
-    done.unlink(missing_ok=True)
-    assert wait_status(oar_user, workdir, "987654") == "failed"
-    done.write_text("{}")
-    assert wait_status(oar_user, workdir, "987654") == "success"
+def test_the_plugin_maps_each_jobs_end_and_keeps_a_log_per_job(oar_user):
+    workdir = oar_user.workdir("plugin")
+    out = plugin_workflow(oar_user, workdir, ENDS)
+    assert out.returncode != 0  # two of the three failed
+    assert (workdir / "ok.txt").read_text().strip()  # the node's host name
+    ids = {rule: job_ids(workdir, f"rule_{rule}") for rule in ("ok", "exit3", "nothing")}
+    assert all(len(found) == 1 for found in ids.values()), ids
+    [ok], [exit3], [nothing] = ids.values()
+    job = oarstat(oar_user, ok, workdir)
+    assert job["state"] == "Terminated" and job["exit_code"] == 0 and job["owner"] == oar_user.name
+    assert job["name"].startswith("snakemake.ok.")
+    assert "-l host=1/core=1,walltime=0:02:00" in job["initial_request"]
+    log = workdir / ".snakemake" / "oar_logs" / "rule_ok" / f"{ok}.out"
+    assert "to the log" in log.read_text()
+    for failed in (exit3, nothing):  # a failing command; a command without its output
+        assert f"OAR job {failed}: Terminated, exit code " in out.stderr, out.stderr[-3000:]
+        assert oarstat(oar_user, failed, workdir)["exit_code"] != 0
 
 
-def test_cancel_deletes_the_job(oar_user):
+# oarstat fails for its first few calls, as when OAR's database is unreachable.
+FLAKY_OARSTAT = """#!/bin/sh
+n=$(cat "$0.calls" 2>/dev/null || echo 0); echo $((n + 1)) > "$0.calls"
+[ "$n" -ge {failures} ] && exec {oarstat} "$@"
+echo "DBI connect('dbname=oar;host=127.0.0.1','oar_ro',...) failed: Connection refused" >&2
+exit 1
+"""
+
+
+def flaky_oarstat(user: OarUser, workdir: Path, failures: int) -> dict:
+    bin_dir = workdir / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "oarstat"
+    script.write_text(FLAKY_OARSTAT.format(failures=failures, oarstat=shutil.which("oarstat")))
+    script.chmod(0o755)
+    for path in (bin_dir, script):
+        shutil.chown(path, user.name)
+    return {**user.env, "PATH": f"{bin_dir}:{user.env['PATH']}"}
+
+
+def test_status_checks_survive_oarstat_unreachable_for_a_while(oar_user):
+    workdir = oar_user.workdir("unreachable")
+    rules = 'rule slow:\n    output: "slow.txt"\n    shell: "sleep 5; touch {output}"\n'
+    oar_user.env, saved = flaky_oarstat(oar_user, workdir, failures=3), oar_user.env
+    try:
+        out = plugin_workflow(oar_user, workdir, rules)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "oarstat failed: DBI connect" in out.stderr and "asking again" in out.stderr
+        # Past its grace, the job is failed with OAR's silence as the reason.
+        (workdir / "slow.txt").unlink()
+        (workdir / "bin" / "oarstat.calls").write_text("-1000")
+        out = plugin_workflow(oar_user, workdir, rules, "--oar-status-grace", "2")
+        assert out.returncode != 0 and "OAR unreachable for " in out.stderr, out.stderr[-3000:]
+    finally:
+        oar_user.env = saved
+
+
+def test_an_interrupted_workflow_deletes_its_oar_jobs(oar_user):
     workdir = oar_user.workdir("cancel")
-    job_id = submit(oar_user, workdir, handmade_job(workdir, "sleep 300"))
-    deadline = time.monotonic() + 30
-    while oarstat(oar_user, job_id, workdir)["state"] != "Running":
-        assert time.monotonic() < deadline
+    (workdir / "Snakefile").write_text('rule long:\n    output: "x"\n    shell: "sleep 300"\n')
+    with open(workdir / "snakemake.log", "w") as log:
+        proc = subprocess.Popen(
+            oar_user.as_user(plugin_argv(workdir)), cwd=workdir, env=oar_user.env,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while (
+            not (ids := job_ids(workdir))
+            or oarstat(oar_user, ids[0], workdir)["state"] != "Running"
+        ):
+            assert time.monotonic() < deadline and proc.poll() is None, (
+                workdir / "snakemake.log"
+            ).read_text()
+            time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+        proc.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while (job := oarstat(oar_user, ids[0], workdir))["state"] not in ("Error", "Terminated"):
+        assert time.monotonic() < deadline, job
         time.sleep(0.5)
-    out = oar_user.run([str(PROFILE / "cancel"), job_id], workdir)
-    assert out.returncode == 0, out.stderr
-    assert wait_status(oar_user, workdir, job_id) == "failed"
-    assert oarstat(oar_user, job_id, workdir)["state"] == "Error"
+    assert "FRAG_JOB_REQUEST" in {e["type"] for e in job["events"]}, job["events"]
 
 
 def test_launch_commands_from_a_real_oar_nodefile(oar_user):
     # The $OAR_NODEFILE OAR really writes: one line per core, host repeated.
     workdir = oar_user.workdir("nodefile")
     copy = workdir / "nodefile"
-    job_id = submit(
-        oar_user, workdir, handmade_job(workdir, f"cp $OAR_NODEFILE {copy}", marker=False, cores=2)
+    out = plugin_workflow(
+        oar_user,
+        workdir,
+        f'rule nodefile:\n    output: "{copy}"\n    threads: 2\n'
+        '    shell: "cp $OAR_NODEFILE {output}"\n',
     )
-    assert wait_status(oar_user, workdir, job_id) == "success"
+    assert out.returncode == 0, out.stderr[-3000:]
     text = copy.read_text()
     assert text.split() == ["localhost", "localhost"]
     scheduler, found = schedulers.detect(1, 2, env={"OAR_NODEFILE": str(copy)})
