@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import csv
 import os
@@ -437,6 +438,34 @@ def job_resources(row: RunRow) -> dict:
         "slurm_extra": "--exclusive" if whole else None,
         "oar_resources": "" if whole else None,
     }
+
+
+def users_slurm_extra(default_resources) -> str | None:
+    """The ``slurm_extra`` of the user's ``--default-resources`` (or the
+    profile's), a quoted string as docs/clusters.md writes it. A rule that
+    sets its own ``slurm_extra`` replaces the default's: the run rule joins
+    the two (slurm_extra below), so that a user's ``--no-requeue`` reaches
+    the runs beside their ``--exclusive``."""
+    found = default_resources.get("slurm_extra") if default_resources is not None else None
+    if found is None or found.raw is None:
+        return None
+    try:
+        value = ast.literal_eval(str(found.raw))
+    except (ValueError, SyntaxError):
+        value = None
+    if not isinstance(value, str):
+        _stop(
+            f"--default-resources slurm_extra={found.raw}: give the sbatch options as one "
+            "quoted string, e.g. \"slurm_extra='--no-requeue --mail-type=END'\""
+        )
+    return value or None
+
+
+def slurm_extra(row: RunRow, users: str | None) -> str | None:
+    """The run's own sbatch options (job_resources) and the user's, both."""
+    own = job_resources(row)["slurm_extra"]
+    joined = " ".join(part for part in (own, users) if part)
+    return joined or None
 
 
 def finish(

@@ -253,3 +253,29 @@ def test_a_long_log_folder_name_is_cut_and_kept_unique():
     long_a, long_b = ("x" * 300 + "a"), ("x" * 300 + "b")
     a, b = (oar.log_name("run", {"path": p}).split("/")[1] for p in (long_a, long_b))
     assert len(a) == oar.MAX_NAME and a != b
+
+
+def test_a_users_slurm_extra_reaches_runs_beside_their_own():
+    """--default-resources "slurm_extra='--no-requeue'" (docs/clusters.md): a
+    rule's own slurm_extra replaces the default's in Snakemake, so the run
+    rule joins them; Tarantella's whole nodes keep --exclusive."""
+    from snakemake.resources import Resources
+
+    def users(*exprs: str):
+        return ws.users_slurm_extra(Resources.parse(list(exprs), allow_expressions=True))
+
+    given = users("slurm_extra='--no-requeue --mail-type=END'", "mem_mb=1000")
+    assert given == "--no-requeue --mail-type=END"
+    assert ws.slurm_extra(row(framework="tarantella"), given) == f"--exclusive {given}"
+    assert ws.slurm_extra(row(), given) == given
+    assert ws.slurm_extra(row(framework="tarantella"), users("mem_mb=1000")) == "--exclusive"
+    assert ws.slurm_extra(row(), users()) is None and ws.users_slurm_extra(None) is None
+
+
+def test_a_slurm_extra_that_is_not_one_string_is_one_line(capsys):
+    from snakemake.resources import Resources
+
+    with pytest.raises(SystemExit):
+        ws.users_slurm_extra(Resources.parse(["slurm_extra=2"], allow_expressions=True))
+    err = capsys.readouterr().err
+    assert err.startswith("error: --default-resources slurm_extra=2: give") and "\n" == err[-1]

@@ -9,7 +9,6 @@ import sys
 import venv
 import zipfile
 from importlib import metadata
-from pathlib import Path
 
 import pytest
 

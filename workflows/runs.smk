@@ -3,6 +3,9 @@
 # never stops the others, and the report shows it.
 
 
+USERS_SLURM_EXTRA = ws.users_slurm_extra(workflow.resource_settings.default_resources)
+
+
 wildcard_constraints:
     path=ws.PATH_PATTERN,
 
@@ -37,7 +40,8 @@ rule run:
         gpus_per_node=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["gpus_per_node"],
         gres=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["gres"],
         tasks_per_gpu=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["tasks_per_gpu"],
-        slurm_extra=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["slurm_extra"],
+        # The run's own sbatch options beside the user's --default-resources ones.
+        slurm_extra=lambda wc: ws.slurm_extra(RUN_BY_PATH[wc.path], USERS_SLURM_EXTRA),
         oar_resources=lambda wc: ws.job_resources(RUN_BY_PATH[wc.path])["oar_resources"],
     params:
         python=PYTHON,
