@@ -12,7 +12,7 @@ ddlc import TRACE_OR_FOLDER... -o F   traces from elsewhere into one phase table
 ddlc check [--rerun]                 damaged run files, listed (and queued again)
 ddlc fetch-data cifar10              download CIFAR-10 (needs internet)
 ddlc envs [--design design.yaml]     the environments envs/setup.sh sets up for it
-ddlc cluster up|down|status          a Slurm cluster of namespaces on this machine
+ddlc cluster up|down|status          a Slurm and OAR cluster of namespaces on this machine
 """
 
 from __future__ import annotations
@@ -615,8 +615,12 @@ def parser() -> argparse.ArgumentParser:
     fetch.add_argument("dataset", choices=["cifar10"])
     fetch.add_argument("--data-dir", default=None)
     fetch.set_defaults(fn=cmd_fetch_data)
+    # Its own options and --help are the cluster's (ddlcompare/run/cluster.py).
     clu = sub.add_parser(
-        "cluster", help="a Slurm cluster of namespaces on this machine: up, down, status"
+        "cluster",
+        help="a Slurm and OAR cluster of namespaces on this machine: up, down, status",
+        add_help=False,
+        prefix_chars="+",
     )
     clu.add_argument("action", nargs=argparse.REMAINDER, help="up|down|status [--nodes N]")
     clu.set_defaults(fn=cmd_cluster)

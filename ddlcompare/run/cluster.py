@@ -1,9 +1,10 @@
-"""A cluster on this machine, to try the slurm profile before spending
-cluster hours, and for the tests.
+"""A cluster on this machine, Slurm and OAR on the same nodes, to try the
+slurm and grid5000 profiles before spending cluster hours, and for the tests.
 
     ./ddlc cluster up [--nodes N] [--rate-mbit R]   start it (refused while one runs)
-    ./ddlc cluster status                           its nodes, and what Slurm says of them
-    ./ddlc cluster down                             stop it, remove every trace of it
+    ./ddlc cluster status                           its nodes, both schedulers, every
+                                                    daemon (exit 1 when one is gone)
+    ./ddlc cluster down                             stop everything it started
 
 Each node is a network namespace and a UTS namespace of its own (its own
 host name and address), as in ddlcompare/run/netem.py, whose EmulatedNetwork
@@ -17,8 +18,11 @@ Inside a node, /etc/hosts names every node and /etc/slurm is the cluster's
 (``ip netns exec`` binds /etc/netns/<node>/*), so an srun in a job reaches
 this cluster whatever else this machine runs. Its own munged (own socket)
 and its own ports leave a one-node test Slurm (envs/schedulers/slurm.sh)
-undisturbed. Everything it starts is recorded in its state folder; ``down``
-stops exactly that.
+undisturbed. Every process it starts carries a mark in its environment
+(CLUSTER_MARK, unique to the cluster) and inherits it to its children:
+``down`` stops those, the daemons' children included (an OAR server's
+Almighty modules outlived it once and held its port), not only what the PID
+files name.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from pathlib import Path
 
 import psutil
 
-from ddlcompare.run import netem
+from ddlcompare.run import envs, netem
 from runfiles import variables
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,6 +59,12 @@ FORWARD_OFFSET = 20000  # the relays' ports on the bridge: 25432, 26666
 OAR_CORES_PER_NODE = 2
 CPUS_PER_NODE = 2
 MEMORY_MB_PER_NODE = 8000
+# Slurm's nodes claim CPUS_PER_NODE each: more than this many times the
+# machine's cores, every node's jobs would crawl.
+OVERCOMMIT = 4
+MB_PER_NODE_AT_LEAST = 3000  # one run's process (workflow_support.MB_PER_PROCESS)
+MAX_RATE_MBIT = 100_000  # tc's tbf, as netem shapes links
+CLUSTER_MARK = "DDLC_CLUSTER_MARK"  # in the environment of every process the cluster starts
 
 
 class ClusterError(RuntimeError):
@@ -68,14 +78,42 @@ def say(text: str) -> None:
 # ---- up ---------------------------------------------------------------------
 
 
+def check_size(nodes: int, rate_mbit: int) -> None:
+    """The arguments against this machine: a node count its cores and memory
+    can carry, a rate tc can shape."""
+    if nodes < 2:
+        raise ClusterError(f"--nodes {nodes}: a cluster needs at least 2 nodes")
+    cores = os.cpu_count() or 1
+    most = max(3, OVERCOMMIT * cores // CPUS_PER_NODE)
+    if nodes > most:
+        raise ClusterError(
+            f"--nodes {nodes}: each node claims {CPUS_PER_NODE} CPUs, and this machine has "
+            f"{cores} cores; at most {most} nodes here"
+        )
+    memory_mb = psutil.virtual_memory().total // 2**20
+    if nodes * MB_PER_NODE_AT_LEAST > memory_mb:
+        raise ClusterError(
+            f"--nodes {nodes}: each node needs {MB_PER_NODE_AT_LEAST} MB for a run's process, "
+            f"and this machine has {memory_mb} MB; at most {memory_mb // MB_PER_NODE_AT_LEAST} nodes"
+        )
+    if not 1 <= rate_mbit <= MAX_RATE_MBIT:
+        raise ClusterError(
+            f"--rate-mbit {rate_mbit}: give a link rate from 1 to {MAX_RATE_MBIT} Mbit/s"
+        )
+
+
+def memory_per_node(nodes: int) -> int:
+    """What each node tells Slurm it has: 8 GB, or its share of this machine's."""
+    return min(MEMORY_MB_PER_NODE, psutil.virtual_memory().total // 2**20 // nodes)
+
+
 def up(nodes: int = 3, rate_mbit: int = 1000) -> dict:
     if RECORD.exists():
         raise ClusterError(
             f"a cluster is already up (started {json.loads(RECORD.read_text())['started']}); "
             "'./ddlc cluster down' stops it"
         )
-    if nodes < 2:
-        raise ClusterError(f"--nodes {nodes}: a cluster needs at least 2 nodes")
+    check_size(nodes, rate_mbit)
     if os.geteuid() != 0:
         raise ClusterError("the cluster needs root (namespaces, links, daemons); run it as root")
     if found := netem.problems("local"):
@@ -89,6 +127,7 @@ def up(nodes: int = 3, rate_mbit: int = 1000) -> dict:
     frontend = netem.Node("", str(subnet[-2]), os.uname().nodename.split(".")[0], "fe")
     record = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "mark": f"{os.getpid()}-{time.time_ns()}",
         "rate_mbit": rate_mbit,
         "frontend": frontend.__dict__,
         "nodes": [n.__dict__ for n in net.nodes],
@@ -99,8 +138,10 @@ def up(nodes: int = 3, rate_mbit: int = 1000) -> dict:
         net.create()
         join_frontend(net, frontend)
         write_hosts(net.nodes, frontend)
+        os.environ[CLUSTER_MARK] = record["mark"]  # every process started from here on
         start_slurm(net.nodes, frontend)
         start_oar(net.nodes, frontend)
+        grant_oar_user()
     except BaseException:
         down()
         raise
@@ -191,7 +232,7 @@ def slurm_conf(nodes: list[netem.Node], frontend: netem.Node) -> str:
         *(
             f"NodeName={n.hostname} NodeAddr={n.address} CPUs={CPUS_PER_NODE} Boards=1 "
             f"SocketsPerBoard=1 CoresPerSocket={CPUS_PER_NODE} ThreadsPerCore=1 "
-            f"RealMemory={MEMORY_MB_PER_NODE} State=UNKNOWN"
+            f"RealMemory={memory_per_node(len(nodes))} State=UNKNOWN"
             for n in nodes
         ),
         "PartitionName=cluster Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
@@ -315,13 +356,22 @@ def start_oar(nodes: list[netem.Node], frontend: netem.Node) -> None:
     _oar_script("start", nodes)
 
 
-def _oar_script(action: str, nodes: list) -> None:
+def grant_oar_user() -> None:
+    """OAR's user runs snakemake and the jobs: it must reach every built
+    environment's Python (it may live under a home of mode 0700) and this
+    checkout (envs/schedulers/oar.sh grant)."""
+    pythons = {envs.python_for(name) for name in envs.ENV_DIRS}
+    found = [str(p) for p in sorted(pythons) if p.exists()]
+    _oar_script("grant", json.loads(RECORD.read_text())["nodes"], *found, str(REPO / "ddlc"))
+
+
+def _oar_script(action: str, nodes: list, *args: str) -> None:
     """envs/schedulers/oar.sh, its output in a log file: the daemons it
     starts keep what they inherit, and a pipe would never close."""
     log = STATE / "log" / "oar.sh.log"
     with open(log, "a") as out:
         done = subprocess.run(
-            [str(OAR_SCRIPT), action], env=oar_env(nodes), stdin=subprocess.DEVNULL,
+            [str(OAR_SCRIPT), action, *args], env=oar_env(nodes), stdin=subprocess.DEVNULL,
             stdout=out, stderr=out, timeout=900,
         )  # fmt: skip
     if done.returncode != 0:
@@ -382,15 +432,25 @@ def _node(hostname: str) -> dict:
 # ---- down -------------------------------------------------------------------
 
 
+LEFT_INSTALLED = (
+    "left on this machine: the Debian packages up installed (Slurm, munge, socat, OAR, "
+    "PostgreSQL), OAR's user {user} and its home, OAR's configuration in /etc/oar and its "
+    "database, and the state folder {state} (logs)"
+)
+
+
 def down() -> bool:
-    """Stop what ``up`` started (its PID files), remove the namespaces and
-    the hosts lines. False when no cluster was up."""
+    """Stop what ``up`` started: its PID files' daemons, then every process
+    that carries the cluster's mark (the daemons' children too), remove the
+    namespaces and the hosts lines. False when no cluster was up."""
     if not RECORD.exists():
         return False
     record = json.loads(RECORD.read_text())
     if (STATE / "oar").exists():
         _oar_script("stop", record["nodes"])
     _stop_all(sorted((STATE / "run").glob("*.pid")))
+    if mark := record.get("mark"):
+        _stop_processes(_marked(mark))
     for node in record["nodes"]:  # whatever still runs in a node: its jobs
         _kill_namespace(node["namespace"])
     netem.remove_namespace(f"{netem.PREFIX}{TAG}-sw")
@@ -405,19 +465,40 @@ def down() -> bool:
 
 
 def _stop_all(pidfiles: list[Path], grace_s: float = 10) -> None:
-    """SIGTERM to every daemon at once, then SIGKILL to those still running
-    after ``grace_s``. A daemon that has exited but is not reaped yet (a
-    zombie until PID 1 gets to it) has ended: waiting on its pid alone cost
-    2 s a daemon."""
+    """Every daemon of the PID files, stopped (_stop_processes)."""
     daemons = []
     for pidfile in pidfiles:
         try:
-            daemon = psutil.Process(int(pidfile.read_text().split()[0]))
-            daemon.terminate()
-            daemons.append(daemon)
+            daemons.append(psutil.Process(int(pidfile.read_text().split()[0])))
         except (ValueError, IndexError, psutil.Error):
             pass
         pidfile.unlink(missing_ok=True)
+    _stop_processes(daemons, grace_s)
+
+
+def _marked(mark: str) -> list[psutil.Process]:
+    """This machine's processes that carry the cluster's mark (their own or
+    inherited environment), this one aside."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.pid != os.getpid() and process.environ().get(CLUSTER_MARK) == mark:
+                found.append(process)
+        except psutil.Error:
+            pass  # gone, or not ours to read
+    return found
+
+
+def _stop_processes(daemons: list[psutil.Process], grace_s: float = 10) -> None:
+    """SIGTERM to every process at once, then SIGKILL to those still running
+    after ``grace_s``. A daemon that has exited but is not reaped yet (a
+    zombie until PID 1 gets to it) has ended: waiting on its pid alone cost
+    2 s a daemon."""
+    for daemon in daemons:
+        try:
+            daemon.terminate()
+        except psutil.Error:
+            pass
     deadline = time.monotonic() + grace_s
     while (daemons := [d for d in daemons if _running(d)]) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -448,11 +529,42 @@ def _kill_namespace(namespace: str) -> None:
 
 
 def status() -> dict | None:
+    """The record, every daemon's liveness (by its PID file), and what each
+    scheduler says of the nodes."""
     if not RECORD.exists():
         return None
     record = json.loads(RECORD.read_text())
-    record["slurm"] = _sinfo(client_env()).split("\n")
+    record["slurm"] = [line for line in _sinfo(client_env()).split("\n") if line]
+    record["daemons"] = daemons()
+    record["oar"] = _oarnodes() if (STATE / "oar").exists() else {}
+    record["oar_user"] = _oar_user(record["nodes"]) if (STATE / "oar").exists() else None
     return record
+
+
+def daemons() -> dict[str, bool]:
+    """Each daemon the cluster started, by its PID file's name: running or not."""
+    found = {}
+    for pidfile in sorted([*(STATE / "run").glob("*.pid"), *(STATE / "oar" / "run").glob("*.pid")]):
+        try:
+            found[pidfile.stem] = _running(psutil.Process(int(pidfile.read_text().split()[0])))
+        except (ValueError, IndexError, OSError, psutil.Error):
+            found[pidfile.stem] = False
+    return found
+
+
+def _oarnodes() -> dict[str, str]:
+    """OAR's state of each node, e.g. {"host-n0": "Alive"}; {} when OAR cannot be asked."""
+    out = subprocess.run(["oarnodes", "-J", "-s"], capture_output=True, text=True)
+    try:
+        nodes = json.loads(out.stdout) if out.returncode == 0 else {}
+    except ValueError:
+        return {}
+    return {host: "/".join(sorted(set(ids.values()))) for host, ids in nodes.items()}
+
+
+def _oar_user(nodes: list) -> str:
+    out = subprocess.run([str(OAR_SCRIPT), "user"], env=oar_env(nodes), capture_output=True)
+    return out.stdout.decode().strip() or "?"
 
 
 def describe(record: dict) -> str:
@@ -460,16 +572,45 @@ def describe(record: dict) -> str:
     for node in record["nodes"]:
         lines.append(f"  {node['hostname']:<24} {node['address']:<15} ({node['namespace']})")
     fe = record["frontend"]
-    lines.append(f"  {fe['hostname']:<24} {fe['address']:<15} (this machine: slurmctld)")
-    lines.append(f"Slurm: export SLURM_CONF={record['slurm_conf']}")
+    lines.append(
+        f"  {fe['hostname']:<24} {fe['address']:<15} (this machine: slurmctld, OAR's server)"
+    )
+    lines.append(
+        f"Slurm: export SLURM_CONF={record['slurm_conf']}; "
+        "snakemake --profile slurm --slurm-status-command squeue ..."
+    )
+    lines += [f"  {line}" for line in record.get("slurm", [])]
+    if record.get("oar_user"):
+        lines.append(
+            f"OAR: as {record['oar_user']} (OAR refuses root's jobs): runuser -u "
+            f"{record['oar_user']} -- {Path(sys.executable).parent / 'snakemake'} "
+            f"--profile {REPO / 'grid5000'} -d DIR ..."
+        )
+        lines += [f"  {host} {state}" for host, state in record.get("oar", {}).items()]
+    if record.get("daemons"):
+        gone = [name for name, alive in record["daemons"].items() if not alive]
+        lines.append(
+            f"daemons: {len(record['daemons']) - len(gone)} of {len(record['daemons'])} running"
+            + (f"; gone: {', '.join(gone)}" if gone else "")
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="ddlc cluster", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="./ddlc cluster",
+        description=__doc__.split("\n\n")[0] + "\n(docs/clusters.md)",
+        epilog="\n".join(__doc__.split("\n\n")[1].splitlines()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("action", choices=["up", "down", "status"])
-    p.add_argument("--nodes", type=int, default=3, help="nodes (default 3)")
-    p.add_argument("--rate-mbit", type=int, default=1000, help="each link's rate (default 1000)")
+    p.add_argument("--nodes", type=int, default=3, help="nodes, 2 or more (up; default 3)")
+    p.add_argument(
+        "--rate-mbit",
+        type=int,
+        default=1000,
+        help=f"each link's rate, 1 to {MAX_RATE_MBIT} Mbit/s (up; default 1000)",
+    )
     args = p.parse_args(argv)
     try:
         if args.action == "up":
@@ -478,11 +619,19 @@ def main(argv: list[str] | None = None) -> int:
             say(f"up in {time.monotonic() - started:.1f} s")
             print(describe(record))
         elif args.action == "down":
-            print("cluster: down" if down() else "cluster: none was up")
+            nodes = json.loads(RECORD.read_text())["nodes"] if RECORD.exists() else []
+            if not down():
+                print("cluster: none was up")
+                return 0
+            print("cluster: down")
+            say(LEFT_INSTALLED.format(user=_oar_user(nodes), state=STATE))
         else:
             found = status()
-            print(describe(found) + "\n" + "\n".join(found["slurm"]) if found else "down")
-            return 0 if found else 3
+            if not found:
+                print("down")
+                return 3
+            print(describe(found))
+            return 1 if not all(found["daemons"].values()) else 0
     except (ClusterError, netem.NetworkError, OSError) as exc:
         print(f"cluster {args.action}: {exc}", file=sys.stderr)
         return 1

@@ -91,13 +91,16 @@ start_postgres() {
 
 create_database() {
   # One OAR database on this machine, shared by this script's set-ups (the
-  # test OAR, the cluster): a set-up that finds another's resources starts afresh.
-  if [ "$(cat "$owner" 2>/dev/null)" = "$dir" ] && oarnodes -J >/dev/null 2>&1; then
+  # test OAR, the cluster): a set-up that finds another's resources, or the
+  # same one's with other nodes (a cluster of 2 after one of 3: OAR would
+  # place jobs on hosts that no longer exist), starts afresh.
+  local mine="$dir $nodes $cores"
+  if [ "$(cat "$owner" 2>/dev/null)" = "$mine" ] && oarnodes -J >/dev/null 2>&1; then
     return 0
   fi
   oar-database --drop --db-is-local -y >"$dir/log/oar-database.log" 2>&1 || true
   oar-database --create --db-is-local -y >>"$dir/log/oar-database.log" 2>&1
-  echo "$dir" > "$owner"
+  echo "$mine" > "$owner"
 }
 
 start_node_sshd() {
@@ -155,6 +158,10 @@ start_server() {
 }
 
 start() {
+  if ! alive oar-server && ss -Hltn 'sport = :6666' | grep -q .; then
+    say "an OAR server already listens on port 6666, not this set-up's ($dir): the cluster's? './ddlc cluster down' stops it (OAR's configuration is one per machine)"
+    return 1
+  fi
   install_packages
   mkdir -p "$dir"/{run,log}
   configure
