@@ -138,7 +138,6 @@ def up(nodes: int = 3, rate_mbit: int = 1000) -> dict:
         net.create()
         join_frontend(net, frontend)
         write_hosts(net.nodes, frontend)
-        os.environ[CLUSTER_MARK] = record["mark"]  # every process started from here on
         start_slurm(net.nodes, frontend)
         start_oar(net.nodes, frontend)
         grant_oar_user()
@@ -296,6 +295,13 @@ def start_munge() -> None:
     shutil.copy(pidfile, STATE / "run" / "munged.pid")
 
 
+def marked_env() -> dict:
+    """The environment of a daemon the cluster starts: this one's, and the
+    cluster's mark, which its children inherit and down looks for."""
+    record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
+    return {**os.environ, CLUSTER_MARK: record.get("mark", "")}
+
+
 def client_env() -> dict:
     """What Slurm's commands need here, on the frontend."""
     return {**os.environ, "SLURM_CONF": str(STATE / "etc" / "slurm.conf")}
@@ -309,7 +315,7 @@ def _sinfo(env: dict) -> str:
 
 
 def _daemon(argv: list[str], what: str) -> None:
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=marked_env())
     if out.returncode != 0:
         raise ClusterError(f"{what} did not start: {(out.stderr or out.stdout).strip()[-500:]}")
 
@@ -326,7 +332,7 @@ def oar_env(nodes: list[dict] | list[netem.Node]) -> dict:
     """envs/schedulers/oar.sh's settings for this cluster's OAR."""
     entries = [n if isinstance(n, dict) else n.__dict__ for n in nodes]
     return {
-        **os.environ,
+        **marked_env(),
         "DDLC_OAR_DIR": str(STATE / "oar"),
         "DDLC_OAR_NODES": " ".join(
             f"{n['hostname']}={n['namespace']}={n['address']}" for n in entries
@@ -386,7 +392,9 @@ def _forward(where: str, namespace: str | None, listen: str, to: str) -> None:
         argv = ["ip", "netns", "exec", namespace, *argv]
     # No stream of ours: a caller that reads our output would wait on it forever.
     quiet = subprocess.DEVNULL
-    proc = subprocess.Popen(argv, start_new_session=True, stdin=quiet, stdout=quiet, stderr=quiet)
+    proc = subprocess.Popen(
+        argv, start_new_session=True, stdin=quiet, stdout=quiet, stderr=quiet, env=marked_env()
+    )
     (STATE / "run" / f"forward-{where}-{port}.pid").write_text(str(proc.pid))
 
 
