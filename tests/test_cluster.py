@@ -428,6 +428,8 @@ def stopped_with(workdir: Path, proc: subprocess.Popen, said: str, way) -> dict:
     )
     assert record["status"] == "interrupted", record
     assert said in record["reason"], record["reason"]
+    # As complete under OAR's SIGKILL as under Slurm's SIGTERM.
+    assert record["scheduler"] and record["hosts"] and record["command"], record
     print(f"recorded: {record['reason']}")
     return record
 

@@ -211,11 +211,14 @@ def test_a_run_killed_by_oar_is_recorded_interrupted_and_released(tmp_path):
     run.mkdir()
     (run / names.RUN_RECORD).write_text(json.dumps({"status": "running"}))
     (run / names.OWNER).write_text("{}")
+    (run / "rank0.json").write_text(json.dumps({"rank": 0, "hostname": "n1"}))
+    (run / "rank1.json").write_text('{"rank": 1, "host')  # cut short by the kill
     said = "OAR job 7: Error, WALLTIME (...)"
     assert oar_record.main(["7", "failed", said, str(run / names.DONE)]) == 0
     record = json.loads((run / names.RUN_RECORD).read_text())
     assert record["status"] == "interrupted" and f"stopped by OAR ({said})" in record["reason"]
     assert not (run / names.OWNER).exists()
+    assert record["ranks"] == [{"rank": 0, "hostname": "n1"}]
 
 
 def test_a_run_that_failed_under_a_lost_node_gets_oars_words_beside_its_own(tmp_path):

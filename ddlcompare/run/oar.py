@@ -22,7 +22,7 @@ from pathlib import Path
 
 from runfiles.atomic import write_json
 from runfiles import files
-from runfiles.names import DONE, OWNER, RUN_RECORD
+from runfiles.names import DONE, OWNER, RANK_RECORD_GLOB, RUN_RECORD
 
 USAGE = "usage: python -m ddlcompare.run.oar JOBID success|failed WORDS OUTPUT..."
 
@@ -42,12 +42,24 @@ def record_stop(marker: str, reason: str) -> None:
         status="interrupted",
         end=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         reason=f"stopped by OAR ({reason}); the next workflow run starts it again",
+        ranks=ranks(run_dir),  # as the runner records them when it can
     )
     try:
         write_json(run_dir / RUN_RECORD, record)
         (run_dir / OWNER).unlink(missing_ok=True)
     except OSError as exc:  # the job's status matters more to Snakemake than the record
         print(f"oar job end: cannot record the stop in {run_dir}: {exc}", file=sys.stderr)
+
+
+def ranks(run_dir: Path) -> list[dict]:
+    """Each rank's record that is whole (one cut short by the kill is left out)."""
+    found = []
+    for path in sorted(run_dir.glob(RANK_RECORD_GLOB)):
+        try:
+            found.append(files.read_json(path))
+        except (OSError, ValueError):
+            pass
+    return found
 
 
 def note_failure(marker: str, reason: str) -> None:

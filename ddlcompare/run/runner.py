@@ -244,6 +244,9 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
                 command=argv,
                 cores=cores.record(net.node_cpus, net.hostnames),
             )
+            # Saved now: a scheduler that kills the runner outright (OAR's
+            # SIGKILL) leaves this record, completed by whoever records the stop.
+            save(RECORD, record)
             hang = stall.EpochWatch(run_dir / EPOCHS, config["epochs"])
             watch = Watch(run_dir, token, derived_timeout(config), scheduler.one_machine, hang)
             with watch.signals(), _machine(scheduler, row.path, watch) as waited:
