@@ -6,6 +6,7 @@ local run; a walltime kill is recorded; the plugin's own workflow: a job that
 ends well, one that fails, one without its output, oarstat unreachable for a
 while, cancel on interrupt; launch commands from a real $OAR_NODEFILE."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import REPO, final_losses, tiny_design, trained_here, write_design
@@ -285,11 +287,9 @@ def test_status_checks_survive_oarstat_unreachable_for_a_while(oar_user):
 def test_an_interrupted_workflow_deletes_its_oar_jobs(oar_user):
     workdir = oar_user.workdir("cancel")
     (workdir / "Snakefile").write_text('rule long:\n    output: "x"\n    shell: "sleep 300"\n')
-    with open(workdir / "snakemake.log", "w") as log:
-        proc = subprocess.Popen(
-            oar_user.as_user(plugin_argv(workdir)), cwd=workdir, env=oar_user.env,
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    log = open(workdir / "snakemake.log", "w")
+    proc = oar_user.start(plugin_argv(workdir), workdir, log)
+    try:
         deadline = time.monotonic() + 60
         while (
             not (ids := job_ids(workdir))
@@ -299,13 +299,24 @@ def test_an_interrupted_workflow_deletes_its_oar_jobs(oar_user):
                 workdir / "snakemake.log"
             ).read_text()
             time.sleep(0.5)
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+        # Ctrl-C, to Snakemake itself (timeout gives it a process group of its own).
+        [snakemake] = [
+            c for c in psutil.Process(proc.pid).children(recursive=True)
+            if c.cmdline()[1:3] == ["-m", "snakemake"]
+        ]  # fmt: skip
+        snakemake.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
-    deadline = time.monotonic() + 60
-    while (job := oarstat(oar_user, ids[0], workdir))["state"] not in ("Error", "Terminated"):
-        assert time.monotonic() < deadline, job
-        time.sleep(0.5)
-    assert "FRAG_JOB_REQUEST" in {e["type"] for e in job["events"]}, job["events"]
+        deadline = time.monotonic() + 60
+        while (job := oarstat(oar_user, ids[0], workdir))["state"] not in ("Error", "Terminated"):
+            assert time.monotonic() < deadline, job
+            time.sleep(0.5)
+        assert "FRAG_JOB_REQUEST" in {e["type"] for e in job["events"]}, job["events"]
+    finally:  # whatever failed, nothing of it outlives the test
+        with contextlib.suppress(psutil.Error):
+            for process in [*psutil.Process(proc.pid).children(recursive=True), proc]:
+                process.kill()
+        oar_user.run(["oardel", *job_ids(workdir)], workdir)
+        log.close()
 
 
 def test_launch_commands_from_a_real_oar_nodefile(oar_user):
