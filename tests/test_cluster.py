@@ -335,7 +335,7 @@ class OarWay:
 
     @staticmethod
     def long_job(workdir: Path) -> str | None:
-        logs = (workdir / ".snakemake" / "oar_logs" / "rule_run").glob("*epochs~500*/*.out")
+        logs = (workdir / ".snakemake" / "oar_logs" / "rule_run").glob("*epochs-500*/*.out")
         return next((p.stem for p in logs), None)  # the plugin names a log by its job id
 
     def jobs(self) -> str:

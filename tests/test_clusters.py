@@ -186,9 +186,14 @@ def test_oars_words_give_state_lost_nodes_and_causes_not_mechanics():
 def test_a_jobs_log_folder_is_one_level_per_rule_and_wildcards():
     assert (
         oar.log_name("run", {"path": "torch-ddp/epochs~500"})
-        == "rule_run/path~torch-ddp_epochs~500"
+        == "rule_run/path-torch-ddp_epochs-500"
     )
     assert oar.log_name("collect", {}) == "rule_collect"
+    # oarsub refuses other characters in a log path (OAR::IO): made '-'.
+    assert oar.log_name("run", {"p": "a=b~c:d"}) == "rule_run/p-a-b-c-d"
+    oar.check_log_dir("/home/alice/w 1/.snakemake/oar_logs")
+    with pytest.raises(oar.OarError, match="--oar-logdir"):
+        oar.check_log_dir("/home/alice/run~1/.snakemake/oar_logs")
 
 
 def test_the_plugin_imports_nothing_of_the_project():

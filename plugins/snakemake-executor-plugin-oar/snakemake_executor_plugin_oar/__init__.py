@@ -125,6 +125,10 @@ class Executor(RemoteExecutor):
         if not logdir.is_absolute():
             logdir = Path(self.workflow.workdir_init) / logdir
         self.logdir = logdir.resolve()
+        try:
+            oar.check_log_dir(str(self.logdir))
+        except oar.OarError as exc:
+            raise WorkflowError(str(exc)) from None
         self.last_answer = time.monotonic()  # of oarstat: the grace counts from it
 
     # ---- submit ------------------------------------------------------------
@@ -147,21 +151,23 @@ class Executor(RemoteExecutor):
                 threads=job.threads,
                 default_minutes=settings.default_walltime,
             )
-        except oar.OarError as exc:
-            raise WorkflowError(f"OAR job of {job.name}: {exc}") from None
+        except oar.OarError as exc:  # the job's resources: its error, not the workflow's
+            self.report_job_error(SubmittedJobInfo(job), msg=f"OAR job of {job.name}: {exc}")
+            return
         self.logger.debug(f"oarsub: {shlex.join(argv)}")
         # oarsub takes the job's directory from $PWD, which only a shell sets.
         out = subprocess.run(
             argv, capture_output=True, text=True, env={**os.environ, "PWD": os.getcwd()}
         )
-        if out.returncode != 0:
-            raise WorkflowError(
-                f"oarsub failed (exit {out.returncode}): {(out.stdout + out.stderr).strip()}"
-            )
         try:
+            if out.returncode != 0:
+                raise oar.OarError(
+                    f"oarsub failed (exit {out.returncode}): {(out.stdout + out.stderr).strip()}"
+                )
             job_id = oar.parse_job_id(out.stdout)
         except oar.OarError as exc:
-            raise WorkflowError(str(exc)) from None
+            self.report_job_error(SubmittedJobInfo(job), msg=f"{exc}\n  {shlex.join(argv)}")
+            return
         log = folder / f"{job_id}.out"
         self.logger.info(f"Job {job.jobid} is OAR job {job_id}; its log: {log}")
         self.report_job_submission(SubmittedJobInfo(job, external_jobid=job_id, aux={"log": log}))

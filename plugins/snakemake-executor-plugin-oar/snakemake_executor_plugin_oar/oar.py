@@ -19,6 +19,9 @@ LOST = ("Suspected", "Absent", "Dead")
 MECHANICS = ("SEND_KILL_JOB", "SWITCH_INTO_ERROR_STATE", "SWITCH_INTO_TERMINATE_STATE")
 WALLTIME = re.compile(r"\d+(:\d{1,2}){0,2}")
 MAX_NAME = 200  # of a log folder: file systems allow 255 bytes
+# What oarsub accepts in the paths of a job's output files (OAR::IO).
+LOG_PATH = re.compile(r"[a-zA-Z0-9_./\-%\\ ]+")
+NOT_IN_LOG_NAME = re.compile(r"[^a-zA-Z0-9_.\-]")
 
 
 class OarError(Exception):
@@ -194,9 +197,20 @@ def words(job_id: str, job: dict | None, lost: Mapping | None = None) -> str:
 
 def log_name(rule: str, wildcards: Mapping[str, str]) -> str:
     """A job's log folder under the log directory: rule_<name>/<wildcards>,
-    each wildcard as name~value with '/' made '_' (one folder level); a
-    name too long for a file system is cut and made unique by its hash."""
-    parts = ".".join(f"{k}~{v}".replace("/", "_") for k, v in sorted(wildcards.items()))
+    each wildcard as name-value, '/' made '_' (one folder level) and every
+    other character oarsub refuses in a log path made '-'; a name too long
+    for a file system is cut and made unique by its hash."""
+    parts = ".".join(f"{k}-{v}".replace("/", "_") for k, v in sorted(wildcards.items()))
+    parts = NOT_IN_LOG_NAME.sub("-", parts)
     if len(parts) > MAX_NAME:
         parts = parts[: MAX_NAME - 17] + "." + hashlib.sha256(parts.encode()).hexdigest()[:16]
-    return f"rule_{rule}" + (f"/{parts}" if parts else "")
+    return f"rule_{NOT_IN_LOG_NAME.sub('-', rule)}" + (f"/{parts}" if parts else "")
+
+
+def check_log_dir(path: str) -> None:
+    """oarsub refuses a log path with other characters than LOG_PATH's."""
+    if not LOG_PATH.fullmatch(path):
+        raise OarError(
+            f"log folder {path}: OAR accepts only letters, digits, spaces and _ . - % / "
+            "in a job's log path; give another with --oar-logdir"
+        )
