@@ -109,6 +109,22 @@ def test_ddlc_help_lists_every_command_and_run_help_sets_nothing_up(tmp_path):
 # ---- the cluster --------------------------------------------------------------------
 
 
+def test_cluster_help_is_its_own_and_arguments_are_checked_against_the_machine():
+    out = subprocess.run([DDLC, "cluster", "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "--rate-mbit" in out.stdout and "OAR" in out.stdout
+    assert "default 3" in out.stdout, out.stdout
+    too_many = 1 + max(3, cluster.OVERCOMMIT * (os.cpu_count() or 1) // cluster.CPUS_PER_NODE)
+    for nodes, rate, said in [
+        (too_many, 1000, f"--nodes {too_many}: each node claims"),
+        (1, 1000, "--nodes 1: a cluster needs at least 2 nodes"),
+        (3, 0, "--rate-mbit 0: give a link rate from 1"),
+        (3, -1, "--rate-mbit -1: give a link rate from 1"),
+    ]:
+        with pytest.raises(cluster.ClusterError, match=said):
+            cluster.check_size(nodes, rate)
+    cluster.check_size(2, 1000)
+
+
 def _namespaces_allowed() -> str | None:
     if os.geteuid() != 0:
         return "the cluster on one machine needs root (network namespaces, daemons)"
@@ -142,8 +158,13 @@ def slurm_cluster():
     yield record, env
     down = subprocess.run([DDLC, "cluster", "down"], capture_output=True, text=True, timeout=120)
     assert down.returncode == 0, down.stderr
+    assert "left on this machine: " in down.stderr and "ddlcoar" in down.stderr, down.stderr
     assert not [n for n in netem.namespaces() if n.startswith(f"{netem.PREFIX}{cluster.TAG}-")]
     assert cluster.HOSTS_BEGIN not in Path("/etc/hosts").read_text()
+    # Every process it started, the daemons' children too, by the cluster's mark.
+    assert not cluster._marked(record["mark"]), [
+        p.cmdline() for p in cluster._marked(record["mark"])
+    ]
 
 
 def slurm_argv(workdir: Path, *extra: str, limit: int = 420) -> list[str]:
@@ -185,6 +206,12 @@ def test_a_second_up_is_refused(slurm_cluster):
     assert out.returncode == 1 and "already up" in out.stderr
     status = subprocess.run([DDLC, "cluster", "status"], capture_output=True, text=True)
     assert status.returncode == 0 and status.stdout.count("idle") == 3, status.stdout
+    # Both schedulers, the user and command to submit with, every daemon alive.
+    assert status.stdout.count(" Alive") == 3 and "OAR: as ddlcoar" in status.stdout, status.stdout
+    assert "--profile slurm --slurm-status-command squeue" in status.stdout
+    daemons = slurm_cluster[0]["daemons"]
+    assert {"slurmctld", "munged", "oar-server"} <= set(daemons) and all(daemons.values())
+    assert f"daemons: {len(daemons)} of {len(daemons)} running" in status.stdout
 
 
 def test_nodes_have_their_own_names_addresses_and_a_shaped_link(slurm_cluster):
