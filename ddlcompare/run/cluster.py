@@ -567,7 +567,7 @@ def _oarnodes() -> dict[str, str]:
         nodes = json.loads(out.stdout) if out.returncode == 0 else {}
     except ValueError:
         return {}
-    return {host: "/".join(sorted(set(ids.values()))) for host, ids in nodes.items()}
+    return {host: "/".join(sorted(set(ids.values()))) for host, ids in sorted(nodes.items())}
 
 
 def _oar_user(nodes: list) -> str:
