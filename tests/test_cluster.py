@@ -623,8 +623,9 @@ def test_a_job_past_its_oar_walltime_is_recorded_and_rerun_alone(oar_faults):
     way, workdir, start = oar_faults
     fault_design(workdir, epochs=(500,))
     # Short: OAR's own walltime kill is the fault; the run need not have
-    # begun training (tests/test_oar.py's walltime is 10 s).
-    proc = start("--set-resources", "run:oar_walltime='0:00:45'")
+    # begun training, but its runner must have begun (its run.json): on this
+    # machine shared with other work the job's Snakemake took more than 45 s.
+    proc = start("--set-resources", "run:oar_walltime='0:01:30'")
     job = wait_for("the run's job id", lambda: way.long_job(workdir), 120)
     record = stopped_with(workdir, proc, f"OAR job {job}: Error", way)
     assert "WALLTIME (" in record["reason"], record["reason"]

@@ -177,14 +177,14 @@ def test_walltime_kill_is_failed_and_the_workflow_ends(oar_user):
     write_design(workdir, tiny_design(procs=(1,), epochs=1000, max_steps=None, timeout_s=3600))
     started = time.monotonic()
     out = snakemake(
-        oar_user, workdir, PROFILE, "--set-resources", "run:oar_walltime='0:00:45'", limit=240
+        oar_user, workdir, PROFILE, "--set-resources", "run:oar_walltime='0:01:30'", limit=300
     )
     print(f"walltime workflow: {time.monotonic() - started:.1f} s")
     assert out.returncode != 0
     [job_id] = job_ids(workdir)
     assert f"OAR job {job_id}: Error" in out.stderr, out.stderr[-3000:]
     job = oarstat(oar_user, job_id, workdir)
-    assert job["state"] == "Error" and "walltime=0:00:45" in job["initial_request"]
+    assert job["state"] == "Error" and "walltime=0:01:30" in job["initial_request"]
     assert not list((workdir / "results").rglob("done.json"))  # the next invocation reruns it
     # OAR killed the runner outright (SIGKILL): the job end command recorded why.
     [record] = [json.loads(p.read_text()) for p in (workdir / "results").rglob("run.json")]
