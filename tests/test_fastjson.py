@@ -258,3 +258,46 @@ def test_outermost_in_c_is_the_numpy_walk(seed, monkeypatch):
     monkeypatch.setenv("DDLC_JSON_SCANNER", "msgspec")
     slow = nesting.outermost(parent, marked, rows)
     assert np.array_equal(fast, slow) and (fast != rows).any()
+
+
+def test_kineto_times_are_exact_nanoseconds_from_the_text(tmp_path, monkeypatch):
+    """At today's epoch times a double holds only 0.25 us steps: 130 ns
+    after a parent's start rounds to 250, past the parent's end. From the
+    text of the number, both engines give the exact nanoseconds, and so the
+    right parent and depth (a double made B top level and C B's child at
+    depth 1)."""
+    base = 1_700_000_000_000_000  # microseconds since 1970 (November 2023)
+    raw = [
+        '{"ph": "X", "cat": "cpu_op", "name": "A", "pid": 1, "tid": 2, '
+        f'"ts": {base}.000, "dur": 0.240}}',
+        f'{{"ph": "X", "cat": "cpu_op", "name": "B", "pid": 1, "tid": 2, "ts": {base}.130, '
+        '"dur": 0.100}',
+        f'{{"ph": "X", "cat": "cpu_op", "name": "C", "pid": 1, "tid": 2, "ts": {base}.140, '
+        '"dur": 5e-2}',
+    ]
+    path = events_file(tmp_path / "t.json", [], ",\n".join(raw))
+    ns = base * 1000
+    for read, problems in both(path, monkeypatch):
+        rows = read.to_pandas().set_index("region")
+        assert problems == []
+        assert rows["start_ns"].to_dict() == {"A": ns, "B": ns + 130, "C": ns + 140}
+        assert rows["dur_ns"].to_dict() == {"A": 240, "B": 100, "C": 50}
+        assert rows["parent"].isna()["A"] and rows["parent"][["B", "C"]].tolist() == ["A", "B"]
+        assert rows["depth"].to_dict() == {"A": 0, "B": 1, "C": 2}
+
+
+@needs_scanner
+def test_scanner_nanoseconds_round_half_to_even_as_python_does(tmp_path, monkeypatch):
+    """Below the nanosecond, beyond int64 and in exponent form the scanner
+    gives what the Python reader gives (a Decimal of the text)."""
+    texts = ["1.0005", "1.0015", "1.00150001", "-2.0025", "0.0004", "12e-3", "1.5E2", "9.3e15"]
+    events = ",\n".join(
+        f'{{"ph": "X", "name": "e{i}", "pid": 1, "tid": 2, "ts": {t}, "dur": 1}}'
+        for i, t in enumerate(texts)
+    )
+    scanned = fastjson.scan(("[" + events + "]").encode())
+    assert scanned is not None
+    expected = [kineto.ns_of_number(kineto.Decimal(t)) for t in texts]
+    assert scanned.columns["ts"].tolist() == expected
+    assert expected[:7] == [1000, 1002, 1002, -2002, 0, 12, 150_000]
+    assert expected[7] == fastjson.NO_TIME

@@ -95,6 +95,7 @@ class _Scan(ctypes.Structure):
     ]
 
 
+NO_TIME = -(1 << 63)  # in ts, dur: no time, not a number, or none an int64 holds
 ID_ABSENT, ID_INT, ID_TEXT = 0, 1, 2  # the kinds of an id in pid_kind, tid_kind
 
 # row column -> dtype
@@ -106,8 +107,8 @@ ROW_COLUMNS = {
     "pid_kind": np.uint8,
     "tid": np.int64,
     "tid_kind": np.uint8,
-    "ts": np.float64,
-    "dur": np.float64,
+    "ts": np.int64,  # nanoseconds, exact from the text; NO_TIME: none
+    "dur": np.int64,
     "correlation": np.int64,
     "external": np.int64,
 }

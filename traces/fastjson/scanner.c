@@ -33,6 +33,7 @@
 #define SCAN_FULL 2 /* more records than capacity: call again with more */
 #define MAX_DEPTH 512
 #define ID_NULL INT64_MIN /* traces.table.NULL */
+#define NO_TIME INT64_MIN /* traces.fastjson.NO_TIME: no time, or none an int64 holds */
 enum { ID_ABSENT, ID_INT, ID_TEXT }; /* the kinds of an id (pid, tid, correlation) */
 
 typedef struct {
@@ -59,8 +60,8 @@ typedef struct {
     uint8_t *pid_kind; /* ID_* */
     int64_t *tid;
     uint8_t *tid_kind;
-    double *ts; /* NaN: no ts */
-    double *dur;
+    int64_t *ts; /* nanoseconds, exact from the text; NO_TIME: none */
+    int64_t *dur;
     int64_t *correlation; /* ID_NULL: none, or a string (a span) */
     int64_t *external;
     int64_t *spans; /* 3 per span: start, end (bytes), row (-1: metadata) */
@@ -438,6 +439,76 @@ static int put_text(uint8_t *data, int32_t *offsets, int64_t row, const Text *t,
     return 1;
 }
 
+#define KEPT_DIGITS 40 /* more than a time in range has before its nanoseconds */
+#define NS_LIMIT 9200000000000000000ULL /* traces/readers/kineto.py's MAX_MICROSECONDS, in ns */
+
+/* A number of microseconds as integer nanoseconds, exact from its decimal
+ * digits (never through a double: one holds only 0.25 us steps at today's
+ * epoch times), rounded half to even below the nanosecond, as
+ * traces/readers/kineto.py's ns_of_number. *out = NO_TIME where it is out
+ * of an int64's range; 0 (not a number) leaves the chunk to msgspec. */
+static int nanoseconds(Cursor *c, int64_t *out) {
+    skip_ws(c);
+    const uint8_t *p = c->p, *end = c->end;
+    uint8_t digits[KEPT_DIGITS];
+    int n = 0, sticky = 0, negative = 0;
+    int64_t point = 0; /* digits before the decimal point, of the kept ones */
+    if (p < end && *p == '-') negative = 1, p++;
+    if (p >= end || *p < '0' || *p > '9') return 0;
+    if (*p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '9') return 0; /* 01: not JSON */
+    for (; p < end && *p >= '0' && *p <= '9'; p++) {
+        if (n == 0 && *p == '0') continue; /* a leading zero */
+        if (n < KEPT_DIGITS) digits[n++] = *p - '0';
+        else sticky |= *p != '0';
+        point++;
+    }
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || *p < '0' || *p > '9') return 0;
+        for (; p < end && *p >= '0' && *p <= '9'; p++) {
+            if (n == 0 && *p == '0') {
+                point--; /* 0.00x: the first digit kept is further right */
+                continue;
+            }
+            if (n < KEPT_DIGITS) digits[n++] = *p - '0';
+            else sticky |= *p != '0';
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        int exp_negative = 0;
+        int64_t exponent = 0;
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) exp_negative = *p++ == '-';
+        if (p >= end || *p < '0' || *p > '9') return 0;
+        for (; p < end && *p >= '0' && *p <= '9'; p++)
+            if (exponent < 100000) exponent = exponent * 10 + (*p - '0');
+        point += exp_negative ? -exponent : exponent;
+    }
+    c->p = p;
+    /* nanoseconds: the digits up to 3 places after the point */
+    int64_t whole = point + 3;
+    if (n == 0) whole = 0; /* the number is 0 */
+    if (whole > 19) {
+        *out = NO_TIME;
+        return 1;
+    }
+    uint64_t ns = 0;
+    for (int64_t i = 0; i < whole; i++) ns = ns * 10 + (i < n ? digits[i] : 0);
+    int half = 0; /* the first digit dropped: 5 or more, and more than half */
+    if (whole >= 0 && whole < n) {
+        half = digits[whole] >= 5;
+        for (int i = (int)whole + 1; i < n && !sticky; i++) sticky |= digits[i] != 0;
+        if (digits[whole] == 5 && !sticky) half = ns & 1; /* a tie: to even */
+    }
+    ns += half;
+    if (ns >= NS_LIMIT) {
+        *out = NO_TIME;
+        return 1;
+    }
+    *out = negative ? -(int64_t)ns : (int64_t)ns;
+    return 1;
+}
+
 static int record(Cursor *c, Scan *s) {
     const uint8_t *begin = c->p;
     if (c->p >= c->end || *c->p != '{') return 0;
@@ -445,7 +516,7 @@ static int record(Cursor *c, Scan *s) {
     Text ph = {0}, name = {0}, cat = {0}, k;
     int64_t pid = 0, tid = 0;
     uint8_t pid_kind = ID_ABSENT, tid_kind = ID_ABSENT;
-    double ts = NAN, dur = 0.0;
+    int64_t ts = NO_TIME, dur = 0;
     Args a = NO_ARGS;
     skip_ws(c);
     if (c->p < c->end && *c->p == '}') {
@@ -464,8 +535,8 @@ static int record(Cursor *c, Scan *s) {
         else if (key_is(&k, "cat")) ok = text_or_null(c, &cat, 1);
         else if (key_is(&k, "pid")) ok = id_value(c, &pid, &pid_kind);
         else if (key_is(&k, "tid")) ok = id_value(c, &tid, &tid_kind);
-        else if (key_is(&k, "ts")) ok = real(c, &ts);
-        else if (key_is(&k, "dur")) ok = real(c, &dur);
+        else if (key_is(&k, "ts")) ok = nanoseconds(c, &ts);
+        else if (key_is(&k, "dur")) ok = nanoseconds(c, &dur);
         else if (key_is(&k, "args")) {
             a = (Args)NO_ARGS;
             ok = args(c, &a, s->all_records);

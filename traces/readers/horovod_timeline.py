@@ -33,6 +33,7 @@ import functools
 import json
 import math
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 import msgspec
@@ -44,7 +45,7 @@ import pyarrow.compute as pc
 from runfiles.names import HOROVOD_TIMELINE
 from traces import fastjson, jsonrecords, nesting
 from traces.readers import Problem, Reader, TraceError, counted, read_bytes, register
-from traces.readers.kineto import dtype_bytes, element_count, ns_of_microseconds
+from traces.readers.kineto import NO_TIME, dtype_bytes, element_count, ns_of_number
 from traces.table import NULL, Columns, finish_columns
 
 
@@ -57,9 +58,9 @@ class Args(msgspec.Struct, gc=False):
 class Record(msgspec.Struct, gc=False):
     ph: str = ""
     name: str = ""
-    ts: float | None = None
+    ts: Decimal | None = None  # exact, as Kineto's (traces/readers/kineto.py)
     pid: int | str | None = None
-    dur: float = 0.0
+    dur: Decimal = Decimal(0)
     args: Args | None = None
 
 
@@ -196,14 +197,14 @@ class _Reading:
         return (
             np.array([_ph_code(r.ph) for r in records], dtype=np.uint8),
             pa.array([r.name for r in records], pa.string()),
-            np.array([np.nan if r.ts is None else r.ts for r in records], dtype=np.float64),
+            np.fromiter(map(ns_of_number, [r.ts for r in records]), np.int64, len(records)),
             self._codes(self.pids, (_key(r.pid) for r in records)),
             pa.array([a.dtype for a in args], pa.string()),
             pa.array(shapes, pa.string()),
         )
 
     def _records(self, ph, names, ts, pid, dtypes, shapes) -> Records:
-        timed = ~np.isnan(ts)
+        timed = ts != NO_TIME
         # metadata has no time of its own; an activity without one is lost
         untimed = int((~timed & ((ph == BEGIN) | (ph == END) | (ph == COMPLETE))).sum())
         edges = np.flatnonzero(timed & ((ph == BEGIN) | (ph == END)))
@@ -221,14 +222,14 @@ class _Reading:
         marks = instants[pc.equal(names.take(instants), CYCLE_MARK).to_numpy(zero_copy_only=False)]
         return Records(
             edge_begin=begin,
-            edge_ns=ns_of_microseconds(ts[edges]),
+            edge_ns=ts[edges],
             edge_pid=pid[edges].astype(np.int32),
             edge_region=region,
             edge_bytes=nbytes,
-            tick_ns=ns_of_microseconds(ts[ticks]),
+            tick_ns=ts[ticks],
             tick_pid=pid[ticks].astype(np.int32),
             tick_rank=pc.cast(tick_names.filter(is_tick), pa.int64()).to_numpy(),
-            mark_ns=ns_of_microseconds(ts[marks]),
+            mark_ns=ts[marks],
             untimed=untimed,
         )
 

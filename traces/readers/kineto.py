@@ -30,6 +30,7 @@ import functools
 import json
 import math
 import re
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
 import msgspec
@@ -155,8 +156,10 @@ class Event(msgspec.Struct, gc=False):
     cat: str | None = None
     pid: Id = None
     tid: Id = None
-    ts: float = math.nan  # NaN: no time (the event is skipped and counted)
-    dur: float = 0.0
+    # exact from the number's text (a double holds 0.25 us steps at today's
+    # epoch times); None: no time (the event is skipped and counted)
+    ts: Decimal | None = None
+    dur: Decimal = Decimal(0)
     args: Args | None = None
 
 
@@ -168,7 +171,8 @@ class Document(msgspec.Struct):
 
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
-MAX_MICROSECONDS = 9.2e15  # of a time in nanoseconds that an int64 holds
+MAX_MICROSECONDS = 9_200_000_000_000_000  # of a time in nanoseconds that an int64 holds
+NO_TIME = fastjson.NO_TIME  # a ts or dur in nanoseconds: none, not a number, or out of range
 
 
 @register
@@ -295,7 +299,7 @@ def _record_at(data: bytes, name_at: int):
     for size in (4096, RECORD_BYTES):  # most records are far shorter than the most
         text = data[start : start + size].decode("utf-8", errors="replace")
         try:
-            return json.JSONDecoder().raw_decode(text)[0]
+            return json.JSONDecoder(parse_float=Decimal).raw_decode(text)[0]
         except (ValueError, RecursionError):
             continue
     return None
@@ -599,8 +603,8 @@ class _Events:
         then numpy: the cheapest Python there is per event."""
         self._metadata(batch)
         complete = [e for e in batch if e.ph == "X"]
-        ts = np.fromiter([e.ts for e in complete], dtype=np.float64, count=len(complete))
-        dur = np.fromiter([e.dur for e in complete], dtype=np.float64, count=len(complete))
+        ts = np.fromiter(map(ns_of_number, [e.ts for e in complete]), np.int64, len(complete))
+        dur = np.fromiter(map(ns_of_number, [e.dur for e in complete]), np.int64, len(complete))
         timed = self._timed(ts, dur)
         if not timed.all():
             complete = [e for e, ok in zip(complete, timed) if ok]
@@ -660,12 +664,12 @@ class _Events:
         )
 
     def _timed(self, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
-        """Which events have a time: a ``ts`` and ``dur`` that are numbers
-        of microseconds nanoseconds can hold, and no negative duration (an
-        interval that ends before it begins); the others are counted."""
-        with np.errstate(invalid="ignore"):
-            timed = (np.abs(ts) < MAX_MICROSECONDS) & (np.abs(dur) < MAX_MICROSECONDS)
-            backwards = timed & (dur < 0)
+        """Which events have a time: a ``ts`` and ``dur`` (nanoseconds) that
+        were numbers of microseconds nanoseconds can hold, and no negative
+        duration (an interval that ends before it begins); the others are
+        counted."""
+        timed = (ts != NO_TIME) & (dur != NO_TIME)
+        backwards = timed & (dur < 0)
         self.untimed += int((~timed).sum())
         self.backwards += int(backwards.sum())
         return timed & ~backwards
@@ -687,11 +691,10 @@ class _Events:
             if not isinstance(record, dict) or record.get("cat") != "ac2g":
                 continue
             pid, tid = pids.get(record.get("pid")), tids.get(record.get("tid"))
-            ts, flow = record.get("ts"), record.get("id")
-            if pid is None or tid is None or not isinstance(ts, int | float):
+            start, flow = ns_of_number(record.get("ts")), record.get("id")
+            if pid is None or tid is None or start == NO_TIME:
                 continue
             if isinstance(flow, int) and INT64_MIN < flow <= INT64_MAX:
-                start = int(ns_of_microseconds(np.array([float(ts)]))[0])
                 self.flows[((pid << 32) | tid, start)] = flow
 
     def _flow_ids(self, joined: dict) -> None:
@@ -747,12 +750,10 @@ class _Events:
                     continue
                 nbytes = _shape_bytes(record.get("args"))
                 pid, tid = pids.get(record.get("pid")), tids.get(record.get("tid"))
-                ts = record.get("ts")
-                if nbytes is None or pid is None or tid is None or not isinstance(ts, int | float):
+                start = ns_of_number(record.get("ts"))
+                if nbytes is None or pid is None or tid is None or start == NO_TIME:
                     continue
-                self.shaped[
-                    (code, int(ns_of_microseconds(np.array([ts]))[0]), (pid << 32) | tid)
-                ] = nbytes
+                self.shaped[(code, start, (pid << 32) | tid)] = nbytes
 
     def _shaped_bytes(self, joined: dict) -> None:
         """In place: the bytes sizes_from_shapes found, on their rows."""
@@ -776,16 +777,15 @@ class _Events:
                 self.thread[(e.pid, e.tid)] = e.args.name
 
     def _append(self, ts, dur, *, region, category, pid, tid, correlation, external, collectives):
-        """One batch's columns; ``ts``, ``dur``: microseconds; the others
+        """One batch's columns; ``ts``, ``dur``: nanoseconds; the others
         codes; ``collectives``: what _collectives gives."""
         rows, names, nbytes = collectives
         collective = np.full(len(ts), -1, dtype=np.int32)
         collective[rows] = self.collectives.of(names)
-        start = ns_of_microseconds(ts)
         self.parts.append(
             {
-                "start": start,
-                "end": start + np.rint(dur * 1000).astype(np.int64),
+                "start": ts,
+                "end": ts + dur,
                 "region": region,
                 "category": category,
                 "where": (pid.astype(np.int64) << 32) | tid,
@@ -854,14 +854,20 @@ class _Events:
         return f"{self.process.get(pid, pid)}/{thread}"
 
 
-def ns_of_microseconds(us: np.ndarray) -> np.ndarray:
-    """Microseconds since the epoch (up to 1.7e15, exact in a double) as
-    integer nanoseconds: whole microseconds times 1000 plus the rounded
-    fraction. ``rint(us * 1000)`` would round to 256 ns (1.7e18 is beyond a
-    double's 53 bits), so that a record ending with its parent seemed to
-    outlive it and no longer nested in it."""
-    whole = np.floor(us)
-    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
+def ns_of_number(value) -> int:
+    """Integer nanoseconds of a number of microseconds, exact from its
+    decimal digits (a Decimal, as the decoders here give ``ts``; an int),
+    rounded half to even below the nanosecond; NO_TIME where it is none, not
+    a number, or beyond what an int64 of nanoseconds holds. Never through a
+    double: at today's epoch times (1.7e15 us) one holds only 0.25 us steps,
+    so that a record ending with its parent seemed to outlive it."""
+    if isinstance(value, float):  # a float is its own exact decimal
+        value = Decimal(value) if math.isfinite(value) else None
+    elif isinstance(value, int) and not isinstance(value, bool):
+        value = Decimal(value)
+    if not isinstance(value, Decimal) or not value.is_finite() or abs(value) >= MAX_MICROSECONDS:
+        return NO_TIME
+    return int((value * 1000).to_integral_value(ROUND_HALF_EVEN))
 
 
 def _texts(decoded: list, field) -> tuple[np.ndarray, list]:
