@@ -594,6 +594,9 @@ def test_unknown_file_and_bad_rules_are_named(tmp_path):
     rules.write_text("version: 1\nrules:\n  - {pattern: 'x', phase: fwd}\n")
     with pytest.raises(RulesError, match="rule 1: unknown phase 'fwd'"):
         PhaseRules(rules)
+    rules.write_text("version: 1\nrules:\n  - {pattern: 'x', phase: init, sources: [otf3]}\n")
+    with pytest.raises(RulesError, match="rule 1: 'sources' must be a list of horovod_timeline"):
+        readers.read(odd, PhaseRules(rules))
 
 
 def test_rules_first_match_and_sources():
@@ -717,3 +720,31 @@ def test_a_new_format_is_one_registered_class(tmp_path):
         assert PhaseRules(rules).match("x", "tsv_intervals") == ("forward", None)
     finally:
         REGISTRY.forget("tsv_intervals")
+
+
+def test_traces_import_graph_has_no_cycle():
+    """No module of traces/ imports, even inside a function, a module that
+    imports it back, however far round (the readers' registry imports its
+    reader modules by name, which is no edge here)."""
+    from graphlib import CycleError, TopologicalSorter
+
+    from test_layers import REPO, imports, module_name
+
+    paths = sorted((REPO / "traces").rglob("*.py"))
+    modules = {module_name(path) for path in paths}
+
+    def resolved(target: str) -> str | None:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    graph = {
+        module_name(path): {
+            m for t in imports(path) if (m := resolved(t)) and m != module_name(path)
+        }
+        for path in paths
+    }
+    try:
+        list(TopologicalSorter(graph).static_order())
+    except CycleError as exc:
+        pytest.fail(f"import circle in traces/: {' -> '.join(exc.args[1])}")

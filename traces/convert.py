@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        rules = PhaseRules(args.rules)
+        rules = readers.checked(PhaseRules(args.rules))
     except RulesError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -44,6 +44,8 @@ class PhaseRules:
     """The rules of one file; ``match`` is cached per (region, source)."""
 
     def __init__(self, path: Path = RULES_FILE):
+        """The rules of ``path``; whether the sources they name are readers
+        is check_sources' question (the readers are a layer above)."""
         self.path = Path(path)
         doc = _load(self.path)
         self.version = doc["version"]
@@ -55,6 +57,17 @@ class PhaseRules:
         # table ask it of the same names, and the files of one trace of
         # each other's (a Kineto trace: some 30,000 names a file)
         self._last: tuple | None = None
+
+    def check_sources(self, known) -> None:
+        """Raises RulesError naming the first rule whose ``sources`` names a
+        reader not in ``known`` (traces/readers asks it with its readers)."""
+        known = frozenset(known)
+        for index, rule in enumerate(self.rules):
+            if rule.sources and not known.issuperset(rule.sources):
+                raise RulesError(
+                    f"{self.path}: rule {index + 1}: 'sources' must be a list of "
+                    f"{', '.join(sorted(known))}"
+                )
 
     def match(self, region: str, source: str) -> tuple[str | None, str | None]:
         """(phase, collective) of the first matching rule; (None, None) when
@@ -144,11 +157,10 @@ def _rule(path: Path, index: int, entry) -> Rule:
             f"{where}: unknown phase {entry['phase']!r} (allowed: {', '.join((*PHASES, *MARKERS))})"
         )
     sources = entry.get("sources")
-    if sources is not None:
-        from traces.readers import names  # the registered readers (they import this module)
-
-        if not isinstance(sources, list) or set(sources) - set(names()):
-            raise RulesError(f"{where}: 'sources' must be a list of {', '.join(names())}")
+    if sources is not None and (
+        not isinstance(sources, list) or not all(isinstance(s, str) for s in sources)
+    ):
+        raise RulesError(f"{where}: 'sources' must be a list of reader names")
     try:
         pattern = re.compile(entry["pattern"])
     except re.error as exc:

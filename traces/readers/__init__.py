@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Literal, overload
 
 from runfiles.backends import Registry
+from traces.rules import PhaseRules
+from traces.table import META_UNRECOGNISED, META_UNSIZED
 
 
 class TraceError(Exception):
@@ -122,8 +124,16 @@ def _known(path: Path) -> bool:
     return True
 
 
+def checked(rules: PhaseRules) -> PhaseRules:
+    """The rules, once their ``sources`` are known to name readers here
+    (RulesError if not)."""
+    rules.check_sources(names())
+    return rules
+
+
 def read(path: Path, rules, run_id: str = "", source: str | None = None):
     """(table, problems) of one trace file."""
+    checked(rules)
     reader = readers()[source or detect(path)]
     table, problems = reader().read(Path(path), rules, run_id)
     return table, problems + _noted(path, table)
@@ -131,6 +141,7 @@ def read(path: Path, rules, run_id: str = "", source: str | None = None):
 
 def parts(path: Path, rules, run_id: str = "", source: str | None = None):
     """(table, problems) of one trace file, part by part."""
+    checked(rules)
     reader = readers()[source or detect(path)]
     for table, problems in reader().parts(Path(path), rules, run_id):
         yield table, problems + _noted(path, table)
@@ -141,8 +152,6 @@ def _noted(path: Path, table) -> list[Problem]:
     count, and regions that look like communication but that no rule names
     a collective (they count as the phase they run in, compute most
     likely)."""
-    from traces.table import META_UNRECOGNISED, META_UNSIZED  # the table imports this package
-
     meta, problems = table.schema.metadata or {}, []
     if unsized := json.loads(meta.get(META_UNSIZED, b"{}")):
         problems.append(
