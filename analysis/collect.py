@@ -51,7 +51,7 @@ from ddlcompare.run import machine_load, netem, runner, validate
 from runfiles import energy, names
 from runfiles.atomic import replacing, write_text
 from ddlcompare.plan.design import Design
-from runfiles.phases import PHASES, STEP_PHASES
+from runfiles.phases import LATER_PHASES, PHASES, STEP_PHASES
 from traces import convert
 from traces.table import META_VERSION, SCHEMA, SCHEMA_VERSION
 from runfiles import files
@@ -237,7 +237,7 @@ def step_stats(folder: Path, warmup: int) -> list[dict]:
     rows = []
     for path in sorted(folder.glob(names.STEPS_GLOB)):
         rank = int(path.name.split("rank")[1].split(".")[0])
-        steps = pd.read_csv(path, sep="\t")
+        steps = read_steps(path)
         steps = steps[steps["step"] >= warmup]
         if steps.empty:
             continue
@@ -256,6 +256,15 @@ def step_stats(folder: Path, warmup: int) -> list[dict]:
     return rows
 
 
+def read_steps(path: Path) -> pd.DataFrame:
+    """A rank's steps table, with a column of 0 for each phase younger than
+    it (runfiles.phases.LATER_PHASES)."""
+    steps = pd.read_csv(path, sep="\t")
+    for phase in LATER_PHASES:
+        steps[f"{phase}_ns"] = steps.get(f"{phase}_ns", 0)
+    return steps
+
+
 def _rank_of(path: Path) -> int:
     return int(path.name.split("rank")[1].split(".")[0])
 
@@ -263,7 +272,7 @@ def _rank_of(path: Path) -> int:
 def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
     frames = []
     for path in sorted(folder.glob(names.STEPS_GLOB)):
-        steps = pd.read_csv(path, sep="\t")
+        steps = read_steps(path)
         offset = steps["start_ns"].copy()
         for phase in STEP_PHASES:
             dur = steps[f"{phase}_ns"]

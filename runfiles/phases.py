@@ -8,11 +8,18 @@ PHASES = (
     "forward",
     "backward",
     "grad_comm",
+    "other_comm",
     "optimizer",
     "eval",
     "other",
 )
-STEP_PHASES = ("data_load", "h2d", "forward", "backward", "grad_comm", "optimizer")
+STEP_PHASES = ("data_load", "h2d", "forward", "backward", "grad_comm", "other_comm", "optimizer")
+# Communication that is not the exchange of gradients: a collective outside
+# the backward pass and the optimizer (DLRM's forward all-to-alls, a serving
+# engine's tensor-parallel all-reduces, an evaluation's all-reduce); see
+# docs/tracing.md. Younger than some runs' own tables (steps.tsv): a table
+# without its column took none of it.
+LATER_PHASES = ("other_comm",)
 # The region that encloses one training step's phases in traces and in the
 # phase table (phase column "step"); it is not a phase of its own.
 STEP = "step"

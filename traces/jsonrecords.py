@@ -191,8 +191,9 @@ def _salvaged(text: str, start: int, record_type, reasons: Counter):
     while i < len(starts):
         at, end = starts[i], None
         try:
-            record, end = decoder.raw_decode(text, at)
-            records.append(msgspec.convert(record, record_type))
+            end = decoder.raw_decode(text, at)[1]
+            # decoded from its text, as a whole chunk is: a number keeps its digits
+            records.append(msgspec.json.decode(text[at:end], type=record_type))
         except (ValueError, msgspec.ValidationError, RecursionError) as error:
             reasons[_reason(error)] += 1
             bad += 1

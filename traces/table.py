@@ -310,16 +310,27 @@ NOT_COMMUNICATION = re.compile(r"(?i)^aten::|wait|init|destroy|abort|copy|unique
 META_UNSIZED = b"ddlcompare.unsized_collectives"
 
 
-def _unsized(collective: np.ndarray, names: list, nbytes: np.ndarray) -> dict:
-    """{META_UNSIZED: JSON {"bcast": count}} of the broadcasts whose bytes
-    the trace does not give (the start-up broadcast of the parameters, a
-    Horovod Timeline's, often has none): their bytes are unknown, not 0,
-    and a table summed over them would say less than was sent; {} when
-    every one has."""
-    if "bcast" not in names:
+def _unsized(collective: np.ndarray, names: list, nbytes: np.ndarray, op_id: np.ndarray) -> dict:
+    """{META_UNSIZED: JSON {collective: count}} of the collectives (an
+    instance, ``op_id``, once however many records show it) whose bytes the
+    trace does not give on any of their records (the start-up broadcast of
+    the parameters, a Horovod Timeline's, often has none; a barrier sends
+    none and is not counted): their bytes are unknown, not 0, and a table
+    summed over them would say less than was sent; {} when every one has."""
+    rows = np.flatnonzero(collective >= 0)
+    if rows.size == 0:
         return {}
-    unsized = int(((collective == names.index("bcast")) & (nbytes == NULL)).sum())
-    return {META_UNSIZED: json.dumps({"bcast": unsized}).encode()} if unsized else {}
+    # an instance's rows share its op_id; a row without one is its own
+    key = np.where(op_id[rows] != NULL, op_id[rows], -1 - rows)
+    sized = np.unique(key[nbytes[rows] != NULL])
+    instances, first = np.unique(key, return_index=True)
+    unknown = first[~np.isin(instances, sized, assume_unique=True)]
+    counts = np.bincount(collective[rows[unknown]], minlength=len(names))
+    unsized: dict[str, int] = {}
+    for code in np.flatnonzero(counts).tolist():
+        if names[code] != "barrier":
+            unsized[names[code]] = unsized.get(names[code], 0) + int(counts[code])
+    return {META_UNSIZED: json.dumps(unsized).encode()} if unsized else {}
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -392,9 +403,11 @@ def _columns(
 
     collective_names, rule_collective = _rule_collectives(c.collective_names, rules, first)
     collective = _collectives_by_rule(c, rule_collective[first])
+    bcast = collective_names.index("bcast") if "bcast" in collective_names else -2
+    _communication_by_context(phase, tree, collective == bcast)
     op_id = _collective_instances(c, collective, tree, join)
     notes.update(_unrecognised_communication(c, first < 0, op_id, tree))
-    notes.update(_unsized(collective, collective_names, c.bytes))
+    notes.update(_unsized(collective, collective_names, c.bytes, op_id))
 
     step, epoch = c.step, c.epoch  # filled in place
     _number_steps(c, is_step, step)
@@ -430,6 +443,41 @@ def _columns(
         "collective": _dictionary(_distinct(collective_names), collective),
     }
     return columns
+
+
+# The phase communication takes by the phase of the code it runs in (the
+# nearest enclosing row that is not communication): only in the backward
+# pass and the optimizer, or outside any phase (a communication thread's,
+# a GPU stream's without its launch), is it the exchange of gradients; in
+# start-up it is init; anywhere else other_comm (docs/tracing.md).
+_COMMUNICATION = np.array([_PHASE["grad_comm"], _PHASE["other_comm"]], dtype=np.int8)
+_COMM_IN = np.full(len(_PHASE_NAMES), _PHASE["other_comm"], dtype=np.int8)
+_COMM_IN[[_PHASE[p] for p in ("backward", "optimizer", STEP, EPOCH)]] = _PHASE["grad_comm"]
+_COMM_IN[_PHASE["init"]] = _PHASE["init"]
+
+
+def _communication_by_context(phase: np.ndarray, tree: _Nesting, is_bcast: np.ndarray) -> None:
+    """In place: the outermost grad_comm row of each nest of communication
+    takes the phase of communication in its context (_COMM_IN), the rows
+    inside it take its phase. One outside any phase stays grad_comm, but
+    a broadcast: that is the start-up broadcast of the parameters (init,
+    as a Horovod Timeline's; one in a step is inside a phase)."""
+    comm = phase == _PHASE["grad_comm"]
+    if not comm.any():
+        return
+    parent = tree.parent_row
+    in_comm = np.isin(phase, _COMMUNICATION)
+    context = phase.copy()
+    context[in_comm] = -1
+    tree.inherit(context, -1)
+    outer = comm & ((parent < 0) | ~in_comm[np.maximum(parent, 0)])
+    placed = phase.copy()
+    placed[comm & ~outer] = -1  # takes its outermost communication's
+    known = outer & (context >= 0)
+    placed[known] = _COMM_IN[context[known]]
+    placed[outer & (context < 0) & is_bcast] = _PHASE["init"]
+    tree.inherit(placed, -1)
+    phase[:] = placed
 
 
 def _collectives_by_rule(c: Columns, of_region: np.ndarray) -> np.ndarray:

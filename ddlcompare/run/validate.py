@@ -32,7 +32,7 @@ from runfiles.names import (
 )
 from frameworks import registry
 from frameworks.common import EPOCH_COLUMNS
-from runfiles.phases import PHASES
+from runfiles.phases import LATER_PHASES, PHASES
 from runfiles import files
 
 NUMBER = {"type": "number"}
@@ -162,7 +162,13 @@ SCHEMAS = {
     },
 }
 
-STEP_COLUMNS = ("epoch", "step", "start_ns", "end_ns", *(f"{p}_ns" for p in PHASES))
+STEP_COLUMNS = (
+    "epoch",
+    "step",
+    "start_ns",
+    "end_ns",
+    *(f"{p}_ns" for p in PHASES if p not in LATER_PHASES),  # older runs lack those
+)
 INTERVAL_COLUMNS = ("epoch", "start_ns", "end_ns")
 
 

@@ -154,11 +154,12 @@ def _noted(path: Path, table) -> list[Problem]:
     likely)."""
     meta, problems = table.schema.metadata or {}, []
     if unsized := json.loads(meta.get(META_UNSIZED, b"{}")):
+        each = ", ".join(f"{count:,} {name}" for name, count in sorted(unsized.items()))
         problems.append(
             Problem(
-                f"{path}: {sum(unsized.values()):,} broadcast(s) without a byte count in the "
-                "trace (the start-up broadcast of the parameters often has none): their bytes "
-                "are unknown, not 0",
+                f"{path}: {sum(unsized.values()):,} collective(s) without a byte count in the "
+                f"trace ({each}; the start-up broadcast of the parameters often has none): "
+                "their bytes are unknown, not 0",
                 lost=False,
             )
         )

@@ -33,7 +33,6 @@ import functools
 import json
 import math
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 
 import msgspec
@@ -45,7 +44,7 @@ import pyarrow.compute as pc
 from runfiles.names import HOROVOD_TIMELINE
 from traces import fastjson, jsonrecords, nesting
 from traces.readers import Problem, Reader, TraceError, counted, read_bytes, register
-from traces.readers.kineto import NO_TIME, dtype_bytes, element_count, ns_of_number
+from traces.readers.kineto import ABSENT, ZERO, NO_TIME, dtype_bytes, element_count, exact_ns
 from traces.table import NULL, Columns, finish_columns
 
 
@@ -58,10 +57,14 @@ class Args(msgspec.Struct, gc=False):
 class Record(msgspec.Struct, gc=False):
     ph: str = ""
     name: str = ""
-    ts: Decimal | None = None  # exact, as Kineto's (traces/readers/kineto.py)
+    ts: msgspec.Raw = ABSENT  # nanoseconds, exact, as Kineto's (exact_ns)
     pid: int | str | None = None
-    dur: Decimal = Decimal(0)
+    dur: msgspec.Raw = ZERO
     args: Args | None = None
+
+    def __post_init__(self):
+        self.ts = exact_ns(self.ts, nullable=True)  # type: ignore[assignment]
+        self.dur = exact_ns(self.dur, nullable=False)  # type: ignore[assignment]
 
 
 @register
@@ -197,7 +200,7 @@ class _Reading:
         return (
             np.array([_ph_code(r.ph) for r in records], dtype=np.uint8),
             pa.array([r.name for r in records], pa.string()),
-            np.fromiter(map(ns_of_number, [r.ts for r in records]), np.int64, len(records)),
+            np.fromiter([r.ts for r in records], np.int64, len(records)),
             self._codes(self.pids, (_key(r.pid) for r in records)),
             pa.array([a.dtype for a in args], pa.string()),
             pa.array(shapes, pa.string()),

@@ -150,17 +150,42 @@ class Args(msgspec.Struct, gc=False):
     dtype: str | None = None
 
 
+ABSENT, ZERO = msgspec.Raw(b""), msgspec.Raw(b"0")  # a time's text when the record has none
+_NUMBER_START = frozenset(b"-0123456789")
+_JSON_KIND = {ord('"'): "str", ord("t"): "bool", ord("f"): "bool", ord("n"): "null"}
+
+
+def exact_ns(raw, nullable: bool) -> int:
+    """Integer nanoseconds of a ``ts``/``dur`` of microseconds from its JSON
+    text (ns_of_number); NO_TIME for none (or null, where ``nullable``).
+    Anything but a number is refused as msgspec refuses a float field's
+    (a ValidationError of the record, which counts it)."""
+    if isinstance(raw, int):  # decoded already
+        return raw
+    text = bytes(raw)
+    if not text or (nullable and text == b"null"):
+        return NO_TIME
+    if text[0] in _NUMBER_START:
+        return ns_of_number(Decimal(text.decode("ascii")))
+    raise TypeError(f"Expected `float`, got `{_JSON_KIND.get(text[0], 'object')}`")
+
+
 class Event(msgspec.Struct, gc=False):
     ph: str = ""
     name: str = ""
     cat: str | None = None
     pid: Id = None
     tid: Id = None
-    # exact from the number's text (a double holds 0.25 us steps at today's
-    # epoch times); None: no time (the event is skipped and counted)
-    ts: Decimal | None = None
-    dur: Decimal = Decimal(0)
+    # the number's text, integer nanoseconds once decoded (exact_ns): a
+    # double holds 0.25 us steps at today's epoch times; NO_TIME: none (the
+    # event is skipped and counted)
+    ts: msgspec.Raw = ABSENT
+    dur: msgspec.Raw = ZERO
     args: Args | None = None
+
+    def __post_init__(self):
+        self.ts = exact_ns(self.ts, nullable=False)  # type: ignore[assignment]
+        self.dur = exact_ns(self.dur, nullable=False)  # type: ignore[assignment]
 
 
 class Document(msgspec.Struct):
@@ -603,8 +628,8 @@ class _Events:
         then numpy: the cheapest Python there is per event."""
         self._metadata(batch)
         complete = [e for e in batch if e.ph == "X"]
-        ts = np.fromiter(map(ns_of_number, [e.ts for e in complete]), np.int64, len(complete))
-        dur = np.fromiter(map(ns_of_number, [e.dur for e in complete]), np.int64, len(complete))
+        ts = np.fromiter([e.ts for e in complete], np.int64, len(complete))
+        dur = np.fromiter([e.dur for e in complete], np.int64, len(complete))
         timed = self._timed(ts, dur)
         if not timed.all():
             complete = [e for e, ok in zip(complete, timed) if ok]
@@ -856,7 +881,7 @@ class _Events:
 
 def ns_of_number(value) -> int:
     """Integer nanoseconds of a number of microseconds, exact from its
-    decimal digits (a Decimal, as the decoders here give ``ts``; an int),
+    decimal digits (a Decimal, as exact_ns and _record_at give it; an int),
     rounded half to even below the nanosecond; NO_TIME where it is none, not
     a number, or beyond what an int64 of nanoseconds holds. Never through a
     double: at today's epoch times (1.7e15 us) one holds only 0.25 us steps,
