@@ -49,19 +49,44 @@ def section(ctx) -> Section:
     imported = tables / "imported.parquet"
     if imported.exists():
         table = read_table(imported)
-        totals = (
-            table[~table["phase"].isin(MARKERS)].pivot_table(
-                index=["run_id", "source"], columns="phase", values="dur_ns", aggfunc="sum"
-            )
-            / 1e9
-        )
+        totals = covered_seconds(table)
         counts = table.groupby(["run_id", "source"]).agg(
             ranks=("rank", "nunique"), intervals=("phase", "count")
         )
         out.heading("Imported traces").para(
-            "Seconds in each phase (all ranks) after mapping regions with traces/rules.yaml."
+            "Seconds in each phase after mapping regions with traces/rules.yaml: the time "
+            "its intervals cover on each rank (nested ones once), summed over the ranks."
         )
         out.table(counts.join(totals).reset_index())
     if not out.blocks:
         out.para("No traces (tracer: none, and none imported).")
     return out
+
+
+def covered_seconds(table: pd.DataFrame) -> pd.DataFrame:
+    """Seconds of each phase (columns) per (run_id, source): on each rank,
+    the union of the phase's intervals (a region nested in another of the
+    same phase counts once, as do a rank's threads at the same time), then
+    summed over the ranks. Not the sum of the intervals: nested records
+    of one forward pass would count it several times over."""
+    rows = table.loc[~table["phase"].isin(MARKERS), ["run_id", "source", "rank", "phase"]]
+    group = ["run_id", "source", "rank", "phase"]
+    frame = rows.assign(start=table["start_ns"], end=table["end_ns"]).astype({"phase": str})
+    frame = frame.sort_values([*group, "start"], kind="stable")
+    keys = frame[group]
+    first = (keys != keys.shift()).any(axis=1).to_numpy()
+    # the furthest end of the group's intervals before each one: a gap
+    # before it starts a new stretch of covered time
+    reach = frame.groupby(group, sort=False, observed=True)["end"].cummax()
+    before = reach.shift().to_numpy()
+    new = first | (frame["start"].to_numpy() > before)
+    frame["stretch"] = new.cumsum()
+    stretches = frame.groupby([*group, "stretch"], sort=False, observed=True).agg(
+        start=("start", "min"), end=("end", "max")
+    )
+    covered = (
+        (stretches["end"] - stretches["start"])
+        .groupby(["run_id", "source", "phase"], observed=True)
+        .sum()
+    )
+    return covered.unstack("phase") / 1e9
