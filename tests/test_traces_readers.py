@@ -808,3 +808,22 @@ def test_communication_takes_the_phase_of_where_it_runs(tmp_path):
         "init",  # outside any phase: the start-up broadcast
         "grad_comm",  # a communication thread's
     ]
+
+
+@needs_fixtures
+@pytest.mark.parametrize("engine", ["fastotf2", "python"])
+def test_lost_locations_counted_of_the_whole_archive_when_read_in_parts(
+    tmp_path, monkeypatch, engine
+):
+    """Read a rank at a time, the fast reader counted the lost location of
+    its part's ("1 of 1 locations"); both readers count the archive's."""
+    from traces.readers import otf2_reader
+
+    monkeypatch.setenv("DDLC_OTF2_READER", engine)
+    monkeypatch.setattr(otf2_reader, "PART_EVENTS", 1)  # a part per rank
+    archive = otf2_copy(tmp_path)
+    truncated_copy(archive / "traces" / "1.evt", archive / "traces" / "1.evt", 0.5)
+    said = [p for _, problems in readers.parts(archive / "traces.otf2", RULES) for p in problems]
+    assert [p for p in said if "locations could not be read" in p] == [
+        next(p for p in said if "1 of 2 locations could not be read" in p)
+    ]

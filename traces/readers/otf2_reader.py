@@ -753,9 +753,10 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
         failed[unfinished] = True
     if failed.any():
         names = [described[i][2] for i in np.flatnonzero(failed)]
-        problems.insert(
-            0, _lost_locations(path, names, len(selected), _library_words(counts["error"]))
-        )
+        # of the archive's locations, as the Python reader counts, not of
+        # this part's (``only``)
+        total = sum(loc._ref in locations for loc in defs.locations)
+        problems.insert(0, _lost_locations(path, names, total, _library_words(counts["error"])))
     return columns, problems
 
 
