@@ -5,6 +5,7 @@ hostile input that costs only its own trace, refusals with their reason."""
 
 import gzip
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -353,3 +354,34 @@ def test_gpu_work_without_correlation_is_linked_by_its_flow(tmp_path):
     kernel = df[df["region"] == "mul_kernel"].iloc[0]
     assert kernel["parent"] == "cudaLaunchKernel" and kernel["step"] == 1
     assert kernel["phase"] == "backward"
+
+
+def bytes_read() -> int:
+    """Bytes this process has had read() give it so far (Linux)."""
+    io = Path("/proc/self/io").read_text().split()
+    return int(io[io.index("rchar:") + 1])
+
+
+def test_json_that_is_no_trace_is_refused_on_its_first_key(tmp_path):
+    """A PyTorch execution trace (a JSON object opening with "schema", then
+    megabytes of "nodes") is refused from its first bytes, not walked for
+    an events array to its end (half an hour for 1 GiB; bench/
+    trace_read_json.py times the refusal); in a folder beside a real trace
+    it is skipped with one line, not silently."""
+    shutil.copy(REAL / "hta" / "mtia-allgathers-window.json.gz", tmp_path)
+    node = {"name": "aten::mm", "id": 1, "inputs": {"values": [[1, 2, 3]] * 20}}
+    other = tmp_path / "execution_trace.json"
+    other.write_text(
+        json.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": [node] * 12000})
+    )  # 3 MB
+    assert other.stat().st_size > 3 << 20
+    readers.names()  # every reader's module imported: their files read before
+    before = bytes_read()
+    with pytest.raises(readers.TraceError, match="not a trace this converter knows"):
+        readers.detect(other)
+    assert bytes_read() - before < 64 << 10
+    out = tmp_path / "phases.parquet"
+    done = run_cli(str(tmp_path), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if "execution_trace" in line]
+    assert line.startswith(f"warning: {other}: skipped: not a trace")

@@ -45,9 +45,10 @@ SCOREP_DIR = names.SCOREP_DIR
 PER_RANK_EXPERIMENT = re.compile(r"(?:^|/)rank(\d+)/traces\.otf2$")
 
 
-def traces_in(path: Path) -> list[Path]:
-    """The trace files a path stands for."""
-    return [path] if path.is_file() else readers.traces_in(path)
+def traces_in(path: Path, skipped: list | None = None) -> list[Path]:
+    """The trace files a path stands for; ``skipped``: filled with the files
+    of a folder that look like traces by name but are none."""
+    return [path] if path.is_file() else readers.traces_in(path, skipped)
 
 
 def rank_of_experiment(trace: Path) -> int | None:
@@ -123,12 +124,17 @@ def _parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: li
         if not path.exists():
             errors.append(f"{path}: no such file or directory")
             continue
-        found = traces_in(path)
+        skipped: list[Path] = []
+        found = traces_in(path, skipped)
         if not found:
             errors.append(
                 f"{path}: no trace this converter knows in this folder (its "
                 f"readers look for {', '.join(_patterns())})"
             )
+        else:  # one line each: not silently
+            sources += [
+                {"path": str(p), "format": None, "rows": 0, "skipped": True} for p in skipped
+            ]
         for trace in found:
             source = {"path": str(trace), "format": None, "rows": 0, "problems": []}
             try:
@@ -240,6 +246,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows, sources, errors = write(args.paths, args.out, rules, args.run_id)
     for source in sources:
+        if source.get("skipped"):
+            print(
+                f"warning: {source['path']}: skipped: not a trace any reader knows "
+                f"({', '.join(readers.names())})",
+                file=sys.stderr,
+            )
+            continue
         for problem in source.get("problems", []):
             print(f"warning: {problem}", file=sys.stderr)
         via = f", {source['reader']} reader" if "reader" in source else ""

@@ -104,16 +104,20 @@ def detect(path: Path) -> str:
     )
 
 
-def traces_in(folder: Path) -> list[Path]:
+def traces_in(folder: Path, skipped: list | None = None) -> list[Path]:
     """The files in a folder that some reader recognises, by the readers'
-    patterns (each file once, in pattern order)."""
+    patterns (each file once, in pattern order); ``skipped``: filled with
+    those a pattern names but no reader recognises."""
     found: dict[Path, None] = {}
     for reader in readers().values():
         for pattern in reader.patterns:
             for path in sorted(folder.glob(pattern)):
                 if path.is_file():
                     found.setdefault(path)
-    return [path for path in found if _known(path)]
+    known = [path for path in found if _known(path)]
+    if skipped is not None:
+        skipped += [path for path in found if path not in known]
+    return known
 
 
 def _known(path: Path) -> bool:
@@ -214,6 +218,29 @@ def _upto(f, size: int) -> bytes:
 
 
 _EVENTS = b'"traceEvents"'
+# The keys a trace document may open with: Kineto's and those of Chrome's
+# Trace Event Format. A JSON object that opens with another (a PyTorch
+# execution trace's "schema", a configuration) is no trace: it is refused
+# on its first key, not walked for an events array to its end.
+TRACE_FIRST_KEYS = frozenset(
+    b'"%s"' % key
+    for key in (
+        b"schemaVersion",
+        b"deviceProperties",
+        b"distributedInfo",
+        b"traceEvents",
+        b"traceName",
+        b"displayTimeUnit",
+        b"baseTimeNanoseconds",
+        b"systemTraceEvents",
+        b"otherData",
+        b"metadata",
+        b"stackFrames",
+        b"samples",
+        b"powerTraceAsString",
+        b"controllerTraceDataKey",
+    )
+)
 _STRUCTURE = re.compile(rb'[{}\[\]:,"]')
 _STRING_REST = re.compile(rb'(?:[^"\\]|\\.)*"', re.DOTALL)
 
@@ -223,7 +250,8 @@ def _walked(f, data: bytes, size: int) -> bytes:
     a JSON object's top-level keys, read on from ``f`` (``data``: what was
     read of it) until the events array opens; without one (in the first
     WALK_LIMIT bytes), the keys alone: a key's name inside a value counts
-    for nothing."""
+    for nothing. A document whose first key is none of TRACE_FIRST_KEYS is
+    not walked past it."""
     keys: list[bytes] = []
     depth, at, read, last, key = 0, 0, len(data), None, None
     buffer = data
@@ -259,6 +287,8 @@ def _walked(f, data: bytes, size: int) -> bytes:
             if depth <= 0:
                 break
         elif token == b":" and depth == 1 and key is not None:
+            if not keys and key not in TRACE_FIRST_KEYS:
+                break
             keys.append(key)
         last = token
     return b"{" + b"".join(k + b": 0, " for k in keys)
