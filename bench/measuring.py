@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
+import subprocess
 import sys
+import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 
 from ddlcompare.run import machine_lock  # noqa: E402
 
@@ -40,3 +44,61 @@ def load_fields() -> str:
     """The load as key=value pairs, for a bench's last line."""
     one, five, _ = os.getloadavg()
     return f"load1={one:.2f} load5={five:.2f} cores={len(os.sched_getaffinity(0))}"
+
+
+def cli(*args: str) -> list[str]:
+    """The harness's command line as a user runs it (``./ddlc <args>`` runs
+    ``python -m front.cli <args>`` in the environment)."""
+    return [sys.executable, "-m", "front.cli", *args]
+
+
+# a bench's child must find the checkout's packages, wherever it runs from
+CHILD_ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+}
+
+
+def whole_process(argv: list[str], env: dict | None = None) -> dict:
+    """One run of a command, timed from outside as a user waits for it,
+    start-up and imports included: wall seconds, and the operating system's
+    account of the finished child's CPU (user, system), the load when it
+    ended beside them. Run one at a time (the children's CPU is the
+    difference of this process's account of all its finished children)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(argv, env=env or CHILD_ENV, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    return {
+        "wall": wall,
+        "user": user,
+        "system": system,
+        "cpu": user + system,
+        "returncode": done.returncode,
+        "stderr": done.stderr,
+        "load": load(),
+    }
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run of median CPU (the lower middle if even)."""
+    return sorted(runs, key=lambda run: run["cpu"])[(len(runs) - 1) // 2]
+
+
+def whole_line(what: str, run: dict, per: str = "") -> str:
+    """One whole-process figure, with its load."""
+    return (
+        f"{what}, whole process: {run['wall']:.2f} s wall, {run['cpu']:.2f} s CPU "
+        f"({run['user']:.2f} user + {run['system']:.2f} system){per}; {run['load']}"
+    )
+
+
+def bench_cache() -> Path:
+    """The benches' cache folder (generated traces, built programs)."""
+    from runfiles import variables
+
+    base = variables.cache_root()
+    (base / "bench").mkdir(parents=True, exist_ok=True)
+    return base / "bench"

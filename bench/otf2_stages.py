@@ -6,7 +6,9 @@ after it (the goal: 10 M events/s), each stage timed inside one conversion.
 ANCHOR: an OTF2 anchor file, e.g. the trace ``bench/trace_read.py
 --c-generated`` leaves in ~/.cache/ddl-compare/bench/. Run it twice: the
 first run after writing the trace may read it from disk. Last line:
-key=value pairs (seconds of wall clock per stage, events/s in all).
+key=value pairs (seconds of wall clock per stage, events/s in all). Beside
+the in-process figure, ``ddlc import ANCHOR`` timed from outside, start-up
+and imports included: what a user waits for.
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ import os
 import sys
 import time
 from pathlib import Path
-from measuring import holding_the_machine, load, load_fields  # noqa: E402
+from measuring import (  # noqa: E402
+    bench_cache,
+    cli,
+    holding_the_machine,
+    load,
+    load_fields,
+    whole_line,
+    whole_process,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -72,8 +82,14 @@ def main() -> None:
     for stage, seconds in spent.items():
         what = STAGES.get(stage, "the rest (definitions, codes, columns)")
         print(f"  {what}: {seconds:.2f} s ({events / seconds / 1e6:.1f} M events/s)")
+    out = bench_cache() / "otf2_stages-phases.parquet"
+    whole = whole_process(cli("import", str(args.anchor), "-o", str(out)))
+    out.unlink(missing_ok=True)
+    per = f", {events / whole['wall'] / 1e6:.2f} M events/s of wall time"
+    print(whole_line("ddlc import of the same archive (all cores)", whole, per))
     print(
         f"events={events} cores={args.cores} seconds={total:.3f} "
+        f"whole_process_wall_s={whole['wall']:.3f} whole_process_cpu_s={whole['cpu']:.3f} "
         f"events_per_s={events / total:.0f} "
         + " ".join(f"{stage}_s={seconds:.3f}" for stage, seconds in spent.items())
         + " "

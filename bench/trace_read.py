@@ -31,8 +31,15 @@ definitions only declare them) and must match the declared count. The
 whole bench holds the host-wide measuring lock, and each figure has the
 load average beside it.
 
+Beside those in-process figures, the whole process as a user waits for it:
+``ddlc import`` (python -m front.cli import) and the floor's program, each
+timed from outside (wall, and the system's account of the child's user and
+system CPU), start-up and imports included, in ``--repeats`` pairs; and the
+import with numpy's huge-page advice left on (traces/convert.py turns it off).
+
 Targets: >= 3 M events/s, >= 10x the Python loop, <= 2x the
-floor's CPU, <= 100 bytes of peak memory per event. Last line: key=value
+floor's CPU in-process and <= 3x whole process, <= 100 bytes of peak memory
+per event. Last line: key=value
 pairs.
 """
 
@@ -55,7 +62,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from measuring import holding_the_machine, load, load_fields  # noqa: E402
+from measuring import (  # noqa: E402
+    bench_cache,
+    cli,
+    holding_the_machine,
+    load,
+    load_fields,
+    median_run,
+    whole_line,
+    whole_process,
+)
 
 from runfiles import variables  # noqa: E402
 
@@ -143,12 +159,6 @@ def c_generated_trace(events: int, ranks: int) -> Path:
     return anchor
 
 
-def bench_cache() -> Path:
-    base = variables.cache_root()
-    (base / "bench").mkdir(parents=True, exist_ok=True)
-    return base / "bench"
-
-
 def declared_events(anchor: Path) -> int:
     import otf2
 
@@ -160,12 +170,7 @@ def floor(anchor: Path) -> tuple[int, float]:
     """(events, CPU seconds) of bench/otf2_count.c on one core: the events
     the library reads from the archive's records, and the cost of reading
     them with nothing done per event."""
-    source = REPO / "bench" / "otf2_count.c"
-    program = bench_cache() / f"otf2_count-{hashlib.sha256(source.read_bytes()).hexdigest()[:12]}"
-    if not program.is_file():
-        subprocess.run(
-            ["gcc", "-O2", "-o", str(program), str(source), "-lopen-trace-format2"], check=True
-        )
+    program = floor_program()
     core = str(sorted(os.sched_getaffinity(0))[0])
     out = subprocess.run(
         ["taskset", "-c", core, str(program), str(anchor)],
@@ -174,6 +179,17 @@ def floor(anchor: Path) -> tuple[int, float]:
         check=True,
     ).stdout.split()
     return int(out[0]), float(out[2])
+
+
+def floor_program() -> Path:
+    """bench/otf2_count.c, built once into the bench cache."""
+    source = REPO / "bench" / "otf2_count.c"
+    program = bench_cache() / f"otf2_count-{hashlib.sha256(source.read_bytes()).hexdigest()[:12]}"
+    if not program.is_file():
+        subprocess.run(
+            ["gcc", "-O2", "-o", str(program), str(source), "-lopen-trace-format2"], check=True
+        )
+    return program
 
 
 def paired_runs(anchor: Path, repeats: int) -> tuple[dict, float]:
@@ -192,6 +208,52 @@ def paired_runs(anchor: Path, repeats: int) -> tuple[dict, float]:
         )
     fasts.sort(key=lambda run: run["cpu"])
     return fasts[(repeats - 1) // 2], statistics.median(floors)  # the lower middle if even
+
+
+# `ddlc import` as a user runs it, but with numpy's huge-page advice left on
+# (traces/convert.py turns it off): to see what turning it off saves
+WITH_HUGE_PAGES = (
+    "import sys; from traces import convert; convert.no_huge_pages = lambda: None; "
+    "sys.exit(convert.main(sys.argv[1:]))"
+)
+
+
+def whole_process_pairs(anchor: Path, repeats: int) -> tuple[dict, dict]:
+    """(the median whole `ddlc import`, the floor's median whole process):
+    both timed from outside as a user waits for them, start-up and imports
+    included, one after the other ``repeats`` times; each pair, and the
+    import with numpy's huge pages on, printed with the load."""
+    program = floor_program()
+    floors, imports, huge = [], [], []
+    for i in range(repeats):
+        with tempfile.TemporaryDirectory() as folder:
+            out = str(Path(folder) / "phases.parquet")
+            floors.append(whole_process([str(program), str(anchor)]))
+            imports.append(whole_process(cli("import", str(anchor), "-o", out)))
+            huge.append(
+                whole_process([sys.executable, "-c", WITH_HUGE_PAGES, str(anchor), "-o", out])
+            )
+        if imports[-1]["returncode"] != 0:
+            raise SystemExit(f"ddlc import failed:\n{imports[-1]['stderr'][-3000:]}")
+        print(
+            f"whole-process pair {i + 1}/{repeats}: the floor {floors[-1]['cpu']:.2f} s CPU, "
+            f"ddlc import {imports[-1]['cpu']:.2f} s CPU "
+            f"({imports[-1]['cpu'] / floors[-1]['cpu']:.2f}x; {imports[-1]['system']:.2f} s "
+            f"system, {huge[-1]['system']:.2f} s with numpy's huge pages); {load()}",
+            flush=True,
+        )
+    whole, whole_floor, with_huge = median_run(imports), median_run(floors), median_run(huge)
+    print(whole_line("the floor (bench/otf2_count.c)", whole_floor), flush=True)
+    print(
+        whole_line(
+            "ddlc import (the median run)",
+            whole,
+            f", {whole['cpu'] / whole_floor['cpu']:.2f}x the floor's",
+        ),
+        flush=True,
+    )
+    print(whole_line("ddlc import with numpy's huge pages on", with_huge), flush=True)
+    return whole, whole_floor
 
 
 def convert_in_child(anchor: Path, cores: int = 1, streamed: bool = False) -> dict:
@@ -387,6 +449,7 @@ def measure(anchor: Path, args) -> None:
         f"(the table itself: {fast['table_bytes'] / events:.1f} B/event); {load()}",
         flush=True,
     )
+    whole, whole_floor = whole_process_pairs(anchor, args.repeats)
     cores = len(os.sched_getaffinity(0))
     parallel = convert_in_child(anchor, cores)
     parallel_rate = events / parallel["seconds"]
@@ -418,6 +481,8 @@ def measure(anchor: Path, args) -> None:
         f"streamed_peak_bytes={streamed_peak} "
         f"python_loop_events_per_s={loop_rate:.0f} ratio_to_python_loop={fast_rate / loop_rate:.1f} "
         f"floor_events_per_s={events / floor_cpu:.0f} "
+        f"whole_process_cpu_s={whole['cpu']:.2f} whole_process_floor_cpu_s={whole_floor['cpu']:.2f} "
+        f"whole_process_ratio={whole['cpu'] / whole_floor['cpu']:.2f} "
         f"cpu_vs_floor={fast['cpu'] / floor_cpu:.2f} timing=in-process-cpu "
         f"repeats={args.repeats} "
         f"peak_bytes_per_event={per_event:.1f} target_events_per_s={TARGET_EVENTS_PER_S} "

@@ -21,12 +21,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ddlcompare.plan import design as design_mod
-from ddlcompare.plan import yaml_safe
-from ddlcompare.run import plan_checks, preflight
 from runfiles import atomic, files
 
+# Each command imports what it needs when it runs: `ddlc import` needs none
+# of the design's machinery (a second of imports before its first byte).
+if TYPE_CHECKING:
+    from ddlcompare.plan import design as design_mod
 
 # What `ddlc improve --replications` takes at least (analysis.improve's
 # MIN_REPLICATIONS, kept here so that the help does not import the analysis).
@@ -38,6 +40,9 @@ class UserError(Exception):
 
 
 def load_design(path: str, check_ready: bool = True) -> design_mod.Design:
+    from ddlcompare.plan import design as design_mod
+    from ddlcompare.run import plan_checks, preflight
+
     try:
         design = design_mod.load(path)
     except design_mod.DesignError as exc:
@@ -142,6 +147,8 @@ def cmd_run_one(args) -> int:
 def design_changed(path: str) -> str | None:
     """The message for a job whose design file was edited after its workflow
     planned the campaign (the workflow records the file's digest)."""
+    from ddlcompare.plan import yaml_safe
+
     planned = os.environ.get(yaml_safe.DIGEST_ENV)
     if not planned or yaml_safe.file_digest(path) == planned:
         return None
@@ -484,7 +491,7 @@ def cmd_fetch_data(args) -> int:
 
 def cmd_envs(args) -> int:
     """The environments ./ddlc run sets up for the design, for envs/setup.sh."""
-    from ddlcompare.run import envs
+    from ddlcompare.run import envs, preflight
     from frameworks import registry
 
     design = load_design(args.design, check_ready=False)

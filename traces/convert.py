@@ -26,6 +26,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -227,7 +228,22 @@ def errors_of(path: Path) -> list[str]:
     return json.loads(metadata_of(path).get(b"ddlcompare.errors", b"[]"))
 
 
+def no_huge_pages() -> None:
+    """numpy advises the kernel to back its large arrays with huge pages,
+    which pays for arrays that live long and are read many times. A
+    conversion fills each of its arrays about once and soon frees it: the
+    kernel's zeroing and compaction of 2 MiB pages buys nothing there (the
+    issue's count, on a loaded machine: twice the system time). Off in this
+    process only, not through the environment that children inherit (a
+    training run is measured as it is); bench/otf2_parts.py times both."""
+    core = getattr(np, "_core", None) or np.core  # numpy 2, else 1
+    switch = getattr(core.multiarray, "_set_madvise_hugepage", None)  # numpy's one switch
+    if switch is not None:
+        switch(False)
+
+
 def main(argv: list[str] | None = None) -> int:
+    no_huge_pages()
     parser = argparse.ArgumentParser(
         prog="python -m traces.convert", description=__doc__.split("\n\n")[0]
     )
