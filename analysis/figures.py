@@ -59,6 +59,7 @@ PHASE_COLORS = dict(
             "#1b9e77",
             "#fb8072",
             "#377eb8",
+            "#80b1d3",  # other_comm: grad_comm's hue, lighter
             "#e7298a",
             "#b3de69",
             "#d9d9d9",
