@@ -635,18 +635,26 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ddlcompare.run.validate import Damaged
-
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (UserError, Damaged) as exc:  # Damaged: a table the analysis reads
+    except Exception as exc:
+        if not isinstance(exc, UserError) and not _damaged(exc):
+            raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a path the system refuses (read-only, /proc, a full disk)
         where = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else exc
         print(f"error: {where}", file=sys.stderr)
         return 2
+
+
+def _damaged(exc: Exception) -> bool:
+    """Whether ``exc`` is a table the analysis reads found damaged: only a
+    command that imported the validation can raise one (a command that did
+    not, ``ddlc import``, does not import it for this)."""
+    validate = sys.modules.get("ddlcompare.run.validate")
+    return validate is not None and isinstance(exc, validate.Damaged)
 
 
 if __name__ == "__main__":

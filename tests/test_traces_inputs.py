@@ -385,3 +385,20 @@ def test_json_that_is_no_trace_is_refused_on_its_first_key(tmp_path):
     assert done.returncode == 0, done.stderr
     [line] = [line for line in done.stderr.splitlines() if "execution_trace" in line]
     assert line.startswith(f"warning: {other}: skipped: not a trace")
+
+
+def test_ddlc_import_imports_only_what_it_needs(tmp_path):
+    """`ddlc import` converts traces: the design's machinery, the run
+    harness and the frameworks (a second of imports) are not loaded for it."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "front.cli", "import"]
+        + [str(REAL / "hta" / "mtia-allgathers-window.json.gz"), "-o", str(tmp_path / "p.parquet")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    unneeded = {"ddlcompare.plan", "ddlcompare.run", "frameworks", "analysis", "jsonschema"}
+    assert imported & unneeded == set(), sorted(imported & unneeded)
