@@ -638,14 +638,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
+    except OSError as exc:  # a path the system refuses (read-only, /proc, a full disk)
+        where = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else exc
+        print(f"error: {where}", file=sys.stderr)
+        return 2
     except Exception as exc:
         if not isinstance(exc, UserError) and not _damaged(exc):
             raise
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # a path the system refuses (read-only, /proc, a full disk)
-        where = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else exc
-        print(f"error: {where}", file=sys.stderr)
         return 2
 
 
