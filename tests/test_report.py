@@ -71,16 +71,10 @@ def report(tmp_path_factory):
 
 
 def expected_gate() -> str:
-    """The gate passes where every builder's environment is built (LBANN's
-    graph is checked without LBANN); elsewhere (a fresh machine) it is
-    incomplete, never failed."""
-    from ddlcompare.run import envs
-    from frameworks.model_gate import BUILDERS
-
-    unbuilt = [
-        b for b, env in BUILDERS.items() if b != "lbann" and not envs.python_for(env).exists()
-    ]
-    return "incomplete" if unbuilt else "pass"
+    """The design's frameworks are PyTorch's: its builder, always built in
+    .venv, decides the verdict; a builder no framework of the design uses
+    (Keras, Tarantella) does not make it incomplete where it is not built."""
+    return "pass"
 
 
 @pytest.mark.slow
