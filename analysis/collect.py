@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 
 from runfiles.names import EPOCHS, METRICS, PHASE_TABLE
 from analysis import accuracy, cells, conditions, devices, replication
-from ddlcompare.run import machine_load, netem, runner, validate
+from ddlcompare.run import machine_load, validate
 from runfiles import energy, names
 from runfiles.atomic import replacing, write_text
 from ddlcompare.plan.design import Design
@@ -95,7 +95,7 @@ def outcome(folder: Path, config: dict) -> tuple[dict, dict]:
     for a run without one. A run whose files are damaged is "damaged", with
     the file and the problem as its reason."""
     try:
-        record = validate.read_json(folder / runner.RECORD)
+        record = validate.read_json(folder / names.RUN_RECORD)
     except validate.Damaged:
         record = {}
     status, problem = validate.done_status(folder)
@@ -108,7 +108,7 @@ def outcome(folder: Path, config: dict) -> tuple[dict, dict]:
     elif problem:
         result = {"status": "damaged", "exit_status": None, "reason": problem}
     else:
-        done = validate.read_json(folder / runner.DONE)
+        done = validate.read_json(folder / names.DONE)
         result = {k: done[k] for k in ("status", "exit_status", "reason")}
     if result["status"] == "ok" and (problems := validate.check_run(folder, config)):
         result = {
@@ -190,7 +190,7 @@ def load_figures(record: dict) -> dict:
 def network_figures(folder: Path, metrics: dict | None) -> dict:
     """What the emulated network carried (network.json): bytes all nodes
     sent, and that per optimizer step (start-up and evaluation included)."""
-    record = _read_json(folder / netem.RECORD) if metrics else None
+    record = _read_json(folder / names.NETWORK) if metrics else None
     if not record or not metrics:
         return {"net_tx_bytes": None, "net_tx_bytes_per_step": None}
     steps = metrics["steps_per_epoch"] * metrics["epochs_done"]

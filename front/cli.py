@@ -377,6 +377,7 @@ def cmd_check(args) -> int:
     and the design's tables; --rerun moves the damaged runs' files to
     attempts/ so that the next workflow run does them again."""
     from ddlcompare.run import runner, validate
+    from runfiles import names
 
     design = load_design(args.design, check_ready=False)
     results = existing_folder(args.results, "--results")
@@ -398,7 +399,7 @@ def cmd_check(args) -> int:
             print(f"damaged: {exc}")
             if args.rerun:
                 path.unlink()
-    done = sum((results / r.path / runner.DONE).exists() for r in planned)
+    done = sum((results / r.path / names.DONE).exists() for r in planned)
     print(
         f"{done} finished run(s) checked, {len(damaged)} damaged"
         + (f"; {len(bad_tables)} damaged table(s) in {tables}" if bad_tables else "")

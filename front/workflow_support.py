@@ -16,7 +16,7 @@ from typing import NoReturn
 from analysis import replication
 from ddlcompare.plan import yaml_safe
 from ddlcompare.run import diskspace, machine_lock, refile, runner, validate
-from runfiles import files, ownership
+from runfiles import files, names, ownership
 from front.cli import UserError, load_design
 from ddlcompare.plan.params import RunRow, shown, shown_key
 from frameworks import registry
@@ -135,7 +135,7 @@ def _drop_damaged_tables(runs: list[RunRow], results: Path, tables: Path, dryrun
 def _warn_of_space(runs: list[RunRow], results: Path) -> None:
     """The campaign's runs still to do, against the room left: each run
     checks again before it starts, and fails with the message if short."""
-    todo = [r for r in runs if not (results / r.path / runner.DONE).exists()]
+    todo = [r for r in runs if not (results / r.path / names.DONE).exists()]
     needed = sum(diskspace.estimate_bytes(r.config) for r in todo)
     try:
         diskspace.check(results, needed)
@@ -523,7 +523,7 @@ def _statuses(runs: list[RunRow], results: Path, tables: Path | None) -> list[st
         status, _ = validate.done_status(results / row.path)
         if status is None:
             try:
-                status = validate.read_json(results / row.path / runner.RECORD)["status"]
+                status = validate.read_json(results / row.path / names.RUN_RECORD)["status"]
             except validate.Damaged:
                 status = "missing"
         if status == "running" and not any(ownership.occupants(results / row.path)):

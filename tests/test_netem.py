@@ -16,6 +16,7 @@ from conftest import REPO, TINY_FIXED
 from ddlcompare.plan import design
 from ddlcompare.run import cores, launch, netem, preflight, runner, schedulers
 from ddlcompare.run.schedulers import Host
+from runfiles.names import DONE, NETWORK, RUN_RECORD
 from frameworks import data, models
 
 CANNOT = netem.problems("local")
@@ -78,7 +79,7 @@ def test_network_exists_for_the_block_only(tmp_path):
             # Stopped by a signal, as the runner's block is on SIGTERM.
             raise runner.Interrupted(15)
     assert ours(tag) == []
-    recorded = json.loads((tmp_path / netem.RECORD).read_text())
+    recorded = json.loads((tmp_path / NETWORK).read_text())
     assert recorded["rate_mbit"] == 100 and [n["address"] for n in recorded["nodes"]] == [
         a.address,
         b.address,
@@ -202,7 +203,7 @@ def run_emulated(doc: dict, results: Path):
     row = plan.runs()[0]
     assert runner.execute(row, results) == 0
     folder = results / row.path
-    return plan, row, json.loads((folder / runner.DONE).read_text()), folder
+    return plan, row, json.loads((folder / DONE).read_text()), folder
 
 
 @pytest.mark.slow
@@ -218,7 +219,7 @@ def test_two_nodes_train_over_the_emulated_network(tmp_path, framework):
     assert ours(row.run_id[:6]) == []
     ranks = [json.loads(p.read_text()) for p in sorted(folder.glob("rank*.json"))]
     assert [r["hostname"][-3:] for r in ranks] == ["-n0", "-n1"]  # a host name per node
-    network = json.loads((folder / netem.RECORD).read_text())
+    network = json.loads((folder / NETWORK).read_text())
     steps = json.loads((folder / "metrics.json").read_text())["steps_per_epoch"]
     for node in network["nodes"]:
         assert (
@@ -241,7 +242,7 @@ def test_nodes_with_cores_of_their_own_confine_each_rank(tmp_path):
         pytest.skip("two nodes of one core each need two cores")
     _, row, done, folder = run_emulated(emulated_design("torch-ddp", cores_per_node=1), tmp_path)
     assert done["status"] == "ok", done["reason"]
-    record = json.loads((folder / runner.RECORD).read_text())
+    record = json.loads((folder / RUN_RECORD).read_text())
     seen = [rank["cpus"] for rank in sorted(record["ranks"], key=lambda r: r["rank"])]
     assert seen == record["cores"]["nodes"] and seen[0] != seen[1], seen
     assert record["conditions"]["cores_per_rank"] == [1, 1]
@@ -268,7 +269,7 @@ def test_failed_run_leaves_no_network(tmp_path):
     _, row, done, folder = run_emulated(doc, tmp_path)
     assert done["status"] == "failed" and "no step fits in an epoch" in done["reason"]
     assert ours(row.run_id[:6]) == []
-    assert (folder / netem.RECORD).exists()
+    assert (folder / NETWORK).exists()
 
 
 def test_without_privileges_the_run_fails_with_the_reason(tmp_path):

@@ -43,7 +43,6 @@ PREFIX = "ddlc-"
 SUBNETS = ipaddress.IPv4Network("10.213.0.0/16")
 HOSTS_MAP = "DDLC_NETNS_MAP"  # "address=namespace ..." for the netns scheduler and the ssh shim
 NETNS_ETC = Path("/etc/netns")  # ip netns exec binds /etc/netns/<ns>/hosts on /etc/hosts
-RECORD = NETWORK
 NETNS_SSH = Path(__file__).resolve().parent / "netns_as_ssh" / "ssh"
 STALE = re.compile(rf"^{PREFIX}(\d+)-")
 
@@ -261,7 +260,7 @@ def network(config: dict, run_dir: Path):
         try:
             yield net
         finally:
-            write_json(run_dir / RECORD, net.record(before, net.counters()))
+            write_json(run_dir / NETWORK, net.record(before, net.counters()))
     finally:
         net.destroy()
 

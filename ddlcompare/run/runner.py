@@ -45,13 +45,11 @@ from ddlcompare.plan.params import RunRow
 from frameworks import balance, data, knobs, registry
 from runfiles import files
 
-RECORD = RUN_RECORD
-LOG = TRAIN_LOG
 # Everything an attempt writes; moved aside before the next attempt.
 ATTEMPT_FILES = (
     DONE,
-    RECORD,
-    LOG,
+    RUN_RECORD,
+    TRAIN_LOG,
     EPOCHS,
     METRICS,
     PHASE_TABLE,
@@ -65,7 +63,7 @@ ATTEMPT_FILES = (
     names.SCOREP_DIR,
     names.LBANN_BATCH_TIMES,
     names.LBANN_DIR,
-    netem.RECORD,
+    names.NETWORK,
     energy.ENERGY,
     balance.BALANCE,
 )
@@ -149,10 +147,10 @@ def _finished_ok(row: RunRow, run_dir: Path) -> bool:
     finished, and reruns a job it never saw end. Its sound files are kept
     and its done marker written again from run.json: a finished run is
     never trained twice."""
-    if (run_dir / DONE).exists() or not (run_dir / RECORD).exists():
+    if (run_dir / DONE).exists() or not (run_dir / RUN_RECORD).exists():
         return False
     try:
-        record = validate.read_json(run_dir / RECORD)
+        record = validate.read_json(run_dir / RUN_RECORD)
     except validate.Damaged:
         return False
     config = record.get("config")
@@ -190,7 +188,7 @@ def _no_space(row: RunRow, run_dir: Path, reason: str, earlier_attempt: bool = F
     except OSError:
         pass  # the leftovers stay; the next attempt moves them
     diskspace.record_anyway(
-        run_dir / RECORD,
+        run_dir / RUN_RECORD,
         {
             "run_id": row.run_id,
             "path": row.path,
@@ -230,7 +228,7 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
     if config.get("tracer") == "scorep":
         record["scorep"] = tracers.installed_version()
     save(CONFIG, config)
-    save(RECORD, record)
+    save(RUN_RECORD, record)
     try:
         with netem.network(config, run_dir) as net:
             scheduler, host_list = schedulers.detect(
@@ -246,7 +244,7 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
             )
             # Saved now: a scheduler that kills the runner outright (OAR's
             # SIGKILL) leaves this record, completed by whoever records the stop.
-            save(RECORD, record)
+            save(RUN_RECORD, record)
             hang = stall.EpochWatch(run_dir / EPOCHS, config["epochs"])
             watch = Watch(run_dir, token, derived_timeout(config), scheduler.one_machine, hang)
             with watch.signals(), _machine(scheduler, row.path, watch) as waited:
@@ -267,7 +265,7 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
             end=_now(),
             reason=f"{stop.reason}{f' ({said})' if said else ''}; the next workflow run starts it again",
         )
-        save(RECORD, record)
+        save(RUN_RECORD, record)
         return 128 + stop.signum if stop.signum else 1
     except (RuntimeError, OSError) as exc:
         outcome = {"exit_status": None, "reason": f"could not start: {exc}"}
@@ -292,8 +290,8 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
     if status == "ok" and (unconfined := cores.check(record.get("cores"), ranks)):
         status, outcome["reason"] = "failed", unconfined  # not measured as designed
     record.update(status=status, end=_now(), ranks=ranks, **outcome)
-    record["conditions"] = conditions.of_run(record, run_dir / netem.RECORD)
-    save(RECORD, record)
+    record["conditions"] = conditions.of_run(record, run_dir / names.NETWORK)
+    save(RUN_RECORD, record)
     save(
         DONE,
         {
@@ -389,7 +387,7 @@ class Watch:
                 signal.signal(s, handler)
 
     def run(self, argv: list[str], env: dict) -> dict:
-        with open(self.run_dir / LOG, "wb") as log:
+        with open(self.run_dir / TRAIN_LOG, "wb") as log:
             proc = self.proc = subprocess.Popen(
                 argv,
                 stdout=log,
@@ -479,7 +477,7 @@ class Watch:
             }
         if self.stopped_for_rank:  # the rank's status, not that of the launcher it stopped
             code = self.stopped_for_rank["exit_status"]
-            reason = _last_error(self.run_dir / LOG)
+            reason = _last_error(self.run_dir / TRAIN_LOG)
             return {"exit_status": code, "reason": f"exit status {code}: {reason}"}
         if code == 0:
             return {"exit_status": 0, "reason": None}
@@ -487,7 +485,7 @@ class Watch:
             return {"exit_status": code, "reason": f"killed by {signal.Signals(-code).name}"}
         return {
             "exit_status": code,
-            "reason": f"exit status {code}: {_last_error(self.run_dir / LOG)}",
+            "reason": f"exit status {code}: {_last_error(self.run_dir / TRAIN_LOG)}",
         }
 
 

@@ -36,7 +36,6 @@ from runfiles import files
 REPO = Path(__file__).resolve().parents[2]
 SCOREP_FILTER = REPO / "frameworks" / "scorep_filter"
 WORKER_SCRIPT = REPO / "frameworks" / "worker.py"
-EXPERIMENT = names.SCOREP_DIR
 SCOREP_VERSION = "8.4"  # what envs/build-scorep.sh builds
 BUILD_HINT = "envs/build-scorep.sh (docs: envs/scorep.md)"
 # Score-P's memory pool per process. Every thread (a location of its own)
@@ -141,7 +140,7 @@ def environment(config: dict, run_dir: Path) -> dict[str, str]:
     env = {
         "SCOREP_ENABLE_TRACING": "true",
         "SCOREP_ENABLE_PROFILING": "false",
-        "SCOREP_EXPERIMENT_DIRECTORY": str(run_dir / EXPERIMENT),
+        "SCOREP_EXPERIMENT_DIRECTORY": str(run_dir / names.SCOREP_DIR),
         "SCOREP_OVERWRITE_EXPERIMENT_DIRECTORY": "true",
         "SCOREP_FILTERING_FILE": str(SCOREP_FILTER),
         "SCOREP_TOTAL_MEMORY": os.environ.get("SCOREP_TOTAL_MEMORY", TOTAL_MEMORY),
@@ -161,9 +160,9 @@ def expected_traces(config: dict, run_dir: Path) -> list[Path]:
     if tracer != "scorep":
         return []
     if mode(config) == "mpi":
-        return [run_dir / EXPERIMENT / "traces.otf2"]
+        return [run_dir / names.SCOREP_DIR / "traces.otf2"]
     world = config["nodes"] * config["procs_per_node"]
-    return [run_dir / EXPERIMENT / f"rank{r}" / "traces.otf2" for r in range(world)]
+    return [run_dir / names.SCOREP_DIR / f"rank{r}" / "traces.otf2" for r in range(world)]
 
 
 def missing_trace(config: dict, run_dir: Path) -> str | None:
@@ -195,7 +194,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit("usage: python -m ddlcompare.run.tracers RUN_DIR")
     run_dir = Path(argv[0])
     rank = rank_from_env(os.environ)
-    experiment = run_dir / EXPERIMENT / f"rank{rank}"
+    experiment = run_dir / names.SCOREP_DIR / f"rank{rank}"
     experiment.parent.mkdir(parents=True, exist_ok=True)
     os.environ["SCOREP_EXPERIMENT_DIRECTORY"] = str(experiment)
     command = scorep_argv(sys.executable, "none", run_dir)
