@@ -204,10 +204,15 @@ def findings(
     steps = per_step(phases[phases["run_id"].isin(ok["run_id"])], ok)
     cell = cells.CELL
     info = cells.with_setting(ok).set_index("run_id")[cell]
-    per_run = steps.groupby("run_id").agg(
-        step_s=("step_s", "sum"),
-        grad_comm=("grad_comm", "sum"),
-        data_load=("data_load", "sum"),
+    per_run = (
+        steps.assign(named=steps[list(STEP_PHASES)].sum(axis=1))
+        .groupby("run_id")
+        .agg(
+            step_s=("step_s", "sum"),
+            grad_comm=("grad_comm", "sum"),
+            data_load=("data_load", "sum"),
+            named=("named", "sum"),
+        )
     )
     per_run = per_run.join(info)
     rows = []
@@ -224,7 +229,9 @@ def findings(
     for key, group in per_run.groupby(cell):
         # A share of a phase the framework does not time apart (Tarantella
         # and LBANN own the step) would read as a measured 0 %.
-        exposes = registry.FRAMEWORKS[key[0]].exposes
+        # A run that timed whole steps only (fit_step_phases: false) times none.
+        phased = group["named"].sum() > 0
+        exposes = registry.FRAMEWORKS[key[0]].exposes if phased else ()
         # where ranks enter the gradient exchange (per_step's sync_entry_ns)
         times_sync = "grad_comm" in exposes or "backward" in exposes
         # Where the exchange is not timed apart (DDP all-reduces inside
@@ -245,7 +252,7 @@ def findings(
                 load,
                 f"{humanize.percent(load)} of the step is spent in data_load.",
             )
-        if key[1] > 1 and pd.notna(waits.get(key)):
+        if key[1] > 1 and phased and pd.notna(waits.get(key)):
             add(
                 key,
                 WAIT,

@@ -12,7 +12,9 @@
 - ``step_phases.parquet``: from the phase recorder, for every run: one row
   per phase interval (run_id, rank, epoch, step, phase, start_ns, end_ns,
   dur_ns, source). Within a step the phases run back to back, so each start
-  is the step's start plus the phases before it (source "steps"); ``init``
+  is the step's start plus the phases before it (source "steps"), ``other``
+  last: a framework that times only whole steps has one ``other`` row per
+  step, never none; ``init``
   and ``eval`` come from intervals.rank<r>.tsv (step -1). The breakdown and
   bottleneck analyses read this one.
 - energy: runs get ``energy_j`` (the run clock's window, see
@@ -269,13 +271,24 @@ def _rank_of(path: Path) -> int:
     return int(path.name.split("rank")[1].split(".")[0])
 
 
+# A step's rows: its named phases, then ``other`` (a framework that owns its
+# step, like Tarantella's fit, records the whole step there), so that no
+# step's time is lost to the tables built from these rows.
+ROW_PHASES = (*STEP_PHASES, "other")
+
+
 def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
     frames = []
     for path in sorted(folder.glob(names.STEPS_GLOB)):
         steps = read_steps(path)
         offset = steps["start_ns"].copy()
-        for phase in STEP_PHASES:
+        # A zero grad_comm stays where the rank times phases (the exchange
+        # was there, it cost nothing); a whole-steps-only rank has none.
+        named = steps[[f"{p}_ns" for p in STEP_PHASES]].to_numpy().any()
+        for phase in ROW_PHASES:
             dur = steps[f"{phase}_ns"]
+            if not dur.any() and not (phase == "grad_comm" and named):
+                continue
             frames.append(
                 pd.DataFrame(
                     {
@@ -298,7 +311,7 @@ def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=PHASE_COLUMNS)
     table = pd.concat(frames, ignore_index=True)
-    table = table[(table["dur_ns"] > 0) | (table["phase"].isin(["grad_comm"]))]
+    table = table[(table["dur_ns"] > 0) | (table["phase"] == "grad_comm")]
     return table.assign(run_id=run_id, source="steps")[PHASE_COLUMNS]
 
 

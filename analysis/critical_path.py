@@ -15,7 +15,11 @@ the last one has arrived. The join of a step is, per run:
   at that collective's end;
 - else ``backward`` (DDP without a trace, whose all-reduce runs inside
   backward and returns with the last bucket): entry at backward's start,
-  exit at its end, so the join holds the last rank's backward too.
+  exit at its end, so the join holds the last rank's backward too;
+- else ``other`` where the run times only whole steps (a framework that
+  owns its step, like Tarantella's fit): the whole step is the join, entry
+  at its start, exit at its end; compute and exchange are not told apart,
+  and the windows between joins hold only the untimed gaps between steps.
 
 Between two joins each rank works alone, in a *window* from its exit of one
 join to its entry of the next. The last rank to arrive at a join sets when
@@ -76,7 +80,12 @@ JOIN_NAMES = {
     "grad_comm": "the gradient exchange",
     "collective": "the last gradient all-reduce",
     "backward": "the all-reduce inside backward",
+    "other": "the whole step (compute and exchange not told apart)",
 }
+# The joins whose pieces on the path are compute and exchange together.
+WHOLE_JOINS = ("backward", "other")
+# A step's rows the analysis reads: its phases, and ``other`` (a whole step).
+READ_PHASES = (*STEP_PHASES, "other")
 
 
 @dataclass
@@ -120,6 +129,7 @@ def measured(phases: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataF
             "run_id",
             "rank",
             "step",
+            "epoch",
             "phase",
             "start_ns",
             "end_ns",
@@ -158,10 +168,11 @@ def main_intervals(steps: pd.DataFrame) -> pd.DataFrame:
     only (a region inside a phase is part of it), overlaps cut: run_id,
     rank, step, phase, start_ns, end_ns (and location, where the table has
     it), in time order per rank."""
-    rows = steps[steps["phase"].isin(STEP_PHASES) & ~_is_collective(steps)]
+    rows = steps[steps["phase"].isin(READ_PHASES) & ~_is_collective(steps)]
     if "location" in rows and rows["location"].notna().any():
         rows = rows.merge(_loop_locations(steps), on=["run_id", "rank", "location"])
-    rows = rows[["run_id", "rank", "step", "phase", "start_ns", "end_ns", *_located(rows)]]
+    epoch = ["epoch"] if "epoch" in rows else []
+    rows = rows[["run_id", "rank", "step", *epoch, "phase", "start_ns", "end_ns", *_located(rows)]]
     rows = rows.sort_values(
         ["run_id", "rank", "start_ns", "end_ns"], ascending=[True, True, True, False], kind="stable"
     )
@@ -231,6 +242,8 @@ def join_kind(intervals: pd.DataFrame, collectives: pd.DataFrame) -> dict[str, s
     per_run = dur.groupby(intervals["run_id"]).sum()
     comm = dur[intervals["phase"] == "grad_comm"].groupby(intervals["run_id"]).sum()
     exposed = comm.reindex(per_run.index, fill_value=0) >= EXPOSED_SHARE * per_run
+    named = dur[intervals["phase"].isin(STEP_PHASES)].groupby(intervals["run_id"]).sum()
+    whole = named.reindex(per_run.index, fill_value=0) == 0
     ranks = intervals.groupby("run_id")["rank"].nunique()
     with_coll = collectives.groupby("run_id")["rank"].nunique().reindex(ranks.index, fill_value=0)
     return {
@@ -238,6 +251,8 @@ def join_kind(intervals: pd.DataFrame, collectives: pd.DataFrame) -> dict[str, s
         if exposed[run]
         else "collective"
         if with_coll[run] == ranks[run]
+        else "other"
+        if whole[run]
         else "backward"
         for run in per_run.index
     }
@@ -253,6 +268,7 @@ def joins(
     by_phase = intervals[
         ((kind == "grad_comm") & (intervals["phase"] == "grad_comm"))
         | ((kind == "backward") & (intervals["phase"] == "backward"))
+        | ((kind == "other") & (intervals["phase"] == "other"))
     ]
     where = {"location": ("location", "first")} if "location" in by_phase else {}
     found = [
@@ -297,7 +313,7 @@ def analyse(phases: pd.DataFrame, runs: pd.DataFrame | None = None) -> CriticalP
     problems = {}
     for run_id, run_joins in table.groupby("run_id", sort=True):
         mine = intervals[intervals["run_id"] == run_id]
-        join_phase = "backward" if kinds[run_id] == "backward" else "grad_comm"
+        join_phase = kinds[run_id] if kinds[run_id] in WHOLE_JOINS else "grad_comm"
         for name, frame in _one_run(run_id, mine, run_joins, join_phase).items():
             parts[name].append(frame)
     # Sorted, so that the report's sentences keep their order from run to run.
@@ -330,6 +346,12 @@ def _one_run(
     # Window k on a rank runs from its exit of join k-1 to its entry of join k;
     # window n_joins is the tail after the last join.
     w_start = np.vstack([_per_rank(first, ranks, entry[0])[None], exit_])
+    for k in _new_epochs(intervals, steps):
+        # Between epochs lie evaluation and the framework's set-up, no step's
+        # time: the window starts at each rank's first phase of the step, as
+        # the first one does.
+        began = intervals[intervals["step"] == steps[k]].groupby("rank")["start_ns"].min()
+        w_start[k] = _per_rank(began, ranks, entry[k])
     w_end = np.vstack([entry, np.maximum(_per_rank(tail, ranks, exit_[-1]), exit_[-1])[None]])
     w_end = np.maximum(w_end, w_start)
     critical = np.append(late, int(w_end[-1].argmax()))
@@ -338,7 +360,8 @@ def _one_run(
     time = np.zeros((n_joins + 1, len(ranks), n_causes), dtype=np.int64)
     path = []
     for j, rank in enumerate(ranks):
-        rows = intervals[intervals["rank"] == rank]
+        # ``other`` within a window counts as untimed (it is no phase of the model)
+        rows = intervals[(intervals["rank"] == rank) & intervals["phase"].isin(STEP_PHASES)]
         pieces = _clip(
             rows["start_ns"].to_numpy(np.int64),
             rows["end_ns"].to_numpy(np.int64),
@@ -395,7 +418,7 @@ def _one_run(
             "step": steps,
             "rank": ranks[late],
             "phase": join_phase,
-            "kind": JOIN if join_phase == "backward" else COMMUNICATION,
+            "kind": JOIN if join_phase in WHOLE_JOINS else COMMUNICATION,
             "start_ns": last_entry,
             "end_ns": np.maximum(leave, last_entry),
         }
@@ -444,6 +467,15 @@ def _pivot(run_joins: pd.DataFrame, column: str) -> np.ndarray:
         shape = (run_joins["step"].nunique(), run_joins["rank"].nunique())
         return np.full(shape, None, dtype=object)
     return run_joins.pivot(index="step", columns="rank", values=column).to_numpy(object)
+
+
+def _new_epochs(intervals: pd.DataFrame, steps: np.ndarray) -> np.ndarray:
+    """The joins (indexes into ``steps``, the first left out) whose step
+    begins an epoch, where the table says epochs."""
+    if "epoch" not in intervals or intervals["epoch"].isna().all():
+        return np.array([], dtype=np.int64)
+    epoch = intervals.groupby("step")["epoch"].first().reindex(steps).to_numpy()
+    return np.flatnonzero(epoch[1:] != epoch[:-1]) + 1
 
 
 def _per_rank(values: pd.Series, ranks: np.ndarray, default: np.ndarray) -> np.ndarray:
@@ -586,8 +618,8 @@ def run_summary(found: CriticalPath) -> pd.DataFrame:
     table["steps"] = per_join.groupby("run_id").size()
     table["path_ms_per_step"] = found.path.groupby("run_id")["dur_ns"].sum() / table["steps"] / 1e6
     table["join_kind"] = table.index.map(found.method)
-    # Where backward is the join, its all-reduce is not seen apart from it.
-    table.loc[table["join_kind"] == "backward", "communication_ms_per_step"] = np.nan
+    # Where backward or the whole step is the join, its all-reduce is not seen apart from it.
+    table.loc[table["join_kind"].isin(WHOLE_JOINS), "communication_ms_per_step"] = np.nan
     causes = cause_table(found).drop_duplicates("run_id").set_index("run_id")
     table = table.join(
         causes.rename(columns={"late_rank": "main_cause_rank", "cause": "main_cause"})
@@ -655,6 +687,14 @@ def processes(n) -> str:
     return f"{n} process" if n == 1 else f"{n} processes"
 
 
+def run_label(runs: pd.DataFrame, run_id: str) -> str:
+    """A run as a reader knows it: framework, processes, setting and
+    replication (its id only where the runs table lacks those)."""
+    row = cells.with_setting(runs).set_index("run_id").loc[run_id]
+    rep = f", rep {row['rep']}" if "rep" in row else ""
+    return f"{row['framework']}, {processes(row['world_size'])}, {row['setting']}{rep}"
+
+
 def _cause_words(rank: int, cause: str) -> str:
     if cause == UNTIMED:
         return f"rank {rank}'s longer untimed gaps cause"
@@ -679,12 +719,19 @@ def sentence(row: dict) -> str:
         )
     else:
         text = f"No rank waits at {where}; "
-    text += (
-        f"the {WAIT_NAME} is {humanize.number(row['waiting_ms_per_step'], 'ms')} "
-        f"(synchronisation skew)"
-    )
+    if row["join_kind"] == "other":  # whole steps: their starts are all that is seen
+        text += (
+            f"ranks wait {humanize.number(row['waiting_ms_per_step'], 'ms')} per step for the "
+            "last to begin its step (synchronisation skew; the wait inside the step is not seen)"
+        )
+    else:
+        text += (
+            f"the {WAIT_NAME} is {humanize.number(row['waiting_ms_per_step'], 'ms')} "
+            f"(synchronisation skew)"
+        )
     if pd.isna(row["communication_ms_per_step"]):
-        text += ", its all-reduce not seen apart from backward (no trace of the collectives)"
+        apart = "the step" if row["join_kind"] == "other" else "backward"
+        text += f", its all-reduce not seen apart from {apart} (no trace of the collectives)"
     else:
         text += (
             f" against {humanize.number(row['communication_ms_per_step'], 'ms')} per step "
@@ -749,7 +796,7 @@ def section(
             for _, r in table.iterrows()
         ]
         + [
-            f"Run {run}: no critical path ({why})."
+            f"{run_label(ok, run)}: no critical path ({why})."
             for run, why in found.problems.items()
             if run in info.index
         ]

@@ -24,7 +24,7 @@ from analysis import critical_path as cp
 from analysis.section import Section
 from runfiles.phases import STEP_PHASES
 
-PARTS = [*STEP_PHASES, cp.UNTIMED]
+PARTS = [*STEP_PHASES, "other", cp.UNTIMED]  # other: a whole step's join
 CONFIDENCE = 0.95
 
 
@@ -47,7 +47,8 @@ def per_run(found: cp.CriticalPath) -> pd.DataFrame:
         / 1e9
     )
     for run_id, seconds in join_time.items():
-        part = "grad_comm" if found.method.get(run_id) != "backward" else "backward"
+        method = found.method.get(run_id)
+        part = method if method in cp.WHOLE_JOINS else "grad_comm"
         mean.loc[(run_id, part)] = mean.get((run_id, part), 0.0) + seconds
     path = found.path.groupby(["run_id", "phase"])["dur_ns"].sum()
     path = path / joins.reindex(path.index.get_level_values("run_id")).to_numpy() / 1e9
@@ -109,6 +110,8 @@ def _pair(cell: pd.DataFrame, by: str, a, b, label: dict) -> list[dict]:
         }
     ]
     for part in PARTS:
+        if part == "other" and "other" not in set(first["part"]) | set(second["part"]):
+            continue  # only runs joined at their whole step have it
         mine = _part(first, part, steps_a.index)
         theirs = _part(second, part, steps_b.index)
         d, lo, hi = difference(mine["step_s"], theirs["step_s"])

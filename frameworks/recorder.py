@@ -174,6 +174,12 @@ class PhaseRecorder:
         except OSError:
             pass  # a full disk or a removed folder: the watch then sees silence
 
+    def add(self, phase: str, start_ns: int, end_ns: int) -> None:
+        """A phase the framework timed itself (a fused step's parts read
+        back from its own clock, converted to ``perf_counter_ns``); tools
+        that time regions live do not see it."""
+        self._close(_INDEX[phase], start_ns, end_ns)
+
     def count_bytes(self, nbytes: int) -> None:
         """Add a buffer handed to a collective to this step's comm_bytes.
         May be called from communication threads."""

@@ -9,6 +9,7 @@ GaspiCxx with pygpi, Tarantella): envs/build-tarantella.sh builds it
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -25,15 +26,107 @@ ADAPTER = register(
         launcher="tarantella",
         env="tarantella",
         probe="tarantella",
-        exposes=("init", "other", "eval"),
-        notes="tnt.Model owns the training step (Keras fit): forward, backward, gradient "
-        "all-reduce and optimizer are fused in one step, timed whole as 'other'. "
-        "Tarantella does not distribute evaluation, so the harness scores each "
-        "rank's test shard with the Keras model itself.",
+        exposes=(
+            "init",
+            "data_load",
+            "forward",
+            "backward",
+            "grad_comm",
+            "optimizer",
+            "other",
+            "eval",
+        ),
+        notes="tnt.Model owns the training step (Keras fit, one compiled graph). "
+        "The graph is Keras' own step with timestamps taken in it (tf.timestamp "
+        "after the loss, after every gradient, after each of Tarantella's "
+        "all-reduces and after the optimizer), read back after each step: "
+        "data_load is the step's start to its batch in hand, then forward, "
+        "backward (the all-reduces of early gradients overlap it), grad_comm "
+        "(the last gradient's to the last all-reduce's end), optimizer; 'other' "
+        "is Keras' metrics and callbacks after it. Each all-reduce is kept "
+        "with its bytes (a gradient ready to its reduced copy). "
+        "Tarantella 0.8.0 does not distribute evaluation (every rank scores "
+        "the whole test set), so the harness scores each rank's test shard "
+        "with the Keras model itself.",
         knobs=("fusion_threshold_kib",),
         whole_nodes=True,
     )
 )
+
+# The phases a fit step's timestamps close, in order; 'other' follows.
+PHASE_ENDS = ("data_load", "forward", "backward", "grad_comm", "optimizer")
+ALLREDUCE = "allreduce"  # the collective's name in traces (Tarantella's SynchCommunicator)
+
+
+class StepStamps:
+    """One step's timestamps as the step graph wrote them (seconds on the
+    wall clock): the ends of PHASE_ENDS, then when each gradient was ready,
+    then when each was reduced; converted to ``perf_counter_ns`` by
+    ``offset`` (wall minus perf counter, in ns) and kept within the step and
+    in order (the graph's clock reads microseconds)."""
+
+    def __init__(self, seconds: np.ndarray, offset: int, start_ns: int, end_ns: int):
+        ns = np.clip(np.rint(seconds * 1e9).astype(np.int64) - offset, start_ns, end_ns)
+        ends = np.maximum.accumulate(ns[: len(PHASE_ENDS)])
+        n = (len(ns) - len(PHASE_ENDS)) // 2
+        self.ends = ends.tolist()
+        self.ready = ns[len(PHASE_ENDS) : len(PHASE_ENDS) + n].tolist()
+        self.reduced = np.maximum(
+            ns[len(PHASE_ENDS) + n :], ns[len(PHASE_ENDS) : len(PHASE_ENDS) + n]
+        ).tolist()
+
+    @staticmethod
+    def size(n_gradients: int) -> int:
+        return len(PHASE_ENDS) + 2 * n_gradients
+
+
+def stamped_model(tf, model, stamps):
+    """The Keras model with Keras' own training step (TF 2.7's train_step,
+    its optimizer.minimize said in its two documented parts) plus
+    timestamps: the same layers and weights, the same ops in the same
+    graph, Tarantella's distributed optimizer aggregating the gradients as
+    minimize would have it do. A timestamp depends on what it marks and
+    nothing depends on it but the slot it is written to, so the graph's
+    schedule is kept (its all-reduces still start while backward runs)."""
+
+    def stamp(after):
+        with tf.control_dependencies(after):
+            return tf.timestamp()
+
+    class Stamped(tf.keras.Model):
+        stamping = True  # False: Keras' step unchanged (bench/tarantella_stamps.py)
+
+        def train_step(self, data):
+            if not self.stamping:
+                return super().train_step(data)
+            x, y, weight = tf.keras.utils.unpack_x_y_sample_weight(data)
+            loaded = stamp(tf.nest.flatten(x))
+            with tf.GradientTape() as tape:
+                y_pred = self(x, training=True)
+                loss = self.compiled_loss(y, y_pred, weight, regularization_losses=self.losses)
+            forward = stamp([loss])
+            grads_and_vars = self.optimizer._compute_gradients(
+                loss, var_list=self.trainable_variables, tape=tape
+            )
+            grads = [g for g, _ in grads_and_vars]
+            ready = [stamp([g]) for g in grads]
+            backward = stamp(grads)
+            # Tarantella's SynchDistributedOptimizer: start, barrier, finish ops
+            reduced = self.optimizer._aggregate_gradients(grads_and_vars)
+            done = [stamp([g]) for g, _ in reduced]
+            exchanged = stamp([g for g, _ in reduced])
+            applied = self.optimizer.apply_gradients(
+                reduced, experimental_aggregate_gradients=False
+            )
+            optimized = stamp([applied])
+            self.compiled_metrics.update_state(y, y_pred, weight)
+            stamps.assign(
+                tf.stack([loaded, forward, backward, exchanged, optimized, *ready, *done])
+            )
+            return {m.name: m.result() for m in self.metrics}
+
+    return Stamped(inputs=model.inputs, outputs=model.outputs, name=model.name)
+
 
 HOW_TO_BUILD = (
     "Tarantella is not installed in this environment; build the 'tarantella' "
@@ -98,10 +191,44 @@ class Adapter(TFAdapter):
         return Dist(rank=rank, world=tnt.get_size(), local_rank=rank % config["procs_per_node"])
 
     def wrap_for_fit(self, model, optimizer, loss, metrics):
+        import tensorflow as tf
+
+        if self.config["fit_step_phases"]:
+            # one slot per timestamp of the step graph (StepStamps)
+            self.stamps = tf.Variable(
+                tf.zeros(StepStamps.size(len(model.trainable_variables)), tf.float64),
+                trainable=False,
+            )
+            model = stamped_model(tf, model, self.stamps)
         model = self.tnt.Model(model)
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
         self.tnt_model = model
         return model
+
+    def fit_step_phases(self, phases):
+        """Each fit step's phases from the timestamps its graph took, and
+        each gradient's all-reduce with its bytes (whole steps where the
+        design says fit_step_phases: false)."""
+        if not self.config["fit_step_phases"]:
+            return super().fit_step_phases(phases)
+        sizes = [v.shape.num_elements() * v.dtype.size for v in self.tnt_model.trainable_variables]
+        phases.measures_bytes = True
+        phases.one_rank = self.tnt.get_size() == 1
+        stamps = self.stamps
+
+        def record(start_ns: int, end_ns: int) -> None:
+            # wall clock (the graph's) to this process's perf_counter_ns
+            offset = time.time_ns() - time.perf_counter_ns()
+            found = StepStamps(stamps.numpy(), offset, start_ns, end_ns)
+            previous = start_ns
+            for phase, at in zip(PHASE_ENDS, found.ends):
+                phases.add(phase, previous, at)
+                previous = at
+            phases.add("other", previous, end_ns)
+            for nbytes, ready, done in zip(sizes, found.ready, found.reduced):
+                phases.collective(ALLREDUCE, nbytes, ready, done)
+
+        return record
 
     def knobs_in_effect(self) -> dict:
         """The fusion threshold Tarantella's configuration holds (from its

@@ -5,7 +5,8 @@ Two loops, one set of outputs (the same as the PyTorch family's):
   so that forward, backward, gradient communication and optimizer are
   separate phases, timed like the PyTorch adapters' (horovod-keras, tf-mwms);
 - ``train_fit``: ``model.fit`` for frameworks that own the step
-  (Tarantella); only whole steps are timed there, under ``other``.
+  (Tarantella); the adapter records each step's phases
+  (``fit_step_phases``), by default the whole step under ``other``.
 
 Adapters subclass :class:`TFAdapter` and override only their framework's
 own calls. The model (frameworks/keras_models.py), the data shards, the
@@ -91,6 +92,12 @@ class TFAdapter:
     def fit_callback(self, timer):
         """train_fit only: the step timer as the framework's fit should get it."""
         return timer
+
+    def fit_step_phases(self, phases: PhaseRecorder):
+        """train_fit only: a function recording one fit step's phases, given
+        its start and end (``perf_counter_ns``). Here the whole step as
+        'other'; an adapter that reads the step's parts back overrides it."""
+        return lambda start_ns, end_ns: phases.add("other", start_ns, end_ns)
 
     def knobs_in_effect(self) -> dict:
         """The framework knobs in effect, read back from the framework
@@ -379,7 +386,7 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
 
     n_train, n_test, steps = common.epoch_sizes(config, dataset, dist.world)
     batch = config["batch_size"]
-    timer = _fit_step_timer(phases, config["warmup_steps"])
+    timer = _fit_step_timer(phases, config["warmup_steps"], adapter.fit_step_phases(phases))
     rows = []
     for epoch in range(1, config["epochs"] + 1):
         epoch_start = time.perf_counter()
@@ -423,10 +430,10 @@ class _Shared:
         return self
 
 
-def _fit_step_timer(phases: PhaseRecorder, warmup_steps: int):
-    """A Keras callback recording each fit step as one step whose whole time
-    is 'other', and the epoch's measured steps and seconds (after warm-up),
-    in its ``state``.
+def _fit_step_timer(phases: PhaseRecorder, warmup_steps: int, record):
+    """A Keras callback recording each fit step as one step, its phases by
+    ``record(start_ns, end_ns)``, and the epoch's measured steps and seconds
+    (after warm-up), in its ``state``.
 
     Tarantella wraps each user callback at every fit, deep-copying each of
     its attributes (v0.8.0 and master, keras/callbacks.py): the state is one
@@ -438,7 +445,8 @@ def _fit_step_timer(phases: PhaseRecorder, warmup_steps: int):
         def __init__(self):
             super().__init__()
             self.state = _Shared()
-            self.state.epoch, self.state.step, self.state.span = 0, 0, None
+            self.state.epoch, self.state.step, self.state.start = 0, 0, 0
+            self.state.record = record
 
         def set_model(self, model):
             pass  # not needed, and not deep-copyable under Tarantella
@@ -452,11 +460,11 @@ def _fit_step_timer(phases: PhaseRecorder, warmup_steps: int):
             if state.step >= warmup_steps and state.measured_start is None:
                 state.measured_start = time.perf_counter()
             phases.begin_step(state.epoch, state.step)
-            state.span = phases("other").__enter__()
+            state.start = time.perf_counter_ns()
 
         def on_train_batch_end(self, batch, logs=None):
             state = self.state
-            state.span.__exit__(None, None, None)
+            state.record(state.start, time.perf_counter_ns())
             phases.end_step()
             state.measured_steps += state.measured_start is not None
             state.step += 1

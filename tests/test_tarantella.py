@@ -1,7 +1,9 @@
 """Real Tarantella (GPI-2 over TCP, tnt.Model) trains the shared CNN with 2
-processes through the runner, and the same-model gate checks the real
-tnt.Model. Skipped where Tarantella is not built: 'bash
-envs/build-tarantella.sh' builds it (about 10 minutes on 2 cores)."""
+processes through the runner, each step in phases read back from its own
+graph, each gradient's all-reduce with its bytes; with fit_step_phases:
+false its whole steps reach every table of the analysis. The same-model
+gate checks the real tnt.Model. Skipped where Tarantella is not built:
+'bash envs/build-tarantella.sh' builds it (about 10 minutes on 2 cores)."""
 
 import json
 import tempfile
@@ -11,9 +13,15 @@ import pandas as pd
 import pytest
 
 from conftest import assert_learned, tiny_design, trained
+from analysis import bottlenecks, collect, spread
+from analysis import critical_path as cp
 from ddlcompare.plan import design
 from ddlcompare.run import envs, runner
 from ddlcompare.run import model_gate
+from frameworks import data, models
+from runfiles import names
+from traces.convert import convert
+from traces.rules import RULES_FILE, PhaseRules
 
 BUILT = envs.has_module("tarantella", "tarantella")
 pytestmark = pytest.mark.skipif(
@@ -43,13 +51,85 @@ def test_two_processes_train_and_agree(two_ranks):
     assert ranks[0]["tarantella_build_gpi2"] == "v1.5.1"
     assert ranks[0]["tensorflow"] == ranks[0]["tarantella_build_tensorflow"]
     steps = pd.read_csv(folder / "steps.rank1.tsv", sep="\t")
-    assert len(steps) == 2 * 12 and (steps["other_ns"] > 0).all()  # whole steps only
-    assert (steps["forward_ns"] == 0).all()
+    assert len(steps) == 2 * 12
     record = json.loads((folder / "run.json").read_text())
     command = record["command"]
     at = command.index("-n")  # after flock LOCK and the run's folder to start in
     assert command[at : at + 3] == ["-n", "2", "--no-gpu"]
     assert record["ranks"][0]["tarantella"] == "0.8.0"
+
+
+# The CNN's gradients: one float32 per trainable parameter
+GRADIENT_BYTES = 4 * sum(
+    row["params"]
+    for row in models.layer_shapes(
+        models.MODELS["cnn"], data.FASHION_MNIST.shape, data.FASHION_MNIST.classes
+    )
+)
+TENSORS = 2 * sum(  # a kernel and a bias per conv2d and dense layer
+    layer["type"] in ("conv2d", "dense") for layer in models.MODELS["cnn"]["layers"]
+)
+
+
+def assert_phases_and_all_reduces(folder: Path) -> None:
+    """Each step in phases on both ranks, adding up to the step (the
+    issue's goal: within 5 %), and each gradient's all-reduce in the trace
+    with its start, end and bytes: the model's gradients every step."""
+    for rank in (0, 1):
+        steps = pd.read_csv(folder / names.steps(rank), sep="\t")
+        timed = steps[[f"{p}_ns" for p in collect.ROW_PHASES]].sum(axis=1)
+        share = timed / (steps["end_ns"] - steps["start_ns"])
+        assert share.between(0.95, 1.0).all(), share.describe()
+        assert (steps["comm_bytes"] == GRADIENT_BYTES).all()
+        assert (steps[["forward_ns", "backward_ns", "grad_comm_ns"]] > 0).all().all()
+    table = collect.phase_intervals(folder, "run")
+    for rank in (0, 1):
+        found = set(table.loc[(table["rank"] == rank) & (table["dur_ns"] > 0), "phase"])
+        assert {"data_load", "forward", "backward", "grad_comm", "optimizer"} <= found
+    traced, _, errors = convert([folder / names.OTF2_DIR], PhaseRules(RULES_FILE))
+    assert errors == []
+    traced = traced.to_pandas()
+    reduces = traced[traced["collective"] == "allreduce"]
+    per_step = reduces.groupby(["rank", "step"])["bytes"].agg(["sum", "count"])
+    assert set(per_step.index.get_level_values("rank")) == {0, 1}
+    assert len(per_step) == 2 * 2 * 12
+    assert (per_step["sum"] == GRADIENT_BYTES).all() and (per_step["count"] == TENSORS).all()
+    assert (reduces["end_ns"] >= reduces["start_ns"]).all()
+    # each all-reduce lies within its step on its rank
+    bounds = traced.loc[traced["phase"] == "step", ["rank", "step", "start_ns", "end_ns"]]
+    at = reduces.merge(bounds, on=["rank", "step"], suffixes=("", "_step"))
+    assert len(at) == len(reduces)
+    assert (at["start_ns"] >= at["start_ns_step"]).all()
+    assert (at["end_ns"] <= at["end_ns_step"]).all()
+
+
+@pytest.mark.slow
+def test_each_step_in_phases_with_every_all_reduce(two_ranks):
+    assert_phases_and_all_reduces(two_ranks)
+
+
+@pytest.mark.slow
+def test_whole_steps_only_keep_their_time_in_every_table(tmp_path):
+    """fit_step_phases: false times whole steps, as 'other': the step
+    tables, the spread, the breakdown and the critical path keep them."""
+    doc = tiny_design(["tarantella"], timeout_s=600, fit_step_phases=False)
+    plan = design.parse(doc, "tiny.yaml")
+    assert runner.execute(plan.runs()[0], tmp_path) == 0
+    folder = tmp_path / plan.runs()[0].path
+    assert_learned(folder)
+    steps = pd.read_csv(folder / names.steps(1), sep="\t")
+    assert (steps["other_ns"] > 0).all() and (steps["forward_ns"] == 0).all()
+    assert (steps["comm_bytes"].isna()).all()  # no buffers seen
+    tables = collect.tables(plan, tmp_path)
+    runs, table = tables["runs"], tables["step_phases"]
+    measured = table[table["step"] >= 2]
+    assert set(measured["phase"]) == {"other"}
+    row = spread.table(runs, table).iloc[0]
+    assert row["step_median_s"] > 0 and row["steps"] == 2 * (2 * 12 - 2)
+    parts = bottlenecks.breakdown(table, runs, ["framework"]).set_index("phase")["mean"]
+    assert parts["other"] == pytest.approx(row["step_median_s"], rel=0.5)
+    found = cp.analyse(table, runs)
+    assert set(found.method.values()) == {"other"} and found.problems == {}
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ import pytest
 from conftest import REPO, assert_learned, tiny_design, trained
 from ddlcompare.run import envs
 from runfiles import variables
+from test_tarantella import assert_phases_and_all_reduces
 
 SPEC = REPO / "envs" / "patches" / "tarantella" / "GaspiCxx.json"
 PINNED = re.search(r"GASPICXX_REF:-([^}]+)", (REPO / "envs" / "build-tarantella.sh").read_text())[1]
@@ -96,3 +97,4 @@ def test_patched_build_trains_two_processes():
         assert ranks[0]["tarantella_build_patch"].startswith(
             "envs/patches/tarantella/GaspiCxx.json"
         )
+        assert_phases_and_all_reduces(folder)  # its steps in phases, as the plain build's

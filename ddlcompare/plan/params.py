@@ -320,6 +320,14 @@ PARAMS: dict[str, Param] = {
         Param("horovod_timeline", bool, False, "also write Horovod's own timeline (Horovod runs)"),
         Param("torch_profiler", bool, False, "also write a PyTorch profiler (Kineto) trace"),
         Param(
+            "fit_step_phases",
+            bool,
+            True,
+            "where the framework's own fit runs the step (Tarantella): read each step's "
+            "phases back from timestamps taken in its graph (false: time whole steps only, "
+            "as 'other')",
+        ),
+        Param(
             "batch_split",
             str,
             "even",
