@@ -32,11 +32,13 @@ def step_times(runs: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
 
 def table(runs: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
     """Per cell: runs, measured steps, step time median, p95 and slowest,
-    p95 over the median (the tail), and the run-to-run coefficient of
-    variation of throughput (stats.replicate_table's, as the summary's)."""
+    p95 over the median (the tail), the run-to-run coefficient of variation
+    of throughput (stats.replicate_table's, as the summary's), and the mean
+    initialisation time of its runs (``init_s``: start-up, the framework's
+    and the model's, before the first step)."""
     steps = step_times(runs, phases)
     columns = [*cells.CELL, "runs", "steps", "step_median_s", "step_p95_s", "step_slowest_s"]
-    columns += ["p95_over_median", "throughput_cv_share"]
+    columns += ["p95_over_median", "throughput_cv_share", "init_s"]
     if steps.empty:
         return pd.DataFrame(columns=columns)
     grouped = steps.groupby(cells.CELL)["step_s"]
@@ -56,6 +58,11 @@ def table(runs: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
         found = found.join(cv)
     else:
         found["throughput_cv_share"] = math.nan
+    ok = cells.with_setting(runs[runs["status"] == "ok"])
+    if "init_s" in ok:
+        found = found.join(ok.groupby(cells.CELL)["init_s"].mean())
+    else:
+        found["init_s"] = math.nan
     return cells.in_order(found.reset_index()[columns], cells.CELL)
 
 
@@ -72,7 +79,9 @@ def section(ctx) -> Section:
             "Time of each measured step (warm-up left out), over all ranks and "
             "replications of a cell; p95_over_median is the tail's length. "
             "throughput_cv is the run-to-run variation: the standard deviation of "
-            "images_per_s over replications divided by its mean."
+            "images_per_s over replications divided by its mean. init is the start-up "
+            "before the first step (the framework's, the data's and the model's), mean "
+            "over the cell's runs."
         )
         out.table(found)
     out.heading("Runs, traces and the merged timeline").para(

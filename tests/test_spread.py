@@ -12,8 +12,9 @@ from analysis.section import Section
 
 def test_step_time_distribution_per_cell():
     phases, runs = constructed()  # steps of 60 ms (rank 2 late) and 40 ms, alternately
-    runs = runs.assign(images_per_s=1000.0)
+    runs = runs.assign(images_per_s=1000.0, init_s=4.5)
     row = spread.table(runs, phases).iloc[0]
+    assert row["init_s"] == 4.5  # start-up beside the step
     assert row["steps"] == 40 * 4 and row["runs"] == 1
     assert row["step_median_s"] == pytest.approx(0.050)
     assert row["step_p95_s"] == pytest.approx(0.060)
