@@ -149,8 +149,10 @@ class PhaseRecorder:
             live.begin(STEP)
         self._step_start = perf_counter_ns()
 
-    def end_step(self) -> None:
-        end = perf_counter_ns()
+    def end_step(self, end_ns: int | None = None) -> None:
+        """Close the step, now or at ``end_ns`` (a step whose phases were
+        read back after it ended: the reading is not the step's)."""
+        end = perf_counter_ns() if end_ns is None else end_ns
         for live in self.live:
             live.end(STEP)
         comm_bytes = sum(self._comm_bytes) if self.measures_bytes else ""

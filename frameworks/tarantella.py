@@ -80,6 +80,12 @@ class StepStamps:
         return len(PHASE_ENDS) + 2 * n_gradients
 
 
+def in_backward_order(makers: list) -> list:
+    """Each maker called, the last first; the results in the makers' order."""
+    made = [maker() for maker in reversed(makers)]
+    return made[::-1]
+
+
 def stamped_model(tf, model, stamps):
     """The Keras model with Keras' own training step (TF 2.7's train_step,
     its optimizer.minimize said in its two documented parts) plus
@@ -109,11 +115,14 @@ def stamped_model(tf, model, stamps):
                 loss, var_list=self.trainable_variables, tape=tape
             )
             grads = [g for g, _ in grads_and_vars]
-            ready = [stamp([g]) for g in grads]
+            # TensorFlow runs a function's stateful ops (a timestamp is one) in
+            # the order they were made: made in the order backward yields the
+            # gradients (the last layer's first), each is taken when it is due.
+            ready = in_backward_order([lambda g=g: stamp([g]) for g in grads])
             backward = stamp(grads)
             # Tarantella's SynchDistributedOptimizer: start, barrier, finish ops
             reduced = self.optimizer._aggregate_gradients(grads_and_vars)
-            done = [stamp([g]) for g, _ in reduced]
+            done = in_backward_order([lambda g=g: stamp([g]) for g, _ in reduced])
             exchanged = stamp([g for g, _ in reduced])
             applied = self.optimizer.apply_gradients(
                 reduced, experimental_aggregate_gradients=False

@@ -464,8 +464,9 @@ def _fit_step_timer(phases: PhaseRecorder, warmup_steps: int, record):
 
         def on_train_batch_end(self, batch, logs=None):
             state = self.state
-            state.record(state.start, time.perf_counter_ns())
-            phases.end_step()
+            end = time.perf_counter_ns()
+            state.record(state.start, end)
+            phases.end_step(end)
             state.measured_steps += state.measured_start is not None
             state.step += 1
 
