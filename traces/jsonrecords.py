@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 
 import msgspec
@@ -192,8 +193,7 @@ def _salvaged(text: str, start: int, record_type, reasons: Counter):
         at, end = starts[i], None
         try:
             end = decoder.raw_decode(text, at)[1]
-            # decoded from its text, as a whole chunk is: a number keeps its digits
-            records.append(msgspec.json.decode(text[at:end], type=record_type))
+            records.append(_one_record(text[at:end], record_type))
         except (ValueError, msgspec.ValidationError, RecursionError) as error:
             reasons[_reason(error)] += 1
             bad += 1
@@ -206,6 +206,30 @@ def _salvaged(text: str, start: int, record_type, reasons: Counter):
         while i < len(starts) and starts[i] < end:
             i += 1
     return records, bad, first_bad
+
+
+# Numbers msgspec refuses but Python's JSON reader takes: NaN, Infinity and
+# those beyond a double or an int64.
+_LARGEST_FLOAT, _INT64 = Decimal("1.7e308"), 1 << 63
+_NUMBERS_AS_WRITTEN = msgspec.json.Encoder(decimal_format="number")
+
+
+def _one_record(text: str, record_type):
+    """One record from its text, as a whole chunk is decoded, so that a
+    number keeps its digits. A record msgspec refuses only for a number it
+    cannot hold (NaN, Infinity, 1e400: Python's reader takes them) is read
+    with those numbers as null, as a field with no value, never refused
+    whole; a record that is not JSON, or of the wrong shape, still is."""
+    try:
+        return msgspec.json.decode(text, type=record_type)
+    except msgspec.DecodeError:
+        value = json.loads(
+            text,
+            parse_float=lambda s: Decimal(s) if abs(Decimal(s)) < _LARGEST_FLOAT else None,
+            parse_int=lambda s: int(s) if -_INT64 <= int(s) < _INT64 else None,
+            parse_constant=lambda _: None,
+        )
+        return msgspec.json.decode(_NUMBERS_AS_WRITTEN.encode(value), type=record_type)
 
 
 def _record_starts(text: str, start: int) -> list[int]:
