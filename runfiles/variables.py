@@ -261,6 +261,14 @@ _ALL = [
         "ddlcompare/run/machine_lock.py, workflows/share_machine.sh",
     ),
     Variable(
+        "DDLC_CLUSTER_MARK",
+        None,
+        "set by `./ddlc cluster up` in the environment of every daemon it starts "
+        "(their children inherit it): `down` stops every process that carries "
+        "this cluster's mark",
+        "ddlcompare/run/cluster.py",
+    ),
+    Variable(
         "DDLC_DESIGN_DIGEST",
         None,
         "set by the workflow: its design file's digest, to tell a design edited mid-campaign",
