@@ -159,7 +159,12 @@ def assert_learned(folder: Path):
     import pandas as pd
 
     done = json.loads((folder / "done.json").read_text())
-    assert done["status"] == "ok", (folder / "train.log").read_text()[-3000:]
+    if done["status"] != "ok":  # why, as the runner recorded it, then what the ranks said
+        record = json.loads((folder / "run.json").read_text())
+        runner_log = folder / "runner.log"
+        said = runner_log.read_text()[-2000:] if runner_log.exists() else ""
+        train_log = (folder / "train.log").read_text()[-3000:]
+        raise AssertionError(f"{record.get('reason')}\n{said}\n{train_log}")
     epochs = pd.read_csv(folder / "epochs.tsv", sep="\t")
     assert list(epochs["epoch"]) == [1, 2]
     assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]

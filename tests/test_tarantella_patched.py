@@ -19,7 +19,10 @@ from runfiles import variables
 from test_tarantella import assert_phases_and_all_reduces
 
 SPEC = REPO / "envs" / "patches" / "tarantella" / "GaspiCxx.json"
-PINNED = re.search(r"GASPICXX_REF:-([^}]+)", (REPO / "envs" / "build-tarantella.sh").read_text())[1]
+# the tag envs/sources.txt pins, as build-lib.sh's `pin` reads it
+PINNED = re.search(
+    r"^\S+\s+git\s+cc-hpc-itwm/GaspiCxx\s+(\S+)", (REPO / "envs" / "sources.txt").read_text(), re.M
+)[1]
 # git copies of GaspiCxx that the build script checked out or reads from
 # (DDLC_SOURCES, as the build script takes it)
 COPIES = [

@@ -70,6 +70,8 @@ class Slurm(Scheduler):
         out = _ask(["scontrol", "show", "job", "--oneliner", job]) if job else ""
         if not (state := ending_state(out)):
             return None
+        if state == "COMPLETING":  # scancel's state may not show yet: accounting has it
+            state = accounted_state(job) or state
         said = f"Slurm job {job}: {state}"
         found = re.search(r"(?:^|\s)NodeList=(\S+)", out)
         # A job requeued after a node failure has lost its node list: the run's hosts.
@@ -114,6 +116,15 @@ def ending_state(job: str) -> str | None:
     if name == "COMPLETING":
         name = ENDED_BY.get(why, name)
     return name if why == "None" else f"{name}, {why}"
+
+
+def accounted_state(job: str) -> str | None:
+    """The state Slurm's accounting holds for a job ("CANCELLED by 0" is
+    CANCELLED), where scontrol still says only COMPLETING: under load the
+    runner may ask between scancel's signal and the state scontrol shows.
+    None where accounting does not answer or knows no more."""
+    words = _ask(["sacct", "-j", job, "-X", "-n", "-P", "-o", "State"]).split()
+    return words[0] if words and words[0] not in ("RUNNING", "COMPLETING", "PENDING") else None
 
 
 def _ask(argv: list[str]) -> str:
