@@ -475,7 +475,10 @@ def design_doc(
         runs = ok[ok["framework"] == h["framework"]].drop_duplicates(keys)
         for level in (h["before"], h["after"]):
             combos += [
-                {**{k: _level(k, run[k]) for k in keys}, h["factor"]: level}
+                # the level as the design writes it: a table's NaN (a null
+                # 'before') would not match the null other changes' cells
+                # take for this factor, and exclude those cells
+                {**{k: _level(k, run[k]) for k in keys}, h["factor"]: _level(h["factor"], level)}
                 for _, run in runs.iterrows()
             ]
         same = ranked[(ranked["framework"] == h["framework"]) & (ranked["change"] == h["change"])]

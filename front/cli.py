@@ -259,7 +259,7 @@ def cmd_two_stage(args) -> int:
 
 
 def _prediction_cell(prediction: dict) -> str:
-    """Where a prediction holds, in the design's words: "2 process(es)",
+    """Where a prediction holds, in the design's words: "2 processes",
     then any other setting that tells two cells of one world size apart."""
     others = {"world_size", "predicted_gain", "low", "high", "runs"}
     said = [
@@ -267,7 +267,9 @@ def _prediction_cell(prediction: dict) -> str:
         for k, v in prediction.items()
         if k not in others and v is not None
     ]
-    return ", ".join([f"{prediction['world_size']} process(es)", *said])
+    from analysis import humanize
+
+    return ", ".join([humanize.processes(prediction["world_size"]), *said])
 
 
 def cmd_improve(args) -> int:
