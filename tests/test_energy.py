@@ -128,7 +128,14 @@ def test_rapl_unreadable_energy_is_a_reason():
         top.chmod(0o755)
         links = make_powercap(top / "sys", {0: {"package": 5, "dram": 6}})
         (top / "runfiles").mkdir()
-        for name in ("__init__.py", "atomic.py", "files.py", "names.py", "variables.py", "energy.py"):
+        for name in (
+            "__init__.py",
+            "atomic.py",
+            "files.py",
+            "names.py",
+            "variables.py",
+            "energy.py",
+        ):
             shutil.copy(REPO / "runfiles" / name, top / "runfiles" / name)
         code = (
             "import sys; from runfiles import energy\n"

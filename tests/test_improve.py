@@ -188,6 +188,33 @@ def test_improve_design_tests_before_and_after_interleaved(tmp_path):
     assert [p["world_size"] for p in hypothesis["predictions"]] == [2]
 
 
+def test_a_change_from_a_null_level_keeps_the_other_changes_cells(tmp_path):
+    """Two changes on two factors, one of them from a null level (NaN in the
+    ranked table, as a fusion threshold left at the framework's default is):
+    the test's design runs each change's after level, the patched build's
+    cells included (they were excluded when NaN and null did not match)."""
+    from analysis import critical_path as cp
+
+    first, tables = first_stage(tmp_path, runs_a_cell=3)
+    design = design_mod.load(str(first))
+    runs = improve.read_runs(tables / "runs.parquet", design.factors)
+    ranked = improve.hypotheses(runs, cp.phase_table(tables))
+    swap = ranked[ranked["factor"] == "framework"].iloc[[0]]
+    fusion = swap.assign(
+        change="exposed exchange hidden",
+        factor="fusion_threshold_kib",
+        before=np.nan,
+        after=256,
+        predicted_gain=swap["predicted_gain"] / 2,
+    )
+    doc = improve.design_doc(design, pd.concat([swap, fusion], ignore_index=True), tables)
+    planned = {
+        (r.factors["framework"], r.config.get("fusion_threshold_kib"))
+        for r in design_mod.parse(doc, "test.yaml").runs()
+    }
+    assert planned == {("tarantella", None), ("tarantella-patched", None), ("tarantella", 256)}
+
+
 @pytest.mark.parametrize("runs_a_cell", [2, 5])
 def test_ddlc_improve_prints_each_prediction_and_says_when_it_rests_on_few_runs(
     tmp_path, runs_a_cell
@@ -201,7 +228,7 @@ def test_ddlc_improve_prints_each_prediction_and_says_when_it_rests_on_few_runs(
     assert out.returncode == 0, out.stderr[-2000:]
     assert "testing tarantella: contention removed" in out.stdout, out.stdout
     interval = r"\[\d+%, \d+%\]" if runs_a_cell >= 3 else r"\(no interval from 2 runs; 3 give one\)"
-    assert re.search(r"2 process\(es\): (49|50|51)% " + interval, out.stdout), out.stdout
+    assert re.search(r"2 processes: (49|50|51)% " + interval, out.stdout), out.stdout
     assert ("rest on 2 run(s) a cell" in out.stdout) == (runs_a_cell < 3), out.stdout
     written = yaml.safe_load((tmp_path / "first-improve.yaml").read_text())
     prediction = written["follow_up"]["hypotheses"][0]["predictions"][0]
