@@ -78,11 +78,8 @@ class Otf2Sink(Sink):
             "steps": self.steps,
             "collectives": self.collectives,
         }
-        try:
-            write_text(parts / f"rank{self.rank}.json", json.dumps(part))
-        except OSError:
-            pass  # a full disk: no part, and the runner fails the run for its lost trace
-            raise
+        # A full disk raises here: no part, and the runner fails the run for its lost trace.
+        write_text(parts / f"rank{self.rank}.json", json.dumps(part))
         assemble_if_complete(self.run_dir, self.world)
 
 
