@@ -9,8 +9,9 @@
 #   bash envs/setup.sh torch [tensorflow] [tarantella]
 #                                         only the environments named, each
 #                                         from envs/<name>.txt, Tarantella by
-#                                         envs/build-tarantella.sh (about 7 min;
-#                                         ./ddlc run: the ones its design needs)
+#                                         envs/build-tarantella.sh (how long:
+#                                         envs/tarantella.md; ./ddlc run: the
+#                                         ones its design needs)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -250,7 +251,7 @@ if wants tensorflow; then
   install_horovod_tf
 fi
 if wants tarantella; then
-  # Stamped per part: seconds when it is built, about 7 minutes when not.
+  # Stamped per part: seconds when it is built (envs/tarantella.md: how long when not).
   # One log per attempt; fd 3 brings its notices (a wait for another
   # checkout's build, sources it cannot reach) to this terminal.
   mkdir -p "$tarantella.logs"

@@ -77,7 +77,7 @@ TARANTELLA_BUILT = envs.has_module("tarantella", "tarantella")
             "tarantella",
             marks=pytest.mark.skipif(
                 not TARANTELLA_BUILT,
-                reason="Tarantella is not built here: bash envs/build-tarantella.sh (about 7 minutes)",
+                reason="Tarantella is not built here: bash envs/build-tarantella.sh (envs/tarantella.md)",
             ),
         ),
     ],

@@ -3,7 +3,7 @@ processes through the runner, each step in phases read back from its own
 graph, each gradient's all-reduce with its bytes; with fit_step_phases:
 false its whole steps reach every table of the analysis. The same-model
 gate checks the real tnt.Model. Skipped where Tarantella is not built:
-'bash envs/build-tarantella.sh' builds it (about 10 minutes on 2 cores)."""
+'bash envs/build-tarantella.sh' builds it (how long: envs/tarantella.md)."""
 
 import json
 import tempfile

@@ -37,7 +37,7 @@ BUILT_DIRS = {
 
 
 # Built by envs/setup.sh through their own build script, in minutes (Tarantella:
-# about 7); LBANN's build takes hours and stays a step of its own.
+# envs/tarantella.md); LBANN's build takes hours and stays a step of its own.
 BUILT_BY_SETUP = {"tarantella"}
 
 
