@@ -5,14 +5,16 @@ false its whole steps reach every table of the analysis. The same-model
 gate checks the real tnt.Model. Skipped where Tarantella is not built:
 'bash envs/build-tarantella.sh' builds it (how long: envs/tarantella.md)."""
 
+import concurrent.futures
 import json
 import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import assert_learned, tiny_design, trained
+from conftest import REPO, assert_learned, tiny_design, trained
 from analysis import bottlenecks, collect, spread
 from analysis import critical_path as cp
 from ddlcompare.plan import design
@@ -151,3 +153,22 @@ def test_same_model_gate_on_the_real_tnt_model(model, dataset):
     (answer,) = model_gate.ask("tarantella", model, (dataset,), cache=False).values()
     assert "tnt.Model" in answer["checked_on"], answer
     assert model_gate.compare(model_gate.reference_rows(model, dataset), answer["rows"]) == []
+
+
+@pytest.mark.slow
+def test_the_gate_starts_tarantella_outside_the_checkout(tmp_path, monkeypatch):
+    """Tarantella's launcher writes its rank script (tmpXXXXXXXX) into its
+    working folder and leaves it there when it is killed: the gate's builder
+    runs in a scratch folder of its own, never in the checkout."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    before = set(REPO.glob("tmp*"))
+    scripts: set[Path] = set()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        asked = pool.submit(model_gate.ask, "tarantella", "cnn", ("fashion-mnist",), False)
+        while not asked.done():
+            scripts |= set(tmp_path.glob("ddlc-gate-*/tmp*")) | (set(REPO.glob("tmp*")) - before)
+            time.sleep(0.05)
+    (answer,) = asked.result().values()
+    assert "tnt.Model" in answer.get("checked_on", ""), answer
+    assert scripts and {p.parent.parent for p in scripts} == {tmp_path}, scripts
+    assert not list(tmp_path.glob("ddlc-gate-*"))  # the scratch folder goes with the builder

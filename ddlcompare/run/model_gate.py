@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from ddlcompare.run import envs
@@ -38,6 +39,9 @@ from runfiles import files
 # workflow gates every builder, and starting TensorFlow or Tarantella again
 # for the same code and the same environments only costs time.
 CACHE = variables.cache("model-gate")
+# Starting TensorFlow and Tarantella and building ResNet-34 takes a minute on
+# a loaded machine; ten is a builder that hangs.
+BUILDER_TIMEOUT_S = 600
 
 
 def answer_key(builder: str, model: str, datasets: tuple[str, ...]) -> str:
@@ -98,7 +102,13 @@ def _ask_builder(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
         }
         return {d: error for d in datasets}
     argv: list[str] = [str(python)]
-    launch_env: dict[str, str] | None = None  # None: this process's
+    # The builder runs in a scratch folder, never the checkout: Tarantella's
+    # launcher writes its rank script into its working folder, and leaves it
+    # there when it is killed. The harness reaches the builder by PYTHONPATH.
+    launch_env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
     if builder == "tarantella":  # one rank, started by Tarantella's launcher
         argv = [
             "flock",
@@ -109,18 +119,20 @@ def _ask_builder(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
             "--no-gpu",
             "--",
         ]
-        launch_env = {
-            **os.environ,
-            "PATH": f"{LOCAL_SSH}:{python.parent}:{os.environ.get('PATH', '')}",
-        }
-    done = subprocess.run(
-        [*argv, "-m", "frameworks.model_gate", "rows", builder, model, *datasets],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=launch_env,
-    )
+        launch_env["PATH"] = f"{LOCAL_SSH}:{python.parent}:{os.environ.get('PATH', '')}"
+    with tempfile.TemporaryDirectory(prefix="ddlc-gate-") as scratch:
+        try:
+            done = subprocess.run(
+                [*argv, "-m", "frameworks.model_gate", "rows", builder, model, *datasets],
+                cwd=scratch,
+                capture_output=True,
+                text=True,
+                timeout=BUILDER_TIMEOUT_S,
+                env=launch_env,
+            )
+        except subprocess.TimeoutExpired:
+            error = {"error": f"the {builder} builder gave no answer in {BUILDER_TIMEOUT_S} s"}
+            return {d: error for d in datasets}
     if done.returncode != 0:
         error = {"error": f"the {builder} builder failed: {done.stderr.strip()[-500:]}"}
         return {d: error for d in datasets}
