@@ -97,7 +97,9 @@ def test_setup_builds_tarantella_when_asked(tmp_path):
     from ddlcompare.run import envs
 
     if not envs.python_for("tarantella").exists():
-        pytest.skip("Tarantella is not built here: bash envs/setup.sh tarantella (envs/tarantella.md)")
+        pytest.skip(
+            "Tarantella is not built here: bash envs/setup.sh tarantella (envs/tarantella.md)"
+        )
     done = front_door("bash", "envs/setup.sh", "torch", "tarantella", tmp_path=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
