@@ -132,6 +132,23 @@ def final_losses(results: Path) -> dict[str, float]:
     }
 
 
+# A workflow's own time beyond its runs, on a loaded 2-core machine:
+# Snakemake's start and DAG, the network probe's job, each job's submission
+# and the scheduler's status polls (OAR's and Slurm's take turns with the
+# runs for the same cores).
+WORKFLOW_OVERHEAD_S = 300
+
+
+def workflow_limit(design_file: Path) -> int:
+    """How long a test lets a workflow of ``design_file`` take: its runs one
+    after another (they take turns on the machine), each for as long as the
+    harness gives it before calling it hung (runner.derived_timeout), and
+    the workflow's own time. A loaded machine then slows the test without
+    failing it; a run the harness itself would stop still does."""
+    runs = design.load(design_file).runs()
+    return WORKFLOW_OVERHEAD_S + sum(runner.derived_timeout(row.config) for row in runs)
+
+
 def trained_here(doc: dict, results: Path) -> dict[str, float]:
     """Every run of the design trained through the runner, as a local
     workflow's jobs train them (without the workflow's gate, probes and

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, write_design
+from conftest import REPO, workflow_limit, write_design
 from ddlcompare.run import cluster, envs, netem
 from ddlcompare.run.schedulers import slurm
 from frameworks import registry
@@ -167,7 +167,7 @@ def slurm_cluster():
     ]
 
 
-def slurm_argv(workdir: Path, *extra: str, limit: int = 420) -> list[str]:
+def slurm_argv(workdir: Path, *extra: str, limit: int) -> list[str]:
     """`snakemake --profile slurm` from the project root, as the card writes
     it; squeue for status (the cluster keeps no accounting), polled often."""
     return [
@@ -178,8 +178,8 @@ def slurm_argv(workdir: Path, *extra: str, limit: int = 420) -> list[str]:
     ]  # fmt: skip
 
 
-def slurm_snakemake(workdir: Path, env: dict, *extra: str, limit: int = 420):
-    argv = slurm_argv(workdir, *extra, limit=limit)
+def slurm_snakemake(workdir: Path, env: dict, *extra: str):
+    argv = slurm_argv(workdir, *extra, limit=workflow_limit(workdir / "design.yaml"))
     return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
 
 
@@ -277,7 +277,7 @@ def oar_cluster(slurm_cluster):
     shutil.rmtree(user.home / "ddlc-tests", ignore_errors=True)
 
 
-def oar_argv(workdir: Path, *extra: str, limit: int = 420) -> list[str]:
+def oar_argv(workdir: Path, *extra: str, limit: int) -> list[str]:
     """`snakemake --profile grid5000` from the project root, as the submitting
     user. By path: with -d, a profile found by its bare name in the working
     directory gives its scripts relative to it (docs/clusters.md)."""
@@ -289,7 +289,8 @@ def oar_argv(workdir: Path, *extra: str, limit: int = 420) -> list[str]:
     ]  # fmt: skip
 
 
-def oar_snakemake(user, workdir: Path, *extra: str, limit: int = 420):
+def oar_snakemake(user, workdir: Path, *extra: str):
+    limit = workflow_limit(workdir / "design.yaml")
     return user.run(oar_argv(workdir, *extra, limit=limit), REPO, timeout=limit + 60)
 
 

@@ -20,7 +20,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO, final_losses, tiny_design, trained_here, write_design
+from conftest import (
+    REPO,
+    WORKFLOW_OVERHEAD_S,
+    final_losses,
+    tiny_design,
+    trained_here,
+    workflow_limit,
+    write_design,
+)
 from ddlcompare.run import launch, schedulers
 from ddlcompare.run.schedulers import Host
 from ddlcompare.run.launchers.tf_workers import tf_worker_addresses
@@ -105,7 +113,8 @@ def oar_user():
     subprocess.run([str(SCRIPT), "stop"], timeout=120)
 
 
-def snakemake(user: OarUser, workdir: Path, profile: Path, *extra: str, limit: int = 300):
+def snakemake(user: OarUser, workdir: Path, profile: Path, *extra: str, limit: int | None = None):
+    limit = limit or workflow_limit(workdir / "design.yaml")
     argv = [
         "timeout",
         "-k",
@@ -176,15 +185,21 @@ def test_walltime_kill_is_failed_and_the_workflow_ends(oar_user):
     workdir = oar_user.workdir("walltime")
     write_design(workdir, tiny_design(procs=(1,), epochs=1000, max_steps=None, timeout_s=3600))
     started = time.monotonic()
+    walltime_s, walltime = 90, "0:01:30"  # OAR ends the run there, long before its timeout
     out = snakemake(
-        oar_user, workdir, PROFILE, "--set-resources", "run:oar_walltime='0:01:30'", limit=300
+        oar_user,
+        workdir,
+        PROFILE,
+        "--set-resources",
+        f"run:oar_walltime='{walltime}'",
+        limit=walltime_s + WORKFLOW_OVERHEAD_S,
     )
     print(f"walltime workflow: {time.monotonic() - started:.1f} s")
     assert out.returncode != 0
     [job_id] = job_ids(workdir)
     assert f"OAR job {job_id}: Error" in out.stderr, out.stderr[-3000:]
     job = oarstat(oar_user, job_id, workdir)
-    assert job["state"] == "Error" and "walltime=0:01:30" in job["initial_request"]
+    assert job["state"] == "Error" and f"walltime={walltime}" in job["initial_request"]
     assert not list((workdir / "results").rglob("done.json"))  # the next invocation reruns it
     # OAR killed the runner outright (SIGKILL): the job end command recorded why.
     [record] = [json.loads(p.read_text()) for p in (workdir / "results").rglob("run.json")]

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, final_losses, tiny_design, trained_here, write_design
+from conftest import (
+    REPO,
+    final_losses,
+    tiny_design,
+    trained_here,
+    workflow_limit,
+    write_design,
+)
 from ddlcompare.run import launch, schedulers
 from ddlcompare.run.schedulers import Host, slurm as slurm_scheduler
 
@@ -49,9 +56,10 @@ def slurm():
     subprocess.run([str(SCRIPT), "stop"], timeout=120)
 
 
-def slurm_snakemake(workdir: Path, env: dict, limit: int = 420):
+def slurm_snakemake(workdir: Path, env: dict):
     """The slurm profile over ``workdir``'s design, with the test's settings
     layered on it: poll often."""
+    limit = workflow_limit(workdir / "design.yaml")
     argv = [
         "timeout", "-k", "30", str(limit), SNAKEMAKE, "-s", str(REPO / "Snakefile"),
         "--profile", str(REPO / "profiles" / "slurm"), "-d", str(workdir),
