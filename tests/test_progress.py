@@ -3,8 +3,11 @@ folder where some runs have finished (real run records, as the runner
 writes them)."""
 
 import json
+import os
+import subprocess
+import sys
 
-from conftest import ddlc, tiny_design, write_design
+from conftest import REPO, ddlc, tiny_design, write_design
 from ddlcompare.plan import design
 
 
@@ -59,3 +62,28 @@ def test_plan_counts_the_runs_done_and_estimates_the_rest(tmp_path):
         str(tmp_path / "none"),
     )
     assert empty.stdout.startswith("0 of 12 runs done, 12 to do: about ")
+
+
+def test_a_run_record_that_is_no_record_is_not_timed(tmp_path):
+    """A run.json that is a FIFO (it would hang the reader), a JSON list or
+    not JSON: the run counts as not timed, and `ddlc plan` still answers."""
+    path = write_design(tmp_path, tiny_design(["torch-ddp"], procs=(1,)))
+    [row] = design.load(str(path)).runs()
+    cell = tmp_path / "results" / row.path.rsplit("/rep~", 1)[0]
+    for rep, make in enumerate(
+        [lambda p: os.mkfifo(p), lambda p: p.write_text("[1, 2]"), lambda p: p.write_text("{")],
+        start=1,
+    ):
+        (cell / f"rep~{rep}").mkdir(parents=True)
+        make(cell / f"rep~{rep}" / "run.json")
+    out = subprocess.run(
+        [sys.executable, "-m", "front.cli", "plan", "--no-check", "--summary"]
+        + ["--design", str(path), "--results", str(tmp_path / "results")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert out.stdout.startswith("0 of 1 runs done, 1 to do: about "), out.stdout
+    assert "from a first guess per framework" in out.stdout

@@ -11,7 +11,6 @@ after them."""
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 from ddlcompare.plan.design import Design
 from ddlcompare.plan.params import RunRow
 from frameworks import data
+from runfiles import files
 from runfiles.names import DONE, RUN_RECORD
 
 # First guesses, for frameworks no run has timed here yet: a run's start-up,
@@ -76,10 +76,10 @@ def timed_seconds(run_dir: Path) -> float | None:
     """A run's time from start to end, less its wait for the machine; None
     when its record does not say (not ended, or unreadable)."""
     try:
-        record = json.loads((run_dir / RUN_RECORD).read_text())
+        record = files.read_json(run_dir / RUN_RECORD)
         start, end = (datetime.strptime(record[k], "%Y-%m-%dT%H:%M:%S%z") for k in ("start", "end"))
         waited = float(record.get("waited_for_machine_s") or 0)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):  # none, or not a record
         return None
     seconds = (end - start).total_seconds() - waited
     return seconds if seconds > 0 else None
