@@ -5,6 +5,7 @@ hostile input that costs only its own trace, refusals with their reason."""
 
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -402,3 +403,18 @@ def test_ddlc_import_imports_only_what_it_needs(tmp_path):
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
     unneeded = {"ddlcompare.plan", "ddlcompare.run", "frameworks", "analysis", "jsonschema"}
     assert imported & unneeded == set(), sorted(imported & unneeded)
+
+
+@pytest.mark.parametrize("config", ["[1, 2]", '"run"', "{", None])
+def test_a_config_json_beside_a_trace_that_is_no_run_record(tmp_path, config):
+    """An imported trace's folder may hold any config.json (a list, a
+    string, broken JSON, a FIFO): the trace is read, under no run id (a FIFO
+    is no file: the folder's name)."""
+    trace = kineto(tmp_path / "rank0.json", [{"name": "aten::add", "ts": 1, "dur": 2}])
+    if config is None:
+        os.mkfifo(tmp_path / "config.json")
+    else:
+        (tmp_path / "config.json").write_text(config)
+    assert convert.run_id_of(trace) == ("" if config else tmp_path.name)
+    done = run_cli(str(trace), "-o", str(tmp_path / "out.parquet"))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from runfiles.atomic import replacing
-from runfiles import names
+from runfiles import files, names
 from runfiles.names import CONFIG
 from traces import readers
 from traces.readers import TraceError, otf2_reader
@@ -103,9 +103,10 @@ def run_id_of(path: Path) -> str:
         config = candidate / CONFIG
         if config.is_file():
             try:
-                return str(json.loads(config.read_text()).get("run_id", ""))
+                found = files.read_json(config)
             except (OSError, ValueError):
                 return ""
+            return str(found.get("run_id", "")) if isinstance(found, dict) else ""
     return folder.parent.name if folder.name in ("traces", "trace") else folder.name
 
 
