@@ -440,13 +440,18 @@ def test_report_follow_up_and_improve_on_useless_runs_tables(tmp_path):
 # --- a stop request reaches jobs waiting for the machine; the last line -------
 
 
-def test_a_job_waiting_for_the_machine_ends_when_the_workflow_is_told_to_stop(tmp_path):
+@pytest.mark.parametrize("held", ["measure.lock", "measure.lock.turn"])
+def test_a_job_waiting_for_the_machine_ends_when_the_workflow_is_told_to_stop(tmp_path, held):
+    """Waiting on the lock, or at the turnstile a measurement waiting for
+    the machine holds (whose flock errors go to /dev/null: the reason must
+    not go with them)."""
     lock = tmp_path / "measure.lock"
     lock.touch()
     stop = tmp_path / "stop"
     env = {**os.environ, "DDLC_MEASURE_LOCK": str(lock), "DDLC_STOP_FILE": str(stop)}
     env.pop("DDLC_MACHINE_HELD", None)
-    holder = subprocess.Popen(["flock", "-x", str(lock), "sleep", "300"])
+    (tmp_path / held).touch()
+    holder = subprocess.Popen(["flock", "-x", str(tmp_path / held), "sleep", "300"])
     try:
         time.sleep(0.5)
         prefix = f"set -euo pipefail; source {REPO / 'workflows' / 'share_machine.sh'} {tmp_path / 'j.log'}"

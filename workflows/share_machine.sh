@@ -11,21 +11,24 @@ ddlc_lock=${DDLC_MEASURE_LOCK:-/tmp/ddl-compare.measure.lock}
 ddlc_journal=$1
 ddlc_now() { date +%s.%N; }
 ddlc_queued=$(ddlc_now)
+ddlc_stop_file() { [ -n "${DDLC_STOP_FILE:-}" ] && [ -e "$DDLC_STOP_FILE" ]; }
 ddlc_stop_asked() {
-  if [ -n "${DDLC_STOP_FILE:-}" ] && [ -e "$DDLC_STOP_FILE" ]; then
+  if ddlc_stop_file; then
     echo "stopped: the workflow was told to stop while this job waited for the machine; it did not start" >&2
     exit 143
   fi
 }
 # flock in short tries (exit 75: not yet), so that between them a job whose
-# workflow was told to stop ends instead of starting.
+# workflow was told to stop gives up the wait (75). The caller says why and
+# ends (ddlc_stop_asked): here the message could go where the caller sends
+# flock's own errors (the turnstile's go to /dev/null).
 ddlc_flock() {
   local rc
   while :; do
     rc=0
     flock -E 75 -w 2 "$@" || rc=$?
     [ $rc = 75 ] || return $rc
-    ddlc_stop_asked
+    ! ddlc_stop_file || return 75
   done
 }
 if [ -n "${DDLC_MACHINE_HELD:-}" ]; then
@@ -35,10 +38,10 @@ elif command -v flock >/dev/null; then
   exec 9<"$ddlc_lock"  # read-only is enough to lock, whoever made the file
   # A measurement waiting for the machine holds the turnstile: queue behind it.
   [ -e "$ddlc_lock.turn" ] || { : >>"$ddlc_lock.turn"; chmod 0666 "$ddlc_lock.turn"; } 2>/dev/null || true
-  ddlc_flock -s "$ddlc_lock.turn" true 2>/dev/null || true
+  ddlc_flock -s "$ddlc_lock.turn" true 2>/dev/null || ddlc_stop_asked
   if ! flock -s -n 9; then
     echo "waiting for the machine: a measurement holds $ddlc_lock ($(head -c 200 "$ddlc_lock"))" >&2
-    ddlc_flock -s 9
+    ddlc_flock -s 9 || { ddlc_rc=$?; ddlc_stop_asked; exit $ddlc_rc; }
   fi
   ddlc_stop_asked
 else
