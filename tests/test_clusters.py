@@ -240,6 +240,20 @@ def test_a_run_that_failed_under_a_lost_node_gets_oars_words_beside_its_own(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
 
 
+@pytest.mark.parametrize("verdict", ["failed", "success"])
+def test_job_end_leaves_records_that_are_not_records_alone(tmp_path, verdict):
+    """run.json and done.json that are not JSON objects (a list, a string):
+    the job end command changes nothing and ends well, no traceback."""
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / names.RUN_RECORD).write_text("[1, 2]")
+    if verdict == "success":
+        (run / names.DONE).write_text('"failed"')
+    before = {p.name: p.read_text() for p in run.iterdir()}
+    assert oar_record.main(["7", verdict, "OAR job 7: Error", str(run / names.DONE)]) == 0
+    assert {p.name: p.read_text() for p in run.iterdir()} == before
+
+
 def test_job_end_usage_is_one_line_not_a_traceback(capsys):
     assert oar_record.main(["7", "maybe", "x"]) == 2
     err = capsys.readouterr().err

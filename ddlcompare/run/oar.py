@@ -36,8 +36,8 @@ def record_stop(marker: str, reason: str) -> None:
         record = files.read_json(run_dir / RUN_RECORD)
     except (OSError, ValueError):
         return  # the run never started: nothing to correct
-    if record.get("status") != "running":
-        return
+    if not isinstance(record, dict) or record.get("status") != "running":
+        return  # ended, or not a record the runner wrote: nothing to correct
     record.update(
         status="interrupted",
         end=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -69,7 +69,11 @@ def note_failure(marker: str, reason: str) -> None:
     for path in (Path(marker), Path(marker).with_name(RUN_RECORD)):
         try:
             doc = files.read_json(path)
-            if doc.get("status") == "failed" and "OAR job " not in str(doc.get("reason")):
+            if (
+                isinstance(doc, dict)
+                and doc.get("status") == "failed"
+                and "OAR job " not in str(doc.get("reason"))
+            ):
                 write_json(path, {**doc, "reason": f"{doc.get('reason')}; {reason}"})
         except (OSError, ValueError) as exc:
             print(f"oar job end: cannot note OAR's words in {path}: {exc}", file=sys.stderr)
