@@ -49,10 +49,10 @@ import pyarrow.parquet as pq
 
 from runfiles.names import EPOCHS, METRICS, PHASE_TABLE
 from analysis import accuracy, cells, conditions, devices, replication
-from ddlcompare.run import machine_load, validate
-from runfiles import energy, names
+from runfiles import energy, names, records
+from runfiles.tables import Damaged
 from runfiles.atomic import replacing, write_text
-from ddlcompare.plan.design import Design
+from ddlcompare.plan.design import Design, check_run
 from runfiles.phases import LATER_PHASES, PHASES, STEP_PHASES
 from traces import convert
 from traces.table import META_VERSION, SCHEMA, SCHEMA_VERSION
@@ -97,10 +97,10 @@ def outcome(folder: Path, config: dict) -> tuple[dict, dict]:
     for a run without one. A run whose files are damaged is "damaged", with
     the file and the problem as its reason."""
     try:
-        record = validate.read_json(folder / names.RUN_RECORD)
-    except validate.Damaged:
+        record = records.read_json(folder / names.RUN_RECORD)
+    except Damaged:
         record = {}
-    status, problem = validate.done_status(folder)
+    status, problem = records.done_status(folder)
     if status is None:
         result = {
             "status": record.get("status", "missing"),
@@ -110,9 +110,9 @@ def outcome(folder: Path, config: dict) -> tuple[dict, dict]:
     elif problem:
         result = {"status": "damaged", "exit_status": None, "reason": problem}
     else:
-        done = validate.read_json(folder / names.DONE)
+        done = records.read_json(folder / names.DONE)
         result = {k: done[k] for k in ("status", "exit_status", "reason")}
-    if result["status"] == "ok" and (problems := validate.check_run(folder, config)):
+    if result["status"] == "ok" and (problems := check_run(folder, config)):
         result = {
             "status": "damaged",
             "exit_status": result["exit_status"],
@@ -166,7 +166,7 @@ def load_figures(record: dict) -> dict:
     ``machine_cores``;
     empty where the run did not sample it (a cluster
     job, an older run)."""
-    load = record.get(machine_load.RECORD) or {}
+    load = record.get(records.MACHINE_LOAD) or {}
     busiest = "; ".join(
         f"{p['command'][:60]} (pid {p['pid']}): {p['cores']:.2f} cores"
         for p in load.get("busiest_foreign", [])[:3]
@@ -420,4 +420,4 @@ def write_tables(design: Design, results: Path, out: Path) -> None:
     # What the tables were built from: the workflow builds them again when
     # any run's files change (workflow_support.note_changed_results).
     folders = [results / row.path for row in replication.planned(design, results)]
-    write_text(out / validate.INPUTS, json.dumps({"fingerprint": validate.fingerprint(folders)}))
+    write_text(out / records.INPUTS, json.dumps({"fingerprint": records.fingerprint(folders)}))

@@ -51,7 +51,7 @@ from runfiles.names import PHASE_TABLE
 from analysis import cells, humanize
 from analysis.section import Section
 from runfiles.phases import STEP_PHASES
-from ddlcompare.run.validate import read_table
+from runfiles.tables import read_table
 
 EXPOSED_SHARE = 0.02  # grad_comm is the join where it holds 2 % of the step or more
 UNTIMED = "untimed"  # time in a window outside every phase

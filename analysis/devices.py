@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.section import Section
-from ddlcompare.run.validate import read_table
+from runfiles.tables import read_table
 from frameworks.balance import BALANCE
 from runfiles import files
 

@@ -45,7 +45,7 @@ from analysis import compression as compression_table
 from frameworks import compression as codecs
 from runfiles.atomic import write_text
 from runfiles.phases import PHASES, STEP_PHASES
-from ddlcompare.run.validate import read_table
+from runfiles.tables import read_table
 
 FIGURE_SIZE = (8, 4.5)
 # One colour per phase in every figure (ColorBrewer Set3 and Dark2 hues).
@@ -567,7 +567,7 @@ def draw_all(tables: Path) -> dict[str, Path]:
 
 
 if __name__ == "__main__":
-    from ddlcompare.run.validate import Damaged
+    from runfiles.tables import Damaged
 
     try:
         draw_all(Path(sys.argv[1]))

@@ -23,7 +23,7 @@ from analysis import summary
 from analysis.section import Code, Link, Section
 from ddlcompare.plan.design import Design
 from frameworks import registry
-from ddlcompare.run.validate import read_runs, read_table
+from runfiles.tables import read_runs, read_table
 
 RULE = (
     "per framework, its best and worst cell by throughput; the scale and setting where "

@@ -55,7 +55,7 @@ from analysis import cells, humanize, stats, summary
 from analysis.followup import _plain, _product, located, origin
 from analysis.section import Code, Section
 from ddlcompare.plan.design import Design
-from ddlcompare.run.validate import read_runs
+from runfiles.tables import read_runs
 from frameworks import registry
 
 MIN_REPLICATIONS = 5

@@ -18,7 +18,7 @@ import pandas as pd
 from analysis import cells, humanize
 from analysis.section import Section
 from frameworks import registry
-from ddlcompare.run.validate import read_table
+from runfiles.tables import read_table
 from runfiles import files
 
 PROBES = "probe"  # folder under the tables

@@ -12,9 +12,8 @@ from analysis import humanize
 from analysis.section import Code, Section, Strong
 from ddlcompare.plan import devices
 from ddlcompare.plan.design import Design
-from ddlcompare.run import machine_load
 from frameworks import model_gate, registry
-from runfiles import files
+from runfiles import files, records
 
 
 def design_section(ctx) -> Section:
@@ -104,7 +103,7 @@ def status_section(ctx) -> Section:
         beside = runs[loaded][["run_id", *cell, "rep", "foreign_cpu_share", "busiest_foreign"]]
         out.heading("Runs measured beside foreign load").para(
             "Not clean: other processes took "
-            f"at least {machine_load.LOADED_SHARE:.0%} of the machine's CPU time during their "
+            f"at least {records.LOADED_SHARE:.0%} of the machine's CPU time during their "
             f"measured steps."
         )
         out.table(beside)
@@ -176,7 +175,7 @@ def _design_devices(design: Design) -> list[str]:
 
 
 def _how_to_compare(name: str, info: registry.AdapterInfo, devices_used: list[str]) -> dict:
-    from ddlcompare.run import envs
+    from ddlcompare.plan import envs
 
     command = envs.how_to_build(info.env)
     refused = [p for d in devices_used if (p := devices.device_problem(name, info, d))]

@@ -25,7 +25,7 @@ from scipy import stats as scipy_stats
 
 from runfiles.atomic import write_text
 from runfiles.names import METRICS
-from ddlcompare.run import validate
+from runfiles import records
 from ddlcompare.plan.design import Adaptive, Design
 from ddlcompare.plan.params import RunRow
 from runfiles import files
@@ -172,7 +172,7 @@ def measured(rows: list[RunRow], results: Path) -> tuple[dict[str, int], dict[st
         cell = cell_of(row)
         counts[cell] = counts.get(cell, 0) + 1
         run = Path(results) / row.path
-        status, problem = validate.done_status(run)
+        status, problem = records.done_status(run)
         if status != "ok" or problem:
             continue
         try:

@@ -39,7 +39,7 @@ from analysis import (
 from analysis.page import Context
 from analysis.section import TEMPLATES, Em, Section, environment
 from ddlcompare.plan.design import Design
-from ddlcompare.run.validate import check_table, read_runs, read_table
+from runfiles.tables import check_table, read_runs, read_table
 from runfiles.atomic import write_text
 
 # The report's sections in order, each a builder of the Context that returns

@@ -8,7 +8,7 @@ import pandas as pd
 
 from analysis import cells
 from analysis.section import Section
-from ddlcompare.run.validate import read_table
+from runfiles.tables import read_table
 from runfiles.names import PHASE_TABLE
 from runfiles.phases import MARKERS
 

@@ -37,8 +37,8 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ddlcompare.plan import design  # noqa: E402
-from ddlcompare.run import envs, runner, tracers  # noqa: E402
+from ddlcompare.plan import design, envs  # noqa: E402
+from ddlcompare.run import runner, tracers  # noqa: E402
 from frameworks import registry  # noqa: E402
 from measuring import holding_the_machine, load, load_fields  # noqa: E402
 

@@ -20,22 +20,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from runfiles.names import EPOCHS, METRICS
+from runfiles.names import EPOCH_COLUMNS, EPOCHS, METRICS
 from runfiles import energy, names, ownership
 from runfiles.atomic import write_json, write_text  # noqa: F401 (re-exported for loops)
-
-EPOCH_COLUMNS = (
-    "epoch",
-    "wall_s",
-    "train_loss",
-    "train_accuracy",
-    "test_loss",
-    "test_accuracy",
-    "images_per_s",
-    "measured_images",
-    "measured_s",
-    "elapsed_s",
-)
 
 
 class RunClock:

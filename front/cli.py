@@ -378,7 +378,8 @@ def cmd_check(args) -> int:
     """Every finished run's files checked, each alone and against each other,
     and the design's tables; --rerun moves the damaged runs' files to
     attempts/ so that the next workflow run does them again."""
-    from ddlcompare.run import runner, validate
+    from ddlcompare.run import runner
+    from runfiles.tables import Damaged, read_table
     from runfiles import names
 
     design = load_design(args.design, check_ready=False)
@@ -395,8 +396,8 @@ def cmd_check(args) -> int:
     bad_tables = []
     for path in sorted(tables.glob("*.parquet")):
         try:
-            validate.read_table(path)
-        except validate.Damaged as exc:
+            read_table(path)
+        except Damaged as exc:
             bad_tables.append(path)
             print(f"damaged: {exc}")
             if args.rerun:
@@ -494,7 +495,8 @@ def cmd_fetch_data(args) -> int:
 
 def cmd_envs(args) -> int:
     """The environments ./ddlc run sets up for the design, for envs/setup.sh."""
-    from ddlcompare.run import envs, preflight
+    from ddlcompare.plan import envs
+    from ddlcompare.run import preflight
     from frameworks import registry
 
     design = load_design(args.design, check_ready=False)
@@ -656,8 +658,8 @@ def _damaged(exc: Exception) -> bool:
     """Whether ``exc`` is a table the analysis reads found damaged: only a
     command that imported the validation can raise one (a command that did
     not, ``ddlc import``, does not import it for this)."""
-    validate = sys.modules.get("ddlcompare.run.validate")
-    return validate is not None and isinstance(exc, validate.Damaged)
+    tables = sys.modules.get("runfiles.tables")
+    return tables is not None and isinstance(exc, tables.Damaged)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ from typing import NoReturn
 
 from analysis import replication
 from ddlcompare.plan import yaml_safe
-from ddlcompare.run import diskspace, machine_lock, refile, runner, validate
-from runfiles import files, names, ownership
+from ddlcompare.run import diskspace, machine_lock, refile, runner
+from runfiles import files, names, ownership, records
+from runfiles.tables import Damaged, check_table
 from front.cli import UserError, load_design
 from ddlcompare.plan.params import RunRow, shown, shown_key
 from frameworks import registry
@@ -116,15 +117,13 @@ def _drop_damaged_tables(runs: list[RunRow], results: Path, tables: Path, dryrun
     """Tables are built from the run files: one that cannot be read (cut
     short, overwritten) is deleted, so that the workflow builds it again,
     instead of failing the analysis that reads it."""
-    paths = [results / r.path / validate.PHASE_TABLE for r in runs] + sorted(
-        tables.glob("*.parquet")
-    )
+    paths = [results / r.path / names.PHASE_TABLE for r in runs] + sorted(tables.glob("*.parquet"))
     for path in paths:
         if not path.exists():
             continue
         try:
-            validate.check_table(path)
-        except validate.Damaged:
+            check_table(path)
+        except Damaged:
             if not dryrun:
                 path.unlink()
             print(
@@ -285,10 +284,10 @@ CHANGED = ".results-changed"
 
 def note_changed_results(runs: list[RunRow], results: Path, tables: Path, dryrun: bool) -> None:
     try:
-        built = files.read_json(tables / validate.INPUTS)["fingerprint"]
+        built = files.read_json(tables / records.INPUTS)["fingerprint"]
     except (OSError, ValueError, KeyError, TypeError):
         return  # no tables yet (or unreadable: collect writes them again)
-    now = validate.fingerprint([results / row.path for row in runs])
+    now = records.fingerprint([results / row.path for row in runs])
     if now == built:
         return
     if dryrun:
@@ -520,11 +519,11 @@ def _statuses(runs: list[RunRow], results: Path, tables: Path | None) -> list[st
             pass
     found = []
     for row in runs:
-        status, _ = validate.done_status(results / row.path)
+        status, _ = records.done_status(results / row.path)
         if status is None:
             try:
-                status = validate.read_json(results / row.path / names.RUN_RECORD)["status"]
-            except validate.Damaged:
+                status = records.read_json(results / row.path / names.RUN_RECORD)["status"]
+            except Damaged:
                 status = "missing"
         if status == "running" and not any(ownership.occupants(results / row.path)):
             status = "interrupted"  # its runner was killed before it could say so

@@ -6,6 +6,8 @@ The names of the files a run folder holds (names.py), atomic writes
 vocabulary every table and trace carries (phases.py), a process's rank as
 its launcher tells it (ranks.py), every ``DDLC_*`` variable, declared once
 (variables.py), and the one registry of backends of every kind
-(backends.py). The training side, the harness and the analysis all build on
+(backends.py); and the readers of what a run leaves, checked: its JSON
+records (records.py) and its tables (tables.py), the columns of each in
+names.py. The training side, the harness and the analysis all build on
 these; nothing here imports them.
 """

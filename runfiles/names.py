@@ -1,9 +1,11 @@
-"""The files of a run folder, named once.
+"""The files of a run folder, named once, and the columns of its tables.
 
 Every layer that writes or reads a run's files uses these names: the
-training side (frameworks/), the runner, the validation of what was read
-back, the analysis.
+training side (frameworks/), the runner, the readers of what a run left
+(records.py, tables.py), the analysis.
 """
+
+from runfiles.phases import LATER_PHASES, PHASES
 
 CONFIG = "config.json"  # the resolved configuration of the run
 RUN_RECORD = "run.json"  # provenance, hosts, command, status and reason
@@ -72,3 +74,29 @@ def energy_samples(source: str) -> str:
 def energy_sources(source: str) -> str:
     """One energy source's state, or why it was not read."""
     return f"energy_sources.{source}.json"
+
+
+# epochs.tsv: one row per epoch (frameworks/common.py writes it).
+EPOCH_COLUMNS = (
+    "epoch",
+    "wall_s",
+    "train_loss",
+    "train_accuracy",
+    "test_loss",
+    "test_accuracy",
+    "images_per_s",
+    "measured_images",
+    "measured_s",
+    "elapsed_s",
+)
+# steps.rank<N>.tsv: one row per step, a column per phase timed (those a
+# steps file must have).
+STEP_COLUMNS = (
+    "epoch",
+    "step",
+    "start_ns",
+    "end_ns",
+    *(f"{p}_ns" for p in PHASES if p not in LATER_PHASES),  # older runs lack those
+)
+# intervals.rank<N>.tsv: evaluation and other intervals outside the steps.
+INTERVAL_COLUMNS = ("epoch", "start_ns", "end_ns")

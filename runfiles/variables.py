@@ -62,7 +62,7 @@ _ALL = [
         "DDLC_VENV",
         None,
         "the torch environment (a folder holding bin/python)",
-        "ddlc, envs/setup.sh, ddlcompare/run/envs.py",
+        "ddlc, envs/setup.sh, ddlcompare/plan/envs.py",
         ".venv in the checkout",
     ),
     Variable(
@@ -75,21 +75,21 @@ _ALL = [
         "DDLC_VENV_TENSORFLOW",
         None,
         "the TensorFlow environment",
-        "envs/setup.sh, ddlcompare/run/envs.py",
+        "envs/setup.sh, ddlcompare/plan/envs.py",
         ".venv-tf in the checkout",
     ),
     Variable(
         "DDLC_VENV_TARANTELLA",
         None,
         "Tarantella's environment",
-        "ddlcompare/run/envs.py",
+        "ddlcompare/plan/envs.py",
         ".venv-tarantella in the checkout, else envs/build-tarantella.sh's",
     ),
     Variable(
         "DDLC_VENV_LBANN",
         None,
         "LBANN's environment",
-        "ddlcompare/run/envs.py",
+        "ddlcompare/plan/envs.py",
         ".venv-lbann in the checkout, else envs/build-lbann.sh's",
     ),
     Variable(
@@ -110,7 +110,7 @@ _ALL = [
         "DDLC_VENV_TARANTELLA_PATCHED",
         None,
         "the patched Tarantella's environment",
-        "ddlcompare/run/envs.py",
+        "ddlcompare/plan/envs.py",
         ".venv-tarantella-patched in the checkout, else `envs/build-tarantella.sh patched`'s",
     ),
     Variable(

@@ -94,7 +94,7 @@ def test_setup_refuses_an_environment_it_does_not_build_naming_its_script(tmp_pa
 def test_setup_builds_tarantella_when_asked(tmp_path):
     """envs/setup.sh tarantella runs envs/build-tarantella.sh (seconds where
     it is built: each part is stamped) into the prefix the harness finds."""
-    from ddlcompare.run import envs
+    from ddlcompare.plan import envs
 
     if not envs.python_for("tarantella").exists():
         pytest.skip(

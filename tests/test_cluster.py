@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from conftest import REPO, workflow_limit, write_design
-from ddlcompare.run import cluster, envs, netem
+from ddlcompare.plan import envs
+from ddlcompare.run import cluster, netem
 from ddlcompare.run.schedulers import slurm
 from frameworks import registry
 from test_oar import OarUser, oarstat

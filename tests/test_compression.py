@@ -14,7 +14,8 @@ import pytest
 from analysis import compression as compression_table
 from conftest import tiny_design
 from ddlcompare.plan import design
-from ddlcompare.run import envs, runner
+from ddlcompare.plan import envs
+from ddlcompare.run import runner
 from frameworks import compression, data, models
 from frameworks.recorder import PhaseRecorder
 

@@ -159,7 +159,7 @@ def test_numpy1_environments_read_files_pickled_under_numpy2(tmp_path):
     TensorFlow environment's numpy 1, as a TensorFlow or Tarantella run does."""
     import subprocess
     from conftest import REPO, generated_cifar
-    from ddlcompare.run import envs
+    from ddlcompare.plan import envs
 
     python = envs.python_for("tensorflow")
     if not python.exists():

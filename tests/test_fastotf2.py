@@ -15,7 +15,7 @@ from traces import convert, fastotf2
 from frameworks.otf2_writer import write_archive
 from traces.readers import otf2_reader
 from traces.rules import PhaseRules
-from traces.table import plain_text
+from runfiles.tables import plain_text
 
 RULES = PhaseRules()
 ORDER = ["rank", "location", "start_ns", "end_ns", "depth", "region"]

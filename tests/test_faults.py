@@ -17,7 +17,7 @@ import pytest
 
 from conftest import REPO, snakemake_cmd, tiny_design, write_design
 from ddlcompare.plan import design
-from ddlcompare.run import envs
+from ddlcompare.plan import envs
 from test_workflow import done_markers, snakemake
 
 # How long a run may take to start training: it waits for the host-wide

@@ -53,7 +53,7 @@ def train_ok(tmp_path, doc):
 
 @pytest.mark.parametrize("framework", ["torch-ddp", "horovod-torch"])
 def test_one_process_per_gpu_trains_with_nccl(tmp_path, framework):
-    from ddlcompare.run import envs
+    from ddlcompare.plan import envs
 
     if framework == "horovod-torch" and not envs.has_module("torch", "horovod.torch"):
         pytest.skip("Horovod is not built in the torch environment (envs/setup.sh builds it)")
@@ -114,7 +114,7 @@ def test_hybrid_gpu_and_cpu_ranks_in_one_job(tmp_path):
 
 
 def tensorflow_gpu_count() -> int:
-    from ddlcompare.run import envs
+    from ddlcompare.plan import envs
 
     python = envs.python_for("tensorflow")
     if not python.exists():

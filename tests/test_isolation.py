@@ -18,6 +18,7 @@ import pytest
 from conftest import REPO, journal_lines, tiny_design, write_design
 from ddlcompare.plan import design
 from ddlcompare.run import machine_load, machine_lock
+from runfiles import records
 from front import workflow_support
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
@@ -162,7 +163,7 @@ def test_a_run_beside_a_cpu_hog_is_loaded_and_a_name_is_not_training(tmp_path):
     assert mine and all(s.endswith(f"training {(tmp_path / row.path).resolve()}") for s in mine)
     load = record["machine_load"]
     assert load["window"] == "measured steps" and load["loaded"]
-    assert load["foreign_cpu_share"] >= machine_load.LOADED_SHARE
+    assert load["foreign_cpu_share"] >= records.LOADED_SHARE
     busiest = {p["pid"] for p in load["busiest_foreign"]}
     assert busiest & {p.pid for p in hogs}, load
 

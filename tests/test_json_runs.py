@@ -14,7 +14,7 @@ from test_fastjson import needs_scanner
 from test_traces_readers import RULES, TIMELINE, needs_fixtures
 from traces import fastjson, jsonrecords, nesting
 from traces.readers import horovod_timeline, kineto
-from traces.table import plain_text
+from runfiles.tables import plain_text
 
 
 def both(reader, path: Path, monkeypatch):

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import tiny_design
 from ddlcompare.plan import design
-from ddlcompare.run import envs, runner
+from ddlcompare.plan import envs
+from ddlcompare.run import runner
 from frameworks import knobs
 
 TIMELINES = Path(__file__).parent / "data" / "knobs"

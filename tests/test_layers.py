@@ -72,6 +72,41 @@ def test_no_import_runs_up_a_layer():
     assert edges_upward() == []
 
 
+# What the analysis may take from the harness: what a design is (its
+# settings, runs and cells). What a run left it reads through runfiles/,
+# which writes it; how a run is executed (ddlcompare.run) is none of its
+# business.
+ANALYSIS_MAY_IMPORT = ("ddlcompare.plan",)
+
+
+def harness_imports_beyond_the_design(folder: Path = REPO / "analysis") -> list[str]:
+    wrong = []
+    for path in sorted(folder.rglob("*.py")):
+        for target in sorted(imports(path)):
+            harness = target == "ddlcompare" or target.startswith("ddlcompare.")
+            if harness and not any(target.startswith(p + ".") for p in ANALYSIS_MAY_IMPORT):
+                wrong.append(f"{path.relative_to(folder.parent)} imports {target}")
+    return wrong
+
+
+def test_the_analysis_takes_only_the_design_from_the_harness():
+    """analysis/ reads run files through runfiles/ and imports nothing of
+    ddlcompare/ but ddlcompare.plan, inside functions included."""
+    assert harness_imports_beyond_the_design() == []
+
+
+def test_the_harness_check_sees_a_run_import(tmp_path):
+    """The check can fail: a module importing the runner, even inside a
+    function, is named; the design's modules pass."""
+    (tmp_path / "analysis").mkdir()
+    (tmp_path / "analysis" / "late.py").write_text(
+        "from ddlcompare.plan.design import Design\n"
+        "def f():\n    from ddlcompare.run import runner\n"
+    )
+    found = harness_imports_beyond_the_design(tmp_path / "analysis")
+    assert found == ["analysis/late.py imports ddlcompare.run.runner"]
+
+
 def test_every_package_has_a_layer():
     for package in PACKAGES:
         assert (REPO / package / "__init__.py").exists(), package

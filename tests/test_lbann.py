@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 from conftest import assert_learned, generated_cifar, tiny_design, trained
-from ddlcompare.run import envs, model_gate
+from ddlcompare.plan import envs
+from ddlcompare.run import model_gate
 from frameworks import lbann
 from traces import readers
 from traces.rules import PhaseRules

@@ -27,7 +27,7 @@ from test_traces_readers import (
 from traces import fastotf2, readers
 from traces.readers import otf2_reader
 from traces.rules import PhaseRules
-from traces.table import plain_text
+from runfiles.tables import plain_text
 
 RULES = PhaseRules()
 REAL = Path(__file__).parent / "data" / "real-traces"

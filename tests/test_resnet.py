@@ -13,7 +13,8 @@ import torch
 
 from conftest import REPO, tiny_design
 from ddlcompare.plan import design
-from ddlcompare.run import envs, runner
+from ddlcompare.plan import envs
+from ddlcompare.run import runner
 from frameworks import data, model_gate, models
 from frameworks import lbann as lbann_builder
 from frameworks.torch_family import build_model

@@ -7,14 +7,14 @@ import os
 import pytest
 
 from ddlcompare.run import stall
-from frameworks import common
+from runfiles import names
 
-HEADER = "\t".join(common.EPOCH_COLUMNS)
+HEADER = "\t".join(names.EPOCH_COLUMNS)
 
 
 def epochs_file(tmp_path, walls: list[float], age_s: float, torn: bool = False):
     rows = [
-        "\t".join(str(wall if c == "wall_s" else 1) for c in common.EPOCH_COLUMNS) for wall in walls
+        "\t".join(str(wall if c == "wall_s" else 1) for c in names.EPOCH_COLUMNS) for wall in walls
     ]
     if torn:
         rows.append("3\t")

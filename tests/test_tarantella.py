@@ -18,7 +18,8 @@ from conftest import REPO, assert_learned, tiny_design, trained
 from analysis import bottlenecks, collect, spread
 from analysis import critical_path as cp
 from ddlcompare.plan import design
-from ddlcompare.run import envs, runner
+from ddlcompare.plan import envs
+from ddlcompare.run import runner
 from ddlcompare.run import model_gate
 from frameworks import data, models
 from runfiles import names

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, assert_learned, tiny_design, trained
-from ddlcompare.run import envs
+from ddlcompare.plan import envs
 from runfiles import variables
 from test_tarantella import assert_phases_and_all_reduces
 

@@ -12,7 +12,8 @@ import pytest
 
 from conftest import tiny_design, trained
 from ddlcompare.plan import design
-from ddlcompare.run import envs, runner
+from ddlcompare.plan import envs
+from ddlcompare.run import runner
 
 TF_BUILT = envs.has_module("tensorflow", "horovod.tensorflow")
 needs_tf = pytest.mark.skipif(

@@ -3,7 +3,9 @@ the network of the shared specification."""
 
 import pytest
 
-from ddlcompare.run import envs, model_gate
+from ddlcompare.plan import envs
+
+from ddlcompare.run import model_gate
 from frameworks import data, models, registry
 
 TF_BUILT = envs.has_module("tensorflow", "tensorflow")

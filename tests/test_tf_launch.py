@@ -13,7 +13,8 @@ import pytest
 
 from conftest import REPO, tiny_design
 from ddlcompare.plan import design
-from ddlcompare.run import envs, launch, preflight, runner, schedulers, spawn
+from ddlcompare.plan import envs
+from ddlcompare.run import launch, preflight, runner, schedulers, spawn
 from ddlcompare.run.launchers import tarantella as tarantella_launcher
 from ddlcompare.run.schedulers import Host
 

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from frameworks import common, data, lbann, models
+from runfiles import names
 
 # As LBANN v0.104 prints them (the timer's median appeared in later versions;
 # the line without it is the older format, still parsed).
@@ -84,7 +85,7 @@ def test_parsed_output_becomes_the_common_tables(tmp_path):
     common.write_epochs(tmp_path, rows)
     lbann.write_batch_times(tmp_path, parsed)
     epochs = pd.read_csv(tmp_path / "epochs.tsv", sep="\t")
-    assert list(epochs.columns) == list(common.EPOCH_COLUMNS)
+    assert list(epochs.columns) == list(names.EPOCH_COLUMNS)
     assert epochs["images_per_s"][0] == pytest.approx(468 * 128 / 12.0417, rel=1e-5)
     assert epochs["wall_s"][0] == pytest.approx(12.0417 + 0.814406, abs=1e-4)
     assert epochs["test_accuracy"].tolist() == pytest.approx([0.8363, 0.8681])

@@ -18,11 +18,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import REAL_TRACES, REPO, needs_shared
-from ddlcompare.run import validate
+from runfiles import tables
 from traces import convert, jsonrecords, readers
 from traces.readers import TraceError
 from traces.rules import PhaseRules, RulesError
-from traces.table import COLUMNS, SCHEMA, SCHEMA_VERSION, TEXT, plain_text
+from traces.table import COLUMNS, SCHEMA, SCHEMA_VERSION, TEXT
+from runfiles.tables import plain_text
 
 FIXTURES = REAL_TRACES
 needs_fixtures = needs_shared()
@@ -442,7 +443,7 @@ def test_parts_with_dictionaries_of_their_own_read_back_as_written(tmp_path):
     back = pq.read_table(out)
     assert back.schema.equals(SCHEMA)  # the dictionaries, not strings
     assert plain_text(back).equals(plain_text(in_memory))
-    analysed = validate.read_table(out)
+    analysed = tables.read_table(out)
     assert analysed.equals(plain_text(in_memory).to_pandas())
     for column in ("region", "parent", "collective", "phase", "run_id", "source"):
         dtype = analysed[column].dtype  # pandas' text, as a column of strings gives it

@@ -14,7 +14,8 @@ import pytest
 
 from conftest import REAL_TRACES, ddlc, needs_shared, tiny_design, write_design
 from ddlcompare.plan import design
-from ddlcompare.run import envs, launch, runner, tracers
+from ddlcompare.plan import envs
+from ddlcompare.run import launch, runner, tracers
 from ddlcompare.run.schedulers import Host
 from traces import convert, readers
 

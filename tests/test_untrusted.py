@@ -25,7 +25,8 @@ import yaml
 
 from conftest import REPO, ddlc, snakemake_cmd, tiny_design, write_design
 from ddlcompare.plan import design
-from ddlcompare.run import runner, validate
+from ddlcompare.run import runner
+from runfiles import records, tables
 from runfiles import atomic, files, ownership
 
 
@@ -235,12 +236,12 @@ def test_fifos_and_devices_as_run_files_neither_hang_nor_fill_memory(tmp_path):
     os.mkfifo(folder / "phases.parquet")
     (folder / "run.json").symlink_to("/dev/zero")
     started = time.monotonic()
-    assert validate.done_status(folder)[0] == "damaged"
+    assert records.done_status(folder)[0] == "damaged"
     assert ownership.read_owner(folder) is None
-    with pytest.raises(validate.Damaged, match="FIFO"):
-        validate.check_table(folder / "phases.parquet")
-    with pytest.raises(validate.Damaged, match="device"):
-        validate.read_json(folder / "run.json", "done.json")
+    with pytest.raises(tables.Damaged, match="FIFO"):
+        tables.check_table(folder / "phases.parquet")
+    with pytest.raises(tables.Damaged, match="device"):
+        records.read_json(folder / "run.json", "done.json")
     checked = ddlc(
         "check", "--design", str(tmp_path / "design.yaml"), "--results", str(tmp_path / "results")
     )

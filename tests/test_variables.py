@@ -68,7 +68,8 @@ def test_ddlc_cache_moves_every_cache(tmp_path):
     DDLC_CACHE set, lies under it."""
     probe = """
 import json
-from ddlcompare.run import envs, model_gate, plan_checks, tracers
+from ddlcompare.plan import envs
+from ddlcompare.run import model_gate, plan_checks, tracers
 from frameworks import data, lbann_source
 from traces import fastotf2
 print(json.dumps([

@@ -135,23 +135,6 @@ def empty_table() -> pa.Table:
     return SCHEMA.empty_table()
 
 
-def plain_text(table: pa.Table) -> pa.Table:
-    """``table`` with its dictionary-encoded text columns as plain strings
-    (cast in Arrow: one take each), metadata kept: the values, whatever
-    names each part's dictionary holds (a reader's may hold names no row
-    uses, in an order of its own)."""
-    schema = pa.schema(
-        [
-            f.with_type(f.type.value_type)
-            if pa.types.is_dictionary(f.type) and pa.types.is_string(f.type.value_type)
-            else f
-            for f in table.schema
-        ],
-        metadata=table.schema.metadata,
-    )
-    return table if schema.equals(table.schema) else table.cast(schema)
-
-
 NULL = np.iinfo(np.int64).min  # a missing step, epoch or byte count in Columns
 
 

@@ -30,6 +30,8 @@ from ddlcompare.plan.params import (
     shown,
     shown_key,
 )
+from frameworks import registry
+from runfiles import records
 
 # A plan larger than this is a typo more often than a campaign; a design
 # that means it says so with max_runs.
@@ -207,6 +209,18 @@ def identity(config: dict[str, Any]) -> str:
     }
     blob = {"settings": settings, "seed": config.get("seed"), "rep": config.get("rep")}
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def check_run(folder: Path, config: dict[str, Any]) -> list[str]:
+    """The problems of a finished run's files against what the design asked
+    of it (runfiles/records.py reads them); [] when sound. LBANN's loop
+    writes no steps file per rank; config.json must be this run's."""
+    return records.check_run(
+        folder,
+        config,
+        rank_steps=registry.FRAMEWORKS[config["framework"]].family != "lbann",
+        same_run=lambda written, asked: identity(written) == identity(asked),
+    )
 
 
 def _path_value(value: Any) -> str:

@@ -40,7 +40,9 @@ from pathlib import Path
 
 import psutil
 
-from ddlcompare.run import envs, netem
+from ddlcompare.plan import envs
+
+from ddlcompare.run import netem
 from runfiles import variables
 
 REPO = Path(__file__).resolve().parents[2]

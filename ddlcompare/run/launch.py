@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Callable
 
 from ddlcompare.plan import traceable
-from ddlcompare.run import envs, tracers
+from ddlcompare.plan import envs
+from ddlcompare.run import tracers
 from runfiles import names
 from runfiles.backends import Registry
 from ddlcompare.run.schedulers import Host, Scheduler, get as scheduler_named

@@ -47,14 +47,10 @@ from pathlib import Path
 import psutil
 
 from runfiles.names import steps as steps_file
+from runfiles.records import LOADED_SHARE
 from ddlcompare.run import machine_lock
 
-# A quarter of the machine's CPU time, spent by others while the run
-# measured: on 2 cores, half a core busy all along (one busy loop beside a
-# run of 2 ranks takes about a third of the machine).
-LOADED_SHARE = 0.25
 BUSIEST = 5
-RECORD = "machine_load"
 # A spinning thread: runnable (on a CPU or waiting for one) through 90 % of
 # the window and blocking of its own accord less than once a second. A
 # compute thread of a training loop blocks on its peers, its data and its

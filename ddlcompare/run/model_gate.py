@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ddlcompare.run import envs
+from ddlcompare.plan import envs
 from ddlcompare.run.launch import LOCAL_SSH
 from ddlcompare.run.launchers.tarantella import GPI2_LOCK
 from ddlcompare.run.provenance import REPO

@@ -4,7 +4,8 @@ are the frameworks' environments built? One message per problem."""
 from __future__ import annotations
 
 from ddlcompare.plan import devices
-from ddlcompare.run import envs, netem, plan_checks, schedulers, tracers
+from ddlcompare.plan import envs
+from ddlcompare.run import netem, plan_checks, schedulers, tracers
 from ddlcompare.plan.design import Design
 from frameworks import data, registry
 

@@ -36,10 +36,10 @@ from ddlcompare.run import (
     stacks,
     stall,
     tracers,
-    validate,
 )
-from runfiles import energy, names, ownership
+from runfiles import energy, names, ownership, records, tables
 from runfiles.atomic import write_json
+from ddlcompare.plan.design import check_run
 from ddlcompare.plan.design import identity as design_identity
 from ddlcompare.plan.params import RunRow
 from frameworks import balance, data, knobs, registry
@@ -150,15 +150,15 @@ def _finished_ok(row: RunRow, run_dir: Path) -> bool:
     if (run_dir / DONE).exists() or not (run_dir / RUN_RECORD).exists():
         return False
     try:
-        record = validate.read_json(run_dir / RUN_RECORD)
-    except validate.Damaged:
+        record = records.read_json(run_dir / RUN_RECORD)
+    except tables.Damaged:
         return False
     config = record.get("config")
     if record["status"] != "ok" or not isinstance(config, dict):
         return False
     if design_identity(config) != design_identity(row.config):
         return False
-    if validate.check_run(run_dir, row.config):
+    if check_run(run_dir, row.config):
         return False
     write_json(
         run_dir / DONE,
@@ -253,7 +253,7 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
                 outcome = watch.run(argv, {**os.environ, **net.env, **env})
                 record["machine_held"] = [started, time.time()]  # unix seconds
                 if watch.meter:
-                    record[machine_load.RECORD] = machine_load.summarize(
+                    record[records.MACHINE_LOAD] = machine_load.summarize(
                         watch.meter, run_dir, config, row.world_size, watch.held_ns
                     )
                 energy.write_run_energy(run_dir, [h.name for h in host_list], started, time.time())
@@ -618,8 +618,8 @@ def _ranks(run_dir: Path) -> list[dict]:
     ranks = []
     for path in sorted(run_dir.glob(names.RANK_RECORD_GLOB)):
         try:
-            ranks.append(validate.read_json(path, "rank.json"))
-        except validate.Damaged:
+            ranks.append(records.read_json(path, "rank.json"))
+        except tables.Damaged:
             pass
     return ranks
 
@@ -655,7 +655,7 @@ def failed_runs(rows: list[RunRow], results: Path) -> list[RunRow]:
     """Runs whose done marker says they failed, or measured while other
     training shared the machine (suspect): the workflow runs them again."""
     return [
-        row for row in rows if validate.done_status(results / row.path)[0] in ("failed", "suspect")
+        row for row in rows if records.done_status(results / row.path)[0] in ("failed", "suspect")
     ]
 
 
@@ -663,7 +663,7 @@ def damaged_markers(rows: list[RunRow], results: Path) -> list[tuple[RunRow, str
     """Runs whose done marker is damaged, with what is wrong with it."""
     found = []
     for row in rows:
-        status, problem = validate.done_status(results / row.path)
+        status, problem = records.done_status(results / row.path)
         if status == "damaged":
             found.append((row, problem or "damaged"))
     return found
@@ -673,8 +673,8 @@ def damaged_runs(rows: list[RunRow], results: Path) -> list[tuple[RunRow, str]]:
     """Every finished run whose files are damaged (reads them all)."""
     found = damaged_markers(rows, results)
     for row in rows:
-        if validate.done_status(results / row.path)[0] == "ok":
-            if problems := validate.check_run(results / row.path, row.config):
+        if records.done_status(results / row.path)[0] == "ok":
+            if problems := check_run(results / row.path, row.config):
                 found.append((row, problems[0]))
     return found
 

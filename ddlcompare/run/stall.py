@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ddlcompare.run import validate
+from runfiles import tables
 from runfiles import names, variables
 
 # A silence of this many slowest epochs so far, and never less than the
@@ -65,8 +65,8 @@ class EpochWatch:
             return
         self._seen_ns = mtime_ns
         try:
-            walls = validate.read_tsv(self.path, ("wall_s",), min_rows=0)["wall_s"]
-        except validate.Damaged:
+            walls = tables.read_tsv(self.path, ("wall_s",), min_rows=0)["wall_s"]
+        except tables.Damaged:
             return  # gone, or being rewritten: read again at the next rewrite
         if walls.isna().any():
             return  # a row half written: likewise

@@ -96,7 +96,7 @@ def problems(python_of, configs: list[dict]) -> list[str]:
             f"{BUILD_HINT}, or module load scorep on a cluster"
         ]
     found = []
-    from ddlcompare.run import envs
+    from ddlcompare.plan import envs
     from frameworks import registry
 
     for env in sorted({registry.FRAMEWORKS[c["framework"]].env for c in wanted}):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from ddlcompare.run.provenance import REPO
 from runfiles import variables
+
+REPO = Path(__file__).resolve().parents[2]
 
 # Environment name -> folder, relative to the repository (override with
 # DDLC_VENV for torch, DDLC_VENV_<NAME> for the others). envs/setup.sh builds

@@ -1,10 +1,11 @@
-"""Every file a run leaves, checked before anything reads its figures.
+"""Reading the records a run leaves (its JSON files), and checking a whole
+run folder before anything reads its figures.
 
 A file can be damaged after the run wrote it (a full disk, a careless edit,
 a copy cut short, a file deleted): such a run is "damaged", with the file and
 what is wrong, never "ok" with NaN figures, and never a crash of the tables.
 JSON files are checked against JSON Schemas; TSV files for their columns,
-numbers and, for the per-rank files, one per rank.
+numbers and, for the per-rank files, one per rank (tables.py).
 """
 
 from __future__ import annotations
@@ -14,26 +15,35 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Callable
 
 import jsonschema
 import pandas as pd
 
-from runfiles import names
+from runfiles import files, names
 from runfiles.names import (
     CONFIG,
     DONE,
     ENERGY,
+    EPOCH_COLUMNS,
     EPOCHS,
+    INTERVAL_COLUMNS,
     METRICS,
     NETWORK,
     OWNER,
     PHASE_TABLE,
     RUN_RECORD,
+    STEP_COLUMNS,
 )
-from frameworks import registry
-from frameworks.common import EPOCH_COLUMNS
-from runfiles.phases import LATER_PHASES, PHASES
-from runfiles import files
+from runfiles.tables import Damaged, read_table, read_tsv
+
+# run.json's record of the machine's load while the run measured
+# (ddlcompare/run/machine_load.py writes it): its key, and the share of the
+# machine's CPU time taken by others from which a run is "loaded". A quarter:
+# on 2 cores, half a core busy all along (one busy loop beside a run of 2
+# ranks takes about a third of the machine).
+MACHINE_LOAD = "machine_load"
+LOADED_SHARE = 0.25
 
 NUMBER = {"type": "number"}
 COUNT = {"type": "integer", "minimum": 0}
@@ -61,7 +71,7 @@ SCHEMAS = {
             "exit_status": {"type": ["integer", "null"]},
             "reason": TEXT_OR_NULL,
             "harness_commit": TEXT_OR_NULL,
-            "machine_load": {  # ddlcompare/run/machine_load.py
+            MACHINE_LOAD: {
                 "type": "object",
                 "required": ["foreign_cpu_share", "loaded", "busiest_foreign"],
                 "properties": {
@@ -162,19 +172,6 @@ SCHEMAS = {
     },
 }
 
-STEP_COLUMNS = (
-    "epoch",
-    "step",
-    "start_ns",
-    "end_ns",
-    *(f"{p}_ns" for p in PHASES if p not in LATER_PHASES),  # older runs lack those
-)
-INTERVAL_COLUMNS = ("epoch", "start_ns", "end_ns")
-
-
-class Damaged(Exception):
-    """One file of a run is damaged; the message names it and the problem."""
-
 
 def read_json(path: Path, schema: str | None = None) -> dict:
     """A run's JSON file, checked; Damaged when it is not what it should be."""
@@ -213,99 +210,14 @@ def _first_not_finite(doc, where: str = "") -> str | None:
     return None
 
 
-def read_tsv(path: Path, columns: tuple[str, ...], min_rows: int = 1) -> pd.DataFrame:
-    """A run's table, checked for its columns and numbers."""
-    name = path.name
-    try:
-        table = pd.read_csv(files.regular(path), sep="\t")
-    except FileNotFoundError:
-        raise Damaged(f"{name}: missing") from None
-    except files.NotRegular as exc:
-        raise Damaged(f"{name}: cannot be read ({exc})") from None
-    except (OSError, ValueError, pd.errors.ParserError) as exc:
-        raise Damaged(f"{name}: cannot be read as a table ({str(exc)[:120]})") from None
-    missing = [c for c in columns if c not in table.columns]
-    if missing:
-        raise Damaged(f"{name}: column {missing[0]} missing")
-    if len(table) < min_rows:
-        raise Damaged(f"{name}: no rows (cut short?)")
-    for column in columns:
-        if column == "phase":
-            continue
-        numbers = pd.to_numeric(table[column], errors="coerce")
-        bad = table.index[numbers.isna() & table[column].notna()]
-        if len(bad):
-            raise Damaged(
-                f"{name}: row {bad[0] + 2}, column {column}: "
-                f"{str(table[column][bad[0]])[:30]!r} is not a number"
-            )
-    return table
-
-
-def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
-    """A Parquet table (a run's phases.parquet, the tables the analysis
-    reads), read whole; Damaged, naming the file and the fix, when it cannot be."""
-    import pyarrow.parquet as pq
-
-    from traces.table import plain_text
-
-    # A phase table's text columns are dictionaries in the file (schema 3:
-    # traces/table.py); the analysis gets them as before, pandas' string
-    # columns (what a column of strings gives), not Categoricals:
-    # those group (observed=False: a group per category, seen or not), sort
-    # (by code, not by name) and concatenate (with the recorder's plain
-    # columns) otherwise. The cast is one take per column, paid here, where
-    # the analysis reads the stacked table, not in every conversion.
-    return _parquet(path, lambda: plain_text(pq.read_table(path, columns=columns)).to_pandas())
-
-
-# Columns every runs table has (analysis/collect.py writes them), besides
-# the design's factors: a table without one is not a runs table of this
-# harness, and every reader of it would fail on its own way.
-RUNS_COLUMNS = ("run_id", "status", "framework", "nodes", "procs_per_node", "world_size")
-
-
-def read_runs(path: Path, factors=()) -> pd.DataFrame:
-    """The runs table (runs.parquet), with the columns its readers need;
-    Damaged, naming the first missing column and the fix, when not."""
-    runs = read_table(path)
-    missing = [c for c in (*RUNS_COLUMNS, "images_per_s", *factors) if c not in runs]
-    if missing:
-        raise Damaged(
-            f"{path}: column {missing[0]} missing: not the runs table of this design; "
-            "delete it and run the workflow again (./ddlc run), or pass the right --tables"
-        )
-    return runs
-
-
-def check_table(path: Path) -> None:
-    """A Parquet table's footer and schema, read without its data (cheap: a
-    file cut short or overwritten fails here); Damaged when unreadable."""
-    import pyarrow.parquet as pq
-
-    _parquet(path, lambda: pq.read_schema(path))
-
-
-def _parquet(path: Path, read):
-    import pyarrow as pa
-
-    try:
-        files.regular(path)
-        return read()
-    except FileNotFoundError:
-        raise Damaged(f"{path}: missing") from None
-    except files.NotRegular as exc:
-        raise Damaged(f"{exc}; delete it and run the workflow again (./ddlc run)") from None
-    except (OSError, ValueError, pa.ArrowException) as exc:
-        raise Damaged(
-            f"{path}: damaged table ({str(exc).splitlines()[0][:120]}); delete it and run "
-            "the workflow again (./ddlc run), which builds it again"
-        ) from None
-
-
-def check_run(folder: Path, config: dict) -> list[str]:
+def check_run(
+    folder: Path, config: dict, *, rank_steps: bool, same_run: Callable[[dict, dict], bool]
+) -> list[str]:
     """The problems of a finished ok (or suspect) run's files; [] when sound:
-    each file alone, then the files against each other and the design."""
+    each file alone, then the files against each other and the design.
+    ``rank_steps``: whether its framework writes a steps file per rank;
+    ``same_run(written, config)``: whether config.json's settings are this
+    run's (the design says, ddlcompare/plan/design.py's check_run)."""
     problems = []
 
     def attempt(check):
@@ -318,11 +230,11 @@ def check_run(folder: Path, config: dict) -> list[str]:
     world = config["nodes"] * config["procs_per_node"]
     metrics = attempt(lambda: _check_metrics(folder, world))
     attempt(lambda: read_json(folder / RUN_RECORD))
-    attempt(lambda: _check_config(folder, config))
+    attempt(lambda: _check_config(folder, config, same_run))
     epochs = attempt(lambda: read_tsv(folder / EPOCHS, EPOCH_COLUMNS))
     if metrics and epochs is not None:
         attempt(lambda: _check_epochs(epochs, metrics))
-    if registry.FRAMEWORKS[config["framework"]].family != "lbann":
+    if rank_steps:
         for rank in range(world):
             name = names.steps(rank)
             steps = attempt(lambda n=name: read_tsv(folder / n, STEP_COLUMNS))
@@ -349,18 +261,16 @@ def _check_metrics(folder: Path, world: int) -> dict:
     return metrics
 
 
-def _check_config(folder: Path, config: dict) -> None:
+def _check_config(folder: Path, config: dict, same_run: Callable[[dict, dict], bool]) -> None:
     """config.json is the run's settings: another run's (a folder copied or
     moved by hand) or an edited one is not this run's result."""
-    from ddlcompare.plan.design import identity
-
     if not (folder / CONFIG).exists():
         return  # runs of older harnesses: run.json holds the config
     try:
         written = files.read_json(folder / CONFIG)
     except (OSError, ValueError) as exc:
         raise Damaged(f"config.json: not valid JSON, cut short or edited? ({exc})") from None
-    if not isinstance(written, dict) or identity(written) != identity(config):
+    if not isinstance(written, dict) or not same_run(written, config):
         raise Damaged("config.json: not this run's settings (the folder was copied or edited?)")
 
 
