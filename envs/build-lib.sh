@@ -4,6 +4,19 @@
 # cache_root does (tests/test_variables.py holds the two together).
 ddlc_cache_root() { printf '%s\n' "${DDLC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddl-compare}"; }
 
+# The framework environments' table (envs/environments.tsv, which
+# ddlcompare/plan/envs.py reads too): its rows, without the comments and the
+# header, as "name folder built_in setup build needs", tab-separated.
+ddlc_environments() {
+  grep -v '^#' "$(dirname "${BASH_SOURCE[0]}")/environments.tsv" | tail -n +2
+}
+
+# The variable that names an environment's folder: DDLC_VENV for torch,
+# DDLC_VENV_<NAME> for the others (ddlcompare/plan/envs.py's variable).
+ddlc_env_variable() {
+  if [ "$1" = torch ]; then echo DDLC_VENV; else echo "DDLC_VENV_$(tr 'a-z-' 'A-Z_' <<< "$1")"; fi
+}
+
 # A line for the person at the terminal: on fd 3 when the caller opened it
 # (envs/setup.sh does, while the build's own output goes to its log), and on
 # stderr (the log).

@@ -15,8 +15,6 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-venv=${DDLC_VENV:-$here/.venv}
-venv_tf=${DDLC_VENV_TENSORFLOW:-$here/.venv-tf}
 # shellcheck source=envs/build-lib.sh
 . envs/build-lib.sh
 cache=$(ddlc_cache_root)
@@ -24,18 +22,34 @@ mkdir -p "$cache/wheels"
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 
-tarantella=${DDLC_VENV_TARANTELLA:-${DDLC_TARANTELLA_PREFIX:-$cache/tarantella-v0.8.0}}
-declare -A env_dirs=([torch]=$venv [tensorflow]=$venv_tf [tarantella]=$tarantella)
+# The environments set-up builds, from envs/environments.tsv: each one's
+# folder (its variable, else the checkout's folder, else where its build
+# script puts it under the cache) and the Debian packages its build needs.
+declare -A env_dirs=() env_needs=()
+set_up=() by_default=()
+while IFS=$'\t' read -r name folder built_in how _ needs; do
+  [ "$how" = no ] && continue
+  default=$here/$folder
+  [ "$built_in" = - ] || default=$cache/$built_in
+  variable=$(ddlc_env_variable "$name")
+  env_dirs[$name]=${!variable:-$default}
+  env_needs[$name]=$needs
+  set_up+=("$name")
+  [ "$how" = requirements ] && by_default+=("$name")
+done < <(ddlc_environments)
+[ ${#set_up[@]} -gt 0 ] || { say "error: envs/environments.tsv lists no environment to set up"; exit 2; }
+# Tarantella's build script takes its folder from DDLC_TARANTELLA_PREFIX.
+[ -n "${DDLC_VENV_TARANTELLA:-}" ] || env_dirs[tarantella]=${DDLC_TARANTELLA_PREFIX:-${env_dirs[tarantella]}}
+venv=${env_dirs[torch]} venv_tf=${env_dirs[tensorflow]} tarantella=${env_dirs[tarantella]}
 wanted=("$@")
-[ $# -gt 0 ] || wanted=(torch tensorflow)
+[ $# -gt 0 ] || wanted=("${by_default[@]}")
 for name in "${wanted[@]}"; do
-  case $name in
-    torch | tensorflow | tarantella) ;;
-    *)
-      say "envs/setup.sh sets up torch, tensorflow and tarantella, not '$name'$(
-        [ -f "envs/build-$name.sh" ] && echo ": 'bash envs/build-$name.sh' builds it")"
-      exit 2 ;;
-  esac
+  if [ -z "${env_dirs[$name]+set}" ]; then
+    listed=$(printf '%s, ' "${set_up[@]:0:${#set_up[@]}-1}")
+    say "envs/setup.sh sets up ${listed%, } and ${set_up[-1]}, not '$name'$(
+      [ -f "envs/build-$name.sh" ] && echo ": 'bash envs/build-$name.sh' builds it")"
+    exit 2
+  fi
 done
 wants() { [[ " ${wanted[*]} " == *" $1 "* ]]; }
 
@@ -55,10 +69,13 @@ pip_in() {
 debian_packages=(openmpi-bin libopenmpi-dev dataset-fashion-mnist cmake g++ make python3-dev python3-venv
                  otf2-tools chromium libopen-trace-format2-dev iproute2 protobuf-compiler)
 
-# Tarantella's build (envs/build-tarantella.sh): GPI-2's autotools, and gawk,
-# which gaspi_run needs (mawk fails with "Not enough hosts").
-wants_tarantella() { [[ " ${wanted[*]} " == *" tarantella "* ]]; }
-wants_tarantella && debian_packages+=(git gawk autoconf automake libtool)
+# What each wanted environment's build needs (envs/environments.tsv; for
+# Tarantella: GPI-2's autotools, and gawk, which gaspi_run needs, since mawk
+# fails with "Not enough hosts").
+for name in "${wanted[@]}"; do
+  # shellcheck disable=SC2206  # needs: words
+  [ "${env_needs[$name]}" = - ] || debian_packages+=(${env_needs[$name]})
+done
 
 install_debian_packages() {
   local missing=()

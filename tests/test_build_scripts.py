@@ -144,7 +144,12 @@ def test_a_second_checkout_sharing_the_environment_is_refused(tmp_path, how):
     owner = Path(_editable_checkout(venv))
     other = tmp_path / "other"
     (other / "envs").mkdir(parents=True)
-    for name in ("envs/setup.sh", "envs/build-lib.sh", "envs/torch.txt"):
+    for name in (
+        "envs/setup.sh",
+        "envs/build-lib.sh",
+        "envs/environments.tsv",
+        "envs/torch.txt",
+    ):
         shutil.copy(REPO / name, other / name)
     env = {**os.environ}
     env.pop("DDLC_TAKE_OVER_ENV", None)

@@ -1,49 +1,60 @@
 """Which interpreter runs which framework.
 
 Each adapter names its environment (``AdapterInfo.env``); each environment is
-a virtual environment that envs/setup.sh builds from ``envs/<env>.txt``.
+a virtual environment, declared once in envs/environments.tsv (its folder,
+where its build puts it, how it is built, what the build needs), which
+envs/setup.sh reads too.
 TensorFlow's needs numpy < 2 while the analysis needs numpy 2, so the two
 families live apart and a run starts its workers with its own env's Python.
 """
 
 from __future__ import annotations
 
+import csv
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from runfiles import variables
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Environment name -> folder, relative to the repository (override with
-# DDLC_VENV for torch, DDLC_VENV_<NAME> for the others). envs/setup.sh builds
-# those with an envs/<name>.txt; the others are built on clusters as
-# envs/<name>.md says (Tarantella, LBANN).
-ENV_DIRS = {
-    "torch": ".venv",
-    "tensorflow": ".venv-tf",
-    "tarantella": ".venv-tarantella",
-    "tarantella-patched": ".venv-tarantella-patched",
-    "lbann": ".venv-lbann",
-}
+# The table of environments, read by envs/setup.sh too (envs/build-lib.sh's
+# ddlc_environments).
+TABLE = REPO / "envs" / "environments.tsv"
 
 
-# Where envs/build-<name>.sh puts an environment it builds: used when the
-# repository has none of its own and no variable names one.
+@dataclass(frozen=True)
+class Environment:
+    """One row of envs/environments.tsv (its header says what each field is)."""
+
+    name: str
+    folder: str
+    built_in: str
+    setup: str
+    build: str
+    needs: str
+
+
+def read_table(path: Path = TABLE) -> dict[str, Environment]:
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+    return {row["name"]: Environment(**row) for row in csv.DictReader(lines, delimiter="\t")}
+
+
+ENVIRONMENTS = read_table()
+# Environment name -> folder, relative to the repository.
+ENV_DIRS = {name: env.folder for name, env in ENVIRONMENTS.items()}
+# Where a build script puts an environment: used when the repository has
+# none of its own and no variable names one.
 BUILT_DIRS = {
-    "tarantella": variables.cache("tarantella-v0.8.0"),
-    "tarantella-patched": variables.cache("tarantella-v0.8.0-patched"),
-    "lbann": variables.cache("lbann", "venv"),
+    name: variables.cache(*env.built_in.split("/"))
+    for name, env in ENVIRONMENTS.items()
+    if env.built_in != "-"
 }
-
-
-# Built by envs/setup.sh through their own build script, in minutes (Tarantella:
-# envs/tarantella.md); LBANN's build takes hours and stays a step of its own.
-BUILT_BY_SETUP = {"tarantella"}
 
 
 def env_dir(env: str) -> Path:
-    override = variables.get("DDLC_VENV" if env == "torch" else variable(env))
+    override = variables.get(variable(env))
     if override:
         return Path(override)
     local = REPO / ENV_DIRS[env]
@@ -54,8 +65,9 @@ def env_dir(env: str) -> Path:
 
 
 def variable(env: str) -> str:
-    """The variable that names an environment's folder: DDLC_VENV_<NAME>."""
-    return f"DDLC_VENV_{env.upper().replace('-', '_')}"
+    """The variable that names an environment's folder: DDLC_VENV for torch,
+    DDLC_VENV_<NAME> for the others (envs/build-lib.sh's ddlc_env_variable)."""
+    return "DDLC_VENV" if env == "torch" else f"DDLC_VENV_{env.upper().replace('-', '_')}"
 
 
 def python_for(env: str) -> Path:
@@ -78,10 +90,9 @@ def has_module(env: str, module: str) -> bool:
 
 
 def set_up_by_setup_sh(env: str) -> bool:
-    """envs/setup.sh builds the environments that have an envs/<env>.txt,
-    and those of BUILT_BY_SETUP with their build script; LBANN has a build
-    script of its own."""
-    return (REPO / "envs" / f"{env}.txt").exists() or env in BUILT_BY_SETUP
+    """Whether envs/setup.sh builds it (from requirements, or by its build
+    script); the others are built by a step of their own (LBANN: hours)."""
+    return ENVIRONMENTS[env].setup != "no"
 
 
 def for_setup(needed: set[str]) -> list[str]:
@@ -93,22 +104,11 @@ def for_setup(needed: set[str]) -> list[str]:
 
 def how_to_build(env: str) -> str:
     """The fix to name when an environment is missing."""
-    if env in BUILT_BY_SETUP:
-        return f"run 'bash envs/setup.sh {env}' (envs/build-{env}.sh, minutes)"
+    row = ENVIRONMENTS[env]
     if set_up_by_setup_sh(env):
-        return f"run 'bash envs/setup.sh {env}' (envs/{env}.txt)"
-    if (REPO / "envs" / f"build-{env}.sh").exists():
-        return (
-            f"build it with 'bash envs/build-{env}.sh' (or as envs/{env}.md says) and set "
-            f"{variable(env)} to its folder (the one holding bin/python)"
-        )
-    base, _, variant = env.partition("-")  # a variant of a build: its script's argument
-    if variant and (REPO / "envs" / f"build-{base}.sh").exists():
-        return (
-            f"build it with 'bash envs/build-{base}.sh {variant}' (docs/improvements.md); "
-            f"{variable(env)} names another folder"
-        )
+        minutes = ", minutes" if row.setup == "script" else ""  # a build, not a pip install
+        return f"run 'bash envs/setup.sh {env}' ({row.build}{minutes})"
     return (
-        f"build it as envs/{env}.md says and set {variable(env)} "
-        "to its folder (the one holding bin/python)"
+        f"build it with 'bash {row.build}' (or as envs/{env.partition('-')[0]}.md says) and set "
+        f"{variable(env)} to its folder (the one holding bin/python)"
     )

@@ -219,7 +219,7 @@ def settings_doc() -> str:
     ]
     for key, spec in adaptive_keys().items():
         lines.append(f"| `{key}` | `{json.dumps(spec['default'])}` | {spec['description']} |")
-    return "\n".join(lines + variables_doc()) + "\n"
+    return "\n".join(lines + variables_doc() + environments_doc()) + "\n"
 
 
 def variables_doc() -> list[str]:
@@ -239,6 +239,38 @@ def variables_doc() -> list[str]:
     ]
     for v in VARIABLES.values():
         lines.append(f"| `{v.name}` | {v.described_default()} | {v.meaning} | {v.readers} |")
+    return lines
+
+
+def environments_doc() -> list[str]:
+    """The framework environments (declared in envs/environments.tsv)."""
+    from ddlcompare.plan import envs
+
+    setup = {
+        "requirements": "`bash envs/setup.sh {name}`, pip from `{build}`",
+        "script": "`bash envs/setup.sh {name}`, by `{build}`",
+        "no": "`bash {build}`, a step of its own",
+    }
+    lines = [
+        "",
+        "# Environments (generated from envs/environments.tsv)",
+        "",
+        "Each framework runs in the environment its adapter names. Its folder is the "
+        "checkout's, unless its variable names another or the checkout has none and "
+        "its build put one under the cache root (`DDLC_CACHE`).",
+        "",
+        "| environment | folder | variable | else, under the cache | built by | "
+        "Debian packages its build needs |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for env in envs.ENVIRONMENTS.values():
+        built_in = "" if env.built_in == "-" else f"`{env.built_in}`"
+        needs = "" if env.needs == "-" else env.needs
+        how = setup[env.setup].format(name=env.name, build=env.build)
+        lines.append(
+            f"| {env.name} | `{env.folder}` | `{envs.variable(env.name)}` | {built_in} | {how} "
+            f"| {needs} |"
+        )
     return lines
 
 
