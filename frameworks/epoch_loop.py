@@ -86,7 +86,7 @@ def run(
             measured_images=plan.own * measured_steps,
         )
         if common.evaluates(config, epoch):
-            with phases("eval"):
+            with phases.evaluation():
                 steps_of.evaluate(sums)
         rows.append(epoch_row(steps_of, epoch, epoch_start, sums, measured_s, clock))
         phases.end_epoch()

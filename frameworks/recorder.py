@@ -115,8 +115,9 @@ class PhaseRecorder:
         self.steps: list[tuple] = []
         self.intervals: list[tuple] = []  # (phase, epoch, start_ns, end_ns)
         # The rank's heartbeat file (runfiles/names.progress), rewritten at
-        # most once every BEAT_NS as steps end: the runner's hang watch sees
-        # steps stop inside an epoch, where epochs.tsv says nothing yet.
+        # most once every BEAT_NS as steps end, and as evaluation begins: the
+        # runner's hang watch sees steps stop inside an epoch, where
+        # epochs.tsv says nothing yet.
         self.heartbeat: Path | None = None
         self._next_beat_ns = 0
 
@@ -167,12 +168,19 @@ class PhaseRecorder:
             for sink in self.sinks:
                 sink.step(row)
 
-    def _beat(self, now_ns: int) -> None:
+    def evaluation(self) -> _Span:
+        """The eval phase, said in the heartbeat first: evaluation ends no
+        step, and on a slow model (ResNet-34 on a CPU) it outlasts the hang
+        watch's floor, which must not take it for a hang."""
+        self._beat(perf_counter_ns(), names.PROGRESS_EVALUATING)
+        return self("eval")
+
+    def _beat(self, now_ns: int, doing: str = "") -> None:
         self._next_beat_ns = now_ns + BEAT_NS
         if self.heartbeat is None:
             return
         try:
-            self.heartbeat.write_text(f"{self.epoch} {self.step}\n")
+            self.heartbeat.write_text(f"{self.epoch} {self.step} {doing}".rstrip() + "\n")
         except OSError:
             pass  # a full disk or a removed folder: the watch then sees silence
 

@@ -414,7 +414,7 @@ def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
         )
         measured_s = timer.state.measured_s
         if common.evaluates(config, epoch):
-            with phases("eval"):
+            with phases.evaluation():
                 _evaluate(evaluate, dataset, dist, sums, batch, n_test)
         rows.append(epoch_loop.epoch_row(adapter, epoch, epoch_start, sums, measured_s, clock))
         phases.end_epoch()

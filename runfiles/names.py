@@ -36,6 +36,8 @@ ENERGY_SAMPLES_GLOB = "energy_samples.*.tsv"
 ENERGY_SOURCES_GLOB = "energy_sources.*.json"
 FAILED_RANK_GLOB = "failed_rank.*.json"
 PROGRESS_GLOB = "progress.rank*"
+# A heartbeat's last word while its rank evaluates (no step ends then).
+PROGRESS_EVALUATING = "eval"
 
 
 def steps(rank: int) -> str:
@@ -46,7 +48,8 @@ def steps(rank: int) -> str:
 def progress(rank: int) -> str:
     """One rank's heartbeat: rewritten (epoch and step) at most once a
     second as its steps end, so that a hang inside an epoch is seen
-    (ddlcompare/run/stall.py)."""
+    (ddlcompare/run/stall.py), and (then PROGRESS_EVALUATING) as it begins
+    to evaluate."""
     return f"progress.rank{rank}"
 
 

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from ddlcompare.run import stall
+from frameworks.recorder import PhaseRecorder
 from runfiles import names
 
 HEADER = "\t".join(names.EPOCH_COLUMNS)
@@ -79,3 +80,19 @@ def test_inside_the_first_epoch_the_ranks_heartbeats_are_watched(tmp_path, beats
     assert bool(said) == hung, said
     if hung:
         assert said.startswith("stalled: no step ended in 121 s inside epoch 1 of 5")
+
+
+def test_evaluation_inside_the_first_epoch_is_no_hang(tmp_path):
+    """Evaluation ends no step, and on a slow model it outlasts the floor
+    (ResNet-34 on a CPU: 8.6 s per 256 test images, docs/resnet34.md): a
+    rank's recorder says it evaluates in its heartbeat, and the watch waits."""
+    recorder = PhaseRecorder()
+    recorder.heartbeat = tmp_path / names.progress(0)
+    recorder.begin_epoch(1)
+    recorder.begin_step(1, 0)
+    recorder.end_step()
+    watch = stall.EpochWatch(tmp_path / "epochs.tsv", epochs=5, floor_s=120)
+    later = recorder.heartbeat.stat().st_mtime + 121
+    assert watch.stalled(later)  # silent after a step: a hang
+    with recorder.evaluation():
+        assert watch.stalled(recorder.heartbeat.stat().st_mtime + 121) is None

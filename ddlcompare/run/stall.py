@@ -13,7 +13,9 @@ documented hangs came there, at its end. So every rank also keeps a
 heartbeat (``progress.rank<r>``, rewritten at most once a second as its
 steps end: frameworks/recorder.py): once the ranks have begun stepping
 (start-up and a first compile are over), a silence of every rank's
-heartbeat longer than the floor before the first epoch has ended is a hang.
+heartbeat longer than the floor before the first epoch has ended is a hang,
+unless a rank said it is evaluating (the test set can take longer than the
+floor, and no step ends then).
 After the last epoch the run is writing its outputs (a trace's unification
 can take a while) and is left alone. Frameworks that write neither
 heartbeats nor epochs.tsv as they go (LBANN) are left to the timeout.
@@ -25,7 +27,7 @@ import time
 from pathlib import Path
 
 from runfiles import tables
-from runfiles import names, variables
+from runfiles import files, names, variables
 
 # A silence of this many slowest epochs so far, and never less than the
 # floor (DDLC_STALL_FLOOR_S: an epoch of a few seconds, then a pause of the
@@ -85,6 +87,18 @@ class EpochWatch:
                 continue  # being rewritten: the others, or the next poll
         return max(beats, default=None)
 
+    def evaluating(self) -> bool:
+        """Whether a rank's last heartbeat says it is evaluating: no step
+        ends then, for as long as the test set takes."""
+        for path in self.path.parent.glob(names.PROGRESS_GLOB):
+            try:
+                said = files.read_text(path, limit=256).split()
+            except (OSError, UnicodeDecodeError):
+                continue  # being rewritten: the next poll
+            if said[-1:] == [names.PROGRESS_EVALUATING]:
+                return True
+        return False
+
     def stalled(self, now: float | None = None) -> str | None:
         """Why the run counts as hung, or None while it makes progress."""
         now = now if now is not None else time.time()
@@ -110,7 +124,7 @@ class EpochWatch:
         """A hang before the first epoch ends: the ranks began stepping,
         then every heartbeat fell silent for longer than the floor."""
         beat = self.last_beat()
-        if beat is None or now - beat <= self.floor_s:
+        if beat is None or now - beat <= self.floor_s or self.evaluating():
             return None
         return (
             f"stalled: no step ended in {now - beat:.0f} s inside epoch 1 of {self.epochs} "
