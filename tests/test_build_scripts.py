@@ -107,6 +107,20 @@ def test_setup_builds_tarantella_when_asked(tmp_path):
     )
 
 
+def test_ddlc_run_dry_without_the_environment_sets_nothing_up(tmp_path):
+    """A dry run changes nothing: where the environment is missing (a fresh
+    clone) it says so in one line, rather than set up .venv and build what
+    the design names."""
+    absent = tmp_path / "venv"
+    done = front_door("./ddlc", "run", "-n", tmp_path=tmp_path, DDLC_VENV=str(absent))
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip() == (
+        f"error: DDLC_VENV={absent}: no Python environment there ({absent}/bin/python "
+        "missing); unset DDLC_VENV, or set it up there with ./ddlc setup"
+    )
+    assert not absent.exists()
+
+
 def test_ddlc_run_dry_plans_without_set_up_and_says_how_long(tmp_path):
     """A design of PyTorch frameworks: ./ddlc run -n runs no set-up where the
     environment is there (a dry run changes nothing), plans the runs and says
