@@ -293,7 +293,7 @@ _ALL = [
     Variable(
         "DDLC_OAR_NODES",
         None,
-        "the test OAR's nodes, `host=namespace=address ...` (./ddlc cluster sets it)",
+        "the test OAR's nodes, `host=namespace=address=cpus ...` (./ddlc cluster sets it)",
         "envs/schedulers/oar.sh",
         "localhost",
     ),

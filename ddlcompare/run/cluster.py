@@ -1,7 +1,8 @@
 """A cluster on this machine, Slurm and OAR on the same nodes, to try the
 slurm and grid5000 profiles before spending cluster hours, and for the tests.
 
-    ./ddlc cluster up [--nodes N] [--rate-mbit R]   start it (refused while one runs)
+    ./ddlc cluster up [--nodes N] [--rate-mbit R] [--cores-per-node C]
+                                                    start it (refused while one runs)
     ./ddlc cluster status                           its nodes, both schedulers, every
                                                     daemon (exit 1 when one is gone)
     ./ddlc cluster down                             stop everything it started
@@ -13,6 +14,12 @@ both ways. This machine joins the bridge too, as the cluster's frontend:
 slurmctld runs here, one slurmd runs in each node, and jobs are submitted
 from here (SLURM_CONF, printed by ``up`` and ``status``). The nodes share
 this machine's file system, as cluster nodes share a home over NFS.
+With ``--cores-per-node C`` each node also has cores of its own (node i:
+cores [i*C, (i+1)*C), by affinity, as the design's ``cores_per_node`` gives
+emulated nodes: ddlcompare/run/cores.py): its daemons start confined to
+them, and so does every job they start (TaskPlugin=task/none and OAR
+without cpusets leave a job the affinity of the daemon that started it).
+Without it the nodes share this machine's cores.
 
 Inside a node, /etc/hosts names every node and /etc/slurm is the cluster's
 (``ip netns exec`` binds /etc/netns/<node>/*), so an srun in a job reaches
@@ -42,7 +49,7 @@ import psutil
 
 from ddlcompare.plan import envs
 
-from ddlcompare.run import netem
+from ddlcompare.run import cores, netem
 from runfiles import variables
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,12 +92,12 @@ def check_size(nodes: int, rate_mbit: int) -> None:
     can carry, a rate tc can shape."""
     if nodes < 2:
         raise ClusterError(f"--nodes {nodes}: a cluster needs at least 2 nodes")
-    cores = os.cpu_count() or 1
-    most = max(3, OVERCOMMIT * cores // CPUS_PER_NODE)
+    machine_cores = os.cpu_count() or 1
+    most = max(3, OVERCOMMIT * machine_cores // CPUS_PER_NODE)
     if nodes > most:
         raise ClusterError(
             f"--nodes {nodes}: each node claims {CPUS_PER_NODE} CPUs, and this machine has "
-            f"{cores} cores; at most {most} nodes here"
+            f"{machine_cores} cores; at most {most} nodes here"
         )
     memory_mb = psutil.virtual_memory().total // 2**20
     if nodes * MB_PER_NODE_AT_LEAST > memory_mb:
@@ -109,13 +116,28 @@ def memory_per_node(nodes: int) -> int:
     return min(MEMORY_MB_PER_NODE, psutil.virtual_memory().total // 2**20 // nodes)
 
 
-def up(nodes: int = 3, rate_mbit: int = 1000) -> dict:
+def own_cores(nodes: int, per_node: int | None) -> list[list[int]] | None:
+    """Each node's cores with ``--cores-per-node``, else None (shared)."""
+    if per_node is None:
+        return None
+    usable = sorted(os.sched_getaffinity(0))
+    if per_node < 1 or nodes * per_node > len(usable):
+        raise ClusterError(
+            f"--cores-per-node {per_node}: {nodes} nodes need 1 or more cores each, at most "
+            f"{len(usable)} in all (this machine's {cores.span(usable)}); lower it or --nodes, "
+            "or leave it out (the nodes then share the cores)"
+        )
+    return cores.node_cpus({"nodes": nodes, "cores_per_node": per_node}, set(usable))
+
+
+def up(nodes: int = 3, rate_mbit: int = 1000, cores_per_node: int | None = None) -> dict:
+    check_size(nodes, rate_mbit)
+    node_cpus = own_cores(nodes, cores_per_node)
     if RECORD.exists():
         raise ClusterError(
             f"a cluster is already up (started {json.loads(RECORD.read_text())['started']}); "
             "'./ddlc cluster down' stops it"
         )
-    check_size(nodes, rate_mbit)
     if os.geteuid() != 0:
         raise ClusterError("the cluster needs root (namespaces, links, daemons); run it as root")
     if found := netem.problems("local"):
@@ -124,13 +146,14 @@ def up(nodes: int = 3, rate_mbit: int = 1000) -> dict:
     for folder in ("etc", "run", "log", "state", "spool"):
         shutil.rmtree(STATE / folder, ignore_errors=True)
         (STATE / folder).mkdir(parents=True)
-    net = netem.EmulatedNetwork(TAG, nodes, rate_mbit, 0)
+    net = netem.EmulatedNetwork(TAG, nodes, rate_mbit, 0, node_cpus)
     subnet = ipaddress.ip_interface(f"{net.nodes[0].address}/{net.prefixlen}").network
     frontend = netem.Node("", str(subnet[-2]), os.uname().nodename.split(".")[0], "fe")
     record = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "mark": f"{os.getpid()}-{time.time_ns()}",
         "rate_mbit": rate_mbit,
+        "cores_per_node": cores_per_node,  # None: the nodes share this machine's cores
         "frontend": frontend.__dict__,
         "nodes": [n.__dict__ for n in net.nodes],
         "slurm_conf": str(STATE / "etc" / "slurm.conf"),
@@ -198,6 +221,8 @@ def _without_our_hosts(text: str) -> str:
 
 def slurm_conf(nodes: list[netem.Node], frontend: netem.Node) -> str:
     state = STATE
+    # A node with cores of its own tells Slurm how many; shared, each claims CPUS_PER_NODE.
+    cpus = {n.hostname: len(cores.cpu_list(n.cpus)) if n.cpus else CPUS_PER_NODE for n in nodes}
     lines = [
         "ClusterName=ddlccluster",
         f"SlurmctldHost={frontend.hostname}({frontend.address})",
@@ -231,8 +256,8 @@ def slurm_conf(nodes: list[netem.Node], frontend: netem.Node) -> str:
         "SchedulerParameters=sched_interval=2",
         "ReturnToService=2",
         *(
-            f"NodeName={n.hostname} NodeAddr={n.address} CPUs={CPUS_PER_NODE} Boards=1 "
-            f"SocketsPerBoard=1 CoresPerSocket={CPUS_PER_NODE} ThreadsPerCore=1 "
+            f"NodeName={n.hostname} NodeAddr={n.address} CPUs={cpus[n.hostname]} Boards=1 "
+            f"SocketsPerBoard=1 CoresPerSocket={cpus[n.hostname]} ThreadsPerCore=1 "
             f"RealMemory={memory_per_node(len(nodes))} State=UNKNOWN"
             for n in nodes
         ),
@@ -333,13 +358,14 @@ def _wait(seconds: float, what: str, ready, logs: Path) -> None:
 def oar_env(nodes: list[dict] | list[netem.Node]) -> dict:
     """envs/schedulers/oar.sh's settings for this cluster's OAR."""
     entries = [n if isinstance(n, dict) else n.__dict__ for n in nodes]
+    own = entries[0].get("cpus")  # every node has as many, or none has its own
     return {
         **marked_env(),
         "DDLC_OAR_DIR": str(STATE / "oar"),
         "DDLC_OAR_NODES": " ".join(
-            f"{n['hostname']}={n['namespace']}={n['address']}" for n in entries
+            f"{n['hostname']}={n['namespace']}={n['address']}={n.get('cpus', '')}" for n in entries
         ),
-        "DDLC_OAR_CORES": str(OAR_CORES_PER_NODE),
+        "DDLC_OAR_CORES": str(len(cores.cpu_list(own)) if own else OAR_CORES_PER_NODE),
     }
 
 
@@ -580,7 +606,8 @@ def _oar_user(nodes: list) -> str:
 def describe(record: dict) -> str:
     lines = [f"up since {record['started']}, links shaped to {record['rate_mbit']} Mbit/s"]
     for node in record["nodes"]:
-        lines.append(f"  {node['hostname']:<24} {node['address']:<15} ({node['namespace']})")
+        own = f", cores {node['cpus']}" if node.get("cpus") else ""
+        lines.append(f"  {node['hostname']:<24} {node['address']:<15} ({node['namespace']}{own})")
     fe = record["frontend"]
     lines.append(
         f"  {fe['hostname']:<24} {fe['address']:<15} (this machine: slurmctld, OAR's server)"
@@ -621,11 +648,16 @@ def main(argv: list[str] | None = None) -> int:
         default=1000,
         help=f"each link's rate, 1 to {MAX_RATE_MBIT} Mbit/s (up; default 1000)",
     )
+    p.add_argument(
+        "--cores-per-node",
+        type=int,
+        help="cores of its own for each node, by affinity (up; default: the nodes share them)",
+    )
     args = p.parse_args(argv)
     try:
         if args.action == "up":
             started = time.monotonic()
-            record = up(args.nodes, args.rate_mbit)
+            record = up(args.nodes, args.rate_mbit, args.cores_per_node)
             say(f"up in {time.monotonic() - started:.1f} s")
             print(describe(record))
         elif args.action == "down":

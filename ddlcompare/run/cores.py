@@ -87,3 +87,12 @@ def span(cpus: list[int]) -> str:
             parts.append(str(start) if start == cpu else f"{start}-{cpu}")
             start = None
     return ",".join(parts)
+
+
+def cpu_list(text: str) -> list[int]:
+    """A CPU list as taskset and the kernel write it (0-3,6), as numbers."""
+    found: list[int] = []
+    for part in filter(None, text.split(",")):
+        low, _, high = part.partition("-")
+        found += range(int(low), int(high or low) + 1)
+    return found

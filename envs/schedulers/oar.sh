@@ -3,9 +3,11 @@
 # the OAR server (Almighty), the OAR node's sshd, one host with N cores, and
 # an unprivileged user to submit jobs (OAR refuses root's).
 #   envs/schedulers/oar.sh start   install what is missing, configure, start
-#                                   (DDLC_OAR_NODES="host=namespace=address ...": one
-#                                   OAR node per entry, its sshd in that network
-#                                   namespace; ./ddlc cluster sets it. Default: localhost)
+#                                   (DDLC_OAR_NODES="host=namespace=address=cpus ...":
+#                                   one OAR node per entry, its sshd in that network
+#                                   namespace, confined to those cores where given, so
+#                                   its jobs are too; ./ddlc cluster sets it. Default:
+#                                   localhost)
 #   envs/schedulers/oar.sh stop    stop what start started (by PID), nothing else
 #   envs/schedulers/oar.sh user    the test user's name
 #   envs/schedulers/oar.sh grant PATH...
@@ -106,11 +108,11 @@ create_database() {
 start_node_sshd() {
   mkdir -p /run/sshd
   [ -f /etc/oar/oar_ssh_host_rsa_key ] || ssh-keygen -q -t rsa -N '' -f /etc/oar/oar_ssh_host_rsa_key
-  local entry host ns address
+  local entry host ns address cpus
   for entry in $nodes; do
-    IFS== read -r host ns address <<< "$entry"
+    IFS== read -r host ns address cpus <<< "$entry"
     alive "sshd-$host" && continue
-    local sshd=(/usr/sbin/sshd -f /etc/oar/sshd_config -o PidFile="$dir/run/sshd-$host.pid"
+    local sshd=(${cpus:+taskset --cpu-list "$cpus"} /usr/sbin/sshd -f /etc/oar/sshd_config -o PidFile="$dir/run/sshd-$host.pid"
                 -o ListenAddress="${address:-127.0.0.1}" -E "$dir/log/sshd-$host.log")
     if [ -n "$ns" ]; then  # in the node: its network, its host name
       ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" "${sshd[@]}"

@@ -1,0 +1,94 @@
+"""The cluster on one machine with cores of its own per node
+(`./ddlc cluster up --cores-per-node 1`): every job a node runs, through
+Slurm and through OAR, may use that node's core and no other. A cluster of
+its own, after test_cluster's (a cluster of any size after another)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddlcompare.run import cluster, cores
+from test_cluster import DDLC, _namespaces_allowed
+from test_oar import OarUser
+
+AFFINITY = 'echo "$(hostname) $(grep Cpus_allowed_list /proc/self/status | cut -f2)"'
+
+
+@pytest.fixture(scope="module")
+def one_core_nodes():
+    if why := _namespaces_allowed():
+        pytest.skip(why)
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("two one-core nodes need two cores")
+    if cluster.RECORD.exists():
+        pytest.skip(f"a cluster is already up ({cluster.RECORD}); the tests start their own")
+    argv = [DDLC, "cluster", "up", "--nodes", "2", "--cores-per-node", "1"]
+    up = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert up.returncode == 0, up.stderr[-3000:]
+    record = cluster.status()
+    yield record
+    down = subprocess.run([DDLC, "cluster", "down"], capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+def test_a_node_with_its_own_core_runs_every_job_on_it(one_core_nodes, tmp_path):
+    record = one_core_nodes
+    own = {n["hostname"]: n["cpus"] for n in record["nodes"]}
+    assert sorted(own.values()) == ["0", "1"], own
+    status = subprocess.run([DDLC, "cluster", "status"], capture_output=True, text=True)
+    assert all(f"cores {cpus}" in status.stdout for cpus in own.values()), status.stdout
+
+    # Slurm: one task on each node, and Slurm knows each node has one CPU.
+    env = {**cluster.client_env(), "PYTHONPATH": str(Path(__file__).parents[1])}
+    out = subprocess.run(
+        ["srun", "-N2", "-n2", "--mem=50", "sh", "-c", AFFINITY],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert dict(line.split() for line in out.stdout.splitlines()) == own, out.stdout
+    nodes = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%N %c"], capture_output=True, text=True, env=env
+    ).stdout
+    assert {tuple(line.split()) for line in nodes.splitlines()} == {(h, "1") for h in own}
+
+    # OAR: a job on each node, as OAR's user.
+    user = OarUser(cluster._oar_user(record["nodes"]))
+    workdir = user.workdir("cores")
+    for host in own:
+        out = user.run(
+            ["oarsub", "-p", f"host='{host}'", "-l", "core=1,walltime=0:05",
+             "-O", f"{host}.out", "-E", f"{host}.err", AFFINITY],
+            workdir,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stdout + out.stderr
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all(
+        (workdir / f"{h}.out").exists() and (workdir / f"{h}.out").read_text() for h in own
+    ):
+        time.sleep(1)
+    seen = dict((workdir / f"{h}.out").read_text().split() for h in own)
+    assert seen == own, seen
+    assert cores.cpu_list(",".join(own.values())) == [0, 1]
+
+
+def test_cores_per_node_is_checked_against_this_machine():
+    usable = len(os.sched_getaffinity(0))
+    for nodes, per_node in [(usable + 1, 1), (2, 0), (2, usable)]:
+        if nodes * per_node <= usable and per_node >= 1:
+            continue
+        with pytest.raises(cluster.ClusterError, match=f"--cores-per-node {per_node}: "):
+            cluster.own_cores(nodes, per_node)
+    assert cluster.own_cores(2, None) is None
+    out = subprocess.run(
+        [sys.executable, "-m", "ddlcompare.run.cluster", "up", "--cores-per-node", "0"],
+        capture_output=True, text=True, cwd=Path(__file__).parents[1],
+    )  # fmt: skip
+    assert out.returncode == 1 and out.stderr.startswith("cluster up: --cores-per-node 0: ")
