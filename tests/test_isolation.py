@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import REPO, journal_lines, tiny_design, write_design
@@ -282,3 +283,38 @@ def test_wait_is_blamed_on_what_was_runnable_beside_it():
     blamed = machine_load._wait_behind_spinning(rows, foreign_cores=0.4)
     assert blamed == pytest.approx(2 * 0.3 * 1.0 / 2.0)
     assert machine_load._wait_behind_spinning(rows[1:], foreign_cores=0.4) == 0
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_foreign_load_is_counted_on_the_runs_own_cores():
+    """A run confined to some cores (cores_per_node) is loaded by what runs on
+    them, not by a process busy on another core: a loop pinned to one core
+    takes that core's whole time, and only a share of the machine's."""
+    busy, other = sorted(os.sched_getaffinity(0))[:2]
+    # Not a child of this process, which the meters take for the run's runner.
+    started = subprocess.run(
+        ["sh", "-c", 'taskset --cpu-list "$0" "$1" -c "while True: pass" >/dev/null 2>&1 & echo $!',
+         str(busy), sys.executable],
+        capture_output=True, text=True, check=True, start_new_session=True,
+    )  # fmt: skip
+    loop = psutil.Process(int(started.stdout))
+    try:
+        meters = [
+            machine_load.Meter(os.getpid(), os.getpid(), cpus) for cpus in ((busy,), (other,))
+        ]
+        time.sleep(0.5)
+        for meter in meters:
+            meter.sample()
+        start = time.perf_counter_ns()
+        time.sleep(3)
+        for meter in meters:
+            meter.sample()
+        on_busy, on_other = (m.summary((start, time.perf_counter_ns()), "test") for m in meters)
+    finally:
+        loop.kill()
+        loop.wait(timeout=10)
+    assert (on_busy["cores"], on_busy["cpus"]) == (1, [busy])
+    assert on_busy["foreign_cpu_share"] >= 0.9, on_busy  # the loop's core, all taken
+    # The other core holds only what else this machine runs (all of it, on a busy one).
+    assert on_other["foreign_cpu_share"] <= on_busy["foreign_cpu_share"] + 0.05
+    assert any(p["pid"] == loop.pid and p["cores"] >= 0.5 for p in on_busy["busiest_foreign"])

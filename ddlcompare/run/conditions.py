@@ -14,7 +14,8 @@ beside them (``machine_load``) and the network it gave them:
   those ranks could use, the busiest node's: above 1, ranks slow each other
   down on this test bed whatever the framework does;
 - ``foreign_cpu_share`` and ``loaded``: what other processes took of the
-  machine while the run measured (ddlcompare/run/machine_load.py);
+  run's cores (the machine's, or those it was confined to) while the run
+  measured (ddlcompare/run/machine_load.py);
 - ``network``: the emulated link's rate and delay, or the machine's own
   interfaces with their speed; ``device``: the design's device and the
   machine's cores.

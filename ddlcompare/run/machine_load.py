@@ -9,7 +9,9 @@ machine_lock.attempt_processes), each other process's CPU time, and the
 after warm-up to the last, on the steps files' clock) that gives:
 
 - ``foreign_cpu_share``: CPU time of processes not the run's, as a share of
-  the machine's (window x cores);
+  the run's cores' (window x cores): the machine's, or where the run is
+  confined to some (``cores_per_node``) those alone, so that a process busy
+  on another core is not counted against it (``cores``, ``cpus``);
 - ``busiest_foreign``: the processes that took most of it;
 - ``loaded``: true when ``foreign_cpu_share`` reaches ``LOADED_SHARE``:
   the run was measured beside heavy foreign load, so its figures are not
@@ -97,10 +99,13 @@ def thread_counters(pid: int) -> dict[tuple[int, int], ThreadCounters]:
     return found
 
 
-def _busy_seconds() -> float:
-    """CPU seconds the whole machine spent busy since boot."""
-    t = psutil.cpu_times()
-    return t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0)
+def _busy_seconds(cpus: tuple[int, ...] | None = None) -> float:
+    """CPU seconds the machine (or those of its cores) spent busy since boot."""
+    per_cpu = [psutil.cpu_times()] if cpus is None else psutil.cpu_times(percpu=True)
+    chosen = per_cpu if cpus is None else [per_cpu[i] for i in cpus if i < len(per_cpu)]
+    return sum(
+        t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0) for t in chosen
+    )
 
 
 @dataclass
@@ -124,6 +129,10 @@ class Meter:
 
     runner: int
     session: int
+    # The cores the run is confined to (None: the whole machine). The run's
+    # own CPU time is taken off theirs whole; the runner itself, unconfined,
+    # may spend a few hundredths of a core elsewhere.
+    cpus: tuple[int, ...] | None = None
     intervals: list[Interval] = field(default_factory=list)
     names: dict[tuple[int, float], str] = field(default_factory=dict)
     thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
@@ -131,7 +140,7 @@ class Meter:
     _last_threads: dict = field(default_factory=dict)
 
     def sample(self) -> None:
-        now, wall, busy = time.perf_counter_ns(), time.time(), _busy_seconds()
+        now, wall, busy = time.perf_counter_ns(), time.time(), _busy_seconds(self.cpus)
         table = list(psutil.process_iter(["ppid", "create_time", "cpu_times"]))
         own = {p.pid for p in machine_lock.attempt_processes(self.runner, self.session, table)}
         times: dict[tuple[int, float], tuple[bool, float]] = {}
@@ -187,7 +196,7 @@ class Meter:
     def summary(self, window: tuple[int, int], label: str) -> dict:
         """The machine's load over ``window`` (perf_counter ns), each
         interval weighed by how much of it lies inside."""
-        cores = psutil.cpu_count() or 1
+        cores = len(self.cpus) if self.cpus else psutil.cpu_count() or 1
         seconds = foreign = 0.0
         per_process: dict[tuple[int, float], float] = {}
         per_thread: dict[tuple[int, int], list[float]] = {}
@@ -212,6 +221,7 @@ class Meter:
             "window": label,
             "window_s": round(seconds, 3),
             "cores": cores,
+            "cpus": list(self.cpus) if self.cpus else None,  # None: the whole machine
             "foreign_cpu_share": None if share is None else round(min(share, 1.0), 4),
             "load_avg_1m_max": max(loads) if loads else None,
             "busiest_foreign": [

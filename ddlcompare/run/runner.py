@@ -247,6 +247,7 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
             save(RUN_RECORD, record)
             hang = stall.EpochWatch(run_dir / EPOCHS, config["epochs"])
             watch = Watch(run_dir, token, derived_timeout(config), scheduler.one_machine, hang)
+            watch.cpus = tuple(sorted({c for node in net.node_cpus or [] for c in node})) or None
             with watch.signals(), _machine(scheduler, row.path, watch) as waited:
                 record["waited_for_machine_s"] = round(waited, 1)
                 started = time.time()
@@ -352,6 +353,7 @@ class Watch:
         self.proc: subprocess.Popen | None = None
         self.overlap: list[str] = []
         self.meter: machine_load.Meter | None = None
+        self.cpus: tuple[int, ...] | None = None  # the run's cores, where confined to some
         self.held_ns = (0, 0)  # perf_counter ns: the launcher's start and end
         self.stacks: Path | None = None  # where the ranks waited, dumped at the timeout
         self.stalled: str | None = None  # why the run counted as hung before its timeout
@@ -401,7 +403,7 @@ class Watch:
             try:
                 with machine_lock.training(self.run_dir, proc.pid, provenance.REPO):
                     if self.shared_machine:
-                        self.meter = machine_load.Meter(os.getpid(), proc.pid)
+                        self.meter = machine_load.Meter(os.getpid(), proc.pid, self.cpus)
                     timed_out = self._wait(proc)
                     if self.meter:
                         self.meter.sample()  # up to the end, however short the run
