@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from conftest import REPO
@@ -418,3 +419,46 @@ def test_a_config_json_beside_a_trace_that_is_no_run_record(tmp_path, config):
     assert convert.run_id_of(trace) == ("" if config else tmp_path.name)
     done = run_cli(str(trace), "-o", str(tmp_path / "out.parquet"))
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_ddlc_import_of_an_otf2_archive_with_steps_does_without_pandas(tmp_path):
+    """Our own archive (step intervals on its rank) is read and written
+    without pandas: importing it is a third of the command's start-up. The
+    table is the one the in-process conversion gives."""
+    from frameworks.otf2_writer import write_archive
+
+    part = {
+        "rank": 0,
+        "world": 1,
+        "hostname": "h0",
+        "run_id": "r",
+        "offset_ns": 5,
+        "intervals": [("data_load", 1, 0, 10, 20), ("forward", 1, 0, 20, 40)],
+        "steps": [(1, 0, 10, 80)],
+        "collectives": [("allreduce", 4096, 45, 60)],
+    }
+    anchor = write_archive([part], tmp_path / "trace")
+    out = tmp_path / "p.parquet"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "front.cli",
+            "import",
+            str(anchor),
+            "-o",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    assert "traces.readers.otf2_reader" in imported
+    assert "pandas" not in imported
+    table, _, errors = convert.convert([anchor], RULES)
+    assert errors == [] and pq.read_table(out).equals(table)

@@ -27,7 +27,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -38,7 +37,7 @@ from runfiles.names import CONFIG
 from traces import readers
 from traces.readers import TraceError, otf2_reader
 from traces.rules import RULES_FILE, PhaseRules, RulesError
-from traces.table import SCHEMA, SCHEMA_VERSION, empty_table
+from traces.table import SCHEMA, SCHEMA_VERSION, empty_table, from_numpy
 
 SCOREP_DIR = names.SCOREP_DIR
 # One Score-P experiment per rank (ddlcompare/run/tracers.py, --mpp=none): each
@@ -73,14 +72,17 @@ def with_epochs_of_run(table: pa.Table, trace: Path) -> pa.Table:
     run = next((p.parent for p in trace.parents if p.name == SCOREP_DIR), None)
     if run is None or table.num_rows == 0:
         return table
+    steps = list(run.glob(names.STEPS_GLOB))
+    if not steps:
+        return table
+    import pandas as pd  # here only: a trace from elsewhere needs none of it
+
     epochs = [
         pd.read_csv(f, sep="\t", usecols=["epoch", "step"]).assign(
             rank=int(f.name[len("steps.rank") : -len(".tsv")])
         )
-        for f in run.glob(names.STEPS_GLOB)
+        for f in steps
     ]
-    if not epochs:
-        return table
     rows = table.select(["rank", "step"]).to_pandas()
     found = rows.merge(pd.concat(epochs), on=["rank", "step"], how="left")["epoch"]
     at = table.schema.get_field_index("epoch")
@@ -238,7 +240,9 @@ def _offset_op_ids(table: pa.Table, offset: int) -> pa.Table:
     if offset == 0 or table.num_rows == 0:
         return table
     at = table.schema.get_field_index("op_id")
-    return table.set_column(at, "op_id", pc.add(table.column("op_id"), offset))
+    # the offset as Arrow's scalar (a Python int would import pandas)
+    shift = from_numpy(np.array([offset], dtype=np.int64))[0]
+    return table.set_column(at, "op_id", pc.add(table.column("op_id"), shift))
 
 
 def metadata_of(path: Path) -> dict:

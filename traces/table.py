@@ -28,15 +28,21 @@ import functools
 import json
 import re
 from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from traces import fastjson, nesting
 from runfiles.phases import EPOCH, MARKERS, PHASES, STEP, STEP_PHASES
 from traces.rules import PhaseRules
+
+if TYPE_CHECKING:
+    # pandas is imported by the functions that use it, on paths an OTF2
+    # archive with step intervals does not take: `ddlc import` of one then
+    # starts without it (about a third of its imports)
+    import pandas as pd
 
 # Version 3: the text columns dictionary-encoded (version 2 held them as
 # plain strings; a table of version 2 casts to this schema, see
@@ -132,7 +138,9 @@ class Rows:
 
 
 def empty_table() -> pa.Table:
-    return SCHEMA.empty_table()
+    # not SCHEMA.empty_table(): that imports pandas (a third of the imports
+    # of `ddlc import`)
+    return pa.Table.from_batches([], schema=SCHEMA)
 
 
 NULL = np.iinfo(np.int64).min  # a missing step, epoch or byte count in Columns
@@ -214,16 +222,22 @@ class Columns:
 
 
 def _codes(values: list) -> tuple[np.ndarray, list]:
+    import pandas as pd
+
     codes, names = pd.factorize(pd.Series(values, dtype=object))
     return codes.astype(np.int32), list(names)
 
 
 def _nullable(values: list) -> np.ndarray:
+    import pandas as pd
+
     return pd.array(values, dtype="Int64").to_numpy(dtype=np.int64, na_value=NULL)
 
 
 def _parent_rows(row_ids: list, parent_ids: list) -> np.ndarray:
     """Row index of each row's parent interval, -1 at top level."""
+    import pandas as pd
+
     index = pd.Series(np.arange(len(row_ids)), index=np.asarray(row_ids))
     parents = pd.Series(parent_ids, dtype=object)
     has = parents.notna().to_numpy()
@@ -402,13 +416,13 @@ def _columns(
     regions = _distinct(c.region_names)  # once for region and parent (Kineto: ~30 k)
     columns = {
         "run_id": _one_value(run_id, n),
-        "rank": pa.array(c.rank.astype(np.int32, copy=False)),
+        "rank": from_numpy(c.rank.astype(np.int32, copy=False)),
         "step": _integers(step),
         "epoch": _integers(epoch),
-        "start_ns": pa.array(c.start_ns),
-        "end_ns": pa.array(c.end_ns),
-        "dur_ns": pa.array(c.end_ns - c.start_ns),
-        "depth": pa.array(c.depth.astype(np.int32, copy=False)),
+        "start_ns": from_numpy(c.start_ns),
+        "end_ns": from_numpy(c.end_ns),
+        "dur_ns": from_numpy(c.end_ns - c.start_ns),
+        "depth": from_numpy(c.depth.astype(np.int32, copy=False)),
         "bytes": _integers(c.bytes),
         "source": _one_value(source, n),
         "op_id": _integers(op_id),
@@ -548,12 +562,10 @@ def _dictionary(distinct: tuple, codes: np.ndarray, via=None) -> pa.DictionaryAr
     # Arrow's and pandas' null tests (is_null, notna) see only the mask.
     # Checked against the names here (Arrow's own check, safe=True, takes
     # four times as long where there are nulls).
-    if codes.size == 0:
-        return pa.DictionaryArray.from_arrays(codes, values)
-    if codes.max() >= len(values):
+    if codes.size and codes.max() >= len(values):
         raise IndexError(f"a code past the {len(values)} names")
-    some_null = codes.min() < 0
-    return pa.DictionaryArray.from_arrays(codes, values, from_pandas=some_null, safe=False)
+    missing = codes < 0 if codes.size and codes.min() < 0 else None
+    return pa.DictionaryArray.from_arrays(from_numpy(codes, missing), values, safe=False)
 
 
 def _distinct(names: list) -> tuple[pa.Array, np.ndarray | None]:
@@ -562,7 +574,7 @@ def _distinct(names: list) -> tuple[pa.Array, np.ndarray | None]:
     one name (OTF2 definitions may repeat a name) are one value of a
     dictionary (pandas' categories must be distinct). In Arrow, not a
     Python loop: a Kineto trace has some 30 k names a file."""
-    values = pa.array(names, pa.string())
+    values = _strings(names)
     if values.null_count == 0 and pc.count_distinct(values).as_py() == len(values):
         return values, None
     encoded = values.dictionary_encode()  # None stays null: code -1
@@ -576,23 +588,51 @@ def _one_value(value: str, n: int) -> pa.DictionaryArray:
     # safe=False: Arrow's check would read every zero, faulting in pages
     # that np.zeros leaves untouched
     return pa.DictionaryArray.from_arrays(
-        pa.array(np.zeros(n, dtype=np.int32)), pa.array([value], pa.string()), safe=False
+        from_numpy(np.zeros(n, dtype=np.int32)), _strings([value]), safe=False
     )
 
 
 def _integers(values: np.ndarray) -> pa.Array:
     missing = values == NULL
-    if not missing.any():
-        return pa.array(values)
-    if missing.all():  # a trace without epochs: no mask to pack, no values to copy
-        validity = pa.py_buffer(np.zeros((len(values) + 7) // 8, dtype=np.uint8))
-        return pa.Array.from_buffers(
-            pa.from_numpy_dtype(values.dtype),
-            len(values),
-            [validity, pa.py_buffer(np.ascontiguousarray(values))],
-            null_count=len(values),
-        )
-    return pa.array(values, mask=missing)
+    return from_numpy(values, missing if missing.any() else None)
+
+
+# The table's arrays are made from their buffers, not by pa.array(): that
+# looks for pandas first, and importing it is a third of the start-up of
+# `ddlc import` of an OTF2 archive, which needs nothing else of pandas.
+
+
+def from_numpy(values: np.ndarray, missing: np.ndarray | None = None) -> pa.Array:
+    """A numpy array as Arrow's, sharing its memory; null where ``missing``."""
+    values = np.ascontiguousarray(values)
+    validity, nulls = None, 0
+    if missing is not None:
+        nulls = int(np.count_nonzero(missing))
+        if nulls == len(values):  # a trace without epochs: no mask to pack
+            validity = pa.py_buffer(np.zeros((len(values) + 7) // 8, dtype=np.uint8))
+        else:
+            validity = pa.py_buffer(np.packbits(~missing, bitorder="little"))
+    return pa.Array.from_buffers(
+        pa.from_numpy_dtype(values.dtype),
+        len(values),
+        [validity, pa.py_buffer(values)],
+        null_count=nulls,
+    )
+
+
+def _strings(names: list) -> pa.StringArray:
+    """``pa.array(names, pa.string())``: None is null."""
+    encoded = [b"" if name is None else name.encode() for name in names]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    present = np.array([name is not None for name in names], dtype=bool)
+    validity = None if present.all() else pa.py_buffer(np.packbits(present, bitorder="little"))
+    return pa.Array.from_buffers(
+        pa.string(),
+        len(encoded),
+        [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))],
+        null_count=int(len(present) - np.count_nonzero(present)),
+    )
 
 
 class _Nesting:
@@ -646,6 +686,8 @@ def _phases_of_teams(c: Columns, phase: np.ndarray) -> bool:
     donors = np.flatnonzero((phase >= 0) & np.isin(c.region, np.unique(c.region[loose])))
     if donors.size == 0:
         return False
+    import pandas as pd
+
     frame = {"rank": c.rank, "region": c.region, "start": c.start_ns}
     found = pd.merge_asof(
         pd.DataFrame({k: v[loose] for k, v in frame.items()} | {"row": loose}).sort_values("start"),
@@ -679,6 +721,8 @@ def _number_steps(c: Columns, is_step: np.ndarray, step: np.ndarray) -> None:
     rows = np.flatnonzero(is_step & (step == NULL))
     if rows.size == 0:
         return
+    import pandas as pd
+
     # the number in the name, read once per step's region name, not once
     # per row nor for every name
     region = c.region[rows]
@@ -734,21 +778,41 @@ def _ascending(*keys: np.ndarray) -> bool:
 
 def _step_windows(
     c: Columns, phase: np.ndarray, step: np.ndarray, epoch: np.ndarray
-) -> pd.DataFrame:
-    """(rank, start, end, step, epoch) of every step: the step intervals, or
-    where a rank has none (Score-P user regions), each run of step phases
-    from one data_load to the next."""
+) -> dict[str, np.ndarray]:
+    """(rank, start, end, step, epoch) of every step, int64 columns: the
+    step intervals, or where a rank has none (Score-P user regions), each
+    run of step phases from one data_load to the next."""
     is_step = phase == _PHASE[STEP]
-    windows = pd.DataFrame(
-        {
-            "rank": c.rank[is_step],
-            "start": c.start_ns[is_step],
-            "end": c.end_ns[is_step],
-            "step": step[is_step],
-            "epoch": epoch[is_step],
-        }
-    )
-    ranks_without = set(pd.unique(c.rank)) - set(windows["rank"])
+    windows = {
+        "rank": c.rank[is_step],
+        "start": c.start_ns[is_step],
+        "end": c.end_ns[is_step],
+        "step": step[is_step],
+        "epoch": epoch[is_step],
+    }
+    ranks_without = sorted(set(_present(c.rank)) - set(_present(windows["rank"])))
+    parts = [windows]
+    if ranks_without:  # pandas only here: most traces have their step intervals
+        parts += [
+            {key: frame[key].to_numpy(dtype=np.int64) for key in windows}
+            for frame in _inferred_windows(c, phase, ranks_without)
+        ]
+    return {key: np.concatenate([p[key] for p in parts]).astype(np.int64) for key in windows}
+
+
+def _present(values: np.ndarray) -> list:
+    """The distinct values of an integer column (ranks: few and small, so
+    counted rather than sorted where they are)."""
+    if values.size and values.min() >= 0 and values.max() < 4 * values.size + (1 << 16):
+        return np.flatnonzero(np.bincount(values)).tolist()
+    return np.unique(values).tolist()
+
+
+def _inferred_windows(c: Columns, phase: np.ndarray, ranks_without: list) -> list[pd.DataFrame]:
+    """The step windows of ranks without step intervals: from their data
+    loading, else from their optimizer steps (_optimizer_windows)."""
+    import pandas as pd
+
     step_phases = [_PHASE[p] for p in STEP_PHASES]
     inferred = []
     # the outermost row of each phase: not the loader's own calls inside it
@@ -792,11 +856,10 @@ def _step_windows(
                 }
             )
         )
-    found = set(windows["rank"]).union(*(set(w["rank"]) for w in inferred))
-    for rank in sorted(set(pd.unique(c.rank)) - found):
+    found = set().union(*(set(w["rank"]) for w in inferred))
+    for rank in sorted(set(ranks_without) - found):
         inferred.append(_optimizer_windows(c, phase, rank))
-    inferred = [w for w in inferred if not w.empty]
-    return pd.concat([windows, *inferred], ignore_index=True) if inferred else windows
+    return [w for w in inferred if not w.empty]
 
 
 def _optimizer_windows(c: Columns, phase: np.ndarray, rank) -> pd.DataFrame:
@@ -804,6 +867,8 @@ def _optimizer_windows(c: Columns, phase: np.ndarray, rank) -> pd.DataFrame:
     PyTorch profiler trace without ProfilerStep): each step ends with an
     optimizer step and starts where the previous one ended (the first at
     the rank's first record)."""
+    import pandas as pd
+
     mine = c.rank == rank
     optimizer = mine & (phase == _PHASE["optimizer"])
     parent_phase = phase[np.maximum(c.parent_row, 0)]
@@ -850,7 +915,7 @@ def _steps_by_time(c: Columns, phase: np.ndarray, step: np.ndarray, epoch: np.nd
     if not need_all.any():
         return
     windows = _step_windows(c, phase, step, epoch)
-    if windows.empty:
+    if windows["rank"].size == 0:
         return
     rank, number, of_epoch, start, end = _one_window_per_step(windows)
     for r in np.unique(rank).tolist():
@@ -866,13 +931,13 @@ def _steps_by_time(c: Columns, phase: np.ndarray, step: np.ndarray, epoch: np.nd
         epoch[need[inside]] = of_epoch[mine][at[inside]]
 
 
-def _one_window_per_step(windows: pd.DataFrame) -> tuple[np.ndarray, ...]:
+def _one_window_per_step(windows: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
     """(rank, step, epoch, start, end) of one window per step, in that
     order of rank, step and epoch, from its earliest start to its latest
     end: a step's GPU-side copy (gpu_user_annotation ProfilerStep#1, on its
     stream, shorter) would otherwise hide the CPU-side window it starts
     inside. In numpy: pandas' groupby cost a few ms a trace file."""
-    column = {k: windows[k].to_numpy(dtype=np.int64) for k in windows.columns}
+    column = windows
     order = np.lexsort((column["epoch"], column["step"], column["rank"]))
     keys = np.stack([column[k][order] for k in ("rank", "step", "epoch")])
     first = np.flatnonzero(np.r_[True, (keys[:, 1:] != keys[:, :-1]).any(axis=0)])

@@ -37,7 +37,6 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -182,6 +181,8 @@ class _Reading:
             self.tensors[_key(record.pid)] = record.args.name
 
     def _scanned(self, scanned: fastjson.Scanned) -> tuple:
+        import pandas as pd
+
         for begin, end in scanned.spans[scanned.span_rows < 0].tolist():
             self._metadata(METADATA_DECODER.decode(scanned.data[begin:end]))
         columns, strings = scanned.columns, scanned.strings
@@ -378,6 +379,8 @@ def _steps(region, region_names: list, where, start, end, parent, cycles):
     The tensors all-reduced most often are the gradients: step k is their
     k-th top-level ALLREDUCE (and its NEGOTIATE_ALLREDUCE), from the cycle
     mark before the first of them where the trace has marks."""
+    import pandas as pd
+
     row_step = np.full(len(region), NULL, dtype=np.int64)
     code = {name: i for i, name in enumerate(region_names)}
     top = parent < 0

@@ -35,7 +35,6 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -514,6 +513,8 @@ class _Codes:
         """Codes of ``values``; strings (and None) through Arrow's dictionary
         encoding, ints through numpy: either is a few times faster than
         hashing Python objects one by one."""
+        import pandas as pd
+
         kinds = set(map(type, values))
         if kinds <= {str, type(None)}:
             return self.of_strings(pa.array(values, pa.string()))
@@ -573,12 +574,16 @@ class _Codes:
         return self.text_codes[pc.fill_null(at, 0).to_numpy(zero_copy_only=False)]
 
     def of_ints(self, values: np.ndarray) -> np.ndarray:
+        import pandas as pd
+
         local, uniques = pd.factorize(values)
         return self._known(local, uniques.tolist())
 
     def of_ids(self, values: np.ndarray, kinds: np.ndarray, text_rows, texts) -> np.ndarray:
         """Codes of the scanner's ids: int64 ``values`` where ``kinds`` says
         an int, None where absent, ``texts`` at ``text_rows``."""
+        import pandas as pd
+
         local = np.full(len(values), -1, dtype=np.int64)
         ints = kinds == fastjson.ID_INT
         local[ints], uniques = pd.factorize(values[ints])
@@ -822,6 +827,8 @@ class _Events:
         )
 
     def columns(self, rank: int) -> Columns:
+        import pandas as pd
+
         joined = {
             key: np.concatenate([p[key] for p in self.parts])
             if self.parts
