@@ -48,12 +48,14 @@ def main() -> None:
     import pyarrow as pa
 
     pa.set_cpu_count(args.cores)
-    from traces import fastotf2
+    from traces import convert, fastotf2
     from traces.readers import otf2_reader
     from traces.rules import PhaseRules
 
     if fastotf2.library() is None:
         raise SystemExit(f"fastotf2 unavailable: {fastotf2.why_unavailable()}")
+    convert.no_huge_pages()  # as ddlc import sets up its process
+    convert.reuse_freed_memory()
     with otf2.reader.open(str(args.anchor)) as trace:
         events = sum(loc.number_of_events for loc in trace.definitions.locations)
     spent = dict.fromkeys(STAGES, 0.0)

@@ -24,7 +24,8 @@ written once by frameworks/otf2_writer.py and cached in
 Both sides are timed the same way, in-process CPU time of the reading on
 one core: ours after its imports, the floor after its process started,
 each reading the files from the page cache (the floor runs once untimed
-first), in ``--repeats`` pairs (the floor, then the converter), their
+first), ours in a process set up as ``ddlc import`` sets up its own
+(numpy's huge pages off, freed memory reused), in ``--repeats`` pairs (the floor, then the converter), their
 medians reported and each pair printed.
 The events are counted from the archive's own records by the floor (the
 definitions only declare them) and must match the declared count. The
@@ -270,13 +271,18 @@ def convert_in_child(anchor: Path, cores: int = 1, streamed: bool = False) -> di
 
 
 def child(anchor: Path, cores: int, streamed: bool) -> None:
-    """``cores`` cores; the reader built and the modules imported before the
-    clock starts."""
+    """``cores`` cores; the reader built, the modules imported and the
+    process set up as ``ddlc import`` sets up its own (numpy's huge pages
+    off, freed memory kept for reuse: traces/convert.py) before the clock
+    starts."""
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:cores]))
     import pyarrow as pa
 
     pa.set_cpu_count(cores)
-    from traces import fastotf2
+    from traces import convert, fastotf2
+
+    convert.no_huge_pages()
+    convert.reuse_freed_memory()
     from traces.readers import otf2_reader
     from traces.rules import PhaseRules
 
@@ -286,8 +292,6 @@ def child(anchor: Path, cores: int, streamed: bool) -> None:
 
     rules = PhaseRules()
     if streamed:
-        from traces import convert
-
         with tempfile.TemporaryDirectory() as folder:
             before = reset_peak_rss()
             started = time.perf_counter()
@@ -446,7 +450,8 @@ def measure(anchor: Path, args) -> None:
         f"({fast['seconds']:.2f} s wall), {fast_rate / 1e6:.2f} M events/s on one core, "
         f"{fast['cpu'] / floor_cpu:.2f}x the floor's CPU; peak memory "
         f"+{(fast['peak'] - fast['before']) / 2**20:.0f} MiB = {per_event:.1f} B/event "
-        f"(the table itself: {fast['table_bytes'] / events:.1f} B/event); {load()}",
+        f"(the table itself: {fast['table_bytes'] / events:.1f} B/event; the process set up as "
+        f"ddlc import's); {load()}",
         flush=True,
     )
     whole, whole_floor = whole_process_pairs(anchor, args.repeats)

@@ -21,6 +21,7 @@ folder with no trace, traces with no interval); 0 with --keep-going.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import re
 import sys
@@ -156,6 +157,7 @@ def _parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: li
                     source["rows"] += table.num_rows
                     yield _offset_op_ids(of_run(table, trace), rows_before)
                     rows_before += table.num_rows
+                    del table  # before the next part is read (write's loop)
             except TraceError as exc:
                 errors.append(str(exc))
                 if not source["rows"]:
@@ -203,6 +205,10 @@ def write(paths: list[Path], out: Path, rules: PhaseRules, run_id: str | None = 
         for table in parts(paths, rules, run_id, sources, errors):
             writer.write_table(table.replace_schema_metadata(meta))
             rows += table.num_rows
+            # Each part's memory is let go before the next part is read
+            # (here and in each generator that yields it): the next then
+            # reuses those pages instead of faulting in and zeroing new ones.
+            del table
         writer.add_key_value_metadata(
             {"ddlcompare.sources": json.dumps(sources), "ddlcompare.errors": json.dumps(errors)}
         )
@@ -271,8 +277,32 @@ def no_huge_pages() -> None:
         switch(False)
 
 
+# glibc's mallopt parameters (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+
+
+def reuse_freed_memory() -> None:
+    """glibc gives each large block freed back to the kernel (a block of
+    over 128 KiB is its own mapping; the heap's free top is trimmed), and
+    the next one is faulted in and zeroed page by page. A conversion frees
+    and allocates arrays of the same sizes part after part and stage after
+    stage: kept in the process (blocks up to 1 GiB from the heap, never
+    trimmed), they are reused, and the kernel's zeroing of new pages, the
+    largest system cost of a conversion, is paid about once (on the 7 M-event
+    archive: 85 k page faults -> 47 k, measured beside other work). In this
+    process only; elsewhere than glibc, nothing changes. The process ends
+    after its conversion, so nothing is held long."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(M_MMAP_THRESHOLD, 1 << 30)
+    mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     no_huge_pages()
+    reuse_freed_memory()
     parser = argparse.ArgumentParser(
         prog="python -m traces.convert", description=__doc__.split("\n\n")[0]
     )

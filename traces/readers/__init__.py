@@ -149,6 +149,7 @@ def parts(path: Path, rules, run_id: str = "", source: str | None = None):
     reader = readers()[source or detect(path)]
     for table, problems in reader().parts(Path(path), rules, run_id):
         yield table, problems + _noted(path, table)
+        del table  # before the next part is read: its memory is then reused
 
 
 def _noted(path: Path, table) -> list[Problem]:

@@ -91,6 +91,9 @@ def read_parts(path: Path, rules, run_id: str = ""):
             finish_columns(columns, rules, "otf2", run_id, {META_READER: engine.encode()}),
             problems,
         )
+        # this part's arrays go before the next part is read, so that the
+        # next reuses their memory rather than fault in new pages
+        del columns
 
 
 def _rank_groups(path: Path) -> list[set]:
