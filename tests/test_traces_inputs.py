@@ -389,19 +389,35 @@ def test_json_that_is_no_trace_is_refused_on_its_first_key(tmp_path):
     assert line.startswith(f"warning: {other}: skipped: not a trace")
 
 
-def test_ddlc_import_imports_only_what_it_needs(tmp_path):
-    """`ddlc import` converts traces: the design's machinery, the run
-    harness and the frameworks (a second of imports) are not loaded for it."""
+def imported_by_ddlc_import(trace: Path, out: Path) -> set[str]:
+    """The modules `ddlc import TRACE -o OUT` imports (it must succeed)."""
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "front.cli", "import"]
-        + [str(REAL / "hta" / "mtia-allgathers-window.json.gz"), "-o", str(tmp_path / "p.parquet")],
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "front.cli",
+            "import",
+            str(trace),
+            "-o",
+            str(out),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    return {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+
+
+def test_ddlc_import_imports_only_what_it_needs(tmp_path):
+    """`ddlc import` converts traces: the design's machinery, the run
+    harness and the frameworks (a second of imports) are not loaded for it."""
+    imported = imported_by_ddlc_import(
+        REAL / "hta" / "mtia-allgathers-window.json.gz", tmp_path / "p.parquet"
+    )
     unneeded = {"ddlcompare.plan", "ddlcompare.run", "frameworks", "analysis", "jsonschema"}
     assert imported & unneeded == set(), sorted(imported & unneeded)
 
@@ -439,25 +455,7 @@ def test_ddlc_import_of_an_otf2_archive_with_steps_does_without_pandas(tmp_path)
     }
     anchor = write_archive([part], tmp_path / "trace")
     out = tmp_path / "p.parquet"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-X",
-            "importtime",
-            "-m",
-            "front.cli",
-            "import",
-            str(anchor),
-            "-o",
-            str(out),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    imported = imported_by_ddlc_import(anchor, out)
     assert "traces.readers.otf2_reader" in imported
     assert "pandas" not in imported
     table, _, errors = convert.convert([anchor], RULES)
