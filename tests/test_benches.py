@@ -14,6 +14,7 @@ NOT_MEASURING = {
     "bare_loop.py": "adapter_overhead.py's child, inside its hold",
     "improve_false_positives.py": "computes on synthetic runs; times nothing",
     "interval_coverage.py": "computes on synthetic runs; times nothing",
+    "gaspi_ranks.py": "the GaspiCxx benches' launcher, inside their hold",
 }
 
 
