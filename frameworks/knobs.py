@@ -25,6 +25,7 @@ KNOBS = (
     "ddp_gradient_as_bucket_view",
     "mwms_implementation",
     "lbann_io_threads",
+    "gaspi_sweep_pause_us",
 )
 # A knob at this value is the framework's own setting: nothing to apply.
 UNSET = {
@@ -34,7 +35,11 @@ UNSET = {
     "ddp_gradient_as_bucket_view": False,
     "mwms_implementation": None,
     "lbann_io_threads": None,
+    "gaspi_sweep_pause_us": None,
 }
+# The patched GaspiCxx reads its progress thread's pause from this variable
+# in each rank's environment (envs/patches/tarantella/GaspiCxx/IdleWait.cpp).
+GASPI_PAUSE_VARIABLE = "DDLC_GASPI_SWEEP_PAUSE_US"
 KIB = 1024
 # Where Horovod's adapter writes the short timeline it reads its knobs from
 # (the run folder's file, named to the adapter by this variable).

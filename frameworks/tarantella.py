@@ -240,6 +240,9 @@ class Adapter(TFAdapter):
         return record
 
     def knobs_in_effect(self) -> dict:
+        return knobs.confirm(self.config, self.knobs_found(), "Tarantella's gradient communicator")
+
+    def knobs_found(self) -> dict:
         """The fusion threshold Tarantella's configuration holds (from its
         launcher's --fusion-threshold) and the one its distributed optimizer
         built the gradient communicator with (SynchCommunicator.threshold,
@@ -253,7 +256,7 @@ class Adapter(TFAdapter):
         found["tarantella_config_fusion_kib"] = (
             self.tnt.global_tnt_config.fusion_threshold // knobs.KIB
         )
-        return knobs.confirm(self.config, found, "Tarantella's gradient communicator")
+        return found
 
     def fit_callback(self, timer):
         """Tarantella wraps a plain Keras callback so that every batch's logs

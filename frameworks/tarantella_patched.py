@@ -6,11 +6,12 @@ run in one design."""
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 
-from frameworks import common, tarantella
+from frameworks import common, knobs, tarantella
 from frameworks.registry import register
 
 ADAPTER = register(
@@ -19,6 +20,7 @@ ADAPTER = register(
         name="tarantella-patched",
         module=__name__,
         env="tarantella-patched",
+        knobs=(*tarantella.ADAPTER.knobs, "gaspi_sweep_pause_us"),
         notes=tarantella.ADAPTER.notes
         + " Built by 'bash envs/build-tarantella.sh patched': GaspiCxx's progress "
         "thread sleeps while no collective runs (docs/improvements.md).",
@@ -36,3 +38,16 @@ class Adapter(tarantella.Adapter):
                 "build it with 'bash envs/build-tarantella.sh patched'"
             )
         return super().init(config)
+
+    def knobs_found(self) -> dict:
+        """Tarantella's, and the progress thread's pause as this rank's
+        GaspiCxx reads it: the variable in its environment (GaspiCxx has no
+        call that returns it)."""
+        found = super().knobs_found()
+        pause = os.environ.get(knobs.GASPI_PAUSE_VARIABLE)
+        found["gaspi_sweep_pause_us"] = int(pause) if pause and pause.isdigit() else pause
+        return found
+
+    def knobs_in_effect(self) -> dict:
+        where = "Tarantella's gradient communicator and the rank's environment"
+        return knobs.confirm(self.config, self.knobs_found(), where)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, assert_learned, tiny_design, trained
-from ddlcompare.plan import envs
+from ddlcompare.plan import design, envs
 from runfiles import variables
 from test_tarantella import assert_phases_and_all_reduces
 
@@ -101,3 +101,27 @@ def test_patched_build_trains_two_processes():
             "envs/patches/tarantella/GaspiCxx.json"
         )
         assert_phases_and_all_reduces(folder)  # its steps in phases, as the plain build's
+
+
+def test_the_pause_is_a_knob_of_the_patched_build_only():
+    doc = tiny_design(["tarantella"], gaspi_sweep_pause_us=10)
+    with pytest.raises(design.DesignError) as caught:
+        design.parse(doc, "tiny.yaml")
+    (problem,) = caught.value.problems
+    assert problem.startswith("gaspi_sweep_pause_us: 10 is set for framework tarantella,")
+    assert "tarantella-patched" in problem
+    design.parse(tiny_design(["tarantella-patched"], gaspi_sweep_pause_us=10), "tiny.yaml")
+
+
+@pytest.mark.skipif(
+    not BUILT, reason="no patched Tarantella build ('bash envs/build-tarantella.sh patched')"
+)
+def test_patched_build_trains_with_the_pause_it_was_given():
+    """The design's pause reaches every rank's GaspiCxx and is read back;
+    0 (upstream's spinning in the patched build) trains too."""
+    with tempfile.TemporaryDirectory() as tmp:
+        doc = tiny_design(["tarantella-patched"], timeout_s=600, gaspi_sweep_pause_us=0)
+        folder = trained(doc, Path(tmp))
+        assert_learned(folder)
+        record = json.loads((folder / "run.json").read_text())
+        assert [r["knobs"]["gaspi_sweep_pause_us"] for r in record["ranks"]] == [0, 0]

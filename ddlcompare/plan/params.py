@@ -432,6 +432,17 @@ PARAMS: dict[str, Param] = {
             maximum=1024,
             nullable=True,
         ),
+        Param(
+            "gaspi_sweep_pause_us",
+            int,
+            None,
+            "tarantella-patched: the pause of GaspiCxx's progress thread between sweeps "
+            "while a collective runs, in microseconds, DDLC_GASPI_SWEEP_PAUSE_US (0: "
+            "upstream's spinning; null: the build's default, 50)",
+            minimum=0,
+            maximum=1000000,
+            nullable=True,
+        ),
         # Slow-network emulation between the nodes of one machine (ddlcompare/run/netem.py).
         Param(
             "net_rate_mbit",

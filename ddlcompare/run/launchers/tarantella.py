@@ -8,6 +8,7 @@ from pathlib import Path
 from ddlcompare.run.provenance import REPO
 from ddlcompare.run.launch import LOCAL_SSH, base_env, python, refuse_untraceable, launcher
 from ddlcompare.run.schedulers import Host, Scheduler
+from frameworks.knobs import GASPI_PAUSE_VARIABLE
 
 GPI2_LOCK = Path("/tmp/ddlc-gpi2.lock")  # one GPI-2 (Tarantella) job per machine at a time
 
@@ -37,6 +38,8 @@ def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: Schedu
         argv.append("--no-gpu")
     if config.get("fusion_threshold_kib") is not None:
         argv.append(f"--fusion-threshold={config['fusion_threshold_kib']}")
+    if config.get("gaspi_sweep_pause_us") is not None:  # the patched GaspiCxx reads it
+        env[GASPI_PAUSE_VARIABLE] = str(config["gaspi_sweep_pause_us"])
     # gaspi_run's ranks see only PATH, PYTHONPATH, LD_LIBRARY_PATH, TF_* and
     # TNT_* from here: the rest of the run's environment goes through -x.
     argv += ["-x", *(f"{k}={v}" for k, v in env.items())]
