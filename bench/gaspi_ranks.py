@@ -4,7 +4,8 @@ bench/gaspi_setup_hangs.py): the two Tarantella builds, our C++ program
 one launch of it on 2 ranks of this machine with GPI-2's gaspi_run, watched:
 a launch whose rank 0 prints nothing for a while has hung, and is stopped
 (its process group, which holds every rank: envs/local-ssh starts them
-here without an ssh server)."""
+here without an ssh server). Each launch holds the machine's GPI-2 lock, as
+Tarantella's runs do."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ddlcompare.run import envs  # noqa: E402
+from ddlcompare.run.launchers.tarantella import GPI2_LOCK  # noqa: E402
 from measuring import bench_cache  # noqa: E402
 
 SOURCE = REPO / "bench" / "gaspi_collectives.cpp"
@@ -97,7 +99,9 @@ def launch(build: str, args: list[str], silence_s: float, pause_us: int | None =
     with tempfile.TemporaryDirectory() as tmp:
         machines = Path(tmp) / "machinefile"
         machines.write_text(f"{os.uname().nodename}\n" * RANKS)
-        argv = ["gaspi_run", "-m", str(machines), "-n", str(RANKS), str(binary), *args]
+        # GPI-2 listens on fixed ports: one job a machine (Tarantella's runs take it too)
+        gaspi_run = ["gaspi_run", "-m", str(machines), "-n", str(RANKS), str(binary), *args]
+        argv = ["flock", str(GPI2_LOCK), *gaspi_run]
         return _watched(argv, env, silence_s, Path(tmp) / "stderr")
 
 

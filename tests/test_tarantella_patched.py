@@ -125,3 +125,27 @@ def test_patched_build_trains_with_the_pause_it_was_given():
         assert_learned(folder)
         record = json.loads((folder / "run.json").read_text())
         assert [r["knobs"]["gaspi_sweep_pause_us"] for r in record["ranks"]] == [0, 0]
+
+
+def test_the_upstream_form_applies_to_the_pinned_commit(tmp_path):
+    """The form to send upstream (the state in the progress engine) is a
+    plain diff against the tag we build; envs/check-gaspicxx-tests.sh
+    builds and runs GaspiCxx's own suite with it."""
+    source = pinned_source(tmp_path / "GaspiCxx")
+    diff = REPO / "envs" / "patches" / "tarantella" / "upstream" / "GaspiCxx-sweep-pause.diff"
+    done = subprocess.run(
+        ["git", "-C", str(source), "apply", "--check", str(diff)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_suite_check_refuses_a_bad_variant_in_one_line(tmp_path):
+    done = subprocess.run(
+        ["bash", str(REPO / "envs" / "check-gaspicxx-tests.sh"), "mine", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"usage: {REPO / 'envs' / 'check-gaspicxx-tests.sh'} ours|upstream|none DIR"
+    ]
