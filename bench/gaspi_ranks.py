@@ -9,6 +9,8 @@ Tarantella's runs do."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import selectors
@@ -99,10 +101,25 @@ def launch(build: str, args: list[str], silence_s: float, pause_us: int | None =
     with tempfile.TemporaryDirectory() as tmp:
         machines = Path(tmp) / "machinefile"
         machines.write_text(f"{os.uname().nodename}\n" * RANKS)
-        # GPI-2 listens on fixed ports: one job a machine (Tarantella's runs take it too)
-        gaspi_run = ["gaspi_run", "-m", str(machines), "-n", str(RANKS), str(binary), *args]
-        argv = ["flock", str(GPI2_LOCK), *gaspi_run]
-        return _watched(argv, env, silence_s, Path(tmp) / "stderr")
+        argv = ["gaspi_run", "-m", str(machines), "-n", str(RANKS), str(binary), *args]
+        with gpi2_lock():  # taken before the watch starts: a wait for it is no hang
+            return _watched(argv, env, silence_s, Path(tmp) / "stderr")
+
+
+@contextlib.contextmanager
+def gpi2_lock():
+    """GPI-2 listens on fixed ports: one job a machine at a time (the lock
+    Tarantella's runs take); says once that it waits."""
+    with GPI2_LOCK.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for {GPI2_LOCK} (another GPI-2 job)", flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _watched(argv: list[str], env: dict, silence_s: float, stderr_path: Path) -> Launch:
