@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ddlcompare.run import envs  # noqa: E402
+from ddlcompare.plan import envs  # noqa: E402
 from ddlcompare.run.launchers.tarantella import GPI2_LOCK  # noqa: E402
 from measuring import bench_cache  # noqa: E402
 
