@@ -126,23 +126,31 @@ def _watched(argv: list[str], env: dict, silence_s: float, stderr_path: Path) ->
     result, started = Launch(), time.monotonic()
     with stderr_path.open("w+") as stderr:
         child = subprocess.Popen(
-            argv, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True
+            argv, env=env, stdout=subprocess.PIPE, stderr=stderr, bufsize=0, start_new_session=True
         )
-        watch = selectors.DefaultSelector()
-        watch.register(child.stdout, selectors.EVENT_READ)
-        while True:
-            if not watch.select(timeout=silence_s):
-                result.hung = True
-                break
-            line = child.stdout.readline()
-            if not line:
-                break
-            result.lines.append(line.rstrip("\n"))
+        result.lines, result.hung = _lines_until_silent(child.stdout.fileno(), silence_s)
         _stop(child, at_once=result.hung)
         stderr.seek(0)
         result.stderr = stderr.read()[-2000:]
     result.returncode, result.seconds = child.returncode, time.monotonic() - started
     return result
+
+
+def _lines_until_silent(fd: int, silence_s: float) -> tuple[list[str], bool]:
+    """The lines read from ``fd`` until its end, and whether it fell silent
+    for ``silence_s`` first. Unbuffered reads: a line read is counted at
+    once, never held in a buffer the watch cannot see."""
+    watch, pending = selectors.DefaultSelector(), b""
+    watch.register(fd, selectors.EVENT_READ)
+    lines: list[str] = []
+    while True:
+        if not watch.select(timeout=silence_s):
+            return lines, True
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return lines + ([pending.decode()] if pending else []), False
+        *complete, pending = (pending + chunk).split(b"\n")
+        lines += [line.decode() for line in complete]
 
 
 def _stop(child: subprocess.Popen, at_once: bool) -> None:
