@@ -20,6 +20,18 @@ def test_shipped_schema_and_settings_doc_are_current():
     assert schema.SETTINGS_DOC.read_text() == schema.settings_doc(), (
         "docs/settings.md is stale: run python -m ddlcompare.plan.schema"
     )
+    assert schema.RUN_CONFIG.read_text() == schema.run_config_module(), (
+        "runfiles/run_config.py is stale: run python -m ddlcompare.plan.schema"
+    )
+
+
+def test_the_run_config_type_has_every_key_a_run_gets():
+    """RunConfig's keys are those of a planned run's configuration, no more,
+    no fewer: a setting's type is declared once, in params.py."""
+    from runfiles.run_config import RunConfig
+
+    row = design.load(REPO / "design.yaml").runs()[0]
+    assert set(RunConfig.__annotations__) == set(row.config)
 
 
 def test_designs_of_the_repository_validate():
