@@ -57,6 +57,7 @@ from runfiles.phases import LATER_PHASES, PHASES, STEP_PHASES
 from traces import convert
 from traces.table import META_VERSION, SCHEMA, SCHEMA_VERSION
 from runfiles import files
+from runfiles.run_config import RunConfig
 
 PHASE_COLUMNS = [
     "run_id",
@@ -91,7 +92,7 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
-def outcome(folder: Path, config: dict) -> tuple[dict, dict]:
+def outcome(folder: Path, config: RunConfig) -> tuple[dict, dict]:
     """The run's record (run.json, {} when unreadable) and its outcome:
     status, exit status and reason, from its done marker, or from run.json
     for a run without one. A run whose files are damaged is "damaged", with

@@ -29,6 +29,7 @@ from runfiles import variables
 from runfiles.names import BALANCE
 from frameworks import data
 from frameworks.common import Dist, RunError, write_json
+from runfiles.run_config import RunConfig
 
 
 CALIBRATION_STEPS = 3  # timed steps, after one untimed (first-call costs)
@@ -38,7 +39,7 @@ CALIBRATION_STEPS = 3  # timed steps, after one untimed (first-call costs)
 SLOW_RANKS_ENV = "DDLC_SLOW_RANKS"
 
 
-def calibrates(config: dict) -> bool:
+def calibrates(config: RunConfig) -> bool:
     return config["batch_split"] == "calibrated" or config["device"] == "hybrid"
 
 
@@ -94,7 +95,7 @@ class BatchPlan:
         return [order[i * n + start : i * n + start + self.own] for i in range(steps)]
 
 
-def even_plan(config: dict, dist: Dist, replicas: int = 1) -> BatchPlan:
+def even_plan(config: RunConfig, dist: Dist, replicas: int = 1) -> BatchPlan:
     world = dist.world * replicas
     return BatchPlan(
         seed=config["seed"],
@@ -105,7 +106,7 @@ def even_plan(config: dict, dist: Dist, replicas: int = 1) -> BatchPlan:
     )
 
 
-def calibrated_plan(config: dict, dist: Dist, seconds_per_step, allreduce) -> BatchPlan:
+def calibrated_plan(config: RunConfig, dist: Dist, seconds_per_step, allreduce) -> BatchPlan:
     """Time a few local steps of ``batch_size`` images on this rank
     (``seconds_per_step()``: one forward and backward, no communication),
     share every rank's speed (``allreduce(vector, "sum")``) and cut the

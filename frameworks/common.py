@@ -23,6 +23,7 @@ from pathlib import Path
 from runfiles.names import EPOCH_COLUMNS, EPOCHS, METRICS
 from runfiles import energy, names, ownership
 from runfiles.atomic import write_json, write_text  # noqa: F401 (re-exported for loops)
+from runfiles.run_config import RunConfig
 
 
 class RunClock:
@@ -74,7 +75,7 @@ class EpochSums:
         return cls(*[float(v) for v in values])
 
 
-def epoch_sizes(config: dict, dataset, world: int) -> tuple[int, int, int]:
+def epoch_sizes(config: RunConfig, dataset, world: int) -> tuple[int, int, int]:
     """Training images, test images and optimizer steps per epoch of a run
     (``train_images``, ``test_images``, ``max_steps`` and the global batch)."""
     from frameworks import data
@@ -90,7 +91,7 @@ def epoch_sizes(config: dict, dataset, world: int) -> tuple[int, int, int]:
     return n_train, n_test, steps
 
 
-def evaluates(config: dict, epoch: int) -> bool:
+def evaluates(config: RunConfig, epoch: int) -> bool:
     """Whether an epoch ends with an evaluation: every eval_every epochs, and the last."""
     return epoch % config["eval_every"] == 0 or epoch == config["epochs"]
 

@@ -21,7 +21,9 @@ import tarfile
 import tempfile
 import urllib.request
 from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -261,14 +263,14 @@ def fetch_cifar10(
     return folder
 
 
-def epoch_images(config: dict) -> int:
+def epoch_images(config: Mapping[str, Any]) -> int:
     """The training images a run's configuration draws each epoch from
     (train_images, at most the whole set)."""
     whole = TRAIN_IMAGES[config["dataset"]]
     return min(config["train_images"] or whole, whole)
 
 
-def epoch_steps(config: dict) -> int:
+def epoch_steps(config: Mapping[str, Any]) -> int:
     """Optimizer steps per epoch of a run's configuration, as the training
     loops count them."""
     world = config["nodes"] * config["procs_per_node"]

@@ -16,6 +16,7 @@ import numpy as np
 from frameworks import balance, common
 from frameworks.common import Dist
 from frameworks.recorder import PhaseRecorder
+from runfiles.run_config import RunConfig
 
 
 class Reduces(Protocol):
@@ -49,7 +50,7 @@ class Steps(Reduces, Protocol):
 
 def run(
     steps_of: Steps,
-    config: dict,
+    config: RunConfig,
     plan: balance.BatchPlan,
     dist: Dist,
     phases: PhaseRecorder,

@@ -6,6 +6,7 @@ import numpy as np
 
 from frameworks.registry import AdapterInfo, register
 from frameworks.tf_family import Dist, TFAdapter, pin_device
+from runfiles.run_config import RunConfig
 
 ADAPTER = register(
     AdapterInfo(
@@ -29,7 +30,7 @@ ADAPTER = register(
 
 
 class Adapter(TFAdapter):
-    def init(self, config: dict) -> Dist:
+    def init(self, config: RunConfig) -> Dist:
         import horovod.tensorflow as hvd
         import tensorflow as tf
 

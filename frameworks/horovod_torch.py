@@ -9,6 +9,7 @@ from frameworks import compression, knobs
 from frameworks.common import RunError
 from frameworks.registry import AdapterInfo, register
 from frameworks.torch_family import Dist, TorchAdapter
+from runfiles.run_config import RunConfig
 
 ADAPTER = register(
     AdapterInfo(
@@ -44,7 +45,7 @@ ADAPTER = register(
 
 
 class Adapter(TorchAdapter):
-    def init(self, config: dict) -> Dist:
+    def init(self, config: RunConfig) -> Dist:
         import horovod.torch as hvd
 
         hvd.init()

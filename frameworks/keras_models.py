@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from frameworks import data, models
+from runfiles.run_config import RunConfig
 
 
 def initialiser(name: str, seed: int):
@@ -149,7 +150,7 @@ def per_example_loss(spec: dict, reduction: str = "none"):
     return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction)
 
 
-def optimizer(config: dict, lr: float):
+def optimizer(config: RunConfig, lr: float):
     """SGD with momentum, the spec's optimizer (lr from models.scaled_learning_rate)."""
     import tensorflow as tf
 

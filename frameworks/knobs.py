@@ -14,9 +14,12 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from frameworks import registry
 from frameworks.common import RunError
+from runfiles.run_config import RunConfig
 
 KNOBS = (
     "fusion_threshold_kib",
@@ -47,7 +50,7 @@ KNOBS_TIMELINE = "DDLC_KNOBS_TIMELINE"
 KNOBS_TIMELINE_FILE = "knobs.horovod_timeline.json"
 
 
-def asked(config: dict) -> dict:
+def asked(config: Mapping[str, Any]) -> dict:
     """The knobs a run's config sets away from the framework's own default."""
     return {k: config[k] for k in KNOBS if config.get(k, UNSET[k]) != UNSET[k]}
 
@@ -80,7 +83,7 @@ def cell_problems(cells: list[dict], factors=()) -> list[str]:
     return list(found.values())
 
 
-def _condition(knob: str, value, config: dict) -> str | None:
+def _condition(knob: str, value, config: Mapping[str, Any]) -> str | None:
     """Where a framework takes a knob but would not apply this value here."""
     if knob == "horovod_hierarchical_allreduce" and (
         config["device"] != "gpu" or config["horovod_controller"] != "mpi"
@@ -96,7 +99,7 @@ def _condition(knob: str, value, config: dict) -> str | None:
     return None
 
 
-def confirm(config: dict, found: dict, where: str) -> dict:
+def confirm(config: RunConfig, found: dict, where: str) -> dict:
     """Compare the knobs a run asked for with those read back from the
     framework (``found``: knob -> value in effect); raise RunError naming
     each one not in effect. Returns ``found``, for the rank's record."""
@@ -126,7 +129,7 @@ def packs(sizes: list[int], limit: int) -> list[int]:
     return found + ([pack] if pack else [])
 
 
-def horovod_env(config: dict, run_dir) -> dict[str, str]:
+def horovod_env(config: RunConfig, run_dir) -> dict[str, str]:
     """Horovod reads its knobs from the environment at hvd.init(). With a
     knob set, the adapter records a short timeline of its own to read them
     back (HOROVOD_TIMELINE=DYNAMIC lets it start and stop one), unless the
@@ -208,7 +211,7 @@ def horovod_threshold_bytes(kib: int, local_size: int) -> int:
 
 
 def horovod_evidence(
-    events: list[dict], sizes: dict[str, int], config: dict, local_size: int
+    events: list[dict], sizes: dict[str, int], config: RunConfig, local_size: int
 ) -> dict:
     """What Horovod's timeline says of the knobs asked: the largest fused
     response and the cycle spacing, and each asked knob's value where the

@@ -33,6 +33,7 @@ from frameworks.common import Dist
 from frameworks.registry import AdapterInfo, register
 from frameworks.otf2_writer import Otf2Sink
 from frameworks.recorder import PhaseRecorder
+from runfiles.run_config import RunConfig
 
 ADAPTER = register(
     AdapterInfo(
@@ -532,7 +533,7 @@ def reader_message(lbann, readers: list[dict]):
 RUN_ARGS = "DDLC_LBANN_RUN_ARGS"  # ddlcompare/run/launchers/lbann_driver.py sets it
 
 
-def launch_args(config: dict, env: Mapping[str, str]) -> dict:
+def launch_args(config: RunConfig, env: Mapping[str, str]) -> dict:
     """The keyword arguments of ``lbann.run`` for this run and where it runs."""
     io_threads = config.get("lbann_io_threads")
     # --print_affinity: each rank names its host in the output (rank_hosts)
@@ -573,7 +574,7 @@ OMP_LINE = re.compile(r"OpenMP threads per process\s*:\s*(\d+)")
 IO_LINE = re.compile(r"I/O threads per process \(\+offset\)\s*:\s*(\d+)")
 
 
-def knobs_in_effect(output: str, config: dict) -> dict:
+def knobs_in_effect(output: str, config: RunConfig) -> dict:
     """The CPU settings LBANN's banner says its processes run with: OpenMP
     threads (the design's threads) and I/O threads (lbann_io_threads);
     a run whose banner disagrees fails, naming the setting."""
@@ -754,7 +755,7 @@ def write_step_tables(
     work_dir: Path,
     parsed: list[dict],
     steps_per_epoch: int,
-    config: dict,
+    config: RunConfig,
     init_start: float,
 ) -> float | None:
     """steps.rank<r>.tsv of every rank from LBANN's timeline; rank 0's
@@ -818,7 +819,7 @@ def eval_intervals(step_rows: list[tuple], parsed: list[dict]) -> list[tuple]:
 
 def experiment(
     lbann,
-    config: dict,
+    config: RunConfig,
     info: data.DatasetInfo,
     folder: Path,
     steps: int,
@@ -847,7 +848,7 @@ def experiment(
     return trainer, model, readers, optimizer
 
 
-def train(adapter: Adapter, config: dict, run_dir: Path) -> None:
+def train(adapter: Adapter, config: RunConfig, run_dir: Path) -> None:
     """Build the experiment, run it with LBANN's launcher, write the tables."""
     lbann = import_lbann()
     init_start = time.perf_counter()

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from runfiles.run_config import RunConfig
+
 # Layers are applied in order. Conv padding is "same", so the two poolings
 # take 28x28 to 7x7 and 32x32 to 8x8: one spec fits both data sets.
 CNN = {
@@ -130,7 +132,7 @@ def graph(spec: dict) -> list[dict]:
     return nodes
 
 
-def scaled_learning_rate(config: dict, global_batch: int) -> float:
+def scaled_learning_rate(config: RunConfig, global_batch: int) -> float:
     """The learning-rate rule shared by every framework."""
     ratio = global_batch / config["lr_base_batch"]
     scale = {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[config["lr_scaling"]]

@@ -17,6 +17,7 @@ import numpy as np
 from frameworks import common, knobs
 from frameworks.registry import AdapterInfo, register
 from frameworks.tf_family import Dist, TFAdapter
+from runfiles.run_config import RunConfig
 
 ADAPTER = register(
     AdapterInfo(
@@ -188,7 +189,7 @@ def tarantella_version() -> str:
 class Adapter(TFAdapter):
     uses_fit = True
 
-    def init(self, config: dict) -> Dist:
+    def init(self, config: RunConfig) -> Dist:
         # Importing Tarantella starts GPI-2 and picks this rank's GPU (or
         # none: the launcher passes --no-gpu on device: cpu). With too few
         # GPUs it only warns and trains on the CPU: refuse that first.

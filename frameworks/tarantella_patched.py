@@ -13,6 +13,7 @@ from pathlib import Path
 
 from frameworks import common, knobs, tarantella
 from frameworks.registry import register
+from runfiles.run_config import RunConfig
 
 ADAPTER = register(
     replace(
@@ -29,7 +30,7 @@ ADAPTER = register(
 
 
 class Adapter(tarantella.Adapter):
-    def init(self, config: dict):
+    def init(self, config: RunConfig):
         # The build records its patch next to the environment: a run of this
         # level on an unpatched Tarantella would compare it with itself.
         if not (Path(sys.prefix) / "patch.txt").exists():

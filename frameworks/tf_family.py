@@ -29,6 +29,7 @@ from frameworks import balance, common, data, epoch_loop, keras_models, models
 from frameworks.common import Dist
 from frameworks import tracing
 from frameworks.recorder import PhaseRecorder
+from runfiles.run_config import RunConfig
 
 
 class TFAdapter:
@@ -38,7 +39,7 @@ class TFAdapter:
     phases: PhaseRecorder | None = None  # the run's recorder (comm_bytes), set by train
     replicas = 1  # model replicas this process drives (MirroredStrategy: its devices)
 
-    def init(self, config: dict) -> Dist:
+    def init(self, config: RunConfig) -> Dist:
         """Start the framework; runs before any other TensorFlow op."""
         raise NotImplementedError
 
@@ -108,7 +109,7 @@ class TFAdapter:
         pass
 
 
-def configure_tensorflow(config: dict):
+def configure_tensorflow(config: RunConfig):
     """Import TensorFlow quietly and set its thread pools. Thread settings
     must come before TensorFlow starts its runtime (the first op)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -121,7 +122,7 @@ def configure_tensorflow(config: dict):
     return tf
 
 
-def pin_device(tf, config: dict, local_rank: int) -> None:
+def pin_device(tf, config: RunConfig, local_rank: int) -> None:
     """One GPU per process (the local rank's), or none on device: cpu.
     Must run before TensorFlow initialises its devices."""
     gpus = tf.config.list_physical_devices("GPU")
@@ -136,7 +137,7 @@ def pin_device(tf, config: dict, local_rank: int) -> None:
     tf.config.set_visible_devices(gpus[local_rank], "GPU")
 
 
-def _start(tf, adapter: TFAdapter, config: dict, run_dir: Path):
+def _start(tf, adapter: TFAdapter, config: RunConfig, run_dir: Path):
     """What both loops do first, inside the init phase: the framework's init,
     the seed, the run clock, the data, the global batch and its learning rate."""
     dist = adapter.init(config)
@@ -148,7 +149,7 @@ def _start(tf, adapter: TFAdapter, config: dict, run_dir: Path):
     return dist, clock, dataset, plan, models.scaled_learning_rate(config, plan.global_batch)
 
 
-def train(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
+def train(adapter: TFAdapter, config: RunConfig, run_dir: Path) -> None:
     if adapter.uses_fit:
         return train_fit(adapter, config, run_dir)
     tf = configure_tensorflow(config)
@@ -196,7 +197,7 @@ class _TFSteps:
         adapter: TFAdapter,
         step_fns: _StepFunctions,
         dataset,
-        config: dict,
+        config: RunConfig,
         phases: PhaseRecorder,
         evaluate,
     ):
@@ -274,7 +275,7 @@ class _StepFunctions:
 
 
 def _calibrated_plan(
-    tf, adapter: TFAdapter, config: dict, dist: Dist, model, dataset, loss_fn
+    tf, adapter: TFAdapter, config: RunConfig, dist: Dist, model, dataset, loss_fn
 ) -> balance.BatchPlan:
     """Shares from timing a few local steps of a copy of the model, made
     outside the strategy's scope so that no step communicates."""
@@ -359,7 +360,7 @@ def framework_versions(adapter: TFAdapter) -> dict:
     return {"tensorflow": tf.__version__, "keras": tf.keras.__version__, **adapter.versions()}
 
 
-def train_fit(adapter: TFAdapter, config: dict, run_dir: Path) -> None:
+def train_fit(adapter: TFAdapter, config: RunConfig, run_dir: Path) -> None:
     """The loop for frameworks that own the step: one ``fit`` per epoch on
     the epoch's images in the shared order, batched by the GLOBAL batch (the
     framework splits each global batch between the ranks: the same images

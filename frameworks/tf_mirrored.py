@@ -9,6 +9,7 @@ import numpy as np
 from frameworks.common import Dist, RunError
 from frameworks.registry import AdapterInfo, register
 from frameworks.tf_mwms import Adapter as StrategyAdapter
+from runfiles.run_config import RunConfig
 
 ADAPTER = register(
     AdapterInfo(
@@ -31,7 +32,7 @@ ADAPTER = register(
 
 
 class Adapter(StrategyAdapter):
-    def init(self, config: dict) -> Dist:
+    def init(self, config: RunConfig) -> Dist:
         import tensorflow as tf
 
         self.replicas, on_gpus = config["procs_per_node"], config["device"] == "gpu"

@@ -12,6 +12,7 @@ from runfiles import variables
 from frameworks import common, knobs
 from frameworks.registry import AdapterInfo, register
 from frameworks.tf_family import Dist, TFAdapter, pin_device
+from runfiles.run_config import RunConfig
 
 ADAPTER = register(
     AdapterInfo(
@@ -33,7 +34,7 @@ ADAPTER = register(
 
 
 class Adapter(TFAdapter):
-    def init(self, config: dict) -> Dist:
+    def init(self, config: RunConfig) -> Dist:
         import tensorflow as tf
 
         cluster = _tf_config()
@@ -104,7 +105,7 @@ class Adapter(TFAdapter):
         return apply_all
 
     collectives: list | None = None
-    config: dict | None = None  # set by this adapter's init (tf-mirrored has its own)
+    config: RunConfig | None = None  # set by this adapter's init (tf-mirrored has its own)
 
     def knobs_in_effect(self) -> dict:
         """The all-reduce TensorFlow compiled for the gradients: the
@@ -137,7 +138,7 @@ class Adapter(TFAdapter):
         return {"sum": gathered.sum, "max": gathered.max}[op](axis=0)
 
 
-def _implementation(tf, config: dict):
+def _implementation(tf, config: RunConfig):
     """mwms_implementation, or (null) NCCL on GPUs and RING on CPUs."""
     name = config["mwms_implementation"] or ("nccl" if config["device"] == "gpu" else "ring")
     return getattr(tf.distribute.experimental.CommunicationImplementation, name.upper())

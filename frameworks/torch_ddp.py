@@ -5,6 +5,7 @@ from __future__ import annotations
 from frameworks import compression, knobs
 from frameworks.registry import AdapterInfo, register
 from frameworks.torch_family import Dist, TorchAdapter
+from runfiles.run_config import RunConfig
 
 ADAPTER = register(
     AdapterInfo(
@@ -30,7 +31,7 @@ ADAPTER = register(
 
 
 class Adapter(TorchAdapter):
-    def init(self, config: dict) -> Dist:
+    def init(self, config: RunConfig) -> Dist:
         import torch.distributed as dist
 
         # hybrid: gloo, the one backend that reduces CPU and CUDA tensors in

@@ -6,6 +6,7 @@ from __future__ import annotations
 from frameworks.common import RunError
 from frameworks.registry import AdapterInfo, register
 from frameworks.torch_family import Dist, TorchAdapter
+from runfiles.run_config import RunConfig
 
 ADAPTER = register(
     AdapterInfo(
@@ -30,7 +31,7 @@ ADAPTER = register(
 
 
 class Adapter(TorchAdapter):
-    def init(self, config: dict) -> Dist:
+    def init(self, config: RunConfig) -> Dist:
         import torch
 
         found = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -20,6 +20,7 @@ from frameworks import balance, common, data, epoch_loop, models
 from frameworks.common import Dist
 from frameworks import tracing
 from frameworks.recorder import LiveRegions, PhaseRecorder
+from runfiles.run_config import RunConfig
 
 
 class TorchAdapter:
@@ -36,7 +37,7 @@ class TorchAdapter:
     def local_dist(self, rank: int, world: int) -> Dist:
         return Dist(rank=rank, world=world, local_rank=int(os.environ.get("LOCAL_RANK", 0)))
 
-    def init(self, config: dict) -> Dist:
+    def init(self, config: RunConfig) -> Dist:
         raise NotImplementedError
 
     def wrap(self, model, optimizer):
@@ -112,7 +113,7 @@ def _initialise(module, init: dict, activation: str | None) -> None:
     nn.init.zeros_(module.bias)
 
 
-def train(adapter: TorchAdapter, config: dict, run_dir: Path) -> None:
+def train(adapter: TorchAdapter, config: RunConfig, run_dir: Path) -> None:
     import torch
 
     phases = tracing.recorder(config)
@@ -238,7 +239,7 @@ class _TorchSteps:
 
 
 def _batch_plan(
-    adapter: TorchAdapter, config: dict, dist: Dist, model, dataset, batch_tensors
+    adapter: TorchAdapter, config: RunConfig, dist: Dist, model, dataset, batch_tensors
 ) -> balance.BatchPlan:
     """Even shares, or shares from timing a few local steps of a copy of
     the model (no communication: the copy is not wrapped)."""
@@ -283,7 +284,7 @@ def params_digest(model) -> str:
     return digest.hexdigest()
 
 
-def _require_gpu(config: dict) -> None:
+def _require_gpu(config: RunConfig) -> None:
     import torch
 
     if config["device"] in ("gpu", "hybrid") and not torch.cuda.is_available():
@@ -294,7 +295,7 @@ def _require_gpu(config: dict) -> None:
         )
 
 
-def _device(config: dict, dist: Dist):
+def _device(config: RunConfig, dist: Dist):
     """This process's device: its local rank's GPU; under device: hybrid,
     the first hybrid_gpus local ranks take a GPU each, the others the CPU."""
     import torch
@@ -355,7 +356,7 @@ class _ProfilerAnnotations(LiveRegions):
         self.open.pop().__exit__(None, None, None)
 
 
-def _start_profiler(config: dict, phases: PhaseRecorder, device):
+def _start_profiler(config: RunConfig, phases: PhaseRecorder, device):
     """The PyTorch profiler over the training steps (``torch_profiler: true``),
     with CUDA activities where this rank computes on a GPU (``device: gpu``,
     and the GPU ranks of ``device: hybrid``)."""

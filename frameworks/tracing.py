@@ -14,6 +14,7 @@ from pathlib import Path
 
 from frameworks.recorder import LiveRegions, PhaseRecorder
 from runfiles import names
+from runfiles.run_config import RunConfig
 
 
 class ScorepRegions(LiveRegions):
@@ -33,7 +34,7 @@ class ScorepRegions(LiveRegions):
         self.user.region_end(name)
 
 
-def recorder(config: dict) -> PhaseRecorder:
+def recorder(config: RunConfig) -> PhaseRecorder:
     """The run's phase recorder, before ``init``."""
     phases = PhaseRecorder()
     if config.get("tracer") == "scorep":
@@ -41,7 +42,9 @@ def recorder(config: dict) -> PhaseRecorder:
     return phases
 
 
-def attach(recorder: PhaseRecorder, config: dict, run_dir: Path, rank: int, world: int) -> None:
+def attach(
+    recorder: PhaseRecorder, config: RunConfig, run_dir: Path, rank: int, world: int
+) -> None:
     """Sinks that need the rank (our OTF2 tracer), and the rank's heartbeat
     file, once ``init`` is over."""
     recorder.heartbeat = run_dir / names.progress(rank)

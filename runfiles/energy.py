@@ -47,6 +47,7 @@ from typing import Any, TextIO
 from runfiles import names, variables
 from runfiles.names import ENERGY, EPOCHS, METRICS
 from runfiles.atomic import write_json
+from runfiles.run_config import RunConfig
 
 SAMPLE_COLUMNS = ("host", "source", "domain", "unix_s", "joules")
 SAMPLES_GLOB = names.ENERGY_SAMPLES_GLOB
@@ -291,7 +292,7 @@ class Sampler:
 _running: Sampler | None = None
 
 
-def start_sampling(config: dict, run_dir: Path, dist) -> None:
+def start_sampling(config: RunConfig, run_dir: Path, dist) -> None:
     global _running
     if dist.local_rank == 0:
         _running = Sampler(run_dir, dist.rank, config["energy_interval_s"]).start()

@@ -36,6 +36,7 @@ from runfiles.names import (
     STEP_COLUMNS,
 )
 from runfiles.tables import Damaged, read_table, read_tsv
+from runfiles.run_config import RunConfig
 
 # run.json's record of the machine's load while the run measured
 # (ddlcompare/run/machine_load.py writes it): its key, and the share of the
@@ -211,7 +212,11 @@ def _first_not_finite(doc, where: str = "") -> str | None:
 
 
 def check_run(
-    folder: Path, config: dict, *, rank_steps: bool, same_run: Callable[[dict, dict], bool]
+    folder: Path,
+    config: RunConfig,
+    *,
+    rank_steps: bool,
+    same_run: Callable[[dict, RunConfig], bool],
 ) -> list[str]:
     """The problems of a finished ok (or suspect) run's files; [] when sound:
     each file alone, then the files against each other and the design.
@@ -261,7 +266,9 @@ def _check_metrics(folder: Path, world: int) -> dict:
     return metrics
 
 
-def _check_config(folder: Path, config: dict, same_run: Callable[[dict, dict], bool]) -> None:
+def _check_config(
+    folder: Path, config: RunConfig, same_run: Callable[[dict, RunConfig], bool]
+) -> None:
     """config.json is the run's settings: another run's (a folder copied or
     moved by hand) or an edited one is not this run's result."""
     if not (folder / CONFIG).exists():

@@ -16,7 +16,8 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import yaml
 
@@ -32,6 +33,7 @@ from ddlcompare.plan.params import (
 )
 from frameworks import registry
 from runfiles import records
+from runfiles.run_config import RunConfig
 
 # A plan larger than this is a typo more often than a campaign; a design
 # that means it says so with max_runs.
@@ -190,14 +192,17 @@ class Design:
         path = f"{self.root}/{rel}/rep~{rep}"
         run_id = hashlib.sha256(path.encode()).hexdigest()[:12]
         config.update(rep=rep, run_id=run_id, design=self.name, settings_hash=self.settings_hash)
-        return RunRow(run_id=run_id, path=path, factors=factors, rep=rep, order=0, config=config)
+        # Every setting resolved (load: defaults for those not set) and the
+        # run's keys: a whole RunConfig (tests/test_schema.py).
+        resolved = cast(RunConfig, config)
+        return RunRow(run_id=run_id, path=path, factors=factors, rep=rep, order=0, config=resolved)
 
 
 # Keys of a run's config that say where it is filed, not what it runs.
 BOOKKEEPING = ("run_id", "design", "settings_hash")
 
 
-def identity(config: dict[str, Any]) -> str:
+def identity(config: Mapping[str, Any]) -> str:
     """What a run is: its resolved settings (those at their default left out,
     as in settings_hash, and those the analysis alone reads), its seed and
     replication. Folder names follow the design's layout, which changes when
@@ -211,7 +216,7 @@ def identity(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def check_run(folder: Path, config: dict[str, Any]) -> list[str]:
+def check_run(folder: Path, config: RunConfig) -> list[str]:
     """The problems of a finished run's files against what the design asked
     of it (runfiles/records.py reads them); [] when sound. LBANN's loop
     writes no steps file per rank; config.json must be this run's."""

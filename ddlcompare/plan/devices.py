@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from ddlcompare.plan.params import PARAMS
 from frameworks import registry
@@ -109,7 +111,7 @@ def machine_problems(cells: list[dict]) -> list[str]:
     return list(found.values())
 
 
-def gpus_needed(config: dict, info: registry.AdapterInfo) -> int:
+def gpus_needed(config: Mapping[str, Any], info: registry.AdapterInfo) -> int:
     """GPUs one node of a cell computes on (0: none needed)."""
     if config["device"] == "hybrid":
         return config["hybrid_gpus"]

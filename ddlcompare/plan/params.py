@@ -13,9 +13,11 @@ import json
 import math
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+from runfiles.run_config import RunConfig
 
 JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
 
@@ -499,7 +501,7 @@ class RunRow:
     factors: dict[str, Any]
     rep: int
     order: int  # position in the (possibly shuffled) execution order
-    config: dict[str, Any] = field(default_factory=dict)
+    config: RunConfig
 
     @property
     def world_size(self) -> int:

@@ -5,6 +5,9 @@ ddlcompare/run/tracers.py."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 # Launcher (and Horovod controller) -> how its ranks go under Score-P; a
 # string is the reason it cannot, with the fix.
 REFUSED = {
@@ -26,7 +29,7 @@ ONE_PROCESS = (
 )
 
 
-def refusal(config: dict) -> str | None:
+def refusal(config: Mapping[str, Any]) -> str | None:
     """Why this run cannot be traced by Score-P (with the fix), or None."""
     if config.get("tracer") != "scorep":
         return None

@@ -19,6 +19,8 @@ node and the mechanism (``cores``).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 MECHANISM = "affinity (taskset, inherited by the node's processes)"
 
@@ -27,7 +29,9 @@ class CoresError(RuntimeError):
     """The cores asked for cannot be given; the message says why and what to do."""
 
 
-def node_cpus(config: dict, available: set[int] | None = None) -> list[list[int]] | None:
+def node_cpus(
+    config: Mapping[str, Any], available: set[int] | None = None
+) -> list[list[int]] | None:
     """The cores of each node, or None where ``cores_per_node`` is not set."""
     per_node = config.get("cores_per_node")
     if per_node is None:

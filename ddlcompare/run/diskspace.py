@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from frameworks import data
+from runfiles.run_config import RunConfig
 
 PER_RUN = 2 << 20
 PER_STEP_RANK = {
@@ -38,7 +39,7 @@ class NoSpace(Exception):
     """Not enough room for a run's files; the message says where and how much."""
 
 
-def estimate_bytes(config: dict) -> int:
+def estimate_bytes(config: RunConfig) -> int:
     world = config["nodes"] * config["procs_per_node"]
     steps = data.epoch_steps(config)
     per_step = PER_STEP_RANK["base"] + PER_STEP_RANK.get(config["tracer"], 0)

@@ -21,6 +21,7 @@ from ddlcompare.run import tracers
 from runfiles import names
 from runfiles.backends import Registry
 from ddlcompare.run.schedulers import Host, Scheduler, get as scheduler_named
+from runfiles.run_config import RunConfig
 
 LAUNCHERS: Registry[Callable] = Registry("ddlcompare.run.launchers", "launcher")
 REPO = Path(__file__).resolve().parents[2]
@@ -32,7 +33,7 @@ def launcher(name: str):
     return LAUNCHERS.register(name=name)
 
 
-def python(config: dict) -> str:
+def python(config: RunConfig) -> str:
     """The interpreter of the run's framework environment; a run whose
     environment is not built fails at once, naming what builds it."""
     from frameworks import registry
@@ -47,18 +48,18 @@ def python(config: dict) -> str:
     return str(found)
 
 
-def worker_argv(config: dict, run_dir: Path) -> list[str]:
+def worker_argv(config: RunConfig, run_dir: Path) -> list[str]:
     if config.get("tracer") == "scorep":
         return tracers.worker_argv(python(config), config, run_dir)
     return [python(config), "-m", "frameworks.worker", str(run_dir)]
 
 
-def worker_module(config: dict) -> str:
+def worker_module(config: RunConfig) -> str:
     """What launchers that start ``python -m MODULE RUN_DIR`` (torchrun) run."""
     return "ddlcompare.run.tracers" if config.get("tracer") == "scorep" else "frameworks.worker"
 
 
-def tracing_env(config: dict, run_dir: Path) -> dict[str, str]:
+def tracing_env(config: RunConfig, run_dir: Path) -> dict[str, str]:
     """Where Score-P and Horovod's Timeline write, when they are asked for."""
     env = tracers.environment(config, run_dir)
     if config.get("horovod_timeline"):
@@ -66,14 +67,14 @@ def tracing_env(config: dict, run_dir: Path) -> dict[str, str]:
     return env
 
 
-def refuse_untraceable(config: dict) -> None:
+def refuse_untraceable(config: RunConfig) -> None:
     """The plan refuses these already (design.py); a run started by hand too."""
     reason = traceable.refusal(config)
     if reason:
         raise RuntimeError(reason)
 
 
-def base_env(config: dict) -> dict[str, str]:
+def base_env(config: RunConfig) -> dict[str, str]:
     threads = str(config["threads"])
     return {
         "OMP_NUM_THREADS": threads,
@@ -93,7 +94,7 @@ def ssh_path(scheduler: Scheduler) -> str:
     return f"{scheduler.ssh_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
 
 
-def run_port(base: int, config: dict, span: int = 1000) -> int:
+def run_port(base: int, config: RunConfig, span: int = 1000) -> int:
     """A port for the run's own rendezvous on its first node, offset from
     ``base`` by its run id: two jobs that share a node (a cluster that does
     not give whole nodes) never meet on the same port."""
@@ -113,7 +114,9 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def command(name: str, hosts: list[Host], config: dict, run_dir: Path, scheduler: Scheduler | str):
+def command(
+    name: str, hosts: list[Host], config: RunConfig, run_dir: Path, scheduler: Scheduler | str
+):
     """The argv and extra environment of launcher ``name`` (the scheduler by
     object, or by its registered name)."""
     return LAUNCHERS[name](hosts, config, run_dir, scheduler_named(scheduler))

@@ -51,6 +51,7 @@ import psutil
 from runfiles.names import steps as steps_file
 from runfiles.records import LOADED_SHARE
 from ddlcompare.run import machine_lock
+from runfiles.run_config import RunConfig
 
 BUSIEST = 5
 # A spinning thread: runnable (on a CPU or waiting for one) through 90 % of
@@ -322,7 +323,9 @@ def measured_window(run_dir: Path, ranks: int, warmup: int, held: tuple[int, int
     return first, last
 
 
-def summarize(meter: Meter, run_dir: Path, config: dict, ranks: int, held: tuple[int, int]) -> dict:
+def summarize(
+    meter: Meter, run_dir: Path, config: RunConfig, ranks: int, held: tuple[int, int]
+) -> dict:
     """run.json's ``machine_load``: over the measured steps where the steps
     files tell them, else over the whole training."""
     window = measured_window(run_dir, ranks, config.get("warmup_steps") or 0, held)

@@ -27,7 +27,9 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -233,9 +235,11 @@ class EmulatedNetwork:
 
 
 @contextlib.contextmanager
-def network(config: dict, run_dir: Path):
+def network(config: Mapping[str, Any], run_dir: Path):
     """The run's network: the machine's own, or an emulated one that exists
-    exactly as long as this block and whose traffic goes to network.json."""
+    exactly as long as this block and whose traffic goes to network.json.
+    ``config``: a run's, or the probe's few keys (nodes, procs_per_node,
+    net_rate_mbit, net_delay_ms, run_id)."""
     node_cpus = cores.node_cpus(config)
     if config.get("net_rate_mbit") is None:
         if node_cpus and len(node_cpus) > 1:

@@ -22,6 +22,7 @@ from ddlcompare.plan.params import RunRow
 from frameworks import data
 from runfiles import files
 from runfiles.names import DONE, RUN_RECORD
+from runfiles.run_config import RunConfig
 
 # First guesses, for frameworks no run has timed here yet: a run's start-up,
 # and its seconds per 1,000 images trained, from the default design's runs
@@ -85,7 +86,7 @@ def timed_seconds(run_dir: Path) -> float | None:
     return seconds if seconds > 0 else None
 
 
-def first_guess(config: dict) -> float:
+def first_guess(config: RunConfig) -> float:
     world = config["nodes"] * config["procs_per_node"]
     trained = data.epoch_steps(config) * config["batch_size"] * world * config["epochs"]
     rate = SECONDS_PER_1000_IMAGES.get(config["framework"], OTHER_SECONDS_PER_1000_IMAGES)

@@ -64,7 +64,7 @@ def move(row: RunRow, source: Path, results: Path) -> bool:
         target.rmdir()
     target.parent.mkdir(parents=True, exist_ok=True)
     source.rename(target)
-    names = {"run_id": row.run_id, **{k: row.config[k] for k in BOOKKEEPING}}
+    names = {"run_id": row.run_id, **{k: v for k, v in row.config.items() if k in BOOKKEEPING}}
     _update(target / CONFIG, names)
     _update(target / DONE, {"run_id": row.run_id})
     record = _read(target / RUN_RECORD)

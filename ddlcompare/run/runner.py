@@ -18,7 +18,9 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -44,6 +46,7 @@ from ddlcompare.plan.design import identity as design_identity
 from ddlcompare.plan.params import RunRow
 from frameworks import balance, data, knobs, registry
 from runfiles import files
+from runfiles.run_config import RunConfig
 
 # Everything an attempt writes; moved aside before the next attempt.
 ATTEMPT_FILES = (
@@ -87,11 +90,11 @@ class LostOwnership(Exception):
     """Another attempt owns the run folder now: this one writes nothing more."""
 
 
-def derived_timeout(config: dict) -> int:
+def derived_timeout(config: RunConfig) -> int:
     """Seconds before a run counts as hung: generous, from the work it does
     (at least 20 images/s, plus start-up), unless the design sets it."""
-    if config.get("timeout_s"):
-        return config["timeout_s"]
+    if timeout := config.get("timeout_s"):
+        return timeout
     info = data.DATASETS[config["dataset"]]
     n = config["train_images"] or (60000 if info is data.FASHION_MNIST else 50000)
     if config["max_steps"]:
@@ -205,7 +208,7 @@ def _no_space(row: RunRow, run_dir: Path, reason: str, earlier_attempt: bool = F
 
 
 def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
-    def save(name: str, doc: dict) -> None:
+    def save(name: str, doc: Mapping[str, Any]) -> None:
         if not ownership.owns(run_dir, token):
             raise LostOwnership()
         write_json(run_dir / name, doc)

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from runfiles import names, variables
 from runfiles import files
+from runfiles.run_config import RunConfig
 
 REPO = Path(__file__).resolve().parents[2]
 SCOREP_FILTER = REPO / "frameworks" / "scorep_filter"
@@ -46,7 +47,7 @@ BUILD_HINT = "envs/build-scorep.sh (docs: envs/scorep.md)"
 TOTAL_MEMORY = "256M"
 
 
-def mode(config: dict) -> str:
+def mode(config: RunConfig) -> str:
     """``mpi`` or ``per-rank`` for a Score-P run (see the module's doc)."""
     from frameworks import registry
 
@@ -109,7 +110,7 @@ def problems(python_of, configs: list[dict]) -> list[str]:
     return found
 
 
-def worker_argv(python: str, config: dict, run_dir: Path) -> list[str]:
+def worker_argv(python: str, config: RunConfig, run_dir: Path) -> list[str]:
     """The worker's command for a Score-P run."""
     if mode(config) == "mpi":
         return scorep_argv(python, "mpi", run_dir)
@@ -133,7 +134,7 @@ def scorep_argv(python: str, mpp: str, run_dir: Path) -> list[str]:
     ]
 
 
-def environment(config: dict, run_dir: Path) -> dict[str, str]:
+def environment(config: RunConfig, run_dir: Path) -> dict[str, str]:
     """Score-P's settings for the run (empty for other tracers)."""
     if config.get("tracer") != "scorep":
         return {}
@@ -152,7 +153,7 @@ def environment(config: dict, run_dir: Path) -> dict[str, str]:
     return env
 
 
-def expected_traces(config: dict, run_dir: Path) -> list[Path]:
+def expected_traces(config: RunConfig, run_dir: Path) -> list[Path]:
     """The trace anchors a run with this tracer must leave."""
     tracer = config.get("tracer", "none")
     if tracer == "otf2":  # LBANN's driver writes it from LBANN's timeline
@@ -165,7 +166,7 @@ def expected_traces(config: dict, run_dir: Path) -> list[Path]:
     return [run_dir / names.SCOREP_DIR / f"rank{r}" / "traces.otf2" for r in range(world)]
 
 
-def missing_trace(config: dict, run_dir: Path) -> str | None:
+def missing_trace(config: RunConfig, run_dir: Path) -> str | None:
     """The reason a finished run counts as failed for want of its trace."""
     missing = [p for p in expected_traces(config, run_dir) if not p.exists()]
     if not missing:

@@ -7,10 +7,11 @@ from pathlib import Path
 from ddlcompare.run.launch import base_env, python, ssh_path, tracing_env, worker_argv, launcher
 from ddlcompare.run.schedulers import Host, Scheduler
 from frameworks import knobs
+from runfiles.run_config import RunConfig
 
 
 @launcher("horovodrun")
-def horovodrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: Scheduler):
+def horovodrun(hosts: list[Host], config: RunConfig, run_dir: Path, scheduler: Scheduler):
     world = sum(h.slots for h in hosts)
     host_arg = ",".join(f"{h.name}:{h.slots}" for h in hosts)
     argv = [

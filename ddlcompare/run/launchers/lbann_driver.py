@@ -8,13 +8,14 @@ from pathlib import Path
 
 from ddlcompare.run.launch import base_env, refuse_untraceable, worker_argv, launcher
 from ddlcompare.run.schedulers import Host, Scheduler
+from runfiles.run_config import RunConfig
 
 # The variable that hands the scheduler's lbann.run arguments to the driver.
 LBANN_RUN_ARGS = "DDLC_LBANN_RUN_ARGS"
 
 
 @launcher("lbann-driver")
-def lbann_driver(hosts: list[Host], config: dict, run_dir: Path, scheduler: Scheduler):
+def lbann_driver(hosts: list[Host], config: RunConfig, run_dir: Path, scheduler: Scheduler):
     """One driver process here; LBANN's own launcher (lbann.run: srun, or
     mpiexec with the OAR node file) starts the ranks on the hosts, as the
     scheduler's ``lbann_run_args`` (handed over as JSON) say."""

@@ -9,12 +9,13 @@ from ddlcompare.run.provenance import REPO
 from ddlcompare.run.launch import LOCAL_SSH, base_env, python, refuse_untraceable, launcher
 from ddlcompare.run.schedulers import Host, Scheduler
 from frameworks.knobs import GASPI_PAUSE_VARIABLE
+from runfiles.run_config import RunConfig
 
 GPI2_LOCK = Path("/tmp/ddlc-gpi2.lock")  # one GPI-2 (Tarantella) job per machine at a time
 
 
 @launcher("tarantella")
-def tarantella(hosts: list[Host], config: dict, run_dir: Path, scheduler: Scheduler):
+def tarantella(hosts: list[Host], config: RunConfig, run_dir: Path, scheduler: Scheduler):
     """Tarantella's own launcher: ``-n N`` on one node, a hostfile of the
     scheduler's nodes and ``--n-per-node K`` on several. It starts the ranks
     with gaspi_run over plain ssh (on OAR: a job with -t allow_classic_ssh)."""

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ddlcompare.run.launch import base_env, free_ports, python, tracing_env, worker_argv, launcher
 from ddlcompare.run.schedulers import Host, Scheduler
+from runfiles.run_config import RunConfig
 
 TF_WORKER_PORT = 23456
 
@@ -21,7 +22,7 @@ def tf_worker_addresses(hosts: list[Host], port: int = TF_WORKER_PORT) -> list[s
 
 
 @launcher("tf-workers")
-def tf_workers(hosts: list[Host], config: dict, run_dir: Path, scheduler: Scheduler):
+def tf_workers(hosts: list[Host], config: RunConfig, run_dir: Path, scheduler: Scheduler):
     """One process per rank, each with its own TF_CONFIG: a spawner per node
     (ddlcompare.run.spawn) started by the per-node starter on several nodes.
     Locally the ports are whichever are free, so that runs never collide."""

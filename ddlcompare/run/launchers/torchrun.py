@@ -6,12 +6,13 @@ from pathlib import Path
 
 from ddlcompare.run.launch import base_env, python, run_port, tracing_env, worker_module, launcher
 from ddlcompare.run.schedulers import Host, Scheduler
+from runfiles.run_config import RunConfig
 
 TORCHRUN_PORT = 29500
 
 
 @launcher("torchrun")
-def torchrun(hosts: list[Host], config: dict, run_dir: Path, scheduler: Scheduler):
+def torchrun(hosts: list[Host], config: RunConfig, run_dir: Path, scheduler: Scheduler):
     """One torchrun per node; one rendezvous at the first host."""
     per_node = hosts[0].slots
     worker = ["-m", worker_module(config), str(run_dir)]
