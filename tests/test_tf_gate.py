@@ -83,3 +83,17 @@ def test_answers_are_kept_for_the_same_code_and_environment(tmp_path, monkeypatc
     assert model_gate.answer_key("pytorch", "cnn", ("fashion-mnist",)) != kept.stem
     (answer,) = model_gate.ask("pytorch", "cnn", ("fashion-mnist",)).values()
     assert "error" in answer and len(list((tmp_path / "cache").glob("*.json"))) == 1
+
+
+def test_the_answer_key_covers_what_a_builder_can_import(tmp_path):
+    """The key hashes the training side and runfiles/, sub-folders
+    included: an adapter moved into a folder, or a change to the run
+    configuration's type, is another question."""
+    for name in ("frameworks/models.py", "frameworks/adapters/x.py", "runfiles/names.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    found = [p.relative_to(tmp_path).as_posix() for p in model_gate.training_code_files(tmp_path)]
+    assert found == ["frameworks/adapters/x.py", "frameworks/models.py", "runfiles/names.py"]
+    real = model_gate.training_code_files()
+    assert model_gate.REPO / "runfiles" / "run_config.py" in real
+    assert model_gate.REPO / "frameworks" / "model_gate.py" in real

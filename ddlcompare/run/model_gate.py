@@ -61,11 +61,24 @@ def answer_key(builder: str, model: str, datasets: tuple[str, ...]) -> str:
     return digest.hexdigest()[:24]
 
 
+# What a builder can import of ours: the training side and the layer below
+# it (tests/test_layers.py: frameworks/ imports only itself and runfiles/).
+TRAINING_PACKAGES = ("frameworks", "runfiles")
+
+
+def training_code_files(root: Path = REPO) -> list[Path]:
+    """Every module a builder may run, sub-folders included (an adapter
+    moved into a folder of its own stays in the key)."""
+    return sorted(path for package in TRAINING_PACKAGES for path in (root / package).rglob("*.py"))
+
+
 @functools.cache
 def _training_code_digest() -> bytes:
-    """The builders' code, read once per gate (every question asks it)."""
+    """The builders' code, read once per gate (every question asks it): each
+    file's path and content."""
     digest = hashlib.sha256()
-    for path in sorted((REPO / "frameworks").glob("*.py")):
+    for path in training_code_files():
+        digest.update(f"{path.relative_to(REPO)}\0".encode())
         digest.update(path.read_bytes())
     return digest.digest()
 
