@@ -65,6 +65,17 @@ def read_text(path: Path, limit: int = MAX_RECORD_BYTES) -> str:
     return read_bytes(path, limit).decode()
 
 
+def read_tail(path: Path, size: int) -> str:
+    """The last ``size`` bytes of a regular file, as text: the end of a log
+    of any length (a cut character is replaced)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        _check(Path(path), info, None)
+        f.seek(max(0, info.st_size - size))
+        return f.read(size).decode(errors="replace")
+
+
 def read_json(path: Path, limit: int = MAX_RECORD_BYTES):
     """A JSON record: OSError (NotRegular included) when it cannot be read,
     ValueError when it is not JSON."""

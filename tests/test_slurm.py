@@ -163,3 +163,25 @@ def test_launch_commands_from_a_real_slurm_node_list(slurm):
 )
 def test_a_job_slurm_ends_is_named_by_how_it_ends(line, said):
     assert slurm_scheduler.ending_state(line) == said
+
+
+# slurmstepd's lines in a job's output, as the cluster on one machine
+# (Slurm 22.05) wrote them on 2026-11-27; while the job's processes live,
+# scontrol shows all these jobs as COMPLETING, with Reason=None for 1 and 3.
+ENDS = {
+    "1": "slurmstepd-vm-n0: error: *** JOB 1 ON vm-n0 CANCELLED AT 2026-11-27T16:40:18 ***",
+    "2": "slurmstepd-vm-n0: error: *** JOB 2 ON vm-n0 CANCELLED AT 2026-11-27T16:41:15 DUE TO "
+    "TIME LIMIT ***",
+    "3": "slurmstepd-vm-n0: error: *** JOB 3 ON vm-n0 CANCELLED AT 2026-11-27T16:41:58 DUE TO "
+    "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+}
+
+
+@pytest.mark.parametrize(
+    "job, said", [("1", "CANCELLED"), ("2", "TIMEOUT"), ("3", "NODE_FAIL"), ("12", None)]
+)
+def test_slurms_line_in_the_jobs_output_says_how_it_ended(job, said):
+    text = "\n".join(["training...", *ENDS.values(), "snakemake: error"])
+    assert slurm_scheduler.told_in_output(job, text) == said
+    # A step's line is not the job's.
+    assert slurm_scheduler.told_in_output("1", ENDS["1"].replace("JOB 1", "STEP 1.0")) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import time
@@ -10,7 +11,7 @@ from pathlib import Path
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 from ddlcompare.run.schedulers import Scheduler, SchedulerError, register
-from runfiles import variables
+from runfiles import files, variables
 
 # What a one-task step sets of its own size, which a nested srun would take
 # for the allocation's.
@@ -64,18 +65,19 @@ class Slurm(Scheduler):
 
     def stop_reason(self, env, hosts=()) -> str | None:
         # Slurm sets the job's state (TIMEOUT, CANCELLED) before it signals
-        # the job's processes; on a node failure the job's nodes say which
-        # one is down.
+        # the job's processes, but while one of them lives (this runner is
+        # one) scontrol shows COMPLETING, whatever the state: then the
+        # reason, Slurm's own line in the job's output or accounting says it.
         job = env.get("SLURM_JOB_ID")
         out = _ask(["scontrol", "show", "job", "--oneliner", job]) if job else ""
         if not (state := ending_state(out)):
             return None
-        if state == "COMPLETING":  # scancel's state may not show yet: accounting has it
-            state = accounted_state(job) or state
+        if state == "COMPLETING":
+            state = _told_in_output(job, out) or accounted_state(job) or state
         said = f"Slurm job {job}: {state}"
-        found = re.search(r"(?:^|\s)NodeList=(\S+)", out)
-        # A job requeued after a node failure has lost its node list: the run's hosts.
-        nodes = found.group(1) if found and found.group(1) != "(null)" else ",".join(hosts)
+        # A failed node leaves the job's node list (a requeued job has none):
+        # the run's hosts are asked about too.
+        nodes = ",".join(dict.fromkeys([*hosts, *_job_nodes(out)]))
         # Slurm may signal the job a moment before it marks the node down.
         for _ in range(3 if nodes and state.startswith(("COMPLETING", "NODE_FAIL")) else 0):
             if down := _down_nodes(nodes):
@@ -120,11 +122,60 @@ def ending_state(job: str) -> str | None:
 
 def accounted_state(job: str) -> str | None:
     """The state Slurm's accounting holds for a job ("CANCELLED by 0" is
-    CANCELLED), where scontrol still says only COMPLETING: under load the
-    runner may ask between scancel's signal and the state scontrol shows.
-    None where accounting does not answer or knows no more."""
+    CANCELLED), set when Slurm ends the job, before its processes are
+    signalled. None where accounting does not answer or knows no more."""
     words = _ask(["sacct", "-j", job, "-X", "-n", "-P", "-o", "State"]).split()
     return words[0] if words and words[0] not in ("RUNNING", "COMPLETING", "PENDING") else None
+
+
+# What slurmstepd writes into the job's output as it signals the job:
+# "*** JOB 7 ON n1 CANCELLED AT 2026-11-27T16:40:18 ***", with " DUE TO TIME
+# LIMIT", "PREEMPTION", "NODE FAILURE, SEE SLURMCTLD LOG..." or "JOB REQUEUE"
+# where Slurm, not a user, ended it.
+DUE_TO = {
+    None: "CANCELLED",
+    "TIME LIMIT": "TIMEOUT",
+    "PREEMPTION": "PREEMPTED",
+    "NODE FAILURE": "NODE_FAIL",
+    "JOB REQUEUE": "REQUEUED",
+}
+# The output's end is enough: the line comes when the job is signalled.
+OUTPUT_TAIL_BYTES = 1 << 20
+
+
+def told_in_output(job: str, text: str) -> str | None:
+    """The state Slurm's line about the end of ``job`` in its output names."""
+    line = rf"\*\*\* JOB {re.escape(job)}(?: ON \S+)? CANCELLED AT \S+(?: DUE TO ([A-Z ]+))?"
+    found = re.findall(line + r"[^*]*\*\*\*", text)
+    if not found:
+        return None
+    why = found[-1].strip() or None
+    return DUE_TO.get(why, f"CANCELLED, due to {why}")
+
+
+def _told_in_output(job: str, scontrol: str) -> str | None:
+    """Slurm's line in the job's standard error (``StdErr=`` of scontrol),
+    waited for a moment: the batch step writes it as it signals the job."""
+    if not (path := _field(scontrol, "StdErr")):
+        return None
+    for _ in range(4):
+        with contextlib.suppress(OSError):
+            if state := told_in_output(job, files.read_tail(Path(path), OUTPUT_TAIL_BYTES)):
+                return state
+        time.sleep(0.5)
+    return None
+
+
+def _job_nodes(scontrol: str) -> list[str]:
+    listed = _field(scontrol, "NodeList")
+    with contextlib.suppress(SchedulerError):
+        return expand(listed) if listed != "(null)" else []
+    return []
+
+
+def _field(scontrol: str, name: str) -> str:
+    found = re.search(rf"(?:^|\s){name}=(\S+)", scontrol)
+    return found.group(1) if found else ""
 
 
 def _ask(argv: list[str]) -> str:
