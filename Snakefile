@@ -51,6 +51,7 @@ ws.check_rules(workflow.rules)
 
 onstart:
     ws.relay_stop_requests(TABLES)
+    ws.warn_of_shared_cores(DESIGN_FILE, DESIGN, workflow)
 
 
 onsuccess:

@@ -39,7 +39,9 @@ class UserError(Exception):
     """An error the user can fix; printed without a traceback."""
 
 
-def load_design(path: str, check_ready: bool = True) -> design_mod.Design:
+def load_design(
+    path: str, check_ready: bool = True, runs_here: bool | None = None
+) -> design_mod.Design:
     from ddlcompare.plan import design as design_mod
     from ddlcompare.run import plan_checks, preflight
 
@@ -50,7 +52,7 @@ def load_design(path: str, check_ready: bool = True) -> design_mod.Design:
     if check_ready and (found := preflight.problems(design)):
         raise UserError("\n".join(f"{path}: {p}" for p in found))
     if check_ready:
-        for text in plan_checks.warnings(design):
+        for text in plan_checks.warnings(design, runs_here):
             print(f"warning: {path}: {text}", file=sys.stderr)
     return design
 

@@ -15,7 +15,7 @@ from typing import NoReturn
 
 from analysis import replication
 from ddlcompare.plan import yaml_safe
-from ddlcompare.run import diskspace, machine_lock, refile, runner
+from ddlcompare.run import diskspace, machine_lock, plan_checks, refile, runner
 from runfiles import files, names, ownership, records
 from runfiles.tables import Damaged, check_table
 from front.cli import UserError, load_design
@@ -44,7 +44,9 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool, options: 
     if problem := results_problem(results):
         _stop(problem)
     try:
-        design = load_design(design_file, check_ready=main)
+        # This machine's cores matter where the jobs run here, which only
+        # the executor tells, at onstart (warn_of_shared_cores).
+        design = load_design(design_file, check_ready=main, runs_here=False)
     except UserError as exc:
         _stop(str(exc))
     runs = replication.planned(design, results)
@@ -320,6 +322,15 @@ def _check_occupants(runs: list[RunRow], results: Path, kill: bool, dryrun: bool
         )
     elif busy:
         _stop(busy[0] + (f" ({len(busy) - 1} more run folders alike)" if len(busy) > 1 else ""))
+
+
+def warn_of_shared_cores(design_file: str, design, workflow) -> None:
+    """In the workflow's onstart, once Snakemake has its executor: the
+    warning about this machine's cores, where the jobs run on it (the local
+    executor), not where a cluster's nodes run them."""
+    plugin = workflow.executor_plugin
+    if plugin and plugin.common_settings.local_exec and (text := plan_checks.cores_warning(design)):
+        print(f"warning: {design_file}: {text}", file=sys.stderr)
 
 
 def relay_stop_requests(tables: Path) -> None:

@@ -4,11 +4,17 @@ answers, on exact-format text (the real schedulers: test_slurm, test_oar)."""
 
 import ast
 import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
 
 import pytest
 from snakemake_executor_plugin_oar import oar
+from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
 
-from conftest import REPO
+from conftest import REPO, write_design
+from ddlcompare.plan import design as design_mod
 from ddlcompare.run import oar as oar_record
 from runfiles import names
 from front import workflow_support as ws
@@ -301,3 +307,29 @@ def test_a_slurm_extra_that_is_not_one_string_is_one_line(capsys):
         ws.users_slurm_extra(Resources.parse(["slurm_extra=2"], allow_expressions=True))
     err = capsys.readouterr().err
     assert err.startswith("error: --default-resources slurm_extra=2: give") and "\n" == err[-1]
+
+
+def test_this_machines_cores_are_warned_of_only_where_the_jobs_run_on_it(tmp_path, capsys):
+    """Runs of 4 x cores threads: the local executor's jobs share this
+    machine, a cluster's run on its nodes. Snakemake names its executor only
+    after parsing; so the workflow's parse says nothing of cores (a dry run
+    through the Slurm profile here), its onstart says it for the local one."""
+    threads = 4 * (os.cpu_count() or 1)
+    doc = {
+        "factors": {"framework": ["torch-ddp"], "batch_size": [32]},
+        "fixed": {"threads": threads},
+    }
+    path = write_design(tmp_path, doc)
+    design = design_mod.load(str(path))
+    plugins = ExecutorPluginRegistry()
+    for executor, warned in (("local", True), ("slurm", False), ("oar", False)):
+        workflow = SimpleNamespace(executor_plugin=plugins.get_plugin(executor))
+        ws.warn_of_shared_cores(str(path), design, workflow)
+        said = capsys.readouterr().err
+        assert (f"start {threads} processes x threads" in said) == warned, (executor, said)
+    snakemake = [sys.executable, "-m", "snakemake", "--profile", "slurm", "-n", "-d", str(tmp_path)]
+    planned = subprocess.run(
+        [*snakemake, "--config", f"design={path}"], cwd=REPO, capture_output=True, text=True
+    )
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert "processes x threads" not in planned.stderr and "run " in planned.stdout, planned.stdout

@@ -117,7 +117,10 @@ def _verify_once(name: str, data_dir: str | None) -> None:
             pass  # a read-only home: check again next time
 
 
-def warnings(design: Design) -> list[str]:
+def warnings(design: Design, runs_here: bool | None = None) -> list[str]:
+    """What a plan should know before it runs. ``runs_here``: whether the
+    runs share this machine (None: as the scheduler found here says; a
+    workflow whose jobs go to a cluster says False)."""
     found = []
     configs = _configs(design)
     for c in configs:
@@ -129,11 +132,18 @@ def warnings(design: Design) -> list[str]:
                 "epoch and will fail"
             )
             break
-    cores = os.cpu_count() or 1
-    busiest = max(c["nodes"] * c["procs_per_node"] * c["threads"] for c in configs)
-    if _local() and busiest > cores:
-        found.append(
-            f"some runs start {busiest} processes x threads on this machine's "
-            f"{cores} cores: they run, but slower, and their figures are noisy"
-        )
+    if (_local() if runs_here is None else runs_here) and (crowded := cores_warning(design)):
+        found.append(crowded)
     return found
+
+
+def cores_warning(design: Design) -> str | None:
+    """Runs that start more processes x threads than this machine has cores."""
+    cores = os.cpu_count() or 1
+    busiest = max(c["nodes"] * c["procs_per_node"] * c["threads"] for c in _configs(design))
+    if busiest <= cores:
+        return None
+    return (
+        f"some runs start {busiest} processes x threads on this machine's "
+        f"{cores} cores: they run, but slower, and their figures are noisy"
+    )
