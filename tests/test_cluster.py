@@ -7,8 +7,10 @@ and a rerun does only what is left. Also: the profiles by name, as the
 card writes them, from the project root."""
 
 import contextlib
+import fcntl
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -23,6 +25,7 @@ from ddlcompare.plan import envs
 from ddlcompare.run import cluster, netem
 from ddlcompare.run.schedulers import slurm
 from frameworks import registry
+from front import workflow_support as ws
 from test_oar import OarUser, oarstat
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
@@ -554,6 +557,42 @@ def test_a_job_past_its_slurm_time_limit_is_recorded_and_rerun_alone(
     job = long_run_training(tmp_path, SlurmWay, short_too=False)
     stopped_with(tmp_path, proc, f"Slurm job {job}: TIMEOUT", SlurmWay(slurm_cluster[1]))
     assert not list((tmp_path / "results").rglob("done.json"))  # the next invocation reruns it
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+def test_a_job_waiting_for_the_machine_adds_the_wait_to_its_slurm_time_limit(
+    slurm_cluster, tmp_path
+):
+    """A measurement holds the machine past a job's whole time limit (1
+    minute): the job waits in its shell prefix (the Snakefile's), adds the
+    wait to its limit as it goes, and its command runs once the machine is
+    free, instead of Slurm ending it in the wait."""
+    _, env = slurm_cluster
+    lock = tmp_path / "measure.lock"  # this test's own machine lock
+    command = ws.job_prefix(tmp_path / "jobs.log") + f"echo ran > {tmp_path / 'ran'}"
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\nexec bash -c {shlex.quote(command)}\n")
+    sbatch = ["sbatch", "--parsable", "--time=1", "--mem=50", "-o", str(tmp_path / "out.%j")]
+    with open(lock, "w") as measurement:
+        fcntl.flock(measurement, fcntl.LOCK_EX)
+        job = subprocess.run(
+            [*sbatch, str(script)], env={**env, "DDLC_MEASURE_LOCK": str(lock)},
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        time.sleep(100)  # past the limit, and Slurm's check of it (every 30 s)
+
+    def ended() -> str:
+        argv = ["scontrol", "show", "job", "-o", job]
+        out = subprocess.run(argv, env=env, capture_output=True, text=True).stdout
+        done = any(f"JobState={s} " in out for s in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"))
+        return out if done else ""
+
+    said = wait_for("the job's end", ended, 60)
+    log = next(tmp_path.glob("out.*")).read_text()
+    assert (tmp_path / "ran").exists(), (said, log)
+    assert "JobState=COMPLETED" in said and "TimeLimit=00:01:00" not in said, said
+    assert "waiting for the machine" in log and "warning" not in log, log
 
 
 # ---- scheduler faults (OAR) ---------------------------------------------------------------

@@ -18,6 +18,30 @@ ddlc_stop_asked() {
     exit 143
   fi
 }
+# A job under a scheduler adds its wait to its time limit, a minute ahead of
+# the wait, so that waiting never spends the time its command was given:
+# Slurm's `scontrol update TimeLimit+=` (an operator's right on most
+# clusters, root's on ./ddlc cluster), OAR's oarwalltime (where the cluster
+# allows walltime changes). Where the scheduler refuses, it says so once.
+ddlc_extended=0
+ddlc_extend_limit() {
+  local waited
+  waited=$(awk "BEGIN { print int($(ddlc_now) - $ddlc_queued) }")
+  while [ "$ddlc_extended" -ge 0 ] && [ $((ddlc_extended * 60)) -le "$waited" ]; do
+    if [ -n "${SLURM_JOB_ID:-}" ]; then
+      ddlc_said=$(scontrol update JobId="$SLURM_JOB_ID" TimeLimit+=1 2>&1) || ddlc_extended=-1
+    elif [ -n "${OAR_JOB_ID:-}" ]; then
+      ddlc_said=$(oarwalltime --force "$OAR_JOB_ID" +0:01:00 2>&1) || ddlc_extended=-1
+    else
+      return 0
+    fi
+    if [ "$ddlc_extended" -lt 0 ]; then
+      echo "warning: the scheduler did not add this job's wait for the machine to its time limit ($ddlc_said): the wait counts against it" >&2
+      return 0
+    fi
+    ddlc_extended=$((ddlc_extended + 1))
+  done
+}
 # flock in short tries (exit 75: not yet), so that between them a job whose
 # workflow was told to stop gives up the wait (75). The caller says why and
 # ends (ddlc_stop_asked): here the message could go where the caller sends
@@ -29,6 +53,7 @@ ddlc_flock() {
     flock -E 75 -w 2 "$@" || rc=$?
     [ $rc = 75 ] || return $rc
     ! ddlc_stop_file || return 75
+    ddlc_extend_limit
   done
 }
 if [ -n "${DDLC_MACHINE_HELD:-}" ]; then

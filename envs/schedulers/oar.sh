@@ -59,6 +59,11 @@ configure() {
   # A job whose first node is lost is ended (Error, EXTERMINATE_JOB) once
   # Leon has tried to reach it for this long (300 s by default).
   setting JOBDEL_WALLTIME 30
+  # A job that waits for the machine adds the wait to its walltime
+  # (workflows/share_machine.sh: oarwalltime --force), as Grid'5000 allows.
+  setting WALLTIME_CHANGE_ENABLED yes
+  setting WALLTIME_MAX_INCREASE -1
+  setting WALLTIME_ALLOWED_USERS_TO_FORCE '*'
   # No cgroups or cpusets here.
   sed -i 's|^JOB_RESOURCE_MANAGER_PROPERTY_DB_FIELD=|#&|; s|^CPUSET_PATH=|#&|' /etc/oar/oar.conf
   if [ "$nodes" != localhost ]; then
