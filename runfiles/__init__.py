@@ -8,6 +8,7 @@ its launcher tells it (ranks.py), every ``DDLC_*`` variable, declared once
 (variables.py), and the one registry of backends of every kind
 (backends.py); and the readers of what a run leaves, checked: its JSON
 records (records.py) and its tables (tables.py), the columns of each in
-names.py. The training side, the harness and the analysis all build on
+names.py; a run's configuration as a type (run_config.py, generated
+from the design's settings). The training side, the harness and the analysis all build on
 these; nothing here imports them.
 """
