@@ -303,13 +303,54 @@ def test_python_builders_of_one_entry_take_turns_and_say_whom_they_wait_for(tmp_
     assert second.stderr.startswith(f"waiting for {entry}, which pid {first.pid} on ")
 
 
-def test_a_fresh_clones_run_of_a_tarantella_design_stops_before_set_up(tmp_path):
+# A design's framework levels in the forms YAML allows, as the early reader
+# (envs/design_frameworks.py) must find them; an exclusion naming Tarantella
+# is not a level.
+FRAMEWORK_FORMS = {
+    "flow": "factors:\n  framework: [torch-ddp, tarantella]  # two\n  nodes: [1]\n",
+    "flow over lines": "factors:\n  framework: [torch-ddp,\n    'tarantella-patched']\n",
+    "block": "name: x\nfactors:\n  framework:\n  - torch-ddp\n  # none\n  - tarantella\n  nodes: [1]\n",
+    "indented block": "factors:\n  nodes: [1]\n  framework:\n    - \"tarantella\"  # one\n",
+    "one name": "factors:\n  framework: tarantella-patched\n",
+    "flow mapping": "factors: {nodes: [1], framework: [horovod-torch, tarantella]}\n",
+    "excluded only": "exclude:\n- framework: tarantella\nfactors:\n  framework: [torch-ddp]\n",
+}
+
+
+@pytest.mark.parametrize("pyyaml", [True, False], ids=["PyYAML", "no PyYAML"])
+@pytest.mark.parametrize("form", FRAMEWORK_FORMS)
+def test_the_early_reader_finds_the_framework_levels(tmp_path, form, pyyaml):
+    """With the system's python3, PyYAML or not (a fresh Debian may lack
+    it): the levels YAML itself reads."""
+    import yaml
+
+    text = FRAMEWORK_FORMS[form]
+    design = tmp_path / "design.yaml"
+    design.write_text(text)
+    block = "" if pyyaml else "sys.modules['yaml'] = None; "
+    reader = (
+        f"import runpy, sys; {block}sys.argv[1:] = [{str(design)!r}]; "
+        f"runpy.run_path({str(REPO / 'envs' / 'design_frameworks.py')!r}, run_name='__main__')"
+    )
+    python3 = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else "python3"
+    out = subprocess.run([python3, "-c", reader], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    levels = yaml.safe_load(text)["factors"]["framework"]
+    assert out.stdout.split() == (levels if isinstance(levels, list) else [levels])
+
+
+@pytest.mark.parametrize("form", ["the default design", "block"])
+def test_a_fresh_clones_run_of_a_tarantella_design_stops_before_set_up(tmp_path, form):
     """No environment yet (reading the design needs one, minutes to build):
     ./ddlc run checks Tarantella's sources first when the design's framework
-    line names it, and stops within seconds, building nothing."""
+    levels name it, in whatever form, and stops within seconds, building nothing."""
     sources = sources_folder(tmp_path, "cc-hpc-itwm/GPI-2", "cc-hpc-itwm/tarantella")
     design = tmp_path / "design.yaml"
-    design.write_text((REPO / "design.yaml").read_text())
+    design.write_text(
+        (REPO / "design.yaml").read_text()
+        if form == "the default design"
+        else FRAMEWORK_FORMS[form]
+    )
     env = {
         **os.environ,
         "DDLC_VENV": str(tmp_path / "venv"),
