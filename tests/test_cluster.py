@@ -60,7 +60,14 @@ def test_the_two_schedulers_take_every_installed_framework_and_launcher():
     assert set(SLURM_FRAMEWORKS) | set(OAR_FRAMEWORKS) == set(INSTALLED)
 
 
-TINY = {"epochs": 1, "max_steps": 4, "train_images": 2000, "warmup_steps": 1, "timeout_s": 240}
+TINY = {
+    "epochs": 1,
+    "max_steps": 4,
+    "train_images": 2000,
+    "test_images": 1000,
+    "warmup_steps": 1,
+    "timeout_s": 240,
+}
 
 
 def design(frameworks, nodes=2, **fixed) -> dict:
@@ -318,7 +325,7 @@ def fault_design(workdir: Path, epochs=(1, 500)) -> None:
     whichever of the two Slurm starts first (two 2-node jobs ran one after
     the other, and when the long one went first it ended before the test
     could stop it)."""
-    doc = design(["torch-ddp"], timeout_s=3600)
+    doc = design(["torch-ddp"], timeout_s=3600, test_images=None)  # the whole test set: long
     del doc["fixed"]["epochs"], doc["fixed"]["nodes"]
     doc["factors"]["epochs"] = list(epochs)
     doc["factors"]["nodes"] = [1, 2][-len(epochs) :]

@@ -177,7 +177,7 @@ class KerasFit(tf_family.TFAdapter):
 
 config = {{name: p.default for name, p in PARAMS.items()}}
 config.update(framework="tarantella", seed=42, epochs=2, max_steps=20, train_images=4000,
-              warmup_steps=2, batch_size=32)
+              test_images=1000, warmup_steps=2, batch_size=32)
 tf_family.train(KerasFit(), config, Path({str(tmp_path)!r}))
 """
     done = subprocess.run(
