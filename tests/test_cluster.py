@@ -666,16 +666,4 @@ def test_a_node_lost_mid_job_is_recorded_by_oar_and_rerun_alone(slurm_cluster, o
         bring_back(lost, slurm_cluster[1])
 
 
-@pytest.mark.slow
-@pytest.mark.schedulers
-def test_a_job_past_its_oar_walltime_is_recorded_and_rerun_alone(oar_faults):
-    way, workdir, start = oar_faults
-    fault_design(workdir, epochs=(500,))
-    # Short: OAR's own walltime kill is the fault; the run need not have
-    # begun training, but its runner must have begun (its run.json): on this
-    # machine shared with other work the job's Snakemake took more than 45 s.
-    proc = start("--set-resources", "run:oar_walltime='0:01:30'")
-    job = wait_for("the run's job id", lambda: way.long_job(workdir), 120)
-    record = stopped_with(workdir, proc, f"OAR job {job}: Error", way)
-    assert "WALLTIME (" in record["reason"], record["reason"]
-    assert not list((workdir / "results").rglob("done.json"))  # the next invocation reruns it
+# OAR's walltime kill: tests/test_oar.py (the same path, on OAR's own node).

@@ -206,6 +206,8 @@ def test_walltime_kill_is_failed_and_the_workflow_ends(oar_user):
     assert record["status"] == "interrupted", record
     assert f"stopped by OAR (OAR job {job_id}: Error" in record["reason"], record["reason"]
     assert "WALLTIME (" in record["reason"], record["reason"]
+    # As complete under OAR's SIGKILL as under Slurm's SIGTERM (test_cluster's faults).
+    assert record["scheduler"] == "oar" and record["hosts"] and record["command"], record
 
 
 def plugin_workflow(user: OarUser, workdir: Path, rules: str, *extra: str, limit: int = 180):
