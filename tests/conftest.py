@@ -161,6 +161,18 @@ def trained_here(doc: dict, results: Path) -> dict[str, float]:
     return final_losses(results)
 
 
+# What the scheduler tests (test_slurm, test_oar; one group) submit, or part
+# of it: 1 epoch of 6 steps on 1 and 2 processes.
+SCHEDULED = tiny_design(procs=(1, 2), epochs=1, max_steps=6)
+
+
+@pytest.fixture(scope="session")
+def trained_locally(tmp_path_factory) -> dict[str, float]:
+    """SCHEDULED's runs trained here once for the session: the final losses
+    a scheduler's runs of them must reproduce (trained_here)."""
+    return trained_here(SCHEDULED, tmp_path_factory.mktemp("trained-locally"))
+
+
 @pytest.fixture(scope="session")
 def tiny_trained(tmp_path_factory) -> tuple[Path, "design.Design"]:
     """tiny_design()'s one real 2-rank torch-ddp run, trained once for the

@@ -13,14 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (
-    REPO,
-    final_losses,
-    tiny_design,
-    trained_here,
-    workflow_limit,
-    write_design,
-)
+from conftest import REPO, SCHEDULED, final_losses, workflow_limit, write_design
 from ddlcompare.run import launch, schedulers
 from ddlcompare.run.schedulers import Host, slurm as slurm_scheduler
 
@@ -28,7 +21,7 @@ SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 SCRIPT = REPO / "envs" / "schedulers" / "slurm.sh"
 # Fast enough for a test: 1 epoch of 6 steps, processes 1 (an srun step)
 # and 2 (the launcher owns the allocation).
-DESIGN = tiny_design(procs=(1, 2), epochs=1, max_steps=6)
+DESIGN = SCHEDULED
 pytestmark = [pytest.mark.slow, pytest.mark.schedulers]
 
 
@@ -70,7 +63,9 @@ def slurm_snakemake(workdir: Path, env: dict):
     return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=workdir)
 
 
-def test_tiny_design_through_the_slurm_profile_matches_a_local_run(slurm, tmp_path):
+def test_tiny_design_through_the_slurm_profile_matches_a_local_run(
+    slurm, trained_locally, tmp_path
+):
     on_slurm = tmp_path / "slurm"
     on_slurm.mkdir()
     write_design(on_slurm, DESIGN)
@@ -98,8 +93,7 @@ def test_tiny_design_through_the_slurm_profile_matches_a_local_run(slurm, tmp_pa
         ["2", "6000M"],
     ]  # CPUs and memory sized per run; the 2-process scale's bandwidth probe (1000M)
 
-    local = trained_here(DESIGN, tmp_path / "local")
-    assert final_losses(on_slurm / "results") == local  # same seed, same training
+    assert final_losses(on_slurm / "results") == trained_locally  # same seed, same training
 
 
 def test_launch_commands_from_a_real_slurm_node_list(slurm):
