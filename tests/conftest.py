@@ -20,17 +20,36 @@ SHARED = Path(variables.get("DDLC_SHARED") or REPO.parent / "shared")
 REAL_TRACES = SHARED / "fixtures" / "real-traces"
 
 
+# The longest groups, longest first (their tests' seconds in the suite's
+# slowest 30 at 63a1719, 2 workers): handed out first, so that the last group
+# a worker takes is a short one and the other worker does not wait long for it.
+LONGEST_GROUPS = [
+    "schedulers",  # 1117 s
+    "test_faults",  # 324 s
+    "test_workflow",  # 262 s
+    "test_report",  # 151 s
+    "test_followup",  # 145 s
+    "test_tf_adapters",  # 139 s
+    "test_damaged",  # 96 s
+    "test_devices",  # 90 s
+]
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items):
     """Groups for `--dist loadgroup` (./ddlc test runs two workers): a file's
     tests stay together, so its module fixtures train once; every test of a
     real scheduler shares one group, since they share the Slurm, OAR and
     cluster daemons. Training itself still takes turns: each run holds the
-    host-wide measuring lock (ddlcompare/run/machine_lock.py)."""
+    host-wide measuring lock (ddlcompare/run/machine_lock.py). xdist hands
+    the groups out in the order of the items: the longest first."""
     scheduled = {item.path for item in items if item.get_closest_marker("schedulers")}
+    group = {}
     for item in items:
-        group = "schedulers" if item.path in scheduled else item.path.stem
-        item.add_marker(pytest.mark.xdist_group(group))
+        group[item] = "schedulers" if item.path in scheduled else item.path.stem
+        item.add_marker(pytest.mark.xdist_group(group[item]))
+    rank = {name: at for at, name in enumerate(LONGEST_GROUPS)}
+    items.sort(key=lambda item: rank.get(group[item], len(rank)))  # stable: files stay whole
 
 
 def _absent(path: Path) -> str:
