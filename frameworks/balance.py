@@ -160,7 +160,10 @@ def slow_down(rank: int, images: int) -> None:
 @lru_cache(maxsize=4)
 def _slow_ranks(text: str) -> dict[int, float]:
     try:
-        return {int(r): float(s) for r, s in (item.split(":") for item in text.split(",") if item)}
+        return {
+            int(r): variables.number(SLOW_RANKS_ENV, s)
+            for r, s in (item.split(":") for item in text.split(",") if item)
+        }
     except ValueError:
         raise RunError(
             f"{SLOW_RANKS_ENV}={text!r}: expected RANK:SECONDS_PER_IMAGE[,...], e.g. 1:0.002"

@@ -56,10 +56,22 @@ def _is_git_dir(path: Path) -> bool:
     return (path / "HEAD").is_file() and (path / "objects").is_dir()
 
 
+def _ref() -> str:
+    """DDLC_LBANN_REF, never read by git as an option (``--output=FILE``
+    would have git archive write FILE)."""
+    ref = variables.value("DDLC_LBANN_REF")
+    if not ref or ref.startswith("-"):
+        raise SourceError(
+            f"DDLC_LBANN_REF={ref!r}: not a commit, branch or tag name; unset it (HEAD) "
+            "or name one, e.g. DDLC_LBANN_REF=v0.104"
+        )
+    return ref
+
+
 def _stage(source: Path, folder: Path) -> None:
     """python/ and src/proto/ of the source tree, into folder."""
     if _is_git_dir(source):
-        ref = variables.value("DDLC_LBANN_REF")
+        ref = _ref()
         archive = subprocess.run(
             ["git", "-C", str(source), "archive", "--format=tar", ref, "python", "src/proto"],
             capture_output=True,
@@ -79,7 +91,7 @@ def _stage(source: Path, folder: Path) -> None:
 
 def _key(source: Path) -> str:
     """The cache folder's name: which tree, which commit."""
-    ref = variables.value("DDLC_LBANN_REF")
+    ref = _ref()
     if _is_git_dir(source) or (source / ".git").exists():
         found = subprocess.run(
             ["git", "-C", str(source), "rev-parse", ref], capture_output=True, text=True

@@ -38,7 +38,9 @@ class Adapter(TFAdapter):
         import tensorflow as tf
 
         cluster = _tf_config()
-        local_rank = int(variables.get("DDLC_LOCAL_RANK") or 0)
+        local_rank = int(
+            variables.number("DDLC_LOCAL_RANK", variables.get("DDLC_LOCAL_RANK") or "0")
+        )
         pin_device(tf, config, local_rank)
         self.config = config
         kib = config["fusion_threshold_kib"]

@@ -336,9 +336,10 @@ def cmd_timeline(args) -> int:
         except ValueError:
             raise UserError(f"--steps {args.steps}: give two step numbers, A:B") from None
         if not 0 <= first <= last:
+            low = max(0, min(first, last))  # the example is never the value refused
             raise UserError(
                 f"--steps {args.steps}: the first step must be >= 0 and at most the last "
-                f"(e.g. --steps {min(first, last)}:{max(first, last)})"
+                f"(e.g. --steps {low}:{max(low, first, last)})"
             )
         steps = (first, last)
     out = output_file(args.out, "-o", args.paths)
@@ -390,11 +391,14 @@ def cmd_check(args) -> int:
 
     planned = replication.planned(design, results)
     damaged = runner.damaged_runs(planned, results)
+    tables = default_tables(design, str(results))
+    if args.rerun:  # it moves and deletes: never through a link out of the results folder
+        for place in [*(results / row.path for row, _ in damaged), tables]:
+            files.within(place, results)
     for row, problem in damaged:
         print(f"damaged: {row.path}: {problem}")
         if args.rerun:
             runner.archive_attempt(results / row.path)
-    tables = default_tables(design, str(results))
     bad_tables = []
     for path in sorted(tables.glob("*.parquet")):
         try:
@@ -440,12 +444,10 @@ def output_file(text: str | Path, option: str, inputs=()) -> Path:
         atomic.refuse_to_replace(path)
     except files.NotRegular as exc:
         raise UserError(f"{option} {exc}; give the path of a file to write") from None
-    for source in inputs:
-        if path.exists() and Path(source).exists() and path.samefile(source):
-            raise UserError(
-                f"{option} {text}: is the input {source}; writing it would replace it, "
-                "give another file"
-            )
+    try:
+        atomic.refuse_inputs(path, inputs)
+    except files.NotRegular as exc:
+        raise UserError(f"{option} {exc}") from None
     return path
 
 
@@ -460,6 +462,17 @@ def output_folder(text: str, option: str) -> Path:
             f"{option} {text}: the folder {path.parent} does not exist; create it first"
         )
     return path
+
+
+def results_option(text: str) -> str:
+    """argparse type of --results: a folder, or a name not made yet; never
+    a file, a FIFO or a device (read as an empty campaign, it said "0 runs
+    done")."""
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a folder; give the results folder (results= of the workflow)"
+        )
+    return text
 
 
 def at_least(least: int):
@@ -527,26 +540,28 @@ def parser() -> argparse.ArgumentParser:
 
     plan = command("plan", cmd_plan, "print the run table and its size")
     plan.add_argument("--no-check", action="store_true", help="skip data/environment checks")
-    plan.add_argument("--results", default="results", help="the runs done so far (results)")
+    plan.add_argument(
+        "--results", default="results", type=results_option, help="the runs done so far (results)"
+    )
     plan.add_argument(
         "--summary", action="store_true", help="only the runs done, to do, and the time left"
     )
     one = command("run-one", cmd_run_one, "execute one run of the design")
     one.add_argument("--path", required=True, help="the run's path under the results folder")
-    one.add_argument("--results", default="results")
+    one.add_argument("--results", default="results", type=results_option)
     one.add_argument(
         "--kill-orphans",
         action="store_true",
         help="stop an earlier attempt still training in the run folder",
     )
     rnd = command("replicate", cmd_replicate, "decide a round of replications: auto")
-    rnd.add_argument("--results", default="results")
+    rnd.add_argument("--results", default="results", type=results_option)
     rnd.add_argument(
         "--round", type=at_least(0), required=True, help="the round just done (0: the first)"
     )
     rnd.add_argument("--out", help="the decision's file (default: results/<design>/replication/)")
     col = command("collect", cmd_collect, "gather every run into the results tables")
-    col.add_argument("--results", default="results")
+    col.add_argument("--results", default="results", type=results_option)
     col.add_argument("--out", required=True, help="folder for the tables")
     rep = command("report", cmd_report, "build the HTML report from the tables")
     rep.add_argument("--tables", required=True)
@@ -555,7 +570,7 @@ def parser() -> argparse.ArgumentParser:
         "follow-up", cmd_follow_up, "write the second stage's design from a finished study's tables"
     )
     follow.add_argument("--tables", help="the first stage's tables (default: its results)")
-    follow.add_argument("--results", default="results")
+    follow.add_argument("--results", default="results", type=results_option)
     follow.add_argument("--out", help="the follow-up design (default: <design>-follow-up.yaml)")
     follow.add_argument(
         "--replications",
@@ -571,12 +586,12 @@ def parser() -> argparse.ArgumentParser:
     follow.add_argument("--max-runs", **budget)
     two = command("two-stage", cmd_two_stage, "run the design, then its follow-up")
     two.add_argument("--max-runs", **budget)
-    two.add_argument("--results", default="results")
+    two.add_argument("--results", default="results", type=results_option)
     two.add_argument(
         "snakemake", nargs="*", help="options passed to snakemake, after -- (e.g. -- --cores 2)"
     )
     imp = command("improve", cmd_improve, "run the design, then test its top hypotheses")
-    imp.add_argument("--results", default="results")
+    imp.add_argument("--results", default="results", type=results_option)
     imp.add_argument("--tables", help="the first stage's tables (default: its results)")
     imp.add_argument("--out", help="the test's design (default: <design>-improve.yaml)")
     imp.add_argument(
@@ -622,7 +637,7 @@ def parser() -> argparse.ArgumentParser:
     )
     imp.set_defaults(fn=cmd_import)
     chk = command("check", cmd_check, "check every finished run's files; list the damaged")
-    chk.add_argument("--results", default="results")
+    chk.add_argument("--results", default="results", type=results_option)
     chk.add_argument("--rerun", action="store_true", help="queue the damaged runs again")
     command("envs", cmd_envs, "the environments envs/setup.sh sets up for the design")
     fetch = sub.add_parser("fetch-data", help="download and verify CIFAR-10")

@@ -242,6 +242,10 @@ def imported_traces(options: dict) -> list[str]:
             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
             + "; give existing trace files or folders, comma-separated"
         )
+    for path in paths:  # a FIFO would hang the conversion, a device feed it forever
+        if not (Path(path).is_file() or Path(path).is_dir()):
+            kind = files.kind(Path(path).stat().st_mode)
+            _stop(f"import_traces: {path} is {kind}, neither a trace file nor a folder")
     return paths
 
 

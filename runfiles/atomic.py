@@ -32,6 +32,19 @@ def refuse_to_replace(path: Path) -> None:
         raise NotRegular(f"{path}: {kind(mode)}, not a regular file; not replaced")
 
 
+def refuse_inputs(path: Path, inputs) -> None:
+    """NotRegular when ``path`` is one of ``inputs`` (the same file, by
+    inode, whatever the spelling or link): writing it would replace what
+    the command reads."""
+    if not os.path.exists(path):
+        return
+    for source in inputs:
+        if os.path.exists(source) and os.path.samefile(path, source):
+            raise NotRegular(
+                f"{path}: is the input {source}; writing it would replace it, give another file"
+            )
+
+
 @contextlib.contextmanager
 def replacing(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path`` to write into; when the block ends

@@ -79,7 +79,17 @@ def read_tail(path: Path, size: int) -> str:
 def read_json(path: Path, limit: int = MAX_RECORD_BYTES):
     """A JSON record: OSError (NotRegular included) when it cannot be read,
     ValueError when it is not JSON."""
-    return json.loads(read_bytes(path, limit))
+    return loads(read_bytes(path, limit))
+
+
+def loads(text: str | bytes):
+    """json.loads for text read from data: a document nested deeper than
+    Python's recursion (100,000 '[') is a ValueError like any other text
+    that is not a record, not a RecursionError that no reader expects."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deep to be a record") from None
 
 
 def plain_folder(path: Path) -> Path:

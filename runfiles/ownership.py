@@ -238,7 +238,10 @@ def workflow_process() -> tuple[int, float | None] | None:
         return None
     if int(pid) not in ancestors:
         return None
-    return int(pid), float(started) if started else None
+    try:
+        return int(pid), variables.number(WORKFLOW_ENV, started) if started else None
+    except ValueError:  # no start time to tell a reused pid apart: not that workflow
+        return None
 
 
 def workflow_mark() -> str:

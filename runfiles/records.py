@@ -11,7 +11,6 @@ numbers and, for the per-rank files, one per rank (tables.py).
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 from pathlib import Path
@@ -186,7 +185,7 @@ def read_json(path: Path, schema: str | None = None) -> dict:
     if not text.strip():
         raise Damaged(f"{name}: empty")
     try:
-        doc = json.loads(text)
+        doc = files.loads(text)
     except ValueError as exc:
         raise Damaged(f"{name}: not valid JSON, cut short or edited? ({exc})") from None
     try:

@@ -10,6 +10,7 @@ layer so that every layer may read it.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -322,6 +323,19 @@ def value(name: str, env: Mapping[str, str] | None = None) -> str:
     found = get(name, env)
     if found is None:
         raise KeyError(f"{name} has no declared default")
+    return found
+
+
+def number(name: str, text: str, least: float = 0.0) -> float:
+    """``text``, the value of variable ``name`` (or a part of it), as a
+    finite number >= ``least``; ValueError naming the variable otherwise
+    (float() takes 'nan', 'inf' and '-1' that no wait or count means)."""
+    try:
+        found = float(text)
+    except ValueError:
+        found = math.nan
+    if not (math.isfinite(found) and found >= least):
+        raise ValueError(f"{name}={text!r} is not a finite number >= {least:g}; unset it or fix it")
     return found
 
 

@@ -6,6 +6,7 @@ replace a device, a folder or their input; run files are read only when
 they are regular and bounded; YAML 1.1 readings and wrong tags get one line;
 a stop request reaches jobs waiting for the machine."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -537,3 +538,267 @@ def test_fetch_data_refuses_a_data_dir_that_is_not_a_folder(tmp_path):
         assert done.returncode == 2 and "Traceback" not in done.stderr
         assert done.stderr.strip().endswith("not a folder; give a folder (created if missing)")
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+# --- round five: the stop through Snakemake, and the classes found by a second hostile pass
+
+
+def waiting_on(workflow: subprocess.Popen, lock: Path) -> bool:
+    """Whether a job of ``workflow`` waits in flock for ``lock`` (its shell's wait)."""
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(workflow.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                line = child.cmdline()
+                if line and line[0].endswith("flock") and "9" in line:
+                    return True
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("held", ["shared", "alone"])
+def test_a_stop_through_snakemake_keeps_a_run_waiting_for_the_machine_from_training(
+    tmp_path, signum, held
+):
+    """A real workflow whose run waits for the machine is told to stop, with
+    a signal to Snakemake: the run never starts training. Held shared by
+    another job, the runner waits to hold it alone, and its record says
+    interrupted; held alone by a measurement, the job's shell waits, and
+    the run is not started at all (no record)."""
+    doc = tiny_design(procs=(1,))
+    write_design(tmp_path, doc)
+    folder = tmp_path / "results" / design.parse(doc).runs()[0].path
+    lock = tmp_path / "measure.lock"
+    lock.touch()
+    env = {**os.environ, "DDLC_MEASURE_LOCK": str(lock)}
+    for inherited in ("DDLC_MACHINE_HELD", "DDLC_STOP_FILE"):
+        env.pop(inherited, None)
+    mode = "-s" if held == "shared" else "-x"
+    holder = subprocess.Popen(["flock", mode, str(lock), "sleep", "600"])
+    workflow = subprocess.Popen(
+        snakemake_cmd(tmp_path, limit=500),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not ((folder / "run.json").exists() or waiting_on(workflow, lock)):
+            assert workflow.poll() is None and time.monotonic() < deadline, "no job waits"
+            time.sleep(1)
+        time.sleep(4)
+        workflow.send_signal(signum)  # `timeout` passes it on to Snakemake
+        _, err = workflow.communicate(timeout=180)
+    finally:
+        holder.kill()
+        holder.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(workflow.pid, signal.SIGKILL)
+    assert workflow.returncode != 0
+    assert not (folder / "epochs.tsv").exists() and not list(folder.glob("steps.rank*.tsv"))
+    assert not (folder / "done.json").exists()
+    if held == "shared":
+        record = json.loads((folder / "run.json").read_text())
+        assert record["status"] == "interrupted" and "machine_held" not in record, err[-2000:]
+    else:
+        assert not (folder / "run.json").exists(), err[-2000:]
+    # (not asserted: the workflow's last line; once in six, SIGINT made Snakemake 9.27's
+    # own shutdown fail, "This event loop is already running", before its onerror)
+
+
+def test_a_setting_acting_on_some_runs_leaves_the_others_where_they_are():
+    """horovod_timeline added to a DDP + Horovod design: the DDP run keeps
+    its folder, identity and configuration (nothing to rerun); the Horovod
+    run is filed under the setting, the design's hash unchanged."""
+    plain = design.parse(tiny_design(("torch-ddp", "horovod-torch")))
+    timed = design.parse(tiny_design(("torch-ddp", "horovod-torch"), horovod_timeline=True))
+    assert plain.root == timed.root
+    by = {r.config["framework"]: r for r in plain.runs()}
+    for row in timed.runs():
+        before = by[row.config["framework"]]
+        if row.config["framework"] == "torch-ddp":
+            assert row.path == before.path and row.config == before.config
+            assert design.identity(row.config) == design.identity(before.config)
+        else:
+            assert (
+                row.path.endswith("/horovod_timeline~true/rep~1") and row.config["horovod_timeline"]
+            )
+            assert design.identity(row.config) != design.identity(before.config)
+
+
+def test_traces_convert_never_writes_over_a_trace_it_reads(tmp_path):
+    trace = tmp_path / "rank0.json.gz"
+    shutil.copy(REPO / "tests/data/real-traces/kineto-gloo-ddp-np2/rank0.json.gz", trace)
+    (tmp_path / "alias.parquet").symlink_to(trace)
+    scorep = tmp_path / "scorep"
+    shutil.copytree(REPO / "tests/data/real-traces/scorep-8.4-unwinding-np2", scorep)
+    size = trace.stat().st_size, (scorep / "traces.otf2").stat().st_size
+    for inputs, out in (
+        ([trace], trace),
+        ([trace], tmp_path / "alias.parquet"),
+        ([scorep], scorep / "traces.otf2"),  # found in the folder given
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "traces.convert", *map(str, inputs), "-o", str(out)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert "writing it would replace it, give another file" in done.stderr
+    assert (trace.stat().st_size, (scorep / "traces.otf2").stat().st_size) == size
+
+
+@pytest.mark.parametrize(
+    "name,said",
+    [
+        ("-x", "begins with '-'; begin it with a letter or a digit"),
+        ("..", "begins with '.'"),
+        ("", "is empty"),
+        ("a" * 70, "is 70 characters long; at most 64"),
+        ("a/b", "has the character '/'"),
+        ("ab\u0430", "has the character U+0430"),
+    ],
+)
+def test_the_name_rule_names_the_part_at_fault(name, said):
+    with pytest.raises(design.DesignError) as err:
+        design.parse({**tiny_design(), "name": name})
+    assert said in str(err.value) and "letters, digits, '.', '_', '-'\n" not in str(err.value)
+
+
+def test_an_example_in_a_message_is_never_the_value_refused(tmp_path):
+    done = ddlc("timeline", str(tmp_path), "-o", str(tmp_path / "t.json"), "--steps=-1:3")
+    assert done.returncode == 2 and "(e.g. --steps 0:3)" in done.stderr
+
+
+def test_json_nested_deeper_than_python_recurses_is_damage_not_a_traceback(tmp_path):
+    """100,000 '[' in a run's JSON files: ddlc check lists the run damaged,
+    plan --summary counts it, a dry run of the workflow goes on."""
+    plan, folder = failed_campaign(tmp_path)
+    deep = "[" * 100_000 + "]" * 100_000
+    (folder / "done.json").write_text(json.dumps({"status": "ok", "run_id": "x"}))
+    for name in ("run.json", "metrics.json", "config.json"):
+        (folder / name).write_text(deep)
+    with pytest.raises(ValueError, match="nested too deep"):
+        files.read_json(folder / "run.json")
+    design_file = str(tmp_path / "design.yaml")
+    results = str(tmp_path / "results")
+    checked = ddlc("check", "--design", design_file, "--results", results)
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr + checked.stdout
+    assert "damaged:" in checked.stdout
+    summary = ddlc("plan", "--no-check", "--summary", "--design", design_file, "--results", results)
+    assert summary.returncode == 0 and "Traceback" not in summary.stderr
+
+
+def test_results_that_is_not_a_folder_is_refused(tmp_path):
+    doc = write_design(tmp_path, tiny_design())
+    os.mkfifo(tmp_path / "fifo")
+    for results in (tmp_path / "fifo", Path("/etc/passwd")):
+        for command in (["plan", "--no-check", "--summary"], ["check"], ["follow-up"]):
+            done = ddlc(*command, "--design", str(doc), "--results", str(results))
+            assert done.returncode == 2 and "Traceback" not in done.stderr
+            assert f"{results} is not a folder; give the results folder" in done.stderr
+
+
+def test_check_rerun_moves_nothing_through_a_link_out_of_the_results(tmp_path):
+    plan, folder = failed_campaign(tmp_path)
+    outside = tmp_path / "elsewhere"
+    shutil.move(folder, outside)
+    folder.symlink_to(outside)
+    (outside / "done.json").write_text(json.dumps({"status": "ok", "run_id": "x"}))  # damaged
+    before = tree(outside)
+    done = ddlc(
+        "check", "--rerun", "--design", str(tmp_path / "design.yaml"),
+        "--results", str(tmp_path / "results"),
+    )  # fmt: skip
+    assert done.returncode == 2 and "leads out of" in done.stderr
+    assert "Traceback" not in done.stderr and tree(outside) == before
+
+
+def test_phase_rules_that_are_a_fifo_or_nested_too_deep_get_one_line(tmp_path):
+    trace = REPO / "tests/data/real-traces/kineto-gloo-ddp-np2/rank0.json.gz"
+    os.mkfifo(tmp_path / "fifo.yaml")
+    (tmp_path / "deep.yaml").write_text("[" * 5000 + "]" * 5000)
+    for rules, said in (("fifo.yaml", "a FIFO"), ("deep.yaml", "nested too deep")):
+        done = subprocess.run(
+            [sys.executable, "-m", "traces.convert", str(trace), "-o", str(tmp_path / "o.parquet"),
+             "--rules", str(tmp_path / rules)],
+            cwd=REPO, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_trace_that_is_a_fifo_or_a_device_is_named_so(tmp_path):
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    for name, kind in (("fifo.json", "a FIFO"), ("zero.json", "a device")):
+        done = ddlc("import", str(tmp_path / name), "-o", str(tmp_path / "o.parquet"))
+        assert done.returncode != 0 and "Traceback" not in done.stderr
+        assert f"{kind}, neither a trace file nor a folder" in done.stderr
+
+
+def test_a_dry_run_is_seen_however_snakemake_takes_it():
+    """./ddlc run sets up environments unless it is a dry run: -np, -pn,
+    --dryr are dry runs to Snakemake too (argparse), so nothing is set up."""
+    script = f'source <(sed -n "/^dry_run()/,/^}}/p" {REPO / "ddlc"}); dry_run "$@"'
+    for args, dry in (
+        (["-n"], True), (["-np"], True), (["-pn"], True), (["-nkF"], True), (["--dryr"], True),
+        (["--dry-run"], True), (["-p"], False), (["-j4"], False), (["--config", "a=-n"], False),
+    ):  # fmt: skip
+        done = subprocess.run(["bash", "-c", script, "-", *args])
+        assert (done.returncode == 0) == dry, args
+
+
+@pytest.mark.parametrize(
+    "variable,value,call,said",
+    [
+        ("DDLC_SLOW_RANKS", "0:-1", "from frameworks import balance as b; b._slow_ranks(v)", "RANK:SECONDS"),
+        ("DDLC_SLOW_RANKS", "0:inf", "from frameworks import balance as b; b._slow_ranks(v)", "RANK:SECONDS"),
+        ("DDLC_STALL_FLOOR_S", "inf", "from ddlcompare.run import stall; stall.configured_floor_s()", "above 0"),
+        ("DDLC_LBANN_REF", "--output=x", "from frameworks import lbann_source as l; l._ref()", "not a commit"),
+        ("DDLC_WORKFLOW_PID", "1:abc", "from runfiles import ownership as o; assert o.workflow_process() is None", None),
+        ("DDLC_JOB_WAITED_S", "nan", "from ddlcompare.run import machine_lock as m; assert m._job_waited() == 0", None),
+    ],
+)  # fmt: skip
+def test_environment_variables_with_bad_values(variable, value, call, said):
+    """Each is refused with its name and value (the runner records it as the
+    run's reason), or, for what only adds to a figure, taken as absent:
+    never a sleep of -1 s or of infinity, a git option, a ValueError."""
+    script = f"import os; v = os.environ[{variable!r}]; {call}"
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
+        env={**os.environ, variable: value},
+    )  # fmt: skip
+    if said is None:
+        assert done.returncode == 0, done.stderr
+    else:
+        last = done.stderr.strip().splitlines()[-1]
+        assert f"{variable}={value!r}" in last and said in last
+
+
+def test_a_measuring_lock_that_is_no_lock_file_is_refused_and_left_alone(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    other = tmp_path / "hosts"
+    other.write_text("127.0.0.1 localhost\n")
+    doc = write_design(tmp_path, tiny_design())
+    for lock, said in (("fifo", "a FIFO, not a lock file"), ("hosts", "holds other text")):
+        done = subprocess.run(
+            [sys.executable, "-m", "front.cli", "plan", "--design", str(doc)],
+            cwd=REPO, capture_output=True, text=True, timeout=300,
+            env={**os.environ, "DDLC_MEASURE_LOCK": str(tmp_path / lock)},
+        )  # fmt: skip
+        assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr
+    assert other.read_text() == "127.0.0.1 localhost\n"
+    assert stat.S_IMODE(other.stat().st_mode) != 0o666
+
+
+def test_import_traces_that_is_a_fifo_stops_the_workflow_in_one_line(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    script = "import sys; from front import workflow_support as ws; ws.imported_traces({'import_traces': sys.argv[1]})"
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "fifo")], cwd=REPO, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "is a FIFO, neither a trace file nor a folder" in done.stderr

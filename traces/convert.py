@@ -32,8 +32,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from runfiles.atomic import replacing
+from runfiles.atomic import refuse_inputs, refuse_to_replace, replacing
 from runfiles import files, names
+from runfiles.files import NotRegular
 from runfiles.names import CONFIG
 from traces import readers
 from traces.readers import TraceError, otf2_reader
@@ -128,6 +129,10 @@ def _parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: li
     for path in paths:
         if not path.exists():
             errors.append(f"{path}: no such file or directory")
+            continue
+        if not (path.is_file() or path.is_dir()):  # not "no trace in this folder"
+            kind = files.kind(path.stat().st_mode)
+            errors.append(f"{path}: {kind}, neither a trace file nor a folder; give a file")
             continue
         skipped: list[Path] = []
         found = traces_in(path, skipped)
@@ -260,7 +265,7 @@ def metadata_of(path: Path) -> dict:
 
 def errors_of(path: Path) -> list[str]:
     """The errors a phase table was written with."""
-    return json.loads(metadata_of(path).get(b"ddlcompare.errors", b"[]"))
+    return files.loads(metadata_of(path).get(b"ddlcompare.errors", b"[]"))
 
 
 def no_huge_pages() -> None:
@@ -300,6 +305,19 @@ def reuse_freed_memory() -> None:
     mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
 
 
+def _output_problem(out: Path, paths: list[Path]) -> str | None:
+    """Why ``-o`` cannot be written, checked before the work: it would
+    replace a device, a FIFO or a folder, or one of the traces it reads
+    (given, or found in a given folder)."""
+    try:
+        refuse_to_replace(out)
+        inputs = [*paths, *(t for p in paths if p.is_dir() for t in traces_in(p))]
+        refuse_inputs(out, inputs)
+    except NotRegular as exc:
+        return str(exc)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     no_huge_pages()
     reuse_freed_memory()
@@ -314,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
         "--keep-going", action="store_true", help="exit 0 even when a trace could not be read"
     )
     args = parser.parse_args(argv)
+    if problem := _output_problem(args.out, args.paths):
+        print(f"error: -o {problem}", file=sys.stderr)
+        return 2
     try:
         rules = readers.checked(PhaseRules(args.rules))
     except RulesError as exc:

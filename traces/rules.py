@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from runfiles import files
 from runfiles.phases import MARKERS, PHASES
 
 RULES_FILE = Path(__file__).with_name("rules.yaml")
@@ -136,10 +137,13 @@ class PhaseRules:
 
 def _load(path: Path) -> dict:
     try:
-        # libyaml's loader where PyYAML has it: a tenth of the pure Python's time
-        doc = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, yaml.YAMLError) as exc:
+        # libyaml's loader where PyYAML has it: a tenth of the pure Python's time;
+        # read bounded and regular: a FIFO or /dev/zero is refused
+        doc = yaml.load(files.read_text(path), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
         raise RulesError(f"{path}: cannot read the phase rules: {exc}") from None
+    except RecursionError:
+        raise RulesError(f"{path}: nested too deep to be phase rules") from None
     if (
         not isinstance(doc, dict)
         or not isinstance(doc.get("version"), int)

@@ -27,7 +27,7 @@ from ddlcompare.plan.params import (
     PARAMS,
     RENAMED,
     RunRow,
-    is_safe_text,
+    text_problem,
     shown,
     shown_key,
 )
@@ -120,11 +120,15 @@ class Design:
         changing a setting never mixes old and new results, while adding a
         factor level reuses every run already done. Settings at their
         default are left out, so that a new setting (a harness upgrade)
-        leaves the runs already done where they are."""
+        leaves the runs already done where they are. Settings that act on
+        some runs only (devices.ONLY_WHERE) are filed in those runs' paths
+        instead (``_row``)."""
+        from ddlcompare.plan.devices import ONLY_WHERE
+
         run_settings = {
             k: v
             for k, v in self.fixed.items()
-            if not PARAMS[k].analysis_only and v != PARAMS[k].default
+            if not PARAMS[k].analysis_only and v != PARAMS[k].default and k not in ONLY_WHERE
         }
         blob = json.dumps({"fixed": run_settings, "seed": self.seed}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:8]
@@ -186,9 +190,14 @@ class Design:
         return cells
 
     def _row(self, cell: dict[str, Any], rep: int) -> RunRow:
+        from ddlcompare.plan.devices import where_acting
+
         config = {**self.fixed, **cell, "seed": self.seed}
         factors = {f: config[f] for f in self.path_factors()}
-        rel = "/".join(f"{f}~{_path_value(v)}" for f, v in factors.items())
+        # A fixed setting acting on this run alone (horovod_timeline beside
+        # DDP runs) is a level of its path, outside the design's hash.
+        acting = where_acting(config, self.factors)
+        rel = "/".join(f"{f}~{_path_value(v)}" for f, v in {**factors, **acting}.items())
         path = f"{self.root}/{rel}/rep~{rep}"
         run_id = hashlib.sha256(path.encode()).hexdigest()[:12]
         config.update(rep=rep, run_id=run_id, design=self.name, settings_hash=self.settings_hash)
@@ -356,11 +365,10 @@ def _parse_adaptive(raw: dict, problems: list[str]) -> Adaptive | None:
 def _parse_name(raw: dict, source: str, problems: list[str]) -> str:
     if "name" not in raw:
         name = Path(source).stem
-        if not is_safe_text(name):
+        if problem := text_problem(name):
             problems.append(
-                f"name: not set, so it would be the file's name {name!r}, which "
-                "has characters not allowed in a folder name; add a line "
-                "'name: my-campaign' (letters, digits, '.', '_', '-')"
+                f"name: not set, so it would be the file's name {shown(name)}, which "
+                f"{problem}; add a line 'name: my-campaign'"
             )
         return name
     name = raw["name"]
@@ -374,10 +382,10 @@ def _parse_name(raw: dict, source: str, problems: list[str]) -> str:
         problems.append(
             f"name: YAML reads {name} as a number, not text; put it in quotes: name: '{name}'"
         )
-    elif not isinstance(name, str) or not is_safe_text(name):
-        problems.append(
-            f"name: {shown(name)} must be a short name of letters, digits, '.', '_', '-'"
-        )
+    elif not isinstance(name, str):
+        problems.append(f"name: {shown(name)} is not text; give a short name, e.g. my-campaign")
+    elif problem := text_problem(name):
+        problems.append(f"name: {shown(name)} {problem}")
     return name
 
 

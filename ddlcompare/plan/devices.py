@@ -51,7 +51,8 @@ def _settings_applying_nowhere(cells: list[dict]) -> list[str]:
     """A setting set (to other than its default) where it acts on no run of
     the design would change nothing but the runs' folder names. (Set for a
     mixed design, e.g. horovod_timeline for Horovod and DDP runs, it acts on
-    some: the follow-up designs do so.)"""
+    some: the follow-up designs do so; ``where_acting`` then files it with
+    those runs alone.)"""
     found = []
     for setting, (applies, where) in ONLY_WHERE.items():
         asked = [c for c in cells if c[setting] != PARAMS[setting].default]
@@ -73,6 +74,26 @@ ONLY_WHERE = {
     ),
     "hybrid_gpus": (lambda config, info: config["device"] == "hybrid", "device: hybrid only"),
 }
+
+
+def where_acting(config: dict, factors=()) -> dict:
+    """The ONLY_WHERE settings of one run's ``config`` set away from their
+    default and acting on that run (they name a level of its folder); those
+    that do not act on it are put back to their default in ``config``, so
+    that adding one to a mixed design leaves its other runs' folders,
+    identity and configuration as they were (nothing to rerun). ``factors``
+    (varied on purpose, named in every path) are left as they are."""
+    info = registry.FRAMEWORKS.get(config.get("framework"))
+    acting = {}
+    for setting, (applies, _) in ONLY_WHERE.items():
+        default = PARAMS[setting].default
+        if info is None or setting in factors or config.get(setting, default) == default:
+            continue
+        if applies(config, info):
+            acting[setting] = config[setting]
+        else:
+            config[setting] = PARAMS[setting].default
+    return acting
 
 
 def device_problem(name: str, info: registry.AdapterInfo, device: str) -> str | None:

@@ -45,6 +45,27 @@ def is_safe_text(value: str) -> bool:
     return SAFE_TEXT.fullmatch(value) is not None
 
 
+def text_problem(value: str) -> str | None:
+    """What breaks the name rule (SAFE_TEXT) in ``value``, said of the part
+    at fault: its length, its first character, or the first character not
+    allowed; None when it holds."""
+    if is_safe_text(value):
+        return None
+    if not value:
+        return "is empty; give a name of letters, digits, '.', '_', '+', '-'"
+    if len(value) > 64:
+        return f"is {len(value)} characters long; at most 64"
+    if not re.fullmatch(r"[A-Za-z0-9]", value[0]):
+        return f"begins with {_char(value[0])}; begin it with a letter or a digit"
+    bad = next(c for c in value[1:] if not re.fullmatch(r"[A-Za-z0-9._+-]", c))
+    return f"has the character {_char(bad)}; use letters, digits, '.', '_', '+', '-'"
+
+
+def _char(c: str) -> str:
+    # a character beside its value, which shown() prints with the names of odd ones
+    return repr(c) if c.isascii() else f"U+{ord(c):04X}"
+
+
 def shown(value: Any) -> str:
     """A value echoed in a message: quoted and escaped, and each character
     that looks like another or like nothing named (a trailing space, a
@@ -131,11 +152,8 @@ class Param:
             return f"unknown value {shown(value)} (allowed: {', '.join(allowed)})"
         if self.path_like:
             return path_problem(value)
-        if self.kind is str and not is_safe_text(value):
-            return (
-                f"{shown(value)} has characters that are not allowed "
-                "(use letters, digits, '.', '_', '+', '-'; at most 64)"
-            )
+        if self.kind is str and (problem := text_problem(value)):
+            return f"{shown(value)} {problem}"
         return None
 
     def normalise(self, value: Any) -> Any:

@@ -23,7 +23,7 @@ beside them (``machine_load``) and the network it gave them:
 
 from __future__ import annotations
 
-import json
+from runfiles import files
 from collections import defaultdict
 from pathlib import Path
 
@@ -69,7 +69,7 @@ def runnable_per_core(nodes) -> float | None:
 def network(network_json: Path) -> dict:
     """The emulated link (network.json) or the machine's own interfaces."""
     try:
-        emulated = json.loads(network_json.read_text())
+        emulated = files.read_json(network_json)
     except (OSError, ValueError):
         emulated = None
     if emulated:

@@ -27,8 +27,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -38,11 +38,12 @@ from collections.abc import Iterator
 
 import psutil
 
-from runfiles import ownership, variables
+from runfiles import files, ownership, variables
 from runfiles.atomic import write_json
 
 LOCK_ENV = "DDLC_MEASURE_LOCK"
 DEFAULT_LOCK = "/tmp/ddl-compare.measure.lock"
+LOCK_TEXT = b"pid "  # how the lock file's only text begins: who measures
 # Set while a measurement holds the machine: the pid holding it. What that
 # measurement starts (a bench's runs, their workflow jobs) is part of it
 # and takes no lock of its own (it would wait for its own ancestor).
@@ -94,12 +95,22 @@ def inherited_hold(path: Path) -> int | None:
 
 def open_shared(path: Path) -> int:
     """The lock file opened (created if missing) readable and writable by
-    every user: one user's first run must not lock the others out."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    every user: one user's first run must not lock the others out. Only
+    a lock file: a device, a FIFO or a file holding other text (a wrong
+    DDLC_MEASURE_LOCK=/etc/hosts) is refused (files.NotRegular), never
+    made writable by all nor written over with who measures."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o666)
     try:
-        os.fchmod(fd, 0o666)  # every user's runs share the machine (umask aside)
-    except PermissionError:
-        pass  # another user's file, already open to all
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise files.NotRegular(f"{path}: {files.kind(info.st_mode)}, not a lock file")
+        if info.st_size and not os.pread(fd, len(LOCK_TEXT), 0) == LOCK_TEXT:
+            raise files.NotRegular(f"{path}: holds other text than a lock's; not a lock file")
+        with contextlib.suppress(PermissionError):  # another user's file, already open to all
+            os.fchmod(fd, 0o666)  # every user's runs share the machine (umask aside)
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 
@@ -156,7 +167,7 @@ def measuring(
         _say_who(path, what)
         os.environ[HELD_ENV] = str(os.getpid())
         # a job's shell waited for its shared hold first (workflows/share_machine.sh)
-        before = float(os.environ.get(JOB_WAITED_ENV) or 0) if inherited else 0.0
+        before = _job_waited() if inherited else 0.0
         yield before + time.monotonic() - started
     except BaseException:
         if inherited:  # leaving early (stopped, the workflow gone): no waiting
@@ -221,6 +232,15 @@ def measured_by(path: Path) -> str:
     return f"; measuring: {text}" if text else ""
 
 
+def _job_waited() -> float:
+    """The seconds the job's shell waited (JOB_WAITED_ENV); 0 when it says
+    no number: it only adds to the figure of the wait."""
+    try:
+        return variables.number(JOB_WAITED_ENV, os.environ.get(JOB_WAITED_ENV) or "0")
+    except ValueError:
+        return 0.0
+
+
 def _held_by_ancestor() -> bool:
     """Whether this process or one it descends from holds the machine alone
     (HELD_ENV names it)."""
@@ -240,7 +260,7 @@ def _say_who(path: Path, what: str) -> None:
     inherited hold may be read-only: the text goes through its own open)."""
     try:
         with open(path, "w") as f:
-            f.write(f"pid {os.getpid()}: {what}\n")
+            f.write(f"{LOCK_TEXT.decode()}{os.getpid()}: {what}\n")
     except OSError:
         pass  # another user's file: the waiting message names the pid from /proc/locks
 
@@ -310,7 +330,7 @@ def live_attempts() -> list[dict]:
     found = []
     for entry in sorted(attempts_dir().glob("*.json")):
         try:
-            doc = json.loads(entry.read_text())
+            doc = files.read_json(entry)
         except (OSError, ValueError):
             continue
         if not ownership.alive(doc.get("pid", -1), doc.get("started")):

@@ -69,7 +69,7 @@ def measure_lock_problem() -> str | None:
             else f"the measuring lock {path}"
         )
         return (
-            f"{where}: cannot be opened ({exc.strerror}); point {machine_lock.LOCK_ENV} at a "
+            f"{where}: cannot be opened ({exc.strerror or exc}); point {machine_lock.LOCK_ENV} at a "
             f"file in a folder that exists and you may write (default {machine_lock.DEFAULT_LOCK})"
         )
     return None

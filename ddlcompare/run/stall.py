@@ -38,7 +38,7 @@ FACTOR = 10
 def configured_floor_s() -> float:
     text = variables.value("DDLC_STALL_FLOOR_S")
     try:
-        floor = float(text)
+        floor = variables.number("DDLC_STALL_FLOOR_S", text)
     except ValueError:
         floor = 0.0
     if not floor > 0:  # the runner records this as the run's reason, without a traceback
