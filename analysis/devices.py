@@ -14,18 +14,10 @@ import pandas as pd
 from analysis.section import Section
 from runfiles.tables import read_table
 from frameworks.balance import BALANCE
+from runfiles.names import BALANCE_KEYS
 from runfiles import files
 
-COLUMNS = [
-    "run_id",
-    "rank",
-    "device",
-    "images_per_step",
-    "share",
-    "calibrated_images_per_s",
-    "idle_s",
-    "measured_s",
-]
+COLUMNS = ["run_id", *BALANCE_KEYS]
 
 
 def rows(folder: Path, run_id: str) -> list[dict]:

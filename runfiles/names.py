@@ -103,3 +103,13 @@ STEP_COLUMNS = (
 )
 # intervals.rank<N>.tsv: evaluation and other intervals outside the steps.
 INTERVAL_COLUMNS = ("epoch", "start_ns", "end_ns")
+# What balance.json says of each rank (its "ranks" list).
+BALANCE_KEYS = (
+    "rank",
+    "device",
+    "images_per_step",
+    "share",
+    "calibrated_images_per_s",
+    "idle_s",
+    "measured_s",
+)

@@ -21,6 +21,8 @@ import pandas as pd
 
 from runfiles import files, names
 from runfiles.names import (
+    BALANCE,
+    BALANCE_KEYS,
     CONFIG,
     DONE,
     ENERGY,
@@ -165,6 +167,13 @@ SCHEMAS = {
         "required": ["tx_bytes"],
         "properties": {"tx_bytes": {"type": "number", "minimum": 0}},
     },
+    BALANCE: {
+        "type": "object",
+        "required": ["ranks"],
+        "properties": {
+            "ranks": {"type": "array", "items": {"type": "object", "required": list(BALANCE_KEYS)}}
+        },
+    },
     "rank.json": {
         "type": "object",
         "required": ["rank", "hostname"],
@@ -248,7 +257,7 @@ def check_run(
         attempt(lambda p=path: read_tsv(p, INTERVAL_COLUMNS, min_rows=0))
     for path in sorted(folder.glob(names.RANK_RECORD_GLOB)):
         attempt(lambda p=path: read_json(p, "rank.json"))
-    for name in (ENERGY, NETWORK):
+    for name in (ENERGY, NETWORK, BALANCE):
         if (folder / name).exists():
             attempt(lambda n=name: read_json(folder / n))
     if (folder / PHASE_TABLE).exists():

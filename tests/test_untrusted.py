@@ -209,7 +209,7 @@ def test_outputs_never_replace_a_device_a_fifo_a_folder_or_their_input(tmp_path)
         (["follow-up", "--design", str(path), "--tables", str(tmp_path), "--out", str(path)], ""),
         (
             ["collect", "--design", str(path), "--results", "/etc/passwd", "--out", str(tmp_path)],
-            "is a file",
+            "is not a folder",
         ),
         (
             ["report", "--design", str(path), "--tables", str(tmp_path), "--out", str(fifo)],
@@ -802,3 +802,15 @@ def test_import_traces_that_is_a_fifo_stops_the_workflow_in_one_line(tmp_path):
         text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2 and "is a FIFO, neither a trace file nor a folder" in done.stderr
+
+
+@pytest.mark.parametrize("text", ['{"ranks": [1, 2]}', "[" * 100_000 + "]" * 100_000, "{"])
+def test_a_balance_record_that_is_not_one_makes_the_run_damaged(tmp_path, text):
+    """balance.json is checked with the run's other records: collect read it
+    unchecked, and a cut or hand-edited one ended it with a traceback."""
+    from runfiles import records
+
+    (tmp_path / "balance.json").write_text(text)
+    config = {"nodes": 1, "procs_per_node": 1}
+    problems = records.check_run(tmp_path, config, rank_steps=False, same_run=lambda a, b: True)
+    assert any(p.startswith("balance.json: ") for p in problems), problems
