@@ -464,15 +464,14 @@ def output_folder(text: str, option: str) -> Path:
     return path
 
 
-def results_option(text: str) -> str:
-    """argparse type of --results: a folder, or a name not made yet; never
-    a file, a FIFO or a device (read as an empty campaign, it said "0 runs
+def check_results(text: str | None) -> None:
+    """Every command's --results: a folder, or a name not made yet; never a
+    file, a FIFO or a device (read as an empty campaign, it said "0 runs
     done")."""
-    if os.path.exists(text) and not os.path.isdir(text):
-        raise argparse.ArgumentTypeError(
-            f"{text} is not a folder; give the results folder (results= of the workflow)"
+    if text is not None and os.path.exists(text) and not os.path.isdir(text):
+        raise UserError(
+            f"--results {text} is not a folder; give the results folder (results= of the workflow)"
         )
-    return text
 
 
 def at_least(least: int):
@@ -540,28 +539,26 @@ def parser() -> argparse.ArgumentParser:
 
     plan = command("plan", cmd_plan, "print the run table and its size")
     plan.add_argument("--no-check", action="store_true", help="skip data/environment checks")
-    plan.add_argument(
-        "--results", default="results", type=results_option, help="the runs done so far (results)"
-    )
+    plan.add_argument("--results", default="results", help="the runs done so far (results)")
     plan.add_argument(
         "--summary", action="store_true", help="only the runs done, to do, and the time left"
     )
     one = command("run-one", cmd_run_one, "execute one run of the design")
     one.add_argument("--path", required=True, help="the run's path under the results folder")
-    one.add_argument("--results", default="results", type=results_option)
+    one.add_argument("--results", default="results")
     one.add_argument(
         "--kill-orphans",
         action="store_true",
         help="stop an earlier attempt still training in the run folder",
     )
     rnd = command("replicate", cmd_replicate, "decide a round of replications: auto")
-    rnd.add_argument("--results", default="results", type=results_option)
+    rnd.add_argument("--results", default="results")
     rnd.add_argument(
         "--round", type=at_least(0), required=True, help="the round just done (0: the first)"
     )
     rnd.add_argument("--out", help="the decision's file (default: results/<design>/replication/)")
     col = command("collect", cmd_collect, "gather every run into the results tables")
-    col.add_argument("--results", default="results", type=results_option)
+    col.add_argument("--results", default="results")
     col.add_argument("--out", required=True, help="folder for the tables")
     rep = command("report", cmd_report, "build the HTML report from the tables")
     rep.add_argument("--tables", required=True)
@@ -570,7 +567,7 @@ def parser() -> argparse.ArgumentParser:
         "follow-up", cmd_follow_up, "write the second stage's design from a finished study's tables"
     )
     follow.add_argument("--tables", help="the first stage's tables (default: its results)")
-    follow.add_argument("--results", default="results", type=results_option)
+    follow.add_argument("--results", default="results")
     follow.add_argument("--out", help="the follow-up design (default: <design>-follow-up.yaml)")
     follow.add_argument(
         "--replications",
@@ -586,12 +583,12 @@ def parser() -> argparse.ArgumentParser:
     follow.add_argument("--max-runs", **budget)
     two = command("two-stage", cmd_two_stage, "run the design, then its follow-up")
     two.add_argument("--max-runs", **budget)
-    two.add_argument("--results", default="results", type=results_option)
+    two.add_argument("--results", default="results")
     two.add_argument(
         "snakemake", nargs="*", help="options passed to snakemake, after -- (e.g. -- --cores 2)"
     )
     imp = command("improve", cmd_improve, "run the design, then test its top hypotheses")
-    imp.add_argument("--results", default="results", type=results_option)
+    imp.add_argument("--results", default="results")
     imp.add_argument("--tables", help="the first stage's tables (default: its results)")
     imp.add_argument("--out", help="the test's design (default: <design>-improve.yaml)")
     imp.add_argument(
@@ -637,7 +634,7 @@ def parser() -> argparse.ArgumentParser:
     )
     imp.set_defaults(fn=cmd_import)
     chk = command("check", cmd_check, "check every finished run's files; list the damaged")
-    chk.add_argument("--results", default="results", type=results_option)
+    chk.add_argument("--results", default="results")
     chk.add_argument("--rerun", action="store_true", help="queue the damaged runs again")
     command("envs", cmd_envs, "the environments envs/setup.sh sets up for the design")
     fetch = sub.add_parser("fetch-data", help="download and verify CIFAR-10")
@@ -659,6 +656,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        check_results(getattr(args, "results", None))
         return args.fn(args)
     except OSError as exc:  # a path the system refuses (read-only, /proc, a full disk)
         where = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else exc
