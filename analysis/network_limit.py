@@ -18,8 +18,7 @@ import pandas as pd
 from analysis import cells, humanize
 from analysis.section import Section
 from frameworks import registry
-from runfiles.tables import read_table
-from runfiles import files
+from runfiles.tables import read_record, read_table
 
 PROBES = "probe"  # folder under the tables
 
@@ -28,7 +27,7 @@ def probes(tables: Path) -> dict[tuple, pd.DataFrame]:
     """Probe results by (nodes, processes, emulated rate or None)."""
     found = {}
     for path in sorted((tables / PROBES).glob("probe-*.json")):
-        doc = files.read_json(path)
+        doc = read_record(path, "processes", "sizes", "hosts")
         key = (doc.get("nodes", 1), doc["processes"], doc.get("net_rate_mbit"))
         found[key] = pd.DataFrame(doc["sizes"]).assign(
             hosts=", ".join(doc["hosts"]), link_bytes_per_s=doc.get("link_bytes_per_s")

@@ -13,7 +13,8 @@ from analysis.section import Code, Section, Strong
 from ddlcompare.plan import devices
 from ddlcompare.plan.design import Design
 from frameworks import model_gate, registry
-from runfiles import files, records
+from runfiles import records
+from runfiles.tables import Damaged, read_record
 
 
 def design_section(ctx) -> Section:
@@ -198,7 +199,9 @@ def gate_section(ctx) -> Section:
     path = ctx.tables / "model_gate.json"
     if not path.exists():
         return out.para("The same-model gate did not run.")
-    gate = files.read_json(path)
+    gate = read_record(path)
+    if not gate.get("models") and "model" not in gate:
+        raise Damaged(f"{path}: names no model; delete it, and the workflow writes it again")
     per_model = gate.get("models") or {gate["model"]: gate}  # one model: the older format
     rows = [
         {

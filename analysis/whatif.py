@@ -52,7 +52,7 @@ from analysis import cells
 from analysis import critical_path as cp
 from analysis.section import Section
 from runfiles.phases import STEP_PHASES
-from runfiles import files
+from runfiles.tables import read_record
 
 BOOTSTRAP = 200
 CONFIDENCE = 0.95
@@ -174,7 +174,7 @@ def probe_points(tables: Path | None) -> pd.DataFrame:
     the tables hold it (tables/probe/probe-<P>.json)."""
     rows = []
     for path in sorted((Path(tables) / "probe").glob("probe-*.json")) if tables else []:
-        doc = files.read_json(path)
+        doc = read_record(path, "processes", "sizes")
         rows += [
             {"processes": doc["processes"], "bytes": s["bytes"], "seconds": s["seconds"]}
             for s in doc["sizes"]

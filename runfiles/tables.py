@@ -27,6 +27,24 @@ class Damaged(Exception):
     """One file of a run is damaged; the message names it and the problem."""
 
 
+def read_record(path: Path, *keys: str) -> dict:
+    """A JSON record the workflow wrote into the tables folder (the model
+    gate's verdict, the probe's timings), with ``keys``; Damaged, naming it
+    and the fix, when it is not one (a cut, edited or swapped file)."""
+    try:
+        doc = files.read_json(path)
+    except (OSError, ValueError) as exc:
+        raise Damaged(f"{path}: cannot be read ({exc}); {_REWRITE}") from None
+    if not isinstance(doc, dict):
+        raise Damaged(f"{path}: not a JSON object; {_REWRITE}")
+    if missing := [k for k in keys if k not in doc]:
+        raise Damaged(f"{path}: has no {', '.join(missing)}; {_REWRITE}")
+    return doc
+
+
+_REWRITE = "delete it, and the workflow writes it again"
+
+
 def read_tsv(path: Path, columns: tuple[str, ...], min_rows: int = 1) -> pd.DataFrame:
     """A run's table, checked for its columns and numbers."""
     name = path.name

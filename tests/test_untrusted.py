@@ -814,3 +814,22 @@ def test_a_balance_record_that_is_not_one_makes_the_run_damaged(tmp_path, text):
     config = {"nodes": 1, "procs_per_node": 1}
     problems = records.check_run(tmp_path, config, rank_steps=False, same_run=lambda a, b: True)
     assert any(p.startswith("balance.json: ") for p in problems), problems
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, "{", "[]", '{"x": 1}'])
+def test_a_record_of_the_tables_folder_that_is_not_one_is_named(tmp_path, text):
+    """The model gate's verdict and the probe's timings, cut or swapped:
+    the report stops with one line naming the file and the fix (ddlc's
+    main prints a Damaged), not a traceback."""
+    from types import SimpleNamespace
+
+    from analysis import provenance, whatif
+    from runfiles.tables import Damaged
+
+    (tmp_path / "model_gate.json").write_text(text)
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / "probe-2.json").write_text(text)
+    with pytest.raises(Damaged, match="model_gate.json: .*delete it, and the workflow writes it"):
+        provenance.gate_section(SimpleNamespace(tables=tmp_path))
+    with pytest.raises(Damaged, match="probe-2.json: "):
+        whatif.probe_points(tmp_path)
