@@ -83,7 +83,7 @@ def where_acting(config: dict, factors=()) -> dict:
     that adding one to a mixed design leaves its other runs' folders,
     identity and configuration as they were (nothing to rerun). ``factors``
     (varied on purpose, named in every path) are left as they are."""
-    info = registry.FRAMEWORKS.get(config.get("framework"))
+    info = registry.FRAMEWORKS.get(str(config.get("framework")))
     acting = {}
     for setting, (applies, _) in ONLY_WHERE.items():
         default = PARAMS[setting].default
