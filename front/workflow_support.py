@@ -72,6 +72,7 @@ def _tidy(runs: list[RunRow], results: Path, design, options: dict, dryrun: bool
     attempts/), delete damaged tables. A dry run only says what it would do."""
     for row in runs:
         files.within(results / row.path, results)
+    files.within(results / design.root / "tables", results)  # the tables and jobs' logs go there
     _check_occupants(runs, results, _flag(options, "kill_orphans"), dryrun)
     _refile_finished(runs, results, results / design.name, dryrun)
     _requeue_damaged(runs, results, _flag(options, "rerun_damaged"), dryrun)

@@ -833,3 +833,17 @@ def test_a_record_of_the_tables_folder_that_is_not_one_is_named(tmp_path, text):
         provenance.gate_section(SimpleNamespace(tables=tmp_path))
     with pytest.raises(Damaged, match="probe-2.json: "):
         whatif.probe_points(tmp_path)
+
+
+def test_a_tables_folder_leading_out_of_the_results_is_refused(tmp_path):
+    """tables/ a link to /tmp: the workflow would write the tables and its
+    jobs' logs there; it stops with one line, nothing written."""
+    plan, _ = failed_campaign(tmp_path)
+    tables = tmp_path / "results" / plan.root / "tables"
+    outside = tmp_path / "elsewhere"
+    shutil.move(tables, outside)
+    tables.symlink_to(outside)
+    before = tree(outside)
+    done = prepare_in_a_process(tmp_path)
+    assert done.returncode == 2 and "leads out of" in done.stderr and "Traceback" not in done.stderr
+    assert tree(outside) == before
