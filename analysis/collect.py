@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from runfiles.names import EPOCHS, METRICS, PHASE_TABLE
-from analysis import accuracy, cells, conditions, devices, replication
+from analysis import accuracy, cells, conditions, devices, replication, stats
 from runfiles import energy, names, records
 from runfiles.tables import Damaged
 from runfiles.atomic import replacing, write_text
@@ -132,6 +132,8 @@ def run_row(design: Design, row, results: Path) -> dict:
         "rep": row.rep,
         **{k: v for k, v in row.config.items() if k not in ("run_id", "rep")},
     }
+    if design.adaptive:  # the runs its replications were decided from (stats.cell_interval)
+        out[stats.FIRST_STAGE] = row.rep <= design.adaptive.least
     record, result = outcome(folder, row.config)
     out.update(result)
     out["start"], out["end"] = record.get("start"), record.get("end")

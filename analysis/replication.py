@@ -4,12 +4,14 @@ Every cell runs ``min_replications`` times first (round 0). Once a round's
 runs are done, the decision of that round (results/<design>/replication/
 round-<k>.json) gives each cell whose 95 % interval of the mean throughput
 is still wider than ``target_half_width`` of the mean the replications its
-measured spread says it needs (Stein's two-stage rule: the smallest n whose
-t interval, at the spread seen so far, meets the target), capped at
-``max_replications``. Those runs, shuffled with the design's seed and
+first round's spread says it needs (Stein's two-stage rule: the smallest n
+whose Stein interval, t at the first round's degrees of freedom and its
+spread, meets the target), capped at ``max_replications``; later rounds
+only make up for runs that failed. The report gives such a cell Stein's
+interval (analysis/stats.py: ``stein_half_width``). Those runs, shuffled with the design's seed and
 interleaved across cells, make the next round; the rounds end when no cell
 gets more. Cells that met the target, reached the cap, or have fewer than
-two successful runs to estimate a spread from get none.
+two successful first-round runs to estimate a spread from get none.
 
 The decisions are files: a workflow started again reads them and redoes
 nothing finished (the Snakefile's ``replicate`` checkpoint writes them).
@@ -19,9 +21,12 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
-from scipy import stats as scipy_stats
+import pandas as pd
+
+from analysis import stats
 
 from runfiles.atomic import write_text
 from runfiles.names import METRICS
@@ -40,46 +45,51 @@ def cell_of(row: RunRow) -> str:
     return row.path.rsplit("/rep~", 1)[0]
 
 
-def relative_half_width(n: int, sd: float, mean: float) -> float:
-    """Half-width of the t interval of the mean over the mean (nan below n = 2)."""
-    if n < 2 or not mean:
+def relative_half_width(n: int, first_stage: list[float]) -> float:
+    """Stein's half-width of the mean of n runs (stats.stein_half_width: t
+    at the first stage's degrees of freedom, its standard deviation) over
+    the first stage's mean; nan below two first-stage values."""
+    if len(first_stage) < 2 or not statistics.fmean(first_stage):
         return math.nan
-    t = scipy_stats.t.ppf((1 + CONFIDENCE) / 2, n - 1)
-    return t * sd / math.sqrt(n) / abs(mean)
+    half = stats.stein_half_width(pd.Series(first_stage), n, CONFIDENCE)
+    return half / abs(statistics.fmean(first_stage))
 
 
-def needed(values: list[float], target: float, most: int) -> int:
-    """The replications a cell needs for an interval within ``target`` of its
-    mean, at the spread of ``values`` (at most ``most``; as many as it has
-    when fewer than two values give no spread)."""
-    n = len(values)
+def needed(first_stage: list[float], target: float, most: int) -> int:
+    """Stein's two-stage rule: the replications a cell needs for an interval
+    within ``target`` of its mean, from its first stage alone (at most
+    ``most``; as many as the first stage has when fewer than two values
+    give no spread). The number depends on the first stage only, so
+    Stein's interval over all of them covers at its nominal level; a rule
+    that looked again at each round's spread would stop on a spread that
+    came out small by chance."""
+    n = len(first_stage)
     if n < 2:
         return n
-    mean = sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     for m in range(n, max(most, n) + 1):
-        if relative_half_width(m, sd, mean) <= target:
+        if relative_half_width(m, first_stage) <= target:
             return m
     return max(most, n)
 
 
-def decide(design: Design, planned: dict[str, int], values: dict[str, list[float]]) -> dict:
-    """One round's decision: per cell, its replications so far, their
-    interval, and how many more it gets; ``add`` lists the next round's
-    runs in their (shuffled) execution order."""
+def decide(design: Design, planned: dict[str, int], values: dict[str, dict[int, float]]) -> dict:
+    """One round's decision: per cell (its ok runs' throughput by
+    replication), its replications so far, Stein's interval, and how many
+    more it gets (failed runs are made up for); ``add`` lists the next
+    round's runs in their (shuffled) execution order."""
     rule = adaptive_rule(design)
     rows, more = [], {}
     for cell, count in planned.items():
-        got = values.get(cell, [])
+        got = values.get(cell, {})
+        first = [v for rep, v in got.items() if rep <= rule.least]
         n = len(got)
-        mean = sum(got) / n if n else math.nan
-        sd = math.sqrt(sum((v - mean) ** 2 for v in got) / (n - 1)) if n > 1 else math.nan
-        rel = relative_half_width(n, sd, mean)
+        rel = relative_half_width(n, first)
         extra = 0
-        if n >= 2:
+        if len(first) >= 2:
             extra = max(
                 0,
-                min(rule.most, count + needed(got, rule.target_half_width, rule.most) - n) - count,
+                min(rule.most, count + needed(first, rule.target_half_width, rule.most) - n)
+                - count,
             )
         more[cell] = extra
         rows.append(
@@ -87,7 +97,7 @@ def decide(design: Design, planned: dict[str, int], values: dict[str, list[float
                 "cell": cell,
                 "replications": count,
                 "ok": n,
-                RESPONSE: mean,
+                RESPONSE: statistics.fmean(got.values()) if n else math.nan,
                 "relative_half_width": rel,
                 "met": bool(rel <= rule.target_half_width),
                 "add": extra,
@@ -163,11 +173,13 @@ def finished(design: Design, results: Path) -> bool:
     return bool(taken) and not taken[-1]["add"]
 
 
-def measured(rows: list[RunRow], results: Path) -> tuple[dict[str, int], dict[str, list[float]]]:
+def measured(
+    rows: list[RunRow], results: Path
+) -> tuple[dict[str, int], dict[str, dict[int, float]]]:
     """Per cell: its planned replications, and the throughput of its runs
-    that finished ok."""
+    that finished ok, by replication."""
     counts: dict[str, int] = {}
-    values: dict[str, list[float]] = {}
+    values: dict[str, dict[int, float]] = {}
     for row in rows:
         cell = cell_of(row)
         counts[cell] = counts.get(cell, 0) + 1
@@ -180,7 +192,7 @@ def measured(rows: list[RunRow], results: Path) -> tuple[dict[str, int], dict[st
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if isinstance(value, (int, float)) and math.isfinite(value):
-            values.setdefault(cell, []).append(float(value))
+            values.setdefault(cell, {})[row.rep] = float(value)
     return counts, values
 
 

@@ -49,20 +49,56 @@ def mean_ci(values: pd.Series, confidence: float = CONFIDENCE) -> tuple[float, f
 
 
 def positive_interval(
-    values: pd.Series, confidence: float = CONFIDENCE
+    values: pd.Series, confidence: float = CONFIDENCE, first_stage: pd.Series | None = None
 ) -> tuple[float, float, float, int]:
     """Mean, and the ends of its 95 % interval, of a positive quantity: the
     t interval's half-width taken on the log scale (mean x exp(-+ t se /
     mean), the log-transformed interval), so both ends stay positive and
     its width is the t interval's to first order. nan ends for n < 2; a
-    mean that is not positive gets the t interval."""
+    mean that is not positive gets the t interval. With ``first_stage``
+    (the values a two-stage rule decided n from) the half-width is
+    Stein's: see :func:`stein_half_width`."""
     mean, half, n = mean_ci(values, confidence)
+    if first_stage is not None:
+        half = stein_half_width(first_stage, n, confidence)
     if not math.isfinite(half):
         return mean, math.nan, math.nan, n
     if mean <= 0:
         return mean, mean - half, mean + half, n
     factor = math.exp(half / mean)
     return mean, mean / factor, mean * factor, n
+
+
+def stein_half_width(first_stage: pd.Series, n: int, confidence: float = CONFIDENCE) -> float:
+    """Stein's two-stage interval's half-width for the mean of all n values:
+    t at n0 - 1 degrees of freedom times the first stage's standard
+    deviation (its n0 values) over sqrt(n). Where n was chosen from that
+    first stage (replications: auto), the usual interval over all n values
+    covers too rarely (a cell stops early when its spread came out small);
+    Stein's covers at its nominal level whatever the rule chose (C. Stein,
+    Ann. Math. Statist. 16 (1945) 243-258). nan below 2 first-stage values."""
+    first_stage = first_stage.dropna()
+    if len(first_stage) < 2 or n < 1:
+        return math.nan
+    t = stats.t.ppf((1 + confidence) / 2, len(first_stage) - 1)
+    return t * first_stage.std(ddof=1) / math.sqrt(n)
+
+
+FIRST_STAGE = "first_stage"  # runs-table column: the run was in replications: auto's first round
+
+
+def first_stage(cell: pd.DataFrame, response: str) -> pd.Series | None:
+    """The values replications: auto decided a cell's number of runs from
+    (its runs-table column ``first_stage``); None in a fixed design."""
+    if FIRST_STAGE not in cell or not cell[FIRST_STAGE].eq(True).any():
+        return None
+    return cell.loc[cell[FIRST_STAGE].eq(True), response]
+
+
+def cell_interval(cell: pd.DataFrame, response: str) -> tuple[float, float, float, int]:
+    """:func:`positive_interval` of a cell's runs: Stein's where replications:
+    auto chose their number, else the t interval."""
+    return positive_interval(cell[response].dropna(), first_stage=first_stage(cell, response))
 
 
 OLYMPIC_FROM = 5  # MLPerf drops the best and the worst of 5 or more runs
@@ -77,15 +113,16 @@ def olympic_mean(values: pd.Series) -> float:
 
 def replicate_table(runs: pd.DataFrame, cell: list[str], response: str) -> pd.DataFrame:
     """Per cell: replications, mean with its positive 95 % interval (low,
-    high), the t interval's relative half-width (what replications: auto
-    meets), the olympic mean from 5 replications on, and the run-to-run
+    high; Stein's under replications: auto), that interval's relative
+    half-width (what replications: auto meets), the olympic mean from 5 replications on, and the run-to-run
     coefficient of variation (cv_share: standard deviation over mean)."""
     ok = runs[runs["status"] == "ok"]
     rows = []
     for key, group in ok.groupby(cell, sort=True):
         values = group[response]
-        mean, half, n = mean_ci(values)
-        _, low, high, _ = positive_interval(values)
+        mean, low, high, n = cell_interval(group, response)
+        first = first_stage(group, response)
+        half = mean_ci(values)[1] if first is None else stein_half_width(first, n)
         rows.append(
             {
                 **dict(zip(cell, key if isinstance(key, tuple) else (key,))),
@@ -130,7 +167,7 @@ def scaling(runs: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
         base = group[group["world_size"] == base_n]["images_per_s"].dropna()
         for n, cell in group.groupby("world_size"):
             values = cell["images_per_s"].dropna()
-            mean, low, high, reps = positive_interval(values)
+            mean, low, high, reps = cell_interval(cell, "images_per_s")
             speedup = mean / base.mean() if len(base) else math.nan
             factor = ratio_factor(values, base) if n != base_n else math.nan
             ideal = n / base_n
