@@ -27,9 +27,11 @@ each run (analysis/critical_path.py):
   tables hold one (``probe/probe-<P>.json``), scaled to the measured
   exchange, else alpha is taken as 0.
 
-Intervals: 95 % of the predictions of the model refitted to 200 bootstrap
-resamples of the runs (within each measured configuration), widened by the
-largest held-out error measured on the same group. Held-out checks: fit
+Intervals: the prediction's standard error over the model refitted to 200
+bootstrap resamples of the runs (within each measured configuration, of
+modified residuals), times Student's t at the runs' degrees of freedom
+within configurations, widened by the largest held-out error measured on
+the same group; none where no configuration was run twice. Held-out checks: fit
 without the largest process count and predict it; fit at one network rate
 and predict another. Each check also gives the naive guess's error (the
 step does not change) and how much the compute the model holds fixed
@@ -61,6 +63,8 @@ WINDOW_PHASES = list(STEP_PHASES)
 # all-reduce): the compute that a held-out check expects unchanged.
 FIXED_COMPUTE = ["data_load", "h2d", "forward", "optimizer"]
 SCALE = ("world_size", "batch_size", "net_rate_mbit")
+# The parts of a run the model is fitted to (the bootstrap resamples them).
+MEASURED = [*WINDOW_PHASES, cp.UNTIMED, "skew_s", "comm_s", "step_s"]
 ASSUMPTIONS = {
     "compression fp16": "half the bytes on the wire (fp16 gradients); the encoding and decoding "
     "on the host are not modelled (bench/compression_network.py measured them "
@@ -275,14 +279,43 @@ def _probe_fit(probe: pd.DataFrame) -> tuple[float, float]:
 
 def bootstrap(table: pd.DataFrame, probe, rows: pd.DataFrame, seed: int = 0) -> np.ndarray:
     """(BOOTSTRAP, len(rows)) predicted step seconds, the model refitted to
-    resampled runs (within each measured configuration)."""
+    runs resampled within each measured configuration, each measured part
+    its configuration's mean plus a resampled modified residual (the
+    residual times sqrt(n / (n - 1)), n the configuration's runs): a
+    configuration's mean is a fit with leverage 1 / n, and resampling the
+    raw residuals of 3 runs would spread the means by two thirds of their
+    variance (Davison and Hinkley 1997, Bootstrap Methods and their
+    Application, ch. 6: model-based resampling of modified residuals)."""
     rng = np.random.default_rng(seed)
-    groups = [g.index.to_numpy() for _, g in table.groupby(list(SCALE), dropna=False)]
+    by_configuration = table.groupby(list(SCALE), dropna=False)
+    groups = [g.index.to_numpy() for _, g in by_configuration]
+    measured = [c for c in MEASURED if c in table]
+    mean = by_configuration[measured].transform("mean")
+    runs = by_configuration[measured[0]].transform("size").to_numpy(float)
+    inflate = np.sqrt(runs / np.maximum(runs - 1, 1))[:, None]
+    modified = table.copy()
+    modified[measured] = mean + (table[measured] - mean) * inflate
     out = np.empty((BOOTSTRAP, len(rows)))
     for i in range(BOOTSTRAP):
         pick = np.concatenate([rng.choice(g, len(g)) for g in groups])
-        out[i] = _predict(fit(table.loc[pick], probe), rows)
+        out[i] = _predict(fit(modified.loc[pick], probe), rows)
     return out
+
+
+def interval(table: pd.DataFrame, predicted: np.ndarray, draws: np.ndarray) -> tuple:
+    """The 95 % interval of each prediction: its bootstrap standard error
+    times Student's t at the runs' degrees of freedom within configurations
+    (runs less configurations: what the spread is estimated from), taken
+    on the log scale as the summary's positive intervals are, so both ends
+    stay positive. A normal quantile or the bootstrap's own percentiles
+    would take that spread as known, which 3 runs a configuration do not
+    give. nan where no configuration has two runs."""
+    df = len(table) - table.groupby(list(SCALE), dropna=False).ngroups
+    if df < 1:
+        return np.full(len(predicted), np.nan), np.full(len(predicted), np.nan)
+    half = stats.t.ppf((1 + CONFIDENCE) / 2, df) * draws.std(axis=0, ddof=1)
+    factor = np.exp(half / predicted)
+    return predicted / factor, predicted * factor
 
 
 def _predict(model: Model, rows: pd.DataFrame) -> np.ndarray:
@@ -296,9 +329,21 @@ def _predict(model: Model, rows: pd.DataFrame) -> np.ndarray:
 
 def group_keys(runs: pd.DataFrame) -> list[str]:
     """The factors a model's group holds fixed: framework and every varied
-    factor but the scale's."""
+    factor but the scale's, and but those that change only with the scale
+    (one level at each of a framework's scales, like cores_per_node set on
+    the emulated nodes of a design whose one process runs on one plain
+    node): they cannot be told apart from the scale, so splitting on them
+    would leave every group one scale and nothing to check."""
     varied = [f for f in cells.varied(runs, leave_out=("net_rate_mbit",)) if f != "batch_size"]
-    return ["framework", *varied]
+    scale = [c for c in ("nodes", *SCALE) if c in runs]
+    return ["framework", *(f for f in varied if not _follows_scale(runs, f, scale))]
+
+
+def _follows_scale(runs: pd.DataFrame, factor: str, scale: list[str]) -> bool:
+    levels = runs[factor].astype("string").fillna("null")
+    return bool(
+        levels.groupby([runs[c] for c in ["framework", *scale]], dropna=False).nunique().max() == 1
+    )
 
 
 def held_out_scale(table: pd.DataFrame, probe=None) -> dict | None:
@@ -351,7 +396,8 @@ def _errors(predicted: np.ndarray, test: pd.DataFrame, nearest: pd.DataFrame) ->
     def per_image(rows):
         return float((rows[fixed].sum(axis=1) / rows["batch_size"].astype(float)).mean())
 
-    # Tarantella's fused step exposes none of those phases: no drift to tell
+    # A run that times whole steps only (fit_step_phases: false) exposes
+    # none of those phases: no drift to tell
     fixed = fixed if fixed and per_image(nearest) > 0 else []
 
     found = {
@@ -359,7 +405,7 @@ def _errors(predicted: np.ndarray, test: pd.DataFrame, nearest: pd.DataFrame) ->
         "measured_ms": measured * 1e3,
         "relative_error": float(np.mean(predicted / test["step_s"] - 1)),
         "naive_error": float(nearest["step_s"].mean() / measured - 1),
-        # nan where those phases are not timed apart (Tarantella owns its step)
+        # nan where those phases are not timed apart (whole steps only)
         "compute_drift": per_image(test) / per_image(nearest) - 1
         if fixed and per_image(nearest) > 0
         else np.nan,
@@ -423,12 +469,11 @@ def predictions(table: pd.DataFrame, probe=None, error: float | None = None) -> 
     rows["batch_size"] = rows["batch_size"].astype(float)
     model = fit(table, probe)
     predicted = _predict(model, rows)
-    draws = bootstrap(table, probe, rows)
-    tail = (1 - CONFIDENCE) / 2
+    low, high = interval(table, predicted, bootstrap(table, probe, rows))
     widen = abs(error) if error is not None and np.isfinite(error) else 0.0
     rows["predicted_ms"] = predicted * 1e3
-    rows["low_ms"] = np.quantile(draws, tail, axis=0) * 1e3 * (1 - widen)
-    rows["high_ms"] = np.quantile(draws, 1 - tail, axis=0) * 1e3 * (1 + widen)
+    rows["low_ms"] = low * 1e3 * (1 - widen)
+    rows["high_ms"] = high * 1e3 * (1 + widen)
     rows["predicted_images_per_s"] = rows["world_size"] * rows["batch_size"] / predicted
     # Weak scaling: against one process at the same batch and network.
     alone = model.step(

@@ -87,7 +87,7 @@ def test_compute_scales_with_the_batch():
     assert np.allclose(measured["predicted_ms"], measured["measured_ms"], rtol=1e-3)
     eight = preds[(preds["world_size"] == 8) & (preds["batch_size"] == 64)].iloc[0]
     assert eight["predicted_ms"] == pytest.approx(35 + 2 + ring_ms(8), rel=1e-3)
-    assert eight["low_ms"] <= eight["predicted_ms"] <= eight["high_ms"]
+    assert np.isnan(eight["low_ms"])  # one run a configuration: no spread, no interval
     assert eight["efficiency"] == pytest.approx(37 / (37 + ring_ms(8)), rel=1e-3)
 
 
@@ -155,3 +155,57 @@ def test_one_scale_takes_latency_and_bandwidth_from_the_probe(tmp_path):
     assert model.alpha == pytest.approx(ALPHA, rel=1e-3)
     assert model.beta == pytest.approx(BETA, rel=1e-3)
     assert any("probe" in note for note in model.notes)
+
+
+def test_prediction_intervals_cover_a_known_truth(monkeypatch):
+    """Runs drawn from a known model (bench/interval_coverage.py's: 3 runs at
+    each of 6 configurations, 10 % noise on every measured part): the 95 %
+    intervals of the predictions, measured and extrapolated, hold the
+    model's noise-free step in at least 90 % of cases. The percentile
+    bootstrap of the raw runs held it in under 80 % (3 runs a configuration
+    understate their spread by a third, and a normal quantile takes it as
+    known)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import interval_coverage as known
+
+    monkeypatch.setattr(whatif, "BOOTSTRAP", 50)  # enough for a standard error
+    rng = np.random.default_rng(5)
+    inside = []
+    for _ in range(30):
+        rows = whatif.predictions(known.synthetic_runs(0.10, 3, rng))
+        truth = 1e3 * known.TRUTH.step(
+            rows["world_size"].to_numpy(float),
+            rows["batch_size"].to_numpy(float),
+            rows["comm_bytes_per_step"].to_numpy(float),
+            rows["net_rate_mbit"].to_numpy(float),
+        )
+        inside += list((rows["low_ms"] <= truth) & (truth <= rows["high_ms"]))
+    assert np.mean(inside) >= 0.90, np.mean(inside)
+
+
+def test_one_run_a_configuration_gives_no_interval():
+    phases, runs = study([(2, 64, None), (4, 64, None)])
+    preds = whatif.predictions(measured_table(phases, runs))
+    assert preds["low_ms"].isna().all() and preds["high_ms"].isna().all()
+    assert preds["predicted_ms"].notna().all()
+
+
+def test_a_setting_that_changes_only_with_the_scale_keeps_one_group():
+    """Tarantella with its phases: one process on a plain node, two on two
+    emulated one-core nodes (cores_per_node only there, a 1 Gbit/s link):
+    one model, and its held-out error is reported as any framework's."""
+    phases, runs = study([(1, 64, None), (2, 64, 1000), (2, 64, 1000)])
+    runs = runs.assign(framework="tarantella", cores_per_node=[None, 1, 1])
+    assert whatif.group_keys(runs) == ["framework"]
+    checks = whatif.section(runs, phases).tables["held-out checks"]
+    assert list(checks["check"]) == [
+        "fit without 2 processes, predict 2",
+        "fit at 1000 Mbit/s, predict the machine's own network",
+    ]
+    assert checks["relative_error"].notna().all()
+    # a setting crossed with the scale still splits the groups
+    crossed = runs.assign(cores_per_node=[1, 1, 2])
+    assert whatif.group_keys(crossed) == ["framework", "cores_per_node"]
