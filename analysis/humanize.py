@@ -53,7 +53,7 @@ SHARES = (
     "predicted_high",
 )
 # Columns that hold p-values.
-P_VALUES = ("p", "p_adjusted", "p_raw")
+P_VALUES = ("p", "p_adjusted", "p_raw", "p_adjusted_best", "p_raw_best")
 
 
 def number(value, unit: str = "", digits: int = 3) -> str:

@@ -1,12 +1,15 @@
 """The answer first: for each scale (nodes x processes) and setting, the
 frameworks ranked by throughput and by time to accuracy with 95 % intervals,
-whether each gap between neighbours is significant, speedup and efficiency
-against the framework's smallest scale, its dominant bottleneck in one
-sentence, and the cells that need more replications.
+whether each gap between neighbours and each framework's gap to the best
+are significant, speedup and efficiency against the framework's smallest
+scale, its dominant bottleneck in one sentence, and the cells that need
+more replications.
 
-Significance: Welch's t-test between each pair of neighbours in a ranking,
-the p-values of all neighbour pairs of one response corrected together with
-Holm's step-down method (family-wise error 5 %). Degenerate cases are said
+Significance: Welch's t-test between each pair of neighbours in a ranking
+and between the best and each framework from the third on (the second's
+test against the best is its neighbour test), the p-values of all those
+pairs of one response corrected together, one family, with Holm's
+step-down method (family-wise error 5 %). Degenerate cases are said
 in words, never as a test statistic: a cell with one replication cannot be
 tested, and two cells identical in every replication differ exactly.
 """
@@ -46,9 +49,9 @@ class Summary:
     clean_headlines: list[str] = field(default_factory=list)  # ranked on clean runs only
     target: float = stats.NEEDS_MORE_REPLICATIONS  # relative half-width each cell should meet
     correction: str = (
-        f"Welch's t-test between neighbours, p-values corrected with "
-        f"{CORRECTION}'s method over all neighbour pairs of a response, "
-        f"family-wise error {ALPHA * 100:g} %"
+        f"Welch's t-test between neighbours and between the best and each framework "
+        f"further down, p-values corrected with {CORRECTION}'s method over all those "
+        f"pairs of a response together, family-wise error {ALPHA * 100:g} %"
     )
 
     @property
@@ -135,7 +138,8 @@ def compare(a: pd.Series, b: pd.Series) -> tuple[float, str]:
 
 def ranking(runs: pd.DataFrame, response: str, higher_is_better: bool) -> pd.DataFrame:
     """One row per scale, setting and framework, best first, with the gap to
-    the next framework and whether it is significant."""
+    the next framework and whether it is significant, and from the third
+    on whether its gap to the best is (columns ending in ``_best``)."""
     ok = ok_runs(runs)
     if response not in ok or ok[response].dropna().empty:
         return pd.DataFrame()
@@ -143,7 +147,7 @@ def ranking(runs: pd.DataFrame, response: str, higher_is_better: bool) -> pd.Dat
     for key, group in ok.groupby([*SCALE, "setting"]):
         per = []
         for framework, cell in group.groupby("framework"):
-            mean, low, high, n = stats.positive_interval(cell[response])
+            mean, low, high, n = stats.cell_interval(cell, response)
             if n:
                 per.append((framework, mean, (low, high), n, cell[response]))
         per.sort(key=lambda f: f[1], reverse=higher_is_better)
@@ -161,6 +165,8 @@ def ranking(runs: pd.DataFrame, response: str, higher_is_better: bool) -> pd.Dat
                 "gap_share": math.nan,
                 "p_raw": math.nan,
                 "untested": "",
+                "p_raw_best": math.nan,
+                "untested_best": "",
             }
             if rank < len(per):
                 other = per[rank]
@@ -172,27 +178,34 @@ def ranking(runs: pd.DataFrame, response: str, higher_is_better: bool) -> pd.Dat
                     }
                 )
                 row["p_raw"], row["untested"] = compare(values, other[4])
+            if rank >= 3:
+                row["p_raw_best"], row["untested_best"] = compare(values, per[0][4])
             rows.append(row)
     table = pd.DataFrame(rows)
     return cells.in_order(_correct(table), [*SCALE, "setting", "rank"])
 
 
 def _correct(table: pd.DataFrame) -> pd.DataFrame:
-    """Holm-adjusted p-values over every tested neighbour pair, and a verdict
-    in words for each gap."""
+    """Holm-adjusted p-values over every tested pair of the response, the
+    neighbour pairs and the pairs with the best in one family, and a
+    verdict in words for each gap."""
     from statsmodels.stats.multitest import multipletests
 
-    table = table.assign(p_adjusted=math.nan, significant="")
-    tested = table["p_raw"].notna()
-    if tested.any():
-        reject, adjusted, _, _ = multipletests(
-            table.loc[tested, "p_raw"], alpha=ALPHA, method="holm"
-        )
-        table.loc[tested, "p_adjusted"] = adjusted
-        table.loc[tested, "significant"] = np.where(reject, "yes", "no")
-    untested = ~tested & table["next"].notna()
-    table.loc[untested, "significant"] = table.loc[untested, "untested"]
-    return table.drop(columns="untested")
+    table = table.assign(
+        p_adjusted=math.nan, significant="", p_adjusted_best=math.nan, significant_best=""
+    )
+    family = pd.concat([table["p_raw"].dropna(), table["p_raw_best"].dropna()], keys=["", "_best"])
+    if len(family):
+        reject, adjusted, _, _ = multipletests(family, alpha=ALPHA, method="holm")
+        for against in ("", "_best"):
+            tested = family.index.get_level_values(0) == against
+            rows = family.index[tested].get_level_values(1)
+            table.loc[rows, f"p_adjusted{against}"] = adjusted[tested]
+            table.loc[rows, f"significant{against}"] = np.where(reject[tested], "yes", "no")
+    for against, asked in (("", table["next"].notna()), ("_best", table["rank"] >= 3)):
+        untested = table[f"p_raw{against}"].isna() & asked
+        table.loc[untested, f"significant{against}"] = table.loc[untested, f"untested{against}"]
+    return table.drop(columns=["untested", "untested_best"])
 
 
 SCALING = [
@@ -253,7 +266,8 @@ def headline(group: pd.DataFrame, response: str, unit: str, higher_is_better: bo
 
 def the_rest(group: pd.DataFrame, response: str, unit: str, higher_is_better: bool) -> str:
     """Where each framework behind the first two stands: against the best
-    and against the one just ahead of it, with the ranking's own test."""
+    and against the one just ahead of it, each with its own test of the
+    ranking's Holm family."""
     if len(group) < 3:
         return ""
     best = group.iloc[0]
@@ -266,16 +280,21 @@ def the_rest(group: pd.DataFrame, response: str, unit: str, higher_is_better: bo
             against_best = f"{humanize.percent(row[response] / best[response] - 1)} more than"
         parts.append(
             f"{row['framework']} {_with_interval(row, response, unit)}, {against_best} the best "
-            f"({best['framework']}), behind {ahead['framework']} ({_gap_words(ahead)})"
+            f"({best['framework']}: {_gap_words(row, '_best')}), behind {ahead['framework']} "
+            f"({_gap_words(ahead)})"
         )
     return " Then " + "; ".join(parts) + "."
 
 
-def _gap_words(row) -> str:
-    """The ranking's verdict on the gap between ``row`` and the next one."""
-    if row["significant"] == "no":
-        return f"not significant, {CORRECTION}-adjusted p {humanize.p_value(row['p_adjusted'])}"
-    return _verdict(row)
+def _gap_words(row, against: str = "") -> str:
+    """The ranking's verdict on the gap between ``row`` and the next one
+    (``against="_best"``: between ``row`` and the best)."""
+    if row[f"significant{against}"] == "no":
+        return (
+            f"not significant, {CORRECTION}-adjusted p "
+            f"{humanize.p_value(row[f'p_adjusted{against}'])}"
+        )
+    return _verdict(row, against)
 
 
 def not_reached(runs: pd.DataFrame, key: tuple) -> str:
@@ -333,10 +352,12 @@ def _with_interval(row, response: str, unit: str) -> str:
     return f"{text} (95 % interval {humanize.number(low, unit)} to {humanize.number(high, unit)})"
 
 
-def _verdict(row) -> str:
-    if row["significant"] == "yes":
-        return f"significant, {CORRECTION}-adjusted p {humanize.p_value(row['p_adjusted'])}"
-    return row["significant"]
+def _verdict(row, against: str = "") -> str:
+    if row[f"significant{against}"] == "yes":
+        return (
+            f"significant, {CORRECTION}-adjusted p {humanize.p_value(row[f'p_adjusted{against}'])}"
+        )
+    return row[f"significant{against}"]
 
 
 def dominant_bottlenecks(found: pd.DataFrame) -> pd.DataFrame:

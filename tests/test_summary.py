@@ -53,12 +53,19 @@ def test_ranking_neighbours_and_holm_correction():
     assert two.loc[1, "significant"] == "yes"
     assert two.loc[2, "significant"] == "no"  # 0.5 images/s apart, sd 2
     assert math.isnan(two.loc[3, "p_raw"]) and pd.isna(two.loc[3, "next"])
-    # Holm: the adjusted p of the smallest raw p is raw x (number of tests).
-    tested = table.dropna(subset=["p_raw"])
-    smallest = tested["p_raw"].idxmin()
-    assert tested.loc[smallest, "p_adjusted"] == pytest.approx(
-        min(1, tested.loc[smallest, "p_raw"] * len(tested))
-    )
+    # The third is tested against the best too, in the same Holm family.
+    assert two.loc[3, "significant_best"] == "yes" and pd.isna(two.loc[2, "p_raw_best"])
+    # Holm: the adjusted p of the smallest raw p is raw x (number of tests),
+    # the neighbour pairs and the pairs with the best counted together.
+    family = pd.concat(
+        [
+            table[["p_raw", "p_adjusted"]],
+            table[["p_raw_best", "p_adjusted_best"]].set_axis(["p_raw", "p_adjusted"], axis=1),
+        ]
+    ).dropna(subset=["p_raw"])
+    assert len(family) == 2 * 2 + 2 * 1
+    smallest = family.iloc[family["p_raw"].argmin()]
+    assert smallest["p_adjusted"] == pytest.approx(min(1, smallest["p_raw"] * len(family)))
     # Speedup against the framework's smallest scale.
     scaled = summary.with_scaling(table, runs)
     fast2 = scaled[(scaled["framework"] == "fast") & (scaled["world_size"] == 2)].iloc[0]
