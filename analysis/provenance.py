@@ -78,8 +78,9 @@ def replication_words(design: Design) -> str:
     if not rule:
         return humanize.count(design.replications, "replication")
     return (
-        f"replications auto ({rule.least} to {rule.most} per cell, until the 95 % interval "
-        f"of throughput is within {rule.target_half_width * 100:g} % of the mean)"
+        f"replications auto ({rule.least} to {rule.most} per cell, as many as the first "
+        f"{rule.least} say the 95 % interval of throughput needs to be within "
+        f"{rule.target_half_width * 100:g} % of the mean: Stein's two-stage rule)"
     )
 
 
