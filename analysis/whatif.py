@@ -305,17 +305,31 @@ def bootstrap(table: pd.DataFrame, probe, rows: pd.DataFrame, seed: int = 0) -> 
 def interval(table: pd.DataFrame, predicted: np.ndarray, draws: np.ndarray) -> tuple:
     """The 95 % interval of each prediction: its bootstrap standard error
     times Student's t at the runs' degrees of freedom within configurations
-    (runs less configurations: what the spread is estimated from), taken
+    (:func:`degrees_of_freedom`: what the spread is estimated from), taken
     on the log scale as the summary's positive intervals are, so both ends
     stay positive. A normal quantile or the bootstrap's own percentiles
     would take that spread as known, which 3 runs a configuration do not
     give. nan where no configuration has two runs."""
-    df = len(table) - table.groupby(list(SCALE), dropna=False).ngroups
+    df = degrees_of_freedom(table)
     if df < 1:
         return np.full(len(predicted), np.nan), np.full(len(predicted), np.nan)
     half = stats.t.ppf((1 + CONFIDENCE) / 2, df) * draws.std(axis=0, ddof=1)
     factor = np.exp(half / predicted)
     return predicted / factor, predicted * factor
+
+
+def degrees_of_freedom(table: pd.DataFrame) -> int:
+    """Runs less configurations, of the runs each part of the model is fitted
+    to (compute: all; skew and communication: those of more than one
+    process), the smallest of them: a prediction's variance sums the parts',
+    and Satterthwaite's degrees of freedom of such a sum are at least the
+    smallest of its terms'."""
+
+    def within(rows: pd.DataFrame) -> int:
+        return len(rows) - rows.groupby(list(SCALE), dropna=False).ngroups
+
+    many = table[table["world_size"] > 1]
+    return min(within(table), within(many)) if len(many) else within(table)
 
 
 def _predict(model: Model, rows: pd.DataFrame) -> np.ndarray:
