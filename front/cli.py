@@ -470,7 +470,7 @@ def check_results(text: str | None) -> None:
     done")."""
     if text is not None and os.path.exists(text) and not os.path.isdir(text):
         raise UserError(
-            f"--results {text} is not a folder; give the results folder (results= of the workflow)"
+            f"--results {text}: not a folder; give the results folder (results= of the workflow)"
         )
 
 

@@ -209,7 +209,7 @@ def test_outputs_never_replace_a_device_a_fifo_a_folder_or_their_input(tmp_path)
         (["follow-up", "--design", str(path), "--tables", str(tmp_path), "--out", str(path)], ""),
         (
             ["collect", "--design", str(path), "--results", "/etc/passwd", "--out", str(tmp_path)],
-            "is not a folder",
+            ": not a folder",
         ),
         (
             ["report", "--design", str(path), "--tables", str(tmp_path), "--out", str(fifo)],
@@ -699,7 +699,7 @@ def test_results_that_is_not_a_folder_is_refused(tmp_path):
         for command in (["plan", "--no-check", "--summary"], ["check"], ["follow-up"]):
             done = ddlc(*command, "--design", str(doc), "--results", str(results))
             assert done.returncode == 2 and "Traceback" not in done.stderr
-            assert f"--results {results} is not a folder; give the results folder" in done.stderr
+            assert f"--results {results}: not a folder; give the results folder" in done.stderr
 
 
 def test_check_rerun_moves_nothing_through_a_link_out_of_the_results(tmp_path):
