@@ -208,3 +208,16 @@ def test_a_rank_a_tool_aborted_is_named_with_the_tools_words(tmp_path):
         runner._last_error(tmp_path / "train.log")
         == (f"rank 1 killed by SIGABRT (signal 6) after {said}")[:400]
     )
+
+
+def test_a_damaged_failed_rank_record_still_says_a_rank_failed(tmp_path):
+    """A rank guard's record read back by the runner: damaged ones (cut
+    short, not an object, a FIFO) are passed over for a sound one, and with
+    none sound a rank still failed, its exit status unknown."""
+    (tmp_path / "failed_rank.0.json").write_text('{"exit_status": ')
+    (tmp_path / "failed_rank.1.json").write_text("[1]")
+    os.mkfifo(tmp_path / "failed_rank.2.json")
+    assert runner._first_rank_record(tmp_path) == {"exit_status": None}
+    time.sleep(0.01)
+    (tmp_path / "failed_rank.3.json").write_text('{"exit_status": -9, "rank": 3}')
+    assert runner._first_rank_record(tmp_path) == {"exit_status": -9, "rank": 3}

@@ -463,8 +463,7 @@ class Watch:
             self.rank_failed_at = now
         if now - self.rank_failed_at < self.RANK_FAILURE_GRACE_S:
             return None
-        records = sorted(self.run_dir.glob(names.FAILED_RANK_GLOB), key=lambda p: p.stat().st_mtime)
-        return files.read_json(records[0])
+        return _first_rank_record(self.run_dir)
 
     def _note_overlap(self) -> None:
         for line in machine_lock.other_training(self.run_dir, provenance.REPO):
@@ -481,9 +480,14 @@ class Watch:
                 + (f" (where each rank waited: {self.stacks.name})" if self.stacks else ""),
             }
         if self.stopped_for_rank:  # the rank's status, not that of the launcher it stopped
-            code = self.stopped_for_rank["exit_status"]
+            code = self.stopped_for_rank.get("exit_status")
             reason = _last_error(self.run_dir / TRAIN_LOG)
-            return {"exit_status": code, "reason": f"exit status {code}: {reason}"}
+            said = (
+                f"exit status {code}"
+                if code is not None
+                else "a rank failed (its record unreadable)"
+            )
+            return {"exit_status": code, "reason": f"{said}: {reason}"}
         if code == 0:
             return {"exit_status": 0, "reason": None}
         if code < 0:
@@ -594,6 +598,25 @@ def _rank_killed(text: str) -> str | None:
             node = f" on {fields['node']}" if fields.get("node") else ""
             return f"rank {fields['rank']}{node} killed by {name} (signal {number})"
     return None
+
+
+def _first_rank_record(run_dir: Path) -> dict:
+    """The record of the rank whose guard wrote first; a record that cannot
+    be read (damaged, gone, not an object) still says that a rank failed."""
+    found = []
+    for path in run_dir.glob(names.FAILED_RANK_GLOB):
+        try:
+            found.append((path.stat().st_mtime, path))
+        except OSError:
+            continue  # gone since: another one says it
+    for _, path in sorted(found):
+        try:
+            record = files.read_json(path)
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict):
+            return record
+    return {"exit_status": None}
 
 
 def _last_error(log: Path) -> str:
