@@ -445,6 +445,21 @@ def test_real_run_says_why_energy_is_not_available(tmp_path):
     assert row_out["energy_status"] == doc_energy["status"]
     assert math.isnan(row_out["energy_j"]) and math.isnan(row_out["energy_per_image_j"])
     assert runs["epochs"]["energy_j"].isna().all()
+    # energy.json or network.json of another shape: the run is damaged, the
+    # file named, and the tables still built.
+    for name, damaged_doc in [
+        ("energy.json", [1, 2]),
+        ("energy.json", {"joules": "many", "epochs": [{"epoch": "x"}]}),
+        ("network.json", {"tx_bytes": "many"}),
+    ]:
+        sound = (folder / name).read_text() if (folder / name).exists() else None
+        (folder / name).write_text(json.dumps(damaged_doc))
+        row_out = collect.tables(design.parse(doc, "tiny.yaml"), tmp_path)["runs"].iloc[0]
+        assert row_out["status"] == "damaged" and name in row_out["reason"], row_out["reason"]
+        if sound is None:
+            (folder / name).unlink()
+        else:
+            (folder / name).write_text(sound)
 
 
 @pytest.mark.slow
