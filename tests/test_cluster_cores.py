@@ -59,12 +59,16 @@ def test_a_node_with_its_own_core_runs_every_job_on_it(one_core_nodes, tmp_path)
     ).stdout
     assert {tuple(line.split()) for line in nodes.splitlines()} == {(h, "1") for h in own}
 
-    # OAR: a job on each node, as OAR's user.
+    # OAR: a job on each node, as OAR's user, once OAR holds both nodes Alive.
+    deadline = time.monotonic() + 120
+    while set(cluster._oarnodes().values()) != {"Alive"} and time.monotonic() < deadline:
+        time.sleep(1)
     user = OarUser(cluster._oar_user(record["nodes"]))
     workdir = user.workdir("cores")
+    user.env["PWD"] = str(workdir)  # oarsub takes its job's folder from it
     for host in own:
         out = user.run(
-            ["oarsub", "-p", f"host='{host}'", "-l", "core=1,walltime=0:05",
+            ["oarsub", "-p", f"host='{host}'", "-l", "core=1,walltime=0:05:00",
              "-O", f"{host}.out", "-E", f"{host}.err", AFFINITY],
             workdir,
         )  # fmt: skip

@@ -164,6 +164,15 @@ start_server() {
   wait_for 20 "the OAR server" sh -c "ss -ltn | grep -q ':6666 '"
 }
 
+forget_jobs() {
+  local ids
+  ids=$(oarstat -J 2>/dev/null | sed -n 's/^   "\([0-9][0-9]*\)" : {$/\1/p')
+  [ -z "$ids" ] && return 0
+  say "deleting jobs an earlier set-up left: $(echo $ids)"
+  # shellcheck disable=SC2086
+  oardel $ids >/dev/null 2>&1 || true
+}
+
 start() {
   if ! alive oar-server && ss -Hltn 'sport = :6666' | grep -q .; then
     say "an OAR server already listens on port 6666, not this set-up's ($dir): the cluster's? './ddlc cluster down' stops it (OAR's configuration is one per machine)"
@@ -177,7 +186,13 @@ start() {
   create_database
   start_node_sshd
   add_resources
+  local fresh=1
+  alive oar-server && fresh=0
   start_server
+  # Jobs an earlier set-up left unfinished (a cluster stopped under them)
+  # would hold the nodes and keep the probe below waiting: a server started
+  # afresh deletes them. One restarted for a restored node keeps its jobs.
+  [ "$fresh" = 1 ] && forget_jobs
   revive_nodes
   # A job that runs, as the test user, says the whole chain works. On a node
   # just restored (./ddlc cluster's lost node) a job may end in Error while
