@@ -478,9 +478,13 @@ def only_the_stopped_run_is_left(workdir: Path, way) -> None:
     out = way.run(way.argv(workdir, "--dry-run", limit=120))
     assert out.returncode == 0, out.stderr[-2000:]
     said = out.stdout + out.stderr  # the job stats: one run left
-    assert {tuple(line.split()) for line in said.splitlines() if line.startswith("run ")} == {
-        ("run", "1")
-    }, said[-2000:]
+    jobs = {tuple(line.split()) for line in said.splitlines() if line.startswith("run ")}
+    # A run the harness recorded failed keeps its done marker until the real
+    # invocation moves it to attempts/ (a dry run moves nothing): its job
+    # succeeded, so the plan lists it only through that line. One the
+    # scheduler failed lost its outputs to Snakemake and is in the job stats.
+    rerun_failed = "1 failed run(s) will run again" in said and not jobs
+    assert jobs == {("run", "1")} or rerun_failed, said[-2000:]
     assert by_epochs(workdir)[1]["status"] == "ok"
     markers = [json.loads(p.read_text()) for p in (workdir / "results").rglob("done.json")]
     assert [m["status"] for m in markers if m["status"] == "ok"] == ["ok"]

@@ -127,16 +127,11 @@ def test_rapl_unreadable_energy_is_a_reason():
     try:
         top.chmod(0o755)
         links = make_powercap(top / "sys", {0: {"package": 5, "dram": 6}})
-        (top / "runfiles").mkdir()
-        for name in (
-            "__init__.py",
-            "atomic.py",
-            "files.py",
-            "names.py",
-            "variables.py",
-            "energy.py",
-        ):
-            shutil.copy(REPO / "runfiles" / name, top / "runfiles" / name)
+        # The whole package: a list of the modules energy.py reaches went stale
+        # each time one of them imported another.
+        shutil.copytree(
+            REPO / "runfiles", top / "runfiles", ignore=shutil.ignore_patterns("__pycache__")
+        )
         code = (
             "import sys; from runfiles import energy\n"
             "try:\n    energy.RaplMeter(sys.argv[1]).open()\n"
