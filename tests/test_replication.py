@@ -236,3 +236,17 @@ def test_workflow_adds_a_round_and_redoes_nothing(tmp_path):
     again = snakemake("-n")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_an_added_replication_is_announced_as_one(tmp_path):
+    """The console's line as a run starts counts the planned runs; a round
+    replications: auto adds beyond them says so instead of "none to do"."""
+    from ddlcompare.run import progress
+
+    d = adaptive()
+    planned, every = d.runs(), d.runs(most=True)
+    added = next(r for r in every if r.path not in {p.path for p in planned})
+    assert "runs done, " in progress.start_line(d, planned[0], tmp_path)
+    assert progress.start_line(d, added, tmp_path).endswith(
+        f": a replication added beyond the {len(planned)} planned\n"
+    )

@@ -125,6 +125,16 @@ def summary(design: Design, results: Path) -> Progress:
 CONSOLE_FD = 3
 
 
+def start_line(design: Design, row: RunRow, results: Path) -> str:
+    """The console's line as ``row`` starts: the design's progress. A round
+    that replications: auto adds lies beyond the planned runs the counts are
+    of: it says so, rather than "none to do" as it starts."""
+    now = summary(design, results)
+    if row.path not in {r.path for r in design.runs()}:
+        return f"ddlc: starting {row.path}: a replication added beyond the {now.total} planned\n"
+    return f"ddlc: starting {row.path}: {now.line()}\n"
+
+
 def announce(design: Design, row: RunRow, results: Path) -> None:
     """Say on the console, where the job has one, which run starts and how
     far the design is."""
@@ -132,8 +142,7 @@ def announce(design: Design, row: RunRow, results: Path) -> None:
         os.fstat(CONSOLE_FD)
     except OSError:
         return
-    now = summary(design, results)
-    text = f"ddlc: starting {row.path}: {now.line()}\n"
+    text = start_line(design, row, results)
     try:
         os.write(CONSOLE_FD, text.encode())
     except OSError:
