@@ -1,5 +1,5 @@
 """What reading Tarantella's step phases back costs its step
-(``fit_step_phases``, frameworks/tarantella.py): one real 2-rank Tarantella
+(``fit_step_phases``, frameworks/adapters/tarantella.py): one real 2-rank Tarantella
 fit whose steps alternate, in pairs of a seeded random order, between
 Keras' own compiled step and the same step with our timestamps, each
 stamped step followed by its reading (the stamps read back, the phases and
@@ -39,7 +39,8 @@ def child(out: Path, pairs: int, seed: int) -> None:
     """One rank, under Tarantella's launcher: its step times and which were stamped."""
     import numpy as np
 
-    from frameworks import data, keras_models, models, tarantella, tf_family
+    from frameworks import data, keras_models, models, tf_family
+    from frameworks.adapters import tarantella
     from frameworks.recorder import PhaseRecorder
 
     config = json.loads((out / "config.json").read_text())

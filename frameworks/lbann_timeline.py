@@ -36,7 +36,7 @@ import numpy as np
 from runfiles import names
 from runfiles.phases import PHASES
 
-# the names the driver gives the input layers (frameworks/lbann.build_model)
+# the names the driver gives the input layers (frameworks/lbann_family.build_model)
 INPUT_LAYERS = ("input_samples", "input_labels")
 LINE = re.compile(r"^(fp|bp|opt)-(.+):([^:]+):([^:]+)$")
 FILE = re.compile(r"^timeline\.m0\.(\d+)\.txt$")  # trainer 0, the rank in it

@@ -59,14 +59,14 @@ def builder_rows(builder: str, model: str, dataset: str) -> tuple[list[dict], st
             "the layers of the tnt.Model (Tarantella) around the Keras model of "
             "frameworks.keras_models.build",
         )
-    from frameworks import lbann as lbann_builder
+    from frameworks import lbann_family as lbann_builder
     from frameworks import lbann_source
 
     lbann, origin = lbann_source.front_end()
     if lbann is None:
         return (
             lbann_builder.graph_rows(lbann_builder.layer_graph(spec, info), info.shape),
-            "the layer graph frameworks.lbann.layer_graph hands to LBANN "
+            "the layer graph frameworks.lbann_family.layer_graph hands to LBANN "
             f"(no lbann.Model was built: {origin})",
         )
     built = lbann_builder.build_model(lbann, spec, info, epochs=1)
@@ -77,7 +77,8 @@ def builder_rows(builder: str, model: str, dataset: str) -> tuple[list[dict], st
     )
     return (
         lbann_builder.graph_rows(lbann_builder.graph_of_model(built, names), info.shape),
-        "the layers of the lbann.Model that frameworks.lbann.build_model builds with " + origin,
+        "the layers of the lbann.Model that frameworks.lbann_family.build_model builds with "
+        + origin,
     )
 
 

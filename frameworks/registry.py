@@ -1,6 +1,6 @@
-"""Which framework adapters exist, found by scanning this package.
+"""Which framework adapters exist, found by scanning frameworks/adapters/
 
-An adapter is one module in ``frameworks/`` that registers its
+An adapter is one module in ``frameworks/adapters/`` that registers its
 :class:`AdapterInfo` (``ADAPTER = register(AdapterInfo(...))``, the one
 mechanism of runfiles/backends.py). Importing an adapter module must stay
 cheap (its framework is imported inside its functions), so the planner can
@@ -41,7 +41,7 @@ class AdapterInfo:
     whole_nodes: bool = False
 
 
-FRAMEWORKS: Registry[AdapterInfo] = Registry("frameworks", "framework")
+FRAMEWORKS: Registry[AdapterInfo] = Registry("frameworks.adapters", "framework")
 register = FRAMEWORKS.register
 
 

@@ -22,7 +22,7 @@ from frameworks.data import DataError
 FAMILY_LOOPS = {
     "torch": "frameworks.torch_family",
     "tensorflow": "frameworks.tf_family",
-    "lbann": "frameworks.lbann",
+    "lbann": "frameworks.lbann_family",
 }
 
 

@@ -118,7 +118,7 @@ _ALL = [
         "DDLC_KNOBS_TIMELINE",
         None,
         "the file Horovod's adapter writes its short knob-checking timeline to (set by the runner)",
-        "frameworks/knobs.py, frameworks/horovod_torch.py",
+        "frameworks/knobs.py, frameworks/adapters/horovod_torch.py",
     ),
     Variable(
         "DDLC_PYTHON39",
@@ -240,13 +240,13 @@ _ALL = [
         "DDLC_LOCAL_RANK",
         None,
         "set by the harness: a TensorFlow worker's rank on its node",
-        "frameworks/tf_mwms.py",
+        "frameworks/adapters/tf_mwms.py",
     ),
     Variable(
         "DDLC_LBANN_RUN_ARGS",
         None,
         "set by the harness: lbann.run's scheduler and launch arguments, as JSON",
-        "frameworks/lbann.py",
+        "frameworks/lbann_family.py",
     ),
     Variable(
         "DDLC_WORKFLOW_PID",

@@ -41,12 +41,12 @@ def test_a_new_launcher_is_one_file():
 
 
 def test_a_new_framework_is_one_file():
-    module = REPO / "frameworks" / "dummy_for_test.py"
+    module = REPO / "frameworks" / "adapters" / "dummy_for_test.py"
     module.write_text(
         textwrap.dedent('''
         from frameworks.registry import AdapterInfo, register
 
-        ADAPTER = register(AdapterInfo(name="dummy-framework", module="frameworks.dummy_for_test",
+        ADAPTER = register(AdapterInfo(name="dummy-framework", module="frameworks.adapters.dummy_for_test",
                                        family="torch", launcher="torchrun", env="torch",
                                        probe="torch.distributed", exposes=("forward",)))
         ''')

@@ -160,7 +160,7 @@ def test_lbann_cpu_settings_are_read_from_its_banner():
     """Its banner's lines, as print_lbann_configuration writes them, are
     read back and a disagreement fails the run naming the setting (without
     an LBANN build: bash envs/build-lbann.sh)."""
-    from frameworks import lbann
+    from frameworks import lbann_family as lbann
 
     config = {"framework": "lbann", "threads": 2, "lbann_io_threads": 3}
     assert lbann.knobs_in_effect(BANNER, config) == {"threads": 2, "lbann_io_threads": 3}

@@ -15,7 +15,7 @@ import pytest
 from conftest import assert_learned, generated_cifar, tiny_design, trained
 from ddlcompare.plan import envs
 from ddlcompare.run import model_gate
-from frameworks import lbann
+from frameworks import lbann_family as lbann
 from traces import readers
 from traces.rules import PhaseRules
 
@@ -140,7 +140,7 @@ def test_same_model_gate_on_the_installed_lbann_model():
 def test_each_rank_is_recorded_on_the_host_lbann_says_it_ran_on(tmp_path):
     """--print_affinity's lines (omp_diagnostics.cpp, with and without
     OpenMP threads) give each rank's host; each rank gets its record."""
-    from frameworks import lbann
+    from frameworks import lbann_family as lbann
 
     output = (
         "\n  vm-n0 Task   0/2 Thread   0/1 running on cpu 0\n"

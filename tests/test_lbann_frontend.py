@@ -19,7 +19,7 @@ import pytest
 from ddlcompare.run import schedulers
 from ddlcompare.plan.params import PARAMS
 from frameworks import data, lbann_source, model_gate
-from frameworks import lbann as lbann_builder
+from frameworks import lbann_family as lbann_builder
 
 LBANN, ORIGIN = lbann_source.front_end()
 pytestmark = pytest.mark.skipif(

@@ -16,7 +16,7 @@ from ddlcompare.plan import design
 from ddlcompare.plan import envs
 from ddlcompare.run import runner
 from frameworks import data, model_gate, models
-from frameworks import lbann as lbann_builder
+from frameworks import lbann_family as lbann_builder
 from frameworks.torch_family import build_model
 
 TF_BUILT = envs.has_module("tensorflow", "tensorflow")

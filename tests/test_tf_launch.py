@@ -183,7 +183,7 @@ def test_missing_tarantella_is_a_clear_failed_run(tmp_path, monkeypatch):
 
 
 def test_missing_tarantella_inside_a_worker_names_the_environment():
-    from frameworks import tarantella as adapter
+    from frameworks.adapters import tarantella as adapter
     from frameworks.common import RunError
 
     with pytest.raises(RunError, match="envs/tarantella.md"):

@@ -10,7 +10,7 @@ import math
 import pandas as pd
 import pytest
 
-from frameworks import common, data, lbann, models
+from frameworks import common, data, lbann_family as lbann, models
 from runfiles import names
 
 # As LBANN v0.104 prints them (the timer's median appeared in later versions;

@@ -89,7 +89,7 @@ class Slurm(Scheduler):
         # LBANN's own srun line, inside this job: --overlap as for
         # per_node_starter; and an MPI plugin, since under slurm.conf's usual
         # MpiDefault (none) Open MPI refuses to start, and other MPIs may
-        # start each rank as a world of its own (frameworks/lbann.check_world).
+        # start each rank as a world of its own (frameworks/lbann_family.check_world).
         # pmix fits an Open MPI build (Debian's, envs/build-lbann.sh);
         # DDLC_SRUN_MPI names another (pmi2, cray_shasta), or '' for slurm.conf's.
         mpi = variables.value("DDLC_SRUN_MPI", env)

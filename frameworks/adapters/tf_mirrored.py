@@ -8,7 +8,7 @@ import numpy as np
 
 from frameworks.common import Dist, RunError
 from frameworks.registry import AdapterInfo, register
-from frameworks.tf_mwms import Adapter as StrategyAdapter
+from frameworks.adapters.tf_mwms import Adapter as StrategyAdapter
 from runfiles.run_config import RunConfig
 
 ADAPTER = register(

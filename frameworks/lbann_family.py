@@ -1,7 +1,8 @@
-"""LBANN: a driver that builds the shared CNN with LBANN's Python front end,
-writes the data in the files LBANN's readers take, runs the experiment with
-``lbann.run`` (scheduler 'slurm', or 'openmpi': locally and on OAR, with the
-OAR node file as hostfile) and turns LBANN's output into the common tables.
+"""LBANN's family (its adapter: frameworks/adapters/lbann.py): a driver that
+builds the shared CNN with LBANN's Python front end, writes the data in the
+files LBANN's readers take, runs the experiment with ``lbann.run``
+(scheduler 'slurm', or 'openmpi': locally and on OAR, with the OAR node
+file as hostfile) and turns LBANN's output into the common tables.
 
 LBANN owns its processes and its training loop: the harness starts one
 driver process (launcher 'lbann-driver') and LBANN's launcher starts the
@@ -30,38 +31,14 @@ from runfiles.atomic import write_bytes
 from runfiles.names import METRICS
 from frameworks import common, data, knobs, lbann_timeline, models
 from frameworks.common import Dist
-from frameworks.registry import AdapterInfo, register
 from frameworks.otf2_writer import Otf2Sink
 from frameworks.recorder import PhaseRecorder
 from runfiles.run_config import RunConfig
-
-ADAPTER = register(
-    AdapterInfo(
-        name="lbann",
-        module=__name__,
-        family="lbann",
-        launcher="lbann-driver",
-        env="lbann",
-        probe="lbann",
-        exposes=("init", "data_load", "forward", "backward", "optimizer", "eval"),
-        notes="LBANN runs its own training loop. Its timeline callback times every "
-        "layer's forward and backward pass and every weight update on every rank: "
-        "data_load is the input layers' forward pass. The gradient all-reduces have no "
-        "phase of their own: LBANN keeps one in flight, so most of their time is in "
-        "backward and the last one's wait in optimizer. Its timer's epoch run times and mini-batch statistics fill "
-        "epochs.tsv and lbann_batch_times.tsv; LBANN keeps its weights to itself.",
-        knobs=("lbann_io_threads",),
-    )
-)
 
 HOW_TO_BUILD = (
     "build LBANN with envs/build-lbann.sh (CPU, LBANN's CMake SuperBuild) or "
     "Spack as envs/lbann.md says, and point DDLC_VENV_LBANN at its environment"
 )
-
-
-class Adapter:
-    """LBANN needs no per-rank hooks: the driver below does everything."""
 
 
 def import_lbann():
@@ -848,7 +825,7 @@ def experiment(
     return trainer, model, readers, optimizer
 
 
-def train(adapter: Adapter, config: RunConfig, run_dir: Path) -> None:
+def train(adapter: object, config: RunConfig, run_dir: Path) -> None:
     """Build the experiment, run it with LBANN's launcher, write the tables."""
     lbann = import_lbann()
     init_start = time.perf_counter()

@@ -11,7 +11,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from frameworks import common, knobs, tarantella
+from frameworks import common, knobs
+from frameworks.adapters import tarantella
 from frameworks.registry import register
 from runfiles.run_config import RunConfig
 
