@@ -234,7 +234,7 @@ _ALL = [
         "DDLC_NETNS_MAP",
         None,
         "set by the harness: 'address=namespace=hostname ...' of the emulated network",
-        "ddlcompare/run/netem.py, ddlcompare/run/netns_as_ssh/ssh",
+        "ddlcompare/run/netem.py, ddlcompare/run/schedulers/netns_as_ssh/ssh",
     ),
     Variable(
         "DDLC_LOCAL_RANK",

@@ -609,7 +609,7 @@ def test_a_job_waiting_for_the_machine_adds_the_wait_to_its_slurm_time_limit(
 # ---- scheduler faults (OAR) ---------------------------------------------------------------
 # OAR ends a job by SIGKILL to its processes: the runner cannot record it, and
 # the profile's job end command does, from OAR's words that the plugin gives
-# (its state, lost nodes and events; ddlcompare/run/oar.py).
+# (its state, lost nodes and events; ddlcompare/run/schedulers/oar.py).
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
 
 from conftest import REPO, write_design
 from ddlcompare.plan import design as design_mod
-from ddlcompare.run import oar as oar_record
+from ddlcompare.run.schedulers import oar as oar_record
 from runfiles import names
 from front import workflow_support as ws
 from ddlcompare.plan.params import RunRow

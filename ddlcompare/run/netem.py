@@ -45,7 +45,7 @@ PREFIX = "ddlc-"
 SUBNETS = ipaddress.IPv4Network("10.213.0.0/16")
 HOSTS_MAP = "DDLC_NETNS_MAP"  # "address=namespace ..." for the netns scheduler and the ssh shim
 NETNS_ETC = Path("/etc/netns")  # ip netns exec binds /etc/netns/<ns>/hosts on /etc/hosts
-NETNS_SSH = Path(__file__).resolve().parent / "netns_as_ssh" / "ssh"
+NETNS_SSH = Path(__file__).resolve().parent / "schedulers" / "netns_as_ssh" / "ssh"
 STALE = re.compile(rf"^{PREFIX}(\d+)-")
 
 

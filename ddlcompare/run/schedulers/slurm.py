@@ -23,7 +23,7 @@ class Slurm(Scheduler):
     name = "slurm"
     # An ``ssh`` that starts the command with srun on a node of the job:
     # mpirun, horovodrun (Gloo) and gaspi_run reach the nodes without sshd.
-    ssh_dir = Path(__file__).resolve().parent.parent / "srun_as_ssh"
+    ssh_dir = Path(__file__).resolve().parent / "srun_as_ssh"
     rsh_agent = str(ssh_dir / "ssh")
 
     @staticmethod
