@@ -2,7 +2,7 @@
 ResNet-34 (``MODELS``, by the design's ``model`` level).
 
 The builders (PyTorch: torch_family.py and torch_graph.py; Keras:
-keras_models.py; LBANN: lbann.py) read these specifications and nothing
+keras_models.py; LBANN: lbann_family.py) read these specifications and nothing
 else, so that every framework trains the same network: same layers, shapes,
 initialisers, loss, optimizer and learning-rate rule; the same-model gate
 (model_gate.py) checks each builder against ``layer_shapes``.
