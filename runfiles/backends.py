@@ -95,6 +95,11 @@ class Registry(Mapping[str, T], Generic[T]):
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
+    def origin(self, name: str) -> str:
+        """The file that registered ``name``."""
+        self[name]  # scans the folder where the name is not yet known
+        return self._origin[name]
+
     def forget(self, name: str) -> None:
         """Drop a backend (a test's dummy, once its file is gone)."""
         self._found.pop(name, None)

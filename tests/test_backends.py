@@ -1,10 +1,12 @@
 """A new backend is one new file: a launcher dropped into
-ddlcompare/run/launchers/ and a framework adapter dropped into frameworks/ are
-found with no other change. (Schedulers: tests/test_hosts_launch.py; trace
-readers: tests/test_traces_readers.py.) A name is one backend's: a second
-file registering it is refused, naming both."""
+ddlcompare/run/launchers/ and a framework adapter dropped into
+frameworks/adapters/ are found with no other change. (Schedulers:
+tests/test_hosts_launch.py; trace readers: tests/test_traces_readers.py.)
+A name is one backend's: a second file registering it is refused, naming
+both; and a file of a kind's folder is one backend."""
 
 import importlib
+import pkgutil
 import subprocess
 import sys
 import textwrap
@@ -135,3 +137,18 @@ def test_the_real_registries_hold_no_name_twice():
 
     for registry in (launch.LAUNCHERS, schedulers.REGISTRY, FRAMEWORKS, READERS):
         assert len(list(registry)) > 1, registry.kind
+
+
+def test_each_backend_is_one_file_of_its_kinds_folder():
+    """Every module of a kind's folder registers exactly one backend, and
+    every backend of the kind is registered by a module of that folder."""
+    from frameworks.registry import FRAMEWORKS
+    from traces.readers import REGISTRY as READERS
+
+    for registry in (launch.LAUNCHERS, schedulers.REGISTRY, FRAMEWORKS, READERS):
+        folder = Path(importlib.import_module(registry.package).__file__).parent
+        files = sorted(
+            str((folder / f"{m.name}.py").resolve()) for m in pkgutil.iter_modules([str(folder)])
+        )
+        registered = sorted(registry.origin(name) for name in registry)
+        assert registered == files, registry.kind
