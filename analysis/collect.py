@@ -388,7 +388,7 @@ def phase_tables(design: Design, results: Path) -> tuple[pa.Table, dict[str, str
         try:
             table = pq.read_table(files.regular(path))
             meta = {**(table.schema.metadata or {}), **convert.metadata_of(path)}
-            problems = files.loads(meta.get(b"ddlcompare.errors", b"[]"))
+            problems = convert.errors_of(meta)
             # A table of schema version 2 (text columns as plain strings)
             # casts to version 3's dictionaries, the same values; one of
             # other columns (version 1, without op_id) fails: damaged.

@@ -53,17 +53,16 @@ from statsmodels.stats.multitest import multipletests
 
 from analysis import cells, humanize, stats, summary
 from analysis.followup import _plain, _product, located, origin
+from analysis.improve_limits import MIN_REPLICATIONS, TOP
 from analysis.section import Code, Section
 from ddlcompare.plan.design import Design
 from runfiles.tables import read_runs
 from frameworks import registry
 
-MIN_REPLICATIONS = 5
 # Below this many first-stage runs a cell, a prediction's point moves more
 # than the change it predicts can be told apart by (a t interval over 2 runs
 # spans 0 to 100 %): ddlc improve says so.
 MIN_PREDICTING_RUNS = 3
-TOP = 3  # hypotheses tested by ddlc improve (--top)
 BOOTSTRAP = 2000
 ALPHA = 0.05
 RULE = (

@@ -167,12 +167,6 @@ def planned(design: Design, results: Path, upto: int | None = None) -> list[RunR
     return [r for r in design.runs(most=True) if r.rep <= design.replications or r.path in added]
 
 
-def finished(design: Design, results: Path) -> bool:
-    """Whether the last decision taken adds nothing (the rounds are over)."""
-    taken = rounds(design, results)
-    return bool(taken) and not taken[-1]["add"]
-
-
 def measured(
     rows: list[RunRow], results: Path
 ) -> tuple[dict[str, int], dict[str, dict[int, float]]]:

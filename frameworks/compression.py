@@ -9,8 +9,9 @@ network and back. Two kinds, because of how they are exchanged:
   payload and averages them.
 
 The adapters use these functions for the int8 codecs (the payload is bytes);
-fp16 and bf16 are the frameworks' own casts, which round to nearest even like
-:func:`fp16_encode` and :func:`bf16_encode` (tests check that bit for bit).
+fp16 and bf16 are the frameworks' own casts, which round to nearest even
+(tests/test_compression.py holds them, bit for bit, to a numpy model and
+each codec to its stated error bound).
 Importing this module is cheap: params.py reads :data:`NAMES`.
 """
 
@@ -69,22 +70,6 @@ CODECS = {
 NAMES = tuple(CODECS)
 
 
-def fp16_encode(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.float16)
-
-
-def bf16_encode(x: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bits (uint16), rounding to nearest even; NaN stays NaN."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
-    rounded = ((bits + rounding) >> 16).astype(np.uint16)
-    return np.where(np.isnan(x), np.uint16(0x7FC0), rounded)
-
-
-def bf16_decode(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
 def int8_scale(x: np.ndarray) -> np.float32:
     """max|x| / 127; 1 for an all-zero buffer (any scale decodes zeros exactly)."""
     peak = np.float32(np.abs(x).max()) if x.size else np.float32(0)
@@ -127,33 +112,6 @@ def average_payloads(name: str, payloads: list) -> np.ndarray:
     for payload in payloads[1:]:
         total += decode(name, payload)
     return total / np.float32(len(payloads))
-
-
-def roundtrip(name: str, x: np.ndarray) -> np.ndarray:
-    """What a float32 buffer becomes after one codec's trip over the wire."""
-    x = np.asarray(x, dtype=np.float32)
-    if name == "none":
-        return x.copy()
-    if name == "fp16":
-        return fp16_encode(x).astype(np.float32)
-    if name == "bf16":
-        return bf16_decode(bf16_encode(x))
-    return decode(name, encode(name, x))
-
-
-def error_bound(name: str, x: np.ndarray) -> np.ndarray:
-    """The table's error bound, per element of ``x`` (float32 inputs, fp16
-    within its range), with float32's own rounding (2^-23) where the codec
-    computes in float32."""
-    x = np.abs(np.asarray(x, dtype=np.float64))
-    if name == "none":
-        return np.zeros_like(x)
-    if name == "fp16":
-        return np.maximum(x * 2.0**-11, 2.0**-25)
-    if name == "bf16":
-        return np.maximum(x * 2.0**-8, 2.0**-134)  # below: float32's subnormals
-    scale = float(int8_scale(x.astype(np.float32)))
-    return np.full_like(x, scale / 2 + (x.max(initial=0) + scale) * 2.0**-23)
 
 
 def table() -> list[dict]:

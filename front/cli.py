@@ -23,16 +23,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from analysis import improve_limits
 from runfiles import atomic, files
 
 # Each command imports what it needs when it runs: `ddlc import` needs none
 # of the design's machinery (a second of imports before its first byte).
 if TYPE_CHECKING:
     from ddlcompare.plan import design as design_mod
-
-# What `ddlc improve --replications` takes at least (analysis.improve's
-# MIN_REPLICATIONS, kept here so that the help does not import the analysis).
-MIN_TEST_REPLICATIONS = 5
 
 
 class UserError(Exception):
@@ -592,13 +589,16 @@ def parser() -> argparse.ArgumentParser:
     imp.add_argument("--tables", help="the first stage's tables (default: its results)")
     imp.add_argument("--out", help="the test's design (default: <design>-improve.yaml)")
     imp.add_argument(
-        "--top", type=positive_int, default=None, help="hypotheses to test (default 3)"
+        "--top",
+        type=positive_int,
+        default=None,
+        help=f"hypotheses to test (default {improve_limits.TOP})",
     )
     imp.add_argument(
         "--replications",
-        type=at_least(MIN_TEST_REPLICATIONS),
+        type=at_least(improve_limits.MIN_REPLICATIONS),
         default=None,
-        help=f"runs per level and cell (at least {MIN_TEST_REPLICATIONS})",
+        help=f"runs per level and cell (at least {improve_limits.MIN_REPLICATIONS})",
     )
     imp.add_argument(
         "--no-run", action="store_true", help="only write the test's design from finished tables"

@@ -225,7 +225,7 @@ def test_horovod_timeline_gzipped_and_with_a_bad_record(tmp_path):
     assert len(lost) == 1 and "1 record(s)" in lost[0]
     out = tmp_path / "phases.parquet"
     assert convert.main([str(broken), "-o", str(out)]) == 1
-    assert convert.errors_of(out) == lost
+    assert convert.errors_of(convert.metadata_of(out)) == lost
 
 
 @needs_fixtures
@@ -567,7 +567,7 @@ def test_empty_trace_files_are_named(tmp_path, name):
     path.write_bytes(gzip.compress(b"") if name.endswith(".gz") else b"")
     out = tmp_path / "phases.parquet"
     assert convert.main([str(path), "-o", str(out)]) == 1
-    assert str(path) in convert.errors_of(out)[0]
+    assert str(path) in convert.errors_of(convert.metadata_of(out))[0]
 
 
 @needs_fixtures
@@ -577,7 +577,7 @@ def test_one_broken_trace_does_not_stop_the_others(tmp_path):
     out = tmp_path / "phases.parquet"
     code = convert.main([str(archive), str(FIXTURES / "fastotf2-simple-mi300"), "-o", str(out)])
     assert code == 1
-    errors = convert.errors_of(out)
+    errors = convert.errors_of(convert.metadata_of(out))
     assert errors and all(str(archive / "traces.otf2") in e for e in errors)
     assert pq.read_table(out).num_rows > 40 + 21 - 1  # the other trace, the other rank
     assert convert.main([str(archive), "-o", str(out), "--keep-going"]) == 0
@@ -589,7 +589,7 @@ def test_folder_without_trace_is_an_error(tmp_path):
     assert convert.main([str(tmp_path), "-o", str(out)]) == 1
     table = pq.read_table(out)
     assert table.num_rows == 0 and tuple(table.column_names) == COLUMNS
-    assert "no trace this converter knows" in convert.errors_of(out)[0]
+    assert "no trace this converter knows" in convert.errors_of(convert.metadata_of(out))[0]
     assert convert.main([str(tmp_path), "-o", str(out), "--keep-going"]) == 0
 
 

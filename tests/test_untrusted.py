@@ -336,10 +336,6 @@ def test_impossible_arguments_are_refused(tmp_path):
         assert done.returncode == 2 and "Traceback" not in done.stderr, (args, done.stderr)
         assert said in done.stderr, (args, done.stderr)
     assert not (tmp_path / "no").exists()
-    from analysis import improve
-    from front import cli
-
-    assert cli.MIN_TEST_REPLICATIONS == improve.MIN_REPLICATIONS
 
 
 @pytest.mark.parametrize(

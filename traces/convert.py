@@ -25,6 +25,7 @@ import ctypes
 import json
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -263,9 +264,9 @@ def metadata_of(path: Path) -> dict:
     return pq.read_metadata(path).metadata or {}
 
 
-def errors_of(path: Path) -> list[str]:
-    """The errors a phase table was written with."""
-    return files.loads(metadata_of(path).get(b"ddlcompare.errors", b"[]"))
+def errors_of(metadata: Mapping[bytes, bytes]) -> list[str]:
+    """The errors a phase table was written with, from its metadata."""
+    return files.loads(metadata.get(b"ddlcompare.errors", b"[]"))
 
 
 def no_huge_pages() -> None:
