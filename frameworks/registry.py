@@ -39,6 +39,8 @@ class AdapterInfo:
     # two of its runs cannot share a node (GPI-2 listens on fixed ports, 19000
     # and 10840, on each node): on a cluster its jobs ask for whole nodes
     whole_nodes: bool = False
+    # it writes a steps file per rank (LBANN's own loop writes one for the run)
+    rank_steps: bool = True
 
 
 FRAMEWORKS: Registry[AdapterInfo] = Registry("frameworks.adapters", "framework")

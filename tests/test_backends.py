@@ -7,6 +7,7 @@ both; and a file of a kind's folder is one backend."""
 
 import importlib
 import pkgutil
+import re
 import subprocess
 import sys
 import textwrap
@@ -152,3 +153,14 @@ def test_each_backend_is_one_file_of_its_kinds_folder():
         )
         registered = sorted(registry.origin(name) for name in registry)
         assert registered == files, registry.kind
+
+
+def test_every_framework_has_its_row_in_the_status_table():
+    """CONTRIBUTING's last step of a framework: its row in docs/frameworks.md's
+    status table (the first table there), where its status is stated once."""
+    from frameworks.registry import FRAMEWORKS
+
+    text = (REPO / "docs" / "frameworks.md").read_text()
+    table = text.split("| framework | launcher | environment | status |", 1)[1].split("\n\n")[0]
+    rows = re.findall(r"^\| `([^`]+)` \|", table, re.M)
+    assert sorted(rows) == sorted(FRAMEWORKS)

@@ -227,12 +227,13 @@ def identity(config: Mapping[str, Any]) -> str:
 
 def check_run(folder: Path, config: RunConfig) -> list[str]:
     """The problems of a finished run's files against what the design asked
-    of it (runfiles/records.py reads them); [] when sound. LBANN's loop
-    writes no steps file per rank; config.json must be this run's."""
+    of it (runfiles/records.py reads them); [] when sound. Whether there is
+    a steps file per rank is the adapter's to say; config.json must be this
+    run's."""
     return records.check_run(
         folder,
         config,
-        rank_steps=registry.FRAMEWORKS[config["framework"]].family != "lbann",
+        rank_steps=registry.FRAMEWORKS[config["framework"]].rank_steps,
         same_run=lambda written, asked: identity(written) == identity(asked),
     )
 

@@ -21,6 +21,7 @@ ADAPTER = register(
         "backward and the last one's wait in optimizer. Its timer's epoch run times and mini-batch statistics fill "
         "epochs.tsv and lbann_batch_times.tsv; LBANN keeps its weights to itself.",
         knobs=("lbann_io_threads",),
+        rank_steps=False,
     )
 )
 
