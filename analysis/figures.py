@@ -529,6 +529,22 @@ def critical_path_plot(found: cp.CriticalPath, runs: pd.DataFrame | None = None,
     )
 
 
+# plotnine refuses to save a figure over 25 inches a side; a design of many
+# levels (a facet per setting) would ask for more.
+MAX_INCHES = 24
+
+
+def save(plot, path: Path) -> None:
+    """``plot`` as a PNG at ``path``, each side within MAX_INCHES (a wider
+    figure is drawn narrower, its facets closer, rather than not at all)."""
+    width, height = plot.theme.getp("figure_size")
+    if max(width, height) > MAX_INCHES:
+        plot = plot + theme(figure_size=(min(width, MAX_INCHES), min(height, MAX_INCHES)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # plotnine's notes on saving
+        plot.save(path, dpi=110, verbose=False)
+
+
 def draw_all(tables: Path) -> dict[str, Path]:
     runs = read_table(tables / "runs.parquet")
     epochs = read_table(tables / "epochs.parquet")
@@ -559,9 +575,7 @@ def draw_all(tables: Path) -> dict[str, Path]:
         if isinstance(plot, EmptyFigure):
             empty[name] = plot.why
         paths[name] = folder / f"{name}.png"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # plotnine's notes on saving
-            plot.save(paths[name], dpi=110, verbose=False)
+        save(plot, paths[name])
     write_text(folder / EMPTY_FIGURES, json.dumps(empty, indent=1) + "\n")
     return paths
 

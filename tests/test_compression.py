@@ -200,6 +200,36 @@ def test_summary_divides_by_the_uncompressed_run_of_the_same_cell():
     assert (support.loc["torch-ddp"] == "yes").all()
 
 
+def test_the_figure_of_a_design_of_many_settings_is_drawn_within_bounds(tmp_path):
+    """Ten settings (a pause swept at two scales, say) make a facet grid
+    wider than plotnine saves (25 inches): it is drawn at the widest it
+    takes, not refused (the report's figures job failed on one)."""
+    from PIL import Image
+
+    from analysis import figures
+
+    runs = pd.DataFrame(
+        {
+            "run_id": [f"r{i}" for i in range(10)],
+            "status": "ok",
+            "framework": "torch-ddp",
+            "compression": "none",
+            "world_size": 2,
+            "batch_size": 32,
+            "epochs": list(range(1, 11)),  # a factor of ten levels
+            "comm_bytes_per_step": 400.0,
+            "step_mean_s_slowest_rank": 0.1,
+            "images_per_s": 10.0,
+            "final_test_accuracy": 0.8,
+        }
+    )
+    plot = figures.compression(runs)
+    assert plot.theme.getp("figure_size")[0] > 25
+    figures.save(plot, tmp_path / "compression.png")
+    with Image.open(tmp_path / "compression.png") as drawn:
+        assert drawn.width <= figures.MAX_INCHES * 110
+
+
 LEVELS = ["none", "fp16", "int8", "int8+lossless"]
 
 
