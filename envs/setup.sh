@@ -6,7 +6,7 @@
 # Each step is skipped when its result is already there, so a second call
 # takes about a second.
 #   bash envs/setup.sh                    all of it (./ddlc setup, ./ddlc test)
-#   bash envs/setup.sh torch [tensorflow] [tarantella]
+#   bash envs/setup.sh torch [tensorflow] [tarantella] [tarantella-patched]
 #                                         only the environments named, each
 #                                         from envs/<name>.txt, Tarantella by
 #                                         envs/build-tarantella.sh (how long:
@@ -38,9 +38,12 @@ while IFS=$'\t' read -r name folder built_in how _ needs; do
   [ "$how" = requirements ] && by_default+=("$name")
 done < <(ddlc_environments)
 [ ${#set_up[@]} -gt 0 ] || { say "error: envs/environments.tsv lists no environment to set up"; exit 2; }
-# Tarantella's build script takes its folder from DDLC_TARANTELLA_PREFIX.
+# Tarantella's build script takes its folders from DDLC_TARANTELLA_PREFIX
+# and DDLC_TARANTELLA_PATCHED_PREFIX.
 [ -n "${DDLC_VENV_TARANTELLA:-}" ] || env_dirs[tarantella]=${DDLC_TARANTELLA_PREFIX:-${env_dirs[tarantella]}}
-venv=${env_dirs[torch]} venv_tf=${env_dirs[tensorflow]} tarantella=${env_dirs[tarantella]}
+[ -n "${DDLC_VENV_TARANTELLA_PATCHED:-}" ] ||
+  env_dirs[tarantella-patched]=${DDLC_TARANTELLA_PATCHED_PREFIX:-${env_dirs[tarantella-patched]}}
+venv=${env_dirs[torch]} venv_tf=${env_dirs[tensorflow]}
 wanted=("$@")
 [ $# -gt 0 ] || wanted=("${by_default[@]}")
 for name in "${wanted[@]}"; do
@@ -267,20 +270,24 @@ if wants tensorflow; then
   build_env "$venv_tf" envs/tensorflow.txt TensorFlow
   install_horovod_tf
 fi
-if wants tarantella; then
-  # Stamped per part: seconds when it is built (envs/tarantella.md: how long when not).
-  # One log per attempt; fd 3 brings its notices (a wait for another
-  # checkout's build, sources it cannot reach) to this terminal.
-  mkdir -p "$tarantella.logs"
-  tnt_log=$tarantella.logs/$(date -u +%Y%m%dT%H%M%SZ)-$$.log
-  rc=0
-  DDLC_TARANTELLA_PREFIX=$tarantella bash envs/build-tarantella.sh 3>&2 > "$tnt_log" 2>&1 || rc=$?
+# build_tarantella PREFIX [patched]: Tarantella (or the build with our patch)
+# in PREFIX. Stamped per part: seconds when it is built (envs/tarantella.md:
+# how long when not). One log per attempt; fd 3 brings its notices (a wait
+# for another checkout's build, sources it cannot reach) to this terminal.
+build_tarantella() {
+  local prefix=$1 variant=${2:-} log rc=0
+  mkdir -p "$prefix.logs"
+  log=$prefix.logs/$(date -u +%Y%m%dT%H%M%SZ)-$$.log
+  DDLC_TARANTELLA_PREFIX=$prefix DDLC_TARANTELLA_PATCHED_PREFIX=$prefix \
+    bash envs/build-tarantella.sh $variant 3>&2 > "$log" 2>&1 || rc=$?
   case $rc in
     0) ;;
     3) exit 2 ;;  # its sources cannot be had: it said so, with the ways out
-    *) tail -n 20 "$tnt_log" >&2; say "Tarantella's build failed; log: $tnt_log"; exit 1 ;;
+    *) tail -n 20 "$log" >&2; say "Tarantella's build${variant:+ ($variant)} failed; log: $log"; exit 1 ;;
   esac
-fi
+}
+if wants tarantella; then build_tarantella "${env_dirs[tarantella]}"; fi
+if wants tarantella-patched; then build_tarantella "${env_dirs[tarantella-patched]}" patched; fi
 add_scorep_bindings
 ready=()
 for name in "${wanted[@]}"; do ready+=("${env_dirs[$name]}"); done

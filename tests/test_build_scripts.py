@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, tiny_design, write_design
+from ddlcompare.plan import envs
 
 
 def test_lbann_build_names_a_missing_hdf5_and_does_nothing(tmp_path):
@@ -86,7 +87,8 @@ def test_setup_refuses_an_environment_it_does_not_build_naming_its_script(tmp_pa
     done = front_door("bash", "envs/setup.sh", "torch", "lbann", tmp_path=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        "setup: envs/setup.sh sets up torch, tensorflow and tarantella, not 'lbann': "
+        "setup: envs/setup.sh sets up torch, tensorflow, tarantella and tarantella-patched, "
+        "not 'lbann': "
         "'bash envs/build-lbann.sh' builds it"
     )
 
@@ -137,6 +139,44 @@ def test_ddlc_run_dry_plans_without_set_up_and_says_how_long(tmp_path):
     assert not (tmp_path / "venv-tf").exists()
     needed = front_door("./ddlc", "envs", "--design", str(path), tmp_path=tmp_path)
     assert needed.stdout == "torch\n"
+
+
+def test_ddlc_run_takes_design_and_results_as_the_harness_commands_do(tmp_path):
+    """`./ddlc run -n --design F --results DIR` plans F into DIR, as
+    `--config design=F results=DIR` does, beside a --config of the user's
+    own (Snakemake keeps only the last --config); nothing is created."""
+    path = write_design(tmp_path, tiny_design(["torch-ddp"], procs=(1,)))
+    results = tmp_path / "elsewhere"
+    done = front_door(
+        *("./ddlc", "run", "-n", "--design", str(path), f"--results={results}"),
+        *("--config", "kill_orphans=0"),
+        tmp_path=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.startswith("ddlc: 0 of 1 runs done, 1 to do: about ")
+    assert f"{results}/tiny/" in done.stdout  # the run's outputs, under DIR
+    assert not results.exists()
+    missing = front_door("./ddlc", "run", "-n", "--design", tmp_path=tmp_path)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert missing.stderr.strip() == (
+        "error: --design needs a value, e.g. ./ddlc run --design my.yaml"
+    )
+
+
+@pytest.mark.skipif(
+    not envs.has_module("tarantella-patched", "tarantella"),
+    reason="no patched Tarantella build ('bash envs/setup.sh tarantella-patched')",
+)
+def test_setup_sets_up_the_patched_build_that_a_design_names(tmp_path):
+    """A design naming tarantella-patched: ./ddlc run sets it up as it does
+    the plain build (here it is built, so set-up finds it in seconds)."""
+    path = write_design(tmp_path, tiny_design(["tarantella-patched"]))
+    needed = front_door("./ddlc", "envs", "--design", str(path), tmp_path=tmp_path)
+    assert needed.stdout == "torch tarantella-patched\n"
+    done = front_door("bash", "envs/setup.sh", "tarantella-patched", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    prefix = envs.env_dir("tarantella-patched")
+    assert done.stderr.strip().splitlines()[-1] == f"setup: ready: {prefix}"
 
 
 def test_ddlc_run_with_a_missing_design_says_so_in_one_line(tmp_path):
