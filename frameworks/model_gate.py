@@ -20,13 +20,9 @@ from frameworks import data, models
 
 BUILDERS = {"pytorch": "torch", "keras": "tensorflow", "lbann": "lbann", "tarantella": "tarantella"}
 # The builder of each training family: a builder's verdict is that of every
-# framework of its family (DataParallel and MirroredStrategy wrap the same model).
-FAMILY_BUILDERS = {
-    "torch": "pytorch",
-    "tensorflow": "keras",
-    "lbann": "lbann",
-    "tarantella": "tarantella",
-}
+# framework of its family (DataParallel and MirroredStrategy wrap the same
+# model), save those that name their own (AdapterInfo.gate_builder).
+FAMILY_BUILDERS = {"torch": "pytorch", "tensorflow": "keras", "lbann": "lbann"}
 # Flatten is a layer in PyTorch and Keras, implicit in LBANN's FullyConnected:
 # the parameter count of the first dense layer checks it. ReLUs carry no
 # weights and change no shape.
@@ -143,7 +139,7 @@ def frameworks_of(builder: str) -> list[str]:
     return sorted(
         name
         for name, info in registry.FRAMEWORKS.items()
-        if FAMILY_BUILDERS.get(info.family) == builder
+        if (info.gate_builder or FAMILY_BUILDERS.get(info.family)) == builder
     )
 
 

@@ -41,6 +41,10 @@ class AdapterInfo:
     whole_nodes: bool = False
     # it writes a steps file per rank (LBANN's own loop writes one for the run)
     rank_steps: bool = True
+    # the same-model gate's builder of its model, where not its family's
+    # (frameworks/model_gate.py's FAMILY_BUILDERS): tnt.Model wraps the Keras
+    # model, and the gate checks the wrapped one
+    gate_builder: str = ""
 
 
 FRAMEWORKS: Registry[AdapterInfo] = Registry("frameworks.adapters", "framework")

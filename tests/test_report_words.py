@@ -305,6 +305,15 @@ def test_the_gate_judges_the_builders_the_design_uses():
     verdict, note = provenance.gate_verdict(rows, ["horovod-torch", "horovod-keras"])
     assert verdict == "incomplete"
     assert note.startswith("Next step: the keras builder (used by horovod-keras) was not checked")
+    # the default design: Tarantella's model is checked by its own builder (the
+    # tnt.Model around the Keras model), not by the unused plain Keras one
+    rows.append({"builder": "tarantella", "status": "pass", "checked on": "cpu"})
+    verdict, note = provenance.gate_verdict(rows, ["torch-ddp", "horovod-torch", "tarantella"])
+    assert verdict == "pass", note
+    rows[-1]["status"] = "not checked"
+    verdict, note = provenance.gate_verdict(rows, ["tarantella-patched"])
+    assert verdict == "incomplete"
+    assert note.startswith("Next step: the tarantella builder (used by tarantella-patched)")
 
 
 def test_figures_have_whole_ticks_full_titles_and_say_why_a_panel_is_empty(built):

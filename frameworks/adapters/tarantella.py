@@ -25,6 +25,7 @@ ADAPTER = register(
         module=__name__,
         family="tensorflow",
         launcher="tarantella",
+        gate_builder="tarantella",
         env="tarantella",
         probe="tarantella",
         exposes=(
