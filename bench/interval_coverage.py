@@ -13,10 +13,14 @@
    of predictions whose interval holds the model's noise-free step, at the
    measured configurations and the unrun ones it extrapolates to
    (held-out widening left out: none is measured on synthetic data).
+3. ``./ddlc improve``'s "contention removed" (analysis/improve.py's
+   ``_contention``): one-process and two-process cells of known mean step,
+   3 or 4 runs each; the share of predicted gains whose interval holds
+   the true gain, 1 - alone / together.
 
 Computation only: no timing, so it may run beside other work.
 
-    python bench/interval_coverage.py [--cells 2000] [--whatif 100]
+    python bench/interval_coverage.py [--cells 2000] [--whatif 100] [--contention 2000]
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from analysis import critical_path as cp  # noqa: E402
-from analysis import replication, stats, whatif  # noqa: E402
+from analysis import improve, replication, stats, whatif  # noqa: E402
 
 TRUE_MEAN = 1000.0  # images/s
 
@@ -125,14 +129,75 @@ def whatif_coverage(trials: int, seed: int) -> None:
             )
 
 
+ALONE_S, TOGETHER_S = 0.100, 0.160  # mean step of one process and of two
+TRUE_GAIN = 1 - ALONE_S / TOGETHER_S
+
+
+def contention_cells(trials: int, runs: int, cv: float, heavy: bool, rng) -> pd.DataFrame:
+    """``trials`` independent pairs of cells (one process, two processes) of
+    ``runs`` runs each, told apart by their batch size, as the runs table
+    holds them."""
+    rows = []
+    for trial in range(trials):
+        batch = 64 + trial
+        for world, mean in ((1, ALONE_S), (2, TOGETHER_S)):
+            if heavy:  # log-normal, mean ``mean``
+                sigma = np.sqrt(np.log(1 + cv**2))
+                steps = mean * np.exp(rng.normal(-(sigma**2) / 2, sigma, runs))
+            else:
+                steps = rng.normal(mean, cv * mean, runs)
+            for rep, step in enumerate(steps, 1):
+                rows.append(
+                    {
+                        "run_id": f"t{trial}w{world}r{rep}",
+                        "status": "ok",
+                        "framework": "torch-ddp",
+                        "nodes": 1,
+                        "procs_per_node": world,
+                        "world_size": world,
+                        "batch_size": batch,
+                        "setting": f"batch_size {batch}",
+                        "rep": rep,
+                        "images_per_s": world * batch / step,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def contention_coverage(trials: int, seed: int, cases=None) -> dict[tuple, float]:
+    """Per case (runs a cell, variation, log-normal or not): the share of
+    ``trials`` contention-removed intervals that hold the true gain."""
+    rng = np.random.default_rng(seed)
+    found = {}
+    for runs, cv, heavy in cases or [
+        (r, cv, h) for r in (3, 4) for cv in (0.05, 0.10) for h in (False, True)
+    ]:
+        rows = pd.DataFrame(improve._contention(contention_cells(trials, runs, cv, heavy, rng)))
+        found[runs, cv, heavy] = float(
+            ((rows["low"] <= TRUE_GAIN) & (TRUE_GAIN <= rows["high"])).mean()
+        )
+    return found
+
+
+def contention(trials: int, seed: int) -> None:
+    for (runs, cv, heavy), covered in contention_coverage(trials, seed).items():
+        shape = "log-normal" if heavy else "normal"
+        print(
+            f"contention removed, {runs} runs a cell, {shape} steps of {cv:.0%} variation: "
+            f"coverage {covered:.1%} of {trials} intervals"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, default=2000)
     parser.add_argument("--whatif", type=int, default=100, help="synthetic data sets")
+    parser.add_argument("--contention", type=int, default=2000, help="cell pairs a case")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     adaptive(args.cells, args.seed)
     whatif_coverage(args.whatif, args.seed)
+    contention(args.contention, args.seed)
 
 
 if __name__ == "__main__":
