@@ -46,6 +46,10 @@ SHARES = (
     "predicted_gain",
     "relative_error",
     "naive_error",
+    # the what-if's: its group's held-out error beside each prediction, and
+    # how far the compute it holds fixed moved between fit and check
+    "held_out_error",
+    "compute_drift",
     # ddlc improve's proof: relative changes and the predicted one's interval
     "step_change",
     "throughput_change",

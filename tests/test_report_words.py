@@ -161,23 +161,18 @@ def test_the_summary_places_every_framework_of_each_scale(built):
     assert "reached by no successful run, so in no comparison: horovod-keras" in summary
 
 
-def test_each_framework_is_tested_against_the_best_directly(tmp_path):
-    """A chain: each framework 2 % behind the one ahead, within noise, but the
-    third 4 % behind the best, well outside it. The neighbour tests cannot
-    say that; the direct test with the best, in the same Holm family as the
-    neighbours', does, and the page says it with the family's own p."""
-    from statsmodels.stats.multitest import multipletests
-
+def chain_page(tmp_path, mean: dict[str, float]) -> str:
+    """The page of a one-cell design (2 processes, batch 64) of the frameworks
+    in ``mean``, 5 runs each at their mean images/s -2 .. +2."""
     d = design.parse(
         {
             "name": "chain",
-            "factors": {"framework": SEEDS[:3]},
+            "factors": {"framework": list(mean)},
             "fixed": {"procs_per_node": 2, "batch_size": 64, "epochs": 2},
             "replications": 5,
         },
         "chain.yaml",
     )
-    mean = {"horovod-torch": 100.0, "lbann": 98.0, "tarantella": 96.0}
     runs, phases, epochs = [], [], []
     for row in d.runs():
         run = collect.run_row(d, row, tmp_path / "results")
@@ -195,7 +190,18 @@ def test_each_framework_is_tested_against_the_best_directly(tmp_path):
     cells.with_setting(pd.DataFrame(runs)).to_parquet(tables / "runs.parquet", index=False)
     pd.DataFrame(phases)[PHASE_COLUMNS].to_parquet(tables / "step_phases.parquet", index=False)
     pd.DataFrame(epochs).to_parquet(tables / "epochs.parquet", index=False)
-    page = report.build(d, tables, tables.parent / "report.html").read_text()
+    return report.build(d, tables, tables.parent / "report.html").read_text()
+
+
+def test_each_framework_is_tested_against_the_best_directly(tmp_path):
+    """A chain: each framework 2 % behind the one ahead, within noise, but the
+    third 4 % behind the best, well outside it. The neighbour tests cannot
+    say that; the direct test with the best, in the same Holm family as the
+    neighbours', does, and the page says it with the family's own p."""
+    from statsmodels.stats.multitest import multipletests
+
+    mean = {"horovod-torch": 100.0, "lbann": 98.0, "tarantella": 96.0}
+    page = chain_page(tmp_path, mean)
     summary = text_of(page, "summary")
     line = next(x for x in summary.splitlines() if "No significant difference in throughput" in x)
     # Welch's p of the three pairs, one family: 2 neighbour pairs and the best with the third
@@ -221,6 +227,22 @@ def test_each_framework_is_tested_against_the_best_directly(tmp_path):
         f"(not significant, Holm-adjusted p {humanize.p_value(adjusted['lbann', 'tarantella'])})"
     ) in line, line
     assert "between the best and each framework further down" in summary
+    assert "Not in this design" not in summary  # all three studied frameworks are in it
+
+
+def test_the_answer_names_a_studied_framework_the_design_leaves_out(tmp_path):
+    """The default design has no LBANN (not built here): the first screen
+    says that one of the study's three is not in the answer, and where to
+    read how to add it, right after the comparisons."""
+    page = chain_page(tmp_path, {"torch-ddp": 100.0, "horovod-torch": 98.0, "tarantella": 96.0})
+    summary = text_of(page, "summary")
+    said = (
+        "Not in this design, so not in this answer: LBANN (lbann), of the study's three "
+        "frameworks (Horovod, LBANN, Tarantella); the Frameworks section says how to add it."
+    )
+    assert said in summary, summary
+    assert summary.index("No significant difference in throughput") < summary.index(said)
+    assert summary.index(said) < summary.index("Replications:")
 
 
 def test_numbers_are_written_for_people(built):
@@ -363,6 +385,8 @@ def test_relative_figures_are_percentages_in_every_table():
     columns = {
         "relative_error": -0.71,
         "naive_error": 0.05,
+        "held_out_error": -0.307,
+        "compute_drift": 0.177,
         "predicted_gain": 0.192,
         "predicted_gain_low": 0.18,
         "predicted_step_change": -0.192,
@@ -374,6 +398,7 @@ def test_relative_figures_are_percentages_in_every_table():
     }
     shown = humanize.frame(pd.DataFrame([columns])).iloc[0]
     assert shown["relative_error"] == "-71 %" and shown["predicted_gain"] == "19.2 %"
+    assert shown["held_out_error"] == "-30.7 %" and shown["compute_drift"] == "17.7 %"
     assert all(text.endswith(" %") for text in shown), shown.to_dict()
 
 
