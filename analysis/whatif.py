@@ -30,8 +30,9 @@ each run (analysis/critical_path.py):
 Intervals: the prediction's standard error over the model refitted to 200
 bootstrap resamples of the runs (within each measured configuration, of
 modified residuals), times Student's t at the runs' degrees of freedom
-within configurations, widened by the largest held-out error measured on
-the same group; none where no configuration was run twice. Held-out checks: fit
+within configurations, widened by the largest held-out error E measured on
+the same group (low / (1 + E), high x (1 + E)); none where no configuration
+was run twice. Held-out checks: fit
 without the largest process count and predict it; fit at one network rate
 and predict another. Each check also gives the naive guess's error (the
 step does not change) and how much the compute the model holds fixed
@@ -484,10 +485,13 @@ def predictions(table: pd.DataFrame, probe=None, error: float | None = None) -> 
     model = fit(table, probe)
     predicted = _predict(model, rows)
     low, high = interval(table, predicted, bootstrap(table, probe, rows))
-    widen = abs(error) if error is not None and np.isfinite(error) else 0.0
+    # Widened by the held-out error on the log scale, as the interval itself
+    # is taken: both ends stay positive whatever the error (a model 140 %
+    # off put the low end below zero as low x (1 - 1.4)).
+    widen = 1 + abs(error) if error is not None and np.isfinite(error) else 1.0
     rows["predicted_ms"] = predicted * 1e3
-    rows["low_ms"] = low * 1e3 * (1 - widen)
-    rows["high_ms"] = high * 1e3 * (1 + widen)
+    rows["low_ms"] = low * 1e3 / widen
+    rows["high_ms"] = high * 1e3 * widen
     rows["predicted_images_per_s"] = rows["world_size"] * rows["batch_size"] / predicted
     # Weak scaling: against one process at the same batch and network.
     alone = model.step(

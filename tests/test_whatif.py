@@ -186,6 +186,28 @@ def test_prediction_intervals_cover_a_known_truth(monkeypatch):
     assert np.mean(inside) >= 0.90, np.mean(inside)
 
 
+def test_a_large_held_out_error_widens_the_interval_and_keeps_it_positive():
+    """The group's held-out error widens each prediction's interval on the
+    log scale: a model 140 % off at its check (a slow outlier scale) gives
+    intervals that hold the unwidened ones, around the prediction, with a
+    positive low end (low x (1 - 1.4) was below zero)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import interval_coverage as known
+
+    runs = known.synthetic_runs(0.05, 3, np.random.default_rng(3))
+    plain = whatif.predictions(runs)
+    wide = whatif.predictions(runs, error=-1.4)
+    assert (wide["low_ms"] > 0).all(), wide["low_ms"].min()
+    assert (wide["low_ms"] <= plain["low_ms"]).all() and (wide["high_ms"] >= plain["high_ms"]).all()
+    assert np.allclose(wide["low_ms"] * 2.4, plain["low_ms"])
+    assert (
+        (wide["low_ms"] <= wide["predicted_ms"]) & (wide["predicted_ms"] <= wide["high_ms"])
+    ).all()
+
+
 def test_one_run_a_configuration_gives_no_interval():
     phases, runs = study([(2, 64, None), (4, 64, None)])
     preds = whatif.predictions(measured_table(phases, runs))
