@@ -36,6 +36,14 @@ EXPOSED = "exposed communication"
 DATA = "data loading"
 WAIT = critical_path.WAIT_NAME
 QUIET = 0.05  # below this share of the step, no phase is called a bottleneck
+# The study's question is about these three (README.md, "The three
+# frameworks"): each one's design levels. A design without any of them says
+# so in its answer.
+STUDIED = {
+    "Horovod": ("horovod-torch", "horovod-keras"),
+    "LBANN": ("lbann",),
+    "Tarantella": ("tarantella", "tarantella-patched"),
+}
 
 
 @dataclass
@@ -323,6 +331,22 @@ def unreached(runs: pd.DataFrame) -> str:
     )
 
 
+def not_studied(runs: pd.DataFrame) -> str:
+    """The study's frameworks this design has no level of, or ''."""
+    if "framework" not in runs:
+        return ""
+    planned = set(runs["framework"].dropna())
+    absent = [name for name, levels in STUDIED.items() if not planned & set(levels)]
+    if not absent:
+        return ""
+    which = ", ".join(f"{name} ({', '.join(STUDIED[name])})" for name in absent)
+    return (
+        f"Not in this design, so not in this answer: {which}, of the study's three "
+        f"frameworks ({', '.join(STUDIED)}); the Frameworks section says how to add "
+        f"{'it' if len(absent) == 1 else 'them'}."
+    )
+
+
 def _scaling_words(row) -> str:
     speedup = row.get("speedup")
     if speedup is None or not math.isfinite(speedup) or row.get("efficiency") == 1:
@@ -474,8 +498,7 @@ def build(
                 + the_rest(group, response, unit, higher)
                 + not_reached(runs, key)
             )
-    if line := unreached(runs):
-        notes.insert(0, line)
+    notes[:0] = [line for line in (unreached(runs), not_studied(runs)) if line]
     dominant = dominant_bottlenecks(found)
     return Summary(
         headlines=headlines,
