@@ -425,22 +425,22 @@ def _test_bed(ok: pd.DataFrame) -> dict[tuple, dict]:
 
 def _oversubscribed(cell: pd.DataFrame) -> bool | None:
     """More runnable threads than cores in most of the cell's runs, by any
-    evidence the runs hold: the kernel's counters (threads running, waiting
-    for a core and spinning beyond the cores other processes left: every
-    thread, the frameworks' helper threads too), the ranks' compute threads
-    per core they could use (read back), else ranks x threads against the
-    machine's cores. None where the runs hold none of them. The compute
-    threads alone miss the helpers: two ranks of one compute thread on two
-    cores (runnable_per_core 1) still waited for a core (the default design's
-    runs, 2026-11-27: 0.3-0.9 cores' worth)."""
+    evidence the runs hold: the kernel's counters (the threads that do not
+    spin ran and waited for more cores than other processes left: every
+    such thread, the frameworks' helpers too; a spinning thread is the
+    framework's, which a change to its code stops, not the test bed's), the
+    ranks' compute threads per core they could use (read back), else ranks
+    x threads against the machine's cores. None where the runs hold none of
+    them. The compute threads alone miss the helpers: two ranks of one
+    compute thread on two cores (runnable_per_core 1) still waited for a
+    core (the default design's runs, 2026-11-27: 0.3-0.9 cores' worth)."""
     said = []
-    kernel = ["others_cpu_cores", "others_wait_cores", "spinning_cores", "machine_cores"]
+    kernel = ["others_cpu_cores", "others_wait_cores", "machine_cores"]
     if all(c in cell for c in kernel) and cell[kernel].notna().all(axis=None):
         f = cell[kernel].apply(pd.to_numeric)
         foreign = cell.get("foreign_cpu_share", pd.Series(0.0, index=cell.index))
         free = f["machine_cores"] * (1 - pd.to_numeric(foreign, errors="coerce").fillna(0))
-        wanted = f["others_cpu_cores"] + f["others_wait_cores"] + f["spinning_cores"]
-        said.append(bool((wanted > free).mean() >= 0.5))
+        said.append(bool((f["others_cpu_cores"] + f["others_wait_cores"] > free).mean() >= 0.5))
     if "runnable_per_core" in cell and cell["runnable_per_core"].notna().any():
         said.append(bool((pd.to_numeric(cell["runnable_per_core"]) > 1).mean() >= 0.5))
     elif {"machine_cores", "threads"} <= set(cell) and cell["machine_cores"].notna().any():
