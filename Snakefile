@@ -12,7 +12,7 @@ from front import workflow_support as ws
 min_version("9.27.1")
 
 DESIGN_FILE, RESULTS = ws.workflow_paths(config)
-DESIGN, RUNS = ws.prepare(
+DESIGN, RUNS, REQUEUED = ws.prepare(
     DESIGN_FILE,
     RESULTS,
     main=workflow.is_main_process,
@@ -38,6 +38,8 @@ rule all:
     default_target: True
     input:
         REPORT,
+        # In a dry run, the runs it leaves to queue again (workflows/runs.smk).
+        [RESULTS / path / "attempts" / "queued-again" for path in REQUEUED],
 
 
 include: "workflows/runs.smk"

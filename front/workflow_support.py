@@ -39,7 +39,11 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool, options: 
     put failed runs back in the queue: their attempt moves to attempts/<n>/
     and their done marker goes with it, so Snakemake runs them again.
     ``options`` is Snakemake's config (kill_orphans=1 stops the training
-    processes of earlier attempts that outlived their workflow)."""
+    processes of earlier attempts that outlived their workflow).
+
+    Returns the design, its planned runs, and the paths of the runs that a
+    dry run leaves in place but a real invocation queues again (their done
+    markers still there: the Snakefile plans them all the same)."""
     options = options or {}
     if problem := results_problem(results):
         _stop(problem)
@@ -50,6 +54,7 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool, options: 
     except UserError as exc:
         _stop(str(exc))
     runs = replication.planned(design, results)
+    requeued: set[str] = set()
     if main and not dryrun:
         try:  # a run's jobs: run, phases, and a share of the rest
             diskspace.check_temp(4 * len(runs))
@@ -59,23 +64,24 @@ def prepare(design_file: str, results: Path, main: bool, dryrun: bool, options: 
         os.environ[ownership.WORKFLOW_ENV] = ownership.workflow_mark()
         os.environ[yaml_safe.DIGEST_ENV] = yaml_safe.file_digest(design_file) or ""
         try:
-            _tidy(runs, results, design, options, dryrun)
+            requeued = _tidy(runs, results, design, options, dryrun)
         except OSError as exc:  # a read-only folder, an attempts that is a link...
             where = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else exc
             _stop(f"{where}; the results folder must be a writable folder of plain folders")
-    return design, runs
+    return design, runs, requeued
 
 
-def _tidy(runs: list[RunRow], results: Path, design, options: dict, dryrun: bool) -> None:
+def _tidy(runs: list[RunRow], results: Path, design, options: dict, dryrun: bool) -> set[str]:
     """Before the jobs are planned: refuse a folder still in use, move runs
     to their folders, queue failed and damaged runs again (their files go to
-    attempts/), delete damaged tables. A dry run only says what it would do."""
+    attempts/), delete damaged tables. A dry run only says what it would do,
+    and returns the paths of the runs it would queue again."""
     for row in runs:
         files.within(results / row.path, results)
     files.within(results / design.root / "tables", results)  # the tables and jobs' logs go there
     _check_occupants(runs, results, _flag(options, "kill_orphans"), dryrun)
     _refile_finished(runs, results, results / design.name, dryrun)
-    _requeue_damaged(runs, results, _flag(options, "rerun_damaged"), dryrun)
+    damaged = _requeue_damaged(runs, results, _flag(options, "rerun_damaged"), dryrun)
     failed = runner.failed_runs(runs, results)
     if failed and dryrun:
         print(
@@ -92,6 +98,7 @@ def _tidy(runs: list[RunRow], results: Path, design, options: dict, dryrun: bool
     _drop_damaged_tables(runs, results, results / design.root / "tables", dryrun)
     note_changed_results(runs, results, results / design.root / "tables", dryrun)
     _warn_of_space(runs, results)
+    return {row.path for row in [*failed, *damaged]} if dryrun else set()
 
 
 def _refile_finished(runs: list[RunRow], results: Path, root: Path, dryrun: bool) -> None:
@@ -259,12 +266,15 @@ def _flag(options: dict, name: str) -> bool:
     return FLAG_VALUES.get(str(options.get(name, "0")).strip().lower(), False)
 
 
-def _requeue_damaged(runs: list[RunRow], results: Path, rerun: bool, dryrun: bool) -> None:
+def _requeue_damaged(
+    runs: list[RunRow], results: Path, rerun: bool, dryrun: bool
+) -> list[RunRow]:
     """Damaged runs are reported; with rerun_damaged=1 they run again (all
-    their files are checked then; else only the done markers, which is cheap)."""
+    their files are checked then; else only the done markers, which is cheap).
+    Returns those queued again (a dry run: those it would queue)."""
     damaged = runner.damaged_runs(runs, results) if rerun else runner.damaged_markers(runs, results)
     if not damaged:
-        return
+        return []
     row, problem = damaged[0]
     what = f"{len(damaged)} run(s) with damaged results (first: {row.path}: {problem})"
     if not rerun:
@@ -273,12 +283,14 @@ def _requeue_damaged(runs: list[RunRow], results: Path, rerun: bool, dryrun: boo
             "--config rerun_damaged=1 (ddlc check lists them all)",
             file=sys.stderr,
         )
-    elif dryrun:
+        return []
+    if dryrun:
         print(f"{what} will run again (their files move to attempts/)", file=sys.stderr)
     else:
         for row, _ in damaged:
             runner.archive_attempt(results / row.path)
         print(f"{what} queued again; their files kept under attempts/", file=sys.stderr)
+    return [row for row, _ in damaged]
 
 
 # An input of the collect rule that exists once a run's files changed after

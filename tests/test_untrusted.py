@@ -73,6 +73,10 @@ def test_a_dry_run_through_snakemake_changes_nothing(tmp_path):
     assert "1 failed run(s) will run again" in dry.stderr
     assert "epochs.parquet: damaged table" in dry.stderr
     assert tree(tmp_path / "results") == before
+    # Its done marker is still there, yet the plan's job stats count the run.
+    said = dry.stdout + dry.stderr
+    jobs = dict(line.split() for line in said.splitlines() if line.startswith(("run ", "requeue ")))
+    assert jobs == {"run": "1", "requeue": "1"}, said[-3000:]
 
 
 # --- nothing read from a results folder signals or writes outside it -------

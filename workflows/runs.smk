@@ -10,7 +10,22 @@ wildcard_constraints:
     path=ws.PATH_PATTERN,
 
 
+# A dry run (-n) moves nothing, so a run that the real invocation queues
+# again (ws.prepare: failed, or damaged with rerun_damaged=1) still has its
+# done marker there. In the plan its job waits on that move (its attempt
+# to attempts/), so that Snakemake's job stats count it with the rest.
+if REQUEUED:
+
+    rule requeue:
+        output:
+            RESULTS / "{path}" / "attempts" / "queued-again",
+        shell:
+            "true"
+
+
 rule run:
+    input:
+        lambda wc: [RESULTS / wc.path / "attempts" / "queued-again"] if wc.path in REQUEUED else [],
     output:
         RESULTS / "{path}" / "done.json",
     log:
