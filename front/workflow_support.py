@@ -266,9 +266,7 @@ def _flag(options: dict, name: str) -> bool:
     return FLAG_VALUES.get(str(options.get(name, "0")).strip().lower(), False)
 
 
-def _requeue_damaged(
-    runs: list[RunRow], results: Path, rerun: bool, dryrun: bool
-) -> list[RunRow]:
+def _requeue_damaged(runs: list[RunRow], results: Path, rerun: bool, dryrun: bool) -> list[RunRow]:
     """Damaged runs are reported; with rerun_damaged=1 they run again (all
     their files are checked then; else only the done markers, which is cheap).
     Returns those queued again (a dry run: those it would queue)."""
