@@ -352,7 +352,7 @@ def test_the_plugin_passes_snakemakes_own_executor_tests_on_the_clusters_oar(oar
         "env", f"PYTHONPATH={plugin}:{REPO}", sys.executable, "-m", "pytest", str(plugin / "tests"),
         "-p", "no:cacheprovider", "--basetemp", str(workdir / "tmp"), "-v",
     ]  # fmt: skip
-    out = oar_cluster.run(argv, plugin, timeout=600)
+    out = oar_cluster.run(argv, plugin, timeout=300)  # a minute or two: seven tiny jobs
     said = out.stdout + out.stderr
     assert out.returncode == 0, said[-4000:]
     for test in ("test_simple_workflow", "test_group_workflow"):
