@@ -25,7 +25,11 @@ if REQUEUED:
 
 rule run:
     input:
-        lambda wc: [RESULTS / wc.path / "attempts" / "queued-again"] if wc.path in REQUEUED else [],
+        lambda wc: (
+            [RESULTS / wc.path / "attempts" / "queued-again"]
+            if wc.path in REQUEUED
+            else []
+        ),
     output:
         RESULTS / "{path}" / "done.json",
     log:
