@@ -181,6 +181,12 @@ def waterfall(breakdown_table: pd.DataFrame, cell_keys: list[str]) -> pd.DataFra
 
 
 WAIT = critical_path.WAIT_NAME
+# The phases whose share of the step is a finding where the framework times
+# them apart: the bottleneck's name, and how the finding says it.
+STEP_SHARES = {
+    "grad_comm": ("exposed communication", "is exposed gradient communication (grad_comm)"),
+    "data_load": ("data loading", "is spent in data_load"),
+}
 
 
 def findings(
@@ -236,22 +242,10 @@ def findings(
         times_sync = "grad_comm" in exposes or "backward" in exposes
         # Where the exchange is not timed apart (DDP all-reduces inside
         # backward, LBANN waits for it in the optimizer) 0 % would be a claim.
-        if "grad_comm" in exposes:
-            comm = group["grad_comm"].sum() / group["step_s"].sum()
-            add(
-                key,
-                "exposed communication",
-                comm,
-                f"{humanize.percent(comm)} of the step is exposed gradient communication (grad_comm).",
-            )
-        if "data_load" in exposes:
-            load = group["data_load"].sum() / group["step_s"].sum()
-            add(
-                key,
-                "data loading",
-                load,
-                f"{humanize.percent(load)} of the step is spent in data_load.",
-            )
+        for phase, (bottleneck, words) in STEP_SHARES.items():
+            if phase in exposes:
+                share = group[phase].sum() / group["step_s"].sum()
+                add(key, bottleneck, share, f"{humanize.percent(share)} of the step {words}.")
         if key[1] > 1 and phased and pd.notna(waits.get(key)):
             add(
                 key,

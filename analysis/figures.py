@@ -77,14 +77,15 @@ class EmptyFigure(ggplot):
         self.why = why
 
 
+def framed(title: str, x: str, y: str, figure_size=FIGURE_SIZE, **theme_args) -> list:
+    """Every figure's frame: its title and axis labels, plotnine's
+    black-and-white theme, its size (and any other theme setting)."""
+    return [labs(title=title, x=x, y=y), theme_bw(), theme(figure_size=figure_size, **theme_args)]
+
+
 def nothing_to_show(title: str, why: str = "no successful run to show") -> EmptyFigure:
     plot = EmptyFigure(why)
-    plot += [
-        annotate("text", x=0, y=0, label=why),
-        labs(title=title, x="", y=""),
-        theme_bw(),
-        theme(figure_size=(6, 1.5)),
-    ]
+    plot += [annotate("text", x=0, y=0, label=why), *framed(title, "", "", figure_size=(6, 1.5))]
     return plot
 
 
@@ -101,9 +102,7 @@ def against_processes(table: pd.DataFrame, response: str, title: str, y_label: s
         + stat_summary(fun_y=lambda y: y.mean(), geom="line", size=1)
         + facet_wrap("~setting")
         + scale_x_continuous(breaks=sorted(table["world_size"].unique()))
-        + labs(title=title, x="processes (nodes x procs_per_node)", y=y_label)
-        + theme_bw()
-        + theme(figure_size=FIGURE_SIZE)
+        + framed(title=title, x="processes (nodes x procs_per_node)", y=y_label)
     )
 
 
@@ -148,13 +147,11 @@ def accuracy_per_epoch(runs: pd.DataFrame, epochs: pd.DataFrame):
         + geom_point(size=1.5)
         + facet_wrap("~processes")
         + scale_x_continuous(breaks=whole_numbers(df["epoch"]))  # no epoch 1.5
-        + labs(
+        + framed(
             title="Test accuracy after each epoch (one line per run)",
             x="epoch",
             y="test_accuracy (fraction)",
         )
-        + theme_bw()
-        + theme(figure_size=FIGURE_SIZE)
     )
 
 
@@ -245,14 +242,12 @@ def compression(runs: pd.DataFrame):
         + geom_point(size=2.5)
         + geom_line()
         + facet_grid("response ~ setting", scales="free_y")
-        + labs(
+        + framed(
             title="Gradient compression: bytes, step time and accuracy (means over replications)",
             x="compression",
             y="",
-        )
-        + theme_bw()
-        + theme(
-            figure_size=(3 + 3 * settings, 7), axis_text_x=element_text(rotation=30, ha="right")
+            figure_size=(3 + 3 * settings, 7),
+            axis_text_x=element_text(rotation=30, ha="right"),
         )
     )
 
@@ -272,13 +267,11 @@ def scaling(runs: pd.DataFrame):
         + geom_errorbar(aes(ymin="speedup_low", ymax="speedup_high"), width=0.1)
         + facet_wrap("~setting")
         + scale_x_continuous(breaks=sorted(table["world_size"].unique()))
-        + labs(
+        + framed(
             title="Speedup over the smallest planned scale\n(dashed: ideal; bars: 95 % interval)",
             x="processes",
             y="speedup (throughput / base throughput)",
         )
-        + theme_bw()
-        + theme(figure_size=FIGURE_SIZE)
     )
 
 
@@ -300,13 +293,12 @@ def phase_breakdown(table: pd.DataFrame):
         + scale_fill_manual(values=PHASE_COLORS)
         + coord_flip()
         + facet_wrap("~framework", ncol=1, scales="free_y")
-        + labs(
+        + framed(
             title="Mean time per step in each phase (ranks and replications)",
             x="",
             y="time per step (ms)",
+            figure_size=(9, 2 + 0.35 * bars),
         )
-        + theme_bw()
-        + theme(figure_size=(9, 2 + 0.35 * bars))
     )
     if not notes.empty:
         notes["cell"] = pd.Categorical(notes["cell"], table["cell"].cat.categories, ordered=True)
@@ -354,14 +346,13 @@ def timeline(phases: pd.DataFrame, runs: pd.DataFrame, window: int = 12):
         )
         + scale_color_manual(values=PHASE_COLORS)
         + facet_wrap("~framework", ncol=1, scales="free")
-        + labs(
+        + framed(
             title=f"Per-rank timeline of {window} measured steps "
             "(largest run of each framework; x: outlier steps)",
             x="time since the window's start (ms)",
             y="rank",
+            figure_size=(9, 2 + 1.6 * data["framework"].nunique()),
         )
-        + theme_bw()
-        + theme(figure_size=(9, 2 + 1.6 * data["framework"].nunique()))
     )
     if not outliers.empty:
         plot += geom_point(
@@ -410,13 +401,13 @@ def waterfall(table: pd.DataFrame, why: str = "no successful run to show"):
         + geom_hline(yintercept=0, color="grey")
         + coord_flip()
         + facet_wrap("~cell")
-        + labs(
+        + framed(
             title="Where the speedup goes: ideal minus measured speedup, split by phase",
             x="phase",
             y="speedup lost (negative: gained)",
+            figure_size=(9, 5),
+            legend_position="none",
         )
-        + theme_bw()
-        + theme(figure_size=(9, 5), legend_position="none")
     )
 
 
@@ -437,14 +428,13 @@ def step_times(runs: pd.DataFrame, phases: pd.DataFrame):
         ggplot(steps, aes("cell", "step_ms", fill="framework"))
         + geom_boxplot(outlier_size=0.6, outlier_alpha=0.4)
         + coord_flip()
-        + labs(
+        + framed(
             title="Time of each measured step (all ranks and replications; box: quartiles, "
             "whiskers: 1.5 IQR)",
             x="",
             y="step time (ms)",
+            figure_size=(9, 1.5 + 0.4 * steps["cell"].nunique()),
         )
-        + theme_bw()
-        + theme(figure_size=(9, 1.5 + 0.4 * steps["cell"].nunique()))
     )
 
 
@@ -519,13 +509,12 @@ def critical_path_plot(found: cp.CriticalPath, runs: pd.DataFrame | None = None,
         )
         + scale_color_manual(values=PHASE_COLORS)
         + scale_y_continuous(breaks=whole_numbers(data["y"]))  # ranks only, no rank 0.5
-        + labs(
+        + framed(
             title=f"Critical path (black) over {joins} steps of {run_name(runs, run_id)}",
             x="time since the window's start (ms)",
             y="rank",
+            figure_size=(9, 2 + 0.4 * ranks.max()),
         )
-        + theme_bw()
-        + theme(figure_size=(9, 2 + 0.4 * ranks.max()))
     )
 
 

@@ -292,7 +292,7 @@ def cmd_improve(args) -> int:
     if not (tables / "runs.parquet").exists():
         raise UserError(f"{tables}: no runs.parquet; run the first stage (./ddlc run) first")
     try:
-        doc = improve.write(design, tables, out, args.top or improve.TOP, args.replications)
+        doc = improve.write(design, tables, out, args.top, args.replications)
     except ValueError as exc:
         raise UserError(f"{tables}: {exc}") from None
     hypotheses = doc["follow_up"]["hypotheses"]
@@ -569,12 +569,10 @@ def parser() -> argparse.ArgumentParser:
     follow.add_argument(
         "--replications",
         type=positive_int,
-        default=None,
         help="runs per chosen cell (default: the first stage's + 1, at least 3)",
     )
     budget = dict(
         type=positive_int,
-        default=None,
         help="at most this many follow-up runs (default: as many as the first stage's, at least one cell)",
     )
     follow.add_argument("--max-runs", **budget)
@@ -591,13 +589,12 @@ def parser() -> argparse.ArgumentParser:
     imp.add_argument(
         "--top",
         type=positive_int,
-        default=None,
-        help=f"hypotheses to test (default {improve_limits.TOP})",
+        default=improve_limits.TOP,
+        help="hypotheses to test (default %(default)s)",
     )
     imp.add_argument(
         "--replications",
         type=at_least(improve_limits.MIN_REPLICATIONS),
-        default=None,
         help=f"runs per level and cell (at least {improve_limits.MIN_REPLICATIONS})",
     )
     imp.add_argument(
@@ -613,7 +610,7 @@ def parser() -> argparse.ArgumentParser:
         default=400_000,
         help="above this, keep a window of steps (default 400000)",
     )
-    line.add_argument("--steps", default=None, help="keep steps A:B (inclusive)")
+    line.add_argument("--steps", help="keep steps A:B (inclusive)")
     line.add_argument(
         "--align",
         choices=["auto", "trace", "join"],
@@ -639,7 +636,7 @@ def parser() -> argparse.ArgumentParser:
     command("envs", cmd_envs, "the environments envs/setup.sh sets up for the design")
     fetch = sub.add_parser("fetch-data", help="download and verify CIFAR-10")
     fetch.add_argument("dataset", choices=["cifar10"])
-    fetch.add_argument("--data-dir", default=None)
+    fetch.add_argument("--data-dir")
     fetch.set_defaults(fn=cmd_fetch_data)
     # Its own options and --help are the cluster's (ddlcompare/run/cluster.py).
     clu = sub.add_parser(
