@@ -522,6 +522,12 @@ def cmd_cluster(args) -> int:
     return cluster.main(args.action)
 
 
+def first_stage_inputs(parser: argparse.ArgumentParser) -> None:
+    """Where a second stage (follow-up, improve) finds the first's runs."""
+    parser.add_argument("--results", default="results")
+    parser.add_argument("--tables", help="the first stage's tables (default: its results)")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ddlc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -563,8 +569,7 @@ def parser() -> argparse.ArgumentParser:
     follow = command(
         "follow-up", cmd_follow_up, "write the second stage's design from a finished study's tables"
     )
-    follow.add_argument("--tables", help="the first stage's tables (default: its results)")
-    follow.add_argument("--results", default="results")
+    first_stage_inputs(follow)
     follow.add_argument("--out", help="the follow-up design (default: <design>-follow-up.yaml)")
     follow.add_argument(
         "--replications",
@@ -583,8 +588,7 @@ def parser() -> argparse.ArgumentParser:
         "snakemake", nargs="*", help="options passed to snakemake, after -- (e.g. -- --cores 2)"
     )
     imp = command("improve", cmd_improve, "run the design, then test its top hypotheses")
-    imp.add_argument("--results", default="results")
-    imp.add_argument("--tables", help="the first stage's tables (default: its results)")
+    first_stage_inputs(imp)
     imp.add_argument("--out", help="the test's design (default: <design>-improve.yaml)")
     imp.add_argument(
         "--top",
