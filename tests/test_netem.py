@@ -3,6 +3,7 @@ joined by a bridge, each link limited by tc. Real namespaces, real links,
 real traffic and real training runs; they need root (CAP_NET_ADMIN and
 CAP_SYS_ADMIN) and iproute2, and are skipped with the reason without them."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -108,6 +109,22 @@ c.sendall(b"x")
 """
 
 
+@contextlib.contextmanager
+def receiving(node):
+    """RECEIVER listening in ``node`` (ready before the block runs), until
+    the block's sender or connector is done with it."""
+    receiver = subprocess.Popen(
+        netem.enter_node(node, [sys.executable, "-c", RECEIVER, node.address]),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert receiver.stdout.readline().strip() == "ready"
+        yield
+    finally:
+        receiver.wait(timeout=30)
+
+
 @needs_netns
 def test_rate_limit_holds_between_two_nodes(tmp_path):
     """A TCP transfer of 2 s at the limit: its goodput is within 20 % of the
@@ -115,16 +132,8 @@ def test_rate_limit_holds_between_two_nodes(tmp_path):
     size = 100 * 1_000_000 // 8 * 2
     with netem.network(CONFIG, tmp_path) as net:
         a, b = net.nodes
-        receiver = subprocess.Popen(
-            netem.enter_node(b, [sys.executable, "-c", RECEIVER, b.address]),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert receiver.stdout.readline().strip() == "ready"
+        with receiving(b):
             sent = in_node(net, 0, sys.executable, "-c", SENDER, b.address, str(size))
-        finally:
-            receiver.wait(timeout=30)
         counted = net.counters()
     mbit = size * 8 / float(sent.stdout) / 1e6
     assert 80 <= mbit <= 101, f"{mbit:.1f} Mbit/s through a 100 Mbit/s link"
@@ -150,16 +159,8 @@ def test_delay_is_applied_or_refused_with_the_reason(tmp_path):
     try:
         with netem.network({**CONFIG, "net_delay_ms": 20}, tmp_path) as net:
             a = net.nodes[0]
-            receiver = subprocess.Popen(
-                netem.enter_node(a, [sys.executable, "-c", RECEIVER, a.address]),
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            try:
-                assert receiver.stdout.readline().strip() == "ready"
+            with receiving(a):
                 connect = in_node(net, 1, sys.executable, "-c", CONNECTOR, a.address)
-            finally:
-                receiver.wait(timeout=30)
     except netem.NetworkError as exc:
         assert "net_delay_ms" in str(exc) and "sch_netem" in str(exc), str(exc)
         assert ours(CONFIG["run_id"][:6]) == []
