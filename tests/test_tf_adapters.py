@@ -4,6 +4,7 @@ Skipped only when the TensorFlow environment (.venv-tf) is not built;
 ./ddlc test builds it."""
 
 import json
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -115,12 +116,21 @@ def test_mirrored_strategy_over_two_logical_cpus(tiny_runs):
     assert (steps["comm_bytes"] == 421_642 * 4).all(), steps["comm_bytes"].unique()
 
 
+def in_tensorflow(code: str, timeout: int) -> subprocess.CompletedProcess:
+    """Python ``code`` run in the TensorFlow environment, from the checkout."""
+    return subprocess.run(
+        [str(envs.python_for("tensorflow")), "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+
+
 @needs_tf
 def test_keras_model_is_initialised_as_the_spec_says():
     """He-uniform (ReLU layers) and Glorot-uniform (output) bounds, zero
     biases, 'same' padding, in the TensorFlow environment itself."""
-    import subprocess
-
     probe = """
 import math
 from frameworks import data, keras_models, models
@@ -138,13 +148,7 @@ for layer in m.layers:
     assert layer.get_config().get("padding", "same") == "same", layer.name
 print("ok", m.count_params())
 """
-    done = subprocess.run(
-        [str(envs.python_for("tensorflow")), "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=Path(__file__).resolve().parent.parent,
-    )
+    done = in_tensorflow(probe, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["ok", "421642"]
 
@@ -155,8 +159,6 @@ def test_fit_loop_of_frameworks_that_own_the_step(tmp_path):
     """The loop Tarantella runs (tf_family.train_fit), with Keras' own fit
     in place of tnt.Model's (one process): its tables, 'other' for whole
     steps, and training that works."""
-    import subprocess
-
     probe = f"""
 import json
 import numpy as np
@@ -180,13 +182,7 @@ config.update(framework="tarantella", seed=42, epochs=2, max_steps=20, train_ima
               test_images=1000, warmup_steps=2, batch_size=32)
 tf_family.train(KerasFit(), config, Path({str(tmp_path)!r}))
 """
-    done = subprocess.run(
-        [str(envs.python_for("tensorflow")), "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=Path(__file__).resolve().parent.parent,
-    )
+    done = in_tensorflow(probe, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     epochs = pd.read_csv(tmp_path / "epochs.tsv", sep="\t")
     assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
