@@ -3,6 +3,7 @@ host-wide lock shared and wait while a measurement holds it; the overlap
 check knows training processes by their attempt, not by their command
 line; a run measured beside a CPU hog is marked loaded."""
 
+import fcntl
 import json
 import os
 import shlex
@@ -25,13 +26,17 @@ from front import workflow_support
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
 
-def job(journal: Path, command: str, lock: Path) -> subprocess.Popen:
+def job(journal: Path, command: str, lock: Path, stderr=None) -> subprocess.Popen:
     """A workflow job as another invocation's Snakemake starts it: bash with
     the Snakefile's prefix (not part of this process's measurement)."""
     prefix = workflow_support.job_prefix(journal).replace("{{", "{").replace("}}", "}")
     env = {k: v for k, v in os.environ.items() if k != machine_lock.HELD_ENV}
     return subprocess.Popen(
-        ["bash", "-c", prefix + command], env={**env, machine_lock.LOCK_ENV: str(lock)}, cwd=REPO
+        ["bash", "-c", prefix + command],
+        env={**env, machine_lock.LOCK_ENV: str(lock)},
+        cwd=REPO,
+        stderr=stderr,
+        text=True,
     )
 
 
@@ -317,3 +322,29 @@ def test_foreign_load_is_counted_on_the_runs_own_cores():
     assert on_busy["foreign_cpu_share"] >= 0.9, on_busy  # the loop's core, all taken
     # The other core holds only what else this machine runs (all of it, on a busy one).
     assert on_other["foreign_cpu_share"] <= on_busy["foreign_cpu_share"] + 0.05
+
+
+def test_a_scheduler_refusing_the_wait_is_said_even_from_the_turnstile(tmp_path, monkeypatch):
+    """A job waiting at the turnstile (behind a measurement that waits for
+    the machine) asks its scheduler to add the wait to its limit; where the
+    scheduler refuses, the job's stderr says so with the scheduler's words
+    (the turnstile's wait silences flock's errors, and it silenced this too).
+    A stand-in oarwalltime: the test is of the job's shell, not of OAR."""
+    lock, journal = tmp_path / "lock", tmp_path / "jobs.log"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    refusing = bin_dir / "oarwalltime"
+    refusing.write_text("#!/bin/sh\necho 'walltime change refused for job 7' >&2\nexit 1\n")
+    refusing.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("OAR_JOB_ID", "7")
+    turnstile = open(machine_lock.turnstile(lock), "a")
+    fcntl.flock(turnstile, fcntl.LOCK_EX)  # a measurement waits: later jobs queue
+    waiting = job(journal, "true", lock, stderr=subprocess.PIPE)
+    time.sleep(3)
+    assert waiting.poll() is None
+    turnstile.close()
+    _, err = waiting.communicate(timeout=30)
+    assert waiting.returncode == 0, err
+    said = "warning: the scheduler did not add this job's wait for the machine to its time limit"
+    assert said in err and "walltime change refused for job 7" in err, err

@@ -24,6 +24,9 @@ ddlc_stop_asked() {
 # clusters, root's on ./ddlc cluster), OAR's oarwalltime (where the cluster
 # allows walltime changes). Where the scheduler refuses, it says so once.
 ddlc_extended=0
+# The job's own stderr, for the warning below: the turnstile's wait sends
+# flock's errors to /dev/null, and the warning went with them.
+exec {ddlc_stderr}>&2
 ddlc_extend_limit() {
   local waited
   waited=$(awk "BEGIN { print int($(ddlc_now) - $ddlc_queued) }")
@@ -36,7 +39,7 @@ ddlc_extend_limit() {
       return 0
     fi
     if [ "$ddlc_extended" -lt 0 ]; then
-      echo "warning: the scheduler did not add this job's wait for the machine to its time limit ($ddlc_said): the wait counts against it" >&2
+      echo "warning: the scheduler did not add this job's wait for the machine to its time limit ($ddlc_said): the wait counts against it" >&"$ddlc_stderr"
       return 0
     fi
     ddlc_extended=$((ddlc_extended + 1))
@@ -72,6 +75,7 @@ elif command -v flock >/dev/null; then
 else
   echo "warning: no flock command: this job does not wait for measurements (install util-linux)" >&2
 fi
+exec {ddlc_stderr}>&-
 ddlc_job_start=$(ddlc_now)
 # What a measurement in this job waited for the machine, counting this wait.
 export DDLC_JOB_WAITED_S
