@@ -301,3 +301,30 @@ def test_the_last_line_says_when_the_workflow_stopped(tmp_path, capsys, workflow
         assert last == "2 ok"
     else:
         assert last.startswith("2 ok, but the workflow stopped before its end")
+
+
+def test_a_dry_run_names_the_runs_it_would_queue_again_and_moves_nothing(tmp_path, monkeypatch):
+    """A failed run and a damaged one (with rerun_damaged=1): a dry run
+    leaves both in place and returns their paths, which the Snakefile plans
+    (workflows/runs.smk, the requeue rule); a real invocation moves them and
+    returns none."""
+    from ddlcompare.plan import yaml_safe
+    from front import workflow_support as ws
+    from runfiles import ownership
+
+    for name in (ownership.WORKFLOW_ENV, yaml_safe.DIGEST_ENV):  # prepare sets them
+        monkeypatch.setenv(name, "")
+    path = write_design(tmp_path, tiny_design(procs=(1, 2)))
+    failed, damaged = design.parse(tiny_design(procs=(1, 2)), str(path)).runs()
+    results = tmp_path / "results"
+    for row, text in ((failed, json.dumps({"status": "failed", "run_id": failed.run_id})),
+                      (damaged, "{cut sho")):  # fmt: skip
+        (results / row.path).mkdir(parents=True)
+        (results / row.path / "done.json").write_text(text)
+    options = {"rerun_damaged": "1"}
+    _, _, requeued = ws.prepare(str(path), results, main=True, dryrun=True, options=options)
+    assert requeued == {failed.path, damaged.path}
+    assert all((results / r.path / "done.json").exists() for r in (failed, damaged))
+    _, _, requeued = ws.prepare(str(path), results, main=True, dryrun=False, options=options)
+    assert requeued == set()
+    assert not any((results / r.path / "done.json").exists() for r in (failed, damaged))
