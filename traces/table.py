@@ -574,11 +574,11 @@ def _distinct(names: list) -> tuple[pa.Array, np.ndarray | None]:
     one name (OTF2 definitions may repeat a name) are one value of a
     dictionary (pandas' categories must be distinct). In Arrow, not a
     Python loop: a Kineto trace has some 30 k names a file."""
-    values = _strings(names)
+    values = strings(names)
     if values.null_count == 0 and pc.count_distinct(values).as_py() == len(values):
         return values, None
     encoded = values.dictionary_encode()  # None stays null: code -1
-    new_code = encoded.indices.fill_null(-1).to_numpy().astype(np.int32)
+    new_code = to_numpy(encoded.indices.fill_null(-1)).astype(np.int32)
     return encoded.dictionary, np.append(new_code, np.int32(-1))
 
 
@@ -588,7 +588,7 @@ def _one_value(value: str, n: int) -> pa.DictionaryArray:
     # safe=False: Arrow's check would read every zero, faulting in pages
     # that np.zeros leaves untouched
     return pa.DictionaryArray.from_arrays(
-        from_numpy(np.zeros(n, dtype=np.int32)), _strings([value]), safe=False
+        from_numpy(np.zeros(n, dtype=np.int32)), strings([value]), safe=False
     )
 
 
@@ -620,7 +620,23 @@ def from_numpy(values: np.ndarray, missing: np.ndarray | None = None) -> pa.Arra
     )
 
 
-def _strings(names: list) -> pa.StringArray:
+def to_numpy(array: pa.Array) -> np.ndarray:
+    """An Arrow array of integers or booleans without nulls as numpy's (the
+    integers sharing its memory, read-only): what ``array.to_numpy()``
+    gives, without the look for pandas that imports it."""
+    if array.null_count:
+        raise ValueError("to_numpy: an array with nulls")
+    start, n = array.offset, len(array)
+    if n == 0:
+        return np.zeros(0, dtype=np.bool_ if pa.types.is_boolean(array.type) else str(array.type))
+    if pa.types.is_boolean(array.type):
+        bits = np.frombuffer(array.buffers()[1], dtype=np.uint8)
+        return np.unpackbits(bits, count=start + n, bitorder="little")[start:].view(np.bool_)
+    dtype = np.dtype(str(array.type))  # int8 ... uint64 are numpy's names too
+    return np.frombuffer(array.buffers()[1], dtype=dtype, count=n, offset=start * dtype.itemsize)
+
+
+def strings(names: list) -> pa.StringArray:
     """``pa.array(names, pa.string())``: None is null."""
     encoded = [b"" if name is None else name.encode() for name in names]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
@@ -721,20 +737,23 @@ def _number_steps(c: Columns, is_step: np.ndarray, step: np.ndarray) -> None:
     rows = np.flatnonzero(is_step & (step == NULL))
     if rows.size == 0:
         return
-    import pandas as pd
-
     # the number in the name, read once per step's region name, not once
     # per row nor for every name
     region = c.region[rows]
     codes = np.flatnonzero(np.bincount(region))  # no sort: codes are small
-    names = pd.Series([c.region_names[code] for code in codes.tolist()], dtype=object)
     number_of = np.full(codes[-1] + 1, np.nan)
-    number_of[codes] = names.str.extract(_STEP_NUMBER, expand=False).astype("float").to_numpy()
+    number_of[codes] = [_step_number(c.region_names[code]) for code in codes.tolist()]
     number = number_of[region]
     unnamed = np.isnan(number)
     if unnamed.any():
         number = np.where(unnamed, _order_on_location(c, rows), number)
     step[rows] = number.astype(np.int64)
+
+
+def _step_number(name) -> float:
+    """The number that ends a step's name (``ProfilerStep#12``), NaN where none."""
+    found = _STEP_NUMBER.search(name) if isinstance(name, str) else None
+    return float(found.group(1)) if found else np.nan
 
 
 def _number_epochs(c: Columns, is_epoch: np.ndarray, epoch: np.ndarray) -> None:

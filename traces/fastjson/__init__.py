@@ -430,7 +430,9 @@ class NameTable:
         if added < 0:
             raise MemoryError("the scanner's name table")
         if added:
-            names = array.take(pa.array(new_rows[:added])).to_pylist()
+            # Arrow's array from the buffer (pa.array() would import pandas)
+            rows = pa.Array.from_buffers(pa.int64(), added, [None, pa.py_buffer(new_rows[:added])])
+            names = array.take(rows).to_pylist()
             given = np.ascontiguousarray(code_new(names), dtype=np.int32)
             self._lib.name_table_code(self._handle, given.ctypes.data, added)
             new = codes < 0

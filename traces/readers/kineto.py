@@ -40,7 +40,15 @@ import pyarrow.compute as pc
 
 from traces import fastjson, jsonrecords, nesting
 from traces.readers import Problem, Reader, TraceError, read_bytes, register
-from traces.table import NULL, PHASE_CODE, Columns, finish_columns
+from traces.table import (
+    NULL,
+    PHASE_CODE,
+    Columns,
+    finish_columns,
+    from_numpy,
+    strings,
+    to_numpy,
+)
 
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
 RUNTIME_CATEGORIES = {"cuda_runtime", "Runtime", "cuda_driver"}
@@ -506,20 +514,20 @@ class _Codes:
         # Arrow strings with their codes: a batch's known names are looked
         # up there, only new ones in Python
         self.table = fastjson.name_table()
-        self.texts = pa.array([], pa.string())
+        self.texts = strings([])
         self.text_codes = np.zeros(0, dtype=np.int32)
 
     def of(self, values: list) -> np.ndarray:
         """Codes of ``values``; strings (and None) through Arrow's dictionary
         encoding, ints through numpy: either is a few times faster than
         hashing Python objects one by one."""
-        import pandas as pd
-
         kinds = set(map(type, values))
         if kinds <= {str, type(None)}:
-            return self.of_strings(pa.array(values, pa.string()))
+            return self.of_strings(strings(values))
         if kinds == {int} and INT64_MIN < min(values) and max(values) <= INT64_MAX:
             return self.of_ints(np.fromiter(values, np.int64, len(values)))  # pids and tids
+        import pandas as pd  # here only: ids of mixed kinds are rare
+
         local, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
         return self._known(local, [None if u != u else u for u in uniques])  # None, not NaN
 
@@ -529,7 +537,7 @@ class _Codes:
         if not escaped:
             return self._of_texts(array)
         encoded = pc.dictionary_encode(array, null_encoding="encode")
-        local = encoded.indices.to_numpy(zero_copy_only=False)
+        local = to_numpy(encoded.indices)
         uniques = encoded.dictionary.to_pylist()
         if escaped:
             uniques = [json.loads(f'"{u}"') if u and "\\" in u else u for u in uniques]
@@ -544,7 +552,7 @@ class _Codes:
             codes = self._looked_up(array)
         if array.null_count:
             none = self.index.setdefault(None, len(self.index))
-            codes[pc.is_null(array).to_numpy(zero_copy_only=False)] = none
+            codes[to_numpy(pc.is_null(array))] = none
         return codes
 
     def _code_new(self, names: list):
@@ -571,22 +579,18 @@ class _Codes:
             at = pc.index_in(array, value_set=self.texts)
         if not len(self.texts):  # nulls only, and no name yet
             return np.zeros(len(array), dtype=np.int32)
-        return self.text_codes[pc.fill_null(at, 0).to_numpy(zero_copy_only=False)]
+        return self.text_codes[to_numpy(pc.fill_null(at, 0))]
 
     def of_ints(self, values: np.ndarray) -> np.ndarray:
-        import pandas as pd
-
-        local, uniques = pd.factorize(values)
+        local, uniques = factorize(values)
         return self._known(local, uniques.tolist())
 
     def of_ids(self, values: np.ndarray, kinds: np.ndarray, text_rows, texts) -> np.ndarray:
         """Codes of the scanner's ids: int64 ``values`` where ``kinds`` says
         an int, None where absent, ``texts`` at ``text_rows``."""
-        import pandas as pd
-
         local = np.full(len(values), -1, dtype=np.int64)
         ints = kinds == fastjson.ID_INT
-        local[ints], uniques = pd.factorize(values[ints])
+        local[ints], uniques = factorize(values[ints])
         uniques = uniques.tolist()
         absent = kinds == fastjson.ID_ABSENT
         if absent.any():
@@ -675,7 +679,7 @@ class _Events:
         keep = slice(None)
         if not timed.all():
             keep = np.flatnonzero(timed)
-            strings = {key: array.take(keep) for key, array in strings.items()}
+            strings = {key: array.take(from_numpy(keep)) for key, array in strings.items()}
         self._append(
             c["ts"][keep],
             c["dur"][keep],
@@ -759,9 +763,9 @@ class _Events:
         named = np.array([r.collective is not None for r in rules.rules] + [False])[first]
         # a ':' after 3 or 4 letters, found in Arrow: only those names and
         # the collectives come to Python
-        sliced = pc.utf8_slice_codeunits(pa.array(names, pa.string()), 3, 5)
-        colon = pc.fill_null(pc.match_substring(sliced, ":"), False)
-        maybe = np.flatnonzero(named | colon.to_numpy(zero_copy_only=False))
+        sliced = pc.utf8_slice_codeunits(strings(names), 3, 5)
+        colon = pc.and_kleene(pc.match_substring(sliced, ":"), sliced.is_valid())  # null: False
+        maybe = np.flatnonzero(named | to_numpy(colon))
         backends = [
             (code, names[code])
             for code in maybe.tolist()
@@ -827,8 +831,6 @@ class _Events:
         )
 
     def columns(self, rank: int) -> Columns:
-        import pandas as pd
-
         joined = {
             key: np.concatenate([p[key] for p in self.parts])
             if self.parts
@@ -849,7 +851,7 @@ class _Events:
         self._shaped_bytes(joined)
         self._flow_ids(joined)
         n = len(joined["start"])
-        where, keys = pd.factorize(joined["where"])
+        where, keys = factorize(joined["where"])
         parent = nesting.enclosing(where, joined["start"], joined["end"])
         _link(
             parent,
@@ -884,6 +886,17 @@ class _Events:
         if thread is None:
             return f"{pid}/{tid}"
         return f"{self.process.get(pid, pid)}/{thread}"
+
+
+def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, distinct values) of an integer column, the values in the
+    order they first come (``pandas.factorize``'s answer, by Arrow's hash:
+    importing pandas cost a Kineto import a tenth of its CPU)."""
+    encoded = from_numpy(np.ascontiguousarray(values)).dictionary_encode()
+    return (
+        to_numpy(encoded.indices).astype(np.int64),
+        to_numpy(encoded.dictionary),
+    )
 
 
 def ns_of_number(value) -> int:
@@ -1010,20 +1023,20 @@ def _scanned_collectives(names: pa.StringArray, dtypes: pa.StringArray, elements
     bytes of every row (``elements`` NaN: unknown); the same rules, applied
     to each distinct name and dtype instead of each event."""
     nbytes = np.full(len(names), NULL, dtype=np.int64)
-    rows = np.flatnonzero(names.is_valid().to_numpy(zero_copy_only=False))
+    rows = np.flatnonzero(to_numpy(names.is_valid()))
     if rows.size == 0:
         return rows, [], nbytes
-    encoded = pc.dictionary_encode(names.take(rows))
+    encoded = pc.dictionary_encode(names.take(from_numpy(rows)))
     named = [COLLECTIVE_NAMES.get(n, n) for n in _lower(encoded.dictionary.to_pylist(), escaped)]
     is_collective = np.array([n is not None for n in named], dtype=bool)
-    local = encoded.indices.to_numpy(zero_copy_only=False)
+    local = to_numpy(encoded.indices)
     rows, local = rows[is_collective[local]], local[is_collective[local]]
-    encoded = pc.dictionary_encode(dtypes.take(rows), null_encoding="encode")
+    encoded = pc.dictionary_encode(dtypes.take(from_numpy(rows)), null_encoding="encode")
     sizes = [
         dtype_bytes(d) or 0
         for d in _lower([d or "" for d in encoded.dictionary.to_pylist()], escaped)
     ]
-    size = np.array(sizes, dtype=np.int64)[encoded.indices.to_numpy(zero_copy_only=False)]
+    size = np.array(sizes, dtype=np.int64)[to_numpy(encoded.indices)]
     count = elements[rows]
     known = (size > 0) & (count >= 0) & (count < MAX_ELEMENTS)  # NaN: unknown
     nbytes[rows[known]] = np.trunc(count[known]).astype(np.int64) * size[known]
