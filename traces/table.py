@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from traces import fastjson, nesting
 from runfiles.phases import EPOCH, MARKERS, PHASES, STEP, STEP_PHASES
@@ -575,7 +574,7 @@ def _distinct(names: list) -> tuple[pa.Array, np.ndarray | None]:
     dictionary (pandas' categories must be distinct). In Arrow, not a
     Python loop: a Kineto trace has some 30 k names a file."""
     values = strings(names)
-    if values.null_count == 0 and pc.count_distinct(values).as_py() == len(values):
+    if values.null_count == 0 and len(set(names)) == len(names):
         return values, None
     encoded = values.dictionary_encode()  # None stays null: code -1
     new_code = to_numpy(encoded.indices.fill_null(-1)).astype(np.int32)

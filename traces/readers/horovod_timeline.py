@@ -38,7 +38,10 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+
+# pyarrow.compute (some 30 ms of imports) is imported in the functions that
+# use it: every reader's module is imported for any conversion, and that of
+# an OTF2 archive needs none of it.
 
 from runfiles.names import HOROVOD_TIMELINE
 from traces import fastjson, jsonrecords, nesting
@@ -208,6 +211,8 @@ class _Reading:
         )
 
     def _records(self, ph, names, ts, pid, dtypes, shapes) -> Records:
+        import pyarrow.compute as pc
+
         timed = ts != NO_TIME
         # metadata has no time of its own; an activity without one is lost
         untimed = int((~timed & ((ph == BEGIN) | (ph == END) | (ph == COMPLETE))).sum())
@@ -245,6 +250,7 @@ class _Reading:
 
 def _key(pid) -> tuple:
     """A pid as a location key: 1 and "1" are different locations."""
+
     return ("int" if isinstance(pid, int) else "text", pid)
 
 
@@ -434,6 +440,8 @@ def _problems(
 def _bytes(dtypes: pa.StringArray, shapes: pa.StringArray) -> np.ndarray:
     """Tensor bytes from the dtype and shape Horovod writes on an activity's
     End (NULL when it does not say), worked out once per distinct pair."""
+    import pyarrow.compute as pc
+
     dtypes = pc.fill_null(dtypes, "")
     pairs = pc.binary_join_element_wise(dtypes, shapes, "\x1f").dictionary_encode()
     sizes = [_tensor_bytes(*pair.split("\x1f", 1)) for pair in pairs.dictionary.to_pylist()]

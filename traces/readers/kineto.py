@@ -36,7 +36,10 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+
+# pyarrow.compute (some 30 ms of imports) is imported in the functions that
+# use it: every reader's module is imported for any conversion, and that of
+# an OTF2 archive needs none of it.
 
 from traces import fastjson, jsonrecords, nesting
 from traces.readers import Problem, Reader, TraceError, read_bytes, register
@@ -534,6 +537,8 @@ class _Codes:
     def of_strings(self, array: pa.StringArray, escaped: bool = False) -> np.ndarray:
         """Codes of an Arrow string array (null: None); ``escaped``: its
         strings may still hold JSON escapes (the scanner's raw bytes)."""
+        import pyarrow.compute as pc
+
         if not escaped:
             return self._of_texts(array)
         encoded = pc.dictionary_encode(array, null_encoding="encode")
@@ -546,6 +551,8 @@ class _Codes:
     def _of_texts(self, array: pa.StringArray) -> np.ndarray:
         """Codes of plain strings (null: None): each looked up among the
         names seen, the new ones coded first, in the order they come."""
+        import pyarrow.compute as pc
+
         if self.table is not None:
             codes = self.table.codes(array, self._code_new)
         else:
@@ -569,6 +576,8 @@ class _Codes:
     def _looked_up(self, array: pa.StringArray) -> np.ndarray:
         """_of_texts without the compiled library: Arrow's hash lookup among
         the names seen (0 where null)."""
+        import pyarrow.compute as pc
+
         at = pc.index_in(array, value_set=self.texts)
         new = pc.and_(pc.is_null(at), pc.is_valid(array))
         if pc.any(new).as_py():
@@ -751,6 +760,8 @@ class _Events:
         collective outside c10d (``symm_mem::one_shot_all_reduce``, a custom
         all-reduce op) that no record sizes. Only those records are looked
         for in the text and decoded, a few per step."""
+        import pyarrow.compute as pc
+
         sized = set()
         for p in self.parts:
             sized.update(np.unique(p["region"][p["bytes"] != NULL]).tolist())
@@ -1022,6 +1033,8 @@ def _scanned_collectives(names: pa.StringArray, dtypes: pa.StringArray, elements
     ``Collective name`` names a collective (null: none), their names, the
     bytes of every row (``elements`` NaN: unknown); the same rules, applied
     to each distinct name and dtype instead of each event."""
+    import pyarrow.compute as pc
+
     nbytes = np.full(len(names), NULL, dtype=np.int64)
     rows = np.flatnonzero(to_numpy(names.is_valid()))
     if rows.size == 0:
