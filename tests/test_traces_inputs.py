@@ -389,8 +389,9 @@ def test_json_that_is_no_trace_is_refused_on_its_first_key(tmp_path):
     assert line.startswith(f"warning: {other}: skipped: not a trace")
 
 
-def imported_by_ddlc_import(trace: Path, out: Path) -> set[str]:
-    """The modules `ddlc import TRACE -o OUT` imports (it must succeed)."""
+def imported_by_ddlc_import(trace: Path | list[Path], out: Path) -> set[str]:
+    """The modules `ddlc import TRACE... -o OUT` imports (it must succeed)."""
+    traces = trace if isinstance(trace, list) else [trace]
     done = subprocess.run(
         [
             sys.executable,
@@ -399,7 +400,7 @@ def imported_by_ddlc_import(trace: Path, out: Path) -> set[str]:
             "-m",
             "front.cli",
             "import",
-            str(trace),
+            *map(str, traces),
             "-o",
             str(out),
         ],
@@ -456,7 +457,8 @@ def test_ddlc_import_of_a_kineto_trace_with_steps_does_without_pandas(tmp_path):
 
 def test_ddlc_import_of_an_otf2_archive_with_steps_does_without_pandas(tmp_path):
     """Our own archive (step intervals on its rank) is read and written
-    without pandas: importing it is a third of the command's start-up. The
+    without pandas (a third of the command's start-up) and without
+    pyarrow.compute, two of them (the op_ids of the second shifted). The
     table is the one the in-process conversion gives."""
     from frameworks.otf2_writer import write_archive
 
@@ -470,10 +472,38 @@ def test_ddlc_import_of_an_otf2_archive_with_steps_does_without_pandas(tmp_path)
         "steps": [(1, 0, 10, 80)],
         "collectives": [("allreduce", 4096, 45, 60)],
     }
-    anchor = write_archive([part], tmp_path / "trace")
+    anchors = [write_archive([part], tmp_path / f"trace{i}") for i in range(2)]
     out = tmp_path / "p.parquet"
-    imported = imported_by_ddlc_import(anchor, out)
+    imported = imported_by_ddlc_import(anchors, out)
     assert "traces.readers.otf2_reader" in imported
     assert "pandas" not in imported
-    table, _, errors = convert.convert([anchor], RULES)
+    assert "pyarrow.compute" not in imported  # some 30 ms more
+    table, _, errors = convert.convert(anchors, RULES)
     assert errors == [] and pq.read_table(out).equals(table)
+    assert table.column("op_id").drop_null().to_pylist() == [0, 4]  # 4 rows before it
+
+
+def test_files_read_ahead_in_threads_give_what_one_at_a_time_gives(tmp_path, monkeypatch):
+    """A folder's files read several at a time (in threads, while the one
+    before is written) give the table, sources and errors, in file order,
+    that reading them one after the other gives: real Kineto traces with a
+    broken file and a file of no trace between them, and an OTF2 archive
+    (read part by part, not ahead)."""
+    for name in sorted(os.listdir(REAL / "hta")):
+        shutil.copy(REAL / "hta" / name, tmp_path / name)
+    (tmp_path / "m-broken.json").write_text('{"schemaVersion": 1, "traceEvents": [{"ph": "X",')
+    (tmp_path / "n-no-trace.json").write_text('{"schema": "1.0.1", "nodes": []}')
+    shutil.copytree(REAL / "scorep-8.4-mpi-openmp-np2", tmp_path / "scorep")
+    paths = [tmp_path]  # its scorep/traces.otf2 too, as a run folder's
+    monkeypatch.setattr(convert, "READ_AHEAD", 1)
+    one_at_a_time = convert.convert(paths, RULES, "r1")
+    monkeypatch.setattr(convert, "READ_AHEAD", 3)
+    ahead = convert.convert(paths, RULES, "r1")
+    assert ahead[0].equals(one_at_a_time[0])
+    assert ahead[1:] == one_at_a_time[1:]
+    read = [Path(s["path"]).name for s in ahead[1] if s["rows"]]
+    assert sorted(read) == sorted([*os.listdir(REAL / "hta"), "traces.otf2"])
+    assert any("m-broken.json" in e for e in ahead[2])
+    out = tmp_path / "written.parquet"
+    rows, sources, errors = convert.write(paths, out, RULES, "r1")
+    assert pq.read_table(out).equals(ahead[0]) and (sources, errors) == ahead[1:]

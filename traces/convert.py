@@ -22,15 +22,17 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import json
+import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from runfiles.atomic import refuse_inputs, refuse_to_replace, replacing
@@ -40,7 +42,7 @@ from runfiles.names import CONFIG
 from traces import readers
 from traces.readers import TraceError, otf2_reader
 from traces.rules import RULES_FILE, PhaseRules, RulesError
-from traces.table import SCHEMA, SCHEMA_VERSION, empty_table, from_numpy
+from traces.table import SCHEMA, SCHEMA_VERSION, empty_table
 
 SCOREP_DIR = names.SCOREP_DIR
 # One Score-P experiment per rank (ddlcompare/run/tracers.py, --mpp=none): each
@@ -79,6 +81,7 @@ def with_epochs_of_run(table: pa.Table, trace: Path) -> pa.Table:
     if not steps:
         return table
     import pandas as pd  # here only: a trace from elsewhere needs none of it
+    import pyarrow.compute as pc
 
     epochs = [
         pd.read_csv(f, sep="\t", usecols=["epoch", "step"]).assign(
@@ -127,57 +130,98 @@ def parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: lis
 
 def _parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: list, errors: list):
     rows_before = 0
-    for path in paths:
-        if not path.exists():
-            errors.append(f"{path}: no such file or directory")
-            continue
-        if not (path.is_file() or path.is_dir()):  # not "no trace in this folder"
-            kind = files.kind(path.stat().st_mode)
-            errors.append(f"{path}: {kind}, neither a trace file nor a folder; give a file")
-            continue
-        skipped: list[Path] = []
-        found = traces_in(path, skipped)
-        if not found:
-            errors.append(
-                f"{path}: no trace this converter knows in this folder (its "
-                f"readers look for {', '.join(_patterns())})"
-            )
-        else:  # one line each: not silently
-            sources += [
-                {"path": str(p), "format": None, "rows": 0, "skipped": True} for p in skipped
-            ]
-        for trace in found:
-            source = {"path": str(trace), "format": None, "rows": 0, "problems": []}
-            try:
-                source["format"] = readers.detect(trace)
-                for table, problems in readers.parts(
-                    trace, rules, run_id if run_id is not None else run_id_of(trace)
-                ):
-                    errors += [str(p) for p in problems if getattr(p, "lost", False)]
-                    source["problems"] += [
-                        str(p) for p in problems if not getattr(p, "lost", False)
-                    ]
-                    reader = (table.schema.metadata or {}).get(otf2_reader.META_READER)
-                    if reader:
-                        source["reader"] = reader.decode()  # fastotf2, or python (fallback)
-                    source["rows"] += table.num_rows
-                    yield _offset_op_ids(of_run(table, trace), rows_before)
-                    rows_before += table.num_rows
-                    del table  # before the next part is read (write's loop)
-            except TraceError as exc:
-                errors.append(str(exc))
-                if not source["rows"]:
-                    continue
-            except Exception as exc:  # noqa: BLE001 (one trace's fault costs only that trace)
+    with ThreadPoolExecutor(READ_AHEAD) as pool:
+        for path in paths:
+            if not path.exists():
+                errors.append(f"{path}: no such file or directory")
+                continue
+            if not (path.is_file() or path.is_dir()):  # not "no trace in this folder"
+                kind = files.kind(path.stat().st_mode)
+                errors.append(f"{path}: {kind}, neither a trace file nor a folder; give a file")
+                continue
+            skipped: list[Path] = []
+            found = traces_in(path, skipped)
+            if not found:
                 errors.append(
-                    f"{trace}: could not be read ({type(exc).__name__}: {exc}); input this "
-                    "reader does not expect: please report it with the file"
+                    f"{path}: no trace this converter knows in this folder (its "
+                    f"readers look for {', '.join(_patterns())})"
                 )
-                if not source["rows"]:
-                    continue
-            if source["rows"] == 0:
-                errors.append(f"{trace}: no interval in this trace (nothing to convert)")
-            sources.append(source)
+            else:  # one line each: not silently
+                sources += [
+                    {"path": str(p), "format": None, "rows": 0, "skipped": True} for p in skipped
+                ]
+            for trace, opened in _read_ahead(found, rules, run_id, pool):
+                source = {"path": str(trace), "format": None, "rows": 0, "problems": []}
+                try:
+                    source["format"], trace_parts = opened()
+                    for table, problems in trace_parts:
+                        errors += [str(p) for p in problems if getattr(p, "lost", False)]
+                        source["problems"] += [
+                            str(p) for p in problems if not getattr(p, "lost", False)
+                        ]
+                        reader = (table.schema.metadata or {}).get(otf2_reader.META_READER)
+                        if reader:
+                            source["reader"] = reader.decode()  # fastotf2, or python (fallback)
+                        source["rows"] += table.num_rows
+                        yield _offset_op_ids(of_run(table, trace), rows_before)
+                        rows_before += table.num_rows
+                        del table  # before the next part is read (write's loop)
+                except TraceError as exc:
+                    errors.append(str(exc))
+                    if not source["rows"]:
+                        continue
+                except Exception as exc:  # noqa: BLE001 (one trace's fault costs only that trace)
+                    errors.append(
+                        f"{trace}: could not be read ({type(exc).__name__}: {exc}); input this "
+                        "reader does not expect: please report it with the file"
+                    )
+                    if not source["rows"]:
+                        continue
+                if source["rows"] == 0:
+                    errors.append(f"{trace}: no interval in this trace (nothing to convert)")
+                sources.append(source)
+
+
+# Files read at once, each in a thread of its own, while the table of the
+# one before is written: a folder of Kineto traces (a file per rank) is read
+# on two cores (the scanner, the name lookups and Arrow let go of the
+# interpreter's lock). Two at most: each holds a whole file and its table
+# (a trace's file may be a gigabyte).
+READ_AHEAD = max(1, min(2, len(os.sched_getaffinity(0))))
+
+
+def _read_ahead(traces: list[Path], rules: PhaseRules, run_id: str | None, pool):
+    """(trace, opened) of each trace, in order; ``opened()`` gives (its
+    format, its parts) or raises what reading it raised. A file that its
+    reader reads in one part is read in ``pool``, up to READ_AHEAD of them
+    ahead of the one whose parts are being consumed; one read in parts (an
+    OTF2 archive) is read part by part as its parts are asked for, so that
+    memory holds one of them."""
+    started: dict[int, Callable] = {}
+
+    def start(i: int) -> None:
+        trace = traces[i]
+        rid = run_id if run_id is not None else run_id_of(trace)
+        try:
+            name = readers.detect(trace)
+        except TraceError as exc:
+            started[i] = functools.partial(_raise, exc)
+            return
+        if readers.in_one_part(name):
+            future = pool.submit(lambda: list(readers.parts(trace, rules, rid, name)))
+            started[i] = lambda: (name, future.result())
+        else:
+            started[i] = lambda: (name, readers.parts(trace, rules, rid, name))
+
+    for i, trace in enumerate(traces):
+        for ahead in range(i, min(i + READ_AHEAD, len(traces))):
+            if ahead not in started:
+                start(ahead)
+        yield trace, started.pop(i)
+
+
+def _raise(exc: Exception):
+    raise exc
 
 
 def convert(paths: list[Path], rules: PhaseRules, run_id: str | None = None):
@@ -203,22 +247,40 @@ def write(paths: list[Path], out: Path, rules: PhaseRules, run_id: str | None = 
         }
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows = 0
     with (
         replacing(out) as tmp,
         pq.ParquetWriter(tmp, SCHEMA.with_metadata(meta), **WRITE_OPTIONS) as writer,
     ):
-        for table in parts(paths, rules, run_id, sources, errors):
-            writer.write_table(table.replace_schema_metadata(meta))
-            rows += table.num_rows
-            # Each part's memory is let go before the next part is read
-            # (here and in each generator that yields it): the next then
-            # reuses those pages instead of faulting in and zeroing new ones.
-            del table
+        rows = _written_behind(
+            parts(paths, rules, run_id, sources, errors),
+            lambda table: writer.write_table(table.replace_schema_metadata(meta)),
+        )
         writer.add_key_value_metadata(
             {"ddlcompare.sources": json.dumps(sources), "ddlcompare.errors": json.dumps(errors)}
         )
     return rows, sources, errors
+
+
+def _written_behind(tables, write) -> int:
+    """Writes each of ``tables`` with ``write`` in a thread of its own while
+    the next is read (Arrow lets go of the interpreter's lock as it encodes
+    and compresses, as the readers' C code does), so that the two share the
+    cores; at most two tables are held, the one being written and the one
+    read meanwhile. Returns the rows written."""
+    rows = 0
+    with ThreadPoolExecutor(1, thread_name_prefix="parquet-writer") as pool:
+        writing = None
+        for table in tables:
+            if writing is not None:
+                writing.result()  # the one before is written (or its error raised)
+            writing = pool.submit(write, table)
+            rows += table.num_rows
+            # let go here too: the table goes once written (each generator
+            # that yields it does the same), and its memory is reused
+            del table
+        if writing is not None:
+            writing.result()
+    return rows
 
 
 def _write_options(schema: pa.Schema) -> dict:
@@ -236,6 +298,8 @@ def _write_options(schema: pa.Schema) -> dict:
             f.name: "DELTA_BINARY_PACKED" for f in schema if pa.types.is_int64(f.type)
         },
         "write_statistics": [f.name for f in schema if f.name not in text],
+        # values encoded 64 Ki at a time, not 1 Ki: less work per value
+        "write_batch_size": 1 << 16,
     }
 
 
@@ -248,13 +312,27 @@ def _patterns() -> list[str]:
 
 def _offset_op_ids(table: pa.Table, offset: int) -> pa.Table:
     """op_id is a row number within one trace's table: shifted by the rows
-    before it, it stays unique in the stacked table."""
+    before it, it stays unique in the stacked table. In numpy, on the
+    column's buffers (pyarrow.compute is an import an OTF2 archive's
+    conversion does without)."""
     if offset == 0 or table.num_rows == 0:
         return table
     at = table.schema.get_field_index("op_id")
-    # the offset as Arrow's scalar (a Python int would import pandas)
-    shift = from_numpy(np.array([offset], dtype=np.int64))[0]
-    return table.set_column(at, "op_id", pc.add(table.column("op_id"), shift))
+    shifted = [_shifted(chunk, offset) for chunk in table.column(at).chunks]
+    return table.set_column(at, "op_id", pa.chunked_array(shifted, pa.int64()))
+
+
+def _shifted(ids: pa.Int64Array, offset: int) -> pa.Int64Array:
+    """``ids`` + offset, null where they are null."""
+    validity, values = ids.buffers()
+    shifted = np.frombuffer(values, dtype=np.int64, count=ids.offset + len(ids)) + offset
+    return pa.Array.from_buffers(
+        pa.int64(),
+        len(ids),
+        [validity, pa.py_buffer(shifted)],
+        null_count=ids.null_count,
+        offset=ids.offset,
+    )
 
 
 def metadata_of(path: Path) -> dict:

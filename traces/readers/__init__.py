@@ -143,6 +143,13 @@ def read(path: Path, rules, run_id: str = "", source: str | None = None):
     return table, problems + _noted(path, table)
 
 
+def in_one_part(source: str) -> bool:
+    """Whether the reader of that name reads a file in one part (it keeps
+    Reader's own ``parts``): a whole file's table then may be read ahead,
+    beside others, without holding more than one part of any."""
+    return readers()[source].parts is Reader.parts
+
+
 def parts(path: Path, rules, run_id: str = "", source: str | None = None):
     """(table, problems) of one trace file, part by part."""
     checked(rules)
