@@ -209,7 +209,7 @@ def _read_ahead(traces: list[Path], rules: PhaseRules, run_id: str | None, pool)
             return
         if readers.in_one_part(name):
             future = pool.submit(lambda: list(readers.parts(trace, rules, rid, name)))
-            started[i] = lambda: (name, future.result())
+            started[i] = lambda: (name, _drained(future.result()))
         else:
             started[i] = lambda: (name, readers.parts(trace, rules, rid, name))
 
@@ -222,6 +222,14 @@ def _read_ahead(traces: list[Path], rules: PhaseRules, run_id: str | None, pool)
 
 def _raise(exc: Exception):
     raise exc
+
+
+def _drained(parts: list):
+    """The parts, each let go of by the list as it is given (the list
+    outlives them in the future that read them)."""
+    parts.reverse()
+    while parts:
+        yield parts.pop()
 
 
 def convert(paths: list[Path], rules: PhaseRules, run_id: str | None = None):
