@@ -28,7 +28,9 @@ into ~/.cache/ddl-compare/bench/, one uncompressed file per rank.
 
 - the whole process, as a user waits for it: ``ddlc import`` of the folder
   (python -m front.cli import), timed from outside, start-up and imports
-  included (events per second of its CPU, and of its wall time);
+  included (events per second of its CPU, and of its wall time), and the
+  same with the folder's files read one at a time (``ddlc import`` reads
+  two at once, in threads: more CPU, less wall time where a core is free);
 - the refusal of a 1 GiB JSON file that is no trace (a sparse file that
   opens like a PyTorch execution trace), ``ddlc import`` whole process.
 
@@ -343,6 +345,14 @@ def count_events(folder: Path) -> int:
     return sum(len(json.loads(p.read_bytes())["traceEvents"]) for p in trace_files(folder))
 
 
+# `ddlc import` as a user runs it, but with a folder's files read one after
+# the other (traces/convert.py reads two at once)
+ONE_AT_A_TIME = (
+    "import sys; from traces import convert; convert.READ_AHEAD = 1; "
+    "sys.exit(convert.main(sys.argv[1:]))"
+)
+
+
 def run_child(python: str, args: list[str], env: dict | None = None) -> dict:
     core = str(sorted(os.sched_getaffinity(0))[0])
     done = subprocess.run(
@@ -504,14 +514,18 @@ def measure(folder: Path, args) -> None:
     )
     out = bench_cache() / "trace_read_json-phases.parquet"
     whole = whole_process(cli("import", str(folder), "-o", str(out)))
+    # the same with the files read one at a time (traces/convert.py reads
+    # two at once, in threads): what that costs in CPU and saves in wall time
+    one_by_one = whole_process([sys.executable, "-c", ONE_AT_A_TIME, str(folder), "-o", str(out)])
     out.unlink(missing_ok=True)
     if whole["returncode"] != 0:
         raise SystemExit(f"ddlc import failed:\n{whole['stderr'][-3000:]}")
-    per = (
-        f", {events / whole['cpu'] / 1e6:.2f} M events/s of CPU, "
-        f"{events / whole['wall'] / 1e6:.2f} M events/s of wall time"
-    )
-    print(whole_line(f"ddlc import of the {args.format} folder", whole, per), flush=True)
+    for what, run in (("", whole), (", its files read one at a time", one_by_one)):
+        per = (
+            f", {events / run['cpu'] / 1e6:.2f} M events/s of CPU, "
+            f"{events / run['wall'] / 1e6:.2f} M events/s of wall time"
+        )
+        print(whole_line(f"ddlc import of the {args.format} folder{what}", run, per), flush=True)
     refusal = refused_in()
     before = run_child(sys.executable, child, {"DDLC_JSON_SCANNER": "msgspec"})
     print(summary("msgspec alone", before, events, size), flush=True)
@@ -525,6 +539,8 @@ def measure(folder: Path, args) -> None:
         f"target_events_per_s={TARGET_EVENTS_PER_S} target_peak_vs_file={TARGET_MEMORY_RATIO} "
         f"whole_process_events_per_cpu_s={events / whole['cpu']:.0f} "
         f"whole_process_events_per_wall_s={events / whole['wall']:.0f} "
+        f"one_at_a_time_events_per_cpu_s={events / one_by_one['cpu']:.0f} "
+        f"one_at_a_time_events_per_wall_s={events / one_by_one['wall']:.0f} "
         f"refusal_1gib_wall_s={refusal['wall']:.2f} "
         f"timing=in-process-cpu {load_fields()}"
     )
