@@ -31,6 +31,13 @@ prefix=${DDLC_TARANTELLA_PREFIX:-$(ddlc_cache_root)/tarantella-$(pin cc-hpc-itwm
   echo "check-gaspicxx-tests: no GPI-2 in $prefix: run 'bash envs/build-tarantella.sh' first" >&2; exit 2; }
 src=$dir/GaspiCxx
 checkout cc-hpc-itwm/GaspiCxx "$(pin cc-hpc-itwm/GaspiCxx)" "$src"
+# The suite's run_test.cmake runs cmake/cleanup.sh through gaspi_run after
+# EVERY test (not only in the cleanup test left out below), and that script
+# kills every process on the machine whose command line matches "test" (any
+# pytest, this script itself). Neutralised before anything is configured; a
+# -DCLEANUP_SCRIPT would not help (test_helpers.cmake sets it itself).
+printf '#!/bin/sh\n# neutralised by check-gaspicxx-tests.sh: upstream kills by name\nexit 0\n' \
+  > "$src/cmake/cleanup.sh"
 case $variant in
   ours) python3 "$here/patches/apply.py" "$here/patches/tarantella/GaspiCxx.json" "$src" ;;
   upstream) git -C "$src" apply "$here/patches/tarantella/upstream/GaspiCxx-sweep-pause.diff" ;;
@@ -46,10 +53,12 @@ cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="
   -DENABLE_TESTS=ON -DBUILD_PYTHON_BINDINGS=OFF -DBUILD_SHARED_LIBS=ON "${launcher[@]}" \
   -DCMAKE_CXX_FLAGS=-Wno-error "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG -Wno-error" > "$dir/cmake.log"
 cmake --build "$src/build" -j"${JOBS:-2}" > "$dir/build.log"
-# shellcheck disable=SC2086
+grep -qx 'exit 0' "$src/cmake/cleanup.sh" || {
+  echo "check-gaspicxx-tests: $src/cmake/cleanup.sh is live (it kills by name); not running ctest" >&2; exit 2; }
 # GPI-2 listens on fixed ports: one job a machine at a time (the lock
 # Tarantella's runs take). The suite's last test, gpi_cleanup_4ranks, kills
 # processes by name (gaspi_cleanup's killall): left out, also as a fixture (-FC).
+# shellcheck disable=SC2086
 (cd "$src/build" && flock /tmp/ddlc-gpi2.lock ctest --output-on-failure -E cleanup -FC '.*' ${CTEST_ARGS:-}) \
   > "$dir/ctest.log" 2>&1 || true
 tail -n 15 "$dir/ctest.log"
