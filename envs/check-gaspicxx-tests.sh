@@ -2,9 +2,9 @@
 # Builds GaspiCxx's own test suite (googletest, its CMake option
 # ENABLE_TESTS) at the pinned tag, with one of our patches, in a folder of
 # its own, and runs it (ctest: every test at 1 to 4 ranks on this machine,
-# the cleanup test left out,
 # through gaspi_run; envs/local-ssh starts the ranks here without an ssh
-# server). GPI-2 is taken from a Tarantella build's prefix.
+# server). The suite's cleanup script and test, which kill processes by
+# name machine-wide, are neutralised and left out. GPI-2 is taken from a Tarantella build's prefix.
 #
 # Usage: envs/check-gaspicxx-tests.sh ours|upstream|none DIR
 #   ours      envs/patches/tarantella/GaspiCxx.json (what the patched build uses)
