@@ -1,8 +1,13 @@
+import contextlib
+import fcntl
 import hashlib
 import json
+import os
 import pickle
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +15,7 @@ import pytest
 import yaml
 
 from ddlcompare.plan import design
-from ddlcompare.run import runner
+from ddlcompare.run import machine_lock, runner
 from frameworks import data
 from runfiles import variables
 
@@ -20,19 +25,40 @@ SHARED = Path(variables.get("DDLC_SHARED") or REPO.parent / "shared")
 REAL_TRACES = SHARED / "fixtures" / "real-traces"
 
 
-# The longest groups, longest first (their tests' seconds in the suite's
-# slowest 30 at 63a1719, 2 workers): handed out first, so that the last group
-# a worker takes is a short one and the other worker does not wait long for it.
+# The longest groups, longest first: their tests' seconds in the suite's
+# slowest 30 (at ab83c14, 2 workers; test_tarantella_patched, test_devices,
+# test_resnet, test_netem and test_knobs at 63a1719). Handed out first (LPT),
+# so that the last group a worker takes is a short one and the other worker
+# does not wait long for it; the other groups follow in file order.
 LONGEST_GROUPS = [
-    "schedulers",  # 1117 s
-    "test_faults",  # 324 s
-    "test_workflow",  # 262 s
-    "test_report",  # 151 s
-    "test_followup",  # 145 s
-    "test_tf_adapters",  # 139 s
-    "test_damaged",  # 96 s
-    "test_devices",  # 90 s
+    "schedulers",  # 1062 s
+    "test_faults",  # 409 s
+    "test_workflow",  # 282 s
+    "test_report",  # 157 s
+    "test_tarantella_patched",  # 135 s
+    "test_followup",  # 120 s
+    "test_devices",  # 114 s
+    "test_tf_adapters",  # 112 s
+    "test_compression",  # 109 s
+    "test_damaged",  # 108 s
+    "test_energy",  # 105 s
+    "test_resnet",  # 90 s
+    "test_netem",  # 86 s
+    "test_replication",  # 74 s
+    "test_knobs",  # 60 s
+    "test_traces_workflow",  # 54 s
+    "test_adapters",  # 43 s
 ]
+
+
+def pytest_configure(config):
+    """xdist hands the groups out by their count of tests, most first,
+    unless told not to (its --loadscope-reorder is on by default): the
+    longest groups, a few tests of minutes each, went out last, where one
+    worker may run them alone. The items' order
+    (pytest_collection_modifyitems) is the order they go out in."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
@@ -50,6 +76,63 @@ def pytest_collection_modifyitems(items):
         item.add_marker(pytest.mark.xdist_group(group[item]))
     rank = {name: at for at, name in enumerate(LONGEST_GROUPS)}
     items.sort(key=lambda item: rank.get(group[item], len(rank)))  # stable: files stay whole
+
+
+# The test schedulers (envs/schedulers/: the test Slurm, the test OAR) and the
+# cluster on one machine (./ddlc cluster) are one of each per machine: fixed
+# ports, /etc/slurm/slurm.conf, /etc/oar and OAR's one database. A suite of
+# another checkout waits for them (schedulers_alone).
+SCHEDULERS_LOCK = Path("/tmp/ddl-compare.schedulers.lock")
+SCHEDULERS = "the test schedulers (Slurm, OAR, the cluster on one machine)"
+
+
+@contextlib.contextmanager
+def held_alone(path: Path, what: str, say: Callable[[str], None]) -> Iterator[None]:
+    """Hold the lock file ``path`` alone while the block runs (flock: the
+    kernel lets go when its holder dies). Another holder is waited for,
+    and ``say`` hears once for whom: the pid and command the kernel names
+    and what the holder wrote into the file (its checkout)."""
+    fd = machine_lock.open_shared(path)  # a lock file, or refused
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 300, 0).decode(errors="replace").strip()
+            held_by = " ".join(machine_lock.describe_holders(path).split())  # one line
+            say(
+                f"waiting for {what}: {path} is held by {held_by}"
+                + (f"; {holder}" if holder else "")
+            )
+            started = time.monotonic()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            say(f"{what}: ours after {time.monotonic() - started:.0f} s of waiting")
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+        os.ftruncate(fd, 0)
+        os.pwrite(
+            fd,
+            f"pid {os.getpid()}: the tests of {REPO}{f' (worker {worker})' if worker else ''}"
+            f", since {time.strftime('%H:%M:%S')}\n".encode(),
+            0,
+        )
+        yield
+    finally:
+        os.close(fd)  # lets go of the lock
+
+
+@pytest.fixture(scope="module")
+def schedulers_alone(request) -> Iterator[None]:
+    """The test schedulers to this module's tests alone: from a fixture
+    that starts them to its end (a module's own daemons, started and
+    stopped inside it), another checkout's suite waits, and says so on the
+    terminal."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+
+    def say(text: str) -> None:
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            print(f"\n{text}", file=sys.stderr, flush=True)
+
+    with held_alone(SCHEDULERS_LOCK, SCHEDULERS, say):
+        yield
 
 
 def _absent(path: Path) -> str:

@@ -153,7 +153,7 @@ def _namespaces_allowed() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def slurm_cluster():
+def slurm_cluster(schedulers_alone):
     if why := _namespaces_allowed():
         pytest.skip(why)
     if cluster.RECORD.exists():

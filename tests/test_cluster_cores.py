@@ -21,7 +21,7 @@ AFFINITY = 'echo "$(hostname) $(grep Cpus_allowed_list /proc/self/status | cut -
 
 
 @pytest.fixture(scope="module")
-def one_core_nodes():
+def one_core_nodes(schedulers_alone):
     if why := _namespaces_allowed():
         pytest.skip(why)
     if len(os.sched_getaffinity(0)) < 2:

@@ -85,8 +85,8 @@ class OarUser:
         return [RUNUSER, "-u", self.name, "--", *argv]
 
 
-@pytest.fixture(scope="session")
-def oar_user():
+@pytest.fixture(scope="module")
+def oar_user(schedulers_alone):
     if os.geteuid() != 0 or not Path("/usr/bin/apt-get").exists():
         pytest.skip("the test OAR needs root on Debian (envs/schedulers/oar.sh)")
     started = time.monotonic()

@@ -35,8 +35,8 @@ def scheduler_env(**extra) -> dict:
     }
 
 
-@pytest.fixture(scope="session")
-def slurm():
+@pytest.fixture(scope="module")
+def slurm(schedulers_alone):
     if os.geteuid() != 0 or not Path("/usr/bin/apt-get").exists():
         pytest.skip("the test Slurm needs root on Debian (envs/schedulers/slurm.sh)")
     started = time.monotonic()

@@ -1,0 +1,99 @@
+"""The suite's own machinery (tests/conftest.py): the order xdist hands the
+groups out in, and the test schedulers kept to one checkout's suite at a
+time (two checkouts may run `./ddlc test` at once)."""
+
+import os
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO, SCHEDULERS
+
+# A conftest that takes the suite's hooks from tests/conftest.py (loaded
+# under a name of its own: the folder's conftest is this file's).
+HOOKS = f"""
+import importlib.util
+spec = importlib.util.spec_from_file_location("ddlc_conftest", {str(REPO / "tests" / "conftest.py")!r})
+suite = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(suite)
+pytest_configure = suite.pytest_configure
+pytest_collection_modifyitems = suite.pytest_collection_modifyitems
+"""
+
+
+def test_the_longest_groups_go_out_first_whatever_their_count_of_tests(tmp_path):
+    """One worker runs the groups in the order xdist hands them out: a long
+    group of 1 test (test_workflow's) before a group of 10 short ones, which
+    xdist's own order (most tests first) would send first."""
+    (tmp_path / "conftest.py").write_text(HOOKS)
+    (tmp_path / "test_many.py").write_text(
+        "import pytest\n@pytest.mark.parametrize('n', range(10))\ndef test_short(n): pass\n"
+    )
+    (tmp_path / "test_workflow.py").write_text("def test_long(): pass\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "1", "--dist", "loadgroup", "-v",
+         "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    ran = [line.split()[-1] for line in out.stdout.splitlines() if line.startswith("[gw0]")]
+    assert len(ran) == 11 and ran[0].startswith("test_workflow.py::test_long"), out.stdout
+
+
+# A process that holds the lock as a scheduler module's fixture does, until
+# told (a line on its input).
+HOLDER = """
+import sys
+from pathlib import Path
+from conftest import held_alone
+say = lambda text: print(text, file=sys.stderr, flush=True)
+with held_alone(Path(sys.argv[1]), sys.argv[2], say):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def holder(lock: Path) -> subprocess.Popen:
+    script = lock.with_name("holder.py")
+    script.write_text(HOLDER)
+    return subprocess.Popen(
+        [sys.executable, str(script), str(lock), SCHEDULERS],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])},
+    )  # fmt: skip
+
+
+def line_within(stream, seconds: float) -> str | None:
+    """The stream's next line, or None if none comes within ``seconds``."""
+    ready, _, _ = select.select([stream], [], [], seconds)
+    return stream.readline() if ready else None
+
+
+def test_a_second_suite_waits_for_the_test_schedulers_and_says_for_whom(tmp_path):
+    """Two checkouts' suites at once: the second's scheduler tests wait
+    until the first's let the schedulers go, and say whose they wait for;
+    then they have them."""
+    lock = tmp_path / "schedulers.lock"
+    first = holder(lock)
+    second = None
+    try:
+        assert line_within(first.stdout, 60) == "held\n", first.stderr.read()
+        second = holder(lock)
+        said = line_within(second.stderr, 60)
+        assert said and said.startswith(f"waiting for {SCHEDULERS}: {lock} is held by "), said
+        assert f"pid {first.pid} exclusive" in said, said  # the kernel's word
+        assert f"pid {first.pid}: the tests of {REPO}, since " in said, said  # its own
+        assert line_within(second.stdout, 3) is None  # still waiting
+        first.communicate("\n", timeout=30)
+        assert line_within(second.stdout, 30) == "held\n"
+        assert "ours after " in second.stderr.readline()
+        second.communicate("\n", timeout=30)
+        assert second.returncode == 0 and first.returncode == 0
+    finally:
+        for proc in (first, second):
+            if proc and proc.poll() is None:
+                proc.kill()
+    # What the last holder left says whose it was, for the next to wait.
+    assert lock.read_text().startswith(f"pid {second.pid}: the tests of {REPO}")
