@@ -100,11 +100,22 @@ install_debian_packages() {
 # packages: an editable install finds only those it was made with) or the
 # checkout's path changes (the stamp holds their hash).
 build_env() {
-  local env=$1 requirements=$2 label=$3 want stamp="$1/.ddlc-requirements"
+  env_current "$1" "$2" && return 0
+  env_packages "$@"
+  env_checkout "$1" "$2"
+}
+
+env_stamp() {  # ENV REQUIREMENTS: what the environment's stamp must say
   # "bytecode" stands for this recipe: environments made before it was
   # byte-compiled are made again.
-  want=$( (sha256sum "$requirements" pyproject.toml; echo "$here bytecode") | sha256sum | cut -d' ' -f1)
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
+  (sha256sum "$2" pyproject.toml; echo "$here bytecode") | sha256sum | cut -d' ' -f1
+}
+
+env_current() { [ -f "$1/.ddlc-requirements" ] && [ "$(cat "$1/.ddlc-requirements")" = "$(env_stamp "$1" "$2")" ]; }
+
+# ENV REQUIREMENTS LABEL: the environment and its packages, byte-compiled.
+env_packages() {
+  local env=$1 requirements=$2 label=$3
   check_owner "$env"
   say "building the $label environment in $env (a few minutes the first time)"
   [ -x "$env/bin/python" ] || python3 -m venv "$env"
@@ -118,10 +129,14 @@ build_env() {
   # (some packages ship templates and fixtures named .py) are skipped, as
   # pip skips them.
   pip_in "$env" install -q --no-compile -r "$requirements"
-  pip_in "$env" install -q --no-deps -e .
   "$env/bin/python" -m compileall -q -j 0 "$("$env/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
     > "$env/.ddlc-compileall.log" 2>&1 || true
-  echo "$want" > "$stamp"
+}
+
+# ENV REQUIREMENTS: this checkout installed in it (editable), then stamped.
+env_checkout() {
+  pip_in "$1" install -q --no-deps -e .
+  env_stamp "$1" "$2" > "$1/.ddlc-requirements"
 }
 
 # An environment holds one checkout's editable install. Two checkouts that
@@ -259,6 +274,16 @@ add_scorep_bindings() {
 }
 
 install_debian_packages
+# The TensorFlow environment's packages install beside the main environment's
+# build: pip unpacks and writes one file at a time, so two at once use both
+# cores. The two editable installs of this checkout take turns (both write
+# its .egg-info).
+tf_packages=
+if wants tensorflow && ! env_current "$venv_tf" envs/tensorflow.txt; then
+  env_packages "$venv_tf" envs/tensorflow.txt TensorFlow &
+  tf_packages=$!
+  trap wait EXIT  # leaving early (the main build failed): it ends first, never half-way
+fi
 if wants torch; then
   build_env "$venv" envs/torch.txt Python
   # This checkout's own packages, byte-compiled as the environment's are:
@@ -273,7 +298,10 @@ if wants torch; then
   install_horovod
 fi
 if wants tensorflow; then
-  build_env "$venv_tf" envs/tensorflow.txt TensorFlow
+  if [ -n "$tf_packages" ]; then
+    wait "$tf_packages" || exit $?  # it said why
+    env_checkout "$venv_tf" envs/tensorflow.txt
+  fi
   install_horovod_tf
 fi
 # build_tarantella PREFIX [patched]: Tarantella (or the build with our patch)
