@@ -45,6 +45,18 @@ def with_setting(runs: pd.DataFrame, leave_out: tuple[str, ...] = ()) -> pd.Data
     return runs.assign(setting=labels)
 
 
+def by_rep(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """A table of runs (keyed by ``run_id``) as a reader reads it: its cell,
+    then the run's replication in place of its id (a hash, which names
+    nothing a reader knows; the run's folder holds it)."""
+    if "run_id" not in table or "rep" not in runs:
+        return table
+    reps = runs.drop_duplicates("run_id").set_index("run_id")["rep"]
+    shown = table.assign(run_id=table["run_id"].map(reps)).rename(columns={"run_id": "rep"})
+    first = [c for c in CELL if c in shown]
+    return shown[[*first, *[c for c in shown.columns if c not in first]]]
+
+
 def _text(value) -> str:
     """A level as design.yaml spells it (an integer column with a null level
     is read back as floats: 100.0 is 100)."""

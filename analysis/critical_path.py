@@ -813,5 +813,5 @@ def section(
     }
     for caption, t in tables.items():
         if len(t):
-            out.table(t, caption=caption)
+            out.table(cells.by_rep(t, ok), caption=caption)
     return out

@@ -31,6 +31,7 @@ UNITS = (
     ("_ms", "ms"),
     ("_j", "J"),
     ("_s", "s"),
+    ("seconds", "s"),  # the probe's all-reduce time
 )
 # Units that take k/M/G prefixes (the others have their own: ms, MB/s, s).
 PREFIXED = ("images/s", "J", "B", "B/step")
@@ -50,6 +51,7 @@ SHARES = (
     # how far the compute it holds fixed moved between fit and check
     "held_out_error",
     "compute_drift",
+    "change",  # a what-if's replayed step over the measured one, less 1
     # ddlc improve's proof: relative changes and the predicted one's interval
     "step_change",
     "throughput_change",

@@ -93,7 +93,7 @@ def status_section(ctx) -> Section:
     loaded = runs["loaded"].eq(True) if "loaded" in runs else pd.Series(False, index=runs.index)
     counts["measured beside foreign load"] = loaded.groupby([runs[c] for c in cell]).sum()
     counts = counts.reset_index()
-    problems = runs[runs["status"] != "ok"][["run_id", *cell, "rep", "status", "reason"]]
+    problems = runs[runs["status"] != "ok"][[*cell, "rep", "status", "reason"]]
     ok = int((runs["status"] == "ok").sum())
     out = Section("status", "Run status").para(f"{ok} of {len(runs)} runs ok.")
     if said := order_words(runs):
@@ -102,7 +102,7 @@ def status_section(ctx) -> Section:
     if not problems.empty:
         out.heading("Runs that did not succeed").table(problems)
     if loaded.any():
-        beside = runs[loaded][["run_id", *cell, "rep", "foreign_cpu_share", "busiest_foreign"]]
+        beside = runs[loaded][[*cell, "rep", "foreign_cpu_share", "busiest_foreign"]]
         out.heading("Runs measured beside foreign load").para(
             "Not clean: other processes took "
             f"at least {records.LOADED_SHARE:.0%} of the machine's CPU time during their "

@@ -703,5 +703,5 @@ def section(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None
     }
     for caption, t in shown.items():
         if len(t):
-            out.table(t, caption=caption)
+            out.table(cells.by_rep(t, runs), caption=caption)
     return out

@@ -279,6 +279,12 @@ def test_a_run_is_named_not_hashed_and_missing_runs_are_not_linked(built):
     prose = re.findall(r"<(?:p|li)\b[^>]*>(.*?)</(?:p|li)>", built["page"], re.S)
     for run_id in runs["run_id"]:
         assert not any(run_id in p for p in prose), run_id
+    # nor in a table: a table of runs names each by its cell and replication
+    shown = text_of(built["page"])
+    hashed = [shown[shown.find(r) - 200 : shown.find(r) + 20] for r in runs["run_id"] if r in shown]
+    assert hashed == [], hashed[:2]
+    critical = text_of(built["page"], "critical-path")
+    assert "| framework | world_size | setting | rep | rank |" in critical, critical
     ok = runs[runs["status"] == "ok"].iloc[0]
     name = figures.run_name(runs, ok["run_id"])
     assert name == (
@@ -387,6 +393,7 @@ def test_relative_figures_are_percentages_in_every_table():
         "naive_error": 0.05,
         "held_out_error": -0.307,
         "compute_drift": 0.177,
+        "change": -0.000467,
         "predicted_gain": 0.192,
         "predicted_gain_low": 0.18,
         "predicted_step_change": -0.192,
@@ -399,6 +406,7 @@ def test_relative_figures_are_percentages_in_every_table():
     shown = humanize.frame(pd.DataFrame([columns])).iloc[0]
     assert shown["relative_error"] == "-71 %" and shown["predicted_gain"] == "19.2 %"
     assert shown["held_out_error"] == "-30.7 %" and shown["compute_drift"] == "17.7 %"
+    assert humanize.frame(pd.DataFrame({"seconds": [2.53e-6]})).iloc[0, 0] == "2.53 µs"
     assert all(text.endswith(" %") for text in shown), shown.to_dict()
 
 
