@@ -114,6 +114,12 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     one of schema 2, as strings, is asked for them as dictionaries."""
     try:
         schema = pq.read_schema(files.regular(path))
+        needed = [c for c in names.PHASE_TABLE_COLUMNS if c in USED_COLUMNS]
+        if missing := [c for c in needed if c not in schema.names]:
+            raise TimelineError(
+                f"{path}: column {missing[0]} missing: not a phase table (ddlc import writes "
+                "one; a run's is its phases.parquet)"
+            )
         used = [f for f in schema if f.name in USED_COLUMNS]
         texts = [
             f.name for f in used if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)

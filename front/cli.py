@@ -387,17 +387,22 @@ def cmd_check(args) -> int:
     from analysis import replication
 
     planned = replication.planned(design, results)
-    damaged = runner.damaged_runs(planned, results)
     tables = default_tables(design, str(results))
-    if args.rerun:  # it moves and deletes: never through a link out of the results folder
-        for place in [*(results / row.path for row, _ in damaged), tables]:
-            files.within(place, results)
+    # A run or tables folder that is a file, a FIFO or a link out of the
+    # results is not theirs: named, never read, moved, deleted or counted.
+    places = {r.path: files.place_problem(results / r.path, results) for r in planned}
+    places["tables"] = files.place_problem(tables, results)
+    misplaced = [problem for problem in places.values() if problem]
+    planned = [r for r in planned if not places[r.path]]
+    damaged = runner.damaged_runs(planned, results)
+    for problem in misplaced:
+        print(f"damaged: {problem}")
     for row, problem in damaged:
         print(f"damaged: {row.path}: {problem}")
         if args.rerun:
             runner.archive_attempt(results / row.path)
     bad_tables = []
-    for path in sorted(tables.glob("*.parquet")):
+    for path in [] if places["tables"] else sorted(tables.glob("*.parquet")):
         try:
             read_table(path)
         except Damaged as exc:
@@ -410,6 +415,12 @@ def cmd_check(args) -> int:
         f"{done} finished run(s) checked, {len(damaged)} damaged"
         + (f"; {len(bad_tables)} damaged table(s) in {tables}" if bad_tables else "")
         + (
+            f"; {len(misplaced)} folder(s) not a folder of the results (neither moved "
+            "nor deleted: remove or rename them, and the workflow runs them again)"
+            if misplaced
+            else ""
+        )
+        + (
             "; moved to attempts/ (tables deleted): the next workflow run does them again"
             if args.rerun and (damaged or bad_tables)
             else "; ddlc check --rerun queues them again"
@@ -417,7 +428,7 @@ def cmd_check(args) -> int:
             else ""
         )
     )
-    return 1 if (damaged or bad_tables) and not args.rerun else 0
+    return 1 if misplaced or ((damaged or bad_tables) and not args.rerun) else 0
 
 
 def existing_folder(text: str, option: str) -> Path:

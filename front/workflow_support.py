@@ -76,9 +76,8 @@ def _tidy(runs: list[RunRow], results: Path, design, options: dict, dryrun: bool
     to their folders, queue failed and damaged runs again (their files go to
     attempts/), delete damaged tables. A dry run only says what it would do,
     and returns the paths of the runs it would queue again."""
-    for row in runs:
-        files.within(results / row.path, results)
-    files.within(results / design.root / "tables", results)  # the tables and jobs' logs go there
+    folders = [results / row.path for row in runs] + [results / design.root / "tables"]
+    _refuse_misplaced([files.place_problem(f, results) for f in folders])
     _check_occupants(runs, results, _flag(options, "kill_orphans"), dryrun)
     _refile_finished(runs, results, results / design.name, dryrun)
     damaged = _requeue_damaged(runs, results, _flag(options, "rerun_damaged"), dryrun)
@@ -129,7 +128,7 @@ def _drop_damaged_tables(runs: list[RunRow], results: Path, tables: Path, dryrun
     instead of failing the analysis that reads it."""
     paths = [results / r.path / names.PHASE_TABLE for r in runs] + sorted(tables.glob("*.parquet"))
     for path in paths:
-        if not path.exists():
+        if not path.exists() or path.is_dir():  # a folder: the outputs' check names it
             continue
         try:
             check_table(path)
@@ -403,13 +402,38 @@ def rules_outside_the_prefix(rules) -> list[str]:
     return sorted(r.name for r in rules if not r.norun and not r.is_shell)
 
 
-def check_rules(rules) -> None:
+def check_rules(rules, results: Path) -> None:
     if wrong := rules_outside_the_prefix(rules):
         _stop(
             f"rule(s) {', '.join(wrong)}: every job must be a shell: command, whose "
             "shell holds the machine shared (workflows/share_machine.sh); write them "
             "as shell: rules"
         )
+    _refuse_misplaced(output_problems(rules, results))
+
+
+def output_problems(rules, results: Path) -> list[str | None]:
+    """Where a rule writes a named file (an output or a log, the tables and
+    the report), what is there already must be a file in folders: a FIFO as
+    a log's folder, or a folder as a table, fails the job late or hangs it.
+    Outputs with wildcards are in the run folders, checked in ``prepare``."""
+    from snakemake.io import is_flagged
+
+    paths = {
+        (Path(str(f)), is_flagged(f, "directory"))
+        for rule in rules
+        for f in [*rule.output, *rule.log]
+        if not f.contains_wildcard() and Path(str(f)).is_relative_to(results)
+    }
+    return [files.place_problem(p, results, folder=folder) for p, folder in sorted(paths)]
+
+
+def _refuse_misplaced(problems: list[str | None]) -> None:
+    """Stop on the first place of the results folder that is not what the
+    workflow expects there: a dry run says it too, before anything runs."""
+    if found := [p for p in problems if p]:
+        more = f" ({len(found) - 1} more alike)" if len(found) > 1 else ""
+        _stop(f"{found[0]}{more}; the results folder must be a folder of plain folders")
 
 
 def runtime_minutes(row: RunRow) -> int:

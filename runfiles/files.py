@@ -22,6 +22,7 @@ class NotRegular(OSError):
 
 def kind(mode: int) -> str:
     for test, name in (
+        (stat.S_ISREG, "a file"),
         (stat.S_ISDIR, "a folder"),
         (stat.S_ISFIFO, "a FIFO"),
         (stat.S_ISCHR, "a device"),
@@ -119,6 +120,38 @@ def within(path: Path, root: Path) -> None:
     real, top = Path(path).resolve(), Path(root).resolve()
     if real != top and top not in real.parents:
         raise NotRegular(
-            f"{path}: leads out of {root} (to {real}) through a link; nothing is written "
+            f"{path}: leads out of {root} (to {real}) through a link; nothing is read or written "
             "through it (replace the link with a folder)"
         )
+
+
+def place_problem(path: Path, root: Path, *, folder: bool = True) -> str | None:
+    """Why the harness cannot use ``path`` under ``root`` (a folder, or a
+    file when ``folder`` is False): the first part of it, from ``root``
+    down, that exists but is not a folder (a file, a FIFO, a device, a link
+    to nowhere), ``path`` itself not a regular file where a file is
+    expected, or a link leading out of ``root``. None when every part is
+    what is expected or missing (made when needed)."""
+    path, root = Path(path), Path(root)
+    parts = path.relative_to(root).parts
+    here = root
+    for i, part in enumerate(parts):
+        here = here / part
+        expected = "a folder" if folder or i < len(parts) - 1 else "a file"
+        try:
+            mode = os.stat(here).st_mode
+        except FileNotFoundError:
+            if os.path.islink(here):
+                return f"{here}: a link to nowhere, where {expected} is expected (remove it)"
+            return None
+        except OSError as exc:
+            return f"{here}: cannot be read ({exc.strerror})"
+        if expected == "a folder" and not stat.S_ISDIR(mode):
+            return f"{here}: {kind(mode)}, where a folder is expected (remove or rename it)"
+        if expected == "a file" and not stat.S_ISREG(mode):
+            return f"{here}: {kind(mode)}, where a file is expected (remove or rename it)"
+    try:
+        within(path, root)
+    except NotRegular as exc:
+        return str(exc)
+    return None

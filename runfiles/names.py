@@ -113,3 +113,21 @@ BALANCE_KEYS = (
     "idle_s",
     "measured_s",
 )
+
+# The Parquet tables of a design's tables folder (analysis/collect.py
+# builds them; a run's phases.parquet and an imported one are
+# traces/convert.py's), each with the columns every reader of it needs: a
+# file of that name without one is another table (copied or swapped by
+# hand), refused in one line by runfiles/tables.py, never read as an empty
+# or wrong one.
+RUNS_COLUMNS = ("run_id", "status", "framework", "nodes", "procs_per_node", "world_size")
+PHASE_TABLE_COLUMNS = ("run_id", "rank", "step", "epoch", "phase", "start_ns", "end_ns", "dur_ns")
+TABLE_COLUMNS = {
+    "runs.parquet": RUNS_COLUMNS,
+    "epochs.parquet": ("run_id", "epoch", "test_accuracy"),
+    "step_stats.parquet": ("run_id", "rank", "step_mean_s"),
+    "step_phases.parquet": ("run_id", "rank", "epoch", "step", "phase", "dur_ns"),
+    "balance.parquet": ("run_id", *BALANCE_KEYS),
+    PHASE_TABLE: PHASE_TABLE_COLUMNS,
+    "imported.parquet": PHASE_TABLE_COLUMNS,
+}

@@ -16,11 +16,7 @@ import pandas as pd
 import pyarrow as pa
 
 from runfiles import files
-
-# Columns every runs table has (analysis/collect.py writes them), besides
-# the design's factors: a table without one is not a runs table of this
-# harness, and every reader of it would fail on its own way.
-RUNS_COLUMNS = ("run_id", "status", "framework", "nodes", "procs_per_node", "world_size")
+from runfiles.names import RUNS_COLUMNS, TABLE_COLUMNS
 
 
 class Damaged(Exception):
@@ -103,7 +99,10 @@ def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
     # (by code, not by name) and concatenate (with the recorder's plain
     # columns) otherwise. The cast is one take per column, paid here, where
     # the analysis reads the stacked table, not in every conversion.
-    return _parquet(path, lambda: plain_text(pq.read_table(path, columns=columns)).to_pandas())
+    table = _parquet(path, lambda: plain_text(pq.read_table(path, columns=columns)).to_pandas())
+    if columns is None:
+        _check_columns(path, table.columns)
+    return table
 
 
 def read_runs(path: Path, factors=()) -> pd.DataFrame:
@@ -124,7 +123,17 @@ def check_table(path: Path) -> None:
     file cut short or overwritten fails here); Damaged when unreadable."""
     import pyarrow.parquet as pq
 
-    _parquet(path, lambda: pq.read_schema(path))
+    _check_columns(path, _parquet(path, lambda: pq.read_schema(path)).names)
+
+
+def _check_columns(path: Path, found) -> None:
+    """A table of a known name has the columns its readers need."""
+    if missing := [c for c in TABLE_COLUMNS.get(Path(path).name, ()) if c not in found]:
+        raise Damaged(
+            f"{path}: column {missing[0]} missing: not the {Path(path).name} the workflow "
+            "builds (another table copied over it?); delete it and run the workflow again "
+            "(./ddlc run), which builds it again"
+        )
 
 
 def _parquet(path: Path, read):

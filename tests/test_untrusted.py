@@ -27,7 +27,7 @@ import yaml
 from conftest import REPO, ddlc, snakemake_cmd, tiny_design, write_design
 from ddlcompare.plan import design
 from ddlcompare.run import runner
-from runfiles import records, tables
+from runfiles import names, records, tables
 from runfiles import atomic, files, ownership
 
 
@@ -713,7 +713,7 @@ def test_check_rerun_moves_nothing_through_a_link_out_of_the_results(tmp_path):
         "check", "--rerun", "--design", str(tmp_path / "design.yaml"),
         "--results", str(tmp_path / "results"),
     )  # fmt: skip
-    assert done.returncode == 2 and "leads out of" in done.stderr
+    assert done.returncode == 1 and "leads out of" in done.stdout
     assert "Traceback" not in done.stderr and tree(outside) == before
 
 
@@ -847,3 +847,122 @@ def test_a_tables_folder_leading_out_of_the_results_is_refused(tmp_path):
     done = prepare_in_a_process(tmp_path)
     assert done.returncode == 2 and "leads out of" in done.stderr and "Traceback" not in done.stderr
     assert tree(outside) == before
+
+
+# --- a run folder that is no folder, a table that is another, a FIFO folder -
+
+
+def misplace(place: Path, kind: str) -> None:
+    """``place`` (a folder or a file) replaced by a file, a FIFO, a folder
+    or a link to /etc."""
+    if place.is_dir():
+        shutil.rmtree(place)
+    else:
+        place.unlink(missing_ok=True)
+    {
+        "file": lambda: place.write_text("not what it should be"),
+        "fifo": lambda: os.mkfifo(place),
+        "folder": place.mkdir,
+        "link to /etc": lambda: place.symlink_to("/etc"),
+    }[kind]()
+
+
+@pytest.mark.parametrize("kind", ["file", "fifo", "link to /etc"])
+def test_check_names_a_run_folder_that_is_no_folder_of_the_results(tmp_path, kind):
+    """It said "0 damaged", as if the run were only not done yet; now the
+    folder is named, counted, and neither read nor moved (--rerun too)."""
+    _, folder = failed_campaign(tmp_path)
+    misplace(folder, kind)
+    before = os.lstat(folder)
+    for rerun in ([], ["--rerun"]):
+        done = ddlc(
+            "check", *rerun, "--design", str(tmp_path / "design.yaml"),
+            "--results", str(tmp_path / "results"),
+        )  # fmt: skip
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        said = "leads out of" if kind.startswith("link") else "where a folder is expected"
+        assert f"damaged: {folder}: " in done.stdout and said in done.stdout
+        assert "1 folder(s) not a folder of the results" in done.stdout.splitlines()[-1]
+    after = os.lstat(folder)  # neither moved nor replaced
+    assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
+
+
+def another_table(path: Path) -> None:
+    """A real Parquet table of other columns under ``path``'s name."""
+    pd.DataFrame({"run_id": ["r"], "rank": [0], "device": ["cpu"]}).to_parquet(path)
+
+
+def test_a_table_replaced_by_another_is_refused_by_its_readers(tmp_path):
+    """Every table the analysis reads, swapped for a table of other columns:
+    one line naming the file and the fix, never a report built from it."""
+    plan, _ = failed_campaign(tmp_path)
+    built = tmp_path / "built"
+    assert ddlc(
+        "collect", "--design", str(tmp_path / "design.yaml"),
+        "--results", str(tmp_path / "results"), "--out", str(built),
+    ).returncode == 0  # fmt: skip
+    for name in names.TABLE_COLUMNS:  # what collect builds has what its readers need
+        if (built / name).exists():
+            tables.check_table(built / name)
+    for name in names.TABLE_COLUMNS:
+        swapped = tmp_path / name.split(".")[0]
+        shutil.copytree(built, swapped)
+        another_table(swapped / name)
+        for read in (tables.check_table, tables.read_table):
+            with pytest.raises(tables.Damaged, match=f"{name}: column .* missing: not the {name}"):
+                read(swapped / name)
+        report = ddlc(
+            "report", "--design", str(tmp_path / "design.yaml"), "--tables", str(swapped),
+            "--out", str(swapped / "r.html"),
+        )  # fmt: skip
+        assert report.returncode == 2 and "Traceback" not in report.stderr, report.stderr
+        assert report.stderr.strip().splitlines()[-1].startswith(f"error: {swapped / name}: ")
+        assert "delete it and run the workflow again" in report.stderr
+        assert not (swapped / "r.html").exists()
+    # ddlc check lists it; the timeline refuses it as a phase table
+    tables_folder = tmp_path / "results" / plan.root / "tables"
+    shutil.rmtree(tables_folder)
+    shutil.copytree(tmp_path / "epochs", tables_folder)
+    done = ddlc(
+        "check", "--design", str(tmp_path / "design.yaml"), "--results", str(tmp_path / "results")
+    )
+    assert done.returncode == 1 and "epochs.parquet: column epoch missing" in done.stdout
+    line = ddlc(
+        "timeline", str(tmp_path / "phases" / "phases.parquet"), "-o", str(tmp_path / "t.json")
+    )
+    assert (
+        line.returncode == 2
+        and "not a phase table" in line.stderr
+        and "Traceback" not in line.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    "where, kind",
+    [
+        ("tables/logs", "fifo"),
+        ("tables/logs", "file"),
+        ("run", "file"),
+        ("tables/runs.parquet", "folder"),
+        ("report.html", "fifo"),
+    ],
+)
+def test_a_dry_run_names_a_place_that_is_not_what_the_workflow_expects(tmp_path, where, kind):
+    """A FIFO or a file where the workflow puts a folder (the jobs' logs, a
+    run), a folder or a FIFO where it writes a file (a table, the report):
+    the dry run said nothing, and the real run failed late or hung. Both stop
+    before any job with one line naming the place; the dry run changes nothing."""
+    plan, folder = failed_campaign(tmp_path)
+    place = folder if where == "run" else tmp_path / "results" / plan.root / where
+    misplace(place, kind)
+    before = tree(tmp_path / "results")
+    for dry in (["-n"], []) if kind == "fifo" else (["-n"],):  # a FIFO hung the real run
+        done = subprocess.run(
+            snakemake_cmd(tmp_path, *dry, limit=300), capture_output=True, text=True
+        )
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+        expected = "a folder" if kind != "folder" and where != "report.html" else "a file"
+        said = f"{place.relative_to(tmp_path)}: "  # results= is relative to -d
+        assert said in done.stderr and f"where {expected} is expected" in done.stderr
+        assert not dry or tree(tmp_path / "results") == before
+        assert not list((tmp_path / "results").rglob("run.json"))  # no run started
