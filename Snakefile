@@ -48,7 +48,7 @@ include: "workflows/replication.smk"
 include: "workflows/analysis.smk"
 
 
-ws.check_rules(workflow.rules, RESULTS)
+ws.check_rules(workflow.rules, RESULTS, written=[JOBS_JOURNAL])
 
 
 onstart:

@@ -159,11 +159,18 @@ def design_changed(path: str) -> str | None:
 
 
 def cmd_collect(args) -> int:
-    from analysis import collect
+    from analysis import collect, replication
 
     design = load_design(args.design, check_ready=False)
     results = existing_folder(args.results, "--results")
-    collect.write_tables(design, results, output_folder(args.out, "--out"))
+    out = output_folder(args.out, "--out")
+    read = [results, *(results / r.path for r in replication.planned(design, results))]
+    if any(out.resolve() == folder.resolve() for folder in read):
+        raise UserError(
+            f"--out {args.out}: the results folder or a run folder, whose files collect "
+            "reads (a run's phases.parquet among them); give a folder of its own"
+        )
+    collect.write_tables(design, results, out)
     return 0
 
 
@@ -171,7 +178,8 @@ def cmd_report(args) -> int:
     from analysis import report
 
     design = load_design(args.design, check_ready=False)
-    out = report.build(design, Path(args.tables), output_file(args.out, "--out", [args.design]))
+    out = output_file(args.out, "--out", [args.design, *_files_of(args.tables)])
+    out = report.build(design, Path(args.tables), out)
     print(f"report: {out.resolve()}")
     return 0
 
@@ -192,7 +200,7 @@ def cmd_follow_up(args) -> int:
     out = output_file(
         args.out or Path(args.design).with_name(f"{Path(args.design).stem}-follow-up.yaml"),
         "--out",
-        [args.design],
+        [args.design, *_files_of(tables)],
     )
     try:
         doc = followup.write(design, tables, out, args.replications, args.max_runs)
@@ -218,6 +226,34 @@ def _cell_words(cell: dict) -> str:
     return f"{factors} ({cell['reasons']})"
 
 
+# Snakemake's options that list, draw, lint, summarise, touch or clean
+# without running a job: snakemake/cli.py's args_to_api takes each branch
+# before execute_workflow.
+NO_JOB_MODES = (
+    "dryrun", "touch", "lint", "list_target_rules", "list_rules", "print_compilation",
+    "containerize", "generate_unit_tests", "dag", "rulegraph", "filegraph", "d3dag", "unlock",
+    "cleanup_metadata", "conda_cleanup_envs", "conda_create_envs_only", "list_conda_envs",
+    "cleanup_shadow", "container_cleanup_images", "list_changes", "list_input_changes",
+    "list_params_changes", "list_untracked", "summary", "detailed_summary", "archive",
+    "delete_all_output", "delete_temp_output",
+)  # fmt: skip
+
+
+def runs_no_job(argv: list[str]) -> bool:
+    """Whether ``argv``, Snakemake's command line, asks for no job to run
+    (read by Snakemake's own parser; another program's is not Snakemake's)."""
+    if not argv or "snakemake" not in str(argv[0]):
+        return False
+    from snakemake.cli import get_argument_parser
+
+    try:
+        args, _ = get_argument_parser().parse_known_args(argv[1:])
+    except SystemExit:  # Snakemake answers a bad command line itself
+        return False
+    report_only = getattr(args, "report", None) is not None and not args.report_after_run
+    return report_only or any(getattr(args, mode, None) for mode in NO_JOB_MODES)
+
+
 def workflow_argv(design, results, *options: str) -> list[str]:
     """Snakemake on this checkout's workflow and local profile, for one
     design and results folder (what `./ddlc run` runs; the benches too)."""
@@ -241,7 +277,7 @@ def cmd_two_stage(args) -> int:
     import subprocess
 
     first = subprocess.run(workflow_argv(args.design, args.results, *args.snakemake))
-    if first.returncode:
+    if first.returncode or _planned_only(args.snakemake, "the follow-up's"):
         return first.returncode
     follow = Path(args.design).with_name(f"{Path(args.design).stem}-follow-up.yaml")
     cmd_follow_up(
@@ -255,6 +291,15 @@ def cmd_two_stage(args) -> int:
         )
     )
     return subprocess.run(workflow_argv(follow, args.results, *args.snakemake)).returncode
+
+
+def _planned_only(options: list[str], second: str) -> bool:
+    """Whether the first stage ran no job (-n, --summary...): then the
+    second stage's design is neither written nor run, its tables not there."""
+    if not runs_no_job(["snakemake", *options]):
+        return False
+    print(f"a dry run: {second} design is written once the first stage has run")
+    return True
 
 
 def _prediction_cell(prediction: dict) -> str:
@@ -278,17 +323,17 @@ def cmd_improve(args) -> int:
 
     from analysis import improve
 
+    design = load_design(args.design, check_ready=False)
+    tables = Path(args.tables) if args.tables else default_tables(design, args.results)
     out = output_file(
         args.out or Path(args.design).with_name(f"{Path(args.design).stem}-improve.yaml"),
         "--out",
-        [args.design],
+        [args.design, *_files_of(tables)],
     )
     if not args.no_run:
         first = subprocess.run(workflow_argv(args.design, args.results, *args.snakemake))
-        if first.returncode:
+        if first.returncode or _planned_only(args.snakemake, "the test's"):
             return first.returncode
-    design = load_design(args.design, check_ready=False)
-    tables = Path(args.tables) if args.tables else default_tables(design, args.results)
     if not (tables / "runs.parquet").exists():
         raise UserError(f"{tables}: no runs.parquet; run the first stage (./ddlc run) first")
     try:
@@ -457,6 +502,11 @@ def output_file(text: str | Path, option: str, inputs=()) -> Path:
     except files.NotRegular as exc:
         raise UserError(f"{option} {exc}") from None
     return path
+
+
+def _files_of(folder) -> list[Path]:
+    """The files under ``folder`` (a tables folder an output must not replace)."""
+    return [p for p in Path(folder).rglob("*") if p.is_file()] if Path(folder).is_dir() else []
 
 
 def output_folder(text: str, option: str) -> Path:

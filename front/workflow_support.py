@@ -16,9 +16,9 @@ from typing import NoReturn
 from analysis import replication
 from ddlcompare.plan import yaml_safe
 from ddlcompare.run import diskspace, machine_lock, plan_checks, refile, runner
-from runfiles import files, names, ownership, records
+from runfiles import atomic, files, names, ownership, records
 from runfiles.tables import Damaged, check_table
-from front.cli import UserError, load_design
+from front.cli import UserError, load_design, runs_no_job
 from ddlcompare.plan.params import RunRow, shown, shown_key
 from frameworks import registry
 
@@ -26,12 +26,17 @@ from frameworks import registry
 PATH_PATTERN = r"[A-Za-z0-9._+~/-]+"
 
 
-def is_dry_run(workflow) -> bool:
-    """Whether Snakemake was asked for a plan only (-n): ``workflow.dryrun``
-    is False while the Snakefile is read (Snakemake 9 sets the executor
-    later), but the output settings hold the option from the start."""
+def is_dry_run(workflow, argv: list[str] | None = None) -> bool:
+    """Whether Snakemake was asked for a plan only (-n), or anything else
+    that runs no job (--summary, --dag, --lint, --list-rules, --touch...):
+    the Snakefile is read alike, so ``prepare`` must not act for them.
+    ``workflow.dryrun`` is False while the Snakefile is read (Snakemake 9
+    sets the executor later), but the output settings hold -n from the
+    start; the other modes only Snakemake's command line (``argv``) says."""
     settings = getattr(workflow, "output_settings", None)
-    return bool(workflow.dryrun or getattr(settings, "dryrun", False))
+    return bool(
+        workflow.dryrun or getattr(settings, "dryrun", False) or runs_no_job(argv or sys.argv)
+    )
 
 
 def prepare(design_file: str, results: Path, main: bool, dryrun: bool, options: dict | None = None):
@@ -312,7 +317,7 @@ def note_changed_results(runs: list[RunRow], results: Path, tables: Path, dryrun
             file=sys.stderr,
         )
         return
-    (tables / CHANGED).write_text(now + "\n")
+    atomic.write_text(tables / CHANGED, now + "\n")  # replaces a link, never writes through it
 
 
 def _check_occupants(runs: list[RunRow], results: Path, kill: bool, dryrun: bool) -> None:
@@ -402,21 +407,25 @@ def rules_outside_the_prefix(rules) -> list[str]:
     return sorted(r.name for r in rules if not r.norun and not r.is_shell)
 
 
-def check_rules(rules, results: Path) -> None:
+def check_rules(rules, results: Path, written=()) -> None:
+    """Every rule a shell: rule; every file the workflow writes (each
+    rule's named outputs and logs, and ``written``: the jobs' journal) a
+    file in folders of the results folder, or not there yet."""
     if wrong := rules_outside_the_prefix(rules):
         _stop(
             f"rule(s) {', '.join(wrong)}: every job must be a shell: command, whose "
             "shell holds the machine shared (workflows/share_machine.sh); write them "
             "as shell: rules"
         )
-    _refuse_misplaced(output_problems(rules, results))
+    _refuse_misplaced(output_problems(rules, results, written))
 
 
-def output_problems(rules, results: Path) -> list[str | None]:
+def output_problems(rules, results: Path, written=()) -> list[str | None]:
     """Where a rule writes a named file (an output or a log, the tables and
     the report), what is there already must be a file in folders: a FIFO as
-    a log's folder, or a folder as a table, fails the job late or hangs it.
-    Outputs with wildcards are in the run folders, checked in ``prepare``."""
+    a log's folder, or a folder as a table, fails the job late or hangs it;
+    a link would have the job write where it leads. Outputs with wildcards
+    are in the run folders, checked in ``prepare``."""
     from snakemake.io import is_flagged
 
     paths = {
@@ -424,7 +433,7 @@ def output_problems(rules, results: Path) -> list[str | None]:
         for rule in rules
         for f in [*rule.output, *rule.log]
         if not f.contains_wildcard() and Path(str(f)).is_relative_to(results)
-    }
+    } | {(Path(f), False) for f in written}
     return [files.place_problem(p, results, folder=folder) for p, folder in sorted(paths)]
 
 
@@ -579,3 +588,9 @@ def _statuses(runs: list[RunRow], results: Path, tables: Path | None) -> list[st
             status = "interrupted"  # its runner was killed before it could say so
         found.append(status)
     return found
+
+
+if __name__ == "__main__":  # ./ddlc run: set-up only where Snakemake will run jobs
+    if sys.argv[1:2] != ["runs-no-job"]:
+        sys.exit(2)
+    sys.exit(0 if runs_no_job(["snakemake", *sys.argv[2:]]) else 1)

@@ -22,14 +22,22 @@ from runfiles.files import NotRegular, kind
 
 def refuse_to_replace(path: Path) -> None:
     """NotRegular when ``path`` exists and is neither a regular file nor a
-    link (a link is replaced, not followed): a write would replace a folder,
-    /dev/null or a FIFO with a file."""
+    link to one (a link is replaced, not followed): a write would replace a
+    folder, /dev/null, /dev/stdout (a link to a device) or a FIFO with a
+    file."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
     if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
         raise NotRegular(f"{path}: {kind(mode)}, not a regular file; not replaced")
+    if stat.S_ISLNK(mode):  # /dev/stdout is a link to a device: never replaced with a file
+        try:
+            target = os.stat(path).st_mode
+        except OSError:
+            return  # a link to nowhere (or a loop): replaced
+        if not stat.S_ISREG(target):
+            raise NotRegular(f"{path}: a link to {kind(target)}, not a regular file; not replaced")
 
 
 def refuse_inputs(path: Path, inputs) -> None:

@@ -129,11 +129,13 @@ def place_problem(path: Path, root: Path, *, folder: bool = True) -> str | None:
     """Why the harness cannot use ``path`` under ``root`` (a folder, or a
     file when ``folder`` is False): the first part of it, from ``root``
     down, that exists but is not a folder (a file, a FIFO, a device, a link
-    to nowhere), ``path`` itself not a regular file where a file is
-    expected, or a link leading out of ``root``. None when every part is
+    to nowhere), ``path`` itself not a regular file (nor a link) where a file
+    is expected, or a link leading out of ``root``. None when every part is
     what is expected or missing (made when needed)."""
     path, root = Path(path), Path(root)
     parts = path.relative_to(root).parts
+    if not folder and os.path.islink(path):  # written, it would replace what it leads to
+        return f"{path}: a link, where a file is expected (remove it; the workflow writes it)"
     here = root
     for i, part in enumerate(parts):
         here = here / part

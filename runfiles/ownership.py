@@ -21,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import stat
 import sys
 import threading
 import time
@@ -193,7 +194,7 @@ def claim(run_dir: Path, kill: bool = False) -> str:
     attempts claiming at once take turns (a lock around check and write)."""
     token = uuid.uuid4().hex
     me = os.getpid()
-    with open(Path(run_dir) / ".owner.lock", "a") as lock:
+    with _lock_file(Path(run_dir) / ".owner.lock") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         evict(run_dir, kill)
         write_json(
@@ -207,6 +208,25 @@ def claim(run_dir: Path, kill: bool = False) -> str:
             },
         )
     return token
+
+
+def _lock_file(path: Path):
+    """The run folder's lock file, opened without blocking and without
+    following a link: a FIFO there would hang the run before it starts, a
+    link would have it create a file where it leads (files.NotRegular)."""
+    try:
+        fd = os.open(
+            path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+        )
+    except OSError:
+        if os.path.islink(path):
+            raise files.NotRegular(f"{path}: a link, not the run's lock file (remove it)") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise files.NotRegular(f"{path}: {files.kind(mode)}, not the run's lock file (remove it)")
+    return os.fdopen(fd, "r+")
 
 
 def owns(run_dir: Path, token: str) -> bool:

@@ -79,6 +79,22 @@ def test_a_dry_run_through_snakemake_changes_nothing(tmp_path):
     assert jobs == {"run": "1", "requeue": "1"}, said[-3000:]
 
 
+@pytest.mark.parametrize("mode", ["--summary", "--dag"])
+def test_snakemake_modes_that_run_no_job_change_nothing_either(tmp_path, mode):
+    """--summary, --dag, --touch... read the Snakefile as a run does, and
+    the workflow's preparation moved the failed run's files and deleted the
+    damaged table for them; ./ddlc run set up environments for them."""
+    failed_campaign(tmp_path)
+    before = tree(tmp_path / "results")
+    done = subprocess.run(snakemake_cmd(tmp_path, mode, limit=300), capture_output=True, text=True)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "1 failed run(s) will run again" in done.stderr
+    assert tree(tmp_path / "results") == before
+    ask = [sys.executable, "-m", "front.workflow_support", "runs-no-job"]
+    assert subprocess.run([*ask, mode], cwd=REPO).returncode == 0  # ./ddlc run's question
+    assert subprocess.run([*ask, "-p", "--config", "a=-n"], cwd=REPO).returncode == 1
+
+
 # --- nothing read from a results folder signals or writes outside it -------
 
 
@@ -228,6 +244,38 @@ def test_outputs_never_replace_a_device_a_fifo_a_folder_or_their_input(tmp_path)
     assert trace.read_text() == '{"traceEvents": []}' and yaml.safe_load(path.read_text()) == doc
     with pytest.raises(files.NotRegular):
         atomic.write_text(fifo, "x")
+
+
+def test_outputs_never_replace_a_link_to_a_device_nor_a_file_they_read(tmp_path):
+    """/dev/stdout is a link to a device: written as a link, it was replaced
+    by a file; a report or a design written over a table it read, and the
+    tables collected into a run folder over the run's own phases.parquet."""
+    plan, folder = failed_campaign(tmp_path)
+    results, design_file = tmp_path / "results", tmp_path / "design.yaml"
+    tables_folder = results / plan.root / "tables"
+    shutil.rmtree(tables_folder)
+    assert ddlc("collect", "--design", str(design_file), "--results", str(results), "--out", str(tables_folder)).returncode == 0  # fmt: skip
+    (folder / "phases.parquet").write_bytes(b"the run's own")
+    device = tmp_path / "stdout"
+    device.symlink_to("/dev/null")
+    table = tables_folder / "runs.parquet"
+    kept = table.read_bytes()
+    for args, said in (
+        (["import", str(folder), "-o", str(device)], "a link to a device"),
+        (["report", "--tables", str(tables_folder), "--out", str(device)], "a link to a device"),
+        (["report", "--tables", str(tables_folder), "--out", str(table)], "is the input"),
+        (["follow-up", "--results", str(results), "--out", str(table)], "is the input"),
+        (["improve", "--no-run", "--results", str(results), "--out", str(table)], "is the input"),
+        (["collect", "--results", str(results), "--out", str(folder)], "a run folder"),
+        (["collect", "--results", str(results), "--out", str(results)], "a run folder"),
+    ):
+        done = ddlc(*args, *([] if args[0] == "import" else ["--design", str(design_file)]))
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (args, done.stderr)
+        assert said in done.stderr and done.stderr.count("\n") == 1, (args, done.stderr)
+    assert device.is_symlink() and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert (
+        table.read_bytes() == kept and (folder / "phases.parquet").read_bytes() == b"the run's own"
+    )
 
 
 # --- run files: only regular files within a bound ----------------------------
@@ -966,3 +1014,42 @@ def test_a_dry_run_names_a_place_that_is_not_what_the_workflow_expects(tmp_path,
         assert said in done.stderr and f"where {expected} is expected" in done.stderr
         assert not dry or tree(tmp_path / "results") == before
         assert not list((tmp_path / "results").rglob("run.json"))  # no run started
+
+
+def test_files_the_workflow_writes_in_the_tables_are_never_written_through_a_link(tmp_path):
+    """The jobs' journal (appended by every job's shell) and the mark of
+    changed results, each a link to a file elsewhere: the dry run names the
+    journal; the preparation replaces the mark's link; the file elsewhere is
+    never written."""
+    plan, _ = failed_campaign(tmp_path)
+    tables = tmp_path / "results" / plan.root / "tables"
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (tables / "logs").mkdir()
+    (tables / "logs" / "jobs.log").symlink_to(victim)
+    dry = subprocess.run(snakemake_cmd(tmp_path, "-n", limit=300), capture_output=True, text=True)
+    assert dry.returncode != 0 and "Traceback" not in dry.stderr, dry.stderr[-3000:]
+    assert "jobs.log: a link, where a file is expected" in dry.stderr.strip().splitlines()[-1]
+    (tables / "logs" / "jobs.log").unlink()
+    (tables / "inputs.json").write_text('{"fingerprint": "stale"}')
+    (tables / ".results-changed").symlink_to(victim)
+    done = prepare_in_a_process(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == "precious\n"
+    assert not (tables / ".results-changed").is_symlink()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+def test_a_run_lock_that_is_a_fifo_or_a_link_is_refused_at_once(tmp_path, kind):
+    """The run folder's .owner.lock, opened to append before each attempt:
+    a FIFO hung the attempt before it started; a link made a file where it
+    led."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    lock, elsewhere = folder / ".owner.lock", tmp_path / "elsewhere"
+    os.mkfifo(lock) if kind == "fifo" else lock.symlink_to(elsewhere)
+    started = time.monotonic()
+    with pytest.raises(files.NotRegular, match=".owner.lock: .*not the run's lock file"):
+        ownership.claim(folder)
+    assert time.monotonic() - started < 5 and not elsewhere.exists()
+    assert not (folder / "owner.json").exists()
