@@ -188,11 +188,15 @@ class Figure:
     def why_not(self) -> str:
         if not self.path.exists():
             return "no figure (no successful run)"
+        try:  # a FIFO would hang the report, /dev/zero fill its memory
+            files.regular(self.path, files.MAX_RECORD_BYTES)
+        except files.NotRegular as exc:
+            return f"no figure ({exc}; delete it, and the workflow draws it again)"
         return empty_figures(self.path.parent).get(self.path.stem, "")
 
     @property
     def src(self) -> str:
-        return "data:image/png;base64," + base64.b64encode(self.path.read_bytes()).decode()
+        return "data:image/png;base64," + base64.b64encode(files.read_bytes(self.path)).decode()
 
 
 Block = Union[Paragraph, Heading, Items, Preformatted, Table, Figure]

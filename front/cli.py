@@ -526,6 +526,8 @@ def check_results(text: str | None) -> None:
     """Every command's --results: a folder, or a name not made yet; never a
     file, a FIFO or a device (read as an empty campaign, it said "0 runs
     done")."""
+    if text is not None and not text.strip():  # Path("") is the current folder
+        raise UserError("--results is empty; give the results folder (results= of the workflow)")
     if text is not None and os.path.exists(text) and not os.path.isdir(text):
         raise UserError(
             f"--results {text}: not a folder; give the results folder (results= of the workflow)"

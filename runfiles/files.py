@@ -145,7 +145,7 @@ def place_problem(path: Path, root: Path, *, folder: bool = True) -> str | None:
         except FileNotFoundError:
             if os.path.islink(here):
                 return f"{here}: a link to nowhere, where {expected} is expected (remove it)"
-            return None
+            break  # made when needed; the parts above must still lead nowhere else
         except OSError as exc:
             return f"{here}: cannot be read ({exc.strerror})"
         if expected == "a folder" and not stat.S_ISDIR(mode):

@@ -315,6 +315,8 @@ def test_fifos_and_devices_as_run_files_neither_hang_nor_fill_memory(tmp_path):
     [
         ("batch_size: [032, 064]", "032 reads as an octal number in YAML 1.1 (032 = 26); write 32"),
         ("epochs: 1:04", "base-60 number in YAML 1.1 (1:04 = 64)"),
+        ("epochs: 1_0", "a number in YAML 1.1 only (1_0 = 10; YAML 1.2 reads text)"),
+        ("batch_size: [0b1000000]", "a binary number in YAML 1.1 only (0b1000000 = 64"),
         ("seed: !!int abc", "'abc' is not a valid !!int"),
         ("randomize: !!bool 2", "'2' is not a valid !!bool"),
         ("seed: !!timestamp x", "not a valid !!timestamp"),
@@ -357,6 +359,14 @@ def test_twenty_thousand_unknown_keys_are_counted_not_listed(tmp_path):
         (("torch-ddp",), {"horovod_timeline": True}, "horovod_timeline: True applies to Horovod"),
         (("torch-ddp",), {"hybrid_gpus": 2}, "hybrid_gpus: 2 applies to device: hybrid only"),
         (("torch-ddp", "horovod-torch"), {"horovod_timeline": True}, None),
+        (("tf-mwms",), {"torch_profiler": True}, "torch_profiler: True applies to the PyTorch"),
+        (
+            ("torch-ddp",),
+            {"fit_step_phases": False},
+            "fit_step_phases: False applies to Tarantella",
+        ),
+        (("torch-ddp",), {"net_rate_mbit": 100}, "net_rate_mbit: 100 applies to the network"),
+        (("torch-ddp", "tf-mwms"), {"torch_profiler": True}, None),
     ],
 )
 def test_settings_acting_on_no_run_are_refused(frameworks, fixed, refused):
@@ -990,6 +1000,7 @@ def test_a_table_replaced_by_another_is_refused_by_its_readers(tmp_path):
     [
         ("tables/logs", "fifo"),
         ("tables/logs", "file"),
+        ("tables/logs", "link to /etc"),
         ("run", "file"),
         ("tables/runs.parquet", "folder"),
         ("report.html", "fifo"),
@@ -1010,8 +1021,9 @@ def test_a_dry_run_names_a_place_that_is_not_what_the_workflow_expects(tmp_path,
         )
         assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
         expected = "a folder" if kind != "folder" and where != "report.html" else "a file"
-        said = f"{place.relative_to(tmp_path)}: "  # results= is relative to -d
-        assert said in done.stderr and f"where {expected} is expected" in done.stderr
+        expected = "leads out of" if kind.startswith("link") else f"where {expected} is expected"
+        said = f"{place.relative_to(tmp_path)}"  # results= is relative to -d
+        assert said in done.stderr and expected in done.stderr
         assert not dry or tree(tmp_path / "results") == before
         assert not list((tmp_path / "results").rglob("run.json"))  # no run started
 
@@ -1053,3 +1065,36 @@ def test_a_run_lock_that_is_a_fifo_or_a_link_is_refused_at_once(tmp_path, kind):
         ownership.claim(folder)
     assert time.monotonic() - started < 5 and not elsewhere.exists()
     assert not (folder / "owner.json").exists()
+
+
+def test_a_figure_that_is_a_fifo_is_named_not_waited_for(tmp_path):
+    """The report embeds each figure: a FIFO among them hung it."""
+    from analysis.section import Figure
+
+    os.mkfifo(tmp_path / "throughput.png")
+    started = time.monotonic()
+    assert "a FIFO" in Figure(tmp_path / "throughput.png", "throughput").why_not
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("lock", ["fifo", "missing folder", "/dev/null"])
+def test_a_job_shell_refuses_a_measuring_lock_that_is_no_file(tmp_path, lock):
+    """The job's shell opened the lock to read: a FIFO hung it, a missing
+    folder gave 'flock: 9: Bad file descriptor'."""
+    path = {"fifo": tmp_path / "fifo", "missing folder": tmp_path / "no" / "lock"}.get(lock, lock)
+    if lock == "fifo":
+        os.mkfifo(path)
+    env = {**os.environ, "DDLC_MEASURE_LOCK": str(path)}
+    env.pop("DDLC_MACHINE_HELD", None)
+    script = f"set -euo pipefail; source {REPO / 'workflows' / 'share_machine.sh'} {tmp_path / 'j'}"
+    done = subprocess.run(
+        ["bash", "-c", f"{script}; echo RAN"], env=env, capture_output=True, text=True, timeout=20
+    )
+    assert done.returncode == 2 and "RAN" not in done.stdout
+    assert f"the measuring lock {path} is not a readable file" in done.stderr
+
+
+def test_an_empty_results_is_refused_not_read_as_the_current_folder(tmp_path):
+    doc = write_design(tmp_path, tiny_design())
+    done = ddlc("check", "--design", str(doc), "--results", "")
+    assert done.returncode == 2 and "--results is empty" in done.stderr

@@ -63,6 +63,11 @@ if [ -n "${DDLC_MACHINE_HELD:-}" ]; then
   :  # started by a measurement (a bench's workflow): part of it, no lock of its own
 elif command -v flock >/dev/null; then
   [ -e "$ddlc_lock" ] || { : >>"$ddlc_lock"; chmod 0666 "$ddlc_lock"; } 2>/dev/null || true
+  # A FIFO would hang the open below, a missing folder fail it: say which.
+  if [ ! -f "$ddlc_lock" ] || [ ! -r "$ddlc_lock" ]; then
+    echo "error: the measuring lock $ddlc_lock is not a readable file (a missing folder, a FIFO, a device?); set DDLC_MEASURE_LOCK to a file in an existing folder, or unset it" >&2
+    exit 2
+  fi
   exec 9<"$ddlc_lock"  # read-only is enough to lock, whoever made the file
   # A measurement waiting for the machine holds the turnstile: queue behind it.
   [ -e "$ddlc_lock.turn" ] || { : >>"$ddlc_lock.turn"; chmod 0666 "$ddlc_lock.turn"; } 2>/dev/null || true

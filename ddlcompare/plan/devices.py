@@ -54,7 +54,7 @@ def _settings_applying_nowhere(cells: list[dict]) -> list[str]:
     some: the follow-up designs do so; ``where_acting`` then files it with
     those runs alone.)"""
     found = []
-    for setting, (applies, where) in ONLY_WHERE.items():
+    for setting, (applies, where) in {**ONLY_WHERE, **ACTING_ONLY_WHERE}.items():
         asked = [c for c in cells if c[setting] != PARAMS[setting].default]
         if asked and not any(applies(c, registry.FRAMEWORKS[c["framework"]]) for c in asked):
             found.append(
@@ -73,6 +73,26 @@ ONLY_WHERE = {
         "Horovod's frameworks only (horovod-torch, horovod-keras)",
     ),
     "hybrid_gpus": (lambda config, info: config["device"] == "hybrid", "device: hybrid only"),
+}
+
+
+# Settings that act only where a condition holds too, refused alike where
+# they act on no run of the design; set for a mixed design they stay in every
+# run's configuration (not filed as ONLY_WHERE's are: their runs keep their
+# folders).
+ACTING_ONLY_WHERE = {
+    "torch_profiler": (
+        lambda config, info: info.family == "torch",
+        "the PyTorch frameworks only (torch-ddp, torch-dp, horovod-torch)",
+    ),
+    "fit_step_phases": (
+        lambda config, info: info.name.startswith("tarantella"),
+        "Tarantella only (the others' steps are timed in phases anyway)",
+    ),
+    "net_rate_mbit": (
+        lambda config, info: config["nodes"] > 1,
+        "the network between nodes (nodes above 1)",
+    ),
 }
 
 

@@ -99,7 +99,8 @@ def plain(exc: yaml.YAMLError) -> str:
 
 
 # Plain numbers that YAML 1.1 (PyYAML) reads otherwise than YAML 1.2 and
-# than a reader would: 032 is octal 26, 1:04 is base 60 (64).
+# than a reader would: 032 is octal 26, 1:04 is base 60 (64); 0b101 and
+# 1_000 are numbers to YAML 1.1 only (1.2 reads them as text).
 YAML11_NUMBERS = (
     (
         re.compile(r"[-+]?0[0-7_]+"),
@@ -111,6 +112,16 @@ YAML11_NUMBERS = (
         "a base-60 number in YAML 1.1 ({value} = {read}); write {read} if you meant that "
         "number, or quote it ('{value}') for text",
     ),
+    (
+        re.compile(r"[-+]?0b[01_]+"),
+        "a binary number in YAML 1.1 only ({value} = {read}; YAML 1.2 reads text); write "
+        "{read} if you meant that number, or quote it for text",
+    ),
+    (
+        re.compile(r"[-+]?[0-9.]*_[0-9_.]*([eE][-+]?[0-9]+)?"),
+        "a number in YAML 1.1 only ({value} = {read}; YAML 1.2 reads text): write {read} "
+        "without the underscores, or quote it for text",
+    ),
 )
 
 
@@ -119,8 +130,9 @@ def _yaml11_reading(node, read) -> str | None:
         return None
     sign = "-" if node.value.startswith("-") else ""
     decimal = sign + (node.value.replace("_", "").lstrip("+-0") or "0")
+    same = ":" not in node.value and "b" not in node.value and "_" not in node.value
     for pattern, what in YAML11_NUMBERS:
-        if pattern.fullmatch(node.value) and not (":" not in node.value and int(decimal) == read):
+        if pattern.fullmatch(node.value) and not (same and float(decimal) == read):
             said = what.format(value=node.value, read=read, decimal=decimal)
             return f"line {node.start_mark.line + 1}: {node.value} reads as {said}"
     return None

@@ -104,7 +104,8 @@ def open_shared(path: Path) -> int:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise files.NotRegular(f"{path}: {files.kind(info.st_mode)}, not a lock file")
-        if info.st_size and not os.pread(fd, len(LOCK_TEXT), 0) == LOCK_TEXT:
+        head = os.pread(fd, len(LOCK_TEXT), 0)  # read: /proc's files say size 0
+        if head and head != LOCK_TEXT:
             raise files.NotRegular(f"{path}: holds other text than a lock's; not a lock file")
         with contextlib.suppress(PermissionError):  # another user's file, already open to all
             os.fchmod(fd, 0o666)  # every user's runs share the machine (umask aside)
