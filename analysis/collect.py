@@ -264,7 +264,7 @@ def step_stats(folder: Path, warmup: int) -> list[dict]:
 def read_steps(path: Path) -> pd.DataFrame:
     """A rank's steps table, with a column of 0 for each phase younger than
     it (runfiles.phases.LATER_PHASES)."""
-    steps = pd.read_csv(path, sep="\t")
+    steps = pd.read_csv(files.regular(path), sep="\t")
     for phase in LATER_PHASES:
         steps[f"{phase}_ns"] = steps.get(f"{phase}_ns", 0)
     return steps
@@ -307,7 +307,7 @@ def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
             )
             offset = offset + dur
     for path in sorted(folder.glob(names.INTERVALS_GLOB)):
-        spans = pd.read_csv(path, sep="\t")
+        spans = pd.read_csv(files.regular(path), sep="\t")
         frames.append(
             spans.assign(rank=_rank_of(path), step=-1, dur_ns=spans["end_ns"] - spans["start_ns"])
         )
@@ -326,7 +326,7 @@ def tables(design: Design, results: Path) -> dict[str, pd.DataFrame]:
         if info["status"] != "ok":
             continue
         folder = results / row.path
-        ep = epoch_energy(folder, pd.read_csv(folder / EPOCHS, sep="\t"))
+        ep = epoch_energy(folder, pd.read_csv(files.regular(folder / EPOCHS), sep="\t"))
         info.update(accuracy.time_to_accuracy(ep, row.config.get("target_accuracy")))
         ep.insert(0, "run_id", row.run_id)
         epochs.append(ep)

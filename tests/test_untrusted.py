@@ -1098,3 +1098,12 @@ def test_an_empty_results_is_refused_not_read_as_the_current_folder(tmp_path):
     doc = write_design(tmp_path, tiny_design())
     done = ddlc("check", "--design", str(doc), "--results", "")
     assert done.returncode == 2 and "--results is empty" in done.stderr
+
+
+def test_a_timeline_of_a_run_whose_steps_file_is_a_device_does_not_hang(tmp_path):
+    run = tmp_path / "rep~1"
+    run.mkdir()
+    (run / "steps.rank0.tsv").symlink_to("/dev/zero")
+    done = ddlc("timeline", str(run), "-o", str(tmp_path / "t.json"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "steps.rank0.tsv: a device, not a regular file" in done.stderr
