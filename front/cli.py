@@ -384,7 +384,8 @@ def cmd_timeline(args) -> int:
                 f"(e.g. --steps {low}:{max(low, first, last)})"
             )
         steps = (first, last)
-    out = output_file(args.out, "-o", args.paths)
+    # a run folder given is read whole (its phases.parquet, steps files)
+    out = output_file(args.out, "-o", [*args.paths, *(f for p in args.paths for f in _files_of(p))])
     try:
         info = timeline.export(
             args.paths, out, args.max_intervals, steps, args.align, args.keep_going

@@ -266,10 +266,12 @@ def test_outputs_never_replace_a_link_to_a_device_nor_a_file_they_read(tmp_path)
         (["report", "--tables", str(tables_folder), "--out", str(table)], "is the input"),
         (["follow-up", "--results", str(results), "--out", str(table)], "is the input"),
         (["improve", "--no-run", "--results", str(results), "--out", str(table)], "is the input"),
+        (["timeline", str(folder), "-o", str(folder / "phases.parquet")], "is the input"),
         (["collect", "--results", str(results), "--out", str(folder)], "a run folder"),
         (["collect", "--results", str(results), "--out", str(results)], "a run folder"),
     ):
-        done = ddlc(*args, *([] if args[0] == "import" else ["--design", str(design_file)]))
+        own = args[0] in ("import", "timeline")  # no design
+        done = ddlc(*args, *([] if own else ["--design", str(design_file)]))
         assert done.returncode == 2 and "Traceback" not in done.stderr, (args, done.stderr)
         assert said in done.stderr and done.stderr.count("\n") == 1, (args, done.stderr)
     assert device.is_symlink() and stat.S_ISCHR(os.stat("/dev/null").st_mode)
