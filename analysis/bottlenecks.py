@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis import cells, critical_path, humanize, stats
+from analysis import cells, critical_path, humanize, phase_recording, stats
 from analysis.section import Section
 from frameworks import registry
 from runfiles.phases import STEP_PHASES
@@ -342,6 +342,11 @@ def phases_section(ctx) -> Section:
         table = (table.assign(mean=table["mean"] * 1e3)).pivot_table(
             index=cell, columns="phase", values="mean"
         )
+        # A cell whose runs timed whole steps only measured no phase: no 0 ms.
+        timed = phases.loc[phases["phase"].isin(STEP_PHASES) & (phases["dur_ns"] > 0), "run_id"]
+        named = cells.with_setting(ok).assign(named=ok["run_id"].isin(timed))
+        named = named.groupby(cell)["named"].any().reindex(table.index, fill_value=False)
+        table.loc[~named.to_numpy(), [p for p in STEP_PHASES if p in table]] = np.nan
         table.columns = [f"{phase}_ms" for phase in table.columns]
         table = cells.in_order(table.reset_index(), cell)
     return (
@@ -351,6 +356,7 @@ def phases_section(ctx) -> Section:
             "Time per measured step in each phase, mean over ranks and "
             "replications; 'other' is step time outside the named phases."
         )
+        .items(phase_recording.lines(ok))
         .table(table)
         .figure(figures / "timeline.png", "timeline")
     )
@@ -371,6 +377,7 @@ def section(ctx) -> Section:
             "cell (framework, processes, setting: batch_size and the other factors that "
             "vary)."
         )
+        .items(phase_recording.lines(ctx.runs, lacking="no phase of its step is a finding here"))
         .table(found)
     )
 

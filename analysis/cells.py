@@ -13,7 +13,9 @@ import re
 
 import pandas as pd
 
+from ddlcompare.plan.devices import ONLY_WHERE
 from ddlcompare.plan.params import PARAMS
+from frameworks import registry
 
 SCALE = ("framework", "nodes", "procs_per_node")
 CELL = ["framework", "world_size", "setting"]
@@ -21,16 +23,32 @@ CELL = ["framework", "world_size", "setting"]
 
 def varied(runs: pd.DataFrame, leave_out: tuple[str, ...] = ()) -> list[str]:
     """batch_size, then every other setting whose value differs between runs
-    (but those in ``leave_out``, which the caller shows another way)."""
+    (but those in ``leave_out``, which the caller shows another way). A
+    setting that acts on some runs only (devices.ONLY_WHERE: fit_step_phases
+    for Tarantella's) is compared among those: the others hold its default
+    because it does not act on them, which no reader should take for a level."""
     names = [
         name
         for name, param in PARAMS.items()
         if name in runs.columns
         and name not in (*SCALE, *leave_out, "batch_size")
         and not (param.analysis_only or param.path_like)
-        and runs[name].map(_text).nunique() > 1
+        and _acting(runs, name)[name].map(_text).nunique() > 1
     ]
     return ["batch_size", *names]
+
+
+def _acting(runs: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The runs a setting acts on (all of them, but for ONLY_WHERE's)."""
+    if name not in ONLY_WHERE or not {"framework", "device"} <= set(runs.columns):
+        return runs
+    applies, _ = ONLY_WHERE[name]
+    frameworks = registry.FRAMEWORKS
+    acts = [
+        row["framework"] in frameworks and applies(row, frameworks[row["framework"]])
+        for row in runs.to_dict("records")
+    ]
+    return runs.loc[acts]
 
 
 def with_setting(runs: pd.DataFrame, leave_out: tuple[str, ...] = ()) -> pd.DataFrame:

@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 
 from runfiles.names import PHASE_TABLE
-from analysis import cells, humanize
+from analysis import cells, humanize, phase_recording
 from analysis.section import Section
 from runfiles.phases import STEP_PHASES
 from runfiles.tables import read_table
@@ -800,6 +800,7 @@ def section(
             for run, why in found.problems.items()
             if run in info.index
         ]
+        + phase_recording.lines(ok, lacking="its ranks join at the whole step")
     )
     if figure is not None:
         out.figure(figure, SECTION_TITLE)

@@ -378,6 +378,8 @@ def empty_panel_notes(data: pd.DataFrame, drawn: pd.Series, at) -> pd.DataFrame:
         info = registry.FRAMEWORKS.get(framework)
         timed = info is not None and set(info.exposes) & set(STEP_PHASES)
         why = "no phase timed here" if timed else "whole steps only, no phase inside them"
+        if info is not None and info.owns_step:  # phases only where the design asked
+            why = "whole steps only (fit_step_phases: false)"
         rows.append({"framework": framework, **at(part), "label": f"{framework}: {why}"})
     return pd.DataFrame(rows)
 

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from analysis import cells, conditions, critical_path, humanize, stats
+from analysis import cells, conditions, critical_path, humanize, phase_recording, stats
 from analysis.section import Code, Section, Strong
 
 ALPHA = 0.05
@@ -397,8 +397,9 @@ def dominant_bottlenecks(found: pd.DataFrame) -> pd.DataFrame:
         name, share = max(shares.items(), key=lambda kv: kv[1]) if shares else (None, 0.0)
         framework, world, setting = key
         lead = f"{framework}, {humanize.processes(world)} ({setting}): "
-        if not shares:  # the framework owns the step (Tarantella, LBANN)
+        if not shares:  # its runs timed whole steps only (Tarantella's recording off)
             text = "it times whole steps only, so no phase can be named the bottleneck"
+            text += phase_recording.why_none(framework)
             name = "not timed"
         elif share < QUIET:
             text = (

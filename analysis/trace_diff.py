@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from analysis import cells
+from analysis import cells, phase_recording
 from analysis import critical_path as cp
 from analysis.section import Section
 from runfiles.phases import STEP_PHASES
@@ -180,6 +180,7 @@ def section(runs: pd.DataFrame, phases: pd.DataFrame, by: str = "framework") -> 
     table = compare(runs, phases, by)
     out = Section(SECTION_ID, f"Trace diff: {by} against {by}, phase by phase")
     out.items(sentences(table) or [f"No cell holds two levels of {by} to compare."])
+    out.items(phase_recording.lines(runs, lacking="its step is compared whole, as 'other'"))
     if len(table):
         out.table(table, caption="difference per step (a - b), mean step and critical path")
     return out

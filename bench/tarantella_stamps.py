@@ -135,7 +135,7 @@ def launch(out: Path, pairs: int, seed: int) -> None:
     doc = {
         "name": "bench",
         "factors": {"framework": ["tarantella"], "procs_per_node": [2], "batch_size": [BATCH]},
-        "fixed": {"tracer": "none"},
+        "fixed": {"tracer": "none", "fit_step_phases": True},  # the stamped step is built
     }
     config = {**design.parse(doc, "bench").runs()[0].config, "run_id": "bench"}
     (out / "config.json").write_text(json.dumps(config))

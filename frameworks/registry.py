@@ -45,6 +45,10 @@ class AdapterInfo:
     # (frameworks/model_gate.py's FAMILY_BUILDERS): tnt.Model wraps the Keras
     # model, and the gate checks the wrapped one
     gate_builder: str = ""
+    # its own fit runs the training step (Tarantella's tnt.Model.fit): the
+    # harness times whole steps, and the step's phases only where the design
+    # asks for them (fit_step_phases)
+    owns_step: bool = False
 
 
 FRAMEWORKS: Registry[AdapterInfo] = Registry("frameworks.adapters", "framework")

@@ -371,7 +371,7 @@ def test_figures_have_whole_ticks_full_titles_and_say_why_a_panel_is_empty(built
 
     figure = figures.timeline(phases, runs).draw()
     texts = [t.get_text() for t in figure.findobj(lambda a: hasattr(a, "get_text"))]
-    assert "tarantella: no phase timed here" in texts
+    assert "tarantella: whole steps only (fit_step_phases: false)" in texts
 
     figure = figures.scaling(runs).draw()
     width = figure.get_size_inches()[0] * figure.dpi

@@ -218,7 +218,9 @@ def test_whole_step_framework_is_not_said_to_be_compute_bound():
     (line,) = summary.dominant_bottlenecks(found)["sentence"]
     assert line == (
         "tarantella, 2 processes (batch_size 64): it times whole steps only, "
-        "so no phase can be named the bottleneck."
+        "so no phase can be named the bottleneck (its runs did not record them, "
+        "fit_step_phases: false; recording them lengthens its step, most likely by more "
+        "than 1 %: docs/tracing.md)."
     )
 
 

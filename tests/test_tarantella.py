@@ -1,7 +1,8 @@
 """Real Tarantella (GPI-2 over TCP, tnt.Model) trains the shared CNN with 2
 processes through the runner, each step in phases read back from its own
-graph, each gradient's all-reduce with its bytes; with fit_step_phases:
-false its whole steps reach every table of the analysis. The same-model
+graph, each gradient's all-reduce with its bytes, where the design asks for
+them (fit_step_phases: true); without, its default, its whole steps reach
+every table of the analysis, and the report says why it has no phases. The same-model
 gate checks the real tnt.Model. Skipped where Tarantella is not built:
 'bash envs/build-tarantella.sh' builds it (how long: envs/tarantella.md)."""
 
@@ -15,8 +16,9 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, assert_learned, tiny_design, trained
-from analysis import bottlenecks, collect, spread
+from analysis import bottlenecks, collect, phase_recording, spread
 from analysis import critical_path as cp
+from analysis.section import plain
 from ddlcompare.plan import design
 from ddlcompare.plan import envs
 from ddlcompare.run import runner
@@ -40,7 +42,7 @@ def two_ranks():
     callbacks anew at each)."""
     with tempfile.TemporaryDirectory() as tmp:
         # GPI-2 start-up and graph building take a minute on a loaded machine
-        yield trained(tiny_design(["tarantella"], timeout_s=600), Path(tmp))
+        yield trained(tiny_design(["tarantella"], timeout_s=600, fit_step_phases=True), Path(tmp))
 
 
 @pytest.mark.slow
@@ -108,14 +110,16 @@ def assert_phases_and_all_reduces(folder: Path) -> None:
 
 @pytest.mark.slow
 def test_each_step_in_phases_with_every_all_reduce(two_ranks):
+    assert "/fit_step_phases~true/" in two_ranks.as_posix()  # asked for: a level of its path
     assert_phases_and_all_reduces(two_ranks)
 
 
 @pytest.mark.slow
 def test_whole_steps_only_keep_their_time_in_every_table(tmp_path):
-    """fit_step_phases: false times whole steps, as 'other': the step
-    tables, the spread, the breakdown and the critical path keep them."""
-    doc = tiny_design(["tarantella"], timeout_s=600, fit_step_phases=False)
+    """Without fit_step_phases (its default: false) whole steps are timed,
+    as 'other': the step tables, the spread, the breakdown and the critical
+    path keep them, and the report says why it has no phases."""
+    doc = tiny_design(["tarantella"], timeout_s=600)
     plan = design.parse(doc, "tiny.yaml")
     assert runner.execute(plan.runs()[0], tmp_path) == 0
     folder = tmp_path / plan.runs()[0].path
@@ -133,6 +137,8 @@ def test_whole_steps_only_keep_their_time_in_every_table(tmp_path):
     assert parts["other"] == pytest.approx(row["step_median_s"], rel=0.5)
     found = cp.analyse(table, runs)
     assert set(found.method.values()) == {"other"} and found.problems == {}
+    (line,) = phase_recording.lines(runs, lacking="its ranks join at the whole step")
+    assert plain(line).startswith("tarantella: its runs recorded whole steps only, no phases")
 
 
 @pytest.mark.slow

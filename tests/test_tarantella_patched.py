@@ -91,7 +91,8 @@ def test_patch_refuses_a_source_it_was_not_written_for(tmp_path):
 )
 def test_patched_build_trains_two_processes():
     with tempfile.TemporaryDirectory() as tmp:
-        folder = trained(tiny_design(["tarantella-patched"], timeout_s=600), Path(tmp))
+        doc = tiny_design(["tarantella-patched"], timeout_s=600, fit_step_phases=True)
+        folder = trained(doc, Path(tmp))
         assert_learned(folder)
         ranks = [json.loads((folder / f"rank{r}.json").read_text()) for r in (0, 1)]
         assert ranks[0]["params_digest"] == ranks[1]["params_digest"]

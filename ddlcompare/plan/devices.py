@@ -73,6 +73,10 @@ ONLY_WHERE = {
         "Horovod's frameworks only (horovod-torch, horovod-keras)",
     ),
     "hybrid_gpus": (lambda config, info: config["device"] == "hybrid", "device: hybrid only"),
+    "fit_step_phases": (
+        lambda config, info: info.owns_step,
+        "frameworks whose own fit runs the step only (tarantella, tarantella-patched)",
+    ),
 }
 
 

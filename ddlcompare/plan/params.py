@@ -342,10 +342,10 @@ PARAMS: dict[str, Param] = {
         Param(
             "fit_step_phases",
             bool,
-            True,
+            False,
             "where the framework's own fit runs the step (Tarantella): read each step's "
-            "phases back from timestamps taken in its graph (false: time whole steps only, "
-            "as 'other')",
+            "phases back from timestamps taken in its graph, at a cost to the step "
+            "(docs/tracing.md); false: time whole steps only, as 'other'",
         ),
         Param(
             "batch_split",

@@ -38,8 +38,10 @@ ADAPTER = register(
             "other",
             "eval",
         ),
-        notes="tnt.Model owns the training step (Keras fit, one compiled graph). "
-        "The graph is Keras' own step with timestamps taken in it (tf.timestamp "
+        notes="tnt.Model owns the training step (Keras fit, one compiled graph): "
+        "whole steps are timed, as 'other', unless the design asks for its phases "
+        "(fit_step_phases: true; what that costs: docs/tracing.md). Then the graph "
+        "is Keras' own step with timestamps taken in it (tf.timestamp "
         "after the loss, after every gradient, after each of Tarantella's "
         "all-reduces and after the optimizer), read back after each step: "
         "data_load is the step's start to its batch in hand, then forward, "
@@ -52,6 +54,7 @@ ADAPTER = register(
         "with the Keras model itself.",
         knobs=("fusion_threshold_kib",),
         whole_nodes=True,
+        owns_step=True,
     )
 )
 
@@ -188,7 +191,7 @@ def tarantella_version() -> str:
 
 
 class Adapter(TFAdapter):
-    uses_fit = True
+    uses_fit = ADAPTER.owns_step
 
     def init(self, config: RunConfig) -> Dist:
         # Importing Tarantella starts GPI-2 and picks this rank's GPU (or
