@@ -208,6 +208,8 @@ _ALL = [
         "the run is stopped and recorded failed",
         "ddlcompare/run/stall.py",
     ),
+    # Its default is compiled into the patch (C++ cannot read this module):
+    # tests/test_tarantella_patched.py holds the two equal.
     Variable(
         "DDLC_GASPI_SWEEP_PAUSE_US",
         "50",

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import REPO, assert_learned, tiny_design, trained
 from ddlcompare.plan import design, envs
+from frameworks import knobs
 from runfiles import variables
 from test_tarantella import assert_phases_and_all_reduces
 
@@ -112,6 +113,22 @@ def test_the_pause_is_a_knob_of_the_patched_build_only():
     assert problem.startswith("gaspi_sweep_pause_us: 10 is set for framework tarantella,")
     assert "tarantella-patched" in problem
     design.parse(tiny_design(["tarantella-patched"], gaspi_sweep_pause_us=10), "tiny.yaml")
+
+
+def test_the_pause_default_is_one_figure_in_the_patch_and_the_harness():
+    """The pause's default is compiled into our IdleWait.cpp (C++ cannot read
+    runfiles/variables.py) and declared for DDLC_GASPI_SWEEP_PAUSE_US there;
+    IdleWait.hpp says it, and the upstream form proposes the same."""
+    patch = SPEC.parent
+    code = (patch / "GaspiCxx" / "IdleWait.cpp").read_text()
+    (default,) = re.findall(r"constexpr long DEFAULT_PAUSE_US = (\d+);", code)
+    (name,) = re.findall(r'PAUSE_VARIABLE = "(\w+)";', code)
+    assert name == knobs.GASPI_PAUSE_VARIABLE
+    assert variables.VARIABLES[name].default == default
+    header = (patch / "GaspiCxx" / "IdleWait.hpp").read_text()
+    assert re.findall(r"\((\d+) unless set\)", header) == [default]
+    upstream = (patch / "upstream" / "GaspiCxx-sweep-pause.diff").read_text()
+    assert re.findall(r"default_sweep_pause\{(\d+)\}", upstream) == [default]
 
 
 @pytest.mark.skipif(
