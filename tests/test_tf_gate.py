@@ -97,3 +97,38 @@ def test_the_answer_key_covers_what_a_builder_can_import(tmp_path):
     real = model_gate.training_code_files()
     assert model_gate.REPO / "runfiles" / "run_config.py" in real
     assert model_gate.REPO / "frameworks" / "model_gate.py" in real
+
+
+def test_a_builder_past_its_limit_is_stopped_with_every_process_it_started(tmp_path):
+    """A builder that hangs is stopped with its whole tree and session: its
+    child, its grandchild, and one left behind by a parent that exited (as
+    gaspi_run leaves Tarantella's ranks), which no tree of children lists."""
+    import os
+    import time
+
+    import psutil
+
+    pids = tmp_path / "pids"
+    script = (
+        f"sleep 300 & echo $! >> {pids}; "  # a child
+        f"sh -c 'sleep 300 & echo $! >> {pids}; wait' & "  # a grandchild
+        f"(sleep 300 & echo $! >> {pids}); "  # left behind: its parent exited
+        "wait"
+    )
+    started = time.monotonic()
+    done = model_gate.run_builder(
+        ["flock", str(tmp_path / "lock"), "sh", "-c", script], tmp_path, dict(os.environ), 3
+    )
+    assert done is None and time.monotonic() - started < 3 + 2 * 5 + 5
+    found = [int(line) for line in pids.read_text().split()]
+    assert len(found) == 3
+
+    def gone(pid):
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    assert all(gone(pid) for pid in found), [p for p in found if not gone(p)]
+    answered = model_gate.run_builder(["sh", "-c", "echo rows"], tmp_path, dict(os.environ), 30)
+    assert answered is not None and answered.returncode == 0 and answered.stdout == "rows\n"

@@ -8,6 +8,7 @@ against the shared specification.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import hashlib
 import json
@@ -18,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from ddlcompare.plan import envs
+from ddlcompare.run import stopping
 from ddlcompare.run.launch import LOCAL_SSH
 from ddlcompare.run.launchers.tarantella import GPI2_LOCK
 from ddlcompare.run.provenance import REPO
@@ -134,22 +136,46 @@ def _ask_builder(builder: str, model: str, datasets: tuple[str, ...]) -> dict:
         ]
         launch_env["PATH"] = f"{LOCAL_SSH}:{python.parent}:{os.environ.get('PATH', '')}"
     with tempfile.TemporaryDirectory(prefix="ddlc-gate-") as scratch:
-        try:
-            done = subprocess.run(
-                [*argv, "-m", "frameworks.model_gate", "rows", builder, model, *datasets],
-                cwd=scratch,
-                capture_output=True,
-                text=True,
-                timeout=BUILDER_TIMEOUT_S,
-                env=launch_env,
-            )
-        except subprocess.TimeoutExpired:
-            error = {"error": f"the {builder} builder gave no answer in {BUILDER_TIMEOUT_S} s"}
-            return {d: error for d in datasets}
+        argv += ["-m", "frameworks.model_gate", "rows", builder, model, *datasets]
+        done = run_builder(argv, Path(scratch), launch_env, BUILDER_TIMEOUT_S)
+    if done is None:
+        error = {
+            "error": f"the {builder} builder gave no answer in {BUILDER_TIMEOUT_S} s; "
+            "it was stopped with every process it started"
+        }
+        return {d: error for d in datasets}
     if done.returncode != 0:
         error = {"error": f"the {builder} builder failed: {done.stderr.strip()[-500:]}"}
         return {d: error for d in datasets}
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_builder(
+    argv: list[str], cwd: Path, env: dict, timeout_s: float
+) -> subprocess.CompletedProcess | None:
+    """The builder's outcome, or None when it ran past ``timeout_s``: then it
+    is stopped with every process it started. It runs in a session of its
+    own, as its direct child is flock and Tarantella's launcher starts the
+    ranks under it (gaspi_run, in the background): stopping flock alone
+    would leave them running."""
+    with subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            stopping.kill_tree(proc)
+            stopping.stop_session(proc.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.communicate(timeout=5)  # one that left the session may hold the pipes
+            return None
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def gate_all(

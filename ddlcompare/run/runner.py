@@ -22,8 +22,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from runfiles.names import CONFIG, DONE, EPOCHS, METRICS, PHASE_TABLE, RUN_RECORD, TRAIN_LOG
 from ddlcompare.run import (
     conditions,
@@ -37,6 +35,7 @@ from ddlcompare.run import (
     schedulers,
     stacks,
     stall,
+    stopping,
     tracers,
 )
 from runfiles import energy, names, ownership, records, tables
@@ -366,7 +365,7 @@ class Watch:
     def check_workflow(self) -> None:
         if self.workflow and not ownership.alive(*self.workflow):
             if self.proc:
-                _kill_tree(self.proc)
+                stopping.kill_tree(self.proc)
             raise Interrupted(
                 f"the workflow that started it (Snakemake, pid "
                 f"{self.workflow[0]}) ended; stopped so that no orphan trains on"
@@ -380,7 +379,7 @@ class Watch:
 
         def stop(signum, _frame):
             if self.proc:
-                _kill_tree(self.proc)
+                stopping.kill_tree(self.proc)
             raise Interrupted(f"stopped by {signal.Signals(signum).name}", signum)
 
         for s in previous:
@@ -411,7 +410,7 @@ class Watch:
                     if self.meter:
                         self.meter.sample()  # up to the end, however short the run
             finally:
-                _stop_leftovers(proc.pid)
+                stopping.stop_session(proc.pid)
                 self.held_ns = (start, time.perf_counter_ns())
         outcome = self._outcome(proc, timed_out)
         if self.overlap:
@@ -436,15 +435,15 @@ class Watch:
                 self.stalled = self.progress.stalled()
             if now > deadline or self.stalled:
                 self.stacks = stacks.record(proc.pid, self.run_dir)
-                _kill_tree(proc)
+                stopping.kill_tree(proc)
                 return True
             if failed := self._rank_failure(now):
-                _kill_tree(proc)
+                stopping.kill_tree(proc)
                 self.stopped_for_rank = failed
                 return False
             self.check_workflow()
             if not ownership.owns(self.run_dir, self.token):
-                _kill_tree(proc)
+                stopping.kill_tree(proc)
                 raise LostOwnership()
             if now - beat > ownership.HEARTBEAT_S:
                 ownership.heartbeat(self.run_dir, self.token)
@@ -496,51 +495,6 @@ class Watch:
             "exit_status": code,
             "reason": f"exit status {code}: {_last_error(self.run_dir / TRAIN_LOG)}",
         }
-
-
-def _kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
-    """Stop the launcher and every process under it. Launchers put ranks in
-    sessions of their own (torchrun, Horovod's Gloo), so a process group is
-    not enough: the tree is listed first, then SIGTERM (with SIGCONT, so a
-    stopped rank can act on it), ``grace`` seconds, then SIGKILL for the rest."""
-    try:
-        tree = [psutil.Process(proc.pid)]
-        tree += tree[0].children(recursive=True)
-    except psutil.NoSuchProcess:
-        tree = []
-    for sig in (signal.SIGTERM, signal.SIGCONT):
-        for p in tree:
-            _send(p, sig)
-    _, alive = psutil.wait_procs(tree, timeout=grace)
-    for p in alive:
-        _send(p, signal.SIGKILL)
-    psutil.wait_procs(alive, timeout=grace)
-    proc.wait()
-
-
-def _stop_leftovers(session: int) -> None:
-    """Kill what the launcher left running in its session after it ended:
-    gaspi_run (Tarantella) starts ranks in the background, and a rank stuck
-    in start-up outlives a launcher that gave up."""
-    left = []
-    for p in psutil.process_iter():
-        try:
-            if os.getsid(p.pid) == session:
-                left.append(p)
-        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
-            continue
-    for p in left:
-        _send(p, signal.SIGKILL)
-    psutil.wait_procs(left, timeout=5)
-
-
-def _send(process: psutil.Process, sig: int) -> None:
-    try:
-        process.send_signal(sig)
-    except psutil.NoSuchProcess:
-        pass
-    except psutil.AccessDenied:
-        pass  # another user's (OAR's setuid oarsh): it ends with its connection
 
 
 # "[rank1]: KeyError: 0" (torchrun), "[0]<stderr>:TypeError: ..." (horovodrun),
