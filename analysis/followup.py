@@ -113,7 +113,8 @@ def _rank(reasons: list[str]) -> tuple[int, int]:
 def instruments(frameworks: list[str]) -> dict:
     """Score-P where it is installed and every chosen framework can run it
     (MPI-started Horovod), else our OTF2 writer; Horovod's Timeline and the
-    PyTorch profiler where a chosen framework has them."""
+    PyTorch profiler where a chosen framework has them, and the phases of a
+    step its own fit runs (Tarantella's fit_step_phases)."""
     infos = [registry.FRAMEWORKS[f] for f in frameworks]
     scorep = shutil.which("scorep") and importlib.util.find_spec("scorep") is not None
     mpi_horovod = all(i.launcher == "horovodrun" for i in infos)
@@ -124,6 +125,8 @@ def instruments(frameworks: list[str]) -> dict:
         settings["horovod_timeline"] = True
     if any(i.family == "torch" for i in infos):
         settings["torch_profiler"] = True
+    if any(i.owns_step for i in infos):
+        settings["fit_step_phases"] = True
     return settings
 
 
@@ -258,6 +261,8 @@ def _instrumented(fixed: dict) -> str:
         parts.append("Horovod Timeline")
     if fixed.get("torch_profiler"):
         parts.append("PyTorch profiler")
+    if fixed.get("fit_step_phases"):
+        parts.append("Tarantella's step phases")
     return " + ".join(parts)
 
 

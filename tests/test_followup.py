@@ -104,6 +104,8 @@ def test_follow_up_design_keeps_exactly_the_chosen_cells(tmp_path):
     assert follow.replications == 3 and doc["fixed"]["tracer"] in ("otf2", "scorep")
     assert doc["fixed"]["epochs"] == 1 and doc["fixed"]["max_steps"] == followup.STEPS
     assert doc["fixed"]["horovod_timeline"] and doc["fixed"]["torch_profiler"]
+    assert "fit_step_phases" not in doc["fixed"]  # no framework here owns its step
+    assert followup.instruments(["tarantella", "torch-ddp"])["fit_step_phases"] is True
     assert doc["follow_up"]["rule"] == followup.RULE
     assert doc["follow_up"]["name"] == "study" and len(doc["follow_up"]["cells"]) == 4
 
