@@ -224,13 +224,14 @@ def check_run(
     config: RunConfig,
     *,
     rank_steps: bool,
-    same_run: Callable[[dict, RunConfig], bool],
+    differs: Callable[[dict, RunConfig], list[str]],
 ) -> list[str]:
     """The problems of a finished ok (or suspect) run's files; [] when sound:
     each file alone, then the files against each other and the design.
     ``rank_steps``: whether its framework writes a steps file per rank;
-    ``same_run(written, config)``: whether config.json's settings are this
-    run's (the design says, ddlcompare/plan/design.py's check_run)."""
+    ``differs(written, config)``: where config.json's settings are not this
+    run's, [] where they are (the design says, ddlcompare/plan/design.py's
+    check_run)."""
     problems = []
 
     def attempt(check):
@@ -243,7 +244,7 @@ def check_run(
     world = config["nodes"] * config["procs_per_node"]
     metrics = attempt(lambda: _check_metrics(folder, world))
     attempt(lambda: read_json(folder / RUN_RECORD))
-    attempt(lambda: _check_config(folder, config, same_run))
+    attempt(lambda: _check_config(folder, config, differs))
     epochs = attempt(lambda: read_tsv(folder / EPOCHS, EPOCH_COLUMNS))
     if metrics and epochs is not None:
         attempt(lambda: _check_epochs(epochs, metrics))
@@ -275,18 +276,24 @@ def _check_metrics(folder: Path, world: int) -> dict:
 
 
 def _check_config(
-    folder: Path, config: RunConfig, same_run: Callable[[dict, RunConfig], bool]
+    folder: Path, config: RunConfig, differs: Callable[[dict, RunConfig], list[str]]
 ) -> None:
     """config.json is the run's settings: another run's (a folder copied or
-    moved by hand) or an edited one is not this run's result."""
+    moved by hand), an edited one, or one whose setting left at its default
+    was another default then (a harness upgrade) is not this run's result."""
     if not (folder / CONFIG).exists():
         return  # runs of older harnesses: run.json holds the config
     try:
         written = files.read_json(folder / CONFIG)
     except (OSError, ValueError) as exc:
         raise Damaged(f"config.json: not valid JSON, cut short or edited? ({exc})") from None
-    if not isinstance(written, dict) or not same_run(written, config):
-        raise Damaged("config.json: not this run's settings (the folder was copied or edited?)")
+    if not isinstance(written, dict):
+        raise Damaged("config.json: not this run's settings (not a JSON object)")
+    if found := differs(written, config):
+        raise Damaged(
+            f"config.json: not this run's settings ({'; '.join(found[:3])}): a harness with "
+            "other defaults wrote it, or the folder was copied or edited"
+        )
 
 
 def _check_epochs(epochs: pd.DataFrame, metrics: dict) -> None:

@@ -7,6 +7,7 @@ constructed tables: a design of torch-ddp and Tarantella, with Tarantella's
 steps in phases or whole."""
 
 import html
+import json
 import re
 
 import numpy as np
@@ -238,3 +239,18 @@ def test_the_link_leads_to_the_one_place_the_cost_is_stated():
         and "+1.65 %" in path.read_text()
     ]
     assert elsewhere == []
+
+
+def test_a_run_recorded_under_the_old_default_says_which_setting_differs(tmp_path):
+    """A Tarantella run from before the default changed wrote
+    fit_step_phases: true; a design that leaves it unset now asks false:
+    not the same run, and the reason names the setting."""
+    (row,) = design.parse(tiny_design(["tarantella"]), "t.yaml").runs()
+    (tmp_path / "config.json").write_text(json.dumps({**row.config, "fit_step_phases": True}))
+    problems = design.check_run(tmp_path, row.config)
+    assert (
+        "config.json: not this run's settings (fit_step_phases: True there, False in the "
+        "design): a harness with other defaults wrote it, or the folder was copied or edited"
+    ) in problems
+    (tmp_path / "config.json").write_text(json.dumps(row.config))
+    assert not [p for p in design.check_run(tmp_path, row.config) if "config.json" in p]

@@ -225,6 +225,19 @@ def identity(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def differences(written: Mapping[str, Any], asked: Mapping[str, Any]) -> list[str]:
+    """Where two configs are not the same run (``identity``'s terms): each
+    setting, seed or replication that differs, as "name: written, asked"."""
+    names = [k for k in PARAMS if not PARAMS[k].analysis_only]
+    found = []
+    for name in [*names, "seed", "rep"]:
+        default = PARAMS[name].default if name in PARAMS else None
+        mine, theirs = written.get(name, default), asked.get(name, default)
+        if mine != theirs:
+            found.append(f"{name}: {mine!r} there, {theirs!r} in the design")
+    return found
+
+
 def check_run(folder: Path, config: RunConfig) -> list[str]:
     """The problems of a finished run's files against what the design asked
     of it (runfiles/records.py reads them); [] when sound. Whether there is
@@ -234,7 +247,7 @@ def check_run(folder: Path, config: RunConfig) -> list[str]:
         folder,
         config,
         rank_steps=registry.FRAMEWORKS[config["framework"]].rank_steps,
-        same_run=lambda written, asked: identity(written) == identity(asked),
+        differs=differences,
     )
 
 
