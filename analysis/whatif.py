@@ -648,7 +648,7 @@ def section(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None
     """The report's section: each held-out check and each what-if in a
     sentence, the predictions, checks, what-ifs and parameters as tables."""
     found = analyse(runs, phases, tables)
-    said: list[str] = []
+    said: list = []  # sentences: strings, or pieces with a link
     checks = found["checks"]
     unpredicted = checks[checks["why_not"].notna()] if len(checks) else checks
     checks = checks[checks["why_not"].isna()] if len(checks) else checks
