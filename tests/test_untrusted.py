@@ -364,8 +364,8 @@ def test_twenty_thousand_unknown_keys_are_counted_not_listed(tmp_path):
         (("tf-mwms",), {"torch_profiler": True}, "torch_profiler: True applies to the PyTorch"),
         (
             ("torch-ddp",),
-            {"fit_step_phases": False},
-            "fit_step_phases: False applies to Tarantella",
+            {"fit_step_phases": True},
+            "fit_step_phases: True applies to frameworks whose own fit runs the step",
         ),
         (("torch-ddp",), {"net_rate_mbit": 100}, "net_rate_mbit: 100 applies to the network"),
         (("torch-ddp", "tf-mwms"), {"torch_profiler": True}, None),

@@ -89,10 +89,6 @@ ACTING_ONLY_WHERE = {
         lambda config, info: info.family == "torch",
         "the PyTorch frameworks only (torch-ddp, torch-dp, horovod-torch)",
     ),
-    "fit_step_phases": (
-        lambda config, info: info.name.startswith("tarantella"),
-        "Tarantella only (the others' steps are timed in phases anyway)",
-    ),
     "net_rate_mbit": (
         lambda config, info: config["nodes"] > 1,
         "the network between nodes (nodes above 1)",
