@@ -266,9 +266,11 @@ def test_a_folder_named_like_commands_goes_through_slurm_and_runs_nothing(slurm_
     write_design(workdir, design(["torch-ddp"], nodes=1))
     argv = slurm_argv(workdir, limit=workflow_limit(workdir / "design.yaml"))
     argv[argv.index("--config") + 1] = "design=design.yaml"  # a path the harness takes
-    out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path)
-    [record] = records(workdir).values()
-    assert record["status"] == "ok" and record["scheduler"] == "slurm", out.stderr[-3000:]
+    # from the project root, where the profile's bare name is found
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
+    found = list(records(workdir).values())
+    assert len(found) == 1, out.stderr[-3000:]
+    assert found[0]["status"] == "ok" and found[0]["scheduler"] == "slurm", out.stderr[-3000:]
     assert out.returncode == 0, out.stderr[-3000:]
     ran = [p for p in (tmp_path, workdir, REPO, Path.home()) for n in ("dollar", "tick")
            if (p / n).exists()]  # fmt: skip
