@@ -28,7 +28,7 @@ from ddlcompare.run import cluster, netem
 from ddlcompare.run.schedulers import slurm
 from frameworks import registry
 from front import workflow_support as ws
-from test_oar import OarUser, oarstat
+from test_oar import OarUser, oarstat, wait_for
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 DDLC = str(REPO / "ddlc")
@@ -491,14 +491,6 @@ class OarWay:
 def by_epochs(workdir: Path) -> dict[int, dict]:
     found = [json.loads(p.read_text()) for p in (workdir / "results").rglob("run.json")]
     return {r["config"]["epochs"]: r for r in found}
-
-
-def wait_for(what: str, check, limit: float = 300):
-    deadline = time.monotonic() + limit
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"{what}: not after {limit} s"
-        time.sleep(1)
-    return found
 
 
 def long_run_training(workdir: Path, way, short_too: bool = True) -> str:

@@ -34,7 +34,12 @@ ddlc_extend_limit() {
     if [ -n "${SLURM_JOB_ID:-}" ]; then
       ddlc_said=$(scontrol update JobId="$SLURM_JOB_ID" TimeLimit+=1 2>&1) || ddlc_extended=-1
     elif [ -n "${OAR_JOB_ID:-}" ]; then
-      ddlc_said=$(oarwalltime --force "$OAR_JOB_ID" +0:01:00 2>&1) || ddlc_extended=-1
+      # OAR grants an increase only up to the next job planned on the same
+      # nodes, unless the request may delay it: that job would wait for the
+      # machine too. Where the cluster does not let users delay others, the
+      # increase that fits.
+      ddlc_said=$(oarwalltime --force --delay-next-jobs "$OAR_JOB_ID" +0:01:00 2>&1) ||
+        ddlc_said=$(oarwalltime --force "$OAR_JOB_ID" +0:01:00 2>&1) || ddlc_extended=-1
     else
       return 0
     fi

@@ -60,10 +60,13 @@ configure() {
   # Leon has tried to reach it for this long (300 s by default).
   setting JOBDEL_WALLTIME 30
   # A job that waits for the machine adds the wait to its walltime
-  # (workflows/share_machine.sh: oarwalltime --force), as Grid'5000 allows.
+  # (workflows/share_machine.sh: oarwalltime --force --delay-next-jobs),
+  # ahead of the jobs planned after it on its nodes, which wait for the
+  # machine too.
   setting WALLTIME_CHANGE_ENABLED yes
   setting WALLTIME_MAX_INCREASE -1
   setting WALLTIME_ALLOWED_USERS_TO_FORCE '*'
+  setting WALLTIME_ALLOWED_USERS_TO_DELAY_JOBS '*'
   # No cgroups or cpusets here.
   sed -i 's|^JOB_RESOURCE_MANAGER_PROPERTY_DB_FIELD=|#&|; s|^CPUSET_PATH=|#&|' /etc/oar/oar.conf
   if [ "$nodes" != localhost ]; then
