@@ -225,6 +225,12 @@ def test_a_second_up_is_refused(slurm_cluster):
     daemons = slurm_cluster[0]["daemons"]
     assert {"slurmctld", "munged", "oar-server"} <= set(daemons) and all(daemons.values())
     assert f"daemons: {len(daemons)} of {len(daemons)} running" in status.stdout
+    # The test OAR (one per machine, as the cluster's) refuses while the cluster's runs.
+    oar = subprocess.run(
+        [str(cluster.OAR_SCRIPT), "start"], capture_output=True, text=True, timeout=120
+    )
+    assert oar.returncode != 0 and "already listens on port 6666" in oar.stderr, oar.stderr
+    assert "./ddlc cluster down" in oar.stderr
 
 
 def test_nodes_have_their_own_names_addresses_and_a_shaped_link(slurm_cluster):
