@@ -107,6 +107,7 @@ REPLAYED = {
     "straggler removed": "wait at the join",
     "compression fp16": "grad_comm",
 }
+NEEDS_A_PEER = ("compression fp16", "straggler removed", HIDDEN)
 
 
 # ------------------------------------------------------------- hypotheses
@@ -175,9 +176,12 @@ def _replayed(ok: pd.DataFrame, phases: pd.DataFrame) -> list[dict]:
     hidden = hidden.drop(columns=[c for c in cells.CELL if c in hidden]).join(info)
     hidden = hidden.assign(what_if=HIDDEN, gain=hidden["comm_s"] / hidden["step_s"])
     exposing = hidden["framework"].map(lambda f: "grad_comm" in registry.FRAMEWORKS[f].exposes)
-    per_run.append(hidden[exposing & (hidden["world_size"] > 1)][[*cells.CELL, "what_if", "gain"]])
+    per_run.append(hidden[exposing][[*cells.CELL, "what_if", "gain"]])
+    changes = pd.concat(per_run)
+    # One process has no peer: nothing crosses a wire and nobody arrives late.
+    alone = (changes["world_size"] < 2) & changes["what_if"].isin(NEEDS_A_PEER)
     rows = []
-    for key, group in pd.concat(per_run).groupby([*cells.CELL, "what_if"]):
+    for key, group in changes[~alone].groupby([*cells.CELL, "what_if"]):
         mean, half, n = stats.mean_ci(group["gain"])
         change = key[-1]
         rows.append(

@@ -54,6 +54,13 @@ def test_straggler_ranks_first():
     assert best["predicted_gain"] == pytest.approx(30 / 70, rel=0.02)
 
 
+def test_one_process_is_offered_no_change_to_an_exchange_it_does_not_have():
+    # A one-process run still times its (local) gradient all-reduce.
+    ranked = ranked_for(constructed(world=1, comm_ms=40), world=1)
+    assert not set(ranked["change"]) & set(improve.NEEDS_A_PEER)
+    assert "compression fp16" in set(ranked_for(constructed(world=2, comm_ms=40), 2)["change"])
+
+
 def contention_runs(alone_ms=100.0, together_ms=200.0, n=5, framework="tarantella"):
     """Runs of one and two processes (batch 64 each), n each, whose steps
     are known: two ranks slow each other from alone_ms to together_ms."""
