@@ -19,10 +19,6 @@ import json
 from frameworks import data, models
 
 BUILDERS = {"pytorch": "torch", "keras": "tensorflow", "lbann": "lbann", "tarantella": "tarantella"}
-# The builder of each training family: a builder's verdict is that of every
-# framework of its family (DataParallel and MirroredStrategy wrap the same
-# model), save those that name their own (AdapterInfo.gate_builder).
-FAMILY_BUILDERS = {"torch": "pytorch", "tensorflow": "keras", "lbann": "lbann"}
 # Flatten is a layer in PyTorch and Keras, implicit in LBANN's FullyConnected:
 # the parameter count of the first dense layer checks it. ReLUs carry no
 # weights and change no shape.
@@ -133,13 +129,14 @@ def _torch_graph_rows(model, info: data.DatasetInfo) -> list[dict]:
 
 
 def frameworks_of(builder: str) -> list[str]:
-    """The registered frameworks whose model this builder makes."""
+    """The registered frameworks whose model this builder makes: a builder's
+    verdict is that of every framework of its family (DataParallel and
+    MirroredStrategy wrap the same model), save those that name their own
+    builder (AdapterInfo.gate_builder, else the family's)."""
     from frameworks import registry
 
     return sorted(
-        name
-        for name, info in registry.FRAMEWORKS.items()
-        if (info.gate_builder or FAMILY_BUILDERS.get(info.family)) == builder
+        name for name, info in registry.FRAMEWORKS.items() if info.gate_builder == builder
     )
 
 

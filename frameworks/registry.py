@@ -2,9 +2,11 @@
 
 An adapter is one module in ``frameworks/adapters/`` that registers its
 :class:`AdapterInfo` (``ADAPTER = register(AdapterInfo(...))``, the one
-mechanism of runfiles/backends.py). Importing an adapter module must stay
-cheap (its framework is imported inside its functions), so the planner can
-list and check frameworks without torch or TensorFlow.
+mechanism of runfiles/backends.py). It states what it is (``name``, its
+``family``, its ``launcher``) and only where it differs from its family
+(:data:`FAMILIES`). Importing an adapter module must stay cheap (its
+framework is imported inside its functions), so the planner can list and
+check frameworks without torch or TensorFlow.
 """
 
 from __future__ import annotations
@@ -13,18 +15,64 @@ import importlib
 from dataclasses import dataclass
 
 from runfiles.backends import Registry
+from runfiles.phases import PHASES
+
+
+@dataclass(frozen=True)
+class Family:
+    """A training loop that runs several frameworks, and what it gives
+    each of them where its adapter does not say otherwise."""
+
+    loop: str  # the module whose train(adapter, config, run_dir) runs it
+    gate_builder: str  # the same-model gate's builder of its model (frameworks/model_gate.py)
+    env: str  # the environment (envs/<env>.txt) its frameworks run in
+    probe: str  # a module whose import proves that environment is built
+    exposes: tuple[str, ...]  # the phases its loop times for every framework
+
+
+# The phases every loop times; each family adds its own.
+EVERY_LOOP = ("init", "data_load", "forward", "backward", "optimizer", "eval")
+
+FAMILIES = {
+    "torch": Family(
+        loop="frameworks.torch_family",
+        gate_builder="pytorch",
+        env="torch",
+        probe="torch",
+        exposes=(*EVERY_LOOP, "h2d"),
+    ),
+    "tensorflow": Family(
+        loop="frameworks.tf_family",
+        gate_builder="keras",
+        env="tensorflow",
+        probe="tensorflow",
+        exposes=(*EVERY_LOOP, "grad_comm"),
+    ),
+    "lbann": Family(
+        loop="frameworks.lbann_family",
+        gate_builder="lbann",
+        env="lbann",
+        probe="lbann",
+        exposes=EVERY_LOOP,
+    ),
+}
 
 
 @dataclass(frozen=True)
 class AdapterInfo:
     name: str  # the design's framework level
-    module: str  # frameworks.<module>, which defines the adapter class
-    family: str  # which shared training loop runs it (torch, tensorflow...)
+    family: str  # which shared training loop runs it (a key of FAMILIES)
     launcher: str  # ddlcompare.run.launch name: how its processes start
-    env: str  # the environment (envs/<env>.txt) it runs in
-    probe: str  # a module whose import proves the env is built
-    exposes: tuple[str, ...]  # the phases it can time separately
     notes: str = ""  # what it cannot expose, said in the report
+    # Empty: its family's (FAMILIES). The environment (envs/<env>.txt) it
+    # runs in, a module whose import proves that environment is built, and
+    # the same-model gate's builder of its model (tnt.Model wraps the Keras
+    # model, and the gate checks the wrapped one).
+    env: str = ""
+    probe: str = ""
+    gate_builder: str = ""
+    # the phases it times beyond its family's (see exposes)
+    also_exposes: tuple[str, ...] = ()
     # the gradient compressions (frameworks/compression.py) it can run
     compressions: tuple[str, ...] = ("none",)
     # the device levels it can run (params 'device')
@@ -41,14 +89,32 @@ class AdapterInfo:
     whole_nodes: bool = False
     # it writes a steps file per rank (LBANN's own loop writes one for the run)
     rank_steps: bool = True
-    # the same-model gate's builder of its model, where not its family's
-    # (frameworks/model_gate.py's FAMILY_BUILDERS): tnt.Model wraps the Keras
-    # model, and the gate checks the wrapped one
-    gate_builder: str = ""
     # its own fit runs the training step (Tarantella's tnt.Model.fit): the
     # harness times whole steps, and the step's phases only where the design
     # asks for them (fit_step_phases)
     owns_step: bool = False
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(
+                f"framework {self.name!r}: no family {self.family!r} "
+                f"(known: {', '.join(FAMILIES)}); frameworks/registry.py declares them"
+            )
+        family = FAMILIES[self.family]
+        for field in ("env", "probe", "gate_builder"):
+            if not getattr(self, field):
+                object.__setattr__(self, field, getattr(family, field))  # frozen
+
+    @property
+    def exposes(self) -> tuple[str, ...]:
+        """The phases it can time separately, in the vocabulary's order."""
+        timed = {*FAMILIES[self.family].exposes, *self.also_exposes}
+        return tuple(phase for phase in PHASES if phase in timed)
+
+    @property
+    def loop(self) -> str:
+        """The module whose train(adapter, config, run_dir) runs it."""
+        return FAMILIES[self.family].loop
 
 
 FRAMEWORKS: Registry[AdapterInfo] = Registry("frameworks.adapters", "framework")
@@ -57,5 +123,4 @@ register = FRAMEWORKS.register
 
 def load_adapter(name: str):
     """The adapter class of a framework (imports the framework itself)."""
-    info = FRAMEWORKS[name]
-    return importlib.import_module(info.module).Adapter()
+    return importlib.import_module(FRAMEWORKS.module(name)).Adapter()

@@ -19,12 +19,6 @@ from frameworks import registry
 from frameworks.common import RunError
 from frameworks.data import DataError
 
-FAMILY_LOOPS = {
-    "torch": "frameworks.torch_family",
-    "tensorflow": "frameworks.tf_family",
-    "lbann": "frameworks.lbann_family",
-}
-
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
@@ -33,7 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     ownership.watch_from_worker(args.run_dir)  # stop at once if the runner dies
     config = json.loads((args.run_dir / CONFIG).read_text())
     info = registry.FRAMEWORKS[config["framework"]]
-    loop = importlib.import_module(FAMILY_LOOPS[info.family])
+    loop = importlib.import_module(info.loop)
     try:
         loop.train(registry.load_adapter(info.name), config, args.run_dir)
     except (RunError, DataError) as exc:

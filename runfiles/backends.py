@@ -17,7 +17,7 @@ import pkgutil
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
@@ -26,14 +26,21 @@ class DuplicateBackend(ValueError):
     """Two files register a backend of one kind under one name."""
 
 
-def _registering_file() -> str:
-    """The file (else the module) whose code is registering: the first
-    caller outside this module."""
+class Origin(NamedTuple):
+    """Where a backend was registered."""
+
+    file: str  # the file (else the module's name)
+    module: str  # the module's name: where its backend's code is
+
+
+def _registering_module() -> Origin:
+    """The module whose code is registering: the first caller outside this
+    module."""
     frame = sys._getframe(1)
     while frame.f_back is not None and frame.f_globals.get("__name__") == __name__:
         frame = frame.f_back
-    file = frame.f_globals.get("__file__")
-    return str(Path(file).resolve()) if file else frame.f_globals.get("__name__", "?")
+    module, file = frame.f_globals.get("__name__", "?"), frame.f_globals.get("__file__")
+    return Origin(str(Path(file).resolve()) if file else module, module)
 
 
 class Registry(Mapping[str, T], Generic[T]):
@@ -47,7 +54,7 @@ class Registry(Mapping[str, T], Generic[T]):
         self.kind = kind
         self.order = tuple(order)
         self._found: dict[str, T] = {}
-        self._origin: dict[str, str] = {}  # name -> the file that registered it
+        self._origin: dict[str, Origin] = {}  # name -> where it was registered
 
     def register(self, backend: T | None = None, *, name: str | None = None):
         """Register ``backend`` under ``name`` (by default its ``name``
@@ -57,10 +64,10 @@ class Registry(Mapping[str, T], Generic[T]):
 
         def add(obj: T) -> T:
             key = name or obj.name  # type: ignore[attr-defined]
-            origin, first = _registering_file(), self._origin.get(key)
-            if first is not None and first != origin:
+            origin, first = _registering_module(), self._origin.get(key)
+            if first is not None and first.file != origin.file:
                 raise DuplicateBackend(
-                    f"{self.kind} {key!r} is registered twice: by {first} and by {origin};"
+                    f"{self.kind} {key!r} is registered twice: by {first.file} and by {origin.file};"
                     " rename one of them"
                 )
             self._found[key], self._origin[key] = obj, origin
@@ -98,7 +105,12 @@ class Registry(Mapping[str, T], Generic[T]):
     def origin(self, name: str) -> str:
         """The file that registered ``name``."""
         self[name]  # scans the folder where the name is not yet known
-        return self._origin[name]
+        return self._origin[name].file
+
+    def module(self, name: str) -> str:
+        """The module that registered ``name`` (where its backend's code is)."""
+        self[name]
+        return self._origin[name].module
 
     def forget(self, name: str) -> None:
         """Drop a backend (a test's dummy, once its file is gone)."""

@@ -17,6 +17,7 @@ import pytest
 
 from ddlcompare.run import launch, launchers, schedulers
 from ddlcompare.run.schedulers import Host
+from frameworks.registry import FAMILIES, FRAMEWORKS, AdapterInfo
 from runfiles.backends import DuplicateBackend
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,9 +50,7 @@ def test_a_new_framework_is_one_file():
         textwrap.dedent('''
         from frameworks.registry import AdapterInfo, register
 
-        ADAPTER = register(AdapterInfo(name="dummy-framework", module="frameworks.adapters.dummy_for_test",
-                                       family="torch", launcher="torchrun", env="torch",
-                                       probe="torch.distributed", exposes=("forward",)))
+        ADAPTER = register(AdapterInfo(name="dummy-framework", family="torch", launcher="torchrun"))
         ''')
     )
     try:
@@ -96,6 +95,21 @@ TWICE = """
 def backend():
     pass
 """
+
+
+def test_a_framework_of_no_known_family_is_refused_naming_the_families():
+    with pytest.raises(ValueError, match=r"'dummy'.*no family 'jax' \(known: torch, tensorflow"):
+        AdapterInfo(name="dummy", family="jax", launcher="torchrun")
+
+
+def test_a_framework_states_only_what_differs_from_its_family():
+    """torch-ddp names its probe and keeps its family's environment; tarantella
+    names its environment and adds a phase to its family's."""
+    ddp, tarantella = FRAMEWORKS["torch-ddp"], FRAMEWORKS["tarantella"]
+    assert (ddp.env, ddp.probe, ddp.gate_builder) == ("torch", "torch.distributed", "pytorch")
+    assert "h2d" in ddp.exposes and "grad_comm" not in ddp.exposes
+    assert (tarantella.env, tarantella.gate_builder) == ("tarantella", "tarantella")
+    assert set(tarantella.exposes) == {*FAMILIES["tensorflow"].exposes, "other"}
 
 
 def test_a_second_file_registering_a_name_is_refused_naming_both(tmp_path, monkeypatch):

@@ -11,12 +11,9 @@ from runfiles.run_config import RunConfig
 ADAPTER = register(
     AdapterInfo(
         name="horovod-keras",
-        module=__name__,
         family="tensorflow",
         launcher="horovodrun",
-        env="tensorflow",
         probe="horovod.tensorflow",
-        exposes=("init", "data_load", "forward", "backward", "grad_comm", "optimizer", "eval"),
         notes="A custom GradientTape loop: 'backward' is tape.gradient, 'grad_comm' the "
         "grouped all-reduce (average) that hvd.DistributedGradientTape issues after it "
         "in eager mode, called on its own so that it is timed on its own. "

@@ -14,21 +14,10 @@ from runfiles.run_config import RunConfig
 ADAPTER = register(
     AdapterInfo(
         name="horovod-torch",
-        module=__name__,
         family="torch",
         launcher="horovodrun",
-        env="torch",
         probe="horovod.torch",
-        exposes=(
-            "init",
-            "data_load",
-            "h2d",
-            "forward",
-            "backward",
-            "grad_comm",
-            "optimizer",
-            "eval",
-        ),
+        also_exposes=("grad_comm",),
         notes="Horovod starts each gradient's all-reduce from a backward hook; "
         "'grad_comm' is the exposed wait in optimizer.synchronize(). "
         "fp16 is hvd.Compression.fp16. bf16: Horovod 0.28 refuses bfloat16 tensors "

@@ -8,12 +8,8 @@ from frameworks.registry import AdapterInfo, register
 ADAPTER = register(
     AdapterInfo(
         name="lbann",
-        module=__name__,
         family="lbann",
         launcher="lbann-driver",
-        env="lbann",
-        probe="lbann",
-        exposes=("init", "data_load", "forward", "backward", "optimizer", "eval"),
         notes="LBANN runs its own training loop. Its timeline callback times every "
         "layer's forward and backward pass and every weight update on every rank: "
         "data_load is the input layers' forward pass. The gradient all-reduces have no "

@@ -22,22 +22,12 @@ from runfiles.run_config import RunConfig
 ADAPTER = register(
     AdapterInfo(
         name="tarantella",
-        module=__name__,
         family="tensorflow",
         launcher="tarantella",
-        gate_builder="tarantella",
         env="tarantella",
         probe="tarantella",
-        exposes=(
-            "init",
-            "data_load",
-            "forward",
-            "backward",
-            "grad_comm",
-            "optimizer",
-            "other",
-            "eval",
-        ),
+        gate_builder="tarantella",
+        also_exposes=("other",),
         notes="tnt.Model owns the training step (Keras fit, one compiled graph): "
         "whole steps are timed, as 'other', unless the design asks for its phases "
         "(fit_step_phases: true; what that costs: docs/tracing.md). Then the graph "

@@ -20,7 +20,6 @@ ADAPTER = register(
     replace(
         tarantella.ADAPTER,
         name="tarantella-patched",
-        module=__name__,
         env="tarantella-patched",
         knobs=(*tarantella.ADAPTER.knobs, "gaspi_sweep_pause_us"),
         notes=tarantella.ADAPTER.notes

@@ -14,13 +14,9 @@ from runfiles.run_config import RunConfig
 ADAPTER = register(
     AdapterInfo(
         name="tf-mirrored",
-        module=__name__,
         family="tensorflow",
         launcher="one-process",
-        env="tensorflow",
-        probe="tensorflow",
         one_process=True,
-        exposes=("init", "data_load", "forward", "backward", "grad_comm", "optimizer", "eval"),
         notes="One process, one replica per device, the replicas' forward and backward run "
         "in turn by the strategy's replica threads in eager mode, so 'forward' and "
         "'backward' add up every replica's. 'grad_comm' is the strategy's all-reduce "

@@ -17,12 +17,8 @@ from runfiles.run_config import RunConfig
 ADAPTER = register(
     AdapterInfo(
         name="tf-mwms",
-        module=__name__,
         family="tensorflow",
         launcher="tf-workers",
-        env="tensorflow",
-        probe="tensorflow",
-        exposes=("init", "data_load", "forward", "backward", "grad_comm", "optimizer", "eval"),
         notes="A custom loop: forward (compiled) and backward (tape.gradient) run in one "
         "eager strategy.run; the gradient all-reduce (collective ops, RING on CPU, "
         "NCCL on GPU) and the optimizer are compiled strategy.run calls of their own. "

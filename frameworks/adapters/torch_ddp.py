@@ -10,12 +10,9 @@ from runfiles.run_config import RunConfig
 ADAPTER = register(
     AdapterInfo(
         name="torch-ddp",
-        module=__name__,
         family="torch",
         launcher="torchrun",
-        env="torch",
         probe="torch.distributed",
-        exposes=("init", "data_load", "h2d", "forward", "backward", "optimizer", "eval"),
         notes="DDP all-reduces gradient buckets during backward and waits for them "
         "before backward returns, so gradient communication is inside 'backward' "
         "and no 'grad_comm' phase is exposed. Compression is a communication hook "

@@ -11,14 +11,10 @@ from runfiles.run_config import RunConfig
 ADAPTER = register(
     AdapterInfo(
         name="torch-dp",
-        module=__name__,
         family="torch",
         launcher="one-process",
-        env="torch",
-        probe="torch",
         devices=("gpu",),
         one_process=True,
-        exposes=("init", "data_load", "h2d", "forward", "backward", "optimizer", "eval"),
         notes="torch.nn.DataParallel in one process: each forward scatters the batch from "
         "GPU 0 to every GPU, replicates the module onto them, runs the replicas in "
         "threads and gathers their outputs on GPU 0, so scatter, replicate and gather "
