@@ -21,6 +21,7 @@ import yaml
 
 from analysis import summary
 from analysis.section import Code, Link, Section
+from analysis.stage_limits import FOLLOW_UP_MIN_REPLICATIONS
 from ddlcompare.plan.design import Design
 from frameworks import registry
 from runfiles.tables import read_runs, read_table
@@ -38,8 +39,6 @@ RULE = (
 # process, where nothing is exchanged) tell least.
 PRIORITY = ("best cell", "strongest bottleneck", "frameworks differ most", "worst cell")
 STRONGEST = 2  # cells taken for their bottleneck finding
-# The follow-up's replications: one more than the first stage's, at least 3.
-MIN_REPLICATIONS = 3
 # One epoch of at most STEPS steps: the phases and the throughput of a step
 # are what the second stage looks at (throughput is per measured step, after
 # warmup_steps, so it compares with the first stage's), and short traced runs
@@ -144,7 +143,8 @@ def design_doc(
     chosen = select(design, runs, found)
     if chosen.empty:
         raise ValueError("no successful run in the first stage: nothing to follow up")
-    replications = replications or max(MIN_REPLICATIONS, design.replications + 1)
+    # one more than the first stage's, at least FOLLOW_UP_MIN_REPLICATIONS
+    replications = replications or max(FOLLOW_UP_MIN_REPLICATIONS, design.replications + 1)
     # by default as many runs as the first stage planned, and at least one cell
     budget = max(len(design.runs()), replications) if max_runs is None else max_runs
     if budget < replications:

@@ -54,7 +54,7 @@ from statsmodels.stats.multitest import multipletests
 
 from analysis import cells, humanize, stats, summary
 from analysis.followup import _plain, _product, located, origin
-from analysis.improve_limits import MIN_REPLICATIONS, TOP
+from analysis.stage_limits import IMPROVE_MIN_REPLICATIONS as MIN_REPLICATIONS, TOP
 from analysis.section import Code, Section
 from ddlcompare.plan.design import Design
 from runfiles.tables import read_runs

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis import improve_limits
+from analysis import stage_limits
 from runfiles import atomic, files
 
 # Each command imports what it needs when it runs: `ddlc import` needs none
@@ -638,7 +638,8 @@ def parser() -> argparse.ArgumentParser:
     follow.add_argument(
         "--replications",
         type=positive_int,
-        help="runs per chosen cell (default: the first stage's + 1, at least 3)",
+        help="runs per chosen cell (default: the first stage's + 1, at least "
+        f"{stage_limits.FOLLOW_UP_MIN_REPLICATIONS})",
     )
     budget = dict(
         type=positive_int,
@@ -657,13 +658,13 @@ def parser() -> argparse.ArgumentParser:
     imp.add_argument(
         "--top",
         type=positive_int,
-        default=improve_limits.TOP,
+        default=stage_limits.TOP,
         help="hypotheses to test (default %(default)s)",
     )
     imp.add_argument(
         "--replications",
-        type=at_least(improve_limits.MIN_REPLICATIONS),
-        help=f"runs per level and cell (at least {improve_limits.MIN_REPLICATIONS})",
+        type=at_least(stage_limits.IMPROVE_MIN_REPLICATIONS),
+        help=f"runs per level and cell (at least {stage_limits.IMPROVE_MIN_REPLICATIONS})",
     )
     imp.add_argument(
         "--no-run", action="store_true", help="only write the test's design from finished tables"

@@ -416,13 +416,13 @@ def imported_by_ddlc_import(trace: Path | list[Path], out: Path) -> set[str]:
 def test_ddlc_import_imports_only_what_it_needs(tmp_path):
     """`ddlc import` converts traces: the design's machinery, the run
     harness, the frameworks and the analysis (a second of imports) are not
-    loaded for it; of the analysis only the two import-free numbers that the
-    command line's help states (analysis/improve_limits.py)."""
+    loaded for it; of the analysis only the import-free numbers that the
+    command line's help states (analysis/stage_limits.py)."""
     imported = imported_by_ddlc_import(
         REAL / "hta" / "mtia-allgathers-window.json.gz", tmp_path / "p.parquet"
     )
     unneeded = {"ddlcompare.plan", "ddlcompare.run", "frameworks", "jsonschema"}
-    unneeded |= {m for m in imported if m.startswith("analysis.")} - {"analysis.improve_limits"}
+    unneeded |= {m for m in imported if m.startswith("analysis.")} - {"analysis.stage_limits"}
     assert imported & unneeded == set(), sorted(imported & unneeded)
 
 
