@@ -67,14 +67,24 @@ def leaves_per_location(counts: Counter) -> Counter:
     return Counter({loc: n for (kind, loc), n in counts.items() if kind == "LEAVE"})
 
 
+def of_kind(counts: Counter, kind: str) -> int:
+    """How many records of one kind otf2-print lists, over every location."""
+    return sum(n for (k, _), n in counts.items() if k == kind)
+
+
+def read_beside_otf2_print(fixture: str, anchor: str = "traces.otf2"):
+    """A fixture archive as we read it (table, problems), and otf2-print's
+    count of its records (the reference)."""
+    path = FIXTURES / fixture / anchor
+    return *read(path), otf2_print_counts(path)
+
+
 @needs_fixtures
 @needs_otf2_print
 def test_scorep_71_ping_pong_matches_otf2_print():
-    anchor = FIXTURES / "pipit-ping-pong-otf2" / "traces.otf2"
-    df, problems = read(anchor)
-    counts = otf2_print_counts(anchor)
+    df, problems, counts = read_beside_otf2_print("pipit-ping-pong-otf2")
     assert problems == []
-    assert len(df) == sum(leaves_per_location(counts).values()) == 42
+    assert len(df) == of_kind(counts, "LEAVE") == 42
     assert sorted(df["rank"].unique()) == [0, 1] and set(df["node"]) == {"quartz10"}
     sends, recvs = df[df["region"] == "MPI_Send"], df[df["region"] == "MPI_Recv"]
     assert len(sends) == counts["MPI_SEND", 0] + counts["MPI_SEND", 1] == 16
@@ -89,10 +99,8 @@ def test_scorep_71_ping_pong_matches_otf2_print():
 @needs_fixtures
 @needs_otf2_print
 def test_scorep_84_horovod_user_regions_become_steps():
-    anchor = FIXTURES / "scorep-8.4-horovod-torch-mpi-np2" / "traces.otf2"
-    df, problems = read(anchor)
-    counts = otf2_print_counts(anchor)
-    assert len(df) == sum(leaves_per_location(counts).values())
+    df, problems, counts = read_beside_otf2_print("scorep-8.4-horovod-torch-mpi-np2")
+    assert len(df) == of_kind(counts, "LEAVE")
     # Horovod's background thread shares the master thread's location: its
     # MPI_Allreduce regions overlap the user regions without nesting.
     assert any("overlap" in p for p in problems)
@@ -108,7 +116,7 @@ def test_scorep_84_horovod_user_regions_become_steps():
                 "optimizer",
             ]
     allreduce = df[df["region"] == "MPI_Allreduce"]
-    ends = sum(n for (kind, _), n in counts.items() if kind == "MPI_COLLECTIVE_END")
+    ends = of_kind(counts, "MPI_COLLECTIVE_END")
     assert (
         len(allreduce)
         + len(
@@ -128,11 +136,9 @@ def test_scorep_84_horovod_user_regions_become_steps():
 @needs_fixtures
 @needs_otf2_print
 def test_scorep_90_otf2_31_with_metric_locations():
-    anchor = FIXTURES / "fastotf2-simple-mi300" / "traces.otf2"
-    df, problems = read(anchor)
-    counts = otf2_print_counts(anchor)
+    df, problems, counts = read_beside_otf2_print("fastotf2-simple-mi300")
     assert problems == []
-    assert len(df) == sum(leaves_per_location(counts).values()) == 40
+    assert len(df) == of_kind(counts, "LEAVE") == 40
     assert set(df["node"]) == {"faraday.ftpn.ornl.gov"}
     assert df["location"].str.endswith("Master thread").any()
     assert counts["METRIC", 0] == 0  # metric samples sit on their own locations, not read
@@ -359,13 +365,10 @@ def test_kineto_steps_from_the_optimizer_without_profiler_steps(tmp_path):
 @needs_fixtures
 @needs_otf2_print
 def test_apex_process_ids_are_not_ranks():
-    anchor = FIXTURES / "apex-hpx-test-archive" / "APEX.otf2"
-    df, problems = read(anchor)
+    df, problems, counts = read_beside_otf2_print("apex-hpx-test-archive", "APEX.otf2")
     assert set(df["rank"]) == {0}  # "process 148165": one process
-    counts = otf2_print_counts(anchor)
-    enters = sum(n for (kind, _), n in counts.items() if kind == "ENTER")
     # APEX leaves a renamed HPX task under its new name: every Enter is a row
-    assert len(df) == enters == 8062
+    assert len(df) == of_kind(counts, "ENTER") == 8062
     renamed, broadcasts = problems
     assert not renamed.lost and "renames" in renamed
     # HPX's broadcast actions look like communication: named, not lost
@@ -376,9 +379,8 @@ def test_apex_process_ids_are_not_ranks():
 @needs_otf2_print
 def test_scorep_horovod_collectives_on_their_mpi_region():
     anchor = FIXTURES / "scorep-8.4-horovod-torch-mpi-np2" / "traces.otf2"
-    df, _ = read(anchor)
-    counts = otf2_print_counts(anchor)
-    ends = sum(n for (kind, _), n in counts.items() if kind == "MPI_COLLECTIVE_END")
+    df, _, counts = read_beside_otf2_print("scorep-8.4-horovod-torch-mpi-np2")
+    ends = of_kind(counts, "MPI_COLLECTIVE_END")
     listing = subprocess.run(["otf2-print", str(anchor)], capture_output=True, text=True).stdout
     handles = len(re.findall(r"^MPI_COLLECTIVE_END .*Operation: \w+_HANDLE", listing, re.M))
     assert handles > 0  # communicator management: no collective
