@@ -377,3 +377,41 @@ def assert_alone_while_measuring(workdir: Path, log: str) -> None:
         for start, end, command in jobs:
             if owner not in command:
                 assert end <= w_start or start >= w_end, (owner, command)
+
+
+def step_phase_rows(run_id: str, rank: int, step: int, start_ns: int, timed) -> list[dict]:
+    """One step's rows of the step phase table as a steps file gives them
+    (epoch 1): each (phase, ns) of ``timed`` after the one before, from
+    ``start_ns``."""
+    rows = []
+    for phase, dur_ns in timed:
+        rows.append(
+            {
+                "run_id": run_id,
+                "rank": rank,
+                "epoch": 1,
+                "step": step,
+                "phase": phase,
+                "start_ns": start_ns,
+                "end_ns": start_ns + dur_ns,
+                "dur_ns": dur_ns,
+                "source": "steps",
+            }
+        )
+        start_ns += dur_ns
+    return rows
+
+
+def one_rank_part(intervals: list[tuple], collectives: list[tuple]) -> dict:
+    """The part of frameworks/otf2_writer.write_archive of a one-rank run
+    with one step (epoch 1, step 0, from 10 to 80 ns; clock offset 5 ns)."""
+    return {
+        "rank": 0,
+        "world": 1,
+        "hostname": "h0",
+        "run_id": "r",
+        "offset_ns": 5,
+        "intervals": intervals,
+        "steps": [(1, 0, 10, 80)],
+        "collectives": collectives,
+    }

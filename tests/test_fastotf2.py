@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import one_rank_part
 from test_traces_readers import FIXTURES, needs_fixtures, otf2_copy
 from traces import convert, fastotf2
 from frameworks.otf2_writer import write_archive
@@ -58,21 +59,15 @@ def test_same_table_as_the_python_reader_on_real_traces(name):
 
 
 def test_same_table_on_our_own_archive(tmp_path):
-    part = {
-        "rank": 0,
-        "world": 1,
-        "hostname": "h0",
-        "run_id": "r",
-        "offset_ns": 5,
-        "intervals": [
+    part = one_rank_part(
+        intervals=[
             ("data_load", 1, 0, 10, 20),
             ("forward", 1, 0, 20, 40),
             ("backward", 1, 0, 40, 70),
             ("optimizer", 1, 0, 70, 80),
         ],
-        "steps": [(1, 0, 10, 80)],
-        "collectives": [("allreduce", 4096, 45, 90), ("allreduce", 512, 50, 60)],
-    }
+        collectives=[("allreduce", 4096, 45, 90), ("allreduce", 512, 50, 60)],
+    )
     df, problems = assert_same(write_archive([part], tmp_path / "trace"))
     assert problems == [] and len(df) == 7
     assert sorted(df.loc[df["collective"] == "allreduce", "bytes"]) == [512, 4096]

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import REPO, tiny_design
+from conftest import REPO, step_phase_rows, tiny_design
 from analysis import bottlenecks, cells, collect, explain, phase_recording, report, spread, summary
 from analysis.collect import PHASE_COLUMNS
 from analysis.page import Context
@@ -100,22 +100,9 @@ def constructed(root, recorded: bool):
             for step in range(STEPS):
                 timed = {"other": step_ms} if whole else PHASE_MS
                 scale = step_ms / sum(timed.values()) * (1 + rng.normal(0, 0.02))
-                for phase, ms in timed.items():
-                    dur = int(ms * scale * MS)
-                    phases.append(
-                        {
-                            "run_id": run["run_id"],
-                            "rank": rank,
-                            "epoch": 1,
-                            "step": step,
-                            "phase": phase,
-                            "start_ns": start,
-                            "end_ns": start + dur,
-                            "dur_ns": dur,
-                            "source": "steps",
-                        }
-                    )
-                    start += dur
+                durations = [(phase, int(ms * scale * MS)) for phase, ms in timed.items()]
+                phases += step_phase_rows(run["run_id"], rank, step, start, durations)
+                start = phases[-1]["end_ns"]
     tables = root / "results" / d.root / "tables"
     tables.mkdir(parents=True)
     cells.with_setting(pd.DataFrame(runs)).to_parquet(tables / "runs.parquet", index=False)

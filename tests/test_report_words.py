@@ -19,6 +19,7 @@ from scipy import stats as scipy_stats
 
 from analysis import cells, collect, figures, humanize, provenance, report
 from analysis.collect import PHASE_COLUMNS
+from conftest import step_phase_rows
 from ddlcompare.plan import design
 
 MS = 1_000_000
@@ -59,22 +60,8 @@ def phases_of(run: dict) -> list[dict]:
                     ("optimizer", 2),
                 ]
             )
-            start = step * 50 * MS
-            for phase, ms in timed:
-                rows.append(
-                    {
-                        "run_id": run["run_id"],
-                        "rank": rank,
-                        "epoch": 1,
-                        "step": step,
-                        "phase": phase,
-                        "start_ns": start,
-                        "end_ns": start + ms * MS,
-                        "dur_ns": ms * MS,
-                        "source": "steps",
-                    }
-                )
-                start += ms * MS
+            durations = [(phase, ms * MS) for phase, ms in timed]
+            rows += step_phase_rows(run["run_id"], rank, step, step * 50 * MS, durations)
     return rows
 
 

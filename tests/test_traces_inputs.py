@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import REPO
+from conftest import REPO, one_rank_part
 from traces import convert, readers
 from traces.rules import PhaseRules
 
@@ -41,14 +41,15 @@ def read(path: Path):
     return table.to_pandas(), problems
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
+def python(*args: str) -> subprocess.CompletedProcess:
+    """This Python run in the checkout with ``args``, its output kept."""
     return subprocess.run(
-        [sys.executable, "-m", "traces.convert", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=120
     )
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return python("-m", "traces.convert", *args)
 
 
 def backward_launch(cpu: dict, gpu: dict, at: int, correlation: int) -> list[dict]:
@@ -246,20 +247,8 @@ def test_a_gzip_bomb_is_refused_in_bounded_memory(tmp_path):
         PEAK_KIB + "import sys; from traces import convert; code = convert.main(sys.argv[1:]); "
         "print('peak', PEAK()); sys.exit(code)"
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            probe,
-            str(tmp_path / "bomb.json.gz"),
-            str(tmp_path / "good.json"),
-            "-o",
-            str(out),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = python(
+        "-c", probe, str(tmp_path / "bomb.json.gz"), str(tmp_path / "good.json"), "-o", str(out)
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     [bomb] = [line for line in done.stderr.splitlines() if "bomb.json.gz" in line]
@@ -392,22 +381,8 @@ def test_json_that_is_no_trace_is_refused_on_its_first_key(tmp_path):
 def imported_by_ddlc_import(trace: Path | list[Path], out: Path) -> set[str]:
     """The modules `ddlc import TRACE... -o OUT` imports (it must succeed)."""
     traces = trace if isinstance(trace, list) else [trace]
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-X",
-            "importtime",
-            "-m",
-            "front.cli",
-            "import",
-            *map(str, traces),
-            "-o",
-            str(out),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = python(
+        "-X", "importtime", "-m", "front.cli", "import", *map(str, traces), "-o", str(out)
     )
     assert done.returncode == 0, done.stderr
     return {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
@@ -462,16 +437,10 @@ def test_ddlc_import_of_an_otf2_archive_with_steps_does_without_pandas(tmp_path)
     table is the one the in-process conversion gives."""
     from frameworks.otf2_writer import write_archive
 
-    part = {
-        "rank": 0,
-        "world": 1,
-        "hostname": "h0",
-        "run_id": "r",
-        "offset_ns": 5,
-        "intervals": [("data_load", 1, 0, 10, 20), ("forward", 1, 0, 20, 40)],
-        "steps": [(1, 0, 10, 80)],
-        "collectives": [("allreduce", 4096, 45, 60)],
-    }
+    part = one_rank_part(
+        intervals=[("data_load", 1, 0, 10, 20), ("forward", 1, 0, 20, 40)],
+        collectives=[("allreduce", 4096, 45, 60)],
+    )
     anchors = [write_archive([part], tmp_path / f"trace{i}") for i in range(2)]
     out = tmp_path / "p.parquet"
     imported = imported_by_ddlc_import(anchors, out)
