@@ -33,7 +33,7 @@ def varied(runs: pd.DataFrame, leave_out: tuple[str, ...] = ()) -> list[str]:
         if name in runs.columns
         and name not in (*SCALE, *leave_out, "batch_size")
         and not (param.analysis_only or param.path_like)
-        and _acting(runs, name)[name].map(_text).nunique() > 1
+        and _acting(runs, name)[name].map(level_text).nunique() > 1
     ]
     return ["batch_size", *names]
 
@@ -58,9 +58,20 @@ def with_setting(runs: pd.DataFrame, leave_out: tuple[str, ...] = ()) -> pd.Data
         return runs
     names = varied(runs, leave_out)
     labels = runs[names].apply(
-        lambda row: ", ".join(f"{name} {_text(value)}" for name, value in row.items()), axis=1
+        lambda row: ", ".join(f"{name} {level_text(value)}" for name, value in row.items()), axis=1
     )
     return runs.assign(setting=labels)
+
+
+def with_scale(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs with their setting and both scale columns (a design that fixes
+    nodes has no column for it)."""
+    runs = with_setting(runs)
+    if "nodes" not in runs:
+        runs = runs.assign(nodes=1)
+    if "procs_per_node" not in runs:
+        runs = runs.assign(procs_per_node=runs["world_size"] // runs["nodes"])
+    return runs
 
 
 def by_rep(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -75,7 +86,7 @@ def by_rep(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     return shown[[*first, *[c for c in shown.columns if c not in first]]]
 
 
-def _text(value) -> str:
+def level_text(value) -> str:
     """A level as design.yaml spells it (an integer column with a null level
     is read back as floats: 100.0 is 100)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):

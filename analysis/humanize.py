@@ -135,6 +135,15 @@ def processes(n) -> str:
     return f"{n} process" if n == 1 else f"{n} processes"
 
 
+def scale(nodes, procs_per_node) -> str:
+    """1 node x 2 processes; on several nodes with the total: 2 nodes x 2
+    processes (4 in all)."""
+    if int(nodes) == 1:
+        return f"1 node x {processes(procs_per_node)}"
+    total = int(nodes) * int(procs_per_node)
+    return f"{int(nodes)} nodes x {processes(procs_per_node)} ({total} in all)"
+
+
 def count(n: int, noun: str, plural: str | None = None) -> str:
     """3 replications, 1 cell: a count with its noun's proper plural."""
     return f"{n} {noun if n == 1 else plural or noun + 's'}"

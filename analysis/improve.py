@@ -629,7 +629,7 @@ def _compare(h: dict, key: tuple, before: pd.DataFrame, after: pd.DataFrame) -> 
     return {
         "change": h["change"],
         "test": f"{h['factor']}: {h['before']} -> {h['after']}",
-        "scale": summary.scale_label(key[0], key[1]),
+        "scale": humanize.scale(key[0], key[1]),
         "net_rate_mbit": before["net_rate_mbit"].iloc[0] if "net_rate_mbit" in before else None,
         "runs_before": len(before),
         "runs_after": len(after),

@@ -205,6 +205,36 @@ def ratio_factor(a: pd.Series, b: pd.Series, confidence: float = CONFIDENCE) -> 
     return math.exp(stats.t.ppf((1 + confidence) / 2, dof) * math.sqrt(total))
 
 
+def welch(a: pd.Series, b: pd.Series) -> tuple[float, str]:
+    """Welch's t-test of two cells' replications: (p, why not tested).
+    Degenerate cases are said in words, never as a test statistic."""
+    a, b = a.dropna(), b.dropna()
+    if min(len(a), len(b)) < 2:
+        return math.nan, f"too few replications to test: n = {min(len(a), len(b))}"
+    if a.std(ddof=1) == 0 and b.std(ddof=1) == 0:
+        if a.iloc[0] == b.iloc[0]:
+            return math.nan, "identical in every replication"
+        return math.nan, (
+            "no variance within either cell (deterministic runs): the gap is exact, not estimated"
+        )
+    return float(stats.ttest_ind(a, b, equal_var=False).pvalue), ""
+
+
+def holm(p: pd.Series, alpha: float = 0.05) -> tuple[pd.Series, pd.Series]:
+    """Holm's step-down adjustment of a family of p-values (family-wise
+    error ``alpha``): the adjusted p-values and whether each rejects; an
+    untested pair's nan stays nan (and rejects nothing), outside the family."""
+    from statsmodels.stats.multitest import multipletests
+
+    adjusted = pd.Series(math.nan, index=p.index)
+    reject = pd.Series(False, index=p.index)
+    tested = p.notna()
+    if tested.any():
+        found, corrected, _, _ = multipletests(p[tested], alpha=alpha, method="holm")
+        adjusted[tested], reject[tested] = corrected, found
+    return adjusted, reject
+
+
 def varied_factors(runs: pd.DataFrame, factors: list[str]) -> list[str]:
     ok = runs[runs["status"] == "ok"]
     return [f for f in factors if ok[f].nunique() > 1]
