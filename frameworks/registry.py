@@ -93,6 +93,10 @@ class AdapterInfo:
     # harness times whole steps, and the step's phases only where the design
     # asks for them (fit_step_phases)
     owns_step: bool = False
+    # the framework this one is a changed build of (tarantella-patched: the
+    # plain tarantella): the report compares the levels of its own knobs
+    # against it where a design runs both (analysis/levels.py)
+    baseline: str = ""
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:

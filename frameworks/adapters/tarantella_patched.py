@@ -22,6 +22,7 @@ ADAPTER = register(
         name="tarantella-patched",
         env="tarantella-patched",
         knobs=(*tarantella.ADAPTER.knobs, "gaspi_sweep_pause_us"),
+        baseline=tarantella.ADAPTER.name,
         notes=tarantella.ADAPTER.notes
         + " Built by 'bash envs/build-tarantella.sh patched': GaspiCxx's progress "
         "thread sleeps while no collective runs (docs/improvements.md).",
