@@ -67,6 +67,27 @@ def lines(runs: pd.DataFrame) -> list[str]:
     return said
 
 
+def brief(runs: pd.DataFrame) -> str:
+    """The conditions of a few runs compared with each other, in one
+    phrase: cores a rank could use and whether compute threads took every
+    core, ranks per node, the network and the device."""
+    said = [_ranks(runs)]
+    if "runnable_per_core" in runs and runs["runnable_per_core"].notna().any():
+        taken = int((runs["runnable_per_core"] >= 1).sum())
+        said.append(
+            "every core taken by compute threads"
+            if taken == len(runs)
+            else "a core free beside the compute threads"
+            if taken == 0
+            else f"every core taken by compute threads in {taken} of {len(runs)} runs"
+        )
+    if networks := _values(runs, "network"):
+        said.append(f"network: {'; '.join(networks)}")
+    if devices := _values(runs, "device"):
+        said.append(f"device {', '.join(devices)}")
+    return "; ".join(said)
+
+
 def _values(ok: pd.DataFrame, column: str) -> list:
     if column not in ok:
         return []

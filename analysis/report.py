@@ -29,6 +29,7 @@ from analysis import (
     followup,
     humanize,
     improve,
+    levels,
     network_limit,
     provenance,
     spread,
@@ -47,6 +48,7 @@ from runfiles.atomic import write_text
 SECTIONS: list[Callable[[Context], Section]] = [
     summary.section,
     improve.section,
+    levels.section,
     followup.section,
     provenance.design_section,
     provenance.status_section,
@@ -102,6 +104,8 @@ def write_summary(ctx: Context, out: Path) -> None:
         name=ctx.design.name,
         summary=result,
         tables={n: humanize.frame(t).to_markdown(index=False) for n, t in tables.items()},
+        levels_heading=levels.HEADING,
+        levels_how=levels.HOW[0].upper() + levels.HOW[1:],
     )
     write_text(out.parent / "summary.md", text)
 

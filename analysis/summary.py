@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
 
-from analysis import cells, conditions, critical_path, humanize, phase_recording, stats
+from analysis import cells, conditions, critical_path, humanize, levels, phase_recording, stats
 from analysis.section import Code, Section, Strong
 
 ALPHA = 0.05
@@ -55,6 +54,8 @@ class Summary:
     notes: list[str] = field(default_factory=list)
     conditions: list[str] = field(default_factory=list)  # where the figures hold, said first
     clean_headlines: list[str] = field(default_factory=list)  # ranked on clean runs only
+    # a framework's own setting, level against level (analysis/levels.py)
+    levels: list[str] = field(default_factory=list)
     target: float = stats.NEEDS_MORE_REPLICATIONS  # relative half-width each cell should meet
     correction: str = (
         f"Welch's t-test between neighbours and between the best and each framework "
@@ -106,42 +107,8 @@ def _span(counts: pd.Series) -> str:
 def ok_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The successful runs, labelled as every planned run is (a factor's
     level that no run reached still names the setting)."""
-    labelled = _with_scale(runs)
+    labelled = cells.with_scale(runs)
     return labelled[labelled["status"] == "ok"]
-
-
-def _with_scale(runs: pd.DataFrame) -> pd.DataFrame:
-    """Runs with their setting and both scale columns (a design that fixes
-    nodes has no column for it)."""
-    runs = cells.with_setting(runs)
-    if "nodes" not in runs:
-        runs = runs.assign(nodes=1)
-    if "procs_per_node" not in runs:
-        runs = runs.assign(procs_per_node=runs["world_size"] // runs["nodes"])
-    return runs
-
-
-def scale_label(nodes, procs_per_node) -> str:
-    """1 node x 2 processes; on several nodes with the total: 2 nodes x 2
-    processes (4 in all)."""
-    if int(nodes) == 1:
-        return f"1 node x {humanize.processes(procs_per_node)}"
-    total = int(nodes) * int(procs_per_node)
-    return f"{int(nodes)} nodes x {humanize.processes(procs_per_node)} ({total} in all)"
-
-
-def compare(a: pd.Series, b: pd.Series) -> tuple[float, str]:
-    """Welch's t-test of two cells' replications: (p, why not tested)."""
-    a, b = a.dropna(), b.dropna()
-    if min(len(a), len(b)) < 2:
-        return math.nan, f"too few replications to test: n = {min(len(a), len(b))}"
-    if a.std(ddof=1) == 0 and b.std(ddof=1) == 0:
-        if a.iloc[0] == b.iloc[0]:
-            return math.nan, "identical in every replication"
-        return math.nan, (
-            "no variance within either cell (deterministic runs): the gap is exact, not estimated"
-        )
-    return float(scipy_stats.ttest_ind(a, b, equal_var=False).pvalue), ""
 
 
 def ranking(runs: pd.DataFrame, response: str, higher_is_better: bool) -> pd.DataFrame:
@@ -185,9 +152,9 @@ def ranking(runs: pd.DataFrame, response: str, higher_is_better: bool) -> pd.Dat
                         "gap_share": abs(mean - other[1]) / abs(other[1]) if other[1] else math.nan,
                     }
                 )
-                row["p_raw"], row["untested"] = compare(values, other[4])
+                row["p_raw"], row["untested"] = stats.welch(values, other[4])
             if rank >= 3:
-                row["p_raw_best"], row["untested_best"] = compare(values, per[0][4])
+                row["p_raw_best"], row["untested_best"] = stats.welch(values, per[0][4])
             rows.append(row)
     table = pd.DataFrame(rows)
     return cells.in_order(_correct(table), [*SCALE, "setting", "rank"])
@@ -197,18 +164,16 @@ def _correct(table: pd.DataFrame) -> pd.DataFrame:
     """Holm-adjusted p-values over every tested pair of the response, the
     neighbour pairs and the pairs with the best in one family, and a
     verdict in words for each gap."""
-    from statsmodels.stats.multitest import multipletests
-
     table = table.assign(
         p_adjusted=math.nan, significant="", p_adjusted_best=math.nan, significant_best=""
     )
     family = pd.concat([table["p_raw"].dropna(), table["p_raw_best"].dropna()], keys=["", "_best"])
     if len(family):
-        reject, adjusted, _, _ = multipletests(family, alpha=ALPHA, method="holm")
+        adjusted, reject = stats.holm(family, ALPHA)
         for against in ("", "_best"):
             tested = family.index.get_level_values(0) == against
             rows = family.index[tested].get_level_values(1)
-            table.loc[rows, f"p_adjusted{against}"] = adjusted[tested]
+            table.loc[rows, f"p_adjusted{against}"] = adjusted[tested].to_numpy()
             table.loc[rows, f"significant{against}"] = np.where(reject[tested], "yes", "no")
     for against, asked in (("", table["next"].notna()), ("_best", table["rank"] >= 3)):
         untested = table[f"p_raw{against}"].isna() & asked
@@ -231,7 +196,7 @@ def with_scaling(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     with its own 95 % interval."""
     if table.empty:
         return table
-    scaling = stats.scaling(_with_scale(runs))
+    scaling = stats.scaling(cells.with_scale(runs))
     if scaling.empty:
         return table
     keep = scaling[["framework", "setting", "world_size", *SCALING]]
@@ -244,7 +209,7 @@ def headline(group: pd.DataFrame, response: str, unit: str, higher_is_better: bo
     cannot be tested) it says so first and names no leader."""
     first = group.iloc[0]
     label = LABELS[response]
-    where = f"{scale_label(first['nodes'], first['procs_per_node'])}, {first['setting']}"
+    where = f"{humanize.scale(first['nodes'], first['procs_per_node'])}, {first['setting']}"
     value = _with_interval(first, response, unit)
     if len(group) == 1:
         return f"{label} at {where}: only {first['framework']} ran: {value}{_scaling_words(first)}."
@@ -308,7 +273,7 @@ def _gap_words(row, against: str = "") -> str:
 def not_reached(runs: pd.DataFrame, key: tuple) -> str:
     """The frameworks planned at one scale and setting with no successful
     run there, and what became of their runs."""
-    planned = _with_scale(runs)
+    planned = cells.with_scale(runs)
     here = planned[planned[[*SCALE, "setting"]].apply(tuple, axis=1) == key]
     missing = []
     for framework, cell in here.groupby("framework"):
@@ -477,10 +442,13 @@ def build(
     found: pd.DataFrame,
     target: float = stats.NEEDS_MORE_REPLICATIONS,
     most: int | None = None,
+    level_lines: list[str] | None = None,
 ) -> Summary:
     """The summary; ``target`` and ``most``: the design's replications
-    rule (the relative half-width to meet, and the cap under auto)."""
+    rule (the relative half-width to meet, and the cap under auto);
+    ``level_lines``: analysis/levels.py's sentences, where already made."""
     rankings, headlines, notes = {}, [], []
+    involved = levels.involved(runs)
     for response, higher, unit in RANKED:
         table = ranking(runs, response, higher)
         if table.empty:
@@ -492,13 +460,19 @@ def build(
         if response == "images_per_s":
             table = with_scaling(table, runs)
         rankings[response] = table
+        alone = 0
         for key, group in table.groupby([*SCALE, "setting"], sort=False):
             group = group.sort_values("rank")
+            if _compared_by_level(group, involved) and not not_reached(runs, key):
+                alone += 1
+                continue
             headlines.append(
                 headline(group, response, unit, higher)
                 + the_rest(group, response, unit, higher)
                 + not_reached(runs, key)
             )
+        if alone:
+            headlines.append(_alone_words(LABELS[response], alone, involved))
     notes[:0] = [line for line in (unreached(runs), not_studied(runs)) if line]
     dominant = dominant_bottlenecks(found)
     return Summary(
@@ -510,6 +484,23 @@ def build(
         notes=notes,
         conditions=conditions.lines(runs),
         clean_headlines=clean_headlines(runs),
+        levels=levels.sentences(*levels.tables(runs)) if level_lines is None else level_lines,
+    )
+
+
+def _compared_by_level(group: pd.DataFrame, involved: set[str]) -> bool:
+    """A cell of one framework whose levels analysis/levels.py compares
+    (or their baseline's): a ranking there would rank nothing."""
+    return len(group) == 1 and group["framework"].iloc[0] in involved
+
+
+def _alone_words(label: str, cells_alone: int, involved: set[str]) -> str:
+    return (
+        f"{label}: {humanize.count(cells_alone, 'cell holds', 'cells hold')} one framework "
+        f"only ({', '.join(sorted(involved))}): the design varies a setting that only some "
+        f"frameworks take, so each of its levels is a cell of its own and no framework is "
+        f"ranked there. Their figures are in the table below; their levels are compared "
+        f'under "{levels.HEADING}".'
     )
 
 
@@ -531,10 +522,16 @@ def clean_headlines(runs: pd.DataFrame) -> list[str]:
     table = ranking(kept, "images_per_s", True) if len(kept) else pd.DataFrame()
     if table.empty:
         return []
-    return [
+    involved = levels.involved(runs)
+    said = [
         "Clean runs only: " + headline(g.sort_values("rank"), "images_per_s", "images/s", True)
         for _, g in table.groupby(group, sort=False)
+        if not _compared_by_level(g, involved)
     ]
+    alone = sum(_compared_by_level(g, involved) for _, g in table.groupby(group, sort=False))
+    if alone:
+        said.append("Clean runs only: " + _alone_words(LABELS["images_per_s"], alone, involved))
+    return said
 
 
 # ----------------------------------------------------------------- section
@@ -553,10 +550,13 @@ def of(ctx) -> Summary:
     summary.md next to it)."""
     if "summary" not in ctx.extra:
         rule = ctx.design.adaptive
+        said = levels.of(ctx)[2]
         if rule:
-            ctx.extra["summary"] = build(ctx.runs, ctx.findings, rule.target_half_width, rule.most)
+            ctx.extra["summary"] = build(
+                ctx.runs, ctx.findings, rule.target_half_width, rule.most, said
+            )
         else:
-            ctx.extra["summary"] = build(ctx.runs, ctx.findings)
+            ctx.extra["summary"] = build(ctx.runs, ctx.findings, level_lines=said)
     return ctx.extra["summary"]
 
 
@@ -580,6 +580,9 @@ def section(ctx) -> Section:
         out.items(result.headlines)
     else:
         out.para("No successful run to compare yet.")
+    if result.levels:
+        out.para(Strong(levels.HEADING), f" ({levels.HOW}; the section of that name says more):")
+        out.items(result.levels)
     for line in result.notes:
         out.para(line)
     if result.bottlenecks:
