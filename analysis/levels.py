@@ -289,7 +289,10 @@ def section(ctx) -> Section:
     levels, comparisons, said = of(ctx)
     out = Section("levels", HEADING)
     if levels.empty:
-        return out
+        return out.para(
+            "No framework's own knob (frameworks/knobs.py) has two or more levels among this "
+            "design's successful runs: nothing to compare level by level."
+        )
     out.para(
         Strong("Levels of a setting only some frameworks take"),
         ": each level is a cell of its own, where no other framework ran, so the summary "

@@ -9,9 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import levels, summary
+from analysis import levels, report, summary
+from analysis.page import Context
+from ddlcompare.plan import design
 
 SWEEP = Path(__file__).parent / "data" / "tarantella-pause-sweep" / "runs.parquet"
+DESIGNS = Path(__file__).parents[1] / "designs"
 PLAIN, PATCHED, PAUSE = "tarantella", "tarantella-patched", "gaspi_sweep_pause_us"
 
 
@@ -157,3 +160,21 @@ def test_the_real_pause_sweep():
     said = levels.sentences(found, compared)
     assert len(said) == 2 and "every core taken by compute threads" in said[1]
     assert "emulated 1000 Mbit/s" in said[1] and "1 core a rank could use" in said[1]
+
+
+def test_the_section_renders_the_real_sweep_and_says_why_where_there_is_nothing(tmp_path):
+    ctx = Context(
+        design=design.load(DESIGNS / "tarantella-pause-sweep.yaml"),
+        runs=pd.read_parquet(SWEEP),
+        step_phases=pd.DataFrame(),
+        tables=tmp_path,
+    )
+    page, [built] = report.render(ctx, [levels.section])
+    assert "<h2>A framework&#39;s own setting, level by level</h2>" in page
+    assert "Holm-adjusted over all 14 comparisons" in page
+    assert page.count("tarantella-patched&#39;s gaspi_sweep_pause_us at ") == 2
+    assert "2 loaded runs left out" in page and "nan" not in page
+    assert "gaspi_sweep_pause_us" in built.blocks[-1].data["factor"].tolist()
+    plain = Context(ctx.design, ctx.runs[ctx.runs["framework"] == PLAIN], pd.DataFrame(), tmp_path)
+    page, _ = report.render(plain, [levels.section])
+    assert "nothing to compare level by level" in page

@@ -20,6 +20,7 @@ IMPORTED = [
 SECTIONS = [
     "Summary",
     "How to make it faster",
+    "A framework&#39;s own setting, level by level",
     "Two stages",
     "Network bandwidth limit",
     "Design and provenance",
