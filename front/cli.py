@@ -256,7 +256,9 @@ def runs_no_job(argv: list[str]) -> bool:
 
 def workflow_argv(design, results, *options: str) -> list[str]:
     """Snakemake on this checkout's workflow and local profile, for one
-    design and results folder (what `./ddlc run` runs; the benches too)."""
+    design and results folder (None: the workflow's own, results/ in the
+    working folder): what `./ddlc run` runs; the benches and tests too.
+    More --config entries may follow the list."""
     repo = Path(__file__).resolve().parent.parent
     return [
         str(Path(sys.executable).parent / "snakemake"),
@@ -267,7 +269,7 @@ def workflow_argv(design, results, *options: str) -> list[str]:
         *options,
         "--config",
         f"design={design}",
-        f"results={results}",
+        *([] if results is None else [f"results={results}"]),
     ]
 
 

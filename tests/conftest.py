@@ -17,6 +17,7 @@ import yaml
 from ddlcompare.plan import design
 from ddlcompare.run import machine_lock, runner
 from frameworks import data
+from front.cli import workflow_argv
 from runfiles import variables
 
 REPO = Path(__file__).resolve().parent.parent
@@ -190,22 +191,8 @@ TINY_FIXED = {
 def snakemake_cmd(workdir: Path, *extra: str, limit: int = 600) -> list[str]:
     """Snakemake on the local profile over ``workdir``'s design.yaml, bounded
     by ``limit`` seconds; ``extra``: more --config entries or options."""
-    return [
-        "timeout",
-        "-k",
-        "10",
-        str(limit),
-        str(Path(sys.executable).parent / "snakemake"),
-        "-s",
-        str(REPO / "Snakefile"),
-        "--profile",
-        str(REPO / "profiles" / "local"),
-        "-d",
-        str(workdir),
-        "--config",
-        f"design={workdir / 'design.yaml'}",
-        *extra,
-    ]
+    workflow = workflow_argv(workdir / "design.yaml", None, "-d", str(workdir))
+    return ["timeout", "-k", "10", str(limit), *workflow, *extra]
 
 
 def tiny_design(frameworks=("torch-ddp",), procs=(2,), **fixed) -> dict:
