@@ -15,25 +15,20 @@ from conftest import REPO, tiny_design, write_design
 from ddlcompare.plan import envs
 
 
+def bash(script: Path, *args: str, env: dict, timeout: int = 60) -> subprocess.CompletedProcess:
+    """A script of envs/ run with ``args`` in ``env``, its output kept."""
+    return subprocess.run(
+        ["bash", str(script), *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
 def test_lbann_build_names_a_missing_hdf5_and_does_nothing(tmp_path):
     prefix = tmp_path / "lbann"
     env = {**os.environ, "HDF5_DIR": str(tmp_path / "no-hdf5"), "DDLC_LBANN_PREFIX": str(prefix)}
-    done = subprocess.run(
-        ["bash", str(REPO / "envs" / "build-lbann.sh")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = bash(REPO / "envs" / "build-lbann.sh", env=env)
     assert done.returncode == 2
     # Where LBANN's Debian packages are missing too (a fresh machine), they are named first.
-    missing = subprocess.run(
-        ["bash", str(REPO / "envs" / "build-lbann.sh"), "--missing-packages"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout.split()
+    missing = bash(REPO / "envs" / "build-lbann.sh", "--missing-packages", env=env).stdout.split()
     expected = [
         f"build-lbann: missing Debian packages; run: apt-get install -y {' '.join(missing)} "
     ]
@@ -212,13 +207,7 @@ def test_a_second_checkout_sharing_the_environment_is_refused(tmp_path, how):
     else:
         env.pop("DDLC_VENV", None)
         (other / ".venv").symlink_to(venv)
-    done = subprocess.run(
-        ["bash", str(other / "envs" / "setup.sh"), "torch"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = bash(other / "envs" / "setup.sh", "torch", env=env, timeout=120)
     assert done.returncode == 2, done.stderr
     assert f"is the environment of the checkout {owner}" in done.stderr
     assert "DDLC_TAKE_OVER_ENV=1" in done.stderr
