@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from ddlcompare.plan import design
+from ddlcompare.plan import design, envs
 from ddlcompare.run import machine_lock, runner
 from frameworks import data
 from front.cli import workflow_argv
@@ -402,3 +402,13 @@ def one_rank_part(intervals: list[tuple], collectives: list[tuple]) -> dict:
         "steps": [(1, 0, 10, 80)],
         "collectives": collectives,
     }
+
+
+def needs_environment(env: str, probe: str, built: bool = True) -> pytest.MarkDecorator:
+    """Skip where an environment is not built (``probe`` does not import in
+    it, or ``built`` is False), naming its folder and how to build it."""
+    return pytest.mark.skipif(
+        not (built and envs.has_module(env, probe)),
+        reason=f"the {env} environment is not built ({envs.env_dir(env)}): "
+        + envs.how_to_build(env),
+    )

@@ -12,9 +12,8 @@ import pandas as pd
 import pytest
 
 from analysis import compression as compression_table
-from conftest import tiny_design
+from conftest import needs_environment, tiny_design
 from ddlcompare.plan import design
-from ddlcompare.plan import envs
 from ddlcompare.run import runner
 from frameworks import compression, data, models
 from frameworks.recorder import PhaseRecorder
@@ -271,10 +270,7 @@ def cnn_parameters() -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not envs.has_module("tensorflow", "horovod.tensorflow"),
-    reason="the TensorFlow environment is not built; 'bash envs/setup.sh'",
-)
+@needs_environment("tensorflow", "horovod.tensorflow")
 def test_horovod_keras_sends_half_the_bytes_with_fp16(tmp_path):
     doc = tiny_design(
         ["horovod-keras"],

@@ -15,9 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO, snakemake_cmd, tiny_design, write_design
+from conftest import REPO, needs_environment, snakemake_cmd, tiny_design, write_design
 from ddlcompare.plan import design
-from ddlcompare.plan import envs
 from test_workflow import done_markers, snakemake
 
 # How long a run may take to start training: it waits for the host-wide
@@ -74,9 +73,6 @@ def wait_for(predicate, seconds=60.0):
     raise AssertionError("timed out waiting")
 
 
-TARANTELLA_BUILT = envs.has_module("tarantella", "tarantella")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "framework",
@@ -85,10 +81,7 @@ TARANTELLA_BUILT = envs.has_module("tarantella", "tarantella")
         "horovod-torch",
         pytest.param(
             "tarantella",
-            marks=pytest.mark.skipif(
-                not TARANTELLA_BUILT,
-                reason="Tarantella is not built here: bash envs/build-tarantella.sh (envs/tarantella.md)",
-            ),
+            marks=needs_environment("tarantella", "tarantella"),
         ),
     ],
 )

@@ -12,18 +12,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import assert_learned, generated_cifar, tiny_design, trained
+from conftest import assert_learned, generated_cifar, needs_environment, tiny_design, trained
 from ddlcompare.plan import envs
 from ddlcompare.run import model_gate
 from frameworks import lbann_family as lbann
 from traces import readers
 from traces.rules import PhaseRules
 
-BUILT = envs.has_module("lbann", "lbann") and (envs.env_dir("lbann") / "bin" / "lbann").exists()
-pytestmark = pytest.mark.skipif(
-    not BUILT,
-    reason=f"LBANN is not built ({envs.env_dir('lbann')}); "
-    "'bash envs/build-lbann.sh' builds it, or set DDLC_VENV_LBANN",
+pytestmark = needs_environment(
+    "lbann", "lbann", built=(envs.env_dir("lbann") / "bin" / "lbann").exists()
 )
 
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import REPO, tiny_design
+from conftest import REPO, needs_environment, tiny_design
 from ddlcompare.plan import design
 from ddlcompare.plan import envs
 from ddlcompare.run import runner
@@ -19,7 +19,6 @@ from frameworks import data, model_gate, models
 from frameworks import lbann_family as lbann_builder
 from frameworks.torch_family import build_model
 
-TF_BUILT = envs.has_module("tensorflow", "tensorflow")
 DATASETS = ["fashion-mnist", "cifar10"]
 
 
@@ -137,11 +136,7 @@ def keras_weights(model) -> dict:
     return out
 
 
-@pytest.mark.skipif(
-    not TF_BUILT,
-    reason=f"the TensorFlow environment is not built "
-    f"({envs.env_dir('tensorflow')}); 'bash envs/setup.sh' builds it",
-)
+@needs_environment("tensorflow", "tensorflow")
 def test_torch_and_keras_compute_the_same_function(tmp_path):
     """Same weights in, same logits out: same connections, same padding
     (symmetric at stride 2), same BN epsilon, momentum and statistics."""

@@ -15,12 +15,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, assert_learned, tiny_design, trained
+from conftest import REPO, assert_learned, needs_environment, tiny_design, trained
 from analysis import bottlenecks, collect, phase_recording, spread
 from analysis import critical_path as cp
 from analysis.section import plain
 from ddlcompare.plan import design
-from ddlcompare.plan import envs
 from ddlcompare.run import runner
 from ddlcompare.run import model_gate
 from frameworks import data, models
@@ -28,12 +27,7 @@ from runfiles import names
 from traces.convert import convert
 from traces.rules import RULES_FILE, PhaseRules
 
-BUILT = envs.has_module("tarantella", "tarantella")
-pytestmark = pytest.mark.skipif(
-    not BUILT,
-    reason=f"Tarantella is not built ({envs.env_dir('tarantella')}); "
-    "'bash envs/build-tarantella.sh' builds it, or set DDLC_VENV_TARANTELLA",
-)
+pytestmark = needs_environment("tarantella", "tarantella")
 
 
 @pytest.fixture(scope="module")
