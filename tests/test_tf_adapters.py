@@ -11,17 +11,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import tiny_design, trained
+from conftest import needs_environment, tiny_design, trained
 from ddlcompare.plan import design
 from ddlcompare.plan import envs
 from ddlcompare.run import runner
 
-TF_BUILT = envs.has_module("tensorflow", "horovod.tensorflow")
-needs_tf = pytest.mark.skipif(
-    not TF_BUILT,
-    reason=f"the TensorFlow environment is not built ({envs.env_dir('tensorflow')}"
-    "); 'bash envs/setup.sh' builds it (./ddlc test runs it first)",
-)
+needs_tf = needs_environment("tensorflow", "horovod.tensorflow")
 CASES = [("horovod-keras", "gloo"), ("horovod-keras", "mpi"), ("tf-mwms", "gloo")]
 # One process mirroring over 2 logical CPU devices (no controller: one process).
 MIRRORED = ("tf-mirrored", "gloo")
