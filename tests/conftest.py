@@ -412,3 +412,24 @@ def needs_environment(env: str, probe: str, built: bool = True) -> pytest.MarkDe
         reason=f"the {env} environment is not built ({envs.env_dir(env)}): "
         + envs.how_to_build(env),
     )
+
+
+def mpirun_per_node(hosts: str, agent: str) -> list[str]:
+    """How a launcher's command line starts where mpirun runs one process
+    per node (``hosts``: comma-separated), reaching the nodes through the
+    scheduler's remote shell ``agent``."""
+    return ["mpirun", "--host", hosts, "--npernode", "1", "--mca", "plm_rsh_agent", agent]
+
+
+def srun_per_node(nodes: list[str]) -> list[str]:
+    """How a launcher's command line goes on under Slurm: srun runs one
+    process per node, in the job's allocation."""
+    n = len(nodes)
+    return [
+        "srun",
+        "--overlap",
+        f"--nodes={n}",
+        f"--ntasks={n}",
+        "--ntasks-per-node=1",
+        f"--nodelist={','.join(nodes)}",
+    ]

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import mpirun_per_node, srun_per_node
+
 from ddlcompare.run import launch, schedulers
 from ddlcompare.run.launchers.tf_workers import tf_worker_addresses
 from ddlcompare.run.schedulers import Host, oar, slurm
@@ -73,10 +75,7 @@ def test_a_new_scheduler_is_one_file(tmp_path, monkeypatch):
         scheduler, found = schedulers.detect(2, 1, env={"DUMMY_NODES": "x,y"})
         assert scheduler.name == "dummy_for_test" and found == [Host("x", 1), Host("y", 1)]
         argv, _ = launch.command("torchrun", found, CONFIG, RUN, scheduler)
-        assert (
-            argv[:7] == ["mpirun", "--host", "x,y", "--npernode", "1", "--mca", "plm_rsh_agent"]
-            and argv[7] == "dummysh"
-        )
+        assert argv[:8] == mpirun_per_node("x,y", "dummysh")
     finally:
         module.unlink()
         schedulers.REGISTRY.forget("dummy_for_test")
@@ -101,14 +100,7 @@ def test_torchrun_multi_node_under_slurm():
     argv, _ = launch.command("torchrun", [Host("n1", 4), Host("n2", 4)], CONFIG, RUN, "slurm")
     assert argv[0] == "env"  # without a one-task step's own size (schedulers/slurm.py)
     argv = argv[argv.index("srun") :]
-    assert argv[:6] == [
-        "srun",
-        "--overlap",
-        "--nodes=2",
-        "--ntasks=2",
-        "--ntasks-per-node=1",
-        "--nodelist=n1,n2",
-    ]
+    assert argv[:6] == srun_per_node(["n1", "n2"])
     assert (
         f"--rdzv_endpoint=n1:{launch.run_port(29500, CONFIG)}" in argv
         and "--nproc_per_node=4" in argv
@@ -117,8 +109,7 @@ def test_torchrun_multi_node_under_slurm():
 
 def test_torchrun_multi_node_under_oar_uses_oarsh():
     argv, _ = launch.command("torchrun", [Host("n1", 2), Host("n2", 2)], CONFIG, RUN, "oar")
-    assert argv[:7] == ["mpirun", "--host", "n1,n2", "--npernode", "1", "--mca", "plm_rsh_agent"]
-    assert argv[7] == "oarsh"
+    assert argv[:8] == mpirun_per_node("n1,n2", "oarsh")
 
 
 def test_horovodrun_hosts_and_controller():

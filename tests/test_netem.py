@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from analysis import collect
-from conftest import REPO, TINY_FIXED
+from conftest import REPO, TINY_FIXED, mpirun_per_node
 from ddlcompare.plan import design
 from ddlcompare.run import cores, launch, netem, preflight, runner, schedulers
 from ddlcompare.run.schedulers import Host
@@ -330,16 +330,7 @@ def test_launchers_reach_emulated_nodes_through_the_shim():
     nodes = [Host("10.213.0.1", 1), Host("10.213.0.2", 1)]
     config = {"threads": 1, "run_id": "abc", "framework": "torch-ddp", "horovod_controller": "gloo"}
     argv, _ = launch.command("torchrun", nodes, config, Path("/r"), "netns")
-    assert argv[:7] == [
-        "mpirun",
-        "--host",
-        "10.213.0.1,10.213.0.2",
-        "--npernode",
-        "1",
-        "--mca",
-        "plm_rsh_agent",
-    ]
-    assert argv[7] == str(netem.NETNS_SSH)
+    assert argv[:8] == mpirun_per_node("10.213.0.1,10.213.0.2", str(netem.NETNS_SSH))
     argv, env = launch.command(
         "horovodrun", nodes, {**config, "framework": "horovod-torch"}, Path("/r"), "netns"
     )

@@ -26,6 +26,7 @@ from conftest import (
     SCHEDULED,
     WORKFLOW_OVERHEAD_S,
     final_losses,
+    mpirun_per_node,
     tiny_design,
     workflow_limit,
     write_design,
@@ -420,16 +421,7 @@ def test_launch_commands_from_a_real_oar_nodefile(oar_user):
     assert scheduler.name == "oar" and [h.name for h in found] == ["node-1.site", "node-2.site"]
     config = {"threads": 1, "run_id": "r1", "horovod_controller": "gloo", "framework": "torch-ddp"}
     argv, _ = launch.command("torchrun", found, config, Path("/r"), "oar")
-    assert argv[:8] == [
-        "mpirun",
-        "--host",
-        "node-1.site,node-2.site",
-        "--npernode",
-        "1",
-        "--mca",
-        "plm_rsh_agent",
-        "oarsh",
-    ]
+    assert argv[:8] == mpirun_per_node("node-1.site,node-2.site", "oarsh")
     assert f"--rdzv_endpoint=node-1.site:{launch.run_port(29500, config)}" in argv
     argv, env = launch.command("horovodrun", found, config, Path("/r"), "oar")
     assert argv[1:6] == ["-np", "4", "-H", "node-1.site:2,node-2.site:2", "--gloo"]

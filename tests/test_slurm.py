@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SCHEDULED, final_losses, workflow_limit, write_design
+from conftest import (
+    REPO,
+    SCHEDULED,
+    final_losses,
+    srun_per_node,
+    workflow_limit,
+    write_design,
+)
 from ddlcompare.run import launch, schedulers
 from ddlcompare.run.schedulers import Host, slurm as slurm_scheduler
 
@@ -118,14 +125,7 @@ def test_launch_commands_from_a_real_slurm_node_list(slurm):
     config = {"threads": 1, "run_id": "r1", "horovod_controller": "gloo", "framework": "torch-ddp"}
     argv, _ = launch.command("torchrun", two, config, Path("/r"), "slurm")
     argv = argv[argv.index("srun") :]
-    assert argv[:6] == [
-        "srun",
-        "--overlap",
-        "--nodes=2",
-        "--ntasks=2",
-        "--ntasks-per-node=1",
-        f"--nodelist={node},{node}",
-    ]
+    assert argv[:6] == srun_per_node([node, node])
     assert (
         f"--rdzv_endpoint={node}:{launch.run_port(29500, config)}" in argv and "--nnodes=2" in argv
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, tiny_design
+from conftest import REPO, mpirun_per_node, tiny_design
 from ddlcompare.plan import design
 from ddlcompare.plan import envs
 from ddlcompare.run import launch, preflight, runner, schedulers, spawn
@@ -57,16 +57,7 @@ def test_tf_workers_under_slurm_one_spawner_per_node():
 
 def test_tf_workers_under_oar_through_oarsh():
     argv, _ = tf_workers([Host("n1", 1), Host("n2", 1)], "oar")
-    assert argv[:8] == [
-        "mpirun",
-        "--host",
-        "n1,n2",
-        "--npernode",
-        "1",
-        "--mca",
-        "plm_rsh_agent",
-        "oarsh",
-    ]
+    assert argv[:8] == mpirun_per_node("n1,n2", "oarsh")
     assert argv[argv.index("--workers") + 1] == "n1:23456,n2:23456"
 
 
@@ -172,16 +163,6 @@ def test_tarantella_hostfile_from_the_scheduler_nodes(tarantella_env, tmp_path):
     assert env["PATH"].startswith(str(schedulers.get("slurm").ssh_dir))  # srun_as_ssh
 
 
-def test_missing_tarantella_is_a_clear_failed_run(tmp_path, monkeypatch):
-    monkeypatch.setenv("DDLC_VENV_TARANTELLA", str(tmp_path / "nowhere"))
-    row = design.parse(tiny_design(["tarantella"]), "tiny.yaml").runs()[0]
-    assert runner.execute(row, tmp_path) == 0
-    done = json.loads((tmp_path / row.path / "done.json").read_text())
-    assert done["status"] == "failed"
-    assert "framework tarantella: its environment 'tarantella' is not built here" in done["reason"]
-    assert "bash envs/setup.sh tarantella" in done["reason"]  # set-up builds it, in minutes
-
-
 def test_missing_tarantella_inside_a_worker_names_the_environment():
     from frameworks.adapters import tarantella as adapter
     from frameworks.common import RunError
@@ -214,16 +195,25 @@ def test_lbann_driver_is_one_process_here(tmp_path, monkeypatch):
     assert argv == [str(tmp_path / "bin" / "python"), "-m", "frameworks.worker", "/r/run"]
 
 
-def test_missing_lbann_is_a_failed_run_naming_its_build_script(tmp_path, monkeypatch):
-    """Not dropped: the run is recorded as failed, with the command that builds LBANN
-    (the report lists failed runs with their reasons)."""
-    monkeypatch.setenv("DDLC_VENV_LBANN", str(tmp_path / "nowhere"))
-    row = design.parse(tiny_design(["lbann"]), "tiny.yaml").runs()[0]
+@pytest.mark.parametrize(
+    "framework, variable, fix",
+    [
+        ("tarantella", "DDLC_VENV_TARANTELLA", "bash envs/setup.sh tarantella"),  # minutes
+        ("lbann", "DDLC_VENV_LBANN", "bash envs/build-lbann.sh"),  # its own build script
+    ],
+)
+def test_a_missing_framework_is_a_failed_run_naming_its_build(
+    tmp_path, monkeypatch, framework, variable, fix
+):
+    """Not dropped: the run is recorded as failed, with the command that
+    builds the framework (the report lists failed runs with their reasons)."""
+    monkeypatch.setenv(variable, str(tmp_path / "nowhere"))
+    row = design.parse(tiny_design([framework]), "tiny.yaml").runs()[0]
     assert runner.execute(row, tmp_path) == 0
     done = json.loads((tmp_path / row.path / "done.json").read_text())
     assert done["status"] == "failed"
-    assert "framework lbann: its environment 'lbann' is not built here" in done["reason"]
-    assert "bash envs/build-lbann.sh" in done["reason"]
+    assert f"framework {framework}: its environment '{framework}' is not built" in done["reason"]
+    assert fix in done["reason"]
 
 
 def test_report_tells_frameworks_left_out_installed_or_not_with_their_build_command(
