@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import pickle
+import resource
 import subprocess
 import sys
 import time
@@ -77,6 +78,42 @@ def pytest_collection_modifyitems(items):
         item.add_marker(pytest.mark.xdist_group(group[item]))
     rank = {name: at for at, name in enumerate(LONGEST_GROUPS)}
     items.sort(key=lambda item: rank.get(group[item], len(rank)))  # stable: files stay whole
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--test-times",
+        metavar="FILE",
+        help="append a line per test to FILE (tab-separated: test, group, worker, start, "
+        "wall_s, cpu_s): its wall time from set-up to teardown, and the CPU time of its "
+        "worker and of the processes the worker waited for (a scheduler's jobs and daemons "
+        "are not among them). Where wall is far above CPU, the test waits.",
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item):
+    """--test-times: where the suite's time goes, per test, with what it
+    spent of the CPU (a third worker helps where tests wait, not where they
+    compute); the slowest-30 list gives neither the rest nor the CPU."""
+    path = item.config.getoption("--test-times")
+    if not path:
+        yield
+        return
+    started, cpu = time.time(), _cpu_s()
+    yield
+    group = next((m.args[0] for m in item.iter_markers("xdist_group")), "")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    name = item.nodeid.removesuffix(f"@{group}")  # xdist's loadgroup names the group there
+    line = f"{name}\t{group}\t{worker}\t{started:.1f}\t"
+    line += f"{time.time() - started:.2f}\t{_cpu_s() - cpu:.2f}\n"
+    with open(path, "a") as times:  # one short append a line: the workers' lines stay whole
+        times.write(line)
+
+
+def _cpu_s() -> float:
+    me, waited = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return me.ru_utime + me.ru_stime + waited.ru_utime + waited.ru_stime
 
 
 # The test schedulers (envs/schedulers/: the test Slurm, the test OAR) and the

@@ -20,27 +20,53 @@ suite = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(suite)
 pytest_configure = suite.pytest_configure
 pytest_collection_modifyitems = suite.pytest_collection_modifyitems
+pytest_addoption = suite.pytest_addoption
+pytest_runtest_protocol = suite.pytest_runtest_protocol
 """
+
+
+def pytest_with_hooks(folder: Path, *options: str) -> subprocess.CompletedProcess:
+    """A real pytest of ``folder``'s tests, with the suite's hooks."""
+    (folder / "conftest.py").write_text(HOOKS)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(folder),
+         *options, str(folder)],
+        cwd=folder, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    return out
 
 
 def test_the_longest_groups_go_out_first_whatever_their_count_of_tests(tmp_path):
     """One worker runs the groups in the order xdist hands them out: a long
     group of 1 test (test_workflow's) before a group of 10 short ones, which
     xdist's own order (most tests first) would send first."""
-    (tmp_path / "conftest.py").write_text(HOOKS)
     (tmp_path / "test_many.py").write_text(
         "import pytest\n@pytest.mark.parametrize('n', range(10))\ndef test_short(n): pass\n"
     )
     (tmp_path / "test_workflow.py").write_text("def test_long(): pass\n")
-    out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "1", "--dist", "loadgroup", "-v",
-         "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])},
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    out = pytest_with_hooks(tmp_path, "-n", "1", "--dist", "loadgroup", "-v")
     ran = [line.split()[-1] for line in out.stdout.splitlines() if line.startswith("[gw0]")]
     assert len(ran) == 11 and ran[0].startswith("test_workflow.py::test_long"), out.stdout
+
+
+def test_test_times_tell_a_waiting_test_from_a_computing_one(tmp_path):
+    """--test-times: a line per test from each of two workers, with its wall
+    time and the CPU time of its worker and the processes it waited for."""
+    (tmp_path / "test_wait.py").write_text("import time\ndef test_waits(): time.sleep(1.5)\n")
+    burn = "import subprocess, sys\ndef test_computes():\n"
+    burn += "    subprocess.run([sys.executable, '-c', 'import time\\nt = time.process_time()\\n"
+    burn += "while time.process_time() - t < 1.5: pass'], check=True)\n"
+    (tmp_path / "test_compute.py").write_text(burn)
+    times = tmp_path / "times.tsv"
+    pytest_with_hooks(tmp_path, "-n", "2", "--dist", "loadgroup", "--test-times", str(times))
+    rows = {r[0]: r for r in (line.split("\t") for line in times.read_text().splitlines())}
+    waits, computes = rows["test_wait.py::test_waits"], rows["test_compute.py::test_computes"]
+    assert len(rows) == 2 and {waits[1], computes[1]} == {"test_wait", "test_compute"}, rows
+    assert {waits[2], computes[2]} <= {"gw0", "gw1"}, rows
+    assert float(waits[4]) >= 1.5 and float(waits[5]) < 0.5, waits
+    assert float(computes[5]) >= 1.5 and float(computes[4]) >= 1.5, computes  # a child's CPU
 
 
 # A process that holds the lock as a scheduler module's fixture does, until
