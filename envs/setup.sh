@@ -80,19 +80,45 @@ for name in "${wanted[@]}"; do
   [ "${env_needs[$name]}" = - ] || debian_packages+=(${env_needs[$name]})
 done
 
-install_debian_packages() {
-  local missing=()
+missing_packages() {
+  local p
   for p in "${debian_packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || printf '%s ' "$p"
   done
-  [ ${#missing[@]} -eq 0 ] && return 0
+}
+
+# Two set-ups at once on a fresh machine: apt-get refuses at once (exit 100)
+# while another apt-get holds its locks (DPkg::Lock::Timeout waits for the
+# dpkg lock, not for apt-get update's lists lock). So set-ups take turns on a
+# lock of their own, the second saying for whom it waits, and look again
+# once they hold it: the first has usually installed everything. (The lock
+# is in the cache, which fresh checkouts share.)
+DEBIAN_LOCK=$cache/debian-packages.lock
+
+install_debian_packages() {
+  local missing
+  missing=$(missing_packages)
+  [ -z "$missing" ] && return 0
   if [ "$(id -u)" -ne 0 ]; then
-    say "missing Debian packages; run: sudo apt-get install -y ${missing[*]}"
+    say "missing Debian packages; run: sudo apt-get install -y ${missing% }"
     exit 1
   fi
-  say "installing Debian packages: ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  exec {apt_lock}>>"$DEBIAN_LOCK"
+  if ! flock -n "$apt_lock"; then
+    say "waiting for another set-up's Debian packages ($(cat "$DEBIAN_LOCK" 2>/dev/null || true))"
+    flock "$apt_lock"
+  fi
+  lock_holder > "$DEBIAN_LOCK"
+  missing=$(missing_packages)
+  if [ -n "$missing" ]; then
+    say "installing Debian packages: ${missing% }"
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq
+    # shellcheck disable=SC2086  # missing: package names, one a word
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+      --no-install-recommends $missing >/dev/null
+  fi
+  : > "$DEBIAN_LOCK"
+  exec {apt_lock}>&-
 }
 
 # A virtual environment from a requirements file, with this checkout installed
