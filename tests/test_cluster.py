@@ -659,14 +659,27 @@ def test_a_node_lost_mid_job_is_recorded_and_slurm_runs_it_again(slurm_cluster, 
 
 @pytest.mark.slow
 @pytest.mark.schedulers
-def test_a_job_past_its_slurm_time_limit_is_recorded_and_rerun_alone(
-    slurm_cluster, workflow, tmp_path
-):
+def test_a_job_past_its_slurm_time_limit_is_recorded_and_rerun_alone(slurm_cluster, tmp_path):
+    """Slurm ends a run's job at its time limit (1 minute, the least):
+    SIGTERM, recorded in Slurm's words, and left for the next invocation.
+    The run measures on a machine lock and registry of its own: on the
+    host's, it waited for the other worker's trainings, the wait added a
+    whole minute to its limit (share_machine.sh: a minute ahead of the
+    wait), and its minutes of training held the other worker's back. The
+    added minute has its own test (test_a_job_waiting_for_the_machine_...)."""
+    alone = {
+        "DDLC_MEASURE_LOCK": str(tmp_path / "measure.lock"),
+        "DDLC_ATTEMPTS": str(tmp_path / "a"),
+    }
+    way = SlurmWay({**slurm_cluster[1], **alone})
     fault_design(tmp_path, epochs=(500,))
-    proc = workflow("--set-resources", "run:runtime=1")
-    job = long_run_training(tmp_path, SlurmWay, short_too=False)
-    stopped_with(tmp_path, proc, f"Slurm job {job}: TIMEOUT", SlurmWay(slurm_cluster[1]))
+    with in_background(way, tmp_path) as start:
+        proc = start("--set-resources", "run:runtime=1")
+        job = long_run_training(tmp_path, way, short_too=False)
+        stopped_with(tmp_path, proc, f"Slurm job {job}: TIMEOUT", way)
     assert not list((tmp_path / "results").rglob("done.json"))  # the next invocation reruns it
+    # The job took its own lock and registered there (sbatch passed them on).
+    assert Path(alone["DDLC_MEASURE_LOCK"]).is_file() and Path(alone["DDLC_ATTEMPTS"]).is_dir()
 
 
 @pytest.mark.slow
