@@ -470,3 +470,19 @@ def srun_per_node(nodes: list[str]) -> list[str]:
         "--ntasks-per-node=1",
         f"--nodelist={','.join(nodes)}",
     ]
+
+
+@contextlib.contextmanager
+def scheduler_up(script: Path, name: str) -> Iterator[None]:
+    """A test scheduler of envs/schedulers/ (``script``) started, and
+    stopped at the end: it needs root on Debian, else the test skips."""
+    if os.geteuid() != 0 or not Path("/usr/bin/apt-get").exists():
+        pytest.skip(f"the test {name} needs root on Debian ({script.relative_to(REPO)})")
+    started = time.monotonic()
+    up = subprocess.run([str(script), "start"], capture_output=True, text=True, timeout=900)
+    assert up.returncode == 0, up.stderr[-3000:]
+    print(f"{name} up in {time.monotonic() - started:.1f} s")
+    try:
+        yield
+    finally:
+        subprocess.run([str(script), "stop"], timeout=120)

@@ -16,6 +16,13 @@ CONFIG = {"threads": 1, "run_id": "abc123", "horovod_controller": "gloo", "frame
 RUN = Path("/r/run")
 
 
+def on_two_nodes(launcher: str, scheduler: str, per_node: int = 2, **config):
+    """The launcher's command line and environment for two nodes, n1 and
+    n2, of ``per_node`` processes each."""
+    hosts = [Host("n1", per_node), Host("n2", per_node)]
+    return launch.command(launcher, hosts, {**CONFIG, **config}, RUN, scheduler)
+
+
 def detect(nodes, per_node, env):
     scheduler, found = schedulers.detect(nodes, per_node, env=env)
     return scheduler.name, found
@@ -97,7 +104,7 @@ def test_torchrun_single_node():
 
 
 def test_torchrun_multi_node_under_slurm():
-    argv, _ = launch.command("torchrun", [Host("n1", 4), Host("n2", 4)], CONFIG, RUN, "slurm")
+    argv, _ = on_two_nodes("torchrun", "slurm", per_node=4)
     assert argv[0] == "env"  # without a one-task step's own size (schedulers/slurm.py)
     argv = argv[argv.index("srun") :]
     assert argv[:6] == srun_per_node(["n1", "n2"])
@@ -108,24 +115,18 @@ def test_torchrun_multi_node_under_slurm():
 
 
 def test_torchrun_multi_node_under_oar_uses_oarsh():
-    argv, _ = launch.command("torchrun", [Host("n1", 2), Host("n2", 2)], CONFIG, RUN, "oar")
+    argv, _ = on_two_nodes("torchrun", "oar")
     assert argv[:8] == mpirun_per_node("n1,n2", "oarsh")
 
 
 def test_horovodrun_hosts_and_controller():
-    argv, _ = launch.command(
-        "horovodrun",
-        [Host("n1", 2), Host("n2", 2)],
-        {**CONFIG, "horovod_controller": "mpi"},
-        RUN,
-        "slurm",
-    )
+    argv, _ = on_two_nodes("horovodrun", "slurm", horovod_controller="mpi")
     assert argv[1:6] == ["-np", "4", "-H", "n1:2,n2:2", "--mpi"]
     assert argv[-3:] == ["-m", "frameworks.worker", "/r/run"]
 
 
 def test_horovodrun_gloo_under_oar_reaches_nodes_with_oarsh():
-    argv, env = launch.command("horovodrun", [Host("n1", 2), Host("n2", 2)], CONFIG, RUN, "oar")
+    argv, env = on_two_nodes("horovodrun", "oar")
     assert argv[5] == "--gloo"
     shim = Path(env["PATH"].split(":")[0]) / "ssh"
     assert "exec oarsh" in shim.read_text() and shim.stat().st_mode & 0o111

@@ -27,6 +27,7 @@ from conftest import (
     WORKFLOW_OVERHEAD_S,
     final_losses,
     mpirun_per_node,
+    scheduler_up,
     tiny_design,
     workflow_limit,
     write_design,
@@ -89,30 +90,19 @@ class OarUser:
 
 @pytest.fixture(scope="module")
 def oar_user(schedulers_alone):
-    if os.geteuid() != 0 or not Path("/usr/bin/apt-get").exists():
-        pytest.skip("the test OAR needs root on Debian (envs/schedulers/oar.sh)")
-    started = time.monotonic()
-    up = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=900)
-    assert up.returncode == 0, up.stderr[-3000:]
-    name = subprocess.run([str(SCRIPT), "user"], capture_output=True, text=True).stdout.strip()
-    # The user runs snakemake and the jobs: it must reach the environment
-    # (its Python may live under /root) and this checkout.
-    granted = subprocess.run(
-        [
-            str(SCRIPT),
-            "grant",
-            str(VENV / "bin" / "python"),
-            str(PROFILE / "job-end"),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert granted.returncode == 0, granted.stderr
-    print(f"oar up in {time.monotonic() - started:.1f} s")
-    user = OarUser(name)
-    yield user
-    shutil.rmtree(user.home / "ddlc-tests", ignore_errors=True)
-    subprocess.run([str(SCRIPT), "stop"], timeout=120)
+    with scheduler_up(SCRIPT, "OAR"):
+        name = subprocess.run([str(SCRIPT), "user"], capture_output=True, text=True).stdout
+        # The user runs snakemake and the jobs: it must reach the environment
+        # (its Python may live under /root) and this checkout.
+        granted = subprocess.run(
+            [str(SCRIPT), "grant", str(VENV / "bin" / "python"), str(PROFILE / "job-end")],
+            capture_output=True,
+            text=True,
+        )
+        assert granted.returncode == 0, granted.stderr
+        user = OarUser(name.strip())
+        yield user
+        shutil.rmtree(user.home / "ddlc-tests", ignore_errors=True)
 
 
 def snakemake(user: OarUser, workdir: Path, profile: Path, *extra: str, limit: int | None = None):

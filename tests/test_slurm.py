@@ -17,6 +17,7 @@ from conftest import (
     REPO,
     SCHEDULED,
     final_losses,
+    scheduler_up,
     srun_per_node,
     workflow_limit,
     write_design,
@@ -44,16 +45,9 @@ def scheduler_env(**extra) -> dict:
 
 @pytest.fixture(scope="module")
 def slurm(schedulers_alone):
-    if os.geteuid() != 0 or not Path("/usr/bin/apt-get").exists():
-        pytest.skip("the test Slurm needs root on Debian (envs/schedulers/slurm.sh)")
-    started = time.monotonic()
-    up = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=900)
-    assert up.returncode == 0, up.stderr[-3000:]
-    conf = subprocess.run([str(SCRIPT), "env"], capture_output=True, text=True).stdout.strip()
-    env = scheduler_env(**dict([conf.split("=", 1)]))
-    print(f"slurm up in {time.monotonic() - started:.1f} s")
-    yield env
-    subprocess.run([str(SCRIPT), "stop"], timeout=120)
+    with scheduler_up(SCRIPT, "Slurm"):
+        conf = subprocess.run([str(SCRIPT), "env"], capture_output=True, text=True).stdout.strip()
+        yield scheduler_env(**dict([conf.split("=", 1)]))
 
 
 def slurm_snakemake(workdir: Path, env: dict):
