@@ -28,6 +28,11 @@ def jain_2x2():
     return pd.DataFrame(rows)
 
 
+# The example's sums of squares (SSA, SSB, SSAB), of the error and in all.
+JAIN_SUM_SQ = {"batch_size": 5547, "procs_per_node": 1083, "batch_size:procs_per_node": 300}
+JAIN_SSE, JAIN_SST = 102, 7032
+
+
 def test_sign_table_reproduces_jain_allocation_of_variation():
     effects = stats.sign_table_2kr(jain_2x2(), ["batch_size", "procs_per_node"], "images_per_s")
     by = effects.set_index("term")
@@ -35,10 +40,9 @@ def test_sign_table_reproduces_jain_allocation_of_variation():
     assert by.loc["batch_size", "effect"] == pytest.approx(21.5)
     assert by.loc["procs_per_node", "effect"] == pytest.approx(9.5)
     assert by.loc["batch_size:procs_per_node", "effect"] == pytest.approx(5)
-    assert by.loc["batch_size", "variation"] == pytest.approx(5547 / 7032)
-    assert by.loc["procs_per_node", "variation"] == pytest.approx(1083 / 7032)
-    assert by.loc["batch_size:procs_per_node", "variation"] == pytest.approx(300 / 7032)
-    assert effects.attrs["error_variation"] == pytest.approx(102 / 7032)
+    variation = {term: ss / JAIN_SST for term, ss in JAIN_SUM_SQ.items()}
+    assert by.loc[list(variation), "variation"].to_dict() == pytest.approx(variation)
+    assert effects.attrs["error_variation"] == pytest.approx(JAIN_SSE / JAIN_SST)
     # s_e = sqrt(102 / 8) = 3.57; s_q = s_e / sqrt(12) = 1.03; t[0.975; 8] = 2.306
     assert by.loc["batch_size", "ci_half_width"] == pytest.approx(2.306 * 1.0308, rel=1e-3)
 
@@ -46,10 +50,8 @@ def test_sign_table_reproduces_jain_allocation_of_variation():
 def test_anova_agrees_with_sign_table_on_two_levels():
     table = stats.anova(jain_2x2(), ["batch_size", "procs_per_node"], "images_per_s")
     by = table.set_index("term")
-    assert by.loc["batch_size", "sum_sq"] == pytest.approx(5547)
-    assert by.loc["procs_per_node", "sum_sq"] == pytest.approx(1083)
-    assert by.loc["batch_size:procs_per_node", "sum_sq"] == pytest.approx(300)
-    assert by.loc["Residual", "sum_sq"] == pytest.approx(102)
+    assert by.loc[list(JAIN_SUM_SQ), "sum_sq"].to_dict() == pytest.approx(JAIN_SUM_SQ)
+    assert by.loc["Residual", "sum_sq"] == pytest.approx(JAIN_SSE)
 
 
 def test_log_model_detected_when_effects_multiply():
