@@ -50,7 +50,6 @@ import numpy as np
 import pandas as pd
 import yaml
 from scipy import stats as scipy_stats
-from statsmodels.stats.multitest import multipletests
 
 from analysis import cells, humanize, stats, summary
 from analysis.followup import _plain, _product, located, origin
@@ -603,12 +602,7 @@ def proof(runs: pd.DataFrame, tested: list[dict]) -> pd.DataFrame:
     table = pd.DataFrame(rows)
     if table.empty:
         return table
-    tested_rows = table["p_raw"].notna()
-    table["p_holm"] = np.nan
-    if tested_rows.any():
-        table.loc[tested_rows, "p_holm"] = multipletests(
-            table.loc[tested_rows, "p_raw"], alpha=ALPHA, method="holm"
-        )[1]
+    table["p_holm"] = stats.holm(table["p_raw"], ALPHA)[0]
     table["significant"] = table["p_holm"] < ALPHA
     return table
 
@@ -616,12 +610,7 @@ def proof(runs: pd.DataFrame, tested: list[dict]) -> pd.DataFrame:
 def _compare(h: dict, key: tuple, before: pd.DataFrame, after: pd.DataFrame) -> dict:
     step_change, step_low, step_high = _ratio_ci(before["step_s"], after["step_s"])
     thr_change, thr_low, thr_high = _ratio_ci(before["images_per_s"], after["images_per_s"])
-    a, b = np.log(before["step_s"]), np.log(after["step_s"])
-    p = (
-        float(scipy_stats.ttest_ind(a, b, equal_var=False).pvalue)
-        if min(len(a), len(b)) >= 2 and (a.std() > 0 or b.std() > 0)
-        else math.nan
-    )
+    p, _ = stats.welch(np.log(before["step_s"]), np.log(after["step_s"]))
     predicted = _prediction(h, before)
     low, high = -predicted.get("high", math.nan), -predicted.get("low", math.nan)
     acc_b, acc_b_half, _ = stats.mean_ci(before.get("final_test_accuracy", pd.Series(dtype=float)))

@@ -178,3 +178,13 @@ def test_the_section_renders_the_real_sweep_and_says_why_where_there_is_nothing(
     plain = Context(ctx.design, ctx.runs[ctx.runs["framework"] == PLAIN], pd.DataFrame(), tmp_path)
     page, _ = report.render(plain, [levels.section])
     assert "nothing to compare level by level" in page
+
+
+def test_without_the_baseline_the_levels_are_compared_with_the_fastest_alone():
+    rng = np.random.default_rng(11)
+    runs = runs_table({0: noisy(rng, 0.1), 10: noisy(rng, 0.07), 50: noisy(rng, 0.07)})
+    found, compared = levels.tables(runs)
+    assert list(found["level"]) == ["0", "10", "50"]
+    assert set(compared["role"]) == {levels.FASTEST} and len(compared) == 2
+    [said] = levels.sentences(found, compared)
+    assert "against tarantella" not in said and ": Fastest level " in said
