@@ -46,6 +46,13 @@ def load_fields() -> str:
     return f"load1={one:.2f} load5={five:.2f} cores={len(os.sched_getaffinity(0))}"
 
 
+def figures_line(figures: dict) -> str:
+    """A bench's last line: its figures as key=value (floats to 5
+    significant digits), then the load's."""
+    fields = (f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items())
+    return " ".join(fields) + " " + load_fields()
+
+
 def cli(*args: str) -> list[str]:
     """The harness's command line as a user runs it (``./ddlc <args>`` runs
     ``python -m front.cli <args>`` in the environment)."""

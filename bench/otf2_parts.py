@@ -57,7 +57,7 @@ from frameworks.otf2_writer import Otf2Sink, archive_anchor  # noqa: E402
 from runfiles.phases import STEP, STEP_PHASES  # noqa: E402
 from frameworks.recorder import PhaseRecorder  # noqa: E402
 from traces.rules import PhaseRules  # noqa: E402
-from measuring import holding_the_machine, load, load_fields  # noqa: E402
+from measuring import figures_line, holding_the_machine, load  # noqa: E402
 
 GOAL = 0.01  # otf2 over none
 REPEATS = 7
@@ -378,11 +378,7 @@ def main() -> None:
         in_step_share_otf2=share,
         goal_overhead_otf2=GOAL,
     )
-    print(
-        " ".join(f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items())
-        + " "
-        + load_fields()
-    )
+    print(figures_line(figures))
 
 
 if __name__ == "__main__":

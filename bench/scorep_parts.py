@@ -38,7 +38,7 @@ from ddlcompare.run import tracers  # noqa: E402
 from frameworks import models  # noqa: E402
 from runfiles.phases import STEP, STEP_PHASES  # noqa: E402
 from frameworks.recorder import LiveRegions  # noqa: E402
-from measuring import holding_the_machine, load, load_fields  # noqa: E402
+from measuring import figures_line, holding_the_machine, load  # noqa: E402
 
 FLUSH_REGION = "TRACE BUFFER FLUSH"
 
@@ -233,11 +233,7 @@ def main() -> None:
                 f"{figures['mpi_allreduces_traced']} MPI_Allreduce calls in Score-P's trace; {load()}",
                 flush=True,
             )
-    print(
-        " ".join(f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items())
-        + " "
-        + load_fields()
-    )
+    print(figures_line(figures))
 
 
 if __name__ == "__main__":

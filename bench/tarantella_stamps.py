@@ -182,7 +182,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10, help="pairs left out first")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    from measuring import holding_the_machine, load, load_fields
+    from measuring import figures_line, holding_the_machine, load
 
     with holding_the_machine("tarantella stamps"), tempfile.TemporaryDirectory() as tmp:
         launch(Path(tmp), args.pairs + args.warmup, args.seed)
@@ -194,10 +194,7 @@ def main() -> None:
         f"{found['parts_us']:.0f} us, {found['parts_share']:.3%} of the step; {load()}"
     )
     found["verdict"] = found["verdict"].replace(" ", "_")  # one key=value each
-    fields = " ".join(
-        f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}" for k, v in found.items()
-    )
-    print(f"{fields} goal={GOAL} {load_fields()}")
+    print(figures_line({**found, "goal": GOAL}))
 
 
 if __name__ == "__main__":

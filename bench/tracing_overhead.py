@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 from ddlcompare.plan import design, envs  # noqa: E402
 from ddlcompare.run import runner, tracers  # noqa: E402
 from frameworks import registry  # noqa: E402
-from measuring import holding_the_machine, load, load_fields  # noqa: E402
+from measuring import figures_line, holding_the_machine, load  # noqa: E402
 
 STATS = {"median": 0.5, "fast": 0.1}  # step-time quantiles of a run
 GOALS = {"otf2": 0.01, "scorep": 0.05, "none2": 0.01}
@@ -202,11 +202,7 @@ def main() -> None:
             wanted.remove("scorep")
         figures.update(measure(framework, wanted + [CONTROL] * args.control, args, rng))
     figures.update({f"goal_overhead_{t}": g for t, g in GOALS.items() if t != CONTROL})
-    print(
-        " ".join(f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items())
-        + " "
-        + load_fields()
-    )
+    print(figures_line(figures))
 
 
 if __name__ == "__main__":
