@@ -217,13 +217,23 @@ def where_it_ran() -> dict:
 
 
 def _compute_threads() -> int | None:
-    """The framework's intra-op pool as it stands (torch's, TensorFlow's:
-    0 there means its default, one per core), else OMP_NUM_THREADS."""
+    """The threads that can run the step's kernels at once: torch's intra-op
+    pool; TensorFlow's larger of its intra-op and inter-op pools (0 there
+    means its default, one per core), since with one intra-op thread each
+    kernel runs on an inter-op thread, and the harness keeps two of those
+    (tf_family.configure_tensorflow): at ``threads: 1`` two kernels of a
+    step (backward's) run at once, on two cores (docs/improvements.md, "The
+    patch where a core is free"); else OMP_NUM_THREADS."""
     if "torch" in sys.modules:
         return sys.modules["torch"].get_num_threads()
     if "tensorflow" in sys.modules:
-        pool = sys.modules["tensorflow"].config.threading.get_intra_op_parallelism_threads()
-        return pool or len(os.sched_getaffinity(0))
+        threading = sys.modules["tensorflow"].config.threading
+        cores = len(os.sched_getaffinity(0))
+        pools = (
+            threading.get_intra_op_parallelism_threads(),
+            threading.get_inter_op_parallelism_threads(),
+        )
+        return max(pool or cores for pool in pools)
     text = os.environ.get("OMP_NUM_THREADS", "")
     return int(text) if text.isdigit() else None
 

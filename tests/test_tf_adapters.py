@@ -149,6 +149,22 @@ print("ok", m.count_params())
 
 
 @needs_tf
+def test_a_rank_counts_the_inter_op_threads_that_compute_beside_each_other():
+    """At ``threads: 1`` TensorFlow runs each kernel on one of the two
+    inter-op threads the harness keeps, two at once: the rank's record says
+    2 compute threads, not its one intra-op thread (two such threads took
+    1.2 cores together in Tarantella's step: docs/improvements.md)."""
+    probe = """
+from frameworks import common, tf_family
+tf_family.configure_tensorflow({"threads": 1})
+print(common.where_it_ran()["compute_threads"])
+"""
+    done = in_tensorflow(probe, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["2"]
+
+
+@needs_tf
 @pytest.mark.slow
 def test_fit_loop_of_frameworks_that_own_the_step(tmp_path):
     """The loop Tarantella runs (tf_family.train_fit), with Keras' own fit

@@ -367,8 +367,9 @@ PARAMS: dict[str, Param] = {
             int,
             1,
             "compute threads per process, for every framework: PyTorch's intra-op "
-            "threads, TensorFlow's pools, OMP_NUM_THREADS, Slurm's cpus_per_task "
-            "(torchrun's own default is 1)",
+            "threads, TensorFlow's intra-op pool (its inter-op pool keeps at least 2, "
+            "so at 1 two kernels may run at once), OMP_NUM_THREADS, Slurm's "
+            "cpus_per_task (torchrun's own default is 1)",
             minimum=1,
         ),
         Param(

@@ -9,7 +9,8 @@ beside them (``machine_load``) and the network it gave them:
 - ``cores_per_rank``: the fewest and most cores a rank could run on (its
   affinity), and ``own_cores`` when the nodes had cores of their own
   (cores_per_node);
-- ``compute_threads``: each rank's framework compute pool, and
+- ``compute_threads``: the threads each rank's framework can run kernels
+  on at once (frameworks/common.py: TensorFlow's inter-op pool counts), and
   ``runnable_per_core``: the compute threads of a node's ranks per core
   those ranks could use, the busiest node's: above 1, ranks slow each other
   down on this test bed whatever the framework does;
