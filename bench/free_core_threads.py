@@ -261,7 +261,7 @@ def threads_table(sums: dict, seconds: float, step_s: float, pid: int) -> list[d
     rows = []
     for tid, (cpu, wait, vol, invol) in sums.items():
         cpu_share, wait_share = cpu / 1e9 / seconds, wait / 1e9 / seconds
-        spinning = (
+        spinning = bool(
             tid != pid
             and cpu_share + wait_share >= SPINNING_RUNNABLE
             and vol / seconds < SPINNING_BLOCKS_PER_S
@@ -271,7 +271,7 @@ def threads_table(sums: dict, seconds: float, step_s: float, pid: int) -> list[d
                 "tid": tid,
                 "main": tid == pid,
                 "spinning": spinning,
-                "busy": not spinning and cpu_share >= BUSY_SHARE,
+                "busy": bool(not spinning and cpu_share >= BUSY_SHARE),
                 "cpu_share": cpu_share,
                 "wait_share": wait_share,
                 "cpu_ms": cpu_share * step_s * 1e3,
@@ -347,12 +347,15 @@ def measure(arm: str, rep: int, run_dir: Path, watch: Watch, warmup: int) -> dic
         others_cpu_cores=sum(r["cpu_share"] for r in others),
         others_wait_cores=sum(r["wait_share"] for r in others),
         others_largest_wait_share=max((r["wait_share"] for r in others), default=0.0),
-        idled_before_steps=bool(watch.idled)
-        and "error" not in watch.idled[0]
-        and first_measured is not None
-        and watch.idled[0]["at"] < first_measured,
+        idled_before_steps=bool(
+            watch.idled
+            and "error" not in watch.idled[0]
+            and first_measured is not None
+            and watch.idled[0]["at"] < first_measured
+        ),
         idle_error=watch.idled[0].get("error") if watch.idled else None,
         gap_main=_gap_main(gap_sums, gap_seconds, watch.pid),
+        gap_threads=threads_table(gap_sums, gap_seconds, 1.0, watch.pid)[:4] if gap_seconds else [],
         threads=rows[:8],
     )
     out["whatif_record"] = _whatif_from_record(record)
@@ -445,6 +448,16 @@ def print_run(r: dict) -> None:
         ),
         flush=True,
     )
+    if (r["epoch_boundary_s"] or 0) > 0.5 and r.get("gap_threads"):
+        print(
+            "    at its epoch boundaries: "
+            + ", ".join(
+                f"{'main' if t['main'] else 'spinning' if t['spinning'] else t['tid']}"
+                f" cpu {t['cpu_share']:.0%} wait {t['wait_share']:.0%}"
+                for t in r["gap_threads"]
+            ),
+            flush=True,
+        )
     if r.get("idle_error"):
         print(f"    plain-idle: SCHED_IDLE refused: {r['idle_error']}", flush=True)
     elif r["arm"] == "plain-idle" and not r["idled_before_steps"]:
@@ -490,8 +503,24 @@ def summarize(table: pd.DataFrame) -> list[str]:
         for key, label in COMPONENTS[:6]:
             d, lo, hi = welch(ok[ok.arm == a][key], ok[ok.arm == b][key])
             lines.append(f"  {label:40}{d:+8.1f}  [{lo:+.1f}, {hi:+.1f}]")
+    lines += _boundary_lines(ok, arms)
     lines += _whatif_lines(ok)
     lines += _answer(ok)
+    return lines
+
+
+def _boundary_lines(ok: pd.DataFrame, arms: list[str]) -> list[str]:
+    """The main thread at the epochs' boundaries (outside the steps): on a
+    CPU, waiting for one, blocked, as shares of the boundaries' time."""
+    lines = ["main thread at the epoch boundaries (shares of their time: cpu/wait/blocked):"]
+    for arm in arms:
+        found = [g for g in ok[ok.arm == arm]["gap_main"] if isinstance(g, dict)]
+        if found:
+            mean = {k: np.mean([g[k] for g in found]) for k in ("cpu", "wait", "blocked")}
+            lines.append(
+                f"  {arm:<12}{mean['cpu']:.0%} / {mean['wait']:.0%} / {mean['blocked']:.0%}"
+                f" ({len(found)} runs)"
+            )
     return lines
 
 
@@ -528,6 +557,11 @@ def _answer(ok: pd.DataFrame) -> list[str]:
         f"took {cpu:+.1f} ms more CPU together and were blocked {blocked:+.1f} ms more"
         + (f"; plain-idle took back {recovered:.0%} of it" if recovered is not None else ""),
     ]
+    loaded = int(ok["loaded"].fillna(False).astype(bool).sum())
+    if loaded:
+        lines.append(
+            f"  ({loaded} of {len(ok)} runs measured beside heavy foreign load: not clean)"
+        )
     share = wait / gap >= EXPLAINED and (recovered is None or recovered >= RECOVERED)
     lines.append(
         "  => CPU share: the spinning thread takes a core the busy threads want"
