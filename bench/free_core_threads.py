@@ -64,6 +64,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,13 +97,17 @@ EXPLAINED = 0.7
 @dataclass(frozen=True)
 class Counters:
     """One thread's cumulative counters (ns on a CPU, ns waiting for one,
-    voluntary and involuntary switches) and the CPU it last ran on."""
+    voluntary and involuntary switches), the CPU it last ran on, and where
+    in the kernel it sleeps now (wchan: futex_wait_queue a lock or a pool's
+    condition, hrtimer_nanosleep a timed sleep, do_epoll_wait a socket;
+    "0" running)."""
 
     cpu: int
     wait: int
     voluntary: int
     involuntary: int
     last_cpu: int
+    wchan: str = "?"
 
 
 @dataclass
@@ -125,12 +130,18 @@ def thread_counters(pid: int, tid: int) -> Counters | None:
             last_cpu = int(f.read().rsplit(")", 1)[1].split()[36])
     except (OSError, ValueError, IndexError):
         return None
+    try:
+        with open(f"{base}/wchan") as f:
+            wchan = f.read().strip() or "?"
+    except OSError:
+        wchan = "?"
     return Counters(
         cpu,
         wait,
         switches.get("voluntary_ctxt_switches", 0),
         switches.get("nonvoluntary_ctxt_switches", 0),
         last_cpu,
+        wchan,
     )
 
 
@@ -355,6 +366,7 @@ def measure(arm: str, rep: int, run_dir: Path, watch: Watch, warmup: int) -> dic
         ),
         idle_error=watch.idled[0].get("error") if watch.idled else None,
         gap_main=_gap_main(gap_sums, gap_seconds, watch.pid),
+        gap_main_wchan=where_main_sleeps(watch.samples, gaps, watch.pid),
         gap_threads=threads_table(gap_sums, gap_seconds, 1.0, watch.pid)[:4] if gap_seconds else [],
         threads=rows[:8],
     )
@@ -367,6 +379,18 @@ def measure(arm: str, rep: int, run_dir: Path, watch: Watch, warmup: int) -> dic
         record,
     )
     return out
+
+
+def where_main_sleeps(samples: list[Sample], spans: list[tuple[int, int]], pid: int | None) -> dict:
+    """The main thread's wchan at the samples taken inside the spans, as
+    shares of those samples (the most frequent first)."""
+    seen = Counter(
+        s.threads[pid].wchan
+        for s in samples
+        if pid in s.threads and any(a <= s.at < b for a, b in spans)
+    )
+    total = sum(seen.values())
+    return {k: round(v / total, 3) for k, v in seen.most_common(4)} if total else {}
 
 
 def _gap_main(sums: dict, seconds: float, pid: int | None) -> dict | None:
@@ -429,7 +453,8 @@ RUN_LINE = (
     " invol {busy_involuntary_per_s:5.0f}/s  spin {spinning_cores:.2f} cores"
     "  epoch boundary {epoch_boundary_s:.2f} s"
     "  | conditions: foreign {foreign_cpu_share:.1%}{loaded}, load<={load_max:.1f},"
-    " cores/rank {cores_per_rank}, steal {steal_share:.1%}, {start}"
+    " cores/rank {cores_per_rank}, compute threads {compute_threads},"
+    " steal {steal_share:.1%}, {start}"
 )
 
 
@@ -455,7 +480,9 @@ def print_run(r: dict) -> None:
                 f"{'main' if t['main'] else 'spinning' if t['spinning'] else t['tid']}"
                 f" cpu {t['cpu_share']:.0%} wait {t['wait_share']:.0%}"
                 for t in r["gap_threads"]
-            ),
+            )
+            + "; the main thread in "
+            + ", ".join(f"{k} {v:.0%}" for k, v in (r.get("gap_main_wchan") or {}).items()),
             flush=True,
         )
     if r.get("idle_error"):
