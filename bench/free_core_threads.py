@@ -544,9 +544,13 @@ def _boundary_lines(ok: pd.DataFrame, arms: list[str]) -> list[str]:
         found = [g for g in ok[ok.arm == arm]["gap_main"] if isinstance(g, dict)]
         if found:
             mean = {k: np.mean([g[k] for g in found]) for k in ("cpu", "wait", "blocked")}
+            where = Counter()
+            for seen in ok[ok.arm == arm]["gap_main_wchan"].dropna():
+                where.update(seen)
+            asleep = ", ".join(f"{k} {v / len(found):.0%}" for k, v in where.most_common(3))
             lines.append(
                 f"  {arm:<12}{mean['cpu']:.0%} / {mean['wait']:.0%} / {mean['blocked']:.0%}"
-                f" ({len(found)} runs)"
+                f" ({len(found)} runs); asleep in {asleep or '?'}"
             )
     return lines
 
@@ -580,8 +584,8 @@ def _answer(ok: pd.DataFrame) -> list[str]:
     recovered = (plain["step_ms"].mean() - idle["step_ms"].mean()) / gap if len(idle) else None
     lines = [
         f"answer: plain's step is {gap:+.1f} ms longer than patched's; of it, the busy thread that "
-        f"waited most waited {wait:+.1f} ms more for a core ({wait / gap:.0%}), the busy threads "
-        f"took {cpu:+.1f} ms more CPU together and were blocked {blocked:+.1f} ms more"
+        f"waited most waited {wait:+.1f} ms more for a core ({wait / gap:.0%}); the busy threads' "
+        f"CPU time changed by {cpu:+.1f} ms and their blocked time by {blocked:+.1f} ms"
         + (f"; plain-idle took back {recovered:.0%} of it" if recovered is not None else ""),
     ]
     loaded = int(ok["loaded"].fillna(False).astype(bool).sum())
