@@ -663,10 +663,10 @@ def test_a_job_past_its_slurm_time_limit_is_recorded_and_rerun_alone(slurm_clust
     """Slurm ends a run's job at its time limit (1 minute, the least):
     SIGTERM, recorded in Slurm's words, and left for the next invocation.
     The run measures on a machine lock and registry of its own: on the
-    host's, it waited for the other worker's trainings, the wait added a
-    whole minute to its limit (share_machine.sh: a minute ahead of the
-    wait), and its minutes of training held the other worker's back. The
-    added minute has its own test (test_a_job_waiting_for_the_machine_...)."""
+    host's, it waited for the other worker's trainings (a wait its job adds
+    to its limit, a minute at a time: share_machine.sh, tested by
+    test_a_job_waiting_for_the_machine_...), and its minute and more of
+    measuring held all of theirs back."""
     alone = {
         "DDLC_MEASURE_LOCK": str(tmp_path / "measure.lock"),
         "DDLC_ATTEMPTS": str(tmp_path / "a"),

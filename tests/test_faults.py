@@ -673,13 +673,18 @@ def test_rank_leaving_with_status_0_is_named_as_the_cause(tmp_path):
 
 @pytest.mark.slow
 def test_design_edited_mid_campaign_is_named(tmp_path):
-    doc = tiny_design(procs=(1, 2), **{**LONG, "epochs": 2, "train_images": 6000})
+    """The design is edited while the first run trains: that run finishes,
+    and the next job names the edit (front/cli.py checks it at each job's
+    start). The run need only outlive the edit, made as soon as its worker
+    starts: 1 epoch of 2,000 images (2 of 6,000 were 25 s of measuring
+    that the other tests' runs waited for)."""
+    doc = tiny_design(procs=(1, 2), **{**LONG, "epochs": 1, "train_images": 2000})
     path = write_design(tmp_path, doc)
     proc = subprocess.Popen(
         snakemake_cmd(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     wait_for(lambda: pids_of(f"frameworks.worker {tmp_path}") != [], START_S)
-    write_design(tmp_path, {**doc, "fixed": {**doc["fixed"], "epochs": 1}})
+    write_design(tmp_path, {**doc, "fixed": {**doc["fixed"], "epochs": 2}})  # another design
     _, stderr = proc.communicate(timeout=600)
     assert proc.returncode != 0 and "Traceback" not in stderr
     assert "the design changed since this campaign started" in stderr
