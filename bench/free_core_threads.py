@@ -49,8 +49,8 @@ the steps-only counters; last, the answer.
     .venv/bin/python bench/free_core_threads.py
         [--reps 4] [--arms plain,patched,plain-idle] [--results DIR] [--seed 1]
 Needs both Tarantella builds (./ddlc run builds them: envs/tarantella.md)
-and root or CAP_SYS_NICE for plain-idle. About 40 s a run here (12 runs,
-8-9 minutes). Last line: key=value pairs.
+and root or CAP_SYS_NICE for plain-idle. About 35 s a run on a quiet machine (12 runs,
+about 7 minutes; --reps 5: 15 runs, about 9). Last line: key=value pairs.
 """
 
 from __future__ import annotations
