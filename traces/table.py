@@ -936,10 +936,14 @@ def _steps_by_time(c: Columns, phase: np.ndarray, step: np.ndarray, epoch: np.nd
     if windows["rank"].size == 0:
         return
     rank, number, of_epoch, start, end = _one_window_per_step(windows)
+    # the rows in need and their ranks, once: not a pass over every row per rank
+    need_rows = np.flatnonzero(need_all)
+    need_ranks = c.rank[need_rows]
     for r in np.unique(rank).tolist():
         mine = np.flatnonzero(rank == r)
-        mine = mine[np.lexsort((end[mine], start[mine]))]  # by start, then end; stable
-        need = np.flatnonzero(need_all & (c.rank == r))
+        if not _ascending(end[mine], start[mine]):  # most ranks' steps are in order
+            mine = mine[np.lexsort((end[mine], start[mine]))]  # by start, then end; stable
+        need = need_rows[need_ranks == r]
         if need.size == 0:
             continue
         starts = c.start_ns[need]
@@ -956,9 +960,15 @@ def _one_window_per_step(windows: dict[str, np.ndarray]) -> tuple[np.ndarray, ..
     stream, shorter) would otherwise hide the CPU-side window it starts
     inside. In numpy: pandas' groupby cost a few ms a trace file."""
     column = windows
-    order = np.lexsort((column["epoch"], column["step"], column["rank"]))
-    keys = np.stack([column[k][order] for k in ("rank", "step", "epoch")])
+    by = (column["epoch"], column["step"], column["rank"])
+    if _ascending(*by):  # the step intervals' own order, most often: no sort
+        keys = np.stack(by[::-1])
+        starts, ends = column["start"], column["end"]
+    else:
+        order = np.lexsort(by)
+        keys = np.stack([column[k][order] for k in ("rank", "step", "epoch")])
+        starts, ends = column["start"][order], column["end"][order]
     first = np.flatnonzero(np.r_[True, (keys[:, 1:] != keys[:, :-1]).any(axis=0)])
-    start = np.minimum.reduceat(column["start"][order], first)
-    end = np.maximum.reduceat(column["end"][order], first)
+    start = np.minimum.reduceat(starts, first)
+    end = np.maximum.reduceat(ends, first)
     return (*keys[:, first], start, end)
