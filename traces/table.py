@@ -572,7 +572,14 @@ def _distinct(names: list) -> tuple[pa.Array, np.ndarray | None]:
     old code's new code and -1 last, where they differ): two regions of
     one name (OTF2 definitions may repeat a name) are one value of a
     dictionary (pandas' categories must be distinct). In Arrow, not a
-    Python loop: a Kineto trace has some 30 k names a file."""
+    Python loop: a Kineto trace has some 30 k names a file. Kept for the
+    next ask: a trace's files (one a rank) often hold the same names, and
+    a tuple of them is hashed in a fraction of the time they are built."""
+    return _distinct_of(tuple(names))
+
+
+@functools.lru_cache(maxsize=16)
+def _distinct_of(names: tuple) -> tuple[pa.Array, np.ndarray | None]:
     values = strings(names)
     if values.null_count == 0 and len(set(names)) == len(names):
         return values, None
