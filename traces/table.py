@@ -642,7 +642,7 @@ def to_numpy(array: pa.Array) -> np.ndarray:
     return np.frombuffer(array.buffers()[1], dtype=dtype, count=n, offset=start * dtype.itemsize)
 
 
-def strings(names: list) -> pa.StringArray:
+def strings(names: list | tuple) -> pa.StringArray:
     """``pa.array(names, pa.string())``: None is null."""
     encoded = [b"" if name is None else name.encode() for name in names]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
