@@ -43,6 +43,7 @@ from measuring import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's packages, wherever it runs from
 
 
 def child(trace: Path, out: Path, one_at_a_time: bool) -> None:
@@ -57,7 +58,6 @@ def child(trace: Path, out: Path, one_at_a_time: bool) -> None:
         last[:] = [cpu, faults]
 
     mark("Python's start-up")
-    sys.path.insert(0, str(REPO))
     import pyarrow.parquet as pq
 
     from traces import convert, fastotf2, readers
