@@ -578,7 +578,10 @@ def _distinct(names: list) -> tuple[pa.Array, np.ndarray | None]:
     return _distinct_of(tuple(names))
 
 
-@functools.lru_cache(maxsize=16)
+# a table asks 5 lists (regions, locations, nodes, phases, collectives):
+# 8 keep the regions' from one file to the next, and hold at most about
+# three files' names where every file's differ
+@functools.lru_cache(maxsize=8)
 def _distinct_of(names: tuple) -> tuple[pa.Array, np.ndarray | None]:
     values = strings(names)
     if values.null_count == 0 and len(set(names)) == len(names):
