@@ -504,6 +504,11 @@ def output_file(text: str | Path, option: str, inputs=()) -> Path:
         atomic.refuse_inputs(path, inputs)
     except files.NotRegular as exc:
         raise UserError(f"{option} {exc}") from None
+    if own := files.harness_file(path):
+        raise UserError(
+            f"{option} {text}: {own}; the harness writes it, give a file outside the run "
+            f"folders and tables (e.g. {option} {path.stem}-mine{path.suffix or '.out'})"
+        )
     return path
 
 

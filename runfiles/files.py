@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 import os
 import stat
+from fnmatch import fnmatch
 from pathlib import Path
+
+from runfiles import names
 
 # Far above any record the harness writes (a few kB), far below a memory.
 MAX_RECORD_BYTES = 64 << 20
@@ -156,4 +159,22 @@ def place_problem(path: Path, root: Path, *, folder: bool = True) -> str | None:
         within(path, root)
     except NotRegular as exc:
         return str(exc)
+    return None
+
+
+def harness_file(path: Path) -> str | None:
+    """What ``path`` is of the harness's own, or None: a file (or under a
+    folder) that a run folder holds by the harness's name for it (run.json,
+    epochs.tsv, phases.parquet, trace/, attempts/...), or a table of a
+    design's tables folder. An output given by hand never replaces one: the
+    run's record would be lost, and nothing says so."""
+    path = Path(os.path.abspath(path))
+    for folder in path.parents:
+        if any(os.path.lexists(folder / mark) for mark in names.RUN_MARKS):
+            first = path.relative_to(folder).parts[0]
+            if any(fnmatch(first, own) for own in names.RUN_FILES):
+                return f"the run folder {folder}'s own {first}"
+            return None
+    if path.name in names.TABLE_COLUMNS and os.path.lexists(path.parent / "runs.parquet"):
+        return f"the table {path.name} of the tables folder {path.parent}"
     return None

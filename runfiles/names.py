@@ -36,6 +36,10 @@ ENERGY_SAMPLES_GLOB = "energy_samples.*.tsv"
 ENERGY_SOURCES_GLOB = "energy_sources.*.json"
 FAILED_RANK_GLOB = "failed_rank.*.json"
 PROGRESS_GLOB = "progress.rank*"
+# What a run folder holds that the harness writes, names and patterns: an
+# output given by hand (``ddlc import -o``, ``timeline -o``) never replaces one.
+OWNER_LOCK = ".owner.lock"  # held by the attempt that runs in the folder
+ATTEMPTS_DIR = "attempts"  # earlier attempts' files, moved there before a rerun
 # A heartbeat's last word while its rank evaluates (no step ends then).
 PROGRESS_EVALUATING = "eval"
 
@@ -131,3 +135,13 @@ TABLE_COLUMNS = {
     PHASE_TABLE: PHASE_TABLE_COLUMNS,
     "imported.parquet": PHASE_TABLE_COLUMNS,
 }
+
+RUN_FILES = (
+    CONFIG, RUN_RECORD, DONE, OWNER, OWNER_LOCK, METRICS, EPOCHS, ENERGY, NETWORK, BALANCE,
+    PHASE_TABLE, TRAIN_LOG, RUNNER_LOG, PHASES_LOG, STACKS, HOROVOD_TIMELINE, OTF2_DIR,
+    OTF2_PARTS_DIR, SCOREP_DIR, TORCH_PROFILER_DIR, LBANN_DIR, LBANN_BATCH_TIMES, ATTEMPTS_DIR,
+    STEPS_GLOB, INTERVALS_GLOB, RANK_RECORD_GLOB, ENERGY_SAMPLES_GLOB, ENERGY_SOURCES_GLOB,
+    FAILED_RANK_GLOB, PROGRESS_GLOB,
+)  # fmt: skip
+# A run folder is known by any of these (written as its attempt starts and ends).
+RUN_MARKS = (CONFIG, RUN_RECORD, DONE)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import psutil
 
-from runfiles import variables
+from runfiles import names, variables
 from runfiles.names import OWNER
 from runfiles.atomic import write_json
 from runfiles import files
@@ -194,7 +194,7 @@ def claim(run_dir: Path, kill: bool = False) -> str:
     attempts claiming at once take turns (a lock around check and write)."""
     token = uuid.uuid4().hex
     me = os.getpid()
-    with _lock_file(Path(run_dir) / ".owner.lock") as lock:
+    with _lock_file(Path(run_dir) / names.OWNER_LOCK) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         evict(run_dir, kill)
         write_json(

@@ -353,7 +353,7 @@ def done_status(folder: Path) -> tuple[str | None, str | None]:
 # (its log, the trace conversion's output, which Snakemake tracks itself) and
 # the ownership lock.
 INPUTS = "inputs.json"  # in the tables folder: the fingerprint they were built from
-NOT_RESULTS = {names.RUNNER_LOG, PHASE_TABLE, names.PHASES_LOG, OWNER, ".owner.lock"}
+NOT_RESULTS = {names.RUNNER_LOG, PHASE_TABLE, names.PHASES_LOG, OWNER, names.OWNER_LOCK}
 
 
 def fingerprint(folders: list[Path]) -> str:

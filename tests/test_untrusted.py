@@ -280,6 +280,40 @@ def test_outputs_never_replace_a_link_to_a_device_nor_a_file_they_read(tmp_path)
     )
 
 
+def test_an_output_never_replaces_a_run_folders_own_files_nor_a_design_table(tmp_path):
+    """``ddlc import RUN -o RUN/phases.parquet`` replaced the run's own
+    conversion (not an input: the trace is): every file a run folder holds
+    by the harness's name, and every table of a tables folder, is refused as
+    an output, whatever the command; a file of another name there is fine."""
+    plan, folder = failed_campaign(tmp_path)
+    shutil.copy(REPO / "tests/data/real-traces/kineto-gloo-ddp-np2/rank0.json.gz", folder)
+    own = {
+        name: folder / name
+        for name in ("phases.parquet", "run.json", "done.json", "epochs.tsv", "steps.rank0.tsv")
+    }
+    for path in own.values():
+        if not path.exists():
+            path.write_text("the run's own")
+    kept = {name: path.read_bytes() for name, path in own.items()}
+    (folder / "attempts" / "1").mkdir(parents=True)
+    runs_table = tmp_path / "results" / plan.root / "tables" / "runs.parquet"
+    runs_table.write_bytes(b"the design's own")
+    trace = folder / "rank0.json.gz"
+    targets = [*own.values(), folder / "attempts" / "1" / "phases.parquet", runs_table]
+    for command in ("import", "timeline"):
+        for target in targets:
+            done = ddlc(command, str(trace), "-o", str(target))
+            assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+            assert done.stderr.count("\n") == 1 and "the harness writes it" in done.stderr
+            assert str(target.name) in done.stderr or "attempts" in done.stderr, done.stderr
+    assert {name: path.read_bytes() for name, path in own.items()} == kept
+    assert runs_table.read_bytes() == b"the design's own"
+    assert not (folder / "attempts" / "1" / "phases.parquet").exists()
+    mine = ddlc("import", str(folder), "-o", str(folder / "phases-mine.parquet"))
+    assert mine.returncode == 0, mine.stderr
+    assert len(pd.read_parquet(folder / "phases-mine.parquet")) > 0
+
+
 # --- run files: only regular files within a bound ----------------------------
 
 

@@ -612,7 +612,7 @@ def archive_attempt(run_dir: Path) -> None:
     leftovers += [p for g in ATTEMPT_GLOBS for p in run_dir.glob(g)]
     if not leftovers:
         return
-    target = _next_attempt(run_dir / "attempts")
+    target = _next_attempt(run_dir / names.ATTEMPTS_DIR)
     for path in leftovers:
         shutil.move(str(path), target / path.name)
 
