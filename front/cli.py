@@ -239,19 +239,47 @@ NO_JOB_MODES = (
 )  # fmt: skip
 
 
-def runs_no_job(argv: list[str]) -> bool:
-    """Whether ``argv``, Snakemake's command line, asks for no job to run
-    (read by Snakemake's own parser; another program's is not Snakemake's)."""
+def snakemake_options(argv: list[str]) -> argparse.Namespace | None:
+    """``argv``, Snakemake's command line, read by Snakemake's own parser;
+    None for another program's, or a line Snakemake answers itself."""
     if not argv or "snakemake" not in str(argv[0]):
-        return False
+        return None
     from snakemake.cli import get_argument_parser
 
     try:
-        args, _ = get_argument_parser().parse_known_args(argv[1:])
+        return get_argument_parser().parse_known_args(argv[1:])[0]
     except SystemExit:  # Snakemake answers a bad command line itself
+        return None
+
+
+def runs_no_job(argv: list[str]) -> bool:
+    """Whether ``argv``, Snakemake's command line, asks for no job to run."""
+    args = snakemake_options(argv)
+    if args is None:
         return False
     report_only = getattr(args, "report", None) is not None and not args.report_after_run
     return report_only or any(getattr(args, mode, None) for mode in NO_JOB_MODES)
+
+
+# A config file holds a few settings; far more is no config file.
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def configfile_problem(argv: list[str]) -> str | None:
+    """Why Snakemake cannot read a --configfile of ``argv``, or None: it reads
+    each before our Snakefile runs, and a FIFO (bash's <(...) included) or a
+    device hangs it there, a link to /dev/zero fills its memory."""
+    args = snakemake_options(argv)
+    for path in (args.configfile or []) if args else []:
+        try:
+            files.regular(path, MAX_CONFIG_BYTES)
+        except FileNotFoundError:
+            return f"--configfile {path}: no such file; give a YAML or JSON file of settings"
+        except files.NotRegular as exc:
+            return f"--configfile {exc}; give a YAML or JSON file of settings (write it to a file)"
+        except OSError as exc:
+            return f"--configfile {path}: cannot be read ({exc.strerror})"
+    return None
 
 
 def workflow_argv(design, results, *options: str) -> list[str]:
@@ -260,6 +288,8 @@ def workflow_argv(design, results, *options: str) -> list[str]:
     working folder): what `./ddlc run` runs; the benches and tests too.
     More --config entries may follow the list."""
     repo = Path(__file__).resolve().parent.parent
+    if problem := configfile_problem(["snakemake", *options]):
+        raise UserError(problem)
     return [
         str(Path(sys.executable).parent / "snakemake"),
         "-s",

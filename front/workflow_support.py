@@ -18,7 +18,7 @@ from ddlcompare.plan import yaml_safe
 from ddlcompare.run import diskspace, machine_lock, plan_checks, refile, runner
 from runfiles import atomic, files, names, ownership, records
 from runfiles.tables import Damaged, check_table
-from front.cli import UserError, load_design, runs_no_job
+from front.cli import UserError, configfile_problem, load_design, runs_no_job
 from ddlcompare.plan.params import RunRow, shown, shown_key
 from frameworks import registry
 
@@ -591,6 +591,10 @@ def _statuses(runs: list[RunRow], results: Path, tables: Path | None) -> list[st
 
 
 if __name__ == "__main__":  # ./ddlc run: set-up only where Snakemake will run jobs
-    if sys.argv[1:2] != ["runs-no-job"]:
-        sys.exit(2)
-    sys.exit(0 if runs_no_job(["snakemake", *sys.argv[2:]]) else 1)
+    if sys.argv[1:2] == ["runs-no-job"]:
+        sys.exit(0 if runs_no_job(["snakemake", *sys.argv[2:]]) else 1)
+    if sys.argv[1:2] == ["check-configfiles"]:  # before Snakemake reads (and hangs on) one
+        if problem := configfile_problem(["snakemake", *sys.argv[2:]]):
+            _stop(problem)
+        sys.exit(0)
+    sys.exit(2)

@@ -468,6 +468,42 @@ def test_config_without_equals_is_answered_by_ddlc_run(tmp_path):
     assert "--config design: give KEY=VALUE" in done.stderr
 
 
+def test_configfiles_that_are_no_files_are_refused_before_snakemake_reads_them(tmp_path):
+    """Snakemake reads each --configfile before our Snakefile runs: a FIFO
+    or a device hung it there, a link to /dev/zero filled its memory.
+    ``./ddlc run`` (dry or not) and the commands that run the workflow
+    (two-stage, improve) refuse them first, in one line."""
+    fifo, zero, big = tmp_path / "fifo", tmp_path / "zero", tmp_path / "big.yaml"
+    os.mkfifo(fifo)
+    zero.symlink_to("/dev/zero")
+    big.write_text("# " + "x" * (2 << 20) + "\n")
+    path = write_design(tmp_path, tiny_design())
+    run = ["bash", str(REPO / "ddlc"), "run"]
+    cases = [
+        ([*run, "-n", f"--configfile={fifo}"], "a FIFO"),
+        ([*run, "-n", "--configfile", str(zero)], "a device"),
+        ([*run, "-n", "--configfiles", str(path), str(big)], "more than the"),
+        ([*run, "--configfiles", str(tmp_path), "--design", str(path)], "a folder"),
+        (
+            [sys.executable, "-m", "front.cli", "two-stage", "--design", str(path),
+             "--results", str(tmp_path / "r"), "--", "-n", "--configfile", str(fifo)],
+            "a FIFO",
+        ),
+    ]  # fmt: skip
+    for command, said in cases:
+        done = subprocess.run(
+            command,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "DDLC_VENV": str(Path(sys.executable).parent.parent)},
+        )
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert said in done.stderr and done.stderr.count("\n") == 1, (command, done.stderr)
+    assert not (tmp_path / "r").exists()
+
+
 def test_the_slurm_profile_passes_jobs_as_scripts_and_the_lock_is_everyones(tmp_path, monkeypatch):
     from snakemake_executor_plugin_slurm import ExecutorSettings
 
