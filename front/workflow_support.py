@@ -198,18 +198,37 @@ def check_options(options: dict) -> None:
 SAFE_PATH = re.compile(r"[\w.+~/@,= -]+")
 
 
+def _unsafe(text: str, what: str) -> str | None:
+    if SAFE_PATH.fullmatch(text):
+        return None
+    bad = next(c for c in text if not SAFE_PATH.fullmatch(c))
+    return (
+        f"{what}: the character {shown(bad)} is not allowed in a path the workflow's jobs are "
+        "given (letters, digits, . _ + ~ / @ , = - and spaces); rename or move"
+    )
+
+
 def path_problem(key: str, value) -> str | None:
     """Why a path given as --config KEY=VALUE is refused, or None."""
     text = "" if value is None else str(value)
     if not text.strip():
         return f"{key}= is empty; pass --config {key}=PATH ({CONFIG_KEYS[key]})"
-    if not SAFE_PATH.fullmatch(text):
-        bad = next(c for c in text if not SAFE_PATH.fullmatch(c))
-        return (
-            f"{key}={shown(text)}: the character {shown(bad)} is not allowed in a path "
-            "given to the workflow (letters, digits, . _ + ~ / @ , = - and spaces); "
-            "rename or move the file"
-        )
+    return _unsafe(text, f"{key}={shown(text)}")
+
+
+def places_problem() -> str | None:
+    """Why the working folder (Snakemake's -d), this checkout or its Python
+    cannot go into a cluster job's command line, or None. Snakemake quotes
+    them there with repr(): a name holding a quote and $(...) or `...` ran
+    as a command in the job's shell (tested through a real Slurm), so they
+    are checked like the paths given to --config."""
+    for what, place in (
+        ("the working folder (-d)", Path.cwd()),
+        ("the checkout", Path(__file__).resolve().parent.parent),
+        ("the Python", Path(sys.executable)),
+    ):
+        if problem := _unsafe(str(place), f"{what} {shown(str(place))}"):
+            return problem
     return None
 
 
@@ -217,6 +236,8 @@ def workflow_paths(options: dict) -> tuple[str, Path]:
     """design= and results= from Snakemake's config (an empty value arrives
     as None), once every key is known."""
     check_options(options)
+    if problem := places_problem():
+        _stop(problem)
     design = options.get("design", "design.yaml")
     results = options.get("results", "results")
     for key, value in (("design", design), ("results", results)):

@@ -260,27 +260,43 @@ def test_every_launcher_trains_across_two_nodes_through_slurm(slurm_cluster, tmp
         lbanns_own_srun(tmp_path)
 
 
+# Snakemake quotes a job's command-line values with repr(): a name holding a
+# single quote is put in double quotes (where $(...) and `...` run), and one
+# holding both quotes in single quotes with \' (which ends them). Through a
+# real Slurm, a working folder named so had its $(touch ...) run in the job:
+# the workflow refuses such a folder before any job, on every profile.
+HOSTILE_FOLDERS = [
+    "$(touch dollar)`touch tick`",
+    "it's $(touch dollar)`touch tick`",
+    """a'b"$(touch dollar)`touch tick`""",
+]
+
+
+def refused_and_ran_nothing(out, workdir: Path, *places: Path) -> None:
+    said = out.stdout + out.stderr
+    assert out.returncode != 0 and "Traceback" not in said, said[-3000:]
+    assert "the working folder (-d)" in said and "is not allowed in a path" in said, said[-3000:]
+    ran = [p / n for p in (workdir, *places) for n in ("dollar", "tick") if (p / n).exists()]
+    assert not ran and not (workdir / "results").exists(), ran
+
+
 @pytest.mark.slow
 @pytest.mark.schedulers
-def test_a_folder_named_like_commands_goes_through_slurm_and_runs_nothing(slurm_cluster, tmp_path):
-    """The slurm profile hands sbatch each job as a script on its standard
-    input, never as --wrap="..." through a shell: a working folder named
-    $(touch ...) and `touch ...` reaches the job as a name, and nothing runs it."""
+@pytest.mark.parametrize("name", HOSTILE_FOLDERS)
+def test_a_folder_named_like_commands_is_refused_before_slurm_runs_anything(
+    slurm_cluster, tmp_path, name
+):
     _, env = slurm_cluster
-    workdir = tmp_path / "$(touch dollar)`touch tick`"
+    workdir = tmp_path / name
     workdir.mkdir()
     write_design(workdir, design(["torch-ddp"], nodes=1))
     argv = slurm_argv(workdir, limit=workflow_limit(workdir / "design.yaml"))
     argv[argv.index("--config") + 1] = "design=design.yaml"  # a path the harness takes
     # from the project root, where the profile's bare name is found
     out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
-    found = list(records(workdir).values())
-    assert len(found) == 1, out.stderr[-3000:]
-    assert found[0]["status"] == "ok" and found[0]["scheduler"] == "slurm", out.stderr[-3000:]
-    assert out.returncode == 0, out.stderr[-3000:]
-    ran = [p for p in (tmp_path, workdir, REPO, Path.home()) for n in ("dollar", "tick")
-           if (p / n).exists()]  # fmt: skip
-    assert not ran, ran
+    refused_and_ran_nothing(out, workdir, tmp_path, REPO, Path.home())
+    queue = subprocess.run(["squeue", "-h"], capture_output=True, text=True, env=env)
+    assert not (workdir / ".snakemake" / "slurm_logs").exists() and not queue.stdout.strip()
 
 
 def lbanns_own_srun(workdir: Path) -> None:
@@ -345,6 +361,22 @@ def test_every_launcher_trains_across_two_nodes_through_oar(oar_cluster):
     out = oar_snakemake(oar_cluster, workdir)
     print(f"{OAR_FRAMEWORKS} on 2 OAR nodes: {time.monotonic() - started:.1f} s")
     each_on_its_own_node(workdir, "oar", OAR_FRAMEWORKS, out)
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+@pytest.mark.parametrize("name", HOSTILE_FOLDERS)
+def test_a_folder_named_like_commands_is_refused_before_oar_runs_anything(oar_cluster, name):
+    parent = oar_cluster.workdir("hostile-name")
+    workdir = parent / name
+    workdir.mkdir()
+    shutil.chown(workdir, oar_cluster.name)
+    write_design(workdir, design(["torch-ddp"], nodes=1))
+    argv = oar_argv(workdir, limit=workflow_limit(workdir / "design.yaml"))
+    argv[argv.index("--config") + 1] = "design=design.yaml"
+    out = oar_cluster.run(argv, REPO, timeout=120)
+    refused_and_ran_nothing(out, workdir, parent, REPO, oar_cluster.home, Path.home())
+    assert not (workdir / ".snakemake" / "oar_logs").exists()
 
 
 @pytest.mark.slow

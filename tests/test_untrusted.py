@@ -456,6 +456,25 @@ def test_config_paths_are_checked_like_names(tmp_path, options, said, capsys):
     assert not (tmp_path / "pwned").exists()
 
 
+@pytest.mark.parametrize("name", ["it's $(touch dollar)`touch tick`", "a'b\"$(touch dollar)"])
+def test_a_working_folder_named_like_commands_is_refused_before_any_job(tmp_path, name):
+    """Snakemake puts the working folder into a cluster job's command line
+    quoted with repr(): through a real Slurm, a folder named so had its
+    $(touch ...) run (tests/test_cluster.py checks both schedulers). The
+    workflow refuses it on every profile, the local one here, real run or dry."""
+    workdir = tmp_path / name
+    workdir.mkdir()
+    write_design(workdir, tiny_design())
+    for extra in ([], ["-n"]):
+        done = subprocess.run(
+            snakemake_cmd(workdir, *extra, limit=120), capture_output=True, text=True
+        )
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert "error: the working folder (-d)" in done.stderr, done.stderr[-2000:]
+        assert not any((p / n).exists() for p in (tmp_path, workdir) for n in ("dollar", "tick"))
+        assert not (workdir / "results").exists()
+
+
 def test_config_without_equals_is_answered_by_ddlc_run(tmp_path):
     done = subprocess.run(
         ["bash", str(REPO / "ddlc"), "run", "--config", "design", "-n"],
