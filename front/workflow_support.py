@@ -18,7 +18,7 @@ from ddlcompare.plan import yaml_safe
 from ddlcompare.run import diskspace, machine_lock, plan_checks, refile, runner
 from runfiles import atomic, files, names, ownership, records
 from runfiles.tables import Damaged, check_table
-from front.cli import UserError, configfile_problem, load_design, runs_no_job
+from front.cli import UserError, configfile_problem, load_design, runs_no_job, snakemake_options
 from ddlcompare.plan.params import RunRow, shown, shown_key
 from frameworks import registry
 
@@ -170,19 +170,26 @@ FLAGS = ("kill_orphans", "rerun_damaged", "allow_failures")
 FLAG_VALUES = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
+def unknown_key(key) -> str | None:
+    """Why --config KEY=... is refused: not a key the workflow reads."""
+    import difflib
+
+    if key in CONFIG_KEYS:
+        return None
+    close = difflib.get_close_matches(str(key), CONFIG_KEYS, n=1)
+    return (
+        f"--config {shown_key(key)}: not a setting of the workflow"
+        + (f"; did you mean {close[0]}=?" if close else "")
+        + f" (known: {', '.join(CONFIG_KEYS)})"
+    )
+
+
 def check_options(options: dict) -> None:
     """Refuse --config keys the workflow does not read, and flags that are
     not a yes or a no."""
-    import difflib
-
     for key in options:
-        if key not in CONFIG_KEYS:
-            close = difflib.get_close_matches(str(key), CONFIG_KEYS, n=1)
-            _stop(
-                f"--config {shown_key(key)}: not a setting of the workflow"
-                + (f"; did you mean {close[0]}=?" if close else "")
-                + f" (known: {', '.join(CONFIG_KEYS)})"
-            )
+        if problem := unknown_key(key):
+            _stop(problem)
     for name in FLAGS:
         if name in options and str(options[name]).strip().lower() not in FLAG_VALUES:
             _stop(
@@ -614,8 +621,15 @@ def _statuses(runs: list[RunRow], results: Path, tables: Path | None) -> list[st
 if __name__ == "__main__":  # ./ddlc run: set-up only where Snakemake will run jobs
     if sys.argv[1:2] == ["runs-no-job"]:
         sys.exit(0 if runs_no_job(["snakemake", *sys.argv[2:]]) else 1)
-    if sys.argv[1:2] == ["check-configfiles"]:  # before Snakemake reads (and hangs on) one
-        if problem := configfile_problem(["snakemake", *sys.argv[2:]]):
+    if sys.argv[1:2] == ["check-args"]:  # what Snakemake reads before the Snakefile:
+        # a --configfile (it hangs on a FIFO) and the --config keys (it answers
+        # a key of one letter or one that is no name with a traceback)
+        argv = ["snakemake", *sys.argv[2:]]
+        if problem := configfile_problem(argv):
             _stop(problem)
+        entries = getattr(snakemake_options(argv), "config", None) or []
+        for key in (entry.partition("=")[0] for entry in entries):
+            if problem := unknown_key(key):
+                _stop(problem)
         sys.exit(0)
     sys.exit(2)

@@ -523,6 +523,22 @@ def test_configfiles_that_are_no_files_are_refused_before_snakemake_reads_them(t
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("entry", ["x=1", "9a=1", "x-=1"])
+def test_a_config_key_snakemake_cannot_parse_gets_one_line_from_ddlc_run(entry):
+    """Snakemake answers a --config key of one letter, or one that is no
+    name, with a traceback before the Snakefile runs: ./ddlc run names it."""
+    done = subprocess.run(
+        ["bash", str(REPO / "ddlc"), "run", "-n", "--config", entry],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "DDLC_VENV": str(Path(sys.executable).parent.parent)},
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "not a setting of the workflow" in done.stderr and done.stderr.count("\n") == 1
+
+
 def test_the_slurm_profile_passes_jobs_as_scripts_and_the_lock_is_everyones(tmp_path, monkeypatch):
     from snakemake_executor_plugin_slurm import ExecutorSettings
 
