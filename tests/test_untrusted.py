@@ -640,6 +640,44 @@ def test_a_job_waiting_for_the_machine_ends_when_the_workflow_is_told_to_stop(tm
         holder.wait()
 
 
+@pytest.mark.parametrize("how", ["stop file a link to nowhere", "wait killed"])
+def test_a_job_waiting_at_the_turnstile_never_starts_after_a_stop_or_a_killed_wait(tmp_path, how):
+    """A stop file that is a link to nowhere was not seen (test -e); a
+    turnstile wait killed by a signal let the job start ahead of the
+    measurement queued there."""
+    lock = tmp_path / "measure.lock"
+    lock.touch()
+    stop = tmp_path / "stop"
+    env = {**os.environ, "DDLC_MEASURE_LOCK": str(lock), "DDLC_STOP_FILE": str(stop)}
+    env.pop("DDLC_MACHINE_HELD", None)
+    turn = tmp_path / "measure.lock.turn"
+    turn.touch()
+    holder = subprocess.Popen(["flock", "-x", str(turn), "sleep", "300"])
+    try:
+        time.sleep(0.5)
+        prefix = f"set -euo pipefail; source {REPO / 'workflows' / 'share_machine.sh'} {tmp_path / 'j.log'}"
+        job = subprocess.Popen(
+            ["bash", "-c", f"{prefix}; : ddlc-job; echo STARTED"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(3)
+        assert job.poll() is None  # waiting at the turnstile
+        if how == "wait killed":
+            for child in psutil.Process(job.pid).children(recursive=True):
+                if child.name() == "flock":
+                    child.kill()
+        else:
+            stop.symlink_to(tmp_path / "nowhere")
+        out, err = job.communicate(timeout=20)
+        assert job.returncode in (137, 143) and "STARTED" not in out, (job.returncode, err)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_the_workflow_relays_a_stop_request_to_its_jobs(tmp_path):
     from front import workflow_support as ws
     from ddlcompare.run import machine_lock

@@ -11,7 +11,8 @@ ddlc_lock=${DDLC_MEASURE_LOCK:-/tmp/ddl-compare.measure.lock}
 ddlc_journal=$1
 ddlc_now() { date +%s.%N; }
 ddlc_queued=$(ddlc_now)
-ddlc_stop_file() { [ -n "${DDLC_STOP_FILE:-}" ] && [ -e "$DDLC_STOP_FILE" ]; }
+# Any entry at the stop file's path is a stop request, a link to nowhere too.
+ddlc_stop_file() { [ -n "${DDLC_STOP_FILE:-}" ] && { [ -e "$DDLC_STOP_FILE" ] || [ -L "$DDLC_STOP_FILE" ]; }; }
 ddlc_stop_asked() {
   if ddlc_stop_file; then
     echo "stopped: the workflow was told to stop while this job waited for the machine; it did not start" >&2
@@ -76,7 +77,12 @@ elif command -v flock >/dev/null; then
   exec 9<"$ddlc_lock"  # read-only is enough to lock, whoever made the file
   # A measurement waiting for the machine holds the turnstile: queue behind it.
   [ -e "$ddlc_lock.turn" ] || { : >>"$ddlc_lock.turn"; chmod 0666 "$ddlc_lock.turn"; } 2>/dev/null || true
-  ddlc_flock -s "$ddlc_lock.turn" true 2>/dev/null || ddlc_stop_asked
+  # A wait killed by a signal ends the job: it never jumps the queue.
+  ddlc_flock -s "$ddlc_lock.turn" true 2>/dev/null || {
+    ddlc_rc=$?
+    ddlc_stop_asked
+    [ $ddlc_rc -le 128 ] || exit $ddlc_rc
+  }
   if ! flock -s -n 9; then
     echo "waiting for the machine: a measurement holds $ddlc_lock ($(head -c 200 "$ddlc_lock"))" >&2
     ddlc_flock -s 9 || { ddlc_rc=$?; ddlc_stop_asked; exit $ddlc_rc; }
