@@ -415,11 +415,12 @@ def main(argv: list[str] | None = None) -> int:
     rows, sources, errors = write(args.paths, args.out, rules, args.run_id)
     for source in sources:
         if source.get("skipped"):
-            print(
-                f"warning: {source['path']}: skipped: not a trace any reader knows "
-                f"({', '.join(readers.names())})",
-                file=sys.stderr,
-            )
+            if not files.harness_file(Path(source["path"])):  # a run's records are no traces
+                print(
+                    f"warning: {source['path']}: skipped: not a trace any reader knows "
+                    f"({', '.join(readers.names())})",
+                    file=sys.stderr,
+                )
             continue
         for problem in source.get("problems", []):
             print(f"warning: {problem}", file=sys.stderr)
