@@ -46,6 +46,7 @@ def child(out: Path, pairs: int, seed: int) -> None:
     config = json.loads((out / "config.json").read_text())
     tf = tf_family.configure_tensorflow(config)
     adapter = tarantella.Adapter()
+    adapter.config = config  # as the harness's loop sets it before init
     dist = adapter.init(config)
     dataset = data.load(config["dataset"])
     spec = models.MODELS[config["model"]]

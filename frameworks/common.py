@@ -223,7 +223,8 @@ def _compute_threads() -> int | None:
     kernel runs on an inter-op thread, and the harness keeps two of those
     (tf_family.configure_tensorflow): at ``threads: 1`` two kernels of a
     step (backward's) run at once, on two cores (docs/improvements.md, "The
-    patch where a core is free"); else OMP_NUM_THREADS."""
+    patch where a core is free"), one with ``inter_op_threads: 1``; else
+    OMP_NUM_THREADS."""
     if "torch" in sys.modules:
         return sys.modules["torch"].get_num_threads()
     if "tensorflow" in sys.modules:

@@ -28,6 +28,9 @@ class Family:
     env: str  # the environment (envs/<env>.txt) its frameworks run in
     probe: str  # a module whose import proves that environment is built
     exposes: tuple[str, ...]  # the phases its loop times for every framework
+    # the framework knobs (frameworks/knobs.py) its loop applies and reads
+    # back for every framework it runs
+    knobs: tuple[str, ...] = ()
 
 
 # The phases every loop times; each family adds its own.
@@ -47,6 +50,7 @@ FAMILIES = {
         env="tensorflow",
         probe="tensorflow",
         exposes=(*EVERY_LOOP, "grad_comm"),
+        knobs=("inter_op_threads",),
     ),
     "lbann": Family(
         loop="frameworks.lbann_family",
@@ -83,6 +87,7 @@ class AdapterInfo:
     # procs_per_node counts its replicas, and it runs on one node
     one_process: bool = False
     # the framework knobs (params declared in frameworks/knobs.py) it honours
+    # beyond its family's (FAMILIES); after init, its family's and its own
     knobs: tuple[str, ...] = ()
     # two of its runs cannot share a node (GPI-2 listens on fixed ports, 19000
     # and 10840, on each node): on a cluster its jobs ask for whole nodes
@@ -108,6 +113,8 @@ class AdapterInfo:
         for field in ("env", "probe", "gate_builder"):
             if not getattr(self, field):
                 object.__setattr__(self, field, getattr(family, field))  # frozen
+        # once each: replace() on an adapter's info passes its knobs in again
+        object.__setattr__(self, "knobs", tuple(dict.fromkeys((*family.knobs, *self.knobs))))
 
     @property
     def exposes(self) -> tuple[str, ...]:

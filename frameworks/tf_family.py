@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from runfiles import energy
-from frameworks import balance, common, data, epoch_loop, keras_models, models
+from frameworks import balance, common, data, epoch_loop, keras_models, knobs, models
 from frameworks.common import Dist
 from frameworks import tracing
 from frameworks.recorder import PhaseRecorder
@@ -36,6 +36,7 @@ class TFAdapter:
     """Defaults follow plain single-process TensorFlow; adapters override."""
 
     uses_fit = False  # True: the framework owns the training step (train_fit)
+    config: RunConfig  # the run's, set by the loop before init
     phases: PhaseRecorder | None = None  # the run's recorder (comm_bytes), set by train
     replicas = 1  # model replicas this process drives (MirroredStrategy: its devices)
 
@@ -100,10 +101,21 @@ class TFAdapter:
         'other'; an adapter that reads the step's parts back overrides it."""
         return lambda start_ns, end_ns: phases.add("other", start_ns, end_ns)
 
+    # where knobs_found reads the knobs, for the message of one not in effect
+    knobs_read_from = "TensorFlow's threading settings"
+
     def knobs_in_effect(self) -> dict:
-        """The framework knobs in effect, read back from the framework
-        (frameworks/knobs.py); adapters that take knobs override it."""
-        return {}
+        """The framework knobs in effect (frameworks/knobs.py), read back
+        from the framework; one the run asked for that is not in effect
+        fails the run."""
+        return knobs.confirm(self.config, self.knobs_found(), self.knobs_read_from)
+
+    def knobs_found(self) -> dict:
+        """The family's knob, TensorFlow's inter-op pool, as TensorFlow
+        holds it; adapters whose framework takes knobs add theirs."""
+        import tensorflow as tf
+
+        return {"inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
 
     def shutdown(self) -> None:
         pass
@@ -117,8 +129,11 @@ def configure_tensorflow(config: RunConfig):
 
     tf.get_logger().setLevel("ERROR")
     tf.config.threading.set_intra_op_parallelism_threads(config["threads"])
-    # Collective ops wait for their peers on an inter-op thread: keep a second.
-    tf.config.threading.set_inter_op_parallelism_threads(max(2, config["threads"]))
+    # Collective ops wait for their peers on an inter-op thread: keep a
+    # second, unless the design asks for one (a core free beside threads: 1;
+    # the plan allows it for one process only, frameworks/knobs.py).
+    inter_op = config.get("inter_op_threads") or max(2, config["threads"])
+    tf.config.threading.set_inter_op_parallelism_threads(inter_op)
     return tf
 
 
@@ -140,6 +155,7 @@ def pin_device(tf, config: RunConfig, local_rank: int) -> None:
 def _start(tf, adapter: TFAdapter, config: RunConfig, run_dir: Path):
     """What both loops do first, inside the init phase: the framework's init,
     the seed, the run clock, the data, the global batch and its learning rate."""
+    adapter.config = config
     dist = adapter.init(config)
     energy.start_sampling(config, run_dir, dist)
     tf.random.set_seed(config["seed"])

@@ -45,6 +45,7 @@ class RunConfig(TypedDict):
     ddp_gradient_as_bucket_view: bool
     mwms_implementation: str | None
     lbann_io_threads: int | None
+    inter_op_threads: int | None
     gaspi_sweep_pause_us: int | None
     net_rate_mbit: int | None
     net_delay_ms: float

@@ -17,8 +17,8 @@ from frameworks import knobs
 TIMELINES = Path(__file__).parent / "data" / "knobs"
 
 
-def run_tiny(tmp_path, framework, **fixed):
-    row = design.parse(tiny_design([framework], **fixed), "tiny.yaml").runs()[0]
+def run_tiny(tmp_path, framework, procs=(2,), **fixed):
+    row = design.parse(tiny_design([framework], procs, **fixed), "tiny.yaml").runs()[0]
     assert runner.execute(row, tmp_path) == 0
     folder = tmp_path / row.path
     record = json.loads((folder / "run.json").read_text())
@@ -54,6 +54,20 @@ def test_a_knob_the_framework_would_ignore_here_is_refused():
     assert problem.startswith("mwms_implementation: 'nccl' for framework tf-mwms")
     (problem,) = refusals("tf-mwms", fusion_threshold_kib=0)
     assert "bytes_per_pack of 0" in problem
+
+
+def test_one_inter_op_thread_is_refused_where_a_rank_has_peers():
+    """inter_op_threads belongs to the TensorFlow family; 1 is refused where
+    ranks wait for peers on an inter-op thread (more than one), and taken
+    for one rank, or 2 for two."""
+    (problem,) = refusals("torch-ddp", inter_op_threads=2)
+    assert problem.startswith("inter_op_threads: 2 is set for framework torch-ddp")
+    assert "tarantella, tarantella-patched, tf-mirrored, tf-mwms" in problem
+    (problem,) = refusals("tarantella", inter_op_threads=1)
+    assert problem.startswith("inter_op_threads: 1 for framework tarantella: 2 ranks")
+    assert "deadlock" in problem and "give 2 or more (or null)" in problem
+    design.parse(tiny_design(["tarantella-patched"], procs=(1,), inter_op_threads=1), "t.yaml")
+    design.parse(tiny_design(["horovod-keras"], inter_op_threads=2), "t.yaml")
 
 
 def test_confirm_names_each_knob_not_in_effect():
@@ -146,6 +160,19 @@ def test_tarantella_fusion_threshold_takes_effect(tmp_path):
         assert rank["knobs"]["tarantella_config_fusion_kib"] == 256
     _, record = run_tiny(tmp_path / "default", "tarantella")
     assert record["ranks"][0]["knobs"]["fusion_threshold_kib"] == 32  # Tarantella's own
+
+
+@pytest.mark.slow
+def test_one_inter_op_thread_takes_effect_in_a_tarantella_rank(tmp_path):
+    """One Tarantella rank with one intra-op and one inter-op thread (a core
+    free for GaspiCxx's progress thread on 2 cores) trains, its step in
+    phases, and reads its pool back: 1 compute thread."""
+    built("tarantella", "build-tarantella.sh")
+    _, record = run_tiny(
+        tmp_path, "tarantella", procs=(1,), inter_op_threads=1, fit_step_phases=True
+    )
+    (rank,) = record["ranks"]
+    assert rank["knobs"]["inter_op_threads"] == 1 and rank["compute_threads"] == 1
 
 
 BANNER = """Hardware properties (for master process)

@@ -165,6 +165,32 @@ print(common.where_it_ran()["compute_threads"])
 
 
 @needs_tf
+def test_one_inter_op_thread_takes_effect_and_leaves_one_compute_thread():
+    """inter_op_threads: 1 sets TensorFlow's inter-op pool to one, the
+    family's read-back finds it there, and the rank counts 1 compute thread
+    (a core free beside it on 2 cores); a pool other than the one asked
+    fails the run, naming the knob."""
+    probe = """
+from frameworks import common, tf_family
+config = {"framework": "tarantella", "threads": 1, "inter_op_threads": 1}
+tf_family.configure_tensorflow(config)
+adapter = tf_family.TFAdapter()
+adapter.config = config
+print(adapter.knobs_in_effect()["inter_op_threads"], common.where_it_ran()["compute_threads"])
+adapter.config = {**config, "inter_op_threads": 3}
+try:
+    adapter.knobs_in_effect()
+except common.RunError as e:
+    print(e)
+"""
+    done = in_tensorflow(probe, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    read_back, refused = done.stdout.strip().splitlines()
+    assert read_back.split() == ["1", "1"]
+    assert "inter_op_threads: asked 3, TensorFlow's threading settings says 1" in refused
+
+
+@needs_tf
 @pytest.mark.slow
 def test_fit_loop_of_frameworks_that_own_the_step(tmp_path):
     """The loop Tarantella runs (tf_family.train_fit), with Keras' own fit

@@ -368,8 +368,8 @@ PARAMS: dict[str, Param] = {
             1,
             "compute threads per process, for every framework: PyTorch's intra-op "
             "threads, TensorFlow's intra-op pool (its inter-op pool keeps at least 2, "
-            "so at 1 two kernels may run at once), OMP_NUM_THREADS, Slurm's "
-            "cpus_per_task (torchrun's own default is 1)",
+            "so at 1 two kernels may run at once, unless inter_op_threads says 1), "
+            "OMP_NUM_THREADS, Slurm's cpus_per_task (torchrun's own default is 1)",
             minimum=1,
         ),
         Param(
@@ -449,6 +449,18 @@ PARAMS: dict[str, Param] = {
             int,
             None,
             "LBANN's I/O threads per process, --num_io_threads (null: its default)",
+            minimum=1,
+            maximum=1024,
+            nullable=True,
+        ),
+        Param(
+            "inter_op_threads",
+            int,
+            None,
+            "the TensorFlow family's inter-op pool per process, the threads that run "
+            "kernels side by side (tf.config.threading; null: max(2, threads)); 1 runs "
+            "one kernel at a time, which leaves a core free beside threads: 1 (one "
+            "process only: collectives wait for their peers on an inter-op thread)",
             minimum=1,
             maximum=1024,
             nullable=True,

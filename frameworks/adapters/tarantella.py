@@ -190,7 +190,7 @@ class Adapter(TFAdapter):
         if config["device"] == "gpu":
             require_gpus(config["procs_per_node"])
         tnt = import_tarantella()
-        self.tnt, self.config = tnt, config
+        self.tnt = tnt
         rank = tnt.get_rank()
         return Dist(rank=rank, world=tnt.get_size(), local_rank=rank % config["procs_per_node"])
 
@@ -234,20 +234,21 @@ class Adapter(TFAdapter):
 
         return record
 
-    def knobs_in_effect(self) -> dict:
-        return knobs.confirm(self.config, self.knobs_found(), "Tarantella's gradient communicator")
+    knobs_read_from = "Tarantella's gradient communicator and TensorFlow's threading settings"
 
     def knobs_found(self) -> dict:
-        """The fusion threshold Tarantella's configuration holds (from its
-        launcher's --fusion-threshold) and the one its distributed optimizer
-        built the gradient communicator with (SynchCommunicator.threshold,
-        handed to GPICommLib.SynchDistCommunicator), in KiB."""
+        """TensorFlow's (the family's), the fusion threshold Tarantella's
+        configuration holds (from its launcher's --fusion-threshold) and the
+        one its distributed optimizer built the gradient communicator with
+        (SynchCommunicator.threshold, handed to
+        GPICommLib.SynchDistCommunicator), in KiB."""
+        found = super().knobs_found()
         optimizer = getattr(getattr(self, "tnt_model", None), "dist_optimizer", None)
         communicator = getattr(optimizer, "comm", None)
         if communicator is None or communicator.comm is None:
-            found = {"fusion_threshold_kib": "no gradient communicator was built"}
+            found["fusion_threshold_kib"] = "no gradient communicator was built"
         else:
-            found = {"fusion_threshold_kib": communicator.threshold // knobs.KIB}
+            found["fusion_threshold_kib"] = communicator.threshold // knobs.KIB
         found["tarantella_config_fusion_kib"] = (
             self.tnt.global_tnt_config.fusion_threshold // knobs.KIB
         )

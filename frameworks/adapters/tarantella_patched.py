@@ -31,6 +31,8 @@ ADAPTER = register(
 
 
 class Adapter(tarantella.Adapter):
+    knobs_read_from = f"{tarantella.Adapter.knobs_read_from}, and the rank's environment"
+
     def init(self, config: RunConfig):
         # The build records its patch next to the environment: a run of this
         # level on an unpatched Tarantella would compare it with itself.
@@ -49,7 +51,3 @@ class Adapter(tarantella.Adapter):
         pause = os.environ.get(knobs.GASPI_PAUSE_VARIABLE)
         found["gaspi_sweep_pause_us"] = int(pause) if pause and pause.isdigit() else pause
         return found
-
-    def knobs_in_effect(self) -> dict:
-        where = "Tarantella's gradient communicator and the rank's environment"
-        return knobs.confirm(self.config, self.knobs_found(), where)

@@ -28,6 +28,8 @@ ADAPTER = register(
 
 
 class Adapter(StrategyAdapter):
+    reads_packs = False
+
     def init(self, config: RunConfig) -> Dist:
         import tensorflow as tf
 

@@ -38,7 +38,6 @@ class Adapter(TFAdapter):
             variables.number("DDLC_LOCAL_RANK", variables.get("DDLC_LOCAL_RANK") or "0")
         )
         pin_device(tf, config, local_rank)
-        self.config = config
         kib = config["fusion_threshold_kib"]
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=_implementation(tf, config),
@@ -79,7 +78,7 @@ class Adapter(TFAdapter):
             # (one replica's part where a process drives several: tf-mirrored)
             local = [strategy.experimental_local_results(g)[0] for g in grads]
             phases.count_bytes(sum(g.shape.num_elements() * g.dtype.size for g in local))
-            if self.config is not None and self.collectives is None:  # the knobs' evidence
+            if self.reads_packs and self.collectives is None:  # the knobs' evidence
                 self.grad_bytes = [g.shape.num_elements() * g.dtype.size for g in local]
                 self.collectives = _collectives(allreduce.get_concrete_function(grads).graph)
             return allreduce(grads)
@@ -103,20 +102,23 @@ class Adapter(TFAdapter):
         return apply_all
 
     collectives: list | None = None
-    config: RunConfig | None = None  # set by this adapter's init (tf-mirrored has its own)
+    # its knobs' evidence is the compiled collective ops (tf-mirrored's
+    # reduction between its devices has none)
+    reads_packs = True
+    knobs_read_from = "the compiled all-reduce and TensorFlow's threading settings"
 
-    def knobs_in_effect(self) -> dict:
-        """The all-reduce TensorFlow compiled for the gradients: the
-        implementation each collective op is hinted with, and its packs,
-        which must be the groups that bytes_per_pack gives the gradients."""
-        if not self.collectives or self.config is None:  # both set together
-            return {}
+    def knobs_found(self) -> dict:
+        """TensorFlow's (the family's), and the all-reduce TensorFlow
+        compiled for the gradients: the implementation each collective op is
+        hinted with, and its packs, which must be the groups that
+        bytes_per_pack gives the gradients."""
+        found = super().knobs_found()
+        if not self.collectives:
+            return found
         hints = sorted({hint for hint, _ in self.collectives})
         packs = [size for _, size in self.collectives]
-        found = {
-            "mwms_implementation": hints[0] if len(hints) == 1 else ",".join(hints),
-            "mwms_pack_bytes": packs,
-        }
+        found["mwms_implementation"] = hints[0] if len(hints) == 1 else ",".join(hints)
+        found["mwms_pack_bytes"] = packs
         kib = self.config["fusion_threshold_kib"]
         if kib is not None:
             # TensorFlow packs the gradients last first (as backward makes them)
@@ -124,7 +126,7 @@ class Adapter(TFAdapter):
             found["fusion_threshold_kib"] = (
                 kib if packs == expected else f"packs {packs}, not {expected}"
             )
-        return knobs.confirm(self.config, found, "the compiled all-reduce")
+        return found
 
     def allreduce(self, values: np.ndarray, op: str) -> np.ndarray:
         tf = self.tf
