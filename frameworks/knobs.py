@@ -98,13 +98,6 @@ def _condition(knob: str, value, config: Mapping[str, Any]) -> str | None:
         return "NCCL reduces GPU tensors only; use ring or auto on device: cpu"
     if knob == "fusion_threshold_kib" and value == 0 and config["framework"] == "tf-mwms":
         return "TensorFlow reads a bytes_per_pack of 0 as 'choose for me'; give 1 or more"
-    if knob == "inter_op_threads" and value == 1 and config["nodes"] * config["procs_per_node"] > 1:
-        return (
-            f"{config['nodes'] * config['procs_per_node']} ranks (nodes x procs_per_node) "
-            "wait for their peers in collectives on an inter-op thread, and with one a "
-            "rank could deadlock; "
-            "give 2 or more (or null), or run 1 node x 1 process"
-        )
     return None
 
 

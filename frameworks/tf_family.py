@@ -129,9 +129,11 @@ def configure_tensorflow(config: RunConfig):
 
     tf.get_logger().setLevel("ERROR")
     tf.config.threading.set_intra_op_parallelism_threads(config["threads"])
-    # Collective ops wait for their peers on an inter-op thread: keep a
-    # second, unless the design asks for one (a core free beside threads: 1;
-    # the plan allows it for one process only, frameworks/knobs.py).
+    # A second inter-op thread unless the design asks for one (a core free
+    # beside threads: 1). One did not hang a collective: 2-rank runs of every
+    # TensorFlow framework trained with it, and Tarantella's finish ops,
+    # which block their thread, run only after a barrier op on all of the
+    # step's starts (tests/test_knobs.py trains 2 Tarantella ranks so).
     inter_op = config.get("inter_op_threads") or max(2, config["threads"])
     tf.config.threading.set_inter_op_parallelism_threads(inter_op)
     return tf

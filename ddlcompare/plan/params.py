@@ -459,8 +459,7 @@ PARAMS: dict[str, Param] = {
             None,
             "the TensorFlow family's inter-op pool per process, the threads that run "
             "kernels side by side (tf.config.threading; null: max(2, threads)); 1 runs "
-            "one kernel at a time, which leaves a core free beside threads: 1 (one "
-            "process only: collectives wait for their peers on an inter-op thread)",
+            "one kernel at a time, which leaves a core free beside threads: 1",
             minimum=1,
             maximum=1024,
             nullable=True,
