@@ -10,6 +10,7 @@ factor the design varies, as analysis/cells.py groups them).
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from analysis import cells
@@ -44,12 +45,11 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
     ).reset_index(drop=True)
     base = table[table["compression"] == "none"].set_index(SAME_EXCEPT_COMPRESSION)
     keys = pd.MultiIndex.from_frame(table[SAME_EXCEPT_COMPRESSION])
-    table.insert(
-        6,
-        "bytes_vs_none",
-        table["comm_bytes_per_step"].to_numpy()
-        / base["comm_bytes_per_step"].reindex(keys).to_numpy(),
-    )
+    sent = table["comm_bytes_per_step"].to_numpy(dtype=float)
+    uncompressed = base["comm_bytes_per_step"].reindex(keys).to_numpy(dtype=float)
+    # No ratio where nothing was sent uncompressed (one process: no exchange).
+    ratio = np.divide(sent, uncompressed, out=np.full_like(sent, np.nan), where=uncompressed > 0)
+    table.insert(6, "bytes_vs_none", ratio)
     return table
 
 

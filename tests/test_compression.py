@@ -2,6 +2,7 @@
 refusal of cells an adapter cannot run, comm_bytes per step, and real
 2-process runs that train while the bytes per step drop by the codec's factor."""
 
+import warnings
 import json
 import tempfile
 import zlib
@@ -194,6 +195,10 @@ def test_summary_divides_by_the_uncompressed_run_of_the_same_cell():
     table = compression_table.summary(runs).set_index("compression")
     assert list(table.index) == ["none", "fp16", "int8"]  # the codecs' order
     assert table["bytes_vs_none"].to_dict() == {"fp16": 0.5, "int8": 0.26, "none": 1.0}
+    alone = runs.assign(world_size=1, comm_bytes_per_step=0.0)  # nothing crosses a wire
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no 0/0 warning on the console
+        assert compression_table.summary(alone)["bytes_vs_none"].isna().all()
     support = compression_table.support().set_index("framework")
     assert support.loc["horovod-torch", "bf16"] == "cannot"
     assert (support.loc["torch-ddp"] == "yes").all()
