@@ -871,6 +871,14 @@ def test_the_name_rule_names_the_part_at_fault(name, said):
     assert said in str(err.value) and "letters, digits, '.', '_', '-'\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("value", ["a" * 5000, list(range(5000))])
+def test_a_long_value_refused_is_cut_in_its_message(value):
+    with pytest.raises(design.DesignError) as err:
+        design.parse({**tiny_design(), "name": value})
+    said = str(err.value)
+    assert len(said) < 300 and "characters)" in said, said
+
+
 def test_an_example_in_a_message_is_never_the_value_refused(tmp_path):
     done = ddlc("timeline", str(tmp_path), "-o", str(tmp_path / "t.json"), "--steps=-1:3")
     assert done.returncode == 2 and "(e.g. --steps 0:3)" in done.stderr

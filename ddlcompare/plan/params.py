@@ -70,15 +70,28 @@ def shown(value: Any) -> str:
     """A value echoed in a message: quoted and escaped, and each character
     that looks like another or like nothing named (a trailing space, a
     Cyrillic letter, a zero-width space, a non-ASCII hyphen), so that the
-    message never names what looks like a known key."""
+    message never names what looks like a known key. A long value is cut
+    (its length said), so that one refusal stays one readable line."""
     if not isinstance(value, str):
-        return repr(value)
-    text = ascii(value)
+        text = repr(value)
+        return text if len(text) <= SHOWN_CHARACTERS else _cut(text[:SHOWN_CHARACTERS], text)
+    text = (
+        ascii(value)
+        if len(value) <= SHOWN_CHARACTERS
+        else _cut(ascii(value[:SHOWN_CHARACTERS]), value)
+    )
     odd = [c for c in dict.fromkeys(value) if not (c.isascii() and c.isprintable())]
     notes = [f"U+{ord(c):04X} {unicodedata.name(c, 'a control character')}" for c in odd]
     if value != value.strip():
         notes.append("a space at the start or end")
     return text + (f" (odd: {', '.join(notes)})" if notes else "")
+
+
+SHOWN_CHARACTERS = 60
+
+
+def _cut(start: str, whole: str) -> str:
+    return f"{start}... ({len(whole):,} characters)"
 
 
 def shown_key(name: Any) -> str:
