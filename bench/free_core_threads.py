@@ -48,6 +48,7 @@ the steps-only counters; last, the answer.
 
     .venv/bin/python bench/free_core_threads.py
         [--reps 4] [--arms plain,patched,plain-idle] [--results DIR] [--seed 1]
+        [--design bench/free_core_threads.yaml]
 Needs both Tarantella builds (./ddlc run builds them: envs/tarantella.md)
 and root or CAP_SYS_NICE for plain-idle. About 35 s a run on a quiet machine (12 runs,
 about 7 minutes; --reps 5: 15 runs, about 9). Last line: key=value pairs.
@@ -620,16 +621,23 @@ def main() -> int:
     parser.add_argument("--results", type=Path, help="where the runs go (a new temporary folder)")
     parser.add_argument("--sample-s", type=float, default=0.25)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--design",
+        type=Path,
+        default=DESIGN,
+        help="its two cells (plain and patched Tarantella at 1 rank) under other fixed "
+        "settings, e.g. designs/tarantella-free-core.yaml (one inter-op thread)",
+    )
     args = parser.parse_args()
     arms = [a for a in args.arms.split(",") if a]
     if unknown := set(arms) - set(ARMS):
         print(f"--arms: {', '.join(sorted(unknown))} unknown; choose from {', '.join(ARMS)}")
         return 2
     results = args.results or Path(tempfile.mkdtemp(prefix="free-core-threads-"))
-    design = design_mod.load(str(DESIGN))
+    design = design_mod.load(str(args.design))
     by_cell = {(r.factors["framework"], r.rep): r.path for r in design.runs()}
     if args.reps > design.replications:
-        print(f"--reps {args.reps}: at most {design.replications} ({DESIGN.name})")
+        print(f"--reps {args.reps}: at most {design.replications} ({args.design.name})")
         return 2
     warmup = design.fixed["warmup_steps"]
     print(
@@ -642,7 +650,7 @@ def main() -> int:
         path = by_cell[(FRAMEWORK[arm], rep)]
         watch = Watch(path, args.sample_s, idle=arm == "plain-idle")
         t0 = os.times()
-        code = run_one(DESIGN, folder, path, watch)
+        code = run_one(args.design, folder, path, watch)
         t1 = os.times()
         if code:
             print(f"{arm} rep {rep}: run-one exited {code}", flush=True)

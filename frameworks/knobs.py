@@ -98,6 +98,13 @@ def _condition(knob: str, value, config: Mapping[str, Any]) -> str | None:
         return "NCCL reduces GPU tensors only; use ring or auto on device: cpu"
     if knob == "fusion_threshold_kib" and value == 0 and config["framework"] == "tf-mwms":
         return "TensorFlow reads a bytes_per_pack of 0 as 'choose for me'; give 1 or more"
+    if knob == "inter_op_threads" and value == 1 and config.get("fit_step_phases"):
+        # Measured: data_load took most of forward, forward 2-3 us a step.
+        return (
+            "one inter-op thread runs the step graph's timestamps late, so fit_step_phases "
+            "would record wrong phases (data_load takes in forward); set fit_step_phases: "
+            "false (whole steps, their time is right) or inter_op_threads: 2 or more"
+        )
     return None
 
 

@@ -66,6 +66,13 @@ def test_the_inter_op_pool_is_a_knob_of_the_tensorflow_family_only():
     design.parse(tiny_design(["tarantella-patched", "tf-mwms"], inter_op_threads=1), "t.yaml")
 
 
+def test_one_inter_op_thread_is_refused_where_the_step_would_be_read_in_phases():
+    (problem,) = refusals("tarantella", inter_op_threads=1, fit_step_phases=True)
+    assert problem.startswith("inter_op_threads: 1 for framework tarantella: one inter-op")
+    assert "set fit_step_phases: false" in problem
+    design.parse(tiny_design(["tarantella"], inter_op_threads=2, fit_step_phases=True), "t.yaml")
+
+
 def test_confirm_names_each_knob_not_in_effect():
     config = {"framework": "torch-ddp", "fusion_threshold_kib": 64}
     with pytest.raises(knobs.RunError, match="fusion_threshold_kib: asked 64, DDP's .* says 25600"):
@@ -161,12 +168,10 @@ def test_tarantella_fusion_threshold_takes_effect(tmp_path):
 @pytest.mark.slow
 def test_one_inter_op_thread_takes_effect_in_a_tarantella_rank(tmp_path):
     """One Tarantella rank with one intra-op and one inter-op thread (a core
-    free for GaspiCxx's progress thread on 2 cores) trains, its step in
-    phases, and reads its pool back: 1 compute thread."""
+    free for GaspiCxx's progress thread on 2 cores) trains, in whole steps,
+    and reads its pool back: 1 compute thread."""
     built("tarantella", "build-tarantella.sh")
-    _, record = run_tiny(
-        tmp_path, "tarantella", procs=(1,), inter_op_threads=1, fit_step_phases=True
-    )
+    _, record = run_tiny(tmp_path, "tarantella", procs=(1,), inter_op_threads=1)
     (rank,) = record["ranks"]
     assert rank["knobs"]["inter_op_threads"] == 1 and rank["compute_threads"] == 1
 
