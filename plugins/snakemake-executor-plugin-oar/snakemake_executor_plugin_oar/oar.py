@@ -162,13 +162,13 @@ def verdict(job: dict | None, outputs_exist: bool, lost: Mapping | None = None) 
     A job that ended Terminated with exit code 0 succeeded (Snakemake then
     checks its outputs); Error or another exit code failed (a walltime, an
     oardel, a node lost). A job OAR does not know (any more) is judged by its
-    outputs. A job still under way on a lost node failed, unless its outputs
-    are there (it finished; OAR is ending it): OAR keeps such a job until its
-    walltime."""
-    if job is None:
+    outputs, and so is a job still under way on a lost node: OAR keeps such a
+    job until its walltime, also when its run had finished and only the job's
+    own end was left when the node was lost."""
+    if job is None or (lost and job.get("state") not in ENDED):
         return "success" if outputs_exist else "failed"
     if job.get("state") not in ENDED:
-        return "failed" if lost and not outputs_exist else "running"
+        return "running"
     ended_well = job["state"] == "Terminated" and job.get("exit_code") == 0
     return "success" if ended_well else "failed"
 
