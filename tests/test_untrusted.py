@@ -607,11 +607,11 @@ def test_report_follow_up_and_improve_on_useless_runs_tables(tmp_path):
 # --- a stop request reaches jobs waiting for the machine; the last line -------
 
 
-@pytest.mark.parametrize("held", ["measure.lock", "measure.lock.turn"])
-def test_a_job_waiting_for_the_machine_ends_when_the_workflow_is_told_to_stop(tmp_path, held):
-    """Waiting on the lock, or at the turnstile a measurement waiting for
-    the machine holds (whose flock errors go to /dev/null: the reason must
-    not go with them)."""
+@contextlib.contextmanager
+def job_waiting_for_the_machine(tmp_path: Path, held: str):
+    """A job of share_machine.sh (real bash, real flock) waiting while
+    another process holds ``held`` (the lock or its turnstile); yields the
+    job and the stop file the workflow would create."""
     lock = tmp_path / "measure.lock"
     lock.touch()
     stop = tmp_path / "stop"
@@ -631,13 +631,22 @@ def test_a_job_waiting_for_the_machine_ends_when_the_workflow_is_told_to_stop(tm
         )
         time.sleep(3)
         assert job.poll() is None  # waiting for the machine
+        yield job, stop
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("held", ["measure.lock", "measure.lock.turn"])
+def test_a_job_waiting_for_the_machine_ends_when_the_workflow_is_told_to_stop(tmp_path, held):
+    """Waiting on the lock, or at the turnstile a measurement waiting for
+    the machine holds (whose flock errors go to /dev/null: the reason must
+    not go with them)."""
+    with job_waiting_for_the_machine(tmp_path, held) as (job, stop):
         stop.touch()  # what the workflow does on SIGTERM or SIGINT
         out, err = job.communicate(timeout=20)
         assert job.returncode == 143 and "STARTED" not in out
         assert "told to stop while this job waited for the machine" in err
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 @pytest.mark.parametrize("how", ["stop file a link to nowhere", "wait killed"])
@@ -645,26 +654,7 @@ def test_a_job_waiting_at_the_turnstile_never_starts_after_a_stop_or_a_killed_wa
     """A stop file that is a link to nowhere was not seen (test -e); a
     turnstile wait killed by a signal let the job start ahead of the
     measurement queued there."""
-    lock = tmp_path / "measure.lock"
-    lock.touch()
-    stop = tmp_path / "stop"
-    env = {**os.environ, "DDLC_MEASURE_LOCK": str(lock), "DDLC_STOP_FILE": str(stop)}
-    env.pop("DDLC_MACHINE_HELD", None)
-    turn = tmp_path / "measure.lock.turn"
-    turn.touch()
-    holder = subprocess.Popen(["flock", "-x", str(turn), "sleep", "300"])
-    try:
-        time.sleep(0.5)
-        prefix = f"set -euo pipefail; source {REPO / 'workflows' / 'share_machine.sh'} {tmp_path / 'j.log'}"
-        job = subprocess.Popen(
-            ["bash", "-c", f"{prefix}; : ddlc-job; echo STARTED"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        time.sleep(3)
-        assert job.poll() is None  # waiting at the turnstile
+    with job_waiting_for_the_machine(tmp_path, "measure.lock.turn") as (job, stop):
         if how == "wait killed":
             for child in psutil.Process(job.pid).children(recursive=True):
                 if child.name() == "flock":
@@ -673,9 +663,6 @@ def test_a_job_waiting_at_the_turnstile_never_starts_after_a_stop_or_a_killed_wa
             stop.symlink_to(tmp_path / "nowhere")
         out, err = job.communicate(timeout=20)
         assert job.returncode in (137, 143) and "STARTED" not in out, (job.returncode, err)
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_the_workflow_relays_a_stop_request_to_its_jobs(tmp_path):
