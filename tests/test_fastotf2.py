@@ -348,3 +348,40 @@ def test_same_table_with_the_nesting_and_text_in_c_or_numpy(name, monkeypatch, t
         (fast, fast_problems), (slow, slow_problems) = tables["c"], tables["msgspec"]
         assert fast.num_rows > 0 and fast.equals(slow, check_metadata=True)
         assert fast_problems == slow_problems
+
+
+@pytest.mark.parametrize("name", [*OTF2_ARCHIVES, "awkward"])
+def test_definitions_read_in_c_are_the_bindings(name, monkeypatch, tmp_path):
+    """The global definitions the fast path reads in C (reader.c, no import
+    of the ``otf2`` bindings) resolve to what the bindings give: every
+    location, its rank, node and name, regions, step attributes, calling
+    contexts and clock."""
+    path = awkward_archive(tmp_path / "a") if name == "awkward" else OTF2_ARCHIVES[name]
+    in_c = otf2_reader._resolved(*fastotf2.definitions(path))
+    monkeypatch.setattr(fastotf2, "definitions", lambda path: None)
+    assert in_c == otf2_reader._definitions(path)
+
+
+def test_definitions_that_do_not_resolve_are_left_to_the_bindings(tmp_path):
+    """A reference to a definition the archive does not hold (before it),
+    a name that is no UTF-8, two definitions of one ref: the C reader's
+    records are not taken, and the bindings say what is wrong."""
+    records, blob = fastotf2.definitions(awkward_archive(tmp_path / "a"))
+    assert otf2_reader._resolved(records, blob)
+    first = records["locations"][0]
+    broken = [
+        {**records, "locations": [(*first[:4], 999, first[5]), *records["locations"][1:]]},
+        {**records, "strings": [(0, 0, 2, 0)]},
+        {**records, "regions": records["regions"] + records["regions"][:1]},
+        {**records, "clocks": []},
+    ]
+    for changed, text in zip(broken, [blob, b"\xff\xfe", blob, blob]):
+        with pytest.raises(otf2_reader.Unresolved):
+            otf2_reader._resolved(changed, text)
+
+
+def test_collective_operations_named_as_the_bindings_name_them():
+    import otf2
+
+    for value, name in enumerate(otf2_reader.OPERATIONS):
+        assert str(otf2.CollectiveOp(value)).rsplit(".", 1)[-1] == name

@@ -174,7 +174,65 @@ class CompiledLibrary:
         return self._lib
 
 
+class _DefTable(ctypes.Structure):
+    """Mirrors ``DefTable`` in reader.c."""
+
+    _fields_ = [("rows", ctypes.c_void_p), ("n", ctypes.c_int64), ("room", ctypes.c_int64)]
+
+
+# the kinds of global definitions reader.c keeps (DEF_* there), each
+# record's fields: the archive's, then the record's place in the file
+DEFINITION_FIELDS = {
+    "strings": ("ref", "offset", "length", "seq"),
+    "clocks": ("resolution", "offset", "realtime", "seq"),
+    "nodes": ("ref", "name", "class_name", "parent", "seq"),
+    "groups": ("ref", "name", "type", "parent", "creator", "seq"),
+    "locations": ("ref", "name", "type", "events", "group", "seq"),
+    "regions": ("ref", "name", "canonical", "description", "file", "seq"),
+    "attributes": ("ref", "name", "description", "seq"),
+    "contexts": ("ref", "region", "where", "parent", "seq"),
+}
+
+
+class _Definitions(ctypes.Structure):
+    """Mirrors ``Definitions`` in reader.c."""
+
+    _fields_ = [
+        ("table", _DefTable * len(DEFINITION_FIELDS)),
+        ("blob", ctypes.c_void_p),
+        ("blob_len", ctypes.c_int64),
+        ("blob_room", ctypes.c_int64),
+        ("seq", ctypes.c_uint64),
+        ("failed", ctypes.c_int),
+    ]
+
+
+def definitions(anchor: Path) -> tuple[dict, bytes] | None:
+    """The archive's global definitions as reader.c keeps them: ({kind: its
+    records, each a tuple of DEFINITION_FIELDS[kind]}, the strings' bytes),
+    without the ``otf2`` bindings; None when the library could not read
+    them whole (its report went to the standard error)."""
+    lib = library()
+    found = _Definitions()
+    if lib is None or lib.fastotf2_definitions(str(anchor).encode(), ctypes.byref(found)) != 0:
+        return None
+    try:
+        records = {}
+        for table, (kind, fields) in zip(found.table, DEFINITION_FIELDS.items()):
+            flat = (ctypes.c_uint64 * (table.n * len(fields))).from_address(table.rows or 0)
+            rows = np.frombuffer(flat, dtype=np.uint64) if table.n else np.zeros(0, np.uint64)
+            records[kind] = [tuple(r) for r in rows.reshape(-1, len(fields)).tolist()]
+        blob = ctypes.string_at(found.blob, found.blob_len) if found.blob_len else b""
+    finally:
+        lib.fastotf2_definitions_free(ctypes.byref(found))
+    return records, blob
+
+
 def _declare(lib: ctypes.CDLL) -> None:
+    lib.fastotf2_definitions.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Definitions)]
+    lib.fastotf2_definitions.restype = ctypes.c_int
+    lib.fastotf2_definitions_free.argtypes = [ctypes.POINTER(_Definitions)]
+    lib.fastotf2_definitions_free.restype = None
     lib.fastotf2_read.argtypes = [
         ctypes.c_char_p,
         ctypes.c_void_p,

@@ -442,3 +442,155 @@ done:
     current = NULL;
     return status;
 }
+
+/* ---- The global definitions, for Python to read without the `otf2`
+ * bindings (traces/readers/otf2_reader.py: _fast_definitions). Each kind's
+ * records are kept as they come, in rows of uint64 (refs as the archive
+ * gives them, the last field each record's place in the file), the strings
+ * in one blob: Python resolves the references and falls back on the
+ * bindings wherever they do not resolve, so that a broken archive is
+ * refused in the bindings' words. */
+
+enum { DEF_STRING, DEF_CLOCK, DEF_NODE, DEF_GROUP, DEF_LOCATION, DEF_REGION, DEF_ATTRIBUTE,
+       DEF_CONTEXT, DEF_KINDS };
+static const int def_width[DEF_KINDS] = {4, 4, 5, 6, 6, 6, 4, 5};
+
+typedef struct {
+    uint64_t *rows;            /* n x def_width[kind] */
+    int64_t n, room;
+} DefTable;
+
+/* Mirrored by traces/fastotf2/__init__.py (_Definitions). */
+typedef struct {
+    DefTable table[DEF_KINDS];
+    char *blob;                /* the strings, each followed by a NUL */
+    int64_t blob_len, blob_room;
+    uint64_t seq;              /* records so far */
+    int failed;                /* out of memory */
+} Definitions;
+
+static OTF2_CallbackCode keep(Definitions *d, int kind, const uint64_t *fields) {
+    DefTable *t = &d->table[kind];
+    int w = def_width[kind];
+    if (t->n == t->room) {
+        int64_t room = t->room ? 2 * t->room : 64;
+        uint64_t *grown = realloc(t->rows, room * w * sizeof *grown);
+        if (!grown) { d->failed = 1; return OTF2_CALLBACK_INTERRUPT; }
+        t->rows = grown;
+        t->room = room;
+    }
+    memcpy(&t->rows[t->n * w], fields, (w - 1) * sizeof *fields);
+    t->rows[t->n * w + w - 1] = d->seq++;
+    t->n++;
+    return OTF2_CALLBACK_SUCCESS;
+}
+
+static OTF2_CallbackCode def_string(void *user, OTF2_StringRef self, const char *string) {
+    Definitions *d = user;
+    int64_t len = string ? (int64_t)strlen(string) : 0;
+    if (d->blob_len + len + 1 > d->blob_room) {
+        int64_t room = d->blob_room ? 2 * d->blob_room : 4096;
+        while (room < d->blob_len + len + 1) room *= 2;
+        char *grown = realloc(d->blob, room);
+        if (!grown) { d->failed = 1; return OTF2_CALLBACK_INTERRUPT; }
+        d->blob = grown;
+        d->blob_room = room;
+    }
+    if (len) memcpy(d->blob + d->blob_len, string, len);
+    d->blob[d->blob_len + len] = 0;
+    uint64_t fields[] = {self, (uint64_t)d->blob_len, (uint64_t)len};
+    d->blob_len += len + 1;
+    return keep(d, DEF_STRING, fields);
+}
+
+static OTF2_CallbackCode def_clock(void *user, uint64_t resolution, uint64_t offset,
+                                   uint64_t length, uint64_t realtime) {
+    uint64_t fields[] = {resolution, offset, realtime};
+    (void)length;
+    return keep(user, DEF_CLOCK, fields);
+}
+
+static OTF2_CallbackCode def_node(void *user, OTF2_SystemTreeNodeRef self, OTF2_StringRef name,
+                                  OTF2_StringRef class_name, OTF2_SystemTreeNodeRef parent) {
+    uint64_t fields[] = {self, name, class_name, parent};
+    return keep(user, DEF_NODE, fields);
+}
+
+static OTF2_CallbackCode def_group(void *user, OTF2_LocationGroupRef self, OTF2_StringRef name,
+                                   OTF2_LocationGroupType type, OTF2_SystemTreeNodeRef parent,
+                                   OTF2_LocationGroupRef creator) {
+    uint64_t fields[] = {self, name, type, parent, creator};
+    return keep(user, DEF_GROUP, fields);
+}
+
+static OTF2_CallbackCode def_location(void *user, OTF2_LocationRef self, OTF2_StringRef name,
+                                      OTF2_LocationType type, uint64_t events,
+                                      OTF2_LocationGroupRef group) {
+    uint64_t fields[] = {self, name, type, events, group};
+    return keep(user, DEF_LOCATION, fields);
+}
+
+static OTF2_CallbackCode def_region(void *user, OTF2_RegionRef self, OTF2_StringRef name,
+                                    OTF2_StringRef canonical, OTF2_StringRef description,
+                                    OTF2_RegionRole role, OTF2_Paradigm paradigm,
+                                    OTF2_RegionFlag flags, OTF2_StringRef file, uint32_t begin,
+                                    uint32_t end) {
+    uint64_t fields[] = {self, name, canonical, description, file};
+    (void)role; (void)paradigm; (void)flags; (void)begin; (void)end;
+    return keep(user, DEF_REGION, fields);
+}
+
+static OTF2_CallbackCode def_attribute(void *user, OTF2_AttributeRef self, OTF2_StringRef name,
+                                       OTF2_StringRef description, OTF2_Type type) {
+    uint64_t fields[] = {self, name, description};
+    (void)type;
+    return keep(user, DEF_ATTRIBUTE, fields);
+}
+
+static OTF2_CallbackCode def_context(void *user, OTF2_CallingContextRef self,
+                                     OTF2_RegionRef region, OTF2_SourceCodeLocationRef where,
+                                     OTF2_CallingContextRef parent) {
+    uint64_t fields[] = {self, region, where, parent};
+    return keep(user, DEF_CONTEXT, fields);
+}
+
+void fastotf2_definitions_free(Definitions *d) {
+    for (int k = 0; k < DEF_KINDS; k++) free(d->table[k].rows);
+    free(d->blob);
+    memset(d, 0, sizeof *d);
+}
+
+/* 0 when the global definitions were read whole; -1 otherwise (the
+ * library's report went to the standard error: Python then reads them
+ * through the bindings, which refuse the archive in their words). */
+int fastotf2_definitions(const char *anchor, Definitions *d) {
+    memset(d, 0, sizeof *d);
+    int status = -1;
+    OTF2_GlobalDefReaderCallbacks *callbacks = NULL;
+    OTF2_GlobalDefReader *defs = NULL;
+    OTF2_Reader *reader = OTF2_Reader_Open(anchor);
+    if (!reader) return -1;
+    if (OTF2_Reader_SetSerialCollectiveCallbacks(reader) != OTF2_SUCCESS) goto done;
+    defs = OTF2_Reader_GetGlobalDefReader(reader);
+    callbacks = OTF2_GlobalDefReaderCallbacks_New();
+    if (!defs || !callbacks) goto done;
+    OTF2_GlobalDefReaderCallbacks_SetStringCallback(callbacks, def_string);
+    OTF2_GlobalDefReaderCallbacks_SetClockPropertiesCallback(callbacks, def_clock);
+    OTF2_GlobalDefReaderCallbacks_SetSystemTreeNodeCallback(callbacks, def_node);
+    OTF2_GlobalDefReaderCallbacks_SetLocationGroupCallback(callbacks, def_group);
+    OTF2_GlobalDefReaderCallbacks_SetLocationCallback(callbacks, def_location);
+    OTF2_GlobalDefReaderCallbacks_SetRegionCallback(callbacks, def_region);
+    OTF2_GlobalDefReaderCallbacks_SetAttributeCallback(callbacks, def_attribute);
+    OTF2_GlobalDefReaderCallbacks_SetCallingContextCallback(callbacks, def_context);
+    if (OTF2_Reader_RegisterGlobalDefCallbacks(reader, defs, callbacks, d) != OTF2_SUCCESS)
+        goto done;
+    uint64_t read = 0;
+    if (OTF2_Reader_ReadAllGlobalDefinitions(reader, defs, &read) == OTF2_SUCCESS && !d->failed)
+        status = 0;
+done:
+    if (callbacks) OTF2_GlobalDefReaderCallbacks_Delete(callbacks);
+    if (defs) OTF2_Reader_CloseGlobalDefReader(reader, defs);
+    OTF2_Reader_Close(reader);
+    if (status != 0) fastotf2_definitions_free(d);
+    return status;
+}

@@ -35,7 +35,9 @@ import os
 import re
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -84,8 +86,9 @@ def read_parts(path: Path, rules, run_id: str = ""):
     if engine == "python" or fastotf2.library() is None:
         yield read(path, rules, run_id)
         return
-    for group in _quietly(_rank_groups, path):
-        columns, problems, engine = _quietly(_read_columns, path, engine, group)
+    defs = _quietly(_definitions, path)
+    for group in _rank_groups(defs):
+        columns, problems, engine = _quietly(_read_columns, path, engine, group, defs)
         columns = separate_threads(columns)
         yield (
             finish_columns(columns, rules, "otf2", run_id, {META_READER: engine.encode()}),
@@ -96,21 +99,15 @@ def read_parts(path: Path, rules, run_id: str = ""):
         del columns
 
 
-def _rank_groups(path: Path) -> list[set]:
+def _rank_groups(defs: Definitions) -> list[set]:
     """Location refs by groups of whole ranks of about PART_EVENTS events."""
-    reader = _open(path)
-    try:
-        defs = reader.definitions
-        located = _checked_locations(defs, path)
-        events: dict = {}
-        refs: dict = {}
-        for location in defs.locations:
-            if location._ref in located:
-                rank = located[location._ref][0]
-                events[rank] = events.get(rank, 0) + location.number_of_events
-                refs.setdefault(rank, set()).add(location._ref)
-    finally:
-        _close(reader)
+    events: dict = {}
+    refs: dict = {}
+    for ref, number_of_events in defs.locations:
+        if ref in defs.located:
+            rank = defs.located[ref][0]
+            events[rank] = events.get(rank, 0) + number_of_events
+            refs.setdefault(rank, set()).add(ref)
     groups, load = [set()], 0
     for rank in sorted(refs):
         if groups[-1] and load + events[rank] > PART_EVENTS:
@@ -139,19 +136,22 @@ def _close(reader) -> None:
         pass
 
 
-def _read_columns(path: Path, engine: str | None, only: set | None = None):
-    """(Columns, problems, engine) of the locations ``only`` (all: None)."""
+def _read_columns(
+    path: Path, engine: str | None, only: set | None = None, defs: Definitions | None = None
+):
+    """(Columns, problems, engine) of the locations ``only`` (all: None);
+    ``defs``: the archive's, where they were read already."""
     engine = engine or variables.get(READER_ENV) or "fastotf2"
-    reader = _open(path)
-    try:
-        if engine != "python" and fastotf2.library() is not None:
-            columns, problems = _read_events_fast(reader, path, only)
-        else:
-            engine = "python"
+    if engine != "python" and fastotf2.library() is not None:
+        columns, problems = _read_events_fast(defs or _definitions(path), path, only)
+    else:
+        engine = "python"
+        reader = _open(path)
+        try:
             rows, problems = _read_events(reader, path)
-            columns = Columns.of_rows(rows)
-    finally:
-        _close(reader)
+        finally:
+            _close(reader)
+        columns = Columns.of_rows(rows)
     columns, backwards = columns.without_backwards()
     problems += counted(
         path,
@@ -393,46 +393,116 @@ COLLECTIVE_OPS = {
 }
 
 
+# OTF2_CollectiveOp's names by value (OTF2_Events.h): the C reader's ops
+# named without importing the bindings' enum
+OPERATIONS = (
+    *("BARRIER", "BCAST", "GATHER", "GATHERV", "SCATTER", "SCATTERV", "ALLGATHER"),
+    *("ALLGATHERV", "ALLTOALL", "ALLTOALLV", "ALLTOALLW", "ALLREDUCE", "REDUCE"),
+    *("REDUCE_SCATTER", "SCAN", "EXSCAN", "REDUCE_SCATTER_BLOCK", "CREATE_HANDLE"),
+    *("DESTROY_HANDLE", "ALLOCATE", "DEALLOCATE", "CREATE_HANDLE_AND_ALLOCATE"),
+    "DESTROY_HANDLE_AND_DEALLOCATE",
+)
+
+
+def _op_name(op: int) -> str:
+    return OPERATIONS[op] if 0 <= op < len(OPERATIONS) else str(op)
+
+
 def _collective_name(op) -> str | None:
     name = (getattr(op, "name", None) or str(op)).rsplit(".", 1)[-1]
     return COLLECTIVE_OPS.get(name, name.lower())
 
 
-def _locations(defs) -> dict:
+# OTF2's enums (OTF2_Definitions.h), as the `otf2` bindings number them
+GROUP_PROCESS = 1  # OTF2_LOCATION_GROUP_TYPE_PROCESS
+LOCATION_METRIC = 3  # OTF2_LOCATION_TYPE_METRIC
+
+
+class Node(NamedTuple):
+    """A system tree node: its name, class and parent's ref (None: the root)."""
+
+    name: str
+    class_name: str | None
+    parent: int | None
+
+
+class Group(NamedTuple):
+    """A location group: its name, type, system tree node and creator (refs)."""
+
+    name: str
+    type: int
+    node: int | None
+    creator: int | None
+
+
+class Location(NamedTuple):
+    ref: int
+    name: str
+    type: int
+    events: int
+    group: Group
+
+
+def _located(nodes: dict, groups: dict, locations: list) -> dict:
     """ref -> (rank, node, 'group/location') for every location with events
-    worth reading (metric locations only hold metric samples)."""
-    import otf2
-
-    groups = [g for g in defs.location_groups]
+    worth reading (metric locations only hold metric samples); ``nodes`` and
+    ``groups`` by ref in the archive's order, ``locations`` in its order."""
     process_index = {}
-    for g in groups:
-        if g.location_group_type == otf2.LocationGroupType.PROCESS:
-            process_index[g._ref] = len(process_index)
+    for ref, group in groups.items():
+        if group.type == GROUP_PROCESS:
+            process_index[ref] = len(process_index)
 
-    def rank_of(group, seen=0):
-        creator = getattr(group, "creating_location_group", None)
-        if group._ref not in process_index and creator is not None and seen < 8:
-            return rank_of(creator, seen + 1)
+    def rank_of(ref, seen=0):
+        group = groups[ref]
+        if ref not in process_index and group.creator is not None and seen < 8:
+            return rank_of(group.creator, seen + 1)
         found = _RANK_IN_NAME.search(group.name or "")
-        return int(found.group(1)) if found else process_index.get(group._ref, 0)
+        return int(found.group(1)) if found else process_index.get(ref, 0)
+
+    def node_of(group) -> str:
+        walk = group.node
+        while walk is not None:
+            if nodes[walk].class_name == "node":
+                return nodes[walk].name
+            walk = nodes[walk].parent
+        return nodes[group.node].name if group.node is not None else ""
 
     out = {}
-    for location in defs.locations:
-        if location.type == otf2.LocationType.METRIC:
+    for location in locations:
+        if location.type == LOCATION_METRIC:
             continue
-        group = location.group
-        out[location._ref] = (rank_of(group), _node_of(group), f"{group.name}/{location.name}")
+        group = groups.get(location.group)
+        if group is None:
+            raise ValueError(f"location {location.ref} has no location group")
+        out[location.ref] = (
+            rank_of(location.group),
+            node_of(group),
+            f"{group.name}/{location.name}",
+        )
     return out
 
 
-def _node_of(group) -> str:
-    node = group.system_tree_parent
-    walk = node
-    while walk is not None:
-        if walk.class_name == "node":
-            return walk.name
-        walk = walk.parent
-    return node.name if node is not None else ""
+def _locations(defs) -> dict:
+    """_located of the `otf2` bindings' definitions."""
+
+    def ref(definition):
+        return None if definition is None else definition._ref
+
+    nodes = {n._ref: Node(n.name, n.class_name, ref(n.parent)) for n in defs.system_tree_nodes}
+    groups = {
+        g._ref: Group(
+            g.name,
+            g.location_group_type.value,
+            ref(g.system_tree_parent),
+            ref(getattr(g, "creating_location_group", None)),
+        )
+        for g in defs.location_groups
+    }
+    locations = [
+        Location(loc._ref, loc.name, loc.type.value, loc.number_of_events, ref(loc.group))
+        for loc in defs.locations
+    ]
+    return _located(nodes, groups, locations)
 
 
 def _checked_locations(defs, path: Path):
@@ -443,6 +513,164 @@ def _checked_locations(defs, path: Path):
         return _locations(defs)
     except Exception as exc:
         raise TraceError(f"{path}: inconsistent OTF2 definitions: {_reason(exc)}") from None
+
+
+class Clock(NamedTuple):
+    timer_resolution: int
+    global_offset: int
+    realtime_timestamp: int
+
+
+@dataclass(frozen=True)
+class Definitions:
+    """What the fast reader needs of an archive's global definitions, read
+    in C (reader.c) or, where they do not resolve there, by the bindings."""
+
+    locations: list  # (ref, events announced) of every location, in order
+    located: dict  # ref -> (rank, node, name): the locations worth reading
+    attribute_kinds: dict  # the step and epoch attributes: ref -> fastotf2.ATTR_*
+    region_names: dict  # ref -> name
+    context_regions: dict  # calling context ref -> its region's ref
+    clock: Clock
+
+
+def _definitions(path: Path) -> Definitions:
+    """The archive's definitions, read in C where they resolve (no import
+    of the ``otf2`` bindings); else by the bindings, which refuse a broken
+    archive in their words."""
+    found = fastotf2.definitions(path)
+    if found is not None:
+        with contextlib.suppress(Unresolved):
+            return _resolved(*found)
+    reader = _open(path)
+    try:
+        defs = reader.definitions
+        located = _checked_locations(defs, path)
+        clock = defs.clock_properties
+        return Definitions(
+            [(loc._ref, loc.number_of_events) for loc in defs.locations],
+            located,
+            _attribute_kinds({a._ref: a.name for a in defs.attributes}),
+            {r._ref: r.name for r in defs.regions},
+            _context_regions(defs),
+            Clock(clock.timer_resolution, clock.global_offset, clock.realtime_timestamp),
+        )
+    finally:
+        _close(reader)
+
+
+def _attribute_kinds(names: dict) -> dict:
+    return {
+        ref: fastotf2.ATTR_STEP if name == "step" else fastotf2.ATTR_EPOCH
+        for ref, name in names.items()
+        if name in STEP_ATTRIBUTES
+    }
+
+
+class Unresolved(Exception):
+    """Definitions that the bindings would not take as they are."""
+
+
+UNDEFINED = 0xFFFFFFFF  # OTF2_UNDEFINED_UINT32: no reference
+
+
+def _resolved(records: dict, blob: bytes) -> Definitions:
+    """Definitions from reader.c's records, resolved as the ``otf2``
+    bindings resolve them (a reference to a definition earlier in the file,
+    a name string of UTF-8, "<Kind> #<ref>" where a name is undefined);
+    Unresolved wherever they would not resolve, so that the bindings say
+    what is wrong."""
+    strings: dict = {}
+    for ref, offset, length, seq in records["strings"]:
+        try:
+            strings[ref] = (blob[offset : offset + length].decode(), seq)
+        except UnicodeDecodeError:
+            raise Unresolved from None
+    _unique(records["strings"], strings)
+
+    def earlier(found: dict, ref: int, seq: int, optional: bool = True):
+        """The definition ``ref`` stands for, None for no reference."""
+        if ref == UNDEFINED and optional:
+            return None
+        if ref not in found or found[ref][-1] > seq:
+            raise Unresolved
+        return found[ref]
+
+    def string(ref: int, seq: int) -> str | None:
+        text = earlier(strings, ref, seq)
+        return None if text is None else text[0]
+
+    def named(kind: str, ref: int, name: int, seq: int) -> str:
+        text = string(name, seq)
+        return f"{kind} #{ref}" if text is None else text
+
+    if len(records["clocks"]) != 1:
+        raise Unresolved
+    nodes: dict = {}
+    for ref, name, class_name, parent, seq in records["nodes"]:
+        earlier(nodes, parent, seq)
+        node = Node(
+            named("SystemTreeNode", ref, name, seq),
+            string(class_name, seq),
+            None if parent == UNDEFINED else parent,
+        )
+        nodes[ref] = (node, seq)
+    groups: dict = {}
+    for ref, name, kind, node, creator, seq in records["groups"]:
+        earlier(nodes, node, seq)
+        earlier(groups, creator, seq)
+        group = Group(
+            named("LocationGroup", ref, name, seq),
+            kind,
+            None if node == UNDEFINED else node,
+            None if creator == UNDEFINED else creator,
+        )
+        groups[ref] = (group, seq)
+    locations: list = []
+    for ref, name, kind, events, group, seq in records["locations"]:
+        earlier(groups, group, seq, optional=False)
+        locations.append(Location(ref, named("Location", ref, name, seq), kind, events, group))
+    regions: dict = {}
+    for ref, name, canonical, description, file, seq in records["regions"]:
+        for text in (canonical, description, file):
+            string(text, seq)
+        regions[ref] = (named("Region", ref, name, seq), seq)
+    attributes: dict = {}
+    for ref, name, description, seq in records["attributes"]:
+        string(description, seq)
+        attributes[ref] = (named("Attribute", ref, name, seq), seq)
+    contexts: dict = {}
+    for ref, region, where, parent, seq in records["contexts"]:
+        earlier(regions, region, seq, optional=False)
+        earlier(contexts, parent, seq)
+        if where != UNDEFINED:  # source code locations are not kept: the bindings read them
+            raise Unresolved
+        contexts[ref] = (region, seq)
+    for kind, found in (("nodes", nodes), ("groups", groups), ("regions", regions)):
+        _unique(records[kind], found)
+    _unique(records["attributes"], attributes)
+    _unique(records["contexts"], contexts)
+    if len({loc.ref for loc in locations}) != len(locations):
+        raise Unresolved
+    resolution, offset, realtime, _ = records["clocks"][0]
+    return Definitions(
+        [(loc.ref, loc.events) for loc in locations],
+        _located(
+            {ref: node for ref, (node, _) in nodes.items()},
+            {ref: group for ref, (group, _) in groups.items()},
+            locations,
+        ),
+        _attribute_kinds({ref: name for ref, (name, _) in attributes.items()}),
+        {ref: name for ref, (name, _) in regions.items()},
+        {ref: region for ref, (region, _) in contexts.items()},
+        Clock(resolution, offset, realtime),
+    )
+
+
+def _unique(records: list, found: dict) -> None:
+    """Two definitions of one ref: the bindings refuse the archive."""
+    if len(found) != len(records):
+        raise Unresolved
 
 
 def _read_events(reader, path: Path):
@@ -668,36 +896,28 @@ def _problems(
     )
 
 
-def _read_events_fast(reader, path: Path, only: set | None = None):
+def _read_events_fast(defs: Definitions, path: Path, only: set | None = None):
     """(Columns, problems) through traces/fastotf2, the locations read in
     parallel; a location that cannot be read to its end costs its own rows
     after the fault, not the others'."""
-    import otf2
-
-    defs = reader.definitions
-    locations = _checked_locations(defs, path)
+    locations = defs.located
     selected = [
-        loc
-        for loc in defs.locations
-        if loc._ref in locations and (only is None or loc._ref in only)
+        (ref, events)
+        for ref, events in defs.locations
+        if ref in locations and (only is None or ref in only)
     ]
-    attribute_kinds = {
-        a._ref: fastotf2.ATTR_STEP if a.name == "step" else fastotf2.ATTR_EPOCH
-        for a in defs.attributes
-        if a.name in STEP_ATTRIBUTES
-    }
-    region_names = {r._ref: r.name for r in defs.regions}
-    lookups = fastotf2.Lookups(attribute_kinds, region_names, _context_regions(defs))
-    described = [locations[loc._ref] for loc in selected]  # (rank, node, name)
+    region_names = defs.region_names
+    lookups = fastotf2.Lookups(defs.attribute_kinds, region_names, defs.context_regions)
+    described = [locations[ref] for ref, _ in selected]  # (rank, node, name)
     nodes = list(dict.fromkeys(node for _, node, _ in described))
     folder = path.with_suffix("")
     try:
         raw, counts, seen, failed = fastotf2.read_intervals(
             path,
             fastotf2.Locations.of(
-                [loc._ref for loc in selected],
-                [loc.number_of_events for loc in selected],
-                [_file_size(folder / f"{loc._ref}.evt") for loc in selected],
+                [ref for ref, _ in selected],
+                [events for _, events in selected],
+                [_file_size(folder / f"{ref}.evt") for ref, _ in selected],
                 [rank for rank, _, _ in described],
                 [nodes.index(node) for _, node, _ in described],
             ),
@@ -707,16 +927,15 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
         raise TraceError(
             f"{path}: cannot read the OTF2 events (truncated or corrupt?): {exc}"
         ) from None
-    clock = defs.clock_properties
     for name in ("start", "end"):
-        _ticks_to_ns(raw[name], clock)
+        _ticks_to_ns(raw[name], defs.clock)
     names, region = _region_codes(
         raw.pop("region"),
         seen["region"],
         [*(region_names[int(ref)] for ref in lookups.region_refs), "(undefined region)"],
     )
     raw_ops = raw.pop("collective")
-    ops, collective, unnamed = _collective_codes(raw_ops, seen["collective"], otf2.CollectiveOp)
+    ops, collective, unnamed = _collective_codes(raw_ops, seen["collective"])
     nbytes = raw["bytes"]  # NULL where unknown, from the C reader
     if unnamed:  # communicator management present: no collective, no bytes
         nbytes[(raw_ops >= 0) & (collective < 0)] = NULL
@@ -748,8 +967,8 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
     )
     unfinished = [
         i
-        for i, loc in enumerate(selected)
-        if not failed[i] and _ends_unfinished(folder / f"{loc._ref}.evt")
+        for i, (ref, _) in enumerate(selected)
+        if not failed[i] and _ends_unfinished(folder / f"{ref}.evt")
     ]
     if unfinished:
         counts["error"] = counts["error"] or UNFINISHED
@@ -758,7 +977,7 @@ def _read_events_fast(reader, path: Path, only: set | None = None):
         names = [described[i][2] for i in np.flatnonzero(failed)]
         # of the archive's locations, as the Python reader counts, not of
         # this part's (``only``)
-        total = sum(loc._ref in locations for loc in defs.locations)
+        total = sum(ref in locations for ref, _ in defs.locations)
         problems.insert(0, _lost_locations(path, names, total, _library_words(counts["error"])))
     return columns, problems
 
@@ -806,12 +1025,12 @@ def _region_codes(index: np.ndarray, seen: np.ndarray, names: list) -> tuple[lis
     return [names[i] for i in used.tolist()], code_of.take(index)
 
 
-def _collective_codes(ops: np.ndarray, seen: np.ndarray, enum) -> tuple[list, np.ndarray, bool]:
+def _collective_codes(ops: np.ndarray, seen: np.ndarray) -> tuple[list, np.ndarray, bool]:
     """OTF2 collective ops (-1: none; ``seen``: those the rows hold) ->
     (names, codes, whether some op is no collective); ops that are no
     collective (communicator management) take -1 as well."""
     present = np.flatnonzero(seen)
-    named = [_collective_name(enum(int(op))) for op in present]
+    named = [_collective_name(_op_name(int(op))) for op in present]
     names = list(dict.fromkeys(n for n in named if n))
     # one more entry, -1, for op -1 (numpy's index -1 is the last)
     code_of = np.full(seen.size + 1, -1, dtype=np.int32)
