@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -451,6 +452,30 @@ def test_ddlc_import_of_an_otf2_archive_with_steps_does_without_pandas(tmp_path)
     table, _, errors = convert.convert(anchors, RULES)
     assert errors == [] and pq.read_table(out).equals(table)
     assert table.column("op_id").drop_null().to_pylist() == [0, 4]  # 4 rows before it
+
+
+def test_the_next_file_is_read_while_the_table_before_is_written(tmp_path, monkeypatch):
+    """Two files read at a time: while the first file's table is written
+    (held here, as a slow write would hold it), the two readers read the
+    second and the third, not only the second."""
+    for name in sorted(os.listdir(REAL / "hta"))[:3]:
+        shutil.copy(REAL / "hta" / name, tmp_path / name)
+    begun: list[str] = []
+    read = readers.parts
+
+    def parts(trace, *args):
+        begun.append(trace.name)
+        return read(trace, *args)
+
+    monkeypatch.setattr(readers, "parts", parts)
+    monkeypatch.setattr(convert, "READ_AHEAD", 2)
+    tables = convert.parts([tmp_path], RULES, "r1", [], [])
+    next(tables)  # the first file's table, being written
+    deadline = time.monotonic() + 30
+    while len(begun) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert begun == sorted(os.listdir(tmp_path))
+    assert len(list(tables)) == 2
 
 
 def test_files_read_ahead_in_threads_give_what_one_at_a_time_gives(tmp_path, monkeypatch):

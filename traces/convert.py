@@ -186,17 +186,18 @@ def _parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: li
 # one before is written: a folder of Kineto traces (a file per rank) is read
 # on two cores (the scanner, the name lookups and Arrow let go of the
 # interpreter's lock). Two at most: each holds a whole file and its table
-# (a trace's file may be a gigabyte).
+# (a trace's file may be a gigabyte); the table being written is a third.
 READ_AHEAD = max(1, min(2, len(os.sched_getaffinity(0))))
 
 
 def _read_ahead(traces: list[Path], rules: PhaseRules, run_id: str | None, pool):
     """(trace, opened) of each trace, in order; ``opened()`` gives (its
     format, its parts) or raises what reading it raised. A file that its
-    reader reads in one part is read in ``pool``, up to READ_AHEAD of them
-    ahead of the one whose parts are being consumed; one read in parts (an
-    OTF2 archive) is read part by part as its parts are asked for, so that
-    memory holds one of them."""
+    reader reads in one part is read in ``pool``, READ_AHEAD of them at a
+    time, the next begun as soon as one is read: the cores go on reading
+    while the parts of the one read are consumed (written); one read in
+    parts (an OTF2 archive) is read part by part as its parts are asked
+    for, so that memory holds one of them."""
     started: dict[int, Callable] = {}
 
     def start(i: int) -> None:
@@ -213,8 +214,11 @@ def _read_ahead(traces: list[Path], rules: PhaseRules, run_id: str | None, pool)
         else:
             started[i] = lambda: (name, readers.parts(trace, rules, rid, name))
 
+    # the READ_AHEAD files being read and the one whose table is being
+    # written (one reader alone reads and writes in turn, one core's way)
+    in_hand = READ_AHEAD + 1 if READ_AHEAD > 1 else 1
     for i, trace in enumerate(traces):
-        for ahead in range(i, min(i + READ_AHEAD, len(traces))):
+        for ahead in range(i, min(i + in_hand, len(traces))):
             if ahead not in started:
                 start(ahead)
         yield trace, started.pop(i)
