@@ -292,7 +292,6 @@ def child(anchor: Path, cores: int, streamed: bool) -> None:
 
     if fastotf2.library() is None:
         raise SystemExit(f"fastotf2 unavailable: {fastotf2.why_unavailable()}")
-    import otf2  # noqa: F401  (imported by the reader; not part of the conversion)
 
     rules = PhaseRules()
     if streamed:

@@ -1,9 +1,10 @@
 /* The OTF2 event pass of the phase table, in C (traces/fastotf2/__init__.py
  * builds it against Debian's libopen-trace-format2 and calls it with ctypes).
  *
- * Python reads the global definitions (small) and hands over the locations
- * to read and columns it allocated for every interval the events can hold;
- * this reads each location's local definitions, then its events, location
+ * fastotf2_definitions (at the end) keeps the global definitions' records
+ * for Python to resolve; Python then hands over the locations to read and
+ * columns it allocated for every interval the events can hold;
+ * fastotf2_read reads each location's local definitions, then its events, location
  * after location, and fills one row per matched Enter/Leave with the same
  * rules as the Python reader (traces/readers/otf2_reader.py):
  * - a Leave closes the innermost open region of its name; when that is not

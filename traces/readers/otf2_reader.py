@@ -1,9 +1,14 @@
 """OTF2 archives: ours, and Score-P's (7.x with OTF2 2.x up to 9.x with OTF2 3.1).
 
-Definitions come from the ``otf2`` bindings. The events (only the records a
-phase table needs: Enter, Leave, MPI messages and collectives; metric
-locations are not read at all) are read by one of two readers that give the
-same table:
+The fast reader reads the global definitions in C too (``_definitions``:
+reader.c keeps the records, resolved here as the ``otf2`` bindings resolve
+them), so that a conversion does not import the bindings; definitions that
+would not resolve there (a reference to no earlier definition, a duplicate,
+a name that is no UTF-8) are read by the bindings, which refuse a broken
+archive in their words. The Python reader takes them from the bindings. The
+events (only the records a phase table needs: Enter, Leave, MPI messages and
+collectives; metric locations are not read at all) are read by one of two
+readers that give the same table:
 
 - ``fastotf2`` (traces/fastotf2/reader.c, the OTF2 C library; millions of
   events/s), the default wherever it is built;
