@@ -478,6 +478,22 @@ def test_the_next_file_is_read_while_the_table_before_is_written(tmp_path, monke
     assert len(list(tables)) == 2
 
 
+def test_ddlc_import_loads_numpy_with_one_blas_thread():
+    """`ddlc import` makes no BLAS call: numpy is loaded with one OpenBLAS
+    thread, not one per core spinning for work (some 45 ms of CPU); the
+    setting is not left for children to inherit."""
+    code = (
+        "import os\n"
+        "from front import cli\n"
+        "with cli._blas_of_one_thread():\n"
+        "    import numpy\n"
+        "print(len(os.listdir('/proc/self/task')), os.environ.get(cli.OPENBLAS_THREADS))\n"
+    )
+    done = python("-c", code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "None"]
+
+
 def test_files_read_ahead_in_threads_give_what_one_at_a_time_gives(tmp_path, monkeypatch):
     """A folder's files read several at a time (in threads, while the one
     before is written) give the table, sources and errors, in file order,
