@@ -120,6 +120,26 @@ def test_what_the_scanner_does_not_take_msgspec_reads(tmp_path, monkeypatch, raw
 
 
 @needs_scanner
+def test_an_open_ended_scan_finds_where_the_array_ends():
+    """The last chunk is scanned up to the array's ``]`` (the rest of the
+    document after it), whose place the scanner gives: msgspec then decodes
+    only the document around the array. A chunk cut before its ``]`` is
+    not taken (the reader then decodes it as before)."""
+    records = (
+        b'{"ph": "X", "name": "a]", "ts": 1, "dur": 2}, {"ph": "X", "name": "b", "ts": 3, "dur": 1}'
+    )
+    doc = b'{"traceEvents": [' + records + b' ], "distributedInfo": {"rank": 3}, "x": [1]}'
+    begin = doc.index(b"{", 1)
+    scanned = fastjson.scan(doc, begin, None, False, open_ended=True)
+    assert scanned.rows == 2 and scanned.strings["names"].to_pylist() == ["a]", "b"]
+    assert scanned.array_end == doc.index(b" ]") + 1
+    assert fastjson.scan(doc[: doc.index(b" ]")], begin, None, False, open_ended=True) is None
+    assert (
+        fastjson.scan(doc, begin, None, False) is None
+    )  # not open-ended: the whole must be records
+
+
+@needs_scanner
 @needs_fixtures
 def test_a_damaged_chunk_costs_only_its_bad_record(tmp_path, monkeypatch):
     """In chunks of 64 KiB, garbage in one chunk sends that chunk to msgspec
@@ -130,7 +150,7 @@ def test_a_damaged_chunk_costs_only_its_bad_record(tmp_path, monkeypatch):
     (expected, expected_problems) = both(path, monkeypatch)[1]
     monkeypatch.setenv("DDLC_JSON_SCANNER", "c")
     scans, scan = [], fastjson.scan
-    monkeypatch.setattr(fastjson, "scan", lambda *a: scans.append(s := scan(*a)) or s)
+    monkeypatch.setattr(fastjson, "scan", lambda *a, **k: scans.append(s := scan(*a, **k)) or s)
     table, problems = kineto.KinetoReader().read(path, RULES, "r1")
     assert table.equals(expected) and [str(p) for p in problems] == expected_problems
     assert len(problems) == 1 and "1 record(s) could not be read" in problems[0]

@@ -92,6 +92,8 @@ class _Scan(ctypes.Structure):
         ("escaped", ctypes.c_int32),
         ("failed_at", ctypes.c_int64),
         ("all_records", ctypes.c_int32),
+        ("open_ended", ctypes.c_int32),
+        ("array_end", ctypes.c_int64),
     ]
 
 
@@ -137,6 +139,7 @@ class Scanned:
     spans: np.ndarray  # (n, 2) start, end
     span_rows: np.ndarray
     escaped: bool  # some name or cat is still JSON-escaped
+    array_end: int = -1  # scan(open_ended=True): where the array's ']' is
 
     @property
     def rows(self) -> int:
@@ -203,6 +206,7 @@ def scan(
     bracketed: bool = True,
     all_records: bool = False,
     keep: tuple[str, ...] | None = None,
+    open_ended: bool = False,
 ):
     """Scanned columns of the records in ``data[begin:end]`` (``data``: bytes
     or any buffer, such as msgspec.Raw; a JSON array when ``bracketed``, else
@@ -212,7 +216,11 @@ def scan(
     record when ``all_records`` (the Horovod Timeline, whose ids are never
     strings: a string id falls back). ``keep``: the columns (of ROW_COLUMNS
     and STRING_COLUMNS; "names" always) to copy out of the scanner's arrays,
-    None: all; a reader that never uses the others need not hold them."""
+    None: all; a reader that never uses the others need not hold them.
+    ``open_ended``: the records inside an array from ``begin`` on, ``data``
+    running on past its ``]`` (the rest of the document), whose place the
+    answer gives (``array_end``): where the array ends, without a pass of
+    msgspec over its last chunk."""
     lib = library()
     if lib is None:
         return None
@@ -222,7 +230,7 @@ def scan(
     capacity = (end - begin) // RECORD_BYTES + 16
     for _ in range(2):
         out, arrays = _output(capacity, end - begin)
-        out.all_records = int(all_records)
+        out.all_records, out.open_ended = int(all_records), int(open_ended)
         done = lib.kineto_scan(address, begin, end, int(bracketed), ctypes.byref(out))
         if done != SCAN_FULL:
             break
@@ -245,6 +253,7 @@ def scan(
         spans=spans[:, :2],
         span_rows=spans[:, 2],
         escaped=bool(out.escaped),
+        array_end=out.array_end if open_ended else -1,
     )
 
 

@@ -70,6 +70,8 @@ typedef struct {
     int32_t escaped; /* some name or cat holds a backslash escape */
     int64_t failed_at; /* byte where the pass gave up (SCAN_FALLBACK) */
     int32_t all_records; /* every record a row, not only complete events */
+    int32_t open_ended; /* not bracketed, data runs on past the array's ']' */
+    int64_t array_end;  /* open_ended: where that ']' is */
 } Scan;
 
 typedef struct {
@@ -621,6 +623,10 @@ int kineto_scan(const uint8_t *data, int64_t begin, int64_t end, int32_t bracket
         if (bracketed) {
             if (c.p >= c.end || *c.p != ']') goto fail;
             c.p++;
+        } else if (s->open_ended) { /* the array's last record: what follows is not ours */
+            if (c.p >= c.end || *c.p != ']') goto fail;
+            s->array_end = c.p - data;
+            return SCAN_OK;
         }
         break;
     }

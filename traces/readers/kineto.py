@@ -27,6 +27,7 @@ way everything after that is numpy: no Python per event.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import re
@@ -203,6 +204,16 @@ class Document(msgspec.Struct):
 
     traceEvents: msgspec.Raw
     distributedInfo: dict | None = None
+
+
+# Made once, at import: msgspec builds a Struct's type information on its
+# first decoder, and two reader threads building Event's at once (a folder's
+# files are read two at a time) crashed the process once (a NULL field type
+# in msgspec's struct decoding, the other thread's half-built information).
+# Decoders are safe to share between threads.
+DOCUMENT_DECODER = msgspec.json.Decoder(Document)
+EVENT_DECODER = msgspec.json.Decoder(Event)
+EVENTS_DECODER = msgspec.json.Decoder(list[Event])
 
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -408,25 +419,39 @@ _EVENTS_OPEN = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 def _decode(data: bytes, path: Path):
     """(batches of events, distributedInfo, problems), keeping every
-    readable event: the events array is decoded a chunk at a time. Only the
-    document less all but the last chunk is decoded as a whole (for
-    distributedInfo and where the array ends): the chunks before need no
-    pass of their own."""
+    readable event: the events array is decoded a chunk at a time. The
+    scanner reads the last chunk up to where the array ends, and msgspec
+    only the document around the array (for distributedInfo); where the
+    scanner does not take that chunk, the document less all but the last
+    chunk is decoded as a whole (for distributedInfo and where the array
+    ends). The chunks before need no pass of their own."""
     problems: list = []
     key = data.find(_EVENTS_KEY)
     opened = _EVENTS_OPEN.match(data, key) if key >= 0 else None
     if opened is not None:
         chunks, last = jsonrecords.chunks(data, _first_record(data, opened.end()))
+        # the last chunk scanned up to the array's end, which the scanner
+        # finds: only the document around the array is left to msgspec
+        tail = fastjson.scan(data, last, None, False, open_ended=True)
+        if tail is not None:
+            try:
+                doc = DOCUMENT_DECODER.decode(data[: opened.end()] + data[tail.array_end :])
+            except UNREADABLE:
+                pass  # as if the scanner had not taken it: below
+            else:
+                pieces = [(data, begin, end, False) for begin, end in chunks]
+                batches = itertools.chain(_batches(pieces, path, problems), [tail])
+                return batches, doc.distributedInfo, problems
         rest = data[: opened.end()] + data[last:] if chunks else data
         try:
-            doc = msgspec.json.decode(rest, type=Document)
+            doc = DOCUMENT_DECODER.decode(rest)
         except UNREADABLE:
             pass  # cut or damaged: read as a whole below
         else:
             pieces = _pieces(data, chunks, last, doc.traceEvents)
             return _batches(pieces, path, problems), doc.distributedInfo, problems
     try:
-        doc = msgspec.json.decode(data, type=Document)
+        doc = DOCUMENT_DECODER.decode(data)
     except UNREADABLE:
         return _salvaged(data, path)
     pieces = [(doc.traceEvents, 0, None, True)]
@@ -448,8 +473,7 @@ def _batches(pieces, path: Path, problems: list):
     """Batches of events: scanned into columns in C (traces/fastjson) where
     the scanner is built and the run is of the plain shapes it takes, else
     decoded by msgspec into a list of events (traces/jsonrecords)."""
-    decoder = msgspec.json.Decoder(list[Event])
-    return jsonrecords.batches(pieces, fastjson.scan, decoder, Event, path, problems)
+    return jsonrecords.batches(pieces, fastjson.scan, EVENTS_DECODER, Event, path, problems)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -672,7 +696,7 @@ class _Events:
     def _add_scanned(self, scanned: fastjson.Scanned) -> None:
         """The scanner's columns; the few records it spans (metadata, and
         complete events with an id written as a string) decoded by msgspec."""
-        decode = msgspec.json.Decoder(Event).decode
+        decode = EVENT_DECODER.decode
         data = memoryview(scanned.data)
         spanned = [decode(data[begin:end]) for begin, end in scanned.spans.tolist()]
         self._metadata(spanned)
