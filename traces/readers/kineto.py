@@ -690,7 +690,7 @@ class _Events:
             tid=self.tids.of([e.tid for e in complete]),
             correlation=_ids([a.correlation for a in present], with_args, n),
             external=_ids([a.external_id for a in present], with_args, n),
-            collectives=_collectives(present, with_args, n),
+            collectives=self._coded(*_collectives(present, with_args, n)),
         )
 
     def _add_scanned(self, scanned: fastjson.Scanned) -> None:
@@ -722,11 +722,13 @@ class _Events:
             tid=tid[keep],
             correlation=c["correlation"][keep],
             external=c["external"][keep],
-            collectives=_scanned_collectives(
-                strings["collectives"],
-                strings["dtypes"],
-                np.where(np.isnan(c["nelems"]), c["msg_size"], c["nelems"])[keep],
-                scanned.escaped,
+            collectives=self._coded_distinct(
+                *_scanned_collectives(
+                    strings["collectives"],
+                    strings["dtypes"],
+                    np.where(np.isnan(c["nelems"]), c["msg_size"], c["nelems"])[keep],
+                    scanned.escaped,
+                )
             ),
         )
 
@@ -784,11 +786,9 @@ class _Events:
         collective outside c10d (``symm_mem::one_shot_all_reduce``, a custom
         all-reduce op) that no record sizes. Only those records are looked
         for in the text and decoded, a few per step."""
-        import pyarrow.compute as pc
-
         sized = set()
         for p in self.parts:
-            sized.update(np.unique(p["region"][p["bytes"] != NULL]).tolist())
+            sized.update(p["region"][p["bytes"] != NULL].tolist())
         unsized = not sized  # else a backend record is in a sized c10d call
         names = self.regions.names()
         # every new name through the rules at once (then cached); only a
@@ -796,11 +796,9 @@ class _Events:
         # can take its size from its shape
         first = rules.first_rules(names, KinetoReader.name)
         named = np.array([r.collective is not None for r in rules.rules] + [False])[first]
-        # a ':' after 3 or 4 letters, found in Arrow: only those names and
-        # the collectives come to Python
-        sliced = pc.utf8_slice_codeunits(strings(names), 3, 5)
-        colon = pc.and_kleene(pc.match_substring(sliced, ":"), sliced.is_valid())  # null: False
-        maybe = np.flatnonzero(named | to_numpy(colon))
+        # a ':' after 3 or 4 letters (a backend's name is ASCII letters)
+        colon = [isinstance(name, str) and ":" in name[3:5] for name in names]
+        maybe = np.flatnonzero(named | np.array(colon, dtype=bool))
         backends = [
             (code, names[code])
             for code in maybe.tolist()
@@ -845,12 +843,27 @@ class _Events:
             elif e.name == "thread_name":
                 self.thread[(e.pid, e.tid)] = e.args.name
 
+    def _coded(self, rows: np.ndarray, names: list, nbytes: np.ndarray):
+        """(rows, their collectives' codes, bytes) of what _collectives gives."""
+        return rows, self.collectives.of(names), nbytes
+
+    def _coded_distinct(self, rows: np.ndarray, local: np.ndarray, names: list, nbytes):
+        """(rows, their collectives' codes, bytes) of what _scanned_collectives
+        gives: each distinct name coded once, not a name per row; the names
+        the rows use, in the order they first come (their ``local`` codes
+        are in that order), as coding a name per row would give them."""
+        used = np.bincount(local, minlength=len(names)) > 0
+        place = np.cumsum(used) - 1
+        distinct = [name for name, u in zip(names, used.tolist()) if u]
+        return rows, self.collectives._known(place[local], distinct), nbytes
+
     def _append(self, ts, dur, *, region, category, pid, tid, correlation, external, collectives):
         """One batch's columns; ``ts``, ``dur``: nanoseconds; the others
-        codes; ``collectives``: what _collectives gives."""
-        rows, names, nbytes = collectives
+        codes; ``collectives``: (rows, their collectives' codes, the bytes
+        of every row)."""
+        rows, codes, nbytes = collectives
         collective = np.full(len(ts), -1, dtype=np.int32)
-        collective[rows] = self.collectives.of(names)
+        collective[rows] = codes
         self.parts.append(
             {
                 "start": ts,
@@ -1054,15 +1067,16 @@ def element_count(value) -> int | None:
 
 def _scanned_collectives(names: pa.StringArray, dtypes: pa.StringArray, elements, escaped: bool):
     """What _collectives gives, from the scanner's columns: the rows whose
-    ``Collective name`` names a collective (null: none), their names, the
-    bytes of every row (``elements`` NaN: unknown); the same rules, applied
-    to each distinct name and dtype instead of each event."""
+    ``Collective name`` names a collective (null: none), their names (as
+    codes of a list of names: names[local] is each row's), the bytes of
+    every row (``elements`` NaN: unknown); the same rules, applied to each
+    distinct name and dtype instead of each event."""
     import pyarrow.compute as pc
 
     nbytes = np.full(len(names), NULL, dtype=np.int64)
     rows = np.flatnonzero(to_numpy(names.is_valid()))
     if rows.size == 0:
-        return rows, [], nbytes
+        return rows, np.zeros(0, dtype=np.int64), [], nbytes
     encoded = pc.dictionary_encode(names.take(from_numpy(rows)))
     named = [COLLECTIVE_NAMES.get(n, n) for n in _lower(encoded.dictionary.to_pylist(), escaped)]
     is_collective = np.array([n is not None for n in named], dtype=bool)
@@ -1077,7 +1091,7 @@ def _scanned_collectives(names: pa.StringArray, dtypes: pa.StringArray, elements
     count = elements[rows]
     known = (size > 0) & (count >= 0) & (count < MAX_ELEMENTS)  # NaN: unknown
     nbytes[rows[known]] = np.trunc(count[known]).astype(np.int64) * size[known]
-    return rows, [named[i] for i in local.tolist()], nbytes
+    return rows, local, named, nbytes
 
 
 def _lower(texts: list, escaped: bool) -> list:
