@@ -439,8 +439,8 @@ def _decode(data: bytes, path: Path):
             except UNREADABLE:
                 pass  # as if the scanner had not taken it: below
             else:
-                pieces = [(data, begin, end, False) for begin, end in chunks]
-                batches = itertools.chain(_batches(pieces, path, problems), [tail])
+                runs = [(data, begin, end, False) for begin, end in chunks]
+                batches = itertools.chain(_batches(runs, path, problems), [tail])
                 return batches, doc.distributedInfo, problems
         rest = data[: opened.end()] + data[last:] if chunks else data
         try:
