@@ -199,6 +199,7 @@ def _read_ahead(traces: list[Path], rules: PhaseRules, run_id: str | None, pool)
     parts (an OTF2 archive) is read part by part as its parts are asked
     for, so that memory holds one of them."""
     started: dict[int, Callable] = {}
+    kinds: set[str] = set()  # of the files read in the pool
 
     def start(i: int) -> None:
         trace = traces[i]
@@ -210,6 +211,7 @@ def _read_ahead(traces: list[Path], rules: PhaseRules, run_id: str | None, pool)
             return
         if readers.in_one_part(name):
             future = pool.submit(lambda: list(readers.parts(trace, rules, rid, name)))
+            kinds.add(name)
             started[i] = lambda: (name, _drained(future.result()))
         else:
             started[i] = lambda: (name, readers.parts(trace, rules, rid, name))
@@ -217,10 +219,14 @@ def _read_ahead(traces: list[Path], rules: PhaseRules, run_id: str | None, pool)
     # the READ_AHEAD files being read and the one whose table is being
     # written (one reader alone reads and writes in turn, one core's way)
     in_hand = READ_AHEAD + 1 if READ_AHEAD > 1 else 1
+    imported: set[str] = set()
     for i, trace in enumerate(traces):
         for ahead in range(i, min(i + in_hand, len(traces))):
             if ahead not in started:
                 start(ahead)
+        for name in kinds - imported:  # while the pool's first reads run
+            readers.import_ahead(name)
+            imported.add(name)
         yield trace, started.pop(i)
 
 

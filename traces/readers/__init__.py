@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import importlib
 import os
 import re
 import threading
@@ -63,6 +64,9 @@ class Reader:
 
     name: str = ""
     patterns: tuple[str, ...] = ()
+    # modules its reading imports on the way: imported ahead by the thread
+    # that waits while the first files are read in others (import_ahead)
+    imports: tuple[str, ...] = ()
 
     @classmethod
     def recognises(cls, path: Path, head: bytes) -> bool:
@@ -141,6 +145,15 @@ def read(path: Path, rules, run_id: str = "", source: str | None = None):
     reader = readers()[source or detect(path)]
     table, problems = reader().read(Path(path), rules, run_id)
     return table, problems + _noted(path, table)
+
+
+def import_ahead(source: str) -> None:
+    """Imports what the reader of that name imports on its way (its
+    ``imports``): in a thread that would only wait, while the first files are
+    read in others, so that none of them holds the interpreter's lock for
+    it (pyarrow.compute: some 30 ms of it)."""
+    for module in readers()[source].imports:
+        importlib.import_module(module)
 
 
 def in_one_part(source: str) -> bool:

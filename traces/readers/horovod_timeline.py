@@ -73,6 +73,7 @@ class Record(msgspec.Struct, gc=False):
 class HorovodTimelineReader(Reader):
     name = "horovod_timeline"
     patterns = (HOROVOD_TIMELINE, f"{HOROVOD_TIMELINE}.gz", "*.json", "*.json.gz")
+    imports = ("pyarrow.compute",)
 
     @classmethod
     def recognises(cls, path: Path, head: bytes) -> bool:
