@@ -232,7 +232,7 @@ class KinetoReader(Reader):
         "*.json",
         "*.json.gz",
     )
-    imports = ("pyarrow.compute", "numpy.ma")  # numpy.ma: np.unique asks for it
+    imports = ("pyarrow.compute",)
 
     @classmethod
     def recognises(cls, path: Path, head: bytes) -> bool:
