@@ -58,11 +58,14 @@ def child(trace: Path, out: Path, one_at_a_time: bool) -> None:
         last[:] = [cpu, faults]
 
     mark("Python's start-up")
-    import pyarrow.parquet as pq
+    from front import cli as front_cli
 
-    from traces import convert, fastotf2, readers
-    from traces.readers import otf2_reader
-    from traces.rules import PhaseRules
+    with front_cli.converter_loading():  # as ddlc import loads them
+        import pyarrow.parquet as pq
+
+        from traces import convert, fastotf2, readers
+        from traces.readers import otf2_reader
+        from traces.rules import PhaseRules
 
     mark("imports (traces.convert and what it needs)")
     convert.no_huge_pages()  # as traces.convert.main sets up its process

@@ -280,15 +280,18 @@ def child(anchor: Path, cores: int, streamed: bool) -> None:
     off, freed memory kept for reuse: traces/convert.py) before the clock
     starts."""
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:cores]))
-    import pyarrow as pa
+    from front import cli as front_cli
+
+    with front_cli.converter_loading():  # as ddlc import loads them
+        import pyarrow as pa
+
+        from traces import convert, fastotf2
+        from traces.readers import otf2_reader
+        from traces.rules import PhaseRules
 
     pa.set_cpu_count(cores)
-    from traces import convert, fastotf2
-
     convert.no_huge_pages()
     convert.reuse_freed_memory()
-    from traces.readers import otf2_reader
-    from traces.rules import PhaseRules
 
     if fastotf2.library() is None:
         raise SystemExit(f"fastotf2 unavailable: {fastotf2.why_unavailable()}")

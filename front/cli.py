@@ -447,12 +447,21 @@ def cmd_timeline(args) -> int:
 def cmd_import(args) -> int:
     """Traces written elsewhere (OTF2, PyTorch profiler, Horovod Timeline)
     into one phase table: what ``python -m traces.convert`` does."""
-    with _blas_of_one_thread(), _imports_uncollected():
+    with converter_loading():
         from traces import convert
 
     keep = ["--keep-going"] if args.keep_going else []
     output_file(args.out, "-o", args.paths)
     return convert.main([*map(str, args.paths), "-o", args.out, *keep])
+
+
+@contextlib.contextmanager
+def converter_loading():
+    """How ``ddlc import`` loads the converter's modules (bench/ sets up
+    its processes the same way): numpy with one BLAS thread, and no
+    garbage collection of the modules' objects."""
+    with _blas_of_one_thread(), _imports_uncollected():
+        yield
 
 
 @contextlib.contextmanager
