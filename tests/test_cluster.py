@@ -6,6 +6,7 @@ lost, a time limit, a cancel) leave the run recorded with Slurm's reason
 and a rerun does only what is left. Also: the profiles by name, as the
 card writes them, from the project root."""
 
+import concurrent.futures
 import contextlib
 import fcntl
 import json
@@ -689,16 +690,113 @@ def test_a_node_lost_mid_job_is_recorded_and_slurm_runs_it_again(slurm_cluster, 
         bring_back(lost, env)
 
 
+class HeldPastTheirLimits:
+    """A job of each scheduler whose machine is held by a measurement (a
+    lock of their own) past its whole limit of 1 minute, while a second job
+    is planned on the OAR job's node right after it: each job waits in its
+    shell prefix (the Snakefile's), adds the wait to its limit as it goes,
+    and runs its command once the machine is free, instead of its scheduler
+    ending it in the wait. The hold runs in the background (a minute and
+    more of pure waiting), beside the Slurm time-limit test's own wait."""
+
+    HOLD_S = 100  # past the limit, Slurm's check of it (every 30 s) and KillWait (5 s)
+
+    def __init__(self, env: dict, user, node: str):
+        self.env, self.user, self.node = env, user, node
+        self.workdir = user.workdir("wait")
+        self.lock = self.workdir / "measure.lock"
+        self.lock.touch()
+        shutil.chown(self.lock, user.name)
+        self.measurement = open(self.lock)
+        fcntl.flock(self.measurement, fcntl.LOCK_EX)
+        self.slurm_job, self.oar_job = self.sbatch(), self.oarsub()
+        self.pool = concurrent.futures.ThreadPoolExecutor(1)
+        self.held = self.pool.submit(self.hold)
+
+    def script(self, name: str) -> Path:
+        """A job's script: the workflow's prefix, then a command that leaves a mark."""
+        command = ws.job_prefix(self.workdir / f"{name}.jobs.log")
+        command += f"echo ran > {self.workdir / f'{name}.ran'}"
+        script = self.workdir / f"{name}.sh"
+        script.write_text(
+            f"#!/bin/sh\nexport DDLC_MEASURE_LOCK={self.lock}\n"
+            f"exec bash -c {shlex.quote(command)}\n"
+        )
+        script.chmod(0o755)
+        shutil.chown(script, self.user.name)
+        return script
+
+    def sbatch(self) -> str:
+        out = self.workdir / "slurm.%j.out"
+        argv = ["sbatch", "--parsable", "--time=1", "--mem=50", "-o", str(out)]
+        done = subprocess.run(
+            [*argv, str(self.script("slurm"))], env=self.env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    def oarsub(self) -> str:
+        def submit(*argv: str) -> str:  # oarsub takes the job's folder from $PWD
+            done = subprocess.run(
+                self.user.as_user(["oarsub", "-p", f"host='{self.node}'", "-l",
+                                   "host=1,walltime=0:01:00", *argv]),
+                cwd=self.workdir, env={**self.user.env, "PWD": str(self.workdir)},
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stdout + done.stderr
+            return next(w.split("=")[1] for w in done.stdout.split() if w.startswith("OAR_JOB_ID="))
+
+        job = submit("-O", "oar.%jobid%.out", "-E", "oar.%jobid%.err", str(self.script("oar")))
+        submit("true")  # planned on the node right after the first
+        return job
+
+    def slurm_state(self) -> str:
+        argv = ["scontrol", "show", "job", "-o", self.slurm_job]
+        return subprocess.run(argv, env=self.env, capture_output=True, text=True).stdout
+
+    def hold(self) -> None:
+        """The measurement: held from both jobs' start (not their submission:
+        a job queued behind another test's would otherwise wait less than its
+        limit) for HOLD_S, then let go."""
+        try:
+            wait_for("the Slurm job running", lambda: "JobState=RUNNING " in self.slurm_state())
+            wait_for(
+                "the OAR job running",
+                lambda: oarstat(self.user, self.oar_job, self.workdir)["state"] == "Running",
+            )
+            time.sleep(self.HOLD_S)
+        finally:
+            self.measurement.close()  # lets go of the lock
+
+    def released(self) -> None:
+        self.held.result(timeout=self.HOLD_S + 400)
+
+    def close(self) -> None:
+        self.measurement.close()
+        self.pool.shutdown(wait=True)
+
+
+@pytest.fixture(scope="module")
+def held_past_their_limits(slurm_cluster, oar_cluster):
+    node = slurm_cluster[0]["nodes"][0]["hostname"]
+    held = HeldPastTheirLimits(slurm_cluster[1], oar_cluster, node)
+    yield held
+    held.close()
+
+
 @pytest.mark.slow
 @pytest.mark.schedulers
-def test_a_job_past_its_slurm_time_limit_is_recorded_and_rerun_alone(slurm_cluster, tmp_path):
+def test_a_job_past_its_slurm_time_limit_is_recorded_and_rerun_alone(
+    slurm_cluster, tmp_path, held_past_their_limits
+):
     """Slurm ends a run's job at its time limit (1 minute, the least):
     SIGTERM, recorded in Slurm's words, and left for the next invocation.
     The run measures on a machine lock and registry of its own: on the
     host's, it waited for the other worker's trainings (a wait its job adds
     to its limit, a minute at a time: share_machine.sh, tested by
     test_a_job_waiting_for_the_machine_...), and its minute and more of
-    measuring held all of theirs back."""
+    measuring held all of theirs back. It asks for held_past_their_limits
+    only to start that test's minute and more of waiting beside its own."""
     alone = {
         "DDLC_MEASURE_LOCK": str(tmp_path / "measure.lock"),
         "DDLC_ATTEMPTS": str(tmp_path / "a"),
@@ -717,37 +815,42 @@ def test_a_job_past_its_slurm_time_limit_is_recorded_and_rerun_alone(slurm_clust
 @pytest.mark.slow
 @pytest.mark.schedulers
 def test_a_job_waiting_for_the_machine_adds_the_wait_to_its_slurm_time_limit(
-    slurm_cluster, tmp_path
+    held_past_their_limits,
 ):
-    """A measurement holds the machine past a job's whole time limit (1
-    minute): the job waits in its shell prefix (the Snakefile's), adds the
-    wait to its limit as it goes, and its command runs once the machine is
-    free, instead of Slurm ending it in the wait."""
-    _, env = slurm_cluster
-    lock = tmp_path / "measure.lock"  # this test's own machine lock
-    command = ws.job_prefix(tmp_path / "jobs.log") + f"echo ran > {tmp_path / 'ran'}"
-    script = tmp_path / "job.sh"
-    script.write_text(f"#!/bin/sh\nexec bash -c {shlex.quote(command)}\n")
-    sbatch = ["sbatch", "--parsable", "--time=1", "--mem=50", "-o", str(tmp_path / "out.%j")]
-    with open(lock, "w") as measurement:
-        fcntl.flock(measurement, fcntl.LOCK_EX)
-        job = subprocess.run(
-            [*sbatch, str(script)], env={**env, "DDLC_MEASURE_LOCK": str(lock)},
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
-        time.sleep(100)  # past the limit, and Slurm's check of it (every 30 s)
+    held = held_past_their_limits
+    held.released()
 
     def ended() -> str:
-        argv = ["scontrol", "show", "job", "-o", job]
-        out = subprocess.run(argv, env=env, capture_output=True, text=True).stdout
+        out = held.slurm_state()
         done = any(f"JobState={s} " in out for s in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"))
         return out if done else ""
 
     said = wait_for("the job's end", ended, 60)
-    log = next(tmp_path.glob("out.*")).read_text()
-    assert (tmp_path / "ran").exists(), (said, log)
+    log = next(held.workdir.glob("slurm.*.out")).read_text()
+    assert (held.workdir / "slurm.ran").exists(), (said, log)
     assert "JobState=COMPLETED" in said and "TimeLimit=00:01:00" not in said, said
     assert "waiting for the machine" in log and "warning" not in log, log
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+def test_a_job_waiting_for_the_machine_adds_the_wait_to_its_oar_walltime(held_past_their_limits):
+    """As under Slurm, with the second job planned on the node right after
+    the first: the first adds its wait to its walltime ahead of the second
+    (oarwalltime --delay-next-jobs; the second would wait for the machine
+    too)."""
+    held = held_past_their_limits
+    held.released()
+
+    def ended() -> dict:
+        job = oarstat(held.user, held.oar_job, held.workdir)
+        return job if job["state"] in ("Terminated", "Error") else {}
+
+    job = wait_for("the first job's end", ended, 90)
+    err = (held.workdir / f"oar.{held.oar_job}.err").read_text()
+    assert (held.workdir / "oar.ran").exists(), (job, err)
+    assert job["state"] == "Terminated", (job, err)
+    assert "waiting for the machine" in err and "warning" not in err, err
 
 
 # ---- scheduler faults (OAR) ---------------------------------------------------------------

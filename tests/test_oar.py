@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import shutil
-import shlex
 import signal
 import subprocess
 import sys
@@ -202,56 +201,6 @@ def test_walltime_kill_is_failed_and_the_workflow_ends(oar_user):
     assert "WALLTIME (" in record["reason"], record["reason"]
     # As complete under OAR's SIGKILL as under Slurm's SIGTERM (test_cluster's faults).
     assert record["scheduler"] == "oar" and record["hosts"] and record["command"], record
-
-
-@pytest.mark.slow
-def test_a_job_waiting_for_the_machine_adds_the_wait_to_its_oar_walltime(oar_user):
-    """As under Slurm (test_cluster): a measurement holds the machine past a
-    job's whole walltime (1 minute) while a second job is planned on the
-    same node right after it. The first waits in its shell prefix (the
-    Snakefile's), adds the wait to its walltime ahead of the second (which
-    would wait for the machine too), and runs once the machine is free,
-    instead of OAR ending it in the wait."""
-    import fcntl
-
-    from front import workflow_support as ws
-
-    workdir = oar_user.workdir("wait")
-    lock = workdir / "measure.lock"  # this test's own machine lock
-    lock.touch()
-    command = ws.job_prefix(workdir / "jobs.log") + f"echo ran > {workdir / 'ran'}"
-    script = workdir / "job.sh"
-    script.write_text(
-        f"#!/bin/sh\nexport DDLC_MEASURE_LOCK={lock}\nexec bash -c {shlex.quote(command)}\n"
-    )
-    script.chmod(0o755)
-    for path in (lock, script):
-        shutil.chown(path, oar_user.name)
-
-    def oarsub(*argv: str) -> str:  # oarsub takes the job's folder from $PWD
-        done = subprocess.run(
-            oar_user.as_user(["oarsub", "-l", "host=1,walltime=0:01:00", *argv]), cwd=workdir,
-            env={**oar_user.env, "PWD": str(workdir)}, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
-        [job_id] = [w.split("=")[1] for w in done.stdout.split() if w.startswith("OAR_JOB_ID=")]
-        return job_id
-
-    with open(lock) as measurement:
-        fcntl.flock(measurement, fcntl.LOCK_EX)
-        job_id = oarsub("-O", "first.%jobid%.out", "-E", "first.%jobid%.err", str(script))
-        oarsub("true")  # planned on the node right after the first
-        time.sleep(100)  # past the walltime
-
-    def ended() -> dict:
-        job = oarstat(oar_user, job_id, workdir)
-        return job if job["state"] in ("Terminated", "Error") else {}
-
-    job = wait_for("the first job's end", ended, 90)
-    err = (workdir / f"first.{job_id}.err").read_text()
-    assert (workdir / "ran").exists(), (job, err)
-    assert job["state"] == "Terminated", (job, err)
-    assert "waiting for the machine" in err and "warning" not in err, err
 
 
 def wait_for(what: str, check, limit: float = 300):
