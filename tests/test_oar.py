@@ -104,9 +104,20 @@ def oar_user(schedulers_alone):
         shutil.rmtree(user.home / "ddlc-tests", ignore_errors=True)
 
 
-def snakemake(user: OarUser, workdir: Path, profile: Path, *extra: str, limit: int | None = None):
+def snakemake(
+    user: OarUser,
+    workdir: Path,
+    profile: Path,
+    *extra: str,
+    limit: int | None = None,
+    env: dict[str, str] | None = None,
+):
+    """The workflow as ``user``, with ``env`` added to its environment (the
+    profile passes DDLC_* on to the jobs)."""
     limit = limit or workflow_limit(workdir / "design.yaml")
     argv = [
+        "env",
+        *(f"{name}={value}" for name, value in (env or {}).items()),
         "timeout",
         "-k",
         "30",
@@ -175,7 +186,16 @@ def test_tiny_design_through_the_grid5000_profile_matches_a_local_run(oar_user, 
 
 
 def test_walltime_kill_is_failed_and_the_workflow_ends(oar_user):
+    """OAR kills a run's job at its walltime: the job end command records it.
+    The run measures on a machine lock and registry of its own (as the Slurm
+    time-limit test's, test_cluster): on the host's, its 90 s of measuring
+    until the kill held the other worker's trainings back, and its wait for
+    them before measuring was not added to its walltime."""
     workdir = oar_user.workdir("walltime")
+    alone = {
+        "DDLC_MEASURE_LOCK": str(workdir / "measure.lock"),
+        "DDLC_ATTEMPTS": str(workdir / "a"),
+    }
     write_design(workdir, tiny_design(procs=(1,), epochs=1000, max_steps=None, timeout_s=3600))
     started = time.monotonic()
     walltime_s, walltime = 90, "0:01:30"  # OAR ends the run there, long before its timeout
@@ -186,6 +206,7 @@ def test_walltime_kill_is_failed_and_the_workflow_ends(oar_user):
         "--set-resources",
         f"run:oar_walltime='{walltime}'",
         limit=walltime_s + WORKFLOW_OVERHEAD_S,
+        env=alone,
     )
     print(f"walltime workflow: {time.monotonic() - started:.1f} s")
     assert out.returncode != 0
@@ -201,6 +222,8 @@ def test_walltime_kill_is_failed_and_the_workflow_ends(oar_user):
     assert "WALLTIME (" in record["reason"], record["reason"]
     # As complete under OAR's SIGKILL as under Slurm's SIGTERM (test_cluster's faults).
     assert record["scheduler"] == "oar" and record["hosts"] and record["command"], record
+    # The job took its own lock and registered there (the profile passed them on).
+    assert Path(alone["DDLC_MEASURE_LOCK"]).is_file() and Path(alone["DDLC_ATTEMPTS"]).is_dir()
 
 
 def wait_for(what: str, check, limit: float = 300):
