@@ -116,7 +116,10 @@ def test_rank_killed_mid_epoch_is_a_failed_run(tmp_path, framework):
 
 @pytest.mark.slow
 def test_snakemake_killed_mid_run_then_rerun_loses_nothing(tmp_path):
-    doc = tiny_design(procs=(1, 2), **{**LONG, "epochs": 3, "train_images": 6000})
+    # Short runs: the first need only finish, and the second is interrupted
+    # as soon as its worker starts (torch's import alone takes seconds); the
+    # rerun trains it whole (3 epochs of 6,000 images were 4.5 times the steps).
+    doc = tiny_design(procs=(1, 2), **{**LONG, "epochs": 2, "train_images": 2000})
     write_design(tmp_path, doc)
     cmd = snakemake_cmd(tmp_path)
     proc = subprocess.Popen(
@@ -149,8 +152,10 @@ def test_snakemake_sigkilled_then_unlocked_and_rerun_trains_once(tmp_path):
     """SIGKILL reaches Snakemake alone: its job's runner sees the workflow
     gone, stops the training and records the attempt interrupted. After
     --unlock (what Snakemake suggests) the rerun trains alone; the
-    interrupted attempt is kept under attempts/."""
-    doc = tiny_design(**{**LONG, "epochs": 3, "train_images": 6000})
+    interrupted attempt is kept under attempts/. Two epochs of 94 steps:
+    the run must outlive the 2 s before the kill by far; the rerun trains
+    it whole."""
+    doc = tiny_design(**{**LONG, "epochs": 2, "train_images": 6000})
     path = write_design(tmp_path, doc)
     folder = tmp_path / "results" / design.parse(doc, str(path)).runs()[0].path
     proc = subprocess.Popen(
@@ -202,7 +207,9 @@ def test_killed_runner_takes_its_workers_along_and_a_rerun_claims_the_folder(tmp
 
 @pytest.mark.slow
 def test_live_orphan_is_refused_then_killed_on_request(tmp_path):
-    doc = tiny_design(**{**LONG, "epochs": 3, "train_images": 6000})
+    # A short run: the orphan is stopped as soon as its ranks start, and the
+    # run after it trains whole (3 epochs of 6,000 images were 4.5 times the steps).
+    doc = tiny_design(**{**LONG, "epochs": 2, "train_images": 2000})
     path = write_design(tmp_path, doc)
     row = design.parse(doc, str(path)).runs()[0]
     folder = tmp_path / "results" / row.path
