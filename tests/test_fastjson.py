@@ -140,6 +140,28 @@ def test_an_open_ended_scan_finds_where_the_array_ends():
 
 
 @needs_scanner
+@pytest.mark.parametrize("last", ["nested", "garbled"])
+def test_the_last_chunk_cut_inside_a_record_or_damaged_reads_as_msgspec_reads_it(
+    tmp_path, monkeypatch, last
+):
+    """The last chunk scanned up to the array's end: where the last cut
+    falls inside a nested value that holds the records' separator (so the
+    scan begins inside a record and stops at an inner ``]``), or the last
+    chunk is damaged, the reader takes the way it took before and gives
+    what msgspec alone gives."""
+    inner = ",\n  ".join(f'{{"k": {i}}}' for i in range(200))
+    nested = x("last", 9000.0) | {"args": "ARGS"}
+    raw = json.dumps(nested).replace('"ARGS"', f'{{"list": [{inner}]}}')
+    if last == "garbled":
+        raw = raw.replace('"ph": "X"', '"ph": \x07 "X"')
+    path = events_file(tmp_path / "rank-0.json", [x(f"op{i}", 10.0 * i) for i in range(300)], raw)
+    monkeypatch.setattr(jsonrecords, "CHUNK_BYTES", 512)
+    (table, problems), (expected, expected_problems) = both(path, monkeypatch)
+    assert table.equals(expected) and problems == expected_problems
+    assert table.num_rows == 300 + (last == "nested")
+
+
+@needs_scanner
 @needs_fixtures
 def test_a_damaged_chunk_costs_only_its_bad_record(tmp_path, monkeypatch):
     """In chunks of 64 KiB, garbage in one chunk sends that chunk to msgspec
