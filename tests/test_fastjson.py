@@ -288,6 +288,30 @@ def test_values_passed_down_in_c_as_level_by_level(seed, monkeypatch):
 
 
 @needs_scanner
+@pytest.mark.parametrize("seed", range(4))
+def test_phases_of_communication_in_c_as_in_numpy(seed):
+    """traces.table's communication by context (each nest of communication
+    takes the phase of the code around it, a broadcast outside any phase
+    init) gives the same phases in one C pass as in numpy's passes."""
+    rng = np.random.default_rng(seed)
+    comm = [table._PHASE["grad_comm"], table._PHASE["other_comm"]]
+    for parents_first in (True, False):
+        parent, depth = random_tree(rng, 5000, parents_first)
+        phases = rng.integers(0, len(table._PHASE_NAMES), 5000)
+        phase = np.where(rng.random(5000) < 0.5, rng.choice(comm, 5000), phases).astype(np.int8)
+        collective = rng.integers(-1, 3, 5000).astype(np.int32)
+        for bcast in (-2, 1):
+            fast, slow = phase.copy(), phase.copy()
+            tree = table._Nesting(parent, depth)
+            assert tree.order
+            table._communication_by_context(fast, tree, collective, bcast)
+            tree.order = 0  # numpy's passes
+            table._communication_by_context(slow, tree, collective, bcast)
+            assert np.array_equal(fast, slow) and (fast != phase).any()
+            assert (fast == table._PHASE["init"]).sum() > (phase == table._PHASE["init"]).sum()
+
+
+@needs_scanner
 @pytest.mark.parametrize("seed", range(3))
 def test_outermost_in_c_is_the_numpy_walk(seed, monkeypatch):
     """traces.nesting.outermost (collective instances: each collective row's

@@ -398,7 +398,7 @@ def _columns(
     collective_names, rule_collective = _rule_collectives(c.collective_names, rules, first)
     collective = _collectives_by_rule(c, rule_collective[first])
     bcast = collective_names.index("bcast") if "bcast" in collective_names else -2
-    _communication_by_context(phase, tree, collective == bcast)
+    _communication_by_context(phase, tree, collective, bcast)
     op_id = _collective_instances(c, collective, tree, join)
     notes.update(_unrecognised_communication(c, first < 0, op_id, tree))
     notes.update(_unsized(collective, collective_names, c.bytes))
@@ -450,12 +450,22 @@ _COMM_IN[[_PHASE[p] for p in ("backward", "optimizer", STEP, EPOCH)]] = _PHASE["
 _COMM_IN[_PHASE["init"]] = _PHASE["init"]
 
 
-def _communication_by_context(phase: np.ndarray, tree: _Nesting, is_bcast: np.ndarray) -> None:
+def _communication_by_context(
+    phase: np.ndarray, tree: _Nesting, collective: np.ndarray, bcast: int
+) -> None:
     """In place: the outermost grad_comm row of each nest of communication
     takes the phase of communication in its context (_COMM_IN), the rows
     inside it take its phase. One outside any phase stays grad_comm, but
-    a broadcast: that is the start-up broadcast of the parameters (init,
-    as a Horovod Timeline's; one in a step is inside a phase)."""
+    a broadcast (``collective`` equal to ``bcast``): that is the start-up
+    broadcast of the parameters (init, as a Horovod Timeline's; one in a
+    step is inside a phase). One C pass where the nesting has an order
+    (some eight numpy passes and their arrays over every row otherwise)."""
+    if tree.order and phase.dtype == np.int8 and phase.flags.c_contiguous:
+        codes = (_PHASE["grad_comm"], _PHASE["other_comm"], _PHASE["init"])
+        if fastjson.communication_by_context(
+            phase, tree.parent_row, collective, bcast, tree.order, codes, _COMM_IN
+        ):
+            return
     comm = phase == _PHASE["grad_comm"]
     if not comm.any():
         return
@@ -469,7 +479,7 @@ def _communication_by_context(phase: np.ndarray, tree: _Nesting, is_bcast: np.nd
     placed[comm & ~outer] = -1  # takes its outermost communication's
     known = outer & (context >= 0)
     placed[known] = _COMM_IN[context[known]]
-    placed[outer & (context < 0) & is_bcast] = _PHASE["init"]
+    placed[outer & (context < 0) & (collective == bcast)] = _PHASE["init"]
     tree.inherit(placed, -1)
     phase[:] = placed
 

@@ -12,10 +12,11 @@ returns None and the reader decodes the chunk with msgspec, as it would
 without it.
 
 ``stack_parents()`` is traces/nesting.py's nesting rule in one C pass;
-``nesting_order()``/``inherit()``, ``outermost()``, ``any_outlives()`` and
-``any_parent_elsewhere()``
-are traces/table.py's values passed down the nesting, its collective
-instances and the OTF2 reader's two-thread check, each one C pass
+``nesting_order()``/``inherit()``, ``communication_by_context()``,
+``outermost()``, ``any_outlives()`` and ``any_parent_elsewhere()``
+are traces/table.py's values passed down the nesting, its phases of
+communication, its collective instances and the OTF2 reader's two-thread
+check, each one C pass
 where numpy would make several and their temporary arrays.
 
 The library is built on first use with gcc into
@@ -166,6 +167,15 @@ def _declare(lib: ctypes.CDLL) -> None:
     for name, kind in (("inherit_i64", ctypes.c_int64), ("inherit_i8", ctypes.c_int8)):
         getattr(lib, name).argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64, kind, ctypes.c_int32]
         getattr(lib, name).restype = None
+    lib.communication_by_context.argtypes = [ctypes.c_void_p] * 3 + [
+        ctypes.c_int64,
+        ctypes.c_int32,
+        *[ctypes.c_int8] * 3,
+        ctypes.c_void_p,
+        ctypes.c_int32,
+        *[ctypes.c_void_p] * 2,
+    ]
+    lib.communication_by_context.restype = None
     lib.any_outlives.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64]
     lib.any_outlives.restype = ctypes.c_int32
     lib.any_parent_elsewhere.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64]
@@ -366,6 +376,43 @@ def inherit(values: np.ndarray, parent: np.ndarray, missing, order: int) -> None
     name = {np.dtype(np.int64): "inherit_i64", np.dtype(np.int8): "inherit_i8"}[values.dtype]
     assert values.flags.c_contiguous and parent.dtype == np.int64 and order
     getattr(library(), name)(values.ctypes.data, parent.ctypes.data, len(values), missing, order)
+
+
+def communication_by_context(
+    phase: np.ndarray,
+    parent: np.ndarray,
+    collective: np.ndarray,
+    bcast: int,
+    order: int,
+    codes: tuple[int, int, int],
+    comm_in: np.ndarray,
+) -> bool:
+    """traces/table.py's _communication_by_context in one C pass, ``phase``
+    (int8) in place, in the ``order`` nesting_order() gave (not 0);
+    ``codes``: those of grad_comm, other_comm and init. False with no
+    compiled library (phase unchanged)."""
+    lib = library()
+    if lib is None:
+        return False
+    assert phase.dtype == np.int8 and phase.flags.c_contiguous and parent.dtype == np.int64
+    assert parent.flags.c_contiguous and order
+    collective = np.ascontiguousarray(collective, dtype=np.int32)
+    comm_in = np.ascontiguousarray(comm_in, dtype=np.int8)
+    context, placed = np.empty_like(phase), np.empty_like(phase)
+    lib.communication_by_context(
+        phase.ctypes.data,
+        parent.ctypes.data,
+        collective.ctypes.data,
+        len(phase),
+        order,
+        *codes,
+        comm_in.ctypes.data,
+        bcast,
+        context.ctypes.data,
+        placed.ctypes.data,
+    )
+    phase[:] = placed
+    return True
 
 
 def any_outlives(parent: np.ndarray, end: np.ndarray) -> bool | None:

@@ -733,6 +733,32 @@ int32_t nesting_order(const int64_t *parent, const void *depth, int32_t depth_by
 INHERIT(inherit_i64, int64_t)
 INHERIT(inherit_i8, int8_t)
 
+/* traces/table.py's _communication_by_context in one pass, in an order
+ * nesting_order() gave: placed[i] is row i's phase after it. A row in
+ * communication (phase grad or other) has the context of its nearest
+ * ancestor that is not; the outermost grad row of a nest takes comm_in of
+ * its context (none: init where its collective is bcast, else grad), the
+ * grad rows inside it take their parent's placed phase. context: scratch. */
+void communication_by_context(const int8_t *phase, const int64_t *parent,
+                              const int32_t *collective, int64_t n, int32_t order,
+                              int8_t grad, int8_t other, int8_t init, const int8_t *comm_in,
+                              int32_t bcast, int8_t *context, int8_t *placed) {
+    for (int64_t k = 0; k < n; k++) {
+        int64_t i = order > 0 ? k : n - 1 - k, p = parent[i];
+        int8_t ph = phase[i];
+        int in_comm = ph == grad || ph == other;
+        context[i] = !in_comm ? ph : p >= 0 ? context[p] : -1;
+        placed[i] = ph;
+        if (ph != grad) continue;
+        if (p >= 0 && (phase[p] == grad || phase[p] == other))
+            placed[i] = placed[p];  /* inside a nest: its outermost's */
+        else if (context[i] >= 0)
+            placed[i] = comm_in[context[i]];
+        else if (collective[i] == bcast)
+            placed[i] = init;
+    }
+}
+
 /* Whether a row ends after its parent (traces/readers/otf2_reader.py's
  * sign of two threads on one location). */
 int32_t any_outlives(const int64_t *parent, const int64_t *end, int64_t n) {
