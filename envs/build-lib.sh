@@ -25,6 +25,11 @@ notice() {
   printf '%s\n' "$*" >&2
 }
 
+# duration SECONDS: "3 min 5 s" (or "42 s"), for the lines that say how long a step took.
+duration() {
+  if (( $1 >= 60 )); then echo "$(( $1 / 60 )) min $(( $1 % 60 )) s"; else echo "$1 s"; fi
+}
+
 # --- pinned sources (envs/sources.txt) ---------------------------------------
 
 ddlc_envs=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -233,7 +233,7 @@ def test_a_fresh_checkout_goes_on_to_build_its_environment(tmp_path):
         setup.wait()
     assert (
         first
-        == f"setup: building the Python environment in {fresh} (a few minutes the first time)\n"
+        == f"setup: building the Python environment in {fresh} (about a minute)\n"
     )
 
 
