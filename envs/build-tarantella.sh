@@ -103,7 +103,7 @@ part() {
   if [[ -e $STAMPS/$name ]]; then log "$name: already built ($(cat "$STAMPS/$name"))"; return; fi
   if [[ -z $BUILT_FROM ]]; then
     BUILT_FROM=$name BUILD_START=$SECONDS
-    notice "build-tarantella: building $PREFIX from its part '$name' on (about 4 minutes on 2 quiet cores: envs/tarantella.md)"
+    notice "build-tarantella: building $PREFIX from its part '$name' on (how long: envs/tarantella.md)"
   fi
   log "$name: start"
   t0=$(date +%s)
