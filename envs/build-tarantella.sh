@@ -37,8 +37,7 @@
 #            DDLC_PYTHON39 (a python3.9 to use; else found on PATH or pyenv, else
 #            built from CPython's sources), JOBS (default 2), GPI2_CONFIGURE_EXTRA
 #            (e.g. --with-slurm on Slurm clusters; --with-infiniband instead of Ethernet).
-# Measured on the 2-core development machine (loaded): venv 49 s, GPI-2 86 s,
-# GaspiCxx 313 s, Tarantella 137 s.
+# How long, part by part: envs/tarantella.md.
 set -euo pipefail
 
 # shellcheck source=envs/build-lib.sh

@@ -261,7 +261,7 @@ install_horovod() {
   gpu_env=$(horovod_gpu_build_env)
   wheel_dir="$cache/wheels/horovod-0.28.1-torch$torch-$py${gpu_env:+-nccl}"
   wheel_whole "$wheel_dir" ||
-    say "building Horovod 0.28.1 against torch $torch (about 4 minutes, cached in $wheel_dir)"
+    say "building Horovod 0.28.1 against torch $torch (a few minutes, cached in $wheel_dir)"
   # shellcheck disable=SC2086  # gpu_env: VAR=VALUE words
   timed "Horovod (torch)" cache_entry "$wheel_dir" wheel_whole horovod_wheel "$venv/bin/python" yes \
     HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 $gpu_env ||

@@ -204,7 +204,8 @@ def test_ddlc_sources_gathers_the_pinned_repositories(tmp_path):
     pins into the layout DDLC_SOURCES reads; a folder missing one is refused
     naming it. CPython's is always a stand-in (stand_in)."""
     sources = sources_folder(
-        tmp_path, *("cc-hpc-itwm/GPI-2", "cc-hpc-itwm/GaspiCxx", "cc-hpc-itwm/tarantella"),
+        tmp_path,
+        *("cc-hpc-itwm/GPI-2", "cc-hpc-itwm/GaspiCxx", "cc-hpc-itwm/tarantella"),
         "python/cpython",
     )
     gathered = tmp_path / "gathered"
