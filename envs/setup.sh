@@ -143,7 +143,7 @@ env_current() { [ -f "$1/.ddlc-requirements" ] && [ "$(cat "$1/.ddlc-requirement
 env_packages() {
   local env=$1 requirements=$2 label=$3 start=$SECONDS
   check_owner "$env"
-  say "building the $label environment in $env (about a minute)"
+  say "building the $label environment in $env (a minute or two)"
   [ -x "$env/bin/python" ] || python3 -m venv "$env"
   pip_in "$env" install -q --upgrade pip
   # pip byte-compiles one file at a time (half of torch's install here: 59 s

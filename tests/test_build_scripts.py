@@ -231,7 +231,7 @@ def test_a_fresh_checkout_goes_on_to_build_its_environment(tmp_path):
     finally:
         os.killpg(setup.pid, signal.SIGKILL)
         setup.wait()
-    assert first == f"setup: building the Python environment in {fresh} (about a minute)\n"
+    assert first == f"setup: building the Python environment in {fresh} (a minute or two)\n"
 
 
 def _editable_checkout(venv: Path) -> str:
