@@ -44,6 +44,7 @@ changed, so they answer at the measured scales.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,6 +82,7 @@ ASSUMPTIONS = {
 # ---------------------------------------------------------------- measures
 
 
+@functools.cache  # the bootstrap asks for the same few p thousands of times
 def expected_max(p: int) -> float:
     """E[max of p independent standard normals] (0 for one)."""
     if p <= 1:

@@ -1,6 +1,8 @@
 """Design statistics on constructed tables with known answers."""
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -129,3 +131,23 @@ def test_cells_keep_apart_every_varied_factor():
     )
     apart = cells.with_setting(runs, leave_out=("dataset",))["setting"].tolist()
     assert apart == ["batch_size 64, net_rate_mbit 100", "batch_size 64, net_rate_mbit null"] * 2
+
+
+@pytest.mark.parametrize("dof", [1, 2, 5, 29, 3.7, 1e6])
+def test_t_quantile_is_scipys_t_ppf_to_the_bit(dof):
+    from scipy import stats as scipy_stats
+
+    for confidence in (0.95, 0.9):
+        assert stats.t_quantile(dof, confidence) == scipy_stats.t.ppf((1 + confidence) / 2, dof)
+
+
+def test_the_figures_do_not_import_scipy_stats():
+    """Importing scipy.stats costs the figures' process about a second of
+    CPU, in every workflow; only the report needs it."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, analysis.figures; print('scipy.stats' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert loaded.strip() == "False"
