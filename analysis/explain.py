@@ -34,7 +34,7 @@ def _critical_path(runs: pd.DataFrame, phases: pd.DataFrame, folder: Path, found
 def what_if_section(ctx) -> Section:
     if ctx.phases.empty:
         return Section(whatif.SECTION_ID, whatif.SECTION_TITLE).para(Em(NOTHING))
-    return whatif.section(ctx.runs, ctx.phases, ctx.tables)
+    return whatif.section(ctx.runs, ctx.phases, ctx.tables, ctx.critical_path)
 
 
 def trace_diff_section(ctx) -> Section:
@@ -42,7 +42,7 @@ def trace_diff_section(ctx) -> Section:
         return Section(
             trace_diff.SECTION_ID, "Trace diff: framework against framework, phase by phase"
         ).para(Em(NOTHING))
-    return trace_diff.section(ctx.runs, ctx.phases)
+    return trace_diff.section(ctx.runs, ctx.phases, found=ctx.critical_path)
 
 
 def sections(runs: pd.DataFrame, tables: Path, found=None) -> list[Section]:
@@ -55,6 +55,6 @@ def sections(runs: pd.DataFrame, tables: Path, found=None) -> list[Section]:
         return [Section(critical_path.SECTION_ID, critical_path.SECTION_TITLE).items([NOTHING])]
     return [
         _critical_path(runs, phases, tables / "figures", found),
-        whatif.section(runs, phases, tables),
-        trace_diff.section(runs, phases),
+        whatif.section(runs, phases, tables, found),
+        trace_diff.section(runs, phases, found=found),
     ]

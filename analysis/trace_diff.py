@@ -72,11 +72,15 @@ def difference(a: pd.Series, b: pd.Series) -> tuple[float, float, float]:
     return diff, float(ci.low), float(ci.high)
 
 
-def compare(runs: pd.DataFrame, phases: pd.DataFrame, by: str = "framework") -> pd.DataFrame:
+def compare(
+    runs: pd.DataFrame, phases: pd.DataFrame, by: str = "framework", found=None
+) -> pd.DataFrame:
     """Per cell and pair of levels of ``by``: per part, the difference in
-    seconds per step (mean step and on the path) with its interval."""
+    seconds per step (mean step and on the path) with its interval;
+    ``found``: the ok runs' critical path where the caller has it already."""
     ok = runs[runs["status"] == "ok"] if "status" in runs else runs
-    found = cp.analyse(phases[phases["run_id"].isin(ok["run_id"])], ok)
+    if found is None:
+        found = cp.analyse(phases[phases["run_id"].isin(ok["run_id"])], ok)
     parts = per_run(found)
     if parts.empty or by not in ok:
         return pd.DataFrame()
@@ -175,9 +179,9 @@ def sentences(table: pd.DataFrame) -> list[str]:
 SECTION_ID = "trace-diff"
 
 
-def section(runs: pd.DataFrame, phases: pd.DataFrame, by: str = "framework") -> Section:
+def section(runs: pd.DataFrame, phases: pd.DataFrame, by: str = "framework", found=None) -> Section:
     """The report's section: a sentence per cell, the differences as a table."""
-    table = compare(runs, phases, by)
+    table = compare(runs, phases, by, found)
     out = Section(SECTION_ID, f"Trace diff: {by} against {by}, phase by phase")
     out.items(sentences(table) or [f"No cell holds two levels of {by} to compare."])
     out.items(phase_recording.lines(runs, lacking="its step is compared whole, as 'other'"))

@@ -588,11 +588,18 @@ def what_ifs(
 # ------------------------------------------------------------------ report
 
 
-def analyse(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None) -> dict:
+def analyse(
+    runs: pd.DataFrame,
+    phases: pd.DataFrame,
+    tables: Path | None = None,
+    found: cp.CriticalPath | None = None,
+) -> dict:
     """Every table of the section: per group its model, predictions, held-out
-    checks; per run the what-ifs."""
+    checks; per run the what-ifs. ``found``: the ok runs' critical path where
+    the caller has it already (the report's Context)."""
     ok = runs[runs["status"] == "ok"] if "status" in runs else runs
-    found = cp.analyse(phases[phases["run_id"].isin(ok["run_id"])], ok)
+    if found is None:
+        found = cp.analyse(phases[phases["run_id"].isin(ok["run_id"])], ok)
     table = measures(found, ok, traced_bytes(phases))
     probe = probe_points(tables)
     keys = group_keys(ok)
@@ -646,10 +653,16 @@ def analyse(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None
 SECTION_ID, SECTION_TITLE = "what-if", "What if: a calibrated model of the step"
 
 
-def section(runs: pd.DataFrame, phases: pd.DataFrame, tables: Path | None = None) -> Section:
+def section(
+    runs: pd.DataFrame,
+    phases: pd.DataFrame,
+    tables: Path | None = None,
+    critical: cp.CriticalPath | None = None,
+) -> Section:
     """The report's section: each held-out check and each what-if in a
-    sentence, the predictions, checks, what-ifs and parameters as tables."""
-    found = analyse(runs, phases, tables)
+    sentence, the predictions, checks, what-ifs and parameters as tables;
+    ``critical``: the ok runs' critical path where the caller has it."""
+    found = analyse(runs, phases, tables, critical)
     said: list = []  # sentences: strings, or pieces with a link
     checks = found["checks"]
     unpredicted = checks[checks["why_not"].notna()] if len(checks) else checks
