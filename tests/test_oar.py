@@ -7,6 +7,7 @@ ends well, one that fails, one without its output, oarstat unreachable for a
 while, cancel on interrupt; launch commands from a real $OAR_NODEFILE."""
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -327,37 +328,77 @@ def test_status_checks_survive_oarstat_unreachable_for_a_while(oar_user):
 
 def test_an_interrupted_workflow_deletes_its_oar_jobs(oar_user):
     workdir = oar_user.workdir("cancel")
-    (workdir / "Snakefile").write_text('rule long:\n    output: "x"\n    shell: "sleep 300"\n')
+    (workdir / "Snakefile").write_text(f'rule long:\n    output: "x"\n    shell: "{LONG_SLEEP}"\n')
     log = open(workdir / "snakemake.log", "w")
     proc = oar_user.start(plugin_argv(workdir), workdir, log)
     try:
-        deadline = time.monotonic() + 60
-        while (
-            not (ids := job_ids(workdir))
-            or oarstat(oar_user, ids[0], workdir)["state"] != "Running"
-        ):
-            assert time.monotonic() < deadline and proc.poll() is None, (
-                workdir / "snakemake.log"
-            ).read_text()
-            time.sleep(0.5)
+        # Interrupted only once the job's own command runs: before, the job
+        # may still be starting its Snakemake, which then ends by itself
+        # (the workflow's Ctrl-C removes what it reads), and no oardel is
+        # seen; the test would not say whether the plugin deletes a job.
+        def running() -> JobCommand | None:
+            assert proc.poll() is None, (workdir / "snakemake.log").read_text()
+            return job_command(workdir, LONG_SLEEP)
+
+        command = wait_for(f"the job's {LONG_SLEEP}", running, 120)
         # Ctrl-C, to Snakemake itself (timeout gives it a process group of its own).
         [snakemake] = [
             c for c in psutil.Process(proc.pid).children(recursive=True)
             if c.cmdline()[1:3] == ["-m", "snakemake"]
         ]  # fmt: skip
         snakemake.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
-        deadline = time.monotonic() + 60
-        while (job := oarstat(oar_user, ids[0], workdir))["state"] not in ("Error", "Terminated"):
-            assert time.monotonic() < deadline, job
-            time.sleep(0.5)
-        assert "FRAG_JOB_REQUEST" in {e["type"] for e in job["events"]}, job["events"]
+        proc.wait(timeout=120)
+        seen: dict = {}
+
+        def job_ended() -> dict | None:
+            seen.update(oarstat(oar_user, command.job, workdir))
+            return seen if seen["state"] in ("Error", "Terminated") else None
+
+        try:
+            job = wait_for(f"OAR ending job {command.job}", job_ended, 120)
+        except AssertionError as error:  # what OAR and the workflow said
+            log_text = (workdir / "snakemake.log").read_text()[-3000:]
+            raise AssertionError(
+                f"{error}; {seen.get('state')}, {seen.get('events')}; {log_text}"
+            ) from None
+        events = {e["type"] for e in job["events"]}
+        assert "FRAG_JOB_REQUEST" in events, events  # deleted, not ended by itself
+        wait_for(f"job {command.job}'s {LONG_SLEEP} killed", lambda: ended(command.process), 30)
     finally:  # whatever failed, nothing of it outlives the test
         with contextlib.suppress(psutil.Error):
             for process in [*psutil.Process(proc.pid).children(recursive=True), proc]:
                 process.kill()
         oar_user.run(["oardel", *job_ids(workdir)], workdir)
         log.close()
+
+
+LONG_SLEEP = "sleep 293"  # a command no other test runs, found by its command line
+
+
+@dataclasses.dataclass
+class JobCommand:
+    job: str
+    process: psutil.Process
+
+
+def ended(process: psutil.Process) -> bool:
+    """Killed: gone, or a zombie its parent has not waited for yet."""
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def job_command(workdir: Path, command: str) -> JobCommand | None:
+    """The workflow's first OAR job, once its shell runs ``command``."""
+    if not (ids := job_ids(workdir)):
+        return None
+    for process in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if process.info["cmdline"] == command.split():
+                if process.environ().get("OAR_JOB_ID") == ids[0]:
+                    return JobCommand(ids[0], process)
+    return None
 
 
 def test_launch_commands_from_a_real_oar_nodefile(oar_user):

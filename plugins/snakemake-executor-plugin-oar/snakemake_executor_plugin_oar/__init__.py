@@ -9,6 +9,7 @@ import asyncio
 import os
 import shlex
 import subprocess
+import threading
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
@@ -130,6 +131,11 @@ class Executor(RemoteExecutor):
         except oar.OarError as exc:
             raise WorkflowError(str(exc)) from None
         self.last_answer = time.monotonic()  # of oarstat: the grace counts from it
+        # The OAR jobs submitted and not yet judged ended. Snakemake's own list
+        # (active_jobs) is empty while a status check runs, and a Ctrl-C then
+        # would cancel nothing: the jobs would run on, orphaned, to their walltime.
+        self.under_way: dict[str, None] = {}  # ordered: oardel in submission order
+        self.under_way_lock = threading.Lock()
 
     # ---- submit ------------------------------------------------------------
 
@@ -170,6 +176,8 @@ class Executor(RemoteExecutor):
             return
         log = folder / f"{job_id}.out"
         self.logger.info(f"Job {job.jobid} is OAR job {job_id}; its log: {log}")
+        with self.under_way_lock:
+            self.under_way[job_id] = None
         self.report_job_submission(SubmittedJobInfo(job, external_jobid=job_id, aux={"log": log}))
 
     # ---- status ------------------------------------------------------------
@@ -215,6 +223,8 @@ class Executor(RemoteExecutor):
         said = oar.verdict(job, all(os.path.exists(f) for f in outputs), lost)
         if said == "running":
             return said
+        with self.under_way_lock:
+            self.under_way.pop(job_id, None)
         if under_way:  # a node is lost: free the others now
             await run(["oardel", job_id])
         words = oar.words(job_id, job, lost)
@@ -247,7 +257,10 @@ class Executor(RemoteExecutor):
     # ---- cancel ------------------------------------------------------------
 
     def cancel_jobs(self, active_jobs: list[SubmittedJobInfo]):
-        job_ids = [j.external_jobid for j in active_jobs]
+        with self.under_way_lock:  # Snakemake's list, and those a status check holds
+            job_ids = list(
+                dict.fromkeys([*(j.external_jobid for j in active_jobs), *self.under_way])
+            )
         for start in range(0, len(job_ids), 100):
             out = subprocess.run(["oardel", *job_ids[start : start + 100]], capture_output=True)
             if out.returncode != 0:
