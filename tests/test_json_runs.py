@@ -134,7 +134,7 @@ def test_a_cut_inside_a_nested_value_loses_nothing(tmp_path, monkeypatch):
     inside = [end for _, end in runs if not data[end:].startswith(b', {"ph"')]
     assert len(inside) > 10 and data[last - 2 : last] == b", "  # cuts inside and between
     refused, scan = [], fastjson.scan
-    monkeypatch.setattr(fastjson, "scan", lambda *a: refused.append(s := scan(*a)) or s)
+    monkeypatch.setattr(fastjson, "scan", lambda *a, **k: refused.append(s := scan(*a, **k)) or s)
     (table, problems), (expected, expected_problems) = both(
         kineto.KinetoReader(), path, monkeypatch
     )
