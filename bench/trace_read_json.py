@@ -66,6 +66,7 @@ from measuring import (  # noqa: E402
     holding_the_machine,
     load,
     load_fields,
+    median_run,
     whole_line,
     whole_process,
 )
@@ -482,6 +483,13 @@ def main() -> None:
         default=str(REPO / ".venv-hta" / "bin" / "python"),
         help="a Python with holistictraceanalysis installed",
     )
+    parser.add_argument(
+        "--whole-runs",
+        type=int,
+        default=5,
+        help="runs of each whole ddlc import, in turn; the run of median CPU is reported "
+        "(one run is as likely to be the slowest as the typical)",
+    )
     parser.add_argument("--child", choices=("ours", "hta"), help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -513,14 +521,21 @@ def measure(folder: Path, args) -> None:
         summary(f"this reader, {args.format}, {args.ranks} ranks", mine, events, size), flush=True
     )
     out = bench_cache() / "trace_read_json-phases.parquet"
-    whole = whole_process(cli("import", str(folder), "-o", str(out)))
     # the same with the files read one at a time (traces/convert.py reads
-    # two at once, in threads): what that costs in CPU and saves in wall time
-    one_by_one = whole_process([sys.executable, "-c", ONE_AT_A_TIME, str(folder), "-o", str(out)])
+    # two at once, in threads): what that costs in CPU and saves in wall time;
+    # the two in turn, so that a drift of the machine's speed falls on both
+    together = cli("import", str(folder), "-o", str(out))
+    one_at_a_time = [sys.executable, "-c", ONE_AT_A_TIME, str(folder), "-o", str(out)]
+    pairs = [
+        (whole_process(together), whole_process(one_at_a_time)) for _ in range(args.whole_runs)
+    ]
+    whole = median_run([run for run, _ in pairs])
+    one_by_one = median_run([run for _, run in pairs])
     out.unlink(missing_ok=True)
-    if whole["returncode"] != 0:
-        raise SystemExit(f"ddlc import failed:\n{whole['stderr'][-3000:]}")
+    if failed := [run for run, _ in pairs if run["returncode"] != 0]:
+        raise SystemExit(f"ddlc import failed:\n{failed[0]['stderr'][-3000:]}")
     for what, run in (("", whole), (", its files read one at a time", one_by_one)):
+        what += f" (the run of median CPU of {args.whole_runs})"
         per = (
             f", {events / run['cpu'] / 1e6:.2f} M events/s of CPU, "
             f"{events / run['wall'] / 1e6:.2f} M events/s of wall time"
