@@ -58,9 +58,9 @@ def child(trace: Path, out: Path, one_at_a_time: bool) -> None:
         last[:] = [cpu, faults]
 
     mark("Python's start-up")
-    from front import cli as front_cli
+    from traces.loading import converter_loading
 
-    with front_cli.converter_loading():  # as ddlc import loads them
+    with converter_loading():  # as ddlc import loads them
         import pyarrow.parquet as pq
 
         from traces import convert, fastotf2, readers

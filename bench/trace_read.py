@@ -280,9 +280,9 @@ def child(anchor: Path, cores: int, streamed: bool) -> None:
     off, freed memory kept for reuse: traces/convert.py) before the clock
     starts."""
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:cores]))
-    from front import cli as front_cli
+    from traces.loading import converter_loading
 
-    with front_cli.converter_loading():  # as ddlc import loads them
+    with converter_loading():  # as ddlc import loads them
         import pyarrow as pa
 
         from traces import convert, fastotf2
@@ -355,20 +355,32 @@ def reset_peak_rss() -> int:
 
 
 def python_loop(anchor: Path, limit: int) -> tuple[int, float]:
-    """(events, seconds) of a plain loop over the otf2 Python reader."""
+    """(events, seconds) of a plain loop over the otf2 Python reader; the
+    OTF2 library's error lines kept off the terminal (the bindings ask for
+    each location's local definitions, which bench/otf2_generate.c does
+    not write: a line for each)."""
     import otf2
 
+    from traces.readers.otf2_reader import library_lines
+
     seen = 0
-    started = time.process_time()  # CPU, as the other figures
-    with otf2.reader.open(str(anchor)) as trace:
-        try:
-            for _location, _event in trace.events:
-                seen += 1
-                if seen == limit:
-                    break
-        except Exception as exc:  # the bindings stop at records they cannot map
-            print(f"the otf2 Python reader stopped after {seen} events: {exc}", flush=True)
-    return seen, time.process_time() - started
+    with library_lines() as lines:
+        started = time.process_time()  # CPU, as the other figures
+        with otf2.reader.open(str(anchor)) as trace:
+            try:
+                for _location, _event in trace.events:
+                    seen += 1
+                    if seen == limit:
+                        break
+            except Exception as exc:  # the bindings stop at records they cannot map
+                stopped = exc
+            else:
+                stopped = None
+        seconds = time.process_time() - started
+    if stopped is not None:
+        said = f" (the library's last line: {lines[-1]})" if lines else ""
+        print(f"the otf2 Python reader stopped after {seen} events: {stopped}{said}", flush=True)
+    return seen, seconds
 
 
 def main() -> None:

@@ -18,8 +18,6 @@ ddlc cluster up|down|status          a Slurm and OAR cluster of namespaces on th
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gc
 import os
 import sys
 from pathlib import Path
@@ -27,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from analysis import stage_limits
 from runfiles import atomic, files
+from traces.loading import converter_loading
 
 # Each command imports what it needs when it runs: `ddlc import` needs none
 # of the design's machinery (a second of imports before its first byte).
@@ -475,52 +474,6 @@ def end_at_once(status: int) -> None:
         except OSError:  # a reader that went away (| head): nothing to write to
             pass
     os._exit(status)
-
-
-@contextlib.contextmanager
-def converter_loading():
-    """How ``ddlc import`` loads the converter's modules (bench/ sets up
-    its processes the same way): numpy with one BLAS thread, and no
-    garbage collection of the modules' objects."""
-    with _blas_of_one_thread(), _imports_uncollected():
-        yield
-
-
-@contextlib.contextmanager
-def _blas_of_one_thread():
-    """numpy loaded with one OpenBLAS thread: OpenBLAS starts a thread per
-    core as it is loaded, and they spin for work a conversion never gives
-    them (it makes no BLAS call): some 45 ms of CPU of a 90 ms ``import
-    numpy``, measured beside other work. Only while it is loaded: no child
-    inherits the setting."""
-    saved = os.environ.get(OPENBLAS_THREADS)
-    os.environ[OPENBLAS_THREADS] = "1"
-    try:
-        yield
-    finally:
-        if saved is None:
-            del os.environ[OPENBLAS_THREADS]
-        else:
-            os.environ[OPENBLAS_THREADS] = saved
-
-
-OPENBLAS_THREADS = "OPENBLAS_NUM_THREADS"
-
-
-@contextlib.contextmanager
-def _imports_uncollected():
-    """No garbage collection while the converter's modules load (each of
-    their many objects lives as long as the process), and those objects
-    left out of the collections after it: 70 collections, about 9 ms of
-    CPU of a conversion, measured beside other work."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if was_enabled:
-            gc.enable()
 
 
 def cmd_check(args) -> int:

@@ -486,19 +486,19 @@ def test_ddlc_import_loads_its_modules_cheaply():
     not collected while they load, nor after (about 9 ms)."""
     blas = (
         "import os\n"
-        "from front import cli\n"
-        "with cli._blas_of_one_thread():\n"
+        "from traces import loading\n"
+        "with loading._blas_of_one_thread():\n"
         "    import numpy\n"
-        "print(len(os.listdir('/proc/self/task')), os.environ.get(cli.OPENBLAS_THREADS))\n"
+        "print(len(os.listdir('/proc/self/task')), os.environ.get(loading.OPENBLAS_THREADS))\n"
     )
     done = python("-c", blas)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1", "None"]
     collections = (
         "import gc\n"
-        "from front import cli\n"
+        "from traces import loading\n"
         "gc.callbacks.append(lambda phase, info: print(phase))\n"
-        "with cli._imports_uncollected():\n"
+        "with loading._imports_uncollected():\n"
         "    from traces import convert\n"
         "print(gc.isenabled(), gc.get_freeze_count() > 10000)\n"
     )
@@ -506,6 +506,30 @@ def test_ddlc_import_loads_its_modules_cheaply():
     assert done.returncode == 0, done.stderr
     # no collection started before (those at the exit come after)
     assert done.stdout.split()[:2] == ["True", "True"]
+
+
+def test_the_workflows_convert_as_ddlc_import_loads(tmp_path):
+    """The workflows' ``python -m traces`` is ``python -m traces.convert``
+    with the converter loaded as ``ddlc import`` loads it: the same table,
+    the modules' objects frozen out of the collections."""
+    trace = REAL / "scorep-8.4-mpi-pthread-np3" / "traces.otf2"
+    out = tmp_path / "entry.parquet"
+    entry = (
+        "import gc, runpy, sys\n"
+        f"sys.argv = ['traces', {str(trace)!r}, '-o', {str(out)!r}]\n"
+        "try:\n"
+        "    runpy.run_module('traces', run_name='__main__')\n"
+        "except SystemExit as exc:\n"
+        "    print(exc.code, gc.get_freeze_count() > 10000)\n"
+    )
+    done = python("-c", entry)
+    assert done.stdout.split()[-2:] == ["0", "True"], done.stderr
+    plain = run_cli(str(trace), "-o", str(tmp_path / "plain.parquet"))
+    assert plain.returncode == 0, plain.stderr
+    assert pq.read_table(out).equals(pq.read_table(tmp_path / "plain.parquet"))
+    for workflow in ("traces.smk", "analysis.smk"):
+        text = (REPO / "workflows" / workflow).read_text()
+        assert "-m traces {" in text and "-m traces.convert" not in text
 
 
 def test_what_a_reader_imports_is_imported_by_the_thread_that_waits(monkeypatch):

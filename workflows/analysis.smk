@@ -100,7 +100,7 @@ rule import_traces:
     params:
         python=PYTHON,
     shell:
-        "{params.python:q} -m traces.convert {input:q} -o {output:q} --keep-going > {log:q} 2>&1"
+        "{params.python:q} -m traces {input:q} -o {output:q} --keep-going > {log:q} 2>&1"
 
 
 rule probe:

@@ -23,5 +23,5 @@ rule phases:
         python=PYTHON,
         run_dir=lambda wc: RESULTS / wc.path,
     shell:
-        "{params.python:q} -m traces.convert {params.run_dir:q} -o {output:q} --keep-going"
+        "{params.python:q} -m traces {params.run_dir:q} -o {output:q} --keep-going"
         " > {log:q} 2>&1"

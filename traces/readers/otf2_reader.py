@@ -72,7 +72,7 @@ def _quietly(call, *args):
     """``call(*args)`` with the OTF2 library's error lines kept off the
     terminal; a TraceError it raises gets the first of them as its reason
     (they are only known once the call has returned)."""
-    with _library_lines() as lines:
+    with library_lines() as lines:
         try:
             return call(*args)
         except TraceError as exc:
@@ -171,7 +171,7 @@ def _read_columns(
 
 
 @contextlib.contextmanager
-def _library_lines():
+def library_lines():
     """Collects what the OTF2 library writes to the standard error (its
     error reports, file and line included) instead of showing it."""
     lines: list[str] = []
