@@ -28,12 +28,14 @@ REAL_TRACES = SHARED / "fixtures" / "real-traces"
 
 
 # The longest groups, longest first: each group's wall time in the suite
-# (--test-times of the quiet run at 84913ed, three workers; the scheduler
-# group's includes two OAR tests' 365-s hangs, since fixed, and two waits
-# of 100 s that now share one hold). Handed out first (LPT), so that the
-# last group a worker takes is a short one and the other worker does not
-# wait long for it (test_untrusted, 264 s, went out late in file order);
-# the other groups, none over 40 s, follow in file order.
+# (--test-times of the quiet run at 84913ed, three workers as ./ddlc test
+# runs them on 2 cores: the groups that train stretch most beside two
+# others; the scheduler group's includes two OAR tests' 365-s hangs, since
+# fixed, and two waits of 100 s that now share one hold). Handed out first
+# (LPT), so that the last group a worker takes is a short one and the
+# other workers do not wait long for it (test_untrusted, 264 s, went out
+# late in file order); the other groups, none over 40 s, follow in file
+# order.
 LONGEST_GROUPS = [
     "schedulers",  # 1998 s
     "test_faults",  # 976 s
@@ -72,7 +74,7 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items):
-    """Groups for `--dist loadgroup` (./ddlc test runs two workers): a file's
+    """Groups for `--dist loadgroup` (./ddlc test runs a worker more than cores): a file's
     tests stay together, so its module fixtures train once; every test of a
     real scheduler shares one group, since they share the Slurm, OAR and
     cluster daemons. Training itself still takes turns: each run holds the
