@@ -234,6 +234,13 @@ TINY_FIXED = {
 }
 
 
+# Snakemake's option for the runs' jobs alone: no network probe (which
+# measures alone on the machine), no model gate, phases, tables, figures or
+# report. For tests that check the runs and nothing after them; the steps
+# after them are what test_workflow, test_report and test_damaged check.
+RUNS_ONLY = ("--until", "run")
+
+
 def snakemake_cmd(workdir: Path, *extra: str, limit: int = 600) -> list[str]:
     """Snakemake on the local profile over ``workdir``'s design.yaml, bounded
     by ``limit`` seconds; ``extra``: more --config entries or options."""

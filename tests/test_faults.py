@@ -15,7 +15,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO, needs_environment, snakemake_cmd, tiny_design, write_design
+from conftest import (
+    REPO,
+    RUNS_ONLY,
+    needs_environment,
+    snakemake_cmd,
+    tiny_design,
+    write_design,
+)
 from ddlcompare.plan import design
 from test_workflow import done_markers, snakemake
 
@@ -121,7 +128,7 @@ def test_snakemake_killed_mid_run_then_rerun_loses_nothing(tmp_path):
     # rerun trains it whole (3 epochs of 6,000 images were 4.5 times the steps).
     doc = tiny_design(procs=(1, 2), **{**LONG, "epochs": 2, "train_images": 2000})
     write_design(tmp_path, doc)
-    cmd = snakemake_cmd(tmp_path)
+    cmd = snakemake_cmd(tmp_path, *RUNS_ONLY)  # the runs are what it checks
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
@@ -133,7 +140,7 @@ def test_snakemake_killed_mid_run_then_rerun_loses_nothing(tmp_path):
     first = done_markers(tmp_path)
     assert len(first) == 1
     assert wait_for(lambda: not pids_of(f"frameworks.worker {tmp_path}"), 30)  # no orphans
-    again = snakemake(tmp_path)
+    again = snakemake(tmp_path, *RUNS_ONLY)
     assert again.returncode == 0, again.stderr[-3000:]
     final = done_markers(tmp_path)
     assert len(final) == 2
@@ -159,7 +166,7 @@ def test_snakemake_sigkilled_then_unlocked_and_rerun_trains_once(tmp_path):
     path = write_design(tmp_path, doc)
     folder = tmp_path / "results" / design.parse(doc, str(path)).runs()[0].path
     proc = subprocess.Popen(
-        snakemake_cmd(tmp_path),
+        snakemake_cmd(tmp_path, *RUNS_ONLY),  # the run is what it checks
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -174,7 +181,7 @@ def test_snakemake_sigkilled_then_unlocked_and_rerun_trains_once(tmp_path):
     assert interrupted["status"] == "interrupted" and "Snakemake" in interrupted["reason"]
     assert not (folder / "done.json").exists() and not (folder / "metrics.json").exists()
     assert subprocess.run(snakemake_cmd(tmp_path, "--unlock"), capture_output=True).returncode == 0
-    again = subprocess.run(snakemake_cmd(tmp_path), capture_output=True, text=True)
+    again = subprocess.run(snakemake_cmd(tmp_path, *RUNS_ONLY), capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-3000:]
     record = json.loads((folder / "run.json").read_text())
     assert record["status"] == "ok" and not record.get("overlap")
@@ -231,7 +238,7 @@ def test_live_orphan_is_refused_then_killed_on_request(tmp_path):
         )
         assert direct.returncode == 2 and "an earlier attempt is still running" in direct.stderr
         done = subprocess.run(
-            snakemake_cmd(tmp_path, "kill_orphans=1"), capture_output=True, text=True
+            snakemake_cmd(tmp_path, "kill_orphans=1", *RUNS_ONLY), capture_output=True, text=True
         )
         assert done.returncode == 0, done.stderr[-3000:]
         assert orphan.wait(timeout=30) != 0
@@ -719,7 +726,7 @@ def test_two_campaigns_at_once_measure_one_after_the_other(tmp_path):
     write_design(tmp_path, doc)
     procs = [
         subprocess.Popen(
-            snakemake_cmd(tmp_path, f"results=r{i}"),
+            snakemake_cmd(tmp_path, f"results=r{i}", *RUNS_ONLY),  # their runs' windows
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
