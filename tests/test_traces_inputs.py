@@ -527,6 +527,14 @@ def test_the_workflows_convert_as_ddlc_import_loads(tmp_path):
     plain = run_cli(str(trace), "-o", str(tmp_path / "plain.parquet"))
     assert plain.returncode == 0, plain.stderr
     assert pq.read_table(out).equals(pq.read_table(tmp_path / "plain.parquet"))
+    # statistics (for a filter to skip row groups) of the columns filtered by only
+    chunks = pq.ParquetFile(out).metadata.row_group(0)
+    with_statistics = {
+        chunks.column(i).path_in_schema
+        for i in range(chunks.num_columns)
+        if chunks.column(i).is_stats_set
+    }
+    assert with_statistics == set(convert.FILTERED_BY)
     for workflow in ("traces.smk", "analysis.smk"):
         text = (REPO / "workflows" / workflow).read_text()
         assert "-m traces {" in text and "-m traces.convert" not in text
