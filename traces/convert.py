@@ -21,10 +21,8 @@ folder with no trace, traces with no interval); 0 with --keep-going.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import functools
 import json
-import os
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -40,6 +38,7 @@ from runfiles import files, names
 from runfiles.files import NotRegular
 from runfiles.names import CONFIG
 from traces import readers
+from traces.memory import files_at_once, reuse_freed_memory
 from traces.readers import TraceError, otf2_reader
 from traces.rules import RULES_FILE, PhaseRules, RulesError
 from traces.table import SCHEMA, SCHEMA_VERSION, empty_table
@@ -187,7 +186,7 @@ def _parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: li
 # on two cores (the scanner, the name lookups and Arrow let go of the
 # interpreter's lock). Two at most: each holds a whole file and its table
 # (a trace's file may be a gigabyte); the table being written is a third.
-READ_AHEAD = max(1, min(2, len(os.sched_getaffinity(0))))
+READ_AHEAD = files_at_once()
 
 
 def _read_ahead(traces: list[Path], rules: PhaseRules, run_id: str | None, pool):
@@ -370,29 +369,6 @@ def no_huge_pages() -> None:
     switch = getattr(core.multiarray, "_set_madvise_hugepage", None)  # numpy's one switch
     if switch is not None:
         switch(False)
-
-
-# glibc's mallopt parameters (malloc.h)
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-
-
-def reuse_freed_memory() -> None:
-    """glibc gives each large block freed back to the kernel (a block of
-    over 128 KiB is its own mapping; the heap's free top is trimmed), and
-    the next one is faulted in and zeroed page by page. A conversion frees
-    and allocates arrays of the same sizes part after part and stage after
-    stage: kept in the process (blocks up to 1 GiB from the heap, never
-    trimmed), they are reused, and the kernel's zeroing of new pages, the
-    largest system cost of a conversion, is paid about once (on the 7 M-event
-    archive: 85 k page faults -> 47 k, measured beside other work). In this
-    process only; elsewhere than glibc, nothing changes. The process ends
-    after its conversion, so nothing is held long."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(M_MMAP_THRESHOLD, 1 << 30)
-    mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
 
 
 def _output_problem(out: Path, paths: list[Path]) -> str | None:
