@@ -542,8 +542,9 @@ def test_the_workflows_convert_as_ddlc_import_loads(tmp_path):
 
 def test_what_a_reader_imports_is_imported_by_the_thread_that_waits(monkeypatch):
     """A folder of Kineto files: pyarrow.compute (some 30 ms of imports that
-    an OTF2 archive's conversion does without) is imported by the thread
-    that waits for the first files, not by a reader holding the lock."""
+    an OTF2 archive's conversion does without) and numpy.ma (np.unique's)
+    are imported by the thread that waits for the first files, not by a
+    reader holding the lock."""
     asked: list[tuple[str, str]] = []
     monkeypatch.setattr(
         readers,
@@ -553,9 +554,9 @@ def test_what_a_reader_imports_is_imported_by_the_thread_that_waits(monkeypatch)
     convert.convert([REAL / "hta"], RULES, "r1")
     assert asked == [("kineto", threading.main_thread().name)]
     fresh = "import sys; from traces import readers; readers.import_ahead('kineto'); "
-    fresh += "print('pyarrow.compute' in sys.modules)"
+    fresh += "print('pyarrow.compute' in sys.modules, 'numpy.ma' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True, cwd=REPO)
-    assert done.stdout.strip() == "True", done.stderr
+    assert done.stdout.split() == ["True", "True"], done.stderr
 
 
 def test_files_read_ahead_in_threads_give_what_one_at_a_time_gives(tmp_path, monkeypatch):
@@ -582,3 +583,49 @@ def test_files_read_ahead_in_threads_give_what_one_at_a_time_gives(tmp_path, mon
     out = tmp_path / "written.parquet"
     rows, sources, errors = convert.write(paths, out, RULES, "r1")
     assert pq.read_table(out).equals(ahead[0]) and (sources, errors) == ahead[1:]
+
+
+def test_the_first_files_memory_is_faulted_in_ahead(tmp_path):
+    """ddlc import faults in, in a thread, the heap memory its first files
+    will take (traces/memory.py): a buffer of a file's size allocated after
+    it takes pages already there (almost no page fault), where the same
+    process without it faults in every page."""
+    trace = tmp_path / "rank0.json"
+    with trace.open("wb") as f:
+        f.truncate(32 << 20)
+    touch = (
+        "import resource, sys; from pathlib import Path; from traces import memory; "
+        "memory.reuse_freed_memory(); "
+        "ahead = memory.fault_in_ahead([Path(sys.argv[1])]) if sys.argv[2] == 'ahead' else None; "
+        "ahead and ahead.join(); "
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt; "
+        "buffer = bytearray(32 << 20); "
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)"
+    )
+    pages = (32 << 20) // os.sysconf("SC_PAGE_SIZE")
+    faults = {}
+    for how in ("ahead", "not"):
+        done = python("-c", touch, str(tmp_path), how)
+        assert done.returncode == 0, done.stderr
+        faults[how] = int(done.stdout)
+    assert faults["not"] > pages // 2 and faults["ahead"] < pages // 20, faults
+
+
+def test_what_is_faulted_in_ahead_is_sized_by_the_largest_files_read_at_once(tmp_path):
+    """Three times the largest files read at once, found in the folder and
+    its subfolders (no FIFO's or device's size), to MOST_AHEAD at most;
+    nothing for small traces."""
+    from traces import memory
+
+    (tmp_path / "torch_profiler").mkdir()
+    for path, size in (("a.json", 10 << 20), ("torch_profiler/b.json", 20 << 20), ("c", 1)):
+        with (tmp_path / path).open("wb") as f:
+            f.truncate(size)
+    os.mkfifo(tmp_path / "fifo.json")
+    at_once = memory.files_at_once()
+    assert memory.bytes_ahead([tmp_path]) == 3 * ((20 << 20) + (10 << 20 if at_once > 1 else 0))
+    assert memory.bytes_ahead([tmp_path / "a.json", tmp_path / "nothing"]) == 3 * (10 << 20)
+    assert memory.fault_in_ahead([tmp_path / "c"]) is None
+    with (tmp_path / "huge.json").open("wb") as f:
+        f.truncate(4 << 30)
+    assert memory.bytes_ahead([tmp_path]) <= memory.MOST_AHEAD

@@ -84,19 +84,24 @@ def fault_in_ahead(paths: list[Path]) -> threading.Thread | None:
     ask for them. Started before the converter's modules are imported (a
     tenth of a second or more on one core), it runs on the core they leave
     idle, and the first files' reading, on both cores, pays no first touch:
-    one page fault per 4 KiB, some 40 k for a Kineto file of 59 MiB. Sized
-    by the largest files given (or found in a given folder and its
-    subfolders), to MOST_AHEAD and a quarter of the memory free at most.
-    The thread, or None where nothing is to be faulted in."""
-    sizes = sorted(_sizes(paths), reverse=True)[: files_at_once()]
-    free = os.sysconf("SC_AVPHYS_PAGES") * PAGE if hasattr(os, "sysconf") else 0
-    nbytes = min(int(TOUCHED_PER_BYTE * sum(sizes)), MOST_AHEAD, free // 4)
+    one page fault per 4 KiB, some 40 k for a Kineto file of 59 MiB. The
+    thread, or None where nothing is to be faulted in."""
+    nbytes = bytes_ahead(paths)
     libc = _libc() if nbytes >= LEAST_AHEAD else None
     if libc is None:
         return None
     thread = threading.Thread(target=_fault_in, args=(libc, nbytes), name="fault-in", daemon=True)
     thread.start()
     return thread
+
+
+def bytes_ahead(paths: list[Path]) -> int:
+    """What fault_in_ahead faults in: TOUCHED_PER_BYTE times the largest
+    files given (or found in a given folder and its subfolders) that are
+    read at once, to MOST_AHEAD and a quarter of the memory free at most."""
+    sizes = sorted(_sizes(paths), reverse=True)[: files_at_once()]
+    free = os.sysconf("SC_AVPHYS_PAGES") * PAGE if hasattr(os, "sysconf") else 0
+    return min(int(TOUCHED_PER_BYTE * sum(sizes)), MOST_AHEAD, free // 4)
 
 
 def _fault_in(libc, nbytes: int) -> None:

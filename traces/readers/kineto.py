@@ -232,7 +232,9 @@ class KinetoReader(Reader):
         "*.json",
         "*.json.gz",
     )
-    imports = ("pyarrow.compute",)
+    # numpy.ma: np.unique asks for it (numpy 2.4), in the collectives' join
+    # of any trace with collectives: 12 ms that would hold a reader's GIL
+    imports = ("pyarrow.compute", "numpy.ma")
 
     @classmethod
     def recognises(cls, path: Path, head: bytes) -> bool:
