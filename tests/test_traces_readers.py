@@ -669,7 +669,10 @@ def test_rules_first_rules_is_each_rule_searched_in_order():
     """first_rules searches a rule only in the names that hold a string it
     needs: the same first match as every rule searched in every name, on the
     names of the real traces and on ones made to trip the shortcut (case,
-    non-ASCII letters a case-insensitive pattern folds, newlines)."""
+    non-ASCII letters a case-insensitive pattern folds, newlines, digits
+    inside a needed string, which the names' forms without digits would
+    show), with and without names of newlines (the forms are then not
+    used)."""
     names = set()
     for trace in sorted((REPO / "tests" / "data" / "real-traces").rglob("*.json*")):
         names.update(readers.read(trace, RULES)[0].column("region").unique().to_pylist())
@@ -691,12 +694,20 @@ def test_rules_first_rules_is_each_rule_searched_in_order():
             "## Forward ##",
             "MPI_Iallreduce",
             "NEGOTIATE_ALLREDUCE",
+            "all1reduce",
+            "nccl1:all_reduce",
+            "Back7ward",
+            "c1 0d::allreduce_",
+            "c10d::allreduce_",
+            "## for3ward ##",
             "",
         ]
     )
     names = sorted(names)
     assert len(names) > 100
-    for source in ("kineto", "otf2", "horovod_timeline"):
+    with_newlines = [(source, names) for source in ("kineto", "otf2", "horovod_timeline")]
+    without = [n for n in names if "\n" not in n]
+    for source, names in [*with_newlines, *((s, without) for s in ("kineto", "otf2"))]:
         expected = [_first_rule(RULES, name, source) for name in names]
         rules = PhaseRules()
         assert rules.first_rules(names, source).tolist() == expected, source
