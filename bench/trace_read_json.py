@@ -31,6 +31,12 @@ into ~/.cache/ddl-compare/bench/, one uncompressed file per rank.
   included (events per second of its CPU, and of its wall time), and the
   same with the folder's files read one at a time (``ddlc import`` reads
   two at once, in threads: more CPU, less wall time where a core is free);
+- beside each of those whole runs, a fixed reference: a fresh Python that
+  reads the same files and hashes them (SHA-256, two at a time, in threads),
+  code that no change of ours touches. This machine's speed drifts by a
+  fifth within minutes; the reference drifts with it, so the whole import's
+  wall time over the reference's, run by run, says what the goal figure
+  would read at the reference's usual speed (docs/tracing.md gives it);
 - the refusal of a 1 GiB JSON file that is no trace (a sparse file that
   opens like a PyTorch execution trace), ``ddlc import`` whole process.
 
@@ -51,6 +57,7 @@ import hashlib
 import inspect
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -346,6 +353,18 @@ def count_events(folder: Path) -> int:
     return sum(len(json.loads(p.read_bytes())["traceEvents"]) for p in trace_files(folder))
 
 
+# The fixed reference run beside each whole import: the files read and
+# hashed, two at a time (hashlib lets go of the GIL), as the import reads
+# them; code of the standard library only, which no change of ours touches.
+REFERENCE = (
+    "import hashlib, sys; from concurrent.futures import ThreadPoolExecutor\n"
+    "def digest(path):\n"
+    "    with open(path, 'rb') as f:\n"
+    "        return hashlib.sha256(f.read()).hexdigest()\n"
+    "with ThreadPoolExecutor(2) as pool:\n"
+    "    print(len(list(pool.map(digest, sys.argv[1:]))))"
+)
+
 # `ddlc import` as a user runs it, but with a folder's files read one after
 # the other (traces/convert.py reads two at once)
 ONE_AT_A_TIME = (
@@ -523,17 +542,21 @@ def measure(folder: Path, args) -> None:
     out = bench_cache() / "trace_read_json-phases.parquet"
     # the same with the files read one at a time (traces/convert.py reads
     # two at once, in threads): what that costs in CPU and saves in wall time;
-    # the two in turn, so that a drift of the machine's speed falls on both
+    # and the fixed reference: the three in turn, so that a drift of the
+    # machine's speed falls on all
     together = cli("import", str(folder), "-o", str(out))
     one_at_a_time = [sys.executable, "-c", ONE_AT_A_TIME, str(folder), "-o", str(out)]
-    pairs = [
-        (whole_process(together), whole_process(one_at_a_time)) for _ in range(args.whole_runs)
+    reference = [sys.executable, "-c", REFERENCE, *map(str, trace_files(folder))]
+    runs = [
+        (whole_process(together), whole_process(one_at_a_time), whole_process(reference))
+        for _ in range(args.whole_runs)
     ]
-    whole = median_run([run for run, _ in pairs])
-    one_by_one = median_run([run for _, run in pairs])
+    whole = median_run([run for run, _, _ in runs])
+    one_by_one = median_run([run for _, run, _ in runs])
+    fixed = median_run([run for _, _, run in runs])
     out.unlink(missing_ok=True)
-    if failed := [run for run, _ in pairs if run["returncode"] != 0]:
-        raise SystemExit(f"ddlc import failed:\n{failed[0]['stderr'][-3000:]}")
+    if failed := [run for trio in runs for run in trio if run["returncode"] != 0]:
+        raise SystemExit(f"a whole run failed:\n{failed[0]['stderr'][-3000:]}")
     for what, run in (("", whole), (", its files read one at a time", one_by_one)):
         what += f" (the run of median CPU of {args.whole_runs})"
         per = (
@@ -541,6 +564,14 @@ def measure(folder: Path, args) -> None:
             f"{events / run['wall'] / 1e6:.2f} M events/s of wall time"
         )
         print(whole_line(f"ddlc import of the {args.format} folder{what}", run, per), flush=True)
+    print(whole_line("the fixed reference (its files read and hashed)", fixed), flush=True)
+    vs_reference = sorted(run["wall"] / ref["wall"] for run, _, ref in runs)
+    print(
+        f"ddlc import's wall time over the reference's beside it, run by run: median "
+        f"{statistics.median(vs_reference):.3f} (min {vs_reference[0]:.3f}, max "
+        f"{vs_reference[-1]:.3f})",
+        flush=True,
+    )
     refusal = refused_in()
     before = run_child(sys.executable, child, {"DDLC_JSON_SCANNER": "msgspec"})
     print(summary("msgspec alone", before, events, size), flush=True)
@@ -556,6 +587,8 @@ def measure(folder: Path, args) -> None:
         f"whole_process_events_per_wall_s={events / whole['wall']:.0f} "
         f"one_at_a_time_events_per_cpu_s={events / one_by_one['cpu']:.0f} "
         f"one_at_a_time_events_per_wall_s={events / one_by_one['wall']:.0f} "
+        f"reference_wall_s={fixed['wall']:.3f} reference_cpu_s={fixed['cpu']:.3f} "
+        f"whole_process_wall_vs_reference={statistics.median(vs_reference):.3f} "
         f"refusal_1gib_wall_s={refusal['wall']:.2f} "
         f"timing=in-process-cpu {load_fields()}"
     )
