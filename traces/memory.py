@@ -74,7 +74,7 @@ LEAST_AHEAD = 16 << 20  # less is not worth a thread
 # at most what a core faults in while the converter's modules are imported
 # (about 0.15 s): the reading of larger files takes the rest as it goes
 MOST_AHEAD = 384 << 20
-PIECE = 16 << 20  # faulted in a piece at a time (each holds the mappings' lock)
+PIECE = 4 << 20  # faulted in a piece at a time (each holds the mappings' lock)
 
 
 def fault_in_ahead(paths: list[Path]) -> threading.Thread | None:
@@ -105,16 +105,19 @@ def bytes_ahead(paths: list[Path]) -> int:
 
 
 def _fault_in(libc, nbytes: int) -> None:
-    """A block of the heap faulted in and given back to it (free keeps it:
-    reuse_freed_memory)."""
+    """The heap grown by a block and the block given back at once (free
+    keeps it: reuse_freed_memory), then its pages faulted in, a piece at a
+    time: the readers may take them meanwhile (a page they touch first they
+    fault in themselves; faulting in writes nothing, so what they wrote
+    stays)."""
     block = libc.malloc(nbytes)
     if not block:
         return
+    libc.free(block)
     start, end = -(-block // PAGE) * PAGE, (block + nbytes) // PAGE * PAGE
     for at in range(start, end, PIECE):
         if libc.madvise(at, min(PIECE, end - at), MADV_POPULATE_WRITE) != 0:
             break  # a kernel before 5.14, or no memory: the readers fault in the rest
-    libc.free(block)
 
 
 def _sizes(paths: list[Path], depth: int = 2, most: int = 10_000):
