@@ -559,6 +559,27 @@ def test_what_a_reader_imports_is_imported_by_the_thread_that_waits(monkeypatch)
     assert done.stdout.split() == ["True", "True"], done.stderr
 
 
+def test_the_parquet_writer_is_imported_while_the_first_files_are_read(tmp_path, monkeypatch):
+    """pyarrow.parquet (some 15 ms of imports) is not imported with
+    traces.convert, before any file is read, but by the thread that waits
+    for the first files of a folder, while they are read; the table is
+    written all the same."""
+    fresh = "import sys; from traces import convert; print('pyarrow.parquet' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True, cwd=REPO)
+    assert done.stdout.strip() == "False", done.stderr
+    asked: list[tuple[str, str]] = []
+    real = convert.importlib.import_module
+
+    def recorded(name):
+        asked.append((name, threading.current_thread().name))
+        return real(name)
+
+    monkeypatch.setattr(convert.importlib, "import_module", recorded)
+    rows, _, errors = convert.write([REAL / "hta"], tmp_path / "t.parquet", RULES, "r1")
+    assert ("pyarrow.parquet", threading.main_thread().name) in asked
+    assert rows == pq.read_table(tmp_path / "t.parquet").num_rows > 0 and not errors
+
+
 def test_files_read_ahead_in_threads_give_what_one_at_a_time_gives(tmp_path, monkeypatch):
     """A folder's files read several at a time (in threads, while the one
     before is written) give the table, sources and errors, in file order,

@@ -21,7 +21,9 @@ folder with no trace, traces with no interval); 0 with --keep-going.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import importlib
 import json
 import re
 import sys
@@ -31,7 +33,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from runfiles.atomic import refuse_inputs, refuse_to_replace, replacing
 from runfiles import files, names
@@ -225,6 +226,8 @@ def _read_ahead(traces: list[Path], rules: PhaseRules, run_id: str | None, pool)
                 start(ahead)
         for name in kinds - imported:  # while the pool's first reads run
             readers.import_ahead(name)
+            for module in WRITER_IMPORTS:
+                importlib.import_module(module)
             imported.add(name)
         yield trace, started.pop(i)
 
@@ -264,12 +267,10 @@ def write(paths: list[Path], out: Path, rules: PhaseRules, run_id: str | None = 
         }
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    with (
-        replacing(out) as tmp,
-        pq.ParquetWriter(tmp, SCHEMA.with_metadata(meta), **WRITE_OPTIONS) as writer,
-    ):
-        rows = 0
+    with replacing(out) as tmp, contextlib.ExitStack() as opened:
+        writer, rows = None, 0
         for table in parts(paths, rules, run_id, sources, errors):
+            writer = writer or opened.enter_context(_parquet_writer(tmp, meta))
             writer.write_table(table.replace_schema_metadata(meta))
             rows += table.num_rows
             # Each part's memory is let go before the next part is read
@@ -279,10 +280,24 @@ def write(paths: list[Path], out: Path, rules: PhaseRules, run_id: str | None = 
             # an OTF2 archive's second part could not: 27 k more page faults,
             # about 0.1 s more CPU and 100 MiB more memory, beside other work.)
             del table
+        writer = writer or opened.enter_context(_parquet_writer(tmp, meta))
         writer.add_key_value_metadata(
             {"ddlcompare.sources": json.dumps(sources), "ddlcompare.errors": json.dumps(errors)}
         )
     return rows, sources, errors
+
+
+# What the conversion imports once the first files are read (its Parquet
+# writer): imported by the thread that waits for them, while they are read,
+# not before the reading begins (pyarrow.parquet: some 15 ms of imports)
+WRITER_IMPORTS = ("pyarrow.parquet",)
+
+
+def _parquet_writer(path: Path, meta: dict):
+    """The table's Parquet writer, opened when the first part is read."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetWriter(path, SCHEMA.with_metadata(meta), **WRITE_OPTIONS)
 
 
 FILTERED_BY = ("rank", "step", "epoch", "start_ns", "end_ns")
@@ -349,6 +364,8 @@ def metadata_of(path: Path) -> dict:
     """A phase table's key-value metadata, those written at its end
     (sources, errors) included: read_schema and read_table give only those
     of its start."""
+    import pyarrow.parquet as pq
+
     return pq.read_metadata(path).metadata or {}
 
 
