@@ -74,7 +74,8 @@ LEAST_AHEAD = 16 << 20  # less is not worth a thread
 # at most what a core faults in while the converter's modules are imported
 # (about 0.15 s): the reading of larger files takes the rest as it goes
 MOST_AHEAD = 384 << 20
-PIECE = 4 << 20  # faulted in a piece at a time (each holds the mappings' lock)
+PIECE = 1 << 20  # faulted in a piece at a time: each holds the process's mappings' lock
+# (about a millisecond), which the imports' mmap calls wait for
 
 
 def fault_in_ahead(paths: list[Path]) -> threading.Thread | None:
