@@ -29,7 +29,7 @@ import pandas as pd
 from analysis import stats
 
 from runfiles.atomic import write_text
-from runfiles.names import METRICS
+from runfiles.names import DONE, METRICS
 from runfiles import records
 from ddlcompare.plan.design import Adaptive, Design
 from ddlcompare.plan.params import RunRow
@@ -165,6 +165,28 @@ def planned(design: Design, results: Path, upto: int | None = None) -> list[RunR
         return design.runs()
     added = {path for doc in rounds(design, results, upto) for path in doc["add"]}
     return [r for r in design.runs(most=True) if r.rep <= design.replications or r.path in added]
+
+
+def forecast(design: Design, results: Path) -> tuple[list[RunRow], dict[str, tuple[int, int]]]:
+    """The runs planned so far, and per cell how many more the next round
+    may add (fewest, most), for the time left (ddlc plan, ./ddlc run -n).
+    Round 0's decision gives all the runs a cell gets beyond the first
+    round: a cell whose first-round runs are all done gets exactly what it
+    will decide; one not yet done from none up to the cap (how many
+    depends on the spread its runs will have). Once round 0 is decided,
+    later rounds only make up for failed runs: none are forecast."""
+    rows = planned(design, results)
+    if not design.adaptive or rounds(design, results, upto=1):
+        return rows, {}
+    counts, values = measured(rows, results)
+    decision = decide(design, counts, values)
+    unfinished = {cell_of(r) for r in rows if not (Path(results) / r.path / DONE).is_file()}
+    return rows, {
+        c["cell"]: (0, design.adaptive.most - c["replications"])
+        if c["cell"] in unfinished
+        else (c["add"], c["add"])
+        for c in decision["cells"]
+    }
 
 
 def measured(

@@ -31,6 +31,7 @@ from traces.loading import converter_loading
 # of the design's machinery (a second of imports before its first byte).
 if TYPE_CHECKING:
     from ddlcompare.plan import design as design_mod
+    from ddlcompare.run import progress
 
 
 class UserError(Exception):
@@ -60,8 +61,9 @@ def cmd_plan(args) -> int:
 
     design = load_design(args.design, check_ready=not args.no_check)
     runs = design.runs()
+    left = progress.summary(planned_so_far(design, Path(args.results)), Path(args.results))
     if args.summary:
-        print(progress.summary(design, Path(args.results)).line())
+        print(left.line())
         return 0
     factors = design.path_factors()
     widths = {f: max(len(f), *(len(str(r.factors[f])) for r in runs)) for f in factors}
@@ -86,8 +88,19 @@ def cmd_plan(args) -> int:
         f"{len(runs)} runs ({cells} cells x {design.replications} replications) "
         f"in {Path(args.results, design.root)}/"
     )
-    print(progress.summary(design, Path(args.results)).line())
+    print(left.line())
     return 0
+
+
+def planned_so_far(design: design_mod.Design, results: Path) -> progress.Planned:
+    """The runs planned so far, with those replications: auto may add."""
+    from ddlcompare.run import progress
+
+    if not design.adaptive:
+        return progress.Planned(design.runs())
+    from analysis import replication  # pandas and scipy: only where the design has rounds
+
+    return progress.Planned(*replication.forecast(design, results))
 
 
 def adaptive_words(rule: design_mod.Adaptive, cells: int) -> str:
@@ -135,7 +148,8 @@ def cmd_run_one(args) -> int:
     by_path = {r.path: r for r in design.runs(most=True)}
     if args.path not in by_path:
         raise UserError(design_changed(args.design) or f"{args.path}: not a run of {args.design}")
-    progress.announce(design, by_path[args.path], Path(args.results))
+    results = Path(args.results)
+    progress.announce(lambda: planned_so_far(design, results), by_path[args.path], results)
     try:
         return runner.execute(
             by_path[args.path], Path(args.results), kill_orphans=args.kill_orphans

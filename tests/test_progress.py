@@ -9,6 +9,7 @@ import sys
 
 from conftest import REPO, ddlc, tiny_design, write_design
 from ddlcompare.plan import design
+from ddlcompare.run import progress
 
 
 def finish(results, row, start, end, waited=0.0):
@@ -41,12 +42,14 @@ def test_plan_counts_the_runs_done_and_estimates_the_rest(tmp_path):
     assert out.returncode == 0, out.stderr
     # the cell's last run: its cell's median, 40 s; the other PyTorch cell's
     # three: their framework's, 40 s each; Tarantella's six: the first guess,
-    # 10 s of start-up and 1 s per 1,000 images (768 and 1,536 images a run)
-    left = 40 + 3 * 40 + 3 * (10.768 + 11.536)
-    assert round(left / 60) == 4
+    # 10 s of start-up and 1.4 s per 1,000 images (768 and 1,536 images a
+    # run); 1 s of Snakemake's per run, and the report's 40 s
+    left = 40 + 3 * 40 + 3 * (20 + 1.4 * (0.768 + 1.536)) + 10 * 1 + 40
+    assert round(left / 60) == 5
     assert out.stdout.splitlines()[-1] == (
-        "2 of 12 runs done, 10 to do: about 4 min left (1 from earlier runs of their cells, "
-        "3 from their framework's timed runs, 6 from a first guess per framework)"
+        "2 of 12 runs done, 10 to do: about 5 min left, the report included (1 from earlier "
+        "runs of their cells, 3 from their framework's timed runs, 6 from a first guess per "
+        "framework)"
     )
     summary = ddlc(
         "plan", "--no-check", "--summary", "--design", str(path), "--results", str(results)
@@ -87,3 +90,21 @@ def test_a_run_record_that_is_no_record_is_not_timed(tmp_path):
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     assert out.stdout.startswith("0 of 1 runs done, 1 to do: about "), out.stdout
     assert "from a first guess per framework" in out.stdout
+
+
+def test_plan_prices_a_run_from_a_real_run_of_its_cell(tiny_trained, tmp_path):
+    """The session's real run (its record as the runner wrote it): the plan of
+    two replications counts it done and prices the second from it, with
+    Snakemake's second and the report's time."""
+    results, plan = tiny_trained
+    [row] = plan.runs()
+    timed = progress.timed_seconds(results / row.path)
+    assert timed and timed > 0
+    path = write_design(tmp_path, {**tiny_design(), "replications": 2})
+    out = ddlc("plan", "--no-check", "--summary", "--design", str(path), "--results", str(results))
+    assert out.returncode == 0, out.stderr
+    left = progress.duration(timed + progress.BETWEEN_RUNS_S + progress.REPORT_S)
+    assert out.stdout == (
+        f"1 of 2 runs done, 1 to do: about {left} left, the report included "
+        "(1 from earlier runs of their cells)\n"
+    )

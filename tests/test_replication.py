@@ -4,7 +4,9 @@ does not, the cap holds, and the decisions are files a new start reads."""
 import json
 import math
 import random
+import statistics
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,6 +16,7 @@ from scipy import stats as scipy_stats
 from analysis import replication, stats
 from ddlcompare.plan import design
 from ddlcompare.plan.design import DesignError
+from ddlcompare.run import progress
 
 
 def adaptive(**over):
@@ -202,7 +205,7 @@ def test_workflow_adds_a_round_and_redoes_nothing(tmp_path):
     """Through snakemake: round 0 runs both replications, its decision adds
     the third (a target no real timing meets), round 1 stops at the cap; a
     second start finds nothing to do."""
-    from conftest import TINY_FIXED, snakemake_cmd, write_design
+    from conftest import TINY_FIXED, ddlc, snakemake_cmd, write_design
 
     doc = {
         "name": "tiny",
@@ -217,13 +220,38 @@ def test_workflow_adds_a_round_and_redoes_nothing(tmp_path):
     plan = design.parse(doc)
     last = replication.round_file(plan, tmp_path / "results", 1).relative_to(tmp_path)
 
-    def snakemake(*extra):
+    def snakemake(*extra, targets=(str(last),)):
         command = snakemake_cmd(tmp_path)
         at = command.index("--config")
         return subprocess.run(
-            [*command[:at], *extra, str(last), *command[at:]], capture_output=True, text=True
+            [*command[:at], *extra, *targets, *command[at:]], capture_output=True, text=True
         )
 
+    def left() -> str:
+        out = ddlc(
+            *("plan", "--no-check", "--summary", "--design", str(tmp_path / "design.yaml")),
+            *("--results", str(tmp_path / "results")),
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    # The time left counts the round replications: auto may add: before any
+    # run, none or one; once round 0's runs are done, what it will decide.
+    assert left().startswith(
+        "0 of 2 runs done, 2 to do and 0 to 1 more that replications: auto may add "
+        "(as many as the first runs' spread asks): about "
+    )
+    round_0 = [str(Path("results", r.path, "done.json")) for r in plan.runs()]
+    ran = snakemake(targets=round_0)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert not replication.rounds(plan, tmp_path / "results")  # not decided yet
+    # the added run priced from the cell's two real runs
+    timed = [progress.timed_seconds(tmp_path / "results" / r.path) for r in plan.runs()]
+    added = statistics.median(timed) + progress.BETWEEN_RUNS_S + progress.REPORT_S
+    assert left() == (
+        f"2 of 2 runs done and 1 more that replications: auto adds: about "
+        f"{progress.duration(added)} left, the report included"
+    )
     first = snakemake()
     assert first.returncode == 0, first.stderr[-3000:]
     rounds = replication.rounds(plan, tmp_path / "results")
@@ -236,17 +264,45 @@ def test_workflow_adds_a_round_and_redoes_nothing(tmp_path):
     again = snakemake("-n")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Nothing to be done" in again.stdout + again.stderr
+    assert left() == "3 of 3 runs done; none to do"
 
 
 def test_an_added_replication_is_announced_as_one(tmp_path):
-    """The console's line as a run starts counts the planned runs; a round
-    replications: auto adds beyond them says so instead of "none to do"."""
-    from ddlcompare.run import progress
-
+    """The console's line as a run starts counts the planned runs; a run
+    beyond them (not yet decided) says so instead of "none to do"."""
     d = adaptive()
-    planned, every = d.runs(), d.runs(most=True)
-    added = next(r for r in every if r.path not in {p.path for p in planned})
-    assert "runs done, " in progress.start_line(d, planned[0], tmp_path)
-    assert progress.start_line(d, added, tmp_path).endswith(
-        f": a replication added beyond the {len(planned)} planned\n"
+    planned, every = progress.Planned(*replication.forecast(d, tmp_path)), d.runs(most=True)
+    added = next(r for r in every if r.path not in {p.path for p in planned.rows})
+    assert "runs done, " in progress.start_line(planned, planned.rows[0], tmp_path)
+    assert progress.start_line(planned, added, tmp_path).endswith(
+        f": a replication added beyond the {len(planned.rows)} planned\n"
     )
+
+
+def test_the_forecast_counts_what_round_0_will_add_once_a_cell_is_done(tmp_path):
+    """A cell whose first round is done is forecast exactly the runs round 0
+    will give it (the decision's own rule); one not yet done, none up to the
+    cap; once round 0 is decided, none (later rounds make up for failures)."""
+    plan = adaptive()  # 4 cells, 3 to 6 replications
+    spreads = {
+        ("torch-ddp", 1): 0.001,  # meets the target: none more
+        ("torch-ddp", 2): 0.06,  # a few more
+        ("horovod-torch", 1): 0.9,  # to the cap
+        ("horovod-torch", 2): 0.001,
+    }
+    rows = replication.planned(plan, tmp_path)
+    waiting = [r for r in rows if key(replication.cell_of(r)) == ("horovod-torch", 2)]
+    finish(tmp_path, [r for r in rows if r not in waiting[1:]], spread_by_cell(spreads))
+    planned, forecast = replication.forecast(plan, tmp_path)
+    assert [r.path for r in planned] == [r.path for r in rows]
+    more = {key(c): n for c, n in forecast.items()}
+    assert more[("torch-ddp", 1)] == (0, 0)
+    assert more[("horovod-torch", 1)] == (3, 3)
+    assert more[("torch-ddp", 2)][0] == more[("torch-ddp", 2)][1]
+    assert more[("horovod-torch", 2)] == (0, 3)  # 2 of its 3 done: the cap's 3 at most
+    finish(tmp_path, waiting[1:], spread_by_cell(spreads))
+    now = {key(c): n for c, n in replication.forecast(plan, tmp_path)[1].items()}
+    first = replication.write_round(plan, tmp_path, 0)
+    assert now == {key(c["cell"]): (c["add"], c["add"]) for c in first["cells"]}
+    rows, more = replication.forecast(plan, tmp_path)
+    assert not more and len(rows) == 12 + len(first["add"])
