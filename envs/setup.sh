@@ -375,6 +375,12 @@ if wants torch; then
     > "$venv/.ddlc-compileall-checkout.log" 2>&1 || true
   # The OAR executor plugin of profiles/grid5000: a package of ours, installed as a user would.
   pip_in "$venv" install -q --no-deps ./plugins/snakemake-executor-plugin-oar
+  # The upstream Slurm plugin of profiles/slurm, with our patch: a Ctrl-C
+  # cancels every job of the workflow (envs/patches/slurm-plugin). Applied
+  # each time (a no-op once there): pip's reinstall would undo it.
+  "$venv/bin/python" envs/patches/apply.py envs/patches/slurm-plugin/cancel.json \
+    "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/snakemake_executor_plugin_slurm" \
+    > /dev/null || { say "the Slurm plugin's patch no longer applies (envs/torch.txt's version?)"; exit 1; }
   build_fastotf2
   install_horovod
 fi

@@ -9,10 +9,12 @@ card writes them, from the project root."""
 import concurrent.futures
 import contextlib
 import fcntl
+import importlib.util
 import json
 import os
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -20,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -29,7 +32,7 @@ from ddlcompare.run import cluster, netem
 from ddlcompare.run.schedulers import slurm
 from frameworks import registry
 from front import workflow_support as ws
-from test_oar import OarUser, oarstat, wait_for
+from test_oar import OarUser, ended, oarstat, wait_for
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 DDLC = str(REPO / "ddlc")
@@ -649,6 +652,140 @@ def test_a_job_cancelled_by_slurm_is_recorded_and_rerun_alone(slurm_cluster, wor
     subprocess.run(["scancel", job], env=env, check=True)
     stopped_with(tmp_path, proc, f"Slurm job {job}: CANCELLED", SlurmWay(env))
     only_the_stopped_run_is_left(tmp_path, SlurmWay(env))
+
+
+SLURM_SLEEP = "sleep 291"  # a command no other test runs, found by its command line
+SLOW_SQUEUE_S = 4
+
+
+def slow_squeue(folder: Path, env: dict) -> Path:
+    """squeue as a busy slurmctld answers: after SLOW_SQUEUE_S, then for
+    real. A status check then lasts long enough for a Ctrl-C to land inside
+    it when the test chooses; a quick one is a window of milliseconds."""
+    real = shutil.which("squeue", path=env["PATH"])
+    assert real, env["PATH"]
+    wrapper = folder / "squeue"
+    wrapper.write_text(f'#!/bin/sh\nsleep {SLOW_SQUEUE_S}\nexec {shlex.quote(real)} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def slurm_job_command(command: str) -> tuple[str, psutil.Process] | None:
+    """A Slurm job's ``command`` once its shell runs it: (job id, process)."""
+    for process in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if process.info["cmdline"] == command.split():
+                if job := process.environ().get("SLURM_JOB_ID"):
+                    return job, process
+    return None
+
+
+def runs_below(proc: subprocess.Popen, program: Path) -> bool:
+    """``program`` runs in a process below ``proc``."""
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if str(program) in child.cmdline():
+                return True
+    return False
+
+
+def test_the_slurm_plugins_patch_applies_once_to_the_pinned_plugin(tmp_path):
+    """envs/patches/slurm-plugin's anchor is in the plugin envs/torch.txt pins
+    (set-up applies it at every run): applied twice to a copy, its hook is
+    there once and the plugin still imports."""
+    installed = Path(importlib.util.find_spec("snakemake_executor_plugin_slurm").origin).parent
+    copy = tmp_path / installed.name
+    shutil.copytree(installed, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    spec = REPO / "envs" / "patches" / "slurm-plugin" / "cancel.json"
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, str(REPO / "envs" / "patches" / "apply.py"), str(spec), str(copy)],
+            capture_output=True,
+            text=True,
+        )
+        assert out.returncode == 0, out.stderr
+    assert (copy / "__init__.py").read_text().count("cancel_workflow_jobs(self.run_uuid") == 1
+    imported = subprocess.run(
+        [sys.executable, "-c", f"import {installed.name}.ddlc_cancel, {installed.name}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert imported.returncode == 0, imported.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+def test_a_workflow_interrupted_during_a_status_check_cancels_its_slurm_jobs(
+    slurm_cluster, tmp_path
+):
+    """Ctrl-C while the Slurm plugin checks its jobs' status: Snakemake's
+    list of active jobs is empty for that while, and the upstream plugin
+    cancelled nothing (the job ran on to its time limit). Our patch
+    (envs/patches/slurm-plugin) cancels the workflow's jobs by their name:
+    Slurm records the job cancelled and its command is killed."""
+    _, env = slurm_cluster
+    (tmp_path / "bin").mkdir()
+    squeue = slow_squeue(tmp_path / "bin", env)
+    env = {**env, "PATH": f"{tmp_path / 'bin'}:{env['PATH']}"}
+    (tmp_path / "Snakefile").write_text(
+        f'rule long:\n    output: "x"\n    shell: "{SLURM_SLEEP}"\n'
+    )
+    argv = [
+        "timeout", "-k", "30", "600", SNAKEMAKE, "--profile", "slurm",
+        "-s", str(tmp_path / "Snakefile"), "-d", str(tmp_path),
+        "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
+        "--seconds-between-status-checks", "2",
+    ]  # fmt: skip
+    log_path = tmp_path / "snakemake.log"
+    log = open(log_path, "w")
+    # timeout gives Snakemake a process group of its own (the test's own
+    # Ctrl-C does not reach it) and SIGINT's default action, whatever the
+    # test inherited (a shell's background job ignores it).
+    proc = subprocess.Popen(argv, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    job = None
+    try:
+
+        def under_way(check):
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            return check()
+
+        job, command = wait_for(
+            f"the job's {SLURM_SLEEP}",
+            lambda: under_way(lambda: slurm_job_command(SLURM_SLEEP)),
+            120,
+        )
+        wait_for("a status check", lambda: under_way(lambda: runs_below(proc, squeue)), 60)
+        [snakemake] = [
+            c for c in psutil.Process(proc.pid).children() if SNAKEMAKE in c.cmdline()
+        ]  # fmt: skip
+        snakemake.send_signal(signal.SIGINT)  # Ctrl-C, to Snakemake itself
+        proc.wait(timeout=120)
+        said = {}
+
+        def cancelled() -> bool:
+            out = subprocess.run(
+                ["scontrol", "-o", "show", "job", job], env=env, capture_output=True, text=True
+            )
+            said["job"] = out.stdout.strip() or out.stderr.strip()
+            return "JobState=CANCELLED" in said["job"]
+
+        try:
+            wait_for(f"Slurm cancelling job {job}", cancelled, 60)
+        except AssertionError as error:  # what Slurm and the workflow said
+            raise AssertionError(
+                f"{error} (is envs/patches/slurm-plugin applied? set-up applies it); "
+                f"{said.get('job')}; {log_path.read_text()[-3000:]}"
+            ) from None
+        wait_for(f"job {job}'s {SLURM_SLEEP} killed", lambda: ended(command), 30)
+    finally:  # whatever failed, nothing of it outlives the test
+        if job:
+            subprocess.run(["scancel", job], env=env)
+        with contextlib.suppress(psutil.Error):
+            for process in [*psutil.Process(proc.pid).children(recursive=True), proc]:
+                process.kill()
+        proc.wait(timeout=60)
+        log.close()
 
 
 @pytest.mark.slow
