@@ -19,14 +19,13 @@ nothing finished (the Snakefile's ``replicate`` checkpoint writes them).
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import statistics
 from pathlib import Path
 
 import pandas as pd
-
-from analysis import stats
 
 from runfiles.atomic import write_text
 from runfiles.names import DONE, METRICS
@@ -51,6 +50,10 @@ def relative_half_width(n: int, first_stage: list[float]) -> float:
     the first stage's mean; nan below two first-stage values."""
     if len(first_stage) < 2 or not statistics.fmean(first_stage):
         return math.nan
+    # Here, not above: scipy and the report's modules load only where a spread
+    # is judged, not in every run's start line (the time left's forecast).
+    from analysis import stats
+
     half = stats.stein_half_width(pd.Series(first_stage), n, CONFIDENCE)
     return half / abs(statistics.fmean(first_stage))
 
@@ -178,14 +181,15 @@ def forecast(design: Design, results: Path) -> tuple[list[RunRow], dict[str, tup
     rows = planned(design, results)
     if not design.adaptive or rounds(design, results, upto=1):
         return rows, {}
-    counts, values = measured(rows, results)
-    decision = decide(design, counts, values)
+    cells = collections.Counter(cell_of(r) for r in rows)  # their planned replications
     unfinished = {cell_of(r) for r in rows if not (Path(results) / r.path / DONE).is_file()}
+    decided = {}
+    if set(cells) - unfinished:  # the rule judges a cell once its first round is done
+        decided = {c["cell"]: c["add"] for c in decide(design, *measured(rows, results))["cells"]}
+    most = design.adaptive.most
     return rows, {
-        c["cell"]: (0, design.adaptive.most - c["replications"])
-        if c["cell"] in unfinished
-        else (c["add"], c["add"])
-        for c in decision["cells"]
+        cell: (0, most - n) if cell in unfinished else (decided[cell], decided[cell])
+        for cell, n in cells.items()
     }
 
 
