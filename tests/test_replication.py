@@ -244,6 +244,8 @@ def test_workflow_adds_a_round_and_redoes_nothing(tmp_path):
     round_0 = [str(Path("results", r.path, "done.json")) for r in plan.runs()]
     ran = snakemake(targets=round_0)
     assert ran.returncode == 0, ran.stderr[-3000:]
+    # each run's start line on the console says the same
+    assert "runs done, 2 to do and 0 to 1 more that replications: auto may add" in ran.stderr
     assert not replication.rounds(plan, tmp_path / "results")  # not decided yet
     # the added run priced from the cell's two real runs
     timed = [progress.timed_seconds(tmp_path / "results" / r.path) for r in plan.runs()]
@@ -254,6 +256,7 @@ def test_workflow_adds_a_round_and_redoes_nothing(tmp_path):
     )
     first = snakemake()
     assert first.returncode == 0, first.stderr[-3000:]
+    assert "/rep~3: 2 of 3 runs done, 1 to do: about " in first.stderr  # the added run
     rounds = replication.rounds(plan, tmp_path / "results")
     assert [len(r["add"]) for r in rounds] == [1, 0]
     assert rounds[-1]["cells"][0]["replications"] == 3 and not rounds[-1]["cells"][0]["met"]
