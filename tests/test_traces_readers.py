@@ -15,6 +15,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,7 +26,7 @@ from runfiles import tables
 from traces import convert, jsonrecords, readers
 from traces.readers import TraceError
 from traces.rules import PhaseRules, RulesError
-from traces.table import COLUMNS, SCHEMA, SCHEMA_VERSION, TEXT
+from traces.table import COLUMNS, NULL, SCHEMA, SCHEMA_VERSION, TEXT, Columns, finish_columns
 from runfiles.tables import plain_text
 
 FIXTURES = REAL_TRACES
@@ -875,3 +876,34 @@ def test_lost_locations_counted_of_the_whole_archive_when_read_in_parts(
     assert [p for p in said if "locations could not be read" in p] == [
         next(p for p in said if "1 of 2 locations could not be read" in p)
     ]
+
+
+def test_durations_are_written_over_the_parent_rows():
+    """finish_columns consumes its columns: the durations take the memory of
+    the parent rows (no fresh pages to fault in), once the parent column
+    has been read through them."""
+    parent_row = np.array([-1, 0, 1, 0], dtype=np.int64)
+    nothing = np.full(4, NULL, dtype=np.int64)
+    columns = Columns(
+        rank=np.zeros(4, dtype=np.int32),
+        node=np.zeros(4, dtype=np.int32),
+        node_names=["node"],
+        location=np.zeros(4, dtype=np.int32),
+        location_names=["thread"],
+        region=np.array([0, 1, 2, 3], dtype=np.int32),
+        region_names=["main", "forward", "conv", "backward"],
+        start_ns=np.array([0, 10, 12, 30], dtype=np.int64),
+        end_ns=np.array([100, 20, 15, 70], dtype=np.int64),
+        depth=np.array([0, 1, 2, 1], dtype=np.int32),
+        parent_row=parent_row,
+        step=nothing.copy(),
+        epoch=nothing.copy(),
+        collective=np.full(4, -1, dtype=np.int32),
+        collective_names=[],
+        bytes=nothing.copy(),
+    )
+    table = finish_columns(columns, RULES, "otf2")
+    assert table.column("parent").to_pylist() == [None, "main", "forward", "main"]
+    assert table.column("dur_ns").to_pylist() == [100, 10, 3, 40]
+    durations = table.column("dur_ns").chunk(0).buffers()[1]
+    assert np.shares_memory(np.frombuffer(durations, dtype=np.int64), parent_row)
