@@ -634,8 +634,9 @@ def test_the_first_files_memory_is_faulted_in_ahead(tmp_path):
 
 def test_what_is_faulted_in_ahead_is_sized_by_the_largest_files_read_at_once(tmp_path):
     """Three times the largest files read at once, found in the folder and
-    its subfolders (no FIFO's or device's size), to MOST_AHEAD at most;
-    nothing for small traces."""
+    its subfolders (no FIFO's or device's size, nor a JSON document's that
+    every reader refuses on its first key), to MOST_AHEAD at most; nothing
+    for small traces."""
     from traces import memory
 
     (tmp_path / "torch_profiler").mkdir()
@@ -643,6 +644,9 @@ def test_what_is_faulted_in_ahead_is_sized_by_the_largest_files_read_at_once(tmp
         with (tmp_path / path).open("wb") as f:
             f.truncate(size)
     os.mkfifo(tmp_path / "fifo.json")
+    with (tmp_path / "execution-trace.json").open("wb") as f:
+        f.write(b'{"schema": "1.1.1-chakra.0.0.4", "nodes": [')
+        f.truncate(40 << 20)
     at_once = memory.files_at_once()
     assert memory.bytes_ahead([tmp_path]) == 3 * ((20 << 20) + (10 << 20 if at_once > 1 else 0))
     assert memory.bytes_ahead([tmp_path / "a.json", tmp_path / "nothing"]) == 3 * (10 << 20)

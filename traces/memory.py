@@ -14,6 +14,8 @@ import os
 import threading
 from pathlib import Path
 
+from traces.formats import refused_on_its_first_key
+
 # glibc's mallopt parameters (malloc.h) and madvise's (linux/mman.h)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8
 MADV_POPULATE_WRITE = 23  # Linux 5.14 and later
@@ -99,10 +101,17 @@ def fault_in_ahead(paths: list[Path]) -> threading.Thread | None:
 def bytes_ahead(paths: list[Path]) -> int:
     """What fault_in_ahead faults in: TOUCHED_PER_BYTE times the largest
     files given (or found in a given folder and its subfolders) that are
-    read at once, to MOST_AHEAD and a quarter of the memory free at most."""
-    sizes = sorted(_sizes(paths), reverse=True)[: files_at_once()]
+    read at once, to MOST_AHEAD and a quarter of the memory free at most.
+    A JSON document that every reader refuses on its first key counts for
+    nothing (a 1 GiB one is refused in a fraction of a second)."""
+    read: list[int] = []
+    for size, path in sorted(_sizes(paths), reverse=True):
+        if len(read) == files_at_once():
+            break
+        if not _refused(path):
+            read.append(size)
     free = os.sysconf("SC_AVPHYS_PAGES") * PAGE if hasattr(os, "sysconf") else 0
-    return min(int(TOUCHED_PER_BYTE * sum(sizes)), MOST_AHEAD, free // 4)
+    return min(int(TOUCHED_PER_BYTE * sum(read)), MOST_AHEAD, free // 4)
 
 
 def _fault_in(libc, nbytes: int) -> None:
@@ -122,19 +131,37 @@ def _fault_in(libc, nbytes: int) -> None:
 
 
 def _sizes(paths: list[Path], depth: int = 2, most: int = 10_000):
-    """The sizes of the regular files given, and of those in a folder given
-    or in its subfolders (``most`` entries of each folder looked at)."""
+    """(size, path) of the regular files given, and of those in a folder
+    given or in its subfolders (``most`` entries of each folder looked at)."""
     for path in paths:
         try:
             if not os.path.isdir(path):
                 if os.path.isfile(path):
-                    yield os.path.getsize(path)
+                    yield os.path.getsize(path), Path(path)
                 continue
             with os.scandir(path) as found:
                 for entry in itertools.islice(found, most):
                     if entry.is_file():
-                        yield entry.stat().st_size
+                        yield entry.stat().st_size, Path(entry.path)
                     elif depth > 1 and entry.is_dir():
                         yield from _sizes([Path(entry.path)], depth - 1, most)
         except OSError:
             continue
+
+
+def _refused(path: Path) -> bool:
+    """Whether every reader refuses the file on its first bytes (or it
+    cannot be read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO put there meanwhile: no wait
+    except OSError:
+        return True
+    try:
+        return refused_on_its_first_key(os.read(fd, HEAD_BYTES))
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+HEAD_BYTES = 4096

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Literal, overload
 
 from runfiles.backends import Registry
+from traces.formats import TRACE_FIRST_KEYS
 from traces.rules import PhaseRules
 from traces.table import META_UNRECOGNISED, META_UNSIZED
 
@@ -239,29 +240,6 @@ def _upto(f, size: int) -> bytes:
 
 
 _EVENTS = b'"traceEvents"'
-# The keys a trace document may open with: Kineto's and those of Chrome's
-# Trace Event Format. A JSON object that opens with another (a PyTorch
-# execution trace's "schema", a configuration) is no trace: it is refused
-# on its first key, not walked for an events array to its end.
-TRACE_FIRST_KEYS = frozenset(
-    b'"%s"' % key
-    for key in (
-        b"schemaVersion",
-        b"deviceProperties",
-        b"distributedInfo",
-        b"traceEvents",
-        b"traceName",
-        b"displayTimeUnit",
-        b"baseTimeNanoseconds",
-        b"systemTraceEvents",
-        b"otherData",
-        b"metadata",
-        b"stackFrames",
-        b"samples",
-        b"powerTraceAsString",
-        b"controllerTraceDataKey",
-    )
-)
 _STRUCTURE = re.compile(rb'[{}\[\]:,"]')
 _STRING_REST = re.compile(rb'(?:[^"\\]|\\.)*"', re.DOTALL)
 
