@@ -239,6 +239,9 @@ TINY_FIXED = {
 # report. For tests that check the runs and nothing after them; the steps
 # after them are what test_workflow, test_report and test_damaged check.
 RUNS_ONLY = ("--until", "run")
+# The runs, their phases and the tables (collect): for tests that check the
+# tables and nothing after them (figures, timeline, report, probe, gate).
+TABLES_ONLY = ("--until", "collect")
 
 
 def snakemake_cmd(workdir: Path, *extra: str, limit: int = 600) -> list[str]:
