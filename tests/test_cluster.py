@@ -32,7 +32,7 @@ from ddlcompare.run import cluster, netem
 from ddlcompare.run.schedulers import slurm
 from frameworks import registry
 from front import workflow_support as ws
-from test_oar import OarUser, ended, oarstat, wait_for
+from test_oar import OarUser, ended, oarstat, runs_below, slow_command, wait_for
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 DDLC = str(REPO / "ddlc")
@@ -655,19 +655,6 @@ def test_a_job_cancelled_by_slurm_is_recorded_and_rerun_alone(slurm_cluster, wor
 
 
 SLURM_SLEEP = "sleep 291"  # a command no other test runs, found by its command line
-SLOW_SQUEUE_S = 4
-
-
-def slow_squeue(folder: Path, env: dict) -> Path:
-    """squeue as a busy slurmctld answers: after SLOW_SQUEUE_S, then for
-    real. A status check then lasts long enough for a Ctrl-C to land inside
-    it when the test chooses; a quick one is a window of milliseconds."""
-    real = shutil.which("squeue", path=env["PATH"])
-    assert real, env["PATH"]
-    wrapper = folder / "squeue"
-    wrapper.write_text(f'#!/bin/sh\nsleep {SLOW_SQUEUE_S}\nexec {shlex.quote(real)} "$@"\n')
-    wrapper.chmod(0o755)
-    return wrapper
 
 
 def slurm_job_command(command: str) -> tuple[str, psutil.Process] | None:
@@ -678,15 +665,6 @@ def slurm_job_command(command: str) -> tuple[str, psutil.Process] | None:
                 if job := process.environ().get("SLURM_JOB_ID"):
                     return job, process
     return None
-
-
-def runs_below(proc: subprocess.Popen, program: Path) -> bool:
-    """``program`` runs in a process below ``proc``."""
-    for child in psutil.Process(proc.pid).children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if str(program) in child.cmdline():
-                return True
-    return False
 
 
 def test_the_slurm_plugins_patch_applies_once_to_the_pinned_plugin(tmp_path):
@@ -726,7 +704,9 @@ def test_a_workflow_interrupted_during_a_status_check_cancels_its_slurm_jobs(
     Slurm records the job cancelled and its command is killed."""
     _, env = slurm_cluster
     (tmp_path / "bin").mkdir()
-    squeue = slow_squeue(tmp_path / "bin", env)
+    real = shutil.which("squeue", path=env["PATH"])
+    assert real, env["PATH"]
+    squeue = slow_command(real, tmp_path / "bin")
     env = {**env, "PATH": f"{tmp_path / 'bin'}:{env['PATH']}"}
     (tmp_path / "Snakefile").write_text(
         f'rule long:\n    output: "x"\n    shell: "{SLURM_SLEEP}"\n'

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -326,11 +327,46 @@ def test_status_checks_survive_oarstat_unreachable_for_a_while(oar_user):
         oar_user.env = saved
 
 
+SLOW_STATUS_S = 4
+
+
+def slow_command(real: str, folder: Path) -> Path:
+    """``real`` as a busy scheduler answers: after SLOW_STATUS_S, then for
+    real (a wrapper of its name in ``folder``, first on a PATH). A status
+    check then lasts long enough for a Ctrl-C to land inside it when a test
+    chooses; a quick one is a window of milliseconds, hit by chance."""
+    wrapper = folder / Path(real).name
+    wrapper.write_text(f'#!/bin/sh\nsleep {SLOW_STATUS_S}\nexec {shlex.quote(real)} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def runs_below(proc: subprocess.Popen, program: Path) -> bool:
+    """``program`` runs in a process below ``proc``."""
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if str(program) in child.cmdline():
+                return True
+    return False
+
+
 def test_an_interrupted_workflow_deletes_its_oar_jobs(oar_user):
+    """Ctrl-C while the plugin checks its jobs' status (a slow oarstat holds
+    the check open): Snakemake's list of active jobs is empty for that while,
+    so the plugin deletes the jobs from its own list (7f8c260); without it
+    the job ran on to its walltime."""
     workdir = oar_user.workdir("cancel")
     (workdir / "Snakefile").write_text(f'rule long:\n    output: "x"\n    shell: "{LONG_SLEEP}"\n')
+    (workdir / "bin").mkdir()
+    oarstat_program = slow_command(shutil.which("oarstat"), workdir / "bin")
+    for path in (workdir / "bin", oarstat_program):
+        shutil.chown(path, oar_user.name)
+    env = {**oar_user.env, "PATH": f"{workdir / 'bin'}:{oar_user.env['PATH']}"}
     log = open(workdir / "snakemake.log", "w")
-    proc = oar_user.start(plugin_argv(workdir), workdir, log)
+    proc = subprocess.Popen(
+        oar_user.as_user(plugin_argv(workdir)), cwd=workdir, env=env, stdout=log,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
     try:
         # Interrupted only once the job's own command runs: before, the job
         # may still be starting its Snakemake, which then ends by itself
@@ -341,6 +377,7 @@ def test_an_interrupted_workflow_deletes_its_oar_jobs(oar_user):
             return job_command(workdir, LONG_SLEEP)
 
         command = wait_for(f"the job's {LONG_SLEEP}", running, 120)
+        wait_for("a status check", lambda: runs_below(proc, oarstat_program), 60)
         # Ctrl-C, to Snakemake itself (timeout gives it a process group of its own).
         [snakemake] = [
             c for c in psutil.Process(proc.pid).children(recursive=True)
