@@ -15,10 +15,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +126,11 @@ def compile_library(source: Path, name: str, cflags, libs) -> Path:
     target = _built_path(source, name, cflags, libs)
     if target.is_file():
         return target
+    # Only a build needs these (some 7-15 ms of every import's start-up).
+    import shutil
+    import subprocess
+    import tempfile
+
     compiler = shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
         raise RuntimeError(f"no C compiler (gcc) to build {source}")
