@@ -108,3 +108,29 @@ def test_plan_prices_a_run_from_a_real_run_of_its_cell(tiny_trained, tmp_path):
         f"1 of 2 runs done, 1 to do: about {left} left, the report included "
         "(1 from earlier runs of their cells)\n"
     )
+
+
+def test_a_wait_before_the_run_started_is_not_taken_off_its_time(tmp_path):
+    """The recorded wait also counts what the job's shell waited before the
+    runner started (workflows/share_machine.sh): a run of 18 s that held the
+    machine 12 s after its start, having waited 33 s in all, took 18 - 12 s
+    of its own, not none (as a run waiting behind three test workers did)."""
+    record = {
+        "start": "2026-11-27T10:00:00+0000",
+        "end": "2026-11-27T10:00:18+0000",
+        "waited_for_machine_s": 33.0,
+    }
+    start = 1795773600.0  # 2026-11-27T10:00:00Z
+    (tmp_path / "run.json").write_text(
+        json.dumps({**record, "machine_held": [start + 12, start + 17]})
+    )
+    assert progress.timed_seconds(tmp_path) == 6.0
+    # a wait all inside the run is taken off whole; without a hold, as recorded
+    (tmp_path / "run.json").write_text(
+        json.dumps(
+            {**record, "waited_for_machine_s": 4.0, "machine_held": [start + 12, start + 17]}
+        )
+    )
+    assert progress.timed_seconds(tmp_path) == 14.0
+    (tmp_path / "run.json").write_text(json.dumps({**record, "waited_for_machine_s": 4.0}))
+    assert progress.timed_seconds(tmp_path) == 14.0

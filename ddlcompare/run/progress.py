@@ -105,15 +105,26 @@ def cell_of(row: RunRow) -> str:
 
 
 def timed_seconds(run_dir: Path) -> float | None:
-    """A run's time from start to end, less its wait for the machine; None
-    when its record does not say (not ended, or unreadable)."""
+    """A run's time from start to end, less the part of its wait for the
+    machine that fell inside it; None when its record does not say (not
+    ended, or unreadable). The recorded wait also counts what the job's
+    shell waited before the run started (workflows/share_machine.sh), so
+    only the wait between the start and the hold (``machine_held``) is
+    taken off: all of it, a run that waited longer than it lasted gave
+    no time at all."""
     try:
         record = files.read_json(run_dir / RUN_RECORD)
-        start, end = (datetime.strptime(record[k], "%Y-%m-%dT%H:%M:%S%z") for k in ("start", "end"))
+        start, end = (
+            datetime.strptime(record[k], "%Y-%m-%dT%H:%M:%S%z").timestamp()
+            for k in ("start", "end")
+        )
         waited = float(record.get("waited_for_machine_s") or 0)
-    except (OSError, ValueError, KeyError, TypeError):  # none, or not a record
+        held = record.get("machine_held")
+        if held:
+            waited = min(waited, max(0.0, float(held[0]) - start))
+    except (OSError, ValueError, KeyError, TypeError, IndexError):  # none, or not a record
         return None
-    seconds = (end - start).total_seconds() - waited
+    seconds = end - start - waited
     return seconds if seconds > 0 else None
 
 
