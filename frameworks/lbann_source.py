@@ -170,15 +170,8 @@ def import_lbann(source: Path | None = None):
     # config (executable: a bare 'lbann') would reach every process started
     # later, and a built LBANN's front end there would no longer find its
     # executable.
-    before = os.environ.get(CONFIG_VARIABLE)
-    os.environ[CONFIG_VARIABLE] = str(Path(path) / "lbann" / "python_config.ini")
-    try:
+    with variables.setting(CONFIG_VARIABLE, str(Path(path) / "lbann" / "python_config.ini")):
         return importlib.import_module("lbann")
-    finally:
-        if before is None:
-            del os.environ[CONFIG_VARIABLE]
-        else:
-            os.environ[CONFIG_VARIABLE] = before
 
 
 @functools.cache

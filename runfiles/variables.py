@@ -10,11 +10,12 @@ layer so that every layer may read it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 
 @dataclass(frozen=True)
@@ -353,3 +354,19 @@ def cache_root(env: Mapping[str, str] | None = None) -> Path:
 def cache(*parts: str) -> Path:
     """A place under the cache root."""
     return cache_root().joinpath(*parts)
+
+
+@contextlib.contextmanager
+def setting(name: str, value: str) -> Iterator[None]:
+    """``name`` set to ``value`` in this process's environment while the
+    block runs, then as it was (unset where it was unset): for settings a
+    library reads once, as it loads, that must not reach later children."""
+    saved = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = saved

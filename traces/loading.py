@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
+
+from runfiles import variables
 
 OPENBLAS_THREADS = "OPENBLAS_NUM_THREADS"
 
@@ -26,15 +27,8 @@ def _blas_of_one_thread():
     them (it makes no BLAS call): some 45 ms of CPU of a 90 ms ``import
     numpy``, measured beside other work. Only while it is loaded: no child
     inherits the setting."""
-    saved = os.environ.get(OPENBLAS_THREADS)
-    os.environ[OPENBLAS_THREADS] = "1"
-    try:
+    with variables.setting(OPENBLAS_THREADS, "1"):
         yield
-    finally:
-        if saved is None:
-            del os.environ[OPENBLAS_THREADS]
-        else:
-            os.environ[OPENBLAS_THREADS] = saved
 
 
 @contextlib.contextmanager
