@@ -31,17 +31,12 @@ from runfiles.atomic import write_text
 from runfiles.names import DONE, METRICS
 from runfiles import records
 from ddlcompare.plan.design import Adaptive, Design
-from ddlcompare.plan.params import RunRow
+from ddlcompare.plan.params import RunRow, cell_of
 from runfiles import files
 
 RESPONSE = "images_per_s"
 CONFIDENCE = 0.95
 FOLDER = "replication"
-
-
-def cell_of(row: RunRow) -> str:
-    """A cell's name: its run folder without the replication."""
-    return row.path.rsplit("/rep~", 1)[0]
 
 
 def relative_half_width(n: int, first_stage: list[float]) -> float:

@@ -549,3 +549,8 @@ class RunRow:
     @property
     def world_size(self) -> int:
         return self.config["nodes"] * self.config["procs_per_node"]
+
+
+def cell_of(row: RunRow) -> str:
+    """A cell's name: its run folder without the replication."""
+    return row.path.rsplit("/rep~", 1)[0]

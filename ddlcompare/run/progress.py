@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from ddlcompare.plan.params import RunRow
+from ddlcompare.plan.params import RunRow, cell_of
 from frameworks import data
 from runfiles import files
 from runfiles.names import DONE, RUN_RECORD
@@ -97,11 +97,6 @@ def durations(low: float, high: float) -> str:
     if first.endswith(unit) and second.endswith(unit) and "h" not in first + second:
         first = first.removesuffix(unit)
     return f"{first} to {second}"
-
-
-def cell_of(row: RunRow) -> str:
-    """The run's cell: its path without the replication."""
-    return row.path.rsplit("/rep~", 1)[0]
 
 
 def timed_seconds(run_dir: Path) -> float | None:
