@@ -535,6 +535,10 @@ def test_the_workflows_convert_as_ddlc_import_loads(tmp_path):
         if chunks.column(i).is_stats_set
     }
     assert with_statistics == set(convert.FILTERED_BY)
+    # compressed with LZ4, read many times by the analysis (pyarrow's "LZ4"
+    # is Parquet's LZ4_RAW)
+    codecs = {chunks.column(i).compression for i in range(chunks.num_columns)}
+    assert codecs == {"LZ4"}
     for workflow in ("traces.smk", "analysis.smk"):
         text = (REPO / "workflows" / workflow).read_text()
         assert "-m traces {" in text and "-m traces.convert" not in text
