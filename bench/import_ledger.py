@@ -58,13 +58,8 @@ def child(trace: Path, out: Path, one_at_a_time: bool) -> None:
         last[:] = [cpu, faults]
 
     mark("Python's start-up")
-    from traces import memory
     from traces.loading import converter_loading
 
-    # as ddlc import sets up its process: the first files' memory faulted
-    # in, in a thread, while the modules load (its CPU counts in the imports)
-    memory.reuse_freed_memory()
-    memory.fault_in_ahead([trace])
     with converter_loading():  # as ddlc import loads them
         import pyarrow.parquet as pq
 

@@ -460,12 +460,6 @@ def cmd_timeline(args) -> int:
 def cmd_import(args) -> int:
     """Traces written elsewhere (OTF2, PyTorch profiler, Horovod Timeline)
     into one phase table: what ``python -m traces.convert`` does."""
-    from traces import memory
-
-    # before the converter's imports: the first files' memory is faulted in
-    # on the core they leave idle
-    memory.reuse_freed_memory()
-    memory.fault_in_ahead(args.paths)
     with converter_loading():
         from traces import convert
 

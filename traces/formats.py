@@ -1,10 +1,6 @@
-"""What trace files look like at their start, for the code that must tell
-before the readers are loaded (traces/memory.py sizes what it faults in
-ahead by them): the standard library only."""
+"""What trace files look like at their start: the standard library only."""
 
 from __future__ import annotations
-
-import re
 
 # The keys a trace document may open with: Kineto's and those of Chrome's
 # Trace Event Format. A JSON object that opens with another (a PyTorch
@@ -29,12 +25,3 @@ TRACE_FIRST_KEYS = frozenset(
         b"controllerTraceDataKey",
     )
 )
-_FIRST_KEY = re.compile(rb'\s*\{\s*("(?:[^"\\]|\\.)*")')
-
-
-def refused_on_its_first_key(head: bytes) -> bool:
-    """Whether a file whose first bytes are ``head`` is a JSON object whose
-    first key is none a trace opens with (every reader refuses it); False
-    for anything else, and where the first key is not whole in ``head``."""
-    found = _FIRST_KEY.match(head)
-    return found is not None and found.group(1) not in TRACE_FIRST_KEYS
