@@ -357,6 +357,9 @@ def test_scanner_nanoseconds_round_half_to_even_as_python_does(tmp_path, monkeyp
     """Below the nanosecond, beyond int64 and in exponent form the scanner
     gives what the Python reader gives (a Decimal of the text)."""
     texts = ["1.0005", "1.0015", "1.00150001", "-2.0025", "0.0004", "12e-3", "1.5E2", "9.3e15"]
+    # the plain form's one-pass reading, and the edges where it hands over
+    texts += ["1700000000000.125", "-0", "0.5", "-7.25", "9199999999999999.999"]
+    texts += ["9223372036854775.807", "12345678901234567", "0.0001", "3.1415", "10"]
     events = ",\n".join(
         f'{{"ph": "X", "name": "e{i}", "pid": 1, "tid": 2, "ts": {t}, "dur": 1}}'
         for i, t in enumerate(texts)
@@ -366,4 +369,33 @@ def test_scanner_nanoseconds_round_half_to_even_as_python_does(tmp_path, monkeyp
     expected = [kineto.ns_of_number(kineto.Decimal(t)) for t in texts]
     assert scanned.columns["ts"].tolist() == expected
     assert expected[:7] == [1000, 1002, 1002, -2002, 0, 12, 150_000]
-    assert expected[7] == fastjson.NO_TIME
+    assert expected[7] == expected[13] == fastjson.NO_TIME
+    assert expected[8:13] == [1_700_000_000_000_125, 0, 500, -7250, 9_199_999_999_999_999_999]
+
+
+@needs_scanner
+def test_keys_like_ours_are_not_ours(tmp_path, monkeypatch):
+    """The scanner tells a record's keys (and its args') by their first
+    letter and one comparison: keys that begin or end like ours, ours
+    escaped, and ours where the chunk ends give msgspec's table."""
+    events = [
+        {**x("a", 1.0), "phase": "M", "p": 1, "names": "n", "ts2": 9, "tid_": 3, "durs": 1},
+        {**x("b", 2.0), "cats": None, "ar": {}, "args2": {"correlation": "c"}, "t": 1, "d": 0},
+        {**x("c", 3.0), "args": {"correlations": "c", "External": "e", "External id2": "x"}},
+        {**x("d", 4.0), "args": {"correlation": 7, "External id": 8, "E": 1, "c": 2}},
+    ]
+    raw = '{"ts": 5, "dur": 1, "p\\/h": "M", "name": "e", "ph": "X"}'  # escaped: falls back
+    for last in ('{"ph":"X","ts":6}', '{"ts":6,"ph":"X","name":"f","pid":1,"tid":2,"dur":1}'):
+        monkeypatch.delenv("DDLC_JSON_SCANNER", raising=False)  # both() set it
+        path = events_file(tmp_path / "rank-1.json", events, last)
+        data = path.read_bytes()
+        assert fastjson.scan(data, *_array(data)) is not None
+        (table, problems), (expected, expected_problems) = both(path, monkeypatch)
+        assert table.equals(expected) and problems == expected_problems
+        assert table.num_rows == 5
+    monkeypatch.delenv("DDLC_JSON_SCANNER")
+    path = events_file(tmp_path / "rank-1.json", events, raw)
+    data = path.read_bytes()
+    assert fastjson.scan(data, *_array(data)) is None
+    (table, problems), (expected, expected_problems) = both(path, monkeypatch)
+    assert table.equals(expected) and problems == expected_problems

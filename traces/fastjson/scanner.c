@@ -213,19 +213,6 @@ static int number(Cursor *c, const uint8_t **start, int *is_int) {
     return 1;
 }
 
-static int int64_of(const uint8_t *p, const uint8_t *end, int64_t *out) {
-    int negative = *p == '-';
-    uint64_t v = 0, limit = negative ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
-    for (p += negative; p < end; p++) {
-        uint64_t digit = *p - '0';
-        if (v > (limit - digit) / 10) return 0;
-        v = v * 10 + digit;
-    }
-    if (negative && v == (uint64_t)INT64_MAX + 1) return 0; /* INT64_MIN: our NULL */
-    *out = negative ? -(int64_t)v : (int64_t)v;
-    return 1;
-}
-
 static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
                                1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
                                1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
@@ -298,6 +285,90 @@ static inline int key_is(const Text *k, const char *name) {
     return (size_t)k->len == n && memcmp(k->at, name, n) == 0;
 }
 
+/* Whether the key at p (its opening quote; 17 bytes or more before the
+ * chunk's end) is `quoted`, a key written with its quotes: a key without
+ * escapes, read in one comparison. */
+#define IS_KEY(p, quoted) (memcmp((p), (quoted), sizeof(quoted) - 1) == 0)
+#define TAKE_KEY(c, p, quoted, key)        \
+    if (IS_KEY(p, quoted)) {               \
+        (c)->p = (p) + sizeof(quoted) - 1; \
+        return key;                        \
+    }
+#define LONGEST_KEY 17 /* "Collective name", quoted */
+
+/* The fields read from a record (the others are skipped) and from its args. */
+enum { K_OTHER, K_PH, K_NAME, K_CAT, K_PID, K_TID, K_TS, K_DUR, K_ARGS };
+enum {
+    A_OTHER,
+    A_CORRELATION,
+    A_EXTERNAL,
+    A_COLLECTIVE,
+    A_DTYPE,
+    A_NAME,
+    A_NELEMS,
+    A_SIZE,
+    A_SHAPE
+};
+
+/* A record's key, read from its opening quote: K_*, or -1 where it is not
+ * a string without escapes. The keys of the Kineto and Timeline records
+ * are told by their first letter and one comparison; any other goes
+ * through string(). */
+static int record_key(Cursor *c) {
+    const uint8_t *p = c->p;
+    if (c->end - p >= LONGEST_KEY && *p == '"') {
+        switch (p[1]) {
+        case 'p':
+            TAKE_KEY(c, p, "\"ph\"", K_PH)
+            TAKE_KEY(c, p, "\"pid\"", K_PID)
+            break;
+        case 'n': TAKE_KEY(c, p, "\"name\"", K_NAME) break;
+        case 'c': TAKE_KEY(c, p, "\"cat\"", K_CAT) break;
+        case 't':
+            TAKE_KEY(c, p, "\"tid\"", K_TID)
+            TAKE_KEY(c, p, "\"ts\"", K_TS)
+            break;
+        case 'd': TAKE_KEY(c, p, "\"dur\"", K_DUR) break;
+        case 'a': TAKE_KEY(c, p, "\"args\"", K_ARGS) break;
+        }
+    }
+    Text k = {0};
+    if (!string(c, &k, 0) || k.escaped) return -1;
+    return key_is(&k, "ph")     ? K_PH
+           : key_is(&k, "name") ? K_NAME
+           : key_is(&k, "cat")  ? K_CAT
+           : key_is(&k, "pid")  ? K_PID
+           : key_is(&k, "tid")  ? K_TID
+           : key_is(&k, "ts")   ? K_TS
+           : key_is(&k, "dur")  ? K_DUR
+           : key_is(&k, "args") ? K_ARGS
+                                : K_OTHER;
+}
+
+/* A key of a record's args, as record_key(): A_*, or -1 where it is not
+ * a string (escapes allowed: an escaped key is none of ours). shape_too:
+ * "shape" is one of ours. */
+static int args_key(Cursor *c, int shape_too) {
+    const uint8_t *p = c->p;
+    if (c->end - p >= LONGEST_KEY && *p == '"') {
+        switch (p[1]) {
+        case 'c': TAKE_KEY(c, p, "\"correlation\"", A_CORRELATION) break;
+        case 'E': TAKE_KEY(c, p, "\"External id\"", A_EXTERNAL) break;
+        }
+    }
+    Text k = {0};
+    if (!string(c, &k, 0)) return -1;
+    return key_is(&k, "correlation")                ? A_CORRELATION
+           : key_is(&k, "External id")              ? A_EXTERNAL
+           : key_is(&k, "Collective name")          ? A_COLLECTIVE
+           : key_is(&k, "dtype")                    ? A_DTYPE
+           : key_is(&k, "name")                     ? A_NAME
+           : key_is(&k, "In msg nelems")            ? A_NELEMS
+           : key_is(&k, "In msg size")              ? A_SIZE
+           : shape_too && key_is(&k, "shape")       ? A_SHAPE
+                                                    : A_OTHER;
+}
+
 /* A string (no \u escape: the reader would have to undo it) or, when
  * nullable, null (t->null). */
 static int text_or_null(Cursor *c, Text *t, int nullable) {
@@ -313,23 +384,38 @@ static int text_or_null(Cursor *c, Text *t, int nullable) {
 
 /* An ``int | str | None`` field as msgspec reads it: *kind ID_INT with
  * the integer in *out, ID_ABSENT (null) or ID_TEXT (the reader decodes the
- * record itself). */
+ * record itself). An integer is read in one pass; a number with a fraction
+ * or an exponent, or one no int64 holds, is refused (the chunk falls back),
+ * as msgspec would not read it as an int. */
 static int id_value(Cursor *c, int64_t *out, uint8_t *kind) {
     skip_ws(c);
     *out = ID_NULL;
-    if (c->p < c->end && *c->p == 'n') {
+    const uint8_t *p = c->p, *end = c->end;
+    if (p < end && *p == 'n') {
         *kind = ID_ABSENT;
         return literal(c, "null");
     }
-    if (c->p < c->end && *c->p == '"') {
+    if (p < end && *p == '"') {
         *kind = ID_TEXT;
         return string(c, NULL, 1);
     }
-    const uint8_t *start;
-    int is_int;
-    if (!number(c, &start, &is_int) || !is_int) return 0;
+    int negative = p < end && *p == '-';
+    p += negative;
+    if (p >= end || *p < '0' || *p > '9') return 0;
+    uint64_t v = 0, limit = negative ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    if (*p == '0') p++;
+    else
+        for (; p < end && *p >= '0' && *p <= '9'; p++) {
+            uint64_t digit = *p - '0';
+            if (v > (limit - digit) / 10) return 0;
+            v = v * 10 + digit;
+        }
+    if (p < end && (*p == '.' || *p == 'e' || *p == 'E')) return 0; /* not an int */
+    if (negative && v == (uint64_t)INT64_MAX + 1) return 0; /* INT64_MIN: our NULL */
+    c->p = p;
     *kind = ID_INT;
-    return int64_of(start, c->p, out);
+    *out = negative ? -(int64_t)v : (int64_t)v;
+    return 1;
 }
 
 /* A number as the double nearest it, in one pass: exact arithmetic when
@@ -411,22 +497,24 @@ static int args(Cursor *c, Args *a, int shape_too) {
         return 1;
     }
     for (;;) {
-        Text k = {0};
         skip_ws(c);
-        if (!string(c, &k, 0)) return 0;
+        int key = args_key(c, shape_too);
+        if (key < 0) return 0;
         skip_ws(c);
         if (c->p >= c->end || *c->p != ':') return 0;
         c->p++;
         int ok;
-        if (key_is(&k, "correlation")) ok = id_value(c, &a->correlation, &a->correlation_kind);
-        else if (key_is(&k, "External id")) ok = id_value(c, &a->external, &a->external_kind);
-        else if (key_is(&k, "Collective name")) ok = text_or_null(c, &a->collective, 1);
-        else if (key_is(&k, "dtype")) ok = text_or_null(c, &a->dtype, 1);
-        else if (key_is(&k, "name")) ok = text_or_null(c, &(Text){0}, 1);
-        else if (key_is(&k, "In msg nelems")) ok = number_or_null(c, &a->nelems);
-        else if (key_is(&k, "In msg size")) ok = number_or_null(c, &a->size);
-        else if (shape_too && key_is(&k, "shape")) ok = text_or_null(c, &a->shape, 1);
-        else ok = value(c);
+        switch (key) {
+        case A_CORRELATION: ok = id_value(c, &a->correlation, &a->correlation_kind); break;
+        case A_EXTERNAL: ok = id_value(c, &a->external, &a->external_kind); break;
+        case A_COLLECTIVE: ok = text_or_null(c, &a->collective, 1); break;
+        case A_DTYPE: ok = text_or_null(c, &a->dtype, 1); break;
+        case A_NAME: ok = text_or_null(c, &(Text){0}, 1); break;
+        case A_NELEMS: ok = number_or_null(c, &a->nelems); break;
+        case A_SIZE: ok = number_or_null(c, &a->size); break;
+        case A_SHAPE: ok = text_or_null(c, &a->shape, 1); break;
+        default: ok = value(c);
+        }
         int more = ok ? after_member(c) : -1;
         if (more <= 0) return more == 0;
     }
@@ -444,6 +532,35 @@ static int put_text(uint8_t *data, int32_t *offsets, int64_t row, const Text *t,
 #define KEPT_DIGITS 40 /* more than a time in range has before its nanoseconds */
 #define NS_LIMIT 9200000000000000000ULL /* traces/readers/kineto.py's MAX_MICROSECONDS, in ns */
 
+/* nanoseconds() of the common form, in one pass: at most 16 digits before
+ * the point and at most 3 after it, no exponent (the value is then exact
+ * in nanoseconds: no rounding). 0 for any other form, c unmoved: the
+ * general reading decides. */
+static inline int plain_nanoseconds(Cursor *c, int64_t *out) {
+    const uint8_t *p = c->p, *end = c->end;
+    int negative = p < end && *p == '-';
+    p += negative;
+    if (p >= end || *p < '0' || *p > '9') return 0;
+    const uint8_t *first = p;
+    uint64_t ns = 0;
+    if (*p == '0') p++;
+    else
+        for (; p < end && *p >= '0' && *p <= '9'; p++) ns = ns * 10 + (*p - '0');
+    if (p - first > 16) return 0;
+    int places = 0;
+    if (p < end && *p == '.') {
+        p++;
+        for (; places < 3 && p < end && *p >= '0' && *p <= '9'; p++, places++)
+            ns = ns * 10 + (*p - '0');
+        if (places == 0) return 0;
+    }
+    if (p >= end || (*p >= '0' && *p <= '9') || *p == 'e' || *p == 'E') return 0;
+    for (; places < 3; places++) ns *= 10;
+    c->p = p;
+    *out = ns >= NS_LIMIT ? NO_TIME : negative ? -(int64_t)ns : (int64_t)ns;
+    return 1;
+}
+
 /* A number of microseconds as integer nanoseconds, exact from its decimal
  * digits (never through a double: one holds only 0.25 us steps at today's
  * epoch times), rounded half to even below the nanosecond, as
@@ -451,6 +568,7 @@ static int put_text(uint8_t *data, int32_t *offsets, int64_t row, const Text *t,
  * of an int64's range; 0 (not a number) leaves the chunk to msgspec. */
 static int nanoseconds(Cursor *c, int64_t *out) {
     skip_ws(c);
+    if (plain_nanoseconds(c, out)) return 1;
     const uint8_t *p = c->p, *end = c->end;
     uint8_t digits[KEPT_DIGITS];
     int n = 0, sticky = 0, negative = 0;
@@ -515,7 +633,7 @@ static int record(Cursor *c, Scan *s) {
     const uint8_t *begin = c->p;
     if (c->p >= c->end || *c->p != '{') return 0;
     c->p++;
-    Text ph = {0}, name = {0}, cat = {0}, k;
+    Text ph = {0}, name = {0}, cat = {0};
     int64_t pid = 0, tid = 0;
     uint8_t pid_kind = ID_ABSENT, tid_kind = ID_ABSENT;
     int64_t ts = NO_TIME, dur = 0;
@@ -527,22 +645,26 @@ static int record(Cursor *c, Scan *s) {
     }
     for (;;) {
         skip_ws(c);
-        if (!string(c, &k, 0) || k.escaped) return 0;
+        int key = record_key(c);
+        if (key < 0) return 0;
         skip_ws(c);
         if (c->p >= c->end || *c->p != ':') return 0;
         c->p++;
         int ok;
-        if (key_is(&k, "ph")) ok = text_or_null(c, &ph, 0) && !ph.escaped;
-        else if (key_is(&k, "name")) ok = text_or_null(c, &name, 0);
-        else if (key_is(&k, "cat")) ok = text_or_null(c, &cat, 1);
-        else if (key_is(&k, "pid")) ok = id_value(c, &pid, &pid_kind);
-        else if (key_is(&k, "tid")) ok = id_value(c, &tid, &tid_kind);
-        else if (key_is(&k, "ts")) ok = nanoseconds(c, &ts);
-        else if (key_is(&k, "dur")) ok = nanoseconds(c, &dur);
-        else if (key_is(&k, "args")) {
+        switch (key) {
+        case K_PH: ok = text_or_null(c, &ph, 0) && !ph.escaped; break;
+        case K_NAME: ok = text_or_null(c, &name, 0); break;
+        case K_CAT: ok = text_or_null(c, &cat, 1); break;
+        case K_PID: ok = id_value(c, &pid, &pid_kind); break;
+        case K_TID: ok = id_value(c, &tid, &tid_kind); break;
+        case K_TS: ok = nanoseconds(c, &ts); break;
+        case K_DUR: ok = nanoseconds(c, &dur); break;
+        case K_ARGS:
             a = (Args)NO_ARGS;
             ok = args(c, &a, s->all_records);
-        } else ok = value(c);
+            break;
+        default: ok = value(c);
+        }
         int more = ok ? after_member(c) : -1;
         if (more < 0) return 0;
         if (!more) break;
@@ -827,10 +949,22 @@ NameTable *name_table_new(void) {
     return t;
 }
 
-static uint64_t hash_bytes(const uint8_t *p, int64_t n) { /* FNV-1a */
-    uint64_t h = 1469598103934665603ULL;
-    for (int64_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
-    return h ^ (h >> 29);
+/* A name's hash, 8 bytes at a time (a byte at a time took half of a
+ * lookup on names of some 30 bytes), mixed by MurmurHash3's finalizer. */
+static uint64_t hash_bytes(const uint8_t *p, int64_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n, word;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&word, p, 8);
+        h = (h ^ word) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+    }
+    for (word = 0; n > 0; n--) word = (word << 8) | p[n - 1];
+    h ^= word;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 33);
 }
 
 static int64_t *slot_of(NameTable *t, uint64_t h, const uint8_t *p, int32_t n) {
