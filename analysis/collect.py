@@ -159,7 +159,8 @@ def run_row(design: Design, row, results: Path) -> dict:
 def load_figures(record: dict) -> dict:
     """What else the machine did while the run measured (run.json's
     machine_load, ddlcompare/run/machine_load.py): ``foreign_cpu_share``,
-    ``loaded`` (measured beside heavy foreign load: not clean) and
+    ``loaded`` (measured beside heavy foreign load, or on a machine shared
+    with other runs of ours, ``machine_shared``: not clean) and
     ``busiest_foreign``; the run's own threads that spin (never block, yet
     take a core): ``spinning_threads`` and the cores they took,
     ``spinning_cores``; the cores its other threads ran on and waited for,
@@ -178,7 +179,7 @@ def load_figures(record: dict) -> dict:
     others = load.get("not_spinning") or {}
     return {
         "foreign_cpu_share": load.get("foreign_cpu_share"),
-        "loaded": load.get("loaded"),
+        "loaded": True if record.get("machine_shared") else load.get("loaded"),
         "busiest_foreign": busiest or None,
         "spinning_threads": None if spinning is None else len(spinning),
         "spinning_cores": None

@@ -21,6 +21,7 @@ COLUMNS = (
     "compute_threads",
     "ranks_per_node",
     "runnable_per_core",
+    "machine_shared",
     "network",
 )
 # Clean runs a cell needs before the summary ranks on them alone.
@@ -40,6 +41,7 @@ def columns(record: dict) -> dict:
         "compute_threads": max(threads) if threads else None,
         "ranks_per_node": max(per_node) if per_node else None,
         "runnable_per_core": found.get("runnable_per_core"),
+        "machine_shared": found.get("machine_shared"),
         "network": network_words(found.get("network")),
     }
 
@@ -144,10 +146,18 @@ def _loaded(ok: pd.DataFrame) -> str | None:
     if loaded.empty:
         return None
     share = loaded["foreign_cpu_share"].dropna()
-    took = ""
+    why = []
     if len(share):
         low, high = (humanize.percent(v, 2) for v in (share.min(), share.max()))
-        took = f" (other processes took {low if low == high else f'{low} to {high}'} of the CPU while they measured)"
+        why.append(
+            f"other processes took {low if low == high else f'{low} to {high}'} of the CPU while they measured"
+        )
+    if "machine_shared" in loaded and (shared := int(loaded["machine_shared"].eq(True).sum())):
+        why.append(
+            f"{shared} of them held the machine shared with other runs of ours that only "
+            "checked correctness (DDLC_MACHINE_SHARED): no measurement"
+        )
+    took = f" ({'; '.join(why)})" if why else ""
     return (
         f"{len(loaded)} of {len(ok)} runs were measured beside heavy foreign load{took}: "
         "their figures hold for a busy machine, not for a quiet one or a cluster node, and "

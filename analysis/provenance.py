@@ -102,11 +102,13 @@ def status_section(ctx) -> Section:
     if not problems.empty:
         out.heading("Runs that did not succeed").table(problems)
     if loaded.any():
-        beside = runs[loaded][[*cell, "rep", "foreign_cpu_share", "busiest_foreign"]]
+        shown = [*cell, "rep", "foreign_cpu_share", "busiest_foreign", "machine_shared"]
+        beside = runs[loaded][[c for c in shown if c in runs]]
         out.heading("Runs measured beside foreign load").para(
             "Not clean: other processes took "
             f"at least {records.LOADED_SHARE:.0%} of the machine's CPU time during their "
-            f"measured steps."
+            f"measured steps, or the run held the machine shared with other runs of ours "
+            f"that only checked correctness (machine_shared)."
         )
         out.table(beside)
     return out

@@ -73,6 +73,9 @@ SCHEMAS = {
             "exit_status": {"type": ["integer", "null"]},
             "reason": TEXT_OR_NULL,
             "harness_commit": TEXT_OR_NULL,
+            # held the machine shared with runs that only check correctness
+            # (ddlcompare/run/machine_lock.py shared_mode): not clean
+            "machine_shared": {"type": "boolean"},
             MACHINE_LOAD: {
                 "type": "object",
                 "required": ["foreign_cpu_share", "loaded", "busiest_foreign"],

@@ -177,6 +177,14 @@ _ALL = [
         "ddlcompare/run/machine_lock.py, workflows/share_machine.sh",
     ),
     Variable(
+        "DDLC_MACHINE_SHARED",
+        None,
+        "1: runs that only check correctness (the test suite sets it): their trainings and "
+        "probes hold the measuring lock shared, overlapping one another but never a "
+        "measurement, and record `machine_shared`; analysis counts them as not clean",
+        "ddlcompare/run/machine_lock.py (set by tests/conftest.py)",
+    ),
+    Variable(
         "DDLC_JOB_WAITED_S",
         None,
         "seconds a workflow job's shell waited for the machine before its command began",

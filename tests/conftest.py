@@ -22,6 +22,11 @@ from front.cli import workflow_argv
 from runfiles import variables
 
 REPO = Path(__file__).resolve().parent.parent
+# The suite's runs only check correctness: they hold the measuring lock
+# shared (machine_lock.shared_mode), so the workers' trainings overlap one
+# another, yet never a real measurement of another checkout. The tests of
+# the lock itself measure as real runs do (measuring_alone).
+os.environ[machine_lock.SHARED_ENV] = "1"
 # Real traces too large to commit: the shared folder beside the checkout.
 SHARED = Path(variables.get("DDLC_SHARED") or REPO.parent / "shared")
 REAL_TRACES = SHARED / "fixtures" / "real-traces"
@@ -77,8 +82,9 @@ def pytest_collection_modifyitems(items):
     """Groups for `--dist loadgroup` (./ddlc test runs a worker more than cores): a file's
     tests stay together, so its module fixtures train once; every test of a
     real scheduler shares one group, since they share the Slurm, OAR and
-    cluster daemons. Training itself still takes turns: each run holds the
-    host-wide measuring lock (ddlcompare/run/machine_lock.py). xdist hands
+    cluster daemons. Training holds the host-wide measuring lock shared
+    (ddlcompare/run/machine_lock.py): the workers' trainings overlap, and
+    wait only for a real measurement. xdist hands
     the groups out in the order of the items: the longest first."""
     scheduled = {item.path for item in items if item.get_closest_marker("schedulers")}
     group = {}
@@ -164,6 +170,12 @@ def held_alone(path: Path, what: str, say: Callable[[str], None]) -> Iterator[No
         yield
     finally:
         os.close(fd)  # lets go of the lock
+
+
+@pytest.fixture
+def measuring_alone(monkeypatch) -> None:
+    """This test's runs measure as real runs do: the machine alone."""
+    monkeypatch.delenv(machine_lock.SHARED_ENV, raising=False)
 
 
 @pytest.fixture(scope="module")

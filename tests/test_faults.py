@@ -719,6 +719,7 @@ def test_every_run_failing_ends_with_a_summary_and_exit_1(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("measuring_alone")
 def test_two_campaigns_at_once_measure_one_after_the_other(tmp_path):
     """Two workflows, different results=, same machine: the host-wide
     measuring lock makes their training windows disjoint."""

@@ -24,6 +24,9 @@ from runfiles import records
 from front import workflow_support
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+# The measurements here hold the machine alone, as real runs do; the suite's
+# own runs hold it shared (tests/conftest.py), tested at the end.
+pytestmark = pytest.mark.usefixtures("measuring_alone")
 
 
 def job(journal: Path, command: str, lock: Path, stderr=None) -> subprocess.Popen:
@@ -348,3 +351,83 @@ def test_a_scheduler_refusing_the_wait_is_said_even_from_the_turnstile(tmp_path,
     assert waiting.returncode == 0, err
     said = "warning: the scheduler did not add this job's wait for the machine to its time limit"
     assert said in err and "walltime change refused for job 7" in err, err
+
+
+# A run that holds the machine as its environment says (shared or alone)
+# until told to let go: it marks NAME.held once it holds it, and ends once
+# NAME.go exists.
+HOLDER = """
+import sys, time
+from pathlib import Path
+from ddlcompare.run import machine_lock as m
+name, folder = sys.argv[1], Path(sys.argv[2])
+with m.measuring(name, lambda text: None):
+    (folder / f"{name}.held").touch()
+    while not (folder / f"{name}.go").exists():
+        time.sleep(0.05)
+"""
+
+
+def test_runs_that_only_check_share_the_machine_but_never_a_measurement(tmp_path):
+    """The suite's runs (DDLC_MACHINE_SHARED=1) hold the machine shared:
+    two at once. A measurement waits for them; a shared run that comes
+    while it waits goes after it (a stream of them cannot starve it), and
+    waits while it measures. Real processes on a lock of their own."""
+    lock = tmp_path / "lock"
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in (machine_lock.HELD_ENV, machine_lock.SHARED_ENV)
+    }
+    base[machine_lock.LOCK_ENV] = str(lock)
+    procs: dict[str, subprocess.Popen] = {}
+
+    def start(name: str, shared: bool) -> None:
+        env = {**base, machine_lock.SHARED_ENV: "1"} if shared else base
+        procs[name] = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, name, str(tmp_path)], env=env, cwd=REPO
+        )
+
+    def held(name: str) -> bool:
+        return (tmp_path / f"{name}.held").exists()
+
+    def until(what: str, check, seconds: float = 120) -> None:
+        deadline = time.monotonic() + seconds  # python's start under load: seconds
+        while not check():
+            assert time.monotonic() < deadline, f"not after {seconds} s: {what}"
+            assert all(p.poll() is None for p in procs.values()), "a holder ended early"
+            time.sleep(0.1)
+
+    def let_go(name: str) -> None:
+        (tmp_path / f"{name}.go").touch()
+        assert procs.pop(name).wait(timeout=60) == 0
+
+    try:
+        start("first", shared=True)
+        start("second", shared=True)
+        until("two shared holders at once", lambda: held("first") and held("second"))
+        assert sorted(mode for _, mode in machine_lock.holders(lock)) == ["shared", "shared"]
+        start("measure", shared=False)
+        turnstile = machine_lock.turnstile(lock)
+        until(
+            "the measurement waiting at the turnstile",
+            lambda: "exclusive" in {m for _, m in machine_lock.holders(turnstile)},
+        )
+        start("later", shared=True)  # comes while the measurement waits
+        time.sleep(3)
+        assert not held("measure") and not held("later")
+        let_go("first")
+        time.sleep(2)
+        assert not held("measure") and not held("later")  # "second" still holds it
+        let_go("second")
+        until("the measurement holding the machine", lambda: held("measure"))
+        assert [mode for _, mode in machine_lock.holders(lock)] == ["exclusive"]
+        time.sleep(3)
+        assert not held("later")  # a shared run waits while a measurement holds it
+        let_go("measure")
+        until("the later shared run holding the machine", lambda: held("later"))
+        let_go("later")
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()

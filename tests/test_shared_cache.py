@@ -249,6 +249,7 @@ def test_ddlc_sources_gathers_the_pinned_repositories(tmp_path):
     )
 
 
+@pytest.mark.usefixtures("measuring_alone")
 def test_a_run_waiting_for_the_machine_says_which_run_holds_it(tmp_path, monkeypatch):
     from ddlcompare.run import machine_lock
 

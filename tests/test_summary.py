@@ -320,3 +320,21 @@ def test_oversubscribed_runs_are_said_in_the_conditions():
     )
     (first,) = summary.build(runs, pd.DataFrame()).conditions
     assert "in 2 of 2 runs more compute threads than cores (up to 2 a core)" in first
+
+
+def test_runs_that_held_the_machine_shared_are_never_clean():
+    """A run that only checked correctness (the suite's: machine_shared, it
+    held the machine shared with other runs of ours) counts as loaded
+    whatever its meter saw, and the summary's conditions say why."""
+    from analysis import collect, conditions
+
+    quiet = {"machine_load": {"foreign_cpu_share": 0.01, "loaded": False}}
+    shared = {**quiet, "machine_shared": True, "conditions": {"machine_shared": True}}
+    assert collect.load_figures(quiet)["loaded"] is False
+    assert collect.load_figures(shared)["loaded"] is True
+    assert conditions.columns(shared)["machine_shared"] is True
+    runs = runs_table({("a", 2): [100.0, 101.0], ("b", 2): [90.0, 91.0]})
+    runs = runs.assign(loaded=True, machine_shared=True, foreign_cpu_share=0.01)
+    _, loaded = summary.build(runs, pd.DataFrame()).conditions
+    assert loaded.startswith("4 of 4 runs were measured beside heavy foreign load (")
+    assert "4 of them held the machine shared with other runs of ours" in loaded

@@ -747,6 +747,7 @@ def waiting_on(workflow: subprocess.Popen, lock: Path) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 @pytest.mark.parametrize("held", ["shared", "alone"])
+@pytest.mark.usefixtures("measuring_alone")  # a run that waits to hold the machine alone
 def test_a_stop_through_snakemake_keeps_a_run_waiting_for_the_machine_from_training(
     tmp_path, signum, held
 ):

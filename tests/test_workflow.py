@@ -28,6 +28,7 @@ def done_markers(workdir: Path) -> dict[str, float]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("measuring_alone")  # it checks that no job ran inside a measurement
 def test_end_to_end_then_add_a_level_then_rerun_failures(tmp_path):
     doc = tiny_design(frameworks=("torch-ddp", "horovod-torch"))
     write_design(tmp_path, doc)

@@ -17,6 +17,9 @@ beside them (``machine_load``) and the network it gave them:
 - ``foreign_cpu_share`` and ``loaded``: what other processes took of the
   run's cores (the machine's, or those it was confined to) while the run
   measured (ddlcompare/run/machine_load.py);
+- ``machine_shared``: the run held the machine shared with other runs of
+  ours that only check correctness (machine_lock.shared_mode: the test
+  suite's), not alone: its figures are no measurement;
 - ``network``: the emulated link's rate and delay, or the machine's own
   interfaces with their speed; ``device``: the design's device and the
   machine's cores.
@@ -48,6 +51,7 @@ def of_run(record: dict, network_json: Path) -> dict:
         "runnable_per_core": runnable_per_core(per_host.values()),
         "foreign_cpu_share": load.get("foreign_cpu_share"),
         "loaded": load.get("loaded"),
+        "machine_shared": bool(record.get("machine_shared")),
         "network": network(network_json),
         "device": config.get("device"),
         "machine_cores": psutil.cpu_count(),

@@ -14,6 +14,14 @@ same open file exclusive (flock(2) locks belong to the open file, which the
 job's shell and its command share; opening the file again would wait on
 itself) and shared again afterwards.
 
+Runs that only check correctness (the test suite's: SHARED_ENV, set by
+tests/conftest.py) measure nothing worth keeping: they hold the lock
+shared, as jobs do, so they overlap one another but never a measurement,
+and record ``machine_shared`` (the runner, the probe) so that analysis
+never counts them as clean. They pass the turnstile like jobs: a
+measurement waiting there goes before every shared taker that comes after
+it, so a stream of them cannot starve it.
+
 Runs register their training host-wide (``training``): the owner record's
 pid and the launcher's session. Another run that meets live training of
 this checkout (its process tree or session, confirmed by the run folder's
@@ -49,6 +57,8 @@ LOCK_TEXT = b"pid "  # how the lock file's only text begins: who measures
 # and takes no lock of its own (it would wait for its own ancestor).
 HELD_ENV = "DDLC_MACHINE_HELD"
 JOB_WAITED_ENV = "DDLC_JOB_WAITED_S"
+# "1": runs that only check correctness hold the machine shared (above).
+SHARED_ENV = "DDLC_MACHINE_SHARED"
 # The file the workflow creates when it is told to stop (front/workflow_support.py).
 STOP_ENV = "DDLC_STOP_FILE"
 
@@ -73,6 +83,12 @@ DEFAULT_ATTEMPTS = "/tmp/ddl-compare.attempts"
 
 def lock_path() -> Path:
     return Path(os.environ.get(LOCK_ENV) or DEFAULT_LOCK)
+
+
+def shared_mode() -> bool:
+    """Whether this process's measurements only check correctness and hold
+    the machine shared (SHARED_ENV is "1")."""
+    return variables.get(SHARED_ENV) == "1"
 
 
 def _same_file(fd: int, path: Path) -> bool:
@@ -152,9 +168,10 @@ def describe_holders(path: Path | None = None) -> str:
 def measuring(
     what: str, on_wait: Callable[[str], None], check: Callable[[], None] = lambda: None
 ) -> Iterator[float]:
-    """Hold the machine exclusively while the block runs; yield the seconds
-    waited. ``on_wait`` hears once who holds it; ``check`` runs each second
-    of the wait (it raises to give up, e.g. when the workflow is gone)."""
+    """Hold the machine exclusively while the block runs (shared in
+    shared_mode); yield the seconds waited. ``on_wait`` hears once who
+    holds it; ``check`` runs each second of the wait (it raises to give up,
+    e.g. when the workflow is gone)."""
     if _held_by_ancestor():
         yield 0.0
         return
@@ -162,21 +179,26 @@ def measuring(
     started = time.monotonic()
     held = inherited_hold(path)
     inherited = held is not None
+    shared = shared_mode()
     fd = held if held is not None else open_shared(path)
     try:
-        _take_alone(fd, path, on_wait, check)
-        _say_who(path, what)
+        if shared:
+            if not inherited:  # a job's shell already holds it shared
+                _take_shared(fd, path, on_wait, check)
+        else:
+            _take_alone(fd, path, on_wait, check)
+            _say_who(path, what)
         os.environ[HELD_ENV] = str(os.getpid())
         # a job's shell waited for its shared hold first (workflows/share_machine.sh)
         before = _job_waited() if inherited else 0.0
         yield before + time.monotonic() - started
     except BaseException:
-        if inherited:  # leaving early (stopped, the workflow gone): no waiting
+        if inherited and not shared:  # leaving early (stopped, the workflow gone): no waiting
             with contextlib.suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         raise
     else:
-        if inherited:
+        if inherited and not shared:
             fcntl.flock(fd, fcntl.LOCK_SH)  # the job's own hold again, for its last steps
     finally:
         os.environ.pop(HELD_ENV, None)
@@ -198,26 +220,57 @@ def _take_alone(fd: int, path: Path, on_wait: Callable[[str], None], check) -> N
     the turnstile."""
     fcntl.flock(fd, fcntl.LOCK_UN)
     gate = open_shared(turnstile(path))
+    passed = False
+
+    def take() -> bool:
+        nonlocal passed
+        passed = passed or _try(gate, fcntl.LOCK_EX)
+        return passed and _try(fd, fcntl.LOCK_EX)
+
     try:
-        told = passed = False
-        while True:
-            try:
-                if not passed:
-                    fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    passed = True
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if not told:
-                    on_wait(
-                        f"waiting for the machine: {path} is held by {describe_holders(path)}"
-                        + measured_by(path)
-                    )
-                    told = True
-                check()
-                time.sleep(1)
+        _waiting(take, path, on_wait, check)
     finally:
         os.close(gate)  # lets the jobs waiting behind it queue on the lock
+
+
+def _take_shared(fd: int, path: Path, on_wait: Callable[[str], None], check) -> None:
+    """Lock ``fd`` shared, as a workflow job does (share_machine.sh): pass
+    the turnstile first (a measurement waiting there goes first), then
+    share the lock with the other shared holders."""
+    _waiting(lambda: _pass_turnstile(path) and _try(fd, fcntl.LOCK_SH), path, on_wait, check)
+
+
+def _pass_turnstile(path: Path) -> bool:
+    """Whether no measurement waits at the turnstile now (taken shared and
+    let go at once)."""
+    gate = open_shared(turnstile(path))
+    try:
+        return _try(gate, fcntl.LOCK_SH)
+    finally:
+        os.close(gate)
+
+
+def _try(fd: int, mode: int) -> bool:
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _waiting(take: Callable[[], bool], path: Path, on_wait: Callable[[str], None], check) -> None:
+    """Call ``take`` each second until it succeeds; ``on_wait`` hears once
+    who holds the machine, ``check`` runs at each try that failed."""
+    told = False
+    while not take():
+        if not told:
+            on_wait(
+                f"waiting for the machine: {path} is held by {describe_holders(path)}"
+                + measured_by(path)
+            )
+            told = True
+        check()
+        time.sleep(1)
 
 
 def measured_by(path: Path) -> str:

@@ -230,10 +230,15 @@ def launch(args) -> int:
 def _note_held(out: Path, held: list[float], waited: float) -> None:
     """Add to the probe's file when it held the machine (unix seconds), as
     runs record it."""
+    from ddlcompare.run import machine_lock
     from runfiles.atomic import write_text
 
     doc = json.loads(out.read_text())
-    doc.update(machine_held=held, waited_for_machine_s=round(waited, 1))
+    doc.update(
+        machine_held=held,
+        waited_for_machine_s=round(waited, 1),
+        machine_shared=machine_lock.shared_mode(),
+    )
     write_text(out, json.dumps(doc, indent=1))
 
 

@@ -252,6 +252,8 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
             watch.cpus = tuple(sorted({c for node in net.node_cpus or [] for c in node})) or None
             with watch.signals(), _machine(scheduler, row.path, watch) as waited:
                 record["waited_for_machine_s"] = round(waited, 1)
+                # held shared with other runs of ours that only check correctness
+                record["machine_shared"] = scheduler.one_machine and machine_lock.shared_mode()
                 started = time.time()
                 outcome = watch.run(argv, {**os.environ, **net.env, **env})
                 record["machine_held"] = [started, time.time()]  # unix seconds
@@ -351,6 +353,9 @@ class Watch:
         # design (local, emulated network); a cluster scheduler gives each
         # job its own cores.
         self.shared_machine = shared_machine
+        # Runs that hold the machine shared (machine_lock.shared_mode) overlap
+        # by design: recorded as machine_shared, not as suspect.
+        self.overlap_looked_for = shared_machine and not machine_lock.shared_mode()
         self.workflow = ownership.workflow_process()
         self.proc: subprocess.Popen | None = None
         self.overlap: list[str] = []
@@ -448,7 +453,7 @@ class Watch:
             if now - beat > ownership.HEARTBEAT_S:
                 ownership.heartbeat(self.run_dir, self.token)
                 beat = now
-            if self.shared_machine and now - probe > self.OVERLAP_EVERY_S:
+            if self.overlap_looked_for and now - probe > self.OVERLAP_EVERY_S:
                 self._note_overlap()
                 probe = now
 
