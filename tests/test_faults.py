@@ -428,6 +428,9 @@ def one_rank_stopped(path: Path, row, results: Path, ready, env=None, limit: flo
 
 
 @pytest.mark.slow
+# Alone on the machine: its 25-s timeout must find both ranks past start-up,
+# which other runs' training beside it could stretch past that.
+@pytest.mark.usefixtures("measuring_alone")
 def test_rank_stuck_in_a_collective_is_killed_by_the_timeout(tmp_path):
     """One rank stopped (SIGSTOP): its peer waits in the all-reduce forever.
     The run's timeout ends both and records the run as failed by timeout,
