@@ -37,13 +37,16 @@ def load() -> str:
     """The load averages now, and whether the machine was quiet enough."""
     one, five, fifteen = os.getloadavg()
     state = "loaded" if one > BUSY else "quiet"
+    if machine_lock.shared_mode():  # held shared: no measurement, whatever the load
+        state = f"machine shared: {machine_lock.SHARED_ENV}=1"
     return f"load {one:.2f}/{five:.2f}/{fifteen:.2f} ({state})"
 
 
 def load_fields() -> str:
     """The load as key=value pairs, for a bench's last line."""
     one, five, _ = os.getloadavg()
-    return f"load1={one:.2f} load5={five:.2f} cores={len(os.sched_getaffinity(0))}"
+    shared = " machine_shared=1" if machine_lock.shared_mode() else ""
+    return f"load1={one:.2f} load5={five:.2f} cores={len(os.sched_getaffinity(0))}{shared}"
 
 
 def figures_line(figures: dict) -> str:
