@@ -574,7 +574,8 @@ def finish(
     print(", ".join(parts) + (where if bad else ""), file=sys.stderr)
     if loaded := _loaded_runs(tables):
         print(
-            f"{loaded} run(s) measured beside heavy foreign load, not clean: see "
+            f"{loaded} run(s) measured beside heavy foreign load or on a machine shared "
+            f"with other runs of ours (machine_shared), not clean: see "
             f"{report.resolve()} (run status)",
             file=sys.stderr,
         )
@@ -587,7 +588,8 @@ def finish(
 
 
 def _loaded_runs(tables: Path) -> int:
-    """Runs of the fresh runs table measured beside heavy foreign load."""
+    """Runs of the fresh runs table not clean: measured beside heavy
+    foreign load, or held the machine shared (analysis/collect.py)."""
     try:
         with open(tables / "runs.csv", newline="") as f:
             return sum(row.get("loaded") == "True" for row in csv.DictReader(f))
