@@ -1,5 +1,5 @@
-"""The memory of a conversion's process: glibc's heap kept and shared by
-its threads, and how many files are read at once.
+"""The memory of a conversion's process: freed memory kept by glibc for
+reuse, and how many files are read at once.
 
 A light module (the standard library only): ``ddlc import`` calls it
 before it imports the converter.
@@ -11,7 +11,7 @@ import ctypes
 import os
 
 # glibc's mallopt parameters (malloc.h)
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 LARGEST_BLOCK = 1 << 30  # from the heap up to this (the mmap threshold below)
 
 
@@ -33,15 +33,15 @@ def reuse_freed_memory() -> None:
     stage: kept in the process (blocks up to 1 GiB from the heap, never
     trimmed), they are reused, and the kernel's zeroing of new pages, the
     largest system cost of a conversion, is paid about once (on the 7 M-event
-    archive: 85 k page faults -> 47 k, measured beside other work). One heap
-    for every thread (glibc gives each thread an arena of its own
-    otherwise): what one reader thread freed, the other reuses. In this process
-    only; elsewhere than glibc, nothing changes. The process ends after
-    its conversion, so nothing is held long."""
+    archive: 85 k page faults -> 47 k, measured beside other work). The
+    threads keep glibc's arenas (one arena for all gave the same page
+    faults and peak memory on the Kineto bench's set, 2026-11-28, 4 pairs
+    beside other work). In this process only; elsewhere than glibc,
+    nothing changes. The process ends after its conversion, so nothing is
+    held long."""
     mallopt = _mallopt()
     if mallopt is None:
         return
-    mallopt(M_ARENA_MAX, 1)
     mallopt(M_MMAP_THRESHOLD, LARGEST_BLOCK)
     mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
 
