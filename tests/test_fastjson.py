@@ -196,6 +196,43 @@ def test_nesting_in_c_is_the_numpy_nesting(seed, monkeypatch):
     assert (fast >= 0).sum() > n // 10
 
 
+@needs_scanner
+@pytest.mark.parametrize("seed", range(3))
+def test_depths_in_c_are_the_pointer_jumping(seed, monkeypatch):
+    """traces.nesting.depths in one C pass gives numpy's depths, parents
+    before or after their rows; parents in a cycle are left to numpy."""
+    rng = np.random.default_rng(seed)
+    n = 30_000
+    parent = np.where(rng.random(n) < 0.1, -1, rng.integers(0, n, n) % np.maximum(np.arange(n), 1))
+    parent[0] = -1
+    rows = rng.permutation(n)  # the same forest, its rows in another order
+    moved = np.full(n, -1)
+    moved[rows] = np.where(parent >= 0, rows[np.maximum(parent, 0)], -1)
+    for forest in (parent, moved):
+        fast = nesting.depths(forest)
+        monkeypatch.setenv("DDLC_JSON_SCANNER", "msgspec")
+        slow = nesting.depths(forest)
+        monkeypatch.delenv("DDLC_JSON_SCANNER")
+        assert np.array_equal(fast, slow) and fast.max() > 5
+    assert fastjson.depths(np.array([1, 2, 0, -1])) is None
+
+
+@pytest.mark.parametrize("ties", [0, 1, 30])
+def test_nesting_order_is_the_lexsort_of_key_then_longest_first(ties):
+    """traces.nesting sorts by a stable sort of the key, then the tied rows
+    again: the order np.lexsort((-end, key)) gives, ties (equal key and
+    end) in row order; rows in interleaved runs, as a trace's threads."""
+    rng = np.random.default_rng(ties)
+    n = 50_000
+    tied = np.sort(rng.integers(0, 10**9, n // 7 + 1)).repeat(7)[:n]  # 7 rows a key
+    key = tied if ties else np.cumsum(rng.integers(1, 9, n))
+    key = key.reshape(-1, 5).T.ravel()  # five interleaved runs
+    end = key + rng.integers(0, max(ties, 1), n)
+    order = nesting._by_key_longest_first(key, end)
+    assert np.array_equal(order, np.lexsort((-end, key)))
+    assert (np.diff(key[order]) == 0).any() == bool(ties)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_text_columns_are_dictionaries_of_the_names_arrow_takes(seed):
     """The table's text columns, dictionaries of codes and names, hold what

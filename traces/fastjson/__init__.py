@@ -162,6 +162,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.stack_parents.restype = None
     lib.pair_edges.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 5
     lib.pair_edges.restype = ctypes.c_int64
+    lib.depths.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+    lib.depths.restype = ctypes.c_int32
     lib.nesting_order.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int32, ctypes.c_int64]
     lib.nesting_order.restype = ctypes.c_int32
     for name, kind in (("inherit_i64", ctypes.c_int64), ("inherit_i8", ctypes.c_int8)):
@@ -356,6 +358,20 @@ def pair_edges(key: np.ndarray, is_begin: np.ndarray):
     )
     begins = np.flatnonzero(end_of >= 0)
     return begins, end_of[begins], depth[begins], int(unmatched), unclosed.value
+
+
+def depths(parent: np.ndarray) -> np.ndarray | None:
+    """Each row's number of ancestors, in one C pass (traces/nesting.py's
+    rule); None with no compiled library or where the parents make a
+    cycle."""
+    lib = library()
+    if lib is None:
+        return None
+    parent = np.ascontiguousarray(parent, dtype=np.int64)
+    depth, path = np.empty(len(parent), dtype=np.int64), np.empty(len(parent), dtype=np.int64)
+    if not lib.depths(parent.ctypes.data, len(parent), depth.ctypes.data, path.ctypes.data):
+        return None
+    return depth
 
 
 def nesting_order(parent: np.ndarray, depth: np.ndarray) -> int:

@@ -824,6 +824,26 @@ int64_t pair_edges(const int64_t *key, const uint8_t *is_begin, int64_t n, int64
     return unmatched;
 }
 
+/* traces/nesting.py's depths(): each row's number of ancestors, in one
+ * pass: from each row a walk up to the first row whose depth is known (or
+ * a root), then the rows walked given theirs on the way back. depth: n
+ * int64, filled; path: n int64 of scratch. 0 where the parents make a
+ * cycle (depth then means nothing), else 1. */
+int32_t depths(const int64_t *parent, int64_t n, int64_t *depth, int64_t *path) {
+    for (int64_t i = 0; i < n; i++) depth[i] = -1;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t walked = 0, at = i;
+        while (at >= 0 && depth[at] < 0) {
+            if (walked == n) return 0;
+            path[walked++] = at;
+            at = parent[at];
+        }
+        int64_t d = at >= 0 ? depth[at] + 1 : 0;
+        while (walked) depth[path[--walked]] = d++;
+    }
+    return 1;
+}
+
 /* How traces/table.py passes values down the nesting: 1 when every row's
  * parent comes before it, -1 when every one comes after it (a reader's
  * rows in the order their intervals ended), 0 otherwise; 0 too where a
