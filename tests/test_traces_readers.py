@@ -806,6 +806,24 @@ def test_traces_import_graph_has_no_cycle():
         pytest.fail(f"import circle in traces/: {' -> '.join(exc.args[1])}")
 
 
+def test_names_that_look_like_communication_in_lower_case_as_with_ignorecase():
+    """An ASCII name is searched in lower case (six times faster than the
+    patterns' (?i)); the answer is (?i)'s, for any other name too."""
+    from traces import table
+
+    names = ["NCCL AllReduce", "ncclKernel_AllReduce_RING_LL", "c10d::allreduce_", "Gloo:BCAST"]
+    names += ["aten::all_reduce", "ALL_TO_ALL wait", "custom_AR", "custom_arx", "CCL_x", "ccl"]
+    names += ["\u017fymm_mem", "\u212aernel nccl", "caf\u00e9 broadcast", "Init nccl", "x", ""]
+    expected = [
+        table.LOOKS_LIKE_COMMUNICATION.search(n) is not None
+        and table.NOT_COMMUNICATION.search(n) is None
+        for n in names
+    ]
+    assert [table._looks_like_communication(n) for n in names] == expected
+    assert expected[:4] == [True] * 4 and expected[4:10] == [False, False, True, False, True, False]
+    assert expected[10:13] == [True, True, True] and table._looks_like_communication(None) is False
+
+
 def test_communication_takes_the_phase_of_where_it_runs(tmp_path):
     """Only in the backward pass and the optimizer (or outside any phase,
     on a communication thread) is a collective gradient exchange: one in
