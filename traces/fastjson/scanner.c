@@ -296,8 +296,11 @@ static inline int key_is(const Text *k, const char *name) {
     }
 #define LONGEST_KEY 17 /* "Collective name", quoted */
 
-/* The fields read from a record (the others are skipped) and from its args. */
-enum { K_OTHER, K_PH, K_NAME, K_CAT, K_PID, K_TID, K_TS, K_DUR, K_ARGS };
+/* The fields read from a record (the others are skipped) and from its args,
+ * each enum the index of its key in the list after it (0: any other key). */
+enum { K_OTHER, K_PH, K_NAME, K_CAT, K_PID, K_TID, K_TS, K_DUR, K_ARGS, K_KEYS };
+static const char *const RECORD_KEYS[K_KEYS] = {"", "ph", "name", "cat", "pid",
+                                                "tid", "ts", "dur", "args"};
 enum {
     A_OTHER,
     A_CORRELATION,
@@ -307,8 +310,19 @@ enum {
     A_NAME,
     A_NELEMS,
     A_SIZE,
-    A_SHAPE
+    A_SHAPE, /* last: a Timeline's only */
+    A_KEYS
 };
+static const char *const ARGS_KEYS[A_KEYS] = {
+    "", "correlation", "External id", "Collective name", "dtype", "name", "In msg nelems",
+    "In msg size", "shape"};
+
+/* The index of k among keys[1 .. n-1]; 0 where it is none of them. */
+static int key_index(const Text *k, const char *const *keys, int n) {
+    for (int i = 1; i < n; i++)
+        if (key_is(k, keys[i])) return i;
+    return 0;
+}
 
 /* A record's key, read from its opening quote: K_*, or -1 where it is not
  * a string without escapes. The keys of the Kineto and Timeline records
@@ -334,15 +348,7 @@ static int record_key(Cursor *c) {
     }
     Text k = {0};
     if (!string(c, &k, 0) || k.escaped) return -1;
-    return key_is(&k, "ph")     ? K_PH
-           : key_is(&k, "name") ? K_NAME
-           : key_is(&k, "cat")  ? K_CAT
-           : key_is(&k, "pid")  ? K_PID
-           : key_is(&k, "tid")  ? K_TID
-           : key_is(&k, "ts")   ? K_TS
-           : key_is(&k, "dur")  ? K_DUR
-           : key_is(&k, "args") ? K_ARGS
-                                : K_OTHER;
+    return key_index(&k, RECORD_KEYS, K_KEYS);
 }
 
 /* A key of a record's args, as record_key(): A_*, or -1 where it is not
@@ -358,15 +364,7 @@ static int args_key(Cursor *c, int shape_too) {
     }
     Text k = {0};
     if (!string(c, &k, 0)) return -1;
-    return key_is(&k, "correlation")                ? A_CORRELATION
-           : key_is(&k, "External id")              ? A_EXTERNAL
-           : key_is(&k, "Collective name")          ? A_COLLECTIVE
-           : key_is(&k, "dtype")                    ? A_DTYPE
-           : key_is(&k, "name")                     ? A_NAME
-           : key_is(&k, "In msg nelems")            ? A_NELEMS
-           : key_is(&k, "In msg size")              ? A_SIZE
-           : shape_too && key_is(&k, "shape")       ? A_SHAPE
-                                                    : A_OTHER;
+    return key_index(&k, ARGS_KEYS, shape_too ? A_KEYS : A_SHAPE);
 }
 
 /* A string (no \u escape: the reader would have to undo it) or, when
