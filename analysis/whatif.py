@@ -224,31 +224,60 @@ class Model:
 
 def fit(table: pd.DataFrame, probe: pd.DataFrame | None = None) -> Model:
     """The model of one group's runs (rows of :func:`measures`)."""
+    return _fit(_columns(table), probe)
+
+
+# What the model is fitted to: the measured parts and the scale.
+FITTED = [*MEASURED, "world_size", "batch_size", "comm_bytes_per_step", "net_rate_mbit"]
+
+
+def _columns(table: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The table's fitted columns as float arrays: the bootstrap resamples
+    these, not the table (a DataFrame per resample cost most of its time)."""
+    return {
+        c: np.asarray(pd.to_numeric(table[c], errors="coerce"), dtype=float)
+        for c in FITTED
+        if c in table
+    }
+
+
+def _mean(values: np.ndarray) -> float:
+    """The mean of the values that are not NaN, as pandas takes it."""
+    values = values[~np.isnan(values)]
+    return float(values.mean()) if len(values) else np.nan
+
+
+def _distinct(values: np.ndarray) -> int:
+    return len(np.unique(values[~np.isnan(values)]))
+
+
+def _fit(table: dict[str, np.ndarray], probe: pd.DataFrame | None) -> Model:
     notes = []
     phases = {}
-    batches = table["batch_size"].astype(float)
+    batches = table["batch_size"]
     for phase in WINDOW_PHASES:
-        if batches.nunique() > 1:
+        if _distinct(batches) > 1:
             v, u = np.polyfit(batches, table[phase], 1)
         else:
-            u, v = 0.0, float((table[phase] / batches).mean())
+            u, v = 0.0, _mean(table[phase] / batches)
         phases[phase] = (float(u), float(v))
-    if batches.nunique() == 1:
+    if _distinct(batches) == 1:
         notes.append("one batch size measured: compute taken proportional to it")
-    model = Model(phases, float(table[cp.UNTIMED].mean()), 0.0, 0.0, 0.0, notes)
-    many = table[table["world_size"] > 1]
-    if len(many):
+    model = Model(phases, _mean(table[cp.UNTIMED]), 0.0, 0.0, 0.0, notes)
+    several = table["world_size"] > 1
+    if several.any():
+        many = {c: values[several] for c, values in table.items()}
         spread = np.array([expected_max(int(p)) for p in many["world_size"]])
-        model.skew = float((many["skew_s"] / (model.compute(many["batch_size"]) * spread)).mean())
+        model.skew = _mean(many["skew_s"] / (model.compute(many["batch_size"]) * spread))
         model.alpha, model.beta = _fit_comm(many, probe, notes)
     else:
         notes.append("no run of more than one process: no skew or communication measured")
     return model
 
 
-def _fit_comm(many: pd.DataFrame, probe: pd.DataFrame | None, notes: list) -> tuple:
-    p = many["world_size"].to_numpy(float)
-    nbytes = many["comm_bytes_per_step"].to_numpy(float)
+def _fit_comm(many: dict[str, np.ndarray], probe: pd.DataFrame | None, notes: list) -> tuple:
+    p = many["world_size"]
+    nbytes = many["comm_bytes_per_step"]
     if np.isnan(nbytes).any():
         notes.append(
             "bytes per step unknown: taken as 1, so beta is the seconds per step "
@@ -256,7 +285,7 @@ def _fit_comm(many: pd.DataFrame, probe: pd.DataFrame | None, notes: list) -> tu
         )
         nbytes = np.where(np.isnan(nbytes), 1.0, nbytes)
     x1, x2 = 2 * (p - 1), 2 * (p - 1) / p * nbytes
-    y = many["comm_s"].to_numpy(float) - x2 * wire_seconds_per_byte(many["net_rate_mbit"])
+    y = many["comm_s"] - x2 * wire_seconds_per_byte(many["net_rate_mbit"])
     if len(np.unique(p)) > 1:
         (alpha, beta), _ = optimize.nnls(np.column_stack([x1, x2]), y)
         return float(alpha), float(beta)
@@ -282,14 +311,29 @@ def _probe_fit(probe: pd.DataFrame) -> tuple[float, float]:
 
 def bootstrap(table: pd.DataFrame, probe, rows: pd.DataFrame, seed: int = 0) -> np.ndarray:
     """(BOOTSTRAP, len(rows)) predicted step seconds, the model refitted to
-    runs resampled within each measured configuration, each measured part
-    its configuration's mean plus a resampled modified residual (the
-    residual times sqrt(n / (n - 1)), n the configuration's runs): a
-    configuration's mean is a fit with leverage 1 / n, and resampling the
-    raw residuals of 3 runs would spread the means by two thirds of their
-    variance (Davison and Hinkley 1997, Bootstrap Methods and their
-    Application, ch. 6: model-based resampling of modified residuals)."""
+    each of :func:`resamples`. The fit reads arrays indexed by each
+    resample, not a resampled table (building one per resample cost most
+    of the bootstrap's time): the same fits, to the last bit."""
+    modified, picks = resamples(table, seed)
+    columns = _columns(modified)
+    out = np.empty((len(picks), len(rows)))
+    for i, pick in enumerate(picks):
+        out[i] = _predict(_fit({c: v[pick] for c, v in columns.items()}, probe), rows)
+    return out
+
+
+def resamples(table: pd.DataFrame, seed: int = 0) -> tuple[pd.DataFrame, list[np.ndarray]]:
+    """The runs with modified residuals (reindexed 0..n-1), and BOOTSTRAP
+    resamples of their positions within each measured configuration: each
+    measured part its configuration's mean plus a resampled modified
+    residual (the residual times sqrt(n / (n - 1)), n the configuration's
+    runs): a configuration's mean is a fit with leverage 1 / n, and
+    resampling the raw residuals of 3 runs would spread the means by two
+    thirds of their variance (Davison and Hinkley 1997, Bootstrap Methods
+    and their Application, ch. 6: model-based resampling of modified
+    residuals)."""
     rng = np.random.default_rng(seed)
+    table = table.reset_index(drop=True)  # labels are positions
     by_configuration = table.groupby(list(SCALE), dropna=False)
     groups = [g.index.to_numpy() for _, g in by_configuration]
     measured = [c for c in MEASURED if c in table]
@@ -298,14 +342,11 @@ def bootstrap(table: pd.DataFrame, probe, rows: pd.DataFrame, seed: int = 0) -> 
     inflate = np.sqrt(runs / np.maximum(runs - 1, 1))[:, None]
     modified = table.copy()
     modified[measured] = mean + (table[measured] - mean) * inflate
-    out = np.empty((BOOTSTRAP, len(rows)))
-    for i in range(BOOTSTRAP):
-        pick = np.concatenate([rng.choice(g, len(g)) for g in groups])
-        out[i] = _predict(fit(modified.loc[pick], probe), rows)
-    return out
+    picks = [np.concatenate([rng.choice(g, len(g)) for g in groups]) for _ in range(BOOTSTRAP)]
+    return modified, picks
 
 
-def interval(table: pd.DataFrame, predicted: np.ndarray, draws: np.ndarray) -> tuple:
+def interval(table: pd.DataFrame, predicted: np.ndarray, draws: np.ndarray | None) -> tuple:
     """The 95 % interval of each prediction: its bootstrap standard error
     times Student's t at the runs' degrees of freedom within configurations
     (:func:`degrees_of_freedom`: what the spread is estimated from), taken
@@ -486,7 +527,9 @@ def predictions(table: pd.DataFrame, probe=None, error: float | None = None) -> 
     rows["batch_size"] = rows["batch_size"].astype(float)
     model = fit(table, probe)
     predicted = _predict(model, rows)
-    low, high = interval(table, predicted, bootstrap(table, probe, rows))
+    # No interval where no configuration ran twice: no resamples to draw then.
+    draws = bootstrap(table, probe, rows) if degrees_of_freedom(table) >= 1 else None
+    low, high = interval(table, predicted, draws)
     # Widened by the held-out error on the log scale, as the interval itself
     # is taken: both ends stay positive whatever the error (a model 140 %
     # off put the low end below zero as low x (1 - 1.4)).

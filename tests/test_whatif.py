@@ -231,3 +231,30 @@ def test_a_setting_that_changes_only_with_the_scale_keeps_one_group():
     # a setting crossed with the scale still splits the groups
     crossed = runs.assign(cores_per_node=[1, 1, 2])
     assert whatif.group_keys(crossed) == ["framework", "cores_per_node"]
+
+
+def test_the_bootstrap_fits_each_resample_as_fit_fits_its_table(monkeypatch):
+    """The bootstrap fits arrays indexed by each resample, not a resampled
+    table: its draws are, to the last bit, fit() of each resampled table
+    (runs of several scales, one of them at one process, in a shuffled
+    index that is not their positions), and a probe does not change that."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import interval_coverage as known
+
+    monkeypatch.setattr(whatif, "BOOTSTRAP", 20)
+    table = known.synthetic_runs(0.10, 3, np.random.default_rng(2)).sample(frac=1, random_state=1)
+    table.index = table.index * 7 + 3
+    rows = whatif.predictions(table)[[*whatif.SCALE, "comm_bytes_per_step"]]
+    probe = pd.DataFrame(
+        {"processes": [2, 4, 4], "bytes": [1e6, 1e3, 1e6], "seconds": [2e-3, 3e-4, 6e-3]}
+    )
+    for one_scale, probed in [(False, None), (True, probe)]:
+        runs = table[table["world_size"] == table["world_size"].max()] if one_scale else table
+        modified, picks = whatif.resamples(runs, seed=4)
+        expected = [
+            whatif._predict(whatif.fit(modified.iloc[pick], probed), rows) for pick in picks
+        ]
+        np.testing.assert_array_equal(whatif.bootstrap(runs, probed, rows, seed=4), expected)
