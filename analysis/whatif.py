@@ -355,7 +355,7 @@ def interval(table: pd.DataFrame, predicted: np.ndarray, draws: np.ndarray | Non
     would take that spread as known, which 3 runs a configuration do not
     give. nan where no configuration has two runs."""
     df = degrees_of_freedom(table)
-    if df < 1:
+    if df < 1 or draws is None:
         return np.full(len(predicted), np.nan), np.full(len(predicted), np.nan)
     half = stats.t.ppf((1 + CONFIDENCE) / 2, df) * draws.std(axis=0, ddof=1)
     factor = np.exp(half / predicted)

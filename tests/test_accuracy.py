@@ -84,3 +84,18 @@ def test_figure_says_when_no_run_reached_the_target(tmp_path):
     plot.save(tmp_path / "none.png", dpi=60, verbose=False)
     (text,) = plot.layers
     assert text.geom.aes_params["label"] == "no run reached test accuracy 0.85"
+
+
+def test_a_figure_with_nothing_to_show_is_saved_as_its_title_and_line(tmp_path):
+    """draw_all's save of an empty figure draws its title and its one line
+    with matplotlib alone (no plotnine layout): a PNG of the empty figure's
+    size, with ink in it, that the report replaces by the line."""
+    from PIL import Image
+
+    runs = constructed_runs().assign(target_status="not reached", time_to_accuracy_s=math.nan)
+    plot = figures.time_to_accuracy(runs)
+    assert plot.why == "no run reached test accuracy 0.85"
+    figures.save(plot, tmp_path / "none.png")
+    with Image.open(tmp_path / "none.png") as drawn:
+        assert drawn.size == (6 * 110, int(1.5 * 110))
+        assert drawn.convert("L").getextrema()[0] < 100  # dark text on white
