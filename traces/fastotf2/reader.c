@@ -35,6 +35,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define NONE INT64_MIN
 #define OVERFLOW "more events than the definitions announce"
@@ -144,6 +146,45 @@ static uint32_t region_index(const Columns *out, uint32_t ref) {
     return at < 0 ? out->regions : (uint32_t)at;
 }
 
+/* The columns' next rows, faulted in ahead a stretch at a time (Linux 5.14
+ * and later; elsewhere a hint refused, nothing more): the kernel then fills
+ * a stretch of new pages in one call instead of taking one page fault per
+ * page as the rows are written (reading the C-generated 7 M-event archive
+ * in one process: 0.95x the CPU, 0.93x the system time, the medians of 12
+ * interleaved pairs beside other work). Only the rows about to be
+ * written: the capacity counts every event, and events other than Enter
+ * and Leave give none. */
+#define AHEAD_ROWS 65536
+
+static void populate(void *column, size_t width, int64_t from, int64_t rows) {
+#ifdef MADV_POPULATE_WRITE
+    static uintptr_t page;
+    if (!page) page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)column + (uintptr_t)from * width;
+    uintptr_t end = start + (uintptr_t)rows * width;
+    start &= ~(page - 1);
+    if (end > start) madvise((void *)start, end - start, MADV_POPULATE_WRITE); /* a hint */
+#else
+    (void)column; (void)width; (void)from; (void)rows;
+#endif
+}
+
+static void populate_ahead(Columns *out, int64_t from) {
+    int64_t rows = out->capacity - from < AHEAD_ROWS ? out->capacity - from : AHEAD_ROWS;
+    populate(out->start, 8, from, rows);
+    populate(out->end, 8, from, rows);
+    populate(out->location, 4, from, rows);
+    populate(out->rank, 4, from, rows);
+    populate(out->node, 4, from, rows);
+    populate(out->region, 4, from, rows);
+    populate(out->depth, 4, from, rows);
+    populate(out->parent, 8, from, rows);
+    populate(out->step, 8, from, rows);
+    populate(out->epoch, 8, from, rows);
+    populate(out->collective, 4, from, rows);
+    populate(out->bytes, 8, from, rows);
+}
+
 static void set_collective(Columns *out, int64_t row, int32_t op) {
     out->collective[row] = op;
     if (op >= 0) out->op_seen[op & 0xff] = 1;
@@ -216,6 +257,7 @@ static OTF2_CallbackCode leave(OTF2_LocationRef location, OTF2_TimeStamp time, u
     memmove(&s->stack[at], &s->stack[at + 1], (s->depth - at - 1) * sizeof e);
     s->depth--;
     int64_t row = out->rows++;
+    if (row % AHEAD_ROWS == 0) populate_ahead(out, row);
     out->enter_row[e.enter] = row;
     out->start[row] = e.start;
     out->end[row] = time;
