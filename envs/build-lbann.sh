@@ -95,7 +95,12 @@ configure_args() {
   local entry pkg repo ref
   for entry in "${PACKAGES[@]}"; do
     read -r pkg repo ref <<< "$entry"
-    args+=("-DLBANN_SB_BUILD_$pkg=ON" "-DLBANN_SB_${pkg}_SOURCE_DIR=$SRC/$pkg")
+    # With a source folder given, the SuperBuild clears its download options
+    # but Clara's and zstr's ExternalProject_Add still append their URL and
+    # tag after INSTALL_DIR, which then names a second folder beside the
+    # prefix ("<prefix>;https;/github.com/...") in the shared cache: no URL, no tag.
+    args+=("-DLBANN_SB_BUILD_$pkg=ON" "-DLBANN_SB_${pkg}_SOURCE_DIR=$SRC/$pkg"
+           "-DLBANN_SB_${pkg}_URL=" "-DLBANN_SB_${pkg}_TAG=")
     command -v ccache >/dev/null && args+=("-DLBANN_SB_FWD_${pkg}_CMAKE_CXX_COMPILER_LAUNCHER=ccache")
   done
   args+=("-DLBANN_SB_FWD_DiHydrogen_FETCHCONTENT_SOURCE_DIR_ALUMINUM=$SRC/Aluminum"
