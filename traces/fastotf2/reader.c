@@ -171,18 +171,18 @@ static void populate(void *column, size_t width, int64_t from, int64_t rows) {
 
 static void populate_ahead(Columns *out, int64_t from) {
     int64_t rows = out->capacity - from < AHEAD_ROWS ? out->capacity - from : AHEAD_ROWS;
-    populate(out->start, 8, from, rows);
-    populate(out->end, 8, from, rows);
-    populate(out->location, 4, from, rows);
-    populate(out->rank, 4, from, rows);
-    populate(out->node, 4, from, rows);
-    populate(out->region, 4, from, rows);
-    populate(out->depth, 4, from, rows);
-    populate(out->parent, 8, from, rows);
-    populate(out->step, 8, from, rows);
-    populate(out->epoch, 8, from, rows);
-    populate(out->collective, 4, from, rows);
-    populate(out->bytes, 8, from, rows);
+    populate(out->start, sizeof *out->start, from, rows);
+    populate(out->end, sizeof *out->end, from, rows);
+    populate(out->location, sizeof *out->location, from, rows);
+    populate(out->rank, sizeof *out->rank, from, rows);
+    populate(out->node, sizeof *out->node, from, rows);
+    populate(out->region, sizeof *out->region, from, rows);
+    populate(out->depth, sizeof *out->depth, from, rows);
+    populate(out->parent, sizeof *out->parent, from, rows);
+    populate(out->step, sizeof *out->step, from, rows);
+    populate(out->epoch, sizeof *out->epoch, from, rows);
+    populate(out->collective, sizeof *out->collective, from, rows);
+    populate(out->bytes, sizeof *out->bytes, from, rows);
 }
 
 static void set_collective(Columns *out, int64_t row, int32_t op) {
