@@ -112,7 +112,14 @@ def test_every_rule_must_run_through_the_shell_prefix(tmp_path):
 
 
 def busy_loops(n: int) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    """``n`` busy loops, each in a session of its own: the kernel shares CPU
+    between sessions first (autogroup), so each loop gets a whole session's
+    share and no other user's process, one of several in its session, takes
+    more CPU than a loop does."""
+    return [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(n)
+    ]
 
 
 @pytest.mark.slow
