@@ -5,6 +5,7 @@ Leave, non-blocking MPI messages, a collective's bytes, a clock that does not
 tick in nanoseconds, a metric location)."""
 
 import json
+import threading
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -190,6 +191,44 @@ def test_converted_a_group_of_ranks_at_a_time(tmp_path, monkeypatch):
         ), column
     one = pq.read_table(out, columns=["rank", "phase", "dur_ns"], filters=[("rank", "=", 1)])
     assert one.num_rows == (expected["rank"] == 1).sum() and one.num_columns == 3
+
+
+def test_a_part_read_while_the_one_before_is_written(tmp_path, monkeypatch):
+    """With two cores free (READ_AHEAD), an OTF2 archive's next part is read
+    in a thread while the part before is written, and the file holds what
+    reading and writing in turn gives: a real archive of 3 ranks, a part
+    each."""
+    anchor = Path(__file__).parent / "data/real-traces/scorep-8.4-mpi-pthread-np3/traces.otf2"
+    monkeypatch.setattr(otf2_reader, "PART_EVENTS", 1)  # a part per rank
+    monkeypatch.setattr(convert, "READ_AHEAD", 1)
+    rows, sources, errors = convert.write([anchor], tmp_path / "in-turn.parquet", RULES, "r1")
+    in_turn = pq.read_table(tmp_path / "in-turn.parquet")
+    assert pq.ParquetFile(tmp_path / "in-turn.parquet").num_row_groups == 3
+
+    reads, overlapped = [], []
+    next_part_read = threading.Event()
+    read_columns, write_table = otf2_reader._read_columns, pq.ParquetWriter.write_table
+
+    def reading(*args, **kwargs):
+        reads.append(threading.current_thread() is threading.main_thread())
+        if len(reads) > 1:
+            next_part_read.set()
+        return read_columns(*args, **kwargs)
+
+    def writing(self, table, *args, **kwargs):
+        if len(overlapped) < 2:  # the parts with a part after them
+            overlapped.append(next_part_read.wait(timeout=20))
+            next_part_read.clear()
+        return write_table(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(otf2_reader, "_read_columns", reading)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", writing)
+    monkeypatch.setattr(convert, "READ_AHEAD", 2)
+    ahead = convert.write([anchor], tmp_path / "ahead.parquet", RULES, "r1")
+    # the first part read on the caller's thread, the next ones in another
+    assert overlapped == [True, True] and reads == [True, False, False]
+    assert ahead == (rows, sources, errors) and not errors
+    assert pq.read_table(tmp_path / "ahead.parquet").equals(in_turn)
 
 
 @needs_fixtures

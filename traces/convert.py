@@ -214,7 +214,7 @@ def _read_ahead(traces: list[Path], rules: PhaseRules, run_id: str | None, pool)
             kinds.add(name)
             started[i] = lambda: (name, _drained(future.result()))
         else:
-            started[i] = lambda: (name, readers.parts(trace, rules, rid, name))
+            started[i] = lambda: (name, _one_part_ahead(readers.parts(trace, rules, rid, name)))
 
     # the READ_AHEAD files being read and the one whose table is being
     # written (one reader alone reads and writes in turn, one core's way)
@@ -230,6 +230,28 @@ def _read_ahead(traces: list[Path], rules: PhaseRules, run_id: str | None, pool)
                 importlib.import_module(module)
             imported.add(name)
         yield trace, started.pop(i)
+
+
+def _one_part_ahead(trace_parts):
+    """The parts of a trace read in parts (an OTF2 archive), each read in a
+    thread while the one before is consumed (written), where two cores are
+    free for it (READ_AHEAD): the C reader and Arrow's Parquet encoding let
+    go of the interpreter's lock, so part k+1 is read on one core while
+    part k is written on the other. Memory then holds two parts, not one:
+    part k+2 is begun once part k is written and part k+1 taken. The first
+    part is read here, as before (an archive of one part, most, is read
+    as it was, from this thread's memory); one thread reads the others, so
+    that each reuses the memory of those before it (its glibc arena)."""
+    if READ_AHEAD < 2:  # one core: read and write in turn
+        yield from trace_parts
+        return
+    part = next(trace_parts, None)
+    with ThreadPoolExecutor(1) as reading:
+        while part is not None:
+            ahead = reading.submit(next, trace_parts, None)
+            yield part
+            del part  # written: its memory goes back before part k+2 is read
+            part = ahead.result()
 
 
 def _raise(exc: Exception):
@@ -273,12 +295,11 @@ def write(paths: list[Path], out: Path, rules: PhaseRules, run_id: str | None = 
             writer = writer or opened.enter_context(_parquet_writer(tmp, meta))
             writer.write_table(table.replace_schema_metadata(meta))
             rows += table.num_rows
-            # Each part's memory is let go before the next part is read
-            # (here and in each generator that yields it): the next then
-            # reuses those pages instead of faulting in and zeroing new ones.
-            # (Written in a thread of its own while the next part was read,
-            # an OTF2 archive's second part could not: 27 k more page faults,
-            # about 0.1 s more CPU and 100 MiB more memory, beside other work.)
+            # Each part's memory is let go once it is written (here and in
+            # each generator that yields it): a later part then reuses those
+            # pages instead of faulting in and zeroing new ones. (An OTF2
+            # archive's next part is read meanwhile where two cores are
+            # free: _one_part_ahead.)
             del table
         writer = writer or opened.enter_context(_parquet_writer(tmp, meta))
         writer.add_key_value_metadata(
