@@ -15,9 +15,10 @@ faults) from the end of the stage before; the run of median CPU is
 printed, the whole process's CPU and wall from outside beside it, with the
 load. The first touch of new memory shows as page faults and system time:
 a second part that reuses the first's memory faults far less. A folder's
-files are read two at a time, in threads (traces/convert.py), so a part's
-figures then hold some of the next file's reading: --one-at-a-time reads
-them one after the other (each stage its own).
+files are read two at a time, in threads (traces/convert.py), and an OTF2
+archive's next part is read while the part before is written, so a
+part's figures then hold some of the next one's reading: --one-at-a-time
+reads them one after the other (each stage its own).
 """
 
 from __future__ import annotations
@@ -113,7 +114,9 @@ def main() -> None:
     parser.add_argument("trace", type=Path)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
-        "--one-at-a-time", action="store_true", help="a folder's files read one after the other"
+        "--one-at-a-time",
+        action="store_true",
+        help="a folder's files, an archive's parts, read one after the other",
     )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("-o", type=Path, help=argparse.SUPPRESS)

@@ -11,7 +11,7 @@ import ctypes
 import os
 
 # glibc's mallopt parameters (malloc.h)
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8
 LARGEST_BLOCK = 1 << 30  # from the heap up to this (the mmap threshold below)
 
 
@@ -33,17 +33,22 @@ def reuse_freed_memory() -> None:
     stage: kept in the process (blocks up to 1 GiB from the heap, never
     trimmed), they are reused, and the kernel's zeroing of new pages, the
     largest system cost of a conversion, is paid about once (on the 7 M-event
-    archive: 85 k page faults -> 47 k, measured beside other work). The
-    threads keep glibc's arenas (one arena for all gave the same page
-    faults and peak memory on the Kineto bench's set, 2026-11-28, 4 pairs
-    beside other work). In this process only; elsewhere than glibc,
-    nothing changes. The process ends after its conversion, so nothing is
-    held long."""
+    archive: 85 k page faults -> 47 k, measured beside other work). One
+    heap (glibc arena) serves every thread: an OTF2 archive's next part,
+    read in a thread while the part before is written (traces/convert.py),
+    then reuses what the first part, read on the main thread, freed (the
+    7 M-event archive: 91-95 k page faults -> 80-81 k, peak memory 427-432
+    -> 396-399 MiB, 2 runs each beside other work; on the Kineto bench's
+    set one arena gave the same page faults and peak memory as glibc's
+    default arenas, 2026-11-28, 4 pairs beside other work). In this
+    process only; elsewhere than glibc, nothing changes. The process ends
+    after its conversion, so nothing is held long."""
     mallopt = _mallopt()
     if mallopt is None:
         return
     mallopt(M_MMAP_THRESHOLD, LARGEST_BLOCK)
     mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+    mallopt(M_ARENA_MAX, 1)
 
 
 def files_at_once() -> int:
