@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from traces import arrow_kernels as ak
 from traces import fastjson, nesting
 from runfiles.phases import EPOCH, MARKERS, PHASES, STEP, STEP_PHASES
 from traces.rules import PhaseRules
@@ -630,8 +631,8 @@ def _distinct_of(names: tuple) -> tuple[pa.Array, np.ndarray | None]:
     values = strings(names)
     if values.null_count == 0 and len(set(names)) == len(names):
         return values, None
-    encoded = values.dictionary_encode()  # None stays null: code -1
-    new_code = to_numpy(encoded.indices.fill_null(-1)).astype(np.int32)
+    encoded = ak.dictionary_encode(values)  # None stays null: code -1
+    new_code = to_numpy(ak.fill_null(encoded.indices, -1)).astype(np.int32)
     return encoded.dictionary, np.append(new_code, np.int32(-1))
 
 

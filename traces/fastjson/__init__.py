@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 
 from runfiles import variables
+from traces import arrow_kernels
 from traces.fastotf2 import CompiledLibrary, compile_library
 
 SOURCE = Path(__file__).with_name("scanner.c")
@@ -504,7 +505,7 @@ class NameTable:
         if added:
             # Arrow's array from the buffer (pa.array() would import pandas)
             rows = pa.Array.from_buffers(pa.int64(), added, [None, pa.py_buffer(new_rows[:added])])
-            names = array.take(rows).to_pylist()
+            names = arrow_kernels.take(array, rows).to_pylist()
             given = np.ascontiguousarray(code_new(names), dtype=np.int32)
             self._lib.name_table_code(self._handle, given.ctypes.data, added)
             new = codes < 0

@@ -38,10 +38,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-# pyarrow.compute (some 30 ms of imports) is imported in the functions that
-# use it: every reader's module is imported for any conversion, and that of
-# an OTF2 archive needs none of it.
-
+from traces import arrow_kernels as ak
 from traces import fastjson, jsonrecords, nesting
 from traces.readers import Problem, Reader, TraceError, read_bytes, register
 from traces.table import (
@@ -234,7 +231,8 @@ class KinetoReader(Reader):
     )
     # numpy.ma: np.unique asks for it (numpy 2.4), in the collectives' join
     # of any trace with collectives: 12 ms that would hold a reader's GIL
-    imports = ("pyarrow.compute", "numpy.ma")
+    # (pyarrow.compute is not imported: traces/arrow_kernels.py)
+    imports = ("numpy.ma",)
 
     @classmethod
     def recognises(cls, path: Path, head: bytes) -> bool:
@@ -564,11 +562,9 @@ class _Codes:
     def of_strings(self, array: pa.StringArray, escaped: bool = False) -> np.ndarray:
         """Codes of an Arrow string array (null: None); ``escaped``: its
         strings may still hold JSON escapes (the scanner's raw bytes)."""
-        import pyarrow.compute as pc
-
         if not escaped:
             return self._of_texts(array)
-        encoded = pc.dictionary_encode(array, null_encoding="encode")
+        encoded = ak.dictionary_encode(array, null_encoding="encode")
         local = to_numpy(encoded.indices)
         uniques = encoded.dictionary.to_pylist()
         if escaped:
@@ -578,15 +574,13 @@ class _Codes:
     def _of_texts(self, array: pa.StringArray) -> np.ndarray:
         """Codes of plain strings (null: None): each looked up among the
         names seen, the new ones coded first, in the order they come."""
-        import pyarrow.compute as pc
-
         if self.table is not None:
             codes = self.table.codes(array, self._code_new)
         else:
             codes = self._looked_up(array)
         if array.null_count:
             none = self.index.setdefault(None, len(self.index))
-            codes[to_numpy(pc.is_null(array))] = none
+            codes[to_numpy(ak.is_null(array))] = none
         return codes
 
     def _code_new(self, names: list):
@@ -603,19 +597,17 @@ class _Codes:
     def _looked_up(self, array: pa.StringArray) -> np.ndarray:
         """_of_texts without the compiled library: Arrow's hash lookup among
         the names seen (0 where null)."""
-        import pyarrow.compute as pc
-
-        at = pc.index_in(array, value_set=self.texts)
-        new = pc.and_(pc.is_null(at), pc.is_valid(array))
-        if pc.any(new).as_py():
-            names = pc.unique(array.filter(new))
+        at = ak.index_in(array, value_set=self.texts)
+        new = ak.and_(ak.is_null(at), ak.is_valid(array))
+        if ak.any_true(new):
+            names = ak.unique(ak.filter(array, new))
             added = self._code_new(names.to_pylist())
             self.texts = pa.concat_arrays([self.texts, names])
             self.text_codes = np.r_[self.text_codes, np.array(added, dtype=np.int32)]
-            at = pc.index_in(array, value_set=self.texts)
+            at = ak.index_in(array, value_set=self.texts)
         if not len(self.texts):  # nulls only, and no name yet
             return np.zeros(len(array), dtype=np.int32)
-        return self.text_codes[to_numpy(pc.fill_null(at, 0))]
+        return self.text_codes[to_numpy(ak.fill_null(at, 0))]
 
     def of_ints(self, values: np.ndarray) -> np.ndarray:
         local, uniques = factorize(values)
@@ -715,7 +707,7 @@ class _Events:
         keep = slice(None)
         if not timed.all():
             keep = np.flatnonzero(timed)
-            strings = {key: array.take(from_numpy(keep)) for key, array in strings.items()}
+            strings = {key: ak.take(array, from_numpy(keep)) for key, array in strings.items()}
         self._append(
             c["ts"][keep],
             c["dur"][keep],
@@ -943,7 +935,7 @@ def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(codes, distinct values) of an integer column, the values in the
     order they first come (``pandas.factorize``'s answer, by Arrow's hash:
     importing pandas cost a Kineto import a tenth of its CPU)."""
-    encoded = from_numpy(np.ascontiguousarray(values)).dictionary_encode()
+    encoded = ak.dictionary_encode(from_numpy(np.ascontiguousarray(values)))
     return (
         to_numpy(encoded.indices).astype(np.int64),
         to_numpy(encoded.dictionary),
@@ -1074,18 +1066,16 @@ def _scanned_collectives(names: pa.StringArray, dtypes: pa.StringArray, elements
     codes of a list of names: names[local] is each row's), the bytes of
     every row (``elements`` NaN: unknown); the same rules, applied to each
     distinct name and dtype instead of each event."""
-    import pyarrow.compute as pc
-
     nbytes = np.full(len(names), NULL, dtype=np.int64)
-    rows = np.flatnonzero(to_numpy(names.is_valid()))
+    rows = np.flatnonzero(to_numpy(ak.is_valid(names)))
     if rows.size == 0:
         return rows, np.zeros(0, dtype=np.int64), [], nbytes
-    encoded = pc.dictionary_encode(names.take(from_numpy(rows)))
+    encoded = ak.dictionary_encode(ak.take(names, from_numpy(rows)))
     named = [COLLECTIVE_NAMES.get(n, n) for n in _lower(encoded.dictionary.to_pylist(), escaped)]
     is_collective = np.array([n is not None for n in named], dtype=bool)
     local = to_numpy(encoded.indices)
     rows, local = rows[is_collective[local]], local[is_collective[local]]
-    encoded = pc.dictionary_encode(dtypes.take(from_numpy(rows)), null_encoding="encode")
+    encoded = ak.dictionary_encode(ak.take(dtypes, from_numpy(rows)), null_encoding="encode")
     sizes = [
         dtype_bytes(d) or 0
         for d in _lower([d or "" for d in encoded.dictionary.to_pylist()], escaped)
