@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import re._parser as sre  # the stdlib's own parse of a pattern, for its literals
 import threading
@@ -34,12 +35,17 @@ class Rule:
     sources: tuple[str, ...] | None
     # what match() gives for it, one tuple for every region it names
     found: tuple[str | None, str | None] = field(init=False, compare=False)
-    # lower-case strings one of which every match holds (see _needs)
-    needs: tuple[str, ...] | None = field(init=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "found", (self.phase, self.collective))
-        object.__setattr__(self, "needs", _needs_of(self.pattern))
+
+    @functools.cached_property
+    def needs(self) -> tuple[str, ...] | None:
+        """Lower-case strings one of which every match holds (see _needs):
+        parsed when first asked (by first_rules, under its lock), not when
+        the rules are loaded: a second parse of every pattern, about a third
+        of loading them, which ``ddlc import`` does before it reads anything."""
+        return _needs_of(self.pattern)
 
 
 class PhaseRules:
