@@ -421,13 +421,15 @@ def test_a_config_json_beside_a_trace_that_is_no_run_record(tmp_path, config):
 def test_ddlc_import_of_a_kineto_trace_with_steps_does_without_pandas(tmp_path):
     """A real Kineto trace with its ProfilerStep intervals (an H200's) is
     read and written without pandas (a tenth of the command's CPU on the
-    bench's 3 M-event set); the table is the one the in-process conversion
-    gives."""
+    bench's 3 M-event set) and without pyarrow.compute (its kernels are
+    called by name: traces/arrow_kernels.py); the table is the one the
+    in-process conversion gives."""
     trace = REAL / "kineto-cuda-h200" / "kineto-gpu-rank0.json.gz"
     out = tmp_path / "p.parquet"
     imported = imported_by_ddlc_import(trace, out)
     assert "traces.readers.kineto" in imported
     assert "pandas" not in imported
+    assert "pyarrow.compute" not in imported
     table, _, errors = convert.convert([trace], RULES)
     assert errors == [] and pq.read_table(out).equals(table)
 
