@@ -36,13 +36,13 @@ def reuse_freed_memory() -> None:
     archive: 85 k page faults -> 47 k, measured beside other work). One
     heap (glibc arena) serves every thread: an OTF2 archive's next part,
     read in a thread while the part before is written (traces/convert.py),
-    then reuses what the first part, read on the main thread, freed (the
-    7 M-event archive: 91-95 k page faults -> 80-81 k, peak memory 427-432
-    -> 396-399 MiB, 2 runs each beside other work; on the Kineto bench's
-    set one arena gave the same page faults and peak memory as glibc's
-    default arenas, 2026-11-28, 4 pairs beside other work). In this
-    process only; elsewhere than glibc, nothing changes. The process ends
-    after its conversion, so nothing is held long."""
+    then reuses what the first part, read on the main thread, freed, and
+    the C reader's threads reuse the main heap (figures in docs/tracing.md,
+    "Speed and memory"; on the Kineto bench's set one arena gave the same
+    page faults and peak memory as glibc's default arenas, 2026-11-28, 4
+    pairs beside other work). In this process only; elsewhere than glibc,
+    nothing changes. The process ends after its conversion, so nothing is
+    held long."""
     mallopt = _mallopt()
     if mallopt is None:
         return
