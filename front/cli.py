@@ -190,10 +190,11 @@ def cmd_collect(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from analysis import report
-
     design = load_design(args.design, check_ready=False)
     out = output_file(args.out, "--out", [args.design, *_files_of(args.tables)])
+    # Once the arguments are found good: a refused --out costs no report's imports.
+    from analysis import report
+
     out = report.build(design, Path(args.tables), out)
     print(f"report: {out.resolve()}")
     return 0
