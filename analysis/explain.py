@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import critical_path, figures, trace_diff, whatif
+from analysis import critical_path, trace_diff, whatif
 from analysis.section import Em, Section
 
 NOTHING = "No phase table in these tables: nothing to explain."
@@ -27,7 +27,13 @@ def _critical_path(runs: pd.DataFrame, phases: pd.DataFrame, folder: Path, found
     if found is None:
         ok = runs[runs["status"] == "ok"] if "status" in runs else runs
         found = critical_path.analyse(phases[phases["run_id"].isin(ok["run_id"])], ok)
-    figure = figures.critical_path(found, folder, runs) if len(found.path) else None
+    figure = None
+    if len(found.path):
+        # Here, not above: plotnine and matplotlib (half a second of CPU) load
+        # only where there is a path to draw.
+        from analysis import figures
+
+        figure = figures.critical_path(found, folder, runs)
     return critical_path.section(runs, phases, figure, found)
 
 

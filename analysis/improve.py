@@ -49,7 +49,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from scipy import stats as scipy_stats
 
 from analysis import cells, humanize, stats, summary
 from analysis.followup import _plain, _product, located, origin
@@ -667,7 +666,7 @@ def _ratio_ci(before: pd.Series, after: pd.Series) -> tuple[float, float, float]
         return change, math.nan, math.nan
     var = before.var(ddof=1) / len(before) / mb**2 + after.var(ddof=1) / len(after) / ma**2
     dof = max(min(len(before), len(after)) - 1, 1)
-    half = scipy_stats.t.ppf(0.975, dof) * math.sqrt(var)
+    half = stats.t_quantile(dof) * math.sqrt(var)
     ratio = math.log(ma / mb)
     return change, math.exp(ratio - half) - 1, math.exp(ratio + half) - 1
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 
 import pandas as pd
-from scipy import stats as scipy_stats
 
 from analysis import humanize
 from analysis.section import Code, Section, Strong
@@ -130,7 +129,9 @@ def order_words(runs: pd.DataFrame) -> str | None:
             f"Executed order: the {len(started)} runs started in the design's randomized "
             "order (the runs table's order and start)."
         )
-    tau = scipy_stats.kendalltau(started["order"], range(len(started))).statistic
+    from scipy import stats  # here: only runs out of order need it
+
+    tau = stats.kendalltau(started["order"], range(len(started))).statistic
     return (
         f"Executed order: of {len(started)} runs, {out_of_order} started after a run later in "
         f"the design's randomized order (Kendall's tau {tau:.2f} between the design's order "

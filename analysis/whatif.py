@@ -50,9 +50,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, stats
+from scipy import special
 
-from analysis import cells, phase_recording
+from analysis import cells, phase_recording, stats
 from analysis import critical_path as cp
 from analysis.section import Section
 from runfiles.phases import STEP_PHASES
@@ -88,7 +88,11 @@ def expected_max(p: int) -> float:
     if p <= 1:
         return 0.0
     x = np.linspace(-8, 8, 4001)
-    density = p * stats.norm.pdf(x) * stats.norm.cdf(x) ** (p - 1)
+    # scipy.stats.norm's pdf and cdf, to the last bit, without importing
+    # scipy.stats (a third of a second of the report's CPU): its pdf is this
+    # expression, its cdf scipy.special.ndtr.
+    pdf = np.exp(-(x**2) / 2.0) / np.sqrt(2 * np.pi)
+    density = p * pdf * special.ndtr(x) ** (p - 1)
     return float(np.trapezoid(x * density, x))
 
 
@@ -287,7 +291,7 @@ def _fit_comm(many: dict[str, np.ndarray], probe: pd.DataFrame | None, notes: li
     x1, x2 = 2 * (p - 1), 2 * (p - 1) / p * nbytes
     y = many["comm_s"] - x2 * wire_seconds_per_byte(many["net_rate_mbit"])
     if len(np.unique(p)) > 1:
-        (alpha, beta), _ = optimize.nnls(np.column_stack([x1, x2]), y)
+        (alpha, beta), _ = _nnls(np.column_stack([x1, x2]), y)
         return float(alpha), float(beta)
     if probe is not None and len(probe) >= 2:
         a, b = _probe_fit(probe)
@@ -305,8 +309,16 @@ def _fit_comm(many: dict[str, np.ndarray], probe: pd.DataFrame | None, notes: li
 def _probe_fit(probe: pd.DataFrame) -> tuple[float, float]:
     p = probe["processes"].to_numpy(float)
     design = np.column_stack([2 * (p - 1), 2 * (p - 1) / p * probe["bytes"].to_numpy(float)])
-    (alpha, beta), _ = optimize.nnls(design, probe["seconds"].to_numpy(float))
+    (alpha, beta), _ = _nnls(design, probe["seconds"].to_numpy(float))
     return float(alpha), float(beta)
+
+
+def _nnls(a: np.ndarray, b: np.ndarray):
+    """scipy.optimize.nnls, imported where a fit needs it: a report without
+    a communication term to fit does not load scipy.optimize."""
+    from scipy import optimize
+
+    return optimize.nnls(a, b)
 
 
 def bootstrap(table: pd.DataFrame, probe, rows: pd.DataFrame, seed: int = 0) -> np.ndarray:
@@ -357,7 +369,7 @@ def interval(table: pd.DataFrame, predicted: np.ndarray, draws: np.ndarray | Non
     df = degrees_of_freedom(table)
     if df < 1 or draws is None:
         return np.full(len(predicted), np.nan), np.full(len(predicted), np.nan)
-    half = stats.t.ppf((1 + CONFIDENCE) / 2, df) * draws.std(axis=0, ddof=1)
+    half = stats.t_quantile(df, CONFIDENCE) * draws.std(axis=0, ddof=1)
     factor = np.exp(half / predicted)
     return predicted / factor, predicted * factor
 
