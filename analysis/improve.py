@@ -111,12 +111,14 @@ NEEDS_A_PEER = ("compression fp16", "straggler removed", HIDDEN)
 # ------------------------------------------------------------- hypotheses
 
 
-def hypotheses(runs: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
+def hypotheses(runs: pd.DataFrame, phases: pd.DataFrame, found=None) -> pd.DataFrame:
     """Every hypothesis, ranked per framework (largest predicted gain first):
     framework, world_size, setting, change, phase, predicted_gain, low, high,
-    runs, evidence, and the factor and levels that test it."""
+    runs, evidence, and the factor and levels that test it. ``found``: the
+    ok runs' critical path where the caller has it already (the report's
+    Context)."""
     ok = summary.ok_runs(runs)
-    rows = _replayed(ok, phases) + _contention(ok) + _spinning(ok)
+    rows = _replayed(ok, phases, found) + _contention(ok) + _spinning(ok)
     columns = [
         *cells.CELL,
         "change",
@@ -154,16 +156,17 @@ def hypotheses(runs: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def _replayed(ok: pd.DataFrame, phases: pd.DataFrame) -> list[dict]:
+def _replayed(ok: pd.DataFrame, phases: pd.DataFrame, found=None) -> list[dict]:
     """The what-if replays and the hidden exchange, per cell, from the runs
-    with a phase table."""
+    with a phase table (``found``: their critical path, if computed)."""
     from analysis import critical_path as cp
     from analysis import whatif
 
     traced = phases[phases["run_id"].isin(ok["run_id"])] if len(phases) else phases
     if traced.empty:
         return []
-    found = cp.analyse(traced, ok)
+    if found is None:
+        found = cp.analyse(traced, ok)
     table = whatif.measures(found, ok, whatif.traced_bytes(traced))
     if table.empty:
         return []
@@ -677,8 +680,6 @@ def _ratio_ci(before: pd.Series, after: pd.Series) -> tuple[float, float, float]
 def section(ctx) -> Section:
     """The report's "How to make it faster": the ranked hypotheses; in a
     design written by ddlc improve, the proof of those it tested."""
-    from analysis import critical_path as cp
-
     origin = ctx.design.follow_up or {}
     out = Section("improve", "How to make it faster")
     if origin.get("hypotheses"):
@@ -691,7 +692,7 @@ def section(ctx) -> Section:
         )
         out.items([_proof_words(r) for r in found.to_dict("records")])
         out.table(found, caption="predicted against measured")
-    ranked = hypotheses(ctx.runs, cp.phase_table(ctx.tables))
+    ranked = hypotheses(ctx.runs, ctx.phases, ctx.critical_path)
     if ranked.empty:
         return out.para(
             "No hypothesis: no run of more than one process, or no phase table, "

@@ -300,11 +300,11 @@ def test_an_oversubscribed_test_bed_is_not_offered_as_a_code_change(tmp_path):
     test. Under 3 runs a cell: no interval, and the n needed said."""
     from types import SimpleNamespace
 
+    from analysis.page import Context
+
     def said(runs):
-        ctx = SimpleNamespace(
-            runs=runs, tables=tmp_path, design=SimpleNamespace(follow_up=None, source="d.yaml")
-        )
-        return improve.section(ctx).html()
+        design = SimpleNamespace(follow_up=None, source="d.yaml")
+        return improve.section(Context(design, runs, pd.DataFrame(), tmp_path)).html()
 
     crowded = contention_runs().assign(runnable_per_core=2.0, loaded=False)
     best = top(improve.hypotheses(crowded, pd.DataFrame(columns=["run_id"])))
