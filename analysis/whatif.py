@@ -570,40 +570,55 @@ def replay(
     each join, the slowest rank's window (phases and gaps) then the
     communication proper (the ranks leave a join together, so the skew
     with which they left the previous one is not replayed)."""
-    windows = found.windows[
-        (found.windows["run_id"] == run_id) & (found.windows["cause"] != cp.PROPAGATED)
-    ]
-    n_joins = int(found.joins.loc[found.joins["run_id"] == run_id, "join"].max()) + 1
-    cube = windows.pivot_table(
-        index=["join", "rank"], columns="cause", values="ns", aggfunc="sum", observed=True
-    ).fillna(0)
-    ranks = cube.index.get_level_values("rank").unique()
-    values = cube.to_numpy(float, copy=True).reshape(n_joins + 1, len(ranks), -1)
-    causes = list(cube.columns)
-    comm = found.path[
-        (found.path["run_id"] == run_id) & (found.path["kind"] == cp.COMMUNICATION)
-    ].sort_values("join")
-    comm = comm["dur_ns"].to_numpy(float) if len(comm) else np.zeros(n_joins)
-    # Where backward is the join, its pieces on the path are not replayed
-    # from the windows: they count as they were.
-    joined = found.path[(found.path["run_id"] == run_id) & (found.path["kind"] == cp.JOIN)]
-    comm = comm + (joined.sort_values("join")["dur_ns"].to_numpy(float) if len(joined) else 0)
-    if change == "data loading twice as fast" and "data_load" in causes:
-        values[:, :, causes.index("data_load")] *= 0.5
-    elif change == "straggler removed" and len(ranks) > 1:
-        joins = found.joins[found.joins["run_id"] == run_id]
-        late = joins[joins["last"]]["rank"].mode().iloc[0]
-        j = list(ranks).index(late)
-        others = np.delete(values, j, axis=1)
-        values[:, j, :] = np.median(others, axis=1)
-    elif change == "compression fp16" and len(joined) == 0:
-        comm = (
-            np.clip(comm - (beta_bytes or 0.0) * 1e9 / 2, 0, None)
-            if beta_bytes is not None
-            else comm / 2
+    return _Replayable(found, run_id).replay(change, beta_bytes)
+
+
+class _Replayable:
+    """One run's windows per join, rank and cause and its communication on
+    the path, read from the critical path once for every change replayed
+    (the pivot of its windows was most of a replay's time)."""
+
+    def __init__(self, found: cp.CriticalPath, run_id) -> None:
+        windows = found.windows[
+            (found.windows["run_id"] == run_id) & (found.windows["cause"] != cp.PROPAGATED)
+        ]
+        self.n_joins = int(found.joins.loc[found.joins["run_id"] == run_id, "join"].max()) + 1
+        cube = windows.pivot_table(
+            index=["join", "rank"], columns="cause", values="ns", aggfunc="sum", observed=True
+        ).fillna(0)
+        self.ranks = cube.index.get_level_values("rank").unique()
+        self.values = cube.to_numpy(float, copy=True).reshape(self.n_joins + 1, len(self.ranks), -1)
+        self.causes = list(cube.columns)
+        comm = found.path[
+            (found.path["run_id"] == run_id) & (found.path["kind"] == cp.COMMUNICATION)
+        ].sort_values("join")
+        comm = comm["dur_ns"].to_numpy(float) if len(comm) else np.zeros(self.n_joins)
+        # Where backward is the join, its pieces on the path are not replayed
+        # from the windows: they count as they were.
+        joined = found.path[(found.path["run_id"] == run_id) & (found.path["kind"] == cp.JOIN)]
+        self.joined = len(joined)
+        self.comm = comm + (
+            joined.sort_values("join")["dur_ns"].to_numpy(float) if len(joined) else 0
         )
-    # The tail after the last join counts with it, as on the critical path.
-    return float((values.sum(axis=2).max(axis=1).sum() + comm.sum()) / n_joins / 1e9)
+        joins = found.joins[found.joins["run_id"] == run_id]
+        self.last = joins[joins["last"]]["rank"]  # the rank last at each join
+
+    def replay(self, change: str | None = None, beta_bytes: float | None = None) -> float:
+        values, causes, ranks, comm = self.values.copy(), self.causes, self.ranks, self.comm
+        if change == "data loading twice as fast" and "data_load" in causes:
+            values[:, :, causes.index("data_load")] *= 0.5
+        elif change == "straggler removed" and len(ranks) > 1:
+            j = list(ranks).index(self.last.mode().iloc[0])
+            others = np.delete(values, j, axis=1)
+            values[:, j, :] = np.median(others, axis=1)
+        elif change == "compression fp16" and self.joined == 0:
+            comm = (
+                np.clip(comm - (beta_bytes or 0.0) * 1e9 / 2, 0, None)
+                if beta_bytes is not None
+                else comm / 2
+            )
+        # The tail after the last join counts with it, as on the critical path.
+        return float((values.sum(axis=2).max(axis=1).sum() + comm.sum()) / self.n_joins / 1e9)
 
 
 def what_ifs(
@@ -620,9 +635,10 @@ def what_ifs(
         beta_bytes = (
             model.beta * ring if model is not None and ring is not None and model.beta > 0 else None
         )
-        base = replay(found, row.run_id)
+        run = _Replayable(found, row.run_id)
+        base = run.replay()
         for change, assumption in ASSUMPTIONS.items():
-            after = replay(found, row.run_id, change, beta_bytes)
+            after = run.replay(change, beta_bytes)
             if change == "compression fp16" and beta_bytes is None:
                 assumption += "; no fitted bandwidth term here: communication proper halves"
             rows.append(
