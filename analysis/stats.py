@@ -372,10 +372,14 @@ def _difference(
     )
 
 
-def log_model_fits_better(runs: pd.DataFrame, factors: list[str], response: str) -> dict:
+def log_model_fits_better(
+    runs: pd.DataFrame, factors: list[str], response: str, additive: pd.DataFrame | None = None
+) -> dict:
     """Compare the additive and multiplicative models by the share of
-    variation the factors explain (R^2) on y and on log y."""
-    additive = anova(runs, factors, response)
+    variation the factors explain (R^2) on y and on log y; ``additive``:
+    :func:`anova` of y, where the caller has it already."""
+    if additive is None:
+        additive = anova(runs, factors, response)
     multiplicative = anova(runs, factors, response, log=True)
     r2_add, r2_log = additive.attrs["r_squared"], multiplicative.attrs["r_squared"]
     return {
@@ -513,7 +517,7 @@ def _anova_table(out: Section, runs: pd.DataFrame, factors: list[str], response:
 
     try:
         table = anova(runs, factors, response)
-        fit = log_model_fits_better(runs, factors, response)
+        fit = log_model_fits_better(runs, factors, response, additive=table)
     except (ValueError, np.linalg.LinAlgError) as exc:
         out.para(f"Allocation of variation not computed: {exc}.")
         return
