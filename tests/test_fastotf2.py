@@ -179,6 +179,7 @@ def test_converted_a_group_of_ranks_at_a_time(tmp_path, monkeypatch):
     anchor = FIXTURES / "scorep-8.4-horovod-torch-mpi-np2" / "traces.otf2"
     whole, _ = otf2_reader.read(anchor, RULES, "r1")
     monkeypatch.setattr(otf2_reader, "PART_EVENTS", 1)
+    monkeypatch.setattr(otf2_reader, "PART_LOCATIONS", 1)
     out = tmp_path / "phases.parquet"
     assert convert.main([str(anchor), "-o", str(out), "--run-id", "r1"]) == 0
     assert pq.ParquetFile(out).num_row_groups == 2
@@ -229,6 +230,33 @@ def test_a_part_read_while_the_one_before_is_written(tmp_path, monkeypatch):
     assert overlapped == [True, True] and reads == [True, False, False]
     assert ahead == (rows, sources, errors) and not errors
     assert pq.read_table(tmp_path / "ahead.parquet").equals(in_turn)
+
+
+def test_parts_are_small_with_a_location_for_each_thread(monkeypatch):
+    """A part is whole ranks, begun anew once it holds PART_EVENTS events
+    and PART_LOCATIONS locations (for the C reader's threads): a first part's
+    memory is faulted in, the next parts reuse it."""
+
+    def groups(locations_a_rank: int, events_a_location: int) -> list[set]:
+        refs = range(4 * locations_a_rank)  # 4 ranks, their locations in turn
+        defs = otf2_reader.Definitions(
+            locations=[(ref, events_a_location) for ref in refs],
+            located={ref: (ref // locations_a_rank, 0, "") for ref in refs},
+            attribute_kinds={},
+            region_names={},
+            context_regions={},
+            clock=otf2_reader.Clock(1, 0, 0),
+        )
+        return otf2_reader._rank_groups(defs)
+
+    monkeypatch.setattr(otf2_reader, "PART_EVENTS", 1000)
+    monkeypatch.setattr(otf2_reader, "PART_LOCATIONS", 2)
+    # a location a rank: two ranks a part, for the two threads
+    assert groups(1, 5000) == [{0, 1}, {2, 3}]
+    # two locations a rank: a rank a part
+    assert groups(2, 5000) == [{0, 1}, {2, 3}, {4, 5}, {6, 7}]
+    # small ranks: as many as make PART_EVENTS
+    assert groups(1, 400) == [{0, 1, 2}, {3}]
 
 
 @needs_fixtures

@@ -888,6 +888,7 @@ def test_lost_locations_counted_of_the_whole_archive_when_read_in_parts(
 
     monkeypatch.setenv("DDLC_OTF2_READER", engine)
     monkeypatch.setattr(otf2_reader, "PART_EVENTS", 1)  # a part per rank
+    monkeypatch.setattr(otf2_reader, "PART_LOCATIONS", 1)
     archive = otf2_copy(tmp_path)
     truncated_copy(archive / "traces" / "1.evt", archive / "traces" / "1.evt", 0.5)
     said = [p for _, problems in readers.parts(archive / "traces.otf2", RULES) for p in problems]

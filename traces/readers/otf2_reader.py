@@ -79,13 +79,23 @@ def _quietly(call, *args):
     raise TraceError(_with_library_line(str(failure), lines)) from None
 
 
-PART_EVENTS = 4_000_000  # events of the ranks read and converted together (~0.5 GB)
+# A part: whole ranks, a new part begun once one holds PART_EVENTS events
+# and PART_LOCATIONS locations (the C reader reads a part's locations in
+# threads: two at least; a constant, not the cores here, because the
+# parts decide the op_id numbering and the row order, and a table must not
+# depend on the machine that converted it). Parts are kept small because
+# a conversion's memory is faulted in (the kernel zeroing each new page)
+# for its first part and reused by the next (glibc's heap kept,
+# traces/memory.py): the first part's size makes most of the reading's
+# page faults (docs/tracing.md, "Speed and memory").
+PART_EVENTS = 500_000
+PART_LOCATIONS = 2
 
 
 def read_parts(path: Path, rules, run_id: str = ""):
-    """(table, problems) a group of ranks at a time (about PART_EVENTS
-    events each), so that converting a trace of any number of ranks holds
-    one group in memory; one part where the C reader is not built."""
+    """(table, problems) a group of ranks at a time (see PART_EVENTS), so
+    that converting a trace of any number of ranks holds one group in
+    memory; one part where the C reader is not built."""
     engine = variables.get(READER_ENV) or "fastotf2"
     if engine == "python" or fastotf2.library() is None:
         yield read(path, rules, run_id)
@@ -104,7 +114,7 @@ def read_parts(path: Path, rules, run_id: str = ""):
 
 
 def _rank_groups(defs: Definitions) -> list[set]:
-    """Location refs by groups of whole ranks of about PART_EVENTS events."""
+    """Location refs by groups of whole ranks (see PART_EVENTS)."""
     events: dict = {}
     refs: dict = {}
     for ref, number_of_events in defs.locations:
@@ -114,7 +124,7 @@ def _rank_groups(defs: Definitions) -> list[set]:
             refs.setdefault(rank, set()).add(ref)
     groups, load = [set()], 0
     for rank in sorted(refs):
-        if groups[-1] and load + events[rank] > PART_EVENTS:
+        if load >= PART_EVENTS and len(groups[-1]) >= PART_LOCATIONS:
             groups.append(set())
             load = 0
         groups[-1] |= refs[rank]
