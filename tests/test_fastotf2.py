@@ -194,6 +194,24 @@ def test_converted_a_group_of_ranks_at_a_time(tmp_path, monkeypatch):
     assert one.num_rows == (expected["rank"] == 1).sum() and one.num_columns == 3
 
 
+def test_the_table_does_not_depend_on_how_the_ranks_are_grouped(tmp_path, monkeypatch):
+    """op_id and the rows' order are the same whether an archive is read in
+    one part or a part per rank (a real archive of 3 ranks with collectives
+    on each), and the Python reader (one part) gives that table too."""
+    anchor = Path(__file__).parent / "data/real-traces/scorep-8.4-mpi-pthread-np3/traces.otf2"
+    tables = []
+    for engine, part_events in (("fastotf2", 10**9), ("fastotf2", 1), ("python", 1)):
+        monkeypatch.setattr(otf2_reader, "PART_EVENTS", part_events)
+        monkeypatch.setattr(otf2_reader, "PART_LOCATIONS", 1)
+        monkeypatch.setenv(otf2_reader.READER_ENV, engine)
+        out = tmp_path / f"{engine}-{part_events}.parquet"
+        assert convert.main([str(anchor), "-o", str(out), "--run-id", "r1"]) == 0
+        tables.append(plain_text(pq.read_table(out)))
+    assert pq.ParquetFile(tmp_path / "fastotf2-1.parquet").num_row_groups == 3
+    assert 0 < tables[0].column("op_id").null_count < tables[0].num_rows
+    assert tables[1].equals(tables[0]) and tables[2].equals(tables[0])
+
+
 def test_a_part_read_while_the_one_before_is_written(tmp_path, monkeypatch):
     """With two cores free (READ_AHEAD), an OTF2 archive's next part is read
     in a thread while the part before is written, and the file holds what

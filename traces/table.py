@@ -411,7 +411,7 @@ def _columns(
     collective = _collectives_by_rule(c, rule_collective[first])
     bcast = collective_names.index("bcast") if "bcast" in collective_names else -2
     _communication_by_context(phase, tree, collective, bcast)
-    op_id = _collective_instances(c, collective, tree, join)
+    op_id = _collective_instances(c, collective, tree, join, by_rank=source == "otf2")
     notes.update(_unrecognised_communication(c, first < 0, op_id, tree))
     notes.update(_unsized(collective, collective_names, c.bytes))
 
@@ -555,12 +555,18 @@ def _rule_collectives(names: list, rules: PhaseRules, first: np.ndarray):
 
 
 def _collective_instances(
-    c: Columns, collective: np.ndarray, tree: _Nesting, join=None
+    c: Columns, collective: np.ndarray, tree: _Nesting, join=None, by_rank: bool = False
 ) -> np.ndarray:
     """One instance per real collective: a collective row nested in another
     gives it its bytes (the largest known) and is no collective of its own;
     so does one that ``join`` (a reader's) puts under another.
-    Returns op_id (in place, ``collective`` and ``c.bytes`` change)."""
+    Returns op_id (in place, ``collective`` and ``c.bytes`` change).
+
+    ``by_rank`` (an OTF2 archive, read a group of whole ranks at a time):
+    an instance's id is the number of rows of smaller ranks, then its place
+    among its rank's instances by time, so that it does not depend on how
+    the ranks were grouped (the groups' rows come in rank order, and the
+    converter adds the rows of the groups before)."""
     marked = collective >= 0
     rows = np.flatnonzero(marked)
     top = nesting.outermost(c.parent_row, marked, rows)
@@ -582,7 +588,16 @@ def _collective_instances(
         )
     order = instances[by_start]
     op_id = np.full(len(collective), NULL, dtype=np.int64)
-    op_id[order] = np.arange(order.size)
+    if by_rank and order.size:
+        order = order[np.argsort(c.rank[order], kind="stable")]  # by time within a rank
+        ranks = c.rank[order].astype(np.int64)
+        low = int(c.rank.min())
+        rows_of_rank = np.bincount(c.rank - low)
+        rows_below = (np.cumsum(rows_of_rank) - rows_of_rank)[ranks - low]
+        first_of_rank = np.searchsorted(ranks, ranks)
+        op_id[order] = rows_below + np.arange(order.size) - first_of_rank
+    else:
+        op_id[order] = np.arange(order.size)
     op_id[nested] = op_id[top_of_nested]
     if rows.size:  # only rows below the shallowest collective can inherit one
         shallowest = c.depth[rows].min()

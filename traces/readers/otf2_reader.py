@@ -699,7 +699,11 @@ def _read_events(reader, path: Path):
     state = _State(defs, locations)
     if not locations:
         return state.rows, []
-    selected = [loc for loc in defs.locations if loc._ref in locations]
+    # rank after rank, as the C reader reads them
+    selected = sorted(
+        (loc for loc in defs.locations if loc._ref in locations),
+        key=lambda loc: locations[loc._ref][0],
+    )
     handle = reader.handle
     try:
         for location in selected:
@@ -916,11 +920,16 @@ def _read_events_fast(defs: Definitions, path: Path, only: set | None = None):
     parallel; a location that cannot be read to its end costs its own rows
     after the fault, not the others'."""
     locations = defs.located
-    selected = [
-        (ref, events)
-        for ref, events in defs.locations
-        if ref in locations and (only is None or ref in only)
-    ]
+    # rank after rank (as a group of ranks, a part, gives them), each rank's
+    # locations in the definitions' order
+    selected = sorted(
+        (
+            (ref, events)
+            for ref, events in defs.locations
+            if ref in locations and (only is None or ref in only)
+        ),
+        key=lambda location: locations[location[0]][0],
+    )
     region_names = defs.region_names
     lookups = fastotf2.Lookups(defs.attribute_kinds, region_names, defs.context_regions)
     described = [locations[ref] for ref, _ in selected]  # (rank, node, name)
