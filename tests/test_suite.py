@@ -5,6 +5,7 @@ time (two checkouts may run `./ddlc test` at once)."""
 import os
 import re
 import select
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,36 @@ def test_test_times_tell_a_waiting_test_from_a_computing_one(tmp_path):
     assert {waits[2], computes[2]} <= {"gw0", "gw1"}, rows
     assert float(waits[4]) >= 1.5 and float(waits[5]) < 0.5, waits
     assert float(computes[5]) >= 1.5 and float(computes[4]) >= 1.5, computes  # a child's CPU
+
+
+def test_ddlc_test_takes_a_test_times_file_that_exists_for_the_options_value(tmp_path):
+    """./ddlc test --test-times FILE, FILE already there and no path to test:
+    FILE is the option's value, the suite runs from its own project's
+    settings (testpaths) and FILE gains a line. Before, pytest took FILE for
+    a path to test and stopped ("unrecognized arguments: --test-times").
+    The real ddlc, in a project of one test; its set-up is not what is
+    checked here, so that project's envs/setup.sh does nothing."""
+    project = tmp_path / "project"
+    (project / "envs").mkdir(parents=True)
+    (project / "tests").mkdir()
+    shutil.copy2(REPO / "ddlc", project / "ddlc")
+    (project / "envs" / "setup.sh").write_text("exit 0\n")
+    (project / "pyproject.toml").write_text('[tool.pytest.ini_options]\ntestpaths = ["tests"]\n')
+    (project / "tests" / "conftest.py").write_text(HOOKS)
+    (project / "tests" / "test_one.py").write_text("def test_one(): pass\n")
+    times = tmp_path / "times.tsv"
+    times.write_text("an earlier line\n")
+    out = subprocess.run(
+        [str(project / "ddlc"), "test", "-n", "0", "-p", "no:cacheprovider",
+         "--test-times", str(times)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "DDLC_VENV": str(Path(sys.executable).parent.parent),
+             "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    lines = times.read_text().splitlines()
+    assert len(lines) == 2 and lines[0] == "an earlier line", lines
+    assert lines[1].startswith("tests/test_one.py::test_one\t"), lines
 
 
 # A process that holds the lock as a scheduler module's fixture does, until
