@@ -63,3 +63,26 @@ def test_every_adapters_environment_is_in_the_table_and_the_docs():
     assert {info.env for info in registry.FRAMEWORKS.values()} <= set(envs.ENVIRONMENTS)
     doc = "\n".join(environments_doc())
     assert all(f"| {name} |" in doc for name in envs.ENVIRONMENTS)
+
+
+def test_a_module_is_found_without_importing_its_package(tmp_path, monkeypatch):
+    """has_module (every plan's check of each framework's environment, and
+    the report's) finds a module of a package without importing the package:
+    torch.distributed took torch's import, 2 s of CPU, each time. A module
+    found only once the package has loaded (in a folder it adds to its
+    path as it loads, as tensorflow does for tensorflow.keras) is still
+    found, and a missing one is not."""
+    package, more = tmp_path / "pkg", tmp_path / "more"
+    package.mkdir()
+    more.mkdir()
+    imported = tmp_path / "imported"
+    (package / "__init__.py").write_text(
+        f"import pathlib\npathlib.Path({str(imported)!r}).touch()\n__path__.append({str(more)!r})\n"
+    )
+    (package / "sub.py").write_text("")
+    (more / "added.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert envs.has_module("torch", "pkg.sub") and not imported.exists()
+    assert envs.has_module("torch", "pkg.added")
+    assert not envs.has_module("torch", "pkg.missing")
+    assert not envs.has_module("torch", "nothing.here")
