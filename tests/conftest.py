@@ -33,37 +33,34 @@ REAL_TRACES = SHARED / "fixtures" / "real-traces"
 
 
 # The longest groups, longest first: each group's wall time in the suite
-# (--test-times of the quiet run at 84913ed, three workers as ./ddlc test
-# runs them on 2 cores: the groups that train stretch most beside two
-# others; the scheduler group's includes two OAR tests' 365-s hangs, since
-# fixed, and two waits of 100 s that now share one hold). Handed out first
-# (LPT), so that the last group a worker takes is a short one and the
-# other workers do not wait long for it (test_untrusted, 264 s, went out
-# late in file order); the other groups, none over 40 s, follow in file
-# order.
+# (--test-times of the quiet run at d3717a7, three workers as ./ddlc test
+# runs them on 2 cores; test_knobs and test_damaged have trained one run
+# less since). Handed out first (LPT), so that the last group a worker
+# takes is a short one and the other workers do not wait long for it; the
+# other groups, none over 40 s, follow in file order.
 LONGEST_GROUPS = [
-    "schedulers",  # 1998 s
-    "test_faults",  # 976 s
-    "test_workflow",  # 449 s
-    "test_untrusted",  # 264 s
-    "test_report",  # 250 s
-    "test_damaged",  # 231 s
-    "test_tarantella",  # 167 s
-    "test_followup",  # 156 s
-    "test_compression",  # 150 s
-    "test_tf_adapters",  # 127 s
-    "test_knobs",  # 120 s
-    "test_traces_workflow",  # 115 s
-    "test_netem",  # 77 s
-    "test_devices",  # 76 s
-    "test_replication",  # 64 s
-    "test_report_words",  # 60 s
-    "test_adapters",  # 57 s
-    "test_build_scripts",  # 54 s
-    "test_design",  # 49 s
-    "test_tf_gate",  # 40 s
-    "test_tarantella_patched",  # 39 s
-    "test_energy",  # 39 s
+    "schedulers",  # 1345 s
+    "test_faults",  # 597 s
+    "test_workflow",  # 377 s
+    "test_untrusted",  # 343 s
+    "test_knobs",  # 206 s
+    "test_tf_adapters",  # 171 s
+    "test_damaged",  # 162 s
+    "test_compression",  # 138 s
+    "test_report",  # 136 s
+    "test_tarantella",  # 116 s
+    "test_followup",  # 112 s
+    "test_netem",  # 86 s
+    "test_devices",  # 73 s
+    "test_build_scripts",  # 71 s
+    "test_adapters",  # 68 s
+    "test_replication",  # 67 s
+    "test_design",  # 66 s
+    "test_tarantella_patched",  # 53 s
+    "test_report_words",  # 53 s
+    "test_traces_workflow",  # 51 s
+    "test_isolation",  # 45 s
+    "test_tf_gate",  # 42 s
 ]
 
 
