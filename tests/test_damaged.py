@@ -132,13 +132,20 @@ def test_sound_copy_is_ok(trained, tmp_path):
 
 
 @pytest.mark.slow
-def test_workflow_reports_damage_rebuilds_tables_and_reruns_on_request(tmp_path):
+def test_workflow_reports_damage_rebuilds_tables_and_reruns_on_request(trained, tmp_path):
+    """The workflow over the session's real run (the same design, so its
+    run is found finished and kept: test_workflow's end-to-end test trains
+    through the workflow) finds it damaged once a file of it goes, rebuilds
+    its tables and report, and trains it again on request."""
     doc = tiny_design()
     write_design(tmp_path, doc)
-    first = snakemake(tmp_path)
-    assert first.returncode == 0, first.stderr[-3000:]
+    shutil.copytree(trained[0], tmp_path / "results")  # times kept
     plan = design.parse(doc, str(tmp_path / "design.yaml"))
     folder = tmp_path / "results" / plan.runs()[0].path
+    trained_at = (folder / "train.log").stat().st_mtime_ns
+    first = snakemake(tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert (folder / "train.log").stat().st_mtime_ns == trained_at  # not trained again
     tables = tmp_path / "results" / plan.root / "tables"
 
     (folder / "steps.rank1.tsv").unlink()  # tables are rebuilt when run files change

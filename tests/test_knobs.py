@@ -154,14 +154,23 @@ def test_mwms_records_its_defaults(tmp_path):
     assert record["ranks"][0]["knobs"]["mwms_implementation"] == "ring"
 
 
-@pytest.mark.slow
-def test_tarantella_fusion_threshold_takes_effect(tmp_path):
+@pytest.fixture(scope="module")
+def two_tarantella_ranks_one_inter_op_thread_64_kib(tmp_path_factory) -> dict:
+    """Two Tarantella ranks with one inter-op thread and a 64-KiB fusion
+    threshold: one real run (its run.json) for the two tests of these knobs."""
     built("tarantella", "build-tarantella.sh")
-    _, record = run_tiny(tmp_path, "tarantella", fusion_threshold_kib=256)
-    for rank in record["ranks"]:
-        assert rank["knobs"]["fusion_threshold_kib"] == 256
-        assert rank["knobs"]["tarantella_config_fusion_kib"] == 256
-    _, record = run_tiny(tmp_path / "default", "tarantella")
+    folder = tmp_path_factory.mktemp("tarantella-knobs")
+    return run_tiny(folder, "tarantella", inter_op_threads=1, fusion_threshold_kib=64)[1]
+
+
+@pytest.mark.slow
+def test_tarantella_fusion_threshold_takes_effect(
+    tmp_path, two_tarantella_ranks_one_inter_op_thread_64_kib
+):
+    for rank in two_tarantella_ranks_one_inter_op_thread_64_kib["ranks"]:
+        assert rank["knobs"]["fusion_threshold_kib"] == 64
+        assert rank["knobs"]["tarantella_config_fusion_kib"] == 64
+    _, record = run_tiny(tmp_path, "tarantella")
     assert record["ranks"][0]["knobs"]["fusion_threshold_kib"] == 32  # Tarantella's own
 
 
@@ -177,13 +186,15 @@ def test_one_inter_op_thread_takes_effect_in_a_tarantella_rank(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_tarantella_ranks_with_one_inter_op_thread_do_not_hang(tmp_path):
+def test_two_tarantella_ranks_with_one_inter_op_thread_do_not_hang(
+    two_tarantella_ranks_one_inter_op_thread_64_kib,
+):
     """Tarantella's finish ops block the thread they run on until their
     bucket is reduced; with one inter-op thread a rank still trains, its
-    gradients in several buckets (each finish runs after a barrier on all of
-    the step's starts, so no finish waits for a start queued behind it)."""
-    built("tarantella", "build-tarantella.sh")
-    _, record = run_tiny(tmp_path, "tarantella", inter_op_threads=1, fusion_threshold_kib=64)
+    gradients in several buckets (64 KiB: each finish runs after a barrier
+    on all of the step's starts, so no finish waits for a start queued
+    behind it)."""
+    record = two_tarantella_ranks_one_inter_op_thread_64_kib
     assert [r["knobs"]["inter_op_threads"] for r in record["ranks"]] == [1, 1]
 
 
