@@ -254,6 +254,8 @@ main() {
   # Re-run whenever the list changes: its hash is in the part's name.
   part "python-deps-$(printf '%s\n' "${PY_DEPS[@]}" | sha256sum | cut -c1-12)" install_deps
   part gpi2 build_gpi2
+  # Every time, not a part: a GPI-2 built again must not lose it (seconds).
+  python3 "$here/patches/apply.py" "$here/patches/tarantella/gaspi-cleanup.json" "$PREFIX"
   if [[ -n $PATCH_SPEC ]]; then
     echo "envs/patches/tarantella/GaspiCxx.json ${PATCH_ID#-patch-}" > "$PREFIX/patch.txt"
   fi

@@ -8,6 +8,10 @@ gate checks the real tnt.Model. Skipped where Tarantella is not built:
 
 import concurrent.futures
 import json
+import os
+import shutil
+import socket
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -19,9 +23,10 @@ from conftest import REPO, assert_learned, needs_environment, tiny_design, train
 from analysis import bottlenecks, collect, phase_recording, spread
 from analysis import critical_path as cp
 from analysis.section import plain
-from ddlcompare.plan import design
+from ddlcompare.plan import design, envs
 from ddlcompare.run import runner
 from ddlcompare.run import model_gate
+from ddlcompare.run.launch import LOCAL_SSH
 from frameworks import data, models
 from runfiles import names
 from traces.convert import convert
@@ -37,6 +42,46 @@ def two_ranks():
     with tempfile.TemporaryDirectory() as tmp:
         # GPI-2 start-up and graph building take a minute on a loaded machine
         yield trained(tiny_design(["tarantella"], timeout_s=600, fit_step_phases=True), Path(tmp))
+
+
+LAST_GASPI_PROGRAM = Path("/tmp/.last_gaspi_prg")  # GPI-2's, machine-wide
+
+
+def test_a_failed_gaspi_run_kills_no_other_program(tmp_path):
+    """When its first rank fails, gaspi_run calls gaspi_cleanup, which killed
+    by name the program in a machine-wide file: one any user can write and
+    that the last gaspi_run started on the machine wrote. Here a second
+    run's program is named there (as when another run starts while this one
+    fails); it must live: gaspi_cleanup now takes the failing run's own
+    program (envs/patches/tarantella/gaspi-cleanup.json)."""
+    other = tmp_path / "tmpother1"  # named like Tarantella's own rank scripts
+    shutil.copy("/bin/sleep", other)
+    bystander = subprocess.Popen([str(other), "300"])
+    failing = tmp_path / "failing"
+    failing.write_text(f"#!/bin/sh\necho {other} > {LAST_GASPI_PROGRAM}\nexit 1\n")
+    failing.chmod(0o755)
+    machines = tmp_path / "machines"
+    machines.write_text(socket.gethostname() + "\n")
+    saved = LAST_GASPI_PROGRAM.read_bytes() if LAST_GASPI_PROGRAM.exists() else None
+    gaspi_run = envs.env_dir("tarantella") / "bin" / "gaspi_run"
+    try:
+        run = subprocess.run(
+            [str(gaspi_run), "-m", str(machines), "-n", "1", str(failing)],
+            env={**os.environ, "PATH": f"{LOCAL_SSH}:{os.environ['PATH']}"},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode != 0, run.stdout + run.stderr
+        assert bystander.poll() is None, "a failed GASPI run killed another run's program"
+    finally:
+        bystander.kill()
+        bystander.wait()
+        if saved is None:
+            LAST_GASPI_PROGRAM.unlink(missing_ok=True)
+        else:
+            LAST_GASPI_PROGRAM.write_bytes(saved)
 
 
 @pytest.mark.slow

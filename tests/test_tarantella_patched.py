@@ -1,10 +1,12 @@
 """Our patch to GaspiCxx (envs/patches/tarantella) applies to the commit
-that envs/build-tarantella.sh pins, and only to it; the patched build
+that envs/build-tarantella.sh pins, and only to it (so does our fix to
+GPI-2's clean-up scripts); the patched build
 (framework tarantella-patched) trains the shared CNN with 2 real
 processes. Skipped where no GaspiCxx source or no patched build is here:
 'bash envs/build-tarantella.sh patched' makes both."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -20,43 +22,64 @@ from runfiles import variables
 from test_tarantella import assert_phases_and_all_reduces
 
 SPEC = REPO / "envs" / "patches" / "tarantella" / "GaspiCxx.json"
-# the tag envs/sources.txt pins, as build-lib.sh's `pin` reads it
-PINNED = re.search(
-    r"^\S+\s+git\s+cc-hpc-itwm/GaspiCxx\s+(\S+)", (REPO / "envs" / "sources.txt").read_text(), re.M
-)[1]
-# git copies of GaspiCxx that the build script checked out or reads from
-# (DDLC_SOURCES, as the build script takes it)
-COPIES = [
-    envs.BUILT_DIRS[env] / "src" / "GaspiCxx" for env in ("tarantella", "tarantella-patched")
-] + [
-    Path(sources) / "cc-hpc-itwm+GaspiCxx" / "repo"
-    for sources in [variables.get("DDLC_SOURCES")]
-    if sources
-]
+CLEANUP_SPEC = REPO / "envs" / "patches" / "tarantella" / "gaspi-cleanup.json"
+
+
+def pinned(repo: str) -> str:
+    """The tag envs/sources.txt pins for cc-hpc-itwm/``repo``, as
+    build-lib.sh's `pin` reads it."""
+    sources = (REPO / "envs" / "sources.txt").read_text()
+    return re.search(rf"^\S+\s+git\s+cc-hpc-itwm/{repo}\s+(\S+)", sources, re.M)[1]
+
+
+def copies(repo: str) -> list[Path]:
+    """Git copies of ``repo`` that the build script checked out or reads
+    from (DDLC_SOURCES, as the build script takes it)."""
+    built = [envs.BUILT_DIRS[env] / "src" / repo for env in ("tarantella", "tarantella-patched")]
+    given = variables.get("DDLC_SOURCES")
+    return built + ([Path(given) / f"cc-hpc-itwm+{repo}" / "repo"] if given else [])
+
+
 BUILT = envs.has_module("tarantella-patched", "tarantella")
 
 
-def pinned_source(dest: Path) -> Path:
-    """A fresh tree of GaspiCxx at the pinned tag, from a local git copy."""
-    for copy in COPIES:
+def pinned_source(dest: Path, repo: str = "GaspiCxx") -> Path:
+    """A fresh tree of ``repo`` at the pinned tag, from a local git copy."""
+    for copy in copies(repo):
         if (copy / ".git").exists() or (copy / "HEAD").exists():
             subprocess.run(
                 ["git", "clone", "-q", "--no-checkout", str(copy), str(dest)], check=True
             )
-            subprocess.run(["git", "-C", str(dest), "checkout", "-q", PINNED], check=True)
+            subprocess.run(["git", "-C", str(dest), "checkout", "-q", pinned(repo)], check=True)
             return dest
     pytest.skip(
-        f"no git copy of GaspiCxx here ({', '.join(map(str, COPIES))}); "
+        f"no git copy of {repo} here ({', '.join(map(str, copies(repo)))}); "
         "'bash envs/build-tarantella.sh' checks one out"
     )
 
 
-def apply(source: Path) -> subprocess.CompletedProcess:
+def apply(source: Path, spec: Path = SPEC) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(REPO / "envs" / "patches" / "apply.py"), str(SPEC), str(source)],
+        [sys.executable, str(REPO / "envs" / "patches" / "apply.py"), str(spec), str(source)],
         capture_output=True,
         text=True,
     )
+
+
+def test_gaspi_cleanup_patch_applies_to_the_pinned_gpi2_once_scripts_kept_executable(tmp_path):
+    """build-tarantella.sh applies it to the installed gaspi_run and
+    gaspi_cleanup, copies of GPI-2's bin/ (the test that it works:
+    tests/test_tarantella.py)."""
+    source = pinned_source(tmp_path / "GPI-2", "GPI-2")
+    first = apply(source, CLEANUP_SPEC)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.count("hooked at") == 2
+    run, cleanup = (source / "bin" / name for name in ("gaspi_run", "gaspi_cleanup"))
+    assert "GASPI_CLEANUP_PRG=$PRG $(dirname $0)/gaspi_cleanup -m" in run.read_text()
+    assert "PRG=${GASPI_CLEANUP_PRG:-}" in cleanup.read_text()
+    assert all(os.access(script, os.X_OK) for script in (run, cleanup))
+    again = apply(source, CLEANUP_SPEC)
+    assert again.returncode == 0 and again.stdout.count("already hooked") == 2
 
 
 def test_patch_applies_to_the_pinned_commit_once(tmp_path):

@@ -4,6 +4,7 @@ upstream text that must occur exactly once. Run again on a patched tree,
 it changes nothing.
 
     python3 envs/patches/apply.py envs/patches/tarantella/GaspiCxx.json SRC_DIR
+    python3 envs/patches/apply.py envs/patches/tarantella/gaspi-cleanup.json PREFIX
 
 The spec (JSON): {"files": {our file (relative to the spec): its place in
 SRC_DIR}, "hooks": [{"file": F, "anchor": A, "before" or "after": TEXT}]}.
@@ -13,6 +14,7 @@ Standard library only: the build scripts run it with any python3.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -49,9 +51,18 @@ def apply(spec_path: Path, source: Path) -> list[str]:
                 f"{path}: anchor {anchor!r} found {count} times (expected once): "
                 "the source is not the commit this patch was written for"
             )
-        path.write_text(text.replace(anchor, patched))
+        _replace(path, text.replace(anchor, patched))
         done.append(f"{hook['file']}: hooked at {anchor.strip().splitlines()[0]!r}")
     return done
+
+
+def _replace(path: Path, text: str) -> None:
+    """``path`` holds ``text`` at once, with its mode: a script patched in
+    an installed prefix may be running (bash reads a script as it goes)."""
+    new = path.with_name(path.name + ".patching")
+    new.write_text(text)
+    shutil.copymode(path, new)
+    os.replace(new, path)
 
 
 def main(argv: list[str]) -> int:
