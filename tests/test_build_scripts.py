@@ -246,3 +246,31 @@ def test_ddlc_with_ddlc_venv_naming_nothing_says_so(tmp_path):
     )
     assert done.returncode == 2
     assert done.stderr.startswith(f"error: DDLC_VENV={tmp_path / 'nowhere'}: no Python environment")
+
+
+def test_a_patch_leaves_the_other_links_of_the_files_it_changes_alone(tmp_path):
+    """uv links an environment's files from its cache (envs/setup.sh), so a
+    patch written into such a file (the Slurm plugin's) would change the
+    cache and every environment made from it: apply.py writes new files."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "plugin.py").write_text("def cancel():\n    return 1\n")
+    (source / "extra.py").write_text("OLD = 1\n")
+    (tmp_path / "extra.py").write_text("NEW = 1\n")
+    cached = {name: tmp_path / f"cached-{name}" for name in ("plugin.py", "extra.py")}
+    for name, link in cached.items():
+        os.link(source / name, link)
+    spec = tmp_path / "spec.json"
+    hook = {"file": "plugin.py", "anchor": "    return 1\n", "before": "    print('hooked')\n"}
+    spec.write_text(json.dumps({"files": {"extra.py": "extra.py"}, "hooks": [hook]}))
+    done = subprocess.run(
+        [sys.executable, str(REPO / "envs" / "patches" / "apply.py"), str(spec), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "hooked" in (source / "plugin.py").read_text()
+    assert (source / "extra.py").read_text() == "NEW = 1\n"
+    assert cached["plugin.py"].read_text() == "def cancel():\n    return 1\n"
+    assert cached["extra.py"].read_text() == "OLD = 1\n"

@@ -32,7 +32,7 @@ def apply(spec_path: Path, source: Path) -> list[str]:
     for ours, place in spec.get("files", {}).items():
         target = source / place
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(spec_path.parent / ours, target)
+        _replace(target, (spec_path.parent / ours).read_text())
         done.append(f"added {place}")
     for hook in spec["hooks"]:
         path = source / hook["file"]
@@ -58,10 +58,14 @@ def apply(spec_path: Path, source: Path) -> list[str]:
 
 def _replace(path: Path, text: str) -> None:
     """``path`` holds ``text`` at once, with its mode: a script patched in
-    an installed prefix may be running (bash reads a script as it goes)."""
+    an installed prefix may be running (bash reads a script as it goes). A
+    new file, never written into the old one: an installer that links files
+    from its cache (uv, envs/setup.sh) shares their inodes with that cache
+    and every environment made from it."""
     new = path.with_name(path.name + ".patching")
     new.write_text(text)
-    shutil.copymode(path, new)
+    if path.exists():
+        shutil.copymode(path, new)
     os.replace(new, path)
 
 
