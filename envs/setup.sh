@@ -56,12 +56,63 @@ for name in "${wanted[@]}"; do
 done
 wants() { [[ " ${wanted[*]} " == *" $1 "* ]]; }
 
-# pip, with its chatter in a log that is shown only when it fails: in the
-# environment, which is this checkout's own (the cache is shared).
-pip_in() {
-  local env=$1 log=$1/.ddlc-pip.log; shift
-  "$env/bin/python" -m pip "$@" > "$log" 2>&1 ||
-    { tail -n 30 "$log" >&2; say "pip failed in $env; full log: $log"; exit 1; }
+# ENV TOOL COMMAND...: COMMAND (pip or uv), with its chatter in a log that is
+# shown only when it fails: in the environment, which is this checkout's own
+# (the cache is shared).
+logged_in() {
+  local env=$1 tool=$2 log=$1/.ddlc-$2.log; shift 2
+  "$@" > "$log" 2>&1 ||
+    { tail -n 30 "$log" >&2; say "$tool failed in $env; full log: $log"; exit 1; }
+}
+
+pip_in() { logged_in "$1" pip "$1/bin/python" -m pip "${@:2}"; }
+
+# Each environment's packages come from a folder of wheels in the cache,
+# fetched once by pip with this machine's pip settings (its indexes,
+# find-links and constraints: where torch's CPU build comes from), so that a
+# set-up after the first resolves nothing against an index and needs no
+# network. uv (envs/installer.txt, its binary kept in the folder) installs
+# from it, linking each file from its own cache ($cache/uv) where pip
+# unzipped every package anew: seconds instead of a minute. Where the indexes
+# have no uv, pip installs from the same wheels.
+
+# wheels_of REQUIREMENTS: its folder of wheels (a cache entry, one per
+# requirements file, installer, Python, machine and pip settings).
+wheels_of() {
+  local key
+  key=$( (cat "$1" envs/installer.txt; python3 -c 'import sys; print(sys.version)'; uname -m
+          env | grep '^PIP_' | sort
+          cat /etc/pip.conf /etc/xdg/pip/pip.conf "${XDG_CONFIG_HOME:-$HOME/.config}/pip/pip.conf" \
+              "$HOME/.pip/pip.conf" ${PIP_CONFIG_FILE:+"$PIP_CONFIG_FILE"} 2>/dev/null || true) |
+        sha256sum | cut -c1-12)
+  echo "$cache/wheels/$(basename "$1" .txt)-$key"
+}
+
+# fetch_wheels PYTHON REQUIREMENTS INSTALLER OUT: the wheels of REQUIREMENTS
+# (and of pip, each environment's own) into OUT, uv's binary beside them.
+fetch_wheels() {
+  local python=$1 requirements=$2 installer=$3 out=$4
+  "$python" -m pip wheel -r "$requirements" pip -w "$out"
+  if "$python" -m pip download --no-deps --only-binary :all: -r "$installer" -d "$out/.uv"; then
+    "$python" -m zipfile -e "$out"/.uv/uv-*.whl "$out/.uv/unpacked"
+    install -m 755 "$out"/.uv/unpacked/uv-*.data/scripts/uv "$out/uv"
+  fi
+  rm -rf "$out/.uv"
+}
+
+# install_in ENV WHEELS ARGS...: ARGS (pip install's) into ENV from WHEELS
+# alone, by uv where WHEELS holds it. Compiled by compileall, not here. Our
+# own packages are built with --no-build-isolation: with the environment's
+# setuptools (both requirements files list it, for Horovod's build), 2 s
+# against 5 s in a build environment of their own.
+install_in() {
+  local env=$1 wheels=$2; shift 2
+  if [ -x "$wheels/uv" ]; then
+    logged_in "$env" uv env UV_CACHE_DIR="$cache/uv" UV_NO_CONFIG=1 \
+      "$wheels/uv" pip install -q --offline --no-index --find-links "$wheels" --python "$env/bin/python" "$@"
+  else
+    pip_in "$env" install -q --no-compile --no-index --find-links "$wheels" "$@"
+  fi
 }
 
 # otf2-print: the tests check our OTF2 archives and the readers against it.
@@ -141,28 +192,46 @@ env_current() { [ -f "$1/.ddlc-requirements" ] && [ "$(cat "$1/.ddlc-requirement
 
 # ENV REQUIREMENTS LABEL: the environment and its packages, byte-compiled.
 env_packages() {
-  local env=$1 requirements=$2 label=$3 start=$SECONDS
+  local env=$1 requirements=$2 label=$3 start=$SECONDS wheels
   check_owner "$env"
-  say "building the $label environment in $env (a minute or two)"
-  [ -x "$env/bin/python" ] || python3 -m venv "$env"
-  pip_in "$env" install -q --upgrade pip
-  # pip byte-compiles one file at a time (half of torch's install here: 59 s
-  # against 26 s); compileall does it on every core. It must be done here:
+  wheels=$(wheels_of "$requirements")
+  if [ -x "$wheels/uv" ] && entry_stamped "$wheels"; then
+    say "building the $label environment in $env (about a minute, from the wheels in $wheels)"
+    [ -x "$env/bin/python" ] || python3 -m venv --without-pip "$env"  # uv installs pip
+  else
+    say "building the $label environment in $env (a minute or two)"
+    [ -x "$env/bin/python" ] || python3 -m venv "$env"
+    "$env/bin/python" -m pip --version > /dev/null 2>&1 || python3 -m venv "$env"  # one made without pip
+    pip_in "$env" install -q --upgrade pip
+    cache_entry "$wheels" entry_stamped fetch_wheels "$env/bin/python" "$here/$requirements" \
+      "$here/envs/installer.txt" || {
+      tail -n 30 "$(find "$wheels.logs" -type f | sort | tail -n 1)" >&2
+      say "pip could not fetch the $label environment's packages (above; log in $wheels.logs/): can it reach the package index?"
+      exit 1
+    }
+  fi
+  # Installed without compiling (pip compiled one file at a time: half of
+  # torch's install here, 59 s against 26 s); compileall does it on every core. It must be done here:
   # where PYTHONDONTWRITEBYTECODE is set (this project's CI machines set it),
   # Python never writes what it compiles, and every process that imports
   # torch compiled its thousands of modules again (7 s an import against
   # 3 s; the suite took 47 minutes instead of 30). Files that do not compile
   # (some packages ship templates and fixtures named .py) are skipped, as
   # pip skips them.
-  pip_in "$env" install -q --no-compile -r "$requirements"
-  "$env/bin/python" -m compileall -q -j 0 "$("$env/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+  # --upgrade: the wheels' versions, also of what the environment holds
+  # already (venv's own setuptools 65, which cannot build this checkout)
+  install_in "$env" "$wheels" --upgrade -r "$requirements" pip
+  # The packages' own test suites (pandas', sympy's, scipy's...: a quarter of
+  # the files) are left out: nothing here imports them.
+  "$env/bin/python" -m compileall -q -j 0 -x 'site-packages/.*/tests/' \
+    "$("$env/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
     > "$env/.ddlc-compileall.log" 2>&1 || true
   say "the $label environment's packages installed in $(duration $((SECONDS - start)))"
 }
 
 # ENV REQUIREMENTS: this checkout installed in it (editable), then stamped.
 env_checkout() {
-  pip_in "$1" install -q --no-deps -e .
+  install_in "$1" "$(wheels_of "$2")" --no-deps --no-build-isolation -e .
   env_stamp "$1" "$2" > "$1/.ddlc-requirements"
 }
 
@@ -188,6 +257,19 @@ check_owner() {
   exit 2
 }
 
+# The probes below read what is installed without importing torch or
+# TensorFlow (5 s an import on a loaded machine, three of them a set-up).
+# installed_torch NAME: a variable of torch/version.py (__version__, cuda).
+installed_torch() {
+  "$venv/bin/python" -c 'import importlib.util as u, os, runpy, sys
+where = u.find_spec("torch").submodule_search_locations[0]
+print(runpy.run_path(os.path.join(where, "version.py")).get(sys.argv[1]) or "")' "$1"
+}
+
+# has_horovod ENV: Horovod is installed in ENV (only set-up installs it: the
+# wheel built against that environment's framework).
+has_horovod() { "$1/bin/python" -c 'import importlib.metadata as m; m.version("horovod")' 2>/dev/null; }
+
 # GPU machines: torch from PyPI is a CUDA build there, and Horovod needs
 # NCCL for device: gpu. It is built with NCCL (torch's own nvidia-nccl
 # package) when nvcc is on PATH; without nvcc it is built for CPUs and the
@@ -195,7 +277,7 @@ check_owner() {
 # Prints the extra build variables, nothing on a CPU-only torch.
 horovod_gpu_build_env() {
   local cuda nccl
-  cuda=$("$venv/bin/python" -c 'import torch; print(torch.version.cuda or "")')
+  cuda=$(installed_torch cuda)
   [ -n "$cuda" ] || return 0
   if ! command -v nvcc >/dev/null; then
     say "torch is a CUDA $cuda build but nvcc is not on PATH: Horovod is built without NCCL" >&2
@@ -254,10 +336,10 @@ horovod_wheel() {
 # Horovod 0.28.1 only builds against torch 2.13 with C++17; the wheel is
 # cached per Python and torch version so a fresh clone reuses it.
 install_horovod() {
-  "$venv/bin/python" -c 'import horovod.torch' 2>/dev/null && return 0
+  has_horovod "$venv" && return 0
   local py torch wheel_dir gpu_env
   py=$("$venv/bin/python" -c 'import sys; print(f"cp{sys.version_info.major}{sys.version_info.minor}")')
-  torch=$("$venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')
+  torch=$(installed_torch __version__); torch=${torch%%+*}
   gpu_env=$(horovod_gpu_build_env)
   wheel_dir="$cache/wheels/horovod-0.28.1-torch$torch-$py${gpu_env:+-nccl}"
   wheel_whole "$wheel_dir" ||
@@ -266,7 +348,7 @@ install_horovod() {
   timed "Horovod (torch)" cache_entry "$wheel_dir" wheel_whole horovod_wheel "$venv/bin/python" yes \
     HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 $gpu_env ||
     { say "Horovod build failed; log: $wheel_dir.logs/"; exit 1; }
-  pip_in "$venv" install -q --no-deps "$wheel_dir"/horovod-*.whl
+  install_in "$venv" "$(wheels_of envs/torch.txt)" --no-deps "$wheel_dir"/horovod-*.whl
 }
 
 # The TensorFlow environment: its own venv, because TensorFlow 2.12 needs
@@ -277,7 +359,7 @@ install_horovod() {
 # Python and TensorFlow version. Debian's cmake (3.25): pip's cmake 4 rejects
 # Gloo's CMakeLists.
 install_horovod_tf() {
-  "$venv_tf/bin/python" -c 'import horovod.tensorflow' 2>/dev/null && return 0
+  has_horovod "$venv_tf" && return 0
   local py tf wheel_dir
   py=$("$venv_tf/bin/python" -c 'import sys; print(f"cp{sys.version_info.major}{sys.version_info.minor}")')
   tf=$("$venv_tf/bin/python" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))')
@@ -287,7 +369,7 @@ install_horovod_tf() {
   timed "Horovod (TensorFlow)" cache_entry "$wheel_dir" wheel_whole horovod_wheel "$venv_tf/bin/python" no \
     HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 ||
     { say "Horovod (TensorFlow) build failed; log: $wheel_dir.logs/"; exit 1; }
-  pip_in "$venv_tf" install -q --no-deps "$wheel_dir"/horovod-*.whl
+  install_in "$venv_tf" "$(wheels_of envs/tensorflow.txt)" --no-deps "$wheel_dir"/horovod-*.whl
 }
 
 # The C reader of OTF2 traces and the C scanner of Kineto JSON, cached per
@@ -374,7 +456,7 @@ if wants torch; then
   "$venv/bin/python" -m compileall -q -j 0 runfiles ddlcompare frameworks traces analysis front \
     > "$venv/.ddlc-compileall-checkout.log" 2>&1 || true
   # The OAR executor plugin of profiles/grid5000: a package of ours, installed as a user would.
-  pip_in "$venv" install -q --no-deps ./plugins/snakemake-executor-plugin-oar
+  install_in "$venv" "$(wheels_of envs/torch.txt)" --no-deps --no-build-isolation ./plugins/snakemake-executor-plugin-oar
   # The upstream Slurm plugin of profiles/slurm, with our patch: a Ctrl-C
   # cancels every job of the workflow (envs/patches/slurm-plugin). Applied
   # each time (a no-op once there): pip's reinstall would undo it.

@@ -37,8 +37,10 @@ _ALL = [
     Variable(
         "DDLC_CACHE",
         None,
-        "the one folder of every cache: built frameworks and tools, compiled trace "
-        "readers, CIFAR-10, the same-model gate's answers, bench traces",
+        "the one folder of every cache: built frameworks and tools, the environments' "
+        "wheels and uv's unpacked copies of them (`wheels/`, `uv/`: set-up links "
+        "each environment's files from there), compiled trace readers, CIFAR-10, "
+        "the same-model gate's answers, bench traces",
         "runfiles/variables.py (cache_root), envs/*.sh, bench/",
         "`$XDG_CACHE_HOME/ddl-compare`, else `~/.cache/ddl-compare`",
     ),

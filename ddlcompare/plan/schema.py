@@ -247,7 +247,7 @@ def environments_doc() -> list[str]:
     from ddlcompare.plan import envs
 
     setup = {
-        "requirements": "`bash envs/setup.sh {name}`, pip from `{build}`",
+        "requirements": "`bash envs/setup.sh {name}`, uv from `{build}`'s wheels (fetched once by pip)",
         "script": "`bash envs/setup.sh {name}`, by `{build}`",
         "no": "`bash {build}`, a step of its own",
     }
