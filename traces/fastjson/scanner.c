@@ -281,6 +281,8 @@ static int after_member(Cursor *c) {
 }
 
 static inline int key_is(const Text *k, const char *name) {
+    /* the first byte before the length: most keys differ there (no strlen) */
+    if (k->len == 0 || k->at[0] != (uint8_t)name[0]) return k->len == 0 && name[0] == 0;
     size_t n = strlen(name);
     return (size_t)k->len == n && memcmp(k->at, name, n) == 0;
 }
@@ -344,6 +346,9 @@ static int record_key(Cursor *c) {
             break;
         case 'd': TAKE_KEY(c, p, "\"dur\"", K_DUR) break;
         case 'a': TAKE_KEY(c, p, "\"args\"", K_ARGS) break;
+        /* not ours, but in every flow event (ac2g) of a Kineto trace */
+        case 'i': TAKE_KEY(c, p, "\"id\"", K_OTHER) break;
+        case 'b': TAKE_KEY(c, p, "\"bp\"", K_OTHER) break;
         }
     }
     Text k = {0};
@@ -360,6 +365,7 @@ static int args_key(Cursor *c, int shape_too) {
         switch (p[1]) {
         case 'c': TAKE_KEY(c, p, "\"correlation\"", A_CORRELATION) break;
         case 'E': TAKE_KEY(c, p, "\"External id\"", A_EXTERNAL) break;
+        case 's': TAKE_KEY(c, p, "\"stream\"", A_OTHER) break; /* a kernel's: not ours */
         }
     }
     Text k = {0};
