@@ -26,8 +26,8 @@
 - load: runs get ``foreign_cpu_share``, ``loaded`` and ``busiest_foreign``
   (what else the machine did while they measured; see load_figures).
 - conditions: runs get ``cores_per_rank``, ``own_cores``,
-  ``compute_threads``, ``ranks_per_node``, ``runnable_per_core`` and
-  ``network``, read back from the ranks (analysis/conditions.py).
+  ``compute_threads``, ``ranks_per_node``, ``runnable_per_core``,
+  ``network`` and ``cpu``, read back from the ranks (analysis/conditions.py).
 - ``balance.parquet``: one row per run and rank of calibrated runs
   (balance.json: device kind, images per step, share, speed, idle time;
   analysis/devices.py).
@@ -142,7 +142,6 @@ def run_row(design: Design, row, results: Path) -> dict:
     out["harness_commit"] = record.get("harness_commit")
     for key in ("torch", "tensorflow", "horovod", "python"):
         out[f"version_{key}"] = ranks[0].get(key) if ranks else None
-    out["cpu"] = ranks[0].get("cpu") if ranks else None
     out["mpi"] = None if record.get("mpi") is None else str(record.get("mpi"))
     metrics = _read_json(folder / METRICS) if out["status"] == "ok" else None
     for key in FIGURES:

@@ -2,11 +2,12 @@
 runs table and as the summary's first lines.
 
 Each run's run.json keeps its ``conditions`` (ddlcompare/run/conditions.py:
-what the ranks read back of their cores and threads, the ranks per node,
-what other processes took of the machine while it measured, the network).
-The runs table gets them as columns (``columns``); the summary opens on
-them (``lines``): the conditions of the runs it summarises, and, where some
-were measured beside heavy foreign load, that before any figure.
+what the ranks read back of their cores, threads and CPU, the ranks per
+node, what other processes took of the machine while it measured, the
+network). The runs table gets them as columns (``columns``); the summary
+opens on them (``lines``): the conditions of the runs it summarises, and,
+where some were measured beside heavy foreign load or on different CPUs,
+that before any figure.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import humanize
+from runfiles import cpu as cpus
 
 COLUMNS = (
     "cores_per_rank",
@@ -23,7 +25,12 @@ COLUMNS = (
     "runnable_per_core",
     "machine_shared",
     "network",
+    "cpu",
 )
+# Between one host's CPU and the next in a run whose hosts' CPUs differ
+# (the CPU's own words hold commas).
+HOST_SEPARATOR = " / "
+UNRECORDED = "not recorded"
 # Clean runs a cell needs before the summary ranks on them alone.
 CLEAN_MIN = 3
 
@@ -43,7 +50,20 @@ def columns(record: dict) -> dict:
         "runnable_per_core": found.get("runnable_per_core"),
         "machine_shared": found.get("machine_shared"),
         "network": network_words(found.get("network")),
+        "cpu": cpu_words(found.get("cpu"), record.get("ranks") or []),
     }
+
+
+def cpu_words(cpu: dict | None, ranks: list) -> str | None:
+    """The run's CPU in words, each host's where they differ; an older
+    run.json without it: its first rank's model name, if it said one."""
+    if cpu is None:
+        return cpus.words(ranks[0].get("cpu")) if ranks else None
+    if "per_host" not in cpu:
+        return cpus.words(cpu)
+    return HOST_SEPARATOR.join(
+        f"{host}: {cpus.words(one) or UNRECORDED}" for host, one in cpu["per_host"].items()
+    )
 
 
 def network_words(network: dict | None) -> str | None:
@@ -64,16 +84,25 @@ def lines(runs: pd.DataFrame) -> list[str]:
     if ok.empty:
         return []
     said = [f"Conditions of the {len(ok)} successful runs: {_machine(ok)}; {_ranks(ok)}."]
+    if mixed := _mixed_cpus(ok):
+        said.append(
+            f"The runs were measured on {mixed}: figures compared across them mix machines, "
+            "and a ranking may hold on one CPU and not on another."
+        )
     if loaded := _loaded(ok):
         said.append(loaded)
     return said
 
 
-def brief(runs: pd.DataFrame) -> str:
+def brief(runs: pd.DataFrame, compared: pd.DataFrame | None = None) -> str:
     """The conditions of a few runs compared with each other, in one
     phrase: cores a rank could use and whether compute threads took every
-    core, ranks per node, the network and the device."""
-    said = [_ranks(runs)]
+    core, ranks per node, the network, the device and the CPU; first, where
+    the runs ``compared`` with them (by default these) ran on different
+    CPUs, that."""
+    mixed = _mixed_cpus(runs if compared is None else compared)
+    said = [f"measured on {mixed}: figures compared across them mix machines"] if mixed else []
+    said.append(_ranks(runs))
     if "runnable_per_core" in runs and runs["runnable_per_core"].notna().any():
         taken = int((runs["runnable_per_core"] >= 1).sum())
         said.append(
@@ -87,6 +116,8 @@ def brief(runs: pd.DataFrame) -> str:
         said.append(f"network: {'; '.join(networks)}")
     if devices := _values(runs, "device"):
         said.append(f"device {', '.join(devices)}")
+    if not mixed and (cpu := _distinct_cpus(runs)):
+        said.append(f"CPU {cpu[0]}")
     return "; ".join(said)
 
 
@@ -104,12 +135,35 @@ def _span(values: list, one: str, many: str, after: str = "") -> str:
     return f"{low:g} to {high:g} {many}{after}"
 
 
+def _distinct_cpus(runs: pd.DataFrame) -> list[str]:
+    """The CPUs the runs recorded, each once: a run whose hosts differ
+    counts each host's it knows."""
+    found = set()
+    for cell in _values(runs, "cpu"):
+        if HOST_SEPARATOR not in cell:
+            found.add(cell)
+            continue
+        for host in cell.split(HOST_SEPARATOR):
+            found.add(host.split(": ", 1)[-1])
+    return sorted(found - {UNRECORDED})
+
+
+def _mixed_cpus(runs: pd.DataFrame) -> str | None:
+    """ "2 different CPUs (A; B)" where the runs' CPUs differ, else None."""
+    found = _distinct_cpus(runs)
+    if len(found) < 2:
+        return None
+    return f"{len(found)} different CPUs ({'; '.join(found)})"
+
+
 def _machine(ok: pd.DataFrame) -> str:
-    cpus = _values(ok, "cpu")
+    cpu = _distinct_cpus(ok)
     cores = _values(ok, "machine_cores")
     devices = _values(ok, "device")
     networks = _values(ok, "network")
-    where = f"{', '.join(map(str, cpus)) or 'a machine not recorded'}"
+    # several: the next line names them, before any figure
+    where = f"CPU {cpu[0]}" if len(cpu) == 1 else f"{len(cpu)} different CPUs" if cpu else ""
+    where = where or "a machine not recorded"
     if cores:
         where += f" ({_span(cores, 'core', 'cores')})"
     if devices:

@@ -121,7 +121,7 @@ def tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
             where = {"factor": factor, "framework": framework, **dict(zip(WHERE, key))}
             steps = {arm: runs_of[RESPONSE] * 1e3 for arm, runs_of in used.groupby("arm")}
             for arm, runs_of in used.groupby("arm"):
-                levels.append(_level(where, arm, runs_of, loaded))
+                levels.append(_level(where, arm, runs_of, loaded, used))
             fastest = min((a for a in steps if a != baseline), key=lambda a: steps[a].mean())
             for arm in sorted(steps, key=cells.natural_key):
                 if arm == baseline:
@@ -150,7 +150,7 @@ def _in_order(table: pd.DataFrame) -> pd.DataFrame:
     return cells.in_order(first, [*GROUP, "_level", "level"]).drop(columns="_level")
 
 
-def _level(where: dict, arm: str, runs: pd.DataFrame, loaded: str) -> dict:
+def _level(where: dict, arm: str, runs: pd.DataFrame, loaded: str, compared: pd.DataFrame) -> dict:
     step, low, high, n = stats.cell_interval(runs.assign(step_ms=runs[RESPONSE] * 1e3), "step_ms")
     taken = runs["runnable_per_core"] >= 1 if "runnable_per_core" in runs else pd.Series()
     return {
@@ -161,7 +161,7 @@ def _level(where: dict, arm: str, runs: pd.DataFrame, loaded: str) -> dict:
         "step_ms_low": low,
         "step_ms_high": high,
         "loaded_runs": loaded,
-        "conditions": conditions.brief(runs),
+        "conditions": conditions.brief(runs, compared),
         "every_core_taken": bool(taken.all()) if len(taken) else None,
     }
 

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from runfiles.names import EPOCH_COLUMNS, EPOCHS, METRICS
-from runfiles import energy, names, ownership
+from runfiles import cpu, energy, names, ownership
 from runfiles.atomic import write_json, write_text  # noqa: F401 (re-exported for loops)
 from runfiles.run_config import RunConfig
 
@@ -199,7 +199,7 @@ def rank_record(dist: Dist, versions: dict) -> dict:
         "pid": os.getpid(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "cpu": _cpu_model(),
+        "cpu": cpu.this_machine(),
         **where_it_ran(),
         **versions,
     }
@@ -237,13 +237,3 @@ def _compute_threads() -> int | None:
         return max(pool or cores for pool in pools)
     text = os.environ.get("OMP_NUM_THREADS", "")
     return int(text) if text.isdigit() else None
-
-
-def _cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"

@@ -719,11 +719,14 @@ def write_rank_records(
 ) -> None:
     """One record per rank: the driver's (versions, knobs) with each rank's
     own host from LBANN's output; rank 0's alone where LBANN named none.
-    The ranks are LBANN's processes, not the driver: no pid of theirs."""
+    The ranks are LBANN's processes, not the driver: no pid of theirs, and
+    no CPU where they ran on another host than the driver's (not read)."""
     for rank in sorted(hosts) or [0]:
         record = {**driver, "rank": rank, "local_rank": rank % procs_per_node}
         if rank in hosts:
             record.update(hostname=hosts[rank], pid=None, driver_hostname=driver["hostname"])
+            if hosts[rank] != driver["hostname"]:
+                record["cpu"] = None
         common.write_json(run_dir / names.rank_record(rank), record)
 
 

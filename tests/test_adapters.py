@@ -58,6 +58,7 @@ def test_two_processes_train_and_agree(tmp_path, request, framework, controller)
     assert conditions["ranks_per_node"] == [2] and conditions["own_cores"] is False
     assert conditions["runnable_per_core"] == round(2 / len(set.union(*seen)), 3)
     assert conditions["network"]["emulated"] is False
+    assert conditions["cpu"] == record["ranks"][0]["cpu"] and conditions["cpu"]["vector"]
     # The suite's runs hold the machine shared (tests/conftest.py), and say so.
     assert record["machine_shared"] is True and conditions["machine_shared"] is True
 

@@ -146,11 +146,18 @@ def test_each_rank_is_recorded_on_the_host_lbann_says_it_ran_on(tmp_path):
     )
     hosts = lbann.rank_hosts(output)
     assert hosts == {0: "vm-n0", 1: "vm-n1"}
-    driver = {"rank": 0, "hostname": "driver-host", "pid": 7, "knobs": {}}
+    driver = {
+        "rank": 0,
+        "hostname": "driver-host",
+        "pid": 7,
+        "knobs": {},
+        "cpu": {"vector": "avx2"},
+    }
     lbann.write_rank_records(tmp_path, driver, hosts, procs_per_node=1)
     records = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
-    assert [(r["rank"], r["hostname"], r["pid"]) for r in records] == [
-        (0, "vm-n0", None),
-        (1, "vm-n1", None),
+    # neither rank ran on the driver's host: the driver's CPU is not theirs
+    assert [(r["rank"], r["hostname"], r["pid"], r["cpu"]) for r in records] == [
+        (0, "vm-n0", None, None),
+        (1, "vm-n1", None, None),
     ]
     assert records[1]["driver_hostname"] == "driver-host"

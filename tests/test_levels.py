@@ -42,6 +42,7 @@ def runs_table(steps: dict, loaded: dict | None = None) -> pd.DataFrame:
                     "runnable_per_core": 0.5,
                     "network": "this machine's own (eth0)",
                     "device": "cpu",
+                    "cpu": "Some CPU, avx2",
                 }
             )
     return pd.DataFrame(rows)
@@ -111,10 +112,17 @@ def test_loaded_runs_are_left_out_and_counted_and_conditions_said():
         "a core free beside the compute threads",
         "network: this machine's own (eth0)",
         "device cpu",
+        "CPU Some CPU, avx2",
         "2 to 3 runs a level, 1 loaded run left out",
         "step time against tarantella",
     ):
         assert words in said
+    # The baseline's runs on another CPU: said before the figures.
+    other = runs_table(steps, loaded={50: 1})
+    other.loc[other[PAUSE].isna(), "cpu"] = "Other CPU, avx512f"
+    [said] = levels.sentences(*levels.tables(other))
+    mixed = "measured on 2 different CPUs (Other CPU, avx512f; Some CPU, avx2): figures compared"
+    assert mixed in said and said.index(mixed) < said.index("step time against")
     # Too few clean runs: all kept, and said.
     found, _ = levels.tables(runs_table(steps, loaded={50: 2}))
     assert found.set_index("level").loc["50", "runs"] == 3

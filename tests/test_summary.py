@@ -301,7 +301,9 @@ def test_loaded_runs_are_said_before_any_figure_and_clean_runs_ranked_apart():
     )
     result = summary.build(runs, pd.DataFrame())
     first, loaded = result.conditions
-    assert first.startswith("Conditions of the 8 successful runs: Some CPU (2 cores), device cpu")
+    assert first.startswith(
+        "Conditions of the 8 successful runs: CPU Some CPU (2 cores), device cpu"
+    )
     assert "2 ranks per node" in first and "2 cores a rank could use" in first
     assert loaded.startswith("2 of 8 runs were measured beside heavy foreign load")
     assert "60 %" in loaded

@@ -22,10 +22,16 @@ beside them (``machine_load``) and the network it gave them:
   suite's), not alone: its figures are no measurement;
 - ``network``: the emulated link's rate and delay, or the machine's own
   interfaces with their speed; ``device``: the design's device and the
-  machine's cores.
+  machine's cores;
+- ``cpu``: the CPU the ranks ran on, as they read it (runfiles/cpu.py:
+  model, vendor, family/model/stepping, widest vector extension, whether
+  under a hypervisor); ``{"per_host": {host: cpu}}`` where the ranks' hosts
+  have different CPUs; None where no rank said (an older run).
 """
 
 from __future__ import annotations
+
+import json
 
 from runfiles import files
 from collections import defaultdict
@@ -55,7 +61,24 @@ def of_run(record: dict, network_json: Path) -> dict:
         "network": network(network_json),
         "device": config.get("device"),
         "machine_cores": psutil.cpu_count(),
+        "cpu": cpu_of(per_host),
     }
+
+
+def cpu_of(per_host: dict) -> dict | None:
+    """The ranks' CPU, or each host's where they differ or some host's is
+    unknown (None); a host's first rank speaks for it (one machine's
+    processors agree)."""
+    said = {
+        str(host): cpu if isinstance(cpu := ranks[0].get("cpu"), dict) else None
+        for host, ranks in per_host.items()
+    }
+    distinct = {json.dumps(cpu, sort_keys=True) for cpu in said.values()}
+    if not any(said.values()):
+        return None
+    if len(distinct) == 1:
+        return next(iter(said.values()))
+    return {"per_host": dict(sorted(said.items()))}
 
 
 def runnable_per_core(nodes) -> float | None:
