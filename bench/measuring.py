@@ -1,7 +1,8 @@
 """What every bench does around its figures: hold the machine (the
 host-wide measuring lock of ddlcompare/run/machine_lock.py, which training runs
-take too) while it measures, and say the machine's load beside each figure
-(a figure taken beside other work is not a clean one)."""
+take too) while it measures, and say the machine's load and CPU beside each
+figure (a figure taken beside other work is not a clean one, and one CPU's
+figure need not hold on another: runfiles/cpu.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ddlcompare.run import machine_lock  # noqa: E402
+from runfiles import cpu  # noqa: E402
 
 # One-minute load above which a figure is marked loaded: the bench itself
 # is one runnable process, so a quiet machine shows about 1.
@@ -34,19 +36,26 @@ def holding_the_machine(what: str):
 
 
 def load() -> str:
-    """The load averages now, and whether the machine was quiet enough."""
+    """The load averages now, whether the machine was quiet enough, and
+    its CPU."""
     one, five, fifteen = os.getloadavg()
     state = "loaded" if one > BUSY else "quiet"
     if machine_lock.shared_mode():  # held shared: no measurement, whatever the load
         state = f"machine shared: {machine_lock.SHARED_ENV}=1"
-    return f"load {one:.2f}/{five:.2f}/{fifteen:.2f} ({state})"
+    return f"load {one:.2f}/{five:.2f}/{fifteen:.2f} ({state}), cpu {cpu_token()}"
 
 
 def load_fields() -> str:
-    """The load as key=value pairs, for a bench's last line."""
+    """The load and CPU as key=value pairs, for a bench's last line."""
     one, five, _ = os.getloadavg()
     shared = " machine_shared=1" if machine_lock.shared_mode() else ""
-    return f"load1={one:.2f} load5={five:.2f} cores={len(os.sched_getaffinity(0))}{shared}"
+    cores = len(os.sched_getaffinity(0))
+    return f"load1={one:.2f} load5={five:.2f} cores={cores} cpu={cpu_token()}{shared}"
+
+
+def cpu_token() -> str:
+    """This machine's CPU in one word: "AMD-EPYC/avx2/vm"."""
+    return cpu.token(cpu.this_machine())
 
 
 def figures_line(figures: dict) -> str:

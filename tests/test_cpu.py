@@ -188,3 +188,15 @@ def test_an_older_results_folder_without_the_cpu_still_reports():
     (line,) = report_conditions.lines(older)
     assert "a machine not recorded" in line
     assert "CPU" not in report_conditions.brief(older)
+
+
+def test_a_bench_line_names_the_cpu():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import measuring
+
+    token = cpu.token(cpu.this_machine())
+    assert f" cpu={token}" in measuring.load_fields()
+    assert measuring.load().endswith(f", cpu {token}")
+    assert all("=" in field for field in measuring.load_fields().split())  # one word each
