@@ -279,9 +279,27 @@ def test_text_columns_read_through_another_row(seed):
 
 
 def test_one_value_columns_are_a_dictionary_of_one_name():
-    built = table._one_value("r1", 5)
+    zeros = table.from_numpy(np.zeros(5, dtype=np.int32))
+    built, other = table._one_value("r1", zeros), table._one_value("otf2", zeros)
     assert built.type == table.TEXT and built.dictionary.to_pylist() == ["r1"]
-    assert built.to_pylist() == ["r1"] * 5
+    assert built.to_pylist() == ["r1"] * 5 and other.to_pylist() == ["otf2"] * 5
+
+
+@pytest.mark.parametrize("low, high", [(0, 8), (3, 12), (-2, 5), (70_000, 70_040), (0, 90_000)])
+def test_instances_numbered_by_rank_as_by_searching_their_ranks(low, high):
+    """op_id by rank (an OTF2 archive's): the rows of smaller ranks, then
+    the instance's place among its rank's by time; ranks counted (a radix
+    sort where they fit 16 bits) give what sorting and searching them gave."""
+    rng = np.random.default_rng(low + high)
+    rank = np.sort(rng.integers(low, high, 5000)).astype(np.int32)
+    order = rng.permutation(5000)[:700]  # the instances, by time
+    by_rank = order[np.argsort(rank[order], kind="stable")]
+    ranks = rank[by_rank].astype(np.int64)
+    rows_of_rank = np.bincount(rank - rank.min())
+    rows_below = (np.cumsum(rows_of_rank) - rows_of_rank)[ranks - rank.min()]
+    expected = np.empty(5000, dtype=np.int64)
+    expected[by_rank] = rows_below + np.arange(by_rank.size) - np.searchsorted(ranks, ranks)
+    assert (table._numbered_by_rank(rank, order) == expected[order]).all()
 
 
 def random_tree(rng, n: int, parents_first: bool):
