@@ -460,9 +460,13 @@ def test_real_run_says_why_energy_is_not_available(tmp_path):
 @pytest.mark.slow
 def test_real_run_measures_a_powercap_counter(tmp_path, monkeypatch):
     """A real run whose sampler reads a fake powercap tree whose package
-    counter a thread here advances at 20 W, wrapping every 10 J (several
-    times a run): the run's joules are 20 W times its window."""
-    links = make_powercap(tmp_path / "sys", {0: {"package": 0}}, max_uj=10_000_000)
+    counter a thread here advances at 20 W, wrapping every 40 J (a few
+    times a run): the run's joules are 20 W times its window. A wrap every
+    10 J (0.5 s) lost 20 J beside two test suites (load 10): a sampler held
+    off for over 0.5 s saw two wraps as one. Real counters wrap after
+    hundreds of kJ."""
+    wrap_uj = 40_000_000
+    links = make_powercap(tmp_path / "sys", {0: {"package": 0}}, max_uj=wrap_uj)
     package = zone(links, "intel-rapl:0")
     stop = threading.Event()
 
@@ -470,7 +474,7 @@ def test_real_run_measures_a_powercap_counter(tmp_path, monkeypatch):
         uj, last = 0, time.time()
         while not stop.wait(0.02):
             now = time.time()
-            uj = (uj + int(20e6 * (now - last))) % 10_000_000
+            uj = (uj + int(20e6 * (now - last))) % wrap_uj
             last = now
             set_energy(package, uj)
 

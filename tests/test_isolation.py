@@ -52,7 +52,10 @@ def test_a_job_waits_while_a_measurement_holds_the_machine(tmp_path, monkeypatch
     )
     with machine_lock.measuring("test", lambda text: None):
         waiting = job(journal, measure, lock)
-        time.sleep(1.5)
+        # Held 3 s for a wait of at least 1.5 s: the job's shell starts its
+        # wait once bash has started, which took over 0.2 s beside two test
+        # suites (load 10), and failed the test with the hold at 1.5 s.
+        time.sleep(3.0)
         assert waiting.poll() is None  # still waiting for the machine
         assert [mode for _, mode in machine_lock.holders(lock)] == ["exclusive"]
         released = time.time()
