@@ -12,15 +12,7 @@ from analysis import conditions as report_conditions
 from ddlcompare.run import conditions as run_conditions
 from runfiles import cpu
 
-X86_AVX512 = """processor\t: 0
-vendor_id\t: GenuineIntel
-cpu family\t: 6
-model\t\t: 85
-model name\t: Intel(R) Xeon(R) Gold 6130 CPU @ 2.10GHz
-stepping\t: 4
-flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512bw
-
-processor\t: 1
+XEON_PROCESSOR = """processor\t: {}
 vendor_id\t: GenuineIntel
 cpu family\t: 6
 model\t\t: 85
@@ -28,6 +20,8 @@ model name\t: Intel(R) Xeon(R) Gold 6130 CPU @ 2.10GHz
 stepping\t: 4
 flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512bw
 """
+# Two processors, as the kernel lists them: each field once per processor.
+X86_AVX512 = "\n".join(XEON_PROCESSOR.format(n) for n in (0, 1))
 
 AARCH64 = """processor\t: 0
 BogoMIPS\t: 50.00
