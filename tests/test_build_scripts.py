@@ -249,6 +249,20 @@ def test_ddlc_with_ddlc_venv_naming_nothing_says_so(tmp_path):
     assert done.stderr.startswith(f"error: DDLC_VENV={tmp_path / 'nowhere'}: no Python environment")
 
 
+def test_a_dry_run_in_a_fresh_clone_asks_for_the_harness_environment_only(tmp_path):
+    """`./ddlc run -n` builds nothing: where .venv is not there yet it names
+    the one set-up step it needs (README), not the whole set-up."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "DDLC_VENV"}
+    done = subprocess.run(
+        [str(clone / "ddlc"), "run", "-n"], cwd=clone, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert "./ddlc setup torch makes it" in done.stderr
+    assert not (clone / ".venv").exists()
+
+
 def test_a_patch_leaves_the_other_links_of_the_files_it_changes_alone(tmp_path):
     """uv links an environment's files from its cache (envs/setup.sh), so a
     patch written into such a file (the Slurm plugin's) would change the
