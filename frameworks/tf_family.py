@@ -95,6 +95,20 @@ class TFAdapter:
         """train_fit only: the step timer as the framework's fit should get it."""
         return timer
 
+    def fit_dataset(self, dataset):
+        """train_fit only: the epoch's batched images as fit gets them, with
+        tf.data's autotuner off. The pipeline (in-memory slices, batched;
+        Tarantella shards each global batch by rank) has no stage for it to
+        tune, but its model thread sleeps between
+        optimizations for up to a minute, and TensorFlow 2.7 waits for that
+        sleep to end when fit drops the epoch's iterator: 0 to 22 s after
+        the last step of each epoch (issue 42)."""
+        import tensorflow as tf
+
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        return dataset.with_options(options)
+
     def fit_step_phases(self, phases: PhaseRecorder):
         """train_fit only: a function recording one fit step's phases, given
         its start and end (``perf_counter_ns``). Here the whole step as
@@ -417,7 +431,7 @@ def train_fit(adapter: TFAdapter, config: RunConfig, run_dir: Path) -> None:
         )
         timer.state.epoch = epoch
         history = model.fit(
-            images.batch(global_batch),
+            adapter.fit_dataset(images.batch(global_batch)),
             epochs=1,
             verbose=0,
             shuffle=False,

@@ -296,6 +296,16 @@ class Adapter(TFAdapter):
             setattr(DirectTimer, hook, lambda self, *args, **kwargs: None)
         return DirectTimer()
 
+    def fit_dataset(self, dataset):
+        """The family's (autotuner off). Tarantella rebuilds the pipeline
+        for each rank from its transformations, taking an options step's
+        options from ``_options``, which TensorFlow 2.7 made a method (v0.8.0
+        and master, data/ops_helpers.py): the step carries its options
+        there as an attribute, so that they are applied again."""
+        dataset = super().fit_dataset(dataset)
+        dataset._options = dataset._options_attr
+        return dataset
+
     def versions(self) -> dict:
         return {"tarantella": tarantella_version(), **common.built_versions("tarantella_build")}
 
