@@ -135,6 +135,22 @@ TABLE_COLUMNS = {
     PHASE_TABLE: PHASE_TABLE_COLUMNS,
     "imported.parquet": PHASE_TABLE_COLUMNS,
 }
+# The kind of a column the analysis computes on, whichever table holds it: a
+# table written over by hand with text where numbers were (or the other way)
+# is refused in one line, never a mean of words. Text: these names; numbers:
+# every other column a table must have, and any column named by its unit.
+TEXT_COLUMNS = ("run_id", "status", "framework", "phase", "device")
+NUMBER_SUFFIXES = ("_s", "_ns", "_j", "_bytes", "_accuracy", "_loss", "_share")
+
+
+def column_kind(table: str, column: str) -> str | None:
+    """ "text", "numbers" or None (any) for ``column`` of the table ``table``."""
+    if column in TEXT_COLUMNS:
+        return "text"
+    if column in TABLE_COLUMNS.get(table, ()) or column.endswith(NUMBER_SUFFIXES):
+        return "numbers"
+    return None
+
 
 RUN_FILES = (
     CONFIG, RUN_RECORD, DONE, OWNER, OWNER_LOCK, METRICS, EPOCHS, ENERGY, NETWORK, BALANCE,

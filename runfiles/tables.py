@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 
 from runfiles import files
-from runfiles.names import RUNS_COLUMNS, TABLE_COLUMNS
+from runfiles.names import RUNS_COLUMNS, TABLE_COLUMNS, column_kind
 
 
 class Damaged(Exception):
@@ -99,10 +99,9 @@ def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
     # (by code, not by name) and concatenate (with the recorder's plain
     # columns) otherwise. The cast is one take per column, paid here, where
     # the analysis reads the stacked table, not in every conversion.
-    table = _parquet(path, lambda: plain_text(pq.read_table(path, columns=columns)).to_pandas())
-    if columns is None:
-        _check_columns(path, table.columns)
-    return table
+    table = _parquet(path, lambda: plain_text(pq.read_table(path, columns=columns)))
+    _check_columns(path, table.schema, all_read=columns is None)
+    return table.to_pandas()
 
 
 def read_runs(path: Path, factors=()) -> pd.DataFrame:
@@ -123,17 +122,36 @@ def check_table(path: Path) -> None:
     file cut short or overwritten fails here); Damaged when unreadable."""
     import pyarrow.parquet as pq
 
-    _check_columns(path, _parquet(path, lambda: pq.read_schema(path)).names)
+    _check_columns(path, _parquet(path, lambda: pq.read_schema(path)))
 
 
-def _check_columns(path: Path, found) -> None:
-    """A table of a known name has the columns its readers need."""
-    if missing := [c for c in TABLE_COLUMNS.get(Path(path).name, ()) if c not in found]:
-        raise Damaged(
-            f"{path}: column {missing[0]} missing: not the {Path(path).name} the workflow "
-            "builds (another table copied over it?); delete it and run the workflow again "
-            "(./ddlc run), which builds it again"
-        )
+def _check_columns(path: Path, schema: pa.Schema, all_read: bool = True) -> None:
+    """A table of a known name has the columns its readers need (when read
+    whole), each of the kind they compute on (names.column_kind)."""
+    name = Path(path).name
+    if all_read and (missing := [c for c in TABLE_COLUMNS.get(name, ()) if c not in schema.names]):
+        wrong = f"column {missing[0]} missing"
+    elif odd := [f for f in schema if not _holds(column_kind(name, f.name), f.type)]:
+        wrong = f"column {odd[0].name} holds {odd[0].type}, not {column_kind(name, odd[0].name)}"
+    else:
+        return
+    raise Damaged(
+        f"{path}: {wrong}: not the {name} the workflow builds (another table copied "
+        "over it, or edited?); delete it and run the workflow again (./ddlc run), "
+        "which builds it again"
+    )
+
+
+def _holds(kind: str | None, type_: pa.DataType) -> bool:
+    """Whether a column of Arrow type ``type_`` holds ``kind`` (a column
+    of nulls holds any: a figure no run had)."""
+    if pa.types.is_dictionary(type_):
+        type_ = type_.value_type
+    if kind is None or pa.types.is_null(type_):
+        return True
+    if kind == "text":
+        return pa.types.is_string(type_) or pa.types.is_large_string(type_)
+    return pa.types.is_integer(type_) or pa.types.is_floating(type_)
 
 
 def _parquet(path: Path, read):

@@ -252,6 +252,52 @@ def test_a_damaged_table_is_one_line_for_its_readers_and_check(trained, tmp_path
     assert checked.returncode == 1 and f"{table}.parquet: damaged table" in checked.stdout
 
 
+@pytest.mark.slow
+def test_a_table_edited_to_hold_text_where_numbers_belong_is_one_line(trained, tmp_path):
+    """Each table collect builds, with a column the analysis computes on
+    rewritten as the other kind (a hand edit: "fast" for a throughput, a
+    number for a framework): its readers refuse it naming the column, and
+    report and follow-up say so in one line, never a mean of words."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from analysis import collect
+    from runfiles import names, tables
+
+    results, plan, _ = copy_of(trained, tmp_path)
+    path = write_design(tmp_path, tiny_design())
+    built = results / plan.root / "tables"
+    collect.write_tables(plan, results, built)
+    edited = 0
+    for table in sorted(built.glob("*.parquet")):
+        arrow = pq.read_table(table)
+        for i, field in enumerate(arrow.schema):
+            kind = names.column_kind(table.name, field.name)
+            if kind is None or pa.types.is_null(field.type):
+                continue
+            other = pa.array(["fast"] * len(arrow) if kind == "numbers" else [1] * len(arrow))
+            other = other.cast(pa.string() if kind == "numbers" else pa.int64())  # typed when empty
+            copy = tmp_path / "edited" / f"{table.stem}-{field.name}" / table.name
+            copy.parent.mkdir(parents=True)
+            pq.write_table(arrow.set_column(i, field.name, other), copy)
+            for read in (tables.check_table, tables.read_table):
+                with pytest.raises(tables.Damaged, match=f"{table.name}: column {field.name} "):
+                    read(copy)
+            edited += 1
+    assert edited > 20  # the tables' columns of every kind, not a few
+    runs = pq.read_table(built / "runs.parquet")
+    i = runs.schema.get_field_index("images_per_s")
+    fast = pa.array(["fast"] * len(runs))
+    pq.write_table(runs.set_column(i, "images_per_s", fast), built / "runs.parquet")
+    for command, out in (("report", "r.html"), ("follow-up", "f.yaml")):
+        args = ["--design", str(path), "--tables", str(built), "--out", str(tmp_path / out)]
+        done = ddlc(command, *args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (command, done.stderr)
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert "runs.parquet: column images_per_s holds string, not numbers" in done.stderr
+        assert not (tmp_path / out).exists()
+
+
 DDLC = [sys.executable, "-m", "front.cli"]
 
 
