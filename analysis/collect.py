@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 from runfiles.names import EPOCHS, METRICS, PHASE_TABLE
 from analysis import accuracy, cells, conditions, devices, replication, stats
 from runfiles import energy, names, records
-from runfiles.tables import Damaged
+from runfiles.tables import Damaged, read_tsv
 from runfiles.atomic import replacing, write_text
 from ddlcompare.plan.design import Design, check_run
 from runfiles.phases import LATER_PHASES, PHASES, STEP_PHASES
@@ -263,8 +263,10 @@ def step_stats(folder: Path, warmup: int) -> list[dict]:
 
 def read_steps(path: Path) -> pd.DataFrame:
     """A rank's steps table, with a column of 0 for each phase younger than
-    it (runfiles.phases.LATER_PHASES)."""
-    steps = pd.read_csv(files.regular(path), sep="\t")
+    it (runfiles.phases.LATER_PHASES); Damaged, naming it, when its
+    columns or numbers are not a steps table's (the timeline reads a run
+    folder that no check has passed)."""
+    steps = read_tsv(path, names.STEP_COLUMNS, min_rows=0)
     for phase in LATER_PHASES:
         steps[f"{phase}_ns"] = steps.get(f"{phase}_ns", 0)
     return steps
@@ -307,7 +309,7 @@ def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
             )
             offset = offset + dur
     for path in sorted(folder.glob(names.INTERVALS_GLOB)):
-        spans = pd.read_csv(files.regular(path), sep="\t")
+        spans = read_tsv(path, names.INTERVAL_COLUMNS, min_rows=0)
         frames.append(
             spans.assign(rank=_rank_of(path), step=-1, dur_ns=spans["end_ns"] - spans["start_ns"])
         )

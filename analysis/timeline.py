@@ -91,9 +91,15 @@ def load(path: Path) -> pd.DataFrame:
             return table
     if path.is_dir() and any(path.glob(names.STEPS_GLOB)):  # a run without a trace
         from analysis.collect import phase_intervals
+        from runfiles.tables import Damaged
         from traces.convert import run_id_of
 
-        return phase_intervals(path, run_id_of(path))
+        try:
+            return phase_intervals(path, run_id_of(path))
+        except Damaged as exc:  # names the file only: say which run's, and the way out
+            raise TimelineError(
+                f"{path}: {exc}; a damaged run: ./ddlc check --rerun queues it to run again"
+            ) from None
     from traces.convert import convert
     from traces.rules import RULES_FILE, PhaseRules
 

@@ -298,6 +298,36 @@ def test_a_table_edited_to_hold_text_where_numbers_belong_is_one_line(trained, t
         assert not (tmp_path / out).exists()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, damage, said",
+    [
+        ("steps.rank0.tsv", lambda b: b + b"\xff\xfe\t\n", "steps.rank0.tsv: cannot be read as"),
+        ("steps.rank0.tsv", lambda b: b"a\tb\n1\t2\n", "steps.rank0.tsv: column epoch missing"),
+        ("intervals.rank0.tsv", lambda b: b"\xb6" * 300, "intervals.rank0.tsv: cannot be read as"),
+        (
+            "intervals.rank0.tsv",
+            lambda b: b"epoch\tstart_ns\tend_ns\n1\tsoon\t2\n",
+            "intervals.rank0.tsv: row 2, column start_ns: 'soon' is not a number",
+        ),
+    ],
+)
+def test_the_timeline_of_a_run_with_a_damaged_steps_file_is_one_line(
+    trained, tmp_path, name, damage, said
+):
+    """The timeline reads a run folder no check has passed: a steps or
+    intervals file overwritten with bytes, another table or words is one
+    line naming the run, the file and the way out, never a traceback."""
+    results, plan, _ = copy_of(trained, tmp_path)
+    folder = results / plan.runs()[0].path
+    (folder / name).write_bytes(damage((folder / name).read_bytes()))
+    done = ddlc("timeline", str(folder), "-o", str(tmp_path / "t.json"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"error: {folder}: ") and said in done.stderr, done.stderr
+    assert "ddlc check --rerun" in done.stderr and done.stderr.count("\n") == 1
+    assert not (tmp_path / "t.json").exists()
+
+
 DDLC = [sys.executable, "-m", "front.cli"]
 
 
