@@ -303,6 +303,26 @@ def test_a_runs_scorep_steps_take_their_epoch_from_its_steps_table(tmp_path):
     assert df.loc[df["step"].isna(), "epoch"].isna().all()
 
 
+@pytest.mark.parametrize(
+    "steps, said",
+    [(b"\xff\xfe\tx\n", "cannot be read as a table"), (b"a\tb\n1\t2\n", "column epoch missing")],
+)
+def test_a_damaged_steps_table_beside_a_runs_scorep_trace_is_named(tmp_path, steps, said):
+    """The run's steps table that gives Score-P's steps their epochs, cut
+    or overwritten: ``ddlc import`` names that file and the way out, not
+    the trace as input its reader does not expect."""
+    shutil.copytree(
+        Path(__file__).parent / "data/real-traces/scorep-8.4-python-torch-loop", tmp_path / "scorep"
+    )
+    (tmp_path / "steps.rank0.tsv").write_bytes(steps)
+    done = ddlc(
+        "import", str(tmp_path / "scorep" / "traces.otf2"), "-o", str(tmp_path / "o.parquet")
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"its run's steps.rank0.tsv: {said}" in done.stderr, done.stderr
+    assert "ddlc check --rerun" in done.stderr and "please report" not in done.stderr
+
+
 @needs_shared("scorep-8.4-horovod-torch-mpi-np2")
 def test_per_rank_experiments_are_joined_on_their_ranks(tmp_path):
     """Two experiments, each in rank<r>/, become one table with ranks 3 and 5

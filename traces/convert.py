@@ -83,12 +83,20 @@ def with_epochs_of_run(table: pa.Table, trace: Path) -> pa.Table:
     import pandas as pd  # here only: a trace from elsewhere needs none of it
     import pyarrow.compute as pc
 
-    epochs = [
-        pd.read_csv(f, sep="\t", usecols=["epoch", "step"]).assign(
-            rank=int(f.name[len("steps.rank") : -len(".tsv")])
-        )
-        for f in steps
-    ]
+    from runfiles.tables import Damaged, read_tsv
+
+    try:  # the run's file at fault, not the trace
+        epochs = [
+            read_tsv(f, ("epoch", "step"), min_rows=0)[["epoch", "step"]].assign(
+                rank=int(f.name[len("steps.rank") : -len(".tsv")])
+            )
+            for f in steps
+        ]
+    except Damaged as exc:
+        raise TraceError(
+            f"{trace}: its run's {exc}, which gives its steps their epochs; "
+            "a damaged run: ./ddlc check --rerun queues it to run again"
+        ) from None
     rows = table.select(["rank", "step"]).to_pandas()
     found = rows.merge(pd.concat(epochs), on=["rank", "step"], how="left")["epoch"]
     at = table.schema.get_field_index("epoch")
