@@ -240,8 +240,7 @@ def epoch_energy(folder: Path, epochs: pd.DataFrame) -> pd.DataFrame:
 
 def step_stats(folder: Path, warmup: int) -> list[dict]:
     rows = []
-    for path in sorted(folder.glob(names.STEPS_GLOB)):
-        rank = int(path.name.split("rank")[1].split(".")[0])
+    for rank, path in names.rank_files(folder, names.STEPS_GLOB):
         steps = read_steps(path)
         steps = steps[steps["step"] >= warmup]
         if steps.empty:
@@ -272,10 +271,6 @@ def read_steps(path: Path) -> pd.DataFrame:
     return steps
 
 
-def _rank_of(path: Path) -> int:
-    return int(path.name.split("rank")[1].split(".")[0])
-
-
 # A step's rows: its named phases, then ``other`` (a framework that owns its
 # step, like Tarantella's fit, records the whole step there), so that no
 # step's time is lost to the tables built from these rows.
@@ -284,7 +279,7 @@ ROW_PHASES = (*STEP_PHASES, "other")
 
 def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
     frames = []
-    for path in sorted(folder.glob(names.STEPS_GLOB)):
+    for rank, path in names.rank_files(folder, names.STEPS_GLOB):
         steps = read_steps(path)
         offset = steps["start_ns"].copy()
         # A zero grad_comm stays where the rank times phases (the exchange
@@ -297,7 +292,7 @@ def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
             frames.append(
                 pd.DataFrame(
                     {
-                        "rank": _rank_of(path),
+                        "rank": rank,
                         "epoch": steps["epoch"],
                         "step": steps["step"],
                         "phase": phase,
@@ -308,11 +303,9 @@ def phase_intervals(folder: Path, run_id: str) -> pd.DataFrame:
                 )
             )
             offset = offset + dur
-    for path in sorted(folder.glob(names.INTERVALS_GLOB)):
+    for rank, path in names.rank_files(folder, names.INTERVALS_GLOB):
         spans = read_tsv(path, names.INTERVAL_COLUMNS, min_rows=0)
-        frames.append(
-            spans.assign(rank=_rank_of(path), step=-1, dur_ns=spans["end_ns"] - spans["start_ns"])
-        )
+        frames.append(spans.assign(rank=rank, step=-1, dur_ns=spans["end_ns"] - spans["start_ns"]))
     if not frames:
         return pd.DataFrame(columns=PHASE_COLUMNS)
     table = pd.concat(frames, ignore_index=True)

@@ -5,6 +5,8 @@ training side (frameworks/), the runner, the readers of what a run left
 (records.py, tables.py), the analysis.
 """
 
+from pathlib import Path
+
 from runfiles.phases import LATER_PHASES, PHASES
 
 CONFIG = "config.json"  # the resolved configuration of the run
@@ -55,6 +57,19 @@ def progress(rank: int) -> str:
     (ddlcompare/run/stall.py), and (then PROGRESS_EVALUATING) as it begins
     to evaluate."""
     return f"progress.rank{rank}"
+
+
+def rank_files(folder: Path, glob: str) -> list[tuple[int, Path]]:
+    """(rank, path) of a run's per-rank files of one kind (``STEPS_GLOB``,
+    ``INTERVALS_GLOB``), by rank: only names of the exact form, so that a
+    copy beside them (steps.rank0.old.tsv) is no rank's file, read twice."""
+    prefix, suffix = glob.split("*")
+    found = []
+    for path in folder.glob(glob):
+        middle = path.name[len(prefix) : -len(suffix)]
+        if middle.isascii() and middle.isdigit():
+            found.append((int(middle), path))
+    return sorted(found)
 
 
 def intervals(rank: int) -> str:

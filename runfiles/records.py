@@ -257,7 +257,10 @@ def check_run(
             steps = attempt(lambda n=name: read_tsv(folder / n, STEP_COLUMNS))
             if metrics and steps is not None:
                 attempt(lambda n=name, t=steps: _check_steps(n, t, metrics))
-    for path in sorted(folder.glob(names.INTERVALS_GLOB)):
+        for rank, path in names.rank_files(folder, names.STEPS_GLOB):
+            if rank >= world:  # collect and the timeline would read it as a rank's
+                problems.append(f"{path.name}: rank {rank} in a run of {world}; from elsewhere?")
+    for _, path in names.rank_files(folder, names.INTERVALS_GLOB):
         attempt(lambda p=path: read_tsv(p, INTERVAL_COLUMNS, min_rows=0))
     for path in sorted(folder.glob(names.RANK_RECORD_GLOB)):
         attempt(lambda p=path: read_json(p, "rank.json"))

@@ -95,6 +95,12 @@ DAMAGE = [
         "config.json: not this run's settings",
     ),
     ("phases.parquet", lambda f: f.write_bytes(b"PAR1" + bytes(100)), "phases.parquet: damaged"),
+    # a rank's steps file beyond the run's world (copied in from a larger run)
+    (
+        "steps.rank1.tsv",
+        lambda f: shutil.copy(f, f.with_name("steps.rank7.tsv")),
+        "steps.rank7.tsv: rank 7 in a run of 2",
+    ),
 ]
 
 
@@ -128,6 +134,24 @@ def test_sound_copy_is_ok(trained, tmp_path):
     collect.write_tables(plan, results, tmp_path / "tables")
     runs = pd.read_parquet(tmp_path / "tables" / "runs.parquet")
     assert list(runs["status"]) == ["ok"] and (runs["images_per_s"] > 0).all()
+    assert runner.damaged_runs(plan.runs(), results) == []
+
+
+@pytest.mark.slow
+def test_a_copy_beside_a_ranks_steps_file_is_no_ranks_file(trained, tmp_path):
+    """steps.rank0.old.tsv (a copy kept by hand) matches the steps files'
+    pattern but is no rank's: the tables count rank 0's steps once."""
+    from analysis import collect
+
+    results, plan, folder = copy_of(trained, tmp_path)
+    collect.write_tables(plan, results, tmp_path / "sound")
+    shutil.copy(folder / "steps.rank0.tsv", folder / "steps.rank0.old.tsv")
+    (folder / "steps.rank.tsv").write_text("epoch\tstep\n")
+    collect.write_tables(plan, results, tmp_path / "tables")
+    for table in ("runs", "step_stats", "step_phases"):
+        sound = pd.read_parquet(tmp_path / "sound" / f"{table}.parquet")
+        read = pd.read_parquet(tmp_path / "tables" / f"{table}.parquet")
+        assert len(read) == len(sound), table
     assert runner.damaged_runs(plan.runs(), results) == []
 
 
