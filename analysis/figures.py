@@ -41,7 +41,7 @@ from plotnine import (
 
 from analysis import accuracy, bottlenecks, cells, humanize, spread, stats
 from analysis import critical_path as cp
-from analysis.section import EMPTY_FIGURES
+from analysis.section import EMPTY_FIGURES, figures_folder
 from analysis import compression as compression_table
 from frameworks import compression as codecs
 from runfiles.atomic import write_text
@@ -560,7 +560,7 @@ def draw_all(tables: Path) -> dict[str, Path]:
         else pd.DataFrame()
     )
     gap = bottlenecks.waterfall(table, ["framework", "setting"]) if len(table) else table
-    folder = tables / "figures"
+    folder = figures_folder(tables)
     folder.mkdir(exist_ok=True)
     plots = {
         "throughput": throughput(runs),

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import bottlenecks, critical_path
+from analysis import bottlenecks, critical_path, section
 
 
 @dataclass
@@ -26,7 +26,7 @@ class Context:
 
     @property
     def figures(self) -> Path:
-        return self.tables / "figures"
+        return section.figures_folder(self.tables)
 
     @functools.cached_property
     def phases(self) -> pd.DataFrame:

@@ -37,6 +37,18 @@ LONG_TABLE = 12  # rows; longer tables start folded (one click opens them)
 EMPTY_FIGURES = "empty.json"  # figure name -> why it has nothing to show (analysis/figures.py)
 
 
+def figures_folder(tables: Path) -> Path:
+    """The tables' figures folder; Damaged, naming it and the fix, where it
+    is no folder inside the tables (a file; a link leading out, through
+    which a figure drawn would be written outside the results)."""
+    from runfiles.tables import Damaged
+
+    folder = Path(tables) / "figures"
+    if problem := files.place_problem(folder, Path(tables)):
+        raise Damaged(problem)
+    return folder
+
+
 def empty_figures(folder: Path) -> dict:
     try:
         return files.read_json(folder / EMPTY_FIGURES)

@@ -352,6 +352,38 @@ def test_the_timeline_of_a_run_with_a_damaged_steps_file_is_one_line(
     assert not (tmp_path / "t.json").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "kind, said", [("link out", "leads out of"), ("file", "where a folder is expected")]
+)
+def test_figures_are_never_drawn_through_a_link_out_of_the_tables(trained, tmp_path, kind, said):
+    """tables/figures a link to a folder outside the results (or a file):
+    the report and the figures step refuse it in one line naming it, and
+    draw nothing there (the report drew the critical path through it)."""
+    from analysis import collect
+
+    results, plan, _ = copy_of(trained, tmp_path)
+    path = write_design(tmp_path, tiny_design())
+    tables = results / plan.root / "tables"
+    collect.write_tables(plan, results, tables)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if kind == "link out":
+        (tables / "figures").symlink_to(outside)
+    else:
+        (tables / "figures").write_text("x")
+    report = [*DDLC, "report", "--design", str(path), "--tables", str(tables)]
+    for command in (
+        [*report, "--out", str(tmp_path / "r.html")],
+        [sys.executable, "-m", "analysis.figures", str(tables)],
+    ):
+        done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"error: {tables / 'figures'}: ") and said in last, last
+    assert list(outside.iterdir()) == [] and not (tmp_path / "r.html").exists()
+
+
 DDLC = [sys.executable, "-m", "front.cli"]
 
 
