@@ -256,7 +256,12 @@ def test_a_dry_run_in_a_fresh_clone_asks_for_the_harness_environment_only(tmp_pa
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=120)
     env = {k: v for k, v in os.environ.items() if k != "DDLC_VENV"}
     done = subprocess.run(
-        [str(clone / "ddlc"), "run", "-n"], cwd=clone, env=env, capture_output=True, text=True, timeout=60
+        [str(clone / "ddlc"), "run", "-n"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 2
     assert "./ddlc setup torch makes it" in done.stderr
