@@ -191,7 +191,9 @@ def cmd_collect(args) -> int:
 
 def cmd_report(args) -> int:
     design = load_design(args.design, check_ready=False)
-    out = output_file(args.out, "--out", [args.design, *_files_of(args.tables)])
+    out = output_file(
+        args.out, "--out", [args.design, *_files_of(args.tables)], writes="an HTML report"
+    )
     # Once the arguments are found good: a refused --out costs no report's imports.
     from analysis import report
 
@@ -433,7 +435,12 @@ def cmd_timeline(args) -> int:
             )
         steps = (first, last)
     # a run folder given is read whole (its phases.parquet, steps files)
-    out = output_file(args.out, "-o", [*args.paths, *(f for p in args.paths for f in _files_of(p))])
+    out = output_file(
+        args.out,
+        "-o",
+        [*args.paths, *(f for p in args.paths for f in _files_of(p))],
+        writes="a JSON trace",
+    )
     try:
         info = timeline.export(
             args.paths, out, args.max_intervals, steps, args.align, args.keep_going
@@ -465,7 +472,7 @@ def cmd_import(args) -> int:
         from traces import convert
 
     keep = ["--keep-going"] if args.keep_going else []
-    output_file(args.out, "-o", args.paths)
+    output_file(args.out, "-o", args.paths, writes="a Parquet table")
     status = convert.main([*map(str, args.paths), "-o", args.out, *keep])
     global _ENDS_AT_ONCE
     _ENDS_AT_ONCE = True  # the table is closed and in place, its lines printed
@@ -556,10 +563,21 @@ def existing_folder(text: str, option: str) -> Path:
     return path
 
 
-def output_file(text: str | Path, option: str, inputs=()) -> Path:
+# What a command writes, by the first bytes of a file of that kind: an
+# existing file of another kind is refused, not replaced (a slip of -o, such
+# as `ddlc import trace.json -o design.yaml`, would lose the design).
+WRITES = {
+    "a Parquet table": (b"PAR1",),
+    "an HTML report": (b"<!doctype html",),
+    "a JSON trace": (b"{",),
+}
+
+
+def output_file(text: str | Path, option: str, inputs=(), writes: str | None = None) -> Path:
     """``-o/--out`` where a file is to be written, checked before the work:
-    its folder exists, it is not a folder, a device or a FIFO, and it is
-    none of the command's inputs (it would replace what it reads)."""
+    its folder exists, it is not a folder, a device or a FIFO, it is none
+    of the command's inputs (it would replace what it reads), and a file
+    already there is of the kind ``writes`` (a key of WRITES)."""
     path = Path(text)
     if not path.parent.is_dir():
         raise UserError(
@@ -578,7 +596,25 @@ def output_file(text: str | Path, option: str, inputs=()) -> Path:
             f"{option} {text}: {own}; the harness writes it, give a file outside the run "
             f"folders and tables (e.g. {option} {path.stem}-mine{path.suffix or '.out'})"
         )
+    if writes and not _of_kind(path, WRITES[writes]):
+        raise UserError(
+            f"{option} {text}: a file there is not {writes}, which this command writes; "
+            "give a new name, or remove that file first"
+        )
     return path
+
+
+def _of_kind(path: Path, starts: tuple[bytes, ...]) -> bool:
+    """True where nothing is there yet, the file is empty, or it begins as
+    a file of the kind does (letter case and leading blanks aside)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64).lstrip().lower()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return not head or head.startswith(tuple(s.lower() for s in starts))
 
 
 def _files_of(folder) -> list[Path]:

@@ -314,6 +314,34 @@ def test_an_output_never_replaces_a_run_folders_own_files_nor_a_design_table(tmp
     assert len(pd.read_parquet(folder / "phases-mine.parquet")) > 0
 
 
+def test_an_output_never_replaces_a_file_of_another_kind(tmp_path):
+    """A slip of -o (`ddlc import trace -o design.yaml`) replaced the file
+    with a table: a file already there must be of the kind the command
+    writes (a table, a report, a trace); one of that kind is replaced."""
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": []}')
+    design = write_design(tmp_path, tiny_design())
+    notes = tmp_path / "notes.md"
+    notes.write_text("# what I found\n")
+    kept = design.read_bytes()
+    for args in (
+        ["import", str(trace), "-o", str(design)],
+        ["timeline", str(trace), "-o", str(design)],
+        ["report", "--design", str(design), "--tables", str(tmp_path / "t"), "--out", str(notes)],
+    ):
+        done = ddlc(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (args, done.stderr)
+        assert done.stderr.count("\n") == 1 and "give a new name" in done.stderr, done.stderr
+        assert args[-1] in done.stderr
+    assert design.read_bytes() == kept and notes.read_text() == "# what I found\n"
+    table = tmp_path / "t.parquet"
+    real = REPO / "tests/data/real-traces/kineto-gloo-ddp-np2/rank0.json.gz"
+    for _ in range(2):  # a table there is replaced by the new one
+        done = ddlc("import", str(real), "-o", str(table))
+        assert done.returncode == 0, done.stderr
+        assert table.read_bytes()[:4] == b"PAR1"
+
+
 # --- run files: only regular files within a bound ----------------------------
 
 
