@@ -489,6 +489,23 @@ def test_plan_refuses_runs_that_cannot_measure(tmp_path, fixed, message):
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
 
 
+def test_plan_refuses_more_processes_here_than_memory_holds(tmp_path):
+    """procs_per_node: 100000 was a warning, and the local runner would have
+    started them all; a count that fits is still planned."""
+    from ddlcompare.run import plan_checks
+
+    most = plan_checks._memory_mib() // plan_checks.PROCESS_MIB
+    doc = {"factors": {"framework": ["torch-ddp"], "procs_per_node": [1, most + 1]}}
+    out = ddlc("plan", "--design", str(write_design(tmp_path, doc)))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert (
+        f"procs_per_node {most + 1} x nodes 1: runs would start {most + 1} processes" in out.stderr
+    )
+    assert "lower procs_per_node or nodes" in out.stderr and out.stderr.count("\n") == 1
+    doc["factors"]["procs_per_node"] = [1, most]
+    assert ddlc("plan", "--design", str(write_design(tmp_path, doc))).returncode == 0
+
+
 def test_plan_warns_of_runs_without_a_step_and_of_too_many_processes(tmp_path):
     doc = {
         "factors": {"framework": ["torch-ddp"], "batch_size": [32, 5000]},

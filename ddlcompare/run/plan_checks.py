@@ -5,7 +5,8 @@ Refused (one message each, with the fix): runs that would measure nothing
 profile of a machine without a GPU, data files present but damaged (their
 digests are checked here once, not in every run). Warned: runs with no step
 in an epoch (they fail, with the reason), more processes than cores on the
-local profile (they run, slowly and with noisy figures).
+local profile (they run, slowly and with noisy figures). Refused too: more
+processes here than this machine's memory holds.
 """
 
 from __future__ import annotations
@@ -51,7 +52,42 @@ def problems(design: Design) -> list[str]:
     found += _damaged_data(design, configs)
     if _local() and (problem := measure_lock_problem()):
         found.append(problem)
+    if _local() and (problem := memory_problem(configs)):
+        found.append(problem)
     return found
+
+
+# The least a training process holds: Python with its framework imported
+# (torch alone: 218 MiB resident here, 2026-11-28).
+PROCESS_MIB = 200
+
+
+def memory_problem(configs: list[dict]) -> str | None:
+    """Runs here (emulated nodes too) that would start more processes than
+    this machine's memory holds, refused before any starts: the kernel
+    would kill them one by one, or the machine with them."""
+    total = _memory_mib()
+    busiest = max(configs, key=lambda c: c["nodes"] * c["procs_per_node"])
+    world = busiest["nodes"] * busiest["procs_per_node"]
+    if total is None or world * PROCESS_MIB <= total:
+        return None
+    return (
+        f"procs_per_node {busiest['procs_per_node']} x nodes {busiest['nodes']}: runs would start "
+        f"{world} processes on this machine, more than its {total / 1024:.0f} GiB of memory "
+        f"holds at about {PROCESS_MIB} MiB each (at most {total // PROCESS_MIB}); lower "
+        "procs_per_node or nodes, or run them on a cluster profile"
+    )
+
+
+def _memory_mib() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def measure_lock_problem() -> str | None:
