@@ -5,6 +5,8 @@ training side (frameworks/), the runner, the readers of what a run left
 (records.py, tables.py), the analysis.
 """
 
+from __future__ import annotations
+
 from pathlib import Path
 
 from runfiles.phases import LATER_PHASES, PHASES
