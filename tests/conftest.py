@@ -253,9 +253,11 @@ RUNS_ONLY = ("--until", "run")
 TABLES_ONLY = ("--until", "collect")
 
 
-def snakemake_cmd(workdir: Path, *extra: str, limit: int = 600) -> list[str]:
+def snakemake_cmd(workdir: Path, *extra: str, limit: int = 1200) -> list[str]:
     """Snakemake on the local profile over ``workdir``'s design.yaml, bounded
-    by ``limit`` seconds; ``extra``: more --config entries or options."""
+    by ``limit`` seconds (a hang's bound, not a speed test: two checkouts'
+    suites at once beside other work, load 10 to 16 on 2 cores, took test_workflow's
+    first workflow past 600 s, 2026-11-28); ``extra``: more --config entries or options."""
     workflow = workflow_argv(workdir / "design.yaml", None, "-d", str(workdir))
     return ["timeout", "-k", "10", str(limit), *workflow, *extra]
 

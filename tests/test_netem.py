@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from analysis import collect
@@ -36,9 +37,23 @@ PARAM_BYTES = 4 * sum(
 
 
 def ours(tag: str) -> list[str]:
-    """Namespaces and /etc/netns folders whose names carry ``tag``."""
+    """Namespaces and /etc/netns folders whose names carry ``tag``, but for
+    those of a live process outside this test's tree: another checkout's
+    suite beside this one gives its runs the same ids (the same designs),
+    and its networks are its own to remove."""
     found = netem.namespaces() + [p.name for p in netem.NETNS_ETC.glob(f"{netem.PREFIX}*")]
-    return [name for name in found if tag in name]
+    return [name for name in found if tag in name and not _another_processes(name)]
+
+
+def _another_processes(name: str) -> bool:
+    owner = netem.STALE.match(name)
+    if not owner:
+        return False
+    try:
+        process = psutil.Process(int(owner.group(1)))
+        return process.pid != os.getpid() and os.getpid() not in {p.pid for p in process.parents()}
+    except psutil.NoSuchProcess:
+        return False  # gone and its network left: a leak, ours to see
 
 
 def root_addresses() -> list:
