@@ -41,8 +41,13 @@ def ours(tag: str) -> list[str]:
     those of a live process outside this test's tree: another checkout's
     suite beside this one gives its runs the same ids (the same designs),
     and its networks are its own to remove."""
+    return [name for name in carrying(tag) if not _another_processes(name)]
+
+
+def carrying(tag: str) -> list[str]:
+    """Every namespace and /etc/netns folder whose name carries ``tag``."""
     found = netem.namespaces() + [p.name for p in netem.NETNS_ETC.glob(f"{netem.PREFIX}*")]
-    return [name for name in found if tag in name and not _another_processes(name)]
+    return [name for name in found if tag in name]
 
 
 def _another_processes(name: str) -> bool:
@@ -195,7 +200,7 @@ def test_stale_namespaces_of_a_dead_runner_are_removed():
     subprocess.run(["ip", "netns", "add", alive], check=True)
     try:
         netem.remove_stale()
-        assert ours("stale0") == [] and ours("alive0") == [alive]
+        assert carrying("stale0") == [] and carrying("alive0") == [alive]
     finally:
         netem.remove_namespace(alive)
 
