@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from contextlib import contextmanager
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -52,13 +53,27 @@ def regular(path: Path, limit: int | None = None) -> Path:
     return Path(path)
 
 
-def read_bytes(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes:
-    """The content of a regular file of at most ``limit`` bytes. Opened
-    without blocking (a FIFO does not wait for a writer) and checked on the
-    open file, so that nothing swapped in between is read."""
+@contextmanager
+def _opened(path: Path, limit: int | None):
+    """The regular file at ``path``, opened without blocking (a FIFO does
+    not wait for a writer), and what it is, checked on the open file, so
+    that nothing swapped in between is read; checked before Python's file
+    object, which refuses a folder naming the descriptor, not the path."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        _check(Path(path), os.fstat(fd), limit)
+    try:
+        info = os.fstat(fd)
+        _check(Path(path), info, limit)
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        yield f, info
+
+
+def read_bytes(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes:
+    """The content of a regular file of at most ``limit`` bytes."""
+    with _opened(path, limit) as (f, _):
         data = f.read(limit + 1)
     if len(data) > limit:  # grew while read
         raise NotRegular(f"{path}: more than the {limit} bytes expected")
@@ -72,10 +87,7 @@ def read_text(path: Path, limit: int = MAX_RECORD_BYTES) -> str:
 def read_tail(path: Path, size: int) -> str:
     """The last ``size`` bytes of a regular file, as text: the end of a log
     of any length (a cut character is replaced)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        _check(Path(path), info, None)
+    with _opened(path, None) as (f, info):
         f.seek(max(0, info.st_size - size))
         return f.read(size).decode(errors="replace")
 

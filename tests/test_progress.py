@@ -26,7 +26,8 @@ def finish(results, row, start, end, waited=0.0):
             }
         )
     )
-    (folder / "done.json").write_text(json.dumps({"status": "ok", "run_id": row.run_id}))
+    marker = {"status": "ok", "exit_status": 0, "reason": None, "run_id": row.run_id}
+    (folder / "done.json").write_text(json.dumps(marker))
 
 
 def test_plan_counts_the_runs_done_and_estimates_the_rest(tmp_path):
@@ -90,6 +91,32 @@ def test_a_run_record_that_is_no_record_is_not_timed(tmp_path):
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     assert out.stdout.startswith("0 of 1 runs done, 1 to do: about "), out.stdout
     assert "from a first guess per framework" in out.stdout
+
+
+def test_plan_counts_a_damaged_done_marker_as_done_and_says_so(tmp_path):
+    """A done.json that is empty, not JSON, or a folder: the workflow will
+    not run it again (its output is there), so plan counts it done, and
+    says how many such markers there are and what remedies them."""
+    doc = {**tiny_design(["torch-ddp"], procs=(1,)), "replications": 4}
+    path = write_design(tmp_path, doc)
+    rows = sorted(design.load(str(path)).runs(), key=lambda r: r.rep)
+    results = tmp_path / "results"
+    for row in rows:
+        finish(results, row, 0, 30)
+    (results / rows[0].path / "done.json").write_text("")
+    (results / rows[1].path / "done.json").write_text("{")
+    (results / rows[2].path / "done.json").unlink()
+    (results / rows[2].path / "done.json").mkdir()
+    out = ddlc("plan", "--no-check", "--summary", "--design", str(path), "--results", str(results))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == (
+        "4 of 4 runs done; none to do; 3 of the runs done have a damaged done.json "
+        "(ddlc check says which; ddlc check --rerun runs them again)\n"
+    )
+    check = ddlc("check", "--design", str(path), "--results", str(results))
+    said = check.stdout + check.stderr
+    assert said.count(": done.json: ") == 3 and "Traceback" not in said, said
+    assert "done.json: a folder, not a regular file" in said, said  # named by its path
 
 
 def test_plan_prices_a_run_from_a_real_run_of_its_cell(tiny_trained, tmp_path):

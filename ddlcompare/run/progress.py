@@ -52,8 +52,17 @@ class Progress:
     from_framework: int  # ... from timed runs of their framework
     guessed: int  # ... from the first guess per framework
     more: tuple[int, int] = (0, 0)  # runs replications: auto may add, fewest and most
+    damaged: int = 0  # done, as the workflow sees it, but the done marker is no record
 
     def line(self) -> str:
+        return self._counts_and_time() + (
+            f"; {self.damaged} of the runs done have a damaged done.json "
+            "(ddlc check says which; ddlc check --rerun runs them again)"
+            if self.damaged
+            else ""
+        )
+
+    def _counts_and_time(self) -> str:
         todo = self.total - self.done
         if not todo and not self.more[1]:
             return f"{self.done} of {self.total} runs done; none to do"
@@ -132,7 +141,9 @@ def first_guess(config: RunConfig) -> float:
 
 def summary(planned: Planned, results: Path) -> Progress:
     rows = planned.rows
-    done = {r.path for r in rows if (results / r.path / DONE).is_file()}
+    # Done as the workflow sees it: a marker there, whatever it holds.
+    done = {r.path for r in rows if (results / r.path / DONE).exists()}
+    damaged = _damaged_markers(results, done)
     estimate = estimator(rows, results)
     left, counts = 0.0, [0, 0, 0]
     for r in rows:
@@ -147,8 +158,23 @@ def summary(planned: Planned, results: Path) -> Progress:
     after = REPORT_S if len(done) < len(rows) or most else 0.0
     cells, framework, guessed = counts
     return Progress(
-        len(rows), len(done), (low + after, high + after), cells, framework, guessed, (fewest, most)
+        len(rows),
+        len(done),
+        (low + after, high + after),
+        cells,
+        framework,
+        guessed,
+        (fewest, most),
+        damaged,
     )
+
+
+def _damaged_markers(results: Path, done: set[str]) -> int:
+    if not done:
+        return 0
+    from runfiles import records  # pandas, which `ddlc plan` needs only here
+
+    return sum(records.done_status(results / path)[0] == "damaged" for path in done)
 
 
 def estimator(rows: list[RunRow], results: Path) -> Callable[[RunRow], tuple[float, int]]:
