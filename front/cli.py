@@ -521,10 +521,12 @@ def cmd_check(args) -> int:
     damaged = runner.damaged_runs(planned, results)
     for problem in misplaced:
         print(f"damaged: {problem}")
+    # Another `check --rerun` at the same time may move or delete first.
+    moved = deleted = 0
     for row, problem in damaged:
         print(f"damaged: {row.path}: {problem}")
         if args.rerun:
-            runner.archive_attempt(results / row.path)
+            moved += runner.archive_attempt(results / row.path) is not None
     bad_tables = []
     for path in [] if places["tables"] else sorted(tables.glob("*.parquet")):
         try:
@@ -533,7 +535,7 @@ def cmd_check(args) -> int:
             bad_tables.append(path)
             print(f"damaged: {exc}")
             if args.rerun:
-                path.unlink()
+                deleted += _unlinked(path)
     done = sum((results / r.path / names.DONE).exists() for r in planned)
     print(
         f"{done} finished run(s) checked, {len(damaged)} damaged"
@@ -545,14 +547,38 @@ def cmd_check(args) -> int:
             else ""
         )
         + (
-            "; moved to attempts/ (tables deleted): the next workflow run does them again"
-            if args.rerun and (damaged or bad_tables)
+            rerun_outcome(len(damaged), moved, len(bad_tables), deleted)
+            if args.rerun
             else "; ddlc check --rerun queues them again"
             if damaged or bad_tables
             else ""
         )
     )
     return 1 if misplaced or ((damaged or bad_tables) and not args.rerun) else 0
+
+
+def _unlinked(path: Path) -> bool:
+    try:
+        path.unlink()
+    except FileNotFoundError:  # by another command meanwhile
+        return False
+    return True
+
+
+def rerun_outcome(damaged: int, moved: int, bad_tables: int, deleted: int) -> str:
+    """What ``check --rerun`` did, counting only what this command did:
+    another one at the same time may have moved a run's files first."""
+    if not damaged and not bad_tables:
+        return ""
+    said = []
+    if damaged:
+        said.append(f"{moved} run(s) moved to attempts/")
+    if bad_tables:
+        said.append(f"{deleted} table(s) deleted")
+    others = (damaged - moved) + (bad_tables - deleted)
+    return f"; {', '.join(said)}: the next workflow run does them again" + (
+        f" ({others} moved or deleted by another command meanwhile)" if others else ""
+    )
 
 
 def existing_folder(text: str, option: str) -> Path:

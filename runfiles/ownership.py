@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -194,8 +195,7 @@ def claim(run_dir: Path, kill: bool = False) -> str:
     attempts claiming at once take turns (a lock around check and write)."""
     token = uuid.uuid4().hex
     me = os.getpid()
-    with _lock_file(Path(run_dir) / names.OWNER_LOCK) as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with folder_lock(run_dir):
         evict(run_dir, kill)
         write_json(
             Path(run_dir) / OWNER,
@@ -208,6 +208,16 @@ def claim(run_dir: Path, kill: bool = False) -> str:
             },
         )
     return token
+
+
+@contextmanager
+def folder_lock(run_dir: Path):
+    """The run folder's lock, held: around a claim's check and write, and
+    around moving an attempt's files aside (two ``ddlc check --rerun`` at
+    once would otherwise split one attempt's files between two folders)."""
+    with _lock_file(Path(run_dir) / names.OWNER_LOCK) as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _lock_file(path: Path):

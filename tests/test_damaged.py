@@ -5,6 +5,7 @@ crashes; the tables are built again when files change and kept when the
 collect fails; damaged runs run again on request."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -221,6 +222,29 @@ def test_ddlc_check_lists_and_requeues_damaged_runs(trained, tmp_path):
     assert f"damaged: {plan.runs()[0].path}: metrics.json" in listed.stdout
     queued = ddlc("check", "--design", str(path), "--results", str(results), "--rerun")
     assert queued.returncode == 0 and not (folder / "done.json").exists()
+    assert (folder / "attempts" / "1" / "metrics.json").read_text() == "[]"
+
+
+@pytest.mark.slow
+def test_three_checks_rerun_at_once_each_say_what_they_moved(trained, tmp_path):
+    """Three `ddlc check --rerun` at once on one damaged run: the run's files
+    are moved once, into one attempts folder, and each command counts only
+    what it moved itself (all three said "moved" before)."""
+    results, plan, folder = copy_of(trained, tmp_path)
+    path = write_design(tmp_path, tiny_design())
+    (folder / "metrics.json").write_text("[]")
+    command = [*DDLC, "check", "--rerun", "--design", str(path), "--results", str(results)]
+    checks = [subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True) for _ in "abc"]
+    lines = [check.communicate(timeout=300)[0].splitlines()[-1] for check in checks]
+    assert all(check.returncode == 0 for check in checks), lines
+    moved = [re.search(r"; (\d+) run\(s\) moved to attempts/", line) for line in lines]
+    assert sum(int(m[1]) for m in moved if m) == 1, lines
+    for line, m in zip(lines, moved):
+        damaged = int(re.search(r", (\d+) damaged", line)[1])
+        assert (m is None) == (damaged == 0), line  # a run seen damaged is moved or said gone
+        if m and m[1] == "0":
+            assert "(1 moved or deleted by another command meanwhile)" in line, line
+    assert [p.name for p in (folder / "attempts").iterdir()] == ["1"]
     assert (folder / "attempts" / "1" / "metrics.json").read_text() == "[]"
 
 

@@ -611,15 +611,21 @@ def _ranks(run_dir: Path) -> list[dict]:
     return ranks
 
 
-def archive_attempt(run_dir: Path) -> None:
-    """Move a previous attempt's files to attempts/<n>/: nothing is deleted."""
-    leftovers = [run_dir / f for f in ATTEMPT_FILES if (run_dir / f).exists()]
-    leftovers += [p for g in ATTEMPT_GLOBS for p in run_dir.glob(g)]
-    if not leftovers:
-        return
-    target = _next_attempt(run_dir / names.ATTEMPTS_DIR)
-    for path in leftovers:
-        shutil.move(str(path), target / path.name)
+def archive_attempt(run_dir: Path) -> Path | None:
+    """Move a previous attempt's files to attempts/<n>/: nothing is deleted.
+    The folder they went to; None when there was nothing to move (another
+    command, such as a second ``ddlc check --rerun``, moved them first)."""
+    if not run_dir.is_dir():
+        return None
+    with ownership.folder_lock(run_dir):
+        leftovers = [run_dir / f for f in ATTEMPT_FILES if (run_dir / f).exists()]
+        leftovers += [p for g in ATTEMPT_GLOBS for p in run_dir.glob(g)]
+        if not leftovers:
+            return None
+        target = _next_attempt(run_dir / names.ATTEMPTS_DIR)
+        for path in leftovers:
+            shutil.move(str(path), target / path.name)
+        return target
 
 
 def _next_attempt(attempts: Path) -> Path:
