@@ -185,8 +185,25 @@ def cmd_collect(args) -> int:
             f"--out {args.out}: the results folder or a run folder, whose files collect "
             "reads (a run's phases.parquet among them); give a folder of its own"
         )
+    refuse_foreign_folder(out, results, "--out")
     collect.write_tables(design, results, out)
     return 0
+
+
+def refuse_foreign_folder(out: Path, results: Path, option: str) -> None:
+    """Tables are written within the results folder (the workflow's tables
+    folder holds its logs before the first tables), into a new or empty
+    folder, or over tables written before; never among other files
+    elsewhere (``--out /`` wrote them into the root folder)."""
+    if not out.is_dir() or out.resolve().is_relative_to(results.resolve()):
+        return
+    if not any(out.iterdir()) or any(out.glob("*.parquet")) or (out / "runs.csv").exists():
+        return
+    first = sorted(p.name for p in out.iterdir())[:3]
+    raise UserError(
+        f"{option} {out}: a folder of other files ({', '.join(first)}...) and no tables; "
+        "give a new or empty folder, or the tables folder to write again"
+    )
 
 
 def cmd_report(args) -> int:

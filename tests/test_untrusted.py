@@ -269,6 +269,7 @@ def test_outputs_never_replace_a_link_to_a_device_nor_a_file_they_read(tmp_path)
         (["timeline", str(folder), "-o", str(folder / "phases.parquet")], "is the input"),
         (["collect", "--results", str(results), "--out", str(folder)], "a run folder"),
         (["collect", "--results", str(results), "--out", str(results)], "a run folder"),
+        (["collect", "--results", str(results), "--out", str(tmp_path)], "a folder of other files"),
     ):
         own = args[0] in ("import", "timeline")  # no design
         done = ddlc(*args, *([] if own else ["--design", str(design_file)]))
