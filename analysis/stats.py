@@ -262,7 +262,13 @@ def anova(runs: pd.DataFrame, factors: list[str], response: str, log: bool = Fal
     terms = [f"C(Q('{f}'))" for f in factors]
     pairs = [f"{a}:{b}" for a, b in itertools.combinations(terms, 2)]
     formula = f"Q('{response}') ~ " + " + ".join(terms + pairs)
-    model = smf.ols(formula, data=data).fit()
+    with np.errstate(divide="ignore", invalid="ignore"):  # a saturated model's, below
+        model = smf.ols(formula, data=data).fit()
+    if model.df_resid < 1:
+        raise ValueError(
+            f"{int(model.df_model) + 1} model terms for {len(data)} runs: nothing is left "
+            "to tell variation from noise; replicate the cells"
+        )
     table = (
         anova_lm(model, typ=2)
         .reset_index()

@@ -3,6 +3,7 @@
 import math
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -54,6 +55,17 @@ def test_anova_agrees_with_sign_table_on_two_levels():
     by = table.set_index("term")
     assert by.loc[list(JAIN_SUM_SQ), "sum_sq"].to_dict() == pytest.approx(JAIN_SUM_SQ)
     assert by.loc["Residual", "sum_sq"] == pytest.approx(JAIN_SSE)
+
+
+def test_anova_of_one_run_per_cell_says_why_it_has_no_table_without_warnings():
+    """One run per cell: as many terms as runs, no error left. statsmodels
+    printed divide-by-zero warnings, then refused in its own words; the
+    report now has one sentence and its remedy."""
+    one_each = jain_2x2().groupby(["batch_size", "procs_per_node"], as_index=False).first()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"^4 model terms for 4 runs: .*replicate the cells$"):
+            stats.anova(one_each, ["batch_size", "procs_per_node"], "images_per_s")
 
 
 def test_log_model_detected_when_effects_multiply():
