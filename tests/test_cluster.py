@@ -160,7 +160,7 @@ def _namespaces_allowed() -> str | None:
 def slurm_cluster(schedulers_alone):
     if why := _namespaces_allowed():
         pytest.skip(why)
-    if cluster.RECORD.exists():
+    if cluster.live_record():  # one left by a killed session: up clears it
         pytest.skip(f"a cluster is already up ({cluster.RECORD}); the tests start their own")
     started = time.monotonic()
     up = subprocess.run([DDLC, "cluster", "up"], capture_output=True, text=True, timeout=900)

@@ -134,10 +134,19 @@ def up(nodes: int = 3, rate_mbit: int = 1000, cores_per_node: int | None = None)
     check_size(nodes, rate_mbit)
     node_cpus = own_cores(nodes, cores_per_node)
     if RECORD.exists():
-        raise ClusterError(
-            f"a cluster is already up (started {json.loads(RECORD.read_text())['started']}); "
-            "'./ddlc cluster down' stops it"
+        record = json.loads(RECORD.read_text())
+        if not abandoned(record):
+            raise ClusterError(
+                f"a cluster is already up (started {record['started']}); "
+                "'./ddlc cluster down' stops it"
+            )
+        print(
+            f"cluster: the cluster started {record['started']} is gone (none of its "
+            "processes runs: ended without 'cluster down', a killed session); clearing "
+            "what it left",
+            file=sys.stderr,
         )
+        down()
     if os.geteuid() != 0:
         raise ClusterError("the cluster needs root (namespaces, links, daemons); run it as root")
     if found := netem.problems("local"):
@@ -475,6 +484,31 @@ LEFT_INSTALLED = (
 )
 
 
+def live_record() -> dict | None:
+    """The record of a cluster that is up or coming up; None when there is
+    none, or only one left by a cluster whose processes all ended."""
+    if not RECORD.exists():
+        return None
+    record = json.loads(RECORD.read_text())
+    return None if abandoned(record) else record
+
+
+def abandoned(record: dict) -> bool:
+    """Whether nothing of the recorded cluster runs: none of its daemons,
+    no process carrying its mark, and the ``up`` that wrote the record has
+    ended (a session killed before ``cluster down`` leaves this)."""
+    mark = record.get("mark") or ""
+    if any(daemons().values()) or (mark and _marked(mark)):
+        return False
+    pid, _, written_ns = mark.partition("-")
+    try:
+        writer = psutil.Process(int(pid))
+        # The pid is the writer's while its process began before the record.
+        return not (_running(writer) and writer.create_time() <= int(written_ns) / 1e9)
+    except (ValueError, psutil.Error):
+        return True
+
+
 def down() -> bool:
     """Stop what ``up`` started: its PID files' daemons, then every process
     that carries the cluster's mark (the daemons' children too), remove the
@@ -629,6 +663,11 @@ def describe(record: dict) -> str:
         lines.append(
             f"daemons: {len(record['daemons']) - len(gone)} of {len(record['daemons'])} running"
             + (f"; gone: {', '.join(gone)}" if gone else "")
+        )
+    if abandoned(record):
+        lines.append(
+            "abandoned: none of its processes runs (ended without 'cluster down'); "
+            "'./ddlc cluster down' or 'up' clears what it left"
         )
     return "\n".join(lines)
 
