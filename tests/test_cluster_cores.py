@@ -5,14 +5,12 @@ its own, after test_cluster's (a cluster of any size after another)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from ddlcompare.run import cluster, cores
@@ -83,41 +81,6 @@ def test_a_node_with_its_own_core_runs_every_job_on_it(one_core_nodes, tmp_path)
     seen = dict((workdir / f"{h}.out").read_text().split() for h in own)
     assert seen == own, seen
     assert cores.cpu_list(",".join(own.values())) == [0, 1]
-
-
-@pytest.mark.slow
-@pytest.mark.schedulers
-def test_a_cluster_whose_processes_were_killed_is_cleared_by_the_next_up(one_core_nodes):
-    """A session killed between up and down (every process of it SIGKILLed)
-    leaves the record and the namespaces: the next suite skipped every
-    cluster test, and `cluster up` refused, as if a cluster were up. Now
-    status says it is abandoned and the next up clears it and starts."""
-    record = cluster.live_record()
-    assert record is not None and record["mark"] == one_core_nodes["mark"]
-    pidfiles = [
-        *(cluster.STATE / "run").glob("*.pid"),
-        *(cluster.STATE / "oar" / "run").glob("*.pid"),
-    ]
-    killed = cluster._marked(record["mark"])
-    for pidfile in pidfiles:
-        with contextlib.suppress(psutil.Error):
-            killed.append(psutil.Process(int(pidfile.read_text().split()[0])))
-    for process in killed:
-        with contextlib.suppress(psutil.Error):
-            process.kill()
-    deadline = time.monotonic() + 30
-    while any(map(cluster._running, killed)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert cluster.live_record() is None and cluster.RECORD.exists()
-    status = subprocess.run([DDLC, "cluster", "status"], capture_output=True, text=True)
-    assert "abandoned: none of its processes runs" in status.stdout, status.stdout
-    argv = [DDLC, "cluster", "up", "--nodes", "2", "--cores-per-node", "1"]
-    up = subprocess.run(argv, capture_output=True, text=True, timeout=900)
-    assert up.returncode == 0, up.stderr[-3000:]
-    assert f"the cluster started {record['started']} is gone" in up.stderr, up.stderr[-3000:]
-    again = cluster.live_record()
-    assert again is not None and again["mark"] != record["mark"]
-    assert all(cluster.daemons().values()), cluster.daemons()
 
 
 def test_cores_per_node_is_checked_against_this_machine():

@@ -35,6 +35,7 @@ files name.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import json
 import os
@@ -518,6 +519,7 @@ def down() -> bool:
     record = json.loads(RECORD.read_text())
     if (STATE / "oar").exists():
         _oar_script("stop", record["nodes"])
+        _stop_processes(_orphaned_oar_helpers())
     _stop_all(sorted((STATE / "run").glob("*.pid")))
     if mark := record.get("mark"):
         _stop_processes(_marked(mark))
@@ -532,6 +534,21 @@ def down() -> bool:
     MUNGE_SOCKET.unlink(missing_ok=True)
     RECORD.unlink()
     return True
+
+
+def _orphaned_oar_helpers() -> list[psutil.Process]:
+    """The OAR server's helpers ("Almighty: appendice", its "bipbip") left
+    running when the server itself was killed: reparented to init, they
+    keep OAR's port, so that no OAR starts again. The server gives them a
+    fresh environment, so the mark misses them; a live server's helpers
+    have the server as their parent and are not taken."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "ppid"]):
+        args = process.info["cmdline"] or []  # psutil splits a rewritten one at spaces
+        if " ".join(args).startswith("Almighty: ") and process.info["ppid"] == 1:
+            with contextlib.suppress(psutil.Error):
+                found += [process, *process.children(recursive=True)]
+    return found
 
 
 def _stop_all(pidfiles: list[Path], grace_s: float = 10) -> None:
