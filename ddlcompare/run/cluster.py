@@ -497,9 +497,11 @@ def live_record() -> dict | None:
 def abandoned(record: dict) -> bool:
     """Whether nothing of the recorded cluster runs: none of its daemons,
     no process carrying its mark, and the ``up`` that wrote the record has
-    ended (a session killed before ``cluster down`` leaves this)."""
+    ended (a session killed before ``cluster down`` leaves this). The
+    daemons' liveness is status()'s where the record carries it."""
     mark = record.get("mark") or ""
-    if any(daemons().values()) or (mark and _marked(mark)):
+    running = record["daemons"] if "daemons" in record else daemons()
+    if any(running.values()) or (mark and _marked(mark)):
         return False
     pid, _, written_ns = mark.partition("-")
     try:
