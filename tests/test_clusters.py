@@ -174,6 +174,20 @@ def test_a_running_job_on_a_lost_node_is_judged_by_its_outputs():
     assert oar.verdict({"state": "Running"}, True, lost) == "success"
 
 
+def test_a_job_finishing_on_a_lost_node_is_worth_telling_also_when_its_outputs_exist():
+    """A run that failed as a node under it was lost has written its outputs;
+    OAR's job, still finishing, is judged a success by them. CI's cluster
+    test saw the run's record without OAR's words when finaud suspected the
+    node before the job's end was seen."""
+    finishing, lost = {"state": "Finishing"}, {"vm-n2": "Suspected"}
+    said = oar.verdict(finishing, True, lost)
+    assert said == "success" and oar.worth_telling(said, finishing, lost)
+    assert not oar.worth_telling("success", {"state": "Terminated", "exit_code": 0}, {})
+    assert oar.worth_telling("failed", None)
+    walltime = {"state": "Error", "events": [{"type": "WALLTIME", "description": "10 s"}]}
+    assert oar.worth_telling("success", walltime)
+
+
 def test_oars_words_give_state_lost_nodes_and_causes_not_mechanics():
     job = {
         "state": "Error",

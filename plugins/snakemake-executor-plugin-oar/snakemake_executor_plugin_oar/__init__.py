@@ -228,7 +228,7 @@ class Executor(RemoteExecutor):
         if under_way:  # a node is lost: free the others now
             await run(["oardel", job_id])
         words = oar.words(job_id, job, lost)
-        if settings.job_end_command and (said == "failed" or (job and oar.causes(job))):
+        if settings.job_end_command and oar.worth_telling(said, job, lost):
             await self.job_ended(job_id, said, words, outputs)
         if said == "success":
             self.report_job_success(job_info)

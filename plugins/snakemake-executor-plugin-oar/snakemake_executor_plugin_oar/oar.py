@@ -183,6 +183,15 @@ def causes(job: dict) -> list[str]:
     ]
 
 
+def worth_telling(said: str, job: dict | None, lost: Mapping | None = None) -> bool:
+    """Whether OAR has words the job end command should pass on: the job
+    failed, a node under it was lost, or an event says why it ended. A job
+    still finishing when its node is lost is judged by its outputs (a run
+    that failed there has written them), so its verdict alone says nothing
+    of the lost node."""
+    return said == "failed" or bool(lost) or bool(job and causes(job))
+
+
 def words(job_id: str, job: dict | None, lost: Mapping | None = None) -> str:
     """OAR's words for a job's end: its state, exit code, lost nodes, causes."""
     if job is None:
