@@ -163,8 +163,12 @@ def waterfall(breakdown_table: pd.DataFrame, cell_keys: list[str]) -> pd.DataFra
         group = group.sort_values("world_size")
         base = group.iloc[0]
         t0 = base[phases].sum()
+        if t0 <= 0:
+            continue  # no phase timed (Tarantella's own table): no step time to split
         for _, row in group.iloc[1:].iterrows():
             tn = row[phases].sum()
+            if tn <= 0:
+                continue
             factor = row["world_size"] / base["world_size"]
             for phase in phases:
                 rows.append(

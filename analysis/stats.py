@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -255,19 +256,30 @@ def anova(runs: pd.DataFrame, factors: list[str], response: str, log: bool = Fal
     variation (share of the total sum of squares, residual included)."""
     import statsmodels.formula.api as smf
     from statsmodels.stats.anova import anova_lm
+    from statsmodels.tools.sm_exceptions import SingularMatrixWarning
 
     data = runs[(runs["status"] == "ok")][factors + [response]].dropna()
     if log:
         data = data[data[response] > 0].assign(**{response: np.log(data[response])})
-    terms = [f"C(Q('{f}'))" for f in factors]
-    pairs = [f"{a}:{b}" for a, b in itertools.combinations(terms, 2)]
-    formula = f"Q('{response}') ~ " + " + ".join(terms + pairs)
-    with np.errstate(divide="ignore", invalid="ignore"):  # a saturated model's, below
+    term = {f: f"C(Q('{f}'))" for f in factors}
+    crossed, left_out = _crossed_pairs(data, factors)
+    pairs = [f"{term[a]}:{term[b]}" for a, b in crossed]
+    formula = f"Q('{response}') ~ " + " + ".join([*term.values(), *pairs])
+    # A saturated model's division by zero, and a rank-deficient one's
+    # warning: both are said in words below.
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", SingularMatrixWarning)
         model = smf.ols(formula, data=data).fit()
     if model.df_resid < 1:
         raise ValueError(
             f"{int(model.df_model) + 1} model terms for {len(data)} runs: nothing is left "
             "to tell variation from noise; replicate the cells"
+        )
+    if model.model.rank < model.model.exog.shape[1]:
+        raise ValueError(
+            f"the finished runs confound {' and '.join(_confounded(data, factors))}: their "
+            "levels ran in too few combinations to tell their effects apart; run the "
+            "missing cells"
         )
     table = (
         anova_lm(model, typ=2)
@@ -276,8 +288,40 @@ def anova(runs: pd.DataFrame, factors: list[str], response: str, log: bool = Fal
     )
     table["term"] = table["term"].str.replace(r"C\(Q\('([^']+)'\)\)", r"\1", regex=True)
     table["variation"] = table["sum_sq"] / table["sum_sq"].sum()
-    table.attrs["r_squared"] = model.rsquared
-    return table[["term", "sum_sq", "df", "F", "p", "variation"]]
+    table = table[["term", "sum_sq", "df", "F", "p", "variation"]]
+    table.attrs.update(r_squared=model.rsquared, left_out=left_out)
+    return table
+
+
+def _confounded(data: pd.DataFrame, factors: list[str]) -> list[str]:
+    """The first two factors whose main effects alone the runs cannot tell
+    apart; all of them where only together they cannot."""
+
+    def separable(chosen) -> bool:
+        dummies = pd.get_dummies(data[list(chosen)].astype(str), drop_first=True, dtype=float)
+        columns = np.column_stack([np.ones(len(data)), dummies.to_numpy()])
+        return np.linalg.matrix_rank(columns) == columns.shape[1]
+
+    return next(
+        (list(pair) for pair in itertools.combinations(factors, 2) if not separable(pair)),
+        factors,
+    )
+
+
+def _crossed_pairs(data: pd.DataFrame, factors: list[str]) -> tuple[list, list[str]]:
+    """The two-way interactions the runs can estimate: those whose factors'
+    levels ran in every combination (a pair with a combination missing makes
+    the model rank-deficient, and statsmodels' F tests of it meaningless);
+    and a sentence for each left out."""
+    crossed, left_out = [], []
+    for a, b in itertools.combinations(factors, 2):
+        ran = len(data[[a, b]].drop_duplicates())
+        every = data[a].nunique() * data[b].nunique()
+        if ran == every:
+            crossed.append((a, b))
+        else:
+            left_out.append(f"{a} x {b} ({ran} of its {every} combinations of levels ran)")
+    return crossed, left_out
 
 
 def sign_table_2kr(
@@ -527,6 +571,7 @@ def _anova_table(out: Section, runs: pd.DataFrame, factors: list[str], response:
     except (ValueError, np.linalg.LinAlgError) as exc:
         out.para(f"Allocation of variation not computed: {exc}.")
         return
+    left_out = table.attrs["left_out"]
     residual = table.loc[table["term"] == "Residual", "sum_sq"]
     if len(residual) and residual.iloc[0] <= 1e-9 * table["sum_sq"].sum():
         table = table.drop(columns=["F", "p"])  # no error: a test statistic would be noise
@@ -538,4 +583,9 @@ def _anova_table(out: Section, runs: pd.DataFrame, factors: list[str], response:
         f"the {'multiplicative (log)' if fit['log_fits_better'] else 'additive'} model "
         f"fits better.",
     )
+    if left_out:
+        out.para(
+            "Interactions left out, since not every combination of their levels ran: "
+            f"{'; '.join(left_out)}."
+        )
     out.table(table, caption=f"allocation of variation of {response}")

@@ -272,7 +272,10 @@ def _fit(table: dict[str, np.ndarray], probe: pd.DataFrame | None) -> Model:
     if several.any():
         many = {c: values[several] for c, values in table.items()}
         spread = np.array([expected_max(int(p)) for p in many["world_size"]])
-        model.skew = _mean(many["skew_s"] / (model.compute(many["batch_size"]) * spread))
+        compute = model.compute(many["batch_size"]) * spread
+        # A framework whose phases are not timed has no compute to scale skew by.
+        nothing = np.full(len(compute), np.nan)
+        model.skew = _mean(np.divide(many["skew_s"], compute, out=nothing, where=compute > 0))
         model.alpha, model.beta = _fit_comm(many, probe, notes)
     else:
         notes.append("no run of more than one process: no skew or communication measured")

@@ -68,6 +68,34 @@ def test_anova_of_one_run_per_cell_says_why_it_has_no_table_without_warnings():
             stats.anova(one_each, ["batch_size", "procs_per_node"], "images_per_s")
 
 
+def test_anova_leaves_out_an_interaction_whose_levels_did_not_all_run():
+    """A framework that ran at one scale only (LBANN at 2 processes): the
+    framework x scale interaction cannot be estimated, and statsmodels
+    warned of a rank-deficient matrix and gave its F test a wrong df."""
+    rows = jain_2x2().assign(framework="a")
+    lbann = rows[rows["procs_per_node"] == 2].assign(framework="b")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = stats.anova(
+            pd.concat([rows, lbann]), ["framework", "procs_per_node"], "images_per_s"
+        )
+    assert list(table["term"]) == ["framework", "procs_per_node", "Residual"]
+    assert table.attrs["left_out"] == [
+        "framework x procs_per_node (3 of its 4 combinations of levels ran)"
+    ]
+
+
+def test_anova_names_the_factors_the_finished_runs_confound():
+    """Each framework ran at its own scale only: no effect of either can be
+    told from the other's."""
+    runs = jain_2x2()
+    runs = runs[runs["batch_size"] == 16].assign(framework=runs["procs_per_node"].map(str))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"confound framework and procs_per_node: .*missing"):
+            stats.anova(runs, ["framework", "procs_per_node"], "images_per_s")
+
+
 def test_log_model_detected_when_effects_multiply():
     rng = np.random.default_rng(0)
     rows = []
