@@ -552,6 +552,28 @@ def test_configfiles_that_are_no_files_are_refused_before_snakemake_reads_them(t
     assert not (tmp_path / "r").exists()
 
 
+def test_paths_given_to_ddlc_are_read_from_where_it_is_called(tmp_path):
+    """From another folder, `ddlc plan --design mine.yaml` and `ddlc run -n
+    --design mine.yaml` planned the checkout's design.yaml (ddlc works in
+    the checkout), saying nothing; they read the caller's file."""
+    doc = tiny_design()
+    doc["name"] = "mine"
+    write_design(tmp_path, doc, "mine.yaml")
+    env = {**os.environ, "DDLC_VENV": str(Path(sys.executable).parent.parent)}
+    for command in (
+        ["plan", "--summary", "--design", "mine.yaml"],
+        ["run", "-n", "--design=mine.yaml"],
+    ):
+        done = subprocess.run(
+            ["bash", str(REPO / "ddlc"), *command, "--results", "out"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+        said = done.stdout + done.stderr
+        assert done.returncode == 0, said
+        assert "0 of 1 runs done, 1 to do" in said, said  # the checkout's has more
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.yaml"]  # dry: nothing written
+
+
 @pytest.mark.parametrize("entry", ["x=1", "9a=1", "x-=1"])
 def test_a_config_key_snakemake_cannot_parse_gets_one_line_from_ddlc_run(entry):
     """Snakemake answers a --config key of one letter, or one that is no
