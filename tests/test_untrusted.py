@@ -555,11 +555,14 @@ def test_configfiles_that_are_no_files_are_refused_before_snakemake_reads_them(t
 def test_paths_given_to_ddlc_are_read_from_where_it_is_called(tmp_path):
     """From another folder, `ddlc plan --design mine.yaml` and `ddlc run -n
     --design mine.yaml` planned the checkout's design.yaml (ddlc works in
-    the checkout), saying nothing; they read the caller's file."""
+    the checkout), saying nothing; they read the caller's file, and a
+    relative DDLC_VENV is the caller's folder."""
     doc = tiny_design()
     doc["name"] = "mine"
     write_design(tmp_path, doc, "mine.yaml")
-    env = {**os.environ, "DDLC_VENV": str(Path(sys.executable).parent.parent)}
+    # the folders set for it too: DDLC_VENV, DDLC_SOURCES, DDLC_CACHE
+    (tmp_path / "venv").symlink_to(Path(sys.executable).parent.parent)
+    env = {**os.environ, "DDLC_VENV": "venv"}
     for command in (
         ["plan", "--summary", "--design", "mine.yaml"],
         ["run", "-n", "--design=mine.yaml"],
@@ -571,7 +574,7 @@ def test_paths_given_to_ddlc_are_read_from_where_it_is_called(tmp_path):
         said = done.stdout + done.stderr
         assert done.returncode == 0, said
         assert "0 of 1 runs done, 1 to do" in said, said  # the checkout's has more
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.yaml"]  # dry: nothing written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.yaml", "venv"]  # dry run
 
 
 @pytest.mark.parametrize("entry", ["x=1", "9a=1", "x-=1"])
