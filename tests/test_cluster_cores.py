@@ -5,12 +5,15 @@ its own, after test_cluster's (a cluster of any size after another)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from ddlcompare.run import cluster, cores
@@ -81,6 +84,73 @@ def test_a_node_with_its_own_core_runs_every_job_on_it(one_core_nodes, tmp_path)
     seen = dict((workdir / f"{h}.out").read_text().split() for h in own)
     assert seen == own, seen
     assert cores.cpu_list(",".join(own.values())) == [0, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.schedulers
+def test_a_cluster_killed_under_a_running_job_comes_up_again(one_core_nodes):
+    """A session killed between up and down, with an OAR job running (every
+    process of the cluster that carries its mark or has a PID file
+    SIGKILLed, PostgreSQL and the OAR server among them; the job's oarexec,
+    started by OAR's sshd in a fresh environment, lives on): `cluster up`
+    refused as if a cluster were up; with the record cleared, OAR's
+    database still held the job, and the next up's oardel of it waited on
+    the gone server's job (some 70 s more here, quiet; past the 90 s the
+    first job is given, loaded). Now status says the cluster is abandoned
+    and the next up ends the orphaned job, starts OAR's database afresh
+    and runs its first job."""
+    record = cluster.live_record()
+    assert record is not None and record["mark"] == one_core_nodes["mark"]
+    user = OarUser(cluster._oar_user(record["nodes"]))
+    workdir = user.workdir("killed")
+    user.env["PWD"] = str(workdir)
+    out = user.run(["oarsub", "-l", "core=1,walltime=0:10:00", "sleep 600"], workdir)
+    assert out.returncode == 0, out.stdout + out.stderr
+    job = re.search(r"OAR_JOB_ID=(\d+)", out.stdout).group(1)
+    deadline = time.monotonic() + 60
+    while not _oarexecs() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _oarexecs(), "the job did not start in 60 s"
+    pidfiles = [
+        *(cluster.STATE / "run").glob("*.pid"),
+        *(cluster.STATE / "oar" / "run").glob("*.pid"),
+    ]
+    killed = cluster._marked(record["mark"])
+    for pidfile in pidfiles:
+        with contextlib.suppress(psutil.Error, ValueError):
+            killed.append(psutil.Process(int(pidfile.read_text().split()[0])))
+    for process in killed:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    deadline = time.monotonic() + 30
+    while any(map(cluster._running, killed)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert cluster.live_record() is None and cluster.RECORD.exists()
+    status = subprocess.run([DDLC, "cluster", "status"], capture_output=True, text=True)
+    assert "abandoned: none of its processes runs" in status.stdout, status.stdout
+    oar_log = cluster.STATE / "log" / "oar.sh.log"
+    before = oar_log.stat().st_size
+    argv = [DDLC, "cluster", "up", "--nodes", "2", "--cores-per-node", "1"]
+    up = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert up.returncode == 0, up.stderr[-3000:]
+    assert f"the cluster started {record['started']} is gone" in up.stderr, up.stderr[-3000:]
+    said = oar_log.read_bytes()[before:].decode()
+    assert re.search(rf"starting OAR's database afresh: jobs [\d ]*\b{job}\b", said), said
+    # The killed server's job is gone, not ended by oardel and kept: OAR
+    # waited on it, past the 90 s the first job is given on a loaded machine.
+    left = user.run(["oarstat", "-f", "-J", "-j", job], workdir)
+    assert "sleep 600" not in left.stdout, left.stdout
+    assert not _oarexecs(), "the killed server's job still runs"
+    again = cluster.live_record()
+    assert again is not None and again["mark"] != record["mark"]
+    assert all(cluster.daemons().values()), cluster.daemons()
+
+
+def _oarexecs() -> list[psutil.Process]:
+    """OAR's job executors running on this machine (one a running job)."""
+    return [
+        p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[-1:] == ["OAREXEC"]
+    ]
 
 
 def test_cores_per_node_is_checked_against_this_machine():

@@ -103,10 +103,19 @@ create_database() {
   # One OAR database on this machine, shared by this script's set-ups (the
   # test OAR, the cluster): a set-up that finds another's resources, or the
   # same one's with other nodes (a cluster of 2 after one of 3: OAR would
-  # place jobs on hosts that no longer exist), starts afresh.
+  # place jobs on hosts that no longer exist), starts afresh. So does one
+  # whose server is gone with jobs unfinished (killed under them, or the
+  # machine restarted): their processes are gone, OAR cannot end them
+  # (oardel waits on their oarexec), and they hold the nodes.
   local mine="$dir $nodes $cores"
-  if [ "$(cat "$owner" 2>/dev/null)" = "$mine" ] && oarnodes -J >/dev/null 2>&1; then
+  if [ "$(cat "$owner" 2>/dev/null)" = "$mine" ] && oarnodes -J >/dev/null 2>&1 &&
+     { alive oar-server || [ -z "$(unfinished_jobs)" ]; }; then
     return 0
+  fi
+  local left
+  left=$(unfinished_jobs)
+  if [ -n "$left" ] && ! alive oar-server; then
+    say "starting OAR's database afresh: jobs $(echo $left) were left unfinished by a server that is gone"
   fi
   oar-database --drop --db-is-local -y >"$dir/log/oar-database.log" 2>&1 || true
   oar-database --create --db-is-local -y >>"$dir/log/oar-database.log" 2>&1
@@ -167,13 +176,25 @@ start_server() {
   wait_for 20 "the OAR server" sh -c "ss -ltn | grep -q ':6666 '"
 }
 
-forget_jobs() {
-  local ids
-  ids=$(oarstat -J 2>/dev/null | sed -n 's/^   "\([0-9][0-9]*\)" : {$/\1/p')
-  [ -z "$ids" ] && return 0
-  say "deleting jobs an earlier set-up left: $(echo $ids)"
-  # shellcheck disable=SC2086
-  oardel $ids >/dev/null 2>&1 || true
+descendants() { local child; for child in $(pgrep -P "$1"); do echo "$child"; descendants "$child"; done; }
+
+end_orphaned_jobs() {
+  # A job's oarexec (and the job's processes under it) outlives a server
+  # killed under it (reparented to init): once a server starts again, with
+  # a database started afresh, it would report its old job's end under an
+  # id the new server gives again. No server runs here: none of them is a
+  # live server's.
+  local pid found=()
+  for pid in $(pgrep -u oar -P 1 -f '^perl - [0-9]+ OAREXEC$' || true); do
+    found+=("$pid" $(descendants "$pid"))
+  done
+  [ ${#found[@]} -eq 0 ] && return 0
+  say "ending the processes of jobs a server that is gone left running: ${found[*]}"
+  kill -KILL "${found[@]}" 2>/dev/null || true
+}
+
+unfinished_jobs() {  # the ids of the jobs OAR's database holds that have not ended
+  { oarstat -J 2>/dev/null || true; } | sed -n 's/^   "\([0-9][0-9]*\)" : {$/\1/p'
 }
 
 start() {
@@ -185,17 +206,12 @@ start() {
   mkdir -p "$dir"/{run,log}
   configure
   create_user
+  alive oar-server || end_orphaned_jobs
   start_postgres
   create_database
   start_node_sshd
   add_resources
-  local fresh=1
-  alive oar-server && fresh=0
   start_server
-  # Jobs an earlier set-up left unfinished (a cluster stopped under them)
-  # would hold the nodes and keep the probe below waiting: a server started
-  # afresh deletes them. One restarted for a restored node keeps its jobs.
-  [ "$fresh" = 1 ] && forget_jobs
   revive_nodes
   # A job that runs, as the test user, says the whole chain works. On a node
   # just restored (./ddlc cluster's lost node) a job may end in Error while
