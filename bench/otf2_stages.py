@@ -1,5 +1,6 @@
 """Where an OTF2 conversion's time goes: the C reader against the Python
-after it (the goal: 10 M events/s), each stage timed inside one conversion.
+after it, each stage timed inside one conversion (the readers' goals:
+docs/tracing.md, "Speed and memory").
 
     python bench/otf2_stages.py ANCHOR [--cores N]
 
