@@ -50,8 +50,9 @@ the steps-only counters; last, the answer.
         [--reps 4] [--arms plain,patched,plain-idle] [--results DIR] [--seed 1]
         [--design bench/free_core_threads.yaml]
 Needs both Tarantella builds (./ddlc run builds them: envs/tarantella.md)
-and root or CAP_SYS_NICE for plain-idle. About 35 s a run on a quiet machine (12 runs,
-about 7 minutes; --reps 5: 15 runs, about 9). Last line: key=value pairs.
+and root or CAP_SYS_NICE for plain-idle. About 35 s a run on a quiet machine (2026-11-27, 32c9cfe,
+the 2-core machine of that day, its CPU not recorded; 12 runs, about 7
+minutes; --reps 5: 15 runs, about 9). Last line: key=value pairs.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ written once by frameworks/otf2_writer.py and cached in
 - with --streamed, ``python -m traces.convert`` into a Parquet file, a group
   of ranks at a time (bounded memory; its ``target_peak_bytes`` key);
 - a plain loop over the ``otf2`` Python reader's events (every event, or the
-  first N with --loop-events), the baseline it must beat 10x;
+  first N with --loop-events), the baseline (``target_ratio``);
 - the floor: bench/otf2_count.c, the OTF2 library reading every event of
   every location and only counting them.
 
