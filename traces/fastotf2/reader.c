@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define NONE INT64_MIN
@@ -394,6 +395,24 @@ static OTF2_CallbackCode collective_complete(OTF2_LocationRef l, OTF2_TimeStamp 
     return OTF2_CALLBACK_SUCCESS;
 }
 
+/* Whether this location has no definitions file of its own, in an archive
+ * laid out a file per location (the POSIX substrate's <archive>/<ref>.evt):
+ * the library's reader of them would still take a buffer of the archive's
+ * definition chunk size, zeroed and kept until the archive closes, to read
+ * nothing (4 MiB a location in the bench's archive: docs/tracing.md, "Speed
+ * and memory"). Elsewhere (another substrate, or the file present) they are
+ * read. */
+static int no_local_definitions(const char *anchor, OTF2_LocationRef ref) {
+    char path[4096];
+    size_t len = strlen(anchor);
+    struct stat st;
+    if (len < 5 || strcmp(anchor + len - 5, ".otf2") != 0 || len + 32 > sizeof path) return 0;
+    snprintf(path, sizeof path, "%.*s/%llu.def", (int)(len - 5), anchor, (unsigned long long)ref);
+    if (stat(path, &st) == 0) return 0;
+    snprintf(path, sizeof path, "%.*s/%llu.evt", (int)(len - 5), anchor, (unsigned long long)ref);
+    return stat(path, &st) == 0;
+}
+
 #define CHECK(call, what) do { OTF2_ErrorCode code_ = (call); if (code_ != OTF2_SUCCESS) { \
     fail(out, "%s: %s", what, OTF2_Error_GetDescription(code_)); goto done; } } while (0)
 
@@ -446,6 +465,7 @@ int fastotf2_read(const char *anchor, const uint64_t *locations, int32_t n_locat
     out->error[0] = 0;
     if (def_files) {
         for (int32_t i = 0; i < n_locations; i++) {
+            if (no_local_definitions(anchor, locations[i])) continue;
             OTF2_DefReader *defs = OTF2_Reader_GetDefReader(reader, locations[i]);
             if (!defs) continue;
             uint64_t read = 0;
