@@ -42,8 +42,8 @@ into ~/.cache/ddl-compare/bench/, one uncompressed file per rank.
 
 The goals (issues 30 and 45) and every figure measured against them, with
 its commit, machine and load: docs/tracing.md, "Speed and memory"; the
-``target_*`` keys this bench prints are its own first thresholds
-(``TARGET_*`` below), lower than those goals. Rates are
+``goal_*`` keys this bench prints beside its figures are those goals
+(``GOAL_*`` below). Rates are
 events per second of CPU time in-process (the child's and its workers',
 imports excluded), for every tool alike: on a shared, loaded machine the
 wall clock also counts the time spent waiting for the core. The bench
@@ -80,8 +80,14 @@ from measuring import (  # noqa: E402
 )
 from runfiles import variables  # noqa: E402
 
-TARGET_EVENTS_PER_S = 1_000_000
-TARGET_MEMORY_RATIO = 3.0
+# The goals: issue 30's for the reader in-process (events/s of one core's
+# CPU, peak memory over the files, against HTA), issue 45's for the whole
+# process as a user waits for it (events/s of wall time, the refusal).
+GOAL_EVENTS_PER_S = 2_000_000
+GOAL_PEAK_VS_FILE = 1.5
+GOAL_VS_HTA = 10
+GOAL_WHOLE_PROCESS_EVENTS_PER_WALL_S = 2_000_000
+GOAL_REFUSAL_S = 1.0
 LAYERS = ("conv1", "bn1", "relu", "conv2", "bn2", "fc")
 
 
@@ -583,14 +589,15 @@ def measure(folder: Path, args) -> None:
         f"peak_bytes_per_event={mine['peak'] / events:.1f} "
         f"file_bytes_per_event={size / events:.1f} peak_vs_file={mine['peak'] / size:.2f} "
         f"before_peak_bytes_per_event={before['peak'] / events:.1f} "
-        f"target_events_per_s={TARGET_EVENTS_PER_S} target_peak_vs_file={TARGET_MEMORY_RATIO} "
+        f"goal_events_per_s={GOAL_EVENTS_PER_S} goal_peak_vs_file={GOAL_PEAK_VS_FILE} "
         f"whole_process_events_per_cpu_s={events / whole['cpu']:.0f} "
         f"whole_process_events_per_wall_s={events / whole['wall']:.0f} "
+        f"goal_whole_process_events_per_wall_s={GOAL_WHOLE_PROCESS_EVENTS_PER_WALL_S} "
         f"one_at_a_time_events_per_cpu_s={events / one_by_one['cpu']:.0f} "
         f"one_at_a_time_events_per_wall_s={events / one_by_one['wall']:.0f} "
         f"reference_wall_s={fixed['wall']:.3f} reference_cpu_s={fixed['cpu']:.3f} "
         f"whole_process_wall_vs_reference={statistics.median(vs_reference):.3f} "
-        f"refusal_1gib_wall_s={refusal['wall']:.2f} "
+        f"refusal_1gib_wall_s={refusal['wall']:.2f} goal_refusal_1gib_wall_s={GOAL_REFUSAL_S} "
         f"timing=in-process-cpu {load_fields()}"
     )
     if args.format == "horovod":
@@ -601,7 +608,7 @@ def measure(folder: Path, args) -> None:
     print(summary("HTA TraceAnalysis", theirs, events, size), flush=True)
     print(
         f"format=kineto {figures} hta_events_per_s={hta_rate:.0f} "
-        f"ratio_vs_hta={rate / hta_rate:.1f} "
+        f"ratio_vs_hta={rate / hta_rate:.1f} goal_ratio_vs_hta={GOAL_VS_HTA} "
         f"hta_peak_bytes_per_event={theirs['peak'] / events:.1f}"
     )
 
