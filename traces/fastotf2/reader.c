@@ -191,6 +191,36 @@ static void set_collective(Columns *out, int64_t row, int32_t op) {
     if (op >= 0) out->op_seen[op & 0xff] = 1;
 }
 
+/* The rare paths of enter and leave, kept out of them: what is left of
+ * them then holds fewer registers (their instructions a row: docs/tracing.md,
+ * "Speed and memory"). */
+#define RARE __attribute__((noinline, cold))
+
+RARE static int grow_stack(State *s) {
+    int64_t room = s->room ? 2 * s->room : 64;
+    Open *grown = realloc(s->stack, room * sizeof *grown);
+    if (!grown) { fail(s->out, "out of memory"); return 0; }
+    s->stack = grown;
+    s->room = room;
+    return 1;
+}
+
+/* An Enter's `step` and `epoch` attributes, where it has them. */
+RARE static void step_attributes(const Columns *out, OTF2_AttributeList *attributes, uint32_t n,
+                                 int64_t *step, int64_t *epoch) {
+    for (uint32_t i = 0; i < n; i++) {
+        OTF2_AttributeRef ref;
+        OTF2_Type type;
+        OTF2_AttributeValue value;
+        if (OTF2_AttributeList_GetAttributeByIndex(attributes, i, &ref, &type, &value)
+                != OTF2_SUCCESS) continue;
+        int64_t at = find(out->attribute_ref, out->attribute_kinds, ref);
+        if (at < 0) continue;
+        if (out->attribute_kind[at] == ATTR_STEP) *step = value.int64;
+        else if (out->attribute_kind[at] == ATTR_EPOCH) *epoch = value.int64;
+    }
+}
+
 static OTF2_CallbackCode enter(OTF2_LocationRef location, OTF2_TimeStamp time, uint64_t position,
                                void *user, OTF2_AttributeList *attributes, OTF2_RegionRef region) {
     State *s = user;
@@ -201,25 +231,10 @@ static OTF2_CallbackCode enter(OTF2_LocationRef location, OTF2_TimeStamp time, u
         out->overflowed = 1;
         return OTF2_CALLBACK_INTERRUPT;
     }
-    if (s->depth == s->room) {
-        s->room = s->room ? 2 * s->room : 64;
-        Open *grown = realloc(s->stack, s->room * sizeof *grown);
-        if (!grown) { fail(out, "out of memory"); return OTF2_CALLBACK_INTERRUPT; }
-        s->stack = grown;
-    }
+    if (s->depth == s->room && !grow_stack(s)) return OTF2_CALLBACK_INTERRUPT;
     int64_t step = NONE, epoch = NONE;
     uint32_t n = attributes ? OTF2_AttributeList_GetNumberOfElements(attributes) : 0;
-    for (uint32_t i = 0; i < n; i++) {
-        OTF2_AttributeRef ref;
-        OTF2_Type type;
-        OTF2_AttributeValue value;
-        if (OTF2_AttributeList_GetAttributeByIndex(attributes, i, &ref, &type, &value)
-                != OTF2_SUCCESS) continue;
-        int64_t at = find(out->attribute_ref, out->attribute_kinds, ref);
-        if (at < 0) continue;
-        if (out->attribute_kind[at] == ATTR_STEP) step = value.int64;
-        else if (out->attribute_kind[at] == ATTR_EPOCH) epoch = value.int64;
-    }
+    if (n) step_attributes(out, attributes, n, &step, &epoch);
     Open *top = s->depth ? &s->stack[s->depth - 1] : NULL;
     if (step == NONE && top) { step = top->step; epoch = top->epoch; }
     Open *e = &s->stack[s->depth++];
@@ -230,53 +245,66 @@ static OTF2_CallbackCode enter(OTF2_LocationRef location, OTF2_TimeStamp time, u
     return OTF2_CALLBACK_SUCCESS;
 }
 
-static OTF2_CallbackCode leave(OTF2_LocationRef location, OTF2_TimeStamp time, uint64_t position,
-                               void *user, OTF2_AttributeList *attributes, OTF2_RegionRef region) {
-    State *s = user;
+/* Which open region a Leave closes where it is not the innermost: the
+ * innermost of its name (counted as overlapping), else the innermost
+ * (counted as renamed); -1 when none is open (counted as unbalanced). */
+RARE static int64_t closed_elsewhere(State *s, uint32_t region) {
     Columns *out = s->out;
-    (void)location; (void)position; (void)attributes;
     int64_t at = s->depth - 1;
     while (at >= 0 && s->stack[at].region != region) at--;
     if (at < 0 && s->depth) {
         /* No open region of that name: close the innermost, as OTF2 says a
          * Leave does (APEX leaves an HPX task under the name it was
          * renamed to). */
-        at = s->depth - 1;
         out->renamed++;
-    } else if (at < 0) {
-        out->unbalanced++;
-        return OTF2_CALLBACK_SUCCESS;
-    } else if (at != s->depth - 1) {
-        out->overlapping++;
+        return s->depth - 1;
     }
-    if (out->rows >= out->capacity) {
-        fail(out, OVERFLOW);
-        out->overflowed = 1;
-        return OTF2_CALLBACK_INTERRUPT;
+    if (at < 0) out->unbalanced++;
+    else out->overlapping++;
+    return at;
+}
+
+RARE static OTF2_CallbackCode overflowed(Columns *out) {
+    fail(out, OVERFLOW);
+    out->overflowed = 1;
+    return OTF2_CALLBACK_INTERRUPT;
+}
+
+static OTF2_CallbackCode leave(OTF2_LocationRef location, OTF2_TimeStamp time, uint64_t position,
+                               void *user, OTF2_AttributeList *attributes, OTF2_RegionRef region) {
+    State *s = user;
+    Columns *out = s->out;
+    (void)location; (void)position; (void)attributes;
+    int64_t at = s->depth - 1;
+    if (at < 0 || s->stack[at].region != region) {
+        at = closed_elsewhere(s, region);
+        if (at < 0) return OTF2_CALLBACK_SUCCESS;
     }
-    Open e = s->stack[at];
-    /* the innermost, nearly always: nothing above it to move down (a call
-     * of memmove per row was a tenth of this function's instructions) */
-    if (at != s->depth - 1)
-        memmove(&s->stack[at], &s->stack[at + 1], (s->depth - at - 1) * sizeof e);
-    s->depth--;
-    int64_t row = out->rows++;
-    if (row % AHEAD_ROWS == 0) populate_ahead(out, row);
-    out->enter_row[e.enter] = row;
-    out->start[row] = e.start;
+    int64_t row = out->rows;
+    if (row >= out->capacity) return overflowed(out);
+    out->rows = row + 1;
+    if ((row & (AHEAD_ROWS - 1)) == 0) populate_ahead(out, row);
+    const Open *e = &s->stack[at];
+    out->enter_row[e->enter] = row;
+    out->start[row] = e->start;
     out->end[row] = time;
     out->location[row] = s->location;
     out->rank[row] = out->location_rank[s->location];
     out->node[row] = out->location_node[s->location];
-    uint32_t index = region_index(out, e.region);
+    uint32_t index = region_index(out, e->region);
     out->region[row] = index;
     out->region_seen[index] = 1;
     out->depth[row] = (int32_t)at;
-    out->parent[row] = e.parent; /* an enter number until all rows are in */
-    out->step[row] = e.step < 0 ? NONE : e.step;
-    out->epoch[row] = e.epoch < 0 ? NONE : e.epoch;
-    set_collective(out, row, e.collective);
-    out->bytes[row] = e.bytes < 0 ? NONE : e.bytes;
+    out->parent[row] = e->parent; /* an enter number until all rows are in */
+    out->step[row] = e->step < 0 ? NONE : e->step;
+    out->epoch[row] = e->epoch < 0 ? NONE : e->epoch;
+    set_collective(out, row, e->collective);
+    out->bytes[row] = e->bytes < 0 ? NONE : e->bytes;
+    /* the innermost, nearly always: nothing above it to move down (a call
+     * of memmove per row was a tenth of this function's instructions) */
+    if (at != s->depth - 1)
+        memmove(&s->stack[at], &s->stack[at + 1], (s->depth - at - 1) * sizeof *e);
+    s->depth--;
     return OTF2_CALLBACK_SUCCESS;
 }
 
