@@ -205,6 +205,12 @@ RARE static int grow_stack(State *s) {
     return 1;
 }
 
+RARE static OTF2_CallbackCode overflowed(Columns *out) {
+    fail(out, OVERFLOW);
+    out->overflowed = 1;
+    return OTF2_CALLBACK_INTERRUPT;
+}
+
 /* An Enter's `step` and `epoch` attributes, where it has them. */
 RARE static void step_attributes(const Columns *out, OTF2_AttributeList *attributes, uint32_t n,
                                  int64_t *step, int64_t *epoch) {
@@ -226,11 +232,7 @@ static OTF2_CallbackCode enter(OTF2_LocationRef location, OTF2_TimeStamp time, u
     State *s = user;
     Columns *out = s->out;
     (void)location; (void)position;
-    if (s->enters >= out->enter_capacity) {
-        fail(out, OVERFLOW);
-        out->overflowed = 1;
-        return OTF2_CALLBACK_INTERRUPT;
-    }
+    if (s->enters >= out->enter_capacity) return overflowed(out);
     if (s->depth == s->room && !grow_stack(s)) return OTF2_CALLBACK_INTERRUPT;
     int64_t step = NONE, epoch = NONE;
     uint32_t n = attributes ? OTF2_AttributeList_GetNumberOfElements(attributes) : 0;
@@ -262,12 +264,6 @@ RARE static int64_t closed_elsewhere(State *s, uint32_t region) {
     if (at < 0) out->unbalanced++;
     else out->overlapping++;
     return at;
-}
-
-RARE static OTF2_CallbackCode overflowed(Columns *out) {
-    fail(out, OVERFLOW);
-    out->overflowed = 1;
-    return OTF2_CALLBACK_INTERRUPT;
 }
 
 static OTF2_CallbackCode leave(OTF2_LocationRef location, OTF2_TimeStamp time, uint64_t position,
