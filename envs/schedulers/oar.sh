@@ -107,16 +107,13 @@ create_database() {
   # whose server is gone with jobs unfinished (killed under them, or the
   # machine restarted): their processes are gone, OAR cannot end them
   # (oardel waits on their oarexec), and they hold the nodes.
-  local mine="$dir $nodes $cores"
-  if [ "$(cat "$owner" 2>/dev/null)" = "$mine" ] && oarnodes -J >/dev/null 2>&1 &&
-     { alive oar-server || [ -z "$(unfinished_jobs)" ]; }; then
+  local mine="$dir $nodes $cores" left=
+  alive oar-server || left=$(unfinished_jobs)
+  if [ "$(cat "$owner" 2>/dev/null)" = "$mine" ] && oarnodes -J >/dev/null 2>&1 && [ -z "$left" ]; then
     return 0
   fi
-  local left
-  left=$(unfinished_jobs)
-  if [ -n "$left" ] && ! alive oar-server; then
+  [ -z "$left" ] ||
     say "starting OAR's database afresh: jobs $(echo $left) were left unfinished by a server that is gone"
-  fi
   oar-database --drop --db-is-local -y >"$dir/log/oar-database.log" 2>&1 || true
   oar-database --create --db-is-local -y >>"$dir/log/oar-database.log" 2>&1
   echo "$mine" > "$owner"
