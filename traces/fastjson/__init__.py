@@ -161,6 +161,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.kineto_scan.restype = ctypes.c_int
     lib.count_byte.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32]
     lib.count_byte.restype = ctypes.c_int64
+    lib.value_end.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    lib.value_end.restype = ctypes.c_int64
     lib.stack_parents.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] + [ctypes.c_void_p] * 2
     lib.stack_parents.restype = None
     lib.pair_edges.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 5
@@ -212,6 +214,18 @@ def library() -> ctypes.CDLL | None:
 
 def why_unavailable() -> str:
     return _LIBRARY.why
+
+
+def value_end(data, begin: int) -> int | None:
+    """Where the JSON value at ``data[begin]`` (bytes or any buffer) ends:
+    the index after it; -1 where no whole value lies in ``data``
+    (malformed, or cut: more data may complete it); None: no scanner
+    here."""
+    lib = library()
+    if lib is None:
+        return None
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    return lib.value_end(buffer.ctypes.data, begin, len(buffer))
 
 
 def scan(

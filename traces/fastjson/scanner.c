@@ -765,6 +765,17 @@ fail:
     return SCAN_FALLBACK;
 }
 
+/* Where the JSON value at data[begin] (white space before it allowed)
+ * ends: the byte after it; -1 where no whole value lies before end
+ * (malformed, nested deeper than MAX_DEPTH, or cut). The walk of
+ * traces/readers to a document's "traceEvents" skips the top-level values
+ * before it with this: token by token in Python it took 2 us a token, 6
+ * minutes for a 1 GiB document opening with "metadata". */
+int64_t value_end(const uint8_t *data, int64_t begin, int64_t end) {
+    Cursor c = {data + begin, data + end, data, 0};
+    return value(&c) ? (int64_t)(c.p - data) : -1;
+}
+
 /* How many bytes of data[begin:end] are b (an upper bound of the records:
  * each opens a brace). */
 int64_t count_byte(const uint8_t *data, int64_t begin, int64_t end, int32_t b) {

@@ -223,13 +223,14 @@ def _head(path: Path, size: int = HEAD_BYTES) -> bytes:
         raise TraceError(f"{path}: cannot read: {exc}") from None
 
 
-def _upto(f, size: int) -> bytes:
-    """Up to ``size`` bytes of ``f``: fewer at its end, or where a gzip
-    stream is cut or corrupt (what came before it)."""
+def _upto(f, size: int, reads: int = 512) -> bytes:
+    """Up to ``size`` bytes of ``f``, in reads of ``reads`` bytes: fewer at
+    its end, or where a gzip stream is cut or corrupt (what the reads before
+    it gave)."""
     pieces, got = [], 0
     while got < size:
         try:
-            piece = f.read(min(512, size - got))
+            piece = f.read(min(reads, size - got))
         except (EOFError, zlib.error, gzip.BadGzipFile):
             break
         if not piece:
@@ -248,23 +249,44 @@ def _walked(f, data: bytes, size: int) -> bytes:
     """``{"<key>": 0, ..., "traceEvents": [<first bytes of the array>``, from
     a JSON object's top-level keys, read on from ``f`` (``data``: what was
     read of it) until the events array opens; without one (in the first
-    WALK_LIMIT bytes), the keys alone: a key's name inside a value counts
-    for nothing. A document whose first key is none of TRACE_FIRST_KEYS is
-    not walked past it."""
+    WALK_LIMIT bytes), the keys alone (see _top_level)."""
+    keys, buffer, at, _ = _top_level(f, data)
+    if at < 0:
+        return b"{" + b"".join(k + b": 0, " for k in keys)
+    rest = buffer[at : at + size]
+    if len(rest) < size:
+        rest += _upto(f, size - len(rest))
+    return b"{" + b"".join(k + b": 0, " for k in keys[:-1]) + _EVENTS + b": [" + rest
+
+
+def events_opened_at(data) -> int:
+    """Where the top-level events array of the JSON object in ``data``
+    opens (the index after its ``[``), -1 where it has none: a
+    "traceEvents" inside another value (or a string) is not it."""
+    _, _, at, base = _top_level(None, data)
+    return at if at < 0 else base + at
+
+
+def _top_level(f, data) -> tuple[list[bytes], bytes, int, int]:
+    """(top-level keys, buffer, where in it the events array opens or -1,
+    buffer's offset in the document) of a JSON object, walked from
+    ``data`` (what was read of it) and ``f`` (None: data is all of it)
+    until "traceEvents" opens an array, for at most WALK_LIMIT bytes: a
+    key's name inside a value counts for nothing. A document whose first
+    key is none of TRACE_FIRST_KEYS is not walked past it. A value is
+    skipped whole by the JSON scanner where it is built (token by token
+    here, a 1 GiB document opening with "metadata" took 6 minutes)."""
     keys: list[bytes] = []
-    depth, at, read, last, key = 0, 0, len(data), None, None
+    depth, at, read, last, key, base = 0, 0, len(data), None, None, 0
     buffer = data
     while read <= WALK_LIMIT:
         found = _STRUCTURE.search(buffer, at)
         if found is None or (found.group() == b'"' and not _STRING_REST.match(buffer, found.end())):
-            more = _upto(f, 1 << 20)
+            more = _upto(f, 1 << 20) if f is not None else b""
             if not more:
                 break
-            buffer, at, read = (
-                buffer[found.start() if found else len(buffer) :] + more,
-                0,
-                read + len(more),
-            )
+            kept = found.start() if found else len(buffer)
+            buffer, at, read, base = buffer[kept:] + more, 0, read + len(more), base + kept
             continue
         token, at = found.group(), found.end()
         if token == b'"':
@@ -272,15 +294,20 @@ def _walked(f, data: bytes, size: int) -> bytes:
             assert string is not None  # the read above ends only past a whole string
             end = string.end()
             if depth == 1 and last in (b"{", b","):
-                key = buffer[at - 1 : end]
+                key = bytes(buffer[at - 1 : end])
             at, token = end, b'"'
         elif token in b"{[":
             if depth == 1 and last == b":" and key == _EVENTS and token == b"[":
-                rest = buffer[at : at + size]
-                if len(rest) < size:
-                    rest += _upto(f, size - len(rest))
-                return b"{" + b"".join(k + b": 0, " for k in keys[:-1]) + _EVENTS + b": [" + rest
-            depth += 1
+                return keys, buffer, at, base
+            if depth == 1 and (past := _past_value(f, buffer, at - 1, read)) is not None:
+                buffer, dropped, end, read = past
+                base += dropped
+                if end >= 0:
+                    at, token = end, b"}"
+                else:  # not JSON as the scanner takes it, or cut: token by token
+                    at, depth = at - dropped, depth + 1
+            else:
+                depth += 1
         elif token in b"}]":
             depth -= 1
             if depth <= 0:
@@ -290,7 +317,29 @@ def _walked(f, data: bytes, size: int) -> bytes:
                 break
             keys.append(key)
         last = token
-    return b"{" + b"".join(k + b": 0, " for k in keys)
+    return keys, buffer, -1, base
+
+
+def _past_value(f, buffer, at: int, read: int):
+    """(buffer, bytes of the old one dropped from its start, index past the
+    value or -1, bytes read) for the value opening at ``buffer[at]``,
+    skipped in C: where it runs on past the buffer, ``f`` (None: no more)
+    is read on into a new one that begins with the value (each read three
+    times what is held, up to WALK_LIMIT). -1: no whole value as the
+    scanner takes JSON (malformed, or cut); None: no scanner here."""
+    from traces import fastjson  # the reader's own, built and imported to read the trace
+
+    end = fastjson.value_end(buffer, at)
+    if end is None or end >= 0 or f is None:
+        return None if end is None else (buffer, 0, end, read)
+    held = bytearray(buffer[at:])
+    while (end := fastjson.value_end(held, 0)) == -1:
+        more = _upto(f, max(3 * len(held), 1 << 20), 1 << 24) if read <= WALK_LIMIT else b""
+        if not more:
+            break
+        held += more
+        read += len(more)
+    return bytes(held), at, end, read
 
 
 # A gzip stream may inflate to this many times its size, at most: JSON traces

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from traces import arrow_kernels as ak
 from traces import fastjson, jsonrecords, nesting
-from traces.readers import Problem, Reader, TraceError, read_bytes, register
+from traces.readers import Problem, Reader, TraceError, events_opened_at, read_bytes, register
 from traces.table import (
     NULL,
     PHASE_CODE,
@@ -414,10 +414,6 @@ def _cut_between_records(data: bytes) -> bool:
     return False
 
 
-_EVENTS_KEY = b'"traceEvents"'
-_EVENTS_OPEN = re.compile(rb'"traceEvents"\s*:\s*\[')
-
-
 def _decode(data: bytes, path: Path):
     """(batches of events, distributedInfo, problems), keeping every
     readable event: the events array is decoded a chunk at a time. The
@@ -427,23 +423,22 @@ def _decode(data: bytes, path: Path):
     chunk is decoded as a whole (for distributedInfo and where the array
     ends). The chunks before need no pass of their own."""
     problems: list = []
-    key = data.find(_EVENTS_KEY)
-    opened = _EVENTS_OPEN.match(data, key) if key >= 0 else None
-    if opened is not None:
-        chunks, last = jsonrecords.chunks(data, _first_record(data, opened.end()))
+    opened = events_opened_at(data)
+    if opened >= 0:
+        chunks, last = jsonrecords.chunks(data, _first_record(data, opened))
         # the last chunk scanned up to the array's end, which the scanner
         # finds: only the document around the array is left to msgspec
         tail = fastjson.scan(data, last, None, False, open_ended=True)
         if tail is not None:
             try:
-                doc = DOCUMENT_DECODER.decode(data[: opened.end()] + data[tail.array_end :])
+                doc = DOCUMENT_DECODER.decode(data[:opened] + data[tail.array_end :])
             except UNREADABLE:
                 pass  # as if the scanner had not taken it: below
             else:
                 runs = [(data, begin, end, False) for begin, end in chunks]
                 batches = itertools.chain(_batches(runs, path, problems), [tail])
                 return batches, doc.distributedInfo, problems
-        rest = data[: opened.end()] + data[last:] if chunks else data
+        rest = data[:opened] + data[last:] if chunks else data
         try:
             doc = DOCUMENT_DECODER.decode(rest)
         except UNREADABLE:
