@@ -76,9 +76,10 @@ def covered_seconds(table: pd.DataFrame) -> pd.DataFrame:
     keys = frame[group]
     first = (keys != keys.shift()).any(axis=1).to_numpy()
     # the furthest end of the group's intervals before each one: a gap
-    # before it starts a new stretch of covered time
+    # before it starts a new stretch of covered time (shifted with a fill,
+    # not NaN, so it stays int64: a double holds only 256 ns steps there)
     reach = frame.groupby(group, sort=False, observed=True)["end"].cummax()
-    before = reach.shift().to_numpy()
+    before = reach.shift(fill_value=0).to_numpy()
     new = first | (frame["start"].to_numpy() > before)
     frame["stretch"] = new.cumsum()
     stretches = frame.groupby([*group, "stretch"], sort=False, observed=True).agg(

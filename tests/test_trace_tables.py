@@ -40,3 +40,16 @@ def test_covered_time_joins_overlaps_and_keeps_gaps_and_ranks_apart():
     table = table.assign(run_id="r", source="kineto")
     seconds = covered_seconds(table).loc[("r", "kineto")]
     assert seconds.to_dict() == pytest.approx({"forward": 260e-9, "backward": 1000e-9})
+
+
+def test_covered_time_is_exact_at_epoch_nanoseconds():
+    """Traces' times are nanoseconds since 1970, beyond a double's 256 ns
+    steps there: a gap of 20 ns between two intervals is kept (the
+    furthest end so far, shifted by a row, became a double and swallowed
+    it: the covered time was off by up to some hundred ns a phase)."""
+    at = 1_712_195_495_520_023_040  # a multiple of 256: 100 and 120 ns after it round to it
+    rows = [(0, "grad_comm", at, at + 100), (0, "grad_comm", at + 120, at + 300)]
+    table = pd.DataFrame(rows, columns=["rank", "phase", "start_ns", "end_ns"])
+    table = table.assign(run_id="r", source="kineto")
+    covered = covered_seconds(table).loc[("r", "kineto"), "grad_comm"]
+    assert round(covered * 1e9) == 280
