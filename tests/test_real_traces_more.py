@@ -584,3 +584,30 @@ def test_unsized_collectives_are_counted():
         "broadcast of the parameters often has none): their bytes are unknown, not 0"
     ]
     assert not problems[0].lost
+
+
+def test_two_processes_on_one_rank_are_named(tmp_path):
+    """Traces with neither distributedInfo's rank nor one in their file's
+    name are all rank 0: two such processes of one run, at the same time,
+    were mixed as one rank with nothing said. The same rank at other times
+    (one process's profiling windows) is no such mix."""
+    trace = REAL / "hta" / "no-distributed-info-alltoall.json.gz"
+    window = REAL / "kineto-tb" / "array-format-resnet50-first-step.pt.trace.json.gz"
+    run = tmp_path / "job"
+    run.mkdir()
+    for name, source in (
+        ("host-a.json.gz", trace),
+        ("host-b.json.gz", trace),
+        ("host-c.json.gz", window),
+    ):
+        shutil.copy(source, run / name)
+    done = convert_cli(run, out=tmp_path / "phases.parquet")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    [warning] = [line for line in done.stderr.splitlines() if "same time" in line]
+    assert warning.startswith(
+        f"warning: {run / 'host-b.json.gz'}: rank 0 of run 'job' at the same time as {run / 'host-a.json.gz'}"
+    )
+    for k, name in enumerate(("host-a.json.gz", "host-b.json.gz")):
+        (run / name).rename(run / f"rank{k}.json.gz")
+    done = convert_cli(run, out=tmp_path / "phases.parquet")
+    assert done.returncode == 0 and "same time" not in done.stderr, done.stderr

@@ -138,6 +138,7 @@ def parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: lis
 
 def _parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: list, errors: list):
     rows_before = 0
+    spans: dict[tuple, list] = {}  # (run_id, rank): the Kineto traces that held it, and when
     with ThreadPoolExecutor(READ_AHEAD) as pool:
         for path in paths:
             if not path.exists():
@@ -171,7 +172,10 @@ def _parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: li
                         if reader:
                             source["reader"] = reader.decode()  # fastotf2, or python (fallback)
                         source["rows"] += table.num_rows
-                        yield _offset_op_ids(of_run(table, trace), rows_before)
+                        table = of_run(table, trace)
+                        if source["format"] == "kineto" and table.num_rows:
+                            source["problems"] += _rank_again(table, trace, spans)
+                        yield _offset_op_ids(table, rows_before)
                         rows_before += table.num_rows
                         del table  # before the next part is read (write's loop)
                 except TraceError as exc:
@@ -188,6 +192,39 @@ def _parts(paths: list[Path], rules: PhaseRules, run_id: str | None, sources: li
                 if source["rows"] == 0:
                     errors.append(f"{trace}: no interval in this trace (nothing to convert)")
                 sources.append(source)
+
+
+def _rank_again(table: pa.Table, trace: Path, spans: dict) -> list[str]:
+    """A Kineto trace is one process, its rank from distributedInfo or the
+    file's name, else 0: a trace of a run that holds a rank at the same
+    time as another trace does is another process mixed with it as one
+    rank (a folder of traces without either: each was rank 0, and nothing
+    said so). Traces of one rank at other times are the same process's
+    profiling windows. ``spans``: (run, rank) -> [(trace, start, end)]."""
+    first = {name: table.column(name).chunks[0] for name in ("run_id", "rank")}
+    key = (first["run_id"][0].as_py(), first["rank"][0].as_py())
+    start = min(
+        int(_values(chunk).min()) for chunk in table.column("start_ns").chunks if len(chunk)
+    )
+    end = max(int(_values(chunk).max()) for chunk in table.column("end_ns").chunks if len(chunk))
+    held = spans.setdefault(key, [])
+    held.append((trace, start, end))
+    for other, other_start, other_end in held[:-1]:
+        if other != trace and start < other_end and other_start < end:
+            return [
+                f"{trace}: rank {key[1]} of run {key[0]!r} at the same time as {other}: two "
+                "processes, their rows mixed as one rank's (a trace's rank comes from its "
+                "distributedInfo, else from its file's name: rename them rank0.json, "
+                "rank1.json ...)"
+            ]
+    return []
+
+
+def _values(times: pa.Int64Array) -> np.ndarray:
+    """An int64 column's values, read in place (``to_numpy`` imports
+    pyarrow.compute, which a Kineto conversion does without)."""
+    values = np.frombuffer(times.buffers()[1], dtype=np.int64, count=times.offset + len(times))
+    return values[times.offset :]
 
 
 # Files read at once, each in a thread of its own, while the table of the
