@@ -36,6 +36,7 @@ from analysis import (
     stats,
     summary,
     trace_tables,
+    transfer,
 )
 from analysis.page import Context
 from analysis.section import TEMPLATES, Em, Section, environment
@@ -106,6 +107,8 @@ def write_summary(ctx: Context, out: Path) -> None:
         tables={n: humanize.frame(t).to_markdown(index=False) for n, t in tables.items()},
         levels_heading=levels.HEADING,
         levels_how=levels.HOW[0].upper() + levels.HOW[1:],
+        holds_heading=transfer.HEADING,
+        holds_how=transfer.HOW[0].upper() + transfer.HOW[1:],
     )
     write_text(out.parent / "summary.md", text)
 

@@ -22,7 +22,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis import cells, conditions, critical_path, humanize, levels, phase_recording, stats
+from analysis import (
+    cells,
+    conditions,
+    critical_path,
+    humanize,
+    levels,
+    phase_recording,
+    stats,
+    transfer,
+)
 from analysis.section import Code, Section, Strong
 
 ALPHA = 0.05
@@ -56,6 +65,8 @@ class Summary:
     clean_headlines: list[str] = field(default_factory=list)  # ranked on clean runs only
     # a framework's own setting, level against level (analysis/levels.py)
     levels: list[str] = field(default_factory=list)
+    # whether the order holds across each other factor (analysis/transfer.py)
+    holds: list[str] = field(default_factory=list)
     target: float = stats.NEEDS_MORE_REPLICATIONS  # relative half-width each cell should meet
     correction: str = (
         f"Welch's t-test between neighbours and between the best and each framework "
@@ -485,6 +496,7 @@ def build(
         conditions=conditions.lines(runs),
         clean_headlines=clean_headlines(runs),
         levels=levels.sentences(*levels.tables(runs)) if level_lines is None else level_lines,
+        holds=transfer.sentences(runs),
     )
 
 
@@ -580,6 +592,9 @@ def section(ctx) -> Section:
         out.items(result.headlines)
     else:
         out.para("No successful run to compare yet.")
+    if result.holds:
+        out.para(Strong(transfer.HEADING), f" ({transfer.HOW}):")
+        out.items(result.holds)
     if result.levels:
         out.para(Strong(levels.HEADING), f" ({levels.HOW}; the section of that name says more):")
         out.items(result.levels)
