@@ -11,6 +11,7 @@ numbers and, for the per-rank files, one per rank (tables.py).
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 from pathlib import Path
@@ -38,6 +39,7 @@ from runfiles.names import (
 )
 from runfiles.tables import Damaged, read_table, read_tsv
 from runfiles.run_config import RunConfig
+from runfiles.strict_json import LIMIT, strict_validator
 
 # run.json's record of the machine's load while the run measured
 # (ddlcompare/run/machine_load.py writes it): its key, and the share of the
@@ -48,7 +50,10 @@ MACHINE_LOAD = "machine_load"
 LOADED_SHARE = 0.25
 
 NUMBER = {"type": "number"}
-COUNT = {"type": "integer", "minimum": 0}
+# Counts are read as ints (range, pandas' int64): 2.0 or 1e308 is no count,
+# and one edited to billions would have its readers fill the memory.
+COUNT = {"type": "integer", "minimum": 0, "maximum": LIMIT}
+POSITIVE_COUNT = {**COUNT, "minimum": 1}
 TEXT_OR_NULL = {"type": ["string", "null"]}
 
 SCHEMAS = {
@@ -132,10 +137,10 @@ SCHEMAS = {
             "final_test_accuracy",
         ],
         "properties": {
-            "world_size": {"type": "integer", "minimum": 1},
-            "global_batch": {"type": "integer", "minimum": 1},
-            "steps_per_epoch": {"type": "integer", "minimum": 1},
-            "epochs_done": {"type": "integer", "minimum": 1},
+            "world_size": POSITIVE_COUNT,
+            "global_batch": POSITIVE_COUNT,
+            "steps_per_epoch": POSITIVE_COUNT,
+            "epochs_done": POSITIVE_COUNT,
             "images_per_s": {"type": ["number", "null"], "minimum": 0},
             "images_per_s_per_process": {"type": ["number", "null"]},
             "time_per_epoch_s": {"type": "number", "minimum": 0},
@@ -201,7 +206,7 @@ def read_json(path: Path, schema: str | None = None) -> dict:
     except ValueError as exc:
         raise Damaged(f"{name}: not valid JSON, cut short or edited? ({exc})") from None
     try:
-        jsonschema.validate(doc, SCHEMAS[schema or name])
+        strict_validator(json.dumps(SCHEMAS[schema or name])).validate(doc)
     except jsonschema.ValidationError as exc:
         where = ".".join(map(str, exc.absolute_path)) or "the file"
         raise Damaged(f"{name}: {where}: {exc.message[:160]}") from None
@@ -304,7 +309,7 @@ def _check_config(
 
 def _check_epochs(epochs: pd.DataFrame, metrics: dict) -> None:
     done = metrics["epochs_done"]
-    if list(epochs["epoch"]) != list(range(1, done + 1)):
+    if len(epochs) != done or list(epochs["epoch"]) != list(range(1, done + 1)):
         raise Damaged(
             f"epochs.tsv: epochs {_listed(epochs['epoch'])}, but metrics.json says "
             f"{done} epoch(s) done (cut short?)"
@@ -313,20 +318,20 @@ def _check_epochs(epochs: pd.DataFrame, metrics: dict) -> None:
 
 def _check_steps(name: str, steps: pd.DataFrame, metrics: dict) -> None:
     """Every epoch done has steps_per_epoch rows in each rank's steps file."""
-    per_epoch = steps.groupby("epoch").size()
-    expected = pd.Series(
-        metrics["steps_per_epoch"], index=range(1, metrics["epochs_done"] + 1), dtype="int64"
+    found = steps.groupby("epoch").size()
+    want, done = metrics["steps_per_epoch"], metrics["epochs_done"]
+    # Epoch by epoch up to the first wrong one, never a table of `done` rows:
+    # a count edited to billions would fill the memory. One epoch past those
+    # found is missing when fewer were found than done.
+    epoch = next(
+        (e for e in range(1, min(done, len(found) + 1) + 1) if found.get(e, 0) != want), None
     )
-    found = per_epoch.reindex(expected.index, fill_value=0)
-    short = found[found != expected]
-    if len(short) or len(per_epoch) != len(expected):
-        epoch = (
-            short.index[0] if len(short) else sorted(set(per_epoch.index) - set(expected.index))[0]
-        )
+    if epoch is None and len(found) != done:  # more epochs than done
+        epoch = next(e for e in found.index if not 1 <= e <= done)
+    if epoch is not None:
         raise Damaged(
-            f"{name}: {per_epoch.get(epoch, 0)} step rows in epoch {epoch}, but metrics.json "
-            f"says {metrics['steps_per_epoch']} steps per epoch for {metrics['epochs_done']} "
-            "epoch(s) (cut short?)"
+            f"{name}: {found.get(epoch, 0)} step rows in epoch {epoch}, but metrics.json "
+            f"says {want} steps per epoch for {done} epoch(s) (cut short?)"
         )
 
 

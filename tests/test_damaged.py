@@ -38,6 +38,11 @@ def text_in_a_number(tsv: str) -> str:
     return "\n".join("\t".join(cells) for cells in lines) + "\n"
 
 
+def edit(key: str, value):
+    """A damage: metrics.json's ``key`` set to ``value``."""
+    return lambda f: f.write_text(json.dumps({**json.loads(f.read_text()), key: value}))
+
+
 DAMAGE = [
     ("metrics.json", lambda f: f.write_text('["a", "list"]'), "metrics.json: the file:"),
     ("metrics.json", lambda f: f.write_text(f.read_text()[:40]), "metrics.json: not valid JSON"),
@@ -94,6 +99,16 @@ DAMAGE = [
         "config.json",
         lambda f: f.write_text(json.dumps({**json.loads(f.read_text()), "batch_size": 64})),
         "config.json: not this run's settings",
+    ),
+    # counts the checks count with: a float, or beyond what a count holds
+    ("metrics.json", edit("epochs_done", 2.0), "metrics.json: epochs_done: 2.0 is not of type"),
+    ("metrics.json", edit("steps_per_epoch", 1e308), "metrics.json: steps_per_epoch: 1e+308 is"),
+    ("metrics.json", edit("epochs_done", 10**30), "metrics.json: epochs_done: 10000"),
+    # the largest count: said in one line, without a list or table that long
+    (
+        "metrics.json",
+        edit("epochs_done", 2**31 - 1),
+        "epochs.tsv: epochs 1, 2, but metrics.json says 2147483647",
     ),
     ("phases.parquet", lambda f: f.write_bytes(b"PAR1" + bytes(100)), "phases.parquet: damaged"),
     # a rank's steps file beyond the run's world (copied in from a larger run)

@@ -8,7 +8,6 @@ the report's plots.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
@@ -18,21 +17,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from runfiles.run_config import RunConfig
+from runfiles.strict_json import LIMIT, strict_validator
 
 JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
-
-
-@functools.cache
-def strict_validator(schema_json: str):
-    """A JSON Schema validator whose "integer" is Python's int (jsonschema
-    takes 1.0 for an integer) and whose numbers are never booleans."""
-    import jsonschema
-
-    checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
-        "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool)
-    )
-    kind = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=checker)
-    return kind(json.loads(schema_json))
 
 
 # Values end up in directory names and process arguments: keep them to a
@@ -184,11 +171,6 @@ class Param:
         if allowed is not None:
             text = "one of " + ", ".join(allowed)
         return text + (" or null" if self.nullable else "")
-
-
-# The largest number any setting takes unless it says otherwise: every
-# framework and library below takes it as a 32-bit integer.
-LIMIT = 2**31 - 1
 
 
 def path_problem(text: str) -> str | None:

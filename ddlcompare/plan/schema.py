@@ -173,7 +173,7 @@ def plan_keys() -> dict[str, Any]:
 def errors(raw: Any) -> list[str]:
     """Where a design breaks the schema (Python's int for "integer"), one
     line each; empty when it conforms."""
-    from ddlcompare.plan.params import strict_validator
+    from runfiles.strict_json import strict_validator
 
     found = strict_validator(json.dumps(design_schema())).iter_errors(raw)
     return [f"{'.'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in found]
