@@ -168,13 +168,36 @@ def stop_processes(procs: list[psutil.Process], grace: float = 5.0) -> None:
             p.terminate()
         except psutil.NoSuchProcess:
             pass
-    _, left = psutil.wait_procs(procs, timeout=grace)
+    left = wait_ended(procs, grace)
     for p in left:
         try:
             p.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(left, timeout=grace)
+    wait_ended(left, grace)
+
+
+def ended(process: psutil.Process) -> bool:
+    """Gone, or exited and only waiting to be reaped: a zombie whose parent
+    died is reaped by PID 1, which on some machines (a VM's own init) gets
+    to it 1-2 s later; waiting on its pid (psutil.wait_procs) waited that
+    long for a process that runs nothing."""
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def wait_ended(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait up to ``timeout`` seconds for ``procs`` to end (see ended); those
+    still running then. None of them may be a child of this process that
+    nothing else reaps: a zombie counts as ended here and is not reaped."""
+    deadline = time.monotonic() + timeout
+    left = [p for p in procs if not ended(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [p for p in left if not ended(p)]
+    return left
 
 
 def evict(run_dir: Path, kill: bool, table=None) -> None:

@@ -52,6 +52,7 @@ from ddlcompare.plan import envs
 
 from ddlcompare.run import cores, netem
 from runfiles import variables
+from runfiles.ownership import ended, wait_ended
 
 REPO = Path(__file__).resolve().parents[2]
 STATE = Path(variables.value("DDLC_CLUSTER_DIR"))
@@ -507,7 +508,7 @@ def abandoned(record: dict) -> bool:
     try:
         writer = psutil.Process(int(pid))
         # The pid is the writer's while its process began before the record.
-        return not (_running(writer) and writer.create_time() <= int(written_ns) / 1e9)
+        return ended(writer) or writer.create_time() > int(written_ns) / 1e9
     except (ValueError, psutil.Error):
         return True
 
@@ -580,29 +581,18 @@ def _marked(mark: str) -> list[psutil.Process]:
 
 def _stop_processes(daemons: list[psutil.Process], grace_s: float = 10) -> None:
     """SIGTERM to every process at once, then SIGKILL to those still running
-    after ``grace_s``. A daemon that has exited but is not reaped yet (a
-    zombie until PID 1 gets to it) has ended: waiting on its pid alone cost
-    2 s a daemon."""
+    after ``grace_s`` (a daemon exited but not reaped yet has ended:
+    ownership.ended)."""
     for daemon in daemons:
         try:
             daemon.terminate()
         except psutil.Error:
             pass
-    deadline = time.monotonic() + grace_s
-    while (daemons := [d for d in daemons if _running(d)]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    for daemon in daemons:
+    for daemon in wait_ended(daemons, grace_s):
         try:
             daemon.kill()
         except psutil.Error:
             pass
-
-
-def _running(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _kill_namespace(namespace: str) -> None:
@@ -635,7 +625,7 @@ def daemons() -> dict[str, bool]:
     found = {}
     for pidfile in sorted([*(STATE / "run").glob("*.pid"), *(STATE / "oar" / "run").glob("*.pid")]):
         try:
-            found[pidfile.stem] = _running(psutil.Process(int(pidfile.read_text().split()[0])))
+            found[pidfile.stem] = not ended(psutil.Process(int(pidfile.read_text().split()[0])))
         except (ValueError, IndexError, OSError, psutil.Error):
             found[pidfile.stem] = False
     return found

@@ -12,6 +12,8 @@ import subprocess
 
 import psutil
 
+from runfiles.ownership import wait_ended
+
 
 def kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
     """Stop the launcher and every process under it. Launchers put ranks in
@@ -26,10 +28,10 @@ def kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
     for sig in (signal.SIGTERM, signal.SIGCONT):
         for p in tree:
             _send(p, sig)
-    _, alive = psutil.wait_procs(tree, timeout=grace)
+    alive = wait_ended(tree, grace)
     for p in alive:
         _send(p, signal.SIGKILL)
-    psutil.wait_procs(alive, timeout=grace)
+    wait_ended(alive, grace)
     proc.wait()
 
 
@@ -46,7 +48,7 @@ def stop_session(session: int) -> None:
             continue
     for p in left:
         _send(p, signal.SIGKILL)
-    psutil.wait_procs(left, timeout=5)
+    wait_ended(left, 5)
 
 
 def _send(process: psutil.Process, sig: int) -> None:
