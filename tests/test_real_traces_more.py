@@ -611,3 +611,17 @@ def test_two_processes_on_one_rank_are_named(tmp_path):
         (run / name).rename(run / f"rank{k}.json.gz")
     done = convert_cli(run, out=tmp_path / "phases.parquet")
     assert done.returncode == 0 and "same time" not in done.stderr, done.stderr
+
+
+def test_kineto_cut_trace_keeps_its_rank_from_nested_distributed_info(tmp_path):
+    """Since PyTorch 2.1 distributedInfo nests (``pg_config``: a list of
+    objects): a cut trace, read record by record, took its rank from a
+    pattern of flat braces, found none, and was rank 0 (this one is 34 of
+    300, its file name no help)."""
+    text = gzip.decompress((REAL / "hta" / "rank-34.cpu-only-gloo.pt.trace.json.gz").read_bytes())
+    assert b'"pg_config": [{' in text
+    cut = tmp_path / "cpu-only-gloo.json"
+    cut.write_bytes(text[: len(text) * 8 // 10])
+    df, problems = read_df(cut)
+    assert set(df["rank"]) == {34} and len(df) > 0
+    assert len(problems) == 1 and problems[0].lost

@@ -508,10 +508,12 @@ def _salvaged(data: bytes, path: Path):
         )
     events, lost = jsonrecords.salvage(text, found.end() - 1, Event, path)
     problems += lost
-    info = re.search(r'"distributedInfo"\s*:\s*(\{[^{}]*\})', text)
+    # the whole object: since PyTorch 2.1 it nests ("pg_config": [{...}]),
+    # which a pattern of flat braces missed (the rank was lost: 0)
+    found = re.search(r'"distributedInfo"\s*:\s*(?=\{)', text)
     try:
-        info = msgspec.json.decode(info.group(1)) if info else None
-    except msgspec.DecodeError:
+        info = json.JSONDecoder().raw_decode(text, found.end())[0] if found else None
+    except (ValueError, RecursionError):
         info = None
     if not events:
         why = f": {lost[0].split(': ', 1)[1]}" if lost else " (truncated or corrupt?)"
