@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from ddlcompare.run import cluster, cores
+from runfiles import ownership
 from test_cluster import DDLC, _namespaces_allowed
 from test_oar import OarUser
 
@@ -122,9 +123,7 @@ def test_a_cluster_killed_under_a_running_job_comes_up_again(one_core_nodes):
     for process in killed:
         with contextlib.suppress(psutil.Error):
             process.kill()
-    deadline = time.monotonic() + 30
-    while any(map(cluster._running, killed)) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    ownership.wait_ended(killed, 30)
     assert cluster.live_record() is None and cluster.RECORD.exists()
     status = subprocess.run([DDLC, "cluster", "status"], capture_output=True, text=True)
     assert "abandoned: none of its processes runs" in status.stdout, status.stdout
