@@ -254,7 +254,12 @@ class KinetoReader(Reader):
             events.add(batch)
         del batches
         problems = ([problem] if problem else []) + problems
+        # the document's end, where Kineto writes baseTimeNanoseconds, is lost
+        cut_short = (
+            problem is not None or unclosed or not bytes(data[-4096:]).rstrip().endswith(b"}")
+        )
         if not any(p.lost for p in problems) and (unclosed or _cut_between_records(data)):
+            cut_short = True
             problems.append(
                 Problem(
                     f"{path}: the trace ends between two of its events (cut?): the events "
@@ -288,6 +293,16 @@ class KinetoReader(Reader):
                 f"{path}: baseTimeNanoseconds {base:.4g} puts its events beyond the year "
                 "2262 (what nanoseconds since 1970 can hold): not a time; the trace is damaged"
             )
+        if not base and cut_short and columns.start_ns.size:
+            if int(columns.start_ns.min()) < RELATIVE_BEFORE_NS:
+                problems.append(
+                    Problem(
+                        f"{path}: no baseTimeNanoseconds (Kineto writes it after the events, "
+                        "and the trace is cut before it): its times are since a base that "
+                        "was lost, not Unix time",
+                        lost=False,
+                    )
+                )
         columns.start_ns += base
         columns.end_ns += base
         table = finish_columns(
@@ -315,6 +330,11 @@ def _as_document(data: bytes) -> tuple[bytes, bool]:
 
 TAIL_BYTES = 1 << 20  # of a document looked at for how it ends
 BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
+
+
+# Times before this (2001-09-09) are no Unix time of a profiled run: ``ts``
+# counted from a baseTimeNanoseconds the trace lost.
+RELATIVE_BEFORE_NS = 10**18
 
 
 def _base_time_ns(data: bytes) -> int:
