@@ -644,3 +644,15 @@ def test_files_read_ahead_in_threads_give_what_one_at_a_time_gives(tmp_path, mon
     out = tmp_path / "written.parquet"
     rows, sources, errors = convert.write(paths, out, RULES, "r1")
     assert pq.read_table(out).equals(ahead[0]) and (sources, errors) == ahead[1:]
+
+
+def test_the_events_of_a_trace_larger_than_the_walk_limit_are_found(tmp_path, monkeypatch):
+    """WALK_LIMIT bounds how much of a file is read to tell its format, not
+    the reader's walk to the events array of a document already in memory:
+    a trace over the limit (1 GiB) found none and was decoded whole."""
+    events = [{"name": f"op{k}", "ts": k * 10, "dur": 5} for k in range(2000)]
+    data = kineto(tmp_path / "t.json", events).read_bytes()
+    monkeypatch.setattr(readers, "WALK_LIMIT", 1 << 10)
+    assert len(data) > readers.WALK_LIMIT
+    opened = readers.events_opened_at(data)
+    assert opened == data.index(b'"traceEvents": [') + len(b'"traceEvents": [')

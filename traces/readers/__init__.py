@@ -277,7 +277,10 @@ def _top_level(f, data) -> tuple[list[bytes], bytes, int, int]:
     skipped whole by the JSON scanner where it is built (token by token
     here, a 1 GiB document opening with "metadata" took 6 minutes)."""
     keys: list[bytes] = []
-    depth, at, read, last, key, base = 0, 0, len(data), None, None, 0
+    # WALK_LIMIT bounds what is read from f: a document in memory is walked
+    # whatever its size (a trace over 1 GiB was otherwise decoded whole)
+    depth, at, last, key, base = 0, 0, None, None, 0
+    read = len(data) if f is not None else 0
     buffer = data
     while read <= WALK_LIMIT:
         found = _STRUCTURE.search(buffer, at)
