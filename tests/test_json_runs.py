@@ -222,6 +222,24 @@ def test_kineto_bytes_only_from_a_real_element_count(count, nbytes, tmp_path, mo
     assert table.column("bytes").to_pylist()[0] == nbytes
 
 
+@pytest.mark.parametrize(
+    "dtype, size",
+    [("ComplexHalf", 4), ("Float8_e8m0fnu", 1), ("Float4_e2m1fn_x2", 1), ("QInt32", 4)]
+    + [("QUInt4x2", 1), ("Bits16", 2), ("c10::Float8_e8m0fnu", 1)],
+)
+def test_kineto_bytes_of_every_scalar_type(dtype, size, tmp_path, monkeypatch):
+    """Every dtype c10 names has its element size: an MX scale's
+    Float8_e8m0fnu, packed FP4, complex half and the quantized types
+    left a collective's size unknown."""
+    comms = {"Collective name": "allgather", "In msg nelems": 1000, "dtype": dtype}
+    events = [kineto_event("record_param_comms", 1.0, comms), kineto_event("aten::add", 9.0, {})]
+    path = tmp_path / "rank-0.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    (table, problems), (expected, _) = both(kineto.KinetoReader(), path, monkeypatch)
+    assert plain_text(table).equals(plain_text(expected)) and problems == []
+    assert table.column("bytes").to_pylist()[0] == 1000 * size
+
+
 def generated_timeline(path: Path, seed: int, steps: int = 40) -> Path:
     """A Timeline as Horovod writes it (the array left open, a record a
     line) of random tensors: negotiation with readiness ticks, all-reduces

@@ -107,6 +107,22 @@ DTYPE_BYTES = {
     "complex<c10::half>": 4,
     "complex<float>": 8,
     "complex<double>": 16,
+    # c10's ScalarType names the rest (``dtype`` of record_param_comms):
+    # MX scales, packed FP4 (one byte an element, two values in it),
+    # quantized and bit types
+    "complexhalf": 4,
+    "float8_e8m0fnu": 1,
+    "float4_e2m1fn_x2": 1,
+    "qint8": 1,
+    "quint8": 1,
+    "qint32": 4,
+    "quint4x2": 1,
+    "quint2x4": 1,
+    "bits1x8": 1,
+    "bits2x4": 1,
+    "bits4x2": 1,
+    "bits8": 1,
+    "bits16": 2,
 }
 
 # ``Collective name`` values -> the collective names of traces/rules.yaml;
