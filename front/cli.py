@@ -180,7 +180,9 @@ def cmd_collect(args) -> int:
     results = existing_folder(args.results, "--results")
     out = output_folder(args.out, "--out")
     read = [results, *(results / r.path for r in replication.planned(design, results))]
-    if any(out.resolve() == folder.resolve() for folder in read):
+    # realpath, not Path.resolve: a run folder that is a link to itself is
+    # named by collect as damaged; resolve raised RuntimeError on it
+    if any(os.path.realpath(out) == os.path.realpath(folder) for folder in read):
         raise UserError(
             f"--out {args.out}: the results folder or a run folder, whose files collect "
             "reads (a run's phases.parquet among them); give a folder of its own"

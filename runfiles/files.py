@@ -132,7 +132,9 @@ def within(path: Path, root: Path) -> None:
     """NotRegular when ``path``, links followed, leads out of ``root``: a run
     folder (or a folder above it) that is a link elsewhere would have the
     harness move and write files outside the results folder."""
-    real, top = Path(path).resolve(), Path(root).resolve()
+    # realpath, not Path.resolve, which raises RuntimeError on a link loop
+    # (the reader that follows names it: ELOOP)
+    real, top = Path(os.path.realpath(path)), Path(os.path.realpath(root))
     if real != top and top not in real.parents:
         raise NotRegular(
             f"{path}: leads out of {root} (to {real}) through a link; nothing is read or written "

@@ -1117,25 +1117,29 @@ def misplace(place: Path, kind: str) -> None:
         "fifo": lambda: os.mkfifo(place),
         "folder": place.mkdir,
         "link to /etc": lambda: place.symlink_to("/etc"),
+        "link to itself": lambda: place.symlink_to(place.name),
     }[kind]()
 
 
-@pytest.mark.parametrize("kind", ["file", "fifo", "link to /etc"])
+@pytest.mark.parametrize("kind", ["file", "fifo", "link to /etc", "link to itself"])
 def test_check_names_a_run_folder_that_is_no_folder_of_the_results(tmp_path, kind):
     """It said "0 damaged", as if the run were only not done yet; now the
-    folder is named, counted, and neither read nor moved (--rerun too)."""
+    folder is named, counted, and neither read nor moved (--rerun too);
+    collect builds the tables without it (a link loop was a traceback)."""
     _, folder = failed_campaign(tmp_path)
     misplace(folder, kind)
     before = os.lstat(folder)
+    results = ["--design", str(tmp_path / "design.yaml"), "--results", str(tmp_path / "results")]
     for rerun in ([], ["--rerun"]):
-        done = ddlc(
-            "check", *rerun, "--design", str(tmp_path / "design.yaml"),
-            "--results", str(tmp_path / "results"),
-        )  # fmt: skip
+        done = ddlc("check", *rerun, *results)
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-        said = "leads out of" if kind.startswith("link") else "where a folder is expected"
+        said = {"link to /etc": "leads out of", "link to itself": "cannot be read"}.get(
+            kind, "where a folder is expected"
+        )
         assert f"damaged: {folder}: " in done.stdout and said in done.stdout
         assert "1 folder(s) not a folder of the results" in done.stdout.splitlines()[-1]
+    collected = ddlc("collect", *results, "--out", str(tmp_path / "tables"))
+    assert collected.returncode == 0, collected.stderr
     after = os.lstat(folder)  # neither moved nor replaced
     assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
 
