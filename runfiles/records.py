@@ -50,6 +50,7 @@ MACHINE_LOAD = "machine_load"
 LOADED_SHARE = 0.25
 
 NUMBER = {"type": "number"}
+NUMBER_OR_NULL = {"type": ["number", "null"]}
 # Counts are read as ints (range, pandas' int64): 2.0 or 1e308 is no count,
 # and one edited to billions would have its readers fill the memory.
 COUNT = {"type": "integer", "minimum": 0, "maximum": LIMIT}
@@ -111,6 +112,36 @@ SCHEMAS = {
                                 "wait_share": NUMBER,
                                 "blocks_per_s": NUMBER,
                             },
+                        },
+                    },
+                },
+            },
+            # what analysis/conditions.py reads of it, each of the type it reads
+            "conditions": {
+                "type": ["object", "null"],
+                "properties": {
+                    "cores_per_rank": {"type": ["array", "null"], "items": NUMBER_OR_NULL},
+                    "compute_threads": {"type": ["array", "null"], "items": NUMBER_OR_NULL},
+                    "ranks_per_node": {"type": ["array", "null"], "items": NUMBER},
+                    "network": {
+                        "type": ["object", "null"],
+                        "properties": {
+                            "emulated": {"type": "boolean"},
+                            "rate_mbit": NUMBER_OR_NULL,
+                            "delay_ms": NUMBER_OR_NULL,
+                            "interfaces": {
+                                "type": ["object", "null"],
+                                "additionalProperties": NUMBER_OR_NULL,
+                            },
+                        },
+                    },
+                    "cpu": {
+                        "type": ["object", "null"],
+                        "properties": {
+                            "per_host": {
+                                "type": "object",
+                                "additionalProperties": {"type": "object"},
+                            }
                         },
                     },
                 },
@@ -211,12 +242,16 @@ def read_json(path: Path, schema: str | None = None) -> dict:
         where = ".".join(map(str, exc.absolute_path)) or "the file"
         raise Damaged(f"{name}: {where}: {exc.message[:160]}") from None
     if bad := _first_not_finite(doc):
-        raise Damaged(f"{name}: {bad} is not a finite number")
+        raise Damaged(f"{name}: {bad} is not a finite number (NaN, infinite or past 64 bits)")
     return doc
 
 
 def _first_not_finite(doc, where: str = "") -> str | None:
+    """Where ``doc`` holds a number no table column holds: NaN, an infinity,
+    or an integer past 64 bits (pyarrow refuses it)."""
     if isinstance(doc, float) and not math.isfinite(doc):
+        return where or "a value"
+    if isinstance(doc, int) and not -(2**63) <= doc < 2**63:
         return where or "a value"
     items = (
         doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
@@ -270,9 +305,9 @@ def check_run(
     for path in sorted(folder.glob(names.RANK_RECORD_GLOB)):
         attempt(lambda p=path: read_json(p, "rank.json"))
     for name in (ENERGY, NETWORK, BALANCE):
-        if (folder / name).exists():
+        if os.path.lexists(folder / name):  # a link to itself or nowhere: there, unreadable
             attempt(lambda n=name: read_json(folder / n))
-    if (folder / PHASE_TABLE).exists():
+    if os.path.lexists(folder / PHASE_TABLE):
         attempt(lambda: _check_phase_table(folder / PHASE_TABLE))
     return problems
 
@@ -292,7 +327,7 @@ def _check_config(
     """config.json is the run's settings: another run's (a folder copied or
     moved by hand), an edited one, or one whose setting left at its default
     was another default then (a harness upgrade) is not this run's result."""
-    if not (folder / CONFIG).exists():
+    if not os.path.lexists(folder / CONFIG):
         return  # runs of older harnesses: run.json holds the config
     try:
         written = files.read_json(folder / CONFIG)
@@ -352,7 +387,7 @@ def _listed(values) -> str:
 def done_status(folder: Path) -> tuple[str | None, str | None]:
     """(status, problem) of a run's done marker: (None, None) without one;
     ("damaged", what is wrong) when it is not a valid marker."""
-    if not (folder / DONE).exists():
+    if not os.path.lexists(folder / DONE):  # exists() takes a link loop for no file
         return None, None
     try:
         return read_json(folder / DONE)["status"], None

@@ -38,8 +38,14 @@ def text_in_a_number(tsv: str) -> str:
     return "\n".join("\t".join(cells) for cells in lines) + "\n"
 
 
+def loop(path: Path) -> None:
+    """A damage: the file replaced by a link to itself."""
+    path.unlink()
+    path.symlink_to(path.name)
+
+
 def edit(key: str, value):
-    """A damage: metrics.json's ``key`` set to ``value``."""
+    """A damage: the JSON file's ``key`` set to ``value``."""
     return lambda f: f.write_text(json.dumps({**json.loads(f.read_text()), key: value}))
 
 
@@ -104,6 +110,14 @@ DAMAGE = [
     ("metrics.json", edit("epochs_done", 2.0), "metrics.json: epochs_done: 2.0 is not of type"),
     ("metrics.json", edit("steps_per_epoch", 1e308), "metrics.json: steps_per_epoch: 1e+308 is"),
     ("metrics.json", edit("epochs_done", 10**30), "metrics.json: epochs_done: 10000"),
+    # what the tables hold: 64-bit numbers, the conditions as run.json writes them
+    ("metrics.json", edit("images_per_s", 10**30), "metrics.json: images_per_s is not a finite"),
+    ("run.json", edit("conditions", "x"), "run.json: conditions: 'x' is not of type"),
+    ("run.json", edit("conditions", {"ranks_per_node": ["a"]}), "run.json: conditions.ranks_per"),
+    # a file that is a link to itself is there, unreadable: never taken for absent
+    ("done.json", loop, "done.json: cannot be read"),
+    ("config.json", loop, "config.json: not valid JSON"),
+    ("energy.json", loop, "energy.json: cannot be read"),
     # the largest count: said in one line, without a list or table that long
     (
         "metrics.json",
