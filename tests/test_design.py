@@ -160,6 +160,10 @@ BAD = [
         {"factors": {"framework": ["torch-ddp"]}, "zip": [["nodes", "framework"]]},
         "nodes not among the factors",
     ),
+    (  # a no-op group, where another factor was meant
+        {"factors": {"framework": ["torch-ddp"], "nodes": [1, 2]}, "zip": [["nodes", "nodes"]]},
+        "zip[0]: nodes is listed twice",
+    ),
     ({"factors": {"framework": ["torch-ddp"]}, "extra": 1}, "unknown key 'extra'"),
     ({"factors": {"nodes": [1]}}, "factors.framework: missing"),
     ({}, "factors: missing"),

@@ -551,6 +551,9 @@ def _parse_zip(raw: Any, factors: dict[str, list[Any]], problems: list[str]) -> 
         if unknown:
             problems.append(f"{key}: {', '.join(map(shown_key, unknown))} not among the factors")
             continue
+        if twice := next((f for i, f in enumerate(group) if f in group[:i]), None):
+            problems.append(f"{key}: {shown_key(twice)} is listed twice; list each factor once")
+            continue
         if len(group) < 2:
             problems.append(f"{key}: needs at least two factors")
             continue
