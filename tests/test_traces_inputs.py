@@ -656,3 +656,30 @@ def test_the_events_of_a_trace_larger_than_the_walk_limit_are_found(tmp_path, mo
     assert len(data) > readers.WALK_LIMIT
     opened = readers.events_opened_at(data)
     assert opened == data.index(b'"traceEvents": [') + len(b'"traceEvents": [')
+
+
+@pytest.mark.parametrize("before_events", [1 << 19, 3 << 20], ids=["within", "past the limit"])
+def test_a_document_with_no_events_in_its_first_walk_limit_bytes_is_refused(
+    tmp_path, monkeypatch, before_events
+):
+    """A trace opens its events array after a few KiB of keys; a document
+    that opens with a key a trace may open with ("metadata") and holds none
+    in its first WALK_LIMIT bytes is refused there, not read on through its
+    whole value (a 1 GiB one: 7.6 s and 3.2 GB, its value held whole); nor
+    read past the limit by the skip's growing reads (seven times what it
+    holds: 1 MiB, then 7 more)."""
+    monkeypatch.setattr(readers, "WALK_LIMIT", 3 << 19)
+    numbers = list(range(before_events // 8))  # about 8 bytes of JSON each
+    event = {"ph": "X", "name": "aten::add", "pid": 1, "tid": 1, "ts": 5, "dur": 2}
+    doc = tmp_path / "rank0.json"
+    doc.write_text(json.dumps({"metadata": {"numbers": numbers}, "traceEvents": [event]}))
+    readers.names()  # every reader's module imported
+    read = []
+    upto = readers._upto
+    monkeypatch.setattr(readers, "_upto", lambda *a: read.append(upto(*a)) or read[-1])
+    if before_events < readers.WALK_LIMIT:
+        assert readers.detect(doc) == "kineto"
+    else:
+        with pytest.raises(readers.TraceError, match="not a trace this converter knows"):
+            readers.detect(doc)
+        assert sum(map(len, read)) <= readers.WALK_LIMIT + (1 << 20)  # a read past it, no more
