@@ -37,8 +37,8 @@ into ~/.cache/ddl-compare/bench/, one uncompressed file per rank.
   fifth within minutes; the reference drifts with it, so the whole import's
   wall time over the reference's, run by run, says what the goal figure
   would read at the reference's usual speed (docs/tracing.md gives it);
-- the refusal of a 1 GiB JSON file that is no trace (a sparse file that
-  opens like a PyTorch execution trace), ``ddlc import`` whole process.
+- the refusal of a 1 GiB JSON file that is no trace, of each kind of
+  NOT_TRACES, ``ddlc import`` whole process.
 
 The goals (issues 30 and 45) and every figure measured against them, with
 its commit, machine and load: docs/tracing.md, "Speed and memory"; the
@@ -482,20 +482,51 @@ def steps_of(folder: Path) -> int:
     return trace_files(folder)[0].read_text().count('"name": "ProfilerStep#')
 
 
-def refused_in() -> dict:
-    """``ddlc import`` of a 1 GiB JSON file that is no trace, whole process
-    (printed): a sparse file that opens like a PyTorch execution trace."""
-    path = bench_cache() / "not-a-trace-1gib.json"
-    if not path.is_file() or path.stat().st_size != 1 << 30:
-        with path.open("wb") as f:
+# The two kinds of JSON that is no trace, each 1 GiB: a PyTorch execution
+# trace (refused on its first key), and a document opening with a key a trace
+# may open with, "metadata" (a model's safetensors index), whose value runs
+# past the bytes read for its events array (traces/readers WALK_LIMIT).
+NOT_TRACES = {
+    "execution-trace": "a sparse file that opens like a PyTorch execution trace",
+    "metadata": 'one that opens with "metadata" and holds no events array',
+}
+
+
+def not_a_trace(kind: str) -> Path:
+    """The 1 GiB file of ``kind`` (NOT_TRACES), made once in the bench cache."""
+    path = bench_cache() / (
+        "not-a-trace-1gib.json" if kind == "execution-trace" else f"not-a-trace-{kind}-1gib.json"
+    )
+    if path.is_file() and path.stat().st_size == 1 << 30:
+        return path
+    with path.open("wb") as f:
+        if kind == "execution-trace":
             f.write(b'{"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": [')
             f.truncate(1 << 30)
+            return path
+        f.write(b'{"metadata": {"numbers": [')
+        numbers = b",".join(b"%d.25" % k for k in range(1 << 16)) + b","
+        while f.tell() + len(numbers) < (1 << 30) - 4:
+            f.write(numbers)
+        f.write(b"0" + b" " * ((1 << 30) - 4 - f.tell()) + b"]}}")  # valid JSON, whole
+    return path
+
+
+def refused_in(kind: str) -> dict:
+    """``ddlc import`` of a 1 GiB JSON file of ``kind`` that is no trace,
+    whole process (printed)."""
+    path = not_a_trace(kind)
     out = bench_cache() / "not-a-trace.parquet"
     run = whole_process(cli("import", str(path), "-o", str(out)))
     out.unlink(missing_ok=True)
     if run["returncode"] == 0 or "not a trace" not in run["stderr"]:
         raise SystemExit(f"{path}: not refused as no trace:\n{run['stderr'][-2000:]}")
-    print(whole_line("ddlc import refusing a 1 GiB JSON file that is no trace", run), flush=True)
+    print(
+        whole_line(
+            f"ddlc import refusing a 1 GiB JSON file that is no trace, {NOT_TRACES[kind]}", run
+        ),
+        flush=True,
+    )
     return run
 
 
@@ -579,7 +610,8 @@ def measure(folder: Path, args) -> None:
         f"{vs_reference[-1]:.3f})",
         flush=True,
     )
-    refusal = refused_in()
+    refusal = refused_in("execution-trace")
+    refusal_metadata = refused_in("metadata")
     before = run_child(sys.executable, child, {"DDLC_JSON_SCANNER": "msgspec"})
     print(summary("msgspec alone", before, events, size), flush=True)
     figures = (
@@ -597,7 +629,9 @@ def measure(folder: Path, args) -> None:
         f"one_at_a_time_events_per_wall_s={events / one_by_one['wall']:.0f} "
         f"reference_wall_s={fixed['wall']:.3f} reference_cpu_s={fixed['cpu']:.3f} "
         f"whole_process_wall_vs_reference={statistics.median(vs_reference):.3f} "
-        f"refusal_1gib_wall_s={refusal['wall']:.2f} goal_refusal_1gib_wall_s={GOAL_REFUSAL_S} "
+        f"refusal_1gib_wall_s={refusal['wall']:.2f} "
+        f"refusal_metadata_1gib_wall_s={refusal_metadata['wall']:.2f} "
+        f"goal_refusal_1gib_wall_s={GOAL_REFUSAL_S} "
         f"timing=in-process-cpu {load_fields()}"
     )
     if args.format == "horovod":
