@@ -683,3 +683,25 @@ def test_a_document_with_no_events_in_its_first_walk_limit_bytes_is_refused(
         with pytest.raises(readers.TraceError, match="not a trace this converter knows"):
             readers.detect(doc)
         assert sum(map(len, read)) <= readers.WALK_LIMIT + (1 << 20)  # a read past it, no more
+
+
+@pytest.mark.parametrize("engine", ["scanner", "msgspec"])
+def test_untimed_events_are_counted_as_what_they_are(tmp_path, monkeypatch, engine):
+    """A complete event without 'ts' or beyond int64 nanoseconds is skipped
+    and counted; one without 'dur' is read as an instant (the message said
+    it was skipped among those without a valid 'dur')."""
+    if engine == "msgspec":
+        monkeypatch.setenv("DDLC_JSON_SCANNER", "msgspec")
+    events = [
+        {"name": "no_ts", "dur": 4},
+        {"name": "far", "ts": 1e30, "dur": 1},
+        {"name": "long", "ts": 5, "dur": 1e30},
+        {"name": "instant", "ts": 6},
+        {"name": "kept", "ts": 7, "dur": 3},
+    ]
+    df, problems = read(kineto(tmp_path / "rank0.json", events))
+    assert list(df["region"]) == ["instant", "kept"]
+    assert (df["end_ns"] - df["start_ns"]).tolist() == [0, 3000]
+    (said,) = [p for p in map(str, problems) if "without a valid 'ts'" in p]
+    assert ": 3 complete event(s) without a valid 'ts'" in said
+    assert "one without 'dur' is read as an instant, zero length" in said

@@ -286,8 +286,10 @@ class KinetoReader(Reader):
         if events.untimed:
             problems.append(
                 Problem(
-                    f"{path}: {events.untimed:,} complete event(s) without a valid 'ts' or "
-                    "'dur' (none, not a number, or beyond the year 2262) were skipped"
+                    f"{path}: {events.untimed:,} complete event(s) without a valid 'ts' "
+                    "(none, or beyond the year 2262, past what int64 nanoseconds hold) or "
+                    "with a 'dur' beyond that were skipped (one without 'dur' is read as "
+                    "an instant, zero length)"
                 )
             )
         if events.backwards:
