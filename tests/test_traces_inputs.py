@@ -705,3 +705,34 @@ def test_untimed_events_are_counted_as_what_they_are(tmp_path, monkeypatch, engi
     (said,) = [p for p in map(str, problems) if "without a valid 'ts'" in p]
     assert ": 3 complete event(s) without a valid 'ts'" in said
     assert "one without 'dur' is read as an instant, zero length" in said
+
+
+@pytest.mark.parametrize(
+    "given, name, rank, used",
+    [
+        (3, "trace.json", 3, None),
+        (None, "rank7.json", 7, None),
+        ("3", "trace.json", 0, "rank 0"),
+        (3.0, "worker_rank5.json", 5, "the rank in the file's name"),
+        (True, "trace.json", 0, "rank 0"),
+        (-1, "trace.json", 0, "rank 0"),
+        (1 << 40, "trace.json", 0, "rank 0"),
+    ],
+)
+def test_a_rank_that_is_none_is_named_not_taken(tmp_path, given, name, rank, used):
+    """distributedInfo.rank of text, a fraction, true, negative or past the
+    rank column's int32 is no rank: the file name's (else 0) is used, and
+    said; true was rank 1, -1 rank -1, all of them without a word."""
+    event = {"name": "aten::add", "ts": 5, "dur": 2}
+    info = {} if given is None else {"distributedInfo": {"rank": given, "world_size": 8}}
+    df, problems = read(kineto(tmp_path / name, [event], **info))
+    assert df["rank"].tolist() == [rank]
+    said = [p for p in map(str, problems) if "distributedInfo.rank" in p]
+    assert said == (
+        []
+        if used is None
+        else [
+            f"{tmp_path / name}: distributedInfo.rank {json.dumps(given)} is no rank (a whole "
+            f"number from 0); {used} ({rank}) is used"
+        ]
+    )

@@ -303,7 +303,10 @@ class KinetoReader(Reader):
         events.flows_of_unlinked(data)
         base = _base_time_ns(data)
         del data
-        columns = events.columns(_rank(info, path))
+        rank, said = _rank(info, path)
+        if said:
+            problems.append(said)
+        columns = events.columns(rank)
         if columns.end_ns.size and not (
             0 <= base and base + max(int(columns.end_ns.max()), 0) <= INT64_MAX
         ):
@@ -559,13 +562,27 @@ def _salvaged(data: bytes, path: Path):
     return [events], info, problems
 
 
-def _rank(info, path: Path) -> int:
+MAX_RANK = (1 << 31) - 1  # the rank column's int32
+
+
+def _rank(info, path: Path) -> tuple[int, Problem | None]:
     """distributedInfo.rank (torch.distributed runs), else the rank in the
-    file name (our runs write torch_profiler/rank<r>.json), else 0."""
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return info["rank"]
+    file name (our runs write torch_profiler/rank<r>.json), else 0; and the
+    problem where distributedInfo gives a rank that is none (text, a
+    fraction, true, negative, past int32): that one is not taken silently."""
+    given = info.get("rank") if isinstance(info, dict) else None
+    if type(given) is int and 0 <= given <= MAX_RANK:
+        return given, None
     found = re.search(r"rank[-_]?(\d+)", path.name)
-    return int(found.group(1)) if found else 0
+    rank = int(found.group(1)) if found and int(found.group(1)) <= MAX_RANK else 0
+    if given is None:
+        return rank, None
+    source = "the rank in the file's name" if found else "rank 0"
+    return rank, Problem(
+        f"{path}: distributedInfo.rank {json.dumps(given)[:40]} is no rank (a whole "
+        f"number from 0); {source} ({rank}) is used",
+        lost=False,
+    )
 
 
 class _Codes:
