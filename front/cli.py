@@ -686,7 +686,9 @@ def check_results(text: str | None) -> None:
     done")."""
     if text is not None and not text.strip():  # Path("") is the current folder
         raise UserError("--results is empty; give the results folder (results= of the workflow)")
-    if text is not None and os.path.exists(text) and not os.path.isdir(text):
+    # lexists: a link to itself or to nowhere is no folder either (exists()
+    # is False on both: read as an empty campaign, "0 runs done")
+    if text is not None and os.path.lexists(text) and not os.path.isdir(text):
         raise UserError(
             f"--results {text}: not a folder; give the results folder (results= of the workflow)"
         )

@@ -948,7 +948,10 @@ def test_json_nested_deeper_than_python_recurses_is_damage_not_a_traceback(tmp_p
 def test_results_that_is_not_a_folder_is_refused(tmp_path):
     doc = write_design(tmp_path, tiny_design())
     os.mkfifo(tmp_path / "fifo")
-    for results in (tmp_path / "fifo", Path("/etc/passwd")):
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "nowhere").symlink_to(tmp_path / "gone")
+    places = [tmp_path / "fifo", tmp_path / "loop", tmp_path / "nowhere", Path("/etc/passwd")]
+    for results in places:
         for command in (["plan", "--no-check", "--summary"], ["check"], ["follow-up"]):
             done = ddlc(*command, "--design", str(doc), "--results", str(results))
             assert done.returncode == 2 and "Traceback" not in done.stderr
