@@ -197,6 +197,33 @@ def test_a_run_folder_leading_out_of_the_results_is_refused(tmp_path):
     assert tree(outside) == before
 
 
+@pytest.mark.parametrize("link", ["itself", "nowhere"])
+def test_a_job_whose_run_folder_became_a_link_loop_says_so_in_one_line(tmp_path, link):
+    """A run folder that is a link to itself (or to nowhere), made after
+    the workflow checked the results: the run's job (run-one) names it; it
+    ended in Path.resolve's RuntimeError."""
+    doc = tiny_design()
+    path = write_design(tmp_path, doc)
+    row = design.parse(doc, "tiny.yaml").runs()[0]
+    folder = tmp_path / "results" / row.path
+    folder.parent.mkdir(parents=True)
+    folder.symlink_to(folder.name if link == "itself" else "gone")
+    argv = ["run-one", "--design", str(path), "--results", str(tmp_path / "results")]
+    run = subprocess.run(
+        [sys.executable, "-m", "front.cli", *argv, "--path", row.path],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    said = run.stderr.strip().splitlines()[-1]
+    assert said.startswith(f"error: {folder}: ")
+    assert (
+        "Too many levels of symbolic links" if link == "itself" else "a link to nowhere"
+    ) in said
+    assert folder.is_symlink() and not (tmp_path / "results" / "gone").exists()
+
+
 def test_the_workflow_refuses_an_attempts_link_in_one_line(tmp_path):
     _, folder = failed_campaign(tmp_path)
     outside = tmp_path / "elsewhere"

@@ -48,8 +48,9 @@ def moves(runs: list[RunRow], results: Path, root: Path) -> list[tuple[RunRow, P
     todo = [r for r in runs if not (results / r.path / DONE).exists()]
     if not todo:
         return []
-    planned = {(results / r.path).resolve() for r in runs}
-    found = {k: v for k, v in finished_folders(root).items() if v.resolve() not in planned}
+    # realpath: Path.resolve raises RuntimeError on a run folder that is a link loop
+    planned = {os.path.realpath(results / r.path) for r in runs}
+    found = {k: v for k, v in finished_folders(root).items() if os.path.realpath(v) not in planned}
     return [(r, found[identity(r.config)]) for r in todo if identity(r.config) in found]
 
 

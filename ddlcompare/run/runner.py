@@ -108,8 +108,11 @@ def execute(row: RunRow, results: Path, kill_orphans: bool = False) -> int:
     """Run ``row``; return 0 when a done marker was written (ok or failed).
     The run folder is claimed first (ownership.Busy when an earlier attempt
     still runs there) and released at the end."""
-    files.within(results / row.path, results)
-    run_dir = (results / row.path).resolve()  # workers start in the repository
+    if problem := files.place_problem(results / row.path, results):
+        raise files.NotRegular(problem)  # a file, a link out or to nowhere, a link loop
+    # absolute, as workers start in the repository (realpath: Path.resolve
+    # raises RuntimeError on a link loop, which place_problem names)
+    run_dir = Path(os.path.realpath(results / row.path))
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         diskspace.check(run_dir, diskspace.estimate_bytes(row.config))
