@@ -254,10 +254,13 @@ def workflow_paths(options: dict) -> tuple[str, Path]:
 
 
 def results_problem(results: Path) -> str | None:
-    """``results=`` must name a folder (or a place for one)."""
-    if results.exists() and not results.is_dir():
+    """``results=`` must name a folder (or a place for one): not a file, nor
+    a link to nowhere or to itself (exists() is False on both, and the
+    first job failed to make it)."""
+    if os.path.lexists(results) and not results.is_dir():
+        what = "a file" if results.exists() else "a link to nowhere or to itself"
         return (
-            f"results={results} is a file, not a folder; pass --config results=FOLDER "
+            f"results={results} is {what}, not a folder; pass --config results=FOLDER "
             "(it is created if missing)"
         )
     return None

@@ -616,6 +616,24 @@ def test_bad_workflow_config_is_one_line(tmp_path, config, message):
     ]
 
 
+@pytest.mark.parametrize("target", ["nowhere", "itself"])
+def test_results_that_is_a_dangling_or_looping_link_is_one_line(tmp_path, target):
+    """exists() is False on a link to nowhere or to itself: results= passed
+    the dry run, and the first job failed to make the folder."""
+    write_design(tmp_path, tiny_design())
+    (tmp_path / "res").symlink_to("gone" if target == "nowhere" else "res")
+    out = subprocess.run(
+        snakemake_cmd(tmp_path, "results=res", "-n"), capture_output=True, text=True, cwd=tmp_path
+    )
+    said = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert said == [
+        "error: results=res is a link to nowhere or to itself, not a folder; pass "
+        "--config results=FOLDER (it is created if missing)"
+    ]
+    assert not (tmp_path / "gone").exists()
+
+
 def guarded_rank(run_dir: Path, **env) -> subprocess.Popen:
     """ddlcompare/run/rank_guard.py over a real worker, as gaspi_run starts it."""
     return subprocess.Popen(
