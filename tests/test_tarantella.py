@@ -214,7 +214,12 @@ def test_whole_steps_only_keep_their_time_in_every_table(tmp_path):
     row = spread.table(runs, table).iloc[0]
     assert row["step_median_s"] > 0 and row["steps"] == 2 * (2 * 12 - 2)
     parts = bottlenecks.breakdown(table, runs, ["framework"]).set_index("phase")["mean"]
-    assert parts["other"] == pytest.approx(row["step_median_s"], rel=0.5)
+    # the mean of the same steps, from the ranks' own steps files (a mean
+    # against the spread's median failed beside a loaded suite: 0.29 s
+    # against 0.18 s, a few slow steps)
+    ranks = pd.concat(pd.read_csv(folder / names.steps(r), sep="\t") for r in (0, 1))
+    measured_s = ranks[ranks["step"] >= 2].eval("(end_ns - start_ns) / 1e9").mean()
+    assert parts["other"] == pytest.approx(measured_s, rel=0.01)
     found = cp.analyse(table, runs)
     assert set(found.method.values()) == {"other"} and found.problems == {}
     (line,) = phase_recording.lines(runs, lacking="its ranks join at the whole step")
