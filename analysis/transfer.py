@@ -89,8 +89,7 @@ def _labelled(runs: pd.DataFrame) -> pd.DataFrame:
 def _factors(ok: pd.DataFrame) -> list[str]:
     """The scale, the settings the runs vary, then the CPU where the runs
     recorded more than one."""
-    settings = [s for s in cells.varied(ok) if ok[s].map(cells.level_text).nunique() > 1]
-    named = [SCALE, *settings]
+    named = [SCALE, *cells.varied(ok)]  # varied: batch_size, varied or not, then the rest
     if CPU in ok and ok[CPU].dropna().nunique() > 1:
         named.append(CPU)
     return [f for f in named if ok[f].map(cells.level_text).nunique() > 1]
