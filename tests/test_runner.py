@@ -128,6 +128,48 @@ def test_processes_left_behind_by_the_launcher_are_stopped(tmp_path):
     )
 
 
+LOST_NODE = "echo 'srun: error: Node failure on vm-n1' >&2; exit 1"
+FINISHED = "echo '{\"final_loss\": 0.5}' > metrics.json; exit 0"
+
+
+@pytest.mark.parametrize("launcher, status", [(LOST_NODE, "interrupted"), (FINISHED, "ok")])
+def test_a_stop_signal_once_the_launcher_ended_waits_for_its_record(tmp_path, launcher, status):
+    """A lost node: Slurm tells srun, which fails, and signals the runner a
+    moment later. A stop signal that comes once the launcher has ended is
+    kept until the outcome is recorded (its default action killed the runner
+    between two records): a failure it came with is recorded as the stop (no
+    done marker: the run is queued again), a run that finished stays ok."""
+    from runfiles import ownership
+    from runfiles.atomic import write_json
+
+    row = row_of(tiny_design(tracer="none"))
+    record = {"run_id": row.run_id, "config": row.config, "status": "running"}
+    stops = runner.StopSignals()
+    token = ownership.claim(tmp_path)
+    try:
+        with stops.caught():
+            watch = runner.Watch(tmp_path, token, timeout=60, stops=stops)
+            outcome = watch.run(["sh", "-c", f"cd {tmp_path}; {launcher}"], dict(os.environ))
+            os.kill(os.getpid(), signal.SIGTERM)  # handled here: kept, nothing raised
+
+            def save(name, doc):
+                write_json(tmp_path / name, doc)
+
+            code = runner.record_outcome(row, tmp_path, record, save, stops, outcome)
+    finally:
+        ownership.release(tmp_path, token)
+    said = json.loads((tmp_path / "run.json").read_text())
+    assert said["status"] == status, said.get("reason")
+    if status == "interrupted":
+        assert code == 128 + signal.SIGTERM and not (tmp_path / "done.json").exists()
+        assert said["reason"] == (
+            "stopped by SIGTERM as the launcher ended (exit status 1: srun: error: Node failure "
+            "on vm-n1); the next workflow run starts it again"
+        )
+    else:
+        assert code == 0 and json.loads((tmp_path / "done.json").read_text())["status"] == "ok"
+
+
 @pytest.mark.parametrize(
     "present", [["2"], ["1", "3"], ["notes", "7"], ["1", "2"]], ids=lambda p: "+".join(p)
 )

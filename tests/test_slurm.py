@@ -97,6 +97,25 @@ def test_tiny_design_through_the_slurm_profile_matches_a_local_run(
     assert final_losses(on_slurm / "results") == trained_locally  # same seed, same training
 
 
+def test_a_job_slurm_goes_on_with_is_no_stop_of_slurms(slurm):
+    """A runner whose launcher failed asks Slurm whether it is ending the job
+    (a lost node fails srun as Slurm ends the job): in a job that runs on,
+    Slurm has said nothing, and the failure is the run's own."""
+    ask = (
+        "import os; from ddlcompare.run import schedulers; "
+        "print(schedulers.current().stop_reason(os.environ))"
+    )
+    out = subprocess.run(
+        ["srun", "-N1", "-n1", "--mem=100", sys.executable, "-c", ask],
+        capture_output=True,
+        text=True,
+        env=slurm,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert (out.returncode, out.stdout.strip()) == (0, "None"), out.stderr
+
+
 def test_launch_commands_from_a_real_slurm_node_list(slurm):
     # The node list and job environment Slurm really gives a two-task job.
     out = subprocess.run(

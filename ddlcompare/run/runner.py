@@ -85,6 +85,46 @@ class Interrupted(Exception):
         self.reason, self.signum = reason, signum
 
 
+class StopSignals:
+    """Ctrl-C, the scheduler's SIGTERM and a lost terminal, over a whole
+    attempt. Until the launcher has ended, the first one stops its whole tree
+    and raises Interrupted; after, and while a stop is being recorded, a
+    signal is only kept: the attempt's outcome is recorded first. (A lost
+    node: Slurm tells srun, which fails, as it signals the runner; the
+    signal's default action killed the runner between the two records.)"""
+
+    NAMES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self):
+        self.launcher: subprocess.Popen | None = None
+        self.held = False
+        self.signum: int | None = None  # the first one
+
+    @contextlib.contextmanager
+    def caught(self):
+        previous = {s: signal.getsignal(s) for s in self.NAMES}
+        for s in previous:
+            signal.signal(s, self._stop)
+        try:
+            yield self
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def hold(self) -> None:
+        """From now on a signal is kept, not raised."""
+        self.held = True
+
+    def _stop(self, signum: int, _frame) -> None:
+        self.signum = self.signum or signum
+        if self.held or (self.launcher and self.launcher.returncode is not None):
+            return
+        self.held = True  # a second signal must not cut the stop short
+        if self.launcher and self.launcher.returncode is None:
+            stopping.kill_tree(self.launcher)
+        raise Interrupted(f"stopped by {signal.Signals(signum).name}", signum)
+
+
 class LostOwnership(Exception):
     """Another attempt owns the run folder now: this one writes nothing more."""
 
@@ -217,7 +257,6 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
 
     archive_attempt(run_dir)
     config = row.config
-    info = registry.FRAMEWORKS[config["framework"]]
     record = {
         "run_id": row.run_id,
         "path": row.path,
@@ -234,59 +273,94 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
         record["scorep"] = tracers.installed_version()
     save(CONFIG, config)
     save(RUN_RECORD, record)
-    try:
-        with netem.network(config, run_dir) as net:
-            scheduler, host_list = schedulers.detect(
-                config["nodes"], config["procs_per_node"], {**os.environ, **net.env}
-            )
-            argv, env = launch.command(info.launcher, host_list, config, run_dir, scheduler)
-            argv = net.enter(argv)
-            record.update(
-                scheduler=scheduler.name,
-                hosts=[h.__dict__ for h in host_list],
-                command=argv,
-                cores=cores.record(net.node_cpus, net.hostnames),
-            )
-            # Saved now: a scheduler that kills the runner outright (OAR's
-            # SIGKILL) leaves this record, completed by whoever records the stop.
-            save(RUN_RECORD, record)
-            hang = stall.EpochWatch(run_dir / EPOCHS, config["epochs"])
-            watch = Watch(run_dir, token, derived_timeout(config), scheduler.one_machine, hang)
-            watch.cpus = tuple(sorted({c for node in net.node_cpus or [] for c in node})) or None
-            with watch.signals(), _machine(scheduler, row.path, watch) as waited:
-                record["waited_for_machine_s"] = round(waited, 1)
-                # held shared with other runs of ours that only check correctness
-                record["machine_shared"] = scheduler.one_machine and machine_lock.shared_mode()
-                started = time.time()
-                outcome = watch.run(argv, {**os.environ, **net.env, **env})
-                record["machine_held"] = [started, time.time()]  # unix seconds
-                if watch.meter:
-                    record[records.MACHINE_LOAD] = machine_load.summarize(
-                        watch.meter, run_dir, config, row.world_size, watch.held_ns
-                    )
-                energy.write_run_energy(run_dir, [h.name for h in host_list], started, time.time())
-    except Interrupted as stop:
-        hosts = [h["name"] for h in record.get("hosts", [])]
-        said = schedulers.current().stop_reason(os.environ, hosts)  # e.g. Slurm's TIMEOUT
-        record.update(
-            status="interrupted",
-            end=_now(),
-            reason=f"{stop.reason}{f' ({said})' if said else ''}; the next workflow run starts it again",
+    stops = StopSignals()
+    with stops.caught():
+        try:
+            outcome = _launch(row, run_dir, token, record, save, stops)
+        except Interrupted as stop:
+            return _record_stop(record, save, stops, stop.reason)
+        except (RuntimeError, OSError) as exc:
+            outcome = {"exit_status": None, "reason": f"could not start: {exc}"}
+        except Exception as exc:  # noqa: BLE001 (a harness defect: the run is failed, not lost)
+            traceback.print_exc()  # into the run's runner.log, for whoever fixes it
+            outcome = {
+                "exit_status": None,
+                "reason": f"could not start, a defect of the harness ({type(exc).__name__}: "
+                f"{exc}; the traceback is in runner.log): please report it",
+            }
+        return record_outcome(row, run_dir, record, save, stops, outcome)
+
+
+def _launch(row: RunRow, run_dir: Path, token: str, record: dict, save, stops: StopSignals) -> dict:
+    """Start the launcher on the machine or nodes given, watch it to its
+    end, and return its outcome; ``record`` gains where and how it ran."""
+    config = row.config
+    info = registry.FRAMEWORKS[config["framework"]]
+    with netem.network(config, run_dir) as net:
+        scheduler, host_list = schedulers.detect(
+            config["nodes"], config["procs_per_node"], {**os.environ, **net.env}
         )
+        argv, env = launch.command(info.launcher, host_list, config, run_dir, scheduler)
+        argv = net.enter(argv)
+        record.update(
+            scheduler=scheduler.name,
+            hosts=[h.__dict__ for h in host_list],
+            command=argv,
+            cores=cores.record(net.node_cpus, net.hostnames),
+        )
+        # Saved now: a scheduler that kills the runner outright (OAR's
+        # SIGKILL) leaves this record, completed by whoever records the stop.
         save(RUN_RECORD, record)
-        return 128 + stop.signum if stop.signum else 1
-    except (RuntimeError, OSError) as exc:
-        outcome = {"exit_status": None, "reason": f"could not start: {exc}"}
-    except Exception as exc:  # noqa: BLE001 (a harness defect: the run is failed, not lost)
-        traceback.print_exc()  # into the run's runner.log, for whoever fixes it
-        outcome = {
-            "exit_status": None,
-            "reason": f"could not start, a defect of the harness ({type(exc).__name__}: {exc}; "
-            "the traceback is in runner.log): please report it",
-        }
+        hang = stall.EpochWatch(run_dir / EPOCHS, config["epochs"])
+        timeout = derived_timeout(config)
+        watch = Watch(run_dir, token, timeout, scheduler.one_machine, hang, stops)
+        watch.cpus = tuple(sorted({c for node in net.node_cpus or [] for c in node})) or None
+        with _machine(scheduler, row.path, watch) as waited:
+            record["waited_for_machine_s"] = round(waited, 1)
+            # held shared with other runs of ours that only check correctness
+            record["machine_shared"] = scheduler.one_machine and machine_lock.shared_mode()
+            started = time.time()
+            outcome = watch.run(argv, {**os.environ, **net.env, **env})
+            record["machine_held"] = [started, time.time()]  # unix seconds
+            if watch.meter:
+                record[records.MACHINE_LOAD] = machine_load.summarize(
+                    watch.meter, run_dir, config, row.world_size, watch.held_ns
+                )
+            energy.write_run_energy(run_dir, [h.name for h in host_list], started, time.time())
+    return outcome
+
+
+def _record_stop(
+    record: dict, save, stops: StopSignals, reason: str, said: str | None = None
+) -> int:
+    """Record the attempt interrupted (no done marker: the next workflow run
+    starts it again), in the scheduler's words too where it stops the job;
+    the exit status of a process ended by the first stop signal."""
+    stops.hold()
+    again = "; the next workflow run starts it again"
+    record.update(status="interrupted", end=_now(), reason=reason + again)
+    # Saved before the scheduler is asked: it kills outright a moment after
+    # its signal (Slurm's KillWait), and asking may take seconds.
+    save(RUN_RECORD, record)
+    hosts = [h["name"] for h in record.get("hosts", [])]
+    if said := said or schedulers.current().stop_reason(os.environ, hosts):  # e.g. Slurm's TIMEOUT
+        record["reason"] = f"{reason} ({said}){again}"
+        save(RUN_RECORD, record)
+    return 128 + stops.signum if stops.signum else 1
+
+
+def record_outcome(
+    row: RunRow, run_dir: Path, record: dict, save, stops: StopSignals, outcome: dict
+) -> int:
+    """Record how the launcher ended, with the run's done marker; a failure
+    that came with a stop (a node lost: the scheduler stops the job as the
+    launcher fails of it) is recorded as the stop instead."""
+    config = row.config
     status = "ok" if outcome["exit_status"] == 0 and (run_dir / METRICS).exists() else "failed"
     if status == "failed" and not outcome.get("reason"):
         outcome["reason"] = "exited 0 but wrote no metrics.json"
+    if outcome["exit_status"] != 0 and (stop := _stop_behind_failure(record, stops, outcome)):
+        return _record_stop(record, save, stops, *stop)
     if status == "ok" and (missing := tracers.missing_trace(config, run_dir)):
         status, outcome["reason"] = "failed", missing  # not clean: its trace is lost
     if status == "ok" and outcome.get("overlap"):
@@ -310,6 +384,21 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
         },
     )
     return 0
+
+
+def _stop_behind_failure(
+    record: dict, stops: StopSignals, outcome: dict
+) -> tuple[str, str | None] | None:
+    """The stop that came with the launcher's failure, if any: a stop signal
+    while its outcome was being recorded, or the scheduler ending the job (a
+    lost node: Slurm tells srun, which fails, as it signals the runner)."""
+    failure = f"the launcher ended ({outcome['reason']})"
+    if stops.signum:
+        return f"stopped by {signal.Signals(stops.signum).name} as {failure}", None
+    hosts = [h["name"] for h in record.get("hosts", [])]
+    if said := schedulers.current().stop_reason(os.environ, hosts):
+        return f"stopped by the scheduler as {failure}", said
+    return None
 
 
 def _machine(scheduler: schedulers.Scheduler, what: str, watch: Watch):
@@ -349,8 +438,10 @@ class Watch:
         timeout: int,
         shared_machine: bool = True,
         progress: stall.EpochWatch | None = None,
+        stops: StopSignals | None = None,
     ):
         self.run_dir, self.token, self.timeout = run_dir, token, timeout
+        self.stops = stops or StopSignals()
         self.progress = progress  # a hang between epochs, seen before the timeout
         # Overlapping training is looked for where runs share one machine by
         # design (local, emulated network); a cluster scheduler gives each
@@ -379,25 +470,6 @@ class Watch:
                 f"{self.workflow[0]}) ended; stopped so that no orphan trains on"
             )
 
-    @contextlib.contextmanager
-    def signals(self):
-        """While the run lasts, a stop signal (Ctrl-C, the scheduler, a lost
-        terminal) ends the launcher's whole tree and the attempt."""
-        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-
-        def stop(signum, _frame):
-            if self.proc:
-                stopping.kill_tree(self.proc)
-            raise Interrupted(f"stopped by {signal.Signals(signum).name}", signum)
-
-        for s in previous:
-            signal.signal(s, stop)
-        try:
-            yield
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-
     def run(self, argv: list[str], env: dict) -> dict:
         with open(self.run_dir / TRAIN_LOG, "wb") as log:
             proc = self.proc = subprocess.Popen(
@@ -409,6 +481,7 @@ class Watch:
                 start_new_session=True,
                 preexec_fn=ownership.die_with_parent,
             )
+            self.stops.launcher = proc
             start = time.perf_counter_ns()
             try:
                 with machine_lock.training(self.run_dir, proc.pid, provenance.REPO):
@@ -418,6 +491,7 @@ class Watch:
                     if self.meter:
                         self.meter.sample()  # up to the end, however short the run
             finally:
+                self.stops.hold()  # the launcher has ended: its outcome is recorded first
                 stopping.stop_session(proc.pid)
                 self.held_ns = (start, time.perf_counter_ns())
         outcome = self._outcome(proc, timed_out)

@@ -70,8 +70,8 @@ class Slurm(Scheduler):
         # reason, Slurm's own line in the job's output or accounting says it.
         job = env.get("SLURM_JOB_ID")
         out = _ask(["scontrol", "show", "job", "--oneliner", job]) if job else ""
-        if not (state := ending_state(out)):
-            return None
+        if not (state := ending_state(out)) or state in STILL_RUNNING:
+            return None  # not a stop of Slurm's: the job goes on
         if state == "COMPLETING":
             state = _told_in_output(job, out) or accounted_state(job) or state
         said = f"Slurm job {job}: {state}"
@@ -100,6 +100,9 @@ class Slurm(Scheduler):
         # step's size, as for per_node_starter.
         return {"scheduler": "slurm", "launcher_args": args, "unset_env": list(STEP_VARIABLES)}
 
+
+# The states of a job Slurm is not ending (its runner asks as its launcher fails).
+STILL_RUNNING = ("RUNNING", "CONFIGURING")
 
 # Slurm's reason for ending a job (job_state_reason), as the state it ends in.
 ENDED_BY = {"TimeLimit": "TIMEOUT", "NodeDown": "NODE_FAIL", "OutOfMemory": "OUT_OF_MEMORY"}
