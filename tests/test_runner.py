@@ -1,6 +1,7 @@
 """Failed runs are results: recorded with their reason and a done marker;
 hung runs are killed; earlier attempts are kept."""
 
+import contextlib
 import json
 import os
 import signal
@@ -168,6 +169,57 @@ def test_a_stop_signal_once_the_launcher_ended_waits_for_its_record(tmp_path, la
         )
     else:
         assert code == 0 and json.loads((tmp_path / "done.json").read_text())["status"] == "ok"
+
+
+# A runner as an attempt has it from its start to its launcher's end, in a
+# process of its own for the test to kill: RUNNER FOLDER LAUNCHER_SHELL_LINE.
+RUNNER = """
+import os, sys
+from pathlib import Path
+from ddlcompare.run import runner
+from runfiles import ownership
+from runfiles.atomic import write_json
+folder = Path(sys.argv[1])
+token = ownership.claim(folder)
+record = {"status": "running"}
+def save(name, doc):
+    write_json(folder / name, doc)
+save("run.json", record)
+stops = runner.stop_signals(record, save)
+with stops.caught():
+    watch = runner.Watch(folder, token, timeout=60, stops=stops)
+    watch.run(["sh", "-c", f"cd {folder}; {sys.argv[2]}"], dict(os.environ))
+"""
+# A launcher that outlives SIGTERM for kill_tree's whole grace: srun waiting
+# for its tasks on a lost node, ranks slow to end on a loaded machine.
+STUBBORN = "trap '' TERM; echo $$ > launcher.pid; exec sleep 60"
+
+
+def test_a_stop_is_recorded_before_the_launcher_is_stopped(tmp_path):
+    """Slurm kills the runner outright KillWait after its SIGTERM (5 s on
+    ./ddlc cluster), no longer than kill_tree's grace for the launcher: the
+    stop is recorded as it comes. Here the runner is killed 2 s after its
+    signal, still stopping a launcher that outlives SIGTERM: its record
+    says interrupted, not running."""
+    proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(tmp_path), STUBBORN], cwd=REPO)
+    launcher = tmp_path / "launcher.pid"
+    try:
+        deadline = time.monotonic() + 60
+        while not (launcher.exists() and launcher.read_text().strip()):
+            assert proc.poll() is None and time.monotonic() < deadline, "no launcher started"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(2)
+        assert proc.poll() is None  # still within kill_tree's grace
+    finally:
+        proc.kill()
+        proc.wait()
+        if launcher.exists() and launcher.read_text().strip():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(launcher.read_text()), signal.SIGKILL)
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["status"] == "interrupted", record
+    assert record["reason"] == "stopped by SIGTERM; the next workflow run starts it again"
 
 
 @pytest.mark.parametrize(

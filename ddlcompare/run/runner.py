@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -87,18 +87,24 @@ class Interrupted(Exception):
 
 class StopSignals:
     """Ctrl-C, the scheduler's SIGTERM and a lost terminal, over a whole
-    attempt. Until the launcher has ended, the first one stops its whole tree
-    and raises Interrupted; after, and while a stop is being recorded, a
-    signal is only kept: the attempt's outcome is recorded first. (A lost
-    node: Slurm tells srun, which fails, as it signals the runner; the
-    signal's default action killed the runner between the two records.)"""
+    attempt. Until the launcher has ended, the first one is recorded, stops
+    the launcher's whole tree and raises Interrupted; after, and while a
+    stop is being recorded, a signal is only kept: the attempt's outcome is
+    recorded first. (A lost node: Slurm tells srun, which fails, as it
+    signals the runner; the signal's default action killed the runner
+    between the two records.)"""
 
     NAMES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def __init__(self):
+    def __init__(self, record: Callable[[str], None] | None = None):
         self.launcher: subprocess.Popen | None = None
         self.held = False
         self.signum: int | None = None  # the first one
+        # Records the stop as it comes, before the launcher's tree is
+        # stopped: the scheduler kills the runner outright a moment after
+        # its signal (Slurm's KillWait: 5 s on ./ddlc cluster), and
+        # kill_tree's grace alone is as long.
+        self.record = record
 
     @contextlib.contextmanager
     def caught(self):
@@ -120,9 +126,12 @@ class StopSignals:
         if self.held or (self.launcher and self.launcher.returncode is not None):
             return
         self.held = True  # a second signal must not cut the stop short
+        reason = f"stopped by {signal.Signals(signum).name}"
         if self.launcher and self.launcher.returncode is None:
+            if self.record:
+                self.record(reason)
             stopping.kill_tree(self.launcher)
-        raise Interrupted(f"stopped by {signal.Signals(signum).name}", signum)
+        raise Interrupted(reason, signum)
 
 
 class LostOwnership(Exception):
@@ -273,7 +282,7 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
         record["scorep"] = tracers.installed_version()
     save(CONFIG, config)
     save(RUN_RECORD, record)
-    stops = StopSignals()
+    stops = stop_signals(record, save)
     with stops.caught():
         try:
             outcome = _launch(row, run_dir, token, record, save, stops)
@@ -330,21 +339,34 @@ def _launch(row: RunRow, run_dir: Path, token: str, record: dict, save, stops: S
     return outcome
 
 
+AGAIN = "; the next workflow run starts it again"
+
+
+def stop_signals(record: dict, save) -> StopSignals:
+    """An attempt's stop signals, each saved in its record as it comes."""
+    return StopSignals(lambda reason: _save_stop(record, save, reason))
+
+
+def _save_stop(record: dict, save, reason: str) -> None:
+    """The attempt recorded interrupted (no done marker: the next workflow
+    run starts it again)."""
+    record.update(status="interrupted", end=_now(), reason=reason + AGAIN)
+    save(RUN_RECORD, record)
+
+
 def _record_stop(
     record: dict, save, stops: StopSignals, reason: str, said: str | None = None
 ) -> int:
-    """Record the attempt interrupted (no done marker: the next workflow run
-    starts it again), in the scheduler's words too where it stops the job;
-    the exit status of a process ended by the first stop signal."""
+    """Record the attempt interrupted, in the scheduler's words too where it
+    stops the job; the exit status of a process ended by the first stop
+    signal."""
     stops.hold()
-    again = "; the next workflow run starts it again"
-    record.update(status="interrupted", end=_now(), reason=reason + again)
     # Saved before the scheduler is asked: it kills outright a moment after
     # its signal (Slurm's KillWait), and asking may take seconds.
-    save(RUN_RECORD, record)
+    _save_stop(record, save, reason)
     hosts = [h["name"] for h in record.get("hosts", [])]
     if said := said or schedulers.current().stop_reason(os.environ, hosts):  # e.g. Slurm's TIMEOUT
-        record["reason"] = f"{reason} ({said}){again}"
+        record["reason"] = f"{reason} ({said}){AGAIN}"
         save(RUN_RECORD, record)
     return 128 + stops.signum if stops.signum else 1
 
