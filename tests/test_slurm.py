@@ -6,6 +6,7 @@ ends; launch commands from the node list Slurm really gives."""
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from conftest import (
 )
 from ddlcompare.run import launch, schedulers
 from ddlcompare.run.schedulers import Host, slurm as slurm_scheduler
+from test_runner import RUNNER, STUBBORN
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 SCRIPT = REPO / "envs" / "schedulers" / "slurm.sh"
@@ -114,6 +116,55 @@ def test_a_job_slurm_goes_on_with_is_no_stop_of_slurms(slurm):
         timeout=120,
     )
     assert (out.returncode, out.stdout.strip()) == (0, "None"), out.stderr
+
+
+def test_a_stop_is_recorded_in_slurms_words_before_the_launcher_is_stopped(slurm, tmp_path):
+    """scancel: Slurm signals the job's processes and kills them outright
+    KillWait later (5 s here). The runner records the stop, in Slurm's
+    words, before it stops its launcher: one that outlives SIGTERM holds it
+    for kill_tree's whole grace (5 s), after which the runner was killed
+    before it could ask Slurm."""
+    job_script = tmp_path / "job.sh"
+    job_script.write_text(
+        f"#!/bin/sh\nexec {shlex.join([sys.executable, '-c', RUNNER, str(tmp_path), STUBBORN])}\n"
+    )
+    job_script.chmod(0o755)
+    out = subprocess.run(
+        ["sbatch", "--parsable", "--mem=100", "-o", str(tmp_path / "job.out"), str(job_script)],
+        capture_output=True,
+        text=True,
+        env=slurm,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip()
+    launcher = tmp_path / "launcher.pid"
+
+    def state() -> str:
+        said = subprocess.run(
+            ["scontrol", "show", "job", "--oneliner", job],
+            capture_output=True,
+            text=True,
+            env=slurm,
+        ).stdout
+        return slurm_scheduler.ending_state(said) or ""
+
+    try:
+        deadline = time.monotonic() + 120
+        while not (launcher.exists() and launcher.read_text().strip()):
+            assert time.monotonic() < deadline, f"job {job}: no launcher after 120 s ({state()})"
+            time.sleep(0.5)
+        subprocess.run(["scancel", job], env=slurm, check=True, timeout=60)
+        deadline = time.monotonic() + 60
+        while state().split(",")[0] in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+            assert time.monotonic() < deadline, f"job {job}: {state()} after 60 s"
+            time.sleep(0.5)
+    finally:
+        subprocess.run(["scancel", job], env=slurm, timeout=60)
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["status"] == "interrupted", record
+    assert record["reason"].startswith(f"stopped by SIGTERM (Slurm job {job}: CANCELLED"), record
 
 
 def test_launch_commands_from_a_real_slurm_node_list(slurm):

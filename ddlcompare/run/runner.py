@@ -100,11 +100,12 @@ class StopSignals:
         self.launcher: subprocess.Popen | None = None
         self.held = False
         self.signum: int | None = None  # the first one
-        # Records the stop as it comes, before the launcher's tree is
-        # stopped: the scheduler kills the runner outright a moment after
-        # its signal (Slurm's KillWait: 5 s on ./ddlc cluster), and
-        # kill_tree's grace alone is as long.
+        # Records the stop as it comes, in the scheduler's words, before
+        # the launcher's tree is stopped: the scheduler kills the runner
+        # outright a moment after its signal (Slurm's KillWait: 5 s on
+        # ./ddlc cluster), and kill_tree's grace alone is as long.
         self.record = record
+        self.recorded = False
 
     @contextlib.contextmanager
     def caught(self):
@@ -128,9 +129,12 @@ class StopSignals:
         self.held = True  # a second signal must not cut the stop short
         reason = f"stopped by {signal.Signals(signum).name}"
         if self.launcher and self.launcher.returncode is None:
-            if self.record:
-                self.record(reason)
-            stopping.kill_tree(self.launcher)
+            try:
+                if self.record:
+                    self.record(reason)
+                    self.recorded = True
+            finally:  # a record refused (the folder another attempt's) stops it too
+                stopping.kill_tree(self.launcher)
         raise Interrupted(reason, signum)
 
 
@@ -343,31 +347,31 @@ AGAIN = "; the next workflow run starts it again"
 
 
 def stop_signals(record: dict, save) -> StopSignals:
-    """An attempt's stop signals, each saved in its record as it comes."""
+    """An attempt's stop signals, each recorded as it comes."""
     return StopSignals(lambda reason: _save_stop(record, save, reason))
 
 
-def _save_stop(record: dict, save, reason: str) -> None:
+def _save_stop(record: dict, save, reason: str, said: str | None = None) -> None:
     """The attempt recorded interrupted (no done marker: the next workflow
-    run starts it again)."""
+    run starts it again), in the scheduler's words too where it stops the
+    job. Saved before the scheduler is asked: it kills outright a moment
+    after its signal (Slurm's KillWait), and asking may take seconds."""
     record.update(status="interrupted", end=_now(), reason=reason + AGAIN)
     save(RUN_RECORD, record)
+    hosts = [h["name"] for h in record.get("hosts", [])]
+    if said := said or schedulers.current().stop_reason(os.environ, hosts):  # e.g. Slurm's TIMEOUT
+        record["reason"] = f"{reason} ({said}){AGAIN}"
+        save(RUN_RECORD, record)
 
 
 def _record_stop(
     record: dict, save, stops: StopSignals, reason: str, said: str | None = None
 ) -> int:
-    """Record the attempt interrupted, in the scheduler's words too where it
-    stops the job; the exit status of a process ended by the first stop
-    signal."""
+    """Record the attempt interrupted, unless its stop signal did; the exit
+    status of a process ended by the first stop signal."""
     stops.hold()
-    # Saved before the scheduler is asked: it kills outright a moment after
-    # its signal (Slurm's KillWait), and asking may take seconds.
-    _save_stop(record, save, reason)
-    hosts = [h["name"] for h in record.get("hosts", [])]
-    if said := said or schedulers.current().stop_reason(os.environ, hosts):  # e.g. Slurm's TIMEOUT
-        record["reason"] = f"{reason} ({said}){AGAIN}"
-        save(RUN_RECORD, record)
+    if not stops.recorded:
+        _save_stop(record, save, reason, said)
     return 128 + stops.signum if stops.signum else 1
 
 
