@@ -247,6 +247,25 @@ def test_a_run_killed_by_oar_is_recorded_interrupted_and_released(tmp_path):
     assert record["ranks"] == [{"rank": 0, "hostname": "n1"}]
 
 
+def test_a_failed_job_leaves_another_jobs_attempt_alone(tmp_path):
+    """A workflow started again while its earlier job still ran: the new
+    job's runner found the folder busy and failed. Its job end command
+    leaves the earlier job's attempt running and owning its folder (it was
+    recorded interrupted and released, and stopped as it lost its folder);
+    the job's own attempt is recorded as before."""
+    run = tmp_path / "r"
+    run.mkdir()
+    running = {"status": "running", "job": oar_record.Oar().job_id({"OAR_JOB_ID": "7"})}
+    (run / names.RUN_RECORD).write_text(json.dumps(running))
+    (run / names.OWNER).write_text("{}")
+    assert oar_record.main(["8", "failed", "OAR job 8: Error", str(run / names.DONE)]) == 0
+    assert json.loads((run / names.RUN_RECORD).read_text()) == running
+    assert (run / names.OWNER).exists()
+    assert oar_record.main(["7", "failed", "OAR job 7: Error", str(run / names.DONE)]) == 0
+    assert json.loads((run / names.RUN_RECORD).read_text())["status"] == "interrupted"
+    assert not (run / names.OWNER).exists()
+
+
 def test_a_run_that_failed_under_a_lost_node_gets_oars_words_beside_its_own(tmp_path):
     run = tmp_path / "r"
     run.mkdir()

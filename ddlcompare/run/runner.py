@@ -279,6 +279,8 @@ def _attempt(row: RunRow, run_dir: Path, token: str) -> int:
         "config": config,
         "status": "running",
         "start": _now(),
+        # the scheduler's job that runs this attempt, which its job end command checks
+        "job": schedulers.current().job_id(os.environ),
         **provenance.harness(),
         **provenance.tools(),
     }

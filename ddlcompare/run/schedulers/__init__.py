@@ -45,6 +45,7 @@ class Scheduler:
     this_host = False  # every host is this machine itself: launchers pick free
     #                                ports and reach it without a remote shell
     fallback = False  # detected when no other is (local)
+    job_variable: str | None = None  # the job's id in its processes' environment
 
     @staticmethod
     def detected(env: Mapping[str, str]) -> bool:
@@ -81,6 +82,10 @@ class Scheduler:
     def horovodrun_args(self) -> list[str]:
         """Extra horovodrun arguments this scheduler needs."""
         return []
+
+    def job_id(self, env: Mapping[str, str]) -> str | None:
+        """The scheduler's id of the job this process runs in."""
+        return env.get(self.job_variable) if self.job_variable else None
 
     def stop_reason(self, env: Mapping[str, str], hosts: Sequence[str] = ()) -> str | None:
         """Why the scheduler is stopping this job on ``hosts`` (its time

@@ -10,9 +10,10 @@ OAR ends a job by SIGKILL to all its processes (a walltime, an oardel, a lost
 node), so the run cannot record that itself: this records it in the run's
 run.json, in OAR's words (its state, lost nodes and events, as the plugin
 gives them). A failed job whose run left no done marker is recorded
-interrupted and its folder released; a run that failed inside a job OAR has
-more to say of (a node lost under it: the run saw only its ranks die) gets
-OAR's words beside its own. Standard library only (and runfiles/, and the
+interrupted and its folder released (unless the record is another job's
+attempt, which this job's runner found running); a run that failed inside
+a job OAR has more to say of (a node lost under it: the run saw only its
+ranks die) gets OAR's words beside its own. Standard library only (and runfiles/, and the
 schedulers' registry): it runs with any python3 from 3.9.
 """
 
@@ -31,6 +32,7 @@ from runfiles.names import DONE, OWNER, RANK_RECORD_GLOB, RUN_RECORD
 @register
 class Oar(Scheduler):
     name = "oar"
+    job_variable = "OAR_JOB_ID"
     rsh_agent = "oarsh"
     # An ``ssh`` that calls oarsh, for launchers that run plain ssh (Gloo).
     ssh_dir = Path(__file__).resolve().parent / "oarsh_as_ssh"
@@ -112,9 +114,23 @@ def note_failure(marker: str, reason: str) -> None:
             print(f"oar job end: cannot note OAR's words in {path}: {exc}", file=sys.stderr)
 
 
-def record(verdict: str, words: str, outputs: list[str]) -> None:
-    """Only a run's job (the one whose outputs hold its done marker) is recorded."""
+def another_jobs(marker: Path, job: str) -> bool:
+    """Whether the run's record is another job's attempt: this job's runner
+    found it still running and left it (a workflow started again while its
+    earlier job ran on), and its failure is no stop of that attempt."""
+    try:
+        record = files.read_json(marker.with_name(RUN_RECORD))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("job") not in (None, job)
+
+
+def record(job: str, verdict: str, words: str, outputs: list[str]) -> None:
+    """Only a run's job (the one whose outputs hold its done marker) is
+    recorded, in the attempt that job ran."""
     for marker in (Path(o) for o in outputs if Path(o).name == DONE):
+        if another_jobs(marker, job):
+            continue
         if verdict == "failed" and not marker.exists():
             record_stop(str(marker), words)
         elif marker.exists():
@@ -126,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) < 3 or args[1] not in ("success", "failed"):
         print(USAGE, file=sys.stderr)
         return 2
-    record(args[1], args[2], args[3:])
+    record(args[0], args[1], args[2], args[3:])
     return 0
 
 

@@ -21,6 +21,7 @@ STEP_VARIABLES = ("SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_NODELIST", "SLUR
 @register
 class Slurm(Scheduler):
     name = "slurm"
+    job_variable = "SLURM_JOB_ID"
     # An ``ssh`` that starts the command with srun on a node of the job:
     # mpirun, horovodrun (Gloo) and gaspi_run reach the nodes without sshd.
     ssh_dir = Path(__file__).resolve().parent / "srun_as_ssh"
