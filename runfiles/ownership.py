@@ -274,8 +274,14 @@ def heartbeat(run_dir: Path, token: str) -> None:
 
 
 def release(run_dir: Path, token: str) -> None:
-    if owns(run_dir, token):
-        (Path(run_dir) / OWNER).unlink(missing_ok=True)
+    # Under the folder's lock, as a claim checks and writes: a claim that
+    # stops this attempt (kill_orphans) would otherwise write its owner.json
+    # between this check and the unlink, and lose it.
+    if not Path(run_dir).is_dir():
+        return
+    with folder_lock(run_dir):
+        if owns(run_dir, token):
+            (Path(run_dir) / OWNER).unlink(missing_ok=True)
 
 
 def workflow_process() -> tuple[int, float | None] | None:
