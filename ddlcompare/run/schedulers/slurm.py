@@ -71,14 +71,20 @@ class Slurm(Scheduler):
         # reason, Slurm's own line in the job's output or accounting says it.
         job = env.get("SLURM_JOB_ID")
         out = _ask(["scontrol", "show", "job", "--oneliner", job]) if job else ""
-        if not (state := ending_state(out)) or state in STILL_RUNNING:
-            return None  # not a stop of Slurm's: the job goes on
-        if state == "COMPLETING":
-            state = _told_in_output(job, out) or accounted_state(job) or state
-        said = f"Slurm job {job}: {state}"
+        if not (state := ending_state(out)):
+            return None
         # A failed node leaves the job's node list (a requeued job has none):
         # the run's hosts are asked about too.
         nodes = ",".join(dict.fromkeys([*hosts, *_job_nodes(out)]))
+        if state in STILL_RUNNING:
+            # Slurm marks a lost node down and tells srun (which fails) before
+            # it ends or requeues the job: for that moment (2 s in a CI-like
+            # run, 2026-11-29) the job still runs, and a node of it is down.
+            down = _down_nodes(nodes) if nodes else ""
+            return f"Slurm job {job}: NODE_FAIL; node down: {down}" if down else None
+        if state == "COMPLETING":
+            state = _told_in_output(job, out) or accounted_state(job) or state
+        said = f"Slurm job {job}: {state}"
         # Slurm may signal the job a moment before it marks the node down.
         for _ in range(3 if nodes and state.startswith(("COMPLETING", "NODE_FAIL")) else 0):
             if down := _down_nodes(nodes):
