@@ -76,13 +76,19 @@ class Slurm(Scheduler):
         # A failed node leaves the job's node list (a requeued job has none):
         # the run's hosts are asked about too.
         nodes = ",".join(dict.fromkeys([*hosts, *_job_nodes(out)]))
-        if state in STILL_RUNNING:
-            # Slurm marks a lost node down and tells srun (which fails) before
-            # it ends or requeues the job: for that moment (2 s in a CI-like
-            # run, 2026-11-29) the job still runs, and a node of it is down.
-            down = _down_nodes(nodes) if nodes else ""
-            return f"Slurm job {job}: NODE_FAIL; node down: {down}" if down else None
-        if state == "COMPLETING":
+        if state in (*STILL_RUNNING, "COMPLETING"):
+            # A node of the job down: the job ends of it, whatever its state
+            # says for now. Slurm marks a lost node down and tells srun (which
+            # fails) before it ends or requeues the job, which runs on for
+            # that moment (2 s in a CI-like run, 2026-11-29), then shows
+            # COMPLETING while its processes live. Asked first: sinfo answers
+            # at once, where the job's output and accounting are waited for,
+            # and Slurm kills the runner KillWait (5 s on the test clusters)
+            # after its signal (a CI-like run lost Slurm's words so).
+            if down := _down_nodes(nodes) if nodes else "":
+                return f"Slurm job {job}: NODE_FAIL; node down: {down}"
+            if state in STILL_RUNNING:
+                return None  # not a stop of Slurm's: the job goes on
             state = _told_in_output(job, out) or accounted_state(job) or state
         said = f"Slurm job {job}: {state}"
         # Slurm may signal the job a moment before it marks the node down.
