@@ -360,10 +360,15 @@ def _save_stop(record: dict, save, reason: str, said: str | None = None) -> None
     after its signal (Slurm's KillWait), and asking may take seconds."""
     record.update(status="interrupted", end=_now(), reason=reason + AGAIN)
     save(RUN_RECORD, record)
-    hosts = [h["name"] for h in record.get("hosts", [])]
-    if said := said or schedulers.current().stop_reason(os.environ, hosts):  # e.g. Slurm's TIMEOUT
+    if said := said or _scheduler_says(record):  # e.g. Slurm's TIMEOUT
         record["reason"] = f"{reason} ({said}){AGAIN}"
         save(RUN_RECORD, record)
+
+
+def _scheduler_says(record: dict) -> str | None:
+    """Why the scheduler stops this job on the run's hosts, in its words."""
+    hosts = [h["name"] for h in record.get("hosts", [])]
+    return schedulers.current().stop_reason(os.environ, hosts)
 
 
 def _record_stop(
@@ -423,8 +428,7 @@ def _stop_behind_failure(
     failure = f"the launcher ended ({outcome['reason']})"
     if stops.signum:
         return f"stopped by {signal.Signals(stops.signum).name} as {failure}", None
-    hosts = [h["name"] for h in record.get("hosts", [])]
-    if said := schedulers.current().stop_reason(os.environ, hosts):
+    if said := _scheduler_says(record):
         return f"stopped by the scheduler as {failure}", said
     return None
 
